@@ -1,0 +1,50 @@
+# Two commands on a fresh machine: `make book` and `make test`. Nothing here needs a GPU or network beyond PyPI.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+EXECUTED := book/executed
+CASE ?=
+PARAMS ?=
+
+.PHONY: venv book execute html test test-cpu-e2e reproduce check-notebooks clean
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $@
+
+## book: execute every notebook with papermill in replay mode, then build the HTML (warnings are errors)
+book: execute html
+
+execute: $(STAMP)
+	rm -rf $(EXECUTED)
+	$(PY) -m vllm_playbooks.notebooks execute-all --out $(EXECUTED)
+
+html: $(STAMP)
+	$(VENV)/bin/jupyter-book build . -W -n --keep-going
+
+## test: unit tests, nbval over the source notebooks, the notebook pattern, and a book-build smoke test
+test: $(STAMP)
+	$(PY) -m pytest
+
+## test-cpu-e2e: one end-to-end run against a real vLLM server on the CPU (own venv: .venv-cpu)
+test-cpu-e2e:
+	bash .ci/cpu-e2e-venv.sh
+	.venv-cpu/bin/python -m pytest -m cpu_e2e -p no:cacheprovider tests/integration
+
+## reproduce: run one case notebook in live mode on this machine's GPUs, e.g.
+##   make reproduce CASE=llama_8b_draft_model PARAMS="-p concurrency '[1, 4]'"
+reproduce: $(STAMP)
+	@test -n "$(CASE)" || { echo "usage: make reproduce CASE=<notebook name> [PARAMS=\"-p name value ...\"]"; exit 2; }
+	$(PY) -m vllm_playbooks.notebooks reproduce $(CASE) $(PARAMS)
+
+check-notebooks: $(STAMP)
+	$(PY) -m vllm_playbooks.notebooks check
+
+clean:
+	rm -rf _build $(EXECUTED)

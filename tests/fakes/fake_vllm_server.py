@@ -1,0 +1,80 @@
+"""A stand-in for `vllm serve` in tests: /health, /metrics with growing spec-decode counters, and a child process.
+
+Options let a test make it crash, never become healthy, or exit at once, so the runner's failure paths run for real.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--port", type=int, required=True)
+parser.add_argument("--child-pid-file", default=None, help="spawn a child process and write its pid here")
+parser.add_argument("--die-after-scrapes", type=int, default=0, help="exit after this many /metrics scrapes")
+parser.add_argument("--never-healthy", action="store_true")
+parser.add_argument("--exit-at-start", type=int, default=None, help="exit with this code before serving")
+parser.add_argument("--ignore-sigterm", action="store_true")
+args, _ = parser.parse_known_args()
+
+if args.exit_at_start is not None:
+    print("fake server: failing at start-up as asked", flush=True)
+    sys.exit(args.exit_at_start)
+if args.ignore_sigterm:
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if args.child_pid_file:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # noqa: S603
+    with open(args.child_pid_file, "w") as handle:
+        handle.write(str(child.pid))
+
+state = {"scrapes": 0}
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *a: object) -> None:
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802
+        if self.path == "/health":
+            self.send_response(503 if args.never_healthy else 200)
+            self.end_headers()
+            return
+        if self.path == "/metrics":
+            state["scrapes"] += 1
+            n = state["scrapes"]
+            if args.die_after_scrapes and n > args.die_after_scrapes:
+                os._exit(3)
+            body = (
+                "# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.\n"
+                "# TYPE vllm:spec_decode_num_drafts_total counter\n"
+                f'vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {100 * n}.0\n'
+                "# TYPE vllm:spec_decode_num_draft_tokens_total counter\n"
+                f'vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="m"}} {400 * n}.0\n'
+                "# TYPE vllm:spec_decode_num_accepted_tokens_total counter\n"
+                f'vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="m"}} {236 * n}.0\n'
+                "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter\n"
+                f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="0"}} {80 * n}.0\n'
+                f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="1"}} {64 * n}.0\n'
+                f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="2"}} {51 * n}.0\n'
+                f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="3"}} {41 * n}.0\n'
+                "# TYPE vllm:num_preemptions_total counter\n"
+                'vllm:num_preemptions_total{engine="0",model_name="m"} 0.0\n'
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        self.send_response(404)
+        self.end_headers()
+
+
+time.sleep(0.3)  # a server takes a moment to come up
+print(f"fake server: listening on 127.0.0.1:{args.port}", flush=True)
+ThreadingHTTPServer(("127.0.0.1", args.port), Handler).serve_forever()

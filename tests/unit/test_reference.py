@@ -1,0 +1,76 @@
+"""The published numbers: every row sourced, the secondary-only flag honest, the cases' key numbers present."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from vllm_playbooks.errors import SchemaError
+from vllm_playbooks.results.schema import REFERENCE_COLUMNS
+from vllm_playbooks.results.store import load_reference
+
+BLOG = "juhoplayground.github.io"
+
+
+@pytest.fixture(scope="module")
+def published():  # type: ignore[no-untyped-def]
+    return load_reference()
+
+
+def test_every_case_has_published_numbers(published) -> None:  # type: ignore[no-untyped-def]
+    assert set(published.case) == {"discussion-13834", "deepseek-mtp", "gpt-oss-eagle3", "issue-27462"}
+
+
+def test_the_collecting_blog_is_never_marked_primary(published) -> None:  # type: ignore[no-untyped-def]
+    from_blog = published[published.source_url.str.contains(BLOG)]
+    assert len(from_blog) > 0
+    assert from_blog.secondary_only.all()
+
+
+@pytest.mark.parametrize(
+    ("case", "claim_id", "value"),
+    [
+        ("discussion-13834", "output-tok-s-spec-off", 95.43),
+        ("discussion-13834", "output-tok-s-spec-on", 68.19),
+        ("discussion-13834", "itl-ms-spec-on", 2298.34),
+    ],
+)
+def test_key_numbers_are_as_published(published, case: str, claim_id: str, value: float) -> None:  # type: ignore[no-untyped-def]
+    row = published[(published.case == case) & (published.claim_id == claim_id)]
+    assert row.value.tolist() == [value]
+
+
+def test_pr_12755_qps1_speedup_matches_its_tpots(published) -> None:  # type: ignore[no-untyped-def]
+    mtp = published[(published.case == "deepseek-mtp") & published.source_url.str.contains("pull/12755")]
+    tpots = mtp[mtp.quantity == "tpot_ms"].value.tolist()
+    assert 55.47 in tpots and 33.99 in tpots
+    assert round(55.47 / 33.99, 2) == 1.63
+
+
+def _copy_with(tmp_path: Path, **changes: str) -> Path:
+    source = Path(__file__).resolve().parents[2] / "data" / "reference" / "published.csv"
+    rows = list(csv.DictReader(source.open()))
+    rows[0].update(changes)
+    target = tmp_path / "published.csv"
+    with target.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=REFERENCE_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    return target
+
+
+def test_row_without_url_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(SchemaError, match="row 1.*source_url"):
+        load_reference(path=_copy_with(tmp_path, source_url="see the blog"))
+
+
+def test_secondary_flag_must_be_a_boolean(tmp_path: Path) -> None:
+    with pytest.raises(SchemaError, match="secondary_only"):
+        load_reference(path=_copy_with(tmp_path, secondary_only="maybe"))
+
+
+def test_duplicate_claim_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(SchemaError, match="appears twice"):
+        load_reference(path=_copy_with(tmp_path, claim_id="output-tok-s-spec-on"))

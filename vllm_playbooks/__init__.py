@@ -1,0 +1,1 @@
+"""Reproducible tuning playbooks for vLLM."""

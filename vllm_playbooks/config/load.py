@@ -1,0 +1,61 @@
+"""One load level for ``vllm bench serve``: closed-loop concurrency, open-loop request rate, or both."""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+#: The duration rule (book: methodology): a measured run lasts at least this long ...
+MIN_DURATION_S = 30.0
+#: ... and holds at least this many requests per unit of concurrency, whichever gives more requests.
+MIN_REQUESTS_PER_CONCURRENCY = 10
+
+
+class LoadPoint(BaseModel):
+    """Random prompts of fixed lengths, sent at a concurrency cap and/or a Poisson (gamma) request rate."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    input_len: int = Field(ge=1, description="prompt tokens")
+    output_len: int = Field(ge=1, description="output tokens (ignore_eos)")
+    concurrency: int | None = Field(None, ge=1, description="--max-concurrency")
+    request_rate_qps: float | None = Field(None, gt=0, description="--request-rate")
+    burstiness: float = Field(1.0, gt=0, description="--burstiness; 1 is Poisson")
+    seed: int = Field(0, ge=0, description="dataset seed")
+
+    @model_validator(mode="after")
+    def _needs_a_load(self) -> LoadPoint:
+        if self.concurrency is None and self.request_rate_qps is None:
+            raise ValueError("a load point needs concurrency, request_rate_qps, or both")
+        return self
+
+    def slug(self) -> str:
+        """A readable name, used in the raw folder's name: ``in512-out128-c16`` or ``in512-out128-qps2``."""
+        parts = [f"in{self.input_len}", f"out{self.output_len}"]
+        if self.request_rate_qps is not None:
+            parts.append(f"qps{self.request_rate_qps:g}")
+            if self.burstiness != 1.0:
+                parts.append(f"b{self.burstiness:g}")
+        if self.concurrency is not None:
+            parts.append(f"c{self.concurrency}")
+        return "-".join(parts)
+
+    def measured_prompts(self, calibrated_rps: float | None, min_duration_s: float = MIN_DURATION_S) -> int:
+        """How many requests the measured run needs to satisfy the duration rule.
+
+        Closed loop: ``max(10 × concurrency, ceil(1.1 × rps × min_duration))`` where ``rps`` comes from a
+        calibration run at the same concurrency (10 % head-room, since rps varies a little between runs).
+        Open loop: the arrival process alone sets the duration, so ``ceil(rate × min_duration)``, and at least
+        ``10 × concurrency`` when a cap is also set.
+        """
+        floor = MIN_REQUESTS_PER_CONCURRENCY * (self.concurrency or 1)
+        if self.request_rate_qps is not None:
+            return max(floor, math.ceil(self.request_rate_qps * min_duration_s))
+        if calibrated_rps is None or calibrated_rps <= 0:
+            return floor
+        return max(floor, math.ceil(1.1 * calibrated_rps * min_duration_s))
+
+    def warmup_prompts(self) -> int:
+        """Requests of the calibration run that also warms the server up: two per slot, at least 8."""
+        return max(8, 2 * (self.concurrency or 4))

@@ -1,0 +1,1 @@
+"""The vLLM server as a subprocess, and its Prometheus metrics."""

@@ -1,0 +1,135 @@
+"""Prometheus ``/metrics`` text → counter snapshots, and what happened between two snapshots.
+
+Acceptance is the difference of the ``vllm:spec_decode_*`` counters scraped before and after a load level, the way
+``vllm bench serve`` computes it, so warm-up traffic never leaks into a measured point.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from vllm_playbooks.errors import ServerError
+
+_DRAFTS = "vllm:spec_decode_num_drafts_total"
+_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+_PREEMPTIONS = "vllm:num_preemptions_total"
+_GENERATION_TOKENS = "vllm:generation_tokens_total"
+_PROMPT_TOKENS = "vllm:prompt_tokens_total"
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """Counter values summed over engines and models: ``totals[sample]`` and per position ``accepted_per_pos``."""
+
+    totals: dict[str, float]
+    accepted_per_pos: dict[int, float] = field(default_factory=dict)
+
+    def get(self, name: str) -> float:
+        """A counter's value, 0 when the server does not export it (e.g. no speculation)."""
+        return self.totals.get(name, 0.0)
+
+
+def parse_metrics(text: str) -> MetricsSnapshot:
+    """Parse Prometheus exposition text with prometheus_client's parser; counters only, summed over label sets."""
+    totals: dict[str, float] = defaultdict(float)
+    per_pos: dict[int, float] = defaultdict(float)
+    for family in text_string_to_metric_families(text):
+        if family.type != "counter":
+            continue
+        for sample in family.samples:
+            if not sample.name.endswith("_total"):
+                continue
+            if sample.name == _ACCEPTED_PER_POS:
+                per_pos[int(sample.labels["position"])] += sample.value
+            else:
+                totals[sample.name] += sample.value
+    return MetricsSnapshot(dict(totals), dict(per_pos))
+
+
+@dataclass(frozen=True)
+class SpecDecodeStats:
+    """Speculative decoding during one measured run (deltas of the counters)."""
+
+    num_drafts: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    accepted_per_position: tuple[int, ...]
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted draft tokens / drafted tokens (vLLM's 'Avg Draft acceptance rate', as a fraction)."""
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else None
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        """1 + accepted / drafts: tokens each verify step emits per sequence, the bonus token included."""
+        return 1.0 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else None
+
+    @property
+    def per_position_rates(self) -> tuple[float, ...]:
+        """Accepted at position i / drafts: the unconditional chance that the first i+1 drafts are accepted."""
+        if not self.num_drafts:
+            return ()
+        return tuple(a / self.num_drafts for a in self.accepted_per_position)
+
+
+@dataclass(frozen=True)
+class MetricsDelta:
+    """What the server counted between two scrapes."""
+
+    spec: SpecDecodeStats | None
+    num_preemptions: int
+    generation_tokens: int
+    prompt_tokens: int
+
+
+def _delta(before: MetricsSnapshot, after: MetricsSnapshot, name: str) -> int:
+    value = after.get(name) - before.get(name)
+    if value < 0:
+        raise ServerError(f"counter {name} went down ({before.get(name)} → {after.get(name)}): the server restarted")
+    return round(value)
+
+
+def diff_metrics(before: MetricsSnapshot, after: MetricsSnapshot) -> MetricsDelta:
+    """Counter deltas from ``before`` to ``after``; ``spec`` is None when the server exports no spec counters."""
+    spec = None
+    if _DRAFTS in after.totals:
+        positions = sorted(set(after.accepted_per_pos) | set(before.accepted_per_pos))
+        per_pos = tuple(
+            round(after.accepted_per_pos.get(p, 0.0) - before.accepted_per_pos.get(p, 0.0)) for p in positions
+        )
+        spec = SpecDecodeStats(
+            num_drafts=_delta(before, after, _DRAFTS),
+            num_draft_tokens=_delta(before, after, _DRAFT_TOKENS),
+            num_accepted_tokens=_delta(before, after, _ACCEPTED),
+            accepted_per_position=per_pos,
+        )
+    return MetricsDelta(
+        spec=spec,
+        num_preemptions=_delta(before, after, _PREEMPTIONS),
+        generation_tokens=_delta(before, after, _GENERATION_TOKENS),
+        prompt_tokens=_delta(before, after, _PROMPT_TOKENS),
+    )
+
+
+def scrape(base_url: str, timeout_s: float = 10.0) -> str:
+    """GET ``<base_url>/metrics`` and return the text."""
+    try:
+        with urllib.request.urlopen(f"{base_url}/metrics", timeout=timeout_s) as response:  # noqa: S310 (loopback)
+            return response.read().decode("utf-8")
+    except OSError as error:
+        raise ServerError(f"could not scrape {base_url}/metrics: {error}") from error
+
+
+def per_position_json(stats: SpecDecodeStats | None) -> str | None:
+    """Per-position rates as the JSON list stored in a row."""
+    if stats is None or not stats.num_drafts:
+        return None
+    return json.dumps(list(stats.per_position_rates))

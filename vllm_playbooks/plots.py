@@ -1,0 +1,60 @@
+"""Figures for the case pages: tidy frame in, matplotlib Axes out, one look for every page."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.axes import Axes
+
+#: Axis labels with units, keyed by column.
+LABELS = {
+    "concurrency": "concurrent requests (--max-concurrency)",
+    "request_rate_qps": "request rate (QPS, Poisson)",
+    "output_tok_s": "output throughput (tok/s)",
+    "total_tok_s": "total throughput (tok/s)",
+    "tpot_p50_ms": "TPOT median (ms)",
+    "tpot_p99_ms": "TPOT p99 (ms)",
+    "itl_p50_ms": "ITL median (ms, per streamed chunk)",
+    "itl_p99_ms": "ITL p99 (ms, per streamed chunk)",
+    "ttft_p50_ms": "TTFT median (ms)",
+    "e2el_p50_ms": "end-to-end latency median (ms)",
+    "change_pct": "change vs no speculation (%)",
+    "mean_acceptance_length": "mean acceptance length (tokens/step)",
+}
+
+
+def use_book_style() -> None:
+    """The one seaborn theme of the book."""
+    import seaborn as sns
+
+    sns.set_theme(context="notebook", style="whitegrid", palette="colorblind")
+
+
+def metric_vs_load(
+    df: pd.DataFrame, y: str, x: str = "concurrency", hue: str = "engine_label", ax: Axes | None = None
+) -> Axes:
+    """``y`` against the load level, one line per ``hue``; log-2 x axis for concurrency sweeps."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    if df.empty:
+        raise ValueError(f"no rows to plot for {y!r}")
+    ax = ax or plt.subplots(figsize=(6.4, 4.0))[1]
+    sns.lineplot(data=df, x=x, y=y, hue=hue, marker="o", ax=ax, errorbar=None)
+    if x == "concurrency":
+        ax.set_xscale("log", base=2)
+        ticks = sorted(df[x].dropna().unique())
+        ax.set_xticks(ticks, [str(int(t)) for t in ticks])
+    ax.set_xlabel(LABELS.get(x, x))
+    ax.set_ylabel(LABELS.get(y, y))
+    return ax
+
+
+def change_vs_load(comparison: pd.DataFrame, x: str = "concurrency", ax: Axes | None = None) -> Axes:
+    """Percent change of speculation against the baseline per load level, with the break-even line at 0."""
+    ax = metric_vs_load(comparison, "change_pct", x=x, ax=ax)
+    ax.axhline(0.0, color="black", linewidth=1)
+    ax.set_ylabel(f"{comparison['metric'].iloc[0]}: " + LABELS["change_pct"])
+    return ax

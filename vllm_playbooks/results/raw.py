@@ -1,0 +1,174 @@
+"""Raw point folders: what one measured point leaves on disk, written atomically, and the row rebuilt from it.
+
+Layout, under ``data/runs/<case>/raw/<config_id>/<load slug>-r<repeat>/``:
+
+- ``point.json``: case, ids, the resolved engine config, the load, the argv lists of server and load generator
+- ``provenance.json``: GPU, driver, vLLM/torch versions, commit
+- ``warmup.json``: the uncounted calibration run's ``bench serve`` result
+- ``bench.json``: the measured run's ``bench serve`` result
+- ``metrics_before.prom`` / ``metrics_after.prom``: ``/metrics`` scraped around the measured run
+
+A point folder is built under a temporary name and renamed into place, so it is either complete or absent.
+Replay rebuilds every row from these files alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from vllm_playbooks.config.speculative import alpha_of_rates
+from vllm_playbooks.engine.metrics import diff_metrics, parse_metrics, per_position_json
+from vllm_playbooks.errors import SchemaError
+from vllm_playbooks.load.bench import load_bench_file
+from vllm_playbooks.results.provenance import Provenance
+from vllm_playbooks.results.schema import RunRow
+
+POINT_FILE = "point.json"
+PROVENANCE_FILE = "provenance.json"
+BENCH_FILE = "bench.json"
+WARMUP_FILE = "warmup.json"
+METRICS_BEFORE = "metrics_before.prom"
+METRICS_AFTER = "metrics_after.prom"
+REQUIRED_FILES = (POINT_FILE, PROVENANCE_FILE, BENCH_FILE, METRICS_BEFORE, METRICS_AFTER)
+FAILURE_SUFFIX = ".failure.json"
+
+
+def point_id(config_id: str, load_slug: str, repeat: int) -> str:
+    """The id of a point, which is also its folder under ``raw/``: ``<config_id>/<load slug>-r<repeat>``."""
+    return f"{config_id}/{load_slug}-r{repeat}"
+
+
+def raw_root(case_dir: Path) -> Path:
+    """``<case dir>/raw``."""
+    return case_dir / "raw"
+
+
+def write_point(case_dir: Path, pid: str, files: dict[str, str]) -> Path:
+    """Write a complete point folder atomically; refuse to replace one that exists."""
+    missing = [f for f in REQUIRED_FILES if f not in files]
+    if missing:
+        raise SchemaError(f"point {pid}: refusing to write an incomplete point (missing {', '.join(missing)})")
+    target = raw_root(case_dir) / pid
+    if target.exists():
+        raise SchemaError(f"{target} exists: recorded points are never overwritten")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
+    try:
+        for name, text in files.items():
+            (staging / name).write_text(text, encoding="utf-8")
+        fd = os.open(staging, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    failure_file(case_dir, pid).unlink(missing_ok=True)
+    return target
+
+
+def failure_file(case_dir: Path, pid: str) -> Path:
+    """Where a failed point's error is kept (it stays retryable): ``raw/<point id>.failure.json``."""
+    return raw_root(case_dir) / f"{pid}{FAILURE_SUFFIX}"
+
+
+def record_failure(case_dir: Path, pid: str, error: str, detail: dict[str, Any]) -> Path:
+    """Keep a failed point's error beside the finished ones; a later resume tries the point again."""
+    path = failure_file(case_dir, pid)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"point_id": pid, "error": error, **detail}, indent=2), encoding="utf-8")
+    return path
+
+
+def finished_points(case_dir: Path) -> list[Path]:
+    """Every complete point folder of a case, in a stable order."""
+    root = raw_root(case_dir)
+    if not root.exists():
+        return []
+    return sorted(p.parent for p in root.glob(f"*/*/{POINT_FILE}") if not p.parent.name.startswith("."))
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise SchemaError(f"{path}: {error}") from None
+
+
+def row_from_point(point_dir: Path, data_root: Path) -> RunRow:
+    """Rebuild a row from a raw point folder alone (replay mode, and the live runner after each point)."""
+    missing = [f for f in REQUIRED_FILES if not (point_dir / f).exists()]
+    if missing:
+        raise SchemaError(f"{point_dir}: incomplete point folder, missing {', '.join(missing)}")
+    point = _read_json(point_dir / POINT_FILE)
+    prov = Provenance.model_validate(_read_json(point_dir / PROVENANCE_FILE))
+    bench = load_bench_file(point_dir / BENCH_FILE)
+    delta = diff_metrics(
+        parse_metrics((point_dir / METRICS_BEFORE).read_text(encoding="utf-8")),
+        parse_metrics((point_dir / METRICS_AFTER).read_text(encoding="utf-8")),
+    )
+    engine, load = point["engine"], point["load"]
+    spec = engine.get("speculative") or {}
+    rates = spec.get("synthetic_acceptance_rates")
+    stats = delta.spec
+    return RunRow(
+        case=point["case"],
+        point_id=point["point_id"],
+        config_id=point["config_id"],
+        engine_label=engine["label"],
+        repeat=point["repeat"],
+        model_shape=point["model_shape"],
+        load_format=engine["load_format"],
+        quantization=point.get("quantization"),
+        dtype=engine["dtype"],
+        kv_cache_dtype=engine["kv_cache_dtype"],
+        spec_method=spec.get("method", "none"),
+        num_speculative_tokens=spec.get("num_speculative_tokens", 0),
+        draft_model=spec.get("model"),
+        draft_tensor_parallel_size=spec.get("draft_tensor_parallel_size"),
+        imposed_acceptance_rates=json.dumps(rates) if rates is not None else None,
+        imposed_alpha=alpha_of_rates(rates),
+        max_num_seqs=engine.get("max_num_seqs"),
+        max_num_batched_tokens=engine.get("max_num_batched_tokens"),
+        max_model_len=engine["max_model_len"],
+        tensor_parallel_size=engine["tensor_parallel_size"],
+        pipeline_parallel_size=engine["pipeline_parallel_size"],
+        gpu_memory_utilization=engine["gpu_memory_utilization"],
+        engine_config_json=json.dumps(engine, sort_keys=True),
+        concurrency=load.get("concurrency"),
+        request_rate_qps=load.get("request_rate_qps"),
+        burstiness=load["burstiness"],
+        input_len=load["input_len"],
+        output_len=load["output_len"],
+        num_prompts=bench.num_prompts,
+        num_warmup_prompts=point["num_warmup_prompts"],
+        duration_s=bench.duration_s,
+        completed=bench.completed,
+        failed=bench.failed,
+        request_throughput_rps=bench.request_throughput_rps,
+        output_tok_s=bench.output_tok_s,
+        total_tok_s=bench.total_tok_s,
+        **bench.latency_ms,
+        acceptance_rate=stats.acceptance_rate if stats else None,
+        mean_acceptance_length=stats.mean_acceptance_length if stats else None,
+        per_position_acceptance=per_position_json(stats),
+        num_drafts=stats.num_drafts if stats else None,
+        num_draft_tokens=stats.num_draft_tokens if stats else None,
+        num_accepted_tokens=stats.num_accepted_tokens if stats else None,
+        num_preemptions=delta.num_preemptions,
+        gpu_name=prov.gpu_name,
+        gpu_count=prov.gpu_count,
+        driver_version=prov.driver_version,
+        vllm_version=prov.vllm_version,
+        torch_version=prov.torch_version,
+        measured_at=point["measured_at"],
+        git_sha=prov.git_sha,
+        raw_path=point_dir.relative_to(data_root).as_posix(),
+    )

@@ -1,0 +1,153 @@
+"""Tidy tables on disk: load with schema checks, append one row at a time atomically, never rewrite a row."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from vllm_playbooks import paths
+from vllm_playbooks.errors import SchemaError
+from vllm_playbooks.results.schema import (
+    PROVENANCE_COLUMNS,
+    REFERENCE_COLUMNS,
+    RUN_COLUMNS,
+    ReferenceRow,
+    RunRow,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+RowT = TypeVar("RowT", bound=BaseModel)
+
+RUNS_FILE = "runs.csv"
+
+
+def _describe(error: ValidationError) -> str:
+    parts = []
+    for item in error.errors():
+        where = ".".join(str(p) for p in item["loc"]) or "row"
+        parts.append(f"{where}: {item['msg']}")
+    return "; ".join(parts)
+
+
+def validate_records(records: Iterable[dict], model: type[RowT], source: str) -> list[RowT]:
+    """Validate raw records against ``model``; the first bad record raises with its source and row number.
+
+    Row numbers count data rows from 1 (the CSV header is line 1, so row ``n`` is on line ``n + 1``).
+    """
+    rows: list[RowT] = []
+    for number, record in enumerate(records, start=1):
+        if model is RunRow:
+            missing = [c for c in PROVENANCE_COLUMNS if record.get(c) in (None, "")]
+            if missing:
+                raise SchemaError(
+                    f"{source} row {number} (line {number + 1}): no provenance for {', '.join(missing)}. "
+                    "Every measured row needs them; rows come from `run_case`, never by hand."
+                )
+        try:
+            rows.append(model.model_validate(record))
+        except ValidationError as error:
+            raise SchemaError(f"{source} row {number} (line {number + 1}): {_describe(error)}") from None
+    return rows
+
+
+def read_csv_records(path: Path, columns: Sequence[str]) -> list[dict[str, str]]:
+    """Read a CSV into dicts after checking that its header is exactly ``columns``."""
+    with path.open(newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        header = reader.fieldnames or []
+        if list(header) != list(columns):
+            unknown = sorted(set(header) - set(columns))
+            absent = [c for c in columns if c not in header]
+            raise SchemaError(
+                f"{path}: header does not match the schema (unknown: {unknown or 'none'}; missing: {absent or 'none'}). "
+                "A changed schema needs a new SCHEMA_VERSION and a loader for the old one."
+            )
+        return list(reader)
+
+
+def _cell(value: object) -> str:
+    return "" if value is None else str(value)
+
+
+def rows_to_frame(rows: Sequence[BaseModel], columns: Sequence[str]) -> pd.DataFrame:
+    """Validated rows as a DataFrame with exactly ``columns`` (no rows give an empty frame)."""
+    import pandas as pd
+
+    return pd.DataFrame([row.model_dump() for row in rows], columns=list(columns))
+
+
+def runs_file(case: str, data: Path | None = None) -> Path:
+    """The tidy table of one case: ``data/runs/<case>/runs.csv``."""
+    base = data if data is not None else paths.data_dir()
+    return base / "runs" / case / RUNS_FILE
+
+
+def load_run_rows(case: str, data: Path | None = None) -> list[RunRow]:
+    """Every measured row of a case, validated; an absent table is an empty list (nothing measured yet)."""
+    path = runs_file(case, data)
+    if not path.exists():
+        return []
+    return validate_records(read_csv_records(path, RUN_COLUMNS), RunRow, str(path))
+
+
+def load_runs(case: str, data: Path | None = None) -> pd.DataFrame:
+    """A case's measured rows as a DataFrame with the schema's columns (empty when nothing was measured)."""
+    return rows_to_frame(load_run_rows(case, data), RUN_COLUMNS)
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def append_run_row(row: RunRow, data: Path | None = None) -> Path:
+    """Append one row to its case's table, atomically: the file is either the old one or the old one plus the row.
+
+    A row whose ``point_id`` is already in the table is refused: recorded rows are never rewritten.
+    """
+    path = runs_file(row.case, data)
+    existing = path.read_text(encoding="utf-8") if path.exists() else ""
+    if existing:
+        known = {r.point_id for r in load_run_rows(row.case, data)}
+        if row.point_id in known:
+            raise SchemaError(f"{path}: point {row.point_id} is already recorded; recorded rows are never rewritten.")
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=RUN_COLUMNS, lineterminator="\n")
+    if not existing:
+        writer.writeheader()
+    writer.writerow({k: _cell(v) for k, v in row.model_dump().items()})
+    _atomic_write_text(path, existing + buffer.getvalue())
+    return path
+
+
+def load_reference(case: str | None = None, path: Path | None = None) -> pd.DataFrame:
+    """Published numbers (``data/reference/published.csv``), validated, optionally for one case."""
+    source = path if path is not None else paths.reference_file()
+    rows = validate_records(read_csv_records(source, REFERENCE_COLUMNS), ReferenceRow, str(source))
+    seen: set[tuple[str, str]] = set()
+    for number, row in enumerate(rows, start=1):
+        key = (row.case, row.claim_id)
+        if key in seen:
+            raise SchemaError(f"{source} row {number}: claim_id {row.claim_id!r} appears twice in case {row.case!r}")
+        seen.add(key)
+    if case is not None:
+        rows = [r for r in rows if r.case == case]
+    return rows_to_frame(rows, REFERENCE_COLUMNS)

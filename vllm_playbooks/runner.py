@@ -1,0 +1,286 @@
+"""The two doors: ``run_case`` measures a plan on the GPUs at hand (live), ``replay_case`` rebuilds it from disk.
+
+Live: one server lifetime per engine config, every load level against it; each finished point is written at once
+(raw folder first, then its row), a rerun skips finished points, and a point that fails is kept as a failure file
+(retryable) while every finished point stays.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from itertools import groupby
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vllm_playbooks import paths
+from vllm_playbooks.engine.metrics import scrape
+from vllm_playbooks.engine.server import LOOPBACK, VllmServer, free_port
+from vllm_playbooks.errors import ConfigError, PlaybookError, SchemaError
+from vllm_playbooks.load.bench import BenchClient, InProcessBench, bench_argv
+from vllm_playbooks.plan import CasePlan, PlannedPoint
+from vllm_playbooks.results import raw
+from vllm_playbooks.results.provenance import Provenance, collect_provenance, utc_now
+from vllm_playbooks.results.schema import RUN_COLUMNS, RunRow
+from vllm_playbooks.results.store import append_run_row, load_run_rows, rows_to_frame
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+ServerFactory = Callable[..., VllmServer]
+
+
+@dataclass
+class RunReport:
+    """What a live run did: points measured, points skipped because they were already recorded, failures."""
+
+    measured: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    server_startup_s: dict[str, float] = field(default_factory=dict)
+
+    def raise_for_failures(self) -> None:
+        """Raise ``PlaybookError`` naming the failed points (finished ones are already on disk)."""
+        if self.failed:
+            lines = "\n".join(f"- {pid}: {err.splitlines()[0]}" for pid, err in self.failed.items())
+            raise PlaybookError(
+                f"{len(self.failed)} point(s) failed; {len(self.measured)} measured and kept. "
+                f"Rerun the same call to retry only what is missing.\n{lines}"
+            )
+
+
+def require_vllm() -> None:
+    """Live mode needs vLLM in this environment; say so before anything starts."""
+    if importlib.util.find_spec("vllm") is None:
+        raise ConfigError(
+            "live mode needs vLLM in this Python environment (pip install -r requirements-gpu.txt); "
+            "replay mode needs none"
+        )
+
+
+def _case_dir(plan: CasePlan, data: Path) -> Path:
+    return data / "runs" / plan.case
+
+
+def _point_record(point: PlannedPoint, plan: CasePlan, **extra: Any) -> dict[str, Any]:
+    from vllm_playbooks.shapes import resolve_model
+
+    shape = resolve_model(point.engine.model)
+    return {
+        "case": plan.case,
+        "point_id": point.point_id,
+        "config_id": point.engine.config_id(),
+        "repeat": point.repeat,
+        "model_shape": shape.name,
+        "quantization": shape.quantization,
+        "engine": point.engine.resolved(),
+        "load": point.load.model_dump(mode="json"),
+        **extra,
+    }
+
+
+def measure_point(
+    point: PlannedPoint,
+    plan: CasePlan,
+    server: VllmServer,
+    bench: BenchClient,
+    provenance: Provenance,
+    data: Path,
+) -> RunRow:
+    """Calibrate (uncounted warm-up), then measure one load level between two ``/metrics`` scrapes; record it."""
+    engine, load = point.engine, point.load
+    from vllm_playbooks.shapes import resolve_model
+
+    tokenizer = engine.tokenizer_path()
+    model_arg = str(resolve_model(engine.model).path)
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        work = Path(tmp)
+
+        def run(num_prompts: int, filename: str) -> tuple[list[str], str]:
+            argv = bench_argv(
+                load,
+                base_url=server.base_url,
+                model=model_arg,
+                tokenizer=str(tokenizer) if tokenizer else model_arg,
+                num_prompts=num_prompts,
+                result_dir=work,
+                result_filename=filename,
+            )
+            bench(argv)
+            return argv, (work / filename).read_text(encoding="utf-8")
+
+        warmup_prompts = load.warmup_prompts()
+        _, warmup_text = run(warmup_prompts, raw.WARMUP_FILE)
+        warmup = json.loads(warmup_text)
+        rps = warmup["completed"] / warmup["duration"] if warmup.get("duration") else None
+        num_prompts = load.measured_prompts(rps, plan.min_duration_s)
+        before = scrape(server.base_url)
+        argv, bench_text = run(num_prompts, raw.BENCH_FILE)
+        after = scrape(server.base_url)
+    record = _point_record(
+        point,
+        plan,
+        num_warmup_prompts=warmup_prompts,
+        measured_at=utc_now(),
+        server_argv=server.argv,
+        bench_argv=["vllm", "bench", "serve", *argv],
+        server_startup_s=server.startup_s,
+    )
+    case_dir = _case_dir(plan, data)
+    folder = raw.write_point(
+        case_dir,
+        point.point_id,
+        {
+            raw.POINT_FILE: json.dumps(record, indent=2, sort_keys=True),
+            raw.PROVENANCE_FILE: provenance.model_dump_json(indent=2),
+            raw.WARMUP_FILE: warmup_text,
+            raw.BENCH_FILE: bench_text,
+            raw.METRICS_BEFORE: before,
+            raw.METRICS_AFTER: after,
+        },
+    )
+    row = raw.row_from_point(folder, data)
+    append_run_row(row, data)
+    return row
+
+
+def run_case(
+    plan: CasePlan,
+    *,
+    data: Path | None = None,
+    resume: bool = True,
+    bench: BenchClient | None = None,
+    server_factory: ServerFactory = VllmServer,
+    python: str | None = None,
+    health_timeout_s: float = 900.0,
+    progress: bool = True,
+) -> RunReport:
+    """Measure every point of ``plan`` that is not recorded yet; one server per engine config.
+
+    ``bench`` defaults to vLLM's own ``bench serve`` in-process; ``python`` is the interpreter that starts the
+    server (default: this one). Returns a report; call ``report.raise_for_failures()`` to fail loudly.
+    """
+    from tqdm.auto import tqdm
+
+    data = data if data is not None else paths.data_dir()
+    case_dir = _case_dir(plan, data)
+    sync_rows(plan.case, data)
+    done = {p.relative_to(raw.raw_root(case_dir)).as_posix() for p in raw.finished_points(case_dir)}
+    if not resume and done:
+        raise ConfigError(
+            f"{case_dir} already holds {len(done)} recorded point(s); recorded runs are never overwritten. "
+            "Use resume=True to add what is missing, or a new case directory."
+        )
+    report = RunReport()
+    todo = []
+    for point in plan.points():
+        (report.skipped if point.point_id in done else todo).append(point)
+    report.skipped = [p.point_id for p in report.skipped]  # type: ignore[misc]
+    if not todo:
+        return report
+    if bench is None:
+        require_vllm()
+    provenance = collect_provenance(paths.find_repo_root() if data == paths.data_dir() else None)
+    logs = case_dir / "logs"
+    bar = tqdm(total=len(todo), desc=plan.case, disable=not progress, unit="point")
+    for engine, group in groupby(todo, key=lambda p: p.engine):
+        points = list(group)
+        config_id = engine.config_id()
+        log_path = logs / f"{config_id}-{utc_now().replace(':', '')}.log"
+        client = bench or InProcessBench(log_path.with_suffix(".bench.log"))
+        port = free_port()
+        try:
+            with server_factory(
+                engine.server_argv(LOOPBACK, port, python),
+                log_path,
+                port,
+                env=engine.env,
+                health_timeout_s=health_timeout_s,
+            ) as server:
+                report.server_startup_s[config_id] = server.startup_s or 0.0
+                for index, point in enumerate(points):
+                    try:
+                        measure_point(point, plan, server, client, provenance, data)
+                        report.measured.append(point.point_id)
+                    except (PlaybookError, OSError, KeyError, ValueError, RuntimeError) as error:
+                        _fail(case_dir, point, error, report, log_path)
+                        if not server.alive():
+                            for rest in points[index + 1 :]:
+                                _fail(case_dir, rest, RuntimeError("server died earlier in this config"), report, log_path)
+                            break
+                    bar.update(1)
+        except PlaybookError as error:
+            for point in points:
+                if point.point_id not in report.measured and point.point_id not in report.failed:
+                    _fail(case_dir, point, error, report, log_path)
+                    bar.update(1)
+    bar.close()
+    return report
+
+
+def _fail(case_dir: Path, point: PlannedPoint, error: BaseException, report: RunReport, log: Path) -> None:
+    message = f"{type(error).__name__}: {error}"
+    report.failed[point.point_id] = message
+    raw.record_failure(case_dir, point.point_id, message, {"server_log": str(log)})
+
+
+def sync_rows(case: str, data: Path) -> list[str]:
+    """Append rows for raw points that have no row yet (a crash between the two writes); return their ids."""
+    case_dir = data / "runs" / case
+    recorded = {r.point_id for r in load_run_rows(case, data)}
+    added = []
+    for folder in raw.finished_points(case_dir):
+        pid = folder.relative_to(raw.raw_root(case_dir)).as_posix()
+        if pid not in recorded:
+            append_run_row(raw.row_from_point(folder, data), data)
+            added.append(pid)
+    return added
+
+
+def replay_rows(case: str, data: Path | None = None) -> list[RunRow]:
+    """Every row of a case rebuilt from its raw folders, checked against the recorded table.
+
+    Raises ``SchemaError`` when a recorded row has no raw folder, a raw folder has no row, or the two disagree.
+    """
+    data = data if data is not None else paths.data_dir()
+    case_dir = data / "runs" / case
+    recorded = {r.point_id: r for r in load_run_rows(case, data)}
+    rebuilt = {}
+    for folder in raw.finished_points(case_dir):
+        row = raw.row_from_point(folder, data)
+        rebuilt[row.point_id] = row
+    only_table = sorted(set(recorded) - set(rebuilt))
+    only_raw = sorted(set(rebuilt) - set(recorded))
+    if only_table:
+        raise SchemaError(f"{case}: rows without raw files (commit them): {only_table}")
+    if only_raw:
+        raise SchemaError(f"{case}: raw points without rows (run vllm_playbooks.runner.sync_rows): {only_raw}")
+    for pid, row in rebuilt.items():
+        if row != recorded[pid]:
+            diff = [k for k in RunRow.model_fields if getattr(row, k) != getattr(recorded[pid], k)]
+            raise SchemaError(f"{case}: row {pid} differs from its raw files in {diff}")
+    return [recorded[pid] for pid in recorded]
+
+
+def replay_case(case: str, data: Path | None = None) -> pd.DataFrame:
+    """A case's measured rows, rebuilt from raw files and checked, as a DataFrame (replay mode: no GPU)."""
+    return rows_to_frame(replay_rows(case, data), RUN_COLUMNS)
+
+
+def results_for(case: str, mode: str, plan_overrides: dict[str, Any] | None = None, **run_kwargs: Any) -> pd.DataFrame:
+    """What a case notebook calls: replay the recorded rows, or run the grid live first, then replay.
+
+    ``mode`` must be 'replay' or 'live'; anything else is refused before work starts.
+    """
+    from vllm_playbooks.plan import load_plan
+
+    if mode not in ("replay", "live"):
+        raise ConfigError(f"mode must be 'replay' or 'live', got {mode!r}")
+    if mode == "live":
+        plan = load_plan(case, **(plan_overrides or {}))
+        require_vllm()
+        run_case(plan, **run_kwargs).raise_for_failures()
+    return replay_case(case)

@@ -1,0 +1,189 @@
+"""Config-only model shapes: one folder per shape, holding a real model's ``config.json`` and a ``SOURCE.md``.
+
+vLLM runs a folder that holds only ``config.json`` with ``load_format="dummy"``: real kernels and tensor
+shapes, random weights, nothing downloaded. Each shape here copies the dimensions of a published Hugging Face
+config; its ``SOURCE.md`` names the model, the URL the config was read from and anything changed.
+
+``resolve_model`` accepts either a shape name or the path of a user's own model folder, so the same code runs
+the packaged shapes and real checkpoints. ``TOKENIZER_DIR`` is the offline tokenizer that ``vllm bench
+serve`` and the server share when the model has no tokenizer of its own.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vllm_playbooks.errors import ConfigError
+
+__all__ = ["SHAPES_DIR", "TOKENIZER_DIR", "ModelShape", "get_shape", "list_shapes", "resolve_model"]
+
+#: The folder holding one sub-folder per shape (``<name>/config.json`` + ``<name>/SOURCE.md``).
+SHAPES_DIR: Path = Path(__file__).resolve().parent
+
+#: The packaged offline tokenizer (``tokenizer.json`` + ``tokenizer_config.json``); see its README.md.
+TOKENIZER_DIR: Path = SHAPES_DIR.parent / "tokenizer"
+
+_CONFIG = "config.json"
+_SOURCE = "SOURCE.md"
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The facts about one model folder that the playbooks need, read from its ``config.json``.
+
+    ``path`` is the folder to pass to vLLM as ``--model``. ``quantization`` is the config's
+    ``quantization_config.quant_method`` (``"awq"``, ``"fp8"``, ``"mxfp4"``…) or ``None`` for an unquantized
+    model. ``num_mtp_layers`` is ``num_nextn_predict_layers`` (0 when absent): the MTP layers that
+    ``method="mtp"`` speculative decoding drafts with. ``source`` is the first line of ``SOURCE.md`` (the
+    model id), or the folder path for a folder without one.
+    """
+
+    name: str
+    path: Path
+    architecture: str
+    model_type: str
+    torch_dtype: str
+    vocab_size: int
+    num_hidden_layers: int
+    hidden_size: int
+    quantization: str | None
+    num_mtp_layers: int
+    source: str
+
+    def config(self) -> dict[str, Any]:
+        """The parsed ``config.json`` (read again on each call, so a caller may modify its copy freely)."""
+        return _read_config(self.path)
+
+
+def list_shapes() -> list[str]:
+    """Names of the packaged shapes, sorted: every sub-folder of ``SHAPES_DIR`` that has a ``config.json``."""
+    return sorted(p.name for p in SHAPES_DIR.iterdir() if p.is_dir() and (p / _CONFIG).is_file())
+
+
+def get_shape(name: str) -> ModelShape:
+    """The packaged shape called ``name``.
+
+    Raises ``ConfigError`` listing the known names when there is no such shape, or when its
+    ``config.json`` lacks a field a shape must have.
+    """
+    known = list_shapes()
+    if name not in known:
+        raise ConfigError(
+            f"Unknown shape {name!r}. Known: {', '.join(known)}. Shapes live in vllm_playbooks/shapes/."
+        )
+    path = SHAPES_DIR / name
+    return _shape_from_dir(name, path, strict=True)
+
+
+def resolve_model(model: str | Path) -> ModelShape:
+    """A packaged shape by name, or a user's model folder by path (a shape name wins over a same-named path).
+
+    A path must be a directory holding a ``config.json``; anything else raises ``ConfigError`` saying what
+    was found and what is expected. Fields a real checkpoint may nest (``text_config``) or name differently
+    (``dtype`` for ``torch_dtype``) are looked up there too; a missing dtype reads as ``"auto"``.
+    """
+    text = str(model)
+    if isinstance(model, str) and text in list_shapes():
+        return get_shape(text)
+    path = Path(text).expanduser()
+    if not path.exists():
+        raise ConfigError(
+            f"{text!r} is neither a known shape nor an existing directory. Known shapes: "
+            f"{', '.join(list_shapes())}. For your own model, pass the folder that holds its config.json."
+        )
+    if not path.is_dir():
+        raise ConfigError(
+            f"{text!r} is a file, not a model directory. Pass the folder that holds config.json "
+            f"(for example {path.parent}), or a shape name."
+        )
+    if not (path / _CONFIG).is_file():
+        raise ConfigError(
+            f"{text!r} is a directory without a config.json. A model folder needs at least config.json "
+            "(with architectures, model_type, vocab_size); weights are optional with load_format=dummy."
+        )
+    return _shape_from_dir(path.name, path.resolve(), strict=False)
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    file = path / _CONFIG
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{file} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{file} must hold a JSON object, not {type(data).__name__}")
+    return data
+
+
+def _field(config: dict[str, Any], key: str) -> Any:
+    """``config[key]``, or ``config["text_config"][key]`` for models that nest their language-model config."""
+    if key in config:
+        return config[key]
+    nested = config.get("text_config")
+    if isinstance(nested, dict) and key in nested:
+        return nested[key]
+    return None
+
+
+def _source_line(path: Path) -> str | None:
+    file = path / _SOURCE
+    if not file.is_file():
+        return None
+    for line in file.read_text(encoding="utf-8").splitlines():
+        stripped = line.strip().lstrip("#").strip()
+        if stripped:
+            return stripped
+    return None
+
+
+def _shape_from_dir(name: str, path: Path, *, strict: bool) -> ModelShape:
+    """Build a ``ModelShape``; ``strict`` (packaged shapes) also requires ``torch_dtype`` and a ``SOURCE.md``."""
+    config = _read_config(path)
+    where = path / _CONFIG
+    architectures = config.get("architectures")
+    if not (isinstance(architectures, list) and architectures and isinstance(architectures[0], str)):
+        raise ConfigError(f"{where} needs 'architectures', a non-empty list of class names")
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        raise ConfigError(f"{where} needs 'model_type'")
+
+    ints: dict[str, int] = {}
+    for key in ("vocab_size", "num_hidden_layers", "hidden_size"):
+        value = _field(config, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{where} needs a positive integer {key!r}, found {value!r}")
+        ints[key] = value
+
+    dtype = config.get("torch_dtype") if strict else (_field(config, "torch_dtype") or _field(config, "dtype"))
+    if strict and not (isinstance(dtype, str) and dtype):
+        raise ConfigError(f"{where} needs 'torch_dtype' (every packaged shape names its dtype)")
+    torch_dtype = dtype if isinstance(dtype, str) and dtype else "auto"
+
+    quant = _field(config, "quantization_config")
+    quantization = quant.get("quant_method") if isinstance(quant, dict) else None
+    mtp = _field(config, "num_nextn_predict_layers") or 0
+    if isinstance(mtp, bool) or not isinstance(mtp, int) or mtp < 0:
+        raise ConfigError(f"{where}: 'num_nextn_predict_layers' must be a non-negative integer, found {mtp!r}")
+
+    source = _source_line(path)
+    if source is None:
+        if strict:
+            raise ConfigError(f"{path / _SOURCE} is missing: every packaged shape names its source")
+        source = str(path)
+
+    return ModelShape(
+        name=name,
+        path=path,
+        architecture=architectures[0],
+        model_type=model_type,
+        torch_dtype=torch_dtype,
+        vocab_size=ints["vocab_size"],
+        num_hidden_layers=ints["num_hidden_layers"],
+        hidden_size=ints["hidden_size"],
+        quantization=quantization if isinstance(quantization, str) else None,
+        num_mtp_layers=mtp,
+        source=source,
+    )
