@@ -35,7 +35,8 @@ test: $(STAMP)
 ## test-cpu-e2e: one end-to-end run against a real vLLM server on the CPU (own venv: .venv-cpu)
 test-cpu-e2e:
 	bash .ci/cpu-e2e-venv.sh
-	.venv-cpu/bin/python -m pytest -m cpu_e2e -p no:cacheprovider tests/integration
+	mkdir -p _build/cpu-e2e-tmp
+	TMPDIR=$(CURDIR)/_build/cpu-e2e-tmp .venv-cpu/bin/python -m pytest -o addopts="" -p no:cacheprovider -ra -m cpu_e2e tests/integration
 
 ## reproduce: run one case notebook in live mode on this machine's GPUs, e.g.
 ##   make reproduce CASE=llama_8b_draft_model PARAMS="-p concurrency '[1, 4]'"

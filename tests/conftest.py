@@ -40,7 +40,7 @@ class FakeBench:
         if self.fail_on_call is not None and len(self.calls) == self.fail_on_call:
             raise RuntimeError("bench serve failed (as the test asked)")
         opt = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
-        result = json.loads((FIXTURES / "bench_serve_h200.json").read_text())
+        result = json.loads((FIXTURES / "h200-draft-c16" / "bench.json").read_text())
         result["num_prompts"] = int(opt["--num-prompts"])
         result["completed"] = int(opt["--num-prompts"])
         result["max_concurrency"] = int(opt["--max-concurrency"]) if "--max-concurrency" in opt else None

@@ -103,3 +103,21 @@ def describe_change(comparison: pd.DataFrame) -> str:
             tail = f"it last beat the baseline at concurrency {int(paying)}"
         sentences.append(f"{label}: {metric} {steps}; {tail}.")
     return " ".join(sentences)
+
+
+def duration_rule_breaches(df: pd.DataFrame, min_duration_s: float = 30.0) -> pd.DataFrame:
+    """Rows whose measured run lasted less than ``min_duration_s`` (the duration rule, book: methodology).
+
+    The runner measures a short point a second time with more requests; rows recorded before it did so, or
+    still short after the second attempt, are listed here so a page can say which numbers rest on short runs.
+    """
+    short = df[df["duration_s"] < min_duration_s]
+    return short[["engine_label", "concurrency", "request_rate_qps", "num_prompts", "duration_s", "point_id"]]
+
+
+def summary_line(df: pd.DataFrame) -> str:
+    """A one-line fingerprint of a case's rows (a regression check for the notebooks: rows, engines, loads)."""
+    engines = sorted(str(e) for e in df["engine_label"].unique())
+    loads = sorted(int(c) for c in df["concurrency"].dropna().unique())
+    rates = sorted(float(r) for r in df["request_rate_qps"].dropna().unique())
+    return f"rows={len(df)} engines={engines} concurrency={loads} request_rates={rates}"

@@ -19,7 +19,7 @@ from vllm_playbooks.results.raw import point_id
 
 CASES_PACKAGE = "vllm_playbooks.cases"
 _PLAN_KEYS = {"case", "title", "engine_defaults", "engines", "loads", "repeats", "min_duration_s"}
-_LOAD_KEYS = {"input_len", "output_len", "concurrency", "request_rate_qps", "burstiness", "seed"}
+_LOAD_KEYS = {"input_len", "output_len", "concurrency", "request_rate_qps", "burstiness", "seed", "temperature"}
 #: What a notebook (papermill parameter) or ``make reproduce`` may change in a case's grid.
 OVERRIDE_KEYS = (
     "model", "draft_model", "load_format", "tokenizer", "engines", "concurrency", "request_rate_qps",
@@ -83,7 +83,7 @@ def _loads(spec: dict[str, Any], case: str) -> list[LoadPoint]:
     unknown = set(spec) - _LOAD_KEYS
     if unknown:
         raise ConfigError(f"case {case}: unknown load keys {sorted(unknown)}; known: {sorted(_LOAD_KEYS)}")
-    base = {k: spec[k] for k in ("input_len", "output_len", "burstiness", "seed") if k in spec}
+    base = {k: spec[k] for k in ("input_len", "output_len", "burstiness", "seed", "temperature") if k in spec}
     concurrencies = _as_list(spec.get("concurrency"))
     rates = _as_list(spec.get("request_rate_qps"))
     combos: list[dict[str, Any]] = [{"request_rate_qps": r} for r in rates] + [{"concurrency": c} for c in concurrencies]

@@ -53,7 +53,17 @@ def metric_vs_load(
 
 
 def change_vs_load(comparison: pd.DataFrame, x: str = "concurrency", ax: Axes | None = None) -> Axes:
-    """Percent change of speculation against the baseline per load level, with the break-even line at 0."""
+    """Percent change of speculation against the baseline per load level, with the break-even line at 0.
+
+    With no pair to compare (only one side measured so far) the axes say so instead of drawing a line.
+    """
+    import matplotlib.pyplot as plt
+
+    if comparison.empty:
+        ax = ax or plt.subplots(figsize=(6.4, 4.0))[1]
+        ax.text(0.5, 0.5, "no speculative point with a baseline\nat the same load yet", ha="center", va="center")
+        ax.set_axis_off()
+        return ax
     ax = metric_vs_load(comparison, "change_pct", x=x, ax=ax)
     ax.axhline(0.0, color="black", linewidth=1)
     ax.set_ylabel(f"{comparison['metric'].iloc[0]}: " + LABELS["change_pct"])

@@ -7,10 +7,14 @@ Live: one server lifetime per engine config, every load level against it; each f
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
+import math
+import signal
+import threading
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path
@@ -31,6 +35,27 @@ if TYPE_CHECKING:
     import pandas as pd
 
 ServerFactory = Callable[..., VllmServer]
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Turn SIGTERM into ``KeyboardInterrupt`` while measuring, so ``timeout`` or a job scheduler stopping the runner
+    unwinds the server's context manager (and stops its process group) instead of orphaning the GPU processes.
+
+    Only the main thread can set signal handlers; elsewhere this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @dataclass
@@ -117,14 +142,22 @@ def measure_point(
         warmup = json.loads(warmup_text)
         rps = warmup["completed"] / warmup["duration"] if warmup.get("duration") else None
         num_prompts = load.measured_prompts(rps, plan.min_duration_s)
-        before = scrape(server.base_url)
-        argv, bench_text = run(num_prompts, raw.BENCH_FILE)
-        after = scrape(server.base_url)
+        for attempt in (1, 2):
+            before = scrape(server.base_url)
+            argv, bench_text = run(num_prompts, raw.BENCH_FILE)
+            after = scrape(server.base_url)
+            duration = float(json.loads(bench_text)["duration"])
+            if duration >= plan.min_duration_s or load.request_rate_qps is not None or attempt == 2:
+                break
+            # The calibration under-estimated the steady rate (the first requests are the slowest): the short run
+            # becomes more warm-up, and the point is measured again with the count its own rate asks for.
+            num_prompts = max(num_prompts + 1, math.ceil(num_prompts * 1.1 * plan.min_duration_s / duration))
     record = _point_record(
         point,
         plan,
         num_warmup_prompts=warmup_prompts,
         measured_at=utc_now(),
+        measurement_attempts=attempt,
         server_argv=server.argv,
         bench_argv=["vllm", "bench", "serve", *argv],
         server_startup_s=server.startup_s,
@@ -174,18 +207,34 @@ def run_case(
             f"{case_dir} already holds {len(done)} recorded point(s); recorded runs are never overwritten. "
             "Use resume=True to add what is missing, or a new case directory."
         )
-    report = RunReport()
-    todo = []
-    for point in plan.points():
-        (report.skipped if point.point_id in done else todo).append(point)
-    report.skipped = [p.point_id for p in report.skipped]  # type: ignore[misc]
+    report = RunReport(skipped=[p.point_id for p in plan.points() if p.point_id in done])
+    todo = [p for p in plan.points() if p.point_id not in done]
     if not todo:
         return report
     if bench is None:
         require_vllm()
     provenance = collect_provenance(paths.find_repo_root() if data == paths.data_dir() else None)
-    logs = case_dir / "logs"
     bar = tqdm(total=len(todo), desc=plan.case, disable=not progress, unit="point")
+    with sigterm_as_interrupt():
+        _run_groups(plan, todo, bench, server_factory, python, health_timeout_s, provenance, data, report, bar)
+    bar.close()
+    return report
+
+
+def _run_groups(
+    plan: CasePlan,
+    todo: list[PlannedPoint],
+    bench: BenchClient | None,
+    server_factory: ServerFactory,
+    python: str | None,
+    health_timeout_s: float,
+    provenance: Provenance,
+    data: Path,
+    report: RunReport,
+    bar: Any,
+) -> None:
+    case_dir = _case_dir(plan, data)
+    logs = case_dir / "logs"
     for engine, group in groupby(todo, key=lambda p: p.engine):
         points = list(group)
         config_id = engine.config_id()
@@ -217,8 +266,6 @@ def run_case(
                 if point.point_id not in report.measured and point.point_id not in report.failed:
                     _fail(case_dir, point, error, report, log_path)
                     bar.update(1)
-    bar.close()
-    return report
 
 
 def _fail(case_dir: Path, point: PlannedPoint, error: BaseException, report: RunReport, log: Path) -> None:

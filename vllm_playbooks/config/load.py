@@ -23,6 +23,9 @@ class LoadPoint(BaseModel):
     request_rate_qps: float | None = Field(None, gt=0, description="--request-rate")
     burstiness: float = Field(1.0, gt=0, description="--burstiness; 1 is Poisson")
     seed: int = Field(0, ge=0, description="dataset seed")
+    temperature: float | None = Field(
+        None, ge=0, description="--temperature sent with each request; None: the server's default (1.0)"
+    )
 
     @model_validator(mode="after")
     def _needs_a_load(self) -> LoadPoint:
@@ -39,6 +42,8 @@ class LoadPoint(BaseModel):
                 parts.append(f"b{self.burstiness:g}")
         if self.concurrency is not None:
             parts.append(f"c{self.concurrency}")
+        if self.temperature is not None:
+            parts.append(f"t{self.temperature:g}")
         return "-".join(parts)
 
     def measured_prompts(self, calibrated_rps: float | None, min_duration_s: float = MIN_DURATION_S) -> int:

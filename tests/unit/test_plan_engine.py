@@ -1,0 +1,140 @@
+"""Case plans and engine configs: the argv a server gets, and every bad input refused before GPU time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vllm_playbooks.config.engine import EngineConfig, check_engine_against_shapes
+from vllm_playbooks.config.speculative import build_speculative_config
+from vllm_playbooks.errors import ConfigError
+from vllm_playbooks.plan import list_cases, load_plan, plan_from_dict
+from vllm_playbooks.shapes import TOKENIZER_DIR
+
+
+def test_shipped_cases_load() -> None:
+    assert {"llama-8b-draft-model", "discussion-13834"} <= set(list_cases())
+    plan = load_plan("llama-8b-draft-model")
+    assert [e.label for e in plan.engines] == ["spec-off", "draft-1b-k4-a0.8"]
+    assert [load.concurrency for load in plan.loads] == [1, 4, 16, 64]
+    assert len(plan.points()) == 8
+
+
+def test_server_argv_is_a_list_bound_to_loopback() -> None:
+    engine = load_plan("llama-8b-draft-model").engines[1]
+    argv = engine.server_argv("127.0.0.1", 8123, python="/usr/bin/python3")
+    assert argv[:3] == ["/usr/bin/python3", "-m", "vllm.entrypoints.openai.api_server"]
+    assert argv[argv.index("--host") + 1] == "127.0.0.1" and argv[argv.index("--port") + 1] == "8123"
+    assert argv[argv.index("--tokenizer") + 1] == str(TOKENIZER_DIR)
+    assert argv[argv.index("--load-format") + 1] == "dummy"
+    spec = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert spec["method"] == "draft_model" and spec["model"].endswith("shapes/llama-3.2-1b")
+    assert spec["synthetic_acceptance_rates"] == pytest.approx([0.8, 0.64, 0.512, 0.4096])
+
+
+def test_real_weights_use_the_models_own_tokenizer(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 32000,
+        "num_hidden_layers": 2, "hidden_size": 128,
+    }))  # fmt: skip
+    engine = EngineConfig(label="mine", model=str(tmp_path), load_format="auto", max_model_len=256)
+    argv = engine.server_argv("127.0.0.1", 1)
+    assert "--tokenizer" not in argv and argv[argv.index("--model") + 1] == str(tmp_path.resolve())
+
+
+def test_config_id_ignores_the_label_but_not_the_config() -> None:
+    a = EngineConfig(label="a", model="llama-3.1-8b", max_model_len=2048)
+    b = EngineConfig(label="b", model="llama-3.1-8b", max_model_len=2048)
+    c = EngineConfig(label="a", model="llama-3.1-8b", max_model_len=4096)
+    assert a.config_id().split("-")[-1] == b.config_id().split("-")[-1]
+    assert a.config_id() != c.config_id()
+
+
+def _engine(**kwargs: Any) -> EngineConfig:
+    spec = kwargs.pop("speculative", None)
+    return EngineConfig(label="x", max_model_len=2048, speculative=build_speculative_config(spec), **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({"model": "llama-70b"}, "'llama-70b' is neither a known shape nor an existing directory"),
+        ({"model": "llama-3.1-8b", "speculative": {"method": "mtp", "num_speculative_tokens": 1}}, "needs a target with MTP layers"),
+        ({"model": "llama-3.1-8b", "speculative": {"method": "draft_model", "model": "gpt-oss-20b", "num_speculative_tokens": 2}}, "needs the target's vocabulary"),
+        ({"model": "llama-3.1-8b", "speculative": {"method": "draft_model", "model": "no-such-draft", "num_speculative_tokens": 2}}, "'no-such-draft' is neither a known shape"),
+    ],
+)
+def test_shape_checks(kwargs: dict[str, Any], expected: str) -> None:
+    with pytest.raises(ConfigError, match=expected):
+        check_engine_against_shapes(_engine(**kwargs))
+
+
+def test_mtp_k_must_divide_by_the_layer_count(tmp_path: Path) -> None:
+    config = json.loads((Path(__file__).resolve().parents[2] / "vllm_playbooks/shapes/deepseek-v3/config.json").read_text())
+    config["num_nextn_predict_layers"] = 2
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    ok = _engine(model=str(tmp_path), speculative={"method": "mtp", "num_speculative_tokens": 4})
+    check_engine_against_shapes(ok)
+    bad = _engine(model=str(tmp_path), speculative={"method": "mtp", "num_speculative_tokens": 3})
+    with pytest.raises(ConfigError, match="divisible by the MTP layer count 2"):
+        check_engine_against_shapes(bad)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({"tensor_parallel_size": 4, "speculative": {"method": "draft_model", "model": "llama-3.2-1b", "num_speculative_tokens": 2, "draft_tensor_parallel_size": 2}}, "must be 1 or the target's"),
+        ({"max_num_seqs": 256, "max_num_batched_tokens": 128}, "max_num_batched_tokens (128) < max_num_seqs (256)"),
+        ({"extra_args": ("--port", "1")}, "extra_args may not set --port"),
+        ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
+        ({"load_format": "gguf"}, "load_format"),
+    ],
+)
+def test_engine_config_refusals(kwargs: dict[str, Any], expected: str) -> None:
+    with pytest.raises(ValueError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+        _engine(model="llama-3.1-8b", **kwargs)
+
+
+def test_overrides_apply_and_unknown_ones_are_refused() -> None:
+    plan = load_plan("llama-8b-draft-model", concurrency=[2], engines=["spec-off"], min_duration_s=5)
+    assert [e.label for e in plan.engines] == ["spec-off"] and [l.concurrency for l in plan.loads] == [2]
+    assert plan.min_duration_s == 5
+    with pytest.raises(ConfigError, match=r"unknown override\(s\) \['colour'\]"):
+        load_plan("llama-8b-draft-model", colour="blue")
+    with pytest.raises(ConfigError, match="no engine config named"):
+        load_plan("llama-8b-draft-model", engines=["turbo"])
+    with pytest.raises(ConfigError, match="Unknown case 'nope'"):
+        load_plan("nope")
+
+
+def test_draft_override_replaces_the_draft_only() -> None:
+    plan = load_plan("llama-8b-draft-model", draft_model="llama-3.2-3b")
+    assert plan.engines[0].speculative is None
+    assert plan.engines[1].speculative is not None and plan.engines[1].speculative.model == "llama-3.2-3b"
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"loads": {"input_len": 2000, "output_len": 128, "concurrency": [1]}}, "exceeds max_model_len 2048"),
+        ({"loads": {"input_len": 8, "output_len": 8}}, "need a concurrency list"),
+        ({"loads": {"input_len": 8, "output_len": 8, "concurrency": [0]}}, "bad load"),
+        ({"loads": {"input_len": 8, "output_len": 8, "concurrency": [1], "qps": [1]}}, "unknown load keys"),
+        ({"repeats": 0}, "repeats must be >= 1"),
+        ({"surprise": 1}, "unknown keys"),
+        ({"engines": [{"label": "x", "model": "llama-3.1-8b", "max_model_len": 2048, "speculative": {"method": "ngram", "num_speculative_tokens": 2, "temperature": 0.5}}]}, "sampling parameters"),
+        ({"engines": [{"label": "x", "model": "llama-3.1-8b", "max_model_len": 2048, "max_num_seqs": 0}]}, "max_num_seqs"),
+    ],
+)
+def test_bad_plans_are_refused_before_any_gpu_time(change: dict[str, Any], expected: str) -> None:
+    spec: dict[str, Any] = {
+        "case": "t",
+        "engines": [{"label": "x", "model": "llama-3.1-8b", "max_model_len": 2048}],
+        "loads": {"input_len": 8, "output_len": 8, "concurrency": [1]},
+        **change,
+    }
+    with pytest.raises(ConfigError, match=expected):
+        plan_from_dict(spec)

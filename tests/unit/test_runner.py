@@ -1,0 +1,175 @@
+"""The live runner's orchestration against a real stand-in server process and a stand-in `bench serve`."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ROOT, FakeBench, fake_server_argv
+from vllm_playbooks.engine.server import VllmServer
+from vllm_playbooks.errors import PlaybookError, SchemaError
+from vllm_playbooks.plan import load_plan
+from vllm_playbooks.results import raw
+from vllm_playbooks.runner import replay_rows, run_case, sync_rows
+
+CASE = "llama-8b-draft-model"
+
+
+def factory(*extra: str):  # type: ignore[no-untyped-def]
+    """A server factory that starts the stand-in server instead of vLLM."""
+
+    def make(argv: list[str], log: Path, port: int, **kwargs: Any) -> VllmServer:
+        return VllmServer(fake_server_argv(port, *extra), log, port, **kwargs)
+
+    return make
+
+
+def small_plan(**overrides: Any):  # type: ignore[no-untyped-def]
+    return load_plan(CASE, concurrency=[1, 4], min_duration_s=0.001, **overrides)
+
+
+def test_sweep_writes_every_point_and_replays(data: Path) -> None:
+    bench = FakeBench()
+    report = run_case(small_plan(), data=data, bench=bench, server_factory=factory(), progress=False)
+    assert len(report.measured) == 4 and not report.failed
+    rows = replay_rows(CASE, data)
+    assert [r.point_id for r in rows] == report.measured
+    spec = [r for r in rows if r.spec_method == "draft_model"]
+    assert all(r.mean_acceptance_length == pytest.approx(1 + 236 / 100) for r in spec)
+    # warm-up then measured run, one pair per point
+    assert len(bench.calls) == 8
+    point = json.loads((data / rows[0].raw_path / "point.json").read_text())
+    assert point["bench_argv"][:3] == ["vllm", "bench", "serve"]
+    assert point["server_argv"][0] == sys.executable  # the stand-in's argv, as the factory started it
+
+
+def test_resume_skips_finished_points(data: Path) -> None:
+    run_case(small_plan(engines=["spec-off"]), data=data, bench=FakeBench(), server_factory=factory(), progress=False)
+    bench = FakeBench()
+    report = run_case(small_plan(), data=data, bench=bench, server_factory=factory(), progress=False)
+    assert len(report.skipped) == 2 and len(report.measured) == 2
+    assert all("draft" in pid for pid in report.measured)
+    assert len(bench.calls) == 4
+
+
+def test_server_crash_mid_sweep_keeps_finished_points_and_names_the_failed_one(data: Path) -> None:
+    # 2 scrapes per point: the server dies on the third scrape, i.e. during the second point
+    report = run_case(
+        small_plan(engines=["spec-off"]), data=data, bench=FakeBench(),
+        server_factory=factory("--die-after-scrapes", "2"), progress=False,
+    )  # fmt: skip
+    assert len(report.measured) == 1 and len(report.failed) == 1
+    (failed,) = report.failed
+    assert "c4" in failed and "metrics" in report.failed[failed]
+    assert raw.failure_file(data / "runs" / CASE, failed).exists()
+    assert len(replay_rows(CASE, data)) == 1
+    with pytest.raises(PlaybookError, match="1 point.s. failed; 1 measured and kept"):
+        report.raise_for_failures()
+    # the retry measures only what is missing and clears the failure record
+    again = run_case(small_plan(engines=["spec-off"]), data=data, bench=FakeBench(), server_factory=factory(), progress=False)
+    assert again.measured == [failed] and not raw.failure_file(data / "runs" / CASE, failed).exists()
+
+
+def test_bench_failure_is_recorded_and_the_sweep_goes_on(data: Path) -> None:
+    report = run_case(small_plan(engines=["spec-off"]), data=data, bench=FakeBench(fail_on_call=1),
+                      server_factory=factory(), progress=False)  # fmt: skip
+    assert len(report.failed) == 1 and len(report.measured) == 1
+
+
+def test_server_that_never_starts_fails_its_points_only(data: Path) -> None:
+    report = run_case(
+        small_plan(), data=data, bench=FakeBench(), server_factory=factory("--exit-at-start", "1"), progress=False
+    )
+    assert len(report.failed) == 4 and "exited with code 1" in next(iter(report.failed.values()))
+    assert replay_rows(CASE, data) == []
+
+
+def test_a_short_run_is_measured_again_with_a_longer_one(data: Path) -> None:
+    bench = FakeBench()  # its result always lasts 33.4 s: longer than 30 s, so one attempt
+    run_case(load_plan(CASE, concurrency=[1], engines=["spec-off"]), data=data, bench=bench,
+             server_factory=factory(), progress=False)  # fmt: skip
+    assert len(bench.calls) == 2
+    bench = FakeBench()
+    run_case(load_plan(CASE, concurrency=[4], engines=["spec-off"], min_duration_s=60), data=data, bench=bench,
+             server_factory=factory(), progress=False)  # fmt: skip
+    measured = [int(c[c.index("--num-prompts") + 1]) for c in bench.calls[1:]]
+    assert len(measured) == 2 and measured[1] > measured[0]
+    (row,) = [r for r in replay_rows(CASE, data) if r.concurrency == 4]
+    assert json.loads((data / row.raw_path / "point.json").read_text())["measurement_attempts"] == 2
+
+
+def test_replay_catches_a_table_that_drifted_from_its_raw_files(data: Path) -> None:
+    run_case(small_plan(engines=["spec-off"]), data=data, bench=FakeBench(), server_factory=factory(), progress=False)
+    table = data / "runs" / CASE / "runs.csv"
+    rows = list(csv.DictReader(table.open()))
+    rows[0]["output_tok_s"] = str(float(rows[0]["output_tok_s"]) * 2)
+    with table.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    with pytest.raises(SchemaError, match=r"differs from its raw files in \['output_tok_s'\]"):
+        replay_rows(CASE, data)
+
+
+def test_a_crash_between_the_two_writes_is_healed(data: Path) -> None:
+    run_case(small_plan(engines=["spec-off"]), data=data, bench=FakeBench(), server_factory=factory(), progress=False)
+    table = data / "runs" / CASE / "runs.csv"
+    lines = table.read_text().splitlines(keepends=True)
+    table.write_text("".join(lines[:-1]))  # the last row never made it to the table
+    with pytest.raises(SchemaError, match="raw points without rows"):
+        replay_rows(CASE, data)
+    assert len(sync_rows(CASE, data)) == 1
+    assert len(replay_rows(CASE, data)) == 2
+
+
+def test_a_raw_folder_is_never_overwritten(data: Path) -> None:
+    report = run_case(small_plan(engines=["spec-off"]), data=data, bench=FakeBench(), server_factory=factory(), progress=False)
+    with pytest.raises(SchemaError, match="never overwritten"):
+        raw.write_point(data / "runs" / CASE, report.measured[0], dict.fromkeys(raw.REQUIRED_FILES, "x"))
+
+
+SIGTERM_SCRIPT = """
+import sys, time
+sys.path.insert(0, {root!r})
+from tests.conftest import FakeBench
+from tests.unit.test_runner import factory
+from vllm_playbooks.plan import load_plan
+from vllm_playbooks.runner import run_case
+
+class SlowBench(FakeBench):
+    def __call__(self, argv):
+        time.sleep(60)
+
+run_case(load_plan("llama-8b-draft-model", concurrency=[1], engines=["spec-off"]), bench=SlowBench(),
+         server_factory=factory("--child-pid-file", {pid_file!r}), progress=False)
+"""
+
+
+def test_sigterm_to_the_runner_stops_the_server_group(data: Path, tmp_path: Path) -> None:
+    pid_file = tmp_path / "child.pid"
+    script = SIGTERM_SCRIPT.format(root=str(ROOT), pid_file=str(pid_file))
+    runner = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(ROOT)})
+    deadline = time.monotonic() + 30
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.5)  # let the runner reach the bench call
+    child = int(pid_file.read_text())
+    runner.send_signal(signal.SIGTERM)
+    assert runner.wait(timeout=30) != 0
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        stat = Path(f"/proc/{child}/stat")
+        if not stat.exists() or stat.read_text().split()[2] == "Z":
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("the server's child process outlived the runner")
