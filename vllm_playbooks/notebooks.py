@@ -126,6 +126,19 @@ def execute(source: Path, target: Path, parameters: dict[str, Any], timeout_s: i
         progress_bar=False,
         execution_timeout=timeout_s,
     )
+    _hide_injected_parameters(target)
+
+
+def _hide_injected_parameters(path: Path) -> None:
+    """Tag papermill's injected cell ``remove-cell`` so the book shows the parameters cell once."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        tags = cell.metadata.setdefault("tags", [])
+        if "injected-parameters" in tags and "remove-cell" not in tags:
+            tags.append("remove-cell")
+    nbformat.write(nb, path)
 
 
 def main(argv: list[str] | None = None) -> int:
