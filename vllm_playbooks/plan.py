@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from vllm_playbooks.config.capacity import budget_is_modelled, check_fits
 from vllm_playbooks.config.engine import EngineConfig, check_engine_against_shapes
 from vllm_playbooks.config.load import MIN_DURATION_S, LoadPoint
 from vllm_playbooks.config.speculative import build_speculative_config
@@ -18,13 +19,13 @@ from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.results.raw import point_id
 
 CASES_PACKAGE = "vllm_playbooks.cases"
-_PLAN_KEYS = {"case", "title", "engine_defaults", "engines", "loads", "repeats", "min_duration_s"}
+_PLAN_KEYS = {"case", "title", "engine_defaults", "engines", "loads", "repeats", "min_duration_s", "gpu_memory_gib"}
 _LOAD_KEYS = {"input_len", "output_len", "concurrency", "request_rate_qps", "burstiness", "seed", "temperature"}
 #: What a notebook (papermill parameter) or ``make reproduce`` may change in a case's grid.
 OVERRIDE_KEYS = (
     "model", "draft_model", "load_format", "tokenizer", "engines", "concurrency", "request_rate_qps",
     "input_len", "output_len", "repeats", "min_duration_s", "max_model_len", "gpu_memory_utilization",
-    "tensor_parallel_size", "pipeline_parallel_size", "distributed_executor_backend",
+    "tensor_parallel_size", "pipeline_parallel_size", "distributed_executor_backend", "gpu_memory_gib",
 )  # fmt: skip
 
 
@@ -167,6 +168,11 @@ def plan_from_dict(spec: dict[str, Any], **overrides: Any) -> CasePlan:
                     f"case {case}, engine {engine.label}: input_len + output_len = {load.input_len + load.output_len} "
                     f"exceeds max_model_len {engine.max_model_len}"
                 )
+    gpu_memory = overrides.get("gpu_memory_gib", spec.get("gpu_memory_gib"))
+    if gpu_memory is not None:
+        for engine in engines:
+            if budget_is_modelled(engine):
+                check_fits(engine, float(gpu_memory))
     repeats = int(overrides.get("repeats", spec.get("repeats", 1)))
     min_duration = float(overrides.get("min_duration_s", spec.get("min_duration_s", MIN_DURATION_S)))
     if repeats < 1:

@@ -1,0 +1,149 @@
+"""KV budget, batching defaults and CUDA-graph sizes against hand-computed values and vLLM 0.26's own start-up logs."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from vllm_playbooks.config.capacity import (
+    BLOCK_SIZE,
+    GIB,
+    batch_defaults,
+    budget_is_modelled,
+    check_fits,
+    cudagraph_capture_sizes,
+    kv_budget,
+    kv_bytes_per_token,
+    weight_bytes,
+)
+from vllm_playbooks.errors import CapacityError, ConfigError
+from vllm_playbooks.plan import load_plan
+from vllm_playbooks.runner import replay_rows
+from vllm_playbooks.shapes import get_shape
+from vllm_playbooks.startup import read_startup, server_logs
+
+RUNS = ROOT / "data" / "runs"
+
+
+@pytest.mark.parametrize(
+    ("shape", "kv_dtype", "expected"),
+    [
+        ("llama-3.1-8b", "auto", 2 * 32 * 8 * 128 * 2),  # 128 KiB: 32 layers, 8 KV heads of 128, bf16
+        ("llama-3.2-1b", "auto", 2 * 16 * 8 * 64 * 2),
+        ("llama-3.3-70b-awq", "fp8", 2 * 80 * 8 * 128 * 1),  # 160 KiB with an fp8 cache
+        ("llama-3.3-70b-awq", "auto", 2 * 80 * 8 * 128 * 2),  # its float16 otherwise
+        ("deepseek-v3", "auto", 61 * (512 + 64) * 2),  # MLA: one latent + rotary key per layer
+        ("tiny-llama", "auto", 2 * 2 * 2 * 32 * 4),  # float32, head_dim = 128 / 4
+    ],
+)
+def test_kv_bytes_per_token(shape: str, kv_dtype: str, expected: int) -> None:
+    assert kv_bytes_per_token(get_shape(shape), kv_dtype) == expected
+
+
+def test_dense_weights_from_the_shape() -> None:
+    # Llama-3.1-8B: 8,030,261,248 parameters in bf16
+    assert weight_bytes(get_shape("llama-3.1-8b")) == 2 * 8_030_261_248
+    with pytest.raises(CapacityError, match="MoE weights are not modelled"):
+        weight_bytes(get_shape("gpt-oss-20b"))
+
+
+def _logs() -> list[Path]:
+    return [log for case in sorted(RUNS.iterdir()) if case.is_dir() for log in server_logs(case)]
+
+
+def _engine_of(log: Path):  # type: ignore[no-untyped-def]
+    """The engine config that produced a server log, from a point measured in that server lifetime."""
+    case = log.parent.parent.name
+    config_id = log.name.rsplit("-", 3)[0]
+    row = next(r for r in replay_rows(case, ROOT / "data") if r.config_id == config_id)
+    from vllm_playbooks.config.engine import EngineConfig
+
+    return EngineConfig.model_validate(json.loads(row.engine_config_json))
+
+
+LOGS = _logs()
+
+
+def test_there_are_startup_logs() -> None:
+    assert len(LOGS) >= 3
+
+
+@pytest.mark.parametrize("log", LOGS, ids=[p.name[:24] for p in LOGS])
+def test_kv_tokens_follow_from_the_memory_vllm_left_for_them(log: Path) -> None:
+    """Exact part: tokens = ⌊available / (bytes per token × 16)⌋ × 16 (the log rounds GiB to 0.01)."""
+    start, engine = read_startup(log), _engine_of(log)
+    budget = kv_budget(engine, start.total_memory_gib)
+    tokens = int(start.available_kv_gib * GIB // (budget.kv_bytes_per_token * BLOCK_SIZE)) * BLOCK_SIZE
+    assert tokens == pytest.approx(start.kv_cache_tokens, rel=1e-3)
+
+
+@pytest.mark.parametrize("log", LOGS, ids=[p.name[:24] for p in LOGS])
+def test_predicted_budget_within_5_percent_of_vllm(log: Path) -> None:
+    start, engine = read_startup(log), _engine_of(log)
+    budget = kv_budget(engine, start.total_memory_gib)
+    assert budget.kv_tokens == pytest.approx(start.kv_cache_tokens, rel=0.05)
+    assert budget.max_concurrency == pytest.approx(start.max_concurrency, rel=0.05)
+    assert budget.weight_bytes / GIB == pytest.approx(start.weights_gib, rel=0.05)
+
+
+@pytest.mark.parametrize("log", LOGS, ids=[p.name[:24] for p in LOGS])
+def test_cudagraph_sizes_match_what_vllm_profiled(log: Path) -> None:
+    text = log.read_text(errors="replace")
+    engine = _engine_of(log)
+    sizes = cudagraph_capture_sizes(engine.max_num_seqs or 1024, engine.num_speculative_tokens,
+                                    engine.max_num_batched_tokens or 8192)  # fmt: skip
+    profiled = re.search(r"FULL=(\d+) \(largest=(\d+)\)", text)
+    if profiled:  # logged only when vLLM estimates CUDA-graph memory (with speculation here)
+        assert (len(sizes), sizes[-1]) == (int(profiled.group(1)), int(profiled.group(2)))
+    captured = re.search(r"Capturing CUDA graphs \(PIECEWISE\):\s+\d+%\|[^|]*\| \d+/(\d+)", text)
+    if captured and not engine.speculative:
+        assert len(sizes) == int(captured.group(1))
+
+
+def test_cudagraph_sizes_by_hand() -> None:
+    assert cudagraph_capture_sizes(256, 0)[:5] == [1, 2, 4, 8, 16]
+    assert cudagraph_capture_sizes(4, 0) == [1, 2, 4, 8]  # min(4 × 1 × 2, 512) = 8
+    assert cudagraph_capture_sizes(8, 3) == [4, 8, 16, 24, 32, 40, 48, 56, 64]  # multiples of 4 up to 64
+    assert cudagraph_capture_sizes(256, 3)[-1] == 512
+
+
+@pytest.mark.parametrize(
+    ("memory", "name", "context", "mode", "expected"),
+    [
+        (139.8, "NVIDIA H200", "server", "balanced", (8192, 1024)),
+        (139.8, "NVIDIA H200", "offline", "balanced", (16384, 1024)),
+        (79.2, "NVIDIA A100-SXM4-80GB", "server", "balanced", (2048, 256)),
+        (79.2, "NVIDIA H100 80GB HBM3", "server", "balanced", (8192, 1024)),
+        (44.4, "NVIDIA L40S", "offline", "balanced", (8192, 256)),
+        (139.8, "NVIDIA H200", "server", "throughput", (16384, 2048)),
+    ],
+)
+def test_batch_defaults(memory: float, name: str, context: str, mode: str, expected: tuple[int, int]) -> None:
+    assert batch_defaults(memory, name, context, mode) == expected  # type: ignore[arg-type]
+
+
+def test_which_limit_binds() -> None:
+    plan = load_plan("discussion-13834", engines=["spec-off"])
+    assert kv_budget(plan.engines[0], 139.8).binding == "memory"  # 256 seqs × 4096 tokens do not fit
+    assert kv_budget(load_plan("llama-8b-draft-model").engines[0], 139.8).binding == "max_num_seqs"
+
+
+def test_a_budget_that_cannot_fit_is_refused_before_any_gpu_time() -> None:
+    with pytest.raises(CapacityError, match=r"weights \(37.0 GiB\).*exceed 0.9 × 40.0 GiB"):
+        load_plan("discussion-13834", gpu_memory_gib=40)
+    with pytest.raises(CapacityError, match="fewer than one sequence of max_model_len=2048"):
+        load_plan("llama-8b-draft-model", engines=["spec-off"], gpu_memory_gib=18.3)
+    assert isinstance(CapacityError("x"), ConfigError)
+
+
+def test_moe_budgets_are_skipped_not_guessed() -> None:
+    from vllm_playbooks.config.engine import EngineConfig
+
+    moe = EngineConfig(label="g", model="gpt-oss-20b", max_model_len=4096)
+    assert not budget_is_modelled(moe)
+    assert budget_is_modelled(load_plan("llama-8b-draft-model").engines[1])
+    assert check_fits(load_plan("llama-8b-draft-model").engines[1], 139.8).kv_tokens > 0

@@ -1,0 +1,213 @@
+"""KV-cache budget, batching defaults and CUDA-graph sizes, computed the way vLLM 0.26 does, before any GPU time.
+
+The KV-cache bytes per token and the rounding to 16-token blocks are exact; the memory left for the KV cache is a
+model (weights from the shape, an activation peak proportional to the scheduled-token budget), checked against the
+start-up lines of every recorded server log (``tests/unit/test_capacity.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from vllm_playbooks.config.engine import EngineConfig
+from vllm_playbooks.errors import CapacityError
+from vllm_playbooks.shapes import ModelShape, resolve_model
+
+GIB = 1024**3
+BLOCK_SIZE = 16
+#: Peak activation ≈ ACTIVATION_FACTOR × scheduled tokens × (hidden + 2 × intermediate) × activation bytes.
+#: Fitted to one start-up log (Llama-3.1-8B shape on the H200: 1.10 GiB at 8192 batched tokens); the tests check
+#: it against every recorded log.
+ACTIVATION_FACTOR = 2.2
+#: Memory outside torch's allocator that vLLM measures at start-up (0.22-0.27 GiB in the recorded H200 logs).
+NON_TORCH_GIB = 0.25
+#: Dense decoder architectures whose weight count ``weight_bytes`` knows.
+DENSE_ARCHITECTURES = frozenset({"LlamaForCausalLM", "Qwen2ForCausalLM", "MiMoForCausalLM", "MistralForCausalLM"})
+
+_DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+
+
+def dtype_bytes(dtype: str, shape: ModelShape) -> int:
+    """Bytes per element of an activation or KV dtype; 'auto' means the shape's ``torch_dtype``."""
+    name = shape.torch_dtype if dtype == "auto" else dtype
+    if name not in _DTYPE_BYTES:
+        raise CapacityError(f"unknown dtype {name!r}; known: {', '.join(sorted(_DTYPE_BYTES))}")
+    return _DTYPE_BYTES[name]
+
+
+def kv_bytes_per_token(shape: ModelShape, kv_cache_dtype: str = "auto", layers: int | None = None) -> int:
+    """KV-cache bytes one token takes in ``layers`` layers (default: all of the shape's).
+
+    GQA/MHA keeps K and V per KV head: 2 × kv_heads × head_dim per layer. MLA (DeepSeek) keeps one compressed
+    latent plus the rotary key: kv_lora_rank + qk_rope_head_dim per layer.
+    """
+    config = shape.config()
+    count = shape.num_hidden_layers if layers is None else layers
+    element = dtype_bytes(kv_cache_dtype, shape)
+    if config.get("kv_lora_rank"):
+        return count * (int(config["kv_lora_rank"]) + int(config["qk_rope_head_dim"])) * element
+    heads = int(config["num_attention_heads"])
+    kv_heads = int(config.get("num_key_value_heads") or heads)
+    head_dim = int(config.get("head_dim") or shape.hidden_size // heads)
+    return count * 2 * kv_heads * head_dim * element
+
+
+def _linear_bytes_per_weight(shape: ModelShape) -> float:
+    quant = shape.config().get("quantization_config") or {}
+    method = quant.get("quant_method")
+    if method is None:
+        return float(dtype_bytes("auto", shape))
+    if method in {"awq", "gptq"}:
+        bits, group = int(quant.get("bits", 4)), int(quant.get("group_size", 128))
+        return bits / 8 + (2 + bits / 8) / group  # packed weights + an fp16 scale and a packed zero per group
+    raise CapacityError(f"{shape.name}: no weight-size model for quantization {method!r}")
+
+
+def weight_bytes(shape: ModelShape) -> int:
+    """Bytes of a dense decoder's weights (embeddings, attention, MLP, norms, untied head) as loaded."""
+    if shape.architecture not in DENSE_ARCHITECTURES:
+        raise CapacityError(
+            f"{shape.name} ({shape.architecture}): weight_bytes models dense decoders only "
+            f"({', '.join(sorted(DENSE_ARCHITECTURES))}); MoE weights are not modelled yet"
+        )
+    c = shape.config()
+    hidden, inter, layers, vocab = shape.hidden_size, int(c["intermediate_size"]), shape.num_hidden_layers, shape.vocab_size
+    heads = int(c["num_attention_heads"])
+    kv_heads = int(c.get("num_key_value_heads") or heads)
+    head_dim = int(c.get("head_dim") or hidden // heads)
+    attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2
+    linear = layers * (attention + 3 * hidden * inter)
+    dense = vocab * hidden * (1 if c.get("tie_word_embeddings") else 2) + (2 * layers + 1) * hidden
+    return round(linear * _linear_bytes_per_weight(shape) + dense * dtype_bytes("auto", shape))
+
+
+def activation_bytes(shape: ModelShape, max_num_batched_tokens: int, dtype: str = "auto") -> int:
+    """Estimated peak activation of a forward pass over ``max_num_batched_tokens`` tokens (see ACTIVATION_FACTOR)."""
+    width = shape.hidden_size + 2 * int(shape.config()["intermediate_size"])
+    element = dtype_bytes(dtype, shape) if dtype != "auto" else min(2, dtype_bytes("auto", shape))
+    return round(ACTIVATION_FACTOR * max_num_batched_tokens * width * element)
+
+
+def batch_defaults(
+    gpu_memory_gib: float, gpu_name: str = "", context: Literal["server", "offline"] = "server",
+    performance_mode: Literal["balanced", "interactivity", "throughput"] = "balanced",
+) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) vLLM 0.26 picks when neither is set (engine/arg_utils.py).
+
+    Devices with at least 70 GiB that are not A100s get the larger values; ``performance_mode="throughput"``
+    doubles both (a value you set yourself is not doubled).
+    """
+    large = gpu_memory_gib >= 70 and "A100" not in gpu_name.upper()
+    tokens = {("server", True): 8192, ("offline", True): 16384, ("server", False): 2048, ("offline", False): 8192}[
+        (context, large)
+    ]
+    seqs = 1024 if large else 256
+    if performance_mode == "throughput":
+        tokens, seqs = tokens * 2, seqs * 2
+    return tokens, seqs
+
+
+def cudagraph_capture_sizes(max_num_seqs: int, num_speculative_tokens: int = 0, max_num_batched_tokens: int = 8192,
+                            full_decode_graphs: bool = True) -> list[int]:  # fmt: skip
+    """Batch sizes vLLM 0.26 captures CUDA graphs for (config/vllm.py, config/compilation.py).
+
+    The largest is min(max_num_seqs × (1 + k) × 2, 512), capped at the token budget; sizes are 1, 2, 4, then every
+    8 up to 248, then every 16. With speculation and FULL decode graphs (V1), each size is rounded up to a multiple
+    of 1 + k and sizes above the largest are dropped, so large decode batches run without a graph.
+    """
+    largest = min(max_num_seqs * (1 + num_speculative_tokens) * 2, 512, max_num_batched_tokens)
+    sizes = [s for s in [1, 2, 4, *range(8, 256, 8), *range(256, 513, 16)] if s <= largest]
+    step = 1 + num_speculative_tokens
+    if full_decode_graphs and step > 1:
+        sizes = sorted({math.ceil(s / step) * step for s in sizes if math.ceil(s / step) * step <= largest}) or [step]
+    return sizes
+
+
+@dataclass(frozen=True)
+class KVBudget:
+    """How the GPU memory divides up for one engine config, and how many sequences fit."""
+
+    requested_bytes: int
+    weight_bytes: int
+    activation_bytes: int
+    non_torch_bytes: int
+    kv_bytes: int
+    kv_bytes_per_token: int
+    kv_tokens: int
+    max_model_len: int
+    max_num_seqs: int
+
+    @property
+    def max_concurrency(self) -> float:
+        """Sequences of ``max_model_len`` tokens the KV cache holds at once (vLLM's 'Maximum concurrency')."""
+        return self.kv_tokens / self.max_model_len
+
+    @property
+    def binding(self) -> Literal["max_num_seqs", "memory"]:
+        """Which limit binds for full-length sequences: the ``max_num_seqs`` cap, or the KV-cache memory."""
+        return "memory" if self.max_concurrency < self.max_num_seqs else "max_num_seqs"
+
+
+def _spec_shapes(engine: EngineConfig, target: ModelShape) -> tuple[list[ModelShape], int]:
+    """Models whose layers also hold KV cache: a draft model or head, or the target's MTP layers."""
+    spec = engine.speculative
+    if spec is None:
+        return [], 0
+    if spec.method == "mtp":
+        return [], target.num_mtp_layers
+    if spec.model:
+        return [resolve_model(spec.model)], 0
+    return [], 0
+
+
+def kv_budget(engine: EngineConfig, gpu_memory_gib: float, gpu_name: str = "") -> KVBudget:
+    """The KV-cache budget of ``engine`` on a GPU whose framework-visible memory is ``gpu_memory_gib``."""
+    target = resolve_model(engine.model)
+    drafts, mtp_layers = _spec_shapes(engine, target)
+    tokens_default, seqs_default = batch_defaults(gpu_memory_gib, gpu_name)
+    batched = engine.max_num_batched_tokens or tokens_default
+    per_token = kv_bytes_per_token(target, engine.kv_cache_dtype)
+    if mtp_layers:
+        per_token += kv_bytes_per_token(target, engine.kv_cache_dtype, layers=mtp_layers)
+    weights = weight_bytes(target)
+    for draft in drafts:
+        per_token += kv_bytes_per_token(draft, engine.kv_cache_dtype)
+        weights += weight_bytes(draft)
+    shards = engine.tensor_parallel_size * engine.pipeline_parallel_size
+    requested = round(engine.gpu_memory_utilization * gpu_memory_gib * GIB)
+    activation = activation_bytes(target, batched, engine.dtype)
+    non_torch = round(NON_TORCH_GIB * GIB)
+    kv = requested - weights // shards - activation - non_torch
+    per_token_per_gpu = per_token // shards
+    blocks = max(kv, 0) // (per_token_per_gpu * BLOCK_SIZE)
+    return KVBudget(
+        requested_bytes=requested, weight_bytes=weights, activation_bytes=activation, non_torch_bytes=non_torch,
+        kv_bytes=kv, kv_bytes_per_token=per_token, kv_tokens=blocks * BLOCK_SIZE, max_model_len=engine.max_model_len,
+        max_num_seqs=engine.max_num_seqs or seqs_default,
+    )  # fmt: skip
+
+
+def budget_is_modelled(engine: EngineConfig) -> bool:
+    """True when every model of ``engine`` (target and draft) is a dense decoder whose weights are modelled."""
+    target = resolve_model(engine.model)
+    drafts, _ = _spec_shapes(engine, target)
+    return all(shape.architecture in DENSE_ARCHITECTURES for shape in [target, *drafts])
+
+
+def check_fits(engine: EngineConfig, gpu_memory_gib: float, gpu_name: str = "") -> KVBudget:
+    """Raise ``CapacityError`` when the weights or one full-length sequence cannot fit; return the budget."""
+    budget = kv_budget(engine, gpu_memory_gib, gpu_name)
+    if budget.kv_bytes <= 0:
+        raise CapacityError(
+            f"engine {engine.label}: weights ({budget.weight_bytes / GIB:.1f} GiB) and activations "
+            f"({budget.activation_bytes / GIB:.1f} GiB) exceed {engine.gpu_memory_utilization} × {gpu_memory_gib} GiB "
+            f"per GPU. Use more GPUs (tensor_parallel_size), a quantized shape, or a larger gpu_memory_utilization."
+        )
+    if budget.kv_tokens < engine.max_model_len:
+        raise CapacityError(
+            f"engine {engine.label}: the KV cache holds {budget.kv_tokens} tokens, fewer than one sequence of "
+            f"max_model_len={engine.max_model_len}. Lower max_model_len, use fp8 KV cache, or add GPUs."
+        )
+    return budget
