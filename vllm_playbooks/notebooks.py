@@ -21,6 +21,13 @@ PARAMETERS_TAG = "parameters"
 CHECK_TAG = "nbval-check-output"
 
 
+def require_mode(mode: str, live: bool = True) -> None:
+    """Refuse a ``mode`` parameter other than 'replay' (and 'live' where the page has a live part)."""
+    allowed = ("replay", "live") if live else ("replay",)
+    if mode not in allowed:
+        raise ConfigError(f"mode must be one of {allowed} on this page, got {mode!r}")
+
+
 def notebook_dir(root: Path | None = None) -> Path:
     """``<repo>/notebooks``."""
     return (root or paths.find_repo_root()) / "notebooks"

@@ -68,3 +68,22 @@ def change_vs_load(comparison: pd.DataFrame, x: str = "concurrency", ax: Axes | 
     ax.axhline(0.0, color="black", linewidth=1)
     ax.set_ylabel(f"{comparison['metric'].iloc[0]}: " + LABELS["change_pct"])
     return ax
+
+
+def predicted_vs_logged(table: pd.DataFrame, ax: Axes | None = None) -> Axes:
+    """KV-cache tokens: the calculator's prediction beside what vLLM logged at start-up, one pair per config."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    long = table.melt(
+        id_vars=["case", "engine_label"], value_vars=["kv_tokens_vllm", "kv_tokens_ours"], var_name="source",
+        value_name="kv_tokens",
+    )
+    long["config"] = long["case"] + "\n" + long["engine_label"]
+    long["source"] = long["source"].map({"kv_tokens_vllm": "vLLM 0.26 (logged)", "kv_tokens_ours": "calculator"})
+    ax = ax or plt.subplots(figsize=(8, 4))[1]
+    sns.barplot(data=long, x="config", y="kv_tokens", hue="source", ax=ax)
+    ax.set_xlabel("")
+    ax.set_ylabel("KV-cache size (tokens)")
+    ax.tick_params(axis="x", labelsize=8)
+    return ax

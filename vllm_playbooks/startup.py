@@ -7,6 +7,7 @@ tokens with the maximum concurrency at ``max_model_len``.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,3 +83,40 @@ def read_startup(log: Path) -> StartupMemory:
 def server_logs(case_dir: Path) -> list[Path]:
     """A case's server logs (not the bench logs), oldest first."""
     return sorted(p for p in (case_dir / "logs").glob("*.log") if not p.name.endswith(".bench.log"))
+
+
+def engine_for_log(log: Path, data: Path):  # type: ignore[no-untyped-def]
+    """The resolved engine config that wrote ``log`` (read from a point measured in that server lifetime)."""
+    from vllm_playbooks.config.engine import EngineConfig
+    from vllm_playbooks.runner import replay_rows
+
+    case = log.parent.parent.name
+    config_id = log.name.rsplit("-", 3)[0]
+    for row in replay_rows(case, data):
+        if row.config_id == config_id:
+            return EngineConfig.model_validate(json.loads(row.engine_config_json))
+    raise SchemaError(f"{log}: no recorded point of config {config_id} in case {case}")
+
+
+def calculator_check(data: Path):  # type: ignore[no-untyped-def]
+    """Every recorded start-up beside the KV-budget calculator's prediction for the same config (a DataFrame)."""
+    import pandas as pd
+
+    from vllm_playbooks.config.capacity import GIB, kv_budget
+
+    records = []
+    for case_dir in sorted(p for p in (data / "runs").iterdir() if p.is_dir()):
+        for log in server_logs(case_dir):
+            start = read_startup(log)
+            engine = engine_for_log(log, data)
+            budget = kv_budget(engine, start.total_memory_gib)
+            records.append({
+                "case": case_dir.name, "engine_label": engine.label, "model": engine.model,
+                "draft": engine.speculative.model if engine.speculative else None,
+                "kv_cache_dtype": engine.kv_cache_dtype, "max_model_len": engine.max_model_len,
+                "weights_gib_vllm": start.weights_gib, "weights_gib_ours": budget.weight_bytes / GIB,
+                "kv_tokens_vllm": start.kv_cache_tokens, "kv_tokens_ours": budget.kv_tokens,
+                "kv_tokens_error_pct": 100 * (budget.kv_tokens / start.kv_cache_tokens - 1),
+                "max_concurrency_vllm": start.max_concurrency, "max_concurrency_ours": budget.max_concurrency,
+            })  # fmt: skip
+    return pd.DataFrame(records)

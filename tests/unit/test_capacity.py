@@ -22,9 +22,8 @@ from vllm_playbooks.config.capacity import (
 )
 from vllm_playbooks.errors import CapacityError, ConfigError
 from vllm_playbooks.plan import load_plan
-from vllm_playbooks.runner import replay_rows
 from vllm_playbooks.shapes import get_shape
-from vllm_playbooks.startup import read_startup, server_logs
+from vllm_playbooks.startup import calculator_check, engine_for_log, read_startup, server_logs
 
 RUNS = ROOT / "data" / "runs"
 
@@ -56,13 +55,7 @@ def _logs() -> list[Path]:
 
 
 def _engine_of(log: Path):  # type: ignore[no-untyped-def]
-    """The engine config that produced a server log, from a point measured in that server lifetime."""
-    case = log.parent.parent.name
-    config_id = log.name.rsplit("-", 3)[0]
-    row = next(r for r in replay_rows(case, ROOT / "data") if r.config_id == config_id)
-    from vllm_playbooks.config.engine import EngineConfig
-
-    return EngineConfig.model_validate(json.loads(row.engine_config_json))
+    return engine_for_log(log, ROOT / "data")
 
 
 LOGS = _logs()
@@ -147,3 +140,9 @@ def test_moe_budgets_are_skipped_not_guessed() -> None:
     assert not budget_is_modelled(moe)
     assert budget_is_modelled(load_plan("llama-8b-draft-model").engines[1])
     assert check_fits(load_plan("llama-8b-draft-model").engines[1], 139.8).kv_tokens > 0
+
+
+def test_calculator_check_table_covers_every_log() -> None:
+    table = calculator_check(ROOT / "data")
+    assert len(table) == len(LOGS)
+    assert table.kv_tokens_error_pct.abs().max() < 5

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.errors import CapacityError
 from vllm_playbooks.shapes import ModelShape, resolve_model
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 GIB = 1024**3
 BLOCK_SIZE = 16
@@ -211,3 +214,33 @@ def check_fits(engine: EngineConfig, gpu_memory_gib: float, gpu_name: str = "") 
             f"max_model_len={engine.max_model_len}. Lower max_model_len, use fp8 KV cache, or add GPUs."
         )
     return budget
+
+
+def budget_table(budget: KVBudget) -> pd.DataFrame:
+    """The memory split of a budget as a small table (GiB), for a page."""
+    import pandas as pd
+
+    rows = [
+        ("requested (gpu_memory_utilization × memory)", budget.requested_bytes / GIB),
+        ("weights (target + draft)", budget.weight_bytes / GIB),
+        ("peak activation (estimate)", budget.activation_bytes / GIB),
+        ("non-torch memory (estimate)", budget.non_torch_bytes / GIB),
+        ("left for the KV cache", budget.kv_bytes / GIB),
+    ]
+    return pd.DataFrame(rows, columns=["part", "GiB"])
+
+
+def describe_budget(budget: KVBudget) -> str:
+    """One paragraph: tokens, full-length sequences at once, and which limit binds."""
+    per_token_kib = budget.kv_bytes_per_token / 1024
+    limit = (
+        f"memory binds: only {budget.max_concurrency:.1f} sequences of {budget.max_model_len} tokens fit, fewer than "
+        f"max_num_seqs={budget.max_num_seqs}, so long requests queue or get preempted before the cap is reached"
+        if budget.binding == "memory"
+        else f"max_num_seqs={budget.max_num_seqs} binds: the cache could hold {budget.max_concurrency:.1f} sequences "
+        f"of {budget.max_model_len} tokens"
+    )
+    return (
+        f"The KV cache takes {per_token_kib:g} KiB per token and holds {budget.kv_tokens:,} tokens "
+        f"({budget.kv_bytes / GIB:.1f} GiB); {limit}."
+    )
