@@ -146,3 +146,28 @@ def test_calculator_check_table_covers_every_log() -> None:
     table = calculator_check(ROOT / "data")
     assert len(table) == len(LOGS)
     assert table.kv_tokens_error_pct.abs().max() < 5
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({"max_model_len": 2048}, (8192, 1024)),
+        ({"max_model_len": 4}, (4096, 1024)),  # token budget capped at 1024 × 4
+        ({"max_model_len": 2048, "max_num_seqs": 2}, (4096, 2)),  # capped at 2 × 2048
+        ({"max_model_len": 2048, "max_num_batched_tokens": 512}, (512, 512)),  # sequence cap follows the budget
+        ({"max_model_len": 32768, "chunked_prefill": False}, (32768, 1024)),  # one whole prompt per step
+        ({"max_model_len": 2048, "performance_mode": "throughput"}, (16384, 2048)),
+        ({"max_model_len": 2048, "performance_mode": "throughput", "max_num_seqs": 64}, (16384, 64)),
+    ],
+)
+def test_resolve_batching_like_vllm(kwargs: dict, expected: tuple[int, int]) -> None:  # type: ignore[type-arg]
+    from vllm_playbooks.config.capacity import resolve_batching
+
+    assert resolve_batching(gpu_memory_gib=139.8, gpu_name="NVIDIA H200", **kwargs) == expected
+
+
+def test_resolve_batching_refuses_a_budget_below_the_cap() -> None:
+    from vllm_playbooks.config.capacity import resolve_batching
+
+    with pytest.raises(CapacityError, match=r"max_num_batched_tokens \(128\) < max_num_seqs \(256\)"):
+        resolve_batching(2048, 139.8, max_num_seqs=256, max_num_batched_tokens=128)

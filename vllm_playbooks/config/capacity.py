@@ -112,6 +112,33 @@ def batch_defaults(
     return tokens, seqs
 
 
+def resolve_batching(
+    max_model_len: int, gpu_memory_gib: float, gpu_name: str = "", *, max_num_seqs: int | None = None,
+    max_num_batched_tokens: int | None = None, context: Literal["server", "offline"] = "server",
+    performance_mode: Literal["balanced", "interactivity", "throughput"] = "balanced", chunked_prefill: bool = True,
+) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) that vLLM 0.26 ends up with, given what you set.
+
+    Unset values take the defaults (``batch_defaults``; doubled in throughput mode). An unset token budget is then
+    raised to max_model_len without chunked prefill and capped at max_num_seqs × max_model_len; an unset sequence
+    cap is capped at the token budget. A token budget below the sequence cap is refused, as vLLM refuses it.
+    """
+    tokens, seqs = batch_defaults(gpu_memory_gib, gpu_name, context, performance_mode)
+    tokens = max_num_batched_tokens or tokens
+    seqs = max_num_seqs or seqs
+    if max_num_batched_tokens is None:
+        if not chunked_prefill:
+            tokens = max(max_model_len, tokens)
+        tokens = min(seqs * max_model_len, tokens)
+    if max_num_seqs is None:
+        seqs = min(seqs, tokens)
+    if tokens < seqs:
+        raise CapacityError(
+            f"max_num_batched_tokens ({tokens}) < max_num_seqs ({seqs}): vLLM refuses this; raise the token budget"
+        )
+    return tokens, seqs
+
+
 def cudagraph_capture_sizes(max_num_seqs: int, num_speculative_tokens: int = 0, max_num_batched_tokens: int = 8192,
                             full_decode_graphs: bool = True) -> list[int]:  # fmt: skip
     """Batch sizes vLLM 0.26 captures CUDA graphs for (config/vllm.py, config/compilation.py).
@@ -169,8 +196,10 @@ def kv_budget(engine: EngineConfig, gpu_memory_gib: float, gpu_name: str = "") -
     """The KV-cache budget of ``engine`` on a GPU whose framework-visible memory is ``gpu_memory_gib``."""
     target = resolve_model(engine.model)
     drafts, mtp_layers = _spec_shapes(engine, target)
-    tokens_default, seqs_default = batch_defaults(gpu_memory_gib, gpu_name)
-    batched = engine.max_num_batched_tokens or tokens_default
+    batched, seqs = resolve_batching(
+        engine.max_model_len, gpu_memory_gib, gpu_name,
+        max_num_seqs=engine.max_num_seqs, max_num_batched_tokens=engine.max_num_batched_tokens,
+    )  # fmt: skip
     per_token = kv_bytes_per_token(target, engine.kv_cache_dtype)
     if mtp_layers:
         per_token += kv_bytes_per_token(target, engine.kv_cache_dtype, layers=mtp_layers)
@@ -188,7 +217,7 @@ def kv_budget(engine: EngineConfig, gpu_memory_gib: float, gpu_name: str = "") -
     return KVBudget(
         requested_bytes=requested, weight_bytes=weights, activation_bytes=activation, non_torch_bytes=non_torch,
         kv_bytes=kv, kv_bytes_per_token=per_token, kv_tokens=blocks * BLOCK_SIZE, max_model_len=engine.max_model_len,
-        max_num_seqs=engine.max_num_seqs or seqs_default,
+        max_num_seqs=seqs,
     )  # fmt: skip
 
 
