@@ -47,13 +47,25 @@ def versus_baseline(df: pd.DataFrame, metric: str = "output_tok_s") -> pd.DataFr
     return out.sort_values(["engine_label", "concurrency", "request_rate_qps"]).reset_index(drop=True)
 
 
-def last_paying_concurrency(comparison: pd.DataFrame, higher_is_better: bool = True) -> dict[str, float | None]:
-    """Per speculative config, the highest measured concurrency at which it still beat the baseline (None: never)."""
-    result: dict[str, float | None] = {}
-    for label, group in comparison.groupby("engine_label"):
-        wins = group[(group["ratio"] > 1.0) if higher_is_better else (group["ratio"] < 1.0)]
-        result[str(label)] = float(wins["concurrency"].max()) if len(wins) else None
-    return result
+def higher_is_better(metric: str) -> bool:
+    """Throughputs are better higher; latencies (columns in ms) are better lower."""
+    return not metric.endswith("_ms")
+
+
+def winning_levels(group: pd.DataFrame) -> list[int]:
+    """Concurrency levels at which one speculative config beat its baseline (higher throughput / lower latency)."""
+    better_up = higher_is_better(str(group["metric"].iloc[0]))
+    wins = group[(group["ratio"] > 1.0) if better_up else (group["ratio"] < 1.0)]
+    return sorted(int(c) for c in wins["concurrency"].dropna())
+
+
+def _where_it_won(group: pd.DataFrame) -> str:
+    wins = winning_levels(group)
+    if not wins:
+        return "it never beat the baseline"
+    if len(wins) == len(group):
+        return "it beat the baseline at every measured level"
+    return f"it beat the baseline only at concurrency {', '.join(map(str, wins))}"
 
 
 def acceptance_check(df: pd.DataFrame) -> pd.DataFrame:
@@ -94,14 +106,7 @@ def describe_change(comparison: pd.DataFrame) -> str:
         steps = ", ".join(
             f"{chg:+.1f} % at concurrency {int(c)}" for c, chg in zip(group["concurrency"], group["change_pct"], strict=True)
         )
-        paying = last_paying_concurrency(group)[str(label)]
-        if paying is None:
-            tail = "it never beat the baseline"
-        elif paying >= group["concurrency"].max():
-            tail = "it beat the baseline at every measured level"
-        else:
-            tail = f"it last beat the baseline at concurrency {int(paying)}"
-        sentences.append(f"{label}: {metric} {steps}; {tail}.")
+        sentences.append(f"{label}: {metric} {steps}; {_where_it_won(group)}.")
     return " ".join(sentences)
 
 
@@ -121,3 +126,41 @@ def summary_line(df: pd.DataFrame) -> str:
     loads = sorted(int(c) for c in df["concurrency"].dropna().unique())
     rates = sorted(float(r) for r in df["request_rate_qps"].dropna().unique())
     return f"rows={len(df)} engines={engines} concurrency={loads} request_rates={rates}"
+
+
+def speculation_rule(df: pd.DataFrame, metric: str = "output_tok_s") -> str:
+    """The tuner's rule this data supports, one sentence per speculative config (derived, never typed in)."""
+    comparison = versus_baseline(df, metric)
+    if comparison.empty:
+        return "Not measured yet against a baseline at the same load: no rule from this data."
+    gpus = ", ".join(sorted(set(df["gpu_name"])))
+    sentences = []
+    for label, group in comparison.groupby("engine_label"):
+        levels = ", ".join(str(int(c)) for c in sorted(group["concurrency"].dropna()))
+        row = group.iloc[0]
+        alpha = "" if pd_isna(row["imposed_alpha"]) else f" at an imposed α={row['imposed_alpha']:g}"
+        wins = winning_levels(group)
+        better = "raised" if higher_is_better(metric) else "lowered"
+        if not wins:
+            verdict = f"did not improve {metric} over no speculation at any measured concurrency ({levels})"
+        elif len(wins) == len(group):
+            verdict = f"{better} {metric} at every measured concurrency ({levels})"
+        else:
+            verdict = f"improved {metric} only at concurrency {', '.join(map(str, wins))} (measured: {levels})"
+        sentences.append(f"On {gpus}, {row['spec_method']} with k={int(row['k'])}{alpha} ({label}) {verdict}.")
+    return " ".join(sentences)
+
+
+def pd_isna(value: object) -> bool:
+    """True for None and NaN (pandas' missing values)."""
+    import pandas as pd
+
+    return bool(pd.isna(value))
+
+
+def for_tuners(rule: str, evidence: str, limits: str) -> str:
+    """The 'For tuners' box a case page opens with, as MyST markdown (rendered from a cell's output)."""
+    return (
+        "```{admonition} For tuners\n:class: tip\n"
+        f"**Rule.** {rule}\n\n**Measured evidence.** {evidence}\n\n**When it does not apply.** {limits}\n```"
+    )

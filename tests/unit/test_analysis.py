@@ -26,11 +26,11 @@ def test_versus_baseline_pairs_the_same_load() -> None:
     assert out.change_pct.tolist() == pytest.approx([50.0, 5.0, -100 / 9])
 
 
-def test_last_paying_concurrency_and_sentence() -> None:
+def test_winning_levels_and_sentence() -> None:
     out = analysis.versus_baseline(_frame())
-    assert analysis.last_paying_concurrency(out) == {"spec": 4.0}
+    assert analysis.winning_levels(out) == [1, 4]
     sentence = analysis.describe_change(out)
-    assert "+50.0 % at concurrency 1" in sentence and "last beat the baseline at concurrency 4" in sentence
+    assert "+50.0 % at concurrency 1" in sentence and "beat the baseline only at concurrency 1, 4" in sentence
 
 
 def test_nothing_to_compare_is_said_plainly() -> None:
@@ -51,3 +51,18 @@ def test_iid_rates_give_the_same_tau() -> None:
     assert tokens_per_step_from_rates(rates) == pytest.approx(expected_tokens_per_step(0.8, 4))
     with pytest.raises(ValueError):
         expected_tokens_per_step(1.2, 3)
+
+
+def test_for_latencies_lower_is_better() -> None:
+    frame = _frame().rename(columns={"output_tok_s": "tpot_p50_ms"})
+    out = analysis.versus_baseline(frame, "tpot_p50_ms")
+    # speculation: 150 vs 100 ms at c1 (worse), 420 vs 400 (worse), 800 vs 900 (better) → it last beat it at 16
+    assert analysis.winning_levels(out) == [16]
+    assert "beat the baseline only at concurrency 16" in analysis.describe_change(out)
+
+
+def test_rule_sentence_follows_the_data() -> None:
+    frame = _frame().assign(gpu_name="NVIDIA H200")
+    rule = analysis.speculation_rule(frame)
+    assert "improved output_tok_s only at concurrency 1, 4 (measured: 1, 4, 16)" in rule
+    assert "on NVIDIA H200".lower() in rule.lower()
