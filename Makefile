@@ -7,7 +7,7 @@ EXECUTED := book/executed
 CASE ?=
 PARAMS ?=
 
-.PHONY: venv book execute html test test-cpu-e2e reproduce check-notebooks clean
+.PHONY: venv book execute html test test-cpu-e2e reproduce check-notebooks site-check publish clean
 
 venv: $(STAMP)
 
@@ -47,5 +47,19 @@ reproduce: $(STAMP)
 check-notebooks: $(STAMP)
 	$(PY) -m vllm_playbooks.notebooks check
 
+## site-check: build the book, then check it in headless Chromium (pages, internal links, figures, offline search);
+##   screenshots of the index and case pages in _build/site-check/. Chromium + chromedriver: .ci/site-check-setup.sh
+site-check: book
+	$(PY) -m vllm_playbooks.sitecheck _build/html --screenshots _build/site-check
+
+## publish: site/, the built book as a static folder for GitHub Pages (.nojekyll: serve _static/ and _images/ as is)
+publish:
+	@test -f _build/html/index.html || { echo "publish: no _build/html/index.html: run make book first" >&2; exit 1; }
+	rm -rf site
+	cp -R _build/html site
+	rm -f site/.buildinfo
+	touch site/.nojekyll
+	@echo "publish: site/ ready, $$(find site -name '*.html' -not -path 'site/_*' | wc -l) pages"
+
 clean:
-	rm -rf _build $(EXECUTED)
+	rm -rf _build $(EXECUTED) site

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -46,3 +48,45 @@ class FakeBench:
         result["max_concurrency"] = int(opt["--max-concurrency"]) if "--max-concurrency" in opt else None
         Path(opt["--result-dir"], opt["--result-filename"]).write_text(json.dumps(result))
         return result
+
+
+#: What a copy of the repository needs to execute the notebooks and build the book.
+BOOK_FILES = ("_config.yml", "_toc.yml", "book", "notebooks", "data", "vllm_playbooks")
+
+
+def offline_prefix() -> list[str]:
+    """Run under a network namespace with only loopback (kernels talk over 127.0.0.1) when the machine allows it."""
+    probe = ["unshare", "-n", "sh", "-c", "ip link set lo up"]
+    if shutil.which("unshare") and subprocess.run(probe, capture_output=True).returncode == 0:
+        return ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$0" "$@"']
+    return []
+
+
+@pytest.fixture(scope="session")
+def built_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the repository in which the notebooks ran (replay) and the book was built strictly, offline.
+
+    Built once per test session; the book-build smoke test and the site check both read it.
+    """
+    tmp = tmp_path_factory.mktemp("book")
+    copy = tmp / "repo"
+    copy.mkdir()
+    for name in BOOK_FILES:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, copy / name, ignore=shutil.ignore_patterns("executed", "__pycache__"))
+        else:
+            shutil.copy(source, copy / name)
+    offline = offline_prefix()
+    bindir = Path(sys.executable).parent
+    env = {"PATH": f"{bindir}:/usr/bin:/bin", "PYTHONPATH": str(copy), "HOME": str(tmp)}
+    subprocess.run(
+        [*offline, sys.executable, "-m", "vllm_playbooks.notebooks", "execute-all", "--out", "book/executed"],
+        cwd=copy, check=True, env=env,
+    )  # fmt: skip
+    build = subprocess.run(
+        [*offline, str(bindir / "jupyter-book"), "build", ".", "-W", "-n", "--keep-going"],
+        cwd=copy, capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    return copy

@@ -1,0 +1,168 @@
+"""The built book in headless Chromium (vllm_playbooks.sitecheck): a fresh build passes, broken copies fail.
+
+The book is built here, in a temporary copy of the repository, the way tests/test_book.py builds it (papermill in
+replay mode, then a strict Jupyter Book build, offline where the machine allows), once for the module. The browser
+tests skip only when /usr/bin/chromium or /usr/bin/chromedriver is missing (.ci/site-check-setup.sh installs both).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from tests.conftest import ROOT
+from vllm_playbooks import sitecheck
+from vllm_playbooks.sitecheck import CHROMEDRIVER, CHROMIUM, check_site, is_blank_image
+
+_missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
+browser = pytest.mark.skipif(
+    bool(_missing), reason=f"{' and '.join(_missing)} not installed (bash .ci/site-check-setup.sh installs them)"
+)
+CASE_PAGES = ("book/executed/llama_8b_draft_model.html", "book/executed/discussion_13834.html")
+
+
+@pytest.fixture(scope="module")
+def built_site(built_book: Path) -> Path:
+    """``_build/html`` of the session's fresh build of the book (tests/conftest.py)."""
+    return built_book / "_build" / "html"
+
+
+@pytest.fixture
+def site_copy(built_site: Path, tmp_path: Path) -> Path:
+    """A throw-away copy of the built site, for a test to break."""
+    return Path(shutil.copytree(built_site, tmp_path / "html"))
+
+
+# --- no browser needed -------------------------------------------------------------------------------------------
+
+
+def _png(path: Path, size: tuple[int, int], colour: tuple[int, int, int, int], dot: bool = False) -> Path:
+    img = Image.new("RGBA", size, colour)
+    if dot:
+        img.putpixel((size[0] // 2, size[1] // 2), (255, 0, 0, 255))
+    img.save(path)
+    return path
+
+
+def test_blank_image_is_one_colour_or_fully_transparent(tmp_path: Path) -> None:
+    assert is_blank_image(_png(tmp_path / "white.png", (40, 30), (255, 255, 255, 255)))
+    assert is_blank_image(_png(tmp_path / "clear.png", (40, 30), (0, 0, 0, 0)))
+    assert not is_blank_image(_png(tmp_path / "dot.png", (40, 30), (255, 255, 255, 255), dot=True))
+    assert not is_blank_image((tmp_path / "dot.png").read_bytes())
+
+
+def test_pages_leave_out_static_and_sources(tmp_path: Path) -> None:
+    for rel in ("index.html", "book/a.html", "_static/x.html", "_sources/book/a.html", "search.html"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("<html></html>")
+    assert sitecheck.list_pages(tmp_path) == ["book/a.html", "index.html", "search.html"]
+
+
+def test_missing_browser_is_reported_not_crashed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "index.html").write_text("<html></html>")
+    assert sitecheck.main([str(tmp_path), "--chromium", str(tmp_path / "no-chromium")]) == 2
+    assert "no-chromium not found" in capsys.readouterr().err
+
+
+# --- in the browser ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.site
+@pytest.mark.slow
+@browser
+def test_fresh_build_passes_the_site_check(built_site: Path, tmp_path: Path) -> None:
+    shots = tmp_path / "shots"
+    report = check_site(built_site, screenshots=shots)
+    assert report.ok, "\n".join(map(str, report.failures))
+    assert {"index.html", "book/intro.html", *CASE_PAGES} <= set(report.pages)
+    assert "search.html" not in report.pages and "genindex.html" not in report.pages
+    assert len(report.figures) >= 2 and all(f.startswith("_images/") for f in report.figures)
+    assert report.internal_links > len(report.pages)
+    assert report.search_ok and report.search_results >= 1
+    names = {p.name for p in report.screenshots}
+    executed = {p.name.removesuffix(".html") for p in (built_site / "book" / "executed").glob("*.html")}
+    assert names == {"index.png", *(f"book_executed_{n}.png" for n in executed)}
+    for shot in report.screenshots:
+        with Image.open(shot) as img:
+            assert img.format == "PNG" and img.width >= 800 and img.height >= 600
+    assert re.fullmatch(r"site-check: \d+ pages, \d+ figures, \d+ internal links, search ok", report.summary())
+
+
+def _first_figure(html: Path) -> tuple[str, Path]:
+    """The case page that shows a figure, and that figure's file."""
+    for page in CASE_PAGES:
+        match = re.search(r'<img[^>]+src="((?:\.\./)*_images/[^"]+)"', (html / page).read_text())
+        if match:
+            return page, (html / page).parent / match.group(1)
+    raise AssertionError("no case page shows a figure")
+
+
+def _remove_image(html: Path) -> tuple[str, str]:
+    page, figure = _first_figure(html)
+    figure.unlink()
+    return page, "does not load in the browser"
+
+
+def _blank_png(html: Path) -> tuple[str, str]:
+    page, figure = _first_figure(html)
+    with Image.open(figure) as img:
+        size = img.size
+    Image.new("RGB", size, (255, 255, 255)).save(figure)
+    return page, "is blank: every pixel is one colour"
+
+
+def _retarget_link(html: Path, new_target: str) -> str:
+    page = html / "book" / "intro.html"
+    text, count = re.subn(r'href="mtp\.html"', f'href="{new_target}"', page.read_text(), count=1)
+    assert count == 1, "book/intro.html has no link to mtp.html to break"
+    page.write_text(text)
+    return "book/intro.html"
+
+
+def _broken_link(html: Path) -> tuple[str, str]:
+    return _retarget_link(html, "mtp-gone.html"), "book/mtp-gone.html does not exist"
+
+
+def _broken_fragment(html: Path) -> tuple[str, str]:
+    return _retarget_link(html, "mtp.html#no-such-section"), "no element id='no-such-section' on book/mtp.html"
+
+
+def _no_search_index(html: Path) -> tuple[str, str]:
+    (html / "searchindex.js").unlink()
+    return "search.html?q=speculative", "searchindex.js does not exist"
+
+
+@pytest.mark.site
+@pytest.mark.slow
+@browser
+@pytest.mark.parametrize(
+    "breakage", [_remove_image, _blank_png, _broken_link, _broken_fragment, _no_search_index],
+    ids=["removed-image", "blank-png", "broken-link", "broken-fragment", "no-search-index"],
+)  # fmt: skip
+def test_broken_copy_fails_naming_page_and_element(
+    site_copy: Path, breakage: Callable[[Path], tuple[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    page, reason = breakage(site_copy)
+    assert sitecheck.main([str(site_copy)]) == 1
+    out = capsys.readouterr()
+    failures = [line for line in out.err.splitlines() if line.startswith("site-check FAIL ")]
+    assert any(line.startswith(f"site-check FAIL {page}: ") and reason in line for line in failures), out.err
+    assert "failure(s)" in out.out.splitlines()[-1]
+
+
+@pytest.mark.site
+@pytest.mark.slow
+@browser
+def test_search_without_result_fails(built_site: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert sitecheck.main([str(built_site), "--query", "zqxjvwk"]) == 1
+    out = capsys.readouterr()
+    assert "site-check FAIL search.html?q=zqxjvwk: #search-results: no result for 'zqxjvwk'" in out.err, out.err
+    assert "did not match any documents" in out.err
+    assert out.out.splitlines()[-1].endswith("search FAILED, 1 failure(s)")

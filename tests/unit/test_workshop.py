@@ -1,0 +1,277 @@
+"""Workshop exercises: every expected answer against an independent computation, and the checker's verdicts."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+
+import nbformat
+import pandas as pd
+import pytest
+
+from tests.conftest import ROOT
+from vllm_playbooks import workshop
+from vllm_playbooks.config import capacity
+from vllm_playbooks.config.engine import EngineConfig
+from vllm_playbooks.errors import ConfigError
+from vllm_playbooks.notebooks import check_notebook, default_parameters
+
+RUNS = ROOT / "data" / "runs"
+PUBLISHED = ROOT / "data" / "reference" / "published.csv"
+
+
+def _runs_csv(case: str) -> pd.DataFrame:
+    """The recorded table read as plain CSV (not through the replay machinery the solutions use)."""
+    return pd.read_csv(RUNS / case / "runs.csv")
+
+
+def _published(case: str, claim_id: str) -> float:
+    with PUBLISHED.open(newline="", encoding="utf-8") as handle:
+        values = [float(r["value"]) for r in csv.DictReader(handle) if r["case"] == case and r["claim_id"] == claim_id]
+    assert len(values) == 1
+    return values[0]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The expected answers
+# --------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("metric", "higher_is_better"), [("output_tok_s", True), ("tpot_p50_ms", False)])
+def test_stop_paying_matches_a_plain_pairing_of_the_rows(metric: str, higher_is_better: bool) -> None:
+    rows = _runs_csv("llama-8b-draft-model")
+    off = rows[rows.spec_method == "none"].set_index("concurrency")[metric]
+    spec = rows[rows.spec_method == "draft_model"].set_index("concurrency")[metric]
+    levels = sorted(set(off.index) & set(spec.index))
+    assert levels, "the case has no paired levels"
+    wins = [c for c in levels if (spec[c] > off[c] if higher_is_better else spec[c] < off[c])]
+    expected = max(wins) if wins else "never"
+    solution = workshop.stop_paying_solution(metrics=[metric])
+    assert solution.value == {metric: expected}
+    assert sorted(solution.table["concurrency"]) == levels
+
+
+def test_stop_paying_finds_the_last_winning_level(monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = []
+    for label, method, tok_s, tpot in (
+        ("off", "none", [100, 400, 900], [10.0, 12.0, 20.0]),
+        ("spec", "draft_model", [150, 420, 800], [8.0, 13.0, 25.0]),
+    ):
+        for c, t, p in zip([1, 4, 16], tok_s, tpot, strict=True):
+            rows.append(dict(engine_label=label, spec_method=method, num_speculative_tokens=0 if method == "none" else 4,
+                             imposed_alpha=None, concurrency=c, request_rate_qps=None, output_tok_s=float(t),
+                             tpot_p50_ms=p, model_shape="s", load_format="dummy", input_len=8, output_len=8,
+                             tensor_parallel_size=1, pipeline_parallel_size=1, max_num_seqs=None,
+                             max_num_batched_tokens=None, gpu_name="g"))  # fmt: skip
+    monkeypatch.setattr("vllm_playbooks.runner.results_for", lambda case, mode: pd.DataFrame(rows))
+    solution = workshop.stop_paying_solution(case="synthetic")
+    # throughput: +50 % at 1, +5 % at 4, -11 % at 16; TPOT: better at 1 only
+    assert solution.value == {"output_tok_s": 4, "tpot_p50_ms": 1}
+    assert workshop.check("stop-paying", {"output_tok_s": 4, "tpot_p50_ms": 1}, solution).startswith("correct: ")
+    assert workshop.check("stop-paying", {"output_tok_s": 16, "tpot_p50_ms": 1}, solution) == (
+        "not yet: expected output_tok_s=4, got output_tok_s=16"
+    )
+
+
+def test_chunks_estimate_is_mean_itl_over_mean_acceptance_length() -> None:
+    rows = _runs_csv("llama-8b-draft-model")
+    spec = rows[(rows.spec_method != "none") & (rows.concurrency == 16)]
+    assert len(spec) == 1
+    expected = float(spec.itl_mean_ms.iloc[0] / spec.mean_acceptance_length.iloc[0])
+    solution = workshop.chunks_solution(concurrency=16)
+    assert solution.value == pytest.approx(expected, rel=1e-12)
+    table = solution.table.set_index("concurrency")
+    assert table.loc[16, "per_token_over_tpot"] == pytest.approx(expected / spec.tpot_mean_ms.iloc[0])
+
+
+def test_chunks_refuses_an_unmeasured_level() -> None:
+    with pytest.raises(ConfigError, match=r"no row at concurrency 3; measured: 1, 4, 16, 64"):
+        workshop.chunks_solution(concurrency=3)
+
+
+def test_tokens_per_step_from_the_reported_acceptance() -> None:
+    alpha = _published("discussion-13834", "acceptance-rate-author-quoted")
+    k = int(_published("discussion-13834", "num-speculative-tokens"))
+    assert (alpha, k) == (0.72, 5)
+    tau = sum(alpha**i for i in range(k + 1))  # 1 + α + … + α^k
+    assert tau == pytest.approx(3.0738783232, abs=1e-10)  # by hand: 1 + .72 + .5184 + .373248 + .26873856 + .19349176
+    solution = workshop.tokens_per_step_solution()
+    assert solution.value["tokens_per_step"] == pytest.approx(tau)
+    assert solution.value["break_even_c"] == pytest.approx((tau - 1) / k)
+    assert solution.value["break_even_c"] == pytest.approx(0.41477566464, abs=1e-10)
+    # at the break-even cost, S = τ / (k·c + 1) is exactly 1
+    assert tau / (k * solution.value["break_even_c"] + 1) == pytest.approx(1.0)
+
+
+def test_with_one_draft_token_break_even_is_alpha() -> None:
+    solution = workshop.tokens_per_step_solution(alpha=0.6, k=1)  # book: with k = 1, S > 1 iff α > c
+    assert solution.value == pytest.approx({"tokens_per_step": 1.6, "break_even_c": 0.6})
+
+
+def test_littles_law_from_the_reported_numbers() -> None:
+    streams = _published("discussion-13834", "output-tok-s-spec-off") * _published("discussion-13834", "itl-ms-spec-off")
+    streams /= 1000.0
+    assert streams == pytest.approx(31.9451925)  # 95.43 tok/s × 0.33475 s
+    solution = workshop.littles_law_solution()
+    assert solution.value == pytest.approx(streams)
+    # on our own rows the request form of the law gives back the concurrency the load generator held
+    table = solution.table
+    assert (table.requests_in_flight / table.concurrency).between(0.95, 1.01).all()
+    assert (table.streams_decoding <= table.requests_in_flight).all()
+
+
+def test_max_num_seqs_is_the_kv_cache_over_the_sequence_length() -> None:
+    solution = workshop.max_num_seqs_solution()
+    engine = EngineConfig(label="t", model="llama-3.3-70b-awq", kv_cache_dtype="fp8", max_model_len=8192)
+    budget = capacity.kv_budget(engine, 80.0, "A100 80GB")
+    assert budget.kv_bytes_per_token == 2 * 80 * 8 * 128 * 1  # 80 layers, 8 KV heads of 128, fp8
+    assert budget.requested_bytes == round(0.9 * 80 * 1024**3)
+    n = math.floor(budget.kv_tokens / 8192)
+    assert solution.value == {"max_num_seqs": n, "binding": "memory"}
+    assert budget.max_num_seqs == 256  # an A100 keeps vLLM's smaller defaults, and 256 > n: memory binds
+    assert n < 256
+    at_n = capacity.kv_budget(engine.model_copy(update={"max_num_seqs": n}), 80.0, "A100 80GB")
+    above = capacity.kv_budget(engine.model_copy(update={"max_num_seqs": n + 1}), 80.0, "A100 80GB")
+    assert (at_n.binding, above.binding) == ("max_num_seqs", "memory")
+
+
+def test_a_draft_model_costs_sequences() -> None:
+    alone = workshop.max_num_seqs_solution().value["max_num_seqs"]
+    with_draft = workshop.max_num_seqs_solution(draft_model="llama-3.2-3b-awq", num_speculative_tokens=5)
+    assert with_draft.value["max_num_seqs"] < alone
+
+
+@pytest.mark.parametrize(
+    ("k", "expected"),
+    [
+        (3, 512 // 4),  # min(256 × 4 × 2, 512, 8192) = 512 tokens, 4 tokens per sequence
+        (4, 500 // 5),  # sizes rounded up to multiples of 5 that stay ≤ 512: 496 → 500 is the largest
+        (1, 256),  # 512 tokens / 2 = 256 sequences: every batch up to max_num_seqs is graphed
+    ],
+)
+def test_cuda_graph_decode_batch_by_hand(k: int, expected: int) -> None:
+    assert workshop.cuda_graphs_solution(num_speculative_tokens=k, max_num_seqs=256).value == expected
+
+
+def test_cuda_graph_statement_says_which_batches_run_without_a_graph() -> None:
+    solution = workshop.cuda_graphs_solution()
+    assert "decode batches of 129 to 256 sequences run without a full CUDA graph" in solution.statement
+    assert "every decode batch up to max_num_seqs=256 is graphed" in workshop.cuda_graphs_solution(1).statement
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The checker
+# --------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def solutions() -> dict[str, workshop.Solution]:
+    return {eid: exercise.solve() for eid, exercise in workshop.EXERCISES.items()}
+
+
+def test_worked_solutions_check_out(solutions: dict[str, workshop.Solution]) -> None:
+    for eid, solution in solutions.items():
+        line = workshop.check(eid, None, solution)
+        assert line.startswith("correct: ") and line.endswith("(worked solution; set answer to check your own)")
+        assert "\n" not in line
+        assert workshop.check(eid, None, solution) == line  # deterministic
+
+
+@pytest.mark.parametrize(
+    ("eid", "right", "wrong", "message"),
+    [
+        ("stop-paying", {"output_tok_s": "never", "tpot_p50_ms": None}, {"output_tok_s": 16, "tpot_p50_ms": "never"},
+         'not yet: expected output_tok_s="never", got output_tok_s=16'),
+        ("chunks-not-tokens", 6.9, 23.14, "not yet: expected 6.90, got 23.14"),
+        ("tokens-per-step", {"tokens_per_step": 3.07, "break_even_c": 0.41},
+         {"tokens_per_step": 3.07, "break_even_c": 0.72}, "not yet: expected break_even_c=0.41, got break_even_c=0.72"),
+        ("littles-law", 32, 95.43, "not yet: expected 31.95, got 95.43"),
+        ("size-max-num-seqs", {"max_num_seqs": 27, "binding": "Memory"}, {"max_num_seqs": 256, "binding": "memory"},
+         "not yet: expected max_num_seqs=27, got max_num_seqs=256"),
+        ("cuda-graph-sizes", 128, 512, "not yet: expected 128, got 512"),
+    ],
+)  # fmt: skip
+def test_check_accepts_the_right_answer_and_names_what_is_wrong(
+    solutions: dict[str, workshop.Solution], eid: str, right: object, wrong: object, message: str
+) -> None:
+    # the right answers here are what the worked solutions compute (independently checked above); a changed data
+    # table that moves them fails the tests above first
+    assert workshop.check(eid, right, solutions[eid]) == f"correct: {solutions[eid].statement}"
+    assert workshop.check(eid, wrong, solutions[eid]) == message
+
+
+def test_floats_pass_within_one_percent(solutions: dict[str, workshop.Solution]) -> None:
+    exact = solutions["littles-law"].value
+    assert workshop.check("littles-law", exact * 1.009, solutions["littles-law"]).startswith("correct")
+    assert workshop.check("littles-law", exact * 1.02, solutions["littles-law"]).startswith("not yet")
+    assert workshop.check("littles-law", True, solutions["littles-law"]).startswith("not yet")  # a bool is no number
+
+
+def test_answers_given_as_text_are_read(solutions: dict[str, workshop.Solution]) -> None:
+    """papermill -p passes a dict as a string; it is read as YAML."""
+    text = '{"max_num_seqs": 27, "binding": "memory"}'
+    assert workshop.check("size-max-num-seqs", text, solutions["size-max-num-seqs"]).startswith("correct")
+    assert workshop.check("cuda-graph-sizes", "128", solutions["cuda-graph-sizes"]).startswith("correct")
+
+
+def test_malformed_answers_get_a_clear_line(solutions: dict[str, workshop.Solution]) -> None:
+    assert workshop.check("tokens-per-step", 3.07, solutions["tokens-per-step"]) == (
+        "not yet: expected a dict with keys tokens_per_step, break_even_c, got 3.07"
+    )
+    assert workshop.check("tokens-per-step", {"tau": 3.07}, solutions["tokens-per-step"]) == (
+        "not yet: expected the keys tokens_per_step, break_even_c, got tau"
+    )
+
+
+def test_unknown_exercise_is_refused(solutions: dict[str, workshop.Solution]) -> None:
+    with pytest.raises(ConfigError, match=r"unknown exercise 'little-law'; known: stop-paying, chunks-not-tokens"):
+        workshop.check("little-law", 32, solutions["littles-law"])
+
+
+def test_a_solution_of_another_exercise_is_refused(solutions: dict[str, workshop.Solution]) -> None:
+    with pytest.raises(ConfigError, match=r"needs the solution of exercise 'littles-law', got 'cuda-graph-sizes'"):
+        workshop.check("littles-law", 32, solutions["cuda-graph-sizes"])
+    with pytest.raises(ConfigError, match="got 'NoneType'"):
+        workshop.check("littles-law", 32, None)  # type: ignore[arg-type]
+
+
+def test_an_edited_solution_is_caught(solutions: dict[str, workshop.Solution]) -> None:
+    edited = dataclasses.replace(solutions["cuda-graph-sizes"], value=256)
+    assert workshop.check("cuda-graph-sizes", None, edited) == (
+        "not yet: the worked solution disagrees with the data (expected 128, got 256)"
+    )
+
+
+def test_rows_of_several_gpus_need_a_gpu_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = _runs_csv("llama-8b-draft-model")
+    other = rows.assign(gpu_name="Other GPU")
+    monkeypatch.setattr("vllm_playbooks.runner.results_for", lambda case, mode: pd.concat([rows, other]))
+    with pytest.raises(ConfigError, match=r"rows from several GPUs \['NVIDIA H200', 'Other GPU'\]; set gpu_name"):
+        workshop.stop_paying_solution()
+    assert workshop.stop_paying_solution(gpu_name="Other GPU").value.keys() == {"output_tok_s", "tpot_p50_ms"}
+    with pytest.raises(ConfigError, match="no rows measured on 'A100'"):
+        workshop.stop_paying_solution(gpu_name="A100")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The notebooks
+# --------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("exercise", list(workshop.EXERCISES.values()), ids=list(workshop.EXERCISES))
+def test_each_exercise_has_its_notebook(exercise: workshop.Exercise) -> None:
+    path = ROOT / "notebooks" / exercise.notebook
+    assert check_notebook(path) == []
+    params = default_parameters(path)
+    assert params["mode"] == "replay" and params["answer"] is None
+    nb = nbformat.read(path, as_version=4)
+    tags = [c.metadata.get("tags", []) for c in nb.cells]
+    solve = next(i for i, t in enumerate(tags) if "hide-input" in t)
+    assert f"workshop.{exercise.solve.__name__}(" in nb.cells[solve].source
+    assert nb.cells[solve - 1].cell_type == "markdown" and "Solution (open after trying)" in nb.cells[solve - 1].source
+    checks = [c for c, t in zip(nb.cells, tags, strict=True) if "nbval-check-output" in t]
+    assert len(checks) == 1
+    assert checks[0].source == f'print(workshop.check("{exercise.id}", answer, solution))'
+    assert checks[0].outputs and checks[0].outputs[0]["text"].startswith("correct: ")
+    assert nb.cells[0].source.startswith(f"# Workshop {exercise.number}: ")

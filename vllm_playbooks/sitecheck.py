@@ -1,0 +1,470 @@
+"""Check the built book as a reader sees it: every page, link, figure and the search, in headless Chromium.
+
+``python -m vllm_playbooks.sitecheck _build/html --screenshots _build/site-check`` is what ``make site-check`` runs.
+
+The HTML folder is served over ``http://127.0.0.1:<free port>`` (as GitHub Pages serves it: static files, no
+server logic) and opened in Debian's headless Chromium, driven by Selenium with the system ``chromedriver`` (nothing is
+downloaded: the driver path is passed and ``SE_OFFLINE=true``). Every other host name is made unresolvable
+(``--host-resolver-rules``), so the check is the same with or without a network and proves the search works offline.
+
+What fails the check, each failure naming its page and element:
+
+- a page that does not load (every ``*.html`` except ``_static/``, ``_sources/``; ``genindex.html`` and
+  ``search.html`` are opened and link-checked but not counted as pages);
+- an internal ``<a href>`` (one that resolves to this site) whose file does not exist, or whose ``#fragment`` names
+  no element on the target page (checked against the live DOM of every page opened); any ``file://`` link, which
+  cannot work once published; a local stylesheet or script that does not exist;
+- an ``<img>`` that does not load in the browser (``img.complete && img.naturalWidth > 0`` after it is scrolled into
+  view), and a figure (an image under ``_images/``) whose pixels are all one colour (Pillow, on the file);
+- ``search.html?q=<query>`` showing no result (Sphinx's search is JavaScript over ``searchindex.js``);
+- a screenshot (the index page and every page under ``book/executed/``) that is all one colour.
+
+It prints ``site-check: N pages, M figures, L internal links, search ok`` (L counts ``<a href>`` occurrences that
+resolve to this site, navigation included; M counts distinct ``_images/`` files that pages show) and exits 1 on any
+failure, 2 when Chromium or chromedriver is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import http.server
+import io
+import os
+import re
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from PIL import Image, UnidentifiedImageError
+from selenium import webdriver
+from selenium.common.exceptions import TimeoutException, WebDriverException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.chrome.webdriver import WebDriver
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+#: Flags that work for headless Debian Chromium run as root in a container, with a fresh profile added per run.
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1280,900",
+    "--hide-scrollbars",
+)
+#: Makes every host name except the local server's unresolvable: the check never depends on the network.
+OFFLINE_FLAG = "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"
+SKIPPED_DIRS = ("_static", "_sources")
+NOT_COUNTED = ("genindex.html", "search.html")
+FIGURE_DIR = "_images"
+SCREENSHOT_PAGES = ("index.html", "book/executed/*.html")
+MAX_SCREENSHOT_HEIGHT = 16000
+NON_NAVIGATING_SCHEMES = ("mailto", "javascript", "data", "tel", "blob")
+
+# Runs in the page: scroll every image into view, wait for it (lazy ones included), report what the browser got.
+_IMAGES_JS = """
+const done = arguments[arguments.length - 1];
+(async () => {
+  const out = [];
+  for (const [i, img] of Array.from(document.images).entries()) {
+    img.scrollIntoView({block: "center"});
+    if (!img.complete) {
+      await new Promise(r => { img.addEventListener("load", r); img.addEventListener("error", r); setTimeout(r, 5000); });
+    }
+    out.push({index: i, src: img.getAttribute("src") || "", url: img.currentSrc || img.src || "",
+              alt: img.getAttribute("alt") || "", complete: img.complete, width: img.naturalWidth});
+  }
+  window.scrollTo(0, 0);
+  done(out);
+})();
+"""
+
+# Runs in the page: its anchors (raw and resolved href), element ids, local assets and its meta-refresh target.
+_PAGE_JS = """
+const ids = Array.from(document.querySelectorAll("[id]"), e => e.id)
+  .concat(Array.from(document.querySelectorAll("a[name]"), e => e.getAttribute("name")));
+const links = Array.from(document.querySelectorAll("a[href]"),
+  a => ({href: a.getAttribute("href"), url: a.href, text: (a.textContent || "").trim().slice(0, 60)}));
+const assets = Array.from(document.querySelectorAll("link[rel~=stylesheet][href], script[src]"),
+  e => ({href: e.getAttribute("href") || e.getAttribute("src"), url: e.href || e.src}));
+return {ids: ids, links: links, assets: assets, title: document.title, url: location.href};
+"""
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One problem: the page it is on, the element (or URL) concerned, and what is wrong."""
+
+    page: str
+    element: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.page}: {self.element}: {self.reason}"
+
+
+@dataclass
+class SiteReport:
+    """What the check saw; ``ok`` when nothing failed."""
+
+    pages: list[str] = field(default_factory=list)
+    figures: set[str] = field(default_factory=set)
+    internal_links: int = 0
+    external_links: int = 0
+    search_results: int = 0
+    screenshots: list[Path] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when the check found nothing wrong."""
+        return not self.failures
+
+    @property
+    def search_ok(self) -> bool:
+        """True when the search page showed at least one result and raised nothing."""
+        return self.search_results > 0 and not any(f.page.startswith("search.html") for f in self.failures)
+
+    def summary(self) -> str:
+        """``site-check: N pages, M figures, L internal links, search ok`` (plus the failure count, if any)."""
+        line = (
+            f"site-check: {len(self.pages)} pages, {len(self.figures)} figures, {self.internal_links} internal links, "
+            f"search {'ok' if self.search_ok else 'FAILED'}"
+        )
+        return line if self.ok else f"{line}, {len(self.failures)} failure(s)"
+
+
+class SiteCheckError(RuntimeError):
+    """The check could not run at all (no Chromium, no chromedriver, no built book)."""
+
+
+def list_pages(root: Path) -> list[str]:
+    """Every ``*.html`` under ``root`` except ``_static/`` and ``_sources/``, as sorted POSIX paths relative to it."""
+    pages = []
+    for path in root.rglob("*.html"):
+        rel = path.relative_to(root)
+        if rel.parts[0] not in SKIPPED_DIRS:
+            pages.append(rel.as_posix())
+    return sorted(pages)
+
+
+def is_blank_image(data: bytes | Path) -> bool:
+    """True when every pixel has the same colour (or every pixel is fully transparent).
+
+    Raises ``PIL.UnidentifiedImageError`` for a format Pillow cannot read (an SVG, for one).
+    """
+    with Image.open(io.BytesIO(data) if isinstance(data, bytes) else data) as img:
+        rgba = img.convert("RGBA")
+    if rgba.getchannel("A").getbbox() is None:  # no pixel with any opacity
+        return True
+    return rgba.getcolors(maxcolors=1) is not None  # None as soon as there are two colours
+
+
+def _quiet_handler(directory: Path) -> type[http.server.SimpleHTTPRequestHandler]:
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, directory=str(directory), **kwargs)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Say nothing per request."""
+
+    return Handler
+
+
+@contextmanager
+def serve(root: Path) -> Iterator[str]:
+    """Serve ``root`` on a free local port for the duration; yields the base URL (ending in ``/``)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _quiet_handler(root))
+    thread = threading.Thread(target=server.serve_forever, name="site-check-http", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@contextmanager
+def chromium(
+    chromium_path: Path = CHROMIUM, chromedriver_path: Path = CHROMEDRIVER, offline: bool = True
+) -> Iterator[WebDriver]:
+    """A headless Chromium driven by Selenium through the system chromedriver, with a fresh profile; nothing is
+    downloaded (``SE_OFFLINE=true``, explicit driver and browser paths)."""
+    for path in (chromium_path, chromedriver_path):
+        if not path.exists():
+            raise SiteCheckError(f"{path} not found: run .ci/site-check-setup.sh (apt-get chromium chromium-driver)")
+    os.environ.setdefault("SE_OFFLINE", "true")
+    profile = tempfile.mkdtemp(prefix="site-check-profile-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(chromium_path)
+    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={profile}", *((OFFLINE_FLAG,) if offline else ())):
+        options.add_argument(flag)
+    driver = None
+    try:
+        driver = webdriver.Chrome(service=Service(executable_path=str(chromedriver_path)), options=options)
+        driver.set_page_load_timeout(60)
+        driver.set_script_timeout(120)
+        yield driver
+    finally:
+        if driver is not None:
+            driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def _local_path(url: str, base: str) -> str | None:
+    """The site-relative file a URL on the local server points to (``dir/`` means ``dir/index.html``), else None."""
+    if not url.startswith(base):
+        return None
+    path = unquote(urlsplit(url).path).lstrip("/")
+    return path + "index.html" if path == "" or path.endswith("/") else path
+
+
+def _meta_refresh_target(html: str) -> str | None:
+    pattern = r"""<meta[^>]+http-equiv=["']?refresh["']?[^>]*content=["'][^"']*url=([^"'>]+)"""
+    match = re.search(pattern, html, re.IGNORECASE)
+    return match.group(1).strip() if match else None
+
+
+def _wait_ready(driver: WebDriver, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if driver.execute_script("return document.readyState") == "complete":
+            return
+        time.sleep(0.05)
+
+
+def _screenshot(driver: WebDriver, target: Path) -> bytes:
+    """A full-page PNG of the current page (height capped at MAX_SCREENSHOT_HEIGHT), written to ``target``."""
+    metrics = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})
+    size = metrics.get("cssContentSize") or metrics["contentSize"]
+    clip = {"x": 0, "y": 0, "width": max(1, int(size["width"])), "scale": 1,
+            "height": max(1, min(int(size["height"]), MAX_SCREENSHOT_HEIGHT))}  # fmt: skip
+    params = {"format": "png", "captureBeyondViewport": True, "clip": clip}
+    shot = driver.execute_cdp_cmd("Page.captureScreenshot", params)
+    data = base64.b64decode(shot["data"])
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(data)
+    return data
+
+
+@dataclass
+class _Link:
+    page: str
+    href: str
+    text: str
+    target: str
+    fragment: str
+
+
+class SiteChecker:
+    """Runs the check over one built HTML folder; ``run()`` returns a ``SiteReport``."""
+
+    def __init__(
+        self,
+        root: Path,
+        screenshots: Path | None = None,
+        query: str = "speculative",
+        chromium_path: Path = CHROMIUM,
+        chromedriver_path: Path = CHROMEDRIVER,
+        offline: bool = True,
+    ) -> None:
+        self.root = root.resolve()
+        self.screenshots = screenshots
+        self.query = query
+        self.chromium_path = chromium_path
+        self.chromedriver_path = chromedriver_path
+        self.offline = offline
+        self.report = SiteReport()
+        self._ids: dict[str, set[str]] = {}
+        self._links: list[_Link] = []
+        self._base = ""
+
+    def fail(self, page: str, element: str, reason: str) -> None:
+        """Record one failure."""
+        self.report.failures.append(Failure(page, element, reason))
+
+    def run(self) -> SiteReport:
+        """Open every page, then check links, figures, search and screenshots."""
+        if not (self.root / "index.html").is_file():
+            raise SiteCheckError(f"{self.root / 'index.html'} not found: build the book first (make book)")
+        pages = list_pages(self.root)
+        self.report.pages = [p for p in pages if p not in NOT_COUNTED]
+        screenshot_pages = {p for p in pages for pattern in SCREENSHOT_PAGES if Path(p).match(pattern)}
+        if self.screenshots is not None:
+            self.screenshots.mkdir(parents=True, exist_ok=True)
+            for old in self.screenshots.glob("*.png"):
+                old.unlink()
+        with serve(self.root) as base, chromium(self.chromium_path, self.chromedriver_path, self.offline) as driver:
+            self._base = base
+            for page in pages:
+                self._check_page(driver, base, page, screenshot=page in screenshot_pages)
+            self._check_search(driver, base)
+        self._check_links()
+        return self.report
+
+    def _check_page(self, driver: WebDriver, base: str, page: str, screenshot: bool) -> None:
+        source = (self.root / page).read_text(encoding="utf-8", errors="replace")
+        refresh = _meta_refresh_target(source)
+        try:
+            driver.get(base + page)
+        except WebDriverException as exc:  # TimeoutException included
+            first_line = (exc.msg or "").splitlines()[0] if exc.msg else ""
+            self.fail(page, "page", f"did not load: {type(exc).__name__}: {first_line}")
+            return
+        if refresh is not None:  # a redirect page (index.html): check its target, then follow it as a reader would
+            self._add_link(page, refresh, base + str(Path(page).parent / refresh).removeprefix("./"), "meta refresh")
+            deadline = time.monotonic() + 10
+            while driver.current_url.rstrip("/") == (base + page).rstrip("/") and time.monotonic() < deadline:
+                time.sleep(0.05)
+        _wait_ready(driver)
+        info = driver.execute_script(_PAGE_JS)
+        here = _local_path(info["url"], base) or page
+        if refresh is None or here == page:
+            self._ids[page] = set(info["ids"])
+        else:
+            self._ids.setdefault(here, set(info["ids"]))
+        if not info["title"].strip():
+            self.fail(page, "<title>", "page has no title")
+        if refresh is None:
+            for link in info["links"]:
+                self._add_link(page, link["href"], link["url"], link["text"])
+            for asset in info["assets"]:
+                target = _local_path(asset["url"], base)
+                if asset["url"].startswith("file:"):
+                    self.fail(page, f"asset {asset['href']!r}", "file:// URL will not work once published")
+                elif target is not None and not (self.root / target).is_file():
+                    self.fail(page, f"asset {asset['href']!r}", f"{target} does not exist")
+            self._check_images(driver, base, page)
+        if screenshot and self.screenshots is not None:
+            name = re.sub(r"[^A-Za-z0-9_.-]+", "_", page.removesuffix(".html")) + ".png"
+            data = _screenshot(driver, self.screenshots / name)
+            self.report.screenshots.append(self.screenshots / name)
+            if is_blank_image(data):
+                self.fail(page, f"screenshot {name}", "the rendered page is a single colour")
+
+    def _add_link(self, page: str, href: str, url: str, text: str) -> None:
+        scheme = urlsplit(url).scheme.lower()
+        if scheme == "file" or href.lower().startswith("file:"):
+            self.fail(page, f"<a href={href!r}> ({text!r})", "file:// link will not work once published")
+            return
+        if scheme in NON_NAVIGATING_SCHEMES:
+            return
+        target = _local_path(url.split("#", 1)[0], self._base)
+        if target is None:
+            self.report.external_links += 1
+            return
+        self.report.internal_links += 1
+        fragment = unquote(url.split("#", 1)[1]) if "#" in url else ""
+        self._links.append(_Link(page, href, text, target, fragment))
+
+    def _check_links(self) -> None:
+        for link in self._links:
+            element = f"<a href={link.href!r}> ({link.text!r})"
+            ids = self._ids.get(link.target)  # None: a file not opened as a page (a download, a notebook source)
+            if not (self.root / link.target).is_file():
+                self.fail(link.page, element, f"{link.target} does not exist")
+            elif ids is not None and link.fragment not in ("", "top") and link.fragment not in ids:
+                self.fail(link.page, element, f"no element id={link.fragment!r} on {link.target}")
+
+    def _check_images(self, driver: WebDriver, base: str, page: str) -> None:
+        for img in driver.execute_async_script(_IMAGES_JS):
+            element = f"<img #{img['index']} src={img['src']!r}>"
+            if not img["complete"] or img["width"] <= 0:
+                self.fail(page, element, "does not load in the browser (complete=false or naturalWidth=0)")
+                continue
+            target = _local_path(img["url"], base)
+            if target is None or not target.startswith(FIGURE_DIR + "/"):
+                continue
+            self.report.figures.add(target)
+            try:
+                blank = is_blank_image(self.root / target)
+            except UnidentifiedImageError:  # not a raster format Pillow reads (an SVG): judge what the browser drew
+                elements = driver.find_elements(By.TAG_NAME, "img")
+                blank = is_blank_image(elements[img["index"]].screenshot_as_png)
+            if blank:
+                self.fail(page, element, f"figure {target} is blank: every pixel is one colour")
+
+    def _check_search(self, driver: WebDriver, base: str) -> None:
+        page = f"search.html?q={self.query}"
+        for needed in ("search.html", "searchindex.js"):
+            if not (self.root / needed).is_file():  # the page would wait for its index for ever
+                self.fail(page, needed, f"{needed} does not exist: the search cannot work")
+                return
+        driver.get(base + page)
+        count_js = "return document.querySelectorAll('#search-results ul.search li').length"
+        status_js = "const s = document.querySelector('#search-results p.search-summary'); return s?.textContent ?? ''"
+        try:
+            WebDriverWait(driver, 20, poll_frequency=0.1).until(
+                lambda d: bool((d.execute_script(status_js) or "").strip())  # set once the search has finished
+            )
+        except TimeoutException:  # judged below by what the page shows
+            pass
+        self.report.search_results = int(driver.execute_script(count_js))
+        if self.report.search_results == 0:
+            status = (driver.execute_script(status_js) or "no search summary shown").strip()
+            self.fail(page, "#search-results", f"no result for {self.query!r} ({status})")
+            return
+        results_js = """return Array.from(document.querySelectorAll('#search-results ul.search li a[href]'),
+          a => ({href: a.getAttribute('href'), url: a.href, text: a.textContent.trim().slice(0, 60)}));"""
+        for anchor in driver.execute_script(results_js):  # the results' links are checked like any other
+            self._add_link(page, anchor["href"], anchor["url"], anchor["text"])
+
+
+def check_site(
+    root: Path,
+    screenshots: Path | None = None,
+    query: str = "speculative",
+    chromium_path: Path = CHROMIUM,
+    chromedriver_path: Path = CHROMEDRIVER,
+    offline: bool = True,
+) -> SiteReport:
+    """Check the built book in ``root`` (``_build/html``); see the module docstring for what is checked."""
+    return SiteChecker(root, screenshots, query, chromium_path, chromedriver_path, offline).run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: ``python -m vllm_playbooks.sitecheck _build/html --screenshots _build/site-check``."""
+    parser = argparse.ArgumentParser(prog="python -m vllm_playbooks.sitecheck", description=__doc__.split("\n")[0])
+    parser.add_argument("html", type=Path, help="the built book, e.g. _build/html")
+    parser.add_argument("--screenshots", type=Path, default=None, help="folder for the PNG screenshots")
+    parser.add_argument("--query", default="speculative", help="what to search for (default: speculative)")
+    parser.add_argument("--chromium", type=Path, default=CHROMIUM, help=f"browser binary (default {CHROMIUM})")
+    parser.add_argument("--chromedriver", type=Path, default=CHROMEDRIVER, help=f"driver (default {CHROMEDRIVER})")
+    parser.add_argument("--allow-network", action="store_true", help="let the browser resolve other hosts")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    try:
+        report = check_site(args.html, args.screenshots, args.query, args.chromium, args.chromedriver,
+                            offline=not args.allow_network)  # fmt: skip
+    except SiteCheckError as exc:
+        print(f"site-check: {exc}", file=sys.stderr)
+        return 2
+    for failure in report.failures:
+        print(f"site-check FAIL {failure}", file=sys.stderr)
+    if report.screenshots:
+        print(f"site-check: {len(report.screenshots)} screenshots in {args.screenshots}")
+    print(f"site-check: {report.external_links} external links not followed, {report.search_results} search results "
+          f"for {args.query!r}, {time.monotonic() - started:.1f} s")  # fmt: skip
+    print(report.summary())
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,636 @@
+"""Workshop exercises: the worked solution of each exercise notebook, and the checker its last cell calls.
+
+Every expected answer is computed here, from the recorded rows (``data/runs/<case>/``), the reference table
+(``data/reference/published.csv``) or the package's own formulas (``theory``, ``config.capacity``); no expected
+number is typed in. An exercise notebook computes ``solution = workshop.<exercise>_solution(...)`` in a collapsed
+cell and ends with ``print(workshop.check("<exercise id>", answer, solution))``. ``check`` solves the exercise again
+from the data, with the inputs the solution records, and returns one line: ``correct: …`` or ``not yet: …``.
+
+Answers are plain Python values, so papermill can pass them: a number, or a dict of numbers and words, e.g.
+``papermill notebooks/workshop_4_littles_law.ipynb out.ipynb -p answer 32`` or
+``papermill … -y 'answer: {tokens_per_step: 3.1, break_even_c: 0.4}'``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from vllm_playbooks import analysis, reported, theory
+from vllm_playbooks.config import capacity
+from vllm_playbooks.config.engine import EngineConfig
+from vllm_playbooks.errors import CapacityError, ConfigError, PlaybookError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: A float answer counts as right within this relative error, or within ``ABS_TOLERANCE`` (whichever is larger),
+#: so an answer worked out by hand from a rounded table passes.
+REL_TOLERANCE = 0.01
+ABS_TOLERANCE = 0.01
+#: The word a learner writes for "at no measured level" in exercise 1 (``None`` is accepted as well).
+NEVER = "never"
+
+#: How one part of an answer is graded: "float" (within the tolerance), "int" (exactly), "level" (a concurrency
+#: or ``NEVER``), "word" (one of a few words, case-insensitive).
+AnswerKind = str
+AnswerKinds = AnswerKind | dict[str, AnswerKind]
+
+
+@dataclass(frozen=True, eq=False)
+class Solution:
+    """The worked solution of one exercise, computed from the data.
+
+    ``inputs`` are the arguments it was computed with (``check`` solves again with them); ``value`` is the expected
+    answer in the form a learner writes it; ``kinds`` says how each part is graded; ``statement`` is the sentence
+    ``check`` prints after ``correct:``; ``explanation`` (Markdown) and ``table`` show the worked numbers.
+    """
+
+    exercise: str
+    inputs: dict[str, Any]
+    value: Any
+    kinds: AnswerKinds
+    statement: str
+    explanation: str
+    table: pd.DataFrame | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One workshop exercise: its id (what ``check`` takes), its notebook and the function that solves it."""
+
+    id: str
+    number: int
+    slug: str
+    title: str
+    solve: Callable[..., Solution]
+
+    @property
+    def notebook(self) -> str:
+        """The source notebook's file name, ``workshop_<number>_<slug>.ipynb``."""
+        return f"workshop_{self.number}_{self.slug}.ipynb"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Shared helpers
+# --------------------------------------------------------------------------------------------------------------
+
+
+def case_rows(case: str, gpu_name: str | None = None) -> pd.DataFrame:
+    """A case's recorded rows (replayed from the raw files), those of one GPU when ``gpu_name`` is given.
+
+    A live run adds rows from the learner's GPU next to ours, and rows of different GPUs must not be mixed: with
+    rows from more than one GPU, ``gpu_name`` is required.
+    """
+    from vllm_playbooks.runner import results_for
+
+    rows = results_for(case, "replay")
+    if rows.empty:
+        raise ConfigError(f"no recorded rows for case {case!r} in data/runs/{case}/: run it live first")
+    gpus = sorted(str(g) for g in rows["gpu_name"].unique())
+    if gpu_name is None:
+        if len(gpus) > 1:
+            raise ConfigError(f"case {case}: rows from several GPUs {gpus}; set gpu_name to the one to answer for")
+        return rows
+    picked = rows[rows["gpu_name"] == gpu_name]
+    if picked.empty:
+        raise ConfigError(f"case {case}: no rows measured on {gpu_name!r}; recorded GPUs: {gpus}")
+    return picked
+
+
+def published_value(published: pd.DataFrame, claim_id: str) -> float:
+    """The value of one claim in the reference table (exactly one row must match)."""
+    match = published.loc[published["claim_id"] == claim_id, "value"]
+    if len(match) != 1:
+        raise ConfigError(f"reference table: expected one row {claim_id!r}, found {len(match)}")
+    return float(match.iloc[0])
+
+
+def _one_label(labels: list[str], wanted: str | None, what: str) -> str:
+    if wanted is None:
+        if len(labels) != 1:
+            raise ConfigError(f"{len(labels)} {what} configs {labels}: pass engine_label to pick one")
+        return labels[0]
+    if wanted not in labels:
+        raise ConfigError(f"no {what} config {wanted!r}; measured: {labels}")
+    return wanted
+
+
+def _levels(values: Any) -> str:
+    return ", ".join(str(int(v)) for v in sorted(values))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# 1. Where does speculation stop paying?
+# --------------------------------------------------------------------------------------------------------------
+
+
+def stop_paying_solution(
+    case: str = "llama-8b-draft-model",
+    metrics: list[str] | tuple[str, ...] = ("output_tok_s", "tpot_p50_ms"),
+    gpu_name: str | None = None,
+    engine_label: str | None = None,
+) -> Solution:
+    """Per metric, the highest measured concurrency at which the speculative config beat the baseline (or never).
+
+    Each speculative row is paired with the baseline row at the same load and settings
+    (``analysis.versus_baseline``); throughputs win above the baseline, latencies (``*_ms``) below it.
+    """
+    metrics = list(metrics)
+    if not metrics:
+        raise ConfigError("metrics: name at least one column, e.g. ['output_tok_s']")
+    rows = case_rows(case, gpu_name)
+    unknown = [m for m in metrics if m not in rows.columns]
+    if unknown:
+        raise ConfigError(f"unknown metric column(s) {unknown}; e.g. output_tok_s, tpot_p50_ms, itl_p50_ms")
+    comparisons = {m: analysis.versus_baseline(rows, m) for m in metrics}
+    if any(c.empty for c in comparisons.values()):
+        raise ConfigError(f"case {case}: no speculative row has a baseline row at the same load")
+    label = _one_label(sorted(set(comparisons[metrics[0]]["engine_label"])), engine_label, "speculative")
+    baseline = ", ".join(sorted(str(e) for e in rows.loc[rows["spec_method"] == "none", "engine_label"].unique()))
+    gpus = ", ".join(sorted(str(g) for g in rows["gpu_name"].unique()))
+    import pandas as pd
+
+    value: dict[str, int | str] = {}
+    parts, tables = [], []
+    for metric in metrics:
+        group = comparisons[metric][comparisons[metric]["engine_label"] == label]
+        wins = analysis.winning_levels(group)
+        value[metric] = max(wins) if wins else NEVER
+        levels = _levels(group["concurrency"].dropna())
+        direction = "higher" if analysis.higher_is_better(metric) else "lower"
+        if not wins:
+            parts.append(f"{metric} ({direction} is better) never beat the baseline at concurrency {levels}")
+        else:
+            parts.append(
+                f"{metric} ({direction} is better) last beat the baseline at concurrency {max(wins)} "
+                f"(wins at {_levels(wins)} of {levels})"
+            )
+        tables.append(group.assign(beat_baseline=group["concurrency"].isin(wins))[
+            ["metric", "concurrency", "baseline", "speculative", "change_pct", "beat_baseline"]
+        ])  # fmt: skip
+    table = pd.concat(tables, ignore_index=True)
+    statement = f"{label} against {baseline} on {gpus}: " + "; ".join(parts)
+    changes = " ".join(
+        f"{metric}: "
+        + ", ".join(f"{chg:+.1f} % at {int(c)}" for c, chg in zip(group["concurrency"], group["change_pct"], strict=True))
+        + "."
+        for metric, group in ((m, comparisons[m][comparisons[m]["engine_label"] == label]) for m in metrics)
+    )
+    explanation = (
+        f"Pair every row of `{label}` with the `{baseline}` row at the same concurrency (same shapes, lengths and "
+        "GPU: `analysis.versus_baseline`), then ask at which levels speculation won: a higher throughput, or a "
+        f"lower latency. Change against the baseline: {changes} So: {statement}."
+    )
+    return Solution(
+        exercise="stop-paying",
+        inputs={"case": case, "metrics": metrics, "gpu_name": gpu_name, "engine_label": engine_label},
+        value=value,
+        kinds={m: "level" for m in metrics},
+        statement=statement,
+        explanation=explanation,
+        table=table,
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# 2. Chunks are not tokens
+# --------------------------------------------------------------------------------------------------------------
+
+
+def chunks_solution(
+    case: str = "llama-8b-draft-model",
+    concurrency: int = 16,
+    gpu_name: str | None = None,
+    engine_label: str | None = None,
+) -> Solution:
+    """The per-token latency of the speculative config at ``concurrency``: mean ITL / mean acceptance length.
+
+    ``vllm bench serve`` times ITL between streamed chunks; one speculative step streams, on average, the mean
+    acceptance length in tokens (from the server's ``/metrics``). Dividing the two estimates the time per token,
+    which the answer compares with the mean TPOT. Repeats at one level are averaged.
+    """
+    rows = case_rows(case, gpu_name)
+    spec = rows[(rows["spec_method"] != "none") & rows["mean_acceptance_length"].notna()]
+    if spec.empty:
+        raise ConfigError(f"case {case}: no speculative row with a measured mean acceptance length")
+    label = _one_label(sorted(str(e) for e in spec["engine_label"].unique()), engine_label, "speculative")
+    spec = spec[spec["engine_label"] == label]
+    columns = ["itl_mean_ms", "mean_acceptance_length", "tpot_mean_ms", "itl_p50_ms", "tpot_p50_ms"]
+    table = spec.groupby("concurrency", as_index=False)[columns].mean()
+    table["per_token_ms"] = table["itl_mean_ms"] / table["mean_acceptance_length"]
+    table["per_token_over_tpot"] = table["per_token_ms"] / table["tpot_mean_ms"]
+    table["itl_over_tpot"] = table["itl_mean_ms"] / table["tpot_mean_ms"]
+    table["p50_per_token_ms"] = table["itl_p50_ms"] / table["mean_acceptance_length"]
+    table = table[["concurrency", "itl_mean_ms", "mean_acceptance_length", "per_token_ms", "tpot_mean_ms",
+                   "per_token_over_tpot", "itl_over_tpot", "itl_p50_ms", "p50_per_token_ms", "tpot_p50_ms"]]  # fmt: skip
+    at = table[table["concurrency"] == concurrency]
+    if at.empty:
+        raise ConfigError(f"{label}: no row at concurrency {concurrency}; measured: {_levels(table['concurrency'])}")
+    row = at.iloc[0]
+    statement = (
+        f"{label} at concurrency {concurrency}: mean ITL {row.itl_mean_ms:.2f} ms / {row.mean_acceptance_length:.2f} "
+        f"tokens per chunk = {row.per_token_ms:.2f} ms per token, against a mean TPOT of {row.tpot_mean_ms:.2f} ms "
+        f"(ratio {row.per_token_over_tpot:.2f}); the chunk ITL alone is {row.itl_over_tpot:.2f}× the TPOT"
+    )
+    low, high = f"{table['per_token_over_tpot'].min():.2f}", f"{table['per_token_over_tpot'].max():.2f}"
+    spread = f"{low}×" if low == high else f"{low}× to {high}×"
+    explanation = (
+        "A speculative step streams every token it accepted in one chunk, so `bench serve`'s ITL (the gap between "
+        "chunks) is the time per *step*. Dividing the mean ITL by the mean acceptance length (tokens per step, from "
+        f"the server's counters) gives the time per token. At every measured level the estimate is {spread} the "
+        "mean TPOT. Medians do not divide that way: the median chunk gap over the mean chunk size is not the median "
+        f"time per token (compare `p50_per_token_ms` with `tpot_p50_ms`). So: {statement}."
+    )
+    return Solution(
+        exercise="chunks-not-tokens",
+        inputs={"case": case, "concurrency": concurrency, "gpu_name": gpu_name, "engine_label": engine_label},
+        value=float(row.per_token_ms),
+        kinds="float",
+        statement=statement,
+        explanation=explanation,
+        table=table,
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# 3. From V0 acceptance to tokens per step
+# --------------------------------------------------------------------------------------------------------------
+
+
+def break_even_draft_cost(tokens_per_step: float, k: int) -> float:
+    """The draft cost ratio c at which S = τ / (k·c + 1) equals 1: c = (τ − 1) / k."""
+    if k < 1:
+        raise ConfigError(f"k must be >= 1 for a break-even draft cost, got {k}")
+    return (tokens_per_step - 1.0) / k
+
+
+def tokens_per_step_solution(case: str = "discussion-13834", alpha: float | None = None, k: int | None = None) -> Solution:
+    """τ(α, k) for the report's acceptance read as an i.i.d. α, and the break-even draft cost ratio c = (τ − 1)/k.
+
+    ``alpha`` and ``k`` default to the reported values in the reference table (``acceptance-rate-author-quoted``
+    and ``num-speculative-tokens``).
+    """
+    from vllm_playbooks.results.store import load_reference
+
+    published = load_reference(case)
+    a = published_value(published, "acceptance-rate-author-quoted") if alpha is None else float(alpha)
+    n = int(published_value(published, "num-speculative-tokens")) if k is None else int(k)
+    tau = theory.expected_tokens_per_step(a, n)
+    cost = break_even_draft_cost(tau, n)
+    import pandas as pd
+
+    table = pd.DataFrame(
+        [
+            {"k": j, "tokens_per_step": theory.expected_tokens_per_step(a, j),
+             "break_even_c": break_even_draft_cost(theory.expected_tokens_per_step(a, j), j)}
+            for j in range(1, n + 1)
+        ]
+    )  # fmt: skip
+    statement = (
+        f"α = {a:g}, k = {n}: τ = (1 − {a:g}^{n + 1}) / (1 − {a:g}) = {tau:.2f} tokens per verify step; "
+        f"S = τ / (k·c + 1) = 1 at c = (τ − 1) / k = {cost:.2f}"
+    )
+    measured = _measured_acceptance(case, a, n)
+    explanation = (
+        "Read the reported rate as the chance that each drafted position matches, independently of the others (the "
+        "i.i.d. assumption; V0 counted every matching position, including those after a rejection, so under that "
+        f"assumption its rate is α itself). Then τ(α, k) = (1 − α^(k+1)) / (1 − α). A step with a draft costs "
+        "1 + k·c target steps and emits τ tokens, so speculation breaks even where τ = 1 + k·c. "
+        f"The table gives τ and the break-even c for every k up to {n}: the longer the draft, the cheaper each "
+        f"draft pass must be. {measured}So: {statement}."
+    )
+    return Solution(
+        exercise="tokens-per-step",
+        inputs={"case": case, "alpha": alpha, "k": k},
+        value={"tokens_per_step": tau, "break_even_c": cost},
+        kinds={"tokens_per_step": "float", "break_even_c": "float"},
+        statement=statement,
+        explanation=explanation,
+        table=table,
+    )
+
+
+def _measured_acceptance(case: str, alpha: float, k: int) -> str:
+    """A sentence on the recorded mean acceptance length at this imposed α and k, or '' when none is recorded."""
+    from vllm_playbooks.runner import results_for
+
+    rows = results_for(case, "replay")
+    if rows.empty:
+        return ""
+    same = rows[
+        rows["imposed_alpha"].notna()
+        & (rows["imposed_alpha"].astype(float).sub(alpha).abs() < 1e-9)
+        & (rows["num_speculative_tokens"] == k)
+        & rows["mean_acceptance_length"].notna()
+    ]
+    if same.empty:
+        return ""
+    check = analysis.acceptance_check(same)
+    first = check.iloc[0]
+    gpus = ", ".join(sorted(str(g) for g in same["gpu_name"].unique()))
+    return (
+        f"With this α imposed at k = {k}, the recorded {first.engine_label} server on {gpus} measured a mean "
+        f"acceptance length of {first.mean_acceptance_length:.2f} at concurrency {int(first.concurrency)} "
+        f"(τ from its imposed rates: {first.expected_acceptance_length:.2f}). "
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# 4. Little's law on the #13834 report
+# --------------------------------------------------------------------------------------------------------------
+
+
+def littles_law_solution(case: str = "discussion-13834") -> Solution:
+    """Streams decoding at once with speculation off, from the reported numbers: output tok/s × ITL in seconds.
+
+    The worked table applies the same law to our own spec-off rows of the case, where the concurrency is known:
+    request rate × mean end-to-end latency recovers it, while output tok/s × mean TPOT counts only the streams
+    past their first token.
+    """
+    from vllm_playbooks.results.store import load_reference
+
+    published = load_reference(case)
+    streams = float(reported.implied_13834(published)["streams_in_flight_spec_off"])
+    out_off = published_value(published, "output-tok-s-spec-off")
+    itl_off = published_value(published, "itl-ms-spec-off")
+    statement = (
+        f"{out_off:g} output tok/s × {itl_off / 1000:g} s per token = {streams:.2f} streams decoding at once "
+        "with speculation off"
+    )
+    table = _measured_littles_law(case)
+    explanation = (
+        "Little's law: items in a system = arrival rate × time each spends there. For output tokens, a stream that "
+        "is decoding emits one token per inter-token interval, so output tok/s × seconds per token = streams "
+        "decoding at once. Requests still waiting for their first token emit nothing and are not counted: the "
+        "server held at least that many. The table checks the law on our spec-off rows, where the concurrency was "
+        "set: request rate × mean end-to-end latency gives it back, and output tok/s × mean TPOT gives the part "
+        f"that was decoding. So: {statement}."
+    )
+    return Solution(
+        exercise="littles-law",
+        inputs={"case": case},
+        value=streams,
+        kinds="float",
+        statement=statement,
+        explanation=explanation,
+        table=table,
+    )
+
+
+def _measured_littles_law(case: str) -> pd.DataFrame | None:
+    from vllm_playbooks.runner import results_for
+
+    rows = results_for(case, "replay")
+    off = rows[rows["spec_method"] == "none"]
+    if off.empty:
+        return None
+    table = off[["gpu_name", "concurrency", "request_throughput_rps", "e2el_mean_ms", "output_tok_s", "tpot_mean_ms"]]
+    return table.assign(
+        requests_in_flight=off["request_throughput_rps"] * off["e2el_mean_ms"] / 1000.0,
+        streams_decoding=off["output_tok_s"] * off["tpot_mean_ms"] / 1000.0,
+    ).sort_values(["gpu_name", "concurrency"]).reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# 5. Size max_num_seqs
+# --------------------------------------------------------------------------------------------------------------
+
+
+def max_num_seqs_solution(
+    model: str = "llama-3.3-70b-awq",
+    kv_cache_dtype: str = "fp8",
+    max_model_len: int = 8192,
+    gpu_memory_gib: float = 80.0,
+    gpu_name: str = "A100 80GB",
+    gpu_memory_utilization: float = 0.9,
+    draft_model: str | None = None,
+    num_speculative_tokens: int = 0,
+) -> Solution:
+    """The largest max_num_seqs whose sequences all fit at max_model_len, and the limit that binds at vLLM's default.
+
+    The KV cache holds ``kv_tokens`` (``capacity.kv_budget``); ``kv_tokens // max_model_len`` full-length sequences
+    fit. Setting max_num_seqs leaves the budget unchanged (the token budget stays at its default), which the
+    solution confirms: at that value the cap binds, one more and memory binds.
+    """
+    def engine(max_num_seqs: int | None) -> EngineConfig:
+        speculative = (
+            {"method": "draft_model", "model": draft_model, "num_speculative_tokens": num_speculative_tokens}
+            if draft_model else None
+        )  # fmt: skip
+        return EngineConfig(
+            label="workshop", model=model, kv_cache_dtype=kv_cache_dtype, max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs, gpu_memory_utilization=gpu_memory_utilization, speculative=speculative,
+        )  # fmt: skip
+
+    default = capacity.kv_budget(engine(None), gpu_memory_gib, gpu_name)
+    tokens, _ = capacity.resolve_batching(max_model_len, gpu_memory_gib, gpu_name)
+    fits = min(max(default.kv_tokens, 0) // max_model_len, tokens)
+    if fits < 1:
+        raise CapacityError(
+            f"not even one sequence of {max_model_len} tokens fits ({default.kv_tokens} KV tokens): "
+            "lower max_model_len, use an fp8 KV cache, or a GPU with more memory"
+        )
+    at = capacity.kv_budget(engine(fits), gpu_memory_gib, gpu_name)
+    above = capacity.kv_budget(engine(fits + 1), gpu_memory_gib, gpu_name) if fits < tokens else None
+    if at.kv_tokens != default.kv_tokens or at.binding != "max_num_seqs" or (above and above.binding != "memory"):
+        raise PlaybookError(f"max_num_seqs={fits} moved the KV budget or its binding limit: the sizing rule broke")
+    statement = (
+        f"the KV cache holds {default.kv_tokens:,} tokens = {default.max_concurrency:.2f} sequences of "
+        f"{max_model_len} tokens, so max_num_seqs={fits} is the largest whose sequences all fit; at vLLM's default "
+        f"max_num_seqs={default.max_num_seqs}, {_binding_words(default.binding)} binds"
+    )
+    explanation = (
+        f"{capacity.describe_budget(default)} Full-length sequences that fit: ⌊{default.kv_tokens} / {max_model_len}⌋ "
+        f"= {fits}. So: {statement}."
+    )
+    return Solution(
+        exercise="size-max-num-seqs",
+        inputs={
+            "model": model, "kv_cache_dtype": kv_cache_dtype, "max_model_len": max_model_len,
+            "gpu_memory_gib": gpu_memory_gib, "gpu_name": gpu_name, "gpu_memory_utilization": gpu_memory_utilization,
+            "draft_model": draft_model, "num_speculative_tokens": num_speculative_tokens,
+        },  # fmt: skip
+        value={"max_num_seqs": fits, "binding": default.binding},
+        kinds={"max_num_seqs": "int", "binding": "word"},
+        statement=statement,
+        explanation=explanation,
+        table=capacity.budget_table(default),
+    )
+
+
+def _binding_words(binding: str) -> str:
+    return "memory (the KV cache)" if binding == "memory" else "the max_num_seqs cap"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# 6. CUDA-graph sizes with k
+# --------------------------------------------------------------------------------------------------------------
+
+
+def cuda_graphs_solution(
+    num_speculative_tokens: int = 3,
+    max_num_seqs: int = 256,
+    max_num_batched_tokens: int | None = None,
+    max_model_len: int = 4096,
+    gpu_memory_gib: float = 139.8,
+    gpu_name: str = "NVIDIA H200",
+) -> Solution:
+    """The largest decode batch (in sequences) that still replays a CUDA graph, with k speculative tokens.
+
+    A decoding sequence schedules 1 + k tokens; capture sizes count tokens (``capacity.cudagraph_capture_sizes``),
+    so the largest graphed decode batch is ⌊largest size / (1 + k)⌋ sequences.
+    """
+    k = int(num_speculative_tokens)
+    tokens, seqs = capacity.resolve_batching(
+        max_model_len, gpu_memory_gib, gpu_name, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens
+    )
+    sizes = capacity.cudagraph_capture_sizes(seqs, k, tokens)
+    step = 1 + k
+    largest = sizes[-1]
+    graphed = largest // step
+    import pandas as pd
+
+    table = pd.DataFrame({"capture_size_tokens": sizes, "decode_sequences": [s // step for s in sizes]})
+    cap = min(seqs * step * 2, 512, tokens)
+    if graphed < seqs:
+        tail = f"decode batches of {graphed + 1} to {seqs} sequences run without a full CUDA graph"
+    else:
+        tail = f"every decode batch up to max_num_seqs={seqs} is graphed"
+    statement = (
+        f"k = {k}: each decoding sequence takes {step} tokens and the largest capture size is {largest} tokens, "
+        f"so decode batches up to {graphed} sequences replay a CUDA graph; {tail}"
+    )
+    explanation = (
+        f"vLLM 0.26 captures graphs up to min(max_num_seqs × (1 + k) × 2, 512, max_num_batched_tokens) = "
+        f"min({seqs} × {step} × 2, 512, {tokens}) = {cap} tokens, with sizes rounded to multiples of 1 + k for "
+        f"full decode graphs ({len(sizes)} sizes). The 512-token cap does not grow with k, so the longer the draft, "
+        f"the fewer sequences a graphed decode step can hold. So: {statement}."
+    )
+    return Solution(
+        exercise="cuda-graph-sizes",
+        inputs={
+            "num_speculative_tokens": k, "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
+            "max_model_len": max_model_len, "gpu_memory_gib": gpu_memory_gib, "gpu_name": gpu_name,
+        },  # fmt: skip
+        value=graphed,
+        kinds="int",
+        statement=statement,
+        explanation=explanation,
+        table=table,
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The exercises and the checker
+# --------------------------------------------------------------------------------------------------------------
+
+EXERCISES: dict[str, Exercise] = {
+    e.id: e
+    for e in (
+        Exercise("stop-paying", 1, "stop_paying", "Where does speculation stop paying?", stop_paying_solution),
+        Exercise("chunks-not-tokens", 2, "chunks_not_tokens", "Chunks are not tokens", chunks_solution),
+        Exercise("tokens-per-step", 3, "tokens_per_step", "From V0 acceptance to tokens per step",
+                 tokens_per_step_solution),
+        Exercise("littles-law", 4, "littles_law", "Little's law on the #13834 report", littles_law_solution),
+        Exercise("size-max-num-seqs", 5, "max_num_seqs", "Size max_num_seqs for a 70B-AWQ server",
+                 max_num_seqs_solution),
+        Exercise("cuda-graph-sizes", 6, "cuda_graphs", "CUDA-graph sizes with k", cuda_graphs_solution),
+    )
+}  # fmt: skip
+
+
+def get_exercise(exercise_id: str) -> Exercise:
+    """The exercise with this id; an unknown id is refused with the list of known ones."""
+    if exercise_id not in EXERCISES:
+        raise ConfigError(f"unknown exercise {exercise_id!r}; known: {', '.join(EXERCISES)}")
+    return EXERCISES[exercise_id]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _matches(kind: AnswerKind, expected: Any, got: Any) -> bool:
+    if kind == "float":
+        return _is_number(got) and abs(got - expected) <= max(ABS_TOLERANCE, REL_TOLERANCE * abs(expected))
+    if kind == "int":
+        return _is_number(got) and float(got).is_integer() and int(got) == expected
+    if kind == "level":
+        if got is None or (isinstance(got, str) and got.strip().lower() == NEVER):
+            return expected == NEVER
+        return expected != NEVER and _is_number(got) and float(got) == float(expected)
+    if kind == "word":
+        return isinstance(got, str) and got.strip().lower() == str(expected).lower()
+    raise ConfigError(f"unknown answer kind {kind!r}")
+
+
+def _show(kind: AnswerKind, value: Any) -> str:
+    if kind == "float" and _is_number(value):
+        return f"{value:.2f}"
+    if kind == "level" and value is None:
+        return NEVER
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _read_text(kinds: AnswerKinds, got: Any) -> Any:
+    """An answer passed as text (``papermill -p answer '{"a": 1}'`` passes a string) read as YAML, where the
+    expected answer is a dict or a number; words stay as they are."""
+    if not isinstance(got, str) or kinds in ("word", "level"):
+        return got
+    import yaml
+
+    try:
+        return yaml.safe_load(got)
+    except yaml.YAMLError:
+        return got
+
+
+def _grade(kinds: AnswerKinds, expected: Any, got: Any) -> str | None:
+    """None when ``got`` matches ``expected``; otherwise what was expected and what came."""
+    got = _read_text(kinds, got)
+    if isinstance(kinds, str):
+        if _matches(kinds, expected, got):
+            return None
+        return f"expected {_show(kinds, expected)}, got {_show(kinds, got)}"
+    if not isinstance(got, Mapping):
+        keys = ", ".join(kinds)
+        return f"expected a dict with keys {keys}, got {_show('', got)}"
+    missing = [k for k in kinds if k not in got]
+    extra = sorted(str(k) for k in got if k not in kinds)
+    if missing or extra:
+        return f"expected the keys {', '.join(kinds)}, got {', '.join(str(k) for k in got) or 'none'}"
+    wrong = [k for k in kinds if not _matches(kinds[k], expected[k], got[k])]
+    if not wrong:
+        return None
+    want = ", ".join(f"{k}={_show(kinds[k], expected[k])}" for k in wrong)
+    came = ", ".join(f"{k}={_show(kinds[k], got[k])}" for k in wrong)
+    return f"expected {want}, got {came}"
+
+
+def check(exercise_id: str, answer: Any, solution: Solution) -> str:
+    """One deterministic line: is ``answer`` (else the worked ``solution``) right for this exercise?
+
+    The expected answer is solved again from the data with ``solution.inputs``, so a solution cell that was edited
+    or a data change shows up here. Floats pass within 1 % (at least 0.01); counts and words must match exactly.
+    """
+    exercise = get_exercise(exercise_id)
+    if not isinstance(solution, Solution) or solution.exercise != exercise.id:
+        given = solution.exercise if isinstance(solution, Solution) else type(solution).__name__
+        raise ConfigError(f"check({exercise.id!r}, …) needs the solution of exercise {exercise.id!r}, got {given!r}")
+    expected = exercise.solve(**solution.inputs)
+    stale = _grade(expected.kinds, expected.value, solution.value)
+    if stale is not None:
+        return f"not yet: the worked solution disagrees with the data ({stale})"
+    if answer is None:
+        return f"correct: {expected.statement} (worked solution; set answer to check your own)"
+    problem = _grade(expected.kinds, expected.value, answer)
+    return f"correct: {expected.statement}" if problem is None else f"not yet: {problem}"
