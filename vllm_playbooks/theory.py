@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from vllm_playbooks.config.capacity import dtype_bytes, kv_bytes_per_token, parameter_count, weight_bytes
+from vllm_playbooks.hardware import Gpu, get_gpu
+from vllm_playbooks.shapes import ModelShape, resolve_model
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def expected_tokens_per_step(alpha: float, k: int) -> float:
@@ -23,3 +36,315 @@ def expected_tokens_per_step(alpha: float, k: int) -> float:
 def tokens_per_step_from_rates(rates: list[float]) -> float:
     """Mean acceptance length for unconditional per-position rates p_i: 1 + Σ p_i (any chain, not only i.i.d.)."""
     return 1.0 + float(sum(rates))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Leviathan et al. 2023: wall-time speedup, break-even acceptance, acceptance length → α
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def speedup(alpha: float, k: int, c: float) -> float:
+    """S = (1 − α^(k+1)) / ((1 − α)(k·c + 1)) = τ(α, k) / (k·c + 1).
+
+    ``c`` is the cost of one draft forward over one target forward. The model assumes the target's verify step costs
+    the same as one decode step whatever k is (true only well below the roofline's ridge; see ``step_time_s``).
+    """
+    if c < 0:
+        raise ValueError(f"c must be >= 0, got {c}")
+    return expected_tokens_per_step(alpha, k) / (k * c + 1.0)
+
+
+def break_even_alpha(k: int, c: float, tol: float = 1e-12) -> float | None:
+    """Smallest α in [0, 1] with S(α, k, c) ≥ 1, by bisection (S grows with α); None when even α = 1 falls short.
+
+    k = 0 is never a speedup over itself (S = 1 for every α), and returns 0.0.
+    """
+    if k == 0:
+        return 0.0
+    if speedup(1.0, k, c) < 1.0:
+        return None
+    if speedup(0.0, k, c) >= 1.0:
+        return 0.0
+    low, high = 0.0, 1.0
+    while high - low > tol:
+        mid = (low + high) / 2
+        if speedup(mid, k, c) >= 1.0:
+            high = mid
+        else:
+            low = mid
+    return high
+
+
+def alpha_from_acceptance_length(length: float, k: int, tol: float = 1e-12) -> float:
+    """The i.i.d. α whose τ(α, k) equals a measured mean acceptance length ``length`` (in [1, k + 1]), by bisection."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1 to invert tau, got {k}")
+    if not 1.0 <= length <= k + 1:
+        raise ValueError(f"acceptance length must lie in [1, {k + 1}] for k={k}, got {length}")
+    low, high = 0.0, 1.0
+    while high - low > tol:
+        mid = (low + high) / 2
+        if expected_tokens_per_step(mid, k) < length:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Batch roofline for one decode / verify step
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def step_time_s(
+    bytes_moved: float, flops: float, bandwidth_bytes_s: float, flops_per_s: float, overhead_s: float = 0.0
+) -> float:
+    """Roofline time of one forward pass: max(bytes / bandwidth, flops / peak) + overhead.
+
+    Memory-bound while flops / bytes is below the ridge point ``flops_per_s / bandwidth_bytes_s``, compute-bound above.
+    """
+    if min(bytes_moved, flops, overhead_s) < 0 or min(bandwidth_bytes_s, flops_per_s) <= 0:
+        raise ValueError("bytes, flops and overhead must be >= 0; bandwidth and peak must be > 0")
+    return max(bytes_moved / bandwidth_bytes_s, flops / flops_per_s) + overhead_s
+
+
+def decode_step_bytes(shape: ModelShape, batch: int, context_len: float, kv_cache_dtype: str = "auto") -> float:
+    """Bytes one decode step reads: every weight once, plus each sequence's KV cache (``context_len`` tokens)."""
+    return float(weight_bytes(shape) + batch * context_len * kv_bytes_per_token(shape, kv_cache_dtype))
+
+
+def decode_step_flops(shape: ModelShape, batch: int, q: int = 1) -> float:
+    """Matmul FLOPs of one step: 2 × parameters × batch × q (q query tokens per sequence; k + 1 when verifying).
+
+    Attention-score FLOPs (∝ context) are left out: below ~10 % of the total at the contexts modelled here.
+    """
+    return 2.0 * parameter_count(shape) * batch * q
+
+
+def speculative_tpot_s(target_verify_s: float, draft_step_s: float, alpha: float, k: int) -> float:
+    """Time per output token with speculation: (T_target(B, k+1) + k · T_draft(B, 1)) / τ(α, k)."""
+    return (target_verify_s + k * draft_step_s) / expected_tokens_per_step(alpha, k)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Calibrated roofline: fit efficiencies on measured spec-off TPOT, predict any row
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EfficiencyFit:
+    """Fitted efficiencies of the batch roofline on one GPU.
+
+    One forward pass over ``batch`` sequences takes
+    ``max(dense_bytes / (bandwidth_efficiency·BW) + awq_bytes / (quantized_bandwidth_efficiency·BW),
+    flops / (compute_efficiency·BF16 peak)) + overhead_s``, where dense bytes are BF16 weights plus KV cache, AWQ bytes
+    the 4-bit linear weights (streamed by dequantizing kernels, much slower per byte) and flops include the prompt
+    tokens of requests that join mid-run (chunked prefill shares steps with decodes).
+    """
+
+    gpu: str
+    bandwidth_efficiency: float
+    quantized_bandwidth_efficiency: float
+    compute_efficiency: float
+    overhead_s: float
+    rows_used: int
+    rms_relative_error: float
+
+
+@dataclass(frozen=True)
+class _Forward:
+    dense_bytes: float
+    quant_bytes: float
+    flops: float
+
+
+def _get(row: Any, name: str, default: Any = None) -> Any:
+    if isinstance(row, Mapping):
+        return row.get(name, default)
+    return getattr(row, name, default)
+
+
+def _forward(shape: ModelShape, batch: int, q: int, context_len: float, kv_dtype: str, prefill_tokens: float) -> _Forward:
+    total = decode_step_bytes(shape, batch, context_len, kv_dtype)
+    quant = 0.0
+    if shape.quantization:
+        quant = float(weight_bytes(shape) - parameter_count(shape, "dense") * dtype_bytes("auto", shape))
+    flops = decode_step_flops(shape, batch, q) + 2.0 * parameter_count(shape) * prefill_tokens
+    return _Forward(dense_bytes=total - quant, quant_bytes=quant, flops=flops)
+
+
+def _row_terms(row: Any, alpha: float | None = None) -> tuple[_Forward, _Forward | None, int, float]:
+    """(target forward, draft forward or None, k, τ) for a measured or hypothetical row.
+
+    τ is the row's measured mean acceptance length when it has one, else τ(α, k) from ``alpha`` or ``imposed_alpha``.
+    Closed loop: ``concurrency`` sequences decode at once; each finished request is replaced, so on average
+    batch · τ / output_len requests join per step, each bringing ``input_len`` prompt tokens. The mean context is
+    input_len + output_len / 2.
+    """
+    batch = int(_get(row, "concurrency") or 0)
+    if batch < 1:
+        raise ValueError("the model needs a closed-loop row: concurrency >= 1")
+    k = int(_get(row, "num_speculative_tokens") or 0)
+    input_len, output_len = int(_get(row, "input_len")), int(_get(row, "output_len"))
+    kv_dtype = _get(row, "kv_cache_dtype") or "auto"
+    tau = 1.0
+    if k:
+        measured = _get(row, "mean_acceptance_length")
+        a = alpha if alpha is not None else _get(row, "imposed_alpha")
+        if alpha is None and measured:
+            tau = float(measured)
+        elif a is not None:
+            tau = expected_tokens_per_step(float(a), k)
+        else:
+            raise ValueError("a speculative row needs mean_acceptance_length, imposed_alpha or alpha")
+    context = input_len + output_len / 2
+    prefill = batch * tau * input_len / output_len
+    target = _forward(resolve_model(_get(row, "model_shape")), batch, k + 1, context, kv_dtype, prefill)
+    draft = None
+    if k:
+        draft = _forward(resolve_model(_get(row, "draft_model")), batch, 1, context, kv_dtype, 0.0)
+    return target, draft, k, tau
+
+
+def _time(f: _Forward, gpu: Gpu, eb: float, eq: float, ef: float, t0: float) -> float:
+    memory = f.dense_bytes / (eb * gpu.bandwidth_bytes_s) + f.quant_bytes / (eq * gpu.bandwidth_bytes_s)
+    return max(memory, f.flops / (ef * gpu.bf16_flops_s)) + t0
+
+
+def _tpot_ms(terms: tuple[_Forward, _Forward | None, int, float], gpu: Gpu, p: tuple[float, ...]) -> float:
+    target, draft, k, tau = terms
+    step = _time(target, gpu, *p)
+    if draft is not None:
+        step += k * _time(draft, gpu, *p)
+    return step / tau * 1000.0
+
+
+def _as_gpu(gpu: Gpu | str) -> Gpu:
+    return get_gpu(gpu) if isinstance(gpu, str) else gpu
+
+
+def fit_efficiency(rows: Iterable[Any], gpu: Gpu | str) -> EfficiencyFit:
+    """Least-squares fit (relative TPOT residuals) of the four roofline parameters on the rows without speculation.
+
+    Parameters: HBM efficiency for BF16 weights and KV, HBM efficiency for AWQ 4-bit weights (only identifiable when
+    an AWQ row is present; otherwise it stays at the BF16 value), BF16 compute efficiency (identified by the prefill
+    tokens that share steps at high concurrency) and a fixed overhead per forward pass. Efficiencies are bounded to
+    (0, 1]. Search: a coarse grid, then coordinate refinement with shrinking steps (numpy only, no scipy).
+    """
+    device = _as_gpu(gpu)
+    off = [r for r in rows if int(_get(r, "num_speculative_tokens") or 0) == 0]
+    if len(off) < 3:
+        raise ValueError(f"need at least 3 rows without speculation to fit, got {len(off)}")
+    terms = [_row_terms(r) for r in off]
+    measured = np.array([float(_get(r, "tpot_mean_ms")) for r in off])
+    has_quant = any(t[0].quant_bytes > 0 for t in terms)
+
+    def loss(p: tuple[float, float, float, float]) -> float:
+        predicted = np.array([_tpot_ms(t, device, p) for t in terms])
+        return float(np.mean(((predicted - measured) / measured) ** 2))
+
+    def clip(p: list[float]) -> tuple[float, float, float, float]:
+        eb, eq, ef = (min(max(float(v), 0.02), 1.0) for v in p[:3])
+        t0 = max(float(p[3]), 0.0)
+        return (eb, eq if has_quant else eb, ef, t0)
+
+    grid = itertools.product(
+        np.linspace(0.3, 1.0, 8), np.linspace(0.1, 1.0, 10) if has_quant else [1.0], np.linspace(0.2, 1.0, 9),
+        np.linspace(0.0, 3e-3, 13),
+    )  # fmt: skip
+    best = min((clip(list(p)) for p in grid), key=loss)
+    steps = [0.05, 0.05, 0.05, 2.5e-4]
+    current = list(best)
+    for _ in range(60):
+        improved = False
+        for i in range(4):
+            for sign in (1, -1):
+                trial = list(current)
+                trial[i] += sign * steps[i]
+                if loss(clip(trial)) < loss(clip(current)):
+                    current, improved = list(clip(trial)), True
+        if not improved:
+            steps = [s / 2 for s in steps]
+            if steps[0] < 1e-4:
+                break
+    eb, eq, ef, t0 = clip(current)
+    return EfficiencyFit(
+        gpu=device.name, bandwidth_efficiency=eb, quantized_bandwidth_efficiency=eq, compute_efficiency=ef,
+        overhead_s=t0, rows_used=len(off), rms_relative_error=math.sqrt(loss((eb, eq, ef, t0))),
+    )  # fmt: skip
+
+
+def _params(fit: EfficiencyFit) -> tuple[float, float, float, float]:
+    return (fit.bandwidth_efficiency, fit.quantized_bandwidth_efficiency, fit.compute_efficiency, fit.overhead_s)
+
+
+def predict_tpot_ms(row_like: Any, fit: EfficiencyFit, gpu: Gpu | str | None = None, alpha: float | None = None) -> float:
+    """Predicted mean TPOT (ms) of a closed-loop row, with or without speculation, on ``gpu`` (default: the fit's).
+
+    With speculation: (T_target(B, k+1) + k · T_draft(B, 1)) / τ, each forward from the same fitted roofline.
+    """
+    device = _as_gpu(gpu if gpu is not None else fit.gpu)
+    return _tpot_ms(_row_terms(row_like, alpha), device, _params(fit))
+
+
+def prediction_table(rows: Iterable[Any], fit: EfficiencyFit, gpu: Gpu | str | None = None) -> pd.DataFrame:
+    """Measured vs predicted TPOT and output tok/s, one line per row, with relative errors (predicted / measured − 1).
+
+    Predicted output tok/s = concurrency × 1000 / TPOT: a closed loop with every slot always decoding. It ignores the
+    time each request waits for its first token, so it overstates throughput where TTFT is a large share of a
+    request (``output_tok_s_from_measured_tpot`` shows that approximation applied to the measured TPOT).
+    """
+    import pandas as pd
+
+    records = []
+    for row in rows:
+        tpot = predict_tpot_ms(row, fit, gpu)
+        measured_tpot = float(_get(row, "tpot_mean_ms"))
+        batch = int(_get(row, "concurrency"))
+        measured_tok = float(_get(row, "output_tok_s"))
+        records.append({
+            "case": _get(row, "case"), "model_shape": _get(row, "model_shape"), "spec_method": _get(row, "spec_method"),
+            "k": int(_get(row, "num_speculative_tokens") or 0), "concurrency": batch,
+            "tpot_ms_measured": measured_tpot, "tpot_ms_predicted": tpot, "tpot_rel_error": tpot / measured_tpot - 1,
+            "output_tok_s_measured": measured_tok, "output_tok_s_predicted": batch * 1000 / tpot,
+            "output_tok_s_from_measured_tpot": batch * 1000 / measured_tpot,
+            "output_tok_s_rel_error": batch * 1000 / tpot / measured_tok - 1,
+        })  # fmt: skip
+    return pd.DataFrame(records)
+
+
+#: The recorded H200 cases the calibration is fitted and checked on.
+CALIBRATION_CASES = ("llama-8b-draft-model", "discussion-13834")
+
+
+def calibration_rows() -> list[Any]:
+    """The 14 recorded H200 rows (spec off and on) of ``CALIBRATION_CASES``."""
+    from vllm_playbooks.runner import replay_rows
+
+    return [row for case in CALIBRATION_CASES for row in replay_rows(case)]
+
+
+def predict_13834_a100(fit: EfficiencyFit, concurrency: int = 32, alpha: float = 0.72, k: int = 5) -> dict[str, float]:
+    """Out-of-sample: the H200 fit's efficiencies on the A100-80GB peaks, for Discussion #13834's setup.
+
+    Llama-3.3-70B AWQ target, Llama-3.2-3B AWQ draft, k = 5, α = 0.72 (τ ≈ 3.07), fp8 KV, 1240 in / 128 out,
+    ≈ ``concurrency`` streams. Returns predicted TPOT and output tok/s (closed loop, concurrency × 1000 / TPOT) off
+    and on, beside the reported output tok/s read from ``data/reference/published.csv``.
+    """
+    from vllm_playbooks.results.store import load_reference
+
+    base = {
+        "model_shape": "llama-3.3-70b-awq", "kv_cache_dtype": "fp8", "concurrency": concurrency, "input_len": 1240,
+        "output_len": 128, "num_speculative_tokens": 0,
+    }  # fmt: skip
+    spec = {**base, "num_speculative_tokens": k, "draft_model": "llama-3.2-3b-awq", "imposed_alpha": alpha}
+    a100 = get_gpu("A100-80GB")
+    off_ms = predict_tpot_ms(base, fit, a100)
+    on_ms = predict_tpot_ms(spec, fit, a100)
+    ref = load_reference("discussion-13834").set_index("claim_id")["value"].astype(float)
+    return {
+        "tpot_ms_off": off_ms, "tpot_ms_on": on_ms,
+        "output_tok_s_off": concurrency * 1000 / off_ms, "output_tok_s_on": concurrency * 1000 / on_ms,
+        "reported_output_tok_s_off": float(ref["output-tok-s-spec-off"]),
+        "reported_output_tok_s_on": float(ref["output-tok-s-spec-on"]),
+    }  # fmt: skip

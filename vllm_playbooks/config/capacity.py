@@ -68,11 +68,15 @@ def _linear_bytes_per_weight(shape: ModelShape) -> float:
     raise CapacityError(f"{shape.name}: no weight-size model for quantization {method!r}")
 
 
-def weight_bytes(shape: ModelShape) -> int:
-    """Bytes of a dense decoder's weights (embeddings, attention, MLP, norms, untied head) as loaded."""
+def parameter_count(shape: ModelShape, part: Literal["all", "linear", "dense"] = "all") -> int:
+    """Weights of a dense decoder, as ``weight_bytes`` counts them.
+
+    ``linear`` is the attention and MLP projections (what AWQ/GPTQ quantize), ``dense`` the embeddings, untied LM head
+    and norms (kept in the model dtype), ``all`` their sum. Used by the roofline's FLOP count (2 × parameters per token).
+    """
     if shape.architecture not in DENSE_ARCHITECTURES:
         raise CapacityError(
-            f"{shape.name} ({shape.architecture}): weight_bytes models dense decoders only "
+            f"{shape.name} ({shape.architecture}): weights are modelled for dense decoders only "
             f"({', '.join(sorted(DENSE_ARCHITECTURES))}); MoE weights are not modelled yet"
         )
     c = shape.config()
@@ -80,9 +84,14 @@ def weight_bytes(shape: ModelShape) -> int:
     heads = int(c["num_attention_heads"])
     kv_heads = int(c.get("num_key_value_heads") or heads)
     head_dim = int(c.get("head_dim") or hidden // heads)
-    attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2
-    linear = layers * (attention + 3 * hidden * inter)
+    linear = layers * (hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2 + 3 * hidden * inter)
     dense = vocab * hidden * (1 if c.get("tie_word_embeddings") else 2) + (2 * layers + 1) * hidden
+    return {"all": linear + dense, "linear": linear, "dense": dense}[part]
+
+
+def weight_bytes(shape: ModelShape) -> int:
+    """Bytes of a dense decoder's weights (embeddings, attention, MLP, norms, untied head) as loaded."""
+    linear, dense = parameter_count(shape, "linear"), parameter_count(shape, "dense")
     return round(linear * _linear_bytes_per_weight(shape) + dense * dtype_bytes("auto", shape))
 
 

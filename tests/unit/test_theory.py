@@ -1,0 +1,137 @@
+"""Speculative-decoding formulas, the batch roofline, the hardware table and the calibrated model's error bound."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from vllm_playbooks import theory as T
+from vllm_playbooks.config.capacity import weight_bytes
+from vllm_playbooks.errors import ConfigError
+from vllm_playbooks.hardware import get_gpu, list_gpus, load_gpus
+from vllm_playbooks.shapes import get_shape
+
+#: Median |TPOT error| measured over the 14 recorded H200 rows when this test was written: 0.0864.
+MEASURED_MEDIAN_TPOT_ERROR = 0.0864
+
+
+@pytest.mark.parametrize("k", [1, 4, 7])
+def test_tau_limits(k: int) -> None:
+    assert T.expected_tokens_per_step(0.0, k) == 1.0
+    assert T.expected_tokens_per_step(1e-12, k) == pytest.approx(1.0)
+    assert T.expected_tokens_per_step(1.0 - 1e-9, k) == pytest.approx(k + 1, rel=1e-6)
+    assert T.expected_tokens_per_step(1.0, k) == k + 1
+
+
+def test_tau_k0_is_one() -> None:
+    assert T.expected_tokens_per_step(0.7, 0) == pytest.approx(1.0)
+
+
+def test_speedup_hand_values() -> None:
+    assert T.speedup(0.8, 4, 0.0) == pytest.approx(T.expected_tokens_per_step(0.8, 4))
+    # τ(0.8, 4) = (1 − 0.8^5)/0.2 = 3.3616; / (4·0.1 + 1) = 2.4011...
+    assert T.speedup(0.8, 4, 0.1) == pytest.approx(3.3616 / 1.4)
+    # k = 1: S = (1 + α)/(1 + c)
+    assert T.speedup(0.6, 1, 0.25) == pytest.approx(1.6 / 1.25)
+
+
+@pytest.mark.parametrize("c", [0.05, 0.3, 0.7])
+def test_break_even_k1_is_c(c: float) -> None:
+    assert T.break_even_alpha(1, c) == pytest.approx(c, abs=1e-9)
+
+
+def test_break_even_none_when_draft_too_slow() -> None:
+    # k = 4, c = 1.5: S(1) = 5 / 7 < 1 for every α.
+    assert T.break_even_alpha(4, 1.5) is None
+    assert T.break_even_alpha(4, 0.0) == 0.0
+
+
+def test_break_even_a1_example() -> None:
+    # anchors D1: α = 0.72, k = 5 gives τ ≈ 3.07, so S ≥ 1 needs c ≤ (τ − 1)/5 ≈ 0.41.
+    c = (T.expected_tokens_per_step(0.72, 5) - 1) / 5
+    assert c == pytest.approx(0.41, abs=0.01)
+    assert T.break_even_alpha(5, c) == pytest.approx(0.72, abs=1e-6)
+
+
+@pytest.mark.parametrize(("alpha", "k"), [(0.1, 1), (0.5, 3), (0.72, 5), (0.95, 8)])
+def test_alpha_from_acceptance_length_inverts_tau(alpha: float, k: int) -> None:
+    assert T.alpha_from_acceptance_length(T.expected_tokens_per_step(alpha, k), k) == pytest.approx(alpha, abs=1e-9)
+
+
+def test_alpha_from_acceptance_length_bounds() -> None:
+    assert T.alpha_from_acceptance_length(1.0, 4) == pytest.approx(0.0, abs=1e-9)
+    assert T.alpha_from_acceptance_length(5.0, 4) == pytest.approx(1.0, abs=1e-6)
+    with pytest.raises(ValueError):
+        T.alpha_from_acceptance_length(5.5, 4)
+
+
+def test_roofline_switches_at_ridge() -> None:
+    bw, peak = 2e12, 400e12  # ridge = 200 FLOP/B
+    bytes_moved = 1e9
+    below = T.step_time_s(bytes_moved, 199 * bytes_moved, bw, peak)
+    above = T.step_time_s(bytes_moved, 201 * bytes_moved, bw, peak)
+    assert below == pytest.approx(bytes_moved / bw)  # memory-bound
+    assert above == pytest.approx(201 * bytes_moved / peak)  # compute-bound
+    assert T.step_time_s(bytes_moved, 200 * bytes_moved, bw, peak, 1e-3) == pytest.approx(0.5e-3 + 1e-3)
+
+
+def test_decode_bytes_8b_batch1() -> None:
+    shape = get_shape("llama-3.1-8b")
+    # 32 layers × 2 × 8 KV heads × 128 × 2 B = 128 KiB per token
+    assert T.decode_step_bytes(shape, 1, 1000) == weight_bytes(shape) + 1000 * 128 * 1024
+    assert T.decode_step_bytes(shape, 4, 1000, "fp8") == weight_bytes(shape) + 4 * 1000 * 64 * 1024
+
+
+def test_decode_flops_scale_with_batch_and_q() -> None:
+    shape = get_shape("llama-3.1-8b")
+    one = T.decode_step_flops(shape, 1, 1)
+    assert one == pytest.approx(2 * 8.03e9, rel=0.01)
+    assert T.decode_step_flops(shape, 8, 5) == pytest.approx(40 * one)
+
+
+def test_speculative_tpot() -> None:
+    tau = T.expected_tokens_per_step(0.8, 4)
+    assert T.speculative_tpot_s(0.010, 0.002, 0.8, 4) == pytest.approx(0.018 / tau)
+
+
+def test_hardware_table_rows_have_https_sources() -> None:
+    gpus = load_gpus()
+    assert set(gpus) == {"A100-80GB", "H100-SXM", "H200-SXM", "B200", "MI300X"}
+    for gpu in gpus.values():
+        assert gpu.source_url.startswith("https://")
+        assert gpu.hbm_bandwidth_tb_s > 0 and gpu.bf16_dense_tflops > 0
+    assert get_gpu("A100-80GB").fp8_dense_tflops is None  # Ampere: no FP8 tensor cores
+    assert get_gpu("H200-SXM").ridge_point_bf16 == pytest.approx(989.4 / 4.8)
+
+
+def test_unknown_gpu_refused() -> None:
+    with pytest.raises(ConfigError, match="A100-80GB"):
+        get_gpu("V100")
+    assert "H200-SXM" in list_gpus()
+
+
+@pytest.fixture(scope="module")
+def calibration() -> tuple[list, T.EfficiencyFit]:
+    rows = T.calibration_rows()
+    return rows, T.fit_efficiency(rows, "H200-SXM")
+
+
+def test_calibration_error_bound(calibration: tuple[list, T.EfficiencyFit]) -> None:
+    rows, fit = calibration
+    assert len(rows) == 14 and fit.rows_used == 9
+    table = T.prediction_table(rows, fit)
+    median = table["tpot_rel_error"].abs().median()
+    assert median <= 0.15
+    assert median == pytest.approx(MEASURED_MEDIAN_TPOT_ERROR, abs=0.01)
+    assert 0 < fit.quantized_bandwidth_efficiency < fit.bandwidth_efficiency <= 1.0
+    assert table["tpot_rel_error"].abs().max() < 0.40
+
+
+def test_a100_prediction_spec_is_slower(calibration: tuple[list, T.EfficiencyFit]) -> None:
+    _, fit = calibration
+    result = T.predict_13834_a100(fit)
+    assert result["reported_output_tok_s_off"] == 95.43
+    assert result["reported_output_tok_s_on"] == 68.19
+    assert result["output_tok_s_on"] < result["output_tok_s_off"]
+    assert math.isfinite(result["tpot_ms_on"])

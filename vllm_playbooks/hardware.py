@@ -1,0 +1,125 @@
+"""Accelerator peak figures (memory, HBM bandwidth, dense BF16/FP8 tensor throughput), each row with its source.
+
+The numbers live in ``data/reference/hardware.csv``; ``data/reference/README.md`` says where each came from and which
+are secondary. Peaks are dense (no 2:4 sparsity). The roofline in ``vllm_playbooks.theory`` scales them by fitted
+efficiencies; never read them as achievable rates.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from vllm_playbooks import paths
+from vllm_playbooks.errors import ConfigError, SchemaError
+
+__all__ = ["Gpu", "get_gpu", "hardware_file", "list_gpus", "load_gpus"]
+
+_COLUMNS = (
+    "gpu", "memory_gb", "hbm_bandwidth_tb_s", "bf16_dense_tflops", "fp8_dense_tflops", "source_url", "source_title",
+    "note",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One accelerator's peak figures. ``fp8_dense_tflops`` is None where the part has no FP8 tensor cores."""
+
+    name: str
+    memory_gb: float
+    hbm_bandwidth_tb_s: float
+    bf16_dense_tflops: float
+    fp8_dense_tflops: float | None
+    source_url: str
+    source_title: str
+    note: str
+
+    @property
+    def bandwidth_bytes_s(self) -> float:
+        """Peak HBM bandwidth in bytes per second."""
+        return self.hbm_bandwidth_tb_s * 1e12
+
+    @property
+    def bf16_flops_s(self) -> float:
+        """Peak dense BF16 tensor throughput in FLOP per second."""
+        return self.bf16_dense_tflops * 1e12
+
+    @property
+    def ridge_point_bf16(self) -> float:
+        """FLOP per byte at which a BF16 kernel turns from memory- to compute-bound."""
+        return self.bf16_flops_s / self.bandwidth_bytes_s
+
+
+class _HardwareRow(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gpu: str = Field(min_length=1)
+    memory_gb: float = Field(gt=0)
+    hbm_bandwidth_tb_s: float = Field(gt=0)
+    bf16_dense_tflops: float = Field(gt=0)
+    fp8_dense_tflops: float | None = Field(None, gt=0)
+    source_url: str
+    source_title: str = Field(min_length=1)
+    note: str = ""
+
+    @field_validator("fp8_dense_tflops", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        return None if value == "" else value
+
+    @field_validator("source_url")
+    @classmethod
+    def _https(cls, value: str) -> str:
+        if not value.startswith("https://"):
+            raise ValueError(f"source_url must be an https URL, got {value!r}")
+        return value
+
+
+def hardware_file(start: Path | None = None) -> Path:
+    """``data/reference/hardware.csv``."""
+    return paths.data_dir(start) / "reference" / "hardware.csv"
+
+
+def load_gpus(path: Path | None = None) -> dict[str, Gpu]:
+    """Every row of the hardware table, validated, by name. Raises ``SchemaError`` on a bad file."""
+    source = path if path is not None else hardware_file()
+    with source.open(newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        if tuple(reader.fieldnames or ()) != _COLUMNS:
+            raise SchemaError(f"{source}: columns must be {', '.join(_COLUMNS)}; got {reader.fieldnames}")
+        gpus: dict[str, Gpu] = {}
+        for number, record in enumerate(reader, start=1):
+            try:
+                row = _HardwareRow(**record)
+            except ValidationError as exc:
+                raise SchemaError(f"{source} row {number}: {exc}") from exc
+            if row.gpu in gpus:
+                raise SchemaError(f"{source} row {number}: GPU {row.gpu!r} appears twice")
+            gpus[row.gpu] = Gpu(
+                name=row.gpu, memory_gb=row.memory_gb, hbm_bandwidth_tb_s=row.hbm_bandwidth_tb_s,
+                bf16_dense_tflops=row.bf16_dense_tflops, fp8_dense_tflops=row.fp8_dense_tflops,
+                source_url=row.source_url, source_title=row.source_title, note=row.note,
+            )  # fmt: skip
+    return gpus
+
+
+@lru_cache(maxsize=1)
+def _default_gpus() -> dict[str, Gpu]:
+    return load_gpus()
+
+
+def list_gpus() -> list[str]:
+    """Names in the packaged hardware table, in file order."""
+    return list(_default_gpus())
+
+
+def get_gpu(name: str) -> Gpu:
+    """The row called ``name``; ``ConfigError`` listing the known names otherwise."""
+    gpus = _default_gpus()
+    if name not in gpus:
+        raise ConfigError(f"Unknown GPU {name!r}. Known: {', '.join(gpus)} (data/reference/hardware.csv).")
+    return gpus[name]
