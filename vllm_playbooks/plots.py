@@ -15,6 +15,7 @@ LABELS = {
     "output_tok_s": "output throughput (tok/s)",
     "total_tok_s": "total throughput (tok/s)",
     "tpot_p50_ms": "TPOT median (ms)",
+    "tpot_mean_ms": "TPOT mean (ms)",
     "tpot_p99_ms": "TPOT p99 (ms)",
     "itl_p50_ms": "ITL median (ms, per streamed chunk)",
     "itl_p99_ms": "ITL p99 (ms, per streamed chunk)",
@@ -86,4 +87,16 @@ def predicted_vs_logged(table: pd.DataFrame, ax: Axes | None = None) -> Axes:
     ax.set_xlabel("")
     ax.set_ylabel("KV-cache size (tokens)")
     ax.tick_params(axis="x", labelsize=8)
+    return ax
+
+
+def predicted_with_measured(curve: pd.DataFrame, measured: pd.DataFrame, y: str, ax: Axes | None = None) -> Axes:
+    """A predicted curve (lines) with measured points of the same configurations (crosses), against concurrency."""
+    import seaborn as sns
+
+    ax = metric_vs_load(curve, y, ax=ax)
+    if not measured.empty:
+        sns.scatterplot(data=measured, x="concurrency", y=y, hue="engine_label", marker="X", s=90, ax=ax,
+                        palette="dark", legend="brief")  # fmt: skip
+    ax.set_ylabel(LABELS.get(y, y) + " (lines: model, crosses: measured)")
     return ax

@@ -348,3 +348,43 @@ def predict_13834_a100(fit: EfficiencyFit, concurrency: int = 32, alpha: float =
         "reported_output_tok_s_off": float(ref["output-tok-s-spec-off"]),
         "reported_output_tok_s_on": float(ref["output-tok-s-spec-on"]),
     }  # fmt: skip
+
+
+def whatif_curve(
+    fit: EfficiencyFit, gpu: Gpu | str, model: str, concurrencies: Iterable[int], input_len: int, output_len: int,
+    kv_cache_dtype: str = "auto", draft_model: str | None = None, k: int = 0, alpha: float | None = None,
+) -> pd.DataFrame:
+    """Predicted mean TPOT and closed-loop output tok/s against concurrency, without and (if a draft is given) with
+    speculation, on ``gpu`` with the efficiencies fitted on the H200 (see ``EfficiencyFit``)."""
+    import pandas as pd
+
+    base = {"model_shape": model, "kv_cache_dtype": kv_cache_dtype, "input_len": input_len, "output_len": output_len,
+            "num_speculative_tokens": 0}  # fmt: skip
+    variants = [("spec off", base)]
+    if draft_model and k:
+        variants.append((f"draft k={k} α={alpha:g}", {**base, "num_speculative_tokens": k, "draft_model": draft_model,
+                                                      "imposed_alpha": alpha}))  # fmt: skip
+    records = []
+    for label, spec in variants:
+        for concurrency in concurrencies:
+            tpot = predict_tpot_ms({**spec, "concurrency": concurrency}, fit, gpu)
+            records.append({"engine_label": label, "concurrency": concurrency, "tpot_mean_ms": tpot,
+                            "output_tok_s": concurrency * 1000 / tpot})  # fmt: skip
+    return pd.DataFrame(records)
+
+
+def measured_overlay(gpu: str, model: str, draft_model: str | None = None, k: int = 0) -> pd.DataFrame:
+    """Recorded H200 rows of ``model`` (spec off, and with ``draft_model`` at ``k``) to draw beside a prediction;
+    empty for any other GPU, since every recorded row is from the H200."""
+    import pandas as pd
+
+    from vllm_playbooks.results.schema import RUN_COLUMNS
+    from vllm_playbooks.results.store import rows_to_frame
+
+    if gpu != "H200-SXM":
+        return pd.DataFrame(columns=RUN_COLUMNS)
+    keep = [
+        r for r in calibration_rows()
+        if r.model_shape == model and (r.spec_method == "none" or (r.draft_model == draft_model and r.num_speculative_tokens == k))
+    ]  # fmt: skip
+    return rows_to_frame(keep, RUN_COLUMNS)

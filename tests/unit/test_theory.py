@@ -135,3 +135,18 @@ def test_a100_prediction_spec_is_slower(calibration: tuple[list, T.EfficiencyFit
     assert result["reported_output_tok_s_on"] == 68.19
     assert result["output_tok_s_on"] < result["output_tok_s_off"]
     assert math.isfinite(result["tpot_ms_on"])
+
+
+def test_whatif_curve_on_the_h200_reproduces_the_fit_and_overlays_measured_rows() -> None:
+    from vllm_playbooks import theory
+
+    fit = theory.fit_efficiency(theory.calibration_rows(), "H200-SXM")
+    curve = theory.whatif_curve(fit, "H200-SXM", "llama-3.1-8b", [1, 64], 512, 128, "auto", "llama-3.2-1b", 4, 0.8)
+    assert list(curve.engine_label.unique()) == ["spec off", "draft k=4 α=0.8"]
+    off_c1 = curve[(curve.engine_label == "spec off") & (curve.concurrency == 1)].tpot_mean_ms.item()
+    measured = theory.measured_overlay("H200-SXM", "llama-3.1-8b", "llama-3.2-1b", 4)
+    assert len(measured) == 8
+    row = measured[(measured.spec_method == "none") & (measured.concurrency == 1)].iloc[0]
+    assert off_c1 == pytest.approx(row.tpot_mean_ms, rel=0.15)
+    assert (curve.output_tok_s == curve.concurrency * 1000 / curve.tpot_mean_ms).all()
+    assert theory.measured_overlay("A100-80GB", "llama-3.1-8b").empty
