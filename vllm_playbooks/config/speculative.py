@@ -743,6 +743,14 @@ def target_advisories(
     return out
 
 
+def draft_tp_problem(spec: SpeculativeConfig, target_tp: int) -> str | None:
+    """vLLM's rule for every method: the draft runs at TP 1 or at the target's TP. The problem, or ``None``."""
+    draft_tp = spec.draft_tensor_parallel_size
+    if draft_tp is not None and draft_tp not in (1, target_tp):
+        return f"draft_tensor_parallel_size={draft_tp} must be 1 or the target's tensor_parallel_size={target_tp}"
+    return None
+
+
 def check_against_target(
     spec: SpeculativeConfig,
     target_shape: ModelShape | str | Path,
@@ -763,10 +771,9 @@ def check_against_target(
     if isinstance(target_tp, bool) or not isinstance(target_tp, int) or target_tp < 1:
         raise ConfigError(f"target tensor_parallel_size must be an int >= 1, got {target_tp!r}")
     draft_tp = spec.draft_tensor_parallel_size
-    if draft_tp is not None and draft_tp not in (1, target_tp):
-        raise ConfigError(
-            f"draft_tensor_parallel_size={draft_tp} must be 1 or the target's tensor_parallel_size={target_tp}"
-        )
+    problem = draft_tp_problem(spec, target_tp)
+    if problem:
+        raise ConfigError(problem)
     if spec.method == "draft_model" and draft_tp is not None and draft_tp != target_tp:
         raise ConfigError(
             f"method 'draft_model' needs draft_tensor_parallel_size equal to the target's tensor_parallel_size="

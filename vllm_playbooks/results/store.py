@@ -85,10 +85,15 @@ def rows_to_frame(rows: Sequence[BaseModel], columns: Sequence[str]) -> pd.DataF
     return pd.DataFrame([row.model_dump() for row in rows], columns=list(columns))
 
 
+def case_dir(case: str, data: Path | None = None) -> Path:
+    """One case's folder of measured runs: ``data/runs/<case>/``."""
+    base = data if data is not None else paths.data_dir()
+    return base / "runs" / case
+
+
 def runs_file(case: str, data: Path | None = None) -> Path:
     """The tidy table of one case: ``data/runs/<case>/runs.csv``."""
-    base = data if data is not None else paths.data_dir()
-    return base / "runs" / case / RUNS_FILE
+    return case_dir(case, data) / RUNS_FILE
 
 
 def load_run_rows(case: str, data: Path | None = None) -> list[RunRow]:
