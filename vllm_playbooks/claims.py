@@ -618,7 +618,8 @@ def best_draft_tokens(claim: Claim, ev: Evidence) -> CheckResult:
     best_k = {a: max(MODEL_K_RANGE, key=lambda k, a=a: theory.speedup(a, k, c)) for a in ALPHA_SWEEP}
     model_says = (f"theory.speedup with c={head.num_hidden_layers}/{target.num_hidden_layers} (head layers / target "
                   f"layers), verify cost flat in k, k from {MODEL_K_RANGE[0]} to {MODEL_K_RANGE[-1]}: best k "
-                  + ", ".join(f"{k} at α {a:g}" for a, k in best_k.items()))  # fmt: skip
+                  + ", ".join(f"{k}{' (the largest tried)' if k == MODEL_K_RANGE[-1] else ''} at α {a:g}"
+                              for a, k in best_k.items()))  # fmt: skip
     model_verdict = Verdict.REPRODUCED if all(k_low <= k <= k_high for k in best_k.values()) else Verdict.NOT_REPRODUCED
     return CheckResult(published, measured, combine(verdicts), len(verdicts), model_says, model_verdict)
 
@@ -793,7 +794,7 @@ def kv_product_fits(claim: Claim, ev: Evidence) -> CheckResult:
             continue
         verdicts.append(Verdict.REPRODUCED if int(s["preemptions"]) > 0 else Verdict.NOT_REPRODUCED)
         notes.append(f"{s['case']} {s['engine_label']}: {int(s['kv_cache_tokens']):,} KV tokens for {int(s['max_num_seqs'])} × "
-                     f"{int(s['max_model_len'])} = {product:,} ({ratio:.2f}×); started, {int(s['measured_rows'])} rows, "
+                     f"{int(s['max_model_len'])} = {product:,} ({ratio:.2f}×); started, {int(s['measured_rows'])} measured row(s), "
                      f"{int(s['preemptions'])} preemptions")  # fmt: skip
         budget = check_fits(s["engine"], float(s["total_memory_gib"]))
         model_notes.append(f"{s['case']} {s['engine_label']}: holds {budget.max_concurrency:.1f} sequences of "
@@ -899,9 +900,16 @@ def build_ledger(evidence: Evidence | None = None, claims: list[Claim] | None = 
 
 
 def verdict_legend() -> str:
-    """The verdict vocabulary as a Markdown table (what the page shows)."""
+    """The verdict vocabulary as a Markdown table, then the tolerances the checks use (what the page shows)."""
     lines = ["| verdict | meaning |", "|---|---|"]
     lines += [f"| {v} | {meaning} |" for v, meaning in VERDICT_MEANINGS.items()]
+    lines += [
+        "",
+        f"A speed-up within ±{100 * BREAK_EVEN_BAND:g} % counts as no change (break-even); a size within "
+        f"±{100 * SIZE_TOLERANCE:g} % of the claimed one (or of the ends of a claimed range) counts as the same size; "
+        f"a load within a factor of {LOAD_FACTOR:g} of the claim's counts as the claim's load. The book has not measured "
+        "its run-to-run spread, so these are stated choices, not measured ones.",
+    ]
     return "\n".join(lines)
 
 
