@@ -926,7 +926,7 @@ def _cell(text: str) -> str:
 
 def ledger_markdown(ledger: pd.DataFrame) -> str:
     """The ledger as MyST Markdown: a summary table, then each claim's published numbers, our rows and the model."""
-    lines = ["| claim | source | verdict | model |", "|---|---|---|---|"]
+    lines = ["| claim | source | verdict | model's verdict |", "|---|---|---|---|"]
     for r in ledger.itertuples():
         links = ", ".join(f"[{_link_label(u)}]({u})" for u in r.source_urls.split())
         marker = " **[secondary]**" if r.source_kind == "secondary only" else ""
