@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks import paths
-from vllm_playbooks.errors import CapacityError, ConfigError, SchemaError
+from vllm_playbooks.errors import ConfigError, SchemaError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -277,7 +277,8 @@ def load_claims(path: Path | None = None, published: pd.DataFrame | None = None)
 
 def recorded_startups(data: Path) -> pd.DataFrame:
     """One line per recorded vLLM start-up (server log) of every case: the engine that started, the KV-cache tokens
-    vLLM reported, and the preemptions its measured rows saw."""
+    vLLM reported, and the preemptions its measured rows saw. A log without the KV-cache lines (a server that did not
+    start) or without a recorded point of its config is left out."""
     import pandas as pd
 
     from vllm_playbooks.config.capacity import kv_budget
@@ -289,8 +290,11 @@ def recorded_startups(data: Path) -> pd.DataFrame:
     for case_dir in sorted(p for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []:
         rows = load_runs(case_dir.name, data)
         for log in server_logs(case_dir):
-            start = read_startup(log)
-            engine = engine_for_log(log, data)
+            try:
+                start = read_startup(log)
+                engine = engine_for_log(log, data)
+            except SchemaError:
+                continue
             resolved = kv_budget(engine, start.total_memory_gib)
             mine = rows[rows["engine_label"] == engine.label]
             records.append({
@@ -399,10 +403,11 @@ def _describe_break_even(configs: list[dict[str, Any]]) -> str:
 
 
 def _model_error(function: Callable[[], Any]) -> str | None:
-    """The message of the ``CapacityError`` a theory call raises, or None when it succeeds."""
+    """The message of the ``ConfigError`` (``CapacityError`` included) a model call raises, or None when it succeeds:
+    an MoE shape the roofline does not model, or a model directory that is not a shape."""
     try:
         function()
-    except CapacityError as error:
+    except ConfigError as error:
         return str(error)
     return None
 
@@ -722,11 +727,13 @@ def compute_bound_batch(claim: Claim, ev: Evidence) -> CheckResult:
         configs.setdefault((str(r["model_shape"]), str(r["kv_cache_dtype"]), context), set()).add(int(r["num_speculative_tokens"]))
     notes, agree = [], []
     for (shape_name, kv, context), ks in sorted(configs.items()):
-        shape = resolve_model(shape_name)
-        error = _model_error(lambda s=shape, kv=kv, ctx=context: theory.compute_bound_batch(s, ROOFLINE_GPU, ctx, kv))
+        error = _model_error(
+            lambda n=shape_name, kv=kv, ctx=context: theory.compute_bound_batch(resolve_model(n), ROOFLINE_GPU, ctx, kv)
+        )
         if error:
             notes.append(f"{shape_name}: not modelled ({error})")
             continue
+        shape = resolve_model(shape_name)
         plain = theory.compute_bound_batch(shape, ROOFLINE_GPU, context, kv)
         agree.append(plain is not None and claimed / LOAD_FACTOR <= plain <= claimed * LOAD_FACTOR)
         words = f"{plain:,}" if plain is not None else "never (KV reads grow as fast as the FLOPs)"

@@ -427,3 +427,17 @@ def test_the_page_renders_every_claim(ledger: pd.DataFrame) -> None:
     assert "[juhoplayground.github.io](https://juhoplayground.github.io/" in text and "**[secondary]**" in text
     assert "[vllm-project/vllm#41682](https://github.com/vllm-project/vllm/issues/41682)" in text
     assert C.verdict_counts(ledger).startswith("reproduced: ")
+
+
+def test_a_server_that_did_not_start_is_left_out_of_the_startups(data: Path) -> None:
+    logs = data / "runs" / "any" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "spec-off-0123456789-2026-11-30T000000+0000.log").write_text("ValueError: no KV cache\n")
+    assert C.recorded_startups(data).empty
+
+
+def test_a_shape_the_roofline_does_not_model_is_named_not_fatal(claims, published) -> None:  # type: ignore[no-untyped-def]
+    rows = [_row("any", "off", 1, 100.0, model_shape="gpt-oss-120b"),
+            _row("any", "off", 1, 100.0, model_shape="llama-3.3-70b-awq", kv_cache_dtype="fp8", input_len=1240)]  # fmt: skip
+    result = C.get_check("compute_bound_batch")(claims["rule-batch-64-compute-bound"], _evidence(published, "any", rows))
+    assert "gpt-oss-120b: not modelled" in result.model_says and result.model_verdict is V.REPRODUCED
