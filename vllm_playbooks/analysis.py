@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -14,11 +15,12 @@ PAIRING_COLUMNS = (
 )  # fmt: skip
 
 
-def versus_baseline(df: pd.DataFrame, metric: str = "output_tok_s") -> pd.DataFrame:
+def versus_baseline(df: pd.DataFrame, metric: str = "output_tok_s", extra: Sequence[str] = ()) -> pd.DataFrame:
     """One row per speculative point with its baseline's value of ``metric`` at the same load and settings.
 
     ``ratio`` is speculative / baseline, ``change_pct`` is the change in percent. For latencies a ratio below 1
-    is the better result; for throughputs above 1.
+    is the better result; for throughputs above 1. ``extra`` names further columns of the speculative rows to carry
+    along (for example ``acceptance_rate``).
     """
     import pandas as pd
 
@@ -40,6 +42,7 @@ def versus_baseline(df: pd.DataFrame, metric: str = "output_tok_s") -> pd.DataFr
             "metric": metric,
             "baseline": merged["baseline"].astype(float),
             "speculative": merged[metric].astype(float),
+            **{name: merged[name] for name in extra},
         }
     )
     out["ratio"] = out["speculative"] / out["baseline"]

@@ -75,6 +75,29 @@ def break_even_alpha(k: int, c: float, tol: float = 1e-12) -> float | None:
     return high
 
 
+def acceptance_rate_of_alpha(alpha: float, k: int) -> float:
+    """vLLM's draft acceptance rate (accepted / drafted tokens) for an i.i.d. per-token α: (τ(α, k) − 1) / k.
+
+    It is the mean of the unconditional per-position rates α, α², …, α^k, so it is lower than α for k > 1.
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1 for an acceptance rate, got {k}")
+    return (expected_tokens_per_step(alpha, k) - 1.0) / k
+
+
+def draft_cost_from_tpot(tpot_spec: float, tpot_off: float, tau: float, k: int) -> float:
+    """The draft cost ratio c that a measured pair implies: c = (TPOT_spec · τ / TPOT_off − 1) / k.
+
+    It inverts ``speculative_tpot_s`` with the target's verify step costing one plain decode step (``TPOT_off``), which
+    holds at low batch, well below the roofline's ridge. Everything speculation adds beyond the verify, the k draft
+    passes and their fixed per-forward costs, ends up in c. With that c the break-even acceptance rate
+    (``acceptance_rate_of_alpha`` at ``break_even_alpha(k, c)``) equals c itself, since S = 1 needs τ = 1 + k·c.
+    """
+    if min(tpot_spec, tpot_off) <= 0 or tau < 1 or k < 1:
+        raise ValueError("TPOTs must be > 0, tau >= 1 and k >= 1")
+    return (tpot_spec * tau / tpot_off - 1.0) / k
+
+
 def alpha_from_acceptance_length(length: float, k: int, tol: float = 1e-12) -> float:
     """The i.i.d. α whose τ(α, k) equals a measured mean acceptance length ``length`` (in [1, k + 1]), by bisection."""
     if k < 1:
@@ -119,6 +142,33 @@ def decode_step_flops(shape: ModelShape, batch: int, q: int = 1) -> float:
     Attention-score FLOPs (∝ context) are left out: below ~10 % of the total at the contexts modelled here.
     """
     return 2.0 * parameter_count(shape) * batch * q
+
+
+def compute_bound_batch(
+    shape: ModelShape, gpu: Gpu | str, context_len: float, kv_cache_dtype: str = "auto", q: int = 1
+) -> int | None:
+    """Smallest batch at which one step turns compute-bound: FLOPs per byte reach the GPU's BF16 ridge point.
+
+    With W weight bytes, P parameters, L tokens of context and b KV bytes per token, a step over B sequences of q query
+    tokens (q = k + 1 when verifying k drafts) does 2·P·q·B FLOPs on W + B·L·b bytes. That intensity rises with B
+    towards 2·P·q / (L·b); the answer is ⌈ridge · W / (2·P·q − ridge · L·b)⌉, or None when the limit stays at or below
+    the ridge (the KV reads keep the step memory-bound at any batch).
+    """
+    if q < 1 or context_len < 0:
+        raise ValueError(f"q must be >= 1 and context_len >= 0, got q={q}, context_len={context_len}")
+    ridge = _as_gpu(gpu).ridge_point_bf16
+    weights = decode_step_bytes(shape, 0, context_len, kv_cache_dtype)
+    per_sequence_bytes = decode_step_bytes(shape, 1, context_len, kv_cache_dtype) - weights
+    per_sequence_flops = decode_step_flops(shape, 1, q)
+    margin = per_sequence_flops - ridge * per_sequence_bytes
+    if margin <= 0:
+        return None
+    batch = max(1, math.ceil(ridge * weights / margin))
+    while batch > 1 and decode_step_flops(shape, batch - 1, q) >= ridge * decode_step_bytes(shape, batch - 1, context_len, kv_cache_dtype):
+        batch -= 1  # float rounding in the closed form
+    while decode_step_flops(shape, batch, q) < ridge * decode_step_bytes(shape, batch, context_len, kv_cache_dtype):
+        batch += 1
+    return batch
 
 
 def speculative_tpot_s(target_verify_s: float, draft_step_s: float, alpha: float, k: int) -> float:

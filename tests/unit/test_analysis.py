@@ -66,3 +66,10 @@ def test_rule_sentence_follows_the_data() -> None:
     rule = analysis.speculation_rule(frame)
     assert "improved output_tok_s only at concurrency 1, 4 (measured: 1, 4, 16)" in rule
     assert "on NVIDIA H200".lower() in rule.lower()
+
+
+def test_versus_baseline_carries_extra_columns_of_the_speculative_rows() -> None:
+    frame = _frame().assign(acceptance_rate=lambda d: [None if m == "none" else 0.6 for m in d.spec_method])
+    out = analysis.versus_baseline(frame, extra=["acceptance_rate"])
+    assert out.acceptance_rate.tolist() == [0.6, 0.6, 0.6]
+    assert "acceptance_rate" not in analysis.versus_baseline(frame).columns

@@ -20,7 +20,7 @@ def published():  # type: ignore[no-untyped-def]
 
 
 def test_every_case_has_published_numbers(published) -> None:  # type: ignore[no-untyped-def]
-    assert set(published.case) == {"discussion-13834", "deepseek-mtp", "gpt-oss-eagle3", "issue-27462"}
+    assert set(published.case) == {"discussion-13834", "deepseek-mtp", "gpt-oss-eagle3", "issue-27462", "rules-of-thumb"}
 
 
 def test_the_collecting_blog_is_never_marked_primary(published) -> None:  # type: ignore[no-untyped-def]

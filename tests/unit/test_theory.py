@@ -150,3 +150,44 @@ def test_whatif_curve_on_the_h200_reproduces_the_fit_and_overlays_measured_rows(
     assert off_c1 == pytest.approx(row.tpot_mean_ms, rel=0.15)
     assert (curve.output_tok_s == curve.concurrency * 1000 / curve.tpot_mean_ms).all()
     assert theory.measured_overlay("A100-80GB", "llama-3.1-8b").empty
+
+
+@pytest.mark.parametrize(("alpha", "k"), [(0.8, 4), (0.72, 5), (0.5, 1)])
+def test_acceptance_rate_is_the_mean_of_the_position_rates(alpha: float, k: int) -> None:
+    assert T.acceptance_rate_of_alpha(alpha, k) == pytest.approx(sum(alpha**i for i in range(1, k + 1)) / k)
+    assert T.acceptance_rate_of_alpha(alpha, 1) == pytest.approx(alpha)
+    with pytest.raises(ValueError):
+        T.acceptance_rate_of_alpha(alpha, 0)
+
+
+def test_draft_cost_inverts_the_speculative_tpot() -> None:
+    # off: 10 ms per token; on: verify 10 ms + 4 drafts of 1.5 ms, τ(0.8, 4) = 3.3616 tokens per step → c = 0.15
+    tau = T.expected_tokens_per_step(0.8, 4)
+    on = T.speculative_tpot_s(0.010, 0.0015, 0.8, 4)
+    assert T.draft_cost_from_tpot(on, 0.010, tau, 4) == pytest.approx(0.15)
+    # the break-even acceptance rate equals c
+    c = 0.3
+    assert T.acceptance_rate_of_alpha(T.break_even_alpha(4, c), 4) == pytest.approx(c, abs=1e-9)
+    with pytest.raises(ValueError):
+        T.draft_cost_from_tpot(on, 0.0, tau, 4)
+
+
+def test_compute_bound_batch_without_context_is_the_ridge() -> None:
+    shape, gpu = get_shape("llama-3.1-8b"), get_gpu("H200-SXM")
+    # BF16 weights, no KV: intensity = 2·P·B / (2·P + norms…) ≈ B, so the step turns at the ridge (≈ 206 FLOP/B)
+    batch = T.compute_bound_batch(shape, gpu, 0)
+    assert batch == math.ceil(gpu.ridge_point_bf16 * weight_bytes(shape) / T.decode_step_flops(shape, 1))
+    assert 200 <= batch <= 215
+    assert T.decode_step_flops(shape, batch, 1) >= gpu.ridge_point_bf16 * T.decode_step_bytes(shape, batch, 0)
+    assert T.decode_step_flops(shape, batch - 1, 1) < gpu.ridge_point_bf16 * T.decode_step_bytes(shape, batch - 1, 0)
+    # verifying k = 4 drafts puts 5 query tokens per sequence: about a fifth of the batch
+    assert T.compute_bound_batch(shape, gpu, 0, q=5) == pytest.approx(batch / 5, abs=1)
+
+
+def test_compute_bound_batch_kv_and_4bit() -> None:
+    awq, bf16 = get_shape("llama-3.3-70b-awq"), get_shape("llama-3.1-8b")
+    # 4-bit weights turn compute-bound several times earlier than BF16 weights
+    assert T.compute_bound_batch(awq, "H200-SXM", 0, "fp8") < T.compute_bound_batch(bf16, "H200-SXM", 0) / 3
+    # KV reads grow with the batch: a long enough context keeps a BF16 step memory-bound at any batch
+    assert T.compute_bound_batch(bf16, "H200-SXM", 2048) is None
+    assert T.compute_bound_batch(bf16, "H200-SXM", 576) > T.compute_bound_batch(bf16, "H200-SXM", 0)

@@ -152,7 +152,7 @@ LATENCY_COLUMNS: tuple[str, ...] = tuple(f"{m}_{s}_ms" for m in _LATENCY_METRICS
 class ReferenceRow(_Frozen):
     """One published number, with where it was published and whether only a secondary source states it."""
 
-    case: Literal["discussion-13834", "deepseek-mtp", "gpt-oss-eagle3", "issue-27462"]
+    case: Literal["discussion-13834", "deepseek-mtp", "gpt-oss-eagle3", "issue-27462", "rules-of-thumb"]
     claim_id: str = Field(min_length=1, description="slug, unique within the case")
     quantity: str = Field(min_length=1, description="what was measured, with its unit suffix")
     setting: str = Field(min_length=1, description="the condition, in words")

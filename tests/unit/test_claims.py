@@ -1,0 +1,443 @@
+"""The claims ledger: every claim covered and sourced, checks that follow the data, refusals that say what is wrong."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from tests.conftest import ROOT
+from vllm_playbooks import claims as C
+from vllm_playbooks.config.engine import EngineConfig
+from vllm_playbooks.errors import ConfigError, SchemaError
+from vllm_playbooks.results.schema import RUN_COLUMNS
+from vllm_playbooks.results.store import load_reference
+
+V = C.Verdict
+
+
+@pytest.fixture(scope="module")
+def published() -> pd.DataFrame:
+    return load_reference()
+
+
+@pytest.fixture(scope="module")
+def claims(published: pd.DataFrame) -> dict[str, C.Claim]:
+    return {c.claim_id: c for c in C.load_claims(published=published)}
+
+
+@pytest.fixture(scope="module")
+def ledger() -> pd.DataFrame:
+    return C.build_ledger()
+
+
+def _row(case: str, label: str, concurrency: float | None, value: float, **changes: Any) -> dict[str, Any]:
+    """One measured row: speculation off unless ``k`` is given; ``value`` is both output tok/s and 1000 / TPOT."""
+    row: dict[str, Any] = dict.fromkeys(RUN_COLUMNS)
+    k = changes.pop("k", 0)
+    row.update(
+        case=case, engine_label=label, model_shape="llama-3.1-8b", load_format="dummy", kv_cache_dtype="auto",
+        spec_method=changes.pop("method", "draft_model") if k else "none", num_speculative_tokens=k,
+        input_len=512, output_len=128, concurrency=concurrency, request_rate_qps=None, tensor_parallel_size=1,
+        pipeline_parallel_size=1, max_num_seqs=256, max_num_batched_tokens=8192, gpu_name="NVIDIA H200",
+        output_tok_s=value, tpot_mean_ms=1000.0 / value,
+    )  # fmt: skip
+    row.update(changes)
+    return row
+
+
+def _evidence(published: pd.DataFrame, case: str, rows: list[dict[str, Any]], **kw: Any) -> C.Evidence:
+    return C.Evidence(published=published, runs={case: pd.DataFrame(rows, columns=RUN_COLUMNS)}, **kw)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The file, the registry, the refusals
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_the_ledger_covers_every_claim_in_the_file(claims: dict[str, C.Claim], ledger: pd.DataFrame) -> None:
+    assert ledger.claim.tolist() == list(claims)
+    assert set(ledger.verdict) <= {str(v) for v in V}
+    assert set(ledger.model_verdict) <= {"", *(str(v) for v in C.DATA_VERDICTS)}
+    assert (ledger.published.str.len() > 0).all()
+
+
+def test_every_source_exists_in_published(claims: dict[str, C.Claim], published: pd.DataFrame) -> None:
+    ids = set(zip(published.case, published.claim_id, strict=True))
+    for claim in claims.values():
+        assert claim.sources
+        for source in claim.sources:
+            assert (claim.case, source) in ids, (claim.claim_id, source)
+
+
+def test_every_case_and_the_rules_have_a_claim(claims: dict[str, C.Claim], published: pd.DataFrame) -> None:
+    assert {c.case for c in claims.values()} == set(published.case)
+    assert {c.check for c in claims.values()} == set(C.CHECKS)
+
+
+def test_source_urls_and_kinds_come_from_published(ledger: pd.DataFrame) -> None:
+    line = ledger.set_index("claim")
+    assert line.loc["discussion-13834-slower", "source_kind"] == "secondary only"
+    assert line.loc["deepseek-v3-mtp-speedup", "source_kind"] == "primary"
+    assert line.loc["rule-acceptance-bands", "source_kind"] == "primary and secondary"
+    assert "digitalocean.com" in line.loc["rule-acceptance-bands", "source_urls"]
+    assert line.loc["issue-27462-pp-starves", "source_urls"] == "https://github.com/vllm-project/vllm/issues/41682"
+
+
+def _claims_file(tmp_path: Path, **changes: str) -> Path:
+    rows = list(csv.DictReader((ROOT / "data" / "reference" / "claims.csv").open(encoding="utf-8")))
+    rows[0].update(changes)
+    target = tmp_path / "claims.csv"
+    with target.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=C.CLAIMS_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    return target
+
+
+def test_an_unknown_check_is_refused_with_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"row 1 .*unknown check 'spec_is_slow'; known checks: acceptance_bands"):
+        C.load_claims(_claims_file(tmp_path, check="spec_is_slow"))
+    with pytest.raises(ConfigError, match="unknown check 'nope'"):
+        C.get_check("nope")
+
+
+def test_a_missing_source_a_duplicate_and_an_empty_cell_are_refused(tmp_path: Path, published: pd.DataFrame) -> None:
+    with pytest.raises(SchemaError, match=r"no published row \['output-tok-s-spec-of'\]"):
+        C.load_claims(_claims_file(tmp_path, sources="output-tok-s-spec-of"), published=published)
+    with pytest.raises(SchemaError, match="appears twice"):
+        C.load_claims(_claims_file(tmp_path, claim="deepseek-v3-mtp-speedup"))
+    with pytest.raises(SchemaError, match="every column needs a value"):
+        C.load_claims(_claims_file(tmp_path, text=" "))
+
+
+def test_a_check_may_read_only_its_claims_sources(claims: dict[str, C.Claim], published: pd.DataFrame) -> None:
+    ev = C.Evidence(published=published)
+    with pytest.raises(SchemaError, match="does not list as a source"):
+        ev.value(claims["deepseek-v3-mtp-speedup"], "pr12755-speedup-qps1")
+
+
+def test_a_data_verdict_needs_rows_and_a_model_verdict_is_a_data_one() -> None:
+    with pytest.raises(ValueError, match="data verdicts need rows"):
+        C.CheckResult("p", "m", V.REPRODUCED, rows=0)
+    with pytest.raises(ValueError, match="data verdicts need rows"):
+        C.CheckResult("p", "m", V.NOT_MEASURED, rows=2)
+    with pytest.raises(ValueError, match="a model verdict is one of"):
+        C.CheckResult("p", "m", V.NOT_MEASURED, model_verdict=V.MODEL_ONLY)
+    with pytest.raises(ValueError, match="needs the model's verdict"):
+        C.CheckResult("p", "m", V.MODEL_ONLY)
+
+
+def test_every_verdict_has_a_meaning_on_the_page() -> None:
+    legend = C.verdict_legend()
+    for verdict in V:
+        assert f"| {verdict} | {C.VERDICT_MEANINGS[verdict]} |" in legend
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Effects and judging
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("speedup", "expected"), [(1.06, "gain"), (1.05, "no change"), (0.96, "no change"), (0.94, "loss")])
+def test_effect_has_a_break_even_band(speedup: float, expected: str) -> None:
+    assert C.effect(speedup) == expected
+
+
+@pytest.mark.parametrize(
+    ("measured", "low", "high", "expected"),
+    [
+        (0.75, 0.7146, None, V.REPRODUCED),  # slower by about the claimed amount
+        (0.50, 0.7146, None, V.DIRECTION_ONLY),  # slower, by much more
+        (1.43, 0.7146, None, V.NOT_REPRODUCED),  # faster: the opposite
+        (0.98, 0.7146, None, V.NOT_REPRODUCED),  # within the break-even band: no slowdown
+        (1.15, 1.10, 1.21, V.REPRODUCED),
+        (1.40, 1.10, 1.21, V.DIRECTION_ONLY),
+    ],
+)
+def test_judge(measured: float, low: float, high: float | None, expected: C.Verdict) -> None:
+    assert C.judge(measured, low, high) is expected
+
+
+def test_combine_keeps_the_worst() -> None:
+    assert C.combine([V.REPRODUCED, V.DIRECTION_ONLY]) is V.DIRECTION_ONLY
+    assert C.combine([V.REPRODUCED, V.NOT_REPRODUCED, V.DIRECTION_ONLY]) is V.NOT_REPRODUCED
+    assert C.combine([]) is V.NOT_MEASURED
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Each check on hand-made rows
+# --------------------------------------------------------------------------------------------------------------------
+
+CASE_13834 = "discussion-13834"
+
+
+def _pair_13834(concurrency: int, off: float, on: float, alpha: float = 0.72, k: int = 5) -> list[dict[str, Any]]:
+    return [
+        _row(CASE_13834, "off", concurrency, off),
+        _row(CASE_13834, "spec", concurrency, on, k=k, imposed_alpha=alpha),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("on", "expected"), [(292.0, V.REPRODUCED), (200.0, V.DIRECTION_ONLY), (520.0, V.NOT_REPRODUCED)]
+)
+def test_13834_follows_the_rows_at_the_reported_load(claims, published, on: float, expected: C.Verdict) -> None:  # type: ignore[no-untyped-def]
+    # the report implies ≈ 32 streams; 400 → 292 tok/s is −27 % (reported −28.5 %)
+    result = C.get_check("spec_slower_at_reported_load")(
+        claims["discussion-13834-slower"], _evidence(published, CASE_13834, _pair_13834(32, 400.0, on))
+    )
+    assert result.verdict is expected and result.rows == 1
+    assert "concurrency 32" in result.measured
+
+
+def test_13834_at_low_load_or_other_settings_is_not_measured_yet(claims, published) -> None:  # type: ignore[no-untyped-def]
+    check = C.get_check("spec_slower_at_reported_load")
+    low = check(claims["discussion-13834-slower"], _evidence(published, CASE_13834, _pair_13834(1, 40.0, 60.0)))
+    assert low.verdict is V.NOT_MEASURED and "+50.0 % at concurrency 1" in low.measured
+    other = check(claims["discussion-13834-slower"], _evidence(published, CASE_13834, _pair_13834(32, 400.0, 292.0, alpha=0.5)))
+    assert other.verdict is V.NOT_MEASURED and other.model_verdict is None  # no fit given: no model line
+
+
+def test_13834_prefers_the_load_nearest_the_report(claims, published) -> None:  # type: ignore[no-untyped-def]
+    rows = _pair_13834(16, 300.0, 330.0) + _pair_13834(32, 400.0, 292.0)
+    result = C.get_check("spec_slower_at_reported_load")(claims["discussion-13834-slower"], _evidence(published, CASE_13834, rows))
+    assert result.verdict is V.REPRODUCED and "concurrency 32" in result.measured
+
+
+def test_13834_model_line_uses_the_fit(claims, published) -> None:  # type: ignore[no-untyped-def]
+    from vllm_playbooks import theory
+
+    fit = theory.fit_efficiency(theory.calibration_rows(), "H200-SXM")
+    result = C.get_check("spec_slower_at_reported_load")(claims["discussion-13834-slower"],
+                                                         C.Evidence(published=published, fit=fit))  # fmt: skip
+    predicted = theory.predict_13834_a100(fit, concurrency=32)
+    assert f"{predicted['output_tok_s_on']:.0f} output tok/s" in result.model_says
+    assert result.model_verdict is C.judge(predicted["output_tok_s_on"] / predicted["output_tok_s_off"], 68.19 / 95.43)
+
+
+MTP = "deepseek-mtp"
+
+
+@pytest.mark.parametrize(("on", "rate", "expected"), [(5.6, 0.87, V.REPRODUCED), (11.0, 0.87, V.NOT_REPRODUCED),
+                                                      (5.6, 0.60, V.NOT_MEASURED)])  # fmt: skip
+def test_mtp_speedup_at_the_reported_acceptance(claims, published, on: float, rate: float, expected) -> None:  # type: ignore[no-untyped-def]
+    rows = [
+        _row(MTP, "off", 1, 100.0, tpot_mean_ms=10.0),
+        _row(MTP, "mtp", 1, 150.0, k=1, method="mtp", tpot_mean_ms=on, acceptance_rate=rate),
+    ]
+    result = C.get_check("mtp_speedup_at_acceptance")(claims["deepseek-v3-mtp-speedup"], _evidence(published, MTP, rows))
+    assert result.verdict is expected
+    assert result.model_verdict is V.REPRODUCED  # 1 MTP layer of 61: 1.82-1.87x, within 10 % of 1.8x
+
+
+def _qps_rows(speedups: dict[float, float]) -> list[dict[str, Any]]:
+    rows = []
+    for qps, speedup in speedups.items():
+        rows.append(_row(MTP, "off", None, 100.0, request_rate_qps=qps, tpot_mean_ms=50.0))
+        rows.append(_row(MTP, "mtp", None, 100.0, k=1, method="mtp", request_rate_qps=qps, tpot_mean_ms=50.0 / speedup))
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("speedups", "expected"),
+    [
+        ({1.0: 1.6, 2.0: 1.2, 8.0: 1.01, 16.0: 0.9}, V.REPRODUCED),
+        ({1.0: 2.5, 2.0: 1.2}, V.DIRECTION_ONLY),
+        ({1.0: 1.6, 8.0: 1.3}, V.NOT_REPRODUCED),  # still a gain at QPS 8
+        ({16.0: 1.3}, V.NOT_REPRODUCED),  # a gain above the bound
+        ({3.0: 1.3}, V.NOT_MEASURED),  # a rate the PR did not publish, below the bound
+    ],
+)
+def test_mtp_gain_by_qps(claims, published, speedups: dict[float, float], expected) -> None:  # type: ignore[no-untyped-def]
+    result = C.get_check("mtp_gain_falls_with_qps")(claims["pr12755-mtp-gain-by-qps"], _evidence(published, MTP, _qps_rows(speedups)))
+    assert result.verdict is expected
+    assert "implies c=0.11" in result.model_says and result.model_verdict is None
+
+
+EAGLE = "gpt-oss-eagle3"
+
+
+def _eagle_rows(changes: dict[int, float], k: int = 3, label: str = "eagle3-k3") -> list[dict[str, Any]]:
+    rows = []
+    for concurrency, speedup in changes.items():
+        rows.append(_row(EAGLE, "off", concurrency, 1000.0, model_shape="gpt-oss-120b"))
+        rows.append(_row(EAGLE, label, concurrency, 1000.0 * speedup, k=k, method="eagle3", model_shape="gpt-oss-120b"))
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({1: 1.15, 64: 1.12, 200: 1.11}, V.REPRODUCED),
+        ({1: 1.15, 128: 0.9, 200: 1.11}, V.NOT_REPRODUCED),
+        ({1: 1.15, 32: 1.12}, V.NOT_MEASURED),  # nothing near 200 yet
+    ],
+)
+def test_eagle3_gain_up_to_200(claims, published, changes: dict[int, float], expected) -> None:  # type: ignore[no-untyped-def]
+    result = C.get_check("gain_up_to_concurrency")(claims["gpt-oss-eagle3-200-concurrent"], _evidence(published, EAGLE, _eagle_rows(changes)))
+    assert result.verdict is expected
+    assert "dense decoders only" in result.model_says
+
+
+def test_eagle3_the_best_config_stands(claims, published) -> None:  # type: ignore[no-untyped-def]
+    rows = _eagle_rows({1: 1.15, 200: 1.11}) + _eagle_rows({1: 1.15, 200: 0.8}, k=4, label="eagle3-k4")
+    result = C.get_check("gain_up_to_concurrency")(claims["gpt-oss-eagle3-200-concurrent"], _evidence(published, EAGLE, rows))
+    assert result.verdict is V.REPRODUCED
+
+
+@pytest.mark.parametrize(
+    ("by_k", "expected"),
+    [({2: 1100.0, 3: 1150.0, 4: 1058.0}, V.REPRODUCED), ({2: 1100.0, 3: 1150.0, 4: 1200.0}, V.NOT_REPRODUCED),
+     ({2: 1100.0, 3: 1150.0}, V.NOT_MEASURED)],
+)  # fmt: skip
+def test_eagle3_best_draft_tokens(claims, published, by_k: dict[int, float], expected) -> None:  # type: ignore[no-untyped-def]
+    rows = [_row(EAGLE, f"k{k}", 16, v, k=k, method="eagle3", imposed_alpha=0.7) for k, v in by_k.items()]
+    result = C.get_check("best_draft_tokens")(claims["gpt-oss-eagle3-draft-tokens"], _evidence(published, EAGLE, rows))
+    assert result.verdict is expected
+    # at batch 1 with a one-layer head (c = 1/36) the Leviathan optimum lies above 3
+    assert result.model_verdict is V.NOT_REPRODUCED and "best k 5 at α 0.6" in result.model_says
+
+
+PP = "issue-27462"
+
+
+@pytest.mark.parametrize(("larger", "expected"), [(1500.0, V.REPRODUCED), (1010.0, V.NOT_REPRODUCED)])
+def test_pp_cap(claims, published, larger: float, expected) -> None:  # type: ignore[no-untyped-def]
+    rows = [_row(PP, "cap64", 256, 1000.0, pipeline_parallel_size=2, max_num_seqs=64),
+            _row(PP, "cap128", 256, larger, pipeline_parallel_size=2, max_num_seqs=128),
+            _row(PP, "tp", 256, 5000.0, tensor_parallel_size=2, max_num_seqs=64)]  # fmt: skip
+    result = C.get_check("pp_cap_starves_stages")(claims["issue-27462-pp-starves"], _evidence(published, PP, rows))
+    assert result.verdict is expected and result.rows == 1
+
+
+def test_pp_cap_needs_a_load_above_the_smaller_cap(claims, published) -> None:  # type: ignore[no-untyped-def]
+    rows = [_row(PP, "cap64", 32, 1000.0, pipeline_parallel_size=2, max_num_seqs=64),
+            _row(PP, "cap128", 32, 1500.0, pipeline_parallel_size=2, max_num_seqs=128)]  # fmt: skip
+    result = C.get_check("pp_cap_starves_stages")(claims["issue-27462-pp-starves"], _evidence(published, PP, rows))
+    assert result.verdict is V.NOT_MEASURED
+
+
+@pytest.mark.parametrize(
+    ("rate", "speedup", "expected"),
+    [(0.4, 0.8, V.REPRODUCED), (0.4, 1.4, V.NOT_REPRODUCED), (0.6, 1.02, V.REPRODUCED), (0.6, 0.8, V.NOT_REPRODUCED),
+     (0.7, 1.3, V.REPRODUCED), (0.7, 0.9, V.NOT_REPRODUCED)],
+)  # fmt: skip
+def test_acceptance_bands(claims, published, rate: float, speedup: float, expected) -> None:  # type: ignore[no-untyped-def]
+    rows = [_row("any", "off", 1, 100.0), _row("any", "spec", 1, 100.0 * speedup, k=4, acceptance_rate=rate,
+                                              mean_acceptance_length=1 + 4 * rate, draft_model="llama-3.2-1b")]  # fmt: skip
+    result = C.get_check("acceptance_bands")(claims["rule-acceptance-bands"], _evidence(published, "any", rows))
+    assert result.verdict is expected and result.rows == 1
+
+
+def test_acceptance_bands_model_is_the_draft_cost(claims, published) -> None:  # type: ignore[no-untyped-def]
+    # TPOT off 10 ms, on 10·(1 + 4·0.6)/τ ms with τ = 3: c = 0.6, so the break-even rate is 0.6 (inside 0.5-0.65)
+    rows = [_row("any", "off", 1, 100.0), _row("any", "spec", 1, 88.0, k=4, acceptance_rate=0.5, mean_acceptance_length=3.0,
+                                              tpot_mean_ms=10.0 * 3.4 / 3.0, draft_model="llama-3.2-1b")]  # fmt: skip
+    result = C.get_check("acceptance_bands")(claims["rule-acceptance-bands"], _evidence(published, "any", rows))
+    assert "break-even acceptance rate 0.60" in result.model_says and result.model_verdict is V.REPRODUCED
+    cheap = [rows[0], {**rows[1], "tpot_mean_ms": 10.0 * 1.8 / 3.0}]  # c = 0.2: break-even at 0.2, outside the band
+    result = C.get_check("acceptance_bands")(claims["rule-acceptance-bands"], _evidence(published, "any", cheap))
+    assert "break-even acceptance rate 0.20" in result.model_says and result.model_verdict is V.NOT_REPRODUCED
+
+
+@pytest.mark.parametrize(
+    ("shape", "kv", "expected"), [("llama-3.3-70b-awq", "fp8", V.REPRODUCED), ("llama-3.1-8b", "auto", V.NOT_REPRODUCED)]
+)
+def test_compute_bound_batch_is_model_only(claims, published, shape: str, kv: str, expected) -> None:  # type: ignore[no-untyped-def]
+    rows = [_row("any", "off", 1, 100.0, model_shape=shape, kv_cache_dtype=kv, input_len=1240, output_len=128)]
+    result = C.get_check("compute_bound_batch")(claims["rule-batch-64-compute-bound"], _evidence(published, "any", rows))
+    assert result.verdict is V.MODEL_ONLY and result.model_verdict is expected
+
+
+def test_compute_bound_batch_without_rows_says_so(claims, published) -> None:  # type: ignore[no-untyped-def]
+    result = C.get_check("compute_bound_batch")(claims["rule-batch-64-compute-bound"], C.Evidence(published=published))
+    assert result.verdict is V.NOT_MEASURED and result.model_verdict is None
+
+
+def test_temperature_cannot_be_measured_with_imposed_acceptance(claims, published) -> None:  # type: ignore[no-untyped-def]
+    rows = [_row("any", "off", 1, 100.0), _row("any", "spec", 1, 120.0, k=4, imposed_acceptance_rates="[0.8]")]
+    result = C.get_check("temperature_rule")(claims["rule-temperature"], _evidence(published, "any", rows))
+    assert result.verdict is V.NOT_MEASURED and result.measured.startswith("0 recorded speculative row(s) with earned")
+
+
+def _startups(kv_tokens: int, preemptions: int, rows: int = 3) -> pd.DataFrame:
+    engine = EngineConfig(label="e", model="llama-3.1-8b", max_model_len=2048, max_num_seqs=256)
+    return pd.DataFrame([{"case": "any", "engine_label": "e", "engine": engine, "total_memory_gib": 139.8,
+                          "max_num_seqs": 256, "max_model_len": 2048, "kv_cache_tokens": kv_tokens,
+                          "measured_rows": rows, "preemptions": preemptions}])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("kv_tokens", "preemptions", "rows", "expected"),
+    [(200_000, 0, 3, V.NOT_REPRODUCED), (200_000, 7, 3, V.REPRODUCED), (600_000, 0, 3, V.NOT_MEASURED),
+     (200_000, 0, 0, V.NOT_MEASURED)],
+)  # fmt: skip
+def test_kv_fit(claims, published, kv_tokens: int, preemptions: int, rows: int, expected) -> None:  # type: ignore[no-untyped-def]
+    ev = C.Evidence(published=published, startups=_startups(kv_tokens, preemptions, rows))
+    result = C.get_check("kv_product_fits")(claims["rule-kv-fit"], ev)
+    assert result.verdict is expected
+
+
+def test_batching_defaults_follow_the_table(claims, published) -> None:  # type: ignore[no-untyped-def]
+    check, claim = C.get_check("batching_defaults_table"), claims["rule-batching-defaults"]
+    assert check(claim, C.Evidence(published=published)).model_verdict is V.REPRODUCED
+    wrong = published.copy()
+    wrong.loc[wrong.claim_id == "defaults-max-num-seqs-small-server", "value"] = 512.0
+    result = check(claim, C.Evidence(published=wrong))
+    assert result.verdict is V.MODEL_ONLY and result.model_verdict is V.NOT_REPRODUCED
+    assert "defaults-max-num-seqs-small-server on A100-80GB: table 512, vLLM 0.26 256" in result.model_says
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The ledger on the recorded data, and on none
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_recorded_rows_already_go_against_the_acceptance_bands(ledger: pd.DataFrame) -> None:
+    # a counter-example, once recorded, stays: the 70B-AWQ + 3B pair gained at an acceptance rate of 0.40
+    line = ledger.set_index("claim").loc["rule-acceptance-bands"]
+    assert line.verdict == "not reproduced" and line.rows >= 5
+    assert "discussion-13834 c=1: acceptance 0.40 (expects loss) gave +43.4 %" in line.measured
+
+
+def test_data_verdicts_rest_on_rows(ledger: pd.DataFrame) -> None:
+    data = ledger[ledger.verdict.isin([str(v) for v in C.DATA_VERDICTS])]
+    assert not data.empty and (data.rows > 0).all()
+    assert (ledger[~ledger.index.isin(data.index)].rows == 0).all()
+
+
+def test_with_nothing_recorded_no_claim_gets_a_data_verdict(data: Path) -> None:
+    shutil.copytree(ROOT / "data" / "reference", data / "reference")
+    ev = C.load_evidence(data)
+    assert ev.runs == {} and ev.fit is None and ev.startups.empty
+    ledger = C.build_ledger(ev, C.load_claims(data / "reference" / "claims.csv", ev.published))
+    assert set(ledger.verdict) <= {"not measured yet", "model only"}
+    assert (ledger.rows == 0).all()
+
+
+def test_the_page_renders_every_claim(ledger: pd.DataFrame) -> None:
+    text = C.ledger_markdown(ledger)
+    for claim in ledger.claim:
+        assert f"**{claim}**" in text
+    assert "[juhoplayground.github.io](https://juhoplayground.github.io/" in text and "**[secondary]**" in text
+    assert "[vllm-project/vllm#41682](https://github.com/vllm-project/vllm/issues/41682)" in text
+    assert C.verdict_counts(ledger).startswith("reproduced: ")
+
+
+def test_a_server_that_did_not_start_is_left_out_of_the_startups(data: Path) -> None:
+    logs = data / "runs" / "any" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "spec-off-0123456789-2026-11-30T000000+0000.log").write_text("ValueError: no KV cache\n")
+    assert C.recorded_startups(data).empty
+
+
+def test_a_shape_the_roofline_does_not_model_is_named_not_fatal(claims, published) -> None:  # type: ignore[no-untyped-def]
+    rows = [_row("any", "off", 1, 100.0, model_shape="gpt-oss-120b"),
+            _row("any", "off", 1, 100.0, model_shape="llama-3.3-70b-awq", kv_cache_dtype="fp8", input_len=1240)]  # fmt: skip
+    result = C.get_check("compute_bound_batch")(claims["rule-batch-64-compute-bound"], _evidence(published, "any", rows))
+    assert "gpt-oss-120b: not modelled" in result.model_says and result.model_verdict is V.REPRODUCED
