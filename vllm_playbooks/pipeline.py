@@ -141,7 +141,9 @@ def planned_grid(
 
 
 def estimated_minutes(grid: pd.DataFrame) -> float:
-    """Device minutes of a ``planned_grid`` with predictions: every point plus every server start-up."""
+    """Device minutes of a ``planned_grid`` with predictions: every point plus every server start-up (0 for none)."""
+    if grid.empty:
+        return 0.0
     return float((grid["estimated_point_s"].sum() + grid["estimated_startup_s"].sum()) / 60.0)
 
 
@@ -372,3 +374,33 @@ def evidence(df: pd.DataFrame, plan: CasePlan, comparison: pd.DataFrame, thresho
     said = verdict(comparison, threshold_pct)
     status = measurement_status(df, plan)
     return status if said.startswith("Not measured yet") and df.empty else f"{status} {said}"
+
+
+def sweep_engine(df: pd.DataFrame, grid: pd.DataFrame, model: str | None) -> str | None:
+    """The engine the concurrency sweep runs: the fastest measured PP=2 setting of ``model``, else the one the
+    roofline predicts fastest (``predicted_best_pp``); None when ``model`` is None (no sweep)."""
+    if model is None:
+        return None
+    return best_pp_setting(df, model) or predicted_best_pp(grid, model)
+
+
+def sweep_grid(case: str, label: str | None, concurrency: Sequence[int] | None, fit: EfficiencyFit | None = None,
+               **overrides: Any) -> pd.DataFrame:  # fmt: skip
+    """``planned_grid`` of the sweep (one engine at each concurrency); empty when there is no sweep."""
+    import pandas as pd
+
+    from vllm_playbooks.plan import load_plan
+
+    if label is None or not concurrency:
+        return pd.DataFrame()
+    return planned_grid(load_plan(case, engines=[label], concurrency=list(concurrency), **overrides), fit)
+
+
+def sweep_note(label: str | None, concurrency: Sequence[int] | None, recorded: int, case: str = CASE) -> str:
+    """One sentence for the page: which engine the sweep runs and the call that runs it, or that there is none."""
+    if label is None or not concurrency:
+        return "No concurrency sweep in this run (sweep_model or sweep_concurrency is empty)."
+    return (
+        f"Sweep engine: `{label}`. On a 2-GPU machine, after the grid: `{sweep_call(label, concurrency, case)}` "
+        f"({recorded} point(s) of this engine recorded)."
+    )

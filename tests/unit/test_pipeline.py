@@ -298,3 +298,15 @@ def test_gpu_figure_one_line_per_gpu_and_layout() -> None:
     ys = sorted(y for line in drawn for y in line.get_ydata())
     assert 95.0 in ys and 55.0 in ys  # the NaN reading is left out, not drawn as 0
     plt.close("all")
+
+
+def test_the_sweep_engine_measured_else_predicted_else_none(fit: theory.EfficiencyFit) -> None:
+    grid = pipeline.planned_grid(load_plan(CASE), fit)
+    assert pipeline.sweep_engine(STARVING.iloc[0:0], grid, "llama-3.1-8b") == "8b-pp2-mns256"  # predicted
+    assert pipeline.sweep_engine(STARVING, grid, "llama-3.1-8b") == "pp2-256"  # measured wins
+    assert pipeline.sweep_engine(STARVING, grid, None) is None
+    assert pipeline.sweep_grid(CASE, None, [32], fit).empty and pipeline.estimated_minutes(pd.DataFrame()) == 0.0
+    sweep = pipeline.sweep_grid(CASE, "8b-pp2-mns256", [32, 1024], fit)
+    assert sweep.concurrency.tolist() == [32, 1024] and sweep.estimated_startup_s.tolist() == [60.0, 0.0]
+    assert pipeline.sweep_note(None, [32], 0).startswith("No concurrency sweep")
+    assert "run_case(load_plan('pp-27462', engines=['x'], concurrency=[32]))" in pipeline.sweep_note("x", [32], 2)
