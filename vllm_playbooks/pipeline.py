@@ -212,21 +212,31 @@ def reproduced_at(row: Any, threshold_pct: float = THRESHOLD_PCT) -> bool | None
     return bool(same <= threshold_pct and double > threshold_pct)
 
 
-def verdict(comparison: pd.DataFrame, threshold_pct: float = THRESHOLD_PCT) -> str:
-    """The page's verdict from ``pp_comparison``, in the book's terms: 'Reproduced' (the claim holds at every cap with
-    all three sides measured), 'Direction only' (at some caps, not at others), 'Not reproduced' (at none), or 'Not
-    measured yet'; then the numbers it rests on, one cap at a time."""
+def _judged(comparison: pd.DataFrame, threshold_pct: float) -> list[tuple[Any, bool]]:
     judged = [(r, reproduced_at(r, threshold_pct)) for _, r in comparison.iterrows()]
-    judged = [(r, ok) for r, ok in judged if ok is not None]
+    return [(r, ok) for r, ok in judged if ok is not None]
+
+
+def verdict_label(comparison: pd.DataFrame, threshold_pct: float = THRESHOLD_PCT) -> str:
+    """The verdict in the book's terms: 'Reproduced' (the claim holds at every cap with all three sides measured),
+    'Direction only' (at some caps, not at others), 'Not reproduced' (at none) or 'Not measured yet'."""
+    judged = _judged(comparison, threshold_pct)
     if not judged:
+        return "Not measured yet"
+    yes = sum(ok for _, ok in judged)
+    return "Reproduced" if yes == len(judged) else "Not reproduced" if not yes else "Direction only"
+
+
+def verdict(comparison: pd.DataFrame, threshold_pct: float = THRESHOLD_PCT) -> str:
+    """The page's verdict from ``pp_comparison``: ``verdict_label``, then the numbers it rests on, one cap at a time."""
+    head = verdict_label(comparison, threshold_pct)
+    if head == "Not measured yet":
         return (
             "Not measured yet: no shape has PP=1 at max_num_seqs N, PP=2 at N and PP=2 at 2N measured at a saturating "
             "load, so there is no verdict."
         )
-    yes = [r for r, ok in judged if ok]
-    head = "Reproduced" if len(yes) == len(judged) else "Not reproduced" if not yes else "Direction only"
     parts = []
-    for r, ok in judged:
+    for r, ok in _judged(comparison, threshold_pct):
         n = int(r["max_num_seqs"])
         parts.append(
             f"{r['model_shape']} at max_num_seqs={n}: PP=2 {r['pp2_vs_pp1_pct']:+.1f} % against PP=1, "

@@ -109,6 +109,22 @@ def predicted_with_measured(curve: pd.DataFrame, measured: pd.DataFrame, y: str,
     return ax
 
 
+#: Parallel layouts in a fixed order, so each keeps its colour on every figure whichever of them a frame holds.
+LAYOUT_ORDER = ("PP=1", "PP=2", "TP=2", "TP=2 PP=2")
+
+
+def layout_palette(layouts: list[str]) -> tuple[list[str], dict[str, tuple[float, float, float]]]:
+    """(hue order, colours) for the layouts present: known layouts first in ``LAYOUT_ORDER``, each its own colour."""
+    import seaborn as sns
+
+    known = [lay for lay in LAYOUT_ORDER if lay in layouts]
+    order = known + sorted(set(layouts) - set(LAYOUT_ORDER))
+    colours = sns.color_palette("colorblind", len(LAYOUT_ORDER) + len(order))
+    mapping = {lay: colours[i] for i, lay in enumerate(LAYOUT_ORDER)}
+    extra = iter(colours[len(LAYOUT_ORDER):])
+    return order, {lay: mapping[lay] if lay in mapping else next(extra) for lay in order}
+
+
 def _nothing(ax: Axes | None, message: str) -> Axes:
     import matplotlib.pyplot as plt
 
@@ -135,8 +151,9 @@ def by_max_num_seqs(frame: pd.DataFrame, y: str, hue: str = "layout", ax: Axes |
     if data.empty:
         return _nothing(ax, f"{title + ': ' if title else ''}not measured yet")
     ax = ax or plt.subplots(figsize=(6.4, 4.0))[1]
+    order, palette = layout_palette(list(data[hue].unique()))
     sns.lineplot(data=data, x="max_num_seqs", y=y, hue=hue, style=hue, markers=True, dashes=False, ax=ax,
-                 errorbar=None, hue_order=sorted(data[hue].unique()))  # fmt: skip
+                 errorbar=None, hue_order=order, style_order=order, palette=palette)  # fmt: skip
     _log2_ticks(ax, data["max_num_seqs"])
     ax.set_xlabel(LABELS["max_num_seqs"])
     ax.set_ylabel(LABELS.get(y, y))
@@ -159,8 +176,9 @@ def gpu_utilization(summary: pd.DataFrame, y: str = "util_mean_pct", ax: Axes | 
         return _nothing(ax, f"{title + ': ' if title else ''}no GPU samples recorded yet")
     data = data.assign(gpu=[f"GPU {int(g)}" for g in data["gpu"]])
     ax = ax or plt.subplots(figsize=(6.4, 4.0))[1]
+    order, palette = layout_palette(list(data["layout"].unique()))
     sns.lineplot(data=data, x="max_num_seqs", y=y, hue="layout", style="gpu", markers=True, ax=ax, errorbar=None,
-                 hue_order=sorted(data["layout"].unique()), style_order=sorted(data["gpu"].unique()))  # fmt: skip
+                 hue_order=order, palette=palette, style_order=sorted(data["gpu"].unique()))  # fmt: skip
     _log2_ticks(ax, data["max_num_seqs"])
     ax.set_xlabel(LABELS["max_num_seqs"])
     ax.set_ylabel(LABELS.get(y, y))

@@ -310,3 +310,21 @@ def test_the_sweep_engine_measured_else_predicted_else_none(fit: theory.Efficien
     assert sweep.concurrency.tolist() == [32, 1024] and sweep.estimated_startup_s.tolist() == [60.0, 0.0]
     assert pipeline.sweep_note(None, [32], 0).startswith("No concurrency sweep")
     assert "run_case(load_plan('pp-27462', engines=['x'], concurrency=[32]))" in pipeline.sweep_note("x", [32], 2)
+
+
+def test_a_layout_keeps_its_colour_across_figures() -> None:
+    order, palette = plots.layout_palette(["TP=2", "PP=2"])
+    full_order, full = plots.layout_palette(["PP=1", "PP=2", "TP=2"])
+    assert order == ["PP=2", "TP=2"] and full_order == ["PP=1", "PP=2", "TP=2"]
+    assert palette["PP=2"] == full["PP=2"] and palette["TP=2"] == full["TP=2"] != full["PP=2"]
+    ax = plots.by_max_num_seqs(pipeline.saturated(_frame(pp1={}, pp2={32: 1.0, 64: 2.0}, tp2={32: 2.0})), "output_tok_s")
+    colours = {t.get_text(): h.get_color() for t, h in zip(ax.get_legend().get_texts(), ax.get_legend().legend_handles)}
+    assert matplotlib.colors.to_rgb(colours["PP=2"]) == pytest.approx(full["PP=2"])
+    plt.close("all")
+
+
+def test_verdict_label_is_the_head_of_the_verdict() -> None:
+    for frame in (STARVING, STARVING.iloc[0:0], _frame(pp1={32: 1000}, pp2={32: 1900, 64: 1950})):
+        comparison = pipeline.pp_comparison(frame)
+        assert pipeline.verdict(comparison).startswith(pipeline.verdict_label(comparison))
+    assert pipeline.verdict_label(pipeline.pp_comparison(_frame(pp1={32: 1000}, pp2={32: 1900, 64: 1950}))) == "Not reproduced"
