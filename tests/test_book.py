@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -18,3 +19,12 @@ def test_book_builds_strictly_from_replayed_notebooks(built_book: Path) -> None:
     assert "beat the baseline" in case_page  # the verdict sentence, computed from the data
     assert "For tuners" in case_page  # the box rendered from a cell's Markdown output
     assert len(list((html / "_images").glob("*.png"))) >= 2
+
+
+def test_the_pp_case_page_renders_with_or_without_rows(built_book: Path) -> None:
+    page = (built_book / "_build" / "html" / "book/executed/pp_27462.html").read_text()
+    text = re.sub(r"<[^>]+>", "", page)  # code blocks are split into highlighted spans
+    assert "For tuners" in text and "make reproduce CASE=pp_27462" in text
+    assert page.count("<img") >= 4  # prediction, throughput, utilisation, sweep (a 'not measured yet' panel until rows)
+    assert any(head in page for head in ("Not measured yet", "Reproduced", "Direction only", "Not reproduced"))
+    assert "config-only shapes with dummy (random) weights" in page

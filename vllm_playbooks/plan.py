@@ -21,6 +21,8 @@ from vllm_playbooks.results.raw import point_id
 CASES_PACKAGE = "vllm_playbooks.cases"
 _PLAN_KEYS = {"case", "title", "engine_defaults", "engines", "loads", "repeats", "min_duration_s", "gpu_memory_gib"}
 _LOAD_KEYS = {"input_len", "output_len", "concurrency", "request_rate_qps", "burstiness", "seed", "temperature"}
+#: Load keys an engine entry may set for itself (its own load levels instead of the case's ``loads`` list).
+ENGINE_LOAD_KEYS = ("concurrency",)
 #: What a notebook (papermill parameter) or ``make reproduce`` may change in a case's grid.
 OVERRIDE_KEYS = (
     "model", "draft_model", "load_format", "tokenizer", "engines", "concurrency", "request_rate_qps",
@@ -45,7 +47,11 @@ class PlannedPoint:
 
 @dataclass(frozen=True)
 class CasePlan:
-    """Engine configs × load levels × repeats of one case."""
+    """Engine configs × load levels × repeats of one case.
+
+    ``loads`` are the case's load levels; ``engine_loads`` holds, for an engine label whose YAML entry sets its own
+    ``concurrency``, that engine's levels instead.
+    """
 
     case: str
     title: str
@@ -53,12 +59,18 @@ class CasePlan:
     loads: tuple[LoadPoint, ...]
     repeats: int = 1
     min_duration_s: float = MIN_DURATION_S
+    engine_loads: tuple[tuple[str, tuple[LoadPoint, ...]], ...] = ()
+
+    def loads_for(self, engine: EngineConfig) -> tuple[LoadPoint, ...]:
+        """The load levels ``engine`` is measured at: its own, or the case's."""
+        return dict(self.engine_loads).get(engine.label, self.loads)
 
     def points(self) -> list[PlannedPoint]:
         """Every point, grouped by engine config (one server lifetime each), loads in the given order."""
         return [
             PlannedPoint(engine, load, repeat)
-            for engine, load, repeat in itertools.product(self.engines, self.loads, range(self.repeats))
+            for engine in self.engines
+            for load, repeat in itertools.product(self.loads_for(engine), range(self.repeats))
         ]
 
 
@@ -102,7 +114,8 @@ def _loads(spec: dict[str, Any], case: str) -> list[LoadPoint]:
 def load_plan(case: str, **overrides: Any) -> CasePlan:
     """Read ``vllm_playbooks/cases/<case>.yaml``, apply overrides, and check every config and load.
 
-    ``None`` overrides are ignored, so notebook parameters can default to ``None``. Every error is a
+    ``None`` overrides are ignored, so notebook parameters can default to ``None``. A ``concurrency`` (or
+    ``request_rate_qps``) override replaces the case's load levels and any engine's own. Every error is a
     ``ConfigError`` raised here, before a server is started.
     """
     unknown = set(overrides) - set(OVERRIDE_KEYS)
@@ -128,13 +141,21 @@ def plan_from_dict(spec: dict[str, Any], **overrides: Any) -> CasePlan:
     }  # fmt: skip
     wanted = _as_list(overrides.get("engines"))
     labels = [e.get("label") for e in spec.get("engines", [])]
+    twice = sorted({str(label) for label in labels if labels.count(label) > 1})
+    if twice:
+        raise ConfigError(f"case {case}: engine labels must be unique; repeated: {twice}")
     missing = [w for w in wanted if w not in labels]
     if missing:
         raise ConfigError(f"case {case}: no engine config named {missing}; known: {labels}")
     engines = []
+    own_concurrency: dict[str, Any] = {}
     for raw in spec.get("engines", []):
         if wanted and raw.get("label") not in wanted:
             continue
+        raw = dict(raw)
+        own = {k: raw.pop(k) for k in ENGINE_LOAD_KEYS if k in raw}
+        if "concurrency" in own and "concurrency" not in overrides and "request_rate_qps" not in overrides:
+            own_concurrency[str(raw.get("label"))] = own["concurrency"]
         merged = {**defaults, **raw, **engine_overrides}
         if "model" in overrides:
             merged["model"] = overrides["model"]
@@ -160,9 +181,15 @@ def plan_from_dict(spec: dict[str, Any], **overrides: Any) -> CasePlan:
         load_spec.pop("concurrency", None)
     if "concurrency" in overrides and "request_rate_qps" not in overrides:
         load_spec.pop("request_rate_qps", None)
-    loads = _loads(load_spec, case)
+    every_engine_has_its_own = bool(engines) and all(e.label in own_concurrency for e in engines)
+    no_case_levels = not _as_list(load_spec.get("concurrency")) and not _as_list(load_spec.get("request_rate_qps"))
+    loads = [] if every_engine_has_its_own and no_case_levels else _loads(load_spec, case)
+    engine_loads = {
+        label: tuple(_loads({**{k: v for k, v in load_spec.items() if k != "request_rate_qps"}, "concurrency": value}, case))
+        for label, value in own_concurrency.items()
+    }
     for engine in engines:
-        for load in loads:
+        for load in engine_loads.get(engine.label, loads):
             if load.input_len + load.output_len > engine.max_model_len:
                 raise ConfigError(
                     f"case {case}, engine {engine.label}: input_len + output_len = {load.input_len + load.output_len} "
@@ -186,6 +213,7 @@ def plan_from_dict(spec: dict[str, Any], **overrides: Any) -> CasePlan:
         loads=tuple(loads),
         repeats=repeats,
         min_duration_s=min_duration,
+        engine_loads=tuple(engine_loads.items()),
     )
 
 

@@ -23,6 +23,13 @@ LABELS = {
     "e2el_p50_ms": "end-to-end latency median (ms)",
     "change_pct": "change vs no speculation (%)",
     "mean_acceptance_length": "mean acceptance length (tokens/step)",
+    "max_num_seqs": "--max-num-seqs",
+    "output_tok_s_per_gpu": "output throughput per GPU (tok/s)",
+    "predicted_output_tok_s": "predicted output throughput (tok/s)",
+    "predicted_tok_s_per_gpu": "predicted output throughput per GPU (tok/s)",
+    "util_mean_pct": "GPU utilisation, mean of samples (%)",
+    "below_threshold_frac": "share of samples below the busy threshold",
+    "power_mean_w": "GPU power, mean (W)",
 }
 
 
@@ -99,4 +106,94 @@ def predicted_with_measured(curve: pd.DataFrame, measured: pd.DataFrame, y: str,
         sns.scatterplot(data=measured, x="concurrency", y=y, hue="engine_label", marker="X", s=90, ax=ax,
                         palette="dark", legend="brief")  # fmt: skip
     ax.set_ylabel(LABELS.get(y, y) + " (lines: model, crosses: measured)")
+    return ax
+
+
+#: Parallel layouts in a fixed order, so each keeps its colour on every figure whichever of them a frame holds.
+LAYOUT_ORDER = ("PP=1", "PP=2", "TP=2", "TP=2 PP=2")
+
+
+def layout_palette(layouts: list[str]) -> tuple[list[str], dict[str, tuple[float, float, float]]]:
+    """(hue order, colours) for the layouts present: known layouts first in ``LAYOUT_ORDER``, each its own colour."""
+    import seaborn as sns
+
+    known = [lay for lay in LAYOUT_ORDER if lay in layouts]
+    order = known + sorted(set(layouts) - set(LAYOUT_ORDER))
+    colours = sns.color_palette("colorblind", len(LAYOUT_ORDER) + len(order))
+    mapping = {lay: colours[i] for i, lay in enumerate(LAYOUT_ORDER)}
+    extra = iter(colours[len(LAYOUT_ORDER):])
+    return order, {lay: mapping[lay] if lay in mapping else next(extra) for lay in order}
+
+
+def _nothing(ax: Axes | None, message: str) -> Axes:
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(6.4, 4.0))[1]
+    ax.text(0.5, 0.5, message, ha="center", va="center")
+    ax.set_axis_off()
+    return ax
+
+
+def _log2_ticks(ax: Axes, values: pd.Series) -> None:
+    ticks = sorted(int(v) for v in values.dropna().unique())
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+
+
+def by_max_num_seqs(frame: pd.DataFrame, y: str, hue: str = "layout", ax: Axes | None = None,
+                    title: str | None = None) -> Axes:  # fmt: skip
+    """``y`` against ``--max-num-seqs`` (log-2 axis), one line per ``hue`` (parallel layout); with no rows the axes
+    say 'not measured yet' instead of drawing."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    data = frame.dropna(subset=[y]) if y in frame else frame.iloc[0:0]
+    if data.empty:
+        return _nothing(ax, f"{title + ': ' if title else ''}not measured yet")
+    ax = ax or plt.subplots(figsize=(6.4, 4.0))[1]
+    order, palette = layout_palette(list(data[hue].unique()))
+    sns.lineplot(data=data, x="max_num_seqs", y=y, hue=hue, style=hue, markers=True, dashes=False, ax=ax,
+                 errorbar=None, hue_order=order, style_order=order, palette=palette)  # fmt: skip
+    _log2_ticks(ax, data["max_num_seqs"])
+    ax.set_xlabel(LABELS["max_num_seqs"])
+    ax.set_ylabel(LABELS.get(y, y))
+    ax.set_ylim(bottom=0)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def gpu_utilization(summary: pd.DataFrame, y: str = "util_mean_pct", ax: Axes | None = None,
+                    title: str | None = None) -> Axes:  # fmt: skip
+    """Per-GPU utilisation (``gpu_samples.gpu_summary``) against ``--max-num-seqs``: colour = layout, line style =
+    the GPU's position in the engine (GPU 0 = the first stage under PP). Points without samples are left out; with
+    none at all the axes say so."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    data = summary.dropna(subset=[y]) if y in summary else summary.iloc[0:0]
+    if data.empty:
+        return _nothing(ax, f"{title + ': ' if title else ''}no GPU samples recorded yet")
+    data = data.assign(gpu=[f"GPU {int(g)}" for g in data["gpu"]])
+    ax = ax or plt.subplots(figsize=(6.4, 4.0))[1]
+    order, palette = layout_palette(list(data["layout"].unique()))
+    sns.lineplot(data=data, x="max_num_seqs", y=y, hue="layout", style="gpu", markers=True, ax=ax, errorbar=None,
+                 hue_order=order, palette=palette, style_order=sorted(data["gpu"].unique()))  # fmt: skip
+    _log2_ticks(ax, data["max_num_seqs"])
+    ax.set_xlabel(LABELS["max_num_seqs"])
+    ax.set_ylabel(LABELS.get(y, y))
+    if y.endswith("_pct"):
+        ax.set_ylim(0, 105)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def sweep_vs_concurrency(frame: pd.DataFrame, y: str, ax: Axes | None = None, title: str | None = None) -> Axes:
+    """``metric_vs_load`` for a concurrency sweep, or 'not measured yet' when the sweep has no rows."""
+    if frame.empty or y not in frame or frame[y].dropna().empty:
+        return _nothing(ax, f"{title + ': ' if title else ''}not measured yet")
+    ax = metric_vs_load(frame, y, ax=ax)
+    if title:
+        ax.set_title(title)
     return ax

@@ -11,6 +11,7 @@ import contextlib
 import importlib.util
 import json
 import math
+import os
 import signal
 import threading
 import tempfile
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks import paths
+from vllm_playbooks.config.engine import EngineConfig
+from vllm_playbooks.engine.gpu_sampler import GpuSampler, nvml_sampler
 from vllm_playbooks.engine.metrics import scrape
 from vllm_playbooks.engine.server import LOOPBACK, VllmServer, free_port
 from vllm_playbooks.errors import ConfigError, PlaybookError, SchemaError
@@ -36,6 +39,19 @@ if TYPE_CHECKING:
     import pandas as pd
 
 ServerFactory = Callable[..., VllmServer]
+#: Builds the sampler for one measured run: (number of GPUs the engine uses, the server's environment) → sampler.
+SamplerFactory = Callable[[int, dict[str, str]], GpuSampler]
+
+
+def engine_gpus(engine: EngineConfig) -> int:
+    """GPUs one server of ``engine`` uses: tensor × pipeline parallel size."""
+    return engine.tensor_parallel_size * engine.pipeline_parallel_size
+
+
+def _sampler_for(engine: EngineConfig, factory: SamplerFactory | None) -> GpuSampler | None:
+    if factory is None:
+        return None
+    return factory(engine_gpus(engine), {**os.environ, **engine.env})
 
 
 @contextlib.contextmanager
@@ -111,8 +127,13 @@ def measure_point(
     bench: BenchClient,
     provenance: Provenance,
     data: Path,
+    gpu_sampler: SamplerFactory | None = nvml_sampler,
 ) -> RunRow:
-    """Calibrate (uncounted warm-up), then measure one load level between two ``/metrics`` scrapes; record it."""
+    """Calibrate (uncounted warm-up), then measure one load level between two ``/metrics`` scrapes; record it.
+
+    The engine's GPUs are sampled (``gpu_sampler``; ``None``: not at all) from just before the first scrape to just
+    after the second; the samples go into the raw folder as ``gpu_samples.csv`` and ``point.json`` says how it went.
+    """
     engine, load = point.engine, point.load
     from vllm_playbooks.shapes import resolve_model
 
@@ -140,9 +161,16 @@ def measure_point(
         rps = warmup["completed"] / warmup["duration"] if warmup.get("duration") else None
         num_prompts = load.measured_prompts(rps, plan.min_duration_s)
         for attempt in (1, 2):
-            before = scrape(server.base_url)
-            argv, bench_text = run(num_prompts, raw.BENCH_FILE)
-            after = scrape(server.base_url)
+            sampler = _sampler_for(engine, gpu_sampler)
+            if sampler is not None:
+                sampler.start()
+            try:
+                before = scrape(server.base_url)
+                argv, bench_text = run(num_prompts, raw.BENCH_FILE)
+                after = scrape(server.base_url)
+            finally:
+                if sampler is not None:
+                    sampler.stop()
             duration = float(json.loads(bench_text)["duration"])
             if duration >= plan.min_duration_s or load.request_rate_qps is not None or attempt == 2:
                 break
@@ -158,20 +186,20 @@ def measure_point(
         server_argv=server.argv,
         bench_argv=["vllm", "bench", "serve", *argv],
         server_startup_s=server.startup_s,
+        gpu_sampling=sampler.record() if sampler is not None else {"status": "disabled", "reason": "no sampler given"},
     )
+    files = {
+        raw.POINT_FILE: json.dumps(record, indent=2, sort_keys=True),
+        raw.PROVENANCE_FILE: provenance.model_dump_json(indent=2),
+        raw.WARMUP_FILE: warmup_text,
+        raw.BENCH_FILE: bench_text,
+        raw.METRICS_BEFORE: before,
+        raw.METRICS_AFTER: after,
+    }
+    if sampler is not None and sampler.samples:
+        files[raw.GPU_SAMPLES_FILE] = sampler.csv_text()
     case_dir = case_folder(plan.case, data)
-    folder = raw.write_point(
-        case_dir,
-        point.point_id,
-        {
-            raw.POINT_FILE: json.dumps(record, indent=2, sort_keys=True),
-            raw.PROVENANCE_FILE: provenance.model_dump_json(indent=2),
-            raw.WARMUP_FILE: warmup_text,
-            raw.BENCH_FILE: bench_text,
-            raw.METRICS_BEFORE: before,
-            raw.METRICS_AFTER: after,
-        },
-    )
+    folder = raw.write_point(case_dir, point.point_id, files)
     row = raw.row_from_point(folder, data)
     append_run_row(row, data)
     return row
@@ -187,11 +215,14 @@ def run_case(
     python: str | None = None,
     health_timeout_s: float = 900.0,
     progress: bool = True,
+    gpu_sampler: SamplerFactory | None = nvml_sampler,
 ) -> RunReport:
     """Measure every point of ``plan`` that is not recorded yet; one server per engine config.
 
     ``bench`` defaults to vLLM's own ``bench serve`` in-process; ``python`` is the interpreter that starts the
-    server (default: this one). Returns a report; call ``report.raise_for_failures()`` to fail loudly.
+    server (default: this one). ``gpu_sampler`` samples the engine's GPUs during each measured run (default: NVML;
+    where NVML is missing the point says so and the run goes on; ``None``: no sampling). Returns a report; call
+    ``report.raise_for_failures()`` to fail loudly.
     """
     from tqdm.auto import tqdm
 
@@ -213,7 +244,8 @@ def run_case(
     provenance = collect_provenance(paths.find_repo_root() if data == paths.data_dir() else None)
     bar = tqdm(total=len(todo), desc=plan.case, disable=not progress, unit="point")
     with sigterm_as_interrupt():
-        _run_groups(plan, todo, bench, server_factory, python, health_timeout_s, provenance, data, report, bar)
+        _run_groups(plan, todo, bench, server_factory, python, health_timeout_s, provenance, data, report, bar,
+                    gpu_sampler)  # fmt: skip
     bar.close()
     return report
 
@@ -229,6 +261,7 @@ def _run_groups(
     data: Path,
     report: RunReport,
     bar: Any,
+    gpu_sampler: SamplerFactory | None = nvml_sampler,
 ) -> None:
     case_dir = case_folder(plan.case, data)
     logs = case_dir / "logs"
@@ -249,7 +282,7 @@ def _run_groups(
                 report.server_startup_s[config_id] = server.startup_s or 0.0
                 for index, point in enumerate(points):
                     try:
-                        measure_point(point, plan, server, client, provenance, data)
+                        measure_point(point, plan, server, client, provenance, data, gpu_sampler)
                         report.measured.append(point.point_id)
                     except (PlaybookError, OSError, KeyError, ValueError, RuntimeError) as error:
                         _fail(case_dir, point, error, report, log_path)

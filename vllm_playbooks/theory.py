@@ -131,12 +131,12 @@ def step_time_s(
     return max(bytes_moved / bandwidth_bytes_s, flops / flops_per_s) + overhead_s
 
 
-def decode_step_bytes(shape: ModelShape, batch: int, context_len: float, kv_cache_dtype: str = "auto") -> float:
+def decode_step_bytes(shape: ModelShape, batch: float, context_len: float, kv_cache_dtype: str = "auto") -> float:
     """Bytes one decode step reads: every weight once, plus each sequence's KV cache (``context_len`` tokens)."""
     return float(weight_bytes(shape) + batch * context_len * kv_bytes_per_token(shape, kv_cache_dtype))
 
 
-def decode_step_flops(shape: ModelShape, batch: int, q: int = 1) -> float:
+def decode_step_flops(shape: ModelShape, batch: float, q: int = 1) -> float:
     """Matmul FLOPs of one step: 2 × parameters × batch × q (q query tokens per sequence; k + 1 when verifying).
 
     Attention-score FLOPs (∝ context) are left out: below ~10 % of the total at the contexts modelled here.
@@ -214,7 +214,7 @@ def _get(row: Any, name: str, default: Any = None) -> Any:
     return getattr(row, name, default)
 
 
-def _forward(shape: ModelShape, batch: int, q: int, context_len: float, kv_dtype: str, prefill_tokens: float) -> _Forward:
+def _forward(shape: ModelShape, batch: float, q: int, context_len: float, kv_dtype: str, prefill_tokens: float) -> _Forward:
     total = decode_step_bytes(shape, batch, context_len, kv_dtype)
     quant = 0.0
     if shape.quantization:
@@ -326,6 +326,21 @@ def fit_efficiency(rows: Iterable[Any], gpu: Gpu | str) -> EfficiencyFit:
 
 def _params(fit: EfficiencyFit) -> tuple[float, float, float, float]:
     return (fit.bandwidth_efficiency, fit.quantized_bandwidth_efficiency, fit.compute_efficiency, fit.overhead_s)
+
+
+def forward_time_s(
+    fit: EfficiencyFit, model: str, batch: float, context_len: float, prefill_tokens: float = 0.0,
+    kv_cache_dtype: str = "auto", gpu: Gpu | str | None = None, shards: int = 1,
+) -> float:
+    """Fitted-roofline time (s) of one forward pass: ``batch`` sequences decode one token each over ``context_len``
+    tokens of KV, beside ``prefill_tokens`` prompt tokens, with bytes and FLOPs split evenly over ``shards`` GPUs
+    (tensor-parallel ranks or pipeline stages) and the fixed overhead paid once. Communication is not modelled."""
+    if shards < 1:
+        raise ValueError(f"shards must be >= 1, got {shards}")
+    device = _as_gpu(gpu if gpu is not None else fit.gpu)
+    whole = _forward(resolve_model(model), batch, 1, context_len, kv_cache_dtype, prefill_tokens)
+    part = _Forward(whole.dense_bytes / shards, whole.quant_bytes / shards, whole.flops / shards)
+    return _time(part, device, *_params(fit))
 
 
 def predict_tpot_ms(row_like: Any, fit: EfficiencyFit, gpu: Gpu | str | None = None, alpha: float | None = None) -> float:

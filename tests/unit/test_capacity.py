@@ -171,3 +171,109 @@ def test_resolve_batching_refuses_a_budget_below_the_cap() -> None:
 
     with pytest.raises(CapacityError, match=r"max_num_batched_tokens \(128\) < max_num_seqs \(256\)"):
         resolve_batching(2048, 139.8, max_num_seqs=256, max_num_batched_tokens=128)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Tensor and pipeline parallelism: weights and KV heads split GPU by GPU, the fullest GPU sets the budget
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("layers", "pp", "expected"),
+    [(32, 1, [32]), (32, 2, [16, 16]), (80, 3, [27, 27, 26]), (61, 4, [15, 15, 16, 15]), (5, 3, [2, 2, 1])],
+)
+def test_pp_layer_partition_like_vllm(layers: int, pp: int, expected: list[int]) -> None:
+    from vllm_playbooks.config.capacity import pp_layer_partition
+
+    assert pp_layer_partition(layers, pp) == expected
+
+
+def test_more_stages_than_layers_is_refused() -> None:
+    from vllm_playbooks.config.capacity import pp_layer_partition
+
+    with pytest.raises(CapacityError, match="between 1 and the model's 2 layers, got 3"):
+        pp_layer_partition(2, 3)
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "llama-3.2-1b", "llama-3.3-70b", "llama-3.3-70b-awq", "tiny-llama"])
+def test_one_stage_on_one_gpu_holds_every_weight(name: str) -> None:
+    from vllm_playbooks.config.capacity import stage_weight_bytes
+
+    shape = get_shape(name)
+    assert stage_weight_bytes(shape) == [pytest.approx(weight_bytes(shape), abs=1)]
+
+
+def test_pipeline_stages_split_the_layers_embedding_first_head_last() -> None:
+    from vllm_playbooks.config.capacity import stage_weight_bytes
+
+    shape = get_shape("llama-3.3-70b")  # untied: the embedding and the LM head are separate 128256 × 8192 tables
+    first, last = stage_weight_bytes(shape, pipeline_parallel_size=2)
+    table, norm = 128256 * 8192 * 2, 8192 * 2
+    assert first + last == pytest.approx(weight_bytes(shape), abs=2)
+    assert last - first == pytest.approx(norm, abs=2)  # same 40 layers and one table each; the final norm is last's
+    assert first > weight_bytes(shape) / 2 - table
+
+
+def test_tied_embeddings_are_held_twice_across_stages() -> None:
+    from vllm_playbooks.config.capacity import stage_weight_bytes
+
+    shape = get_shape("llama-3.2-1b")  # tie_word_embeddings: one table on one GPU, a copy on the last stage with PP
+    table = shape.vocab_size * shape.hidden_size * 2
+    assert sum(stage_weight_bytes(shape, pipeline_parallel_size=2)) == pytest.approx(weight_bytes(shape) + table, abs=2)
+
+
+def test_tensor_parallelism_halves_all_but_the_norms() -> None:
+    from vllm_playbooks.config.capacity import stage_weight_bytes
+
+    shape = get_shape("llama-3.1-8b")
+    norms = (2 * 32 + 1) * 4096 * 2
+    assert stage_weight_bytes(shape, tensor_parallel_size=2) == [pytest.approx((weight_bytes(shape) - norms) / 2 + norms, abs=1)]
+
+
+@pytest.mark.parametrize(("tp", "heads"), [(1, 8), (2, 4), (8, 1), (16, 1)])
+def test_kv_heads_per_gpu_like_vllm(tp: int, heads: int) -> None:
+    from vllm_playbooks.config.capacity import kv_bytes_per_token_per_gpu, kv_heads_per_gpu
+
+    shape = get_shape("llama-3.1-8b")
+    assert kv_heads_per_gpu(shape, tp) == heads  # max(1, 8 // TP): replicas beyond 8 GPUs
+    assert kv_bytes_per_token_per_gpu(shape, "auto", tp) == 2 * 32 * heads * 128 * 2
+    assert kv_bytes_per_token_per_gpu(get_shape("deepseek-v3"), "auto", tp) == 61 * (512 + 64) * 2  # MLA: not split
+
+
+def _engine(model: str, tp: int = 1, pp: int = 1):  # type: ignore[no-untyped-def]
+    from vllm_playbooks.config.engine import EngineConfig
+
+    return EngineConfig(label="x", model=model, max_model_len=1024, max_num_seqs=256, max_num_batched_tokens=8192,
+                        tensor_parallel_size=tp, pipeline_parallel_size=pp)  # fmt: skip
+
+
+@pytest.mark.parametrize(("tp", "pp"), [(2, 1), (1, 2)])
+def test_two_gpus_hold_more_than_twice_the_kv_of_one(tp: int, pp: int) -> None:
+    one, two = kv_budget(_engine("llama-3.1-8b"), 139.8), kv_budget(_engine("llama-3.1-8b", tp, pp), 139.8)
+    assert two.gpus == 2 and two.kv_bytes_per_token_per_gpu == one.kv_bytes_per_token_per_gpu // 2 == 64 * 1024
+    assert two.weight_bytes == one.weight_bytes and two.weight_bytes_per_gpu == pytest.approx(one.weight_bytes / 2, rel=0.01)
+    # each GPU frees half the weights for KV and keeps half of each token: more than twice the tokens
+    assert two.kv_tokens > 2 * one.kv_tokens
+    assert two.kv_tokens == (two.kv_bytes // (64 * 1024 * BLOCK_SIZE)) * BLOCK_SIZE
+
+
+def test_70b_bf16_needs_two_h200s() -> None:
+    with pytest.raises(CapacityError, match=r"weights \(131.4 GiB\) and activations .* exceed 0.9 × 139.8 GiB per GPU"):
+        check_fits(_engine("llama-3.3-70b"), 139.8)
+    for tp, pp in [(2, 1), (1, 2)]:
+        budget = check_fits(_engine("llama-3.3-70b", tp, pp), 139.8)
+        assert budget.weight_bytes_per_gpu / GIB == pytest.approx(65.7, abs=0.05)
+        assert budget.kv_tokens > 256 * 1024  # max_num_seqs=256 sequences of 1024 tokens fit: the cap binds
+        assert budget.binding == "max_num_seqs"
+
+
+def test_the_error_names_the_fullest_gpu_when_split() -> None:
+    with pytest.raises(CapacityError, match=r"weights \(65.7 GiB on the fullest of 2 GPUs, 131.4 GiB in all\)"):
+        check_fits(_engine("llama-3.3-70b", 1, 2), 70.0)
+
+
+def test_uneven_stages_the_fullest_sets_the_budget() -> None:
+    from vllm_playbooks.config.capacity import kv_bytes_per_token_per_gpu
+
+    budget = kv_budget(_engine("llama-3.3-70b", 1, 3), 139.8)  # 80 layers → 27, 27, 26
+    assert budget.kv_bytes_per_token_per_gpu == kv_bytes_per_token_per_gpu(get_shape("llama-3.3-70b"), "auto", 1, 27)

@@ -138,3 +138,47 @@ def test_bad_plans_are_refused_before_any_gpu_time(change: dict[str, Any], expec
     }
     with pytest.raises(ConfigError, match=expected):
         plan_from_dict(spec)
+
+
+def _two_engine_spec(**load: Any) -> dict[str, Any]:
+    return {
+        "case": "t",
+        "engine_defaults": {"model": "llama-3.1-8b", "max_model_len": 2048},
+        "engines": [{"label": "a", "max_num_seqs": 32, "concurrency": 64}, {"label": "b", "max_num_seqs": 64}],
+        "loads": {"input_len": 8, "output_len": 8, **load},
+    }
+
+
+def test_an_engine_can_carry_its_own_concurrency() -> None:
+    plan = plan_from_dict(_two_engine_spec(concurrency=[1, 2]))
+    a, b = plan.engines
+    assert [l.concurrency for l in plan.loads_for(a)] == [64] and [l.concurrency for l in plan.loads_for(b)] == [1, 2]
+    assert [p.point_id.split("/")[1] for p in plan.points()] == ["in8-out8-c64-r0", "in8-out8-c1-r0", "in8-out8-c2-r0"]
+    assert "concurrency" not in a.resolved()  # a load level, not part of the engine's config or its id
+
+
+def test_a_concurrency_override_replaces_the_engines_own() -> None:
+    plan = plan_from_dict(_two_engine_spec(concurrency=[1]), concurrency=[512])
+    assert [p.load.concurrency for p in plan.points()] == [512, 512]
+    rate = plan_from_dict(_two_engine_spec(concurrency=[1]), request_rate_qps=[2.0])
+    assert [(p.load.concurrency, p.load.request_rate_qps) for p in rate.points()] == [(None, 2.0), (None, 2.0)]
+
+
+def test_case_levels_may_be_left_out_when_every_engine_has_its_own() -> None:
+    spec = _two_engine_spec()
+    spec["engines"][1]["concurrency"] = [128, 256]
+    plan = plan_from_dict(spec)
+    assert plan.loads == () and [p.load.concurrency for p in plan.points()] == [64, 128, 256]
+    with pytest.raises(ConfigError, match="need a concurrency list"):
+        plan_from_dict(_two_engine_spec())  # engine b has none and the case gives none
+
+
+def test_engine_levels_are_checked_like_the_case_levels() -> None:
+    spec = _two_engine_spec(concurrency=[1])
+    spec["engines"][0]["concurrency"] = [0]
+    with pytest.raises(ConfigError, match="bad load"):
+        plan_from_dict(spec)
+    spec = _two_engine_spec(concurrency=[1])
+    spec["engines"][1]["label"] = "a"
+    with pytest.raises(ConfigError, match=r"engine labels must be unique; repeated: \['a'\]"):
+        plan_from_dict(spec)

@@ -22,6 +22,7 @@ EXPECTED_SHAPES = {
     "llama-3.1-8b",
     "llama-3.2-1b",
     "llama-3.2-3b",
+    "llama-3.3-70b",
     "llama-3.3-70b-awq",
     "llama-3.2-3b-awq",
     "gpt-oss-20b",
@@ -285,3 +286,19 @@ def test_tiny_llama_is_the_documented_toy() -> None:
     assert (config["num_attention_heads"], config["num_key_value_heads"]) == (4, 2)
     assert (config["vocab_size"], config["max_position_embeddings"]) == (32000, 2048)
     assert "made up for tests" in get_shape("tiny-llama").source
+
+
+def test_llama_70b_bf16_is_the_awq_shape_unquantized() -> None:
+    bf16, awq = get_shape("llama-3.3-70b"), get_shape("llama-3.3-70b-awq")
+    assert bf16.quantization is None and bf16.torch_dtype == "bfloat16"
+    a, b = bf16.config(), awq.config()
+    changed = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
+    assert changed == {"quantization_config", "torch_dtype", "use_cache"}
+
+
+def test_llama_70b_bf16_does_not_fit_one_h200() -> None:
+    from vllm_playbooks.config.capacity import GIB, weight_bytes
+
+    # 70.55 B parameters × 2 bytes = 131.4 GiB: above the 139.8 GiB × 0.9 one H200 gives vLLM
+    assert weight_bytes(get_shape("llama-3.3-70b")) == 2 * 70_553_706_496
+    assert weight_bytes(get_shape("llama-3.3-70b")) / GIB > 0.9 * 139.8

@@ -3,6 +3,12 @@
 The KV-cache bytes per token and the rounding to 16-token blocks are exact; the memory left for the KV cache is a
 model (weights from the shape, an activation peak proportional to the scheduled-token budget), checked against the
 start-up lines of every recorded server log (``tests/unit/test_capacity.py``).
+
+Tensor and pipeline parallelism are modelled GPU by GPU: each pipeline stage holds its share of the decoder layers
+(split as vLLM splits them), the first stage the embedding and the last the final norm and LM head, and tensor
+parallelism divides a stage's weights and KV heads over its GPUs. vLLM gives every GPU the same number of KV blocks,
+the smallest any of them can hold, so the fullest GPU sets the budget. The recorded logs are all single-GPU: the
+multi-GPU split follows vLLM's code, and the memory NCCL takes outside torch is not modelled.
 """
 
 from __future__ import annotations
@@ -95,6 +101,69 @@ def weight_bytes(shape: ModelShape) -> int:
     return round(linear * _linear_bytes_per_weight(shape) + dense * dtype_bytes("auto", shape))
 
 
+def pp_layer_partition(num_layers: int, pipeline_parallel_size: int) -> list[int]:
+    """Decoder layers on each pipeline stage, as vLLM splits them (``vllm.distributed.utils.get_pp_indices`` without
+    ``VLLM_PP_LAYER_PARTITION``): equal shares, and the remainder one layer each to the stages before the last,
+    counting back from the second-to-last (the last stage already runs the final norm, LM head and sampler)."""
+    if not 1 <= pipeline_parallel_size <= num_layers:
+        raise CapacityError(
+            f"pipeline_parallel_size must lie between 1 and the model's {num_layers} layers, got {pipeline_parallel_size}"
+        )
+    parts = [num_layers // pipeline_parallel_size] * pipeline_parallel_size
+    for i in range(2, num_layers % pipeline_parallel_size + 2):
+        parts[-i] += 1
+    return parts
+
+
+def kv_heads_per_gpu(shape: ModelShape, tensor_parallel_size: int) -> int:
+    """KV heads one tensor-parallel GPU keeps: ``max(1, kv_heads // TP)`` as vLLM computes it (with more GPUs than KV
+    heads, each GPU keeps a replica of one head). MLA shapes keep one latent per token on every GPU: 1."""
+    config = shape.config()
+    if config.get("kv_lora_rank"):
+        return 1
+    heads = int(config["num_attention_heads"])
+    kv_heads = int(config.get("num_key_value_heads") or heads)
+    return max(1, kv_heads // tensor_parallel_size)
+
+
+def kv_bytes_per_token_per_gpu(
+    shape: ModelShape, kv_cache_dtype: str = "auto", tensor_parallel_size: int = 1, layers: int | None = None
+) -> int:
+    """KV-cache bytes one token takes on one GPU that holds ``layers`` layers (default: all) with tensor parallelism
+    ``tensor_parallel_size``: the GPU keeps ``kv_heads_per_gpu`` of the KV heads (MLA: the whole latent)."""
+    whole = kv_bytes_per_token(shape, kv_cache_dtype, layers)
+    config = shape.config()
+    if config.get("kv_lora_rank"):
+        return whole
+    heads = int(config["num_attention_heads"])
+    kv_heads = int(config.get("num_key_value_heads") or heads)
+    return whole // kv_heads * kv_heads_per_gpu(shape, tensor_parallel_size)
+
+
+def stage_weight_bytes(shape: ModelShape, tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1) -> list[int]:
+    """Bytes of a dense decoder's weights on one GPU of each pipeline stage.
+
+    A stage holds its layers' projections and norms; the first stage also the embedding, the last the final norm and
+    the LM head (a separate copy when the embeddings are tied but live on another stage). Tensor parallelism divides
+    projections, embedding and head over the stage's GPUs (norms are replicated). With TP = PP = 1 the single entry
+    equals ``weight_bytes``.
+    """
+    config = shape.config()
+    hidden, layers, vocab = shape.hidden_size, shape.num_hidden_layers, shape.vocab_size
+    element = dtype_bytes("auto", shape)
+    per_layer_linear = parameter_count(shape, "linear") / layers * _linear_bytes_per_weight(shape)
+    table = vocab * hidden * element
+    tied = bool(config.get("tie_word_embeddings"))
+    parts = pp_layer_partition(layers, pipeline_parallel_size)
+    out = []
+    for index, count in enumerate(parts):
+        first, last = index == 0, index == len(parts) - 1
+        split = count * per_layer_linear + (table if first else 0) + (table if last and not (tied and first) else 0)
+        norms = (2 * count + (1 if last else 0)) * hidden * element
+        out.append(round(split / tensor_parallel_size + norms))
+    return out
+
+
 def activation_bytes(shape: ModelShape, max_num_batched_tokens: int, dtype: str = "auto") -> int:
     """Estimated peak activation of a forward pass over ``max_num_batched_tokens`` tokens (see ACTIVATION_FACTOR)."""
     width = shape.hidden_size + 2 * int(shape.config()["intermediate_size"])
@@ -166,7 +235,11 @@ def cudagraph_capture_sizes(max_num_seqs: int, num_speculative_tokens: int = 0, 
 
 @dataclass(frozen=True)
 class KVBudget:
-    """How the GPU memory divides up for one engine config, and how many sequences fit."""
+    """How the GPU memory divides up for one engine config, and how many sequences fit.
+
+    Byte counts other than ``weight_bytes`` and ``kv_bytes_per_token`` are per GPU, on the GPU that sets the budget
+    (the one whose KV cache holds the fewest tokens); with one GPU the two views are the same.
+    """
 
     requested_bytes: int
     weight_bytes: int
@@ -177,6 +250,9 @@ class KVBudget:
     kv_tokens: int
     max_model_len: int
     max_num_seqs: int
+    gpus: int = 1
+    weight_bytes_per_gpu: int = 0
+    kv_bytes_per_token_per_gpu: int = 0
 
     @property
     def max_concurrency(self) -> float:
@@ -201,8 +277,26 @@ def _spec_shapes(engine: EngineConfig, target: ModelShape) -> tuple[list[ModelSh
     return [], 0
 
 
+def _stages(engine: EngineConfig, target: ModelShape, drafts: list[ModelShape], mtp_layers: int) -> list[tuple[int, int]]:
+    """(weight bytes, KV bytes per token) on one GPU of each pipeline stage; the drafter lives on the last stage."""
+    tp, pp = engine.tensor_parallel_size, engine.pipeline_parallel_size
+    weights = stage_weight_bytes(target, tp, pp)
+    layers = pp_layer_partition(target.num_hidden_layers, pp)
+    per_token = [kv_bytes_per_token_per_gpu(target, engine.kv_cache_dtype, tp, count) for count in layers]
+    if mtp_layers:
+        per_token[-1] += kv_bytes_per_token_per_gpu(target, engine.kv_cache_dtype, tp, mtp_layers)
+    draft_tp = (engine.speculative.draft_tensor_parallel_size if engine.speculative else None) or tp
+    for draft in drafts:
+        weights[-1] += stage_weight_bytes(draft, draft_tp)[0]
+        per_token[-1] += kv_bytes_per_token_per_gpu(draft, engine.kv_cache_dtype, draft_tp)
+    return list(zip(weights, per_token, strict=True))
+
+
 def kv_budget(engine: EngineConfig, gpu_memory_gib: float, gpu_name: str = "") -> KVBudget:
-    """The KV-cache budget of ``engine`` on a GPU whose framework-visible memory is ``gpu_memory_gib``."""
+    """The KV-cache budget of ``engine`` on GPUs whose framework-visible memory is ``gpu_memory_gib`` each.
+
+    Every GPU gets the same number of KV blocks, the fewest any GPU can hold (vLLM takes the minimum over workers).
+    """
     target = resolve_model(engine.model)
     drafts, mtp_layers = _spec_shapes(engine, target)
     batched, seqs = resolve_batching(
@@ -216,17 +310,20 @@ def kv_budget(engine: EngineConfig, gpu_memory_gib: float, gpu_name: str = "") -
     for draft in drafts:
         per_token += kv_bytes_per_token(draft, engine.kv_cache_dtype)
         weights += weight_bytes(draft)
-    shards = engine.tensor_parallel_size * engine.pipeline_parallel_size
     requested = round(engine.gpu_memory_utilization * gpu_memory_gib * GIB)
     activation = activation_bytes(target, batched, engine.dtype)
     non_torch = round(NON_TORCH_GIB * GIB)
-    kv = requested - weights // shards - activation - non_torch
-    per_token_per_gpu = per_token // shards
-    blocks = max(kv, 0) // (per_token_per_gpu * BLOCK_SIZE)
+    stages = []
+    for stage_weights, stage_per_token in _stages(engine, target, drafts, mtp_layers):
+        free = requested - stage_weights - activation - non_torch
+        blocks = max(free, 0) // (stage_per_token * BLOCK_SIZE)
+        stages.append((blocks, free, stage_weights, stage_per_token))
+    blocks, kv, stage_weights, stage_per_token = min(stages, key=lambda s: (s[0], s[1]))
     return KVBudget(
         requested_bytes=requested, weight_bytes=weights, activation_bytes=activation, non_torch_bytes=non_torch,
         kv_bytes=kv, kv_bytes_per_token=per_token, kv_tokens=blocks * BLOCK_SIZE, max_model_len=engine.max_model_len,
-        max_num_seqs=seqs,
+        max_num_seqs=seqs, gpus=engine.tensor_parallel_size * engine.pipeline_parallel_size,
+        weight_bytes_per_gpu=stage_weights, kv_bytes_per_token_per_gpu=stage_per_token,
     )  # fmt: skip
 
 
@@ -242,9 +339,10 @@ def check_fits(engine: EngineConfig, gpu_memory_gib: float, gpu_name: str = "") 
     budget = kv_budget(engine, gpu_memory_gib, gpu_name)
     if budget.kv_bytes <= 0:
         raise CapacityError(
-            f"engine {engine.label}: weights ({budget.weight_bytes / GIB:.1f} GiB) and activations "
+            f"engine {engine.label}: weights ({_per_gpu(budget)}) and activations "
             f"({budget.activation_bytes / GIB:.1f} GiB) exceed {engine.gpu_memory_utilization} × {gpu_memory_gib} GiB "
-            f"per GPU. Use more GPUs (tensor_parallel_size), a quantized shape, or a larger gpu_memory_utilization."
+            f"per GPU. Use more GPUs (tensor_parallel_size or pipeline_parallel_size), a quantized shape, or a larger "
+            f"gpu_memory_utilization."
         )
     if budget.kv_tokens < engine.max_model_len:
         raise CapacityError(
@@ -254,13 +352,21 @@ def check_fits(engine: EngineConfig, gpu_memory_gib: float, gpu_name: str = "") 
     return budget
 
 
+def _per_gpu(budget: KVBudget) -> str:
+    whole = f"{budget.weight_bytes / GIB:.1f} GiB"
+    if budget.gpus == 1:
+        return whole
+    return f"{budget.weight_bytes_per_gpu / GIB:.1f} GiB on the fullest of {budget.gpus} GPUs, {whole} in all"
+
+
 def budget_table(budget: KVBudget) -> pd.DataFrame:
     """The memory split of a budget as a small table (GiB), for a page."""
     import pandas as pd
 
     rows = [
         ("requested (gpu_memory_utilization × memory)", budget.requested_bytes / GIB),
-        ("weights (target + draft)", budget.weight_bytes / GIB),
+        ("weights (target + draft)" if budget.gpus == 1 else f"weights on the fullest of {budget.gpus} GPUs",
+         budget.weight_bytes_per_gpu / GIB),
         ("peak activation (estimate)", budget.activation_bytes / GIB),
         ("non-torch memory (estimate)", budget.non_torch_bytes / GIB),
         ("left for the KV cache", budget.kv_bytes / GIB),
@@ -278,7 +384,10 @@ def describe_budget(budget: KVBudget) -> str:
         else f"max_num_seqs={budget.max_num_seqs} binds: the cache could hold {budget.max_concurrency:.1f} sequences "
         f"of {budget.max_model_len} tokens"
     )
-    return (
-        f"The KV cache takes {per_token_kib:g} KiB per token and holds {budget.kv_tokens:,} tokens "
-        f"({budget.kv_bytes / GIB:.1f} GiB); {limit}."
+    where = (
+        f"{budget.kv_bytes / GIB:.1f} GiB"
+        if budget.gpus == 1
+        else f"{budget.kv_bytes / GIB:.1f} GiB on each of {budget.gpus} GPUs, which keep "
+        f"{budget.kv_bytes_per_token_per_gpu / 1024:g} KiB of each token"
     )
+    return f"The KV cache takes {per_token_kib:g} KiB per token and holds {budget.kv_tokens:,} tokens ({where}); {limit}."

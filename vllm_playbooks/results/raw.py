@@ -7,6 +7,9 @@ Layout, under ``data/runs/<case>/raw/<config_id>/<load slug>-r<repeat>/``:
 - ``warmup.json``: the uncounted calibration run's ``bench serve`` result
 - ``bench.json``: the measured run's ``bench serve`` result
 - ``metrics_before.prom`` / ``metrics_after.prom``: ``/metrics`` scraped around the measured run
+- ``gpu_samples.csv`` (optional): NVML readings of the engine's GPUs during the measured run
+  (``vllm_playbooks.engine.gpu_sampler``); ``point.json``'s ``gpu_sampling`` says whether it was sampled, and why
+  not. Points recorded before the sampler existed have neither; their rows are rebuilt the same way.
 
 A point folder is built under a temporary name and renamed into place, so it is either complete or absent.
 Replay rebuilds every row from these files alone.
@@ -34,6 +37,7 @@ BENCH_FILE = "bench.json"
 WARMUP_FILE = "warmup.json"
 METRICS_BEFORE = "metrics_before.prom"
 METRICS_AFTER = "metrics_after.prom"
+GPU_SAMPLES_FILE = "gpu_samples.csv"
 REQUIRED_FILES = (POINT_FILE, PROVENANCE_FILE, BENCH_FILE, METRICS_BEFORE, METRICS_AFTER)
 FAILURE_SUFFIX = ".failure.json"
 

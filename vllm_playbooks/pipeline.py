@@ -1,0 +1,416 @@
+"""Issue #27462: ``--max-num-seqs`` under pipeline parallelism. Theory, the planned grid, the comparison the verdict
+rests on, and the concurrency sweep at the best pipeline setting.
+
+vLLM's V1 scheduler admits a request only while the running count is below ``max_num_seqs``, and with pipeline
+parallelism (PP = P stages) the running requests are spread over the P microbatches in flight. Each microbatch, and so
+each stage's batch, carries about N / P sequences for ``max_num_seqs`` = N. With a decode step whose time hardly grows
+with its batch (weights dominate what it reads), P stages then give about the throughput of one GPU at N: the pipeline
+starves. The fix: ``max_num_seqs`` = P × B for the per-microbatch batch B you want.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from vllm_playbooks.config.load import MIN_DURATION_S, MIN_REQUESTS_PER_CONCURRENCY
+from vllm_playbooks.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from vllm_playbooks.plan import CasePlan
+    from vllm_playbooks.theory import EfficiencyFit
+
+#: The case this module's page is about, and the published numbers it is compared with.
+CASE = "pp-27462"
+REFERENCE_CASE = "issue-27462"
+#: A row counts as saturated (the cap binds, not the load) when concurrency ≥ this × max_num_seqs.
+SATURATION_FACTOR = 2.0
+#: The verdict's margin: PP=2 at N counts as "not faster" than PP=1 at N within this many percent.
+THRESHOLD_PCT = 20.0
+#: Server start-up seconds assumed when estimating device time (the 8B starts in about 1 min, the 70B in 2-3 min).
+STARTUP_S = {"llama-3.1-8b": 60.0, "llama-3.3-70b": 150.0}
+DEFAULT_STARTUP_S = 120.0
+#: The concurrency sweep at the best PP=2 setting: below, at and above the cap.
+SWEEP_CONCURRENCY = (32, 64, 128, 256, 512, 1024)
+
+
+def layout(tensor_parallel_size: int, pipeline_parallel_size: int) -> str:
+    """``'PP=1'`` (one GPU), ``'PP=2'``, ``'TP=2'``, or ``'TP=2 PP=2'`` for both."""
+    tp, pp = int(tensor_parallel_size), int(pipeline_parallel_size)
+    if tp == 1:
+        return f"PP={pp}"
+    return f"TP={tp}" if pp == 1 else f"TP={tp} PP={pp}"
+
+
+def microbatch_size(max_num_seqs: int, pipeline_parallel_size: int) -> float:
+    """Sequences per microbatch when every slot is taken: max_num_seqs / PP (the scheduler's cap covers all stages)."""
+    if max_num_seqs < 1 or pipeline_parallel_size < 1:
+        raise ValueError("max_num_seqs and pipeline_parallel_size must be >= 1")
+    return max_num_seqs / pipeline_parallel_size
+
+
+def max_num_seqs_for(pipeline_parallel_size: int, per_microbatch: int) -> int:
+    """The fix: the ``--max-num-seqs`` that gives each of PP microbatches ``per_microbatch`` sequences (PP × B)."""
+    if pipeline_parallel_size < 1 or per_microbatch < 1:
+        raise ValueError("pipeline_parallel_size and per_microbatch must be >= 1")
+    return pipeline_parallel_size * per_microbatch
+
+
+def fix_table(pipeline_parallel_size: int, batches: Iterable[int]) -> pd.DataFrame:
+    """For each wanted per-microbatch batch B: the ``max_num_seqs`` to set, and what setting B itself would give."""
+    import pandas as pd
+
+    return pd.DataFrame([
+        {"per_microbatch_batch_wanted": b, "max_num_seqs_to_set": max_num_seqs_for(pipeline_parallel_size, b),
+         "per_microbatch_batch_if_max_num_seqs_is_B": microbatch_size(b, pipeline_parallel_size)}
+        for b in batches
+    ])  # fmt: skip
+
+
+def predicted_throughput(
+    fit: EfficiencyFit, model: str, max_num_seqs: int, tensor_parallel_size: int, pipeline_parallel_size: int,
+    input_len: int, output_len: int, kv_cache_dtype: str = "auto", gpu: str | None = None,
+) -> dict[str, float]:
+    """Saturated closed loop on the fitted roofline (``theory.forward_time_s``): microbatch b = N / P, one stage step
+    ``t = T(b) / (P · TP) + overhead`` (bytes and FLOPs split over the GPUs, the fixed per-step overhead paid by every
+    stage), one microbatch finishing per stage step, so output tok/s = b / t and TPOT = P · t. Each step also carries
+    the prompts of the requests that replace finished ones (b · input_len / output_len tokens). Communication between
+    GPUs is not modelled, so TP and PP figures are upper bounds.
+    """
+    from vllm_playbooks.theory import forward_time_s
+
+    p, tp = int(pipeline_parallel_size), int(tensor_parallel_size)
+    batch = microbatch_size(max_num_seqs, p)
+    context = input_len + output_len / 2
+    step = forward_time_s(fit, model, batch, context, batch * input_len / output_len, kv_cache_dtype, gpu, shards=p * tp)
+    tok_s = batch / step
+    return {"microbatch": batch, "stage_step_ms": 1000 * step, "tpot_ms": 1000 * p * step, "output_tok_s": tok_s,
+            "output_tok_s_per_gpu": tok_s / (p * tp)}  # fmt: skip
+
+
+def _startup(model: str, startup_s: Mapping[str, float] | None) -> float:
+    table = {**STARTUP_S, **(startup_s or {})}
+    return float(table.get(model, DEFAULT_STARTUP_S))
+
+
+def estimated_point_s(load: Any, output_tok_s: float, min_duration_s: float = MIN_DURATION_S) -> float:
+    """Device seconds one closed-loop point takes at a predicted throughput: the calibration (2 × concurrency
+    requests, at least 8) and the measured run (the duration rule: max(10 × concurrency, 1.1 × rate × 30 s))."""
+    rps = output_tok_s / load.output_len
+    warmup = load.warmup_prompts()
+    measured = max(MIN_REQUESTS_PER_CONCURRENCY * (load.concurrency or 1), math.ceil(1.1 * rps * min_duration_s))
+    return (warmup + measured) / rps
+
+
+def planned_grid(
+    plan: CasePlan, fit: EfficiencyFit | None = None, gpu: str | None = None,
+    startup_s: Mapping[str, float] | None = None,
+) -> pd.DataFrame:
+    """The case's points as a table: engine, shape, layout, GPUs, max_num_seqs, microbatch (min(concurrency,
+    max_num_seqs) / PP), concurrency, lengths; with a fit, the predicted output tok/s (total and per GPU) and the
+    estimated device seconds of each point and of its server's start-up (counted once per engine)."""
+    import pandas as pd
+
+    records = []
+    for point in plan.points():
+        engine, load = point.engine, point.load
+        from vllm_playbooks.shapes import resolve_model
+
+        model = resolve_model(engine.model).name
+        tp, pp = engine.tensor_parallel_size, engine.pipeline_parallel_size
+        cap = engine.max_num_seqs or 1
+        running = min(cap, load.concurrency or cap)  # below the cap, the load sets how many run
+        record: dict[str, Any] = {
+            "engine_label": engine.label, "model_shape": model, "layout": layout(tp, pp), "gpus": tp * pp,
+            "max_num_seqs": engine.max_num_seqs, "microbatch": microbatch_size(running, pp),
+            "concurrency": load.concurrency, "input_len": load.input_len, "output_len": load.output_len,
+        }  # fmt: skip
+        if fit is not None:
+            pred = predicted_throughput(fit, engine.model, running, tp, pp, load.input_len, load.output_len,
+                                        engine.kv_cache_dtype, gpu)  # fmt: skip
+            record["predicted_output_tok_s"] = pred["output_tok_s"]
+            record["predicted_tok_s_per_gpu"] = pred["output_tok_s_per_gpu"]
+            record["estimated_point_s"] = estimated_point_s(load, pred["output_tok_s"], plan.min_duration_s)
+            first = not any(r["engine_label"] == engine.label for r in records)
+            record["estimated_startup_s"] = _startup(model, startup_s) if first else 0.0
+        records.append(record)
+    return pd.DataFrame(records)
+
+
+def estimated_minutes(grid: pd.DataFrame) -> float:
+    """Device minutes of a ``planned_grid`` with predictions: every point plus every server start-up (0 for none)."""
+    if grid.empty:
+        return 0.0
+    return float((grid["estimated_point_s"].sum() + grid["estimated_startup_s"].sum()) / 60.0)
+
+
+def with_layout(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with a ``layout`` column ('PP=1', 'PP=2', 'TP=2') from its parallel sizes."""
+    out = df.copy()
+    out["layout"] = [layout(t, p) for t, p in zip(out["tensor_parallel_size"], out["pipeline_parallel_size"], strict=True)]
+    return out
+
+
+def saturated(df: pd.DataFrame, factor: float = SATURATION_FACTOR) -> pd.DataFrame:
+    """Rows whose offered load kept the server saturated: closed loop at concurrency ≥ ``factor`` × max_num_seqs;
+    one line per engine config (the median where an engine has several such rows), with ``layout`` and
+    ``output_tok_s_per_gpu``."""
+    import pandas as pd
+
+    columns = ["model_shape", "engine_label", "layout", "tensor_parallel_size", "pipeline_parallel_size",
+               "max_num_seqs", "gpus", "rows", "output_tok_s", "output_tok_s_per_gpu", "tpot_p50_ms"]  # fmt: skip
+    if df.empty:
+        return pd.DataFrame(columns=columns)
+    keep = df[df["concurrency"].notna() & df["max_num_seqs"].notna()]
+    keep = keep[keep["concurrency"].astype(float) >= factor * keep["max_num_seqs"].astype(float)]
+    if keep.empty:
+        return pd.DataFrame(columns=columns)
+    keep = with_layout(keep)
+    keys = ["model_shape", "engine_label", "layout", "tensor_parallel_size", "pipeline_parallel_size", "max_num_seqs"]
+    out = keep.groupby(keys, as_index=False).agg(
+        rows=("point_id", "count"), output_tok_s=("output_tok_s", "median"), tpot_p50_ms=("tpot_p50_ms", "median")
+    )
+    out["gpus"] = out["tensor_parallel_size"] * out["pipeline_parallel_size"]
+    out["output_tok_s_per_gpu"] = out["output_tok_s"] / out["gpus"]
+    out["max_num_seqs"] = out["max_num_seqs"].astype(int)
+    return out[columns].sort_values(["model_shape", "layout", "max_num_seqs"]).reset_index(drop=True)
+
+
+def pp_comparison(df: pd.DataFrame, factor: float = SATURATION_FACTOR) -> pd.DataFrame:
+    """Per shape and max_num_seqs N, the saturated throughputs the verdict compares: PP=1 at N, PP=2 at N, PP=2 at
+    2N, TP=2 at N, and PP=2's change in percent against PP=1 and against TP=2 (NaN where a side is missing)."""
+    import pandas as pd
+
+    sat = saturated(df, factor)
+    columns = ["model_shape", "max_num_seqs", "pp1_tok_s", "pp2_tok_s", "pp2_at_2n_tok_s", "tp2_tok_s",
+               "pp2_vs_pp1_pct", "pp2_at_2n_vs_pp1_pct", "pp2_vs_tp2_pct", "pp2_at_2n_vs_tp2_pct"]  # fmt: skip
+    if sat.empty:
+        return pd.DataFrame(columns=columns)
+    value = {(r.model_shape, r.layout, int(r.max_num_seqs)): float(r.output_tok_s) for r in sat.itertuples()}
+    nan = float("nan")
+    records = []
+    for model, n in sorted({(m, n) for m, _, n in value}):
+        pp1, pp2 = value.get((model, "PP=1", n), nan), value.get((model, "PP=2", n), nan)
+        pp2_2n, tp2 = value.get((model, "PP=2", 2 * n), nan), value.get((model, "TP=2", n), nan)
+        records.append({
+            "model_shape": model, "max_num_seqs": n, "pp1_tok_s": pp1, "pp2_tok_s": pp2, "pp2_at_2n_tok_s": pp2_2n,
+            "tp2_tok_s": tp2, "pp2_vs_pp1_pct": 100 * (pp2 / pp1 - 1), "pp2_at_2n_vs_pp1_pct": 100 * (pp2_2n / pp1 - 1),
+            "pp2_vs_tp2_pct": 100 * (pp2 / tp2 - 1), "pp2_at_2n_vs_tp2_pct": 100 * (pp2_2n / tp2 - 1),
+        })  # fmt: skip
+    return pd.DataFrame(records, columns=columns)
+
+
+def reproduced_at(row: Any, threshold_pct: float = THRESHOLD_PCT) -> bool | None:
+    """The claim at one N: PP=2 at N is no more than ``threshold_pct`` % faster than PP=1 at N (the pipeline starves)
+    while PP=2 at 2N is more than that faster (the fix works). None when one of the three was not measured."""
+    same, double = row["pp2_vs_pp1_pct"], row["pp2_at_2n_vs_pp1_pct"]
+    if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in (same, double)):
+        return None
+    return bool(same <= threshold_pct and double > threshold_pct)
+
+
+def _judged(comparison: pd.DataFrame, threshold_pct: float) -> list[tuple[Any, bool]]:
+    judged = [(r, reproduced_at(r, threshold_pct)) for _, r in comparison.iterrows()]
+    return [(r, ok) for r, ok in judged if ok is not None]
+
+
+def verdict_label(comparison: pd.DataFrame, threshold_pct: float = THRESHOLD_PCT) -> str:
+    """The verdict in the book's terms: 'Reproduced' (the claim holds at every cap with all three sides measured),
+    'Direction only' (at some caps, not at others), 'Not reproduced' (at none) or 'Not measured yet'."""
+    judged = _judged(comparison, threshold_pct)
+    if not judged:
+        return "Not measured yet"
+    yes = sum(ok for _, ok in judged)
+    return "Reproduced" if yes == len(judged) else "Not reproduced" if not yes else "Direction only"
+
+
+def verdict(comparison: pd.DataFrame, threshold_pct: float = THRESHOLD_PCT) -> str:
+    """The page's verdict from ``pp_comparison``: ``verdict_label``, then the numbers it rests on, one cap at a time."""
+    head = verdict_label(comparison, threshold_pct)
+    if head == "Not measured yet":
+        return (
+            "Not measured yet: no shape has PP=1 at max_num_seqs N, PP=2 at N and PP=2 at 2N measured at a saturating "
+            "load, so there is no verdict."
+        )
+    parts = []
+    for r, ok in _judged(comparison, threshold_pct):
+        n = int(r["max_num_seqs"])
+        parts.append(
+            f"{r['model_shape']} at max_num_seqs={n}: PP=2 {r['pp2_vs_pp1_pct']:+.1f} % against PP=1, "
+            f"PP=2 with max_num_seqs={2 * n} {r['pp2_at_2n_vs_pp1_pct']:+.1f} % "
+            f"({'as the issue predicts' if ok else 'not as the issue predicts'})"
+        )
+    rule = (
+        f"(the claim holds at N when PP=2 at N is at most {threshold_pct:g} % faster than PP=1 at N and PP=2 at 2N "
+        f"is more than {threshold_pct:g} % faster)"
+    )
+    return f"{head} {rule}: " + "; ".join(parts) + "."
+
+
+def tp_sentence(comparison: pd.DataFrame, model: str) -> str:
+    """For a shape that needs both GPUs: PP=2 at N and at 2N against TP=2 at N, one clause per N measured."""
+    rows = comparison[(comparison["model_shape"] == model) & comparison["tp2_tok_s"].notna()]
+    rows = rows[rows["pp2_tok_s"].notna() | rows["pp2_at_2n_tok_s"].notna()]
+    if rows.empty:
+        return f"{model}: PP=2 and TP=2 have not both been measured at a saturating load yet."
+    clauses = []
+    for _, r in rows.iterrows():
+        n = int(r["max_num_seqs"])
+        same = "not measured" if math.isnan(r["pp2_vs_tp2_pct"]) else f"{r['pp2_vs_tp2_pct']:+.1f} %"
+        double = "not measured" if math.isnan(r["pp2_at_2n_vs_tp2_pct"]) else f"{r['pp2_at_2n_vs_tp2_pct']:+.1f} %"
+        clauses.append(f"at max_num_seqs={n}, PP=2 {same} and PP=2 with {2 * n} {double} against TP=2")
+    return f"{model}: " + "; ".join(clauses) + "."
+
+
+def best_pp_setting(df: pd.DataFrame, model: str, pipeline_parallel_size: int = 2) -> str | None:
+    """The engine label of the fastest saturated PP setting of ``model`` (highest output tok/s), or None."""
+    sat = saturated(df)
+    sat = sat[(sat["model_shape"] == model) & (sat["pipeline_parallel_size"] == pipeline_parallel_size)
+              & (sat["tensor_parallel_size"] == 1)]  # fmt: skip
+    if sat.empty:
+        return None
+    return str(sat.sort_values("output_tok_s", ascending=False)["engine_label"].iloc[0])
+
+
+def sweep_call(label: str, concurrency: Sequence[int] = SWEEP_CONCURRENCY, case: str = CASE) -> str:
+    """The Python call that runs the concurrency sweep of one engine on a GPU machine."""
+    return (
+        f"run_case(load_plan({case!r}, engines=[{label!r}], concurrency={list(concurrency)!r}))"
+        ".raise_for_failures()"
+    )
+
+
+def sweep_rows(df: pd.DataFrame, label: str | None) -> pd.DataFrame:
+    """The rows of one engine at every concurrency, in order (the sweep), with ``layout``."""
+    if label is None or df.empty:
+        return df.iloc[0:0]
+    rows = df[df["engine_label"] == label].sort_values("concurrency")
+    return with_layout(rows)
+
+
+def results_with_sweep(
+    case: str, mode: str, plan_overrides: Mapping[str, Any] | None = None,
+    sweep_concurrency: Sequence[int] | None = SWEEP_CONCURRENCY, sweep_model: str | None = None, **run_kwargs: Any,
+) -> pd.DataFrame:
+    """What the page calls. Replay: the recorded rows. Live: the grid (``plan_overrides`` as ``load_plan`` takes
+    them), then the concurrency sweep of the fastest PP=2 setting of ``sweep_model`` (none when either is None),
+    then the replayed rows."""
+    from vllm_playbooks.plan import load_plan
+    from vllm_playbooks.runner import replay_case, results_for, run_case
+
+    overrides = dict(plan_overrides or {})
+    df = results_for(case, mode, overrides, **run_kwargs)
+    if mode != "live" or not sweep_concurrency or not sweep_model:
+        return df
+    best = best_pp_setting(df, sweep_model)
+    if best is None:
+        raise ConfigError(f"no saturated PP=2 row of {sweep_model} was recorded, so there is no setting to sweep")
+    rest = {k: v for k, v in overrides.items() if k not in ("engines", "concurrency", "request_rate_qps")}
+    run_case(load_plan(case, engines=[best], concurrency=list(sweep_concurrency), **rest), **run_kwargs).raise_for_failures()
+    return replay_case(case)
+
+
+def select_engines(case: str, engines: Sequence[str] | None = None,
+                   max_num_seqs: Sequence[int] | None = None) -> list[str] | None:  # fmt: skip
+    """Engine labels of ``case`` to run: ``engines`` (all when None) narrowed to those whose ``max_num_seqs`` is in
+    ``max_num_seqs`` (all when None). None when neither narrows anything, as ``load_plan`` expects."""
+    if engines is None and max_num_seqs is None:
+        return None
+    from vllm_playbooks.plan import load_plan
+
+    plan = load_plan(case, engines=list(engines) if engines is not None else None)
+    wanted = None if max_num_seqs is None else {int(n) for n in max_num_seqs}
+    labels = [e.label for e in plan.engines if wanted is None or e.max_num_seqs in wanted]
+    if not labels:
+        raise ConfigError(f"case {case}: no engine has max_num_seqs in {sorted(wanted or [])}")
+    return labels
+
+
+def gpu_table(df: pd.DataFrame, data: Any = None, factor: float = SATURATION_FACTOR) -> pd.DataFrame:
+    """Per-GPU utilisation summary (``results.gpu_samples.gpu_summary``) of the saturated rows, with ``layout``."""
+    from vllm_playbooks.results.gpu_samples import gpu_summary
+
+    if df.empty:
+        return with_layout(gpu_summary(df, data))
+    keep = df[df["concurrency"].notna() & df["max_num_seqs"].notna()]
+    keep = keep[keep["concurrency"].astype(float) >= factor * keep["max_num_seqs"].astype(float)]
+    return with_layout(gpu_summary(keep, data))
+
+
+def measurement_status(df: pd.DataFrame, plan: CasePlan) -> str:
+    """How much of the planned grid is recorded, from the rows themselves ('not measured yet' when none is)."""
+    planned = {p.point_id for p in plan.points()}
+    done = planned & set(df["point_id"]) if not df.empty else set()
+    extra = len(df) - len(done)
+    if not done and df.empty:
+        return (
+            f"Not measured yet: none of the {len(planned)} planned points of case {plan.case!r} is recorded in "
+            f"data/runs/{plan.case}/. The tables and figures below fill in as the runs land; until then this page "
+            "shows the claim, the theory and the plan, and gives no verdict."
+        )
+    gpus = ", ".join(sorted(f"{n} ×{c}" for n, c in set(zip(df["gpu_name"], df["gpu_count"], strict=True))))
+    more = f", and {extra} more point(s) (the concurrency sweep)" if extra else ""
+    return f"{len(done)} of the {len(planned)} planned points are recorded{more}, on {gpus}."
+
+
+def tuner_rule(comparison: pd.DataFrame, threshold_pct: float = THRESHOLD_PCT) -> str:
+    """The 'For tuners' rule: the fix, and whether our rows back it (derived from ``verdict``)."""
+    fix = (
+        "set --max-num-seqs to PP × the per-microbatch batch you want (PP=2 and 128 sequences per stage: 256), keep "
+        "the KV cache large enough for all of them at once, and benchmark at a concurrency at least that high"
+    )
+    said = verdict(comparison, threshold_pct)
+    if said.startswith("Not measured yet"):
+        return f"From the scheduler's behaviour reported in issue #27462 and the roofline, not yet from our runs: {fix}."
+    if said.startswith("Not reproduced"):
+        return f"Our runs did not show the starvation the issue describes (see the verdict); the issue's advice is to {fix}."
+    return f"Measured on our GPUs: with pipeline parallelism, {fix}."
+
+
+def predicted_best_pp(grid: pd.DataFrame, model: str, pipeline_parallel_size: int = 2) -> str | None:
+    """The engine label of the PP setting of ``model`` with the highest predicted output tok/s in a ``planned_grid``
+    (the sweep's engine until measured rows name the best)."""
+    rows = grid[(grid["model_shape"] == model) & (grid["layout"] == f"PP={pipeline_parallel_size}")]
+    if rows.empty or "predicted_output_tok_s" not in rows:
+        return None
+    return str(rows.sort_values("predicted_output_tok_s", ascending=False)["engine_label"].iloc[0])
+
+
+def evidence(df: pd.DataFrame, plan: CasePlan, comparison: pd.DataFrame, threshold_pct: float = THRESHOLD_PCT) -> str:
+    """The 'For tuners' evidence: what is recorded, then the verdict once there is one."""
+    said = verdict(comparison, threshold_pct)
+    status = measurement_status(df, plan)
+    return status if said.startswith("Not measured yet") and df.empty else f"{status} {said}"
+
+
+def sweep_engine(df: pd.DataFrame, grid: pd.DataFrame, model: str | None) -> str | None:
+    """The engine the concurrency sweep runs: the fastest measured PP=2 setting of ``model``, else the one the
+    roofline predicts fastest (``predicted_best_pp``); None when ``model`` is None (no sweep)."""
+    if model is None:
+        return None
+    return best_pp_setting(df, model) or predicted_best_pp(grid, model)
+
+
+def sweep_grid(case: str, label: str | None, concurrency: Sequence[int] | None, fit: EfficiencyFit | None = None,
+               **overrides: Any) -> pd.DataFrame:  # fmt: skip
+    """``planned_grid`` of the sweep (one engine at each concurrency); empty when there is no sweep."""
+    import pandas as pd
+
+    from vllm_playbooks.plan import load_plan
+
+    if label is None or not concurrency:
+        return pd.DataFrame()
+    return planned_grid(load_plan(case, engines=[label], concurrency=list(concurrency), **overrides), fit)
+
+
+def sweep_note(label: str | None, concurrency: Sequence[int] | None, recorded: int, case: str = CASE) -> str:
+    """One sentence for the page: which engine the sweep runs and the call that runs it, or that there is none."""
+    if label is None or not concurrency:
+        return "No concurrency sweep in this run (sweep_model or sweep_concurrency is empty)."
+    return (
+        f"Sweep engine: `{label}`. On a 2-GPU machine, after the grid: `{sweep_call(label, concurrency, case)}` "
+        f"({recorded} point(s) of this engine recorded)."
+    )
