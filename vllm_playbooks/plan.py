@@ -12,7 +12,7 @@ import yaml
 from pydantic import ValidationError
 
 from vllm_playbooks.config.capacity import budget_is_modelled, check_fits
-from vllm_playbooks.config.engine import EngineConfig, check_engine_against_shapes
+from vllm_playbooks.config.engine import EngineConfig, check_engine_against_shapes, routing_simulation_problem
 from vllm_playbooks.config.load import MIN_DURATION_S, LoadPoint
 from vllm_playbooks.config.speculative import build_speculative_config
 from vllm_playbooks.errors import ConfigError
@@ -136,6 +136,8 @@ def plan_from_dict(spec: dict[str, Any], **overrides: Any) -> CasePlan:
         if wanted and raw.get("label") not in wanted:
             continue
         merged = {**defaults, **raw, **engine_overrides}
+        if "env" in defaults or "env" in raw:  # an engine's env adds to the defaults' env rather than replacing it
+            merged["env"] = {**dict(defaults.get("env") or {}), **dict(raw.get("env") or {})}
         if "model" in overrides:
             merged["model"] = overrides["model"]
         if merged.get("speculative"):
@@ -149,6 +151,9 @@ def plan_from_dict(spec: dict[str, Any], **overrides: Any) -> CasePlan:
             problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
             raise ConfigError(f"case {case}, engine {raw.get('label')!r}: {problems}") from None
         check_engine_against_shapes(engine)
+        problem = routing_simulation_problem(engine)
+        if problem:
+            raise ConfigError(f"case {case}: {problem}")
         engines.append(engine)
     if not engines:
         raise ConfigError(f"case {case}: no engine configs")

@@ -138,3 +138,45 @@ def test_bad_plans_are_refused_before_any_gpu_time(change: dict[str, Any], expec
     }
     with pytest.raises(ConfigError, match=expected):
         plan_from_dict(spec)
+
+
+def _moe_plan(**engine: Any) -> dict[str, Any]:
+    return {
+        "case": "t",
+        "engine_defaults": {"model": "deepseek-v3-reduced", "max_model_len": 2048,
+                            "env": {"VLLM_MOE_ROUTING_SIMULATION_STRATEGY": "uniform_random", "A": "1"}},
+        "engines": [{"label": "x", **engine}],
+        "loads": {"input_len": 8, "output_len": 8, "concurrency": [1]},
+    }  # fmt: skip
+
+
+def test_an_engine_env_adds_to_the_defaults_env() -> None:
+    plan = plan_from_dict(_moe_plan(env={"B": "2", "A": "3"}))
+    assert plan.engines[0].env == {"VLLM_MOE_ROUTING_SIMULATION_STRATEGY": "uniform_random", "A": "3", "B": "2"}
+    assert plan_from_dict(_moe_plan()).engines[0].env["A"] == "1"
+
+
+def test_env_is_part_of_the_config_id() -> None:
+    a = plan_from_dict(_moe_plan()).engines[0]
+    b = plan_from_dict(_moe_plan(env={"B": "2"})).engines[0]
+    assert a.config_id() != b.config_id()
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"1BAD": "x"}, "env names must be shell variable names"),
+        ({"VLLM_MOE_ROUTING_SIMULATION_STRATEGY": "random"}, "vLLM 0.26 knows uniform_random, normal_routing"),
+    ],
+)
+def test_bad_env_is_refused(env: dict[str, str], expected: str) -> None:
+    with pytest.raises(ValueError, match=expected):
+        EngineConfig(label="x", model="llama-3.1-8b", max_model_len=2048, env=env)
+
+
+def test_a_dummy_moe_engine_without_routing_simulation_is_refused() -> None:
+    spec = _moe_plan()
+    spec["engine_defaults"]["env"] = {}
+    with pytest.raises(ConfigError, match="set env {VLLM_MOE_ROUTING_SIMULATION_STRATEGY: uniform_random}"):
+        plan_from_dict(spec)
+    assert plan_from_dict(spec, load_format="auto").engines[0].env == {}  # real weights route with their own router
