@@ -114,10 +114,10 @@ def measure_point(
 ) -> RunRow:
     """Calibrate (uncounted warm-up), then measure one load level between two ``/metrics`` scrapes; record it."""
     engine, load = point.engine, point.load
-    from vllm_playbooks.shapes import resolve_model
+    from vllm_playbooks.shapes import resolve_model, vllm_path
 
     tokenizer = engine.tokenizer_path()
-    model_arg = str(resolve_model(engine.model).path)
+    model_arg = str(vllm_path(resolve_model(engine.model), create=True))
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         work = Path(tmp)
 

@@ -12,7 +12,7 @@ from vllm_playbooks.config.engine import EngineConfig, check_engine_against_shap
 from vllm_playbooks.config.speculative import build_speculative_config
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.plan import list_cases, load_plan, plan_from_dict
-from vllm_playbooks.shapes import TOKENIZER_DIR
+from vllm_playbooks.shapes import SHAPES_DIR, TOKENIZER_DIR, VLLM_NAME_MARKERS
 
 
 def test_shipped_cases_load() -> None:
@@ -31,7 +31,10 @@ def test_server_argv_is_a_list_bound_to_loopback() -> None:
     assert argv[argv.index("--tokenizer") + 1] == str(TOKENIZER_DIR)
     assert argv[argv.index("--load-format") + 1] == "dummy"
     spec = json.loads(argv[argv.index("--speculative-config") + 1])
-    assert spec["method"] == "draft_model" and spec["model"].endswith("shapes/llama-3.2-1b")
+    assert spec["method"] == "draft_model" and Path(spec["model"]).name == "llama-3.2-1b"
+    for served in (argv[argv.index("--model") + 1], spec["model"]):  # links outside the checkout, to the shapes
+        assert Path(served).resolve().parent == SHAPES_DIR.resolve()
+        assert not any(marker in served.lower() for marker in VLLM_NAME_MARKERS)
     assert spec["synthetic_acceptance_rates"] == pytest.approx([0.8, 0.64, 0.512, 0.4096])
 
 

@@ -285,3 +285,31 @@ def test_tiny_llama_is_the_documented_toy() -> None:
     assert (config["num_attention_heads"], config["num_key_value_heads"]) == (4, 2)
     assert (config["vocab_size"], config["max_position_embeddings"]) == (32000, 2048)
     assert "made up for tests" in get_shape("tiny-llama").source
+
+
+def test_vllm_gets_a_path_that_names_only_the_shape(tmp_path: Path) -> None:
+    from vllm_playbooks.shapes import VLLM_NAME_MARKERS, vllm_path
+
+    shape = get_shape("deepseek-v3-reduced")
+    served = vllm_path(shape, create=True)
+    assert served.name == "deepseek-v3-reduced" and served.is_symlink()
+    assert served.resolve() == shape.path.resolve()
+    assert not any(marker in str(served).lower() for marker in VLLM_NAME_MARKERS)
+    assert vllm_path(shape, create=True) == served  # idempotent
+    own = tmp_path / "my-eagle3-model"
+    own.mkdir()
+    (own / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                                                 "vocab_size": 10, "num_hidden_layers": 1, "hidden_size": 8}))
+    assert vllm_path(resolve_model(str(own))) == own.resolve()  # a user's folder is passed as it is
+
+
+def test_a_stale_link_is_replaced(tmp_path: Path) -> None:
+    from vllm_playbooks.shapes import vllm_path
+
+    shape = get_shape("tiny-llama")
+    served = vllm_path(shape)
+    served.parent.mkdir(parents=True, exist_ok=True)
+    if served.is_symlink():
+        served.unlink()
+    served.symlink_to(tmp_path, target_is_directory=True)
+    assert vllm_path(shape, create=True).resolve() == shape.path.resolve()

@@ -104,11 +104,14 @@ class EngineConfig(BaseModel):
         return f"{self.label}-{digest}"
 
     def server_argv(self, host: str, port: int, python: str | None = None) -> list[str]:
-        """The argv list that starts the server (never a shell string)."""
-        from vllm_playbooks.shapes import TOKENIZER_DIR, resolve_model
+        """The argv list that starts the server (never a shell string).
+
+        Packaged shapes are passed through ``vllm_playbooks.shapes.vllm_path`` (a link outside the checkout).
+        """
+        from vllm_playbooks.shapes import TOKENIZER_DIR, resolve_model, vllm_path
 
         shape = resolve_model(self.model)
-        argv = [python or sys.executable, "-m", SERVER_MODULE, "--model", str(shape.path)]
+        argv = [python or sys.executable, "-m", SERVER_MODULE, "--model", str(vllm_path(shape, create=True))]
         tokenizer = self.tokenizer or (str(TOKENIZER_DIR) if self.load_format == "dummy" else None)
         if tokenizer:
             argv += ["--tokenizer", tokenizer]
@@ -136,7 +139,7 @@ class EngineConfig(BaseModel):
             argv.append("--enforce-eager")
         argv.append("--enable-prefix-caching" if self.enable_prefix_caching else "--no-enable-prefix-caching")
         if self.speculative is not None:
-            argv += ["--speculative-config", self.speculative.to_cli_json(lambda m: resolve_model(m).path)]
+            argv += ["--speculative-config", self.speculative.to_cli_json(lambda m: vllm_path(resolve_model(m), create=True))]
         argv += list(self.extra_args)
         return argv
 
