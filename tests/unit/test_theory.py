@@ -150,3 +150,66 @@ def test_whatif_curve_on_the_h200_reproduces_the_fit_and_overlays_measured_rows(
     assert off_c1 == pytest.approx(row.tpot_mean_ms, rel=0.15)
     assert (curve.output_tok_s == curve.concurrency * 1000 / curve.tpot_mean_ms).all()
     assert theory.measured_overlay("A100-80GB", "llama-3.1-8b").empty
+
+
+def test_iid_alpha_fit_recovers_a_geometric_chain_and_the_published_eagle3_head() -> None:
+    assert T.fit_iid_alpha([0.8, 0.64, 0.512]) == pytest.approx(0.8, abs=1e-5)
+    # RedHatAI/gpt-oss-20b-speculator.eagle3 in vLLM's acceptance-length test: 0.7165, 0.5120, 0.3337 at k = 3
+    assert T.fit_iid_alpha([0.7165, 0.5120, 0.3337]) == pytest.approx(0.7065, abs=5e-4)
+    with pytest.raises(ValueError):
+        T.fit_iid_alpha([1.2])
+
+
+def test_later_conditional_rate_reproduces_a_published_acceptance_length() -> None:
+    later = T.fit_later_conditional(0.85, 7, 3.20)
+    rates = T.rates_first_then_constant(0.85, later, 7)
+    assert T.tokens_per_step_from_rates(rates) == pytest.approx(3.20, abs=1e-9)
+    assert later == pytest.approx(0.6286, abs=1e-4)
+    assert rates[1] / rates[0] == pytest.approx(later) and rates[2] / rates[1] == pytest.approx(later)
+    assert later < 0.85  # an i.i.d. 0.85 would give τ = 4.85 at k = 7: reusing the layer costs acceptance
+    with pytest.raises(ValueError, match="out of reach"):
+        T.fit_later_conditional(0.85, 1, 2.5)
+
+
+def test_implied_cost_ratio_inverts_leviathan() -> None:
+    c = T.implied_draft_cost_ratio(1.815, 1, 1.63)
+    assert T.speedup(0.815, 1, c) == pytest.approx(1.63)
+    assert T.implied_draft_cost_ratio(1.85, 1, 1.8) == pytest.approx(0.0278, abs=1e-4)
+
+
+@pytest.mark.parametrize(("experts", "k", "tokens", "expected"), [(32, 8, 1, 8), (32, 8, 0, 0), (256, 8, 8, 57.42)])
+def test_expected_distinct_experts(experts: int, k: int, tokens: int, expected: float) -> None:
+    assert T.expected_distinct_experts(experts, k, tokens) == pytest.approx(expected, abs=0.01)
+    assert T.expected_distinct_experts(experts, k, 10_000) == pytest.approx(experts)
+
+
+def test_fewer_experts_make_verification_cheaper_than_at_full_scale() -> None:
+    """At batch 8 the reduced shape touches nearly all 32 experts already, so verifying 2 tokens per sequence reads
+    little more; the 256-expert model touches many more experts when the tokens double."""
+    full = T.forward_cost("deepseek-v3", 8, 2, 300).bytes / T.forward_cost("deepseek-v3", 8, 1, 300).bytes
+    reduced = T.forward_cost("deepseek-v3-reduced", 8, 2, 300).bytes / T.forward_cost("deepseek-v3-reduced", 8, 1, 300).bytes
+    assert full > 1.3 > reduced > 1.0
+    # at batch 1 both read the same active experts: the reduced shape is the full model in cost
+    one = T.forward_cost("deepseek-v3", 1, 1, 300).bytes / T.forward_cost("deepseek-v3-reduced", 1, 1, 300).bytes
+    assert one == pytest.approx(1.0, abs=0.02)
+
+
+def test_mtp_and_head_forwards_are_small_against_their_targets() -> None:
+    assert T.forward_cost("deepseek-v3-reduced", 1, 1, 300, role="mtp").bytes < 0.1 * T.forward_cost(
+        "deepseek-v3-reduced", 1, 1, 300).bytes  # fmt: skip
+    assert T.forward_cost("gpt-oss-120b-eagle3", 1, 1, 300, role="draft").bytes < 1e9
+    with pytest.raises(ValueError, match="no MTP module"):
+        T.forward_cost("gpt-oss-120b", 1, 1, 300, role="mtp")
+
+
+def test_scale_decides_the_mtp_payoff_at_batch_one(calibration: tuple[list, T.EfficiencyFit]) -> None:
+    """The per-forward overhead is a large share of a V2-Lite-scale step, a small one of a full-width step."""
+    _, fit = calibration
+    small = T.speculation_prediction("deepseek-v3-v2lite-scale", [0.85], 1, 300, fit, "H200-SXM")
+    wide = T.speculation_prediction("deepseek-v3-reduced", [0.85], 1, 300, fit, "H200-SXM")
+    assert small["c"] > 0.5 > wide["c"]
+    assert small["speedup"] == pytest.approx(1.0, abs=0.05) and wide["speedup"] > 1.1
+    assert wide["tau"] == pytest.approx(1.85)
+    assert wide["tpot_on_ms"] == pytest.approx(wide["tpot_off_ms"] / wide["speedup"])
+    frame = T.prediction_frame({"r": {"target": "deepseek-v3-reduced", "rates": [0.85], "context_len": 300}}, [1, 8], fit)
+    assert list(frame.batch) == [1, 8] and frame.speedup.iloc[1] > frame.speedup.iloc[0]
