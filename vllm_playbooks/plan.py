@@ -20,12 +20,14 @@ from vllm_playbooks.results.raw import point_id
 
 CASES_PACKAGE = "vllm_playbooks.cases"
 _PLAN_KEYS = {"case", "title", "engine_defaults", "engines", "loads", "repeats", "min_duration_s", "gpu_memory_gib"}
-_LOAD_KEYS = {"input_len", "output_len", "concurrency", "request_rate_qps", "burstiness", "seed", "temperature"}
+_LOAD_KEYS = {
+    "profile", "input_len", "output_len", "concurrency", "request_rate_qps", "burstiness", "seed", "temperature",
+}  # fmt: skip
 #: What a notebook (papermill parameter) or ``make reproduce`` may change in a case's grid.
 OVERRIDE_KEYS = (
     "model", "draft_model", "load_format", "tokenizer", "engines", "concurrency", "request_rate_qps",
     "input_len", "output_len", "repeats", "min_duration_s", "max_model_len", "gpu_memory_utilization",
-    "tensor_parallel_size", "pipeline_parallel_size", "distributed_executor_backend", "gpu_memory_gib",
+    "tensor_parallel_size", "pipeline_parallel_size", "distributed_executor_backend", "gpu_memory_gib", "profiles",
 )  # fmt: skip
 
 
@@ -53,6 +55,15 @@ class CasePlan:
     loads: tuple[LoadPoint, ...]
     repeats: int = 1
     min_duration_s: float = MIN_DURATION_S
+    #: (name, input_len, output_len) of each named length profile in ``loads`` (a case with one unnamed profile: empty)
+    profiles: tuple[tuple[str, int, int], ...] = ()
+
+    def profile_of(self, load: LoadPoint) -> str | None:
+        """The name of the length profile ``load`` belongs to, or ``None`` in a case without named profiles."""
+        for name, input_len, output_len in self.profiles:
+            if (load.input_len, load.output_len) == (input_len, output_len):
+                return name
+        return None
 
     def points(self) -> list[PlannedPoint]:
         """Every point, grouped by engine config (one server lifetime each), loads in the given order."""
@@ -157,17 +168,17 @@ def plan_from_dict(spec: dict[str, Any], **overrides: Any) -> CasePlan:
         engines.append(engine)
     if not engines:
         raise ConfigError(f"case {case}: no engine configs")
-    load_spec = dict(spec.get("loads") or {})
-    for key in ("concurrency", "request_rate_qps", "input_len", "output_len"):
-        if key in overrides:
-            load_spec[key] = overrides[key]
-    if "request_rate_qps" in overrides and "concurrency" not in overrides:
-        load_spec.pop("concurrency", None)
-    if "concurrency" in overrides and "request_rate_qps" not in overrides:
-        load_spec.pop("request_rate_qps", None)
-    loads = _loads(load_spec, case)
+    loads, profiles = _load_profiles(spec.get("loads"), overrides, case)
     for engine in engines:
+        draft_positions = _draft_positions(engine)
         for load in loads:
+            if draft_positions is not None and load.input_len + load.output_len > draft_positions:
+                raise ConfigError(
+                    f"case {case}, engine {engine.label}: its draft {engine.speculative.model} has "  # type: ignore[union-attr]
+                    f"max_position_embeddings={draft_positions}, fewer than input_len + output_len = "
+                    f"{load.input_len + load.output_len}; vLLM 0.26 caps the draft's max_model_len there. Use a draft "
+                    "config with more positions or shorter loads."
+                )
             if load.input_len + load.output_len > engine.max_model_len:
                 raise ConfigError(
                     f"case {case}, engine {engine.label}: input_len + output_len = {load.input_len + load.output_len} "
@@ -191,7 +202,59 @@ def plan_from_dict(spec: dict[str, Any], **overrides: Any) -> CasePlan:
         loads=tuple(loads),
         repeats=repeats,
         min_duration_s=min_duration,
+        profiles=profiles,
     )
+
+
+def _draft_positions(engine: EngineConfig) -> int | None:
+    """``max_position_embeddings`` of the engine's separate draft (model or head), or ``None`` without one."""
+    from vllm_playbooks.shapes import resolve_model
+
+    if engine.speculative is None or not engine.speculative.model:
+        return None
+    config = resolve_model(engine.speculative.model).config()
+    nested = config.get("transformer_layer_config")
+    value = config.get("max_position_embeddings") or (nested or {}).get("max_position_embeddings")
+    return int(value) if value else None
+
+
+def _load_profiles(
+    raw: Any, overrides: dict[str, Any], case: str
+) -> tuple[list[LoadPoint], tuple[tuple[str, int, int], ...]]:
+    """Load levels from ``loads``: one mapping, or a list of mappings each naming a length ``profile``.
+
+    Overrides of concurrency, request_rate_qps, input_len and output_len apply to every selected profile; ``profiles``
+    selects profiles by name. Identical load points are kept once, in the order they first appear.
+    """
+    specs = [dict(item or {}) for item in raw] if isinstance(raw, list) else [dict(raw or {})]
+    names = [item.get("profile") for item in specs]
+    if len(specs) > 1 and (None in names or len(set(names)) != len(names)):
+        raise ConfigError(f"case {case}: a list of loads needs a distinct 'profile' name in each entry, got {names}")
+    wanted = _as_list(overrides.get("profiles"))
+    unknown = [w for w in wanted if w not in names]
+    if unknown:
+        raise ConfigError(f"case {case}: no load profile named {unknown}; known: {[n for n in names if n]}")
+    loads: list[LoadPoint] = []
+    profiles: list[tuple[str, int, int]] = []
+    for load_spec in specs:
+        if wanted and load_spec.get("profile") not in wanted:
+            continue
+        name = load_spec.pop("profile", None)
+        for key in ("concurrency", "request_rate_qps", "input_len", "output_len"):
+            if key in overrides:
+                load_spec[key] = overrides[key]
+        if "request_rate_qps" in overrides and "concurrency" not in overrides:
+            load_spec.pop("concurrency", None)
+        if "concurrency" in overrides and "request_rate_qps" not in overrides:
+            load_spec.pop("request_rate_qps", None)
+        points = _loads(load_spec, case)
+        if name is not None:
+            profiles.append((str(name), points[0].input_len, points[0].output_len))
+        loads += [point for point in points if point not in loads]
+    lengths = [(i, o) for _, i, o in profiles]
+    if len(set(lengths)) != len(lengths):
+        raise ConfigError(f"case {case}: two load profiles have the same input and output lengths: {profiles}; select one with profiles=[...]")
+    return loads, tuple(profiles)
 
 
 def plan_file(case: str) -> Path:

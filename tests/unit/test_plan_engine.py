@@ -183,3 +183,26 @@ def test_a_dummy_moe_engine_without_routing_simulation_is_refused() -> None:
     with pytest.raises(ConfigError, match="set env {VLLM_MOE_ROUTING_SIMULATION_STRATEGY: uniform_random}"):
         plan_from_dict(spec)
     assert plan_from_dict(spec, load_format="auto").engines[0].env == {}  # real weights route with their own router
+
+
+def _profiles_plan(loads: Any) -> dict[str, Any]:
+    return {"case": "t", "engines": [{"label": "x", "model": "llama-3.1-8b", "max_model_len": 2048}], "loads": loads}
+
+
+def test_named_load_profiles_are_selected_and_deduplicated() -> None:
+    loads = [
+        {"profile": "a", "input_len": 8, "output_len": 8, "concurrency": [1, 2]},
+        {"profile": "b", "input_len": 16, "output_len": 8, "concurrency": [1]},
+    ]
+    plan = plan_from_dict(_profiles_plan(loads))
+    assert [(plan.profile_of(l), l.concurrency) for l in plan.loads] == [("a", 1), ("a", 2), ("b", 1)]
+    only_b = plan_from_dict(_profiles_plan(loads), profiles=["b"])
+    assert [l.input_len for l in only_b.loads] == [16] and only_b.profiles == (("b", 16, 8),)
+    assert [l.concurrency for l in plan_from_dict(_profiles_plan(loads), concurrency=[4]).loads] == [4, 4]
+    with pytest.raises(ConfigError, match="no load profile named \\['c'\\]"):
+        plan_from_dict(_profiles_plan(loads), profiles=["c"])
+    with pytest.raises(ConfigError, match="same input and output lengths"):
+        plan_from_dict(_profiles_plan(loads), input_len=8)
+    with pytest.raises(ConfigError, match="distinct 'profile' name"):
+        plan_from_dict(_profiles_plan([{**loads[0], "profile": None}, loads[1]]))
+    assert plan_from_dict(_profiles_plan(loads[0])).profile_of(plan_from_dict(_profiles_plan(loads[0])).loads[0]) == "a"

@@ -27,6 +27,7 @@ EXPECTED_SHAPES = {
     "gpt-oss-20b",
     "gpt-oss-120b",
     "gpt-oss-120b-eagle3",
+    "gpt-oss-120b-eagle3-131k",
     "deepseek-v3",
     "deepseek-v3-reduced",
     "deepseek-v3-v2lite-scale",
@@ -313,3 +314,10 @@ def test_a_stale_link_is_replaced(tmp_path: Path) -> None:
         served.unlink()
     served.symlink_to(tmp_path, target_is_directory=True)
     assert vllm_path(shape, create=True).resolve() == shape.path.resolve()
+
+
+def test_the_long_context_eagle3_head_differs_only_in_its_positions() -> None:
+    short = get_shape("gpt-oss-120b-eagle3").config()
+    long = get_shape("gpt-oss-120b-eagle3-131k").config()
+    assert {k for k in short if short[k] != long[k]} == {"max_position_embeddings"}
+    assert (short["max_position_embeddings"], long["max_position_embeddings"]) == (4096, 131072)
