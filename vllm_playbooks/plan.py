@@ -19,7 +19,9 @@ from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.results.raw import point_id
 
 CASES_PACKAGE = "vllm_playbooks.cases"
-_PLAN_KEYS = {"case", "title", "engine_defaults", "engines", "loads", "repeats", "min_duration_s", "gpu_memory_gib"}
+_PLAN_KEYS = {
+    "case", "title", "engine_defaults", "engines", "loads", "repeats", "min_duration_s", "gpu_memory_gib", "parts",
+}  # fmt: skip
 _LOAD_KEYS = {
     "profile", "input_len", "output_len", "concurrency", "request_rate_qps", "burstiness", "seed", "temperature",
 }  # fmt: skip
@@ -255,6 +257,66 @@ def _load_profiles(
     if len(set(lengths)) != len(lengths):
         raise ConfigError(f"case {case}: two load profiles have the same input and output lengths: {profiles}; select one with profiles=[...]")
     return loads, tuple(profiles)
+
+
+def case_parts(case: str) -> list[tuple[str, dict[str, Any]]]:
+    """The case's ``parts``: (name, overrides) in the order a GPU session should run them; each part's overrides
+    go to ``load_plan`` as they are (``load_part`` does that). A case without parts has one, ``all``, with none."""
+    spec = _case_yaml(case)
+    parts = spec.get("parts")
+    if not parts:
+        return [("all", {})]
+    out = []
+    for item in parts:
+        item = dict(item)
+        name = item.pop("name", None)
+        if not name:
+            raise ConfigError(f"case {case}: every part needs a 'name'")
+        unknown = set(item) - set(OVERRIDE_KEYS)
+        if unknown:
+            raise ConfigError(f"case {case}, part {name}: unknown override(s) {sorted(unknown)}")
+        out.append((str(name), item))
+    return out
+
+
+def load_part(case: str, part: str, **overrides: Any) -> CasePlan:
+    """``load_plan(case, **<the part's overrides>, **overrides)``: one part of the case's grid."""
+    parts = dict(case_parts(case))
+    if part not in parts:
+        raise ConfigError(f"case {case}: no part {part!r}; known: {', '.join(parts)}")
+    return load_plan(case, **{**parts[part], **overrides})
+
+
+def grid_table(plan: CasePlan, case: str | None = None) -> Any:
+    """The planned grid as a table: one line per engine config and length profile, with its speculative settings,
+    the load levels, the number of points, and (for a packaged case) the part that measures it."""
+    import pandas as pd
+
+    part_of: dict[str, str] = {}
+    if case is not None:
+        for name, overrides in case_parts(case):
+            for point in load_plan(case, **overrides).points():
+                part_of.setdefault(point.point_id, name)
+    records = []
+    for engine in plan.engines:
+        spec = engine.speculative
+        rates = list(spec.synthetic_acceptance_rates or ()) if spec else []
+        groups: dict[str | None, list[LoadPoint]] = {}
+        for load in plan.loads:
+            groups.setdefault(plan.profile_of(load), []).append(load)
+        for profile, loads in groups.items():
+            points = [p for p in plan.points() if p.engine == engine and p.load in loads]
+            qps = [f"{l.request_rate_qps:g}" for l in loads if l.request_rate_qps is not None]
+            conc = [str(l.concurrency) for l in loads if l.concurrency is not None and l.request_rate_qps is None]
+            records.append({
+                "part": ", ".join(sorted({part_of[p.point_id] for p in points if p.point_id in part_of})),
+                "engine_label": engine.label, "model": engine.model, "method": engine.spec_method,
+                "k": engine.num_speculative_tokens, "imposed_rates": ", ".join(f"{r:.4g}" for r in rates),
+                "profile": profile, "input_len": loads[0].input_len, "output_len": loads[0].output_len,
+                "request_rate_qps": ", ".join(qps), "concurrency": ", ".join(conc), "points": len(points),
+            })  # fmt: skip
+    table = pd.DataFrame(records)
+    return table.sort_values("part", kind="stable").reset_index(drop=True) if case else table
 
 
 def plan_file(case: str) -> Path:

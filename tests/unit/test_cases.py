@@ -126,3 +126,26 @@ def test_the_short_head_is_refused_for_the_long_profile() -> None:
         with pytest.raises(ConfigError, match="max_position_embeddings=4096, fewer than input_len \\+ output_len = 13203"):
             plan_from_dict(spec)
         assert len(plan_from_dict(spec, profiles=["chat"]).loads) == 9
+
+
+@pytest.mark.parametrize("case", [MTP, EAGLE])
+def test_the_parts_cover_the_grid_once_and_start_with_the_verdict(case: str) -> None:
+    from vllm_playbooks.plan import case_parts, grid_table, load_part
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        parts = case_parts(case)
+        ids = [p.point_id for name, _ in parts for p in load_part(case, name).points()]
+        assert sorted(ids) == sorted(p.point_id for p in _plan(case).points()) and len(ids) == len(set(ids))
+        assert parts[0][0] == "1-verdict"
+        table = grid_table(_plan(case), case)
+    assert table.points.sum() == len(ids)
+    assert table.part.iloc[0].startswith("1-verdict") and table.engine_label.iloc[0] == "spec-off"
+
+
+def test_parts_are_refused_when_unknown() -> None:
+    from vllm_playbooks.plan import case_parts, load_part
+
+    with pytest.raises(ConfigError, match="no part 'nope'"):
+        load_part(MTP, "nope")
+    assert case_parts("llama-8b-draft-model") == [("all", {})]
