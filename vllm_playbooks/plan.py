@@ -287,6 +287,18 @@ def load_part(case: str, part: str, **overrides: Any) -> CasePlan:
     return load_plan(case, **{**parts[part], **overrides})
 
 
+def overrides_for(case: str, part: str | None = None, **given: Any) -> dict[str, Any]:
+    """What a notebook passes to ``load_plan``: the overrides of ``part`` (none for ``None``), then every ``given``
+    override that is not ``None`` on top (papermill parameters default to ``None``)."""
+    base: dict[str, Any] = {}
+    if part is not None:
+        parts = dict(case_parts(case))
+        if part not in parts:
+            raise ConfigError(f"case {case}: no part {part!r}; known: {', '.join(parts)}")
+        base = dict(parts[part])
+    return {**base, **{k: v for k, v in given.items() if v is not None}}
+
+
 def grid_table(plan: CasePlan, case: str | None = None) -> Any:
     """The planned grid as a table: one line per engine config and length profile, with its speculative settings,
     the load levels, the number of points, and (for a packaged case) the part that measures it."""

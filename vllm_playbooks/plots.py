@@ -23,6 +23,9 @@ LABELS = {
     "e2el_p50_ms": "end-to-end latency median (ms)",
     "change_pct": "change vs no speculation (%)",
     "mean_acceptance_length": "mean acceptance length (tokens/step)",
+    "speedup": "TPOT speed-up vs no speculation (×)",
+    "gain_pct": "gain vs no speculation (%)",
+    "batch": "sequences decoding at once",
 }
 
 
@@ -99,4 +102,69 @@ def predicted_with_measured(curve: pd.DataFrame, measured: pd.DataFrame, y: str,
         sns.scatterplot(data=measured, x="concurrency", y=y, hue="engine_label", marker="X", s=90, ax=ax,
                         palette="dark", legend="brief")  # fmt: skip
     ax.set_ylabel(LABELS.get(y, y) + " (lines: model, crosses: measured)")
+    return ax
+
+
+def _not_measured(ax: Axes | None, what: str) -> Axes:
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(6.4, 4.0))[1]
+    ax.text(0.5, 0.5, f"{what}:\nnot measured yet", ha="center", va="center")
+    ax.set_axis_off()
+    return ax
+
+
+def speedup_vs_cost_ratio(tau: float, implied: pd.DataFrame, predicted: pd.DataFrame, ax: Axes | None = None) -> Axes:
+    """Leviathan's k = 1 speed-up τ / (1 + c) against the draft cost ratio c, with the c the published speed-ups imply
+    (``implied``: source, implied_c) and the c the step model predicts (``predicted``: config, batch, c)."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import seaborn as sns
+
+    ax = ax or plt.subplots(figsize=(7.0, 4.2))[1]
+    c = np.linspace(0.0, 1.0, 101)
+    ax.plot(c, tau / (1.0 + c), color="black", linewidth=1.2, label=f"τ / (1 + c), τ = {tau:g}")
+    ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    sns.scatterplot(data=implied, x="implied_c", y=tau / (1.0 + implied["implied_c"]), hue="source", marker="s", s=70,
+                    ax=ax, palette="dark")  # fmt: skip
+    sns.scatterplot(data=predicted, x="c", y=tau / (1.0 + predicted["c"]), hue="config", style="batch", s=60, ax=ax)
+    ax.set_xlabel("draft cost ratio c = T_draft / T_target step")
+    ax.set_ylabel("speed-up, k = 1 (×)")
+    ax.legend(fontsize=7, loc="upper right")
+    return ax
+
+
+def predicted_vs_batch(frame: pd.DataFrame, y: str = "speedup", hue: str = "config", ax: Axes | None = None) -> Axes:
+    """A prediction table (``theory.prediction_frame``) against batch, one line per ``hue``, with the break-even line."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    ax = ax or plt.subplots(figsize=(6.4, 4.0))[1]
+    sns.lineplot(data=frame, x="batch", y=y, hue=hue, marker="o", ax=ax, errorbar=None)
+    ax.set_xscale("log", base=2)
+    ticks = sorted(frame["batch"].unique())
+    ax.set_xticks(ticks, [str(int(t)) for t in ticks])
+    ax.axhline(1.0 if y == "speedup" else 0.0, color="black", linewidth=1)
+    ax.set_xlabel(LABELS["batch"])
+    ax.set_ylabel(LABELS.get(y, y) + " (model)")
+    return ax
+
+
+def speedup_vs_rate(table: pd.DataFrame, ax: Axes | None = None) -> Axes:
+    """Measured TPOT speed-up against the Poisson request rate, one line per speculative config (``verdicts`` tables)."""
+    rows = table[table["request_rate_qps"].notna()] if not table.empty else table
+    if rows.empty:
+        return _not_measured(ax, "TPOT speed-up against request rate")
+    ax = metric_vs_load(rows, "speedup", x="request_rate_qps", ax=ax)
+    ax.axhline(1.0, color="black", linewidth=1)
+    return ax
+
+
+def gain_vs_concurrency(gains: pd.DataFrame, title: str, ax: Axes | None = None) -> Axes:
+    """Measured gain against concurrency, one line per speculative config, with the break-even line at 0."""
+    if gains.empty:
+        return _not_measured(ax, title)
+    ax = metric_vs_load(gains, "gain_pct", ax=ax)
+    ax.axhline(0.0, color="black", linewidth=1)
+    ax.set_title(title)
     return ax

@@ -466,14 +466,16 @@ class ForwardCost:
 
 def forward_cost(
     shape: ModelShape | str, batch: int, q: int, context_len: float, kv_cache_dtype: str = "auto",
-    role: str = "target",
+    role: str = "target", routing: str = "uniform",
 ) -> ForwardCost:
     """One forward pass of ``batch`` sequences with ``q`` new tokens each (q = k + 1 when verifying).
 
     ``role``: ``target`` (the main model), ``mtp`` (one of the shape's MTP modules: vLLM runs one per draft step) or
     ``draft`` (the shape is a separate draft model or EAGLE-3 head). MoE layers read only the experts the step's
-    tokens touch (``expected_distinct_experts``), the rest of the weights once; every sequence reads its KV cache of
-    ``context_len`` tokens in the layers that run. The embedding lookup is not counted.
+    tokens touch (``expected_distinct_experts`` under ``routing="uniform"``; ``routing="fixed"``: every token picks the
+    same experts, the degenerate case of a router that does not depend on the token), the rest of the weights once;
+    every sequence reads its KV cache of ``context_len`` tokens in the layers that run. The embedding lookup is not
+    counted.
     """
     from vllm_playbooks.config.capacity import (
         HEAD_ARCHITECTURES, MOE_ARCHITECTURES, eagle3_head_parts, mtp_weight_bytes, moe_layout,
@@ -486,7 +488,12 @@ def forward_cost(
         raise ValueError(f"role must be target, mtp or draft, got {role!r}")
     if shape.architecture in MOE_ARCHITECTURES:
         m = moe_layout(shape)
-        experts = expected_distinct_experts(m.routed_experts, m.experts_per_token, tokens) * m.expert_bytes
+        if routing not in ("uniform", "fixed"):
+            raise ValueError(f"routing must be uniform or fixed, got {routing!r}")
+        touched = m.experts_per_token if routing == "fixed" else expected_distinct_experts(
+            m.routed_experts, m.experts_per_token, tokens
+        )  # fmt: skip
+        experts = touched * m.expert_bytes
         moe_fixed = m.attention_bytes + m.router_bytes + m.shared_experts * m.expert_bytes + m.absorbed_bytes_per_layer
         active_moe = m.attention_params + m.router_params + (m.experts_per_token + m.shared_experts) * m.expert_params
         if role == "mtp":
@@ -565,3 +572,35 @@ def prediction_frame(
         for batch in batches:
             records.append({"config": label, **speculation_prediction(batch=batch, fit=fit, gpu=gpu, **kwargs)})
     return pd.DataFrame(records)
+
+
+def routing_signature(
+    measured: pd.DataFrame, model_shape: str, fit: EfficiencyFit, gpu: Gpu | str = "H200-SXM",
+    low: int = 1, high: int = 16, input_len: int | None = None,
+) -> pd.DataFrame:
+    """How spec-off TPOT grows from concurrency ``low`` to ``high``, measured and as predicted under uniform and under
+    fixed routing. Uniform routing makes a batch touch many more experts than one sequence does; a measured growth
+    near the 'fixed' prediction says the dummy router sent every token to the same experts (what a kernel that ignores
+    the routing simulation would do with a degenerate router)."""
+    import pandas as pd
+
+    rows = measured[(measured["model_shape"] == model_shape) & (measured["spec_method"] == "none")]
+    rows = rows[rows["concurrency"].isin([low, high]) & rows["request_rate_qps"].isna()]
+    if input_len is not None:
+        rows = rows[rows["input_len"] == input_len]
+    records = []
+    for (in_len, out_len), group in rows.groupby(["input_len", "output_len"]):
+        tpot = group.groupby("concurrency")["tpot_mean_ms"].median()
+        if low not in tpot.index or high not in tpot.index:
+            continue
+        context = float(in_len) + float(out_len) / 2
+        predicted = {}
+        for routing in ("uniform", "fixed"):
+            times = [forward_time_s(forward_cost(model_shape, b, 1, context, routing=routing), gpu, fit) for b in (low, high)]
+            predicted[routing] = times[1] / times[0]
+        records.append({
+            "input_len": int(in_len), "output_len": int(out_len), "measured_growth": tpot[high] / tpot[low],
+            "predicted_uniform": predicted["uniform"], "predicted_fixed": predicted["fixed"],
+        })  # fmt: skip
+    return pd.DataFrame(records, columns=["input_len", "output_len", "measured_growth", "predicted_uniform",
+                                          "predicted_fixed"])  # fmt: skip

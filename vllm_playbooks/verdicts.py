@@ -195,3 +195,49 @@ def eagle3_verdict(
             f"{float(at_top['gain_pct'].iloc[0]):+.1f} %, unlike Red Hat's result."
         )
     return Verdict(status, measured + tail + reported, gains)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The rule a tuner takes away
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def mtp_rule(verdict: Verdict) -> str:
+    """The MTP page's rule, from its verdict (the starting configuration vLLM's own docs and PR #12755 give until a
+    measurement says more)."""
+    start = 'Start with `{"method": "mtp", "num_speculative_tokens": 1}`'
+    if verdict.status == "not measured":
+        return (
+            f"{start}, the only k vLLM's DeepSeek MTP support was validated with. Not measured here yet: the published "
+            "gains (1.63× at 1 QPS, none at 8 QPS) come from a 671B model on 8 GPUs; expect less on smaller models."
+        )
+    if verdict.status == "gain that shrinks with load":
+        return f"{start} and keep it where the request rate is low: measured here, its gain shrinks as load grows."
+    if verdict.status == "gain that holds with load":
+        return f"{start}: measured here, its gain held across the request rates tried."
+    if verdict.status == "no gain at low load":
+        return "Measured here, MTP at k = 1 did not lower TPOT even at low load on this shape: check the model's scale first."
+    return f"{start}; the measurement here is not complete yet."
+
+
+def eagle3_rule(verdict: Verdict, best: pd.DataFrame | None = None) -> str:
+    """The EAGLE-3 page's rule, from its verdict and, once the k sweep is measured, the best k per band."""
+    if verdict.status == "not measured":
+        return (
+            "Not measured here yet. Red Hat's article puts the sweet spot at 2-3 draft tokens and reports gains up to "
+            "200 concurrent requests on gpt-oss-120b; start there and measure at your own concurrency."
+        )
+    parts = []
+    if best is not None and not best.empty and best["best_k"].notna().any():
+        found = best[best["best_k"].notna()]
+        parts.append("best k measured: " + "; ".join(
+            f"{int(r.best_k)} at concurrency {r.band} ({r.profile})" for r in found.itertuples()
+        ))  # fmt: skip
+    headline = {
+        "gain holds to 200": "EAGLE-3 at k = 3 paid at every concurrency up to 200 here",
+        "gain fades before the top": "EAGLE-3 at k = 3 paid at low concurrency only here: switch it off above the band "
+        "where it stopped paying (num_speculative_tokens_per_batch_size with k = 0)",
+        "no gain": "EAGLE-3 at k = 3 did not pay here at the imposed acceptance",
+        "incomplete": "EAGLE-3 at k = 3 paid where measured so far; the top of the range is not measured yet",
+    }.get(verdict.status, verdict.status)
+    return headline + (". " + "; ".join(parts) + "." if parts else ".")

@@ -206,3 +206,14 @@ def test_named_load_profiles_are_selected_and_deduplicated() -> None:
     with pytest.raises(ConfigError, match="distinct 'profile' name"):
         plan_from_dict(_profiles_plan([{**loads[0], "profile": None}, loads[1]]))
     assert plan_from_dict(_profiles_plan(loads[0])).profile_of(plan_from_dict(_profiles_plan(loads[0])).loads[0]) == "a"
+
+
+def test_notebook_overrides_start_from_a_part() -> None:
+    from vllm_playbooks.plan import overrides_for
+
+    assert overrides_for("deepseek-mtp", "1-verdict", engines=None, concurrency=None) == {
+        "engines": ["spec-off", "mtp-k1-a0.85"], "request_rate_qps": [1, 2, 4, 8]}  # fmt: skip
+    assert overrides_for("deepseek-mtp", "1-verdict", engines=["spec-off"])["engines"] == ["spec-off"]
+    assert overrides_for("deepseek-mtp", None, gpu_memory_gib=80) == {"gpu_memory_gib": 80}
+    with pytest.raises(ConfigError, match="no part 'x'"):
+        overrides_for("deepseek-mtp", "x")

@@ -213,3 +213,26 @@ def test_scale_decides_the_mtp_payoff_at_batch_one(calibration: tuple[list, T.Ef
     assert wide["tpot_on_ms"] == pytest.approx(wide["tpot_off_ms"] / wide["speedup"])
     frame = T.prediction_frame({"r": {"target": "deepseek-v3-reduced", "rates": [0.85], "context_len": 300}}, [1, 8], fit)
     assert list(frame.batch) == [1, 8] and frame.speedup.iloc[1] > frame.speedup.iloc[0]
+
+
+def test_fixed_routing_reads_only_the_chosen_experts() -> None:
+    uniform = T.forward_cost("gpt-oss-120b", 16, 1, 300).bytes
+    fixed = T.forward_cost("gpt-oss-120b", 16, 1, 300, routing="fixed").bytes
+    assert fixed < uniform / 5
+    assert T.forward_cost("gpt-oss-120b", 1, 1, 300, routing="fixed").bytes == pytest.approx(
+        T.forward_cost("gpt-oss-120b", 1, 1, 300).bytes)  # one token: the same four experts either way  # fmt: skip
+    with pytest.raises(ValueError, match="routing must be"):
+        T.forward_cost("gpt-oss-120b", 1, 1, 300, routing="zipf")
+
+
+def test_routing_signature_tells_the_two_routings_apart(calibration: tuple[list, T.EfficiencyFit]) -> None:
+    import pandas as pd
+
+    _, fit = calibration
+    base = dict(model_shape="gpt-oss-120b", spec_method="none", request_rate_qps=None, input_len=230, output_len=203)
+    measured = pd.DataFrame([{**base, "concurrency": 1, "tpot_mean_ms": 5.0}, {**base, "concurrency": 16, "tpot_mean_ms": 5.5}])
+    table = T.routing_signature(measured, "gpt-oss-120b", fit)
+    row = table.iloc[0]
+    assert row.measured_growth == pytest.approx(1.1)
+    assert row.predicted_uniform > 2.0 > row.predicted_fixed >= 1.0
+    assert T.routing_signature(measured.iloc[:1], "gpt-oss-120b", fit).empty

@@ -100,3 +100,15 @@ def test_latency_gains_count_lower_as_better() -> None:
     rows[0]["e2el_mean_ms"], rows[1]["e2el_mean_ms"] = 1000.0, 850.0
     gains = verdicts.gain_table(pd.DataFrame(rows), PROFILES, "e2el_mean_ms")
     assert gains.gain_pct.tolist() == pytest.approx([15.0])
+
+
+def test_rules_follow_the_verdicts(published) -> None:  # type: ignore[no-untyped-def]
+    empty = verdicts.Verdict("not measured", "", pd.DataFrame())
+    assert '{"method": "mtp", "num_speculative_tokens": 1}' in verdicts.mtp_rule(empty)
+    shrinking = verdicts.mtp_verdict(_mtp([50, 50, 50, 50], [30, 35, 42, 50]), published)
+    assert "shrinks as load grows" in verdicts.mtp_rule(shrinking)
+    assert "2-3 draft tokens" in verdicts.eagle3_rule(empty)
+    fades = verdicts.eagle3_verdict(pd.DataFrame(_eagle({1: 30.0, 64: 5.0, 200: -4.0})), PROFILES)
+    best = pd.DataFrame([{"profile": "chat", "band": "1-8", "ks": "2, 3", "best_k": 3.0, "best_gain_pct": 20.0}])
+    rule = verdicts.eagle3_rule(fades, best)
+    assert "paid at low concurrency only" in rule and "best k measured: 3 at concurrency 1-8 (chat)" in rule
