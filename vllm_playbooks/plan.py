@@ -67,6 +67,14 @@ class CasePlan:
                 return name
         return None
 
+    def concurrency_by_profile(self) -> dict[str | None, list[int]]:
+        """The closed-loop concurrency levels of each length profile (``None``: a case without named profiles)."""
+        out: dict[str | None, list[int]] = {}
+        for load in self.loads:
+            if load.concurrency is not None and load.request_rate_qps is None:
+                out.setdefault(self.profile_of(load), []).append(load.concurrency)
+        return out
+
     def points(self) -> list[PlannedPoint]:
         """Every point, grouped by engine config (one server lifetime each), loads in the given order."""
         return [
@@ -287,6 +295,33 @@ def load_part(case: str, part: str, **overrides: Any) -> CasePlan:
     return load_plan(case, **{**parts[part], **overrides})
 
 
+def quiet_plan(case: str, **overrides: Any) -> tuple[CasePlan, list[str]]:
+    """``load_plan`` with the speculative advisories collected instead of warned: (plan, distinct advisories), so a
+    page can list them as prose rather than print warnings."""
+    import warnings
+
+    from vllm_playbooks.config.speculative import SpeculativeConfigWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SpeculativeConfigWarning)
+        plan = load_plan(case, **overrides)
+    advisories = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, SpeculativeConfigWarning)))
+    return plan, advisories
+
+
+def part_calls(case: str) -> str:
+    """The Python calls that measure each part of a case, in order, as a Markdown list (what a GPU session runs)."""
+    lines = []
+    for name, overrides in case_parts(case):
+        args = "".join(f", {key}={value!r}" for key, value in overrides.items())
+        plan, _ = quiet_plan(case, **overrides)
+        lines.append(
+            f"- **{name}** ({len(plan.engines)} server config(s), {len(plan.points())} points): "
+            f"`run_case(load_plan({case!r}{args}))`"
+        )
+    return "\n".join(lines)
+
+
 def overrides_for(case: str, part: str | None = None, **given: Any) -> dict[str, Any]:
     """What a notebook passes to ``load_plan``: the overrides of ``part`` (none for ``None``), then every ``given``
     override that is not ``None`` on top (papermill parameters default to ``None``)."""
@@ -307,7 +342,7 @@ def grid_table(plan: CasePlan, case: str | None = None) -> Any:
     part_of: dict[str, str] = {}
     if case is not None:
         for name, overrides in case_parts(case):
-            for point in load_plan(case, **overrides).points():
+            for point in quiet_plan(case, **overrides)[0].points():
                 part_of.setdefault(point.point_id, name)
     records = []
     for engine in plan.engines:

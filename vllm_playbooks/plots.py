@@ -168,3 +168,11 @@ def gain_vs_concurrency(gains: pd.DataFrame, title: str, ax: Axes | None = None)
     ax.axhline(0.0, color="black", linewidth=1)
     ax.set_title(title)
     return ax
+
+
+def measured_metric(df: pd.DataFrame, y: str, x: str = "concurrency", ax: Axes | None = None) -> Axes:
+    """``metric_vs_load`` over the rows that have ``x``, or a 'not measured yet' note when there are none."""
+    rows = df[df[x].notna()] if not df.empty else df
+    if rows.empty:
+        return _not_measured(ax, LABELS.get(y, y))
+    return metric_vs_load(rows, y, x=x, ax=ax)

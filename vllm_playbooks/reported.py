@@ -123,3 +123,12 @@ def claims_table(published: pd.DataFrame, prefixes: tuple[str, ...] = ()) -> pd.
     """
     keep = ~published["claim_id"].str.startswith(prefixes) if prefixes else published["claim_id"].notna()
     return published.loc[keep, ["claim_id", "setting", "value", "unit", "secondary_only", "source_url"]].reset_index(drop=True)
+
+
+def published_row(published: pd.DataFrame, claim_id: str) -> str:
+    """One published number in words: '<claim_id>: <value> <unit> (<setting>; <url>)'."""
+    match = published[published["claim_id"] == claim_id]
+    if len(match) != 1:
+        raise SchemaError(f"reference table: expected one row {claim_id!r}, found {len(match)}")
+    row = match.iloc[0]
+    return f"{claim_id}: {row['value']:g} {row['unit']} ({row['setting']}; {row['source_url']})"

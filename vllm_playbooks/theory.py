@@ -456,6 +456,25 @@ def expected_distinct_experts(num_experts: int, top_k: int, tokens: float) -> fl
     return num_experts * (1.0 - (1.0 - top_k / num_experts) ** tokens)
 
 
+def kv_read_bytes(shape: ModelShape | str, batch: int, context_len: float, kv_cache_dtype: str = "auto") -> float:
+    """KV-cache bytes one forward reads for ``batch`` sequences of ``context_len`` tokens, every layer of the shape.
+
+    Sliding-window layers (``layer_types`` marks them ``sliding_attention``, ``sliding_window`` sizes them, as in
+    gpt-oss) read at most their window; every other layer reads the whole context.
+    """
+    shape = resolve_model(shape) if isinstance(shape, str) else shape
+    config = shape.config()
+    per_layer = kv_bytes_per_token(shape, kv_cache_dtype, layers=1)
+    types = list(config.get("layer_types") or [])[: shape.num_hidden_layers]
+    window = config.get("sliding_window")
+    if types and window:
+        tokens = sum(min(context_len, float(window)) if t == "sliding_attention" else context_len for t in types)
+        tokens += (shape.num_hidden_layers - len(types)) * context_len
+    else:
+        tokens = shape.num_hidden_layers * context_len
+    return float(batch * per_layer * tokens)
+
+
 @dataclass(frozen=True)
 class ForwardCost:
     """Bytes one forward pass reads (weights touched + KV cache) and the matmul FLOPs it does."""
@@ -504,8 +523,8 @@ def forward_cost(
                                2.0 * tokens * (active_moe + m.mtp_extra_params + m.head_params))  # fmt: skip
         dense = m.dense_layers * (m.attention_bytes + m.dense_mlp_bytes + m.absorbed_bytes_per_layer)
         weights = dense + m.moe_layers * (moe_fixed + experts) + m.head_bytes
-        kv = batch * context_len * kv_bytes_per_token(shape, kv_cache_dtype)
-        return ForwardCost(weights + kv, 2.0 * tokens * m.active_params())
+        return ForwardCost(weights + kv_read_bytes(shape, batch, context_len, kv_cache_dtype),
+                           2.0 * tokens * m.active_params())  # fmt: skip
     if shape.architecture in HEAD_ARCHITECTURES:
         parts = eagle3_head_parts(shape)
         params = parts["layers"] + parts["fc"] + parts["head"] + parts["norm"]
@@ -604,3 +623,30 @@ def routing_signature(
         })  # fmt: skip
     return pd.DataFrame(records, columns=["input_len", "output_len", "measured_growth", "predicted_uniform",
                                           "predicted_fixed"])  # fmt: skip
+
+
+def eagle3_predictions(
+    target: str, draft: str, alphas: Iterable[float], ks: Iterable[int],
+    batches: Iterable[int] | Mapping[str, Iterable[int]], profiles: Mapping[str, tuple[int, int]], fit: EfficiencyFit,
+    gpu: Gpu | str = "H200-SXM",
+) -> pd.DataFrame:
+    """``speculation_prediction`` for a draft head at i.i.d. acceptance α (rates α, α², …) over k, batch and length
+    profile, in the measured tables' columns: profile, k, imposed_alpha, concurrency (= batch), speedup and
+    ``gain_pct`` = 100 · (speedup − 1), the output-throughput gain of a closed loop whose slots always decode.
+    ``batches`` is one list for every profile or a list per profile name."""
+    import pandas as pd
+
+    ks, alphas = list(ks), list(alphas)
+    records = []
+    for profile, (input_len, output_len) in profiles.items():
+        context = input_len + output_len / 2
+        levels = list(batches[profile]) if isinstance(batches, Mapping) else list(batches)
+        for alpha in alphas:
+            for k in ks:
+                rates = [alpha**i for i in range(1, k + 1)]
+                for batch in levels:
+                    result = speculation_prediction(target, rates, batch, context, fit, gpu, draft=draft)
+                    records.append({"profile": profile, "engine_label": f"k={k} α={alpha:g}", "k": k,
+                                    "imposed_alpha": alpha, "concurrency": batch, **result,
+                                    "gain_pct": 100.0 * (result["speedup"] - 1.0)})  # fmt: skip
+    return pd.DataFrame(records)

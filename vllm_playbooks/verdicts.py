@@ -241,3 +241,19 @@ def eagle3_rule(verdict: Verdict, best: pd.DataFrame | None = None) -> str:
         "incomplete": "EAGLE-3 at k = 3 paid where measured so far; the top of the range is not measured yet",
     }.get(verdict.status, verdict.status)
     return headline + (". " + "; ".join(parts) + "." if parts else ".")
+
+
+def select_gains(
+    gains: pd.DataFrame, alpha: float | None = None, profile: str | None = None, k: int | None = None,
+) -> pd.DataFrame:
+    """Rows of a gain table at one imposed α, profile and/or k (``None``: any); an empty table stays empty."""
+    if gains.empty:
+        return gains
+    keep = gains["engine_label"].notna()
+    if alpha is not None:
+        keep &= (gains["imposed_alpha"].astype(float) - alpha).abs() < 1e-9
+    if profile is not None:
+        keep &= gains["profile"] == profile
+    if k is not None:
+        keep &= gains["k"] == k
+    return gains[keep]

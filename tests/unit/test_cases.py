@@ -149,3 +149,23 @@ def test_parts_are_refused_when_unknown() -> None:
     with pytest.raises(ConfigError, match="no part 'nope'"):
         load_part(MTP, "nope")
     assert case_parts("llama-8b-draft-model") == [("all", {})]
+
+
+def test_pages_get_the_plan_quietly_and_the_calls_to_run_it() -> None:
+    from vllm_playbooks.plan import part_calls, quiet_plan
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plan, advisories = quiet_plan(MTP)
+    assert len(plan.engines) == 9 and any("runs the same MTP layer" in a for a in advisories)
+    calls = part_calls(MTP)
+    assert calls.splitlines()[0] == (
+        "- **1-verdict** (2 server config(s), 8 points): `run_case(load_plan('deepseek-mtp', "
+        "engines=['spec-off', 'mtp-k1-a0.85'], request_rate_qps=[1, 2, 4, 8]))`"
+    )
+
+
+def test_concurrency_levels_by_profile() -> None:
+    plan = _plan(EAGLE)
+    assert plan.concurrency_by_profile() == {"chat": [1, 2, 4, 8, 16, 32, 64, 128, 200], "swe": [1, 4, 16, 64]}
+    assert _plan(MTP).concurrency_by_profile() == {None: [1, 4, 16, 64]}

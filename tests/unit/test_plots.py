@@ -45,3 +45,9 @@ def test_theory_figures() -> None:
     assert ax.lines[0].get_ydata()[0] == pytest.approx(1.85) and len(ax.collections) >= 2
     frame = pd.DataFrame({"config": ["r", "r"], "batch": [1, 8], "speedup": [1.1, 1.5]})
     assert plots.predicted_vs_batch(frame).get_xscale() == "log"
+
+
+def test_measured_metric_needs_rows_with_its_load() -> None:
+    rows = pd.DataFrame({"engine_label": ["a"], "concurrency": [None], "request_rate_qps": [1.0], "tpot_mean_ms": [5.0]})
+    assert "not measured yet" in _texts(plots.measured_metric(rows, "tpot_mean_ms"))
+    assert plots.measured_metric(rows, "tpot_mean_ms", x="request_rate_qps").get_ylabel() == "TPOT mean (ms)"

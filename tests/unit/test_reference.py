@@ -104,3 +104,14 @@ def test_claims_table_leaves_out_the_sources_of_settings(published) -> None:  # 
     table = reported.claims_table(eagle, ("sharegpt-", "swebench-", "vllm-test-", "pr42764-"))
     assert "max-concurrency-with-gain" in set(table.claim_id) and not table.claim_id.str.startswith("sharegpt").any()
     assert list(table.columns) == ["claim_id", "setting", "value", "unit", "secondary_only", "source_url"]
+
+
+def test_published_row_in_words(published) -> None:  # type: ignore[no-untyped-def]
+    from vllm_playbooks import reported
+    from vllm_playbooks.errors import SchemaError
+
+    text = reported.published_row(published, "nebius-original-mtp-acceptance-length-t0")
+    assert text.startswith("nebius-original-mtp-acceptance-length-t0: 3.2 tokens (DeepSeek-V3-0324")
+    assert text.endswith("https://huggingface.co/nebius/MTP-DeepSeek-V3-0324)")
+    with pytest.raises(SchemaError):
+        reported.published_row(published, "nope")

@@ -236,3 +236,32 @@ def test_routing_signature_tells_the_two_routings_apart(calibration: tuple[list,
     assert row.measured_growth == pytest.approx(1.1)
     assert row.predicted_uniform > 2.0 > row.predicted_fixed >= 1.0
     assert T.routing_signature(measured.iloc[:1], "gpt-oss-120b", fit).empty
+
+
+def test_eagle3_predictions_come_in_the_measured_tables_columns(calibration: tuple[list, T.EfficiencyFit]) -> None:
+    from vllm_playbooks import verdicts
+
+    _, fit = calibration
+    frame = T.eagle3_predictions("gpt-oss-120b", "gpt-oss-120b-eagle3-131k", [0.71], [2, 3], [1, 64],
+                                 {"chat": (230, 203)}, fit)  # fmt: skip
+    assert len(frame) == 4 and set(frame.profile) == {"chat"}
+    assert frame.gain_pct.tolist() == pytest.approx([100 * (s - 1) for s in frame.speedup])
+    one = frame[frame.concurrency == 1]
+    assert (one.verify_over_decode > 1.2).all()  # k + 1 tokens touch many more of the 128 experts than one does
+    assert len(verdicts.best_k_by_band(frame, 0.71)) == 3
+
+
+def test_sliding_window_layers_read_at_most_their_window() -> None:
+    shape = get_shape("gpt-oss-120b")  # 18 sliding layers (window 128) and 18 full ones, 2 × 8 × 64 bf16 per layer
+    per_layer = 2 * 8 * 64 * 2
+    assert T.kv_read_bytes(shape, 2, 1000) == 2 * per_layer * (18 * 128 + 18 * 1000)
+    assert T.kv_read_bytes(shape, 1, 100) == per_layer * 36 * 100  # inside the window every layer reads it all
+    llama = get_shape("llama-3.1-8b")
+    assert T.kv_read_bytes(llama, 1, 1000) == 1000 * 128 * 1024  # no sliding layers: the whole context
+
+
+def test_eagle3_predictions_take_levels_per_profile(calibration: tuple[list, T.EfficiencyFit]) -> None:
+    _, fit = calibration
+    frame = T.eagle3_predictions("gpt-oss-120b", "gpt-oss-120b-eagle3-131k", [0.71], [3], {"a": [1, 2], "b": [4]},
+                                 {"a": (230, 203), "b": (13000, 203)}, fit)  # fmt: skip
+    assert frame.groupby("profile").concurrency.apply(list).to_dict() == {"a": [1, 2], "b": [4]}

@@ -112,3 +112,11 @@ def test_rules_follow_the_verdicts(published) -> None:  # type: ignore[no-untype
     best = pd.DataFrame([{"profile": "chat", "band": "1-8", "ks": "2, 3", "best_k": 3.0, "best_gain_pct": 20.0}])
     rule = verdicts.eagle3_rule(fades, best)
     assert "paid at low concurrency only" in rule and "best k measured: 3 at concurrency 1-8 (chat)" in rule
+
+
+def test_select_gains() -> None:
+    rows = _eagle({1: 10.0}, "eagle3-k2-a0.71", 2) + _eagle({1: 20.0}, "eagle3-k3-a0.61", 3, 0.61)
+    gains = verdicts.gain_table(pd.DataFrame(rows), PROFILES)
+    assert verdicts.select_gains(gains, alpha=0.71).engine_label.tolist() == ["eagle3-k2-a0.71"]
+    assert verdicts.select_gains(gains, k=3, profile="chat").engine_label.tolist() == ["eagle3-k3-a0.61"]
+    assert verdicts.select_gains(gains, profile="swe").empty and verdicts.select_gains(gains.iloc[:0], alpha=0.7).empty
