@@ -31,12 +31,17 @@ def versus_baseline(df: pd.DataFrame, metric: str = "output_tok_s", extra: Seque
     if base.duplicated(keys).any():
         base = base.groupby(keys, as_index=False)["baseline"].median()
     merged = spec.merge(base, on=keys, how="inner")
+    missing = pd.Series([None] * len(merged), index=merged.index, dtype="object")
     out = pd.DataFrame(
         {
             "engine_label": merged["engine_label"],
             "spec_method": merged["spec_method"],
             "k": merged["num_speculative_tokens"],
             "imposed_alpha": merged["imposed_alpha"],
+            "imposed_acceptance_rates": merged.get("imposed_acceptance_rates", missing),
+            "model_shape": merged["model_shape"].astype(str),
+            "input_len": pd.to_numeric(merged["input_len"], errors="coerce"),
+            "output_len": pd.to_numeric(merged["output_len"], errors="coerce"),
             "concurrency": pd.to_numeric(merged["concurrency"], errors="coerce"),
             "request_rate_qps": pd.to_numeric(merged["request_rate_qps"], errors="coerce"),
             "metric": metric,
@@ -47,7 +52,19 @@ def versus_baseline(df: pd.DataFrame, metric: str = "output_tok_s", extra: Seque
     )
     out["ratio"] = out["speculative"] / out["baseline"]
     out["change_pct"] = 100.0 * (out["ratio"] - 1.0)
-    return out.sort_values(["engine_label", "concurrency", "request_rate_qps"]).reset_index(drop=True)
+    out["load"] = [load_text(c, r) for c, r in zip(out["concurrency"], out["request_rate_qps"], strict=True)]
+    order = ["engine_label", "input_len", "request_rate_qps", "concurrency"]
+    return out.sort_values(order, na_position="last").reset_index(drop=True)
+
+
+def load_text(concurrency: object, request_rate_qps: object) -> str:
+    """A load level in words: 'concurrency 4', '2 QPS', or '2 QPS (at most 8 in flight)'."""
+    has_c, has_r = not pd_isna(concurrency), not pd_isna(request_rate_qps)
+    if has_r and has_c:
+        return f"{float(request_rate_qps):g} QPS (at most {int(concurrency)} in flight)"  # type: ignore[arg-type]
+    if has_r:
+        return f"{float(request_rate_qps):g} QPS"  # type: ignore[arg-type]
+    return f"concurrency {int(concurrency)}" if has_c else "unbounded load"  # type: ignore[call-overload]
 
 
 def higher_is_better(metric: str) -> bool:
@@ -62,13 +79,27 @@ def winning_levels(group: pd.DataFrame) -> list[int]:
     return sorted(int(c) for c in wins["concurrency"].dropna())
 
 
+def winning_loads(group: pd.DataFrame) -> list[str]:
+    """Load levels (``load_text``) at which one speculative config beat its baseline, in the group's order."""
+    better_up = higher_is_better(str(group["metric"].iloc[0]))
+    wins = group[(group["ratio"] > 1.0) if better_up else (group["ratio"] < 1.0)]
+    return [load_text(c, r) for c, r in zip(wins["concurrency"], wins["request_rate_qps"], strict=True)]
+
+
+def _levels(texts: list[str]) -> str:
+    """'concurrency 1, 4' for concurrency levels only, else the load texts joined."""
+    if texts and all(t.startswith("concurrency ") for t in texts):
+        return "concurrency " + ", ".join(t.removeprefix("concurrency ") for t in texts)
+    return ", ".join(texts)
+
+
 def _where_it_won(group: pd.DataFrame) -> str:
-    wins = winning_levels(group)
+    wins = winning_loads(group)
     if not wins:
         return "it never beat the baseline"
     if len(wins) == len(group):
         return "it beat the baseline at every measured level"
-    return f"it beat the baseline only at concurrency {', '.join(map(str, wins))}"
+    return f"it beat the baseline only at {_levels(wins)}"
 
 
 def acceptance_check(df: pd.DataFrame) -> pd.DataFrame:
@@ -107,7 +138,8 @@ def describe_change(comparison: pd.DataFrame) -> str:
     sentences = []
     for label, group in comparison.groupby("engine_label"):
         steps = ", ".join(
-            f"{chg:+.1f} % at concurrency {int(c)}" for c, chg in zip(group["concurrency"], group["change_pct"], strict=True)
+            f"{chg:+.1f} % at {load_text(c, r)}"
+            for c, r, chg in zip(group["concurrency"], group["request_rate_qps"], group["change_pct"], strict=True)
         )
         sentences.append(f"{label}: {metric} {steps}; {_where_it_won(group)}.")
     return " ".join(sentences)
@@ -139,17 +171,20 @@ def speculation_rule(df: pd.DataFrame, metric: str = "output_tok_s") -> str:
     gpus = ", ".join(sorted(set(df["gpu_name"])))
     sentences = []
     for label, group in comparison.groupby("engine_label"):
-        levels = ", ".join(str(int(c)) for c in sorted(group["concurrency"].dropna()))
+        texts = [load_text(c, r) for c, r in zip(group["concurrency"], group["request_rate_qps"], strict=True)]
+        only_c = all(t.startswith("concurrency ") for t in texts)
+        levels = ", ".join(t.removeprefix("concurrency ") for t in texts) if only_c else ", ".join(texts)
+        kind = "concurrency" if only_c else "load"
         row = group.iloc[0]
         alpha = "" if pd_isna(row["imposed_alpha"]) else f" at an imposed α={row['imposed_alpha']:g}"
-        wins = winning_levels(group)
+        wins = winning_loads(group)
         better = "raised" if higher_is_better(metric) else "lowered"
         if not wins:
-            verdict = f"did not improve {metric} over no speculation at any measured concurrency ({levels})"
+            verdict = f"did not improve {metric} over no speculation at any measured {kind} ({levels})"
         elif len(wins) == len(group):
-            verdict = f"{better} {metric} at every measured concurrency ({levels})"
+            verdict = f"{better} {metric} at every measured {kind} ({levels})"
         else:
-            verdict = f"improved {metric} only at concurrency {', '.join(map(str, wins))} (measured: {levels})"
+            verdict = f"improved {metric} only at {_levels(wins)} (measured: {levels})"
         sentences.append(f"On {gpus}, {row['spec_method']} with k={int(row['k'])}{alpha} ({label}) {verdict}.")
     return " ".join(sentences)
 

@@ -12,22 +12,26 @@ import yaml
 from pydantic import ValidationError
 
 from vllm_playbooks.config.capacity import budget_is_modelled, check_fits
-from vllm_playbooks.config.engine import EngineConfig, check_engine_against_shapes
+from vllm_playbooks.config.engine import EngineConfig, check_engine_against_shapes, routing_simulation_problem
 from vllm_playbooks.config.load import MIN_DURATION_S, LoadPoint
 from vllm_playbooks.config.speculative import build_speculative_config
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.results.raw import point_id
 
 CASES_PACKAGE = "vllm_playbooks.cases"
-_PLAN_KEYS = {"case", "title", "engine_defaults", "engines", "loads", "repeats", "min_duration_s", "gpu_memory_gib"}
-_LOAD_KEYS = {"input_len", "output_len", "concurrency", "request_rate_qps", "burstiness", "seed", "temperature"}
+_PLAN_KEYS = {
+    "case", "title", "engine_defaults", "engines", "loads", "repeats", "min_duration_s", "gpu_memory_gib", "parts",
+}  # fmt: skip
+_LOAD_KEYS = {
+    "profile", "input_len", "output_len", "concurrency", "request_rate_qps", "burstiness", "seed", "temperature",
+}  # fmt: skip
 #: Load keys an engine entry may set for itself (its own load levels instead of the case's ``loads`` list).
 ENGINE_LOAD_KEYS = ("concurrency",)
 #: What a notebook (papermill parameter) or ``make reproduce`` may change in a case's grid.
 OVERRIDE_KEYS = (
     "model", "draft_model", "load_format", "tokenizer", "engines", "concurrency", "request_rate_qps",
     "input_len", "output_len", "repeats", "min_duration_s", "max_model_len", "gpu_memory_utilization",
-    "tensor_parallel_size", "pipeline_parallel_size", "distributed_executor_backend", "gpu_memory_gib",
+    "tensor_parallel_size", "pipeline_parallel_size", "distributed_executor_backend", "gpu_memory_gib", "profiles",
 )  # fmt: skip
 
 
@@ -59,7 +63,25 @@ class CasePlan:
     loads: tuple[LoadPoint, ...]
     repeats: int = 1
     min_duration_s: float = MIN_DURATION_S
+    #: (name, input_len, output_len) of each named length profile in ``loads`` (a case with one unnamed profile: empty)
+    profiles: tuple[tuple[str, int, int], ...] = ()
+    #: (engine label, its own load levels) for engines that set their own concurrency
     engine_loads: tuple[tuple[str, tuple[LoadPoint, ...]], ...] = ()
+
+    def profile_of(self, load: LoadPoint) -> str | None:
+        """The name of the length profile ``load`` belongs to, or ``None`` in a case without named profiles."""
+        for name, input_len, output_len in self.profiles:
+            if (load.input_len, load.output_len) == (input_len, output_len):
+                return name
+        return None
+
+    def concurrency_by_profile(self) -> dict[str | None, list[int]]:
+        """The closed-loop concurrency levels of each length profile (``None``: a case without named profiles)."""
+        out: dict[str | None, list[int]] = {}
+        for load in self.loads:
+            if load.concurrency is not None and load.request_rate_qps is None:
+                out.setdefault(self.profile_of(load), []).append(load.concurrency)
+        return out
 
     def loads_for(self, engine: EngineConfig) -> tuple[LoadPoint, ...]:
         """The load levels ``engine`` is measured at: its own, or the case's."""
@@ -157,6 +179,8 @@ def plan_from_dict(spec: dict[str, Any], **overrides: Any) -> CasePlan:
         if "concurrency" in own and "concurrency" not in overrides and "request_rate_qps" not in overrides:
             own_concurrency[str(raw.get("label"))] = own["concurrency"]
         merged = {**defaults, **raw, **engine_overrides}
+        if "env" in defaults or "env" in raw:  # an engine's env adds to the defaults' env rather than replacing it
+            merged["env"] = {**dict(defaults.get("env") or {}), **dict(raw.get("env") or {})}
         if "model" in overrides:
             merged["model"] = overrides["model"]
         if merged.get("speculative"):
@@ -170,26 +194,37 @@ def plan_from_dict(spec: dict[str, Any], **overrides: Any) -> CasePlan:
             problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
             raise ConfigError(f"case {case}, engine {raw.get('label')!r}: {problems}") from None
         check_engine_against_shapes(engine)
+        problem = routing_simulation_problem(engine)
+        if problem:
+            raise ConfigError(f"case {case}: {problem}")
         engines.append(engine)
     if not engines:
         raise ConfigError(f"case {case}: no engine configs")
-    load_spec = dict(spec.get("loads") or {})
-    for key in ("concurrency", "request_rate_qps", "input_len", "output_len"):
-        if key in overrides:
-            load_spec[key] = overrides[key]
-    if "request_rate_qps" in overrides and "concurrency" not in overrides:
-        load_spec.pop("concurrency", None)
-    if "concurrency" in overrides and "request_rate_qps" not in overrides:
-        load_spec.pop("request_rate_qps", None)
+    raw_loads = spec.get("loads")
     every_engine_has_its_own = bool(engines) and all(e.label in own_concurrency for e in engines)
-    no_case_levels = not _as_list(load_spec.get("concurrency")) and not _as_list(load_spec.get("request_rate_qps"))
-    loads = [] if every_engine_has_its_own and no_case_levels else _loads(load_spec, case)
-    engine_loads = {
-        label: tuple(_loads({**{k: v for k, v in load_spec.items() if k != "request_rate_qps"}, "concurrency": value}, case))
-        for label, value in own_concurrency.items()
-    }
+    load_specs = raw_loads if isinstance(raw_loads, list) else [raw_loads or {}]
+    case_levels = any(k in overrides for k in ("concurrency", "request_rate_qps")) or any(
+        _as_list(dict(item or {}).get("concurrency")) or _as_list(dict(item or {}).get("request_rate_qps"))
+        for item in load_specs
+    )
+    if every_engine_has_its_own and not case_levels:
+        loads, profiles = [], ()
+    else:
+        loads, profiles = _load_profiles(raw_loads, overrides, case)
+    engine_loads: dict[str, tuple[LoadPoint, ...]] = {}
+    for label, value in own_concurrency.items():
+        own = {**{k: v for k, v in overrides.items() if k != "request_rate_qps"}, "concurrency": value}
+        engine_loads[label] = tuple(_load_profiles(raw_loads, own, case)[0])
     for engine in engines:
+        draft_positions = _draft_positions(engine)
         for load in engine_loads.get(engine.label, loads):
+            if draft_positions is not None and load.input_len + load.output_len > draft_positions:
+                raise ConfigError(
+                    f"case {case}, engine {engine.label}: its draft {engine.speculative.model} has "  # type: ignore[union-attr]
+                    f"max_position_embeddings={draft_positions}, fewer than input_len + output_len = "
+                    f"{load.input_len + load.output_len}; vLLM 0.26 caps the draft's max_model_len there. Use a draft "
+                    "config with more positions or shorter loads."
+                )
             if load.input_len + load.output_len > engine.max_model_len:
                 raise ConfigError(
                     f"case {case}, engine {engine.label}: input_len + output_len = {load.input_len + load.output_len} "
@@ -213,8 +248,159 @@ def plan_from_dict(spec: dict[str, Any], **overrides: Any) -> CasePlan:
         loads=tuple(loads),
         repeats=repeats,
         min_duration_s=min_duration,
+        profiles=profiles,
         engine_loads=tuple(engine_loads.items()),
     )
+
+
+def _draft_positions(engine: EngineConfig) -> int | None:
+    """``max_position_embeddings`` of the engine's separate draft (model or head), or ``None`` without one."""
+    from vllm_playbooks.shapes import resolve_model
+
+    if engine.speculative is None or not engine.speculative.model:
+        return None
+    config = resolve_model(engine.speculative.model).config()
+    nested = config.get("transformer_layer_config")
+    value = config.get("max_position_embeddings") or (nested or {}).get("max_position_embeddings")
+    return int(value) if value else None
+
+
+def _load_profiles(
+    raw: Any, overrides: dict[str, Any], case: str
+) -> tuple[list[LoadPoint], tuple[tuple[str, int, int], ...]]:
+    """Load levels from ``loads``: one mapping, or a list of mappings each naming a length ``profile``.
+
+    Overrides of concurrency, request_rate_qps, input_len and output_len apply to every selected profile; ``profiles``
+    selects profiles by name. Identical load points are kept once, in the order they first appear.
+    """
+    specs = [dict(item or {}) for item in raw] if isinstance(raw, list) else [dict(raw or {})]
+    names = [item.get("profile") for item in specs]
+    if len(specs) > 1 and (None in names or len(set(names)) != len(names)):
+        raise ConfigError(f"case {case}: a list of loads needs a distinct 'profile' name in each entry, got {names}")
+    wanted = _as_list(overrides.get("profiles"))
+    unknown = [w for w in wanted if w not in names]
+    if unknown:
+        raise ConfigError(f"case {case}: no load profile named {unknown}; known: {[n for n in names if n]}")
+    loads: list[LoadPoint] = []
+    profiles: list[tuple[str, int, int]] = []
+    for load_spec in specs:
+        if wanted and load_spec.get("profile") not in wanted:
+            continue
+        name = load_spec.pop("profile", None)
+        for key in ("concurrency", "request_rate_qps", "input_len", "output_len"):
+            if key in overrides:
+                load_spec[key] = overrides[key]
+        if "request_rate_qps" in overrides and "concurrency" not in overrides:
+            load_spec.pop("concurrency", None)
+        if "concurrency" in overrides and "request_rate_qps" not in overrides:
+            load_spec.pop("request_rate_qps", None)
+        points = _loads(load_spec, case)
+        if name is not None:
+            profiles.append((str(name), points[0].input_len, points[0].output_len))
+        loads += [point for point in points if point not in loads]
+    lengths = [(i, o) for _, i, o in profiles]
+    if len(set(lengths)) != len(lengths):
+        raise ConfigError(f"case {case}: two load profiles have the same input and output lengths: {profiles}; select one with profiles=[...]")
+    return loads, tuple(profiles)
+
+
+def case_parts(case: str) -> list[tuple[str, dict[str, Any]]]:
+    """The case's ``parts``: (name, overrides) in the order a GPU session should run them; each part's overrides
+    go to ``load_plan`` as they are (``load_part`` does that). A case without parts has one, ``all``, with none."""
+    spec = _case_yaml(case)
+    parts = spec.get("parts")
+    if not parts:
+        return [("all", {})]
+    out = []
+    for item in parts:
+        item = dict(item)
+        name = item.pop("name", None)
+        if not name:
+            raise ConfigError(f"case {case}: every part needs a 'name'")
+        unknown = set(item) - set(OVERRIDE_KEYS)
+        if unknown:
+            raise ConfigError(f"case {case}, part {name}: unknown override(s) {sorted(unknown)}")
+        out.append((str(name), item))
+    return out
+
+
+def load_part(case: str, part: str, **overrides: Any) -> CasePlan:
+    """``load_plan(case, **<the part's overrides>, **overrides)``: one part of the case's grid."""
+    parts = dict(case_parts(case))
+    if part not in parts:
+        raise ConfigError(f"case {case}: no part {part!r}; known: {', '.join(parts)}")
+    return load_plan(case, **{**parts[part], **overrides})
+
+
+def quiet_plan(case: str, **overrides: Any) -> tuple[CasePlan, list[str]]:
+    """``load_plan`` with the speculative advisories collected instead of warned: (plan, distinct advisories), so a
+    page can list them as prose rather than print warnings."""
+    import warnings
+
+    from vllm_playbooks.config.speculative import SpeculativeConfigWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SpeculativeConfigWarning)
+        plan = load_plan(case, **overrides)
+    advisories = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, SpeculativeConfigWarning)))
+    return plan, advisories
+
+
+def part_calls(case: str) -> str:
+    """The Python calls that measure each part of a case, in order, as a Markdown list (what a GPU session runs)."""
+    lines = []
+    for name, overrides in case_parts(case):
+        args = "".join(f", {key}={value!r}" for key, value in overrides.items())
+        plan, _ = quiet_plan(case, **overrides)
+        lines.append(
+            f"- **{name}** ({len(plan.engines)} server config(s), {len(plan.points())} points): "
+            f"`run_case(load_plan({case!r}{args}))`"
+        )
+    return "\n".join(lines)
+
+
+def overrides_for(case: str, part: str | None = None, **given: Any) -> dict[str, Any]:
+    """What a notebook passes to ``load_plan``: the overrides of ``part`` (none for ``None``), then every ``given``
+    override that is not ``None`` on top (papermill parameters default to ``None``)."""
+    base: dict[str, Any] = {}
+    if part is not None:
+        parts = dict(case_parts(case))
+        if part not in parts:
+            raise ConfigError(f"case {case}: no part {part!r}; known: {', '.join(parts)}")
+        base = dict(parts[part])
+    return {**base, **{k: v for k, v in given.items() if v is not None}}
+
+
+def grid_table(plan: CasePlan, case: str | None = None) -> Any:
+    """The planned grid as a table: one line per engine config and length profile, with its speculative settings,
+    the load levels, the number of points, and (for a packaged case) the part that measures it."""
+    import pandas as pd
+
+    part_of: dict[str, str] = {}
+    if case is not None:
+        for name, overrides in case_parts(case):
+            for point in quiet_plan(case, **overrides)[0].points():
+                part_of.setdefault(point.point_id, name)
+    records = []
+    for engine in plan.engines:
+        spec = engine.speculative
+        rates = list(spec.synthetic_acceptance_rates or ()) if spec else []
+        groups: dict[str | None, list[LoadPoint]] = {}
+        for load in plan.loads:
+            groups.setdefault(plan.profile_of(load), []).append(load)
+        for profile, loads in groups.items():
+            points = [p for p in plan.points() if p.engine == engine and p.load in loads]
+            qps = [f"{l.request_rate_qps:g}" for l in loads if l.request_rate_qps is not None]
+            conc = [str(l.concurrency) for l in loads if l.concurrency is not None and l.request_rate_qps is None]
+            records.append({
+                "part": ", ".join(sorted({part_of[p.point_id] for p in points if p.point_id in part_of})),
+                "engine_label": engine.label, "model": engine.model, "method": engine.spec_method,
+                "k": engine.num_speculative_tokens, "imposed_rates": ", ".join(f"{r:.4g}" for r in rates),
+                "profile": profile, "input_len": loads[0].input_len, "output_len": loads[0].output_len,
+                "request_rate_qps": ", ".join(qps), "concurrency": ", ".join(conc), "points": len(points),
+            })  # fmt: skip
+    table = pd.DataFrame(records)
+    return table.sort_values("part", kind="stable").reset_index(drop=True) if case else table
 
 
 def plan_file(case: str) -> Path:

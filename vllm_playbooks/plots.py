@@ -30,6 +30,9 @@ LABELS = {
     "util_mean_pct": "GPU utilisation, mean of samples (%)",
     "below_threshold_frac": "share of samples below the busy threshold",
     "power_mean_w": "GPU power, mean (W)",
+    "speedup": "TPOT speed-up vs no speculation (×)",
+    "gain_pct": "gain vs no speculation (%)",
+    "batch": "sequences decoding at once",
 }
 
 
@@ -134,6 +137,10 @@ def _nothing(ax: Axes | None, message: str) -> Axes:
     return ax
 
 
+def _not_measured(ax: Axes | None, what: str) -> Axes:
+    return _nothing(ax, f"{what}:\nnot measured yet")
+
+
 def _log2_ticks(ax: Axes, values: pd.Series) -> None:
     ticks = sorted(int(v) for v in values.dropna().unique())
     ax.set_xscale("log", base=2)
@@ -197,3 +204,65 @@ def sweep_vs_concurrency(frame: pd.DataFrame, y: str, ax: Axes | None = None, ti
     if title:
         ax.set_title(title)
     return ax
+def speedup_vs_cost_ratio(tau: float, implied: pd.DataFrame, predicted: pd.DataFrame, ax: Axes | None = None) -> Axes:
+    """Leviathan's k = 1 speed-up τ / (1 + c) against the draft cost ratio c, with the c the published speed-ups imply
+    (``implied``: source, implied_c) and the c the step model predicts (``predicted``: config, batch, c)."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import seaborn as sns
+
+    ax = ax or plt.subplots(figsize=(7.0, 4.2))[1]
+    c = np.linspace(0.0, 1.0, 101)
+    ax.plot(c, tau / (1.0 + c), color="black", linewidth=1.2, label=f"τ / (1 + c), τ = {tau:g}")
+    ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    sns.scatterplot(data=implied, x="implied_c", y=tau / (1.0 + implied["implied_c"]), hue="source", marker="s", s=70,
+                    ax=ax, palette="dark")  # fmt: skip
+    sns.scatterplot(data=predicted, x="c", y=tau / (1.0 + predicted["c"]), hue="config", style="batch", s=60, ax=ax)
+    ax.set_xlabel("draft cost ratio c = T_draft / T_target step")
+    ax.set_ylabel("speed-up, k = 1 (×)")
+    ax.legend(fontsize=7, loc="upper right")
+    return ax
+
+
+def predicted_vs_batch(frame: pd.DataFrame, y: str = "speedup", hue: str = "config", ax: Axes | None = None) -> Axes:
+    """A prediction table (``theory.prediction_frame``) against batch, one line per ``hue``, with the break-even line."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    ax = ax or plt.subplots(figsize=(6.4, 4.0))[1]
+    sns.lineplot(data=frame, x="batch", y=y, hue=hue, marker="o", ax=ax, errorbar=None)
+    ax.set_xscale("log", base=2)
+    ticks = sorted(frame["batch"].unique())
+    ax.set_xticks(ticks, [str(int(t)) for t in ticks])
+    ax.axhline(1.0 if y == "speedup" else 0.0, color="black", linewidth=1)
+    ax.set_xlabel(LABELS["batch"])
+    ax.set_ylabel(LABELS.get(y, y) + " (model)")
+    return ax
+
+
+def speedup_vs_rate(table: pd.DataFrame, ax: Axes | None = None) -> Axes:
+    """Measured TPOT speed-up against the Poisson request rate, one line per speculative config (``verdicts`` tables)."""
+    rows = table[table["request_rate_qps"].notna()] if not table.empty else table
+    if rows.empty:
+        return _not_measured(ax, "TPOT speed-up against request rate")
+    ax = metric_vs_load(rows, "speedup", x="request_rate_qps", ax=ax)
+    ax.axhline(1.0, color="black", linewidth=1)
+    return ax
+
+
+def gain_vs_concurrency(gains: pd.DataFrame, title: str, ax: Axes | None = None) -> Axes:
+    """Measured gain against concurrency, one line per speculative config, with the break-even line at 0."""
+    if gains.empty:
+        return _not_measured(ax, title)
+    ax = metric_vs_load(gains, "gain_pct", ax=ax)
+    ax.axhline(0.0, color="black", linewidth=1)
+    ax.set_title(title)
+    return ax
+
+
+def measured_metric(df: pd.DataFrame, y: str, x: str = "concurrency", ax: Axes | None = None) -> Axes:
+    """``metric_vs_load`` over the rows that have ``x``, or a 'not measured yet' note when there are none."""
+    rows = df[df[x].notna()] if not df.empty else df
+    if rows.empty:
+        return _not_measured(ax, LABELS.get(y, y))
+    return metric_vs_load(rows, y, x=x, ax=ax)

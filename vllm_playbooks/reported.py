@@ -49,3 +49,86 @@ def measurement_status(measured: pd.DataFrame, case: str) -> str:
         )
     gpus = ", ".join(sorted(f"{n} ×{c}" for n, c in set(zip(measured.gpu_name, measured.gpu_count, strict=True))))
     return f"{len(measured)} measured point(s) of case {case!r} on {gpus}."
+
+
+def _values(published: pd.DataFrame, prefix: str) -> list[float]:
+    rows = published[published["claim_id"].str.match(rf"^{prefix}\d+$")]
+    if rows.empty:
+        raise SchemaError(f"reference table: no rows {prefix}1, {prefix}2, …")
+    order = rows["claim_id"].str.removeprefix(prefix).astype(int).sort_values().index
+    return [float(v) for v in rows.loc[order, "value"]]
+
+
+def chat_profile(published: pd.DataFrame) -> tuple[int, int]:
+    """(input, output) tokens of the ShareGPT-like profile: vLLM PR #18566's ShareGPT totals over its 1,000 prompts."""
+    prompts = _value(published, "sharegpt-prompts")
+    return (
+        round(_value(published, "sharegpt-total-input-tokens") / prompts),
+        round(_value(published, "sharegpt-total-output-tokens") / prompts),
+    )
+
+
+def long_profile(published: pd.DataFrame) -> tuple[int, int]:
+    """(input, output) tokens of the SWE-bench-like profile: the SWE-bench authors' 13K BM25 prompt budget, and the
+    chat profile's output, so that the two profiles differ in context length only."""
+    return round(_value(published, "swebench-bm25-prompt-budget")), chat_profile(published)[1]
+
+
+def eagle3_rates(published: pd.DataFrame) -> list[float]:
+    """Per-position acceptance published for RedHatAI/gpt-oss-20b-speculator.eagle3 (vLLM's regression test, k=3)."""
+    return _values(published, "vllm-test-gptoss20b-speculator-p")
+
+
+def eagle3_alpha(published: pd.DataFrame) -> float:
+    """The i.i.d. α the EAGLE-3 case imposes: the least-squares fit to ``eagle3_rates``, to two decimals."""
+    from vllm_playbooks.theory import fit_iid_alpha
+
+    return round(fit_iid_alpha(eagle3_rates(published)), 2)
+
+
+def mtp_later_conditional(published: pd.DataFrame, first: float = 0.85, k: int = 7) -> float:
+    """The conditional acceptance of MTP drafts 2..k that, with ``first`` at draft 1, reproduces the acceptance
+    length Nebius measured for DeepSeek-V3's original MTP module reused for 7 drafts (temperature 0)."""
+    from vllm_playbooks.theory import fit_later_conditional
+
+    return fit_later_conditional(first, k, _value(published, "nebius-original-mtp-acceptance-length-t0"))
+
+
+def implied_mtp(published: pd.DataFrame) -> pd.DataFrame:
+    """The draft cost ratio c that each published MTP speed-up implies at k = 1 (Leviathan: c = (τ/S − 1)/k, with
+    τ = 1 + the published second-token acceptance), one line per end of each published range."""
+    import pandas as pd
+
+    from vllm_playbooks.theory import implied_draft_cost_ratio
+
+    records = []
+    for source, low, high, speedup_id in (
+        ("DeepSeek-V3 report §5.4.3", "v3-second-token-acceptance-low", "v3-second-token-acceptance-high", "v3-tps-speedup"),
+        ("vLLM PR #12755, QPS 1", "pr12755-acceptance-low", "pr12755-acceptance-high", "pr12755-speedup-qps1"),
+    ):  # fmt: skip
+        speedup = _value(published, speedup_id)
+        for claim in (low, high):
+            acceptance = _value(published, claim) / 100.0
+            records.append({
+                "source": source, "acceptance": acceptance, "tau": 1.0 + acceptance, "speedup": speedup,
+                "implied_c": implied_draft_cost_ratio(1.0 + acceptance, 1, speedup),
+            })  # fmt: skip
+    return pd.DataFrame(records)
+
+
+def claims_table(published: pd.DataFrame, prefixes: tuple[str, ...] = ()) -> pd.DataFrame:
+    """The rows a page shows as 'what was reported': claim, setting, value, unit, secondary flag, source.
+
+    ``prefixes`` leaves out rows whose claim_id starts with one of them (sources of imposed settings, shown apart).
+    """
+    keep = ~published["claim_id"].str.startswith(prefixes) if prefixes else published["claim_id"].notna()
+    return published.loc[keep, ["claim_id", "setting", "value", "unit", "secondary_only", "source_url"]].reset_index(drop=True)
+
+
+def published_row(published: pd.DataFrame, claim_id: str) -> str:
+    """One published number in words: '<claim_id>: <value> <unit> (<setting>; <url>)'."""
+    match = published[published["claim_id"] == claim_id]
+    if len(match) != 1:
+        raise SchemaError(f"reference table: expected one row {claim_id!r}, found {len(match)}")
+    row = match.iloc[0]
+    return f"{claim_id}: {row['value']:g} {row['unit']} ({row['setting']}; {row['source_url']})"

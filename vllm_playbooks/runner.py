@@ -135,10 +135,10 @@ def measure_point(
     after the second; the samples go into the raw folder as ``gpu_samples.csv`` and ``point.json`` says how it went.
     """
     engine, load = point.engine, point.load
-    from vllm_playbooks.shapes import resolve_model
+    from vllm_playbooks.shapes import resolve_model, vllm_path
 
     tokenizer = engine.tokenizer_path()
-    model_arg = str(resolve_model(engine.model).path)
+    model_arg = str(vllm_path(resolve_model(engine.model), create=True))
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         work = Path(tmp)
 

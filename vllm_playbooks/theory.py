@@ -453,3 +453,265 @@ def measured_overlay(gpu: str, model: str, draft_model: str | None = None, k: in
         if r.model_shape == model and (r.spec_method == "none" or (r.draft_model == draft_model and r.num_speculative_tokens == k))
     ]  # fmt: skip
     return rows_to_frame(keep, RUN_COLUMNS)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Acceptance models for imposed rates: fits to published per-position figures
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def fit_iid_alpha(rates: Iterable[float], resolution: float = 1e-5) -> float:
+    """The i.i.d. α whose α, α², …, α^k is closest (least squares) to published unconditional per-position rates."""
+    p = np.asarray(list(rates), dtype=float)
+    if p.size == 0 or np.any((p < 0) | (p > 1)):
+        raise ValueError(f"rates must be a non-empty list in [0, 1], got {p.tolist()}")
+    grid = np.arange(0.0, 1.0 + resolution / 2, resolution)
+    errors = ((grid[:, None] ** np.arange(1, p.size + 1) - p) ** 2).sum(axis=1)
+    return float(grid[int(errors.argmin())])
+
+
+def rates_first_then_constant(first: float, later: float, k: int) -> list[float]:
+    """Unconditional per-position rates when draft 1 is accepted with probability ``first`` and every later draft,
+    given the ones before it were accepted, with ``later``: [first, first·later, first·later², …] (k entries)."""
+    if not (0.0 <= first <= 1.0 and 0.0 <= later <= 1.0) or k < 1:
+        raise ValueError(f"need first and later in [0, 1] and k >= 1, got {first}, {later}, {k}")
+    return [first * later**i for i in range(k)]
+
+
+def fit_later_conditional(first: float, k: int, acceptance_length: float, tol: float = 1e-12) -> float:
+    """The constant conditional rate of drafts 2..k that, with ``first`` at draft 1, gives a published mean
+    acceptance length at ``k`` drafts: 1 + Σ rates_first_then_constant(first, later, k) = acceptance_length."""
+    low_tau = tokens_per_step_from_rates(rates_first_then_constant(first, 0.0, k))
+    high_tau = tokens_per_step_from_rates(rates_first_then_constant(first, 1.0, k))
+    if not low_tau <= acceptance_length <= high_tau:
+        raise ValueError(
+            f"an acceptance length of {acceptance_length} at k={k} is out of reach with first={first}: "
+            f"it lies in [{low_tau:.3f}, {high_tau:.3f}]"
+        )
+    low, high = 0.0, 1.0
+    while high - low > tol:
+        mid = (low + high) / 2
+        if tokens_per_step_from_rates(rates_first_then_constant(first, mid, k)) < acceptance_length:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
+
+
+def implied_draft_cost_ratio(acceptance_length: float, k: int, speedup_factor: float) -> float:
+    """The draft cost ratio c that Leviathan's S = τ / (k·c + 1) implies for a reported τ and speed-up: (τ/S − 1)/k."""
+    if k < 1 or speedup_factor <= 0:
+        raise ValueError(f"need k >= 1 and a positive speed-up, got k={k}, S={speedup_factor}")
+    return (acceptance_length / speedup_factor - 1.0) / k
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Step model with experts: what one forward pass reads and computes, for MTP and EAGLE-3 drafters
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def expected_distinct_experts(num_experts: int, top_k: int, tokens: float) -> float:
+    """Experts that ``tokens`` tokens touch in one MoE layer under uniform random routing: E·(1 − (1 − k/E)^tokens).
+
+    Each token picks ``top_k`` distinct experts of ``num_experts``, independently of the others; this is the routing
+    ``VLLM_MOE_ROUTING_SIMULATION_STRATEGY=uniform_random`` imposes. Real routers concentrate on fewer experts.
+    """
+    if num_experts < 1 or not 0 <= top_k <= num_experts or tokens < 0:
+        raise ValueError(f"need 0 <= top_k <= num_experts and tokens >= 0, got {num_experts}, {top_k}, {tokens}")
+    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** tokens)
+
+
+def kv_read_bytes(shape: ModelShape | str, batch: int, context_len: float, kv_cache_dtype: str = "auto") -> float:
+    """KV-cache bytes one forward reads for ``batch`` sequences of ``context_len`` tokens, every layer of the shape.
+
+    Sliding-window layers (``layer_types`` marks them ``sliding_attention``, ``sliding_window`` sizes them, as in
+    gpt-oss) read at most their window; every other layer reads the whole context.
+    """
+    shape = resolve_model(shape) if isinstance(shape, str) else shape
+    config = shape.config()
+    per_layer = kv_bytes_per_token(shape, kv_cache_dtype, layers=1)
+    types = list(config.get("layer_types") or [])[: shape.num_hidden_layers]
+    window = config.get("sliding_window")
+    if types and window:
+        tokens = sum(min(context_len, float(window)) if t == "sliding_attention" else context_len for t in types)
+        tokens += (shape.num_hidden_layers - len(types)) * context_len
+    else:
+        tokens = shape.num_hidden_layers * context_len
+    return float(batch * per_layer * tokens)
+
+
+@dataclass(frozen=True)
+class ForwardCost:
+    """Bytes one forward pass reads (weights touched + KV cache) and the matmul FLOPs it does."""
+
+    bytes: float
+    flops: float
+
+
+def forward_cost(
+    shape: ModelShape | str, batch: int, q: int, context_len: float, kv_cache_dtype: str = "auto",
+    role: str = "target", routing: str = "uniform",
+) -> ForwardCost:
+    """One forward pass of ``batch`` sequences with ``q`` new tokens each (q = k + 1 when verifying).
+
+    ``role``: ``target`` (the main model), ``mtp`` (one of the shape's MTP modules: vLLM runs one per draft step) or
+    ``draft`` (the shape is a separate draft model or EAGLE-3 head). MoE layers read only the experts the step's
+    tokens touch (``expected_distinct_experts`` under ``routing="uniform"``; ``routing="fixed"``: every token picks the
+    same experts, the degenerate case of a router that does not depend on the token), the rest of the weights once;
+    every sequence reads its KV cache of ``context_len`` tokens in the layers that run. The embedding lookup is not
+    counted.
+    """
+    from vllm_playbooks.config.capacity import (
+        HEAD_ARCHITECTURES, MOE_ARCHITECTURES, eagle3_head_parts, mtp_weight_bytes, moe_layout,
+    )  # fmt: skip
+
+    shape = resolve_model(shape) if isinstance(shape, str) else shape
+    tokens = batch * q
+    kv_layer = kv_bytes_per_token(shape, kv_cache_dtype, layers=1)
+    if role not in ("target", "mtp", "draft"):
+        raise ValueError(f"role must be target, mtp or draft, got {role!r}")
+    if shape.architecture in MOE_ARCHITECTURES:
+        m = moe_layout(shape)
+        if routing not in ("uniform", "fixed"):
+            raise ValueError(f"routing must be uniform or fixed, got {routing!r}")
+        touched = m.experts_per_token if routing == "fixed" else expected_distinct_experts(
+            m.routed_experts, m.experts_per_token, tokens
+        )  # fmt: skip
+        experts = touched * m.expert_bytes
+        moe_fixed = m.attention_bytes + m.router_bytes + m.shared_experts * m.expert_bytes + m.absorbed_bytes_per_layer
+        active_moe = m.attention_params + m.router_params + (m.experts_per_token + m.shared_experts) * m.expert_params
+        if role == "mtp":
+            if m.mtp_layers < 1:
+                raise ValueError(f"{shape.name} has no MTP module")
+            weights = moe_fixed + experts + m.mtp_extra_bytes + m.mtp_head_bytes
+            return ForwardCost(weights + batch * context_len * kv_layer,
+                               2.0 * tokens * (active_moe + m.mtp_extra_params + m.head_params))  # fmt: skip
+        dense = m.dense_layers * (m.attention_bytes + m.dense_mlp_bytes + m.absorbed_bytes_per_layer)
+        weights = dense + m.moe_layers * (moe_fixed + experts) + m.head_bytes
+        return ForwardCost(weights + kv_read_bytes(shape, batch, context_len, kv_cache_dtype),
+                           2.0 * tokens * m.active_params())  # fmt: skip
+    if shape.architecture in HEAD_ARCHITECTURES:
+        parts = eagle3_head_parts(shape)
+        params = parts["layers"] + parts["fc"] + parts["head"] + parts["norm"]
+        kv = batch * context_len * kv_bytes_per_token(shape, kv_cache_dtype)
+        return ForwardCost(2.0 * params + kv, 2.0 * tokens * params)
+    if role == "mtp":
+        per_module = mtp_weight_bytes(shape) / shape.num_mtp_layers
+        params = per_module / dtype_bytes("auto", shape)
+        return ForwardCost(per_module + batch * context_len * kv_layer, 2.0 * tokens * params)
+    return ForwardCost(
+        decode_step_bytes(shape, batch, context_len, kv_cache_dtype), decode_step_flops(shape, batch, q)
+    )
+
+
+def cost_time_s(cost: ForwardCost, gpu: Gpu | str, fit: EfficiencyFit, tensor_parallel: int = 1) -> float:
+    """Roofline time of a forward with the fitted H200 efficiencies (BF16 bandwidth efficiency for every byte,
+    BF16 compute efficiency for every FLOP, the fitted per-forward overhead), its work split over ``tensor_parallel``
+    GPUs. Communication between those GPUs is not modelled."""
+    device = _as_gpu(gpu)
+    memory = cost.bytes / (tensor_parallel * fit.bandwidth_efficiency * device.bandwidth_bytes_s)
+    compute = cost.flops / (tensor_parallel * fit.compute_efficiency * device.bf16_flops_s)
+    return max(memory, compute) + fit.overhead_s
+
+
+def speculation_prediction(
+    target: str, rates: Iterable[float], batch: int, context_len: float, fit: EfficiencyFit, gpu: Gpu | str,
+    draft: str | None = None, tensor_parallel: int = 1, kv_cache_dtype: str = "auto",
+) -> dict[str, float]:
+    """Predicted decode-step times and speed-up of speculation with imposed unconditional ``rates`` (k = their count).
+
+    ``draft=None`` drafts with the target's MTP modules, else with the draft model or head ``draft``. With
+    T(B, q) the forward time over B sequences of q tokens: c = T_draft(B, 1) / T(B, 1) and
+    S = τ · T(B, 1) / (T(B, k + 1) + k · T_draft(B, 1)), τ = 1 + Σ rates. The drafter's first pass really covers
+    the accepted tokens of the last step (slightly more than B tokens); that is not modelled.
+    """
+    p = list(rates)
+    k = len(p)
+    if k < 1:
+        raise ValueError("rates must hold one entry per draft position (k >= 1)")
+    tau = tokens_per_step_from_rates(p)
+
+    def time(shape: str, q: int, role: str) -> float:
+        return cost_time_s(forward_cost(shape, batch, q, context_len, kv_cache_dtype, role), gpu, fit, tensor_parallel)
+
+    decode = time(target, 1, "target")
+    verify = time(target, k + 1, "target")
+    draft_step = time(draft, 1, "draft") if draft else time(target, 1, "mtp")
+    step = verify + k * draft_step
+    return {
+        "batch": batch, "k": k, "tau": tau, "c": draft_step / decode, "decode_ms": 1000 * decode,
+        "verify_ms": 1000 * verify, "draft_ms": 1000 * draft_step, "verify_over_decode": verify / decode,
+        "speedup": tau * decode / step, "tpot_off_ms": 1000 * decode, "tpot_on_ms": 1000 * step / tau,
+    }  # fmt: skip
+
+
+def prediction_frame(
+    configs: Mapping[str, Mapping[str, Any]], batches: Iterable[int], fit: EfficiencyFit, gpu: Gpu | str = "H200-SXM",
+) -> pd.DataFrame:
+    """``speculation_prediction`` for each named config (its keyword arguments) at each batch, as one table."""
+    import pandas as pd
+
+    records = []
+    for label, kwargs in configs.items():
+        for batch in batches:
+            records.append({"config": label, **speculation_prediction(batch=batch, fit=fit, gpu=gpu, **kwargs)})
+    return pd.DataFrame(records)
+
+
+def routing_signature(
+    measured: pd.DataFrame, model_shape: str, fit: EfficiencyFit, gpu: Gpu | str = "H200-SXM",
+    low: int = 1, high: int = 16, input_len: int | None = None,
+) -> pd.DataFrame:
+    """How spec-off TPOT grows from concurrency ``low`` to ``high``, measured and as predicted under uniform and under
+    fixed routing. Uniform routing makes a batch touch many more experts than one sequence does; a measured growth
+    near the 'fixed' prediction says the dummy router sent every token to the same experts (what a kernel that ignores
+    the routing simulation would do with a degenerate router)."""
+    import pandas as pd
+
+    rows = measured[(measured["model_shape"] == model_shape) & (measured["spec_method"] == "none")]
+    rows = rows[rows["concurrency"].isin([low, high]) & rows["request_rate_qps"].isna()]
+    if input_len is not None:
+        rows = rows[rows["input_len"] == input_len]
+    records = []
+    for (in_len, out_len), group in rows.groupby(["input_len", "output_len"]):
+        tpot = group.groupby("concurrency")["tpot_mean_ms"].median()
+        if low not in tpot.index or high not in tpot.index:
+            continue
+        context = float(in_len) + float(out_len) / 2
+        predicted = {}
+        for routing in ("uniform", "fixed"):
+            times = [cost_time_s(forward_cost(model_shape, b, 1, context, routing=routing), gpu, fit) for b in (low, high)]
+            predicted[routing] = times[1] / times[0]
+        records.append({
+            "input_len": int(in_len), "output_len": int(out_len), "measured_growth": tpot[high] / tpot[low],
+            "predicted_uniform": predicted["uniform"], "predicted_fixed": predicted["fixed"],
+        })  # fmt: skip
+    return pd.DataFrame(records, columns=["input_len", "output_len", "measured_growth", "predicted_uniform",
+                                          "predicted_fixed"])  # fmt: skip
+
+
+def eagle3_predictions(
+    target: str, draft: str, alphas: Iterable[float], ks: Iterable[int],
+    batches: Iterable[int] | Mapping[str, Iterable[int]], profiles: Mapping[str, tuple[int, int]], fit: EfficiencyFit,
+    gpu: Gpu | str = "H200-SXM",
+) -> pd.DataFrame:
+    """``speculation_prediction`` for a draft head at i.i.d. acceptance α (rates α, α², …) over k, batch and length
+    profile, in the measured tables' columns: profile, k, imposed_alpha, concurrency (= batch), speedup and
+    ``gain_pct`` = 100 · (speedup − 1), the output-throughput gain of a closed loop whose slots always decode.
+    ``batches`` is one list for every profile or a list per profile name."""
+    import pandas as pd
+
+    ks, alphas = list(ks), list(alphas)
+    records = []
+    for profile, (input_len, output_len) in profiles.items():
+        context = input_len + output_len / 2
+        levels = list(batches[profile]) if isinstance(batches, Mapping) else list(batches)
+        for alpha in alphas:
+            for k in ks:
+                rates = [alpha**i for i in range(1, k + 1)]
+                for batch in levels:
+                    result = speculation_prediction(target, rates, batch, context, fit, gpu, draft=draft)
+                    records.append({"profile": profile, "engine_label": f"k={k} α={alpha:g}", "k": k,
+                                    "imposed_alpha": alpha, "concurrency": batch, **result,
+                                    "gain_pct": 100.0 * (result["speedup"] - 1.0)})  # fmt: skip
+    return pd.DataFrame(records)

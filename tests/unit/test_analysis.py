@@ -73,3 +73,11 @@ def test_versus_baseline_carries_extra_columns_of_the_speculative_rows() -> None
     out = analysis.versus_baseline(frame, extra=["acceptance_rate"])
     assert out.acceptance_rate.tolist() == [0.6, 0.6, 0.6]
     assert "acceptance_rate" not in analysis.versus_baseline(frame).columns
+def test_request_rate_loads_are_named_in_the_sentences() -> None:
+    frame = _frame().assign(request_rate_qps=lambda d: d.concurrency.astype(float), concurrency=None)
+    out = analysis.versus_baseline(frame)
+    assert out.load.tolist() == ["1 QPS", "4 QPS", "16 QPS"]
+    assert "+50.0 % at 1 QPS" in analysis.describe_change(out)
+    assert "beat the baseline only at 1 QPS, 4 QPS" in analysis.describe_change(out)
+    assert "improved output_tok_s only at 1 QPS, 4 QPS (measured: 1 QPS, 4 QPS, 16 QPS)" in analysis.speculation_rule(frame)
+    assert analysis.load_text(8, 2.0) == "2 QPS (at most 8 in flight)" and analysis.load_text(None, None) == "unbounded load"

@@ -46,8 +46,77 @@ def test_kv_bytes_per_token(shape: str, kv_dtype: str, expected: int) -> None:
 def test_dense_weights_from_the_shape() -> None:
     # Llama-3.1-8B: 8,030,261,248 parameters in bf16
     assert weight_bytes(get_shape("llama-3.1-8b")) == 2 * 8_030_261_248
-    with pytest.raises(CapacityError, match="MoE weights are not modelled"):
-        weight_bytes(get_shape("gpt-oss-20b"))
+
+
+def _unknown_moe(tmp_path: Path) -> Path:
+    (tmp_path / "config.json").write_text(json.dumps({
+        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "vocab_size": 100,
+        "num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
+    }))  # fmt: skip
+    return tmp_path
+
+
+def test_an_unknown_architecture_is_not_guessed(tmp_path: Path) -> None:
+    from vllm_playbooks.shapes import resolve_model
+
+    with pytest.raises(CapacityError, match="weights are modelled for dense decoders only"):
+        weight_bytes(resolve_model(str(_unknown_moe(tmp_path))))
+
+
+@pytest.mark.parametrize(
+    ("shape", "params", "checkpoint_bytes"),
+    [  # the arithmetic in vllm_playbooks/shapes/deepseek-v3-reduced/SOURCE.md (main model + MTP module)
+        ("deepseek-v3", 682_636_487_424, 684_868_123_200),
+        ("deepseek-v3-reduced", 100_506_564_448, 102_501_329_856),
+    ],
+)
+def test_deepseek_fp8_block_weights_match_the_shape_arithmetic(shape: str, params: int, checkpoint_bytes: int) -> None:
+    from vllm_playbooks.config.capacity import moe_layout
+
+    layout = moe_layout(get_shape(shape))
+    assert layout.main_params() + layout.mtp_params() == params
+    assert layout.checkpoint_bytes() == checkpoint_bytes
+
+
+def test_deepseek_main_model_is_the_published_671b_and_v2lite_scale_the_published_15_7b() -> None:
+    from vllm_playbooks.config.capacity import moe_layout
+
+    assert moe_layout(get_shape("deepseek-v3")).main_params() == 671_026_419_200
+    small = moe_layout(get_shape("deepseek-v3-v2lite-scale"))
+    assert (small.main_params(), small.mtp_params()) == (15_706_485_888, 593_242_688)  # its SOURCE.md
+
+
+def test_what_vllm_holds_for_the_reduced_deepseek() -> None:
+    from vllm_playbooks.config.capacity import mtp_weight_bytes
+
+    shape = get_shape("deepseek-v3-reduced")
+    absorbed = 2 * 512 * 128 * 128 * 2  # W_UK and W_UV in bf16, per attention layer
+    assert weight_bytes(shape) == 100_654_442_080 + 61 * absorbed  # main model, SOURCE.md
+    assert mtp_weight_bytes(shape) == 1_846_887_776 + 129_280 * 7168 * 2 + absorbed  # module + its own head
+    assert (weight_bytes(shape) + mtp_weight_bytes(shape)) / 1e9 == pytest.approx(106.4, abs=0.05)  # SOURCE.md
+
+
+@pytest.mark.parametrize(
+    ("shape", "total_b", "active_b", "checkpoint_gib"),
+    [("gpt-oss-120b", 116.8, 5.1, 60.8), ("gpt-oss-20b", 20.9, 3.6, 12.8)],  # as published for the two models
+)
+def test_gpt_oss_mxfp4_weights(shape: str, total_b: float, active_b: float, checkpoint_gib: float) -> None:
+    from vllm_playbooks.config.capacity import moe_layout
+
+    layout = moe_layout(get_shape(shape))
+    assert layout.main_params() / 1e9 == pytest.approx(total_b, abs=0.05)
+    assert layout.active_params() / 1e9 == pytest.approx(active_b, abs=0.05)
+    assert weight_bytes(get_shape(shape)) / GIB == pytest.approx(checkpoint_gib, abs=0.05)
+
+
+def test_linear_bytes_by_scheme() -> None:
+    from vllm_playbooks.config.capacity import linear_bytes
+
+    assert linear_bytes(256, 256, "bf16") == 2 * 65536
+    assert linear_bytes(256, 200, "fp8_block") == 256 * 200 + 4 * 2 * 2  # 2 × 2 tiles of 128, the last one partial
+    assert linear_bytes(64, 64, "mxfp4") == 64 * 64 // 2 + 64 * 2  # half a byte per weight, a byte per 32 inputs
+    with pytest.raises(CapacityError, match="unknown weight scheme"):
+        linear_bytes(1, 1, "int3")  # type: ignore[arg-type]
 
 
 def _logs() -> list[Path]:
@@ -133,13 +202,25 @@ def test_a_budget_that_cannot_fit_is_refused_before_any_gpu_time() -> None:
     assert isinstance(CapacityError("x"), ConfigError)
 
 
-def test_moe_budgets_are_skipped_not_guessed() -> None:
+def test_unknown_architectures_are_skipped_not_guessed(tmp_path: Path) -> None:
     from vllm_playbooks.config.engine import EngineConfig
 
-    moe = EngineConfig(label="g", model="gpt-oss-20b", max_model_len=4096)
-    assert not budget_is_modelled(moe)
+    assert not budget_is_modelled(EngineConfig(label="q", model=str(_unknown_moe(tmp_path)), max_model_len=64))
+    assert budget_is_modelled(EngineConfig(label="g", model="gpt-oss-20b", max_model_len=4096))
     assert budget_is_modelled(load_plan("llama-8b-draft-model").engines[1])
     assert check_fits(load_plan("llama-8b-draft-model").engines[1], 139.8).kv_tokens > 0
+
+
+def test_mtp_adds_its_modules_and_their_kv_to_the_budget() -> None:
+    from vllm_playbooks.config.capacity import mtp_weight_bytes
+    from vllm_playbooks.config.engine import EngineConfig
+    from vllm_playbooks.config.speculative import build_speculative_config
+
+    base = EngineConfig(label="off", model="deepseek-v3-reduced", max_model_len=4096, max_num_seqs=128)
+    mtp = base.model_copy(update={"speculative": build_speculative_config({"method": "mtp", "num_speculative_tokens": 1})})
+    off, on = kv_budget(base, 139.8), kv_budget(mtp, 139.8)
+    assert on.weight_bytes - off.weight_bytes == mtp_weight_bytes(get_shape("deepseek-v3-reduced"))
+    assert on.kv_bytes_per_token == off.kv_bytes_per_token * 62 // 61  # the MTP layer keeps its own MLA cache
 
 
 def test_calculator_check_table_covers_every_log() -> None:

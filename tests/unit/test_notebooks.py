@@ -90,7 +90,7 @@ def test_parameter_values_are_read_as_yaml() -> None:
 
 def test_reproduce_of_an_unknown_notebook_says_which_exist(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["reproduce", "nope"]) == 2
-    assert "known: batching_calculator, claims_ledger, discussion_13834, llama_8b_draft_model" in capsys.readouterr().err
+    assert "known: batching_calculator, claims_ledger, discussion_13834, eagle3_gpt_oss, llama_8b_draft_model" in capsys.readouterr().err
 
 
 def test_a_bad_mode_is_refused() -> None:

@@ -12,7 +12,7 @@ from vllm_playbooks.config.engine import EngineConfig, check_engine_against_shap
 from vllm_playbooks.config.speculative import build_speculative_config
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.plan import list_cases, load_plan, plan_from_dict
-from vllm_playbooks.shapes import TOKENIZER_DIR
+from vllm_playbooks.shapes import SHAPES_DIR, TOKENIZER_DIR, VLLM_NAME_MARKERS
 
 
 def test_shipped_cases_load() -> None:
@@ -31,7 +31,10 @@ def test_server_argv_is_a_list_bound_to_loopback() -> None:
     assert argv[argv.index("--tokenizer") + 1] == str(TOKENIZER_DIR)
     assert argv[argv.index("--load-format") + 1] == "dummy"
     spec = json.loads(argv[argv.index("--speculative-config") + 1])
-    assert spec["method"] == "draft_model" and spec["model"].endswith("shapes/llama-3.2-1b")
+    assert spec["method"] == "draft_model" and Path(spec["model"]).name == "llama-3.2-1b"
+    for served in (argv[argv.index("--model") + 1], spec["model"]):  # links outside the checkout, to the shapes
+        assert Path(served).resolve().parent == SHAPES_DIR.resolve()
+        assert not any(marker in served.lower() for marker in VLLM_NAME_MARKERS)
     assert spec["synthetic_acceptance_rates"] == pytest.approx([0.8, 0.64, 0.512, 0.4096])
 
 
@@ -182,3 +185,77 @@ def test_engine_levels_are_checked_like_the_case_levels() -> None:
     spec["engines"][1]["label"] = "a"
     with pytest.raises(ConfigError, match=r"engine labels must be unique; repeated: \['a'\]"):
         plan_from_dict(spec)
+def _moe_plan(**engine: Any) -> dict[str, Any]:
+    return {
+        "case": "t",
+        "engine_defaults": {"model": "deepseek-v3-reduced", "max_model_len": 2048,
+                            "env": {"VLLM_MOE_ROUTING_SIMULATION_STRATEGY": "uniform_random", "A": "1"}},
+        "engines": [{"label": "x", **engine}],
+        "loads": {"input_len": 8, "output_len": 8, "concurrency": [1]},
+    }  # fmt: skip
+
+
+def test_an_engine_env_adds_to_the_defaults_env() -> None:
+    plan = plan_from_dict(_moe_plan(env={"B": "2", "A": "3"}))
+    assert plan.engines[0].env == {"VLLM_MOE_ROUTING_SIMULATION_STRATEGY": "uniform_random", "A": "3", "B": "2"}
+    assert plan_from_dict(_moe_plan()).engines[0].env["A"] == "1"
+
+
+def test_env_is_part_of_the_config_id() -> None:
+    a = plan_from_dict(_moe_plan()).engines[0]
+    b = plan_from_dict(_moe_plan(env={"B": "2"})).engines[0]
+    assert a.config_id() != b.config_id()
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"1BAD": "x"}, "env names must be shell variable names"),
+        ({"VLLM_MOE_ROUTING_SIMULATION_STRATEGY": "random"}, "vLLM 0.26 knows uniform_random, normal_routing"),
+    ],
+)
+def test_bad_env_is_refused(env: dict[str, str], expected: str) -> None:
+    with pytest.raises(ValueError, match=expected):
+        EngineConfig(label="x", model="llama-3.1-8b", max_model_len=2048, env=env)
+
+
+def test_a_dummy_moe_engine_without_routing_simulation_is_refused() -> None:
+    spec = _moe_plan()
+    spec["engine_defaults"]["env"] = {}
+    with pytest.raises(ConfigError, match="set env {VLLM_MOE_ROUTING_SIMULATION_STRATEGY: uniform_random}"):
+        plan_from_dict(spec)
+    assert plan_from_dict(spec, load_format="auto").engines[0].env == {}  # real weights route with their own router
+
+
+def _profiles_plan(loads: Any) -> dict[str, Any]:
+    return {"case": "t", "engines": [{"label": "x", "model": "llama-3.1-8b", "max_model_len": 2048}], "loads": loads}
+
+
+def test_named_load_profiles_are_selected_and_deduplicated() -> None:
+    loads = [
+        {"profile": "a", "input_len": 8, "output_len": 8, "concurrency": [1, 2]},
+        {"profile": "b", "input_len": 16, "output_len": 8, "concurrency": [1]},
+    ]
+    plan = plan_from_dict(_profiles_plan(loads))
+    assert [(plan.profile_of(l), l.concurrency) for l in plan.loads] == [("a", 1), ("a", 2), ("b", 1)]
+    only_b = plan_from_dict(_profiles_plan(loads), profiles=["b"])
+    assert [l.input_len for l in only_b.loads] == [16] and only_b.profiles == (("b", 16, 8),)
+    assert [l.concurrency for l in plan_from_dict(_profiles_plan(loads), concurrency=[4]).loads] == [4, 4]
+    with pytest.raises(ConfigError, match="no load profile named \\['c'\\]"):
+        plan_from_dict(_profiles_plan(loads), profiles=["c"])
+    with pytest.raises(ConfigError, match="same input and output lengths"):
+        plan_from_dict(_profiles_plan(loads), input_len=8)
+    with pytest.raises(ConfigError, match="distinct 'profile' name"):
+        plan_from_dict(_profiles_plan([{**loads[0], "profile": None}, loads[1]]))
+    assert plan_from_dict(_profiles_plan(loads[0])).profile_of(plan_from_dict(_profiles_plan(loads[0])).loads[0]) == "a"
+
+
+def test_notebook_overrides_start_from_a_part() -> None:
+    from vllm_playbooks.plan import overrides_for
+
+    assert overrides_for("deepseek-mtp", "1-verdict", engines=None, concurrency=None) == {
+        "engines": ["spec-off", "mtp-k1-a0.85"], "request_rate_qps": [1, 2, 4, 8]}  # fmt: skip
+    assert overrides_for("deepseek-mtp", "1-verdict", engines=["spec-off"])["engines"] == ["spec-off"]
+    assert overrides_for("deepseek-mtp", None, gpu_memory_gib=80) == {"gpu_memory_gib": 80}
+    with pytest.raises(ConfigError, match="no part 'x'"):
+        overrides_for("deepseek-mtp", "x")

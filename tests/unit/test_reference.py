@@ -74,3 +74,44 @@ def test_secondary_flag_must_be_a_boolean(tmp_path: Path) -> None:
 def test_duplicate_claim_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SchemaError, match="appears twice"):
         load_reference(path=_copy_with(tmp_path, claim_id="output-tok-s-spec-on"))
+
+
+def test_load_profiles_and_imposed_acceptance_follow_from_their_sources(published) -> None:  # type: ignore[no-untyped-def]
+    from vllm_playbooks import reported
+
+    assert reported.chat_profile(published) == (230, 203)  # 229711 / 1000 and 203068 / 1000 tokens
+    assert reported.long_profile(published) == (13000, 203)
+    assert reported.eagle3_rates(published) == [0.7165, 0.512, 0.3337]
+    assert reported.eagle3_alpha(published) == 0.71
+    assert reported.mtp_later_conditional(published) == pytest.approx(0.6286, abs=1e-4)
+
+
+def test_published_mtp_speedups_imply_small_draft_costs(published) -> None:  # type: ignore[no-untyped-def]
+    from vllm_playbooks import reported
+
+    implied = reported.implied_mtp(published)
+    assert len(implied) == 4
+    report = implied[implied.source.str.startswith("DeepSeek")].implied_c
+    pr = implied[implied.source.str.contains("12755")].implied_c
+    assert report.min() == pytest.approx(0.0278, abs=1e-4) and report.max() == pytest.approx(0.0556, abs=1e-4)
+    assert 0.11 < pr.min() < pr.max() < 0.12
+
+
+def test_claims_table_leaves_out_the_sources_of_settings(published) -> None:  # type: ignore[no-untyped-def]
+    from vllm_playbooks import reported
+
+    eagle = published[published.case == "gpt-oss-eagle3"]
+    table = reported.claims_table(eagle, ("sharegpt-", "swebench-", "vllm-test-", "pr42764-"))
+    assert "max-concurrency-with-gain" in set(table.claim_id) and not table.claim_id.str.startswith("sharegpt").any()
+    assert list(table.columns) == ["claim_id", "setting", "value", "unit", "secondary_only", "source_url"]
+
+
+def test_published_row_in_words(published) -> None:  # type: ignore[no-untyped-def]
+    from vllm_playbooks import reported
+    from vllm_playbooks.errors import SchemaError
+
+    text = reported.published_row(published, "nebius-original-mtp-acceptance-length-t0")
+    assert text.startswith("nebius-original-mtp-acceptance-length-t0: 3.2 tokens (DeepSeek-V3-0324")
+    assert text.endswith("https://huggingface.co/nebius/MTP-DeepSeek-V3-0324)")
+    with pytest.raises(SchemaError):
+        reported.published_row(published, "nope")

@@ -173,3 +173,21 @@ def test_sigterm_to_the_runner_stops_the_server_group(data: Path, tmp_path: Path
         time.sleep(0.2)
     else:
         pytest.fail("the server's child process outlived the runner")
+
+
+def test_the_engine_env_reaches_the_server_factory(data: Path) -> None:
+    import yaml
+
+    from vllm_playbooks.plan import plan_file, plan_from_dict
+
+    spec = yaml.safe_load(plan_file(CASE).read_text())
+    spec["engine_defaults"]["env"] = {"PLAYBOOK_MARK": "1"}
+    plan = plan_from_dict(spec, concurrency=[1], engines=["spec-off"], min_duration_s=0.001)
+    seen: list[Any] = []
+
+    def make(argv: list[str], log: Path, port: int, **kwargs: Any) -> VllmServer:
+        seen.append(kwargs.get("env"))
+        return VllmServer(fake_server_argv(port), log, port, **kwargs)
+
+    run_case(plan, data=data, bench=FakeBench(), server_factory=make, progress=False).raise_for_failures()
+    assert seen == [{"PLAYBOOK_MARK": "1"}]

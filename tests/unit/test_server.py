@@ -80,3 +80,19 @@ def test_health_timeout_stops_the_server_and_reports(tmp_path: Path) -> None:
 def test_only_loopback() -> None:
     with pytest.raises(ServerError, match="127.0.0.1"):
         VllmServer(["true"], Path("/dev/null"), 1, host="0.0.0.0")  # noqa: S104
+
+
+def test_the_server_process_gets_its_env_on_top_of_ours(tmp_path: Path) -> None:
+    import sys
+
+    out = tmp_path / "env.txt"
+    script = (
+        "import os, sys; "
+        f"open({str(out)!r}, 'w').write(os.environ['PLAYBOOK_TEST_ENV'] + '|' + os.environ.get('PATH', '')[:1]); "
+        "sys.exit(3)"
+    )
+    server = VllmServer([sys.executable, "-c", script], tmp_path / "log", free_port(), env={"PLAYBOOK_TEST_ENV": "on"})
+    with pytest.raises(ServerError, match="exited with code 3"):
+        server.start()
+    value, path_start = out.read_text().split("|")
+    assert value == "on" and path_start  # its own variable, and the inherited environment (PATH) kept

@@ -28,6 +28,7 @@ EXPECTED_SHAPES = {
     "gpt-oss-20b",
     "gpt-oss-120b",
     "gpt-oss-120b-eagle3",
+    "gpt-oss-120b-eagle3-131k",
     "deepseek-v3",
     "deepseek-v3-reduced",
     "deepseek-v3-v2lite-scale",
@@ -302,3 +303,36 @@ def test_llama_70b_bf16_does_not_fit_one_h200() -> None:
     # 70.55 B parameters × 2 bytes = 131.4 GiB: above the 139.8 GiB × 0.9 one H200 gives vLLM
     assert weight_bytes(get_shape("llama-3.3-70b")) == 2 * 70_553_706_496
     assert weight_bytes(get_shape("llama-3.3-70b")) / GIB > 0.9 * 139.8
+def test_vllm_gets_a_path_that_names_only_the_shape(tmp_path: Path) -> None:
+    from vllm_playbooks.shapes import VLLM_NAME_MARKERS, vllm_path
+
+    shape = get_shape("deepseek-v3-reduced")
+    served = vllm_path(shape, create=True)
+    assert served.name == "deepseek-v3-reduced" and served.is_symlink()
+    assert served.resolve() == shape.path.resolve()
+    assert not any(marker in str(served).lower() for marker in VLLM_NAME_MARKERS)
+    assert vllm_path(shape, create=True) == served  # idempotent
+    own = tmp_path / "my-eagle3-model"
+    own.mkdir()
+    (own / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                                                 "vocab_size": 10, "num_hidden_layers": 1, "hidden_size": 8}))
+    assert vllm_path(resolve_model(str(own))) == own.resolve()  # a user's folder is passed as it is
+
+
+def test_a_stale_link_is_replaced(tmp_path: Path) -> None:
+    from vllm_playbooks.shapes import vllm_path
+
+    shape = get_shape("tiny-llama")
+    served = vllm_path(shape)
+    served.parent.mkdir(parents=True, exist_ok=True)
+    if served.is_symlink():
+        served.unlink()
+    served.symlink_to(tmp_path, target_is_directory=True)
+    assert vllm_path(shape, create=True).resolve() == shape.path.resolve()
+
+
+def test_the_long_context_eagle3_head_differs_only_in_its_positions() -> None:
+    short = get_shape("gpt-oss-120b-eagle3").config()
+    long = get_shape("gpt-oss-120b-eagle3-131k").config()
+    assert {k for k in short if short[k] != long[k]} == {"max_position_embeddings"}
+    assert (short["max_position_embeddings"], long["max_position_embeddings"]) == (4096, 131072)

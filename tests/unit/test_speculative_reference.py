@@ -87,7 +87,7 @@ BAD_FIELDS: list[tuple[dict[str, Any], str]] = [
     ({**SUFFIX, "suffix_decoding_min_token_prob": 1.5}, "suffix_decoding_min_token_prob: Input should be less than or equal to 1"),
     ({**SUFFIX, "suffix_decoding_min_token_prob": -0.1}, "suffix_decoding_min_token_prob: Input should be greater than or equal to 0"),
     ({**NGRAM, "suffix_decoding_min_token_prob": 0.2}, "suffix_decoding_min_token_prob apply to method 'suffix' only, not 'ngram'"),
-    ({**DRAFT, "suffix_decoding_max_tree_depth": 24}, "suffix_decoding_max_tree_depth apply to method 'suffix' only, not 'draft_model'"),
+    ({**DRAFT, "suffix_decoding_max_tree_depth": 12}, "suffix_decoding_max_tree_depth apply to method 'suffix' only, not 'draft_model'"),
     ({**NGRAM, "quantization": "fp8"}, "quantization applies to a draft model, and method 'ngram' has none"),
     ({**SUFFIX, "max_model_len": 1024}, "max_model_len applies to a draft model, and method 'suffix' has none"),
     ({**MTP, "parallel_drafting": True}, "parallel_drafting works with eagle, eagle3 and draft_model only, not 'mtp'"),
@@ -457,3 +457,10 @@ def test_engine_check_delegates_to_check_against_target(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match="cannot be larger than the target's max_model_len=2048"):
         check_engine_against_shapes(too_long)
+
+
+def test_a_stored_config_validates_again() -> None:
+    """Rows store ``resolved()``, every field with its default: reading one back must not trip the field rules."""
+    engine = EngineConfig(label="e", model="llama-3.1-8b", max_model_len=2048, speculative=_quiet({**DRAFT, "acceptance_alpha": 0.7}))
+    again = EngineConfig.model_validate(json.loads(json.dumps(engine.resolved())))
+    assert again.config_id() == engine.config_id()

@@ -9,6 +9,9 @@ Tensor and pipeline parallelism are modelled GPU by GPU: each pipeline stage hol
 parallelism divides a stage's weights and KV heads over its GPUs. vLLM gives every GPU the same number of KV blocks,
 the smallest any of them can hold, so the fullest GPU sets the budget. The recorded logs are all single-GPU: the
 multi-GPU split follows vLLM's code, and the memory NCCL takes outside torch is not modelled.
+Weights are counted for dense decoders, for the two MoE families this package ships (DeepSeek-V3 with FP8 block
+quantization or bf16, gpt-oss with MXFP4 experts) and for EAGLE-3 heads. The MoE counts are checked against the
+arithmetic in the shapes' ``SOURCE.md`` and the published parameter counts, not yet against a vLLM start-up log.
 """
 
 from __future__ import annotations
@@ -34,6 +37,18 @@ ACTIVATION_FACTOR = 2.2
 NON_TORCH_GIB = 0.25
 #: Dense decoder architectures whose weight count ``weight_bytes`` knows.
 DENSE_ARCHITECTURES = frozenset({"LlamaForCausalLM", "Qwen2ForCausalLM", "MiMoForCausalLM", "MistralForCausalLM"})
+#: Mixture-of-experts architectures whose layout ``moe_layout`` knows.
+MOE_ARCHITECTURES = frozenset({"DeepseekV3ForCausalLM", "GptOssForCausalLM"})
+#: Draft heads whose weights ``weight_bytes`` counts.
+HEAD_ARCHITECTURES = frozenset({"LlamaForCausalLMEagle3"})
+#: Every architecture the KV budget can be computed for.
+MODELLED_ARCHITECTURES = DENSE_ARCHITECTURES | MOE_ARCHITECTURES | HEAD_ARCHITECTURES
+#: Side of the square weight blocks that share one fp32 scale in FP8 block quantization (DeepSeek-V3's 128 × 128).
+FP8_BLOCK = 128
+#: Weights that share one e8m0 (1-byte) scale in MXFP4.
+MXFP4_GROUP = 32
+
+WeightScheme = Literal["bf16", "fp32", "fp8_block", "mxfp4"]
 
 _DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 
@@ -63,6 +78,202 @@ def kv_bytes_per_token(shape: ModelShape, kv_cache_dtype: str = "auto", layers: 
     return count * 2 * kv_heads * head_dim * element
 
 
+def linear_bytes(out_features: int, in_features: int, scheme: WeightScheme, block: int = FP8_BLOCK) -> int:
+    """Bytes of one ``out × in`` weight matrix as stored.
+
+    ``bf16``: 2 per weight; ``fp32``: 4; ``fp8_block``: 1 per weight plus one fp32 scale per ``block × block`` tile
+    (``weight_scale_inv``); ``mxfp4``: half a byte per weight plus one 1-byte scale per 32 inputs of each output row.
+    """
+    weights = out_features * in_features
+    if scheme == "bf16":
+        return 2 * weights
+    if scheme == "fp32":
+        return 4 * weights
+    if scheme == "fp8_block":
+        return weights + 4 * math.ceil(out_features / block) * math.ceil(in_features / block)
+    if scheme == "mxfp4":
+        return weights // 2 + out_features * math.ceil(in_features / MXFP4_GROUP)
+    raise CapacityError(f"unknown weight scheme {scheme!r}")
+
+
+@dataclass(frozen=True)
+class MoeLayout:
+    """Parameters and bytes of an MoE model, by part, as vLLM 0.26 holds them on the GPU (one shard, TP = 1).
+
+    Per-layer figures are per transformer layer; ``expert_*`` is one routed expert (shared experts are counted in
+    units of it: DeepSeek's shared expert has the routed experts' width times ``n_shared_experts``). ``mtp_extra_*``
+    is what an MTP module adds to its one MoE layer (the ``eh_proj`` projection and three norms), ``mtp_head_bytes``
+    the bf16 output head vLLM 0.26 keeps in each MTP module, ``absorbed_bytes_per_layer`` the bf16 copies of MLA's
+    absorbed ``W_UK`` / ``W_UV`` vLLM keeps per attention layer (both read from vLLM's code; see the DeepSeek shapes'
+    ``SOURCE.md``).
+    """
+
+    name: str
+    layers: int
+    moe_layers: int
+    routed_experts: int
+    experts_per_token: int
+    shared_experts: int
+    expert_params: int
+    expert_bytes: int
+    attention_params: int
+    attention_bytes: int
+    dense_mlp_params: int
+    dense_mlp_bytes: int
+    router_params: int
+    router_bytes: int
+    embed_params: int
+    embed_bytes: int
+    head_params: int
+    head_bytes: int
+    final_norm_params: int
+    mtp_layers: int = 0
+    mtp_extra_params: int = 0
+    mtp_extra_bytes: int = 0
+    mtp_head_bytes: int = 0
+    absorbed_bytes_per_layer: int = 0
+
+    @property
+    def dense_layers(self) -> int:
+        """Layers with a dense MLP instead of experts."""
+        return self.layers - self.moe_layers
+
+    @property
+    def moe_layer_params(self) -> int:
+        """One MoE layer: attention, every expert (routed and shared) and the router."""
+        return self.attention_params + (self.routed_experts + self.shared_experts) * self.expert_params + self.router_params
+
+    @property
+    def moe_layer_bytes(self) -> int:
+        """Bytes of one MoE layer, as stored in the checkpoint."""
+        return self.attention_bytes + (self.routed_experts + self.shared_experts) * self.expert_bytes + self.router_bytes
+
+    def main_params(self) -> int:
+        """Parameters of the main model (no MTP modules): the published total for DeepSeek-V3 is 671 B."""
+        dense = self.dense_layers * (self.attention_params + self.dense_mlp_params)
+        return dense + self.moe_layers * self.moe_layer_params + self.embed_params + self.head_params + self.final_norm_params
+
+    def mtp_params(self) -> int:
+        """Parameters of the checkpoint's MTP modules (each one MoE layer plus its extras; head and embedding shared)."""
+        return self.mtp_layers * (self.moe_layer_params + self.mtp_extra_params)
+
+    def checkpoint_bytes(self) -> int:
+        """Bytes of main model and MTP modules in the checkpoint layout (no vLLM-side copies)."""
+        dense = self.dense_layers * (self.attention_bytes + self.dense_mlp_bytes)
+        main = dense + self.moe_layers * self.moe_layer_bytes + self.embed_bytes + self.head_bytes + 2 * self.final_norm_params
+        return main + self.mtp_layers * (self.moe_layer_bytes + self.mtp_extra_bytes)
+
+    def served_main_bytes(self) -> int:
+        """Bytes vLLM 0.26 holds for the main model without speculation (it skips the MTP modules)."""
+        dense = self.dense_layers * (self.attention_bytes + self.dense_mlp_bytes)
+        main = dense + self.moe_layers * self.moe_layer_bytes + self.embed_bytes + self.head_bytes + 2 * self.final_norm_params
+        return main + self.layers * self.absorbed_bytes_per_layer
+
+    def served_mtp_bytes(self) -> int:
+        """Bytes ``method: mtp`` adds: each MTP module with its own head and absorbed copies (embedding shared)."""
+        return self.mtp_layers * (
+            self.moe_layer_bytes + self.mtp_extra_bytes + self.mtp_head_bytes + self.absorbed_bytes_per_layer
+        )
+
+    def active_params(self) -> int:
+        """Parameters one token multiplies through in the main model (the embedding lookup is not counted)."""
+        per_moe = self.attention_params + (self.experts_per_token + self.shared_experts) * self.expert_params
+        per_moe += self.router_params
+        dense = self.dense_layers * (self.attention_params + self.dense_mlp_params)
+        return dense + self.moe_layers * per_moe + self.head_params
+
+
+def _deepseek_layout(shape: ModelShape) -> MoeLayout:
+    c = shape.config()
+    scheme: WeightScheme = "fp8_block" if (c.get("quantization_config") or {}).get("quant_method") == "fp8" else "bf16"
+    h, heads = shape.hidden_size, int(c["num_attention_heads"])
+    nope, rope, v = int(c["qk_nope_head_dim"]), int(c["qk_rope_head_dim"]), int(c["v_head_dim"])
+    kv_lora, q_lora = int(c["kv_lora_rank"]), c.get("q_lora_rank")
+    projections = []
+    if q_lora:
+        projections += [(int(q_lora), h), (heads * (nope + rope), int(q_lora))]
+    else:
+        projections += [(heads * (nope + rope), h)]
+    projections += [(kv_lora + rope, h), (heads * (nope + v), kv_lora), (h, heads * v)]
+    norms = (int(q_lora) if q_lora else 0) + kv_lora + 2 * h
+    attention_params = sum(o * i for o, i in projections) + norms
+    attention_bytes = sum(linear_bytes(o, i, scheme) for o, i in projections) + 2 * norms
+
+    def mlp(width: int) -> tuple[int, int]:  # fused gate_up (2·width × h) and down (h × width)
+        return 3 * h * width, linear_bytes(2 * width, h, scheme) + linear_bytes(h, width, scheme)
+
+    experts, moe_inter = int(c["n_routed_experts"]), int(c["moe_intermediate_size"])
+    expert_params, expert_bytes = mlp(moe_inter)
+    dense_params, dense_bytes = mlp(int(c["intermediate_size"]))
+    bias = 1 if c.get("topk_method") == "noaux_tc" else 0  # e_score_correction_bias, fp32
+    vocab = shape.vocab_size
+    return MoeLayout(
+        name=shape.name, layers=shape.num_hidden_layers,
+        moe_layers=shape.num_hidden_layers - int(c.get("first_k_dense_replace") or 0),
+        routed_experts=experts, experts_per_token=int(c["num_experts_per_tok"]),
+        shared_experts=int(c.get("n_shared_experts") or 0), expert_params=expert_params, expert_bytes=expert_bytes,
+        attention_params=attention_params, attention_bytes=attention_bytes, dense_mlp_params=dense_params,
+        dense_mlp_bytes=dense_bytes, router_params=experts * h + bias * experts,
+        router_bytes=2 * experts * h + 4 * bias * experts, embed_params=vocab * h, embed_bytes=2 * vocab * h,
+        head_params=vocab * h, head_bytes=2 * vocab * h, final_norm_params=h,
+        mtp_layers=shape.num_mtp_layers, mtp_extra_params=2 * h * h + 3 * h, mtp_extra_bytes=2 * (2 * h * h + 3 * h),
+        mtp_head_bytes=2 * vocab * h, absorbed_bytes_per_layer=2 * kv_lora * heads * (nope + v),
+    )  # fmt: skip
+
+
+def _gpt_oss_layout(shape: ModelShape) -> MoeLayout:
+    c = shape.config()
+    scheme: WeightScheme = "mxfp4" if (c.get("quantization_config") or {}).get("quant_method") == "mxfp4" else "bf16"
+    h, heads, kv_heads = shape.hidden_size, int(c["num_attention_heads"]), int(c["num_key_value_heads"])
+    head_dim, inter, experts = int(c["head_dim"]), int(c["intermediate_size"]), int(c["num_local_experts"])
+    q, kv = heads * head_dim, kv_heads * head_dim
+    # q, k, v, o with biases, the per-head sinks, two norms: all bf16 (modules_to_not_convert)
+    attention_params = h * q + q + 2 * (h * kv + kv) + q * h + h + heads + 2 * h
+    # gate_up (2·inter × h) and down (h × inter), with bf16 biases
+    expert_params = 3 * h * inter + 2 * inter + h
+    expert_bytes = linear_bytes(2 * inter, h, scheme) + linear_bytes(h, inter, scheme) + 2 * (2 * inter + h)
+    vocab = shape.vocab_size
+    return MoeLayout(
+        name=shape.name, layers=shape.num_hidden_layers, moe_layers=shape.num_hidden_layers, routed_experts=experts,
+        experts_per_token=int(c.get("num_experts_per_tok") or c["experts_per_token"]), shared_experts=0,
+        expert_params=expert_params, expert_bytes=expert_bytes, attention_params=attention_params,
+        attention_bytes=2 * attention_params, dense_mlp_params=0, dense_mlp_bytes=0,
+        router_params=experts * h + experts, router_bytes=2 * (experts * h + experts), embed_params=vocab * h,
+        embed_bytes=2 * vocab * h, head_params=vocab * h, head_bytes=2 * vocab * h, final_norm_params=h,
+    )  # fmt: skip
+
+
+def moe_layout(shape: ModelShape) -> MoeLayout:
+    """The parts of an MoE shape (DeepSeek-V3 family, gpt-oss), with parameters and bytes; see ``MoeLayout``."""
+    if shape.architecture == "DeepseekV3ForCausalLM":
+        return _deepseek_layout(shape)
+    if shape.architecture == "GptOssForCausalLM":
+        return _gpt_oss_layout(shape)
+    raise CapacityError(
+        f"{shape.name} ({shape.architecture}): MoE layouts are known for {', '.join(sorted(MOE_ARCHITECTURES))}"
+    )
+
+
+def eagle3_head_parts(shape: ModelShape) -> dict[str, int]:
+    """Parameters of an EAGLE-3 head (``LlamaForCausalLMEagle3``), by part, as vLLM 0.26 builds it.
+
+    One Llama decoder layer whose q/k/v take the concatenated embedding and hidden state (2 × hidden inputs), the
+    ``fc`` that fuses the three auxiliary hidden states (3 × hidden → hidden), the draft-vocabulary head, and the
+    embedding table (vLLM shares the target's when the shapes match, so counting it is an upper bound).
+    """
+    c = shape.config()
+    h, heads = shape.hidden_size, int(c["num_attention_heads"])
+    kv_heads = int(c.get("num_key_value_heads") or heads)
+    head_dim = int(c.get("head_dim") or h // heads)
+    inter, layers = int(c["intermediate_size"]), shape.num_hidden_layers
+    draft_vocab = int(c.get("draft_vocab_size") or shape.vocab_size)
+    layer = 2 * h * (heads + 2 * kv_heads) * head_dim + heads * head_dim * h + 3 * h * inter + 4 * h
+    return {
+        "layers": layers * layer, "fc": 3 * h * h, "head": draft_vocab * h, "embed": shape.vocab_size * h,
+        "norm": h,
+    }  # fmt: skip
+
+
 def _linear_bytes_per_weight(shape: ModelShape) -> float:
     quant = shape.config().get("quantization_config") or {}
     method = quant.get("quant_method")
@@ -75,7 +286,7 @@ def _linear_bytes_per_weight(shape: ModelShape) -> float:
 
 
 def parameter_count(shape: ModelShape, part: Literal["all", "linear", "dense"] = "all") -> int:
-    """Weights of a dense decoder, as ``weight_bytes`` counts them.
+    """Weights of a dense decoder, as ``weight_bytes`` counts them (MoE models: ``moe_layout``).
 
     ``linear`` is the attention and MLP projections (what AWQ/GPTQ quantize), ``dense`` the embeddings, untied LM head
     and norms (kept in the model dtype), ``all`` their sum. Used by the roofline's FLOP count (2 × parameters per token).
@@ -83,7 +294,8 @@ def parameter_count(shape: ModelShape, part: Literal["all", "linear", "dense"] =
     if shape.architecture not in DENSE_ARCHITECTURES:
         raise CapacityError(
             f"{shape.name} ({shape.architecture}): weights are modelled for dense decoders only "
-            f"({', '.join(sorted(DENSE_ARCHITECTURES))}); MoE weights are not modelled yet"
+            f"({', '.join(sorted(DENSE_ARCHITECTURES))}) here; weight_bytes also knows the MoE families "
+            f"({', '.join(sorted(MOE_ARCHITECTURES))}) and EAGLE-3 heads"
         )
     c = shape.config()
     hidden, inter, layers, vocab = shape.hidden_size, int(c["intermediate_size"]), shape.num_hidden_layers, shape.vocab_size
@@ -96,7 +308,15 @@ def parameter_count(shape: ModelShape, part: Literal["all", "linear", "dense"] =
 
 
 def weight_bytes(shape: ModelShape) -> int:
-    """Bytes of a dense decoder's weights (embeddings, attention, MLP, norms, untied head) as loaded."""
+    """Bytes of a model's weights as vLLM 0.26 holds them without speculation.
+
+    Dense decoders: embeddings, attention, MLP, norms, untied head. MoE models: ``MoeLayout.served_main_bytes`` (every
+    expert is resident, the MTP modules are not loaded). EAGLE-3 heads: every part in bf16 (``eagle3_head_parts``).
+    """
+    if shape.architecture in MOE_ARCHITECTURES:
+        return moe_layout(shape).served_main_bytes()
+    if shape.architecture in HEAD_ARCHITECTURES:
+        return 2 * sum(eagle3_head_parts(shape).values())
     linear, dense = parameter_count(shape, "linear"), parameter_count(shape, "dense")
     return round(linear * _linear_bytes_per_weight(shape) + dense * dtype_bytes("auto", shape))
 
@@ -162,6 +382,21 @@ def stage_weight_bytes(shape: ModelShape, tensor_parallel_size: int = 1, pipelin
         norms = (2 * count + (1 if last else 0)) * hidden * element
         out.append(round(split / tensor_parallel_size + norms))
     return out
+def mtp_weight_bytes(shape: ModelShape) -> int:
+    """Bytes ``method: mtp`` adds to the target's: its MTP modules as vLLM 0.26 loads them.
+
+    MoE (DeepSeek): ``MoeLayout.served_mtp_bytes``. Dense (MiMo): per module one decoder layer, the 2·hidden → hidden
+    input projection, three norms and an own output head (the head is an upper bound where vLLM shares the target's).
+    """
+    if shape.num_mtp_layers == 0:
+        return 0
+    if shape.architecture in MOE_ARCHITECTURES:
+        return moe_layout(shape).served_mtp_bytes()
+    layers = shape.num_hidden_layers
+    per_layer = (parameter_count(shape, "linear") / layers) * _linear_bytes_per_weight(shape)
+    h = shape.hidden_size
+    extra = (2 * h * h + 3 * h + shape.vocab_size * h) * dtype_bytes("auto", shape)
+    return round(shape.num_mtp_layers * (per_layer + extra))
 
 
 def activation_bytes(shape: ModelShape, max_num_batched_tokens: int, dtype: str = "auto") -> int:
@@ -280,7 +515,18 @@ def _spec_shapes(engine: EngineConfig, target: ModelShape) -> tuple[list[ModelSh
 def _stages(engine: EngineConfig, target: ModelShape, drafts: list[ModelShape], mtp_layers: int) -> list[tuple[int, int]]:
     """(weight bytes, KV bytes per token) on one GPU of each pipeline stage; the drafter lives on the last stage."""
     tp, pp = engine.tensor_parallel_size, engine.pipeline_parallel_size
+    if tp == pp == 1:  # one GPU holds everything: the whole-model counts, MoE and EAGLE-3 heads included
+        weight = weight_bytes(target) + (mtp_weight_bytes(target) if mtp_layers else 0)
+        per_gpu_token = kv_bytes_per_token(target, engine.kv_cache_dtype)
+        if mtp_layers:
+            per_gpu_token += kv_bytes_per_token(target, engine.kv_cache_dtype, layers=mtp_layers)
+        for draft in drafts:
+            weight += weight_bytes(draft)
+            per_gpu_token += kv_bytes_per_token(draft, engine.kv_cache_dtype)
+        return [(weight, per_gpu_token)]
     weights = stage_weight_bytes(target, tp, pp)
+    if mtp_layers:
+        weights[-1] += mtp_weight_bytes(target) // tp
     layers = pp_layer_partition(target.num_hidden_layers, pp)
     per_token = [kv_bytes_per_token_per_gpu(target, engine.kv_cache_dtype, tp, count) for count in layers]
     if mtp_layers:
@@ -306,7 +552,7 @@ def kv_budget(engine: EngineConfig, gpu_memory_gib: float, gpu_name: str = "") -
     per_token = kv_bytes_per_token(target, engine.kv_cache_dtype)
     if mtp_layers:
         per_token += kv_bytes_per_token(target, engine.kv_cache_dtype, layers=mtp_layers)
-    weights = weight_bytes(target)
+    weights = weight_bytes(target) + (mtp_weight_bytes(target) if mtp_layers else 0)
     for draft in drafts:
         per_token += kv_bytes_per_token(draft, engine.kv_cache_dtype)
         weights += weight_bytes(draft)
@@ -328,10 +574,13 @@ def kv_budget(engine: EngineConfig, gpu_memory_gib: float, gpu_name: str = "") -
 
 
 def budget_is_modelled(engine: EngineConfig) -> bool:
-    """True when every model of ``engine`` (target and draft) is a dense decoder whose weights are modelled."""
+    """True when the weights of every model of ``engine`` (target and draft) are modelled (``MODELLED_ARCHITECTURES``)
+    on the GPUs it runs on: on one GPU every modelled family; split over several GPUs dense decoders only (how vLLM
+    places MoE experts and heads over tensor and pipeline ranks is not modelled)."""
     target = resolve_model(engine.model)
     drafts, _ = _spec_shapes(engine, target)
-    return all(shape.architecture in DENSE_ARCHITECTURES for shape in [target, *drafts])
+    known = DENSE_ARCHITECTURES if engine.tensor_parallel_size * engine.pipeline_parallel_size > 1 else MODELLED_ARCHITECTURES
+    return all(shape.architecture in known for shape in [target, *drafts])
 
 
 def check_fits(engine: EngineConfig, gpu_memory_gib: float, gpu_name: str = "") -> KVBudget:

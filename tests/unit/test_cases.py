@@ -1,0 +1,171 @@
+"""The MTP and EAGLE-3 case grids: they load with their KV checks, their configs are what vLLM 0.26 expects, their
+imposed acceptance and load lengths follow from the published rows, and their first part answers the verdict."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from vllm_playbooks import reported, theory
+from vllm_playbooks.config.capacity import check_fits
+from vllm_playbooks.config.engine import ROUTING_SIMULATION_ENV
+from vllm_playbooks.config.speculative import draft_type_after_override
+from vllm_playbooks.errors import ConfigError
+from vllm_playbooks.plan import load_plan, plan_file, plan_from_dict
+from vllm_playbooks.results.store import load_reference
+from vllm_playbooks.shapes import VLLM_NAME_MARKERS, get_shape
+
+MTP, EAGLE = "deepseek-mtp", "gpt-oss-eagle3"
+
+
+def _plan(case: str, **overrides: Any):  # type: ignore[no-untyped-def]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # advisories (k > 1 reuses the MTP layer…) are the speculative tests' business
+        return load_plan(case, **overrides)
+
+
+def _spec_json(engine) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    argv = engine.server_argv("127.0.0.1", 8000, python="python")
+    return json.loads(argv[argv.index("--speculative-config") + 1])
+
+
+@pytest.fixture(scope="module")
+def published():  # type: ignore[no-untyped-def]
+    return load_reference()
+
+
+@pytest.mark.parametrize("case", [MTP, EAGLE])
+def test_the_cases_load_with_their_kv_checks(case: str) -> None:
+    plan = _plan(case)
+    spec = yaml.safe_load(plan_file(case).read_text())
+    assert spec["gpu_memory_gib"] == 139.8
+    for engine in plan.engines:
+        budget = check_fits(engine, 139.8)
+        assert budget.max_concurrency >= 54  # every engine holds at least 54 sequences of max_model_len
+        assert engine.env[ROUTING_SIMULATION_ENV] == "uniform_random"
+
+
+def test_the_mtp_grid() -> None:
+    plan = _plan(MTP)
+    labels = [e.label for e in plan.engines]
+    assert labels[:2] == ["spec-off", "mtp-k1-a0.85"]  # the verdict's pair comes first
+    assert [load.request_rate_qps for load in plan.loads[:4]] == [1, 2, 4, 8]
+    assert [load.concurrency for load in plan.loads[4:]] == [1, 4, 16, 64]
+    assert {e.model for e in plan.engines} == {"deepseek-v3-reduced", "mimo-7b"}
+    ks = {e.label: e.num_speculative_tokens for e in plan.engines}
+    assert sorted(set(ks.values())) == [0, 1, 2, 3]
+    assert all(e.max_num_seqs == 128 for e in plan.engines)  # PR #12755's serve command
+
+
+def test_mtp_configs_are_what_vllm_expects() -> None:
+    plan = _plan(MTP)
+    engine = next(e for e in plan.engines if e.label == "mtp-k1-a0.85")
+    spec = _spec_json(engine)
+    assert spec == {"method": "mtp", "num_speculative_tokens": 1, "rejection_sample_method": "synthetic",
+                    "synthetic_acceptance_rates": [0.85]}  # fmt: skip
+    argv = engine.server_argv("127.0.0.1", 8000, python="python")
+    served = argv[argv.index("--model") + 1]
+    assert Path(served).name == "deepseek-v3-reduced"
+    assert not any(marker in served.lower() for marker in VLLM_NAME_MARKERS)  # vLLM keeps method mtp
+    assert draft_type_after_override(get_shape("deepseek-v3-reduced").config()) == ("deepseek_mtp", 1)
+    assert draft_type_after_override(get_shape("mimo-7b").config()) == ("mimo_mtp", 1)
+
+
+def test_mtp_acceptance_follows_the_published_rows(published) -> None:  # type: ignore[no-untyped-def]
+    plan = _plan(MTP)
+    later = reported.mtp_later_conditional(published)
+    for engine in plan.engines:
+        if engine.num_speculative_tokens > 1:
+            expected = theory.rates_first_then_constant(0.85, later, engine.num_speculative_tokens)
+            assert list(engine.speculative.synthetic_acceptance_rates) == pytest.approx(expected, abs=5e-5)
+    alphas = sorted(e.speculative.acceptance_alpha() for e in plan.engines if e.num_speculative_tokens == 1)
+    assert alphas == [0.81, 0.85, 0.85, 0.9]  # 0.81 PR #12755's low end, 0.85-0.90 the report's range; MiMo at 0.85
+    assert all((load.input_len, load.output_len) == reported.chat_profile(published) for load in plan.loads)
+
+
+def test_the_first_mtp_part_answers_the_verdict() -> None:
+    part = _plan(MTP, engines=["spec-off", "mtp-k1-a0.85"], request_rate_qps=[1, 2, 4, 8])
+    assert [p.point_id.split("/")[1] for p in part.points()][:4] == [
+        "in230-out203-qps1-r0", "in230-out203-qps2-r0", "in230-out203-qps4-r0", "in230-out203-qps8-r0",
+    ]  # fmt: skip
+    assert len(part.points()) == 8 and all(load.concurrency is None for load in part.loads)
+
+
+def test_the_eagle3_grid(published) -> None:  # type: ignore[no-untyped-def]
+    plan = _plan(EAGLE)
+    assert [e.label for e in plan.engines][:2] == ["spec-off", "eagle3-k3-a0.71"]
+    assert plan.profiles == (("chat", *reported.chat_profile(published)), ("swe", *reported.long_profile(published)))
+    chat = [load.concurrency for load in plan.loads if plan.profile_of(load) == "chat"]
+    assert chat == [1, 2, 4, 8, 16, 32, 64, 128, 200]
+    assert sorted({e.num_speculative_tokens for e in plan.engines}) == [0, 2, 3, 4, 5]
+    alphas = {round(e.speculative.acceptance_alpha(), 2) for e in plan.engines if e.speculative}
+    centre = reported.eagle3_alpha(published)
+    assert alphas == {centre, round(centre - 0.1, 2), round(centre + 0.1, 2)}
+    spec = _spec_json(plan.engines[1])
+    assert spec["method"] == "eagle3" and Path(spec["model"]).name == "gpt-oss-120b-eagle3-131k"
+    assert spec["synthetic_acceptance_rates"] == pytest.approx([0.71, 0.71**2, 0.71**3])
+
+
+def test_the_first_eagle3_part_answers_the_verdict() -> None:
+    part = _plan(EAGLE, engines=["spec-off", "eagle3-k3-a0.71"], profiles=["chat"])
+    assert len(part.points()) == 18 and {part.profile_of(load) for load in part.loads} == {"chat"}
+
+
+def test_the_short_head_is_refused_for_the_long_profile() -> None:
+    spec = yaml.safe_load(plan_file(EAGLE).read_text())
+    for engine in spec["engines"]:
+        if "speculative" in engine:
+            engine["speculative"]["model"] = "gpt-oss-120b-eagle3"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ConfigError, match="max_position_embeddings=4096, fewer than input_len \\+ output_len = 13203"):
+            plan_from_dict(spec)
+        assert len(plan_from_dict(spec, profiles=["chat"]).loads) == 9
+
+
+@pytest.mark.parametrize("case", [MTP, EAGLE])
+def test_the_parts_cover_the_grid_once_and_start_with_the_verdict(case: str) -> None:
+    from vllm_playbooks.plan import case_parts, grid_table, load_part
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        parts = case_parts(case)
+        ids = [p.point_id for name, _ in parts for p in load_part(case, name).points()]
+        assert sorted(ids) == sorted(p.point_id for p in _plan(case).points()) and len(ids) == len(set(ids))
+        assert parts[0][0] == "1-verdict"
+        table = grid_table(_plan(case), case)
+    assert table.points.sum() == len(ids)
+    assert table.part.iloc[0].startswith("1-verdict") and table.engine_label.iloc[0] == "spec-off"
+
+
+def test_parts_are_refused_when_unknown() -> None:
+    from vllm_playbooks.plan import case_parts, load_part
+
+    with pytest.raises(ConfigError, match="no part 'nope'"):
+        load_part(MTP, "nope")
+    assert case_parts("llama-8b-draft-model") == [("all", {})]
+
+
+def test_pages_get_the_plan_quietly_and_the_calls_to_run_it() -> None:
+    from vllm_playbooks.plan import part_calls, quiet_plan
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plan, advisories = quiet_plan(MTP)
+    assert len(plan.engines) == 9 and any("runs the same MTP layer" in a for a in advisories)
+    calls = part_calls(MTP)
+    assert calls.splitlines()[0] == (
+        "- **1-verdict** (2 server config(s), 8 points): `run_case(load_plan('deepseek-mtp', "
+        "engines=['spec-off', 'mtp-k1-a0.85'], request_rate_qps=[1, 2, 4, 8]))`"
+    )
+
+
+def test_concurrency_levels_by_profile() -> None:
+    plan = _plan(EAGLE)
+    assert plan.concurrency_by_profile() == {"chat": [1, 2, 4, 8, 16, 32, 64, 128, 200], "swe": [1, 4, 16, 64]}
+    assert _plan(MTP).concurrency_by_profile() == {None: [1, 4, 16, 64]}

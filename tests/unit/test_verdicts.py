@@ -1,0 +1,122 @@
+"""The MTP and EAGLE-3 verdicts: each status reachable from made-up rows, 'not measured' without them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from vllm_playbooks import verdicts
+from vllm_playbooks.results.store import load_reference
+
+PROFILES = {"chat": (230, 203), "swe": (13000, 203)}
+
+
+def _row(label: str, k: int, **load: Any) -> dict[str, Any]:
+    return dict(
+        engine_label=label, spec_method="none" if k == 0 else "mtp", num_speculative_tokens=k,
+        imposed_alpha=None if k == 0 else 0.85, imposed_acceptance_rates=None, model_shape="deepseek-v3-reduced",
+        load_format="dummy", input_len=load.pop("input_len", 230), output_len=203, tensor_parallel_size=1,
+        pipeline_parallel_size=1, max_num_seqs=128, max_num_batched_tokens=8192, gpu_name="NVIDIA H200",
+        concurrency=load.pop("concurrency", None), request_rate_qps=load.pop("request_rate_qps", None), **load,
+    )  # fmt: skip
+
+
+def _mtp(off: list[float], on: list[float], rates: tuple[int, ...] = (1, 2, 4, 8)) -> pd.DataFrame:
+    rows = [_row("spec-off", 0, request_rate_qps=r, tpot_mean_ms=t) for r, t in zip(rates, off, strict=True)]
+    rows += [_row("mtp-k1-a0.85", 1, request_rate_qps=r, tpot_mean_ms=t) for r, t in zip(rates, on, strict=True)]
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(scope="module")
+def published():  # type: ignore[no-untyped-def]
+    return load_reference()
+
+
+def test_mtp_not_measured_without_the_pair(published) -> None:  # type: ignore[no-untyped-def]
+    empty = pd.DataFrame(columns=list(_row("x", 0)) + ["tpot_mean_ms"])
+    verdict = verdicts.mtp_verdict(empty, published)
+    assert verdict.status == "not measured" and "Not measured yet" in verdict.sentence
+    only_off = _mtp([50, 50, 50, 50], [40, 40, 40, 40])[lambda d: d.engine_label == "spec-off"]
+    assert verdicts.mtp_verdict(only_off, published).status == "not measured"
+
+
+@pytest.mark.parametrize(
+    ("on", "status"),
+    [
+        ([30, 35, 42, 50], "gain that shrinks with load"),  # 1.67× → 1.00×, as PR #12755
+        ([30, 30, 30, 30], "gain that holds with load"),
+        ([50, 45, 40, 35], "no gain at low load"),
+    ],
+)
+def test_mtp_statuses(published, on: list[float], status: str) -> None:  # type: ignore[no-untyped-def]
+    verdict = verdicts.mtp_verdict(_mtp([50, 50, 50, 50], on), published)
+    assert verdict.status == status
+    assert "PR #12755 reported 1.63× at 1 QPS and 1.00× at 8 QPS" in verdict.sentence
+    assert list(verdict.table.request_rate_qps) == [1, 2, 4, 8]
+
+
+def test_mtp_incomplete_when_a_rate_is_missing(published) -> None:  # type: ignore[no-untyped-def]
+    verdict = verdicts.mtp_verdict(_mtp([50, 50], [30, 40], rates=(1, 2)), published)
+    assert verdict.status == "incomplete" and "Not yet measured at 4, 8 QPS" in verdict.sentence
+    assert verdict.table.speedup.tolist() == pytest.approx([50 / 30, 50 / 40])
+
+
+def _eagle(gains: dict[int, float], label: str = "eagle3-k3-a0.71", k: int = 3, alpha: float = 0.71,
+           input_len: int = 230) -> list[dict[str, Any]]:  # fmt: skip
+    rows = []
+    for c, gain in gains.items():
+        rows.append(_row("spec-off", 0, concurrency=c, input_len=input_len, output_tok_s=1000.0))
+        spec = _row(label, k, concurrency=c, input_len=input_len, output_tok_s=1000.0 * (1 + gain / 100))
+        rows.append({**spec, "spec_method": "eagle3", "imposed_alpha": alpha, "model_shape": "deepseek-v3-reduced"})
+    return rows
+
+
+def test_eagle3_statuses(published) -> None:  # type: ignore[no-untyped-def]
+    holds = pd.DataFrame(_eagle({1: 30.0, 64: 20.0, 200: 10.0}))
+    verdict = verdicts.eagle3_verdict(holds, PROFILES, published)
+    assert verdict.status == "gain holds to 200" and "+10.0 % at 200" in verdict.sentence
+    assert "+10 to +21 % output throughput" in verdict.sentence
+    fades = pd.DataFrame(_eagle({1: 30.0, 64: 5.0, 200: -4.0}))
+    assert verdicts.eagle3_verdict(fades, PROFILES, published).status == "gain fades before the top"
+    assert verdicts.eagle3_verdict(pd.DataFrame(_eagle({1: 1.0, 64: -5.0})), PROFILES).status == "no gain"
+    assert verdicts.eagle3_verdict(pd.DataFrame(_eagle({1: 20.0})), PROFILES).status == "incomplete"
+    swe_only = pd.DataFrame(_eagle({1: 20.0}, input_len=13000))
+    assert verdicts.eagle3_verdict(swe_only, PROFILES).status == "not measured"
+
+
+def test_best_k_by_band() -> None:
+    rows = _eagle({1: 10.0, 8: 12.0, 64: 5.0}, "eagle3-k2-a0.71", 2) + _eagle({1: 20.0, 8: 18.0, 64: 2.0})
+    rows = [r for i, r in enumerate(rows) if not (r["engine_label"] == "spec-off" and i >= 6)]  # one baseline per level
+    gains = verdicts.gain_table(pd.DataFrame(rows), PROFILES)
+    best = verdicts.best_k_by_band(gains, 0.71).set_index("band")
+    assert best.loc["1-8", "best_k"] == 3 and best.loc["16-64", "best_k"] == 2
+    assert pd.isna(best.loc["128-200", "best_k"]) and best.loc["1-8", "ks"] == "2, 3"
+
+
+def test_latency_gains_count_lower_as_better() -> None:
+    rows = _eagle({4: 0.0})
+    rows[0]["e2el_mean_ms"], rows[1]["e2el_mean_ms"] = 1000.0, 850.0
+    gains = verdicts.gain_table(pd.DataFrame(rows), PROFILES, "e2el_mean_ms")
+    assert gains.gain_pct.tolist() == pytest.approx([15.0])
+
+
+def test_rules_follow_the_verdicts(published) -> None:  # type: ignore[no-untyped-def]
+    empty = verdicts.Verdict("not measured", "", pd.DataFrame())
+    assert '{"method": "mtp", "num_speculative_tokens": 1}' in verdicts.mtp_rule(empty)
+    shrinking = verdicts.mtp_verdict(_mtp([50, 50, 50, 50], [30, 35, 42, 50]), published)
+    assert "shrinks as load grows" in verdicts.mtp_rule(shrinking)
+    assert "2-3 draft tokens" in verdicts.eagle3_rule(empty)
+    fades = verdicts.eagle3_verdict(pd.DataFrame(_eagle({1: 30.0, 64: 5.0, 200: -4.0})), PROFILES)
+    best = pd.DataFrame([{"profile": "chat", "band": "1-8", "ks": "2, 3", "best_k": 3.0, "best_gain_pct": 20.0}])
+    rule = verdicts.eagle3_rule(fades, best)
+    assert "paid at low concurrency only" in rule and "best k measured: 3 at concurrency 1-8 (chat)" in rule
+
+
+def test_select_gains() -> None:
+    rows = _eagle({1: 10.0}, "eagle3-k2-a0.71", 2) + _eagle({1: 20.0}, "eagle3-k3-a0.61", 3, 0.61)
+    gains = verdicts.gain_table(pd.DataFrame(rows), PROFILES)
+    assert verdicts.select_gains(gains, alpha=0.71).engine_label.tolist() == ["eagle3-k2-a0.71"]
+    assert verdicts.select_gains(gains, k=3, profile="chat").engine_label.tolist() == ["eagle3-k3-a0.61"]
+    assert verdicts.select_gains(gains, profile="swe").empty and verdicts.select_gains(gains.iloc[:0], alpha=0.7).empty

@@ -1,0 +1,259 @@
+"""Verdicts of the MTP (issue #5) and EAGLE-3 (issue #6) pages, computed from measured rows beside published ones.
+
+Each verdict names the configuration pair it rests on, says "not measured" while that pair has no rows, and calls a
+change a gain or a loss only beyond ``TOLERANCE``: smaller differences are reported as numbers, not as a direction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from vllm_playbooks.analysis import versus_baseline
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: Relative change below which a difference is not called a gain or a loss (a choice: repeated runs of one point
+#: have not been measured here; the first recorded sweeps re-measured short runs within a few per cent).
+TOLERANCE = 0.03
+#: Concurrency bands for "best k": low, middle and high load, as the EAGLE-3 page reports them.
+BANDS: tuple[tuple[str, int, int], ...] = (("1-8", 1, 8), ("16-64", 16, 64), ("128-200", 128, 200))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a page concludes: a short status, the sentence it prints, and the table of numbers behind it."""
+
+    status: str
+    sentence: str
+    table: pd.DataFrame = field(repr=False)
+
+
+def _published(published: pd.DataFrame | None, claim_id: str) -> float | None:
+    if published is None:
+        return None
+    match = published.loc[published["claim_id"] == claim_id, "value"]
+    return float(match.iloc[0]) if len(match) == 1 else None
+
+
+def _gpus(df: pd.DataFrame) -> str:
+    return ", ".join(sorted(set(df["gpu_name"].dropna().astype(str)))) or "the GPU recorded"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Issue #5: MTP
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def tpot_speedups(df: pd.DataFrame, metric: str = "tpot_mean_ms") -> pd.DataFrame:
+    """Every speculative point against its baseline at the same load: ``speedup`` = baseline TPOT / speculative TPOT
+    (above 1: speculation is faster per token), plus the imposed acceptance and the measured acceptance length."""
+    comparison = versus_baseline(df, metric)
+    comparison["speedup"] = comparison["baseline"] / comparison["speculative"]
+    return comparison
+
+
+def mtp_verdict(
+    df: pd.DataFrame, published: pd.DataFrame | None = None, engine: str = "mtp-k1-a0.85",
+    rates: Iterable[float] = (1, 2, 4, 8), tolerance: float = TOLERANCE,
+) -> Verdict:
+    """Does MTP at k = 1 lower TPOT at low request rates, and does the gain shrink as the rate grows, as vLLM PR
+    #12755 reported (1.63× at 1 QPS, 1.00× at 8 QPS)? Rests on ``engine`` against speculation off, Poisson loads."""
+    wanted = sorted(float(r) for r in rates)
+    table = tpot_speedups(df) if not df.empty else None
+    if table is not None:
+        table = table[(table["engine_label"] == engine) & table["request_rate_qps"].notna() & table["concurrency"].isna()]
+        table = table[table["request_rate_qps"].isin(wanted)].sort_values("request_rate_qps").reset_index(drop=True)
+    if table is None or table.empty:
+        import pandas as pd
+
+        return Verdict(
+            "not measured",
+            f"Not measured yet: no pair of speculation off and {engine} at {', '.join(f'{r:g}' for r in wanted)} QPS "
+            "is recorded, so this page gives no verdict.",
+            pd.DataFrame(),
+        )
+    first, last = table.iloc[0], table.iloc[-1]
+    steps = ", ".join(f"{s:.2f}× at {r:g} QPS" for r, s in zip(table["request_rate_qps"], table["speedup"], strict=True))
+    reported = ""
+    q1, q8 = _published(published, "pr12755-speedup-qps1"), _published(published, "pr12755-speedup-qps8")
+    if q1 is not None and q8 is not None:
+        reported = f" PR #12755 reported {q1:.2f}× at 1 QPS and {q8:.2f}× at 8 QPS (DeepSeek-R1, 8 GPUs)."
+    measured = f"On {_gpus(df)}, {engine} changed mean TPOT against speculation off by {steps}."
+    missing = [r for r in wanted if r not in set(table["request_rate_qps"])]
+    if first["speedup"] <= 1.0 + tolerance:
+        status, tail = "no gain at low load", (
+            f" At the lowest rate measured, {first['request_rate_qps']:g} QPS, MTP did not lower TPOT by more than "
+            f"{100 * tolerance:.0f} %."
+        )
+    elif missing:
+        status, tail = "incomplete", f" Not yet measured at {', '.join(f'{r:g}' for r in missing)} QPS."
+    elif last["speedup"] < first["speedup"] - tolerance:
+        status, tail = "gain that shrinks with load", (
+            f" The gain shrinks from {first['speedup']:.2f}× to {last['speedup']:.2f}× as the rate grows: the "
+            "direction PR #12755 reported."
+        )
+    else:
+        status, tail = "gain that holds with load", (
+            f" The gain does not shrink by more than {100 * tolerance:.0f} % up to {last['request_rate_qps']:g} QPS, "
+            "unlike PR #12755's."
+        )
+    return Verdict(status, measured + tail + reported, table)
+
+
+def k_sweep(df: pd.DataFrame, model_shape: str, metric: str = "tpot_mean_ms") -> pd.DataFrame:
+    """MTP configurations of one target by k: speedup against speculation off at each load, with the imposed rates
+    and the measured acceptance length (for the k = 1, 2, 3 comparison at the same first-position acceptance)."""
+    table = tpot_speedups(df, metric)
+    return table[table["model_shape"] == model_shape].sort_values(["k", "request_rate_qps", "concurrency"])
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Issue #6: EAGLE-3 on gpt-oss
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def with_profile(table: pd.DataFrame, profiles: Mapping[str, tuple[int, int]]) -> pd.DataFrame:
+    """``table`` with a ``profile`` column naming each row's (input_len, output_len) after ``profiles``."""
+    names = {(int(i), int(o)): name for name, (i, o) in profiles.items()}
+    out = table.copy()
+    out["profile"] = [names.get((int(i), int(o))) for i, o in zip(out["input_len"], out["output_len"], strict=True)]
+    return out
+
+
+def gain_table(df: pd.DataFrame, profiles: Mapping[str, tuple[int, int]], metric: str = "output_tok_s") -> pd.DataFrame:
+    """Every closed-loop speculative point against speculation off: ``gain_pct`` (for latencies, a negative change
+    is the gain), by profile, k, imposed α and concurrency."""
+    table = with_profile(versus_baseline(df, metric), profiles)
+    table = table[table["concurrency"].notna()].copy()
+    table["gain_pct"] = table["change_pct"] if not metric.endswith("_ms") else -table["change_pct"]
+    return table.sort_values(["profile", "k", "imposed_alpha", "concurrency"]).reset_index(drop=True)
+
+
+def best_k_by_band(gains: pd.DataFrame, alpha: float, bands: Iterable[tuple[str, int, int]] = BANDS) -> pd.DataFrame:
+    """For each profile and concurrency band, the k with the highest mean gain at the imposed ``alpha``.
+
+    A band gets a best k only where at least two values of k were measured in it; ``ks`` lists those compared.
+    """
+    import pandas as pd
+
+    records = []
+    central = gains[(gains["imposed_alpha"] - alpha).abs() < 1e-9]
+    for profile, rows in central.groupby("profile"):
+        for name, low, high in bands:
+            band = rows[(rows["concurrency"] >= low) & (rows["concurrency"] <= high)]
+            means = band.groupby("k")["gain_pct"].mean()
+            best = int(means.idxmax()) if len(means) >= 2 else None
+            records.append({
+                "profile": profile, "band": name, "ks": ", ".join(str(int(k)) for k in means.index),
+                "best_k": best, "best_gain_pct": float(means.max()) if best is not None else None,
+            })  # fmt: skip
+    return pd.DataFrame(records, columns=["profile", "band", "ks", "best_k", "best_gain_pct"])
+
+
+def eagle3_verdict(
+    df: pd.DataFrame, profiles: Mapping[str, tuple[int, int]], published: pd.DataFrame | None = None,
+    engine: str = "eagle3-k3-a0.71", profile: str = "chat", top: int = 200, tolerance: float = TOLERANCE,
+) -> Verdict:
+    """Does EAGLE-3 at k = 3 raise output throughput over speculation off on ``profile``, and does the gain hold up
+    to ``top`` concurrent requests, as the Red Hat article reported (gains to 200; +10-21 %)?"""
+    import pandas as pd
+
+    gains = gain_table(df, profiles) if not df.empty else pd.DataFrame()
+    if not gains.empty:
+        gains = gains[(gains["engine_label"] == engine) & (gains["profile"] == profile)].reset_index(drop=True)
+    if gains.empty:
+        return Verdict(
+            "not measured",
+            f"Not measured yet: no pair of speculation off and {engine} on the {profile} profile is recorded, so this "
+            "page gives no verdict.",
+            pd.DataFrame(),
+        )
+    steps = ", ".join(f"{g:+.1f} % at {int(c)}" for c, g in zip(gains["concurrency"], gains["gain_pct"], strict=True))
+    measured = f"On {_gpus(df)}, {engine} changed output throughput against speculation off by {steps} (concurrency)."
+    low, high = _published(published, "output-throughput-gain-low"), _published(published, "output-throughput-gain-high")
+    reported = (
+        f" Red Hat reported gains that held to 200 concurrent requests, +{low:g} to +{high:g} % output throughput "
+        "(the range only in a secondary summary), on H200 with real weights and ShareGPT, MLPerf and SWE-bench prompts."
+        if low is not None and high is not None
+        else ""
+    )
+    at_top = gains[gains["concurrency"] == top]
+    wins = gains[gains["gain_pct"] > 100 * tolerance]
+    if wins.empty:
+        status, tail = "no gain", f" It never raised throughput by more than {100 * tolerance:.0f} %."
+    elif at_top.empty:
+        status, tail = "incomplete", f" Not yet measured at {top} concurrent requests."
+    elif float(at_top["gain_pct"].iloc[0]) > 100 * tolerance:
+        status, tail = f"gain holds to {top}", f" The gain held at {top} concurrent requests, as Red Hat reported."
+    else:
+        last = int(wins["concurrency"].max())
+        status, tail = "gain fades before the top", (
+            f" The last gain above {100 * tolerance:.0f} % was at concurrency {last}; at {top} it was "
+            f"{float(at_top['gain_pct'].iloc[0]):+.1f} %, unlike Red Hat's result."
+        )
+    return Verdict(status, measured + tail + reported, gains)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The rule a tuner takes away
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def mtp_rule(verdict: Verdict) -> str:
+    """The MTP page's rule, from its verdict (the starting configuration vLLM's own docs and PR #12755 give until a
+    measurement says more)."""
+    start = 'Start with `{"method": "mtp", "num_speculative_tokens": 1}`'
+    if verdict.status == "not measured":
+        return (
+            f"{start}, the only k vLLM's DeepSeek MTP support was validated with. Not measured here yet: the published "
+            "gains (1.63× at 1 QPS, none at 8 QPS) come from a 671B model on 8 GPUs; expect less on smaller models."
+        )
+    if verdict.status == "gain that shrinks with load":
+        return f"{start} and keep it where the request rate is low: measured here, its gain shrinks as load grows."
+    if verdict.status == "gain that holds with load":
+        return f"{start}: measured here, its gain held across the request rates tried."
+    if verdict.status == "no gain at low load":
+        return "Measured here, MTP at k = 1 did not lower TPOT even at low load on this shape: check the model's scale first."
+    return f"{start}; the measurement here is not complete yet."
+
+
+def eagle3_rule(verdict: Verdict, best: pd.DataFrame | None = None) -> str:
+    """The EAGLE-3 page's rule, from its verdict and, once the k sweep is measured, the best k per band."""
+    if verdict.status == "not measured":
+        return (
+            "Not measured here yet. Red Hat's article puts the sweet spot at 2-3 draft tokens and reports gains up to "
+            "200 concurrent requests on gpt-oss-120b; start there and measure at your own concurrency."
+        )
+    parts = []
+    if best is not None and not best.empty and best["best_k"].notna().any():
+        found = best[best["best_k"].notna()]
+        parts.append("best k measured: " + "; ".join(
+            f"{int(r.best_k)} at concurrency {r.band} ({r.profile})" for r in found.itertuples()
+        ))  # fmt: skip
+    headline = {
+        "gain holds to 200": "EAGLE-3 at k = 3 paid at every concurrency up to 200 here",
+        "gain fades before the top": "EAGLE-3 at k = 3 paid at low concurrency only here: switch it off above the band "
+        "where it stopped paying (num_speculative_tokens_per_batch_size with k = 0)",
+        "no gain": "EAGLE-3 at k = 3 did not pay here at the imposed acceptance",
+        "incomplete": "EAGLE-3 at k = 3 paid where measured so far; the top of the range is not measured yet",
+    }.get(verdict.status, verdict.status)
+    return headline + (". " + "; ".join(parts) + "." if parts else ".")
+
+
+def select_gains(
+    gains: pd.DataFrame, alpha: float | None = None, profile: str | None = None, k: int | None = None,
+) -> pd.DataFrame:
+    """Rows of a gain table at one imposed α, profile and/or k (``None``: any); an empty table stays empty."""
+    if gains.empty:
+        return gains
+    keep = gains["engine_label"].notna()
+    if alpha is not None:
+        keep &= (gains["imposed_alpha"].astype(float) - alpha).abs() < 1e-9
+    if profile is not None:
+        keep &= gains["profile"] == profile
+    if k is not None:
+        keep &= gains["k"] == k
+    return gains[keep]
