@@ -162,6 +162,8 @@ class CheckResult:
     rows: int = 0
     model_says: str = ""
     model_verdict: Verdict | None = None
+    #: the recorded point the data verdict rests on, where it rests on one (e.g. engine_label, concurrency)
+    point: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if (self.verdict in DATA_VERDICTS) != (self.rows > 0):
@@ -440,12 +442,13 @@ def spec_slower_at_reported_load(claim: Claim, ev: Evidence) -> CheckResult:
     if near.empty:
         elsewhere = "; ".join(f"{_pct(s)} at concurrency {int(c)}" for c, s in zip(pairs["concurrency"], pairs["speedup"], strict=True))
         measured = f"not yet near {streams:.0f} streams; measured so far: {elsewhere}" if elsewhere else "no paired row yet"
-        verdict, rows = Verdict.NOT_MEASURED, 0
+        verdict, rows, point = Verdict.NOT_MEASURED, 0, {}
     else:
         row = near.loc[(near["concurrency"].astype(float).map(math.log) - math.log(streams)).abs().idxmin()]
         measured = (f"concurrency {int(row['concurrency'])}: {row['baseline']:.1f} → {row['speculative']:.1f} output tok/s "
                     f"({_pct(row['speedup'])})")  # fmt: skip
         verdict, rows = judge(float(row["speedup"]), claimed), 1
+        point = {"engine_label": str(row["engine_label"]), "concurrency": int(row["concurrency"]), "k": k, "alpha": alpha}
     model_says, model_verdict = "", None
     if ev.fit is not None:
         load = round(streams)
@@ -454,7 +457,7 @@ def spec_slower_at_reported_load(claim: Claim, ev: Evidence) -> CheckResult:
         model_says = (f"H200-fitted roofline on the A100's peaks at {load} streams: {a100['output_tok_s_off']:.0f} → "
                       f"{a100['output_tok_s_on']:.0f} output tok/s ({_pct(predicted)})")  # fmt: skip
         model_verdict = judge(predicted, claimed)
-    return CheckResult(published, measured, verdict, rows, model_says, model_verdict)
+    return CheckResult(published, measured, verdict, rows, model_says, model_verdict, point)
 
 
 #: The shape whose MTP layers and target layers give the MTP draft cost c ≈ MTP layers / target layers.
@@ -904,6 +907,16 @@ def build_ledger(evidence: Evidence | None = None, claims: list[Claim] | None = 
             "model_says": result.model_says, "model_verdict": str(result.model_verdict) if result.model_verdict else "",
         })  # fmt: skip
     return pd.DataFrame(records, columns=LEDGER_COLUMNS)
+
+
+def result_for(claim_id: str, evidence: Evidence | None = None) -> CheckResult:
+    """The check of one claim of ``claims.csv`` run on ``evidence`` (default: ``load_evidence()``), for a case page
+    that states the same verdict as the ledger."""
+    ev = evidence if evidence is not None else load_evidence()
+    for claim in load_claims(published=ev.published):
+        if claim.claim_id == claim_id:
+            return get_check(claim.check)(claim, ev)
+    raise ConfigError(f"no claim {claim_id!r} in {claims_file().name}")
 
 
 def verdict_legend() -> str:

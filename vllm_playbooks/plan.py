@@ -406,3 +406,30 @@ def grid_table(plan: CasePlan, case: str | None = None) -> Any:
 def plan_file(case: str) -> Path:
     """Path of a case's YAML (for the book's 'how to re-run' notes)."""
     return Path(str(resources.files(CASES_PACKAGE) / f"{case}.yaml"))
+
+
+def unmeasured(plan: CasePlan, measured: Any) -> Any:
+    """The planned load levels each engine config still lacks a recorded row at, matched by engine label and load
+    (not by config id, which changes when a new field enters the stored config). One line per engine config."""
+    import pandas as pd
+
+    records = []
+    for engine in plan.engines:
+        rows = measured[measured["engine_label"] == engine.label] if len(measured) else measured
+        done = {(int(r.input_len), int(r.output_len), _maybe(r.concurrency), _maybe(r.request_rate_qps))
+                for r in rows.itertuples()}  # fmt: skip
+        planned = plan.loads_for(engine)
+        missing = [load for load in planned
+                   if (load.input_len, load.output_len, load.concurrency, load.request_rate_qps) not in done]  # fmt: skip
+        records.append({
+            "engine_label": engine.label, "planned": len(planned), "measured": len(planned) - len(missing),
+            "missing": ", ".join(load.slug() for load in missing) or "—",
+        })  # fmt: skip
+    return pd.DataFrame(records)
+
+
+def _maybe(value: Any) -> float | None:
+    """A row's concurrency or rate for comparison with a plan's (32.0 == 32): None for a missing value."""
+    import pandas as pd
+
+    return None if value is None or pd.isna(value) else float(value)

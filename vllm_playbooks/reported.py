@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from vllm_playbooks.errors import SchemaError
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from vllm_playbooks.claims import CheckResult
 
 
 def _value(published: pd.DataFrame, claim_id: str) -> float:
@@ -22,7 +25,9 @@ def implied_13834(published: pd.DataFrame) -> pd.Series:
 
     - input tokens per output token = (total − output) / output, with speculation off;
     - streams decoding at once (Little's law) = output tok/s × ITL in seconds;
-    - the relative change of output throughput and of ITL when speculation is switched on.
+    - the relative change of output throughput and of ITL when speculation is switched on;
+    - the TPOT ratio a closed loop would show (output throughput off / on), and the ITL ratio divided by it: the
+      tokens each streamed chunk would carry if the rest of the ITL rise were chunking (``analysis.itl_artifact``).
     """
     import pandas as pd
 
@@ -35,6 +40,9 @@ def implied_13834(published: pd.DataFrame) -> pd.Series:
             "streams_in_flight_spec_off": out_off * itl_off / 1000.0,
             "output_throughput_change_pct": 100.0 * (out_on / out_off - 1.0),
             "itl_ratio_on_over_off": itl_on / itl_off,
+            # a closed loop's TPOT moves inversely to its output throughput; the rest of the ITL rise is chunking
+            "tpot_ratio_if_closed_loop": out_off / out_on,
+            "itl_chunking_implied": (itl_on / itl_off) * (out_on / out_off),
         },
         name="implied",
     )
@@ -132,3 +140,34 @@ def published_row(published: pd.DataFrame, claim_id: str) -> str:
         raise SchemaError(f"reference table: expected one row {claim_id!r}, found {len(match)}")
     row = match.iloc[0]
     return f"{claim_id}: {row['value']:g} {row['unit']} ({row['setting']}; {row['source_url']})"
+
+
+
+def verdict_13834(result: CheckResult, artifact: pd.DataFrame, implied: pd.Series) -> str:
+    """The page's verdict on Discussion #13834 as Markdown: the ledger check's verdict and numbers
+    (``claims.spec_slower_at_reported_load``), then the ITL reading (``analysis.itl_artifact``) at the point the
+    check used, beside what the report's own ITL and throughput imply."""
+    head = f"**Verdict: {result.verdict}.** Reported: {result.published}. Measured on the H200: {result.measured}."
+    if result.model_says:
+        head += f" Model: {result.model_says} ({result.model_verdict})."
+    if not result.point:
+        return head
+    rows = artifact[(artifact["engine_label"] == result.point["engine_label"])
+                    & (artifact["concurrency"] == result.point["concurrency"])]  # fmt: skip
+    if rows.empty:
+        return head
+    row = rows.iloc[0]
+    from vllm_playbooks.theory import expected_tokens_per_step
+
+    k, alpha = int(result.point["k"]), float(result.point["alpha"])
+    tau = expected_tokens_per_step(alpha, k)
+    return (
+        f"{head} At that point our ITL rose ×{row['itl_ratio']:.2f} while TPOT rose ×{row['tpot_ratio']:.2f}: each "
+        f"streamed chunk carried {row['chunking']:.2f} tokens (mean acceptance length {row['mean_acceptance_length']:.2f}), "
+        f"so chunking explains {100 * row['artifact_share']:.0f} % of the ITL rise (log scale). If the report's load "
+        f"was a closed loop, its TPOT rose ×{implied['tpot_ratio_if_closed_loop']:.2f} beside its "
+        f"×{implied['itl_ratio_on_over_off']:.2f} ITL: {implied['itl_chunking_implied']:.2f} tokens per chunk, so "
+        f"chunking explains {100 * math.log(implied['itl_chunking_implied']) / math.log(implied['itl_ratio_on_over_off']):.0f} % "
+        f"of its ITL rise too, and its chunks held more than the {tau:.2f} tokens an i.i.d. α = {alpha:g} gives at "
+        f"k = {k} (V0 counted acceptance another way)."
+    )

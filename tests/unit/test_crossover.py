@@ -1,0 +1,99 @@
+"""Where speculation stops paying, the ITL chunking artifact, the schedule rule and the grid still to measure."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from vllm_playbooks import analysis
+from vllm_playbooks.plan import plan_from_dict, unmeasured
+
+
+def _rows(off: list[float], on: list[float], levels: list[int], metric: str = "output_tok_s") -> pd.DataFrame:
+    base = {"model_shape": "m", "load_format": "dummy", "gpu_name": "G", "input_len": 100, "output_len": 10, "request_rate_qps": None, "dtype": "bfloat16",
+            "kv_cache_dtype": "auto", "quantization": None, "max_num_seqs": 256, "max_num_batched_tokens": 8192,
+            "max_model_len": 4096, "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "temperature": 0.0,
+            "imposed_acceptance_rates": None}  # fmt: skip
+    records = []
+    for c, a, b in zip(levels, off, on, strict=True):
+        records.append({**base, "engine_label": "off", "spec_method": "none", "num_speculative_tokens": 0,
+                        "imposed_alpha": None, "concurrency": c, metric: a})  # fmt: skip
+        records.append({**base, "engine_label": "on", "spec_method": "draft_model", "num_speculative_tokens": 4,
+                        "imposed_alpha": 0.7, "concurrency": c, metric: b})  # fmt: skip
+    frame = pd.DataFrame(records)
+    missing = [c for c in analysis.PAIRING_COLUMNS if c not in frame]
+    assert not missing, missing
+    return frame
+
+
+def test_crossover_finds_the_last_gain_and_the_first_loss() -> None:
+    comparison = analysis.versus_baseline(_rows([100, 100, 100, 100], [150, 110, 102, 80], [1, 4, 16, 64]))
+    row = analysis.crossover(comparison).iloc[0]
+    assert (row["gains_up_to"], row["loses_from"]) == (4, 64)
+    assert row["text"] == "on: gains up to 4 streams; no change (within ±5 %) at 16; loses from 64 streams."
+
+
+def test_crossover_refuses_a_latency() -> None:
+    comparison = analysis.versus_baseline(_rows([1.0], [2.0], [1], "tpot_p50_ms"), "tpot_p50_ms")
+    with pytest.raises(ValueError, match="throughput"):
+        analysis.crossover(comparison)
+
+
+def test_schedule_rule_speculates_up_to_the_last_gain() -> None:
+    crossing = analysis.crossover(analysis.versus_baseline(_rows([100] * 3, [150, 110, 80], [1, 8, 32])))
+    rule = analysis.schedule_rule(crossing, "on", 4, 256)
+    assert '"num_speculative_tokens_per_batch_size": [[1, 8, 4], [9, 256, 0]]' in rule
+    never_lost = analysis.crossover(analysis.versus_baseline(_rows([100] * 2, [150, 110], [1, 8])))
+    assert "no schedule follows" in analysis.schedule_rule(never_lost, "on", 4, 256)
+
+
+def test_itl_artifact_recovers_tokens_per_chunk() -> None:
+    # off: ITL = TPOT = 20 ms. on: TPOT 30 ms (slower), 3 tokens per chunk → ITL 90 ms.
+    itl = _rows([20.0], [90.0], [32], "itl_mean_ms")
+    frame = itl.assign(tpot_mean_ms=[20.0, 30.0], mean_acceptance_length=[None, 3.0])
+    row = analysis.itl_artifact(frame).iloc[0]
+    assert row["itl_ratio"] == pytest.approx(4.5) and row["tpot_ratio"] == pytest.approx(1.5)
+    assert row["chunking"] == pytest.approx(3.0)
+    assert row["artifact_share"] == pytest.approx(math.log(3.0) / math.log(4.5))
+    faster = itl.assign(itl_mean_ms=[20.0, 30.0], tpot_mean_ms=[20.0, 10.0], mean_acceptance_length=[None, 3.0])
+    assert analysis.itl_artifact(faster).iloc[0]["artifact_share"] == 1.0  # TPOT fell: all of the rise is chunking
+
+
+def test_recorded_chunking_equals_acceptance_length() -> None:
+    """On every recorded 70B pair, tokens per chunk (ITL ratio / TPOT ratio) is the measured acceptance length."""
+    from vllm_playbooks.runner import replay_case
+
+    table = analysis.itl_artifact(replay_case("discussion-13834"))
+    assert len(table) >= 13
+    assert ((table["chunking"] / table["mean_acceptance_length"] - 1).abs() < 0.05).all()
+
+
+def test_unmeasured_matches_by_label_and_load() -> None:
+    plan = plan_from_dict({"case": "t", "engine_defaults": {"model": "llama-3.1-8b", "max_model_len": 2048},
+                           "engines": [{"label": "a"}, {"label": "b"}],
+                           "loads": {"input_len": 8, "output_len": 8, "concurrency": [1, 4]}})  # fmt: skip
+    rows = pd.DataFrame({"engine_label": ["a", "a", "b"], "input_len": [8, 8, 8], "output_len": [8, 8, 8],
+                         "concurrency": [1.0, 4.0, 4.0], "request_rate_qps": [None, None, None]})  # fmt: skip
+    table = unmeasured(plan, rows).set_index("engine_label")
+    assert table.loc["a", "missing"] == "—" and table.loc["b", "missing"] == "in8-out8-c1"
+    assert table["measured"].tolist() == [2, 1]
+
+
+def test_the_case_page_verdict_is_the_ledgers_and_reads_its_point() -> None:
+    from vllm_playbooks import claims, reported
+    from vllm_playbooks.errors import ConfigError
+    from vllm_playbooks.results.store import load_reference
+    from vllm_playbooks.runner import replay_case
+
+    result = claims.result_for("discussion-13834-slower")
+    ledger = claims.build_ledger().set_index("claim")
+    assert str(result.verdict) == ledger.loc["discussion-13834-slower", "verdict"]
+    assert result.point["concurrency"] == 32 and result.point["k"] == 5
+    implied = reported.implied_13834(load_reference("discussion-13834"))
+    assert implied["itl_chunking_implied"] == pytest.approx(implied["itl_ratio_on_over_off"] / implied["tpot_ratio_if_closed_loop"])
+    text = reported.verdict_13834(result, analysis.itl_artifact(replay_case("discussion-13834")), implied)
+    assert text.startswith(f"**Verdict: {result.verdict}.**") and "tokens per chunk" in text
+    with pytest.raises(ConfigError, match="no claim 'nope'"):
+        claims.result_for("nope")
