@@ -410,9 +410,11 @@ def plan_file(case: str) -> Path:
 
 def unmeasured(plan: CasePlan, measured: Any) -> Any:
     """The planned load levels each engine config still lacks a recorded row at, matched by engine label and load
-    (not by config id, which changes when a new field enters the stored config). One line per engine config."""
+    (not by config id, which changes when a new field enters the stored config). One line per engine config;
+    ``missing`` names load levels (``c4``, ``qps2``), with their lengths where the plan has several."""
     import pandas as pd
 
+    lengths = {(load.input_len, load.output_len) for engine in plan.engines for load in plan.loads_for(engine)}
     records = []
     for engine in plan.engines:
         rows = measured[measured["engine_label"] == engine.label] if len(measured) else measured
@@ -423,9 +425,14 @@ def unmeasured(plan: CasePlan, measured: Any) -> Any:
                    if (load.input_len, load.output_len, load.concurrency, load.request_rate_qps) not in done]  # fmt: skip
         records.append({
             "engine_label": engine.label, "planned": len(planned), "measured": len(planned) - len(missing),
-            "missing": ", ".join(load.slug() for load in missing) or "—",
+            "missing": ", ".join(_short(load) if len(lengths) == 1 else load.slug() for load in missing) or "—",
         })  # fmt: skip
     return pd.DataFrame(records)
+
+
+def _short(load: LoadPoint) -> str:
+    """A load's slug without its lengths: ``c4``, ``qps2``."""
+    return "-".join(part for part in load.slug().split("-") if not part.startswith(("in", "out")))
 
 
 def _maybe(value: Any) -> float | None:

@@ -77,7 +77,7 @@ def test_unmeasured_matches_by_label_and_load() -> None:
     rows = pd.DataFrame({"engine_label": ["a", "a", "b"], "input_len": [8, 8, 8], "output_len": [8, 8, 8],
                          "concurrency": [1.0, 4.0, 4.0], "request_rate_qps": [None, None, None]})  # fmt: skip
     table = unmeasured(plan, rows).set_index("engine_label")
-    assert table.loc["a", "missing"] == "—" and table.loc["b", "missing"] == "in8-out8-c1"
+    assert table.loc["a", "missing"] == "—" and table.loc["b", "missing"] == "c1"
     assert table["measured"].tolist() == [2, 1]
 
 
