@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -15,7 +16,7 @@ from vllm_playbooks.config.crosscheck import (
     vllm_argv,
 )
 from vllm_playbooks.errors import ConfigError
-from vllm_playbooks.shapes import SHAPES_DIR
+from vllm_playbooks.shapes import SHAPES_DIR, get_shape, vllm_path
 
 
 def test_labels_are_unique_and_the_table_covers_the_pitfalls() -> None:
@@ -52,9 +53,10 @@ def test_warnings_are_kept_with_an_accepted_verdict() -> None:
 
 def test_vllm_gets_shape_folders_and_the_mapping_verbatim() -> None:
     argv = vllm_argv(case_by_label("draft-temperature"))
-    assert argv[argv.index("--model") + 1] == str(SHAPES_DIR / "llama-3.1-8b")
+    assert argv[argv.index("--model") + 1] == str(vllm_path(get_shape("llama-3.1-8b")))
     spec = json.loads(argv[argv.index("--speculative-config") + 1])
-    assert spec["model"] == str(SHAPES_DIR / "llama-3.2-1b") and spec["temperature"] == 0.7
+    assert spec["model"] == str(vllm_path(get_shape("llama-3.2-1b"))) and spec["temperature"] == 0.7
+    assert Path(spec["model"]).resolve() == (SHAPES_DIR / "llama-3.2-1b").resolve()
     assert argv[argv.index("--load-format") + 1] == "dummy"
     ngram = json.loads(vllm_argv(case_by_label("ngram-as-model"))[-1])
     assert ngram["model"] == "[ngram]"  # not a shape: passed on as typed

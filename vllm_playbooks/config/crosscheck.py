@@ -174,14 +174,14 @@ def our_verdict(case: CrossCheckCase) -> Verdict:
 
 def vllm_argv(case: CrossCheckCase) -> list[str]:
     """The server arguments (after the program name) that put ``case`` to vLLM, as ``vllm serve`` would get them;
-    a shape name in the mapping's ``model`` becomes its folder."""
-    from vllm_playbooks.shapes import TOKENIZER_DIR, SHAPES_DIR, resolve_model
+    a shape name (target, or the mapping's ``model``) becomes the path the runner serves it from (``vllm_path``)."""
+    from vllm_playbooks.shapes import SHAPES_DIR, TOKENIZER_DIR, resolve_model, vllm_path
 
     spec = dict(case.speculative)
     if isinstance(spec.get("model"), str) and (SHAPES_DIR / spec["model"]).is_dir():
-        spec["model"] = str(resolve_model(spec["model"]).path)
+        spec["model"] = str(vllm_path(resolve_model(spec["model"]), create=True))
     return [
-        "--model", str(resolve_model(case.target).path),
+        "--model", str(vllm_path(resolve_model(case.target), create=True)),
         "--tokenizer", str(TOKENIZER_DIR),
         "--load-format", "dummy",
         "--max-model-len", str(case.max_model_len),
