@@ -511,10 +511,10 @@ def draft_overhead_summary(rows: Iterable[Any], fit: EfficiencyFit, gpu: Gpu | s
     """The TPOT error of the calibrated roofline before and after the draft overhead, in-sample and out-of-sample.
 
     ``fit`` gives the spec-off efficiencies (its own overhead terms are ignored: t_d is refitted here on ``rows``).
-    One line per evaluation: which rows (``rows``: how many), whether the number is ``in-sample`` (the rows were
-    fitted on, so it flatters the model), ``out-of-sample`` (each row predicted with a t_d fitted without its case,
-    or without its engine config: ``draft_overhead_holdout``) or ``no term``; the t_d used (its range over the folds
-    for a hold-out), the median and the largest |TPOT error|. The spec-off rows are always in-sample: the
+    One line per evaluation: which rows (``subset``; ``n_rows``: how many), whether the number is ``in-sample`` (the
+    rows were fitted on, so it flatters the model), ``out-of-sample`` (each row predicted with a t_d fitted without
+    its case, or without its engine config: ``draft_overhead_holdout``) or ``no term``; the t_d used (its range over
+    the folds for a hold-out), the median and the largest |TPOT error|. The spec-off rows are always in-sample: the
     efficiencies were fitted on them.
     """
     import pandas as pd
@@ -531,7 +531,7 @@ def draft_overhead_summary(rows: Iterable[Any], fit: EfficiencyFit, gpu: Gpu | s
         return np.array([predict_tpot_ms(r, model, device) / float(_get(r, "tpot_mean_ms")) - 1 for r in subset])
 
     def line(what: str, sample: str, td: tuple[float, float], e: np.ndarray) -> dict[str, Any]:
-        return {"rows": what, "count": len(e), "sample": sample, "draft_overhead_ms_min": 1000 * td[0],
+        return {"subset": what, "n_rows": len(e), "sample": sample, "draft_overhead_ms_min": 1000 * td[0],
                 "draft_overhead_ms_max": 1000 * td[1], "median_abs_tpot_error": float(np.median(np.abs(e))),
                 "max_abs_tpot_error": float(np.max(np.abs(e)))}  # fmt: skip
 

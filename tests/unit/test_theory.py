@@ -451,8 +451,8 @@ def test_draft_overhead_meets_issue_8_bound_in_and_out_of_sample(calibration: tu
     assert len(errors) == recorded
     assert errors.median() <= 0.15  # issue #8's bound; 0.066 in-sample over the 27 rows of 2026-11-30 (0.091 without)
     assert errors.median() < T.prediction_table(rows, fit).tpot_rel_error.abs().median()
-    summary = T.draft_overhead_summary(rows, fit).set_index(["rows", "sample"])
-    assert summary.loc[("all", "in-sample"), "count"] == recorded
+    summary = T.draft_overhead_summary(rows, fit).set_index(["subset", "sample"])
+    assert summary.loc[("all", "in-sample"), "n_rows"] == recorded
     assert summary.loc[("all", "in-sample"), "median_abs_tpot_error"] == pytest.approx(errors.median())
     for by in ("case", "config"):  # out of sample: each row predicted with a t_d fitted without its case / config
         line = summary.loc[(f"spec on, leave one {by} out", "out-of-sample")]
