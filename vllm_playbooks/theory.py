@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -171,9 +171,19 @@ def compute_bound_batch(
     return batch
 
 
-def speculative_tpot_s(target_verify_s: float, draft_step_s: float, alpha: float, k: int) -> float:
-    """Time per output token with speculation: (T_target(B, k+1) + k · T_draft(B, 1)) / τ(α, k)."""
-    return (target_verify_s + k * draft_step_s) / expected_tokens_per_step(alpha, k)
+def speculative_tpot_s(
+    target_verify_s: float, draft_step_s: float, alpha: float, k: int, draft_overhead_s: float = 0.0,
+    verify_overhead_s: float = 0.0,
+) -> float:
+    """Time per output token with speculation: (T_target(B, k+1) + k · (T_draft(B, 1) + t_d) + t_v) / τ(α, k).
+
+    ``draft_overhead_s`` (t_d) is a fixed cost per draft forward and ``verify_overhead_s`` (t_v) one per speculative
+    step, beyond the roofline times of the forwards (see ``DraftOverheadFit``); both default to 0, Leviathan's model.
+    """
+    if min(draft_overhead_s, verify_overhead_s) < 0:
+        raise ValueError("draft_overhead_s and verify_overhead_s must be >= 0")
+    step = target_verify_s + k * (draft_step_s + draft_overhead_s) + verify_overhead_s
+    return step / expected_tokens_per_step(alpha, k)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -189,7 +199,8 @@ class EfficiencyFit:
     ``max(dense_bytes / (bandwidth_efficiency·BW) + awq_bytes / (quantized_bandwidth_efficiency·BW),
     flops / (compute_efficiency·BF16 peak)) + overhead_s``, where dense bytes are BF16 weights plus KV cache, AWQ bytes
     the 4-bit linear weights (streamed by dequantizing kernels, much slower per byte) and flops include the prompt
-    tokens of requests that join mid-run (chunked prefill shares steps with decodes).
+    tokens of requests that join mid-run (chunked prefill shares steps with decodes). ``speculation``, when fitted
+    (``fit_efficiency(..., draft_overhead=True)``), adds the fixed costs of speculating with a draft model.
     """
 
     gpu: str
@@ -199,6 +210,44 @@ class EfficiencyFit:
     overhead_s: float
     rows_used: int
     rms_relative_error: float
+    #: the fixed costs speculation adds per draft forward and per step (``fit_draft_overhead``); None: no such term,
+    #: the speculative TPOT is the roofline of its forwards alone (the model before issue #8)
+    speculation: DraftOverheadFit | None = None
+
+    @property
+    def draft_overhead_s(self) -> float:
+        """t_d, the fixed cost of one draft forward beyond its roofline time (0 without a fitted term)."""
+        return self.speculation.draft_overhead_s if self.speculation is not None else 0.0
+
+    @property
+    def verify_overhead_s(self) -> float:
+        """t_v, the fixed cost of one speculative step beyond its forwards (0 without a fitted term)."""
+        return self.speculation.verify_overhead_s if self.speculation is not None else 0.0
+
+    def with_draft_overhead(self, speculation: DraftOverheadFit | None) -> EfficiencyFit:
+        """The same efficiencies with ``speculation``'s overhead terms (None: without any)."""
+        return replace(self, speculation=speculation)
+
+
+@dataclass(frozen=True)
+class DraftOverheadFit:
+    """Fixed costs that speculation with a separate draft model adds beyond the roofline of its forwards.
+
+    With them a speculative step costs T_target(B, k+1) + k · (T_draft(B, 1) + t_d) + t_v, where each T already holds
+    the spec-off fit's per-forward overhead t0. ``draft_overhead_s`` (t_d) is paid once per draft forward and
+    ``verify_overhead_s`` (t_v) once per step; both are fitted on speculation-on rows with the spec-off efficiencies
+    held fixed (``fit_draft_overhead``). ``rows_used`` and ``groups`` (the cases those rows come from) say what the
+    fit saw; ``rms_relative_error`` is its in-sample RMS relative TPOT error on them. ``draft_overhead_se_s`` is the
+    least-squares standard error of t_d as if the residuals were independent; rows of one case share the case's
+    errors, so it understates the uncertainty, and ``draft_overhead_holdout`` is the honest check.
+    """
+
+    draft_overhead_s: float
+    verify_overhead_s: float = 0.0
+    rows_used: int = 0
+    groups: tuple[str, ...] = ()
+    rms_relative_error: float = math.nan
+    draft_overhead_se_s: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -261,11 +310,14 @@ def _time(f: _Forward, gpu: Gpu, eb: float, eq: float, ef: float, t0: float) -> 
     return max(memory, f.flops / (ef * gpu.bf16_flops_s)) + t0
 
 
-def _tpot_ms(terms: tuple[_Forward, _Forward | None, int, float], gpu: Gpu, p: tuple[float, ...]) -> float:
+def _tpot_ms(
+    terms: tuple[_Forward, _Forward | None, int, float], gpu: Gpu, p: tuple[float, ...], draft_overhead_s: float = 0.0,
+    verify_overhead_s: float = 0.0,
+) -> float:
     target, draft, k, tau = terms
     step = _time(target, gpu, *p)
     if draft is not None:
-        step += k * _time(draft, gpu, *p)
+        step += k * (_time(draft, gpu, *p) + draft_overhead_s) + verify_overhead_s
     return step / tau * 1000.0
 
 
@@ -273,14 +325,19 @@ def _as_gpu(gpu: Gpu | str) -> Gpu:
     return get_gpu(gpu) if isinstance(gpu, str) else gpu
 
 
-def fit_efficiency(rows: Iterable[Any], gpu: Gpu | str) -> EfficiencyFit:
+def fit_efficiency(rows: Iterable[Any], gpu: Gpu | str, draft_overhead: bool = False) -> EfficiencyFit:
     """Least-squares fit (relative TPOT residuals) of the four roofline parameters on the rows without speculation.
 
     Parameters: HBM efficiency for BF16 weights and KV, HBM efficiency for AWQ 4-bit weights (only identifiable when
     an AWQ row is present; otherwise it stays at the BF16 value), BF16 compute efficiency (identified by the prefill
     tokens that share steps at high concurrency) and a fixed overhead per forward pass. Efficiencies are bounded to
     (0, 1]. Search: a coarse grid, then coordinate refinement with shrinking steps (numpy only, no scipy).
+
+    ``draft_overhead=True`` then fits the per-draft-forward overhead t_d on the rows with speculation, these four
+    parameters held fixed (``fit_draft_overhead``), and returns the fit with it; the rows with speculation never move
+    the four parameters, so the two fits stay separable.
     """
+    rows = list(rows)
     device = _as_gpu(gpu)
     off = [r for r in rows if int(_get(r, "num_speculative_tokens") or 0) == 0]
     if len(off) < 3:
@@ -318,10 +375,183 @@ def fit_efficiency(rows: Iterable[Any], gpu: Gpu | str) -> EfficiencyFit:
             if steps[0] < 1e-4:
                 break
     eb, eq, ef, t0 = clip(current)
-    return EfficiencyFit(
+    fit = EfficiencyFit(
         gpu=device.name, bandwidth_efficiency=eb, quantized_bandwidth_efficiency=eq, compute_efficiency=ef,
         overhead_s=t0, rows_used=len(off), rms_relative_error=math.sqrt(loss((eb, eq, ef, t0))),
     )  # fmt: skip
+    if draft_overhead:
+        fit = fit.with_draft_overhead(fit_draft_overhead(rows, fit, device))
+    return fit
+
+
+def _is_speculative(row: Any) -> bool:
+    return int(_get(row, "num_speculative_tokens") or 0) > 0
+
+
+def fit_draft_overhead(
+    rows: Iterable[Any], fit: EfficiencyFit, gpu: Gpu | str | None = None, verify_term: bool = False,
+    nonnegative: bool = True,
+) -> DraftOverheadFit:
+    """Fit the per-draft-forward overhead t_d (and, with ``verify_term``, a per-step t_v) on the speculation-on rows.
+
+    The spec-off parameters of ``fit`` are held fixed (its own overhead terms, if any, are ignored), so each row's
+    predicted TPOT (B_i + k_i·t_d + t_v) / τ_i is linear in the unknowns, B_i being the roofline step of its forwards.
+    The loss is ``fit_efficiency``'s, the mean squared relative TPOT error, so the fit is a closed-form weighted linear
+    least squares. With ``nonnegative`` (the default) a term the data would make negative, which has no physical
+    meaning, is held at 0 and the other refitted. Rows without speculation are skipped. ``gpu`` defaults to the fit's:
+    the rows must have been measured on it.
+    """
+    device = _as_gpu(gpu if gpu is not None else fit.gpu)
+    spec = [r for r in rows if _is_speculative(r)]
+    unknowns = 2 if verify_term else 1
+    if len(spec) < unknowns:
+        raise ValueError(f"need at least {unknowns} rows with speculation to fit, got {len(spec)}")
+    params = _params(fit)
+    x, z, y = [], [], []
+    for row in spec:
+        terms = _row_terms(row)
+        k, tau = terms[2], terms[3]
+        base_s = _tpot_ms(terms, device, params) * tau / 1000.0
+        scale = tau * float(_get(row, "tpot_mean_ms")) / 1000.0  # measured step time (s)
+        x.append(k / scale)
+        z.append(1.0 / scale)
+        y.append(1.0 - base_s / scale)
+    design = np.column_stack([x, z])[:, :unknowns]
+    target = np.array(y)
+
+    def solve(columns: list[int]) -> np.ndarray:
+        out = np.zeros(unknowns)
+        if columns:
+            out[columns] = np.linalg.lstsq(design[:, columns], target, rcond=None)[0]
+        return out
+
+    def sse(columns: list[int]) -> float:
+        return float(np.sum((design @ solve(columns) - target) ** 2))
+
+    active = list(range(unknowns))
+    if nonnegative and np.any(solve(active) < 0):
+        subsets = [[0], [1], []] if unknowns == 2 else [[]]
+        active = min((c for c in subsets if np.all(solve(c) >= 0)), key=sse)
+    solution = solve(active)
+    residuals = design @ solution - target
+    se = math.nan
+    if 0 in active and len(target) > len(active):
+        sub = design[:, active]
+        cov = sse(active) / (len(target) - len(active)) * np.linalg.inv(sub.T @ sub)
+        se = math.sqrt(float(cov[active.index(0), active.index(0)]))
+    groups = tuple(sorted({str(_get(r, "case")) for r in spec}))
+    return DraftOverheadFit(
+        draft_overhead_s=float(solution[0]), verify_overhead_s=float(solution[1]) if verify_term else 0.0,
+        rows_used=len(spec), groups=groups, rms_relative_error=math.sqrt(float(np.mean(residuals**2))),
+        draft_overhead_se_s=se,
+    )  # fmt: skip
+
+
+#: How ``draft_overhead_holdout`` groups the speculation-on rows: by recorded case, by engine config, or row by row.
+HOLDOUT_GROUPINGS = ("case", "config", "row")
+
+
+def _holdout_group(row: Any, by: str, index: int) -> str:
+    if by == "case":
+        return str(_get(row, "case"))
+    if by == "config":
+        alpha = _get(row, "imposed_alpha")
+        return (f"{_get(row, 'case')}: {_get(row, 'draft_model')} k={int(_get(row, 'num_speculative_tokens'))}"
+                f" α={'earned' if alpha is None else f'{float(alpha):g}'}")  # fmt: skip
+    if by == "row":
+        return f"{_get(row, 'case')} #{index}"
+    raise ValueError(f"by must be one of {HOLDOUT_GROUPINGS}, got {by!r}")
+
+
+def draft_overhead_holdout(
+    rows: Iterable[Any], fit: EfficiencyFit, by: str = "case", gpu: Gpu | str | None = None, verify_term: bool = False,
+) -> pd.DataFrame:
+    """Out-of-sample error of the draft overhead: each group of speculation-on rows predicted with a t_d (and t_v)
+    fitted on the other groups' rows only.
+
+    ``by``: ``"case"`` (leave one recorded case out: the 8B case's t_d predicts the 70B case and back), ``"config"``
+    (leave one engine config out: case, draft model, k, imposed α) or ``"row"``. The spec-off efficiencies of ``fit``
+    are held fixed in every fold, and they were fitted on the spec-off rows of every case, the held-out one's
+    included (the AWQ bandwidth efficiency cannot be fitted without the 70B case's own rows): what is held out is the
+    speculation-on rows, which are all the overhead fit sees. One line per speculation-on row, in input order:
+    ``held_out`` (its group), what identifies it, the measured TPOT, the prediction without any overhead term
+    (``tpot_ms_no_term``) and with the held-out t_d (``tpot_ms_held_out``), that t_d (``draft_overhead_ms``), how many
+    rows it was fitted on (``rows_fitted``) and both relative errors (predicted / measured − 1).
+    """
+    import pandas as pd
+
+    spec = [r for r in rows if _is_speculative(r)]
+    device = _as_gpu(gpu if gpu is not None else fit.gpu)
+    labels = [_holdout_group(r, by, i) for i, r in enumerate(spec)]
+    if len(set(labels)) < 2:
+        raise ValueError(f"a hold-out needs speculation-on rows from at least 2 groups (by={by!r}), got {set(labels)}")
+    bare = fit.with_draft_overhead(None)
+    folds = {}
+    for label in dict.fromkeys(labels):
+        train = [r for r, g in zip(spec, labels, strict=True) if g != label]
+        folds[label] = (fit_draft_overhead(train, bare, device, verify_term=verify_term), len(train))
+    records = []
+    for row, label in zip(spec, labels, strict=True):
+        overhead, fitted = folds[label]
+        measured = float(_get(row, "tpot_mean_ms"))
+        no_term = predict_tpot_ms(row, bare, device)
+        held_out = predict_tpot_ms(row, bare.with_draft_overhead(overhead), device)
+        records.append({
+            "held_out": label, "case": _get(row, "case"), "draft_model": _get(row, "draft_model"),
+            "k": int(_get(row, "num_speculative_tokens")), "imposed_alpha": _get(row, "imposed_alpha"),
+            "concurrency": int(_get(row, "concurrency")), "tpot_ms_measured": measured, "tpot_ms_no_term": no_term,
+            "tpot_ms_held_out": held_out, "draft_overhead_ms": 1000.0 * overhead.draft_overhead_s,
+            "verify_overhead_ms": 1000.0 * overhead.verify_overhead_s, "rows_fitted": fitted,
+            "tpot_rel_error_no_term": no_term / measured - 1, "tpot_rel_error_held_out": held_out / measured - 1,
+        })  # fmt: skip
+    return pd.DataFrame(records)
+
+
+def draft_overhead_summary(rows: Iterable[Any], fit: EfficiencyFit, gpu: Gpu | str | None = None) -> pd.DataFrame:
+    """The TPOT error of the calibrated roofline before and after the draft overhead, in-sample and out-of-sample.
+
+    ``fit`` gives the spec-off efficiencies (its own overhead terms are ignored: t_d is refitted here on ``rows``).
+    One line per evaluation: which rows (``subset``; ``n_rows``: how many), whether the number is ``in-sample`` (the
+    rows were fitted on, so it flatters the model), ``out-of-sample`` (each row predicted with a t_d fitted without
+    its case, or without its engine config: ``draft_overhead_holdout``) or ``no term``; the t_d used (its range over
+    the folds for a hold-out), the median and the largest |TPOT error|. The spec-off rows are always in-sample: the
+    efficiencies were fitted on them.
+    """
+    import pandas as pd
+
+    rows = list(rows)
+    device = _as_gpu(gpu if gpu is not None else fit.gpu)
+    bare = fit.with_draft_overhead(None)
+    overhead = fit_draft_overhead(rows, bare, device)
+    with_term = bare.with_draft_overhead(overhead)
+    off = [r for r in rows if not _is_speculative(r)]
+    spec = [r for r in rows if _is_speculative(r)]
+
+    def errors(subset: list[Any], model: EfficiencyFit) -> np.ndarray:
+        return np.array([predict_tpot_ms(r, model, device) / float(_get(r, "tpot_mean_ms")) - 1 for r in subset])
+
+    def line(what: str, sample: str, td: tuple[float, float], e: np.ndarray) -> dict[str, Any]:
+        return {"subset": what, "n_rows": len(e), "sample": sample, "draft_overhead_ms_min": 1000 * td[0],
+                "draft_overhead_ms_max": 1000 * td[1], "median_abs_tpot_error": float(np.median(np.abs(e))),
+                "max_abs_tpot_error": float(np.max(np.abs(e)))}  # fmt: skip
+
+    td = overhead.draft_overhead_s
+    off_e, spec_before, spec_after = errors(off, bare), errors(spec, bare), errors(spec, with_term)
+    records = [
+        line("spec off", "in-sample", (0.0, 0.0), off_e),
+        line("spec on", "no term", (0.0, 0.0), spec_before),
+        line("spec on", "in-sample", (td, td), spec_after),
+    ]
+    for by in ("case", "config"):
+        held = draft_overhead_holdout(rows, bare, by, device)
+        span = (held.draft_overhead_ms.min() / 1000, held.draft_overhead_ms.max() / 1000)
+        out_of_sample = held.tpot_rel_error_held_out.to_numpy()
+        records.append(line(f"spec on, leave one {by} out", "out-of-sample", span, out_of_sample))
+    records += [
+        line("all", "no term", (0.0, 0.0), np.concatenate([off_e, spec_before])),
+        line("all", "in-sample", (td, td), np.concatenate([off_e, spec_after])),
+    ]
+    return pd.DataFrame(records)
 
 
 def _params(fit: EfficiencyFit) -> tuple[float, float, float, float]:
@@ -346,10 +576,12 @@ def forward_time_s(
 def predict_tpot_ms(row_like: Any, fit: EfficiencyFit, gpu: Gpu | str | None = None, alpha: float | None = None) -> float:
     """Predicted mean TPOT (ms) of a closed-loop row, with or without speculation, on ``gpu`` (default: the fit's).
 
-    With speculation: (T_target(B, k+1) + k · T_draft(B, 1)) / τ, each forward from the same fitted roofline.
+    With speculation: (T_target(B, k+1) + k · (T_draft(B, 1) + t_d) + t_v) / τ, each forward from the same fitted
+    roofline, t_d and t_v the fit's speculation overheads (``EfficiencyFit.speculation``; 0 when it has none). On
+    another GPU they are carried over unchanged, as the per-forward overhead t0 is.
     """
     device = _as_gpu(gpu if gpu is not None else fit.gpu)
-    return _tpot_ms(_row_terms(row_like, alpha), device, _params(fit))
+    return _tpot_ms(_row_terms(row_like, alpha), device, _params(fit), fit.draft_overhead_s, fit.verify_overhead_s)
 
 
 def prediction_table(rows: Iterable[Any], fit: EfficiencyFit, gpu: Gpu | str | None = None) -> pd.DataFrame:
@@ -383,7 +615,7 @@ CALIBRATION_CASES = ("llama-8b-draft-model", "discussion-13834")
 
 
 def calibration_rows() -> list[Any]:
-    """The 14 recorded H200 rows (spec off and on) of ``CALIBRATION_CASES``."""
+    """Every recorded H200 row (spec off and on) of ``CALIBRATION_CASES``, rebuilt from the raw files."""
     from vllm_playbooks.runner import replay_rows
 
     return [row for case in CALIBRATION_CASES for row in replay_rows(case)]
@@ -394,7 +626,8 @@ def predict_13834_a100(fit: EfficiencyFit, concurrency: int = 32, alpha: float =
 
     Llama-3.3-70B AWQ target, Llama-3.2-3B AWQ draft, k = 5, α = 0.72 (τ ≈ 3.07), fp8 KV, 1240 in / 128 out,
     ≈ ``concurrency`` streams. Returns predicted TPOT and output tok/s (closed loop, concurrency × 1000 / TPOT) off
-    and on, beside the reported output tok/s read from ``data/reference/published.csv``.
+    and on, beside the reported output tok/s read from ``data/reference/published.csv``. The speculative prediction
+    includes the fit's per-draft-forward overhead when it has one (``fit_efficiency(..., draft_overhead=True)``).
     """
     from vllm_playbooks.results.store import load_reference
 
@@ -420,7 +653,8 @@ def whatif_curve(
     kv_cache_dtype: str = "auto", draft_model: str | None = None, k: int = 0, alpha: float | None = None,
 ) -> pd.DataFrame:
     """Predicted mean TPOT and closed-loop output tok/s against concurrency, without and (if a draft is given) with
-    speculation, on ``gpu`` with the efficiencies fitted on the H200 (see ``EfficiencyFit``)."""
+    speculation, on ``gpu`` with the efficiencies fitted on the H200 (see ``EfficiencyFit``; the speculative curve
+    includes the fit's draft overhead t_d when it has one)."""
     import pandas as pd
 
     base = {"model_shape": model, "kv_cache_dtype": kv_cache_dtype, "input_len": input_len, "output_len": output_len,
@@ -623,7 +857,9 @@ def speculation_prediction(
     ``draft=None`` drafts with the target's MTP modules, else with the draft model or head ``draft``. With
     T(B, q) the forward time over B sequences of q tokens: c = T_draft(B, 1) / T(B, 1) and
     S = τ · T(B, 1) / (T(B, k + 1) + k · T_draft(B, 1)), τ = 1 + Σ rates. The drafter's first pass really covers
-    the accepted tokens of the last step (slightly more than B tokens); that is not modelled.
+    the accepted tokens of the last step (slightly more than B tokens); that is not modelled. ``fit``'s draft
+    overhead t_d is not applied: it was fitted on separate draft models (vLLM's ``draft_model`` method, which runs
+    without async scheduling), not on MTP modules or EAGLE heads.
     """
     p = list(rates)
     k = len(p)
