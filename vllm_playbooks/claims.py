@@ -337,10 +337,11 @@ def load_evidence(data: Path | None = None) -> Evidence:
     fit = None
     calibration = [
         r for case in theory.CALIBRATION_CASES if case in runs for r in _records(runs[case])
-        if not r["num_speculative_tokens"] and "H200" in str(r["gpu_name"])
+        if "H200" in str(r["gpu_name"])
     ]  # fmt: skip
-    if len(calibration) >= 3:
-        fit = theory.fit_efficiency(calibration, "H200-SXM")
+    if sum(not r["num_speculative_tokens"] for r in calibration) >= 3:
+        # the roofline on the speculation-off rows, the per-draft-forward overhead on the speculation-on rows
+        fit = theory.fit_efficiency(calibration, "H200-SXM", draft_overhead=any(r["num_speculative_tokens"] for r in calibration))
     return Evidence(published=published, runs=runs, startups=recorded_startups(folder), fit=fit)
 
 
