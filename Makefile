@@ -6,10 +6,20 @@ STAMP := $(VENV)/.installed
 EXECUTED := book/executed
 CASE ?=
 PARAMS ?=
+# MathJax 2.7 for offline math: the static files of jupyter-server-mathjax (its wheel only, none of its dependencies)
+MATHJAX_PKG := jupyter-server-mathjax==0.2.6
+MATHJAX := _mathjax/mathjax/MathJax.js
 
 .PHONY: venv book execute html test test-cpu-e2e reproduce check-notebooks site-check publish clean
 
 venv: $(STAMP)
+
+$(MATHJAX): | $(STAMP)
+	rm -rf _build/mathjax _mathjax
+	$(PY) -m pip download -q --no-deps --dest _build/mathjax $(MATHJAX_PKG)
+	$(PY) -m zipfile -e _build/mathjax/*.whl _build/mathjax/unpacked
+	mkdir -p _mathjax
+	cp -R _build/mathjax/unpacked/jupyter_server_mathjax/static _mathjax/mathjax
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,11 +35,11 @@ execute: $(STAMP)
 	rm -rf $(EXECUTED)
 	$(PY) -m vllm_playbooks.notebooks execute-all --out $(EXECUTED)
 
-html: $(STAMP)
+html: $(STAMP) $(MATHJAX)
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 
 ## test: unit tests, nbval over the source notebooks, the notebook pattern, and a book-build smoke test
-test: $(STAMP)
+test: $(STAMP) $(MATHJAX)
 	$(PY) -m pytest
 
 ## test-cpu-e2e: one end-to-end run against a real vLLM server on the CPU (own venv: .venv-cpu)

@@ -17,6 +17,8 @@ What fails the check, each failure naming its page and element:
 - an ``<img>`` that does not load in the browser (``img.complete && img.naturalWidth > 0`` after it is scrolled into
   view), and a figure (an image under ``_images/``) whose pixels are all one colour (Pillow, on the file);
 - ``search.html?q=<query>`` showing no result (Sphinx's search is JavaScript over ``searchindex.js``);
+- a formula (Sphinx's ``.math`` elements) still showing its TeX source ``\\(…\\)`` or ``\\[…\\]`` after
+  ``MATH_WAIT_S`` seconds: MathJax (served from ``mathjax/``) did not load or did not typeset it;
 - a screenshot (the index page and every page under ``book/executed/``) that is all one colour.
 
 It prints ``site-check: N pages, M figures, L internal links, search ok`` (L counts ``<a href>`` occurrences that
@@ -72,6 +74,13 @@ CHROMIUM_FLAGS = (
 OFFLINE_FLAG = "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"
 SKIPPED_DIRS = ("_static", "_sources")
 NOT_COUNTED = ("genindex.html", "search.html")
+#: How long a page may take to typeset its formulas before the raw TeX left on it counts as a failure.
+MATH_WAIT_S = 15.0
+#: Formulas (Sphinx wraps each in a ``.math`` element) whose visible text is still TeX source, not typeset output.
+_RAW_MATH_JS = r"""
+return Array.from(document.querySelectorAll(".math"))
+  .filter(e => /\\\(|\\\[/.test(e.innerText || "")).length;
+"""
 FIGURE_DIR = "_images"
 SCREENSHOT_PAGES = ("index.html", "book/executed/*.html")
 MAX_SCREENSHOT_HEIGHT = 16000
@@ -352,12 +361,24 @@ class SiteChecker:
                 elif target is not None and not (self.root / target).is_file():
                     self.fail(page, f"asset {asset['href']!r}", f"{target} does not exist")
             self._check_images(driver, base, page)
+            self._check_math(driver, page)
         if screenshot and self.screenshots is not None:
             name = re.sub(r"[^A-Za-z0-9_.-]+", "_", page.removesuffix(".html")) + ".png"
             data = _screenshot(driver, self.screenshots / name)
             self.report.screenshots.append(self.screenshots / name)
             if is_blank_image(data):
                 self.fail(page, f"screenshot {name}", "the rendered page is a single colour")
+
+    def _check_math(self, driver: WebDriver, page: str) -> None:
+        deadline = time.monotonic() + MATH_WAIT_S
+        raw = int(driver.execute_script(_RAW_MATH_JS))
+        if raw and not driver.execute_script("return !!(window.MathJax && window.MathJax.Hub);"):
+            deadline = 0.0  # MathJax never loaded on this page: nothing will typeset them
+        while raw and time.monotonic() < deadline:
+            time.sleep(0.25)
+            raw = int(driver.execute_script(_RAW_MATH_JS))
+        if raw:
+            self.fail(page, ".math", f"{raw} formula(s) still show TeX source: MathJax (mathjax/) did not typeset them")
 
     def _add_link(self, page: str, href: str, url: str, text: str) -> None:
         scheme = urlsplit(url).scheme.lower()

@@ -139,12 +139,17 @@ def _no_search_index(html: Path) -> tuple[str, str]:
     return "search.html?q=speculative", "searchindex.js does not exist"
 
 
+def _no_mathjax(html: Path) -> tuple[str, str]:
+    shutil.rmtree(html / "mathjax")
+    return "book/speculative-decoding.html", "formula(s) still show TeX source"
+
+
 @pytest.mark.site
 @pytest.mark.slow
 @browser
 @pytest.mark.parametrize(
-    "breakage", [_remove_image, _blank_png, _broken_link, _broken_fragment, _no_search_index],
-    ids=["removed-image", "blank-png", "broken-link", "broken-fragment", "no-search-index"],
+    "breakage", [_remove_image, _blank_png, _broken_link, _broken_fragment, _no_search_index, _no_mathjax],
+    ids=["removed-image", "blank-png", "broken-link", "broken-fragment", "no-search-index", "no-mathjax"],
 )  # fmt: skip
 def test_broken_copy_fails_naming_page_and_element(
     site_copy: Path, breakage: Callable[[Path], tuple[str, str]], capsys: pytest.CaptureFixture[str]
