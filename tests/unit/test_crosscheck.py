@@ -187,6 +187,10 @@ def test_the_page_tables(record: pd.DataFrame) -> None:
     for label in EXPLANATIONS:
         assert f"`{label}`" in prose
     assert "**environment** (1 case)" in prose
+    # flags are code (not typeset as dashes), a message's own code spans stay code, and its underscores are not emphasis
+    assert "an explicit `--async-scheduling`" in prose
+    assert "but `num_speculative_tokens` was not provided" in full
+    assert "synthetic\\_acceptance\\_\\* needs" in full
 
 
 def test_messages_are_shortened_for_the_table() -> None:

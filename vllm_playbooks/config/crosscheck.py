@@ -465,9 +465,23 @@ def shorten_message(text: str, width: int = 110) -> str:
     return text if len(text) <= width else text[: width - 1].rstrip() + "…"
 
 
+_FLAG = re.compile(r"(?<![\w-])(--[a-z][\w-]*)")
+
+
 def _md(text: str) -> str:
-    """Plain text for a Markdown paragraph or table cell: Markdown's and MyST's special characters escaped."""
-    return re.sub(r"([\\`*_|$])", r"\\\1", text) or "—"
+    """A message for a Markdown paragraph or table cell: its `code spans` kept (an unmatched backtick, as left by
+    ``shorten_message``, stays text), command-line flags set as code (so '--' is not typeset as a dash), and
+    Markdown's and MyST's special characters escaped elsewhere."""
+    parts = text.split("`")
+    if len(parts) % 2 == 0:
+        parts = [*parts[:-2], parts[-2] + "`" + parts[-1]]
+    out = []
+    for index, part in enumerate(parts):
+        if index % 2:
+            out.append("`" + part.replace("|", "\\|") + "`")
+        else:
+            out.append(_FLAG.sub(r"`\1`", re.sub(r"([\\`*_|$])", r"\\\1", part)))
+    return "".join(out) or "—"
 
 
 def provenance_markdown(provenance: Provenance, record: pd.DataFrame) -> str:
