@@ -32,3 +32,18 @@ def test_the_pp_case_page_renders_with_or_without_rows(built_book: Path) -> None
     assert page.count("<img") >= 4  # prediction, throughput, utilisation, sweep (a 'not measured yet' panel until rows)
     assert any(head in page for head in ("Not measured yet", "Reproduced", "Direction only", "Not reproduced"))
     assert "config-only shapes with dummy (random) weights" in page
+
+
+def test_the_crosscheck_page_shows_the_counts_and_explains_every_difference(built_book: Path) -> None:
+    from vllm_playbooks.config.crosscheck import EXPLANATIONS, comparison_table, count_lines, load_record
+
+    page = (built_book / "_build" / "html" / "book/executed/config_crosscheck.html").read_text()
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", page))
+    record = load_record(built_book / "data")
+    for line in count_lines(comparison_table(record)):
+        assert line in text, line
+    for label in EXPLANATIONS:
+        assert label in text, label
+    assert "vllm/v1/spec_decode/draft_model.py" in text and "0.26.0" in text and "NVIDIA H200" in text
+    assert "python -m vllm_playbooks.config.crosscheck --out data/checks" in text
+    assert page.count("<tr") >= len(record) + 1  # the full table

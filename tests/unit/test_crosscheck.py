@@ -1,21 +1,41 @@
-"""The cross-check table: our verdicts, the argv vLLM gets, and the comparison rows."""
+"""The cross-check table: our verdicts, the argv vLLM gets, the comparison rows, and the recorded run against
+vLLM 0.26 with the explanation of each difference."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from vllm_playbooks.config.crosscheck import (
+    AGREEMENT_NOTES,
     CASES,
+    EXPLANATION_KINDS,
+    EXPLANATIONS,
+    RECORD_COLUMNS,
+    VLLM_VERSION,
+    Explanation,
     Verdict,
     case_by_label,
+    comparison_table,
+    count_lines,
+    coverage_problems,
     crosscheck_rows,
+    disagreements_markdown,
+    explanation_problems,
+    load_provenance,
+    load_record,
     our_verdict,
+    shorten_message,
+    stale_our_verdicts,
+    table_markdown,
     vllm_argv,
 )
 from vllm_playbooks.errors import ConfigError
+from vllm_playbooks.paths import data_dir
 from vllm_playbooks.shapes import SHAPES_DIR, get_shape, vllm_path
 
 
@@ -73,3 +93,127 @@ def test_rows_mark_disagreement() -> None:
 def test_unknown_label_is_refused() -> None:
     with pytest.raises(ConfigError, match="no cross-check case 'nope'"):
         case_by_label("nope")
+
+
+# --- the recorded cross-check (data/checks/), made on the GPU machine with vLLM 0.26 -------------------------------
+
+RERUN = (
+    "rerun `python -m vllm_playbooks.config.crosscheck --out data/checks` on a machine with vLLM 0.26 installed "
+    "(pip install -r requirements-gpu.txt), commit the new table, and explain any new difference in EXPLANATIONS"
+)
+
+
+@pytest.fixture(scope="module")
+def record() -> pd.DataFrame:
+    return load_record()
+
+
+def test_the_record_was_made_with_vllm_0_26(record: pd.DataFrame) -> None:
+    provenance = load_provenance()
+    assert provenance.vllm_version == VLLM_VERSION == "0.26.0"
+    assert provenance.gpu_count >= 1 and provenance.gpu_name.startswith("NVIDIA")
+    assert tuple(record.columns) == RECORD_COLUMNS
+
+
+def test_the_record_covers_exactly_the_cases(record: pd.DataFrame) -> None:
+    assert coverage_problems(record) == [], RERUN
+
+
+def test_our_verdicts_now_are_the_recorded_ones(record: pd.DataFrame) -> None:
+    stale = stale_our_verdicts(record)
+    assert stale == [], f"our verdict changed since the cross-check was recorded for {stale}: {RERUN}"
+
+
+def test_every_difference_is_explained_and_every_explanation_is_a_difference(record: pd.DataFrame) -> None:
+    assert explanation_problems(record) == []
+    assert set(record.loc[~record["agree"], "label"]) == set(EXPLANATIONS)
+    assert set(AGREEMENT_NOTES) <= set(record.loc[record["agree"], "label"])
+
+
+def test_an_unexplained_or_stale_entry_is_found(record: pd.DataFrame) -> None:
+    flipped = record.copy()
+    row = flipped["label"] == "draft-ok"
+    flipped.loc[row, "vllm"], flipped.loc[row, "agree"] = "refused", False
+    assert explanation_problems(flipped) == ["draft-ok: the verdicts differ and EXPLANATIONS has no entry for it"]
+    with pytest.raises(ConfigError, match="draft-ok: the verdicts differ"):
+        comparison_table(flipped)
+    stale = {**EXPLANATIONS, "draft-eager": Explanation(kind="environment", reason="vllm/x.py")}
+    assert explanation_problems(record, stale) == [
+        "draft-eager: explained in EXPLANATIONS, but not a recorded difference"
+    ]
+    assert explanation_problems(record, notes={"suffix-ok": "x"}) == [
+        "suffix-ok: noted in AGREEMENT_NOTES, but not a recorded agreement"
+    ]
+
+
+def test_an_agreement_where_vllm_stopped_on_a_missing_package_is_noted(record: pd.DataFrame) -> None:
+    # an ImportError is the machine, not a rule: an agreement that rests on one says so on the page
+    environment = record[record["agree"] & record["vllm_message"].str.startswith("ImportError")]
+    assert set(environment["label"]) <= set(AGREEMENT_NOTES)
+
+
+def test_each_explanation_cites_vllm_source_in_one_sentence() -> None:
+    for label, explanation in EXPLANATIONS.items():
+        assert re.search(r"\bvllm/[\w/]+\.py\b", explanation.reason), label
+        assert explanation.reason.endswith(".") and ". " not in explanation.reason, label
+    for label, note in AGREEMENT_NOTES.items():
+        assert re.search(r"\bvllm/[\w/]+\.py\b", note), label
+
+
+def test_a_changed_verdict_of_ours_is_found(record: pd.DataFrame) -> None:
+    changed = record.copy()
+    changed.loc[changed["label"] == "mtp-k2", "ours_warnings"] = ""
+    changed.loc[changed["label"] == "empty", "ours"] = "accepted"
+    assert stale_our_verdicts(changed) == ["mtp-k2", "empty"]
+
+
+def test_the_comparison_table_and_its_counts(record: pd.DataFrame) -> None:
+    table = comparison_table(record)
+    assert list(table.columns) == [*RECORD_COLUMNS, "kind", "explanation"]
+    differ = table[~table["agree"]]
+    assert (differ["kind"] != "").all() and (differ["explanation"] != "").all()
+    assert set(table.loc[table["agree"], "kind"]) == {""}
+    lines = count_lines(table)
+    assert lines[0] == f"cases={len(CASES)} agree={int(record['agree'].sum())} differ={len(differ)}"
+    assert [line.split(":")[0] for line in lines[1:]] == list(EXPLANATION_KINDS)
+    assert sum(int(line.rsplit(" ", 1)[1]) for line in lines[1:]) == len(differ)
+
+
+def test_the_page_tables(record: pd.DataFrame) -> None:
+    table = comparison_table(record)
+    full = table_markdown(table)
+    assert full.count("\n") == len(table) + 1 and full.count("**no**") == int((~table["agree"]).sum())
+    prose = disagreements_markdown(table)
+    for label in EXPLANATIONS:
+        assert f"`{label}`" in prose
+    assert "**environment** (1 case)" in prose
+    # flags are code (not typeset as dashes), a message's own code spans stay code, and its underscores are not emphasis
+    assert "an explicit `--async-scheduling`" in prose
+    assert "but `num_speculative_tokens` was not provided" in full
+    assert "synthetic\\_acceptance\\_\\* needs" in full
+
+
+def test_messages_are_shortened_for_the_table() -> None:
+    ours = 'Bad speculative_config {"method": "ngram", "x": [1]}: prompt_lookup_min (5) > prompt_lookup_max (2)'
+    assert shorten_message(ours) == "prompt_lookup_min (5) > prompt_lookup_max (2)"
+    assert shorten_message("ValidationError: Value error, bad") == "ValidationError: bad"
+    assert shorten_message("x" * 200, width=20) == "x" * 19 + "…"
+
+
+def test_the_loader_refuses_a_record_that_does_not_add_up(tmp_path: Path, record: pd.DataFrame) -> None:
+    checks = tmp_path / "checks"
+    checks.mkdir()
+    bad = record.copy()
+    bad.loc[bad["label"] == "draft-ok", "agree"] = False
+    bad.to_csv(checks / "speculative-config-crosscheck.csv", index=False)
+    with pytest.raises(ConfigError, match=r"agree does not match the two outcomes in rows \['draft-ok'\]"):
+        load_record(tmp_path)
+    record.drop(columns=["why"]).to_csv(checks / "speculative-config-crosscheck.csv", index=False)
+    with pytest.raises(ConfigError, match="columns"):
+        load_record(tmp_path)
+    with pytest.raises(ConfigError, match="no recorded cross-check"):
+        load_record(tmp_path / "nowhere")
+
+
+def test_the_record_lives_under_the_data_folder() -> None:
+    assert (data_dir() / "checks" / "speculative-config-crosscheck.csv").is_file()

@@ -17,6 +17,7 @@ from vllm_playbooks.notebooks import (
     list_notebooks,
     main,
     parse_parameter_pairs,
+    require_mode,
 )
 
 NOTEBOOKS = list_notebooks(ROOT)
@@ -90,7 +91,7 @@ def test_parameter_values_are_read_as_yaml() -> None:
 
 def test_reproduce_of_an_unknown_notebook_says_which_exist(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["reproduce", "nope"]) == 2
-    assert "known: batching_calculator, claims_ledger, discussion_13834, eagle3_gpt_oss, llama_8b_draft_model" in capsys.readouterr().err
+    assert "known: batching_calculator, claims_ledger, config_crosscheck, discussion_13834, eagle3_gpt_oss" in capsys.readouterr().err
 
 
 def test_a_bad_mode_is_refused() -> None:
@@ -98,3 +99,12 @@ def test_a_bad_mode_is_refused() -> None:
 
     with pytest.raises(ConfigError, match="mode must be 'replay' or 'live'"):
         results_for("llama-8b-draft-model", "Live")
+
+
+def test_a_replay_only_page_refuses_live_mode() -> None:
+    require_mode("replay", live=False)
+    with pytest.raises(ConfigError, match=r"mode must be one of \('replay',\) on this page, got 'live'"):
+        require_mode("live", live=False)
+    nb = nbformat.read(ROOT / "notebooks" / "config_crosscheck.ipynb", as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert "require_mode(mode, live=False)" in code[1].source  # recorded with vLLM 0.26: nothing to run live

@@ -7,6 +7,11 @@ mapping in vLLM's own field names. ``our_verdict`` runs this package's checks (`
 installed (it ran on the GPU machine); its results are recorded in ``data/checks/`` and replayed by the book.
 
 Run it where vLLM is installed: ``python -m vllm_playbooks.config.crosscheck --out data/checks``.
+
+The recorded table is read back by ``load_record`` and ``load_provenance``; ``comparison_table`` adds, for each case
+where the two verdicts differ, the explanation kept in ``EXPLANATIONS`` (what kind of difference it is, and where in
+vLLM's source the difference lives). The tests fail on a recorded difference without an explanation, on an
+explanation without a recorded difference, and on a verdict of ours that no longer matches the recorded one.
 """
 
 from __future__ import annotations
@@ -15,21 +20,35 @@ import argparse
 import json
 import logging
 import multiprocessing
+import re
 import warnings
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from vllm_playbooks import paths
 from vllm_playbooks.errors import ConfigError
+
+if TYPE_CHECKING:
+    from vllm_playbooks.results.provenance import Provenance
 
 Outcome = Literal["accepted", "refused"]
 
 #: The file the recorded cross-check lives in, under ``data/checks/``.
 RECORD_NAME = "speculative-config-crosscheck.csv"
+#: Its provenance (the machine, vLLM's version, the package's commit), beside it.
+PROVENANCE_NAME = "speculative-config-crosscheck.provenance.json"
+#: The vLLM version the recorded verdicts, and the explanations of their differences, are about.
+VLLM_VERSION = "0.26.0"
+#: The columns ``crosscheck_rows`` writes, in order.
+RECORD_COLUMNS: tuple[str, ...] = (
+    "label", "why", "target", "tensor_parallel_size", "speculative_config",
+    "ours", "ours_message", "ours_warnings", "vllm", "vllm_message", "vllm_warnings", "agree",
+)  # fmt: skip
 
 
 class CrossCheckCase(BaseModel):
@@ -251,6 +270,272 @@ def crosscheck_rows(cases: Iterable[CrossCheckCase], vllm_verdicts: dict[str, Ve
             "agree": ours.outcome == theirs.outcome,
         })  # fmt: skip
     return pd.DataFrame(rows)
+
+
+# --- the recorded cross-check, read back, and why its verdicts differ ------------------------------------------------
+
+ExplanationKind = Literal["vLLM refuses later, at start-up", "stricter by design", "environment"]
+#: The kinds of difference, in the order the page counts them.
+EXPLANATION_KINDS: tuple[ExplanationKind, ...] = get_args(ExplanationKind)
+
+
+class Explanation(BaseModel):
+    """Why our verdict and vLLM's differ on one recorded case.
+
+    ``kind`` is one of ``EXPLANATION_KINDS``: *vLLM refuses later, at start-up* (its config accepts, a later step of
+    ``vllm serve`` refuses, after the GPU workers have started); *stricter by design* (vLLM runs the config, but not as
+    written, and ours refuses it); *environment* (vLLM's refusal comes from the machine it ran on, not from a rule).
+    ``reason`` is one sentence that cites the vLLM source file (``vllm/…``) the difference lives in.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: ExplanationKind
+    reason: str = Field(min_length=1)
+
+
+_LATER: ExplanationKind = "vLLM refuses later, at start-up"
+
+#: The recorded differences between our verdicts and vLLM 0.26's, label by label, read in vLLM 0.26.0's source.
+#: "At start-up" below means where ``vllm serve`` builds each GPU worker's V1 model runner
+#: (``vllm/v1/worker/gpu_worker.py`` ``init_device``): after the engine and its workers have started on the GPUs,
+#: before the weights load. Parallel drafting always runs on the V1 runner: vLLM's Model Runner V2 lists it as
+#: unsupported for EAGLE and MTP (``vllm/config/vllm.py``).
+EXPLANATIONS: dict[str, Explanation] = {
+    "draft-tp1-on-tp2": Explanation(
+        kind=_LATER,
+        reason="vLLM's config accepts a TP=1 draft under a TP=2 target, but the draft_model proposer refuses it when "
+        "the model runner is built ('draft_tensor_parallel_size' and 'tensor_parallel_size' must be the same, "
+        "vllm/v1/spec_decode/draft_model.py), after the GPU workers have started; ours refuses before a server starts.",
+    ),
+    "draft-schedule-k-too-big": Explanation(
+        kind="stricter by design",
+        reason="vLLM silently clamps each schedule entry to num_speculative_tokens (min(vllm_num_speculative_tokens, "
+        "k) in build_dynamic_sd_schedule_lookup, vllm/v1/spec_decode/dynamic/utils.py), so the entry k=6 runs as k=4; "
+        "ours refuses a setting that would not do what it says.",
+    ),
+    "ngram-suffix-field": Explanation(
+        kind="stricter by design",
+        reason="vLLM checks the suffix_decoding_* fields only for method 'suffix' (_validate_suffix_decoding in "
+        "vllm/config/speculative.py) and the n-gram proposer never reads them, so with 'ngram' the field has no "
+        "effect; ours refuses it.",
+    ),
+    "suffix-ok": Explanation(
+        kind="environment",
+        reason="The GPU machine lacks the arctic-inference package, so vLLM's config refused suffix decoding with an "
+        "ImportError (_validate_suffix_decoding in vllm/config/speculative.py), while ours accepts the config and "
+        "warns that the server needs that package: the machine differs, not the rule.",
+    ),
+    "eagle3-parallel-drafting": Explanation(
+        kind=_LATER,
+        reason="vLLM's config accepts parallel_drafting, but its proposer refuses at start-up a head whose config.json "
+        "has no pard_token, ptd_token_id or dflash_config.mask_token_id (_init_parallel_drafting_params in "
+        "vllm/v1/spec_decode/llm_base_proposer.py); ours reads the head's config.json and refuses before a server "
+        "starts.",
+    ),
+    "mtp-parallel-drafting": Explanation(
+        kind=_LATER,
+        reason="vLLM's config accepts it (its docstring says parallel drafting is for EAGLE and draft models only, but "
+        "nothing enforces that), and MTP runs through the same EAGLE proposer (use_eagle() covers 'mtp', "
+        "vllm/v1/worker/gpu_model_runner.py), which refuses at start-up because the target's config.json has no "
+        "parallel-drafting token id (vllm/v1/spec_decode/llm_base_proposer.py); ours refuses earlier, by method.",
+    ),
+}  # fmt: skip
+
+#: Cases where the two outcomes agree but not for the same reason: vLLM stopped at something else first, so the rule
+#: the case probes was not exercised on vLLM's side.
+AGREEMENT_NOTES: dict[str, str] = {
+    "suffix-bad-prob": "Both refuse, for different reasons: vLLM stopped at the missing arctic-inference package "
+    "(_validate_suffix_decoding in vllm/config/speculative.py raises the ImportError before it checks "
+    "suffix_decoding_min_token_prob), so its own range check on the probability was not reached.",
+}
+
+
+def record_path(data: Path | None = None) -> Path:
+    """``data/checks/speculative-config-crosscheck.csv`` (``data`` defaults to ``paths.data_dir()``)."""
+    return (data or paths.data_dir()) / "checks" / RECORD_NAME
+
+
+def load_record(data: Path | None = None) -> pd.DataFrame:
+    """The recorded cross-check, one row per case in ``RECORD_COLUMNS``; empty messages stay empty strings.
+
+    Refuses (``ConfigError``) a file with other columns, an outcome other than accepted/refused, or an ``agree``
+    that does not say whether the two outcomes are the same."""
+    path = record_path(data)
+    if not path.is_file():
+        raise ConfigError(
+            f"no recorded cross-check at {path}; record one with "
+            "`python -m vllm_playbooks.config.crosscheck --out data/checks` where vLLM is installed"
+        )
+    record = pd.read_csv(path, keep_default_na=False, dtype=str)
+    if tuple(record.columns) != RECORD_COLUMNS:
+        raise ConfigError(f"{path}: columns {list(record.columns)}, expected {list(RECORD_COLUMNS)}")
+    bad = record[~record["ours"].isin(get_args(Outcome)) | ~record["vllm"].isin(get_args(Outcome))]
+    if len(bad):
+        raise ConfigError(f"{path}: outcomes must be accepted or refused; rows {list(bad['label'])}")
+    if not record["agree"].isin(["True", "False"]).all():
+        raise ConfigError(f"{path}: agree must be True or False")
+    record["agree"] = record["agree"] == "True"
+    record["tensor_parallel_size"] = record["tensor_parallel_size"].astype(int)
+    wrong = record[record["agree"] != (record["ours"] == record["vllm"])]
+    if len(wrong):
+        raise ConfigError(f"{path}: agree does not match the two outcomes in rows {list(wrong['label'])}")
+    return record
+
+
+def load_provenance(data: Path | None = None) -> Provenance:
+    """The provenance recorded beside the cross-check (machine, vLLM version, the package's commit, time)."""
+    from vllm_playbooks.results.provenance import Provenance
+
+    return Provenance.model_validate_json(record_path(data).with_name(PROVENANCE_NAME).read_text())
+
+
+def coverage_problems(record: pd.DataFrame, cases: Iterable[CrossCheckCase] = CASES) -> list[str]:
+    """Sentences naming the labels of ``cases`` the record lacks, and the recorded labels no case has."""
+    wanted, recorded = [c.label for c in cases], list(record["label"])
+    problems = [f"{label}: a case the recorded cross-check lacks" for label in wanted if label not in recorded]
+    problems += [f"{label}: recorded, but no longer a case" for label in recorded if label not in wanted]
+    problems += [f"{label}: recorded more than once" for label in sorted(set(recorded)) if recorded.count(label) > 1]
+    return problems
+
+
+def explanation_problems(record: pd.DataFrame, explanations: dict[str, Explanation] | None = None,
+                         notes: dict[str, str] | None = None) -> list[str]:  # fmt: skip
+    """Sentences naming each recorded difference without an explanation, each explanation of a case that is not a
+    recorded difference, and each agreement note on a case that is not a recorded agreement."""
+    explanations = EXPLANATIONS if explanations is None else explanations
+    notes = AGREEMENT_NOTES if notes is None else notes
+    differ = set(record.loc[~record["agree"], "label"])
+    agree = set(record.loc[record["agree"], "label"])
+    problems = [f"{label}: the verdicts differ and EXPLANATIONS has no entry for it"
+                for label in sorted(differ - set(explanations))]
+    problems += [f"{label}: explained in EXPLANATIONS, but not a recorded difference"
+                 for label in sorted(set(explanations) - differ)]
+    problems += [f"{label}: noted in AGREEMENT_NOTES, but not a recorded agreement"
+                 for label in sorted(set(notes) - agree)]
+    return problems  # fmt: skip
+
+
+def stale_our_verdicts(record: pd.DataFrame, cases: Iterable[CrossCheckCase] = CASES) -> list[str]:
+    """Labels whose verdict of ours, computed now, differs from the recorded one (outcome, message or warnings)."""
+    recorded = record.set_index("label")
+    stale = []
+    for case in cases:
+        if case.label not in recorded.index:
+            continue
+        now, then = our_verdict(case), recorded.loc[case.label]
+        if (now.outcome, now.message, " | ".join(now.warnings)) != (then.ours, then.ours_message, then.ours_warnings):
+            stale.append(case.label)
+    return stale
+
+
+def comparison_table(record: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The recorded cross-check with two more columns: ``kind`` and ``explanation`` (from ``EXPLANATIONS``, empty
+    where the verdicts agree; an agreement in ``AGREEMENT_NOTES`` gets its note as the explanation).
+
+    Refuses (``ConfigError``) a record whose differences and explanations do not match one to one."""
+    table = load_record() if record is None else record.copy()
+    problems = explanation_problems(table)
+    if problems:
+        raise ConfigError("the recorded cross-check and its explanations disagree: " + "; ".join(problems))
+    table["kind"] = [EXPLANATIONS[label].kind if label in EXPLANATIONS else "" for label in table["label"]]
+    table["explanation"] = [
+        EXPLANATIONS[label].reason if label in EXPLANATIONS else AGREEMENT_NOTES.get(label, "")
+        for label in table["label"]
+    ]
+    return table
+
+
+def count_lines(table: pd.DataFrame) -> list[str]:
+    """The page's regression lines: cases, agreements, differences, then each kind of difference."""
+    kinds = table.loc[~table["agree"], "kind"].value_counts()
+    agree = int(table["agree"].sum())
+    lines = [f"cases={len(table)} agree={agree} differ={len(table) - agree}"]
+    return lines + [f"{kind}: {int(kinds.get(kind, 0))}" for kind in EXPLANATION_KINDS]
+
+
+_BAD_CONFIG = re.compile(r"^Bad speculative_config \{.*?\}: ")
+_VALUE_ERROR = re.compile(r"(^|ValidationError: )Value error, ")
+
+
+def shorten_message(text: str, width: int = 110) -> str:
+    """A verdict's message for a table: without our 'Bad speculative_config {…}: ' prefix (the config has its own
+    column) and pydantic's 'Value error, ' prefix, cut to ``width`` characters with an ellipsis."""
+    text = _VALUE_ERROR.sub(r"\1", _BAD_CONFIG.sub("", text))
+    return text if len(text) <= width else text[: width - 1].rstrip() + "…"
+
+
+_FLAG = re.compile(r"(?<![\w-])(--[a-z][\w-]*)")
+
+
+def _md(text: str) -> str:
+    """A message for a Markdown paragraph or table cell: its `code spans` kept (an unmatched backtick, as left by
+    ``shorten_message``, stays text), command-line flags set as code (so '--' is not typeset as a dash), and
+    Markdown's and MyST's special characters escaped elsewhere."""
+    parts = text.split("`")
+    if len(parts) % 2 == 0:
+        parts = [*parts[:-2], parts[-2] + "`" + parts[-1]]
+    out = []
+    for index, part in enumerate(parts):
+        if index % 2:
+            out.append("`" + part.replace("|", "\\|") + "`")
+        else:
+            out.append(_FLAG.sub(r"`\1`", re.sub(r"([\\`*_|$])", r"\\\1", part)))
+    return "".join(out) or "—"
+
+
+def provenance_markdown(provenance: Provenance, record: pd.DataFrame) -> str:
+    """Where and with what the recorded verdicts were made, as a paragraph for the page."""
+    machine = f"{provenance.gpu_count}× {provenance.gpu_name}" if provenance.gpu_count else provenance.gpu_name
+    return (
+        f"The {len(record)} cases were put to vLLM **{provenance.vllm_version}** on "
+        f"**{provenance.collected_at[:10]}**, "
+        f"on the {machine} machine (driver {provenance.driver_version}, torch {provenance.torch_version}, Python "
+        f"{provenance.python_version}), by this package at commit `{provenance.git_sha[:7]}`. The run used that "
+        "machine's CPU only: vLLM's verdict is its server argument parser followed by "
+        "`AsyncEngineArgs.create_engine_config()`, everything `vllm serve` validates before it starts its GPU workers "
+        "and loads weights. No server was started, so a refusal that vLLM makes only at start-up does not show in its "
+        "column. Our verdicts need no vLLM; the tests recompute them on every `make test` and fail if they no longer "
+        "match the recorded ones."
+    )
+
+
+def table_markdown(table: pd.DataFrame, width: int = 110) -> str:
+    """Every case as a Markdown table: label, what it probes, both outcomes, agreement, both messages shortened."""
+    lines = ["| case | what it probes | ours | vLLM | agree | our message | vLLM's message |", "|---" * 7 + "|"]
+    for r in table.itertuples():
+        agree = "yes" if r.agree else "**no**"
+        lines.append(f"| `{r.label}` | {_md(r.why)} | {r.ours} | {r.vllm} | {agree} | "
+                     f"{_md(shorten_message(r.ours_message, width))} | {_md(shorten_message(r.vllm_message, width))} |")
+    return "\n".join(lines)  # fmt: skip
+
+
+def disagreements_markdown(table: pd.DataFrame) -> str:
+    """Each difference with its config, both verdicts (our warnings too where we accept) and its explanation,
+    grouped by kind."""
+    lines: list[str] = []
+    for kind in EXPLANATION_KINDS:
+        rows = table[~table["agree"] & (table["kind"] == kind)]
+        if not len(rows):
+            continue
+        lines += [f"**{kind}** ({len(rows)} {'case' if len(rows) == 1 else 'cases'})", ""]
+        for r in rows.itertuples():
+            lines += [
+                f"**`{r.label}`** ({_md(r.why)}; target `{r.target}`, TP={r.tensor_parallel_size}): "
+                f"`{r.speculative_config}`", "",
+                f"- *Ours:* {r.ours}" + (f": {_md(shorten_message(r.ours_message, 400))}" if r.ours_message else "")
+                + (f", warning: {_md(r.ours_warnings.replace(' | ', ' / '))}"
+                   if r.ours == "accepted" and r.ours_warnings else ""),
+                f"- *vLLM:* {r.vllm}" + (f": {_md(shorten_message(r.vllm_message, 400))}" if r.vllm_message else ""),
+                f"- *Why:* {_md(r.explanation)}", "",
+            ]  # fmt: skip
+    return "\n".join(lines).rstrip()
+
+
+def agreement_notes_markdown(table: pd.DataFrame) -> str:
+    """The agreements whose two refusals have different reasons, one paragraph each ('' when there is none)."""
+    noted = table[table["agree"] & table["label"].isin(list(AGREEMENT_NOTES))]
+    return "\n\n".join(f"**`{r.label}`** ({_md(r.why)}): {_md(r.explanation)}" for r in noted.itertuples())
 
 
 def main(argv: list[str] | None = None) -> int:
