@@ -1,0 +1,116 @@
+"""Engine configs of one case spread over GPU groups: assignment, refusals, the workers' environment, the merge."""
+
+from __future__ import annotations
+
+import shutil
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from vllm_playbooks.errors import ConfigError, PlaybookError
+from vllm_playbooks.parallel import assign_engines, check_group_sizes, main, merge_into, run_on_gpus, worker_argv
+from vllm_playbooks.plan import load_plan
+from vllm_playbooks.results import raw
+from vllm_playbooks.runner import replay_rows
+
+ROOT = Path(__file__).resolve().parents[2]
+CASE = "llama-8b-draft-model"
+RECORDED = ROOT / "data" / "runs" / CASE
+
+
+def test_engines_are_dealt_round_robin() -> None:
+    assert assign_engines(["a", "b", "c"], ["0", "1"]) == {"0": ["a", "c"], "1": ["b"]}
+    assert assign_engines(["a"], ["0", "1"]) == {"0": ["a"]}  # an idle group is left out
+
+
+@pytest.mark.parametrize("groups", [[], ["0", "0"], ["0,1", "1"], ["0,"]])
+def test_bad_gpu_groups_are_refused(groups: list[str]) -> None:
+    with pytest.raises(ConfigError):
+        assign_engines(["a"], groups)
+
+
+def test_an_engine_needing_more_gpus_than_its_group_is_refused() -> None:
+    plan = load_plan("pp-27462", engines=["8b-pp2-mns64"], concurrency=[8])
+    with pytest.raises(ConfigError, match="needs 2 GPUs .* group '0' has 1"):
+        check_group_sizes(plan.engines, {"0": ["8b-pp2-mns64"]})
+    check_group_sizes(plan.engines, {"0,1": ["8b-pp2-mns64"]})
+
+
+def _copy_points(source_case_dir: Path, data: Path, config_prefix: str) -> list[str]:
+    """Put the recorded raw points of one config (and its logs) into a worker-like data folder; return their ids."""
+    target = data / "runs" / CASE
+    ids = []
+    for point in raw.finished_points(source_case_dir):
+        pid = point.relative_to(raw.raw_root(source_case_dir)).as_posix()
+        if pid.startswith(config_prefix):
+            shutil.copytree(point, raw.raw_root(target) / pid)
+            ids.append(pid)
+    (target / "logs").mkdir(parents=True, exist_ok=True)
+    for log in (source_case_dir / "logs").glob(f"{config_prefix}*"):
+        shutil.copy2(log, target / "logs" / log.name)
+    return ids
+
+
+def test_merge_copies_points_and_logs_and_rebuilds_rows(tmp_path: Path) -> None:
+    worker, data = tmp_path / "worker", tmp_path / "data"
+    ids = _copy_points(RECORDED, worker, "spec-off")
+    assert len(ids) == 4
+    assert sorted(merge_into(CASE, worker, data)) == sorted(ids)
+    assert sorted(r.point_id for r in replay_rows(CASE, data)) == sorted(ids)
+    assert any((data / "runs" / CASE / "logs").iterdir())
+    assert merge_into(CASE, worker, data) == []  # nothing twice, nothing overwritten
+
+
+def test_workers_get_their_gpus_and_own_folders_and_their_points_are_merged(tmp_path: Path) -> None:
+    # A stand-in for the worker: records which GPUs and data folder it got, and "measures" by copying recorded points.
+    stub = tmp_path / "worker.py"
+    stub.write_text(
+        "import os, shutil, sys\n"
+        "from pathlib import Path\n"
+        f"recorded = Path({str(RECORDED)!r})\n"
+        "data = Path(os.environ['VLLM_PLAYBOOKS_DATA_DIR'])\n"
+        "gpus = os.environ['CUDA_VISIBLE_DEVICES']\n"
+        "(data.parent / f'seen-{gpus}').write_text(str(data) + ' ' + ' '.join(sys.argv[1:]))\n"
+        "config = 'spec-off' if gpus == '0' else 'draft-1b'\n"
+        "for point in sorted((recorded / 'raw').glob(config + '*/*')):\n"
+        "    target = data / 'runs' / '" + CASE + "' / 'raw' / point.parent.name / point.name\n"
+        "    if not target.exists():\n"
+        "        shutil.copytree(point, target)\n"
+    )
+    launcher = tmp_path / "python"
+    launcher.write_text(f"#!/bin/sh\nexec {sys.executable} {stub} \"$@\"\n")
+    launcher.chmod(launcher.stat().st_mode | stat.S_IEXEC)
+    data = tmp_path / "data"
+    report = run_on_gpus(CASE, ["0", "1"], data=data, python=str(launcher), workdir=tmp_path, concurrency=[1, 4])
+    assert report.assignment == {"0": ["spec-off"], "1": ["draft-1b-k4-a0.8"]}
+    assert report.returncodes == {"0": 0, "1": 0}
+    seen = {p.name: p.read_text() for p in tmp_path.glob("*/seen-*")}
+    assert set(seen) == {"seen-0", "seen-1"}
+    assert seen["seen-0"].split()[0] != seen["seen-1"].split()[0]  # each worker its own data folder
+    assert "--engines spec-off --overrides" in seen["seen-0"] and '"concurrency": [1, 4]' in seen["seen-0"]
+    assert len(report.added) == 8 and len(replay_rows(CASE, data)) == 8
+    report.raise_for_failures()
+
+
+def test_a_failed_worker_is_reported_after_its_points_are_merged(tmp_path: Path) -> None:
+    launcher = tmp_path / "python"
+    launcher.write_text("#!/bin/sh\nexit 3\n")
+    launcher.chmod(launcher.stat().st_mode | stat.S_IEXEC)
+    report = run_on_gpus(CASE, ["0"], data=tmp_path / "data", python=str(launcher), workdir=tmp_path,
+                         engines=["spec-off"], concurrency=[1])  # fmt: skip
+    assert report.returncodes == {"0": 3} and report.added == []
+    with pytest.raises(PlaybookError, match="GPUs 0: exit 3"):
+        report.raise_for_failures()
+
+
+def test_bad_input_is_refused_before_any_worker(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--case", CASE, "--gpus", "0", "--engines", "no-such-engine"]) == 2
+    assert "error:" in capsys.readouterr().err
+
+
+def test_worker_argv_carries_labels_and_overrides() -> None:
+    argv = worker_argv("c", ["a", "b"], {"concurrency": [8]}, python="py")
+    assert argv == ["py", "-m", "vllm_playbooks.parallel", "worker", "--case", "c", "--engines", "a", "b",
+                    "--overrides", '{"concurrency": [8]}']  # fmt: skip

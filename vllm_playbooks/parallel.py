@@ -1,0 +1,200 @@
+"""Several engine configs of one case at once: one worker process per GPU group of this machine.
+
+On a machine with more GPUs than one engine config needs, the configs of a grid are independent: each worker runs
+``runner.run_case`` on its own configs with ``CUDA_VISIBLE_DEVICES`` set to its GPU group and its own data folder
+(a copy of the case's recorded runs, so resume works), and nothing is shared but the host's CPUs. When all workers
+are done (or stopped), the raw point folders and server logs they recorded are copied into the case's data folder and
+their rows appended (``runner.sync_rows`` rebuilds each row from its raw files), so ``runs.csv`` stays append-only
+and is written by one process.
+
+``python -m vllm_playbooks.parallel --case discussion-13834 --gpus 0 1 --engines spec-off draft3b-k3-a0.72``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vllm_playbooks import paths
+from vllm_playbooks.errors import ConfigError, PlaybookError
+from vllm_playbooks.results import raw
+from vllm_playbooks.results.store import case_dir as case_folder
+
+
+def assign_engines(labels: Sequence[str], groups: Sequence[str]) -> dict[str, list[str]]:
+    """Engine labels dealt round-robin over GPU groups (``CUDA_VISIBLE_DEVICES`` values such as ``"0"`` or
+    ``"2,3"``), in the plan's order; a group that gets none is left out. No GPU may be in two groups."""
+    if not groups:
+        raise ConfigError("give at least one GPU group, e.g. --gpus 0 1")
+    gpus = [gpu.strip() for group in groups for gpu in group.split(",")]
+    if any(not gpu for gpu in gpus) or len(set(gpus)) != len(gpus):
+        raise ConfigError(f"GPU groups must name distinct GPUs, each once: {list(groups)}")
+    assignment: dict[str, list[str]] = {group: [] for group in groups}
+    for index, label in enumerate(labels):
+        assignment[groups[index % len(groups)]].append(label)
+    return {group: taken for group, taken in assignment.items() if taken}
+
+
+def check_group_sizes(plan_engines: Sequence[Any], assignment: dict[str, list[str]]) -> None:
+    """Refuse, before any GPU time, an engine config that needs more GPUs (TP × PP) than its group has."""
+    from vllm_playbooks.runner import engine_gpus
+
+    by_label = {engine.label: engine for engine in plan_engines}
+    for group, labels in assignment.items():
+        size = len(group.split(","))
+        for label in labels:
+            need = engine_gpus(by_label[label])
+            if need > size:
+                raise ConfigError(
+                    f"engine {label} needs {need} GPUs (tensor × pipeline parallel size) but GPU group {group!r} has "
+                    f"{size}; give groups such as --gpus 0,1 2,3"
+                )
+
+
+def merge_into(case: str, source: Path, data: Path) -> list[str]:
+    """Copy the finished raw points and server logs of ``case`` that ``source`` (a worker's data folder) holds and
+    ``data`` lacks, then append their rows; return the ids of the rows added. Recorded points are never overwritten."""
+    from vllm_playbooks.runner import sync_rows
+
+    src, dst = case_folder(case, source), case_folder(case, data)
+    for point in raw.finished_points(src):
+        relative = point.relative_to(raw.raw_root(src))
+        target = raw.raw_root(dst) / relative
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            staging = target.with_name(f".{target.name}.merging")
+            shutil.copytree(point, staging)
+            staging.rename(target)
+    logs = src / "logs"
+    if logs.is_dir():
+        (dst / "logs").mkdir(parents=True, exist_ok=True)
+        for log in logs.iterdir():
+            if not (dst / "logs" / log.name).exists():
+                shutil.copy2(log, dst / "logs" / log.name)
+    return sync_rows(case, data) if raw.finished_points(dst) else []
+
+
+def worker_argv(case: str, labels: Sequence[str], overrides: dict[str, Any], python: str | None = None) -> list[str]:
+    """The command one worker runs: this module's ``worker`` entry with its engine labels and the plan overrides."""
+    return [python or sys.executable, "-m", "vllm_playbooks.parallel", "worker", "--case", case,
+            "--engines", *labels, "--overrides", json.dumps(overrides)]  # fmt: skip
+
+
+@dataclass
+class ParallelReport:
+    """What each GPU group ran, its exit status, its log, and the rows merged into the data folder."""
+
+    assignment: dict[str, list[str]]
+    returncodes: dict[str, int] = field(default_factory=dict)
+    logs: dict[str, Path] = field(default_factory=dict)
+    added: list[str] = field(default_factory=list)
+
+    def raise_for_failures(self) -> None:
+        """Raise ``PlaybookError`` naming each group whose worker did not exit 0 (its rows are merged anyway)."""
+        bad = {group: code for group, code in self.returncodes.items() if code != 0}
+        if bad:
+            detail = "; ".join(f"GPUs {g}: exit {c}, log {self.logs[g]}" for g, c in bad.items())
+            raise PlaybookError(f"{len(bad)} worker(s) failed ({detail}); the points they finished were merged")
+
+
+def run_on_gpus(
+    case: str,
+    groups: Sequence[str],
+    *,
+    data: Path | None = None,
+    python: str | None = None,
+    workdir: Path | None = None,
+    **overrides: Any,
+) -> ParallelReport:
+    """Run the engine configs of ``load_plan(case, **overrides)`` spread over ``groups``, one worker per group, and
+    merge what they recorded into ``data`` (default: the repo's data folder). The plan and its checks run here first,
+    so a bad input is refused before any worker starts. Ctrl-C is passed on to the workers, whose runners stop their
+    servers; the points already finished are merged."""
+    from vllm_playbooks.plan import load_plan
+
+    data = data if data is not None else paths.data_dir()
+    plan = load_plan(case, **overrides)
+    assignment = assign_engines([engine.label for engine in plan.engines], list(groups))
+    check_group_sizes(plan.engines, assignment)
+    root = Path(tempfile.mkdtemp(prefix=f"{case}-parallel-", dir=workdir))
+    report = ParallelReport(assignment=assignment)
+    workers: dict[str, subprocess.Popen[bytes]] = {}
+    folders: dict[str, Path] = {}
+    recorded = case_folder(case, data)
+    try:
+        for index, (group, labels) in enumerate(assignment.items()):
+            folder = root / f"gpus{index}"
+            if recorded.is_dir():
+                shutil.copytree(recorded, case_folder(case, folder))
+            folders[group] = folder
+            report.logs[group] = root / f"gpus{index}.log"
+            env = {**os.environ, "CUDA_VISIBLE_DEVICES": group, paths.DATA_DIR_ENV: str(folder)}
+            with report.logs[group].open("wb") as log:
+                workers[group] = subprocess.Popen(  # noqa: S603
+                    worker_argv(case, labels, {k: v for k, v in overrides.items() if k != "engines"}, python),
+                    env=env, stdout=log, stderr=subprocess.STDOUT, cwd=paths.find_repo_root(),
+                )  # fmt: skip
+        for group, worker in workers.items():
+            report.returncodes[group] = worker.wait()
+    except KeyboardInterrupt:
+        for worker in workers.values():
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGINT)
+        for group, worker in workers.items():
+            report.returncodes[group] = worker.wait()
+        raise
+    finally:
+        for folder in folders.values():
+            report.added += merge_into(case, folder, data)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: run a case's configs over GPU groups (default), or one worker's share (``worker``)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["worker"]:
+        worker = argparse.ArgumentParser(prog="python -m vllm_playbooks.parallel worker")
+        worker.add_argument("--case", required=True)
+        worker.add_argument("--engines", nargs="+", required=True)
+        worker.add_argument("--overrides", default="{}")
+        opts = worker.parse_args(args[1:])
+        from vllm_playbooks.plan import load_plan
+        from vllm_playbooks.runner import run_case
+
+        plan = load_plan(opts.case, engines=opts.engines, **json.loads(opts.overrides))
+        run_case(plan, progress=False).raise_for_failures()
+        return 0
+    parser = argparse.ArgumentParser(prog="python -m vllm_playbooks.parallel", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("--case", required=True)
+    parser.add_argument("--gpus", nargs="+", required=True, help="GPU groups, e.g. 0 1, or 0,1 2,3 for TP=2")
+    parser.add_argument("--engines", nargs="+", default=None, help="engine labels (default: every one of the case)")
+    parser.add_argument("--concurrency", nargs="+", type=int, default=None)
+    opts = parser.parse_args(args)
+    overrides: dict[str, Any] = {"engines": opts.engines}
+    if opts.concurrency:
+        overrides["concurrency"] = opts.concurrency
+    try:
+        report = run_on_gpus(opts.case, opts.gpus, **overrides)
+        for group, labels in report.assignment.items():
+            print(f"GPUs {group}: {', '.join(labels)} → exit {report.returncodes.get(group)}, log {report.logs[group]}")
+        print(f"rows added: {len(report.added)}")
+        report.raise_for_failures()
+    except PlaybookError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
