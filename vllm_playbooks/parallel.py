@@ -123,19 +123,21 @@ def run_on_gpus(
     from vllm_playbooks.plan import load_plan
 
     data = data if data is not None else paths.data_dir()
-    plan = load_plan(case, **overrides)
+    if case.endswith((".yaml", ".yml")):
+        case = str(Path(case).resolve())  # the workers start in the repository root
+    plan = load_plan(case, **overrides)  # ``case``: a packaged case's name or a case file; its runs go to plan.case
     assignment = assign_engines([engine.label for engine in plan.engines], list(groups))
     check_group_sizes(plan.engines, assignment)
-    root = Path(tempfile.mkdtemp(prefix=f"{case}-parallel-", dir=workdir))
+    root = Path(tempfile.mkdtemp(prefix=f"{plan.case}-parallel-", dir=workdir))
     report = ParallelReport(assignment=assignment)
     workers: dict[str, subprocess.Popen[bytes]] = {}
     folders: dict[str, Path] = {}
-    recorded = case_folder(case, data)
+    recorded = case_folder(plan.case, data)
     try:
         for index, (group, labels) in enumerate(assignment.items()):
             folder = root / f"gpus{index}"
             if recorded.is_dir():
-                shutil.copytree(recorded, case_folder(case, folder))
+                shutil.copytree(recorded, case_folder(plan.case, folder))
             folders[group] = folder
             report.logs[group] = root / f"gpus{index}.log"
             env = {**os.environ, "CUDA_VISIBLE_DEVICES": group, paths.DATA_DIR_ENV: str(folder)}
@@ -155,7 +157,7 @@ def run_on_gpus(
         raise
     finally:
         for folder in folders.values():
-            report.added += merge_into(case, folder, data)
+            report.added += merge_into(plan.case, folder, data)
     return report
 
 
@@ -176,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     parser = argparse.ArgumentParser(prog="python -m vllm_playbooks.parallel", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    parser.add_argument("--case", required=True)
+    parser.add_argument("--case", required=True, help="a packaged case's name, or the path of your own case file")
     parser.add_argument("--gpus", nargs="+", required=True, help="GPU groups, e.g. 0 1, or 0,1 2,3 for TP=2")
     parser.add_argument("--engines", nargs="+", default=None, help="engine labels (default: every one of the case)")
     parser.add_argument("--concurrency", nargs="+", type=int, default=None)

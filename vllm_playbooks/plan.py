@@ -102,6 +102,15 @@ def list_cases() -> list[str]:
 
 
 def _case_yaml(case: str) -> dict[str, Any]:
+    """A packaged case by name, or a case file of your own by its path (``my-case.yaml``)."""
+    if case.endswith((".yaml", ".yml")):
+        own = Path(case)
+        if not own.is_file():
+            raise ConfigError(f"no case file {case}")
+        spec = yaml.safe_load(own.read_text(encoding="utf-8"))
+        if not isinstance(spec, dict) or not spec.get("case"):
+            raise ConfigError(f"{case}: a case file is a mapping with a 'case' name (see vllm_playbooks/cases/)")
+        return spec
     path = resources.files(CASES_PACKAGE) / f"{case}.yaml"
     if not path.is_file():
         raise ConfigError(f"Unknown case {case!r}. Known: {', '.join(list_cases())}. Cases live in vllm_playbooks/cases/.")
@@ -134,7 +143,8 @@ def _loads(spec: dict[str, Any], case: str) -> list[LoadPoint]:
 
 
 def load_plan(case: str, **overrides: Any) -> CasePlan:
-    """Read ``vllm_playbooks/cases/<case>.yaml``, apply overrides, and check every config and load.
+    """Read ``vllm_playbooks/cases/<case>.yaml`` (or a case file of your own, given by its path ending in ``.yaml``),
+    apply overrides, and check every config and load.
 
     ``None`` overrides are ignored, so notebook parameters can default to ``None``. A ``concurrency`` (or
     ``request_rate_qps``) override replaces the case's load levels and any engine's own. Every error is a

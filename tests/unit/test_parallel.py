@@ -114,3 +114,19 @@ def test_worker_argv_carries_labels_and_overrides() -> None:
     argv = worker_argv("c", ["a", "b"], {"concurrency": [8]}, python="py")
     assert argv == ["py", "-m", "vllm_playbooks.parallel", "worker", "--case", "c", "--engines", "a", "b",
                     "--overrides", '{"concurrency": [8]}']  # fmt: skip
+
+
+def test_a_case_file_of_ones_own_loads_by_path(tmp_path: Path) -> None:
+    import yaml
+
+    own = tmp_path / "mine.yaml"
+    own.write_text(yaml.safe_dump({"case": "mine", "engine_defaults": {"model": "llama-3.1-8b", "max_model_len": 2048},
+                                   "engines": [{"label": "off"}], "loads": {"input_len": 8, "output_len": 8,
+                                                                          "concurrency": [1]}}))  # fmt: skip
+    plan = load_plan(str(own))
+    assert plan.case == "mine" and [e.label for e in plan.engines] == ["off"]
+    with pytest.raises(ConfigError, match="no case file"):
+        load_plan(str(tmp_path / "missing.yaml"))
+    (tmp_path / "nameless.yaml").write_text("engines: []\n")
+    with pytest.raises(ConfigError, match="a mapping with a 'case' name"):
+        load_plan(str(tmp_path / "nameless.yaml"))
