@@ -512,18 +512,26 @@ def _spec_shapes(engine: EngineConfig, target: ModelShape) -> tuple[list[ModelSh
     return [], 0
 
 
-def _stages(engine: EngineConfig, target: ModelShape, drafts: list[ModelShape], mtp_layers: int) -> list[tuple[int, int]]:
-    """(weight bytes, KV bytes per token) on one GPU of each pipeline stage; the drafter lives on the last stage."""
+def _whole_model(engine: EngineConfig, target: ModelShape, drafts: list[ModelShape], mtp_layers: int) -> tuple[int, int]:
+    """(weight bytes, KV bytes per token) of everything the engine serves: target, MTP modules, drafts."""
+    weights = weight_bytes(target) + (mtp_weight_bytes(target) if mtp_layers else 0)
+    per_token = kv_bytes_per_token(target, engine.kv_cache_dtype)
+    if mtp_layers:
+        per_token += kv_bytes_per_token(target, engine.kv_cache_dtype, layers=mtp_layers)
+    for draft in drafts:
+        weights += weight_bytes(draft)
+        per_token += kv_bytes_per_token(draft, engine.kv_cache_dtype)
+    return weights, per_token
+
+
+def _stages(
+    engine: EngineConfig, target: ModelShape, drafts: list[ModelShape], mtp_layers: int, whole: tuple[int, int]
+) -> list[tuple[int, int]]:
+    """(weight bytes, KV bytes per token) on one GPU of each pipeline stage; the drafter lives on the last stage.
+    On one GPU that is ``whole`` (the whole-model counts, MoE and EAGLE-3 heads included)."""
     tp, pp = engine.tensor_parallel_size, engine.pipeline_parallel_size
-    if tp == pp == 1:  # one GPU holds everything: the whole-model counts, MoE and EAGLE-3 heads included
-        weight = weight_bytes(target) + (mtp_weight_bytes(target) if mtp_layers else 0)
-        per_gpu_token = kv_bytes_per_token(target, engine.kv_cache_dtype)
-        if mtp_layers:
-            per_gpu_token += kv_bytes_per_token(target, engine.kv_cache_dtype, layers=mtp_layers)
-        for draft in drafts:
-            weight += weight_bytes(draft)
-            per_gpu_token += kv_bytes_per_token(draft, engine.kv_cache_dtype)
-        return [(weight, per_gpu_token)]
+    if tp == pp == 1:
+        return [whole]
     weights = stage_weight_bytes(target, tp, pp)
     if mtp_layers:
         weights[-1] += mtp_weight_bytes(target) // tp
@@ -549,18 +557,12 @@ def kv_budget(engine: EngineConfig, gpu_memory_gib: float, gpu_name: str = "") -
         engine.max_model_len, gpu_memory_gib, gpu_name,
         max_num_seqs=engine.max_num_seqs, max_num_batched_tokens=engine.max_num_batched_tokens,
     )  # fmt: skip
-    per_token = kv_bytes_per_token(target, engine.kv_cache_dtype)
-    if mtp_layers:
-        per_token += kv_bytes_per_token(target, engine.kv_cache_dtype, layers=mtp_layers)
-    weights = weight_bytes(target) + (mtp_weight_bytes(target) if mtp_layers else 0)
-    for draft in drafts:
-        per_token += kv_bytes_per_token(draft, engine.kv_cache_dtype)
-        weights += weight_bytes(draft)
+    weights, per_token = _whole_model(engine, target, drafts, mtp_layers)
     requested = round(engine.gpu_memory_utilization * gpu_memory_gib * GIB)
     activation = activation_bytes(target, batched, engine.dtype)
     non_torch = round(NON_TORCH_GIB * GIB)
     stages = []
-    for stage_weights, stage_per_token in _stages(engine, target, drafts, mtp_layers):
+    for stage_weights, stage_per_token in _stages(engine, target, drafts, mtp_layers, (weights, per_token)):
         free = requested - stage_weights - activation - non_torch
         blocks = max(free, 0) // (stage_per_token * BLOCK_SIZE)
         stages.append((blocks, free, stage_weights, stage_per_token))
