@@ -15,6 +15,7 @@ from vllm_playbooks.config.crosscheck import (
     CASES,
     EXPLANATION_KINDS,
     EXPLANATIONS,
+    LOG_NAME,
     RECORD_COLUMNS,
     VLLM_VERSION,
     Explanation,
@@ -28,6 +29,7 @@ from vllm_playbooks.config.crosscheck import (
     explanation_problems,
     load_provenance,
     load_record,
+    log_problems,
     our_verdict,
     shorten_message,
     stale_our_verdicts,
@@ -217,3 +219,16 @@ def test_the_loader_refuses_a_record_that_does_not_add_up(tmp_path: Path, record
 
 def test_the_record_lives_under_the_data_folder() -> None:
     assert (data_dir() / "checks" / "speculative-config-crosscheck.csv").is_file()
+
+
+def test_the_record_matches_the_summary_its_run_printed(tmp_path: Path, record: pd.DataFrame) -> None:
+    assert log_problems(record) == []
+    checks = tmp_path / "checks"
+    checks.mkdir()
+    record.to_csv(checks / "speculative-config-crosscheck.csv", index=False)
+    assert log_problems(record, tmp_path) == [f"{checks / LOG_NAME} is missing: the recording run's console output belongs beside the table"]
+    log = (data_dir() / "checks" / LOG_NAME).read_text()
+    (checks / LOG_NAME).write_text(log.replace("draft-ok accepted accepted   True", "draft-ok accepted  refused  False"))
+    assert log_problems(record, tmp_path) == [
+        "draft-ok: the table says ('accepted', 'accepted', 'True'), the log ('accepted', 'refused', 'False')"
+    ]

@@ -6,7 +6,9 @@ mapping in vLLM's own field names. ``our_verdict`` runs this package's checks (`
 ``create_engine_config()`` — everything ``vllm serve`` validates before it loads weights. The second needs vLLM
 installed (it ran on the GPU machine); its results are recorded in ``data/checks/`` and replayed by the book.
 
-Run it where vLLM is installed: ``python -m vllm_playbooks.config.crosscheck --out data/checks``.
+Run it where vLLM is installed, keeping its console output (vLLM's own log lines and the summary table) as the raw
+record beside the table: ``python -m vllm_playbooks.config.crosscheck --out data/checks
+> data/checks/speculative-config-crosscheck.log 2>&1``.
 
 The recorded table is read back by ``load_record`` and ``load_provenance``; ``comparison_table`` adds, for each case
 where the two verdicts differ, the explanation kept in ``EXPLANATIONS`` (what kind of difference it is, and where in
@@ -42,6 +44,8 @@ Outcome = Literal["accepted", "refused"]
 RECORD_NAME = "speculative-config-crosscheck.csv"
 #: Its provenance (the machine, vLLM's version, the package's commit), beside it.
 PROVENANCE_NAME = "speculative-config-crosscheck.provenance.json"
+#: The recording run's console output (stdout and stderr), beside it: the raw record the table is checked against.
+LOG_NAME = "speculative-config-crosscheck.log"
 #: The vLLM version the recorded verdicts, and the explanations of their differences, are about.
 VLLM_VERSION = "0.26.0"
 #: The columns ``crosscheck_rows`` writes, in order.
@@ -390,6 +394,27 @@ def load_provenance(data: Path | None = None) -> Provenance:
     return Provenance.model_validate_json(record_path(data).with_name(PROVENANCE_NAME).read_text())
 
 
+def log_problems(record: pd.DataFrame, data: Path | None = None) -> list[str]:
+    """Sentences naming where the recorded table and the summary its run printed (the last table of ``LOG_NAME``:
+    label, ours, vllm, agree) differ, or that the log is missing."""
+    log = record_path(data).with_name(LOG_NAME)
+    if not log.is_file():
+        return [f"{log} is missing: the recording run's console output belongs beside the table"]
+    lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    heads = [i for i, line in enumerate(lines) if line.split() == ["label", "ours", "vllm", "agree"]]
+    if not heads:
+        return [f"{log} holds no summary table (label ours vllm agree)"]
+    printed = {}
+    for line in lines[heads[-1] + 1:]:
+        fields = line.split()
+        if len(fields) != 4:
+            break
+        printed[fields[0]] = tuple(fields[1:])
+    recorded = {r.label: (r.ours, r.vllm, str(r.agree)) for r in record.itertuples()}
+    return [f"{label}: the table says {recorded.get(label)}, the log {printed.get(label)}"
+            for label in sorted(set(recorded) | set(printed)) if recorded.get(label) != printed.get(label)]  # fmt: skip
+
+
 def coverage_problems(record: pd.DataFrame, cases: Iterable[CrossCheckCase] = CASES) -> list[str]:
     """Sentences naming the labels of ``cases`` the record lacks, and the recorded labels no case has."""
     wanted, recorded = [c.label for c in cases], list(record["label"])
@@ -553,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
                            strict=True))  # fmt: skip
     table = crosscheck_rows(CASES, {label: Verdict(**v) for label, v in results.items()})
     table.to_csv(args.out / RECORD_NAME, index=False)
-    (args.out / "speculative-config-crosscheck.provenance.json").write_text(
+    (args.out / PROVENANCE_NAME).write_text(
         collect_provenance().model_dump_json(indent=2) + "\n"
     )
     print(table[["label", "ours", "vllm", "agree"]].to_string(index=False))
