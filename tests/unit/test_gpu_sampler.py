@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import FakeBench
 from tests.fakes.fake_nvml import FakeGpu, FakeNvml, two_h200
 from tests.unit.test_runner import factory
-from vllm_playbooks.engine.gpu_sampler import SAMPLE_COLUMNS, GpuSampler, GpuSamplerUnavailable, resolve_devices
+from vllm_playbooks.engine.gpu_sampler import NVML_MODULES, SAMPLE_COLUMNS, GpuSampler, GpuSamplerUnavailable, resolve_devices
 from vllm_playbooks.plan import load_plan
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.gpu_samples import gpu_summary, load_gpu_samples, sampling_status, summarize_samples
@@ -93,13 +93,29 @@ def test_an_unsupported_reading_is_an_empty_cell(tmp_path: Path) -> None:
     assert frame.power_w.isna().all() and (frame.util_pct == 40).all()
 
 
-def test_without_pynvml_the_sampler_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml raises ImportError
+def without_nvml_bindings(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in NVML_MODULES:
+        monkeypatch.setitem(sys.modules, name, None)  # importing it raises ImportError
+
+
+def test_without_nvml_bindings_the_sampler_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    without_nvml_bindings(monkeypatch)
     sampler = GpuSampler(2, {})
     sampler.start()
     sampler.stop()
-    assert sampler.status == "unavailable" and "pynvml is not installed" in (sampler.reason or "")
+    assert sampler.status == "unavailable" and (sampler.reason or "").startswith("no NVML bindings (pip install")
+    assert all(name in (sampler.reason or "") for name in NVML_MODULES)
     assert sampler.samples == [] and sampler.record()["samples"] == 0
+
+
+def test_without_nvidia_ml_py_the_sampler_uses_the_bindings_vllm_vendors(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    monkeypatch.setitem(sys.modules, "vllm.third_party.pynvml", two_h200())
+    sampler = GpuSampler(2, {"CUDA_VISIBLE_DEVICES": "1,0"}, interval_s=0.01)
+    sampler.start()
+    time.sleep(0.05)
+    sampler.stop()
+    assert sampler.status == "sampled" and [device.nvml_index for device in sampler.devices] == [1, 0]
 
 
 def test_without_a_driver_the_sampler_says_why() -> None:
@@ -155,14 +171,14 @@ def test_the_runner_writes_samples_with_the_point_and_rows_replay(data: Path) ->
 
 
 def test_the_runner_goes_on_without_nvml_and_says_so(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "pynvml", None)
+    without_nvml_bindings(monkeypatch)
     plan = load_plan(CASE, engines=["spec-off"], concurrency=[1], min_duration_s=0.001)
     report = run_case(plan, data=data, bench=FakeBench(), server_factory=factory(), progress=False)  # default sampler
     assert len(report.measured) == 1 and not report.failed
     (row,) = replay_rows(CASE, data)
     point = json.loads((data / row.raw_path / raw.POINT_FILE).read_text())
     assert point["gpu_sampling"]["status"] == "unavailable"
-    assert "pynvml is not installed" in point["gpu_sampling"]["reason"]
+    assert point["gpu_sampling"]["reason"].startswith("no NVML bindings")
     assert not (data / row.raw_path / raw.GPU_SAMPLES_FILE).exists()
     summary = gpu_summary(replay_case(CASE, data), data)
     assert summary.sampling_status.tolist() == ["unavailable"] and summary.util_mean_pct.isna().all()

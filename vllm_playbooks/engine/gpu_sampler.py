@@ -98,19 +98,27 @@ def resolve_devices(nvml: Any, count: int, cuda_visible_devices: str | None) -> 
     return devices
 
 
-def _import_nvml() -> Any:
-    try:
-        return importlib.import_module("pynvml")
-    except ImportError as error:
-        raise GpuSamplerUnavailable(f"pynvml is not installed (pip install nvidia-ml-py): {error}") from None
+#: Where NVML's Python bindings are looked for, in order: ``nvidia-ml-py``'s module, then the copy vLLM vendors
+#: (``vllm/third_party/pynvml.py``, the same bindings), so a machine with vLLM alone can still sample.
+NVML_MODULES = ("pynvml", "vllm.third_party.pynvml")
+
+
+def _import_nvml(modules: tuple[str, ...] = NVML_MODULES) -> Any:
+    errors = []
+    for name in modules:
+        try:
+            return importlib.import_module(name)
+        except ImportError as error:
+            errors.append(f"{name}: {error}")
+    raise GpuSamplerUnavailable(f"no NVML bindings (pip install nvidia-ml-py): {'; '.join(errors)}")
 
 
 class GpuSampler:
     """Sample the engine's GPUs in a background thread between ``start()`` and ``stop()``.
 
     ``count`` GPUs are sampled (tensor × pipeline parallel size); ``env`` is the server's environment, read for
-    ``CUDA_VISIBLE_DEVICES``; ``nvml`` is the NVML module (default: ``pynvml``, imported at ``start``; tests pass a
-    fake). ``status`` is ``'sampled'``, ``'unavailable'`` (NVML could not be used: see ``reason``) or ``'failed'``
+    ``CUDA_VISIBLE_DEVICES``; ``nvml`` is the NVML module (default: the first of ``NVML_MODULES`` that imports, at
+    ``start``; tests pass a fake). ``status`` is ``'sampled'``, ``'unavailable'`` (NVML could not be used: see ``reason``) or ``'failed'``
     (sampling stopped on an error part-way: the samples taken so far are kept).
     """
 
