@@ -27,6 +27,8 @@ _PATTERNS = {
     "max_concurrency": rf"Maximum concurrency for {_FLOAT} tokens per request: {_FLOAT}x",
     "cudagraph_estimate_gib": rf"Estimated CUDA graph memory: {_FLOAT} GiB",
 }
+#: The lines a start-up that reached its KV cache always logs.
+_REQUIRED = ("total_memory_gib", "requested_memory_gib", "available_kv_gib", "kv_cache_tokens", "max_concurrency")
 
 
 @dataclass(frozen=True)
@@ -55,8 +57,7 @@ def read_startup(log: Path) -> StartupMemory:
     """Parse one server log; raises ``SchemaError`` when the KV-cache lines are missing (a start-up that failed)."""
     text = log.read_text(encoding="utf-8", errors="replace")
     found: dict[str, re.Match[str] | None] = {k: re.search(p, text) for k, p in _PATTERNS.items()}
-    required = ("total_memory_gib", "requested_memory_gib", "available_kv_gib", "kv_cache_tokens", "max_concurrency")
-    missing = [k for k in required if found[k] is None]
+    missing = [k for k in _REQUIRED if found[k] is None]
     if missing:
         raise SchemaError(f"{log}: no start-up memory lines for {', '.join(missing)} (did the server start?)")
 
@@ -80,14 +81,33 @@ def read_startup(log: Path) -> StartupMemory:
     )
 
 
-def server_logs(case_dir: Path) -> list[Path]:
-    """A case's server logs (not the bench logs), oldest first."""
+def _all_server_logs(case_dir: Path) -> list[Path]:
     return sorted(p for p in (case_dir / "logs").glob("*.log") if not p.name.endswith(".bench.log"))
 
 
+def has_started(log: Path) -> bool:
+    """Whether ``log`` holds vLLM's KV-cache start-up lines; a server stopped or failed during start-up has none."""
+    text = log.read_text(encoding="utf-8", errors="replace")
+    return all(re.search(_PATTERNS[key], text) for key in _REQUIRED)
+
+
+def server_logs(case_dir: Path) -> list[Path]:
+    """A case's server logs (not the bench logs) of servers that finished starting, oldest first."""
+    return [log for log in _all_server_logs(case_dir) if has_started(log)]
+
+
+def unstarted_server_logs(case_dir: Path) -> list[Path]:
+    """A case's server logs of servers that never finished starting (stopped at a session's time limit, or failed):
+    kept as the record of the attempt, left out of every start-up check."""
+    return [log for log in _all_server_logs(case_dir) if not has_started(log)]
+
+
 def engine_for_log(log: Path, data: Path):  # type: ignore[no-untyped-def]
-    """The resolved engine config that wrote ``log`` (read from a point measured in that server lifetime)."""
+    """The resolved engine config that wrote ``log``: read from a point measured with that config, or, for a server
+    stopped before its first point finished, the packaged case's engine config of the same id."""
     from vllm_playbooks.config.engine import EngineConfig
+    from vllm_playbooks.errors import ConfigError
+    from vllm_playbooks.plan import load_plan
     from vllm_playbooks.runner import replay_rows
 
     case = log.parent.parent.name
@@ -95,7 +115,14 @@ def engine_for_log(log: Path, data: Path):  # type: ignore[no-untyped-def]
     for row in replay_rows(case, data):
         if row.config_id == config_id:
             return EngineConfig.model_validate(json.loads(row.engine_config_json))
-    raise SchemaError(f"{log}: no recorded point of config {config_id} in case {case}")
+    try:
+        planned = load_plan(case).engines
+    except ConfigError:  # a case file of one's own, not packaged
+        planned = []
+    for engine in planned:
+        if engine.config_id() == config_id:
+            return engine
+    raise SchemaError(f"{log}: no recorded point and no planned engine of config {config_id} in case {case}")
 
 
 def calculator_check(data: Path):  # type: ignore[no-untyped-def]

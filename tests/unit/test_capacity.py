@@ -20,10 +20,13 @@ from vllm_playbooks.config.capacity import (
     kv_bytes_per_token,
     weight_bytes,
 )
-from vllm_playbooks.errors import CapacityError, ConfigError
+from vllm_playbooks.errors import CapacityError, ConfigError, SchemaError
 from vllm_playbooks.plan import load_plan
 from vllm_playbooks.shapes import get_shape
-from vllm_playbooks.startup import calculator_check, engine_for_log, read_startup, server_logs
+from vllm_playbooks.runner import replay_rows
+from vllm_playbooks.startup import (
+    calculator_check, engine_for_log, has_started, read_startup, server_logs, unstarted_server_logs,
+)
 
 RUNS = ROOT / "data" / "runs"
 
@@ -139,7 +142,7 @@ def test_kv_tokens_follow_from_the_memory_vllm_left_for_them(log: Path) -> None:
     """Exact part: tokens = ⌊available / (bytes per token × 16)⌋ × 16 (the log rounds GiB to 0.01)."""
     start, engine = read_startup(log), _engine_of(log)
     budget = kv_budget(engine, start.total_memory_gib)
-    tokens = int(start.available_kv_gib * GIB // (budget.kv_bytes_per_token * BLOCK_SIZE)) * BLOCK_SIZE
+    tokens = int(start.available_kv_gib * GIB // (budget.kv_bytes_per_token_per_gpu * BLOCK_SIZE)) * BLOCK_SIZE
     assert tokens == pytest.approx(start.kv_cache_tokens, rel=1e-3)
 
 
@@ -149,7 +152,7 @@ def test_predicted_budget_within_5_percent_of_vllm(log: Path) -> None:
     budget = kv_budget(engine, start.total_memory_gib)
     assert budget.kv_tokens == pytest.approx(start.kv_cache_tokens, rel=0.05)
     assert budget.max_concurrency == pytest.approx(start.max_concurrency, rel=0.05)
-    assert budget.weight_bytes / GIB == pytest.approx(start.weights_gib, rel=0.05)
+    assert budget.weight_bytes_per_gpu / GIB == pytest.approx(start.weights_gib, rel=0.05)  # the log is per GPU
 
 
 @pytest.mark.parametrize("log", LOGS, ids=[p.name[:24] for p in LOGS])
@@ -358,3 +361,25 @@ def test_uneven_stages_the_fullest_sets_the_budget() -> None:
 
     budget = kv_budget(_engine("llama-3.3-70b", 1, 3), 139.8)  # 80 layers → 27, 27, 26
     assert budget.kv_bytes_per_token_per_gpu == kv_bytes_per_token_per_gpu(get_shape("llama-3.3-70b"), "auto", 1, 27)
+
+
+PP_LOGS = RUNS / "pp-27462" / "logs"
+
+
+def test_a_server_stopped_during_start_up_is_kept_but_left_out_of_the_checks() -> None:
+    """The session's time limit stopped this PP=2 server before its KV cache was allocated: its log stays as the
+    record of the attempt, and no start-up check reads it."""
+    stopped = PP_LOGS / "8b-pp2-mns256-d4156661cc-2026-11-30T141113+0000.log"
+    assert stopped in unstarted_server_logs(PP_LOGS.parent) and stopped not in server_logs(PP_LOGS.parent)
+    assert not has_started(stopped)
+    with pytest.raises(SchemaError, match="did the server start"):
+        read_startup(stopped)
+    restarted = PP_LOGS / "8b-pp2-mns256-d4156661cc-2026-11-30T141220+0000.log"
+    assert has_started(restarted) and restarted in server_logs(PP_LOGS.parent)
+
+
+def test_a_started_server_without_a_finished_point_gets_its_engine_from_the_case_plan() -> None:
+    log = PP_LOGS / "8b-tp2-mns128-94b627685f-2026-11-30T141812+0000.log"
+    assert "8b-tp2-mns128" not in {row.engine_label for row in replay_rows("pp-27462", ROOT / "data")}
+    engine = engine_for_log(log, ROOT / "data")
+    assert (engine.label, engine.tensor_parallel_size, engine.max_num_seqs) == ("8b-tp2-mns128", 2, 128)
