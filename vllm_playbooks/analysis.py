@@ -130,6 +130,46 @@ def provenance_summary(df: pd.DataFrame) -> pd.DataFrame:
     ).reset_index()
 
 
+def measured_windows(df: pd.DataFrame) -> pd.DataFrame:
+    """Each row's measured run as a time window: ``started_at`` = ``measured_at`` (its end) − ``duration_s``."""
+    import pandas as pd
+
+    out = df[["point_id", "engine_label", "concurrency", "request_rate_qps", "measured_at", "duration_s"]].copy()
+    out["ended_at"] = pd.to_datetime(out["measured_at"], utc=True)
+    out["started_at"] = out["ended_at"] - pd.to_timedelta(out["duration_s"].astype(float), unit="s")
+    return out.drop(columns=["measured_at"])
+
+
+def overlapping_points(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows whose measured run overlapped another row's in time (two servers, one per GPU group, on one host: they
+    share its CPUs, so each may have run slower than alone); one line per such row, naming the others."""
+    import pandas as pd
+
+    windows = measured_windows(df).reset_index(drop=True)
+    records = []
+    for i, row in windows.iterrows():
+        others = windows[(windows.index != i) & (windows["started_at"] < row["ended_at"])
+                         & (windows["ended_at"] > row["started_at"])]  # fmt: skip
+        if len(others):
+            beside = [f"{o.engine_label} at {load_text(o.concurrency, o.request_rate_qps)}" for o in others.itertuples()]
+            records.append({"point_id": row["point_id"], "engine_label": row["engine_label"],
+                            "load": load_text(row["concurrency"], row["request_rate_qps"]),
+                            "beside": "; ".join(sorted(beside))})  # fmt: skip
+    return pd.DataFrame(records, columns=["point_id", "engine_label", "load", "beside"])
+
+
+def overlap_note(df: pd.DataFrame) -> str:
+    """One sentence for a page: which points ran at the same time as another (``overlapping_points``), or none."""
+    rows = overlapping_points(df)
+    if rows.empty:
+        return f"Each of the {len(df)} points ran alone on its host."
+    listed = "; ".join(f"`{r.engine_label}` at {r.load} beside {r.beside}" for r in rows.itertuples())
+    return (
+        f"{len(rows)} of the {len(df)} points ran at the same time as another point, one server per GPU on the same "
+        f"host, sharing its CPUs (so each may have run slower than alone): {listed}. The others ran alone."
+    )
+
+
 def describe_change(comparison: pd.DataFrame) -> str:
     """One sentence per speculative config: the change at each load level and where speculation stopped paying."""
     if comparison.empty:

@@ -183,6 +183,8 @@ class Evidence:
     runs: Mapping[str, pd.DataFrame] = field(default_factory=dict)
     startups: pd.DataFrame | None = None
     fit: EfficiencyFit | None = None
+    #: Per case, the engine steps of its rows (``results.engine_steps.step_summary``), where read from raw files.
+    engine_steps: Mapping[str, pd.DataFrame] = field(default_factory=dict)
 
     def rows(self, case: str) -> pd.DataFrame:
         """The recorded rows of ``case`` (an empty frame with the schema's columns when none are recorded)."""
@@ -342,7 +344,10 @@ def load_evidence(data: Path | None = None) -> Evidence:
     if sum(not r["num_speculative_tokens"] for r in calibration) >= 3:
         # the roofline on the speculation-off rows, the per-draft-forward overhead on the speculation-on rows
         fit = theory.fit_efficiency(calibration, "H200-SXM", draft_overhead=any(r["num_speculative_tokens"] for r in calibration))
-    return Evidence(published=published, runs=runs, startups=recorded_startups(folder), fit=fit)
+    from vllm_playbooks.results.engine_steps import step_summary
+
+    steps = {case: step_summary(frame, folder) for case, frame in runs.items()}
+    return Evidence(published=published, runs=runs, startups=recorded_startups(folder), fit=fit, engine_steps=steps)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -638,31 +643,31 @@ def pp_cap_starves_stages(claim: Claim, ev: Evidence) -> CheckResult:
     """vLLM issue #27462: ``--max-num-seqs`` caps every running sequence, not one micro-batch, so pipeline stages
     run under-filled.
 
-    Measured: recorded rows with pipeline parallelism P > 1 that differ only in ``max_num_seqs`` (one at least P times
-    the other) at a load above the smaller cap: raising the cap must raise output throughput beyond the break-even
-    band. Model: theory.py has no pipeline-parallel model. Published: the related issue #41682's PP numbers.
+    Measured: the #27462 page's own comparison (``pipeline.pp_comparison`` and ``pipeline.verdict_label``) over the
+    rows of the claim's case and of ``pipeline.CASE``: at each cap N, PP=2 at N against PP=1 at N (the stages starve)
+    and PP=2 at 2N against PP=1 at N (the fix), on rows whose measured fill (``Evidence.engine_steps``) shows that the
+    cap, not the request path, set the batch. Model: theory.py has no pipeline-parallel model. Published: the related
+    issue #41682's PP numbers.
     """
+    import pandas as pd
+
+    from vllm_playbooks import pipeline
+
     sources = ev.sources(claim)
     published = "; ".join(f"{r['setting']}: {r['value']:g} {r['unit']}" for _, r in sources.iterrows())
-    rows = ev.rows(claim.case)
-    pp = rows[rows["pipeline_parallel_size"].astype(float) > 1].copy()
-    verdicts, notes = [], []
-    if not pp.empty:
-        keys = ["model_shape", "pipeline_parallel_size", "tensor_parallel_size", "spec_method", "num_speculative_tokens",
-                "input_len", "output_len", "concurrency", "request_rate_qps", "gpu_name"]  # fmt: skip
-        filled = pp.assign(**{k: pp[k].astype("string").fillna("—") for k in keys})
-        for _, group in filled.groupby(keys):
-            by_cap = group.groupby(group["max_num_seqs"].astype(float))["output_tok_s"].median().sort_index()
-            stages = int(float(group["pipeline_parallel_size"].iloc[0]))
-            concurrency = _as_float(group["concurrency"].iloc[0])
-            for small, large in ((a, b) for a in by_cap.index for b in by_cap.index if b >= stages * a):
-                if concurrency is not None and concurrency <= small:
-                    continue
-                ratio = float(by_cap.loc[large] / by_cap.loc[small])
-                verdicts.append(Verdict.REPRODUCED if effect(ratio) is Effect.GAIN else Verdict.NOT_REPRODUCED)
-                notes.append(f"PP {stages}, max_num_seqs {small:g} → {large:g}: {_pct(ratio)}")
-    measured = "; ".join(notes) if notes else "no recorded pipeline-parallel pair that varies max_num_seqs yet"
-    return CheckResult(published, measured, combine(verdicts), len(verdicts), "theory.py has no pipeline-parallel model", None)
+    cases = list(dict.fromkeys([claim.case, pipeline.CASE]))
+    frames = [frame for frame in (ev.rows(case) for case in cases) if not frame.empty]
+    rows = pd.concat(frames, ignore_index=True) if frames else ev.rows(claim.case)
+    steps = [ev.engine_steps[case] for case in cases if case in ev.engine_steps]
+    comparison = pipeline.pp_comparison(rows, steps=pd.concat(steps, ignore_index=True) if steps else None)
+    label = pipeline.verdict_label(comparison)
+    verdict = {"Reproduced": Verdict.REPRODUCED, "Direction only": Verdict.DIRECTION_ONLY,
+               "Not reproduced": Verdict.NOT_REPRODUCED}.get(label, Verdict.NOT_MEASURED)  # fmt: skip
+    judged = comparison.dropna(subset=["pp2_vs_pp1_pct", "pp2_at_2n_vs_pp1_pct"])
+    notes = [f"{r.model_shape} N={int(r.max_num_seqs)}: PP=2 at N {r.pp2_vs_pp1_pct:+.1f} %, at 2N "
+             f"{r.pp2_at_2n_vs_pp1_pct:+.1f} % against PP=1 at N" for r in judged.itertuples()]  # fmt: skip
+    measured = "; ".join(notes) if notes else "no cap N with PP=1 at N, PP=2 at N and PP=2 at 2N all saturated yet"
+    return CheckResult(published, measured, verdict, len(judged), "theory.py has no pipeline-parallel model", None)
 
 
 def _as_float(value: Any) -> float | None:

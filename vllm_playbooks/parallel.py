@@ -31,6 +31,10 @@ from vllm_playbooks.results import raw
 from vllm_playbooks.results.store import case_dir as case_folder
 
 
+#: What a worker, and the parallel runner, print when interrupted (Ctrl-C, or ``timeout -s INT``) instead of a trace.
+INTERRUPTED = "interrupted: the servers were stopped and the points finished so far are recorded"
+
+
 def assign_engines(labels: Sequence[str], groups: Sequence[str]) -> dict[str, list[str]]:
     """Engine labels dealt round-robin over GPU groups (``CUDA_VISIBLE_DEVICES`` values such as ``"0"`` or
     ``"2,3"``), in the plan's order; a group that gets none is left out. No GPU may be in two groups."""
@@ -174,7 +178,11 @@ def main(argv: list[str] | None = None) -> int:
         from vllm_playbooks.runner import run_case
 
         plan = load_plan(opts.case, engines=opts.engines, **json.loads(opts.overrides))
-        run_case(plan, progress=False).raise_for_failures()
+        try:
+            run_case(plan, progress=False).raise_for_failures()
+        except KeyboardInterrupt:
+            print(INTERRUPTED, file=sys.stderr)
+            return 130
         return 0
     parser = argparse.ArgumentParser(prog="python -m vllm_playbooks.parallel", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
@@ -195,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     except PlaybookError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"{INTERRUPTED}; the points every worker finished were merged", file=sys.stderr)
+        return 130
     return 0
 
 

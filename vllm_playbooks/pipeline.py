@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks.config.load import MIN_DURATION_S, MIN_REQUESTS_PER_CONCURRENCY
 from vllm_playbooks.errors import ConfigError
+from vllm_playbooks.results.engine_steps import FILL_THRESHOLD
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -154,9 +155,26 @@ def with_layout(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def saturated(df: pd.DataFrame, factor: float = SATURATION_FACTOR) -> pd.DataFrame:
-    """Rows whose offered load kept the server saturated: closed loop at concurrency ≥ ``factor`` × max_num_seqs;
-    one line per engine config (the median where an engine has several such rows), with ``layout`` and
+def _offered(df: pd.DataFrame, factor: float) -> pd.DataFrame:
+    """Rows that offered enough load for the cap to bind: closed loop at concurrency ≥ ``factor`` × max_num_seqs."""
+    keep = df[df["concurrency"].notna() & df["max_num_seqs"].notna()]
+    return keep[keep["concurrency"].astype(float) >= factor * keep["max_num_seqs"].astype(float)]
+
+
+def _filled(df: pd.DataFrame, steps: pd.DataFrame | None, fill: float) -> pd.DataFrame:
+    """``df`` without the rows whose measured fill (``steps``, a ``results.engine_steps.step_summary``) is below
+    ``fill``; rows without a measured fill stay."""
+    if steps is None or df.empty:
+        return df
+    low = set(steps.loc[steps["fill"] < fill, "point_id"])
+    return df[~df["point_id"].isin(low)]
+
+
+def saturated(df: pd.DataFrame, factor: float = SATURATION_FACTOR, steps: pd.DataFrame | None = None,
+              fill: float = FILL_THRESHOLD) -> pd.DataFrame:  # fmt: skip
+    """Rows that kept the server saturated: closed loop at concurrency ≥ ``factor`` × max_num_seqs and, where
+    ``steps`` gives the measured running sequences, a fill of at least ``fill`` (the cap, not the request path, set
+    the batch); one line per engine config (the median where an engine has several such rows), with ``layout`` and
     ``output_tok_s_per_gpu``."""
     import pandas as pd
 
@@ -164,8 +182,7 @@ def saturated(df: pd.DataFrame, factor: float = SATURATION_FACTOR) -> pd.DataFra
                "max_num_seqs", "gpus", "rows", "output_tok_s", "output_tok_s_per_gpu", "tpot_p50_ms"]  # fmt: skip
     if df.empty:
         return pd.DataFrame(columns=columns)
-    keep = df[df["concurrency"].notna() & df["max_num_seqs"].notna()]
-    keep = keep[keep["concurrency"].astype(float) >= factor * keep["max_num_seqs"].astype(float)]
+    keep = _filled(_offered(df, factor), steps, fill)
     if keep.empty:
         return pd.DataFrame(columns=columns)
     keep = with_layout(keep)
@@ -179,12 +196,39 @@ def saturated(df: pd.DataFrame, factor: float = SATURATION_FACTOR) -> pd.DataFra
     return out[columns].sort_values(["model_shape", "layout", "max_num_seqs"]).reset_index(drop=True)
 
 
-def pp_comparison(df: pd.DataFrame, factor: float = SATURATION_FACTOR) -> pd.DataFrame:
-    """Per shape and max_num_seqs N, the saturated throughputs the verdict compares: PP=1 at N, PP=2 at N, PP=2 at
-    2N, TP=2 at N, and PP=2's change in percent against PP=1 and against TP=2 (NaN where a side is missing)."""
+def unfilled(df: pd.DataFrame, steps: pd.DataFrame, factor: float = SATURATION_FACTOR,
+             fill: float = FILL_THRESHOLD) -> pd.DataFrame:  # fmt: skip
+    """The rows that offered enough load for the cap to bind but ran fewer sequences than it (measured fill below
+    ``fill``): left out of the comparison, listed with their measured running sequences."""
+    offered = _offered(df, factor)
+    rows = steps[steps["point_id"].isin(set(offered["point_id"])) & (steps["fill"] < fill)]
+    return with_layout(rows)[["engine_label", "layout", "max_num_seqs", "concurrency", "running_mean", "fill",
+                              "output_tok_s"]].reset_index(drop=True)  # fmt: skip
+
+
+def unfilled_note(rows: pd.DataFrame, fill: float = FILL_THRESHOLD) -> str:
+    """One sentence on the ``unfilled`` rows (or that there are none)."""
+    if rows.empty:
+        return f"Every point that offered twice its cap ran at least {fill:.0%} of its cap on average."
+    listed = "; ".join(
+        f"`{r.engine_label}` ran {r.running_mean:.0f} of {int(r.max_num_seqs)} ({r.fill:.0%}) at {r.output_tok_s:,.0f} tok/s"
+        for r in rows.itertuples()
+    )
+    return (
+        f"Left out of the comparison, because fewer sequences ran than the cap allowed (below {fill:.0%} of it on "
+        f"average) although twice as many requests were offered: {listed}. There the request path (the load "
+        "generator and vLLM's API server, on the host's CPUs), not `max_num_seqs`, set the batch."
+    )
+
+
+def pp_comparison(df: pd.DataFrame, factor: float = SATURATION_FACTOR, steps: pd.DataFrame | None = None,
+                  fill: float = FILL_THRESHOLD) -> pd.DataFrame:  # fmt: skip
+    """Per shape and max_num_seqs N, the saturated throughputs (``saturated``) the verdict compares: PP=1 at N,
+    PP=2 at N, PP=2 at 2N, TP=2 at N, and PP=2's change in percent against PP=1 and against TP=2 (NaN where a side
+    is missing)."""
     import pandas as pd
 
-    sat = saturated(df, factor)
+    sat = saturated(df, factor, steps, fill)
     columns = ["model_shape", "max_num_seqs", "pp1_tok_s", "pp2_tok_s", "pp2_at_2n_tok_s", "tp2_tok_s",
                "pp2_vs_pp1_pct", "pp2_at_2n_vs_pp1_pct", "pp2_vs_tp2_pct", "pp2_at_2n_vs_tp2_pct"]  # fmt: skip
     if sat.empty:
@@ -265,9 +309,10 @@ def tp_sentence(comparison: pd.DataFrame, model: str) -> str:
     return f"{model}: " + "; ".join(clauses) + "."
 
 
-def best_pp_setting(df: pd.DataFrame, model: str, pipeline_parallel_size: int = 2) -> str | None:
+def best_pp_setting(df: pd.DataFrame, model: str, pipeline_parallel_size: int = 2,
+                    steps: pd.DataFrame | None = None) -> str | None:  # fmt: skip
     """The engine label of the fastest saturated PP setting of ``model`` (highest output tok/s), or None."""
-    sat = saturated(df)
+    sat = saturated(df, steps=steps)
     sat = sat[(sat["model_shape"] == model) & (sat["pipeline_parallel_size"] == pipeline_parallel_size)
               & (sat["tensor_parallel_size"] == 1)]  # fmt: skip
     if sat.empty:
@@ -305,7 +350,9 @@ def results_with_sweep(
     df = results_for(case, mode, overrides, **run_kwargs)
     if mode != "live" or not sweep_concurrency or not sweep_model:
         return df
-    best = best_pp_setting(df, sweep_model)
+    from vllm_playbooks.results.engine_steps import step_summary
+
+    best = best_pp_setting(df, sweep_model, steps=step_summary(df, run_kwargs.get("data")))
     if best is None:
         raise ConfigError(f"no saturated PP=2 row of {sweep_model} was recorded, so there is no setting to sweep")
     rest = {k: v for k, v in overrides.items() if k not in ("engines", "concurrency", "request_rate_qps")}
@@ -329,15 +376,14 @@ def select_engines(case: str, engines: Sequence[str] | None = None,
     return labels
 
 
-def gpu_table(df: pd.DataFrame, data: Any = None, factor: float = SATURATION_FACTOR) -> pd.DataFrame:
+def gpu_table(df: pd.DataFrame, data: Any = None, factor: float = SATURATION_FACTOR,
+              steps: pd.DataFrame | None = None, fill: float = FILL_THRESHOLD) -> pd.DataFrame:  # fmt: skip
     """Per-GPU utilisation summary (``results.gpu_samples.gpu_summary``) of the saturated rows, with ``layout``."""
     from vllm_playbooks.results.gpu_samples import gpu_summary
 
     if df.empty:
         return with_layout(gpu_summary(df, data))
-    keep = df[df["concurrency"].notna() & df["max_num_seqs"].notna()]
-    keep = keep[keep["concurrency"].astype(float) >= factor * keep["max_num_seqs"].astype(float)]
-    return with_layout(gpu_summary(keep, data))
+    return with_layout(gpu_summary(_filled(_offered(df, factor), steps, fill), data))
 
 
 def measurement_status(df: pd.DataFrame, plan: CasePlan) -> str:
@@ -386,12 +432,13 @@ def evidence(df: pd.DataFrame, plan: CasePlan, comparison: pd.DataFrame, thresho
     return status if said.startswith("Not measured yet") and df.empty else f"{status} {said}"
 
 
-def sweep_engine(df: pd.DataFrame, grid: pd.DataFrame, model: str | None) -> str | None:
-    """The engine the concurrency sweep runs: the fastest measured PP=2 setting of ``model``, else the one the
-    roofline predicts fastest (``predicted_best_pp``); None when ``model`` is None (no sweep)."""
+def sweep_engine(df: pd.DataFrame, grid: pd.DataFrame, model: str | None,
+                 steps: pd.DataFrame | None = None) -> str | None:  # fmt: skip
+    """The engine the concurrency sweep runs: the fastest saturated PP=2 setting of ``model`` measured, else the one
+    the roofline predicts fastest (``predicted_best_pp``); None when ``model`` is None (no sweep)."""
     if model is None:
         return None
-    return best_pp_setting(df, model) or predicted_best_pp(grid, model)
+    return best_pp_setting(df, model, steps=steps) or predicted_best_pp(grid, model)
 
 
 def sweep_grid(case: str, label: str | None, concurrency: Sequence[int] | None, fit: EfficiencyFit | None = None,

@@ -196,6 +196,40 @@ def gpu_utilization(summary: pd.DataFrame, y: str = "util_mean_pct", ax: Axes | 
     return ax
 
 
+def _bucket_name(low: float, high: float) -> str:
+    if high == float("inf"):
+        return f"> {low:g}"
+    return f"≤ {high:g}" if low == 0 else f"{low + 1:g}–{high:g}"
+
+
+def step_shares(histogram: pd.DataFrame, ax: Axes | None = None, title: str | None = None) -> Axes:
+    """Share of engine steps per tokens-per-step bucket (rows of ``results.engine_steps.step_histogram``), one bar
+    colour per layout; buckets no step of any layout fell in are left out; with no rows the axes say so."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    from vllm_playbooks.pipeline import with_layout
+
+    if histogram.empty:
+        return _nothing(ax, f"{title + ': ' if title else ''}no step histogram recorded")
+    data = with_layout(histogram)
+    used = data.groupby(["tokens_above", "tokens_at_most"])["step_share"].sum()
+    used = used[used > 0].index
+    data = data[data.set_index(["tokens_above", "tokens_at_most"]).index.isin(used)]
+    data = data.assign(bucket=[_bucket_name(lo, hi) for lo, hi in zip(data.tokens_above, data.tokens_at_most, strict=True)])
+    ax = ax or plt.subplots(figsize=(6.4, 4.0))[1]
+    order, palette = layout_palette(list(data["layout"].unique()))
+    buckets = [_bucket_name(lo, hi) for lo, hi in sorted(used)]
+    sns.barplot(data=data, x="bucket", y="step_share", hue="layout", order=buckets, hue_order=order, palette=palette,
+                errorbar=None, ax=ax)  # fmt: skip
+    ax.set_xlabel("tokens scheduled in the step")
+    ax.set_ylabel("share of engine steps")
+    ax.set_ylim(0, 1)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
 def sweep_vs_concurrency(frame: pd.DataFrame, y: str, ax: Axes | None = None, title: str | None = None) -> Axes:
     """``metric_vs_load`` for a concurrency sweep, or 'not measured yet' when the sweep has no rows."""
     if frame.empty or y not in frame or frame[y].dropna().empty:

@@ -306,20 +306,39 @@ def test_eagle3_best_draft_tokens(claims, published, by_k: dict[int, float], exp
 PP = "issue-27462"
 
 
-@pytest.mark.parametrize(("larger", "expected"), [(1500.0, V.REPRODUCED), (1010.0, V.NOT_REPRODUCED)])
-def test_pp_cap(claims, published, larger: float, expected) -> None:  # type: ignore[no-untyped-def]
-    rows = [_row(PP, "cap64", 256, 1000.0, pipeline_parallel_size=2, max_num_seqs=64),
-            _row(PP, "cap128", 256, larger, pipeline_parallel_size=2, max_num_seqs=128),
-            _row(PP, "tp", 256, 5000.0, tensor_parallel_size=2, max_num_seqs=64)]  # fmt: skip
-    result = C.get_check("pp_cap_starves_stages")(claims["issue-27462-pp-starves"], _evidence(published, PP, rows))
+def _pp_rows(pp1: float, pp2: float, pp2_at_2n: float) -> list[dict[str, Any]]:
+    """PP=1 and PP=2 at cap 64 and PP=2 at 128, each at concurrency twice its cap (the #27462 page's grid)."""
+    return [_row(PP, "pp1-64", 128, pp1, max_num_seqs=64, point_id="a"),
+            _row(PP, "pp2-64", 128, pp2, pipeline_parallel_size=2, max_num_seqs=64, point_id="b"),
+            _row(PP, "pp2-128", 256, pp2_at_2n, pipeline_parallel_size=2, max_num_seqs=128, point_id="c")]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("pp2", "pp2_at_2n", "expected"),
+    [(1000.0, 1500.0, V.REPRODUCED),  # two stages at N give one GPU's throughput; at 2N they gain
+     (1500.0, 1800.0, V.NOT_REPRODUCED),  # two stages at N already gain 50 %: no starvation
+     (1000.0, 1100.0, V.NOT_REPRODUCED)],  # the fix does not pay
+)  # fmt: skip
+def test_pp_cap_is_the_pages_comparison(claims, published, pp2: float, pp2_at_2n: float, expected) -> None:  # type: ignore[no-untyped-def]
+    result = C.get_check("pp_cap_starves_stages")(claims["issue-27462-pp-starves"],
+                                                  _evidence(published, PP, _pp_rows(1000.0, pp2, pp2_at_2n)))  # fmt: skip
     assert result.verdict is expected and result.rows == 1
+    assert "N=64: PP=2 at N" in result.measured
 
 
-def test_pp_cap_needs_a_load_above_the_smaller_cap(claims, published) -> None:  # type: ignore[no-untyped-def]
-    rows = [_row(PP, "cap64", 32, 1000.0, pipeline_parallel_size=2, max_num_seqs=64),
-            _row(PP, "cap128", 32, 1500.0, pipeline_parallel_size=2, max_num_seqs=128)]  # fmt: skip
-    result = C.get_check("pp_cap_starves_stages")(claims["issue-27462-pp-starves"], _evidence(published, PP, rows))
-    assert result.verdict is V.NOT_MEASURED
+def test_pp_cap_leaves_out_a_point_whose_cap_was_not_filled(claims, published) -> None:  # type: ignore[no-untyped-def]
+    steps = pd.DataFrame({"point_id": ["a", "b", "c"], "fill": [0.99, 0.99, 0.6]})  # PP=2 at 128 ran 77 of 128
+    result = C.get_check("pp_cap_starves_stages")(
+        claims["issue-27462-pp-starves"],
+        _evidence(published, PP, _pp_rows(1000.0, 1000.0, 1500.0), engine_steps={PP: steps}),
+    )
+    assert result.verdict is V.NOT_MEASURED and result.rows == 0
+
+
+def test_pp_cap_on_the_recorded_runs(ledger: pd.DataFrame) -> None:
+    line = ledger.set_index("claim").loc["issue-27462-pp-starves"]
+    assert line.verdict == str(V.REPRODUCED)
+    assert "N=32: PP=2 at N -20.7 %, at 2N +47.5 %" in line.measured and "N=128" not in line.measured
 
 
 @pytest.mark.parametrize(

@@ -130,3 +130,20 @@ def test_a_case_file_of_ones_own_loads_by_path(tmp_path: Path) -> None:
     (tmp_path / "nameless.yaml").write_text("engines: []\n")
     with pytest.raises(ConfigError, match="a mapping with a 'case' name"):
         load_plan(str(tmp_path / "nameless.yaml"))
+
+
+def _interrupted(*args: object, **kwargs: object) -> None:
+    raise KeyboardInterrupt
+
+
+def test_an_interrupt_ends_with_one_line_not_a_traceback(monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    import vllm_playbooks.parallel as parallel
+    import vllm_playbooks.runner as runner
+
+    monkeypatch.setattr(parallel, "run_on_gpus", _interrupted)
+    assert main(["--case", CASE, "--gpus", "0", "1"]) == 130
+    assert capsys.readouterr().err.strip() == f"{parallel.INTERRUPTED}; the points every worker finished were merged"
+    monkeypatch.setattr(runner, "run_case", _interrupted)
+    assert main(["worker", "--case", CASE, "--engines", "spec-off"]) == 130
+    assert capsys.readouterr().err.strip() == parallel.INTERRUPTED

@@ -119,6 +119,54 @@ def diff_metrics(before: MetricsSnapshot, after: MetricsSnapshot) -> MetricsDelt
     )
 
 
+@dataclass(frozen=True)
+class Histogram:
+    """A Prometheus histogram summed over label sets: bucket upper bounds (``inf`` last), the cumulative count at
+    each, and the ``_count`` and ``_sum`` samples."""
+
+    bounds: tuple[float, ...]
+    cumulative: tuple[float, ...]
+    count: float
+    total: float
+
+    @property
+    def per_bucket(self) -> tuple[float, ...]:
+        """Observations in each bucket alone (between the previous bound and this one)."""
+        return tuple(c - p for c, p in zip(self.cumulative, (0.0, *self.cumulative[:-1]), strict=True))
+
+    def minus(self, before: Histogram) -> Histogram:
+        """What was observed between ``before`` and this snapshot of the same histogram."""
+        if before.bounds != self.bounds:
+            raise ServerError(f"histogram buckets changed between scrapes: {before.bounds} → {self.bounds}")
+        cumulative = tuple(a - b for a, b in zip(self.cumulative, before.cumulative, strict=True))
+        if min(cumulative, default=0.0) < 0 or self.count < before.count:
+            raise ServerError("a histogram went down between scrapes: the server restarted")
+        return Histogram(self.bounds, cumulative, self.count - before.count, self.total - before.total)
+
+
+def parse_histogram(text: str, name: str) -> Histogram | None:
+    """The histogram ``name`` (e.g. ``vllm:iteration_tokens_total``) from Prometheus text, summed over its label sets
+    other than ``le``; None when the server does not export it."""
+    buckets: dict[float, float] = defaultdict(float)
+    count = total = 0.0
+    found = False
+    for family in text_string_to_metric_families(text):
+        if family.name != name or family.type != "histogram":
+            continue
+        found = True
+        for sample in family.samples:
+            if sample.name == f"{name}_bucket":
+                buckets[float(sample.labels["le"])] += sample.value
+            elif sample.name == f"{name}_count":
+                count += sample.value
+            elif sample.name == f"{name}_sum":
+                total += sample.value
+    if not found:
+        return None
+    bounds = tuple(sorted(buckets))
+    return Histogram(bounds, tuple(buckets[b] for b in bounds), count, total)
+
+
 def scrape(base_url: str, timeout_s: float = 10.0) -> str:
     """GET ``<base_url>/metrics`` and return the text."""
     try:

@@ -1,0 +1,168 @@
+"""Engine steps from vLLM's step histogram: parsing, per-point summary, and what the #27462 runs show."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import ROOT
+from vllm_playbooks import analysis, pipeline
+from vllm_playbooks.engine.metrics import parse_histogram
+from vllm_playbooks.errors import ServerError
+from vllm_playbooks.results import raw
+from vllm_playbooks.results.engine_steps import read_engine_steps, step_histogram, step_summary
+from vllm_playbooks.runner import replay_case
+
+BOUNDS = (1, 8, 16, 32, 64, 128)
+
+
+def _prom(steps: list[int], generated: float, engines: int = 1) -> str:
+    """Prometheus text of a server that ran ``steps`` (tokens per step), split over ``engines`` label sets."""
+    lines = ["# HELP vllm:iteration_tokens_total Histogram of number of tokens per engine_step.",
+             "# TYPE vllm:iteration_tokens_total histogram"]  # fmt: skip
+    for engine in range(engines):
+        mine = steps[engine::engines]
+        for bound in (*BOUNDS, math.inf):
+            le = "+Inf" if math.isinf(bound) else f"{float(bound)}"
+            count = sum(1 for s in mine if s <= bound)
+            lines.append(f'vllm:iteration_tokens_total_bucket{{engine="{engine}",le="{le}"}} {float(count)}')
+        lines.append(f'vllm:iteration_tokens_total_count{{engine="{engine}"}} {float(len(mine))}')
+        lines.append(f'vllm:iteration_tokens_total_sum{{engine="{engine}"}} {float(sum(mine))}')
+    lines += ["# HELP vllm:generation_tokens_total Generation tokens.", "# TYPE vllm:generation_tokens_total counter",
+              f'vllm:generation_tokens_total{{engine="0"}} {generated}']  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def test_a_histogram_is_summed_over_label_sets_and_differenced() -> None:
+    before = parse_histogram(_prom([3, 60], 10.0, engines=2), "vllm:iteration_tokens_total")
+    after = parse_histogram(_prom([3, 60, 4, 62, 100], 200.0, engines=2), "vllm:iteration_tokens_total")
+    assert before is not None and after is not None
+    assert after.bounds == (1.0, 8.0, 16.0, 32.0, 64.0, 128.0, math.inf)
+    run = after.minus(before)
+    assert (run.count, run.total) == (3.0, 166.0)
+    assert run.per_bucket == (0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0)  # 4 in (1, 8], 62 in (32, 64], 100 in (64, 128]
+    with pytest.raises(ServerError, match="restarted"):
+        before.minus(after)
+
+
+def test_a_server_without_the_histogram_gives_none() -> None:
+    assert parse_histogram("# TYPE vllm:generation_tokens_total counter\nvllm:generation_tokens_total 5.0\n",
+                           "vllm:iteration_tokens_total") is None  # fmt: skip
+
+
+def _point(tmp_path: Path, before: str, after: str) -> Path:
+    (tmp_path / raw.METRICS_BEFORE).write_text(before)
+    (tmp_path / raw.METRICS_AFTER).write_text(after)
+    return tmp_path
+
+
+def test_two_stages_with_one_full_and_one_nearly_empty_microbatch(tmp_path: Path) -> None:
+    """PP=2 at cap 64: the microbatches alternate between 62 and 2 decoding sequences (one token each)."""
+    steps = [62, 2] * 50
+    point = _point(tmp_path, _prom([], 0.0), _prom(steps, float(sum(steps))))
+    run = read_engine_steps(point)
+    assert run is not None and run.steps == 100 and run.tokens_per_step == 32.0
+    assert run.small_step_frac() == 0.5
+    with pytest.raises(ValueError, match="not a bucket bound"):
+        run.small_step_frac(10)
+    row = pd.DataFrame([{"point_id": "p", "engine_label": "pp2-64", "model_shape": "m", "tensor_parallel_size": 1,
+                         "pipeline_parallel_size": 2, "max_num_seqs": 64, "concurrency": 128, "output_tok_s": 1.0,
+                         "raw_path": point.name, "mean_acceptance_length": float("nan")}])  # fmt: skip
+    summary = step_summary(row, tmp_path.parent).iloc[0]
+    assert summary.sequences_per_step == 32.0 and summary.running_mean == 64.0 and summary.fill == 1.0
+    shares = step_histogram(row, tmp_path.parent).set_index("tokens_at_most").step_share
+    assert shares[8.0] == 0.5 and shares[64.0] == 0.5 and shares.sum() == pytest.approx(1.0)
+
+
+def test_speculative_rows_count_sequences_not_tokens(tmp_path: Path) -> None:
+    """With 3 tokens per sequence and step (acceptance length 3), 30 output tokens per step are 10 sequences."""
+    point = _point(tmp_path, _prom([], 0.0), _prom([40] * 10, 300.0))
+    row = pd.DataFrame([{"point_id": "p", "engine_label": "spec", "model_shape": "m", "tensor_parallel_size": 1,
+                         "pipeline_parallel_size": 1, "max_num_seqs": 256, "concurrency": 10, "output_tok_s": 1.0,
+                         "raw_path": point.name, "mean_acceptance_length": 3.0}])  # fmt: skip
+    summary = step_summary(row, tmp_path.parent).iloc[0]
+    assert summary.running_mean == 10.0 and summary.batch_allowed == 10.0 and summary.fill == 1.0
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The recorded #27462 runs (2 × H200, vLLM 0.26.0)
+# ------------------------------------------------------------------------------------------------------------------
+
+DATA = ROOT / "data"
+
+
+@pytest.fixture(scope="module")
+def pp_rows() -> pd.DataFrame:
+    return replay_case(pipeline.CASE, DATA)
+
+
+@pytest.fixture(scope="module")
+def pp_steps(pp_rows: pd.DataFrame) -> pd.DataFrame:
+    return step_summary(pp_rows, DATA).set_index("engine_label")
+
+
+def test_pipeline_stages_take_twice_the_steps_at_half_the_sequences(pp_steps: pd.DataFrame) -> None:
+    for cap in (32, 64, 128):
+        one, two = pp_steps.loc[f"8b-pp1-mns{cap}"], pp_steps.loc[f"8b-pp2-mns{cap}"]
+        assert one.fill > 0.95 and two.fill > 0.95  # the cap set the batch
+        assert two.sequences_per_step == pytest.approx(one.sequences_per_step / 2, rel=0.03)
+        assert two.engine_steps == pytest.approx(2 * one.engine_steps, rel=0.1)
+
+
+def test_at_small_caps_one_microbatch_holds_nearly_every_sequence(pp_steps: pd.DataFrame) -> None:
+    for cap in (32, 64):
+        assert pp_steps.loc[f"8b-pp2-mns{cap}"].small_step_frac == pytest.approx(0.5, abs=0.02)
+        assert pp_steps.loc[f"8b-pp1-mns{cap}"].small_step_frac < 0.01
+    assert pp_steps.loc["8b-pp2-mns128"].small_step_frac < 0.01  # at 128 the two microbatches are both large
+
+
+def test_the_request_path_did_not_fill_a_cap_of_256(pp_rows: pd.DataFrame, pp_steps: pd.DataFrame) -> None:
+    left_out = pipeline.unfilled(pp_rows, pp_steps.reset_index())
+    assert sorted(left_out.engine_label) == ["8b-pp1-mns256", "8b-pp2-mns256"]
+    assert (left_out.fill < 0.8).all()
+    note = pipeline.unfilled_note(left_out)
+    assert "`8b-pp1-mns256` ran 134 of 256 (52%)" in note and "request path" in note
+    comparison = pipeline.pp_comparison(pp_rows, steps=pp_steps.reset_index()).set_index("max_num_seqs")
+    assert math.isnan(comparison.loc[128, "pp2_at_2n_tok_s"])  # PP=2 at 256 is left out, so N=128 is not judged
+    assert pipeline.verdict_label(pipeline.pp_comparison(pp_rows, steps=pp_steps.reset_index())) == "Reproduced"
+
+
+def test_the_one_gpu_points_ran_two_at_a_time(pp_rows: pd.DataFrame) -> None:
+    beside = analysis.overlapping_points(pp_rows).set_index("engine_label").beside
+    assert beside.to_dict() == {
+        "8b-pp1-mns128": "8b-pp1-mns256 at concurrency 512", "8b-pp1-mns256": "8b-pp1-mns128 at concurrency 256",
+        "8b-pp1-mns32": "8b-pp1-mns64 at concurrency 128", "8b-pp1-mns64": "8b-pp1-mns32 at concurrency 64",
+    }  # fmt: skip
+
+
+def test_overlap_needs_the_windows_to_intersect() -> None:
+    rows = pd.DataFrame({"point_id": ["a", "b", "c"], "engine_label": ["x", "y", "z"], "concurrency": [1, 2, 3],
+                         "request_rate_qps": [None] * 3, "duration_s": [60.0, 30.0, 10.0],
+                         "measured_at": ["2026-01-01T00:01:00+00:00", "2026-01-01T00:00:40+00:00",
+                                         "2026-01-01T00:02:00+00:00"]})  # fmt: skip
+    # a: 00:00:00-00:01:00, b: 00:00:10-00:00:40 (inside a), c: 00:01:50-00:02:00 (alone)
+    assert analysis.overlapping_points(rows)[["engine_label", "beside"]].values.tolist() == [
+        ["x", "y at concurrency 2"], ["y", "x at concurrency 1"]]
+
+
+def test_the_step_figure_draws_only_buckets_some_step_fell_in(pp_rows: pd.DataFrame) -> None:
+    from vllm_playbooks import plots
+
+    rows = pp_rows[pp_rows.engine_label.isin(["8b-pp1-mns64", "8b-pp2-mns64"])]
+    ax = plots.step_shares(step_histogram(rows, DATA), title="cap 64")
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert labels[:2] == ["≤ 1", "2–8"] and "33–64" in labels and "9–16" not in labels
+    assert {t.get_text() for t in ax.get_legend().get_texts()} == {"PP=1", "PP=2"}
+    empty = plots.step_shares(step_histogram(rows.iloc[0:0], DATA), title="cap 64")
+    assert "no step histogram recorded" in empty.texts[0].get_text()
+
+
+def test_the_overlap_note_names_the_pairs_and_says_when_none_overlapped(pp_rows: pd.DataFrame) -> None:
+    note = analysis.overlap_note(pp_rows)
+    assert note.startswith("4 of the 9 points ran at the same time as another point")
+    assert "`8b-pp1-mns32` at concurrency 64 beside 8b-pp1-mns64 at concurrency 128" in note
+    alone = pp_rows[pp_rows.pipeline_parallel_size == 2]
+    assert analysis.overlap_note(alone) == "Each of the 4 points ran alone on its host."

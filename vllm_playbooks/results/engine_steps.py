@@ -1,0 +1,151 @@
+"""Engine steps of recorded points: how many tokens and sequences each scheduler step carried, from vLLM's counters.
+
+vLLM observes every engine step in the histogram ``vllm:iteration_tokens_total`` (the tokens scheduled in that step,
+prompt and output together) and counts output tokens in ``vllm:generation_tokens_total``. A point's ``/metrics``
+scrapes before and after its measured run give what the run alone did, so from raw files already recorded:
+
+- **tokens per step**: the histogram's sum over its count;
+- **sequences per step**: output tokens per step, divided by the mean acceptance length under speculative decoding
+  (each decoding sequence emits one token per step, or one per accepted draft plus one);
+- **running sequences**: sequences per step × the pipeline parallel size: with P stages, P steps are in flight and
+  every running sequence is in exactly one of them;
+- **fill**: running sequences over the batch the load allowed, min(concurrency, ``max_num_seqs``). Near 1 the cap
+  set the batch; well below 1 something else did (the load generator or vLLM's API server could not keep the
+  sequences coming), so the point does not measure the cap;
+- **small steps**: the share of steps that carried at most ``SMALL_STEP_TOKENS`` tokens, and the per-bucket counts
+  (``step_histogram``), which show how evenly the running sequences split into pipeline microbatches.
+
+The buckets are vLLM's own (1, 8, 16, 32, … tokens), so the shape is resolved only that finely. Like the GPU samples,
+none of this is a column of ``runs.csv``: it is read from each point's raw scrapes at replay.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from vllm_playbooks import paths
+from vllm_playbooks.engine.metrics import Histogram, parse_histogram, parse_metrics
+from vllm_playbooks.results import raw
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: vLLM's histogram of tokens per engine step, and its counter of output tokens.
+ITERATION_TOKENS = "vllm:iteration_tokens_total"
+GENERATION_TOKENS = "vllm:generation_tokens_total"
+#: A step of at most this many tokens counts as small (vLLM's second bucket bound).
+SMALL_STEP_TOKENS = 8
+#: A point whose fill is below this did not run as many sequences as its cap and load allowed.
+FILL_THRESHOLD = 0.9
+
+#: Columns of the measured row that ``step_summary`` and ``step_histogram`` repeat.
+ROW_COLUMNS = (
+    "point_id", "engine_label", "model_shape", "tensor_parallel_size", "pipeline_parallel_size", "max_num_seqs",
+    "concurrency", "output_tok_s",
+)  # fmt: skip
+SUMMARY_COLUMNS = (
+    "engine_steps", "tokens_per_step", "sequences_per_step", "running_mean", "batch_allowed", "fill",
+    "small_step_frac",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class EngineSteps:
+    """One measured run's engine steps: the step histogram's increase and the output tokens emitted."""
+
+    histogram: Histogram
+    output_tokens: float
+
+    @property
+    def steps(self) -> int:
+        """Engine steps taken during the measured run."""
+        return round(self.histogram.count)
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Mean tokens scheduled per step (prompt and output)."""
+        return self.histogram.total / self.histogram.count if self.histogram.count else math.nan
+
+    def small_step_frac(self, tokens: int = SMALL_STEP_TOKENS) -> float:
+        """Share of steps with at most ``tokens`` tokens (``tokens`` must be one of the histogram's bounds)."""
+        if float(tokens) not in self.histogram.bounds:
+            raise ValueError(f"{tokens} is not a bucket bound of the histogram: {self.histogram.bounds}")
+        index = self.histogram.bounds.index(float(tokens))
+        return self.histogram.cumulative[index] / self.histogram.count if self.histogram.count else math.nan
+
+
+def read_engine_steps(point_dir: Path) -> EngineSteps | None:
+    """The engine steps of one point from its two scrapes; None when the server did not export the histogram."""
+    before_text = (point_dir / raw.METRICS_BEFORE).read_text(encoding="utf-8")
+    after_text = (point_dir / raw.METRICS_AFTER).read_text(encoding="utf-8")
+    before, after = parse_histogram(before_text, ITERATION_TOKENS), parse_histogram(after_text, ITERATION_TOKENS)
+    if before is None or after is None:
+        return None
+    output = parse_metrics(after_text).get(GENERATION_TOKENS) - parse_metrics(before_text).get(GENERATION_TOKENS)
+    return EngineSteps(after.minus(before), output)
+
+
+def _acceptance_length(value: object) -> float:
+    """The row's mean acceptance length, 1 where it has none (no speculative decoding)."""
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return 1.0
+    return 1.0 if math.isnan(number) or number <= 0 else number
+
+
+def step_summary(runs: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
+    """Per measured row: its identity (``ROW_COLUMNS``) and ``SUMMARY_COLUMNS``; NaN where the point's scrapes lack
+    the step histogram (vLLM versions that do not export it)."""
+    import pandas as pd
+
+    base = data if data is not None else paths.data_dir()
+    records = []
+    for row in runs.itertuples(index=False):
+        record = {name: getattr(row, name) for name in ROW_COLUMNS}
+        steps = read_engine_steps(base / row.raw_path)
+        allowed = min(float(row.concurrency), float(row.max_num_seqs)) if _known(row.concurrency) and _known(
+            row.max_num_seqs) else math.nan  # fmt: skip
+        record["batch_allowed"] = allowed
+        if steps is None or not steps.steps:
+            record.update(engine_steps=math.nan, tokens_per_step=math.nan, sequences_per_step=math.nan,
+                          running_mean=math.nan, fill=math.nan, small_step_frac=math.nan)  # fmt: skip
+        else:
+            per_step = steps.output_tokens / steps.steps / _acceptance_length(getattr(row, "mean_acceptance_length", None))
+            running = per_step * int(row.pipeline_parallel_size)
+            record.update(
+                engine_steps=steps.steps, tokens_per_step=steps.tokens_per_step, sequences_per_step=per_step,
+                running_mean=running, fill=running / allowed if allowed else math.nan,
+                small_step_frac=steps.small_step_frac(),
+            )  # fmt: skip
+        records.append(record)
+    return pd.DataFrame(records, columns=[*ROW_COLUMNS, *SUMMARY_COLUMNS])
+
+
+def step_histogram(runs: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
+    """Per measured row and histogram bucket: the row's identity, the bucket's token range (``tokens_above``,
+    ``tokens_at_most``) and the share of the run's engine steps that fell in it. Rows without the histogram are
+    left out."""
+    import pandas as pd
+
+    base = data if data is not None else paths.data_dir()
+    records = []
+    for row in runs.itertuples(index=False):
+        steps = read_engine_steps(base / row.raw_path)
+        if steps is None or not steps.steps:
+            continue
+        lows = (0.0, *steps.histogram.bounds[:-1])
+        for low, high, count in zip(lows, steps.histogram.bounds, steps.histogram.per_bucket, strict=True):
+            records.append({**{name: getattr(row, name) for name in ROW_COLUMNS}, "tokens_above": low,
+                            "tokens_at_most": high, "step_share": count / steps.histogram.count})  # fmt: skip
+    return pd.DataFrame(records, columns=[*ROW_COLUMNS, "tokens_above", "tokens_at_most", "step_share"])
+
+
+def _known(value: object) -> bool:
+    try:
+        return not math.isnan(float(value))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
