@@ -8,6 +8,7 @@ their rows appended (``runner.sync_rows`` rebuilds each row from its raw files),
 and is written by one process.
 
 ``python -m vllm_playbooks.parallel --case discussion-13834 --gpus 0 1 --engines spec-off draft3b-k3-a0.72``
+(``--time-limit-s 540`` stops the workers in time for a GPU lease that ends, keeping every finished point.)
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +33,8 @@ from vllm_playbooks.results import raw
 from vllm_playbooks.results.store import case_dir as case_folder
 
 
+#: The command line's exit status when ``--time-limit-s`` stopped a worker (as coreutils' ``timeout``).
+TIMED_OUT_EXIT = 124
 #: What a worker, and the parallel runner, print when interrupted (Ctrl-C, or ``timeout -s INT``) instead of a trace.
 INTERRUPTED = "interrupted: the servers were stopped and the points finished so far are recorded"
 
@@ -102,10 +106,17 @@ class ParallelReport:
     returncodes: dict[str, int] = field(default_factory=dict)
     logs: dict[str, Path] = field(default_factory=dict)
     added: list[str] = field(default_factory=list)
+    #: True when the time limit stopped at least one worker (its finished points are merged all the same).
+    timed_out: bool = False
 
     def raise_for_failures(self) -> None:
         """Raise ``PlaybookError`` naming each group whose worker did not exit 0 (its rows are merged anyway)."""
         bad = {group: code for group, code in self.returncodes.items() if code != 0}
+        if self.timed_out:
+            raise PlaybookError(
+                f"the time limit stopped the workers of GPUs {', '.join(bad) or '(none)'}; the points they finished "
+                "were merged, and a later run resumes the rest"
+            )
         if bad:
             detail = "; ".join(f"GPUs {g}: exit {c}, log {self.logs[g]}" for g, c in bad.items())
             raise PlaybookError(f"{len(bad)} worker(s) failed ({detail}); the points they finished were merged")
@@ -118,12 +129,14 @@ def run_on_gpus(
     data: Path | None = None,
     python: str | None = None,
     workdir: Path | None = None,
+    time_limit_s: float | None = None,
     **overrides: Any,
 ) -> ParallelReport:
     """Run the engine configs of ``load_plan(case, **overrides)`` spread over ``groups``, one worker per group, and
     merge what they recorded into ``data`` (default: the repo's data folder). The plan and its checks run here first,
     so a bad input is refused before any worker starts. Ctrl-C is passed on to the workers, whose runners stop their
-    servers; the points already finished are merged."""
+    servers; the points already finished are merged. After ``time_limit_s`` seconds (for a GPU lease that ends) the
+    workers still running get the same interrupt and ``timed_out`` is set: a later run skips what was recorded."""
     from vllm_playbooks.plan import load_plan
 
     data = data if data is not None else paths.data_dir()
@@ -150,8 +163,20 @@ def run_on_gpus(
                     worker_argv(case, labels, {k: v for k, v in overrides.items() if k != "engines"}, python),
                     env=env, stdout=log, stderr=subprocess.STDOUT, cwd=paths.find_repo_root(),
                 )  # fmt: skip
+        deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
         for group, worker in workers.items():
-            report.returncodes[group] = worker.wait()
+            try:
+                timeout = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+                report.returncodes[group] = worker.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                report.timed_out = True
+                break
+        if report.timed_out:
+            for worker in workers.values():
+                if worker.poll() is None:
+                    worker.send_signal(signal.SIGINT)
+            for group, worker in workers.items():
+                report.returncodes[group] = worker.wait()
     except KeyboardInterrupt:
         for worker in workers.values():
             if worker.poll() is None:
@@ -190,19 +215,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", nargs="+", required=True, help="GPU groups, e.g. 0 1, or 0,1 2,3 for TP=2")
     parser.add_argument("--engines", nargs="+", default=None, help="engine labels (default: every one of the case)")
     parser.add_argument("--concurrency", nargs="+", type=int, default=None)
+    parser.add_argument("--time-limit-s", type=float, default=None,
+                        help="stop the workers after this many seconds (exit 124), keeping what they finished")
     opts = parser.parse_args(args)
+    if opts.time_limit_s is not None and opts.time_limit_s <= 0:
+        parser.error("--time-limit-s must be > 0")
     overrides: dict[str, Any] = {"engines": opts.engines}
     if opts.concurrency:
         overrides["concurrency"] = opts.concurrency
+    report: ParallelReport | None = None
     try:
-        report = run_on_gpus(opts.case, opts.gpus, **overrides)
+        report = run_on_gpus(opts.case, opts.gpus, time_limit_s=opts.time_limit_s, **overrides)
         for group, labels in report.assignment.items():
             print(f"GPUs {group}: {', '.join(labels)} → exit {report.returncodes.get(group)}, log {report.logs[group]}")
         print(f"rows added: {len(report.added)}")
         report.raise_for_failures()
     except PlaybookError as error:
         print(f"error: {error}", file=sys.stderr)
-        return 2
+        return TIMED_OUT_EXIT if report is not None and report.timed_out else 2
     except KeyboardInterrupt:
         print(f"{INTERRUPTED}; the points every worker finished were merged", file=sys.stderr)
         return 130

@@ -31,7 +31,8 @@ REFERENCE_CASE = "issue-27462"
 SATURATION_FACTOR = 2.0
 #: The verdict's margin: PP=2 at N counts as "not faster" than PP=1 at N within this many percent.
 THRESHOLD_PCT = 20.0
-#: Server start-up seconds assumed when estimating device time (the 8B starts in about 1 min, the 70B in 2-3 min).
+#: Server start-up seconds assumed when estimating device time for a shape never started here (``recorded_startup_s``
+#: gives the measured ones: the 8B shape started in 1.5-2 min on the H200s).
 STARTUP_S = {"llama-3.1-8b": 60.0, "llama-3.3-70b": 150.0}
 DEFAULT_STARTUP_S = 120.0
 #: The concurrency sweep at the best PP=2 setting: below, at and above the cap.
@@ -90,6 +91,27 @@ def predicted_throughput(
     tok_s = batch / step
     return {"microbatch": batch, "stage_step_ms": 1000 * step, "tpot_ms": 1000 * p * step, "output_tok_s": tok_s,
             "output_tok_s_per_gpu": tok_s / (p * tp)}  # fmt: skip
+
+
+def recorded_startup_s(data: Any = None) -> dict[str, float]:
+    """Median seconds from launching a server to its first health check, per model shape, over every recorded point
+    of every case (``point.json``'s ``server_startup_s``, once per server lifetime); what ``planned_grid`` should
+    assume in place of ``STARTUP_S`` for the shapes it covers."""
+    import json
+    import statistics
+
+    from vllm_playbooks import paths
+    from vllm_playbooks.results import raw
+
+    runs = (data if data is not None else paths.data_dir()) / "runs"
+    seen: dict[str, dict[tuple[str, float], None]] = {}
+    for case_dir in sorted(p for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []:
+        for point_dir in raw.finished_points(case_dir):
+            point = json.loads((point_dir / raw.POINT_FILE).read_text(encoding="utf-8"))
+            seconds = point.get("server_startup_s")
+            if seconds:
+                seen.setdefault(point["model_shape"], {})[(point["config_id"], float(seconds))] = None
+    return {model: statistics.median(s for _, s in lifetimes) for model, lifetimes in sorted(seen.items())}
 
 
 def _startup(model: str, startup_s: Mapping[str, float] | None) -> float:
@@ -442,7 +464,7 @@ def sweep_engine(df: pd.DataFrame, grid: pd.DataFrame, model: str | None,
 
 
 def sweep_grid(case: str, label: str | None, concurrency: Sequence[int] | None, fit: EfficiencyFit | None = None,
-               **overrides: Any) -> pd.DataFrame:  # fmt: skip
+               startup_s: Mapping[str, float] | None = None, **overrides: Any) -> pd.DataFrame:  # fmt: skip
     """``planned_grid`` of the sweep (one engine at each concurrency); empty when there is no sweep."""
     import pandas as pd
 
@@ -450,7 +472,8 @@ def sweep_grid(case: str, label: str | None, concurrency: Sequence[int] | None, 
 
     if label is None or not concurrency:
         return pd.DataFrame()
-    return planned_grid(load_plan(case, engines=[label], concurrency=list(concurrency), **overrides), fit)
+    return planned_grid(load_plan(case, engines=[label], concurrency=list(concurrency), **overrides), fit,
+                        startup_s=startup_s)
 
 
 def sweep_note(label: str | None, concurrency: Sequence[int] | None, recorded: int, case: str = CASE) -> str:

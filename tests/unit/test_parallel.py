@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import stat
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -147,3 +148,36 @@ def test_an_interrupt_ends_with_one_line_not_a_traceback(monkeypatch: pytest.Mon
     monkeypatch.setattr(runner, "run_case", _interrupted)
     assert main(["worker", "--case", CASE, "--engines", "spec-off"]) == 130
     assert capsys.readouterr().err.strip() == parallel.INTERRUPTED
+
+
+def test_the_time_limit_interrupts_the_workers_and_keeps_what_they_finished(tmp_path: Path) -> None:
+    # A stand-in worker: "measures" one point, then runs long; on the interrupt it stops as the real one does.
+    stub = tmp_path / "worker.py"
+    stub.write_text(
+        "import os, shutil, signal, sys, time\n"
+        "from pathlib import Path\n"
+        "signal.signal(signal.SIGINT, lambda *_: sys.exit(130))\n"
+        f"recorded = Path({str(RECORDED)!r})\n"
+        "data = Path(os.environ['VLLM_PLAYBOOKS_DATA_DIR'])\n"
+        "point = sorted((recorded / 'raw').glob('spec-off*/*'))[0]\n"
+        "shutil.copytree(point, data / 'runs' / '" + CASE + "' / 'raw' / point.parent.name / point.name)\n"
+        "time.sleep(60)\n"
+    )
+    launcher = tmp_path / "python"
+    launcher.write_text(f"#!/bin/sh\nexec {sys.executable} {stub} \"$@\"\n")
+    launcher.chmod(launcher.stat().st_mode | stat.S_IEXEC)
+    data = tmp_path / "data"
+    began = time.monotonic()
+    report = run_on_gpus(CASE, ["0"], data=data, python=str(launcher), workdir=tmp_path, time_limit_s=3,
+                         engines=["spec-off"], concurrency=[1])  # fmt: skip
+    assert time.monotonic() - began < 30
+    assert report.timed_out and report.returncodes == {"0": 130}
+    assert len(report.added) == 1 and len(replay_rows(CASE, data)) == 1
+    with pytest.raises(PlaybookError, match="the time limit stopped the workers of GPUs 0"):
+        report.raise_for_failures()
+
+
+def test_a_time_limit_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--case", CASE, "--gpus", "0", "--time-limit-s", "0"])
+    assert "--time-limit-s must be > 0" in capsys.readouterr().err

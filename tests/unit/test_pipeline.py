@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -328,3 +329,20 @@ def test_verdict_label_is_the_head_of_the_verdict() -> None:
         comparison = pipeline.pp_comparison(frame)
         assert pipeline.verdict(comparison).startswith(pipeline.verdict_label(comparison))
     assert pipeline.verdict_label(pipeline.pp_comparison(_frame(pp1={32: 1000}, pp2={32: 1900, 64: 1950}))) == "Not reproduced"
+
+
+def test_recorded_start_ups_are_medians_over_server_lifetimes(tmp_path: Path) -> None:
+    from vllm_playbooks.results import raw
+
+    measured = pipeline.recorded_startup_s()
+    assert 85 < measured["llama-3.1-8b"] < 125  # 88-121 s over the eleven 8B servers recorded on the H200s
+    assert "llama-3.3-70b" not in measured  # the bf16 70B shape was never started: the plan assumes STARTUP_S
+    case = tmp_path / "runs" / "c"
+    for config, load, seconds in [("a", "x", 100.0), ("a", "y", 100.0), ("b", "x", 40.0), ("c", "x", 70.0)]:
+        point = case / "raw" / config / load
+        point.mkdir(parents=True)
+        for name in raw.REQUIRED_FILES:
+            (point / name).write_text("{}")
+        (point / raw.POINT_FILE).write_text(json.dumps({"model_shape": "m", "config_id": config,
+                                                         "server_startup_s": seconds}))  # fmt: skip
+    assert pipeline.recorded_startup_s(tmp_path) == {"m": 70.0}  # a's one lifetime counts once: median(100, 40, 70)
