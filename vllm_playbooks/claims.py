@@ -667,7 +667,19 @@ def pp_cap_starves_stages(claim: Claim, ev: Evidence) -> CheckResult:
     notes = [f"{r.model_shape} N={int(r.max_num_seqs)}: PP=2 at N {r.pp2_vs_pp1_pct:+.1f} %, at 2N "
              f"{r.pp2_at_2n_vs_pp1_pct:+.1f} % against PP=1 at N" for r in judged.itertuples()]  # fmt: skip
     measured = "; ".join(notes) if notes else "no cap N with PP=1 at N, PP=2 at N and PP=2 at 2N all saturated yet"
-    return CheckResult(published, measured, verdict, len(judged), "theory.py has no pipeline-parallel model", None)
+    if ev.fit is None:
+        return CheckResult(published, measured, verdict, len(judged), "no roofline fit (too few recorded rows)", None)
+    from vllm_playbooks.plan import load_plan
+
+    predicted = pipeline.pp_comparison(pipeline.predicted_rows(pipeline.planned_grid(load_plan(pipeline.CASE), ev.fit)))
+    model_label = pipeline.verdict_label(predicted)
+    model_judged = predicted.dropna(subset=["pp2_vs_pp1_pct", "pp2_at_2n_vs_pp1_pct"])
+    model_says = ("pipeline.predicted_throughput (the fitted roofline split over the stages, no communication): "
+                  + "; ".join(f"{r.model_shape} N={int(r.max_num_seqs)}: PP=2 at N {r.pp2_vs_pp1_pct:+.1f} %, at 2N "
+                              f"{r.pp2_at_2n_vs_pp1_pct:+.1f} %" for r in model_judged.itertuples()))  # fmt: skip
+    model_verdict = {"Reproduced": Verdict.REPRODUCED, "Direction only": Verdict.DIRECTION_ONLY,
+                     "Not reproduced": Verdict.NOT_REPRODUCED}.get(model_label)  # fmt: skip
+    return CheckResult(published, measured, verdict, len(judged), model_says, model_verdict)
 
 
 def _as_float(value: Any) -> float | None:

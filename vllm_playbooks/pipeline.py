@@ -269,6 +269,29 @@ def pp_comparison(df: pd.DataFrame, factor: float = SATURATION_FACTOR, steps: pd
     return pd.DataFrame(records, columns=columns)
 
 
+def predicted_rows(grid: pd.DataFrame) -> pd.DataFrame:
+    """A ``planned_grid`` with predictions as rows ``pp_comparison`` reads: each point's predicted output tok/s in
+    ``output_tok_s``, so the model's verdict comes from the same comparison as the measured one."""
+    out = grid.dropna(subset=["predicted_output_tok_s"]).copy()
+    parts = out["layout"].str.extract(r"(?:TP=(?P<tp>\d+))?\s*(?:PP=(?P<pp>\d+))?")
+    out["tensor_parallel_size"] = parts["tp"].fillna("1").astype(int)
+    out["pipeline_parallel_size"] = parts["pp"].fillna("1").astype(int)
+    out["point_id"] = out["engine_label"] + "/c" + out["concurrency"].astype(str)
+    out["output_tok_s"] = out["predicted_output_tok_s"]
+    out["tpot_p50_ms"] = float("nan")
+    return out
+
+
+def measured_vs_predicted(measured: pd.DataFrame, grid: pd.DataFrame) -> pd.DataFrame:
+    """The saturated rows (``saturated``) beside the roofline's prediction for the same engine config
+    (``planned_grid`` with a fit): measured and predicted output tok/s and the prediction's error in percent."""
+    predicted = grid.groupby("engine_label", as_index=False)["predicted_output_tok_s"].first()
+    out = measured.merge(predicted, on="engine_label", how="left")
+    out["prediction_error_pct"] = 100 * (out["predicted_output_tok_s"] / out["output_tok_s"] - 1)
+    return out[["model_shape", "engine_label", "layout", "max_num_seqs", "output_tok_s", "predicted_output_tok_s",
+                "prediction_error_pct"]]  # fmt: skip
+
+
 def reproduced_at(row: Any, threshold_pct: float = THRESHOLD_PCT) -> bool | None:
     """The claim at one N: PP=2 at N is no more than ``threshold_pct`` % faster than PP=1 at N (the pipeline starves)
     while PP=2 at 2N is more than that faster (the fix works). None when one of the three was not measured."""

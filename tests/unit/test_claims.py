@@ -339,6 +339,7 @@ def test_pp_cap_on_the_recorded_runs(ledger: pd.DataFrame) -> None:
     line = ledger.set_index("claim").loc["issue-27462-pp-starves"]
     assert line.verdict == str(V.REPRODUCED)
     assert "N=32: PP=2 at N -20.7 %, at 2N +47.5 %" in line.measured and "N=128" not in line.measured
+    assert line.model_verdict == str(V.REPRODUCED) and "N=32: PP=2 at N -23.2 %" in line.model_says
 
 
 @pytest.mark.parametrize(

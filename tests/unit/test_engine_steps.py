@@ -166,3 +166,16 @@ def test_the_overlap_note_names_the_pairs_and_says_when_none_overlapped(pp_rows:
     assert "`8b-pp1-mns32` at concurrency 64 beside 8b-pp1-mns64 at concurrency 128" in note
     alone = pp_rows[pp_rows.pipeline_parallel_size == 2]
     assert analysis.overlap_note(alone) == "Each of the 4 points ran alone on its host."
+
+
+def test_the_roofline_overestimates_every_measured_point_but_keeps_the_pattern(pp_rows: pd.DataFrame,
+                                                                               pp_steps: pd.DataFrame) -> None:  # fmt: skip
+    from vllm_playbooks import theory
+    from vllm_playbooks.plan import load_plan
+
+    grid = pipeline.planned_grid(load_plan(pipeline.CASE), theory.fit_efficiency(theory.calibration_rows(), "H200-SXM"))
+    table = pipeline.measured_vs_predicted(pipeline.saturated(pp_rows, steps=pp_steps.reset_index()), grid)
+    assert len(table) == 7 and (table.prediction_error_pct > 0).all()
+    largest = table.loc[table.prediction_error_pct.idxmax()]
+    assert largest.engine_label == "8b-pp1-mns128"  # the largest one-GPU batch
+    assert pipeline.verdict_label(pipeline.pp_comparison(pipeline.predicted_rows(grid))) == "Reproduced"

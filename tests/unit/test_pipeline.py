@@ -346,3 +346,22 @@ def test_recorded_start_ups_are_medians_over_server_lifetimes(tmp_path: Path) ->
         (point / raw.POINT_FILE).write_text(json.dumps({"model_shape": "m", "config_id": config,
                                                          "server_startup_s": seconds}))  # fmt: skip
     assert pipeline.recorded_startup_s(tmp_path) == {"m": 70.0}  # a's one lifetime counts once: median(100, 40, 70)
+
+
+def test_the_models_verdict_comes_from_the_same_comparison(fit: theory.EfficiencyFit) -> None:
+    grid = pipeline.planned_grid(load_plan("pp-27462"), fit)
+    rows = pipeline.predicted_rows(grid).set_index("engine_label")
+    assert (rows.loc["8b-tp2-mns64", ["tensor_parallel_size", "pipeline_parallel_size"]].tolist()) == [2, 1]
+    assert (rows.loc["70b-pp2-mns64", ["tensor_parallel_size", "pipeline_parallel_size"]].tolist()) == [1, 2]
+    comparison = pipeline.pp_comparison(rows.reset_index()).set_index(["model_shape", "max_num_seqs"])
+    pp1, pp2 = rows.loc["8b-pp1-mns32", "output_tok_s"], rows.loc["8b-pp2-mns32", "output_tok_s"]
+    assert comparison.loc[("llama-3.1-8b", 32), "pp2_vs_pp1_pct"] == pytest.approx(100 * (pp2 / pp1 - 1))
+    assert pipeline.verdict_label(comparison.reset_index()) == "Reproduced"  # the roofline starves two stages too
+
+
+def test_measured_beside_predicted() -> None:
+    measured = pd.DataFrame({"model_shape": ["m"], "engine_label": ["a"], "layout": ["PP=2"], "max_num_seqs": [64],
+                             "output_tok_s": [800.0]})  # fmt: skip
+    grid = pd.DataFrame({"engine_label": ["a", "b"], "predicted_output_tok_s": [1000.0, 5.0]})
+    out = pipeline.measured_vs_predicted(measured, grid)
+    assert out.prediction_error_pct.tolist() == [25.0] and out.predicted_output_tok_s.tolist() == [1000.0]
