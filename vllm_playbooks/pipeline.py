@@ -238,8 +238,8 @@ def unfilled_note(rows: pd.DataFrame, fill: float = FILL_THRESHOLD) -> str:
     )
     return (
         f"Left out of the comparison, because fewer sequences ran than the cap allowed (below {fill:.0%} of it on "
-        f"average) although twice as many requests were offered: {listed}. There the request path (the load "
-        "generator and vLLM's API server, on the host's CPUs), not `max_num_seqs`, set the batch."
+        f"average) although twice as many requests were offered: {listed}. There something other than "
+        "`max_num_seqs` set the batch."
     )
 
 

@@ -202,9 +202,11 @@ def _bucket_name(low: float, high: float) -> str:
     return f"≤ {high:g}" if low == 0 else f"{low + 1:g}–{high:g}"
 
 
-def step_shares(histogram: pd.DataFrame, ax: Axes | None = None, title: str | None = None) -> Axes:
+def step_shares(histogram: pd.DataFrame, ax: Axes | None = None, title: str | None = None,
+                min_share: float = 0.01) -> Axes:  # fmt: skip
     """Share of engine steps per tokens-per-step bucket (rows of ``results.engine_steps.step_histogram``), one bar
-    colour per layout; buckets no step of any layout fell in are left out; with no rows the axes say so."""
+    colour per layout; buckets that hold less than ``min_share`` of the steps of every layout (the few prefill-heavy
+    steps) are left out, and the x label says so; with no rows the axes say so."""
     import matplotlib.pyplot as plt
     import seaborn as sns
 
@@ -213,8 +215,8 @@ def step_shares(histogram: pd.DataFrame, ax: Axes | None = None, title: str | No
     if histogram.empty:
         return _nothing(ax, f"{title + ': ' if title else ''}no step histogram recorded")
     data = with_layout(histogram)
-    used = data.groupby(["tokens_above", "tokens_at_most"])["step_share"].sum()
-    used = used[used > 0].index
+    used = data.groupby(["tokens_above", "tokens_at_most"])["step_share"].max()
+    used = used[used >= min_share].index
     data = data[data.set_index(["tokens_above", "tokens_at_most"]).index.isin(used)]
     data = data.assign(bucket=[_bucket_name(lo, hi) for lo, hi in zip(data.tokens_above, data.tokens_at_most, strict=True)])
     ax = ax or plt.subplots(figsize=(6.4, 4.0))[1]
@@ -222,7 +224,7 @@ def step_shares(histogram: pd.DataFrame, ax: Axes | None = None, title: str | No
     buckets = [_bucket_name(lo, hi) for lo, hi in sorted(used)]
     sns.barplot(data=data, x="bucket", y="step_share", hue="layout", order=buckets, hue_order=order, palette=palette,
                 errorbar=None, ax=ax)  # fmt: skip
-    ax.set_xlabel("tokens scheduled in the step")
+    ax.set_xlabel(f"tokens scheduled in the step (buckets under {min_share:.0%} of steps left out)")
     ax.set_ylabel("share of engine steps")
     ax.set_ylim(0, 1)
     if title:
