@@ -638,6 +638,11 @@ def best_draft_tokens(claim: Claim, ev: Evidence) -> CheckResult:
     return CheckResult(published, measured, combine(verdicts), len(verdicts), model_says, model_verdict)
 
 
+#: The #27462 page's verdict labels (``pipeline.verdict_label``) as the ledger's verdicts.
+_PAGE_VERDICTS = {"Reproduced": Verdict.REPRODUCED, "Direction only": Verdict.DIRECTION_ONLY,
+                  "Not reproduced": Verdict.NOT_REPRODUCED}  # fmt: skip
+
+
 @check("pp_cap_starves_stages")
 def pp_cap_starves_stages(claim: Claim, ev: Evidence) -> CheckResult:
     """vLLM issue #27462: ``--max-num-seqs`` caps every running sequence, not one micro-batch, so pipeline stages
@@ -661,8 +666,7 @@ def pp_cap_starves_stages(claim: Claim, ev: Evidence) -> CheckResult:
     steps = [ev.engine_steps[case] for case in cases if case in ev.engine_steps]
     comparison = pipeline.pp_comparison(rows, steps=pd.concat(steps, ignore_index=True) if steps else None)
     label = pipeline.verdict_label(comparison)
-    verdict = {"Reproduced": Verdict.REPRODUCED, "Direction only": Verdict.DIRECTION_ONLY,
-               "Not reproduced": Verdict.NOT_REPRODUCED}.get(label, Verdict.NOT_MEASURED)  # fmt: skip
+    verdict = _PAGE_VERDICTS.get(label, Verdict.NOT_MEASURED)
     judged = comparison.dropna(subset=["pp2_vs_pp1_pct", "pp2_at_2n_vs_pp1_pct"])
     notes = [f"{r.model_shape} N={int(r.max_num_seqs)}: PP=2 at N {r.pp2_vs_pp1_pct:+.1f} %, at 2N "
              f"{r.pp2_at_2n_vs_pp1_pct:+.1f} % against PP=1 at N" for r in judged.itertuples()]  # fmt: skip
@@ -677,8 +681,7 @@ def pp_cap_starves_stages(claim: Claim, ev: Evidence) -> CheckResult:
     model_says = ("pipeline.predicted_throughput (the fitted roofline split over the stages, no communication): "
                   + "; ".join(f"{r.model_shape} N={int(r.max_num_seqs)}: PP=2 at N {r.pp2_vs_pp1_pct:+.1f} %, at 2N "
                               f"{r.pp2_at_2n_vs_pp1_pct:+.1f} %" for r in model_judged.itertuples()))  # fmt: skip
-    model_verdict = {"Reproduced": Verdict.REPRODUCED, "Direction only": Verdict.DIRECTION_ONLY,
-                     "Not reproduced": Verdict.NOT_REPRODUCED}.get(model_label)  # fmt: skip
+    model_verdict = _PAGE_VERDICTS.get(model_label)
     return CheckResult(published, measured, verdict, len(judged), model_says, model_verdict)
 
 
