@@ -525,6 +525,56 @@ def cuda_graphs_solution(
 
 
 # --------------------------------------------------------------------------------------------------------------
+# 7. Count the microbatches (#27462)
+# --------------------------------------------------------------------------------------------------------------
+
+
+def microbatches_solution(case: str = "pp-27462", engine_label: str = "8b-pp2-mns64") -> Solution:
+    """From vLLM's own counters of one recorded point: the sequences one engine step carried (output tokens / engine
+    steps) and the sequences running at once (that × the pipeline parallel size), against ``max_num_seqs``.
+
+    The worked table shows the same counts for every point of the case with the same cap, so PP=1 and PP=2 sit side
+    by side (``results.engine_steps.step_summary``, read from the points' raw ``/metrics`` scrapes).
+    """
+    from vllm_playbooks.results.engine_steps import step_summary
+
+    rows = case_rows(case)
+    labels = sorted(str(label) for label in rows["engine_label"].unique())
+    label = _one_label(labels, engine_label, "recorded")
+    steps = step_summary(rows)
+    row = steps[steps["engine_label"] == label].iloc[0]
+    if not math.isfinite(float(row["engine_steps"])):
+        raise ConfigError(f"{label}: its /metrics scrapes hold no step histogram (vLLM before it exported one)")
+    per_step = float(row["output_tokens"]) / float(row["engine_steps"])
+    stages = int(row["pipeline_parallel_size"])
+    running = per_step * stages
+    statement = (
+        f"{int(row['output_tokens']):,} output tokens / {int(row['engine_steps']):,} engine steps = {per_step:.2f} "
+        f"sequences per step; × {stages} pipeline stage(s) = {running:.2f} running at once, against "
+        f"max_num_seqs {int(row['max_num_seqs'])}"
+    )
+    same_cap = steps[steps["max_num_seqs"] == row["max_num_seqs"]]
+    table = same_cap[["engine_label", "pipeline_parallel_size", "tensor_parallel_size", "max_num_seqs", "concurrency",
+                      "engine_steps", "output_tokens", "sequences_per_step", "running_mean", "small_step_frac"]]
+    explanation = (
+        "Every decoding sequence in a step emits one token, so output tokens / engine steps is the sequences one "
+        "step carried. With P pipeline stages, P steps (microbatches) are in flight and each running sequence is "
+        "in exactly one of them, so P × that is the number running at once: the count that `--max-num-seqs` caps "
+        "(issue #27462). Each microbatch therefore carries about max_num_seqs / P, and the share of small steps "
+        f"shows how unevenly the two microbatches split. So: {statement}."
+    )
+    return Solution(
+        exercise="microbatches",
+        inputs={"case": case, "engine_label": label},
+        value={"sequences_per_step": per_step, "running": running},
+        kinds={"sequences_per_step": "float", "running": "float"},
+        statement=statement,
+        explanation=explanation,
+        table=table.reset_index(drop=True),
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------
 # The exercises and the checker
 # --------------------------------------------------------------------------------------------------------------
 
@@ -539,6 +589,7 @@ EXERCISES: dict[str, Exercise] = {
         Exercise("size-max-num-seqs", 5, "max_num_seqs", "Size max_num_seqs for a 70B-AWQ server",
                  max_num_seqs_solution),
         Exercise("cuda-graph-sizes", 6, "cuda_graphs", "CUDA-graph sizes with k", cuda_graphs_solution),
+        Exercise("microbatches", 7, "microbatches", "Count the microbatches", microbatches_solution),
     )
 }  # fmt: skip
 

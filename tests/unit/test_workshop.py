@@ -275,3 +275,25 @@ def test_each_exercise_has_its_notebook(exercise: workshop.Exercise) -> None:
     assert checks[0].source == f'print(workshop.check("{exercise.id}", answer, solution))'
     assert checks[0].outputs and checks[0].outputs[0]["text"].startswith("correct: ")
     assert nb.cells[0].source.startswith(f"# Workshop {exercise.number}: ")
+
+
+def _prom_value(text: str, name: str) -> float:
+    """Sum of a sample's values over its label sets, read from Prometheus text with a plain pattern."""
+    import re
+
+    return sum(float(v) for v in re.findall(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, flags=re.M))
+
+
+def test_microbatches_from_the_raw_scrapes_by_hand() -> None:
+    """Output tokens / engine steps of the PP=2, cap-64 point, read with a regex from its two scrapes."""
+    point = next((RUNS / "pp-27462" / "raw").glob("8b-pp2-mns64-*/*"))
+    before, after = ((point / f"metrics_{w}.prom").read_text() for w in ("before", "after"))
+    steps = _prom_value(after, "vllm:iteration_tokens_total_count") - _prom_value(before, "vllm:iteration_tokens_total_count")
+    tokens = _prom_value(after, "vllm:generation_tokens_total") - _prom_value(before, "vllm:generation_tokens_total")
+    solution = workshop.microbatches_solution()
+    assert solution.value["sequences_per_step"] == pytest.approx(tokens / steps)
+    assert solution.value["running"] == pytest.approx(2 * tokens / steps)
+    assert 0.95 * 64 < solution.value["running"] <= 64  # the cap, shared by the two microbatches
+    assert set(solution.table.engine_label) == {"8b-pp1-mns64", "8b-pp2-mns64", "8b-tp2-mns64"}
+    with pytest.raises(ConfigError, match="no recorded config 'nope'"):
+        workshop.microbatches_solution(engine_label="nope")

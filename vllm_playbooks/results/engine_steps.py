@@ -47,8 +47,8 @@ ROW_COLUMNS = (
     "concurrency", "output_tok_s",
 )  # fmt: skip
 SUMMARY_COLUMNS = (
-    "engine_steps", "tokens_per_step", "sequences_per_step", "running_mean", "batch_allowed", "fill",
-    "small_step_frac",
+    "engine_steps", "output_tokens", "tokens_per_step", "sequences_per_step", "running_mean", "batch_allowed",
+    "fill", "small_step_frac",
 )  # fmt: skip
 
 
@@ -111,13 +111,15 @@ def step_summary(runs: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
             row.max_num_seqs) else math.nan  # fmt: skip
         record["batch_allowed"] = allowed
         if steps is None or not steps.steps:
-            record.update(engine_steps=math.nan, tokens_per_step=math.nan, sequences_per_step=math.nan,
-                          running_mean=math.nan, fill=math.nan, small_step_frac=math.nan)  # fmt: skip
+            record.update(engine_steps=math.nan, output_tokens=math.nan, tokens_per_step=math.nan,
+                          sequences_per_step=math.nan, running_mean=math.nan, fill=math.nan,
+                          small_step_frac=math.nan)  # fmt: skip
         else:
             per_step = steps.output_tokens / steps.steps / _acceptance_length(getattr(row, "mean_acceptance_length", None))
             running = per_step * int(row.pipeline_parallel_size)
             record.update(
-                engine_steps=steps.steps, tokens_per_step=steps.tokens_per_step, sequences_per_step=per_step,
+                engine_steps=steps.steps, output_tokens=round(steps.output_tokens),
+                tokens_per_step=steps.tokens_per_step, sequences_per_step=per_step,
                 running_mean=running, fill=running / allowed if allowed else math.nan,
                 small_step_frac=steps.small_step_frac(),
             )  # fmt: skip
