@@ -224,7 +224,7 @@ def step_shares(histogram: pd.DataFrame, ax: Axes | None = None, title: str | No
     buckets = [_bucket_name(lo, hi) for lo, hi in sorted(used)]
     sns.barplot(data=data, x="bucket", y="step_share", hue="layout", order=buckets, hue_order=order, palette=palette,
                 errorbar=None, ax=ax)  # fmt: skip
-    ax.set_xlabel(f"tokens scheduled in the step (buckets under {min_share:.0%} of steps left out)")
+    ax.set_xlabel(f"tokens scheduled in the step\n(buckets under {min_share:.0%} of steps left out)")
     ax.set_ylabel("share of engine steps")
     ax.set_ylim(0, 1)
     if title:
