@@ -450,7 +450,7 @@ def measurement_status(df: pd.DataFrame, plan: CasePlan) -> str:
 def tuner_rule(comparison: pd.DataFrame, threshold_pct: float = THRESHOLD_PCT) -> str:
     """The 'For tuners' rule: the fix, and whether our rows back it (derived from ``verdict``)."""
     fix = (
-        "set `--max-num-seqs` to PP × the per-microbatch batch you want (PP=2 and 128 sequences per stage: 256), keep "
+        "set `--max-num-seqs` to PP × the per-microbatch batch you want (PP=2 and 64 sequences per stage: 128), keep "
         "the KV cache large enough for all of them at once, and benchmark at a concurrency at least that high"
     )
     said = verdict(comparison, threshold_pct)
