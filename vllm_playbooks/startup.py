@@ -126,7 +126,9 @@ def engine_for_log(log: Path, data: Path):  # type: ignore[no-untyped-def]
 
 
 def calculator_check(data: Path):  # type: ignore[no-untyped-def]
-    """Every recorded start-up beside the KV-budget calculator's prediction for the same config (a DataFrame)."""
+    """Every recorded start-up beside the KV-budget calculator's prediction for the same config (a DataFrame). vLLM
+    logs weights and KV-cache tokens per GPU (under TP or PP, of the GPU it reports for), so the weights compared are
+    the calculator's per-GPU figure."""
     import pandas as pd
 
     from vllm_playbooks.config.capacity import GIB, kv_budget
@@ -141,7 +143,9 @@ def calculator_check(data: Path):  # type: ignore[no-untyped-def]
                 "case": case_dir.name, "engine_label": engine.label, "model": engine.model,
                 "draft": engine.speculative.model if engine.speculative else None,
                 "kv_cache_dtype": engine.kv_cache_dtype, "max_model_len": engine.max_model_len,
-                "weights_gib_vllm": start.weights_gib, "weights_gib_ours": budget.weight_bytes / GIB,
+                "tensor_parallel_size": engine.tensor_parallel_size,
+                "pipeline_parallel_size": engine.pipeline_parallel_size,
+                "weights_gib_vllm": start.weights_gib, "weights_gib_ours": budget.weight_bytes_per_gpu / GIB,
                 "kv_tokens_vllm": start.kv_cache_tokens, "kv_tokens_ours": budget.kv_tokens,
                 "kv_tokens_error_pct": 100 * (budget.kv_tokens / start.kv_cache_tokens - 1),
                 "max_concurrency_vllm": start.max_concurrency, "max_concurrency_ours": budget.max_concurrency,

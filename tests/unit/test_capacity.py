@@ -230,6 +230,8 @@ def test_calculator_check_table_covers_every_log() -> None:
     table = calculator_check(ROOT / "data")
     assert len(table) == len(LOGS)
     assert table.kv_tokens_error_pct.abs().max() < 5
+    assert ((table.weights_gib_ours / table.weights_gib_vllm - 1).abs() < 0.05).all()  # per GPU under TP and PP too
+    assert {(1, 2), (2, 1)} <= set(zip(table.tensor_parallel_size, table.pipeline_parallel_size, strict=True))
 
 
 @pytest.mark.parametrize(
