@@ -148,6 +148,7 @@ def planned_grid(
         running = min(cap, load.concurrency or cap)  # below the cap, the load sets how many run
         record: dict[str, Any] = {
             "engine_label": engine.label, "model_shape": model, "layout": layout(tp, pp), "gpus": tp * pp,
+            "tensor_parallel_size": tp, "pipeline_parallel_size": pp,
             "max_num_seqs": engine.max_num_seqs, "microbatch": microbatch_size(running, pp),
             "concurrency": load.concurrency, "input_len": load.input_len, "output_len": load.output_len,
         }  # fmt: skip
@@ -273,9 +274,6 @@ def predicted_rows(grid: pd.DataFrame) -> pd.DataFrame:
     """A ``planned_grid`` with predictions as rows ``pp_comparison`` reads: each point's predicted output tok/s in
     ``output_tok_s``, so the model's verdict comes from the same comparison as the measured one."""
     out = grid.dropna(subset=["predicted_output_tok_s"]).copy()
-    parts = out["layout"].str.extract(r"(?:TP=(?P<tp>\d+))?\s*(?:PP=(?P<pp>\d+))?")
-    out["tensor_parallel_size"] = parts["tp"].fillna("1").astype(int)
-    out["pipeline_parallel_size"] = parts["pp"].fillna("1").astype(int)
     out["point_id"] = out["engine_label"] + "/c" + out["concurrency"].astype(str)
     out["output_tok_s"] = out["predicted_output_tok_s"]
     out["tpot_p50_ms"] = float("nan")
