@@ -107,15 +107,16 @@ def step_summary(runs: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
     for row in runs.itertuples(index=False):
         record = {name: getattr(row, name) for name in ROW_COLUMNS}
         steps = read_engine_steps(base / row.raw_path)
-        allowed = min(float(row.concurrency), float(row.max_num_seqs)) if _known(row.concurrency) and _known(
-            row.max_num_seqs) else math.nan  # fmt: skip
+        known = _known(row.concurrency) and _known(row.max_num_seqs)
+        allowed = min(float(row.concurrency), float(row.max_num_seqs)) if known else math.nan
         record["batch_allowed"] = allowed
         if steps is None or not steps.steps:
             record.update(engine_steps=math.nan, output_tokens=math.nan, tokens_per_step=math.nan,
                           sequences_per_step=math.nan, running_mean=math.nan, fill=math.nan,
                           small_step_frac=math.nan)  # fmt: skip
         else:
-            per_step = steps.output_tokens / steps.steps / _acceptance_length(getattr(row, "mean_acceptance_length", None))
+            tokens_per_sequence = _acceptance_length(getattr(row, "mean_acceptance_length", None))
+            per_step = steps.output_tokens / steps.steps / tokens_per_sequence
             running = per_step * int(row.pipeline_parallel_size)
             record.update(
                 engine_steps=steps.steps, output_tokens=round(steps.output_tokens),
