@@ -11,6 +11,7 @@ import urllib.request
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from vllm_playbooks.errors import ServerError
@@ -22,14 +23,72 @@ _ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 _PREEMPTIONS = "vllm:num_preemptions_total"
 _GENERATION_TOKENS = "vllm:generation_tokens_total"
 _PROMPT_TOKENS = "vllm:prompt_tokens_total"
+#: vLLM's histogram of tokens scheduled per engine step.
+ITERATION_TOKENS = "vllm:iteration_tokens_total"
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """A Prometheus histogram summed over label sets: bucket upper bounds (``inf`` last), the cumulative count at
+    each, and the ``_count`` and ``_sum`` samples."""
+
+    bounds: tuple[float, ...]
+    cumulative: tuple[float, ...]
+    count: float
+    total: float
+
+    @property
+    def per_bucket(self) -> tuple[float, ...]:
+        """Observations in each bucket alone (between the previous bound and this one)."""
+        return tuple(c - p for c, p in zip(self.cumulative, (0.0, *self.cumulative[:-1]), strict=True))
+
+    def minus(self, before: Histogram) -> Histogram:
+        """What was observed between ``before`` and this snapshot of the same histogram."""
+        if before.bounds != self.bounds:
+            raise ServerError(f"histogram buckets changed between scrapes: {before.bounds} → {self.bounds}")
+        cumulative = tuple(a - b for a, b in zip(self.cumulative, before.cumulative, strict=True))
+        if min(cumulative, default=0.0) < 0 or self.count < before.count:
+            raise ServerError("a histogram went down between scrapes: the server restarted")
+        return Histogram(self.bounds, cumulative, self.count - before.count, self.total - before.total)
+
+
+def _histogram(families: list[Metric], name: str) -> Histogram | None:
+    """The histogram ``name`` among parsed metric families, summed over its label sets other than ``le``; None when
+    the server does not export it."""
+    buckets: dict[float, float] = defaultdict(float)
+    count = total = 0.0
+    found = False
+    for family in families:
+        if family.name != name or family.type != "histogram":
+            continue
+        found = True
+        for sample in family.samples:
+            if sample.name == f"{name}_bucket":
+                buckets[float(sample.labels["le"])] += sample.value
+            elif sample.name == f"{name}_count":
+                count += sample.value
+            elif sample.name == f"{name}_sum":
+                total += sample.value
+    if not found:
+        return None
+    bounds = tuple(sorted(buckets))
+    return Histogram(bounds, tuple(buckets[b] for b in bounds), count, total)
+
+
+def parse_histogram(text: str, name: str) -> Histogram | None:
+    """The histogram ``name`` (e.g. ``ITERATION_TOKENS``) from Prometheus text, summed over its label sets other than
+    ``le``; None when the server does not export it."""
+    return _histogram(list(text_string_to_metric_families(text)), name)
 
 
 @dataclass(frozen=True)
 class MetricsSnapshot:
-    """Counter values summed over engines and models: ``totals[sample]`` and per position ``accepted_per_pos``."""
+    """Counter values summed over engines and models: ``totals[sample]`` and per position ``accepted_per_pos``; and
+    the histogram of tokens per engine step (``step_tokens``, None when the server does not export it)."""
 
     totals: dict[str, float]
     accepted_per_pos: dict[int, float] = field(default_factory=dict)
+    step_tokens: Histogram | None = None
 
     def get(self, name: str) -> float:
         """A counter's value, 0 when the server does not export it (e.g. no speculation)."""
@@ -37,10 +96,12 @@ class MetricsSnapshot:
 
 
 def parse_metrics(text: str) -> MetricsSnapshot:
-    """Parse Prometheus exposition text with prometheus_client's parser; counters only, summed over label sets."""
+    """Parse Prometheus exposition text with prometheus_client's parser: the counters, summed over label sets, and
+    the step histogram."""
     totals: dict[str, float] = defaultdict(float)
     per_pos: dict[int, float] = defaultdict(float)
-    for family in text_string_to_metric_families(text):
+    families = list(text_string_to_metric_families(text))
+    for family in families:
         if family.type != "counter":
             continue
         for sample in family.samples:
@@ -50,7 +111,7 @@ def parse_metrics(text: str) -> MetricsSnapshot:
                 per_pos[int(sample.labels["position"])] += sample.value
             else:
                 totals[sample.name] += sample.value
-    return MetricsSnapshot(dict(totals), dict(per_pos))
+    return MetricsSnapshot(dict(totals), dict(per_pos), _histogram(families, ITERATION_TOKENS))
 
 
 @dataclass(frozen=True)
@@ -88,6 +149,8 @@ class MetricsDelta:
     num_preemptions: int
     generation_tokens: int
     prompt_tokens: int
+    #: The engine steps taken between the scrapes, by tokens per step (None without the histogram in both).
+    step_tokens: Histogram | None = None
 
 
 def _delta(before: MetricsSnapshot, after: MetricsSnapshot, name: str) -> int:
@@ -116,55 +179,8 @@ def diff_metrics(before: MetricsSnapshot, after: MetricsSnapshot) -> MetricsDelt
         num_preemptions=_delta(before, after, _PREEMPTIONS),
         generation_tokens=_delta(before, after, _GENERATION_TOKENS),
         prompt_tokens=_delta(before, after, _PROMPT_TOKENS),
+        step_tokens=after.step_tokens.minus(before.step_tokens) if after.step_tokens and before.step_tokens else None,
     )
-
-
-@dataclass(frozen=True)
-class Histogram:
-    """A Prometheus histogram summed over label sets: bucket upper bounds (``inf`` last), the cumulative count at
-    each, and the ``_count`` and ``_sum`` samples."""
-
-    bounds: tuple[float, ...]
-    cumulative: tuple[float, ...]
-    count: float
-    total: float
-
-    @property
-    def per_bucket(self) -> tuple[float, ...]:
-        """Observations in each bucket alone (between the previous bound and this one)."""
-        return tuple(c - p for c, p in zip(self.cumulative, (0.0, *self.cumulative[:-1]), strict=True))
-
-    def minus(self, before: Histogram) -> Histogram:
-        """What was observed between ``before`` and this snapshot of the same histogram."""
-        if before.bounds != self.bounds:
-            raise ServerError(f"histogram buckets changed between scrapes: {before.bounds} → {self.bounds}")
-        cumulative = tuple(a - b for a, b in zip(self.cumulative, before.cumulative, strict=True))
-        if min(cumulative, default=0.0) < 0 or self.count < before.count:
-            raise ServerError("a histogram went down between scrapes: the server restarted")
-        return Histogram(self.bounds, cumulative, self.count - before.count, self.total - before.total)
-
-
-def parse_histogram(text: str, name: str) -> Histogram | None:
-    """The histogram ``name`` (e.g. ``vllm:iteration_tokens_total``) from Prometheus text, summed over its label sets
-    other than ``le``; None when the server does not export it."""
-    buckets: dict[float, float] = defaultdict(float)
-    count = total = 0.0
-    found = False
-    for family in text_string_to_metric_families(text):
-        if family.name != name or family.type != "histogram":
-            continue
-        found = True
-        for sample in family.samples:
-            if sample.name == f"{name}_bucket":
-                buckets[float(sample.labels["le"])] += sample.value
-            elif sample.name == f"{name}_count":
-                count += sample.value
-            elif sample.name == f"{name}_sum":
-                total += sample.value
-    if not found:
-        return None
-    bounds = tuple(sorted(buckets))
-    return Histogram(bounds, tuple(buckets[b] for b in bounds), count, total)
 
 
 def scrape(base_url: str, timeout_s: float = 10.0) -> str:

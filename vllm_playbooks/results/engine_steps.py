@@ -27,15 +27,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vllm_playbooks import paths
-from vllm_playbooks.engine.metrics import Histogram, parse_histogram, parse_metrics
+from vllm_playbooks.engine.metrics import Histogram, diff_metrics, parse_metrics
 from vllm_playbooks.results import raw
 
 if TYPE_CHECKING:
     import pandas as pd
 
-#: vLLM's histogram of tokens per engine step, and its counter of output tokens.
-ITERATION_TOKENS = "vllm:iteration_tokens_total"
-GENERATION_TOKENS = "vllm:generation_tokens_total"
 #: A step of at most this many tokens counts as small (vLLM's second bucket bound).
 SMALL_STEP_TOKENS = 8
 #: A point whose fill is below this did not run as many sequences as its cap and load allowed.
@@ -79,13 +76,9 @@ class EngineSteps:
 
 def read_engine_steps(point_dir: Path) -> EngineSteps | None:
     """The engine steps of one point from its two scrapes; None when the server did not export the histogram."""
-    before_text = (point_dir / raw.METRICS_BEFORE).read_text(encoding="utf-8")
-    after_text = (point_dir / raw.METRICS_AFTER).read_text(encoding="utf-8")
-    before, after = parse_histogram(before_text, ITERATION_TOKENS), parse_histogram(after_text, ITERATION_TOKENS)
-    if before is None or after is None:
-        return None
-    output = parse_metrics(after_text).get(GENERATION_TOKENS) - parse_metrics(before_text).get(GENERATION_TOKENS)
-    return EngineSteps(after.minus(before), output)
+    delta = diff_metrics(*(parse_metrics((point_dir / name).read_text(encoding="utf-8"))
+                           for name in (raw.METRICS_BEFORE, raw.METRICS_AFTER)))  # fmt: skip
+    return None if delta.step_tokens is None else EngineSteps(delta.step_tokens, delta.generation_tokens)
 
 
 def _acceptance_length(value: object) -> float:
