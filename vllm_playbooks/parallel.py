@@ -213,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--case", required=True, help="a packaged case's name, or the path of your own case file")
     parser.add_argument("--gpus", nargs="+", required=True, help="GPU groups, e.g. 0 1, or 0,1 2,3 for TP=2")
+    parser.add_argument("--part", default=None,
+                        help="one part of the case's grid (its 'parts:'), e.g. 1-verdict; --engines and "
+                             "--concurrency, when given, replace the part's")
     parser.add_argument("--engines", nargs="+", default=None, help="engine labels (default: every one of the case)")
     parser.add_argument("--concurrency", nargs="+", type=int, default=None)
     parser.add_argument("--time-limit-s", type=float, default=None,
@@ -220,11 +223,11 @@ def main(argv: list[str] | None = None) -> int:
     opts = parser.parse_args(args)
     if opts.time_limit_s is not None and opts.time_limit_s <= 0:
         parser.error("--time-limit-s must be > 0")
-    overrides: dict[str, Any] = {"engines": opts.engines}
-    if opts.concurrency:
-        overrides["concurrency"] = opts.concurrency
+    from vllm_playbooks.plan import overrides_for
+
     report: ParallelReport | None = None
     try:
+        overrides = overrides_for(opts.case, opts.part, engines=opts.engines, concurrency=opts.concurrency)
         report = run_on_gpus(opts.case, opts.gpus, time_limit_s=opts.time_limit_s, **overrides)
         for group, labels in report.assignment.items():
             print(f"GPUs {group}: {', '.join(labels)} → exit {report.returncodes.get(group)}, log {report.logs[group]}")

@@ -181,3 +181,22 @@ def test_a_time_limit_must_be_positive(capsys: pytest.CaptureFixture[str]) -> No
     with pytest.raises(SystemExit):
         main(["--case", CASE, "--gpus", "0", "--time-limit-s", "0"])
     assert "--time-limit-s must be > 0" in capsys.readouterr().err
+
+
+def test_a_part_of_the_grid_is_chosen_by_name(monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    import vllm_playbooks.parallel as parallel
+
+    seen: dict[str, object] = {}
+
+    def record(case: str, groups: list[str], **kwargs: object) -> parallel.ParallelReport:
+        seen.update(case=case, groups=groups, **kwargs)
+        return parallel.ParallelReport(assignment={})
+
+    monkeypatch.setattr(parallel, "run_on_gpus", record)
+    assert main(["--case", "gpt-oss-eagle3", "--gpus", "0", "1", "--part", "1-verdict"]) == 0
+    assert seen["engines"] == ["spec-off", "eagle3-k3-a0.71"] and seen["profiles"] == ["chat"]
+    assert main(["--case", "gpt-oss-eagle3", "--gpus", "0", "--part", "1-verdict", "--engines", "spec-off"]) == 0
+    assert seen["engines"] == ["spec-off"] and seen["profiles"] == ["chat"]
+    assert main(["--case", "gpt-oss-eagle3", "--gpus", "0", "--part", "9-nothing"]) == 2
+    assert "no part '9-nothing'" in capsys.readouterr().err
