@@ -199,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         worker.add_argument("--engines", nargs="+", required=True)
         worker.add_argument("--overrides", default="{}")
         opts = worker.parse_args(args[1:])
+        # A shell without job control starts background commands with SIGINT ignored, and Python then never turns
+        # it into KeyboardInterrupt: the parent's time limit would not stop this worker. Take it back.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         from vllm_playbooks.plan import load_plan
         from vllm_playbooks.runner import run_case
 

@@ -200,3 +200,27 @@ def test_a_part_of_the_grid_is_chosen_by_name(monkeypatch: pytest.MonkeyPatch,
     assert seen["engines"] == ["spec-off"] and seen["profiles"] == ["chat"]
     assert main(["--case", "gpt-oss-eagle3", "--gpus", "0", "--part", "9-nothing"]) == 2
     assert "no part '9-nothing'" in capsys.readouterr().err
+
+
+def test_a_worker_started_with_sigint_ignored_still_stops_on_the_interrupt(tmp_path: Path) -> None:
+    # `nohup cmd &` in a script starts cmd with SIGINT ignored; the time limit's interrupt must still reach the runner.
+    import signal
+    import subprocess
+
+    stub = tmp_path / "slow_runner.py"
+    stub.write_text(
+        "import sys, time\n"
+        "import vllm_playbooks.plan as plan, vllm_playbooks.runner as runner\n"
+        "plan.load_plan = lambda *a, **k: None\n"
+        "def run_case(*a, **k):\n"
+        "    print('measuring', flush=True)\n"
+        "    time.sleep(60)\n"
+        "runner.run_case = run_case\n"
+        "from vllm_playbooks.parallel import main\n"
+        "sys.exit(main(['worker', '--case', 'c', '--engines', 'e']))\n"
+    )
+    worker = subprocess.Popen([sys.executable, str(stub)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # noqa: PLW1509
+    assert worker.stdout is not None and worker.stdout.readline().strip() == b"measuring"
+    worker.send_signal(signal.SIGINT)
+    assert worker.wait(timeout=20) == 130
