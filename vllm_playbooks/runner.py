@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from vllm_playbooks import paths
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.engine.gpu_sampler import GpuSampler, nvml_sampler
-from vllm_playbooks.engine.metrics import scrape
+from vllm_playbooks.engine.metrics import parse_metrics, scrape
 from vllm_playbooks.engine.server import LOOPBACK, VllmServer, free_port
 from vllm_playbooks.errors import ConfigError, PlaybookError, SchemaError
 from vllm_playbooks.load.bench import BenchClient, InProcessBench, bench_argv
@@ -32,6 +32,7 @@ from vllm_playbooks.plan import CasePlan, PlannedPoint
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.provenance import Provenance, collect_provenance, utc_now
 from vllm_playbooks.results.schema import RUN_COLUMNS, RunRow
+from vllm_playbooks.results.stalls import STALL_S, STALL_SHARE, gaps_between
 from vllm_playbooks.results.store import append_run_row, load_run_rows, rows_to_frame
 from vllm_playbooks.results.store import case_dir as case_folder
 
@@ -160,6 +161,7 @@ def measure_point(
         warmup = json.loads(warmup_text)
         rps = warmup["completed"] / warmup["duration"] if warmup.get("duration") else None
         num_prompts = load.measured_prompts(rps, plan.min_duration_s)
+        remeasured_because: list[str] = []
         for attempt in (1, 2):
             sampler = _sampler_for(engine, gpu_sampler)
             if sampler is not None:
@@ -171,18 +173,30 @@ def measure_point(
             finally:
                 if sampler is not None:
                     sampler.stop()
-            duration = float(json.loads(bench_text)["duration"])
-            if duration >= plan.min_duration_s or load.request_rate_qps is not None or attempt == 2:
+            result = json.loads(bench_text)
+            duration = float(result["duration"])
+            short = duration < plan.min_duration_s and load.request_rate_qps is None
+            gaps = gaps_between(parse_metrics(before), parse_metrics(after))
+            share = gaps.share_of(result["completed"], result["mean_e2el_ms"]) if gaps is not None else 0.0
+            stalled = share >= STALL_SHARE
+            if attempt == 2 or not (short or stalled):
                 break
-            # The calibration under-estimated the steady rate (the first requests are the slowest): the short run
-            # becomes more warm-up, and the point is measured again with the count its own rate asks for.
-            num_prompts = max(num_prompts + 1, math.ceil(num_prompts * 1.1 * plan.min_duration_s / duration))
+            # Either run becomes more warm-up and the point is measured once more. A short run: the calibration
+            # under-estimated the steady rate (the first requests are the slowest), so the next run gets the count
+            # its own rate asks for. A stalled run (output-token gaps of seconds, results/stalls.py): same count.
+            if short:
+                remeasured_because.append(f"short: {duration:.1f} s < {plan.min_duration_s:g} s")
+                num_prompts = max(num_prompts + 1, math.ceil(num_prompts * 1.1 * plan.min_duration_s / duration))
+            if stalled and gaps is not None:
+                remeasured_because.append(f"stalled: {gaps.stalled} output-token gaps over {STALL_S:g} s, "
+                                          f"at least {share:.1%} of the requests' time")  # fmt: skip
     record = _point_record(
         point,
         plan,
         num_warmup_prompts=warmup_prompts,
         measured_at=utc_now(),
         measurement_attempts=attempt,
+        remeasured_because=remeasured_because,
         server_argv=server.argv,
         bench_argv=["vllm", "bench", "serve", *argv],
         server_startup_s=server.startup_s,

@@ -19,6 +19,8 @@ parser.add_argument("--die-after-scrapes", type=int, default=0, help="exit after
 parser.add_argument("--never-healthy", action="store_true")
 parser.add_argument("--exit-at-start", type=int, default=None, help="exit with this code before serving")
 parser.add_argument("--ignore-sigterm", action="store_true")
+parser.add_argument("--stall-at-scrapes", type=int, nargs="*", default=[],
+                    help="at these /metrics scrapes, 10 more output-token gaps of 2.5-5 s have been observed")
 args, _ = parser.parse_known_args()
 
 if args.exit_at_start is not None:
@@ -33,7 +35,18 @@ if args.child_pid_file:
     with open(args.child_pid_file, "w") as handle:
         handle.write(str(child.pid))
 
-state = {"scrapes": 0}
+state = {"scrapes": 0, "stalled_gaps": 0}
+
+
+def inter_token_histogram(fast: int, stalled: int) -> str:
+    """vLLM's inter-token latency histogram (abridged buckets): ``fast`` gaps of ≤ 50 ms, ``stalled`` of 2.5-5 s."""
+    name = "vllm:inter_token_latency_seconds"
+    buckets = {"0.05": fast, "2.5": fast, "5.0": fast + stalled, "+Inf": fast + stalled}
+    lines = [f"# TYPE {name} histogram"]
+    lines += [f'{name}_bucket{{engine="0",le="{le}",model_name="m"}} {count}.0' for le, count in buckets.items()]
+    lines += [f'{name}_count{{engine="0",model_name="m"}} {fast + stalled}.0',
+              f'{name}_sum{{engine="0",model_name="m"}} {0.02 * fast + 3.0 * stalled}']
+    return "\n".join(lines) + "\n"
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -48,6 +61,8 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/metrics":
             state["scrapes"] += 1
             n = state["scrapes"]
+            if n in args.stall_at_scrapes:
+                state["stalled_gaps"] += 10
             if args.die_after_scrapes and n > args.die_after_scrapes:
                 os._exit(3)
             body = (
@@ -65,6 +80,7 @@ class Handler(BaseHTTPRequestHandler):
                 f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="3"}} {41 * n}.0\n'
                 "# TYPE vllm:num_preemptions_total counter\n"
                 'vllm:num_preemptions_total{engine="0",model_name="m"} 0.0\n'
+                + inter_token_histogram(100 * n, state["stalled_gaps"])
             ).encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")

@@ -19,7 +19,7 @@ from vllm_playbooks.engine.server import VllmServer
 from vllm_playbooks.errors import PlaybookError, SchemaError
 from vllm_playbooks.plan import load_plan
 from vllm_playbooks.results import raw
-from vllm_playbooks.runner import replay_rows, run_case, sync_rows
+from vllm_playbooks.runner import replay_case, replay_rows, run_case, sync_rows
 
 CASE = "llama-8b-draft-model"
 
@@ -191,3 +191,26 @@ def test_the_engine_env_reaches_the_server_factory(data: Path) -> None:
 
     run_case(plan, data=data, bench=FakeBench(), server_factory=make, progress=False).raise_for_failures()
     assert seen == [{"PLAYBOOK_MARK": "1"}]
+
+
+def test_a_stalled_run_is_measured_again(data: Path) -> None:
+    # scrapes 1 and 2 bracket the first measured run; the stand-in reports 10 gaps of 2.5-5 s at scrape 2
+    bench = FakeBench()
+    run_case(load_plan(CASE, concurrency=[1], engines=["spec-off"]), data=data, bench=bench,
+             server_factory=factory("--stall-at-scrapes", "2"), progress=False)  # fmt: skip
+    assert len(bench.calls) == 3  # warm-up, the stalled run, the run kept
+    (row,) = replay_rows(CASE, data)
+    point = json.loads((data / row.raw_path / "point.json").read_text())
+    assert point["measurement_attempts"] == 2
+    (reason,) = point["remeasured_because"]
+    assert reason.startswith("stalled: 10 output-token gaps over 2.5 s, at least ")
+    # a stall in the second run too is kept as measured (two attempts at most): the pages flag it
+    bench = FakeBench()
+    run_case(load_plan(CASE, concurrency=[4], engines=["spec-off"]), data=data, bench=bench,
+             server_factory=factory("--stall-at-scrapes", "2", "4"), progress=False)  # fmt: skip
+    assert len(bench.calls) == 3
+    from vllm_playbooks.results.stalls import stall_table
+
+    table = stall_table(replay_case(CASE, data), data).set_index("concurrency")
+    assert table.loc[1, "stalled_gaps"] == 0 and table.loc[4, "stalled_gaps"] == 10
+    assert table.loc[4, "longest_gap_at_most_s"] == 5.0

@@ -25,6 +25,8 @@ _GENERATION_TOKENS = "vllm:generation_tokens_total"
 _PROMPT_TOKENS = "vllm:prompt_tokens_total"
 #: vLLM's histogram of tokens scheduled per engine step.
 ITERATION_TOKENS = "vllm:iteration_tokens_total"
+#: vLLM's histogram of the time between two output tokens of a request (seconds).
+INTER_TOKEN_LATENCY = "vllm:inter_token_latency_seconds"
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,12 @@ class Histogram:
     def per_bucket(self) -> tuple[float, ...]:
         """Observations in each bucket alone (between the previous bound and this one)."""
         return tuple(c - p for c, p in zip(self.cumulative, (0.0, *self.cumulative[:-1]), strict=True))
+
+    def count_above(self, bound: float) -> float:
+        """Observations above ``bound``, which must be one of the bucket bounds."""
+        if float(bound) not in self.bounds:
+            raise ValueError(f"{bound} is not a bucket bound of the histogram: {self.bounds}")
+        return self.count - self.cumulative[self.bounds.index(float(bound))]
 
     def minus(self, before: Histogram) -> Histogram:
         """What was observed between ``before`` and this snapshot of the same histogram."""
@@ -84,11 +92,13 @@ def parse_histogram(text: str, name: str) -> Histogram | None:
 @dataclass(frozen=True)
 class MetricsSnapshot:
     """Counter values summed over engines and models: ``totals[sample]`` and per position ``accepted_per_pos``; and
-    the histogram of tokens per engine step (``step_tokens``, None when the server does not export it)."""
+    the histograms of tokens per engine step (``step_tokens``) and of inter-token latency (``inter_token``), each
+    None when the server does not export it."""
 
     totals: dict[str, float]
     accepted_per_pos: dict[int, float] = field(default_factory=dict)
     step_tokens: Histogram | None = None
+    inter_token: Histogram | None = None
 
     def get(self, name: str) -> float:
         """A counter's value, 0 when the server does not export it (e.g. no speculation)."""
@@ -97,7 +107,7 @@ class MetricsSnapshot:
 
 def parse_metrics(text: str) -> MetricsSnapshot:
     """Parse Prometheus exposition text with prometheus_client's parser: the counters, summed over label sets, and
-    the step histogram."""
+    the step and inter-token histograms."""
     totals: dict[str, float] = defaultdict(float)
     per_pos: dict[int, float] = defaultdict(float)
     families = list(text_string_to_metric_families(text))
@@ -111,7 +121,8 @@ def parse_metrics(text: str) -> MetricsSnapshot:
                 per_pos[int(sample.labels["position"])] += sample.value
             else:
                 totals[sample.name] += sample.value
-    return MetricsSnapshot(dict(totals), dict(per_pos), _histogram(families, ITERATION_TOKENS))
+    return MetricsSnapshot(dict(totals), dict(per_pos), _histogram(families, ITERATION_TOKENS),
+                           _histogram(families, INTER_TOKEN_LATENCY))
 
 
 @dataclass(frozen=True)
@@ -151,6 +162,8 @@ class MetricsDelta:
     prompt_tokens: int
     #: The engine steps taken between the scrapes, by tokens per step (None without the histogram in both).
     step_tokens: Histogram | None = None
+    #: The gaps between consecutive output tokens of a request, in seconds (None without the histogram in both).
+    inter_token: Histogram | None = None
 
 
 def _delta(before: MetricsSnapshot, after: MetricsSnapshot, name: str) -> int:
@@ -179,8 +192,13 @@ def diff_metrics(before: MetricsSnapshot, after: MetricsSnapshot) -> MetricsDelt
         num_preemptions=_delta(before, after, _PREEMPTIONS),
         generation_tokens=_delta(before, after, _GENERATION_TOKENS),
         prompt_tokens=_delta(before, after, _PROMPT_TOKENS),
-        step_tokens=after.step_tokens.minus(before.step_tokens) if after.step_tokens and before.step_tokens else None,
+        step_tokens=_histogram_delta(before.step_tokens, after.step_tokens),
+        inter_token=_histogram_delta(before.inter_token, after.inter_token),
     )
+
+
+def _histogram_delta(before: Histogram | None, after: Histogram | None) -> Histogram | None:
+    return after.minus(before) if after is not None and before is not None else None
 
 
 def scrape(base_url: str, timeout_s: float = 10.0) -> str:

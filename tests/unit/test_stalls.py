@@ -1,0 +1,52 @@
+"""Output-token gaps of seconds in recorded points, read from vLLM's inter-token latency histogram."""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_playbooks.engine.metrics import Histogram
+from vllm_playbooks.results.stalls import STALL_S, STALL_SHARE, stall_note, stall_table, unstalled
+from vllm_playbooks.runner import replay_case
+
+
+def test_gaps_above_a_bound_are_counted_from_the_cumulative_buckets() -> None:
+    h = Histogram(bounds=(0.05, 2.5, 5.0, float("inf")), cumulative=(90.0, 97.0, 99.0, 100.0), count=100.0, total=0.0)
+    assert h.count_above(2.5) == 3 and h.count_above(5.0) == 1
+    with pytest.raises(ValueError, match="not a bucket bound"):
+        h.count_above(3.0)
+
+
+def test_the_recorded_moe_runs_that_stalled_are_found_and_the_dense_ones_did_not() -> None:
+    table = stall_table(replay_case("deepseek-mtp"))
+    stalled = table[table.stalled_gaps > 0]
+    # both servers stalled at 4 and 8 QPS (their runs overlapped in time), MTP also at concurrency 64
+    assert sorted(zip(stalled.engine_label, stalled.request_rate_qps.fillna(0), stalled.concurrency.fillna(0))) == [
+        ("mtp-k1-a0.85", 0.0, 64.0), ("mtp-k1-a0.85", 4.0, 0.0), ("mtp-k1-a0.85", 8.0, 0.0),
+        ("spec-off", 4.0, 0.0), ("spec-off", 8.0, 0.0),
+    ]  # fmt: skip
+    assert stalled.longest_gap_at_most_s.max() == 10.0 and (table.token_gaps > 0).all()
+    assert (stalled.stall_share >= STALL_SHARE).all()
+    # spec-off at 4 QPS: 173 gaps of 2.5-5 s and 73 of 5-7.5 s over 120 requests of 22.41 s mean E2E latency
+    assert stalled.set_index("point_id").stall_share.max() == pytest.approx((173 * 2.5 + 73 * 5.0) / (120 * 22.412),
+                                                                            rel=1e-3)  # fmt: skip
+    for case in ("llama-8b-draft-model", "discussion-13834", "pp-27462"):
+        assert (stall_table(replay_case(case)).stalled_gaps == 0).all(), case
+
+
+def test_a_lone_long_gap_is_not_a_stall_of_the_run() -> None:
+    # gpt-oss spec-off at concurrency 16 had one gap of 2.5-5 s among 32,320: under 1 % of its requests' time
+    table = stall_table(replay_case("gpt-oss-eagle3")).set_index(["engine_label", "concurrency"])
+    assert table.loc[("spec-off", 16), "stalled_gaps"] == 1
+    assert table.loc[("spec-off", 16), "stall_share"] < STALL_SHARE <= table.loc[("spec-off", 128), "stall_share"]
+
+
+def test_stalled_points_are_named_and_left_out() -> None:
+    runs = replay_case("deepseek-mtp")
+    kept = unstalled(runs)
+    assert len(runs) - len(kept) == 5
+    note = stall_note(stall_table(runs))
+    assert note.startswith("**Stalls.** In 5 of 16 measured runs the engine emitted nothing for seconds")
+    assert f"longer than {STALL_S:g} s" in note
+    assert "spec-off at 4 QPS (246 gaps, the longest ≤ 7.5 s; ≥ 29.7% of the requests' time)" in note
+    assert "mtp-k1-a0.85 at concurrency 64 (44 gaps, the longest ≤ 7.5 s; ≥ 5.0% of the requests' time)" in note
+    assert stall_note(stall_table(replay_case("llama-8b-draft-model"))) == ""
