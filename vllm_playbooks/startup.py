@@ -128,10 +128,12 @@ def engine_for_log(log: Path, data: Path):  # type: ignore[no-untyped-def]
 def calculator_check(data: Path):  # type: ignore[no-untyped-def]
     """Every recorded start-up beside the KV-budget calculator's prediction for the same config (a DataFrame). vLLM
     logs weights and KV-cache tokens per GPU (under TP or PP, of the GPU it reports for), so the weights compared are
-    the calculator's per-GPU figure."""
+    the calculator's per-GPU figure. ``moe`` marks mixture-of-experts targets, whose activation peak the calculator
+    does not model (it overstates their KV tokens; the batching calculator's page shows by how much)."""
     import pandas as pd
 
-    from vllm_playbooks.config.capacity import GIB, kv_budget
+    from vllm_playbooks.config.capacity import GIB, MOE_ARCHITECTURES, kv_budget
+    from vllm_playbooks.shapes import resolve_model
 
     records = []
     for case_dir in sorted(p for p in (data / "runs").iterdir() if p.is_dir()):
@@ -141,6 +143,7 @@ def calculator_check(data: Path):  # type: ignore[no-untyped-def]
             budget = kv_budget(engine, start.total_memory_gib)
             records.append({
                 "case": case_dir.name, "engine_label": engine.label, "model": engine.model,
+                "moe": resolve_model(engine.model).architecture in MOE_ARCHITECTURES,
                 "draft": engine.speculative.model if engine.speculative else None,
                 "kv_cache_dtype": engine.kv_cache_dtype, "max_model_len": engine.max_model_len,
                 "tensor_parallel_size": engine.tensor_parallel_size,
