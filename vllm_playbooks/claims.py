@@ -325,9 +325,11 @@ def _missing(value: Any) -> bool:
 
 def load_evidence(data: Path | None = None) -> Evidence:
     """Read everything the checks need from ``data`` (default: the repository's ``data/``): the published numbers,
-    every case's rows rebuilt from their raw files (replay, as the case pages do), the start-ups, and the roofline fit
-    on the rows of ``theory.CALIBRATION_CASES`` without speculation (None with fewer than three)."""
+    every case's rows rebuilt from their raw files (replay, as the case pages do) less the stalled ones, which the
+    pages leave out of their verdicts too (``results.stalls``), the start-ups, and the roofline fit on the rows of
+    ``theory.CALIBRATION_CASES`` without speculation (None with fewer than three)."""
     from vllm_playbooks import theory
+    from vllm_playbooks.results.stalls import unstalled
     from vllm_playbooks.results.store import load_reference, runs_file
     from vllm_playbooks.runner import replay_case
 
@@ -335,7 +337,7 @@ def load_evidence(data: Path | None = None) -> Evidence:
     published = load_reference(path=folder / "reference" / "published.csv")
     runs_root = folder / "runs"
     cases = sorted(p.name for p in runs_root.iterdir() if p.is_dir()) if runs_root.is_dir() else []
-    runs = {case: replay_case(case, folder) for case in cases if runs_file(case, folder).exists()}
+    runs = {case: unstalled(replay_case(case, folder), folder) for case in cases if runs_file(case, folder).exists()}
     fit = None
     calibration = [
         r for case in theory.CALIBRATION_CASES if case in runs for r in _records(runs[case])

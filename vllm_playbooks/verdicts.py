@@ -42,6 +42,29 @@ def _gpus(df: pd.DataFrame) -> str:
     return ", ".join(sorted(set(df["gpu_name"].dropna().astype(str)))) or "the GPU recorded"
 
 
+def _without_stalled(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(usable rows, stalled rows) by the ``stalled`` column (``results.stalls.mark_stalled``); all usable without it."""
+    if df.empty or "stalled" not in df.columns:
+        return df, df.iloc[0:0]
+    flag = df["stalled"].astype(bool)
+    return df[~flag], df[flag]
+
+
+def _stalled_loads(stalled: pd.DataFrame, column: str, wanted: Iterable[float]) -> list[float]:
+    """The loads of ``wanted`` (values of ``column``) at which some stalled row was recorded."""
+    if stalled.empty:
+        return []
+    return sorted({float(v) for v in stalled[column].dropna()} & {float(w) for w in wanted})
+
+
+def _stalled_words(loads: list[float], unit: str) -> str:
+    """The sentence naming loads measured but left out as stalled ('' for none); ``unit`` 'QPS' or 'concurrency'."""
+    values = ", ".join(f"{v:g}" for v in loads)
+    where = f"concurrency {values}" if unit == "concurrency" else f"{values} {unit}"
+    return (f" Measured at {where} too, but runs there stalled (output-token gaps of seconds, see the stall "
+            "table): left out until measured again.") if loads else ""  # fmt: skip
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # Issue #5: MTP
 # --------------------------------------------------------------------------------------------------------------------
@@ -62,6 +85,9 @@ def mtp_verdict(
     """Does MTP at k = 1 lower TPOT at low request rates, and does the gain shrink as the rate grows, as vLLM PR
     #12755 reported (1.63× at 1 QPS, 1.00× at 8 QPS)? Rests on ``engine`` against speculation off, Poisson loads."""
     wanted = sorted(float(r) for r in rates)
+    df, stalled = _without_stalled(df)
+    stalled_rates = _stalled_loads(stalled[stalled["concurrency"].isna()] if not stalled.empty else stalled,
+                                   "request_rate_qps", wanted)  # fmt: skip
     table = tpot_speedups(df) if not df.empty else None
     if table is not None:
         table = table[(table["engine_label"] == engine) & table["request_rate_qps"].notna() & table["concurrency"].isna()]
@@ -72,7 +98,7 @@ def mtp_verdict(
         return Verdict(
             "not measured",
             f"Not measured yet: no pair of speculation off and {engine} at {', '.join(f'{r:g}' for r in wanted)} QPS "
-            "is recorded, so this page gives no verdict.",
+            "is recorded, so this page gives no verdict." + _stalled_words(stalled_rates, "QPS"),
             pd.DataFrame(),
         )
     first, last = table.iloc[0], table.iloc[-1]
@@ -83,13 +109,15 @@ def mtp_verdict(
         reported = f" PR #12755 reported {q1:.2f}× at 1 QPS and {q8:.2f}× at 8 QPS (DeepSeek-R1, 8 GPUs)."
     measured = f"On {_gpus(df)}, {engine} changed mean TPOT against speculation off by {steps}."
     missing = [r for r in wanted if r not in set(table["request_rate_qps"])]
+    unmeasured = [r for r in missing if r not in stalled_rates]
     if first["speedup"] <= 1.0 + tolerance:
         status, tail = "no gain at low load", (
             f" At the lowest rate measured, {first['request_rate_qps']:g} QPS, MTP did not lower TPOT by more than "
             f"{100 * tolerance:.0f} %."
         )
     elif missing:
-        status, tail = "incomplete", f" Not yet measured at {', '.join(f'{r:g}' for r in missing)} QPS."
+        not_yet = f" Not yet measured at {', '.join(f'{r:g}' for r in unmeasured)} QPS." if unmeasured else ""
+        status, tail = "incomplete", not_yet + _stalled_words([r for r in missing if r in stalled_rates], "QPS")
     elif last["speedup"] < first["speedup"] - tolerance:
         status, tail = "gain that shrinks with load", (
             f" The gain shrinks from {first['speedup']:.2f}× to {last['speedup']:.2f}× as the rate grows: the "
@@ -161,6 +189,12 @@ def eagle3_verdict(
     to ``top`` concurrent requests, as the Red Hat article reported (gains to 200; +10-21 %)?"""
     import pandas as pd
 
+    df, stalled = _without_stalled(df)
+    stalled_at: list[float] = []
+    if not stalled.empty:
+        mine = with_profile(stalled, profiles)
+        mine = mine[(mine["profile"] == profile) & mine["engine_label"].isin([engine]) | (mine["spec_method"] == "none")]
+        stalled_at = sorted({float(c) for c in mine["concurrency"].dropna()})
     gains = gain_table(df, profiles) if not df.empty else pd.DataFrame()
     if not gains.empty:
         gains = gains[(gains["engine_label"] == engine) & (gains["profile"] == profile)].reset_index(drop=True)
@@ -168,11 +202,12 @@ def eagle3_verdict(
         return Verdict(
             "not measured",
             f"Not measured yet: no pair of speculation off and {engine} on the {profile} profile is recorded, so this "
-            "page gives no verdict.",
+            "page gives no verdict." + _stalled_words(stalled_at, "concurrency"),
             pd.DataFrame(),
         )
     steps = ", ".join(f"{g:+.1f} % at {int(c)}" for c, g in zip(gains["concurrency"], gains["gain_pct"], strict=True))
     measured = f"On {_gpus(df)}, {engine} changed output throughput against speculation off by {steps} (concurrency)."
+    measured += _stalled_words([c for c in stalled_at if c not in set(gains["concurrency"])], "concurrency")
     low, high = _published(published, "output-throughput-gain-low"), _published(published, "output-throughput-gain-high")
     reported = (
         f" Red Hat reported gains that held to 200 concurrent requests, +{low:g} to +{high:g} % output throughput "
@@ -185,7 +220,7 @@ def eagle3_verdict(
     if wins.empty:
         status, tail = "no gain", f" It never raised throughput by more than {100 * tolerance:.0f} %."
     elif at_top.empty:
-        status, tail = "incomplete", f" Not yet measured at {top} concurrent requests."
+        status, tail = "incomplete", "" if top in stalled_at else f" Not yet measured at {top} concurrent requests."
     elif float(at_top["gain_pct"].iloc[0]) > 100 * tolerance:
         status, tail = f"gain holds to {top}", f" The gain held at {top} concurrent requests, as Red Hat reported."
     else:
@@ -217,6 +252,11 @@ def mtp_rule(verdict: Verdict) -> str:
         return f"{start}: measured here, its gain held across the request rates tried."
     if verdict.status == "no gain at low load":
         return "Measured here, MTP at k = 1 did not lower TPOT even at low load on this shape: check the model's scale first."
+    gains = verdict.table[verdict.table["speedup"] > 1.0 + TOLERANCE] if not verdict.table.empty else verdict.table
+    if verdict.status == "incomplete" and len(gains) == len(verdict.table) and not gains.empty:
+        rates = ", ".join(f"{r:g}" for r in gains["request_rate_qps"])
+        return (f"{start}: measured here it lowered TPOT at every request rate measured so far ({rates} QPS); where "
+                "its gain ends at higher rates is not measured yet.")
     return f"{start}; the measurement here is not complete yet."
 
 
@@ -257,3 +297,40 @@ def select_gains(
     if k is not None:
         keep &= gains["k"] == k
     return gains[keep]
+
+
+def beside_model(measured: pd.DataFrame, predicted: pd.DataFrame, value: str, label: str) -> pd.DataFrame:
+    """Closed-loop measurements of one configuration (``engine_label`` == ``label``) beside the step model's
+    prediction at the same concurrency (``predicted``'s ``batch`` or ``concurrency``): ``measured``, ``predicted``
+    and their difference, for ``value`` ('speedup' or 'gain_pct')."""
+    import pandas as pd
+
+    rows = measured[(measured["engine_label"] == label) & measured["concurrency"].notna()]
+    if "request_rate_qps" in rows.columns:
+        rows = rows[rows["request_rate_qps"].isna()]
+    model = predicted if "concurrency" in predicted.columns else predicted.rename(columns={"batch": "concurrency"})
+    model = model[["concurrency", value]].rename(columns={value: "predicted"})
+    table = rows[["concurrency", value]].rename(columns={value: "measured"}).astype({"concurrency": float})
+    out = table.merge(model.astype({"concurrency": float}), on="concurrency", how="left").sort_values("concurrency")
+    out["measured_minus_predicted"] = out["measured"] - out["predicted"]
+    return pd.DataFrame(out).reset_index(drop=True)
+
+
+def describe_beside_model(table: pd.DataFrame, band: float, unit: str, fmt: str = "{:.2f}") -> str:
+    """One sentence on a ``beside_model`` table: the concurrencies where the model came within ``band`` (in ``unit``,
+    e.g. 'percentage points') of the measurement, and those where it under- or overstated it; values as ``fmt``."""
+    rows = table.dropna(subset=["measured", "predicted"])
+    if rows.empty:
+        return "No measurement to set beside the model yet."
+
+    def levels(part: pd.DataFrame) -> str:
+        return ", ".join(f"{int(c)} ({fmt.format(m)} measured, {fmt.format(p)} predicted)"
+                         for c, m, p in zip(part["concurrency"], part["measured"], part["predicted"], strict=True))  # fmt: skip
+
+    diff = rows["measured_minus_predicted"]
+    parts = []
+    for words, part in ((f"came within {band:g} {unit} of the measurement", rows[diff.abs() <= band]),
+                        ("understated the measurement", rows[diff > band]), ("overstated it", rows[diff < -band])):  # fmt: skip
+        if not part.empty:
+            parts.append(f"{words} at concurrency {levels(part)}")
+    return "The model " + "; it ".join(parts) + "."

@@ -63,6 +63,19 @@ def test_mtp_incomplete_when_a_rate_is_missing(published) -> None:  # type: igno
     assert verdict.table.speedup.tolist() == pytest.approx([50 / 30, 50 / 40])
 
 
+def test_mtp_leaves_stalled_rates_out_and_says_so(published) -> None:  # type: ignore[no-untyped-def]
+    rows = _mtp([50, 50, 50, 50], [30, 35, 80, 90]).assign(stalled=False)
+    rows.loc[rows.request_rate_qps >= 4, "stalled"] = True  # the two high rates lost seconds to stalls
+    verdict = verdicts.mtp_verdict(rows, published)
+    assert verdict.status == "incomplete" and list(verdict.table.request_rate_qps) == [1, 2]
+    assert "Not yet measured" not in verdict.sentence
+    assert "Measured at 4, 8 QPS too, but runs there stalled" in verdict.sentence
+    rule = verdicts.mtp_rule(verdict)
+    assert "lowered TPOT at every request rate measured so far (1, 2 QPS)" in rule
+    rows.loc[rows.request_rate_qps == 4, "stalled"] = False  # 4 QPS clean: 8 stalled, nothing unmeasured
+    assert "Measured at 8 QPS too" in verdicts.mtp_verdict(rows, published).sentence
+
+
 def _eagle(gains: dict[int, float], label: str = "eagle3-k3-a0.71", k: int = 3, alpha: float = 0.71,
            input_len: int = 230) -> list[dict[str, Any]]:  # fmt: skip
     rows = []
@@ -84,6 +97,18 @@ def test_eagle3_statuses(published) -> None:  # type: ignore[no-untyped-def]
     assert verdicts.eagle3_verdict(pd.DataFrame(_eagle({1: 20.0})), PROFILES).status == "incomplete"
     swe_only = pd.DataFrame(_eagle({1: 20.0}, input_len=13000))
     assert verdicts.eagle3_verdict(swe_only, PROFILES).status == "not measured"
+
+
+def test_eagle3_leaves_a_stalled_concurrency_out(published) -> None:  # type: ignore[no-untyped-def]
+    rows = pd.DataFrame(_eagle({1: 30.0, 128: 60.0, 200: 10.0})).assign(stalled=False)
+    rows.loc[(rows.concurrency == 128) & (rows.engine_label == "spec-off"), "stalled"] = True
+    verdict = verdicts.eagle3_verdict(rows, PROFILES, published)
+    assert verdict.status == "gain holds to 200" and list(verdict.table.concurrency) == [1, 200]
+    assert "Measured at concurrency 128 too, but runs there stalled" in verdict.sentence
+    rows.loc[rows.concurrency == 200, "stalled"] = True
+    verdict = verdicts.eagle3_verdict(rows, PROFILES, published)
+    assert verdict.status == "incomplete" and "Not yet measured at 200" not in verdict.sentence
+    assert "concurrency 128, 200 too" in verdict.sentence
 
 
 def test_best_k_by_band() -> None:
@@ -120,3 +145,29 @@ def test_select_gains() -> None:
     assert verdicts.select_gains(gains, alpha=0.71).engine_label.tolist() == ["eagle3-k2-a0.71"]
     assert verdicts.select_gains(gains, k=3, profile="chat").engine_label.tolist() == ["eagle3-k3-a0.61"]
     assert verdicts.select_gains(gains, profile="swe").empty and verdicts.select_gains(gains.iloc[:0], alpha=0.7).empty
+
+
+def test_measurements_beside_the_model() -> None:
+    rows = _eagle({1: 30.0, 64: 20.0})
+    gains = verdicts.gain_table(pd.DataFrame(rows), PROFILES)
+    # as theory.eagle3_predictions gives it: both a batch and a concurrency column
+    model = pd.DataFrame({"concurrency": [1, 64, 200], "batch": [1, 64, 200], "gain_pct": [-10.0, 25.0, 40.0]})
+    table = verdicts.beside_model(gains, model, "gain_pct", "eagle3-k3-a0.71")
+    assert table.concurrency.tolist() == [1.0, 64.0] and table.predicted.tolist() == [-10.0, 25.0]
+    assert table.measured_minus_predicted.tolist() == pytest.approx([40.0, -5.0])
+    speedups = verdicts.tpot_speedups(_mtp([50, 50], [25, 40], rates=(1, 2)).assign(
+        concurrency=[1, 4, 1, 4], request_rate_qps=None))  # fmt: skip
+    batch_model = pd.DataFrame({"batch": [1, 4], "speedup": [1.5, 1.5]})
+    table = verdicts.beside_model(speedups, batch_model, "speedup", "mtp-k1-a0.85")
+    assert table.measured.tolist() == pytest.approx([2.0, 1.25]) and table.predicted.tolist() == [1.5, 1.5]
+
+
+def test_the_model_comparison_in_words() -> None:
+    table = pd.DataFrame({"concurrency": [1.0, 64.0, 200.0], "measured": [58.5, 61.6, 19.8],
+                          "predicted": [-24.5, 68.3, 89.6]})  # fmt: skip
+    table["measured_minus_predicted"] = table.measured - table.predicted
+    words = verdicts.describe_beside_model(table, 10, "percentage points", "{:+.1f} %")
+    assert words == ("The model came within 10 percentage points of the measurement at concurrency 64 (+61.6 % "
+                     "measured, +68.3 % predicted); it understated the measurement at concurrency 1 (+58.5 % measured, "
+                     "-24.5 % predicted); it overstated it at concurrency 200 (+19.8 % measured, +89.6 % predicted).")
+    assert verdicts.describe_beside_model(table.iloc[0:0], 10, "points") == "No measurement to set beside the model yet."

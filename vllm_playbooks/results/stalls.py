@@ -102,11 +102,20 @@ def stall_table(runs: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
     return pd.DataFrame(records, columns=[*ROW_COLUMNS, *STALL_COLUMNS])
 
 
-def unstalled(runs: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
-    """``runs`` without the stalled rows (``stall_share`` ≥ ``STALL_SHARE``; rows without the histogram are kept)."""
+def mark_stalled(runs: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
+    """``runs`` with a boolean column ``stalled``: ``stall_share`` ≥ ``STALL_SHARE`` (False where the scrapes lack
+    the histogram). Verdicts and the claims ledger leave such rows out (``unstalled``)."""
     table = stall_table(runs, data)
-    stalled = set(table.loc[table.stall_share >= STALL_SHARE, "point_id"])
-    return runs[~runs.point_id.isin(stalled)]
+    out = runs.copy()
+    out["stalled"] = out["point_id"].isin(set(table.loc[table.stall_share >= STALL_SHARE, "point_id"]))
+    return out
+
+
+def unstalled(runs: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
+    """``runs`` without its stalled rows, by its ``stalled`` column (``mark_stalled``), read from the raw scrapes
+    where it has none."""
+    marked = runs if "stalled" in runs.columns else mark_stalled(runs, data)
+    return marked[~marked["stalled"].astype(bool)]
 
 
 def stall_note(table: pd.DataFrame) -> str:
