@@ -68,10 +68,8 @@ class EngineSteps:
 
     def small_step_frac(self, tokens: int = SMALL_STEP_TOKENS) -> float:
         """Share of steps with at most ``tokens`` tokens (``tokens`` must be one of the histogram's bounds)."""
-        if float(tokens) not in self.histogram.bounds:
-            raise ValueError(f"{tokens} is not a bucket bound of the histogram: {self.histogram.bounds}")
-        index = self.histogram.bounds.index(float(tokens))
-        return self.histogram.cumulative[index] / self.histogram.count if self.histogram.count else math.nan
+        at_most = self.histogram.count - self.histogram.count_above(tokens)
+        return at_most / self.histogram.count if self.histogram.count else math.nan
 
 
 def read_engine_steps(point_dir: Path) -> EngineSteps | None:
