@@ -30,6 +30,7 @@ from vllm_playbooks.errors import ConfigError, PlaybookError, SchemaError
 from vllm_playbooks.load.bench import BenchClient, InProcessBench, bench_argv
 from vllm_playbooks.plan import CasePlan, PlannedPoint
 from vllm_playbooks.results import raw
+from vllm_playbooks.results.raw import point_id
 from vllm_playbooks.results.provenance import Provenance, collect_provenance, utc_now
 from vllm_playbooks.results.schema import RUN_COLUMNS, RunRow
 from vllm_playbooks.results.stalls import STALL_S, STALL_SHARE, gaps_between
@@ -230,8 +231,12 @@ def run_case(
     health_timeout_s: float = 900.0,
     progress: bool = True,
     gpu_sampler: SamplerFactory | None = nvml_sampler,
+    remeasure_stalled: bool = True,
 ) -> RunReport:
     """Measure every point of ``plan`` that is not recorded yet; one server per engine config.
+
+    A recorded point whose run stalled (``results.stalls``) is measured once more as the next repeat of the same
+    engine config and load (``remeasure_stalled``; the stalled record stays): pages use the repeat that did not stall.
 
     ``bench`` defaults to vLLM's own ``bench serve`` in-process; ``python`` is the interpreter that starts the
     server (default: this one). ``gpu_sampler`` samples the engine's GPUs during each measured run (default: NVML;
@@ -249,8 +254,9 @@ def run_case(
             f"{case_dir} already holds {len(done)} recorded point(s); recorded runs are never overwritten. "
             "Use resume=True to add what is missing, or a new case directory."
         )
+    stalled = _stalled_point_ids(plan.case, data) if remeasure_stalled else set()
     report = RunReport(skipped=[p.point_id for p in plan.points() if p.point_id in done])
-    todo = [p for p in plan.points() if p.point_id not in done]
+    todo = points_to_measure(plan, done, stalled)
     if not todo:
         return report
     if bench is None:
@@ -262,6 +268,37 @@ def run_case(
                     gpu_sampler)  # fmt: skip
     bar.close()
     return report
+
+
+def points_to_measure(plan: CasePlan, done: set[str], stalled: set[str]) -> list[PlannedPoint]:
+    """The points of ``plan`` a live run measures, in plan order: every planned point not in ``done`` (recorded
+    point ids), and for each engine config and load, one further repeat per recorded repeat in ``stalled`` that no
+    unstalled recorded repeat makes up for. A further repeat takes the next index after every recorded and planned one
+    (a stalled ``…-r0`` is measured again as ``…-r1``)."""
+    todo: list[PlannedPoint] = []
+    for (engine, load), group in groupby(plan.points(), key=lambda p: (p.engine, p.load)):
+        planned = list(group)
+        todo.extend(p for p in planned if p.point_id not in done)
+        prefix = point_id(engine.config_id(), load.slug(), 0).removesuffix("0")
+        recorded = {int(pid.removeprefix(prefix)): pid in stalled for pid in done
+                    if pid.startswith(prefix) and pid.removeprefix(prefix).isdigit()}  # fmt: skip
+        usable = sum(1 for is_stalled in recorded.values() if not is_stalled)
+        planned_missing = sum(1 for p in planned if p.point_id not in done)
+        owed = len(planned) - planned_missing - usable
+        after = max([*recorded, *(p.repeat for p in planned)]) + 1
+        todo.extend(PlannedPoint(engine, load, after + i) for i in range(max(owed, 0)))
+    return todo
+
+
+def _stalled_point_ids(case: str, data: Path) -> set[str]:
+    """Ids of the recorded points of ``case`` whose measured run stalled."""
+    from vllm_playbooks.results.stalls import mark_stalled
+
+    rows = load_run_rows(case, data)
+    if not rows:
+        return set()
+    marked = mark_stalled(rows_to_frame(rows, RUN_COLUMNS), data)
+    return set(marked.loc[marked["stalled"], "point_id"])
 
 
 def _run_groups(

@@ -214,3 +214,32 @@ def test_a_stalled_run_is_measured_again(data: Path) -> None:
     table = stall_table(replay_case(CASE, data), data).set_index("concurrency")
     assert table.loc[1, "stalled_gaps"] == 0 and table.loc[4, "stalled_gaps"] == 10
     assert table.loc[4, "longest_gap_at_most_s"] == 5.0
+
+
+def test_a_recorded_stalled_point_is_measured_again_as_the_next_repeat(data: Path) -> None:
+    # both attempts of the c4 point stall (scrapes 2 and 4): it is recorded as r0, stalled
+    run_case(load_plan(CASE, concurrency=[4], engines=["spec-off"]), data=data, bench=FakeBench(),
+             server_factory=factory("--stall-at-scrapes", "2", "4"), progress=False)  # fmt: skip
+    # the next call measures it again as r1 (a server that does not stall), keeps r0, and measures c1 as planned
+    report = run_case(load_plan(CASE, concurrency=[1, 4], engines=["spec-off"]), data=data, bench=FakeBench(),
+                      server_factory=factory(), progress=False)  # fmt: skip
+    def load_and_repeat(pid: str) -> str:  # ".../in512-out128-c4-r1" -> "c4-r1"
+        return "-".join(pid.rsplit("-", 2)[-2:])
+
+    assert sorted(map(load_and_repeat, report.measured)) == ["c1-r0", "c4-r1"]
+    assert list(map(load_and_repeat, report.skipped)) == ["c4-r0"]  # recorded, kept, not run again
+    ids = sorted(load_and_repeat(row.point_id) for row in replay_rows(CASE, data))
+    assert ids == ["c1-r0", "c4-r0", "c4-r1"]
+    # a third call has nothing left to do: r1 did not stall
+    again = run_case(load_plan(CASE, concurrency=[1, 4], engines=["spec-off"]), data=data, bench=FakeBench(),
+                     server_factory=factory(), progress=False)  # fmt: skip
+    assert again.measured == [] and len(again.skipped) == 2
+    # and without remeasure_stalled a stalled record counts as measured
+    from vllm_playbooks.plan import load_plan as plan_of
+    from vllm_playbooks.runner import points_to_measure
+
+    plan = plan_of(CASE, concurrency=[4], engines=["spec-off"])
+    (planned,) = plan.points()
+    assert points_to_measure(plan, {planned.point_id}, set()) == []
+    (extra,) = points_to_measure(plan, {planned.point_id}, {planned.point_id})
+    assert (extra.repeat, extra.load) == (1, planned.load)
