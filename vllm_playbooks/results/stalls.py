@@ -118,17 +118,22 @@ def unstalled(runs: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
     return marked[~marked["stalled"].astype(bool)]
 
 
-def stall_note(table: pd.DataFrame) -> str:
-    """One Markdown paragraph naming the stalled points of a ``stall_table``, or '' when none stalled."""
+def describe_load(request_rate_qps: float | None, concurrency: float | None) -> str:
+    """A measured row's load in words: its request rate where it has one (None or NaN: none), else its
+    concurrency."""
     import pandas as pd
 
+    return f"{request_rate_qps:g} QPS" if pd.notna(request_rate_qps) else f"concurrency {concurrency:g}"
+
+
+def stall_note(table: pd.DataFrame) -> str:
+    """One Markdown paragraph naming the stalled points of a ``stall_table``, or '' when none stalled."""
     stalled = table[table.stall_share >= STALL_SHARE]
     if stalled.empty:
         return ""
     items = []
     for row in stalled.itertuples(index=False):
-        rate = row.request_rate_qps
-        load = f"{float(rate):g} QPS" if pd.notna(rate) else f"concurrency {float(row.concurrency):g}"
+        load = describe_load(row.request_rate_qps, row.concurrency)
         items.append(f"{row.engine_label} at {load} ({row.stalled_gaps:,} gaps, the longest "
                      f"≤ {row.longest_gap_at_most_s:g} s; ≥ {row.stall_share:.1%} of the requests' time)")  # fmt: skip
     return (
