@@ -6,6 +6,7 @@ change a gain or a loss only beyond ``TOLERANCE``: smaller differences are repor
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -57,12 +58,13 @@ def _stalled_loads(stalled: pd.DataFrame, column: str, wanted: Iterable[float]) 
     return sorted({float(v) for v in stalled[column].dropna()} & {float(w) for w in wanted})
 
 
-def _stalled_words(loads: list[float], unit: str) -> str:
-    """The sentence naming loads measured but left out as stalled ('' for none); ``unit`` 'QPS' or 'concurrency'."""
+def _stalled_words(loads: list[float], unit: str, outcome: str = "left out until measured again") -> str:
+    """The sentence naming loads measured but left out as stalled ('' for none); ``unit`` 'QPS' or 'concurrency';
+    ``outcome`` what the verdict does without them."""
     values = ", ".join(f"{v:g}" for v in loads)
     where = f"concurrency {values}" if unit == "concurrency" else f"{values} {unit}"
     return (f" Measured at {where} too, but runs there stalled (output-token gaps of seconds, see the stall "
-            "table): left out until measured again.") if loads else ""  # fmt: skip
+            f"table): {outcome}.") if loads else ""  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -78,12 +80,18 @@ def tpot_speedups(df: pd.DataFrame, metric: str = "tpot_mean_ms") -> pd.DataFram
     return comparison
 
 
+#: The fewest request rates measured without stalls on which ``mtp_verdict`` judges how the gain moves with load.
+MIN_RATES_JUDGED = 3
+
+
 def mtp_verdict(
     df: pd.DataFrame, published: pd.DataFrame | None = None, engine: str = "mtp-k1-a0.85",
     rates: Iterable[float] = (1, 2, 4, 8), tolerance: float = TOLERANCE,
 ) -> Verdict:
     """Does MTP at k = 1 lower TPOT at low request rates, and does the gain shrink as the rate grows, as vLLM PR
-    #12755 reported (1.63× at 1 QPS, 1.00× at 8 QPS)? Rests on ``engine`` against speculation off, Poisson loads."""
+    #12755 reported (1.63× at 1 QPS, 1.00× at 8 QPS)? Rests on ``engine`` against speculation off, Poisson loads.
+    Stalled rows are left out; a rate measured only in stalled runs is judged without once ``MIN_RATES_JUDGED``
+    clean rates remain (the sentence names it), and keeps the verdict 'incomplete' before."""
     wanted = sorted(float(r) for r in rates)
     df, stalled = _without_stalled(df)
     stalled_rates = _stalled_loads(stalled[stalled["concurrency"].isna()] if not stalled.empty else stalled,
@@ -110,24 +118,28 @@ def mtp_verdict(
     measured = f"On {_gpus(df)}, {engine} changed mean TPOT against speculation off by {steps}."
     missing = [r for r in wanted if r not in set(table["request_rate_qps"])]
     unmeasured = [r for r in missing if r not in stalled_rates]
+    left_out = [r for r in missing if r in stalled_rates]
     if first["speedup"] <= 1.0 + tolerance:
         status, tail = "no gain at low load", (
             f" At the lowest rate measured, {first['request_rate_qps']:g} QPS, MTP did not lower TPOT by more than "
             f"{100 * tolerance:.0f} %."
         )
-    elif missing:
+    elif unmeasured or len(table) < MIN_RATES_JUDGED:
         not_yet = f" Not yet measured at {', '.join(f'{r:g}' for r in unmeasured)} QPS." if unmeasured else ""
-        status, tail = "incomplete", not_yet + _stalled_words([r for r in missing if r in stalled_rates], "QPS")
-    elif last["speedup"] < first["speedup"] - tolerance:
-        status, tail = "gain that shrinks with load", (
-            f" The gain shrinks from {first['speedup']:.2f}× to {last['speedup']:.2f}× as the rate grows: the "
-            "direction PR #12755 reported."
-        )
+        status, tail = "incomplete", not_yet + _stalled_words(left_out, "QPS")
     else:
-        status, tail = "gain that holds with load", (
-            f" The gain does not shrink by more than {100 * tolerance:.0f} % up to {last['request_rate_qps']:g} QPS, "
-            "unlike PR #12755's."
-        )
+        # every wanted rate measured; those that only stalled are left out while enough clean rates remain
+        without = _stalled_words(left_out, "QPS", "the trend is judged without them")
+        if last["speedup"] < first["speedup"] - tolerance:
+            status, tail = "gain that shrinks with load", (
+                f" The gain shrinks from {first['speedup']:.2f}× to {last['speedup']:.2f}× as the rate grows: the "
+                "direction PR #12755 reported." + without
+            )
+        else:
+            status, tail = "gain that holds with load", (
+                f" The gain does not shrink by more than {100 * tolerance:.0f} % up to {last['request_rate_qps']:g} "
+                "QPS, unlike PR #12755's." + without
+            )
     return Verdict(status, measured + tail + reported, table)
 
 
@@ -136,6 +148,38 @@ def k_sweep(df: pd.DataFrame, model_shape: str, metric: str = "tpot_mean_ms") ->
     and the measured acceptance length (for the k = 1, 2, 3 comparison at the same first-position acceptance)."""
     table = tpot_speedups(df, metric)
     return table[table["model_shape"] == model_shape].sort_values(["k", "request_rate_qps", "concurrency"])
+
+
+def best_k_by_load(sweep: pd.DataFrame, first_rate: float = 0.85) -> pd.DataFrame:
+    """For each load of a ``k_sweep`` table, among the configurations whose imposed acceptance at position 1 is
+    ``first_rate``: the k with the largest speed-up (``best_k``, ``speedup``) and k = 1's speed-up (``k1_speedup``)."""
+    import pandas as pd
+
+    columns = ["load", "request_rate_qps", "concurrency", "best_k", "engine_label", "speedup", "k1_speedup"]
+    firsts = [json.loads(rates)[0] if isinstance(rates, str) else float("nan") for rates in sweep["imposed_acceptance_rates"]]
+    same = sweep[[abs(first - first_rate) < 1e-9 for first in firsts]]
+    rows = []
+    for load, group in same.groupby("load", sort=False):
+        top = group.loc[group["speedup"].idxmax()]
+        k1 = group.loc[group["k"] == 1, "speedup"]
+        rows.append({"load": load, "request_rate_qps": top["request_rate_qps"], "concurrency": top["concurrency"],
+                     "best_k": int(top["k"]), "engine_label": top["engine_label"], "speedup": top["speedup"],
+                     "k1_speedup": k1.iloc[0] if len(k1) else float("nan")})  # fmt: skip
+    return pd.DataFrame(rows, columns=columns)
+
+
+def describe_best_k(best: pd.DataFrame) -> str:
+    """'k = 3 at 1, 2, 4 QPS and at concurrency 4, 16; k = 2 at concurrency 1, 64' from ``best_k_by_load`` ('' for
+    an empty table)."""
+    import pandas as pd
+
+    parts = []
+    for k, group in best.groupby("best_k", sort=True):
+        rates = [f"{r:g}" for r in group["request_rate_qps"] if pd.notna(r)]
+        streams = [f"{c:g}" for c in group["concurrency"] if pd.notna(c)]
+        where = ([f"{', '.join(rates)} QPS"] if rates else []) + ([f"concurrency {', '.join(streams)}"] if streams else [])
+        parts.append(f"k = {k} at {' and at '.join(where)}")
+    return "; ".join(parts)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -237,9 +281,21 @@ def eagle3_verdict(
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def mtp_rule(verdict: Verdict) -> str:
+def mtp_rule(verdict: Verdict, best: pd.DataFrame | None = None) -> str:
     """The MTP page's rule, from its verdict (the starting configuration vLLM's own docs and PR #12755 give until a
-    measurement says more)."""
+    measurement says more) and, once k > 1 is measured, the best k per load (``best_k_by_load``)."""
+    return _mtp_rule_by_verdict(verdict) + _which_k(best)
+
+
+def _which_k(best: pd.DataFrame | None) -> str:
+    if best is None or best.empty or (best["best_k"] == 1).all():
+        return ""
+    return (f" Which k: the largest TPOT speed-up came from {describe_best_k(best)}, with position 1 accepted at "
+            "0.85 and later positions at rates derived from one published acceptance length; the real acceptance "
+            "of positions 2 and 3 decides whether k > 1 pays on your model.")  # fmt: skip
+
+
+def _mtp_rule_by_verdict(verdict: Verdict) -> str:
     start = 'Start with `{"method": "mtp", "num_speculative_tokens": 1}`'
     if verdict.status == "not measured":
         return (
@@ -249,7 +305,8 @@ def mtp_rule(verdict: Verdict) -> str:
     if verdict.status == "gain that shrinks with load":
         return f"{start} and keep it where the request rate is low: measured here, its gain shrinks as load grows."
     if verdict.status == "gain that holds with load":
-        return f"{start}: measured here, its gain held across the request rates tried."
+        top = verdict.table["request_rate_qps"].max()
+        return f"{start}: measured here, its gain held at every request rate up to {top:g} QPS."
     if verdict.status == "no gain at low load":
         return "Measured here, MTP at k = 1 did not lower TPOT even at low load on this shape: check the model's scale first."
     gains = verdict.table[verdict.table["speedup"] > 1.0 + TOLERANCE] if not verdict.table.empty else verdict.table

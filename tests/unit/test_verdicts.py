@@ -73,7 +73,41 @@ def test_mtp_leaves_stalled_rates_out_and_says_so(published) -> None:  # type: i
     rule = verdicts.mtp_rule(verdict)
     assert "lowered TPOT at every request rate measured so far (1, 2 QPS)" in rule
     rows.loc[rows.request_rate_qps == 4, "stalled"] = False  # 4 QPS clean: 8 stalled, nothing unmeasured
-    assert "Measured at 8 QPS too" in verdicts.mtp_verdict(rows, published).sentence
+    judged = verdicts.mtp_verdict(rows, published)
+    assert "Measured at 8 QPS too" in judged.sentence and "the trend is judged without them" in judged.sentence
+    assert judged.status == "gain that shrinks with load"  # 1.67× at 1 QPS → 0.63× at 4 QPS, 8 QPS left out
+    assert list(judged.table.request_rate_qps) == [1, 2, 4]
+
+
+def test_mtp_holds_to_the_last_clean_rate(published) -> None:  # type: ignore[no-untyped-def]
+    rows = _mtp([50, 50, 50, 50], [30, 30, 29, 90]).assign(stalled=[False, False, False, True] * 2)
+    verdict = verdicts.mtp_verdict(rows, published)
+    assert verdict.status == "gain that holds with load" and "up to 4 QPS" in verdict.sentence
+    assert verdicts.mtp_rule(verdict).endswith("its gain held at every request rate up to 4 QPS.")
+
+
+def _k_rows() -> pd.DataFrame:
+    rows = [_row("spec-off", 0, concurrency=c, tpot_mean_ms=30.0) for c in (1, 64)]
+    for label, k, rates, tpots in (("mtp-k1-a0.85", 1, "[0.85]", (20.0, 25.0)),
+                                   ("mtp-k1-a0.9", 1, "[0.9]", (10.0, 10.0)),  # another acceptance: not compared
+                                   ("mtp-k2-p0.85", 2, "[0.85, 0.5]", (15.0, 24.0)),
+                                   ("mtp-k3-p0.85", 3, "[0.85, 0.5, 0.3]", (12.0, 26.0))):  # fmt: skip
+        for c, tpot in zip((1, 64), tpots, strict=True):
+            rows.append(_row(label, k, concurrency=c, tpot_mean_ms=tpot) | {"imposed_acceptance_rates": rates})
+    return pd.DataFrame(rows)
+
+
+def test_best_k_by_load_compares_at_one_first_position_acceptance() -> None:
+    best = verdicts.best_k_by_load(verdicts.k_sweep(_k_rows(), "deepseek-v3-reduced"))
+    assert best.load.tolist() == ["concurrency 1", "concurrency 64"]
+    assert best.best_k.tolist() == [3, 2]
+    assert best.speedup.tolist() == pytest.approx([30 / 12, 30 / 24])
+    assert best.k1_speedup.tolist() == pytest.approx([30 / 20, 30 / 25])
+    assert verdicts.describe_best_k(best) == "k = 2 at concurrency 64; k = 3 at concurrency 1"
+    rule = verdicts.mtp_rule(verdicts.Verdict("not measured", "", pd.DataFrame()), best)
+    assert "Which k: the largest TPOT speed-up came from k = 2 at concurrency 64; k = 3 at concurrency 1" in rule
+    only_k1 = best.assign(best_k=1)
+    assert "Which k" not in verdicts.mtp_rule(verdicts.Verdict("not measured", "", pd.DataFrame()), only_k1)
 
 
 def _eagle(gains: dict[int, float], label: str = "eagle3-k3-a0.71", k: int = 3, alpha: float = 0.71,

@@ -131,14 +131,27 @@ def stall_note(table: pd.DataFrame) -> str:
     stalled = table[table.stall_share >= STALL_SHARE]
     if stalled.empty:
         return ""
+    clean = {_point_of(pid) for pid in table.loc[table.stall_share < STALL_SHARE, "point_id"]}
     items = []
     for row in stalled.itertuples(index=False):
         load = describe_load(row.request_rate_qps, row.concurrency)
+        again = ", measured again without a stall" if _point_of(row.point_id) in clean else ""
+        repeat = int(row.point_id.rsplit("-r", 1)[1])
+        load += f", repeat {repeat}" if repeat else ""
         items.append(f"{row.engine_label} at {load} ({row.stalled_gaps:,} gaps, the longest "
-                     f"≤ {row.longest_gap_at_most_s:g} s; ≥ {row.stall_share:.1%} of the requests' time)")  # fmt: skip
+                     f"≤ {row.longest_gap_at_most_s:g} s; ≥ {row.stall_share:.1%} of the requests' time{again})")  # fmt: skip
+    redone = sum(_point_of(pid) in clean for pid in stalled["point_id"])
+    outcome = ("they are shown, and left out of the verdict, until they are measured again" if not redone else
+               f"they are shown and left out of the verdict; {redone} of these points were measured again "
+               f"without a stall and count through that run, {len(stalled) - redone} still wait for one")  # fmt: skip
     return (
         f"**Stalls.** In {len(stalled)} of {len(table)} measured runs the engine emitted nothing for seconds while "
         f"requests ran (output-token gaps longer than {STALL_S:g} s in vLLM's inter-token latency histogram, "
         f"{STALL_SHARE:.0%} of the requests' time or more): {'; '.join(items)}. Their throughput and latencies "
-        "understate the engine: they are shown, and left out of the verdict, until they are measured again."
+        f"understate the engine: {outcome}."
     )
+
+
+def _point_of(point_id: str) -> str:
+    """A point id without its repeat: ``<config_id>/<load slug>`` (repeats of one point share it)."""
+    return point_id.rsplit("-r", 1)[0]
