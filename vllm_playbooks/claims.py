@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks import paths
 from vllm_playbooks.errors import ConfigError, SchemaError
+from vllm_playbooks.results.stalls import describe_load
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -718,7 +719,8 @@ def acceptance_bands(claim: Claim, ev: Evidence) -> CheckResult:
         agrees = effect(speedup) is expected
         verdicts.append(Verdict.REPRODUCED if agrees else Verdict.NOT_REPRODUCED)
         if not agrees:
-            notes.append(f"{r['case']} c={int(r['concurrency'])}: acceptance {rate:.2f} (expects {expected}) gave {_pct(speedup)}")
+            load = describe_load(r["request_rate_qps"], r["concurrency"])
+            notes.append(f"{r['case']} at {load}: acceptance {rate:.2f} (expects {expected}) gave {_pct(speedup)}")
     if verdicts:
         against = f"; against it: {'; '.join(notes)}" if notes else ""
         measured = f"{len(verdicts) - len(notes)} of {len(verdicts)} paired rows behave as their band says{against}"

@@ -276,12 +276,13 @@ def predicted_vs_batch(frame: pd.DataFrame, y: str = "speedup", hue: str = "conf
     return ax
 
 
-def speedup_vs_rate(table: pd.DataFrame, ax: Axes | None = None) -> Axes:
-    """Measured TPOT speed-up against the Poisson request rate, one line per speculative config (``verdicts`` tables)."""
-    rows = table[table["request_rate_qps"].notna()] if not table.empty else table
+def speedup_vs_load(table: pd.DataFrame, x: str = "request_rate_qps", ax: Axes | None = None) -> Axes:
+    """Measured TPOT speed-up against the load, one line per speculative config (``verdicts`` tables); ``x`` is
+    ``request_rate_qps`` (Poisson arrivals) or ``concurrency`` (closed loop)."""
+    rows = table[table[x].notna()] if not table.empty else table
     if rows.empty:
-        return _not_measured(ax, "TPOT speed-up against request rate")
-    ax = metric_vs_load(rows, "speedup", x="request_rate_qps", ax=ax)
+        return _not_measured(ax, f"TPOT speed-up against {LABELS.get(x, x)}")
+    ax = metric_vs_load(rows, "speedup", x=x, ax=ax)
     ax.axhline(1.0, color="black", linewidth=1)
     return ax
 

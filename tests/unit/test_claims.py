@@ -422,7 +422,7 @@ def test_recorded_rows_already_go_against_the_acceptance_bands(ledger: pd.DataFr
     # a counter-example, once recorded, stays: the 70B-AWQ + 3B pair gained at an acceptance rate of 0.40
     line = ledger.set_index("claim").loc["rule-acceptance-bands"]
     assert line.verdict == "not reproduced" and line.rows >= 5
-    assert "discussion-13834 c=1: acceptance 0.40 (expects loss) gave +43.4 %" in line.measured
+    assert "discussion-13834 at concurrency 1: acceptance 0.40 (expects loss) gave +43.4 %" in line.measured
 
 
 def test_data_verdicts_rest_on_rows(ledger: pd.DataFrame) -> None:

@@ -25,15 +25,18 @@ def _texts(ax) -> str:  # type: ignore[no-untyped-def]
 
 
 def test_empty_measurements_say_not_measured() -> None:
-    assert "not measured yet" in _texts(plots.speedup_vs_rate(pd.DataFrame()))
+    assert "not measured yet" in _texts(plots.speedup_vs_load(pd.DataFrame()))
     assert "not measured yet" in _texts(plots.gain_vs_concurrency(pd.DataFrame(), "chat"))
 
 
 def test_measured_curves_are_drawn() -> None:
     table = pd.DataFrame({"engine_label": ["a", "a"], "request_rate_qps": [1.0, 2.0], "concurrency": [None, None],
                           "speedup": [1.5, 1.2]})  # fmt: skip
-    ax = plots.speedup_vs_rate(table)
+    ax = plots.speedup_vs_load(table)
     assert len(ax.lines) >= 2 and ax.get_xlabel().startswith("request rate")
+    assert "not measured yet" in _texts(plots.speedup_vs_load(table, x="concurrency"))  # no closed-loop rows
+    closed = table.assign(request_rate_qps=[None, None], concurrency=[1.0, 4.0])
+    assert plots.speedup_vs_load(closed, x="concurrency").get_xlabel().startswith("concurrent requests")
     gains = pd.DataFrame({"engine_label": ["a", "a"], "concurrency": [1, 4], "gain_pct": [10.0, 5.0]})
     assert plots.gain_vs_concurrency(gains, "chat").get_title() == "chat"
 

@@ -59,6 +59,6 @@ def test_stalled_points_are_named_and_left_out() -> None:
     # spec-off at 8 QPS stalled in its repeat too (the next session's first server): nothing to count for it yet
     assert "spec-off at 8 QPS (89 gaps, the longest ≤ 5 s; ≥ 5.5% of the requests' time);" in note
     assert "spec-off at 8 QPS, repeat 1 (73 gaps" in note
-    assert note.endswith("4 of these points were measured again without a stall and count through that run, 2 still "
-                         "wait for one.")  # fmt: skip
+    assert note.endswith("4 of their 5 points were measured again without a stall and count through that run, 1 "
+                         "waits for one.")  # fmt: skip
     assert stall_note(stall_table(replay_case("llama-8b-draft-model"))) == ""

@@ -8,9 +8,10 @@ TileLang kernels) and logs each as a warning such as::
 
 A kernel compiles in the process that launches it, so the engine step that needs it waits; one that falls inside a
 measured run is evidence to read beside that run's output-token gaps (``results.stalls``). The evidence is one-sided:
-unless ``--jit-monitor-verbose`` is on, vLLM logs with ``warning_once``, so only the *first* compilation of each kernel
-name per server process appears. Later compilations of the same kernel (other shapes, other constants) are silent,
-and a run with no logged compilation may still have compiled.
+unless its observability setting ``jit_monitor_verbose`` is on (off in every recorded run), vLLM logs with
+``warning_once``, so only the *first* compilation of each kernel name per server process appears. Later compilations
+of the same kernel (other shapes, other constants) are silent, and a run with no logged compilation may still have
+compiled.
 
 Log lines carry ``MM-DD HH:MM:SS`` in UTC, to the second and without a year; the year comes from the log's start,
 which its file name holds (``<config_id>-<YYYY-MM-DDTHHMMSS+0000>.log``, written by ``runner``). Like the stalls,
@@ -132,6 +133,6 @@ def jit_note(table: pd.DataFrame) -> str:
             found += f" The other {len(table) - len(inside)} came during warm-up, calibration or between points."
     return (
         f"**Kernel compilations.** {found} vLLM logs only the first compilation of each kernel name per server "
-        "process (unless `--jit-monitor-verbose` is on), so later compilations of the same kernels, for other "
-        "shapes, are invisible in these logs: a run without one logged may still have compiled."
+        "process (unless its observability setting `jit_monitor_verbose` is on), so later compilations of the same "
+        "kernels, for other shapes, are invisible in these logs: a run without one logged may still have compiled."
     )

@@ -140,10 +140,13 @@ def stall_note(table: pd.DataFrame) -> str:
         load += f", repeat {repeat}" if repeat else ""
         items.append(f"{row.engine_label} at {load} ({row.stalled_gaps:,} gaps, the longest "
                      f"≤ {row.longest_gap_at_most_s:g} s; ≥ {row.stall_share:.1%} of the requests' time{again})")  # fmt: skip
-    redone = sum(_point_of(pid) in clean for pid in stalled["point_id"])
+    points = {_point_of(pid) for pid in stalled["point_id"]}
+    redone = len(points & clean)
+    waiting = len(points) - redone
     outcome = ("they are shown, and left out of the verdict, until they are measured again" if not redone else
-               f"they are shown and left out of the verdict; {redone} of these points were measured again "
-               f"without a stall and count through that run, {len(stalled) - redone} still wait for one")  # fmt: skip
+               f"they are shown and left out of the verdict; {redone} of their {len(points)} points were measured "
+               f"again without a stall and count through that run, {waiting} {'waits' if waiting == 1 else 'wait'} "
+               "for one")  # fmt: skip
     return (
         f"**Stalls.** In {len(stalled)} of {len(table)} measured runs the engine emitted nothing for seconds while "
         f"requests ran (output-token gaps longer than {STALL_S:g} s in vLLM's inter-token latency histogram, "
