@@ -163,7 +163,7 @@ def test_the_step_figure_draws_only_buckets_some_step_fell_in(pp_rows: pd.DataFr
 
 def test_the_overlap_note_names_the_pairs_and_says_when_none_overlapped(pp_rows: pd.DataFrame) -> None:
     note = analysis.overlap_note(pp_rows)
-    assert note.startswith("4 of the 9 points ran at the same time as another point")
+    assert note.startswith("4 of the 10 points ran at the same time as another point")
     assert "`8b-pp1-mns32` at concurrency 64 beside 8b-pp1-mns64 at concurrency 128" in note
     alone = pp_rows[pp_rows.pipeline_parallel_size == 2]
     assert analysis.overlap_note(alone) == "Each of the 4 points ran alone on its host."
@@ -176,7 +176,7 @@ def test_the_roofline_overestimates_every_measured_point_but_keeps_the_pattern(p
 
     grid = pipeline.planned_grid(load_plan(pipeline.CASE), theory.fit_efficiency(theory.calibration_rows(), "H200-SXM"))
     table = pipeline.measured_vs_predicted(pipeline.saturated(pp_rows, steps=pp_steps.reset_index()), grid)
-    assert len(table) == 7 and (table.prediction_error_pct > 0).all()
+    assert len(table) == 8 and (table.prediction_error_pct > 0).all()
     largest = table.loc[table.prediction_error_pct.idxmax()]
     assert largest.engine_label == "8b-pp1-mns128"  # the largest one-GPU batch
     assert pipeline.verdict_label(pipeline.pp_comparison(pipeline.predicted_rows(grid))) == "Reproduced"
