@@ -373,6 +373,26 @@ def beside_model(measured: pd.DataFrame, predicted: pd.DataFrame, value: str, la
     return pd.DataFrame(out).reset_index(drop=True)
 
 
+def beside_model_by_config(measured: pd.DataFrame, predicted: pd.DataFrame, value: str) -> pd.DataFrame:
+    """``beside_model`` for every configuration of ``predicted`` (a ``theory.prediction_frame`` whose ``config``
+    names are engine labels), one table with an ``engine_label`` column, in ``predicted``'s order."""
+    import pandas as pd
+
+    tables = [beside_model(measured, predicted[predicted["config"] == label], value, label).assign(engine_label=label)
+              for label in dict.fromkeys(predicted["config"])]  # fmt: skip
+    columns = ["engine_label", "concurrency", "measured", "predicted", "measured_minus_predicted"]
+    return pd.concat(tables, ignore_index=True)[columns] if tables else pd.DataFrame(columns=columns)
+
+
+def describe_beside_model_by_config(table: pd.DataFrame, band: float, unit: str, fmt: str = "{:.2f}") -> str:
+    """``describe_beside_model`` for each configuration of a ``beside_model_by_config`` table: one Markdown
+    paragraph per engine label that has a measurement, '' when none has."""
+    paragraphs = [f"**{label}.** {describe_beside_model(part, band, unit, fmt)}"
+                  for label, part in table.groupby("engine_label", sort=False)
+                  if not part.dropna(subset=["measured", "predicted"]).empty]  # fmt: skip
+    return "\n\n".join(paragraphs)
+
+
 def describe_beside_model(table: pd.DataFrame, band: float, unit: str, fmt: str = "{:.2f}") -> str:
     """One sentence on a ``beside_model`` table: the concurrencies where the model came within ``band`` (in ``unit``,
     e.g. 'percentage points') of the measurement, and those where it under- or overstated it; values as ``fmt``."""

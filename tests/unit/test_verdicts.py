@@ -205,3 +205,25 @@ def test_the_model_comparison_in_words() -> None:
                      "measured, +68.3 % predicted); it understated the measurement at concurrency 1 (+58.5 % measured, "
                      "-24.5 % predicted); it overstated it at concurrency 200 (+19.8 % measured, +89.6 % predicted).")
     assert verdicts.describe_beside_model(table.iloc[0:0], 10, "points") == "No measurement to set beside the model yet."
+
+
+def test_measurements_beside_the_model_for_each_configuration() -> None:
+    rows = _mtp([50, 50], [25, 40], rates=(1, 2)).assign(concurrency=[1, 4, 1, 4], request_rate_qps=None)
+    k2 = rows[rows.engine_label == "mtp-k1-a0.85"].assign(engine_label="mtp-k2-p0.85", num_speculative_tokens=2,
+                                                          tpot_mean_ms=[20.0, 50.0])  # fmt: skip
+    speedups = verdicts.tpot_speedups(pd.concat([rows, k2], ignore_index=True))
+    predicted = pd.DataFrame({"config": ["mtp-k2-p0.85", "mtp-k2-p0.85", "mtp-k1-a0.85", "mtp-k1-a0.85",
+                                         "not-measured", "not-measured"],
+                              "batch": [1, 4] * 3, "speedup": [2.6, 1.0, 1.9, 1.3, 1.5, 1.5]})  # fmt: skip
+    table = verdicts.beside_model_by_config(speedups, predicted, "speedup")
+    # in the model's order; a configuration without measurements has no rows
+    assert table.engine_label.tolist() == ["mtp-k2-p0.85"] * 2 + ["mtp-k1-a0.85"] * 2
+    assert table.measured.tolist() == pytest.approx([2.5, 1.0, 2.0, 1.25])
+    words = verdicts.describe_beside_model_by_config(table, 0.06, "×", "{:.2f}×")
+    assert words == ("**mtp-k2-p0.85.** The model came within 0.06 × of the measurement at concurrency 4 (1.00× "
+                     "measured, 1.00× predicted); it overstated it at concurrency 1 (2.50× measured, 2.60× "
+                     "predicted).\n\n"
+                     "**mtp-k1-a0.85.** The model came within 0.06 × of the measurement at concurrency 4 (1.25× "
+                     "measured, 1.30× predicted); it understated the measurement at concurrency 1 (2.00× measured, "
+                     "1.90× predicted).")
+    assert verdicts.describe_beside_model_by_config(table.iloc[0:0], 0.06, "×") == ""
