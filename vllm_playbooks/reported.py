@@ -171,3 +171,36 @@ def verdict_13834(result: CheckResult, artifact: pd.DataFrame, implied: pd.Serie
         f"of its ITL rise too, and its chunks held more than the {tau:.2f} tokens an i.i.d. α = {alpha:g} gives at "
         f"k = {k} (V0 counted acceptance another way)."
     )
+
+
+def mtp_beside_pr(
+    published: pd.DataFrame, measured: pd.DataFrame, engine: str = "mtp-k1-a0.85",
+    model_shape: str = "deepseek-v3-reduced",
+) -> pd.DataFrame:
+    """vLLM PR #12755's TPOT table (DeepSeek-R1, TP 8, k = 1) beside ours at the same Poisson request rates: the
+    PR's mean TPOT without and with MTP and its speed-up, then ours for ``engine`` against speculation off on
+    ``model_shape`` with the measured acceptance rate (accepted / drafted, %). ``measured`` should hold the rows a
+    verdict may use (``results.stalls.unstalled``): ours are empty where a rate is not measured or only stalled."""
+    import pandas as pd
+
+    prefix = "pr12755-tpot-ms-qps"
+    rates = sorted({float(cid.removeprefix(prefix).split("-")[0])
+                    for cid in published["claim_id"] if cid.startswith(prefix)})  # fmt: skip
+    if not rates:
+        raise SchemaError(f"reference table: no rows {prefix}<rate>-baseline")
+    poisson = measured[(measured["model_shape"] == model_shape) & measured["request_rate_qps"].notna()]
+    poisson = poisson[poisson["concurrency"].isna()]
+    off = poisson[poisson["spec_method"] == "none"].groupby("request_rate_qps")["tpot_mean_ms"].mean()
+    on = poisson[poisson["engine_label"] == engine].groupby("request_rate_qps")[["tpot_mean_ms", "acceptance_rate"]].mean()
+    records = []
+    for rate in rates:
+        pr_off, pr_on = (_value(published, f"{prefix}{rate:g}-{kind}") for kind in ("baseline", "mtp"))
+        ours_off = off.get(rate, math.nan)
+        ours_on = on["tpot_mean_ms"].get(rate, math.nan)
+        records.append({
+            "request_rate_qps": rate, "pr_tpot_off_ms": pr_off, "pr_tpot_mtp_ms": pr_on,
+            "pr_speedup": _value(published, f"pr12755-speedup-qps{rate:g}"),
+            "ours_tpot_off_ms": ours_off, "ours_tpot_mtp_ms": ours_on, "ours_speedup": ours_off / ours_on,
+            "ours_acceptance_pct": 100.0 * on["acceptance_rate"].get(rate, math.nan),
+        })  # fmt: skip
+    return pd.DataFrame(records)

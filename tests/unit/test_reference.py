@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,29 @@ def test_published_row_in_words(published) -> None:  # type: ignore[no-untyped-d
     assert text.endswith("https://huggingface.co/nebius/MTP-DeepSeek-V3-0324)")
     with pytest.raises(SchemaError):
         reported.published_row(published, "nope")
+
+
+def test_pr12755_table_beside_ours_at_the_same_rates() -> None:
+    import pandas as pd
+
+    from vllm_playbooks import reported
+
+    published = load_reference("deepseek-mtp")
+    base = {"model_shape": "deepseek-v3-reduced", "concurrency": None}
+    rows = pd.DataFrame([
+        {**base, "engine_label": "spec-off", "spec_method": "none", "request_rate_qps": 1.0, "tpot_mean_ms": 30.0,
+         "acceptance_rate": None},
+        {**base, "engine_label": "mtp-k1-a0.85", "spec_method": "mtp", "request_rate_qps": 1.0, "tpot_mean_ms": 15.0,
+         "acceptance_rate": 0.85},
+        {**base, "engine_label": "mtp-k1-a0.85", "spec_method": "mtp", "request_rate_qps": 8.0, "tpot_mean_ms": 25.0,
+         "acceptance_rate": 0.86},  # its baseline is missing (say, it stalled): no speed-up at 8 QPS
+        {**base, "engine_label": "spec-off", "spec_method": "none", "request_rate_qps": None, "tpot_mean_ms": 9.0,
+         "acceptance_rate": None, "concurrency": 4},  # closed loop: not a Poisson row
+    ])  # fmt: skip
+    table = reported.mtp_beside_pr(published, rows).set_index("request_rate_qps")
+    assert list(table.index) == [1.0, 2.0, 4.0, 6.0, 8.0]  # every rate the PR published
+    assert table.loc[1.0, ["pr_tpot_off_ms", "pr_tpot_mtp_ms", "pr_speedup"]].tolist() == [55.47, 33.99, 1.63]
+    assert table.loc[1.0, ["ours_tpot_off_ms", "ours_tpot_mtp_ms", "ours_speedup"]].tolist() == [30.0, 15.0, 2.0]
+    assert table.loc[1.0, "ours_acceptance_pct"] == pytest.approx(85.0)
+    assert math.isnan(table.loc[8.0, "ours_speedup"]) and table.loc[8.0, "ours_tpot_mtp_ms"] == 25.0
+    assert table.loc[[2.0, 4.0, 6.0], "ours_tpot_off_ms"].isna().all()
