@@ -191,7 +191,8 @@ def mtp_beside_pr(
     poisson = measured[(measured["model_shape"] == model_shape) & measured["request_rate_qps"].notna()]
     poisson = poisson[poisson["concurrency"].isna()]
     off = poisson[poisson["spec_method"] == "none"].groupby("request_rate_qps")["tpot_mean_ms"].mean()
-    on = poisson[poisson["engine_label"] == engine].groupby("request_rate_qps")[["tpot_mean_ms", "acceptance_rate"]].mean()
+    mtp = poisson[poisson["engine_label"] == engine]
+    on = mtp.groupby("request_rate_qps")[["tpot_mean_ms", "acceptance_rate"]].mean()
     records = []
     for rate in rates:
         pr_off, pr_on = (_value(published, f"{prefix}{rate:g}-{kind}") for kind in ("baseline", "mtp"))

@@ -156,7 +156,8 @@ def best_k_by_load(sweep: pd.DataFrame, first_rate: float = 0.85) -> pd.DataFram
     import pandas as pd
 
     columns = ["load", "request_rate_qps", "concurrency", "best_k", "engine_label", "speedup", "k1_speedup"]
-    firsts = [json.loads(rates)[0] if isinstance(rates, str) else float("nan") for rates in sweep["imposed_acceptance_rates"]]
+    firsts = [json.loads(rates)[0] if isinstance(rates, str) else float("nan")
+              for rates in sweep["imposed_acceptance_rates"]]  # fmt: skip
     same = sweep[[abs(first - first_rate) < 1e-9 for first in firsts]]
     rows = []
     for load, group in same.groupby("load", sort=False):

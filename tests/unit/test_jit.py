@@ -93,7 +93,8 @@ def test_events_are_placed_in_the_run_of_their_own_server_that_holds_them(tmp_pa
     assert note.startswith("**Kernel compilations.** vLLM logged 6 kernel JIT compilations during inference, "
                            "2 inside measured runs: mtp at 4 QPS (`fused_moe_kernel` at 10:05:30 UTC; the run "
                            "stalled); mtp at concurrency 8 (`last_second_kernel` at 10:08:00 UTC; the run did not "
-                           "stall). The other 4 came during warm-up, calibration or between points.")  # fmt: skip
+                           "stall). The other 4 came outside the recorded runs (warm-up, calibration, a run measured "
+                           "again, or between points).")  # fmt: skip
     assert "only the first compilation of each kernel name per server process" in note
     assert "invisible in these logs" in note
 

@@ -55,7 +55,8 @@ def test_stalled_points_are_named_and_left_out() -> None:
     assert f"longer than {STALL_S:g} s" in note
     again = ", measured again without a stall)"
     assert f"spec-off at 4 QPS (246 gaps, the longest ≤ 7.5 s; ≥ 29.7% of the requests' time{again}" in note
-    assert f"mtp-k1-a0.85 at concurrency 64 (44 gaps, the longest ≤ 7.5 s; ≥ 5.0% of the requests' time{again}" in note
+    assert f"mtp-k1-a0.85 at concurrency 64 (44 gaps, the longest ≤ 7.5 s; ≥ 5.0% of the requests' time{again}" \
+        in note
     # spec-off at 8 QPS stalled in its repeat too (the next session's first server): nothing to count for it yet
     assert "spec-off at 8 QPS (89 gaps, the longest ≤ 5 s; ≥ 5.5% of the requests' time);" in note
     assert "spec-off at 8 QPS, repeat 1 (73 gaps" in note

@@ -40,7 +40,8 @@ _JIT_LINE = re.compile(
     r"(?P<backend>\S+) (?:kernel )?JIT compilation during inference: (?P<kernel>\S+?)(?: \(.*\))?\. ",
     re.MULTILINE,
 )
-#: ``load`` of an event outside every measured run: during warm-up, the calibration run, or between points.
+#: ``load`` of an event outside every recorded run: during warm-up, the calibration run, an attempt measured again
+#: (``point.json``: ``remeasured_because``), or between points.
 OUTSIDE = "outside measured runs"
 #: Columns of ``jit_table``.
 JIT_COLUMNS = ("log", "at", "process", "backend", "kernel", "point_id", "engine_label", "load", "stalled")
@@ -120,7 +121,8 @@ def jit_note(table: pd.DataFrame) -> str:
     inside = table[table["point_id"].notna()]
     logged = f"vLLM logged {len(table)} kernel JIT compilation{'s' if len(table) > 1 else ''} during inference"
     if inside.empty:
-        found = f"{logged}, none inside a measured run (all during warm-up, calibration or between points)."
+        found = (f"{logged}, none inside a measured run (all during warm-up, calibration, a run measured again, or "
+                 "between points).")
     else:
         items = []
         for _, run in inside.groupby("point_id", sort=False):
@@ -130,7 +132,8 @@ def jit_note(table: pd.DataFrame) -> str:
         found = f"{logged}, {len(inside)} inside {'a measured run' if len(inside) == 1 else 'measured runs'}: "
         found += f"{'; '.join(items)}."
         if len(inside) < len(table):
-            found += f" The other {len(table) - len(inside)} came during warm-up, calibration or between points."
+            found += (f" The other {len(table) - len(inside)} came outside the recorded runs (warm-up, calibration, "
+                      "a run measured again, or between points).")
     return (
         f"**Kernel compilations.** {found} vLLM logs only the first compilation of each kernel name per server "
         "process (unless its observability setting `jit_monitor_verbose` is on), so later compilations of the same "

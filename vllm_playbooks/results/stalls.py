@@ -138,8 +138,9 @@ def stall_note(table: pd.DataFrame) -> str:
         again = ", measured again without a stall" if _point_of(row.point_id) in clean else ""
         repeat = int(row.point_id.rsplit("-r", 1)[1])
         load += f", repeat {repeat}" if repeat else ""
+        share = f"≥ {row.stall_share:.1%} of the requests' time"
         items.append(f"{row.engine_label} at {load} ({row.stalled_gaps:,} gaps, the longest "
-                     f"≤ {row.longest_gap_at_most_s:g} s; ≥ {row.stall_share:.1%} of the requests' time{again})")  # fmt: skip
+                     f"≤ {row.longest_gap_at_most_s:g} s; {share}{again})")  # fmt: skip
     points = {_point_of(pid) for pid in stalled["point_id"]}
     redone = len(points & clean)
     waiting = len(points) - redone
