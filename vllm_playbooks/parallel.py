@@ -41,7 +41,8 @@ INTERRUPTED = "interrupted: the servers were stopped and the points finished so 
 
 def assign_engines(labels: Sequence[str], groups: Sequence[str]) -> dict[str, list[str]]:
     """Engine labels dealt round-robin over GPU groups (``CUDA_VISIBLE_DEVICES`` values such as ``"0"`` or
-    ``"2,3"``), in the plan's order; a group that gets none is left out. No GPU may be in two groups."""
+    ``"2,3"``), in the plan's order (the order ``--engines`` names them, else the case file's); a group that gets none
+    is left out. No GPU may be in two groups."""
     if not groups:
         raise ConfigError("give at least one GPU group, e.g. --gpus 0 1")
     gpus = [gpu.strip() for group in groups for gpu in group.split(",")]
@@ -219,7 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--part", default=None,
                         help="one part of the case's grid (its 'parts:'), e.g. 1-verdict; --engines and "
                              "--concurrency, when given, replace the part's")
-    parser.add_argument("--engines", nargs="+", default=None, help="engine labels (default: every one of the case)")
+    parser.add_argument("--engines", nargs="+", default=None,
+                        help="engine labels, dealt over the GPU groups and run in this order (default: every one of "
+                             "the case, in its file's order)")
     parser.add_argument("--concurrency", nargs="+", type=int, default=None)
     parser.add_argument("--time-limit-s", type=float, default=None,
                         help="stop the workers after this many seconds (exit 124), keeping what they finished")

@@ -146,7 +146,8 @@ def load_plan(case: str, **overrides: Any) -> CasePlan:
     """Read ``vllm_playbooks/cases/<case>.yaml`` (or a case file of your own, given by its path ending in ``.yaml``),
     apply overrides, and check every config and load.
 
-    ``None`` overrides are ignored, so notebook parameters can default to ``None``. A ``concurrency`` (or
+    ``None`` overrides are ignored, so notebook parameters can default to ``None``. An ``engines`` override keeps
+    those engine configs in the order it names them (the order their servers start). A ``concurrency`` (or
     ``request_rate_qps``) override replaces the case's load levels and any engine's own. Every error is a
     ``ConfigError`` raised here, before a server is started.
     """
@@ -210,6 +211,8 @@ def plan_from_dict(spec: dict[str, Any], **overrides: Any) -> CasePlan:
         engines.append(engine)
     if not engines:
         raise ConfigError(f"case {case}: no engine configs")
+    if wanted:  # the servers start in the order asked for (a shape's later servers reuse its compile caches)
+        engines.sort(key=lambda engine: wanted.index(engine.label))
     raw_loads = spec.get("loads")
     every_engine_has_its_own = bool(engines) and all(e.label in own_concurrency for e in engines)
     load_specs = raw_loads if isinstance(raw_loads, list) else [raw_loads or {}]

@@ -26,6 +26,16 @@ def test_engines_are_dealt_round_robin() -> None:
     assert assign_engines(["a"], ["0", "1"]) == {"0": ["a"]}  # an idle group is left out
 
 
+def test_the_engines_named_run_in_that_order() -> None:
+    # the case file lists spec-off first; naming it last puts it after a warm server on GPU 0
+    plan = load_plan("deepseek-mtp", engines=["mtp-k1-a0.81", "mtp-k1-a0.90", "spec-off"])
+    labels = [engine.label for engine in plan.engines]
+    assert labels == ["mtp-k1-a0.81", "mtp-k1-a0.90", "spec-off"]
+    assert assign_engines(labels, ["0", "1"]) == {"0": ["mtp-k1-a0.81", "spec-off"], "1": ["mtp-k1-a0.90"]}
+    assert [p.engine.label for p in plan.points()][::8] == labels  # eight loads each, one server after another
+    assert [e.label for e in load_plan("deepseek-mtp").engines][:2] == ["spec-off", "mtp-k1-a0.85"]  # file order
+
+
 @pytest.mark.parametrize("groups", [[], ["0", "0"], ["0,1", "1"], ["0,"]])
 def test_bad_gpu_groups_are_refused(groups: list[str]) -> None:
     with pytest.raises(ConfigError):
