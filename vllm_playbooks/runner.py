@@ -30,10 +30,9 @@ from vllm_playbooks.errors import ConfigError, PlaybookError, SchemaError
 from vllm_playbooks.load.bench import BenchClient, InProcessBench, bench_argv
 from vllm_playbooks.plan import CasePlan, PlannedPoint
 from vllm_playbooks.results import raw
-from vllm_playbooks.results.raw import point_id
 from vllm_playbooks.results.provenance import Provenance, collect_provenance, utc_now
 from vllm_playbooks.results.schema import RUN_COLUMNS, RunRow
-from vllm_playbooks.results.stalls import STALL_S, STALL_SHARE, gaps_between
+from vllm_playbooks.results.stalls import STALL_S, STALL_SHARE, gaps_between, mark_stalled
 from vllm_playbooks.results.store import append_run_row, load_run_rows, rows_to_frame
 from vllm_playbooks.results.store import case_dir as case_folder
 
@@ -279,7 +278,7 @@ def points_to_measure(plan: CasePlan, done: set[str], stalled: set[str]) -> list
     for (engine, load), group in groupby(plan.points(), key=lambda p: (p.engine, p.load)):
         planned = list(group)
         todo.extend(p for p in planned if p.point_id not in done)
-        prefix = point_id(engine.config_id(), load.slug(), 0).removesuffix("0")
+        prefix = raw.point_id(engine.config_id(), load.slug(), 0).removesuffix("0")
         recorded = {int(pid.removeprefix(prefix)): pid in stalled for pid in done
                     if pid.startswith(prefix) and pid.removeprefix(prefix).isdigit()}  # fmt: skip
         usable = sum(1 for is_stalled in recorded.values() if not is_stalled)
@@ -292,8 +291,6 @@ def points_to_measure(plan: CasePlan, done: set[str], stalled: set[str]) -> list
 
 def _stalled_point_ids(case: str, data: Path) -> set[str]:
     """Ids of the recorded points of ``case`` whose measured run stalled."""
-    from vllm_playbooks.results.stalls import mark_stalled
-
     rows = load_run_rows(case, data)
     if not rows:
         return set()
