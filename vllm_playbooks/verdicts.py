@@ -152,10 +152,12 @@ def k_sweep(df: pd.DataFrame, model_shape: str, metric: str = "tpot_mean_ms") ->
 
 def best_k_by_load(sweep: pd.DataFrame, first_rate: float = 0.85) -> pd.DataFrame:
     """For each load of a ``k_sweep`` table, among the configurations whose imposed acceptance at position 1 is
-    ``first_rate``: the k with the largest speed-up (``best_k``, ``speedup``) and k = 1's speed-up (``k1_speedup``)."""
+    ``first_rate``: the k with the largest speed-up (``best_k``, ``speedup``) and k = 1's speed-up (``k1_speedup``);
+    ``first_rate`` is repeated in ``position_1_rate``."""
     import pandas as pd
 
-    columns = ["load", "request_rate_qps", "concurrency", "best_k", "engine_label", "speedup", "k1_speedup"]
+    columns = ["load", "request_rate_qps", "concurrency", "best_k", "engine_label", "speedup", "k1_speedup",
+               "position_1_rate"]  # fmt: skip
     firsts = [json.loads(rates)[0] if isinstance(rates, str) else float("nan")
               for rates in sweep["imposed_acceptance_rates"]]  # fmt: skip
     same = sweep[[abs(first - first_rate) < 1e-9 for first in firsts]]
@@ -165,7 +167,7 @@ def best_k_by_load(sweep: pd.DataFrame, first_rate: float = 0.85) -> pd.DataFram
         k1 = group.loc[group["k"] == 1, "speedup"]
         rows.append({"load": load, "request_rate_qps": top["request_rate_qps"], "concurrency": top["concurrency"],
                      "best_k": int(top["k"]), "engine_label": top["engine_label"], "speedup": top["speedup"],
-                     "k1_speedup": k1.iloc[0] if len(k1) else float("nan")})  # fmt: skip
+                     "k1_speedup": k1.iloc[0] if len(k1) else float("nan"), "position_1_rate": first_rate})  # fmt: skip
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -291,9 +293,10 @@ def mtp_rule(verdict: Verdict, best: pd.DataFrame | None = None) -> str:
 def _which_k(best: pd.DataFrame | None) -> str:
     if best is None or best.empty or (best["best_k"] == 1).all():
         return ""
+    first = best["position_1_rate"].iloc[0]
     return (f" Which k: the largest TPOT speed-up came from {describe_best_k(best)}, with position 1 accepted at "
-            "0.85 and later positions at rates derived from one published acceptance length; the real acceptance "
-            "of positions 2 and 3 decides whether k > 1 pays on your model.")  # fmt: skip
+            f"{first:g} and later positions at rates derived from one published acceptance length; the real "
+            "acceptance of positions 2 and 3 decides whether k > 1 pays on your model.")  # fmt: skip
 
 
 def _mtp_rule_by_verdict(verdict: Verdict) -> str:

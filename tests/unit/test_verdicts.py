@@ -105,7 +105,8 @@ def test_best_k_by_load_compares_at_one_first_position_acceptance() -> None:
     assert best.k1_speedup.tolist() == pytest.approx([30 / 20, 30 / 25])
     assert verdicts.describe_best_k(best) == "k = 2 at concurrency 64; k = 3 at concurrency 1"
     rule = verdicts.mtp_rule(verdicts.Verdict("not measured", "", pd.DataFrame()), best)
-    assert "Which k: the largest TPOT speed-up came from k = 2 at concurrency 64; k = 3 at concurrency 1" in rule
+    assert ("Which k: the largest TPOT speed-up came from k = 2 at concurrency 64; k = 3 at concurrency 1, with "
+            "position 1 accepted at 0.85") in rule
     only_k1 = best.assign(best_k=1)
     assert "Which k" not in verdicts.mtp_rule(verdicts.Verdict("not measured", "", pd.DataFrame()), only_k1)
 
