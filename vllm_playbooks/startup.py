@@ -11,8 +11,12 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vllm_playbooks.errors import SchemaError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _FLOAT = r"([0-9][0-9,]*\.?[0-9]*)"
 _PATTERNS = {
@@ -129,10 +133,15 @@ def calculator_check(data: Path):  # type: ignore[no-untyped-def]
     """Every recorded start-up beside the KV-budget calculator's prediction for the same config (a DataFrame). vLLM
     logs weights and KV-cache tokens per GPU (under TP or PP, of the GPU it reports for), so the weights compared are
     the calculator's per-GPU figure. ``moe`` marks mixture-of-experts targets, whose activation peak the calculator
-    does not model (it overstates their KV tokens; the batching calculator's page shows by how much)."""
+    does not model (it overstates their KV tokens; the batching calculator's page shows by how much).
+
+    Where vLLM logged them, its peak activation and its CUDA-graph memory estimate (which vLLM 0.26 takes from the
+    KV budget; the calculator models neither for MoE shapes nor the graphs at all) stand beside ours, and
+    ``kv_tokens_error_with_vllm_overheads_pct`` is the error our weights and KV bytes per token give when the budget
+    subtracts vLLM's logged activation, non-torch memory and graph estimate instead of our estimates."""
     import pandas as pd
 
-    from vllm_playbooks.config.capacity import GIB, MOE_ARCHITECTURES, kv_budget
+    from vllm_playbooks.config.capacity import BLOCK_SIZE, GIB, MOE_ARCHITECTURES, kv_budget
     from vllm_playbooks.shapes import resolve_model
 
     records = []
@@ -141,6 +150,12 @@ def calculator_check(data: Path):  # type: ignore[no-untyped-def]
             start = read_startup(log)
             engine = engine_for_log(log, data)
             budget = kv_budget(engine, start.total_memory_gib)
+            with_vllm_overheads = float("nan")
+            if start.peak_activation_gib is not None and start.non_torch_gib is not None:
+                overheads = start.peak_activation_gib + start.non_torch_gib + (start.cudagraph_estimate_gib or 0.0)
+                free = budget.requested_bytes - budget.weight_bytes_per_gpu - overheads * GIB
+                tokens = max(free, 0) // (budget.kv_bytes_per_token_per_gpu * BLOCK_SIZE) * BLOCK_SIZE
+                with_vllm_overheads = 100 * (tokens / start.kv_cache_tokens - 1)
             records.append({
                 "case": case_dir.name, "engine_label": engine.label, "model": engine.model,
                 "moe": resolve_model(engine.model).architecture in MOE_ARCHITECTURES,
@@ -152,5 +167,36 @@ def calculator_check(data: Path):  # type: ignore[no-untyped-def]
                 "kv_tokens_vllm": start.kv_cache_tokens, "kv_tokens_ours": budget.kv_tokens,
                 "kv_tokens_error_pct": 100 * (budget.kv_tokens / start.kv_cache_tokens - 1),
                 "max_concurrency_vllm": start.max_concurrency, "max_concurrency_ours": budget.max_concurrency,
+                "activation_gib_vllm": start.peak_activation_gib, "activation_gib_ours": budget.activation_bytes / GIB,
+                "cudagraph_gib_vllm": start.cudagraph_estimate_gib,
+                "kv_tokens_error_with_vllm_overheads_pct": with_vllm_overheads,
             })  # fmt: skip
     return pd.DataFrame(records)
+
+
+def overheads_note(check: pd.DataFrame) -> str:
+    """One Markdown paragraph on a ``calculator_check`` table: how far the MoE targets' KV tokens are overstated, the
+    activation peaks and CUDA-graph estimates vLLM logged for them against ours, and how close the KV tokens come with
+    vLLM's logged overheads in place of ours ('' without MoE rows)."""
+    moe = check[check["moe"]]
+    if moe.empty:
+        return ""
+
+    def span(values: pd.Series, unit: str = " GiB", digits: int = 2) -> str:
+        low, high = (f"{v:.{digits}f}" for v in (values.min(), values.max()))
+        return f"{low}{unit}" if low == high else f"{low}-{high}{unit}"
+
+    parts = []
+    for model, rows in moe.groupby("model", sort=True):
+        graphs = rows["cudagraph_gib_vllm"].dropna()
+        graph = f", and set aside {span(graphs)} for CUDA graphs" if not graphs.empty else ""
+        parts.append(f"`{model}`: KV tokens overstated by {span(rows['kv_tokens_error_pct'], ' %', 1)}; vLLM measured a "
+                     f"{span(rows['activation_gib_vllm'])} activation peak against our "
+                     f"{span(rows['activation_gib_ours'])}{graph}")  # fmt: skip
+    adjusted = check["kv_tokens_error_with_vllm_overheads_pct"].dropna()
+    closing = ""
+    if not adjusted.empty:
+        closing = (f" With vLLM's logged activation, non-torch memory and CUDA-graph estimate in place of ours, the "
+                   f"calculator's weights and KV bytes per token give the KV tokens of {len(adjusted)} of the "
+                   f"{len(check)} start-ups within {adjusted.abs().max():.1f} %: the gap is those two terms.")  # fmt: skip
+    return "**Where the MoE budgets go.** " + "; ".join(parts) + "." + closing

@@ -830,7 +830,8 @@ def forward_cost(
         kv = batch * context_len * kv_bytes_per_token(shape, kv_cache_dtype)
         return ForwardCost(2.0 * params + kv, 2.0 * tokens * params)
     if role == "mtp":
-        per_module = mtp_weight_bytes(shape) / shape.num_mtp_layers
+        head = shape.vocab_size * shape.hidden_size * dtype_bytes("auto", shape)  # the target's head, read each step
+        per_module = mtp_weight_bytes(shape) / shape.num_mtp_layers + head
         params = per_module / dtype_bytes("auto", shape)
         return ForwardCost(per_module + batch * context_len * kv_layer, 2.0 * tokens * params)
     return ForwardCost(
