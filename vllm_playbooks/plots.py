@@ -90,13 +90,14 @@ def predicted_vs_logged(table: pd.DataFrame, ax: Axes | None = None) -> Axes:
         id_vars=["case", "engine_label"], value_vars=["kv_tokens_vllm", "kv_tokens_ours"], var_name="source",
         value_name="kv_tokens",
     )
-    long["config"] = long["case"] + "\n" + long["engine_label"]
+    long["config"] = long["case"] + " · " + long["engine_label"]
     long["source"] = long["source"].map({"kv_tokens_vllm": "vLLM 0.26 (logged)", "kv_tokens_ours": "calculator"})
-    ax = ax or plt.subplots(figsize=(8, 4))[1]
-    sns.barplot(data=long, x="config", y="kv_tokens", hue="source", ax=ax)
-    ax.set_xlabel("")
-    ax.set_ylabel("KV-cache size (tokens)")
-    ax.tick_params(axis="x", labelsize=8)
+    configs = long["config"].nunique()
+    ax = ax or plt.subplots(figsize=(8, max(4.0, 0.3 * configs)))[1]  # one row per config, labels readable
+    sns.barplot(data=long, y="config", x="kv_tokens", hue="source", orient="h", ax=ax)
+    ax.set_ylabel("")
+    ax.set_xlabel("KV-cache size (tokens)")
+    ax.tick_params(axis="y", labelsize=8)
     return ax
 
 

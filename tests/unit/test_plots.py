@@ -54,3 +54,11 @@ def test_measured_metric_needs_rows_with_its_load() -> None:
     rows = pd.DataFrame({"engine_label": ["a"], "concurrency": [None], "request_rate_qps": [1.0], "tpot_mean_ms": [5.0]})
     assert "not measured yet" in _texts(plots.measured_metric(rows, "tpot_mean_ms"))
     assert plots.measured_metric(rows, "tpot_mean_ms", x="request_rate_qps").get_ylabel() == "TPOT mean (ms)"
+
+
+def test_predicted_vs_logged_has_one_readable_row_per_config() -> None:
+    table = pd.DataFrame({"case": ["a", "a", "b"], "engine_label": ["x", "y", "x"],
+                          "kv_tokens_vllm": [100, 200, 300], "kv_tokens_ours": [110, 190, 300]})  # fmt: skip
+    ax = plots.predicted_vs_logged(table)
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["a · x", "a · y", "b · x"]
+    assert ax.get_xlabel() == "KV-cache size (tokens)" and len(ax.patches) >= 6
