@@ -278,9 +278,9 @@ def points_to_measure(plan: CasePlan, done: set[str], stalled: set[str]) -> list
     for (engine, load), group in groupby(plan.points(), key=lambda p: (p.engine, p.load)):
         planned = list(group)
         todo.extend(p for p in planned if p.point_id not in done)
-        prefix = raw.point_id(engine.config_id(), load.slug(), 0).removesuffix("0")
-        recorded = {int(pid.removeprefix(prefix)): pid in stalled for pid in done
-                    if pid.startswith(prefix) and pid.removeprefix(prefix).isdigit()}  # fmt: skip
+        point = raw.split_point_id(planned[0].point_id)[0]
+        recorded = {raw.split_point_id(pid)[1]: pid in stalled for pid in done
+                    if raw.split_point_id(pid)[0] == point}  # fmt: skip
         usable = sum(1 for is_stalled in recorded.values() if not is_stalled)
         planned_missing = sum(1 for p in planned if p.point_id not in done)
         owed = len(planned) - planned_missing - usable

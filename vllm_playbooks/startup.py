@@ -141,7 +141,7 @@ def calculator_check(data: Path):  # type: ignore[no-untyped-def]
     subtracts vLLM's logged activation, non-torch memory and graph estimate instead of our estimates."""
     import pandas as pd
 
-    from vllm_playbooks.config.capacity import BLOCK_SIZE, GIB, MOE_ARCHITECTURES, kv_budget
+    from vllm_playbooks.config.capacity import GIB, MOE_ARCHITECTURES, kv_budget, kv_tokens_fitting
     from vllm_playbooks.shapes import resolve_model
 
     records = []
@@ -154,7 +154,7 @@ def calculator_check(data: Path):  # type: ignore[no-untyped-def]
             if start.peak_activation_gib is not None and start.non_torch_gib is not None:
                 overheads = start.peak_activation_gib + start.non_torch_gib + (start.cudagraph_estimate_gib or 0.0)
                 free = budget.requested_bytes - budget.weight_bytes_per_gpu - overheads * GIB
-                tokens = max(free, 0) // (budget.kv_bytes_per_token_per_gpu * BLOCK_SIZE) * BLOCK_SIZE
+                tokens = kv_tokens_fitting(free, budget.kv_bytes_per_token_per_gpu)
                 with_vllm_overheads = 100 * (tokens / start.kv_cache_tokens - 1)
             records.append({
                 "case": case_dir.name, "engine_label": engine.label, "model": engine.model,

@@ -570,6 +570,11 @@ def _stages(
     return list(zip(weights, per_token, strict=True))
 
 
+def kv_tokens_fitting(free_bytes: float, bytes_per_token: int) -> int:
+    """KV-cache tokens ``free_bytes`` hold: whole blocks of ``BLOCK_SIZE`` tokens, none when nothing is free."""
+    return int(max(free_bytes, 0) // (bytes_per_token * BLOCK_SIZE)) * BLOCK_SIZE
+
+
 def kv_budget(engine: EngineConfig, gpu_memory_gib: float, gpu_name: str = "") -> KVBudget:
     """The KV-cache budget of ``engine`` on GPUs whose framework-visible memory is ``gpu_memory_gib`` each.
 
@@ -588,12 +593,11 @@ def kv_budget(engine: EngineConfig, gpu_memory_gib: float, gpu_name: str = "") -
     stages = []
     for stage_weights, stage_per_token in _stages(engine, target, drafts, mtp_layers, (weights, per_token)):
         free = requested - stage_weights - activation - non_torch
-        blocks = max(free, 0) // (stage_per_token * BLOCK_SIZE)
-        stages.append((blocks, free, stage_weights, stage_per_token))
-    blocks, kv, stage_weights, stage_per_token = min(stages, key=lambda s: (s[0], s[1]))
+        stages.append((kv_tokens_fitting(free, stage_per_token), free, stage_weights, stage_per_token))
+    tokens, kv, stage_weights, stage_per_token = min(stages, key=lambda s: (s[0], s[1]))
     return KVBudget(
         requested_bytes=requested, weight_bytes=weights, activation_bytes=activation, non_torch_bytes=non_torch,
-        kv_bytes=kv, kv_bytes_per_token=per_token, kv_tokens=blocks * BLOCK_SIZE, max_model_len=engine.max_model_len,
+        kv_bytes=kv, kv_bytes_per_token=per_token, kv_tokens=tokens, max_model_len=engine.max_model_len,
         max_num_seqs=seqs, gpus=engine.tensor_parallel_size * engine.pipeline_parallel_size,
         weight_bytes_per_gpu=stage_weights, kv_bytes_per_token_per_gpu=stage_per_token,
     )  # fmt: skip

@@ -47,6 +47,13 @@ def point_id(config_id: str, load_slug: str, repeat: int) -> str:
     return f"{config_id}/{load_slug}-r{repeat}"
 
 
+def split_point_id(pid: str) -> tuple[str, int]:
+    """``point_id``'s inverse for the repeat: (``<config_id>/<load slug>``, the repeat index); the repeats of one
+    engine config at one load share the first part."""
+    point, repeat = pid.rsplit("-r", 1)
+    return point, int(repeat)
+
+
 def raw_root(case_dir: Path) -> Path:
     """``<case dir>/raw``."""
     return case_dir / "raw"

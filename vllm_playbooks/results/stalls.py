@@ -131,17 +131,17 @@ def stall_note(table: pd.DataFrame) -> str:
     stalled = table[table.stall_share >= STALL_SHARE]
     if stalled.empty:
         return ""
-    clean = {_point_of(pid) for pid in table.loc[table.stall_share < STALL_SHARE, "point_id"]}
+    clean = {raw.split_point_id(pid)[0] for pid in table.loc[table.stall_share < STALL_SHARE, "point_id"]}
     items = []
     for row in stalled.itertuples(index=False):
         load = describe_load(row.request_rate_qps, row.concurrency)
-        again = ", measured again without a stall" if _point_of(row.point_id) in clean else ""
-        repeat = int(row.point_id.rsplit("-r", 1)[1])
+        point, repeat = raw.split_point_id(row.point_id)
+        again = ", measured again without a stall" if point in clean else ""
         load += f", repeat {repeat}" if repeat else ""
         share = f"≥ {row.stall_share:.1%} of the requests' time"
         items.append(f"{row.engine_label} at {load} ({row.stalled_gaps:,} gaps, the longest "
                      f"≤ {row.longest_gap_at_most_s:g} s; {share}{again})")  # fmt: skip
-    points = {_point_of(pid) for pid in stalled["point_id"]}
+    points = {raw.split_point_id(pid)[0] for pid in stalled["point_id"]}
     redone = len(points & clean)
     waiting = len(points) - redone
     outcome = ("they are shown, and left out of the verdict, until they are measured again" if not redone else
@@ -154,8 +154,3 @@ def stall_note(table: pd.DataFrame) -> str:
         f"{STALL_SHARE:.0%} of the requests' time or more): {'; '.join(items)}. Their throughput and latencies "
         f"understate the engine: {outcome}."
     )
-
-
-def _point_of(point_id: str) -> str:
-    """A point id without its repeat: ``<config_id>/<load slug>`` (repeats of one point share it)."""
-    return point_id.rsplit("-r", 1)[0]
