@@ -852,6 +852,7 @@ def cost_time_s(cost: ForwardCost, gpu: Gpu | str, fit: EfficiencyFit, tensor_pa
 def speculation_prediction(
     target: str, rates: Iterable[float], batch: int, context_len: float, fit: EfficiencyFit, gpu: Gpu | str,
     draft: str | None = None, tensor_parallel: int = 1, kv_cache_dtype: str = "auto",
+    draft_fixed_cost_s: float | None = None,
 ) -> dict[str, float]:
     """Predicted decode-step times and speed-up of speculation with imposed unconditional ``rates`` (k = their count).
 
@@ -861,6 +862,10 @@ def speculation_prediction(
     the accepted tokens of the last step (slightly more than B tokens); that is not modelled. ``fit``'s draft
     overhead t_d is not applied: it was fitted on separate draft models (vLLM's ``draft_model`` method, which runs
     without async scheduling), not on MTP modules or EAGLE heads.
+
+    A draft forward is its roofline time plus ``draft_fixed_cost_s``; ``None`` charges it ``fit``'s per-forward
+    overhead, the fixed cost of a whole engine step fitted on spec-off rows. ``draft_fixed_cost_ms`` in the result
+    says which was used.
     """
     p = list(rates)
     k = len(p)
@@ -871,27 +876,34 @@ def speculation_prediction(
     def time(shape: str, q: int, role: str) -> float:
         return cost_time_s(forward_cost(shape, batch, q, context_len, kv_cache_dtype, role), gpu, fit, tensor_parallel)
 
+    if draft_fixed_cost_s is not None and draft_fixed_cost_s < 0:
+        raise ValueError(f"draft_fixed_cost_s must be >= 0, got {draft_fixed_cost_s}")
+    fixed = fit.overhead_s if draft_fixed_cost_s is None else draft_fixed_cost_s
     decode = time(target, 1, "target")
     verify = time(target, k + 1, "target")
-    draft_step = time(draft, 1, "draft") if draft else time(target, 1, "mtp")
+    draft_step = (time(draft, 1, "draft") if draft else time(target, 1, "mtp")) - fit.overhead_s + fixed
     step = verify + k * draft_step
     return {
         "batch": batch, "k": k, "tau": tau, "c": draft_step / decode, "decode_ms": 1000 * decode,
-        "verify_ms": 1000 * verify, "draft_ms": 1000 * draft_step, "verify_over_decode": verify / decode,
-        "speedup": tau * decode / step, "tpot_off_ms": 1000 * decode, "tpot_on_ms": 1000 * step / tau,
+        "verify_ms": 1000 * verify, "draft_ms": 1000 * draft_step, "draft_fixed_cost_ms": 1000 * fixed,
+        "verify_over_decode": verify / decode, "speedup": tau * decode / step, "tpot_off_ms": 1000 * decode,
+        "tpot_on_ms": 1000 * step / tau,
     }  # fmt: skip
 
 
 def prediction_frame(
     configs: Mapping[str, Mapping[str, Any]], batches: Iterable[int], fit: EfficiencyFit, gpu: Gpu | str = "H200-SXM",
+    draft_fixed_cost_s: float | None = None,
 ) -> pd.DataFrame:
-    """``speculation_prediction`` for each named config (its keyword arguments) at each batch, as one table."""
+    """``speculation_prediction`` for each named config (its keyword arguments) at each batch, as one table;
+    ``draft_fixed_cost_s`` applies to every config that does not set its own."""
     import pandas as pd
 
     records = []
     for label, kwargs in configs.items():
+        options = {"draft_fixed_cost_s": draft_fixed_cost_s, **kwargs}
         for batch in batches:
-            records.append({"config": label, **speculation_prediction(batch=batch, fit=fit, gpu=gpu, **kwargs)})
+            records.append({"config": label, **speculation_prediction(batch=batch, fit=fit, gpu=gpu, **options)})
     return pd.DataFrame(records)
 
 

@@ -250,6 +250,26 @@ def test_scale_decides_the_mtp_payoff_at_batch_one(calibration: tuple[list, T.Ef
     assert wide["tpot_on_ms"] == pytest.approx(wide["tpot_off_ms"] / wide["speedup"])
     frame = T.prediction_frame({"r": {"target": "deepseek-v3-reduced", "rates": [0.85], "context_len": 300}}, [1, 8], fit)
     assert list(frame.batch) == [1, 8] and frame.speedup.iloc[1] > frame.speedup.iloc[0]
+    # the V2-Lite-scale 'no gain' rests on charging the draft forward a whole step's fixed cost
+    cheap = T.speculation_prediction("deepseek-v3-v2lite-scale", [0.85], 1, 300, fit, "H200-SXM", draft_fixed_cost_s=0.0002)
+    assert cheap["speedup"] > 1.3 and cheap["c"] < 0.2
+
+
+def test_a_draft_forward_can_carry_its_own_fixed_cost(calibration: tuple[list, T.EfficiencyFit]) -> None:
+    _, fit = calibration
+    charged = T.speculation_prediction("mimo-7b", [0.85, 0.5], 4, 300, fit, "H200-SXM")
+    assert charged["draft_fixed_cost_ms"] == pytest.approx(1000 * fit.overhead_s)
+    free = T.speculation_prediction("mimo-7b", [0.85, 0.5], 4, 300, fit, "H200-SXM", draft_fixed_cost_s=0.0)
+    assert free["draft_ms"] == pytest.approx(charged["draft_ms"] - 1000 * fit.overhead_s)
+    assert free["verify_ms"] == charged["verify_ms"] and free["decode_ms"] == charged["decode_ms"]
+    # the step is verify + k drafts: two drafts' fixed costs fewer
+    assert free["tpot_on_ms"] * free["tau"] == pytest.approx(charged["tpot_on_ms"] * charged["tau"] - 2000 * fit.overhead_s)
+    frame = T.prediction_frame({"a": {"target": "mimo-7b", "rates": [0.85], "context_len": 300},
+                                "b": {"target": "mimo-7b", "rates": [0.85], "context_len": 300,
+                                      "draft_fixed_cost_s": 0.001}}, [1], fit, draft_fixed_cost_s=0.0)  # fmt: skip
+    assert frame.draft_fixed_cost_ms.tolist() == pytest.approx([0.0, 1.0])  # a config's own value wins
+    with pytest.raises(ValueError, match="draft_fixed_cost_s must be >= 0"):
+        T.speculation_prediction("mimo-7b", [0.85], 1, 300, fit, "H200-SXM", draft_fixed_cost_s=-0.001)
 
 
 def test_fixed_routing_reads_only_the_chosen_experts() -> None:
