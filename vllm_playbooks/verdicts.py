@@ -75,7 +75,7 @@ def _stalled_words(loads: list[float], unit: str, outcome: str = "left out until
 def tpot_speedups(df: pd.DataFrame, metric: str = "tpot_mean_ms") -> pd.DataFrame:
     """Every speculative point against its baseline at the same load: ``speedup`` = baseline TPOT / speculative TPOT
     (above 1: speculation is faster per token), plus the imposed acceptance and the measured acceptance length."""
-    comparison = versus_baseline(df, metric)
+    comparison = versus_baseline(df, metric, extra=[c for c in ("mean_acceptance_length",) if c in df.columns])
     comparison["speedup"] = comparison["baseline"] / comparison["speculative"]
     return comparison
 
@@ -183,6 +183,141 @@ def describe_best_k(best: pd.DataFrame) -> str:
         where = ([f"{', '.join(rates)} QPS"] if rates else []) + ([f"concurrency {', '.join(streams)}"] if streams else [])
         parts.append(f"k = {k} at {' and at '.join(where)}")
     return "; ".join(parts)
+
+
+def acceptance_band(sweep: pd.DataFrame, k: int = 1) -> pd.DataFrame:
+    """The configurations of one ``k`` in a ``k_sweep`` table that differ in their imposed i.i.d. acceptance
+    (``imposed_alpha``): one row per load and α with the speed-up and the measured mean acceptance length, request
+    rates first, then concurrencies, α ascending within a load."""
+    columns = ["load", "request_rate_qps", "concurrency", "imposed_alpha", "engine_label", "speedup",
+               "mean_acceptance_length"]  # fmt: skip
+    rows = sweep[(sweep["k"] == k) & sweep["imposed_alpha"].notna()][columns].astype({"imposed_alpha": float})
+    return rows.sort_values(["request_rate_qps", "concurrency", "imposed_alpha"], na_position="last").reset_index(
+        drop=True)  # fmt: skip
+
+
+def _percent_range(values: Iterable[float]) -> str:
+    low, high = min(values), max(values)
+    return f"{100 * low:.1f} %" if round(100 * low, 1) == round(100 * high, 1) else f"{100 * low:.1f}-{100 * high:.1f} %"
+
+
+def describe_acceptance_band(band: pd.DataFrame, tolerance: float = 0.02) -> str:
+    """One paragraph on an ``acceptance_band`` table: how much the speed-up and the measured acceptance length grew
+    from the lowest to the highest α at the loads measured with both, and whether the speed-up grew in proportion to
+    the acceptance length (within ``tolerance``), as S = τ / (1 + k·c) has it when the draft's cost c does not depend
+    on what is accepted."""
+    if band.empty:
+        return "No configuration of this k with an imposed i.i.d. acceptance is measured yet."
+    low, high = band["imposed_alpha"].min(), band["imposed_alpha"].max()
+    pairs, one_end = [], []
+    for load, group in band.groupby("load", sort=False):
+        ends = group[group["imposed_alpha"].isin([low, high])].set_index("imposed_alpha")
+        if low in ends.index and high in ends.index and low != high:
+            pairs.append((load, ends.loc[low], ends.loc[high]))
+        else:
+            one_end.append(load)
+    if not pairs:
+        return f"No load is measured at both α = {low:.2f} and α = {high:.2f} yet."
+    speedup = [b["speedup"] / a["speedup"] - 1 for _, a, b in pairs]
+    length = [b["mean_acceptance_length"] / a["mean_acceptance_length"] - 1 for _, a, b in pairs]
+    steps = "; ".join(f"{load}: {a['speedup']:.2f}× → {b['speedup']:.2f}×" for load, a, b in pairs)
+    text = (f"From α = {low:.2f} to {high:.2f}, the TPOT speed-up rose by {_percent_range(speedup)} at the {len(pairs)} "
+            f"loads measured with both ({steps}); the measured mean acceptance length rose by "
+            f"{_percent_range(length)}.")  # fmt: skip
+    apart = [load for (load, _, _), s, t in zip(pairs, speedup, length, strict=True) if abs((1 + s) / (1 + t) - 1) > tolerance]
+    if apart:
+        text += (f" The speed-up did not grow in proportion to the acceptance length (within {100 * tolerance:g} %) "
+                 f"at {', '.join(apart)}.")  # fmt: skip
+    else:
+        text += (f" Within {100 * tolerance:g} %, the speed-up grew in proportion to the tokens each step emits: the "
+                 "draft costs the same whatever is accepted, as S = τ / (1 + k·c) has it.")  # fmt: skip
+    if one_end:
+        text += f" Measured at one end of the band only: {', '.join(one_end)}."
+    return text
+
+
+def draft_cost_beside_model(sweep: pd.DataFrame, predicted: pd.DataFrame, fixed_cost_ms: float) -> pd.DataFrame:
+    """The draft cost c that each closed-loop pair of a ``k_sweep`` table implies (``theory.draft_cost_from_tpot``
+    with the measured mean acceptance length) beside the step model's c at the same batch (``predicted``: a
+    ``theory.prediction_frame`` whose ``config`` names are engine labels).
+
+    ``draft_ms_measured`` = c × the measured spec-off TPOT, the time of one draft forward if verifying k + 1 tokens
+    costs one decode step; where it costs more (an MoE layer reads more experts for more tokens), that extra lands in
+    c too. ``beyond_reads_ms`` is what the measurement leaves beyond the model's roofline time of the draft forward
+    (its ``draft_ms`` less the ``fixed_cost_ms`` it charged), to set beside that fixed cost.
+    """
+    import pandas as pd
+
+    from vllm_playbooks.theory import draft_cost_from_tpot
+
+    rows = sweep[sweep["concurrency"].notna() & sweep["request_rate_qps"].isna()
+                 & sweep["engine_label"].isin(set(predicted["config"]))]  # fmt: skip
+    records = []
+    for row in rows.itertuples():
+        model = predicted[(predicted["config"] == row.engine_label) & (predicted["batch"] == row.concurrency)]
+        if model.empty:
+            continue
+        c = draft_cost_from_tpot(row.speculative, row.baseline, float(row.mean_acceptance_length), int(row.k))
+        draft_ms = float(model["draft_ms"].iloc[0])
+        records.append({"engine_label": row.engine_label, "k": int(row.k), "concurrency": row.concurrency,
+                        "tau_measured": float(row.mean_acceptance_length), "tpot_off_ms": row.baseline,
+                        "c_measured": c, "c_model": float(model["c"].iloc[0]), "draft_ms_measured": c * row.baseline,
+                        "draft_ms_model": draft_ms,
+                        "beyond_reads_ms": c * row.baseline - (draft_ms - fixed_cost_ms)})  # fmt: skip
+    columns = ["engine_label", "k", "concurrency", "tau_measured", "tpot_off_ms", "c_measured", "c_model",
+               "draft_ms_measured", "draft_ms_model", "beyond_reads_ms"]  # fmt: skip
+    return pd.DataFrame(records, columns=columns)
+
+
+def describe_draft_cost(table: pd.DataFrame, fixed_cost_ms: float) -> str:
+    """One sentence per configuration of a ``draft_cost_beside_model`` table: at its lowest concurrency, the c its
+    measurement implies against the model's and the time a draft forward took beyond its reads against the
+    ``fixed_cost_ms`` the model charged; then how far c rose at the higher concurrencies."""
+    if table.empty:
+        return "No closed-loop pair to derive a draft cost from yet."
+    sentences = []
+    for label, part in table.groupby("engine_label", sort=False):
+        part = part.sort_values("concurrency")
+        first, rest = part.iloc[0], part.iloc[1:]
+        text = (f"**{label}**: at concurrency {first['concurrency']:g} the measured pair implies c = "
+                f"{first['c_measured']:.2f} (the model {first['c_model']:.2f}); beyond its reads a draft forward took "
+                f"{first['beyond_reads_ms']:.2f} ms, where the model charges {fixed_cost_ms:.2f} ms.")  # fmt: skip
+        if not rest.empty:
+            text += (f" At concurrency {', '.join(f'{c:g}' for c in rest['concurrency'])} c is "
+                     f"{', '.join(f'{c:.2f}' for c in rest['c_measured'])}: there it also holds whatever verifying "
+                     "k + 1 tokens costs beyond a decode step.")  # fmt: skip
+        sentences.append(text)
+    return " ".join(sentences)
+
+
+def draft_fixed_cost_ms(table: pd.DataFrame) -> float:
+    """The fixed cost of one draft forward as measured: the median ``beyond_reads_ms`` of a
+    ``draft_cost_beside_model`` table at its lowest concurrency, where verifying costs a decode step most nearly
+    (NaN for an empty table)."""
+    if table.empty:
+        return float("nan")
+    lowest = table[table["concurrency"] == table["concurrency"].min()]
+    return float(lowest["beyond_reads_ms"].median())
+
+
+def fixed_cost_change(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
+    """Two ``theory.prediction_frame`` tables of the same configs and batches, made with different draft fixed
+    costs, side by side: c and the speed-up before and after, per config and batch."""
+    keep = ["config", "batch", "draft_fixed_cost_ms", "c", "speedup"]
+    return before[keep].merge(after[keep], on=["config", "batch"], suffixes=("_before", "_after"))
+
+
+def describe_fixed_cost_change(change: pd.DataFrame, batch: int = 1) -> str:
+    """'With a draft forward's fixed cost of 0.23 ms instead of 1.71 ms, the model predicts at batch 1: A 1.40× (was
+    1.00×); …' from a ``fixed_cost_change`` table ('' when it has no row at ``batch``)."""
+    rows = change[change["batch"] == batch]
+    if rows.empty:
+        return ""
+    first = rows.iloc[0]
+    each = "; ".join(f"{r.config} {r.speedup_after:.2f}× (was {r.speedup_before:.2f}×, c {r.c_after:.2f} instead of "
+                     f"{r.c_before:.2f})" for r in rows.itertuples())  # fmt: skip
+    return (f"With a draft forward's fixed cost of {first['draft_fixed_cost_ms_after']:.2f} ms instead of "
+            f"{first['draft_fixed_cost_ms_before']:.2f} ms, the model predicts at batch {batch}: {each}.")
 
 
 # --------------------------------------------------------------------------------------------------------------------

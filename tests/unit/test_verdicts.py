@@ -228,3 +228,79 @@ def test_measurements_beside_the_model_for_each_configuration() -> None:
                      "measured, 1.30× predicted); it understated the measurement at concurrency 1 (2.00× measured, "
                      "1.90× predicted).")
     assert verdicts.describe_beside_model_by_config(table.iloc[0:0], 0.06, "×") == ""
+
+
+def _band_rows() -> pd.DataFrame:
+    """Spec off at 20 ms; k = 1 at α 0.81 and 0.90 (acceptance lengths 1.81 and 1.90) at 1 QPS and concurrency 1,
+    0.81 alone at concurrency 64."""
+    rows = [_row("spec-off", 0, tpot_mean_ms=20.0, **load)
+            for load in ({"request_rate_qps": 1}, {"concurrency": 1}, {"concurrency": 64})]  # fmt: skip
+    for label, alpha, length, tpots in (("mtp-k1-a0.81", 0.81, 1.81, {1: 12.0, "c1": 15.0, "c64": 18.0}),
+                                        ("mtp-k1-a0.90", 0.90, 1.90, {1: 12.0 * 1.81 / 1.90, "c1": 15.0})):  # fmt: skip
+        for key, tpot in tpots.items():
+            load = {"request_rate_qps": key} if key == 1 else {"concurrency": int(key[1:])}
+            rows.append(_row(label, 1, tpot_mean_ms=tpot, mean_acceptance_length=length, **load)
+                        | {"imposed_alpha": alpha})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_acceptance_band_compares_the_ends_at_each_load() -> None:
+    band = verdicts.acceptance_band(verdicts.k_sweep(_band_rows(), "deepseek-v3-reduced"))
+    assert band.load.tolist() == ["1 QPS", "1 QPS", "concurrency 1", "concurrency 1", "concurrency 64"]
+    assert band.imposed_alpha.tolist() == [0.81, 0.9, 0.81, 0.9, 0.81]
+    assert band.mean_acceptance_length.tolist() == [1.81, 1.9, 1.81, 1.9, 1.81]
+    words = verdicts.describe_acceptance_band(band)
+    # 1 QPS: the speed-up grew exactly with the acceptance length (+5.0 %); concurrency 1: not at all
+    assert words.startswith("From α = 0.81 to 0.90, the TPOT speed-up rose by 0.0-5.0 % at the 2 loads measured "
+                            "with both (1 QPS: 1.67× → 1.75×; concurrency 1: 1.33× → 1.33×); the measured mean "
+                            "acceptance length rose by 5.0 %.")  # fmt: skip
+    assert "did not grow in proportion to the acceptance length (within 2 %) at concurrency 1." in words
+    assert words.endswith("Measured at one end of the band only: concurrency 64.")
+    in_step = verdicts.describe_acceptance_band(band[band.load != "concurrency 1"])
+    assert "Within 2 %, the speed-up grew in proportion" in in_step
+    assert verdicts.describe_acceptance_band(band.iloc[4:]) == "No load is measured at both α = 0.81 and α = 0.81 yet."
+    assert verdicts.describe_acceptance_band(band.iloc[0:0]).startswith("No configuration of this k")
+
+
+def _draft_cost_case() -> tuple[pd.DataFrame, pd.DataFrame]:
+    rows = [_row("spec-off", 0, concurrency=c, tpot_mean_ms=5.0) for c in (1, 16)]
+    rows += [_row("mtp-k1-a0.85", 1, concurrency=1, tpot_mean_ms=3.0, mean_acceptance_length=1.85),
+             _row("mtp-k1-a0.85", 1, concurrency=16, tpot_mean_ms=4.0, mean_acceptance_length=1.85),
+             _row("mtp-k3-p0.85", 3, concurrency=1, tpot_mean_ms=2.5, mean_acceptance_length=2.7),
+             _row("mtp-k1-a0.85", 1, request_rate_qps=1, tpot_mean_ms=3.0, mean_acceptance_length=1.85)]  # fmt: skip
+    predicted = pd.DataFrame({"config": ["mtp-k1-a0.85", "mtp-k1-a0.85", "mtp-k3-p0.85"], "batch": [1, 16, 1],
+                              "c": [0.4, 0.38, 0.4], "draft_ms": [2.0, 2.1, 2.0]})  # fmt: skip
+    return verdicts.k_sweep(pd.DataFrame(rows), "deepseek-v3-reduced"), predicted
+
+
+def test_the_draft_cost_a_measured_pair_implies() -> None:
+    sweep, predicted = _draft_cost_case()
+    table = verdicts.draft_cost_beside_model(sweep, predicted, fixed_cost_ms=1.7)
+    # closed loop only: the 1-QPS row has no batch to compare with
+    assert table.engine_label.tolist() == ["mtp-k1-a0.85", "mtp-k1-a0.85", "mtp-k3-p0.85"]
+    c = [3.0 * 1.85 / 5 - 1, 4.0 * 1.85 / 5 - 1, (2.5 * 2.7 / 5 - 1) / 3]
+    assert table.c_measured.tolist() == pytest.approx(c)
+    assert table.draft_ms_measured.tolist() == pytest.approx([5 * x for x in c])
+    # beyond the model's reads: measured draft time less (model draft time - the fixed cost it charged)
+    assert table.beyond_reads_ms.tolist() == pytest.approx([5 * c[0] - 0.3, 5 * c[1] - 0.4, 5 * c[2] - 0.3])
+    assert verdicts.draft_fixed_cost_ms(table) == pytest.approx((5 * c[0] - 0.3 + 5 * c[2] - 0.3) / 2)
+    words = verdicts.describe_draft_cost(table, 1.7)
+    assert words.startswith("**mtp-k1-a0.85**: at concurrency 1 the measured pair implies c = 0.11 (the model 0.40); "
+                            "beyond its reads a draft forward took 0.25 ms, where the model charges 1.70 ms. At "
+                            "concurrency 16 c is 0.48: there it also holds")  # fmt: skip
+    assert "**mtp-k3-p0.85**: at concurrency 1 the measured pair implies c = 0.12" in words
+    assert verdicts.describe_draft_cost(table.iloc[0:0], 1.7).startswith("No closed-loop pair")
+    assert verdicts.draft_fixed_cost_ms(table.iloc[0:0]) != verdicts.draft_fixed_cost_ms(table.iloc[0:0])  # NaN
+
+
+def test_predictions_with_another_draft_fixed_cost_side_by_side() -> None:
+    before = pd.DataFrame({"config": ["a", "a", "b"], "batch": [1, 8, 1], "draft_fixed_cost_ms": 1.7,
+                           "c": [0.6, 0.3, 0.4], "speedup": [1.0, 1.2, 1.3]})  # fmt: skip
+    after = before.assign(draft_fixed_cost_ms=0.2, c=[0.1, 0.05, 0.1], speedup=[1.4, 1.5, 1.6])
+    change = verdicts.fixed_cost_change(before, after)
+    assert change.columns.tolist() == ["config", "batch", "draft_fixed_cost_ms_before", "c_before", "speedup_before",
+                                       "draft_fixed_cost_ms_after", "c_after", "speedup_after"]  # fmt: skip
+    assert verdicts.describe_fixed_cost_change(change) == (
+        "With a draft forward's fixed cost of 0.20 ms instead of 1.70 ms, the model predicts at batch 1: a 1.40× (was "
+        "1.00×, c 0.10 instead of 0.60); b 1.60× (was 1.30×, c 0.10 instead of 0.40).")
+    assert verdicts.describe_fixed_cost_change(change, batch=64) == ""
