@@ -227,19 +227,25 @@ MTP = "deepseek-mtp"
                                                       (5.6, 0.60, V.NOT_MEASURED)])  # fmt: skip
 def test_mtp_speedup_at_the_reported_acceptance(claims, published, on: float, rate: float, expected) -> None:  # type: ignore[no-untyped-def]
     rows = [
-        _row(MTP, "off", 1, 100.0, tpot_mean_ms=10.0),
-        _row(MTP, "mtp", 1, 150.0, k=1, method="mtp", tpot_mean_ms=on, acceptance_rate=rate),
-    ]
-    result = C.get_check("mtp_speedup_at_acceptance")(claims["deepseek-v3-mtp-speedup"], _evidence(published, MTP, rows))
+        _row(MTP, "off", 1, 100.0, tpot_mean_ms=10.0, model_shape="deepseek-v3-reduced"),
+        _row(MTP, "mtp", 1, 150.0, k=1, method="mtp", tpot_mean_ms=on, acceptance_rate=rate,
+             model_shape="deepseek-v3-reduced"),
+    ]  # fmt: skip
+    check = C.get_check("mtp_speedup_at_acceptance")
+    result = check(claims["deepseek-v3-mtp-speedup"], _evidence(published, MTP, rows))
     assert result.verdict is expected
     assert result.model_verdict is V.REPRODUCED  # 1 MTP layer of 61: 1.82-1.87x, within 10 % of 1.8x
+    # another architecture's MTP (MiMo-7B) is not judged against DeepSeek's number
+    mimo = [dict(row, model_shape="mimo-7b") for row in rows]
+    assert check(claims["deepseek-v3-mtp-speedup"], _evidence(published, MTP, mimo)).verdict is V.NOT_MEASURED
 
 
-def _qps_rows(speedups: dict[float, float]) -> list[dict[str, Any]]:
+def _qps_rows(speedups: dict[float, float], shape: str = "deepseek-v3-reduced") -> list[dict[str, Any]]:
     rows = []
     for qps, speedup in speedups.items():
-        rows.append(_row(MTP, "off", None, 100.0, request_rate_qps=qps, tpot_mean_ms=50.0))
-        rows.append(_row(MTP, "mtp", None, 100.0, k=1, method="mtp", request_rate_qps=qps, tpot_mean_ms=50.0 / speedup))
+        rows.append(_row(MTP, "off", None, 100.0, request_rate_qps=qps, tpot_mean_ms=50.0, model_shape=shape))
+        rows.append(_row(MTP, "mtp", None, 100.0, k=1, method="mtp", request_rate_qps=qps, tpot_mean_ms=50.0 / speedup,
+                         model_shape=shape))  # fmt: skip
     return rows
 
 
@@ -254,9 +260,15 @@ def _qps_rows(speedups: dict[float, float]) -> list[dict[str, Any]]:
     ],
 )
 def test_mtp_gain_by_qps(claims, published, speedups: dict[float, float], expected) -> None:  # type: ignore[no-untyped-def]
-    result = C.get_check("mtp_gain_falls_with_qps")(claims["pr12755-mtp-gain-by-qps"], _evidence(published, MTP, _qps_rows(speedups)))
+    check = C.get_check("mtp_gain_falls_with_qps")
+    result = check(claims["pr12755-mtp-gain-by-qps"], _evidence(published, MTP, _qps_rows(speedups)))
     assert result.verdict is expected
     assert "implies c=0.11" in result.model_says and result.model_verdict is None
+    if expected is not V.NOT_MEASURED:
+        assert f"{speedups[min(speedups)]:.2f}× at QPS {min(speedups):g} (mtp)" in result.measured
+    # MiMo-7B's rows (another architecture) beside them change nothing
+    both = _qps_rows(speedups) + _qps_rows({8.0: 1.6}, shape="mimo-7b")
+    assert check(claims["pr12755-mtp-gain-by-qps"], _evidence(published, MTP, both)).verdict is expected
 
 
 EAGLE = "gpt-oss-eagle3"
