@@ -56,7 +56,11 @@ def test_the_mtp_grid() -> None:
     assert labels[:2] == ["spec-off", "mtp-k1-a0.85"]  # the verdict's pair comes first
     assert [load.request_rate_qps for load in plan.loads[:4]] == [1, 2, 4, 8]
     assert [load.concurrency for load in plan.loads[4:]] == [1, 4, 16, 64]
-    assert {e.model for e in plan.engines} == {"deepseek-v3-reduced", "mimo-7b"}
+    assert {e.model for e in plan.engines} == {"deepseek-v3-reduced", "mimo-7b", "deepseek-v3-v2lite-scale"}
+    # the V2-Lite-scale pair tests why scale decides: speculation off and k = 1 at the verdict's 0.85
+    small = {e.label: e for e in plan.engines if e.model == "deepseek-v3-v2lite-scale"}
+    assert sorted(small) == ["v2lite-mtp-k1-a0.85", "v2lite-spec-off"]
+    assert _spec_json(small["v2lite-mtp-k1-a0.85"])["synthetic_acceptance_rates"] == [0.85]
     ks = {e.label: e.num_speculative_tokens for e in plan.engines}
     assert sorted(set(ks.values())) == [0, 1, 2, 3]
     assert all(e.max_num_seqs == 128 for e in plan.engines)  # PR #12755's serve command
@@ -84,7 +88,8 @@ def test_mtp_acceptance_follows_the_published_rows(published) -> None:  # type: 
             expected = theory.rates_first_then_constant(0.85, later, engine.num_speculative_tokens)
             assert list(engine.speculative.synthetic_acceptance_rates) == pytest.approx(expected, abs=5e-5)
     alphas = sorted(e.speculative.acceptance_alpha() for e in plan.engines if e.num_speculative_tokens == 1)
-    assert alphas == [0.81, 0.85, 0.85, 0.9]  # 0.81 PR #12755's low end, 0.85-0.90 the report's range; MiMo at 0.85
+    # 0.81 PR #12755's low end, 0.85-0.90 the report's range; MiMo and the V2-Lite-scale shape at 0.85
+    assert alphas == [0.81, 0.85, 0.85, 0.85, 0.9]
     assert all((load.input_len, load.output_len) == reported.chat_profile(published) for load in plan.loads)
 
 
@@ -157,7 +162,7 @@ def test_pages_get_the_plan_quietly_and_the_calls_to_run_it() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         plan, advisories = quiet_plan(MTP)
-    assert len(plan.engines) == 9 and any("runs the same MTP layer" in a for a in advisories)
+    assert len(plan.engines) == 11 and any("runs the same MTP layer" in a for a in advisories)
     calls = part_calls(MTP)
     assert calls.splitlines()[0] == (
         "- **1-verdict** (2 server config(s), 8 points): `run_case(load_plan('deepseek-mtp', "
