@@ -200,3 +200,91 @@ def overheads_note(check: pd.DataFrame) -> str:
                    f"calculator's weights and KV bytes per token give the KV tokens of {len(adjusted)} of the "
                    f"{len(check)} start-ups within {adjusted.abs().max():.1f} %: the gap is those two terms.")  # fmt: skip
     return "**Where the MoE budgets go.** " + "; ".join(parts) + "." + closing
+
+
+#: vLLM's log-line timestamp ('INFO 11-30 19:43:07 [...]'): month, day and time, no year (the machine's clock, UTC on
+#: the lent GPUs: the first line follows the launch time in the log's file name by seconds).
+_LOG_TIME = re.compile(r"\b(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})\b")
+#: The line vLLM's API server logs once it serves requests.
+_READY = "Available routes are"
+
+
+def _launched_at(log: Path):  # type: ignore[no-untyped-def]
+    """The launch time the runner put in a server log's file name (``<config id>-2026-11-30T194243+0000.log``)."""
+    from datetime import datetime
+
+    stamp = "-".join(log.name.removesuffix(".log").rsplit("-", 3)[1:])
+    try:
+        return datetime.strptime(stamp, "%Y-%m-%dT%H%M%S%z")
+    except ValueError as error:
+        raise SchemaError(f"{log}: no launch time in the file name ({error})") from error
+
+
+def _line_time(line: str, launched):  # type: ignore[no-untyped-def]
+    from datetime import timedelta
+
+    match = _LOG_TIME.search(line)
+    if match is None:
+        return None
+    month, day, hour, minute, second = (int(g) for g in match.groups())
+    try:
+        moment = launched.replace(month=month, day=day, hour=hour, minute=minute, second=second, microsecond=0)
+    except ValueError:  # not a date after all
+        return None
+    if moment < launched - timedelta(days=1):  # the log ran past New Year
+        moment = moment.replace(year=moment.year + 1)
+    return moment
+
+
+def server_time(case: str, data: Path | None = None) -> pd.DataFrame:
+    """The GPU time each recorded server of ``case`` (a packaged case's name, or the path of a case file) held, from
+    its log: one row per server log (started or not),
+    from the launch (the time in the log's file name) to its last timestamped line, times the GPUs its engine config
+    uses (TP × PP). ``startup_s`` runs from the launch to vLLM's 'Available routes' line (NaN for a server that never
+    became ready). Installing vLLM and a lease's idle time are not in any log, so they are not counted."""
+    import pandas as pd
+
+    from vllm_playbooks.results.store import case_dir
+    from vllm_playbooks.runner import engine_gpus
+
+    if case.endswith((".yaml", ".yml")):
+        from vllm_playbooks.plan import load_plan
+
+        case = load_plan(case).case
+    base = data if data is not None else case_dir(case).parent.parent
+    folder = case_dir(case, base)
+    records = []
+    for log in _all_server_logs(folder) if (folder / "logs").is_dir() else []:
+        launched = _launched_at(log)
+        ready, last = None, launched
+        for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+            moment = _line_time(line, launched)
+            if moment is None:
+                continue
+            last = max(last, moment)
+            if ready is None and _READY in line:
+                ready = moment
+        engine = engine_for_log(log, base)
+        held = (last - launched).total_seconds()
+        records.append({
+            "log": log.name, "engine_label": engine.label, "gpus": engine_gpus(engine), "launched_at": launched,
+            "startup_s": (ready - launched).total_seconds() if ready is not None else float("nan"),
+            "held_s": held, "gpu_minutes": engine_gpus(engine) * held / 60.0,
+        })  # fmt: skip
+    columns = ["log", "engine_label", "gpus", "launched_at", "startup_s", "held_s", "gpu_minutes"]
+    return pd.DataFrame(records, columns=columns)
+
+
+def gpu_time_note(servers: pd.DataFrame, gpu: str = "GPU") -> str:
+    """One sentence on a ``server_time`` table: the GPU-minutes its servers held, how many of them went to starting,
+    and what the figure leaves out ('' for an empty table)."""
+    if servers.empty:
+        return ""
+    starting = (servers["startup_s"].fillna(servers["held_s"]) * servers["gpus"]).sum() / 60.0
+    unready = int(servers["startup_s"].isna().sum())
+    never = f" ({unready} of them never became ready)" if unready else ""
+    return (f"**GPU time.** The {len(servers)} recorded server starts{never} held {gpu}s for "
+            f"{servers['gpu_minutes'].sum():.1f} GPU-minutes, {starting:.1f} of them starting (launch to ready); the "
+            "rest served the measured points, their warm-ups and calibration runs. Read from the server logs (launch "
+            "to the last logged line), so installing vLLM and the idle time of a GPU lease are not in it; the sessions "
+            "table of `data/runs/README.md` gives each lease.")

@@ -1,0 +1,63 @@
+"""GPU time read back from server logs: launch (file name) to last logged line, times the engine's GPUs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vllm_playbooks.errors import SchemaError
+from vllm_playbooks.plan import load_plan
+from vllm_playbooks.startup import gpu_time_note, server_time
+
+CASE = "pp-27462"
+
+
+def _log(folder: Path, label: str, launched: str, lines: list[str]) -> Path:
+    engine = next(e for e in load_plan(CASE).engines if e.label == label)
+    logs = folder / "runs" / CASE / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    path = logs / f"{engine.config_id()}-{launched}.log"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_a_server_held_its_gpus_from_launch_to_its_last_line(tmp_path: Path) -> None:
+    # a PP=2 server launched on New Year's Eve: ready 90 s later, last line after midnight
+    _log(tmp_path, "8b-pp2-mns64", "2026-12-31T235800+0000", [
+        "(APIServer pid=1) INFO 12-31 23:58:05 [api_utils.py:345] starting",
+        "(APIServer pid=1) INFO 12-31 23:59:30 [launcher.py:37] Available routes are:",
+        "a line without a time",
+        "(APIServer pid=1) INFO 01-01 00:01:00 [loggers.py:1] Engine 000: Avg prompt throughput",
+    ])  # fmt: skip
+    # a TP=1 server stopped during its start: never ready
+    _log(tmp_path, "8b-pp1-mns32", "2026-12-31T235800+0000", ["(APIServer pid=2) INFO 12-31 23:58:40 [x.py:1] loading"])
+    table = server_time(CASE, tmp_path).set_index("engine_label")
+    assert table.loc["8b-pp2-mns64", "gpus"] == 2 and table.loc["8b-pp1-mns32", "gpus"] == 1
+    assert table.loc["8b-pp2-mns64", "startup_s"] == 90.0 and table.loc["8b-pp2-mns64", "held_s"] == 180.0
+    assert table.loc["8b-pp2-mns64", "gpu_minutes"] == pytest.approx(2 * 180 / 60)
+    assert table.loc["8b-pp1-mns32", "held_s"] == 40.0 and table.loc["8b-pp1-mns32", "startup_s"] != table.loc[
+        "8b-pp1-mns32", "startup_s"]  # NaN: never became ready  # fmt: skip
+    note = gpu_time_note(table.reset_index())
+    # starting: 90 s × 2 GPUs + 40 s (the whole life of the server that never became ready) = 220 GPU-seconds
+    assert note.startswith("**GPU time.** The 2 recorded server starts (1 of them never became ready) held GPUs for "
+                           "6.7 GPU-minutes, 3.7 of them starting (launch to ready);")  # fmt: skip
+    assert "installing vLLM and the idle time of a GPU lease are not in it" in note
+
+
+def test_no_logs_no_gpu_time(tmp_path: Path) -> None:
+    assert server_time(CASE, tmp_path).empty and gpu_time_note(server_time(CASE, tmp_path)) == ""
+
+
+def test_the_recorded_servers(tmp_path: Path) -> None:
+    table = server_time("deepseek-mtp")
+    mimo = table[table.engine_label == "mimo-spec-off"].iloc[0]
+    assert mimo["startup_s"] == 116.0 and mimo["gpus"] == 1  # launched 19:35:26, routes at 19:37:22
+    assert (table["held_s"] >= table["startup_s"]).all()
+    tp2 = server_time(CASE).query("engine_label == '8b-tp2-mns32'")
+    assert (tp2["gpus"] == 2).all()
+    with pytest.raises(SchemaError, match="no launch time"):
+        bad = tmp_path / "runs" / CASE / "logs"
+        bad.mkdir(parents=True)
+        (bad / "server.log").write_text("", encoding="utf-8")
+        server_time(CASE, tmp_path)
