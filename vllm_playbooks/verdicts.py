@@ -197,8 +197,8 @@ def acceptance_band(sweep: pd.DataFrame, k: int = 1) -> pd.DataFrame:
 
 
 def _percent_range(values: Iterable[float]) -> str:
-    low, high = min(values), max(values)
-    return f"{100 * low:.1f} %" if round(100 * low, 1) == round(100 * high, 1) else f"{100 * low:.1f}-{100 * high:.1f} %"
+    low, high = (f"{100 * v:.1f}" for v in (min(values), max(values)))
+    return f"{low} %" if low == high else f"{low}-{high} %"
 
 
 def describe_acceptance_band(band: pd.DataFrame, tolerance: float = 0.02) -> str:
@@ -221,10 +221,11 @@ def describe_acceptance_band(band: pd.DataFrame, tolerance: float = 0.02) -> str
     speedup = [b["speedup"] / a["speedup"] - 1 for _, a, b in pairs]
     length = [b["mean_acceptance_length"] / a["mean_acceptance_length"] - 1 for _, a, b in pairs]
     steps = "; ".join(f"{load}: {a['speedup']:.2f}× → {b['speedup']:.2f}×" for load, a, b in pairs)
-    text = (f"From α = {low:.2f} to {high:.2f}, the TPOT speed-up rose by {_percent_range(speedup)} at the {len(pairs)} "
-            f"loads measured with both ({steps}); the measured mean acceptance length rose by "
+    text = (f"From α = {low:.2f} to {high:.2f}, the TPOT speed-up rose by {_percent_range(speedup)} at the "
+            f"{len(pairs)} loads measured with both ({steps}); the measured mean acceptance length rose by "
             f"{_percent_range(length)}.")  # fmt: skip
-    apart = [load for (load, _, _), s, t in zip(pairs, speedup, length, strict=True) if abs((1 + s) / (1 + t) - 1) > tolerance]
+    apart = [load for (load, _, _), s, t in zip(pairs, speedup, length, strict=True)
+             if abs((1 + s) / (1 + t) - 1) > tolerance]  # fmt: skip
     if apart:
         text += (f" The speed-up did not grow in proportion to the acceptance length (within {100 * tolerance:g} %) "
                  f"at {', '.join(apart)}.")  # fmt: skip
@@ -236,7 +237,7 @@ def describe_acceptance_band(band: pd.DataFrame, tolerance: float = 0.02) -> str
     return text
 
 
-def draft_cost_beside_model(sweep: pd.DataFrame, predicted: pd.DataFrame, fixed_cost_ms: float) -> pd.DataFrame:
+def draft_cost_beside_model(sweep: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
     """The draft cost c that each closed-loop pair of a ``k_sweep`` table implies (``theory.draft_cost_from_tpot``
     with the measured mean acceptance length) beside the step model's c at the same batch (``predicted``: a
     ``theory.prediction_frame`` whose ``config`` names are engine labels).
@@ -244,7 +245,8 @@ def draft_cost_beside_model(sweep: pd.DataFrame, predicted: pd.DataFrame, fixed_
     ``draft_ms_measured`` = c × the measured spec-off TPOT, the time of one draft forward if verifying k + 1 tokens
     costs one decode step; where it costs more (an MoE layer reads more experts for more tokens), that extra lands in
     c too. ``beyond_reads_ms`` is what the measurement leaves beyond the model's roofline time of the draft forward
-    (its ``draft_ms`` less the ``fixed_cost_ms`` it charged), to set beside that fixed cost.
+    (its ``draft_ms`` less the ``draft_fixed_cost_ms`` it charged, repeated as ``model_fixed_cost_ms``), to set
+    beside that fixed cost.
     """
     import pandas as pd
 
@@ -258,21 +260,21 @@ def draft_cost_beside_model(sweep: pd.DataFrame, predicted: pd.DataFrame, fixed_
         if model.empty:
             continue
         c = draft_cost_from_tpot(row.speculative, row.baseline, float(row.mean_acceptance_length), int(row.k))
-        draft_ms = float(model["draft_ms"].iloc[0])
+        draft_ms, fixed_ms = float(model["draft_ms"].iloc[0]), float(model["draft_fixed_cost_ms"].iloc[0])
         records.append({"engine_label": row.engine_label, "k": int(row.k), "concurrency": row.concurrency,
                         "tau_measured": float(row.mean_acceptance_length), "tpot_off_ms": row.baseline,
                         "c_measured": c, "c_model": float(model["c"].iloc[0]), "draft_ms_measured": c * row.baseline,
-                        "draft_ms_model": draft_ms,
-                        "beyond_reads_ms": c * row.baseline - (draft_ms - fixed_cost_ms)})  # fmt: skip
+                        "draft_ms_model": draft_ms, "model_fixed_cost_ms": fixed_ms,
+                        "beyond_reads_ms": c * row.baseline - (draft_ms - fixed_ms)})  # fmt: skip
     columns = ["engine_label", "k", "concurrency", "tau_measured", "tpot_off_ms", "c_measured", "c_model",
-               "draft_ms_measured", "draft_ms_model", "beyond_reads_ms"]  # fmt: skip
+               "draft_ms_measured", "draft_ms_model", "model_fixed_cost_ms", "beyond_reads_ms"]  # fmt: skip
     return pd.DataFrame(records, columns=columns)
 
 
-def describe_draft_cost(table: pd.DataFrame, fixed_cost_ms: float) -> str:
+def describe_draft_cost(table: pd.DataFrame) -> str:
     """One sentence per configuration of a ``draft_cost_beside_model`` table: at its lowest concurrency, the c its
-    measurement implies against the model's and the time a draft forward took beyond its reads against the
-    ``fixed_cost_ms`` the model charged; then how far c rose at the higher concurrencies."""
+    measurement implies against the model's and the time a draft forward took beyond its reads against the fixed
+    cost the model charged; then how far c rose at the higher concurrencies."""
     if table.empty:
         return "No closed-loop pair to derive a draft cost from yet."
     sentences = []
@@ -281,7 +283,8 @@ def describe_draft_cost(table: pd.DataFrame, fixed_cost_ms: float) -> str:
         first, rest = part.iloc[0], part.iloc[1:]
         text = (f"**{label}**: at concurrency {first['concurrency']:g} the measured pair implies c = "
                 f"{first['c_measured']:.2f} (the model {first['c_model']:.2f}); beyond its reads a draft forward took "
-                f"{first['beyond_reads_ms']:.2f} ms, where the model charges {fixed_cost_ms:.2f} ms.")  # fmt: skip
+                f"{first['beyond_reads_ms']:.2f} ms, where the model charges {first['model_fixed_cost_ms']:.2f} "
+                "ms.")  # fmt: skip
         if not rest.empty:
             text += (f" At concurrency {', '.join(f'{c:g}' for c in rest['concurrency'])} c is "
                      f"{', '.join(f'{c:.2f}' for c in rest['c_measured'])}: there it also holds whatever verifying "

@@ -269,13 +269,13 @@ def _draft_cost_case() -> tuple[pd.DataFrame, pd.DataFrame]:
              _row("mtp-k3-p0.85", 3, concurrency=1, tpot_mean_ms=2.5, mean_acceptance_length=2.7),
              _row("mtp-k1-a0.85", 1, request_rate_qps=1, tpot_mean_ms=3.0, mean_acceptance_length=1.85)]  # fmt: skip
     predicted = pd.DataFrame({"config": ["mtp-k1-a0.85", "mtp-k1-a0.85", "mtp-k3-p0.85"], "batch": [1, 16, 1],
-                              "c": [0.4, 0.38, 0.4], "draft_ms": [2.0, 2.1, 2.0]})  # fmt: skip
+                              "c": [0.4, 0.38, 0.4], "draft_ms": [2.0, 2.1, 2.0], "draft_fixed_cost_ms": 1.7})  # fmt: skip
     return verdicts.k_sweep(pd.DataFrame(rows), "deepseek-v3-reduced"), predicted
 
 
 def test_the_draft_cost_a_measured_pair_implies() -> None:
     sweep, predicted = _draft_cost_case()
-    table = verdicts.draft_cost_beside_model(sweep, predicted, fixed_cost_ms=1.7)
+    table = verdicts.draft_cost_beside_model(sweep, predicted)
     # closed loop only: the 1-QPS row has no batch to compare with
     assert table.engine_label.tolist() == ["mtp-k1-a0.85", "mtp-k1-a0.85", "mtp-k3-p0.85"]
     c = [3.0 * 1.85 / 5 - 1, 4.0 * 1.85 / 5 - 1, (2.5 * 2.7 / 5 - 1) / 3]
@@ -284,12 +284,12 @@ def test_the_draft_cost_a_measured_pair_implies() -> None:
     # beyond the model's reads: measured draft time less (model draft time - the fixed cost it charged)
     assert table.beyond_reads_ms.tolist() == pytest.approx([5 * c[0] - 0.3, 5 * c[1] - 0.4, 5 * c[2] - 0.3])
     assert verdicts.draft_fixed_cost_ms(table) == pytest.approx((5 * c[0] - 0.3 + 5 * c[2] - 0.3) / 2)
-    words = verdicts.describe_draft_cost(table, 1.7)
+    words = verdicts.describe_draft_cost(table)
     assert words.startswith("**mtp-k1-a0.85**: at concurrency 1 the measured pair implies c = 0.11 (the model 0.40); "
                             "beyond its reads a draft forward took 0.25 ms, where the model charges 1.70 ms. At "
                             "concurrency 16 c is 0.48: there it also holds")  # fmt: skip
     assert "**mtp-k3-p0.85**: at concurrency 1 the measured pair implies c = 0.12" in words
-    assert verdicts.describe_draft_cost(table.iloc[0:0], 1.7).startswith("No closed-loop pair")
+    assert verdicts.describe_draft_cost(table.iloc[0:0]).startswith("No closed-loop pair")
     assert verdicts.draft_fixed_cost_ms(table.iloc[0:0]) != verdicts.draft_fixed_cost_ms(table.iloc[0:0])  # NaN
 
 
