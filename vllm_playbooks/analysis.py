@@ -158,16 +158,26 @@ def overlapping_points(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(records, columns=["point_id", "engine_label", "load", "beside"])
 
 
+#: Above this many overlapping points, ``overlap_note`` counts them per configuration instead of listing each pair.
+OVERLAPS_LISTED = 8
+
+
 def overlap_note(df: pd.DataFrame) -> str:
-    """One sentence for a page: which points ran at the same time as another (``overlapping_points``), or none."""
+    """One sentence for a page: which points ran at the same time as another (``overlapping_points``), or none.
+    Up to ``OVERLAPS_LISTED`` such points are named with what each ran beside; more are counted per configuration,
+    and the page shows the ``overlapping_points`` table for the pairs."""
     rows = overlapping_points(df)
     if rows.empty:
         return f"Each of the {len(df)} points ran alone on its host."
+    opening = (f"{len(rows)} of the {len(df)} points ran at the same time as another point, one server per GPU on the "
+               "same host, sharing its CPUs (so each may have run slower than alone)")  # fmt: skip
+    if len(rows) > OVERLAPS_LISTED:
+        per_config = rows["engine_label"].value_counts(sort=False).items()
+        counts = ", ".join(f"`{label}` {count}" for label, count in per_config)
+        return (f"{opening}; by configuration: {counts}. The table below names what each ran beside; the others ran "
+                "alone.")  # fmt: skip
     listed = "; ".join(f"`{r.engine_label}` at {r.load} beside {r.beside}" for r in rows.itertuples())
-    return (
-        f"{len(rows)} of the {len(df)} points ran at the same time as another point, one server per GPU on the same "
-        f"host, sharing its CPUs (so each may have run slower than alone): {listed}. The others ran alone."
-    )
+    return f"{opening}: {listed}. The others ran alone."
 
 
 def describe_change(comparison: pd.DataFrame) -> str:
