@@ -495,7 +495,8 @@ def mtp_speedup_at_acceptance(claim: Claim, ev: Evidence) -> CheckResult:
     """DeepSeek-V3: about 1.8× tokens per second with one MTP token at 85–90 % second-token acceptance.
 
     Measured: recorded ``mtp`` rows of the DeepSeek-V3 architecture with k = 1 whose measured acceptance lies in the
-    reported range, at their lowest concurrency; the speed-up is the baseline's mean TPOT over the speculative one (tokens per second per request).
+    reported range, at their lowest concurrency; the speed-up is the baseline's mean TPOT over the speculative one
+    (tokens per second per request).
     Model: ``theory.speedup(α, 1, c)`` at both ends of the range, with c = MTP layers / target layers of the
     DeepSeek-V3 shape (the output head and embeddings left out; the verify step costing one decode step).
     """
@@ -533,8 +534,8 @@ def mtp_gain_falls_with_qps(claim: Claim, ev: Evidence) -> CheckResult:
 
     Measured: recorded ``mtp`` k = 1 rows of the DeepSeek-V3 architecture at the published request rates (every
     imposed acceptance), judged QPS by QPS against the published speed-up; rows at or above the published bound must
-    show no gain. Model: the Leviathan bound for k = 1 at the
-    PR's acceptance, and the draft cost the QPS 1 speed-up implies; the model has no load term.
+    show no gain. Model: the Leviathan bound for k = 1 at the PR's acceptance, and the draft cost the QPS 1 speed-up
+    implies; the model has no load term.
     """
     from vllm_playbooks import theory
 

@@ -106,6 +106,21 @@ def unstarted_server_logs(case_dir: Path) -> list[Path]:
     return [log for log in _all_server_logs(case_dir) if not has_started(log)]
 
 
+#: The line vLLM's API server logs once it serves requests.
+_READY = "Available routes are"
+
+
+def _log_name(log: Path):  # type: ignore[no-untyped-def]
+    """(config id, launch time) of a server log, from its file name; ``SchemaError`` for a name the runner did not
+    write."""
+    from vllm_playbooks.results.server_logs import parse_log_name
+
+    parsed = parse_log_name(log.name)
+    if parsed is None:
+        raise SchemaError(f"{log}: no launch time in the file name (the runner writes <config id>-<launch>.log)")
+    return parsed
+
+
 def engine_for_log(log: Path, data: Path):  # type: ignore[no-untyped-def]
     """The resolved engine config that wrote ``log``: read from a point measured with that config, or, for a server
     stopped before its first point finished, the packaged case's engine config of the same id."""
@@ -115,7 +130,7 @@ def engine_for_log(log: Path, data: Path):  # type: ignore[no-untyped-def]
     from vllm_playbooks.runner import replay_rows
 
     case = log.parent.parent.name
-    config_id = log.name.rsplit("-", 3)[0]
+    config_id = _log_name(log)[0]
     for row in replay_rows(case, data):
         if row.config_id == config_id:
             return EngineConfig.model_validate(json.loads(row.engine_config_json))
@@ -202,48 +217,16 @@ def overheads_note(check: pd.DataFrame) -> str:
     return "**Where the MoE budgets go.** " + "; ".join(parts) + "." + closing
 
 
-#: vLLM's log-line timestamp ('INFO 11-30 19:43:07 [...]'): month, day and time, no year (the machine's clock, UTC on
-#: the lent GPUs: the first line follows the launch time in the log's file name by seconds).
-_LOG_TIME = re.compile(r"\b(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})\b")
-#: The line vLLM's API server logs once it serves requests.
-_READY = "Available routes are"
-
-
-def _launched_at(log: Path):  # type: ignore[no-untyped-def]
-    """The launch time the runner put in a server log's file name (``<config id>-2026-11-30T194243+0000.log``)."""
-    from datetime import datetime
-
-    stamp = "-".join(log.name.removesuffix(".log").rsplit("-", 3)[1:])
-    try:
-        return datetime.strptime(stamp, "%Y-%m-%dT%H%M%S%z")
-    except ValueError as error:
-        raise SchemaError(f"{log}: no launch time in the file name ({error})") from error
-
-
-def _line_time(line: str, launched):  # type: ignore[no-untyped-def]
-    from datetime import timedelta
-
-    match = _LOG_TIME.search(line)
-    if match is None:
-        return None
-    month, day, hour, minute, second = (int(g) for g in match.groups())
-    try:
-        moment = launched.replace(month=month, day=day, hour=hour, minute=minute, second=second, microsecond=0)
-    except ValueError:  # not a date after all
-        return None
-    if moment < launched - timedelta(days=1):  # the log ran past New Year
-        moment = moment.replace(year=moment.year + 1)
-    return moment
-
-
 def server_time(case: str, data: Path | None = None) -> pd.DataFrame:
     """The GPU time each recorded server of ``case`` (a packaged case's name, or the path of a case file) held, from
-    its log: one row per server log (started or not),
-    from the launch (the time in the log's file name) to its last timestamped line, times the GPUs its engine config
-    uses (TP × PP). ``startup_s`` runs from the launch to vLLM's 'Available routes' line (NaN for a server that never
-    became ready). Installing vLLM and a lease's idle time are not in any log, so they are not counted."""
+    its log: one row per server log (started or not), from the launch (the time in the log's file name) to its last
+    timestamped line, times the GPUs its engine config uses (TP × PP). ``startup_s`` runs from the launch to vLLM's
+    'Available routes' line (NaN for a server that never became ready). Installing vLLM and a lease's idle time are
+    not in any log, so they are not counted."""
     import pandas as pd
 
+    from vllm_playbooks import paths
+    from vllm_playbooks.results.server_logs import LINE_STAMP, stamp_time
     from vllm_playbooks.results.store import case_dir
     from vllm_playbooks.runner import engine_gpus
 
@@ -251,25 +234,29 @@ def server_time(case: str, data: Path | None = None) -> pd.DataFrame:
         from vllm_playbooks.plan import load_plan
 
         case = load_plan(case).case
-    base = data if data is not None else case_dir(case).parent.parent
+    base = data if data is not None else paths.data_dir()
     folder = case_dir(case, base)
     records = []
     for log in _all_server_logs(folder) if (folder / "logs").is_dir() else []:
-        launched = _launched_at(log)
+        launched = _log_name(log)[1]
         ready, last = None, launched
         for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
-            moment = _line_time(line, launched)
-            if moment is None:
+            stamp = LINE_STAMP.search(line)
+            if stamp is None:
+                continue
+            try:
+                moment = stamp_time(stamp["stamp"], launched)
+            except ValueError:  # not a date after all
                 continue
             last = max(last, moment)
             if ready is None and _READY in line:
                 ready = moment
         engine = engine_for_log(log, base)
-        held = (last - launched).total_seconds()
+        gpus, held = engine_gpus(engine), (last - launched).total_seconds()
         records.append({
-            "log": log.name, "engine_label": engine.label, "gpus": engine_gpus(engine), "launched_at": launched,
+            "log": log.name, "engine_label": engine.label, "gpus": gpus, "launched_at": launched,
             "startup_s": (ready - launched).total_seconds() if ready is not None else float("nan"),
-            "held_s": held, "gpu_minutes": engine_gpus(engine) * held / 60.0,
+            "held_s": held, "gpu_minutes": gpus * held / 60.0,
         })  # fmt: skip
     columns = ["log", "engine_label", "gpus", "launched_at", "startup_s", "held_s", "gpu_minutes"]
     return pd.DataFrame(records, columns=columns)

@@ -27,13 +27,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vllm_playbooks.results.stalls import describe_load, mark_stalled
+from vllm_playbooks.results.server_logs import parse_log_name, stamp_time
 from vllm_playbooks.results.store import case_dir
 
 if TYPE_CHECKING:
     import pandas as pd
 
-#: A server log's name: the engine's config id, then the UTC time the runner opened it (bench logs do not match).
-LOG_NAME = re.compile(r"^(?P<config_id>.+)-(?P<started>\d{4}-\d{2}-\d{2}T\d{6}\+0000)\.log$")
 #: One line of vLLM's JIT monitor; verbose mode adds `` (<details>)`` after the kernel name.
 _JIT_LINE = re.compile(
     r"^(?:\((?P<process>[^)]*)\) )?WARNING (?P<stamp>\d{2}-\d{2} \d{2}:\d{2}:\d{2}) \[jit_monitor\.py:\d+\] "
@@ -67,9 +66,7 @@ def parse_jit_events(text: str, started: dt.datetime) -> list[JitEvent]:
     past New Year)."""
     events = []
     for match in _JIT_LINE.finditer(text):
-        at = dt.datetime.strptime(f"{started.year}-{match['stamp']}", "%Y-%m-%d %H:%M:%S").replace(tzinfo=dt.UTC)
-        if at < started - dt.timedelta(days=1):
-            at = at.replace(year=started.year + 1)
+        at = stamp_time(match["stamp"], started)
         events.append(JitEvent(at=at, process=match["process"] or "", backend=match["backend"], kernel=match["kernel"]))
     return events
 
@@ -91,15 +88,15 @@ def jit_table(runs: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
     for case in sorted(set(marked["case"])):
         rows = marked[marked["case"] == case]
         for log in sorted((case_dir(case, data) / "logs").glob("*.log")):
-            name = LOG_NAME.match(log.name)
-            if name is None or name["config_id"] not in set(rows["config_id"]):
+            name = parse_log_name(log.name)
+            if name is None or name[0] not in set(rows["config_id"]):
                 continue
-            config_rows = rows[rows["config_id"] == name["config_id"]]
+            config_id, started = name
+            config_rows = rows[rows["config_id"] == config_id]
             windows = []
             for row in config_rows.itertuples(index=False):
                 end = dt.datetime.fromisoformat(row.measured_at)
                 windows.append((end - dt.timedelta(seconds=float(row.duration_s)), end, row))
-            started = dt.datetime.strptime(name["started"], "%Y-%m-%dT%H%M%S%z")
             for event in parse_jit_events(log.read_text(encoding="utf-8", errors="replace"), started):
                 run = next((point for first, last, point in windows if first <= event.at <= last), None)
                 records.append({
