@@ -480,21 +480,27 @@ def _mtp_cost() -> tuple[float, str]:
     return shape.num_mtp_layers / shape.num_hidden_layers, f"{shape.num_mtp_layers}/{shape.num_hidden_layers}"
 
 
-def _on_mtp_architecture(pairs: pd.DataFrame) -> pd.DataFrame:
-    """The pairs whose target shares ``MTP_SHAPE``'s architecture (DeepSeek-V3's): the published MTP numbers are that
-    architecture's, so MTP rows of another model (MiMo-7B) are shown on the case page, not judged against them."""
+def _at_mtp_scale(pairs: pd.DataFrame) -> pd.DataFrame:
+    """The pairs whose target has ``MTP_SHAPE``'s architecture, width and depth (DeepSeek-V3's; the number of routed
+    experts may differ): the published MTP numbers are that model's, so MTP rows of another model (MiMo-7B) or of the
+    same layout at another scale (V2-Lite's) are shown on the case page, not judged against them."""
     from vllm_playbooks.shapes import get_shape
 
-    wanted = get_shape(MTP_SHAPE).architecture
-    same = pairs["model_shape"].map(lambda name: get_shape(str(name)).architecture == wanted).astype(bool)
-    return pairs[same]
+    wanted = get_shape(MTP_SHAPE)
+
+    def same(name: object) -> bool:
+        shape = get_shape(str(name))
+        return (shape.architecture, shape.hidden_size, shape.num_hidden_layers) == (
+            wanted.architecture, wanted.hidden_size, wanted.num_hidden_layers)  # fmt: skip
+
+    return pairs[pairs["model_shape"].map(same).astype(bool)]
 
 
 @check("mtp_speedup_at_acceptance")
 def mtp_speedup_at_acceptance(claim: Claim, ev: Evidence) -> CheckResult:
     """DeepSeek-V3: about 1.8× tokens per second with one MTP token at 85–90 % second-token acceptance.
 
-    Measured: recorded ``mtp`` rows of the DeepSeek-V3 architecture with k = 1 whose measured acceptance lies in the
+    Measured: recorded ``mtp`` rows at DeepSeek-V3's width and depth with k = 1 whose measured acceptance lies in the
     reported range, at their lowest concurrency; the speed-up is the baseline's mean TPOT over the speculative one
     (tokens per second per request).
     Model: ``theory.speedup(α, 1, c)`` at both ends of the range, with c = MTP layers / target layers of the
@@ -506,7 +512,7 @@ def mtp_speedup_at_acceptance(claim: Claim, ev: Evidence) -> CheckResult:
     high = ev.value(claim, "v3-second-token-acceptance-high") / 100
     claimed = ev.value(claim, "v3-tps-speedup")
     published = f"{claimed:g}× tokens per second at {100 * low:g}–{100 * high:g} % second-token acceptance (one MTP token)"
-    pairs = _on_mtp_architecture(_pairs(ev.rows(claim.case), "tpot_mean_ms", extra=["acceptance_rate"]))
+    pairs = _at_mtp_scale(_pairs(ev.rows(claim.case), "tpot_mean_ms", extra=["acceptance_rate"]))
     pairs = pairs[(pairs["spec_method"] == "mtp") & (pairs["k"] == 1) & pairs["concurrency"].notna()]
     pairs = pairs[pairs["acceptance_rate"].astype(float).between(low, high)]
     if pairs.empty:
@@ -532,7 +538,7 @@ def mtp_gain_falls_with_qps(claim: Claim, ev: Evidence) -> CheckResult:
     """vLLM PR #12755: one MTP token gave a TPOT speed-up at every QPS below 8 (1.63× at QPS 1, 1.18× at QPS 2) and
     none at QPS 8.
 
-    Measured: recorded ``mtp`` k = 1 rows of the DeepSeek-V3 architecture at the published request rates (every
+    Measured: recorded ``mtp`` k = 1 rows at DeepSeek-V3's width and depth at the published request rates (every
     imposed acceptance), judged QPS by QPS against the published speed-up; rows at or above the published bound must
     show no gain. Model: the Leviathan bound for k = 1 at the PR's acceptance, and the draft cost the QPS 1 speed-up
     implies; the model has no load term.
@@ -547,7 +553,7 @@ def mtp_gain_falls_with_qps(claim: Claim, ev: Evidence) -> CheckResult:
     high = ev.value(claim, "pr12755-acceptance-high") / 100
     published = (", ".join(f"{s:g}× at QPS {q}" for q, s in sorted(claimed.items()))
                  + f"; a gain only below QPS {bound:g} (k=1, acceptance {100 * low:g}–{100 * high:g} %)")  # fmt: skip
-    pairs = _on_mtp_architecture(_pairs(ev.rows(claim.case), "tpot_mean_ms"))
+    pairs = _at_mtp_scale(_pairs(ev.rows(claim.case), "tpot_mean_ms"))
     pairs = pairs[(pairs["spec_method"] == "mtp") & (pairs["k"] == 1) & pairs["request_rate_qps"].notna()]
     verdicts, notes = [], []
     for _, r in pairs.sort_values(["request_rate_qps", "engine_label"]).iterrows():

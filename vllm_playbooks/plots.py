@@ -33,6 +33,9 @@ LABELS = {
     "speedup": "TPOT speed-up vs no speculation (×)",
     "gain_pct": "gain vs no speculation (%)",
     "batch": "sequences decoding at once",
+    "step_off_ms": "engine step without speculation (ms)",
+    "added_ms": "time speculation adds to a step (ms)",
+    "added_share": "added time / step without speculation",
 }
 
 

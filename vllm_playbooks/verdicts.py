@@ -150,6 +150,12 @@ def k_sweep(df: pd.DataFrame, model_shape: str, metric: str = "tpot_mean_ms") ->
     return table[table["model_shape"] == model_shape].sort_values(["k", "request_rate_qps", "concurrency"])
 
 
+def _position_1_rates(table: pd.DataFrame) -> list[float]:
+    """The imposed acceptance of draft position 1 of each row (NaN where none was imposed)."""
+    return [json.loads(rates)[0] if isinstance(rates, str) else float("nan")
+            for rates in table["imposed_acceptance_rates"]]  # fmt: skip
+
+
 def best_k_by_load(sweep: pd.DataFrame, first_rate: float = 0.85) -> pd.DataFrame:
     """For each load of a ``k_sweep`` table, among the configurations whose imposed acceptance at position 1 is
     ``first_rate``: the k with the largest speed-up (``best_k``, ``speedup``) and k = 1's speed-up (``k1_speedup``);
@@ -158,9 +164,7 @@ def best_k_by_load(sweep: pd.DataFrame, first_rate: float = 0.85) -> pd.DataFram
 
     columns = ["load", "request_rate_qps", "concurrency", "best_k", "engine_label", "speedup", "k1_speedup",
                "position_1_rate"]  # fmt: skip
-    firsts = [json.loads(rates)[0] if isinstance(rates, str) else float("nan")
-              for rates in sweep["imposed_acceptance_rates"]]  # fmt: skip
-    same = sweep[[abs(first - first_rate) < 1e-9 for first in firsts]]
+    same = sweep[[abs(first - first_rate) < 1e-9 for first in _position_1_rates(sweep)]]
     rows = []
     for load, group in same.groupby("load", sort=False):
         top = group.loc[group["speedup"].idxmax()]
@@ -323,6 +327,89 @@ def describe_fixed_cost_change(change: pd.DataFrame, batch: int = 1) -> str:
             f"{first['draft_fixed_cost_ms_before']:.2f} ms, the model predicts at batch {batch}: {each}.")
 
 
+def added_step_time(
+    sweep: pd.DataFrame, before: pd.DataFrame | None = None, after: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """What speculation added to an engine step, per closed-loop pair of a ``tpot_speedups`` (or ``k_sweep``) table,
+    measured and as two ``theory.prediction_frame`` tables predict it (``before`` and ``after``, e.g. with a whole
+    step's fixed cost per draft forward and with a measured one; their ``config`` names are engine labels, and only
+    those configurations are kept). Without the two tables every closed-loop pair is kept and the model columns are
+    NaN.
+
+    A verify step emits τ tokens per sequence, so its time is TPOT × τ: ``step_on_ms`` = the speculative TPOT × the
+    measured mean acceptance length, ``step_off_ms`` = the spec-off TPOT, ``added_ms`` their difference (the draft
+    forwards plus what verifying k + 1 tokens costs beyond a decode step) and ``added_share`` = ``added_ms`` /
+    ``step_off_ms``, the cost ratio that S = τ / (1 + added_share) turns into the speed-up. The models' ``added_ms``
+    and ``speedup`` follow with the suffixes ``_before`` and ``_after``.
+    """
+    import pandas as pd
+
+    rows = sweep[sweep["concurrency"].notna() & sweep["request_rate_qps"].isna()]
+    if before is not None:
+        rows = rows[rows["engine_label"].isin(set(before["config"]))]
+    records = []
+    for row, first_rate in zip(rows.itertuples(), _position_1_rates(rows), strict=True):
+        record = {"engine_label": row.engine_label, "model_shape": row.model_shape, "k": int(row.k),
+                  "position_1_rate": first_rate, "concurrency": row.concurrency, "step_off_ms": row.baseline,
+                  "step_on_ms": row.speculative * row.mean_acceptance_length}  # fmt: skip
+        record["added_ms"] = record["step_on_ms"] - record["step_off_ms"]
+        record["added_share"] = record["added_ms"] / record["step_off_ms"]
+        record["speedup"] = row.speedup
+        for suffix, predicted in (("before", before), ("after", after)):
+            model = (predicted[(predicted["config"] == row.engine_label) & (predicted["batch"] == row.concurrency)]
+                     if predicted is not None else pd.DataFrame())  # fmt: skip
+            found = not model.empty
+            record[f"added_ms_{suffix}"] = (float(model["tpot_on_ms"].iloc[0] * model["tau"].iloc[0]
+                                                  - model["tpot_off_ms"].iloc[0]) if found else float("nan"))  # fmt: skip
+            record[f"speedup_{suffix}"] = float(model["speedup"].iloc[0]) if found else float("nan")
+        records.append(record)
+    columns = ["engine_label", "model_shape", "k", "position_1_rate", "concurrency", "step_off_ms", "step_on_ms",
+               "added_ms",
+               "added_share", "speedup", "added_ms_before", "speedup_before", "added_ms_after", "speedup_after"]
+    table = pd.DataFrame(records, columns=columns)
+    return table.sort_values(["concurrency", "step_off_ms"], ascending=[True, False]).reset_index(drop=True)
+
+
+def describe_added_step_time(
+    table: pd.DataFrame, concurrency: float = 1, before: str = "a whole step's fixed cost per draft forward",
+    after: str = "the fixed cost measured on MiMo-7B",
+) -> str:
+    """Three paragraphs on an ``added_step_time`` table: at ``concurrency``, what speculation added to each shape's
+    step and the speed-up that followed; for each of those shapes, its step, added time and speed-up at every
+    concurrency measured; and at ``concurrency`` each shape's added time beside the two models' (``before`` and
+    ``after`` name their assumptions), with the one that came nearer."""
+    low = table[table["concurrency"] == concurrency]
+    if low.empty:
+        return f"No closed-loop pair at concurrency {concurrency:g} is measured yet."
+    each = "; ".join(f"{r.model_shape} ({r.engine_label}): +{r.added_ms:.2f} ms on a {r.step_off_ms:.2f} ms step "
+                     f"({100 * r.added_share:.0f} %), {r.speedup:.2f}×" for r in low.itertuples())  # fmt: skip
+    paragraphs = [f"At concurrency {concurrency:g}, speculation added to a step: {each}. The speed-up follows the "
+                  "added share, not the step's length: S = τ / (1 + share)."]  # fmt: skip
+    moves = []
+    for label in low["engine_label"]:
+        part = table[table["engine_label"] == label].sort_values("concurrency")
+        if len(part) > 1:
+            moves.append(f"{part['model_shape'].iloc[0]} at concurrency "
+                         f"{'/'.join(f'{c:g}' for c in part['concurrency'])}: step "
+                         f"{'/'.join(f'{t:.2f}' for t in part['step_off_ms'])} ms, added "
+                         f"{'/'.join(f'{t:.2f}' for t in part['added_ms'])} ms, "
+                         f"{'/'.join(f'{x:.2f}' for x in part['speedup'])}×")  # fmt: skip
+    if moves:
+        paragraphs.append("With load: " + "; ".join(moves) + ".")
+    nearer = []
+    for r in low.itertuples():
+        gaps = {before: abs(r.added_ms - r.added_ms_before), after: abs(r.added_ms - r.added_ms_after)}
+        if any(g != g for g in gaps.values()):  # NaN: no prediction at this batch
+            continue
+        closest = min(gaps, key=lambda name: gaps[name])
+        nearer.append(f"{r.model_shape} +{r.added_ms:.2f} ms measured, +{r.added_ms_before:.2f} ms "
+                      f"({r.speedup_before:.2f}×) with {before}, +{r.added_ms_after:.2f} ms ({r.speedup_after:.2f}×) "
+                      f"with {after}: nearer {closest}")  # fmt: skip
+    if nearer:
+        paragraphs.append(f"The step model at batch {concurrency:g}: " + "; ".join(nearer) + ".")
+    return "\n\n".join(paragraphs)
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # Issue #6: EAGLE-3 on gpt-oss
 # --------------------------------------------------------------------------------------------------------------------
@@ -422,10 +509,26 @@ def eagle3_verdict(
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def mtp_rule(verdict: Verdict, best: pd.DataFrame | None = None) -> str:
+def mtp_rule(verdict: Verdict, best: pd.DataFrame | None = None, added: pd.DataFrame | None = None) -> str:
     """The MTP page's rule, from its verdict (the starting configuration vLLM's own docs and PR #12755 give until a
-    measurement says more) and, once k > 1 is measured, the best k per load (``best_k_by_load``)."""
-    return _mtp_rule_by_verdict(verdict) + _which_k(best)
+    measurement says more), once k > 1 is measured the best k per load (``best_k_by_load``), and once more than one
+    shape is measured at concurrency 1 with k = 1 at 0.85 how far the added share of a step spread between them
+    (``added_step_time``)."""
+    return _mtp_rule_by_verdict(verdict) + _which_k(best) + _which_model(added)
+
+
+def _which_model(added: pd.DataFrame | None, concurrency: float = 1, first_rate: float = 0.85) -> str:
+    if added is None:
+        return ""
+    low = added[(added["concurrency"] == concurrency) & (added["k"] == 1)
+                & ((added["position_1_rate"] - first_rate).abs() < 1e-9)]  # fmt: skip
+    if low["model_shape"].nunique() < 2:
+        return ""
+    cheap, dear = low.loc[low["added_share"].idxmin()], low.loc[low["added_share"].idxmax()]
+    return (f" Which model: at concurrency {concurrency:g} MTP added {100 * cheap['added_share']:.0f} % to a step on "
+            f"{cheap['model_shape']} ({cheap['speedup']:.2f}×) and {100 * dear['added_share']:.0f} % on "
+            f"{dear['model_shape']} ({dear['speedup']:.2f}×); measure that share on your model (TPOT with MTP × the "
+            "mean acceptance length, against the TPOT without) before counting on the published gain.")  # fmt: skip
 
 
 def _which_k(best: pd.DataFrame | None) -> str:

@@ -256,12 +256,16 @@ def test_calculator_check_table_covers_every_log() -> None:
     assert len(table) == len(LOGS)
     dense, moe = table[~table.moe], table[table.moe]
     assert dense.kv_tokens_error_pct.abs().max() < 5
-    # MoE targets: weights right, KV tokens overstated (their activation peak is not modelled); the page says by how much
-    assert set(moe.model) == {"deepseek-v3-reduced", "gpt-oss-120b"} and (moe.kv_tokens_error_pct > 5).all()
+    # MoE targets: weights right; the large ones' KV tokens overstated (their activation peak is not modelled), the
+    # page says by how much; the V2-Lite-scale shape's peak is small, and its KV tokens come within 5 % as a dense
+    # model's do
+    large = moe[moe.model != "deepseek-v3-v2lite-scale"]
+    assert set(large.model) == {"deepseek-v3-reduced", "gpt-oss-120b"} and (large.kv_tokens_error_pct > 5).all()
+    assert (moe[moe.model == "deepseek-v3-v2lite-scale"].kv_tokens_error_pct.abs() < 5).all()
     assert ((table.weights_gib_ours / table.weights_gib_vllm - 1).abs() < 0.05).all()  # per GPU under TP and PP too
     # what the MoE gap is: vLLM's logged activation peak (above ours) and CUDA-graph estimate (not modelled); with
     # those two in place of ours, our weights and KV bytes per token give every start-up's KV tokens within 2.5 %
-    assert (moe.activation_gib_vllm > moe.activation_gib_ours).all() and (moe.cudagraph_gib_vllm > 1).all()
+    assert (moe.activation_gib_vllm > moe.activation_gib_ours).all() and (large.cudagraph_gib_vllm > 1).all()
     logged = table.dropna(subset=["kv_tokens_error_with_vllm_overheads_pct"])
     assert len(logged) == len(table) and logged.kv_tokens_error_with_vllm_overheads_pct.abs().max() < 2.5
     note = overheads_note(table)

@@ -238,6 +238,9 @@ def test_mtp_speedup_at_the_reported_acceptance(claims, published, on: float, ra
     # another architecture's MTP (MiMo-7B) is not judged against DeepSeek's number
     mimo = [dict(row, model_shape="mimo-7b") for row in rows]
     assert check(claims["deepseek-v3-mtp-speedup"], _evidence(published, MTP, mimo)).verdict is V.NOT_MEASURED
+    # nor is DeepSeek-V3's layout at another scale (V2-Lite's 27 layers, hidden 2048)
+    small = [dict(row, model_shape="deepseek-v3-v2lite-scale") for row in rows]
+    assert check(claims["deepseek-v3-mtp-speedup"], _evidence(published, MTP, small)).verdict is V.NOT_MEASURED
 
 
 def _qps_rows(speedups: dict[float, float], shape: str = "deepseek-v3-reduced") -> list[dict[str, Any]]:
@@ -269,6 +272,9 @@ def test_mtp_gain_by_qps(claims, published, speedups: dict[float, float], expect
     # MiMo-7B's rows (another architecture) beside them change nothing
     both = _qps_rows(speedups) + _qps_rows({8.0: 1.6}, shape="mimo-7b")
     assert check(claims["pr12755-mtp-gain-by-qps"], _evidence(published, MTP, both)).verdict is expected
+    # nor do those of DeepSeek-V3's layout at V2-Lite scale
+    small = _qps_rows(speedups) + _qps_rows({8.0: 1.6}, shape="deepseek-v3-v2lite-scale")
+    assert check(claims["pr12755-mtp-gain-by-qps"], _evidence(published, MTP, small)).verdict is expected
 
 
 EAGLE = "gpt-oss-eagle3"

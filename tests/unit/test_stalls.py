@@ -55,7 +55,7 @@ def test_stalled_points_are_named_and_left_out() -> None:
     kept = unstalled(runs)
     assert len(runs) - len(kept) == 7
     note = stall_note(stall_table(runs))
-    assert note.startswith("**Stalls.** In 7 of 74 measured runs the engine emitted nothing for seconds")
+    assert note.startswith("**Stalls.** In 7 of 90 measured runs the engine emitted nothing for seconds")
     assert f"longer than {STALL_S:g} s" in note
     again = ", measured again without a stall)"
     assert f"spec-off at 4 QPS (246 gaps, the longest ≤ 7.5 s; ≥ 29.7% of the requests' time{again}" in note

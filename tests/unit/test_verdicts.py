@@ -304,3 +304,67 @@ def test_predictions_with_another_draft_fixed_cost_side_by_side() -> None:
         "With a draft forward's fixed cost of 0.20 ms instead of 1.70 ms, the model predicts at batch 1: a 1.40× (was "
         "1.00×, c 0.10 instead of 0.60); b 1.60× (was 1.30×, c 0.10 instead of 0.40).")
     assert verdicts.describe_fixed_cost_change(change, batch=64) == ""
+
+
+def _scale_case() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    small, rate = {"model_shape": "small"}, {"imposed_acceptance_rates": "[0.85]"}
+    rows = [_row("spec-off", 0, concurrency=c, tpot_mean_ms=t) for c, t in ((1, 10.0), (16, 20.0))]
+    rows += [_row("big-k1", 1, concurrency=1, tpot_mean_ms=6.0, mean_acceptance_length=2.0) | rate,
+             _row("big-k1", 1, concurrency=16, tpot_mean_ms=12.5, mean_acceptance_length=2.0) | rate,
+             _row("big-k1", 1, request_rate_qps=1, tpot_mean_ms=6.0, mean_acceptance_length=2.0) | rate,
+             _row("big-k1-a0.9", 1, concurrency=1, tpot_mean_ms=5.0, mean_acceptance_length=2.0)
+             | {"imposed_acceptance_rates": "[0.9]"},
+             _row("small-off", 0, concurrency=1, tpot_mean_ms=3.0) | small,
+             _row("small-k1", 1, concurrency=1, tpot_mean_ms=2.25, mean_acceptance_length=2.0) | small | rate]  # fmt: skip
+    model = {"config": ["big-k1", "big-k1", "small-k1"], "batch": [1, 16, 1], "tau": 2.0}
+    before = pd.DataFrame(model | {"tpot_off_ms": [10.0, 20.0, 3.0], "tpot_on_ms": [6.5, 12.0, 2.5],
+                                   "speedup": [10 / 6.5, 20 / 12.0, 3 / 2.5]})  # fmt: skip
+    after = before.assign(tpot_on_ms=[5.5, 11.0, 1.75], speedup=[10 / 5.5, 20 / 11.0, 3 / 1.75])
+    return verdicts.tpot_speedups(pd.DataFrame(rows)), before, after
+
+
+def test_added_step_time_is_tpot_times_acceptance_length_less_the_spec_off_step() -> None:
+    speedups, before, after = _scale_case()
+    table = verdicts.added_step_time(speedups, before, after)
+    # without model tables every closed-loop pair is kept, model columns NaN
+    every = verdicts.added_step_time(speedups)
+    assert sorted(every.engine_label) == ["big-k1", "big-k1", "big-k1-a0.9", "small-k1"]
+    assert every.added_ms_before.isna().all() and every.speedup_after.isna().all()
+    assert sorted(every.position_1_rate) == [0.85, 0.85, 0.85, 0.9]
+    # with them, their configs only; closed loop only, by concurrency, the longer step first
+    assert list(zip(table.engine_label, table.concurrency, strict=True)) == [("big-k1", 1), ("small-k1", 1),
+                                                                             ("big-k1", 16)]  # fmt: skip
+    assert table.step_on_ms.tolist() == pytest.approx([12.0, 4.5, 25.0])
+    assert table.added_ms.tolist() == pytest.approx([2.0, 1.5, 5.0])
+    assert table.added_share.tolist() == pytest.approx([0.2, 0.5, 0.25])
+    # S = tau / (1 + share) when the acceptance length is the measured one
+    assert table.speedup.tolist() == pytest.approx([2.0 / 1.2, 2.0 / 1.5, 2.0 / 1.25])
+    assert table.added_ms_before.tolist() == pytest.approx([3.0, 2.0, 4.0])
+    assert table.added_ms_after.tolist() == pytest.approx([1.0, 0.5, 2.0])
+    words = verdicts.describe_added_step_time(table, before="A", after="B")
+    first, moves, model = words.split("\n\n")
+    assert first.startswith("At concurrency 1, speculation added to a step: deepseek-v3-reduced (big-k1): +2.00 ms "
+                            "on a 10.00 ms step (20 %), 1.67×; small (small-k1): +1.50 ms on a 3.00 ms step (50 %), "
+                            "1.33×.")  # fmt: skip
+    assert moves == ("With load: deepseek-v3-reduced at concurrency 1/16: step 10.00/20.00 ms, added 2.00/5.00 ms, "
+                     "1.67/1.60×.")  # fmt: skip
+    # big: 2.00 measured, 3.00 (A) and 1.00 (B) equally far, the first named wins; small: 1.50 nearer A's 2.00
+    assert "deepseek-v3-reduced +2.00 ms measured, +3.00 ms (1.54×) with A, +1.00 ms (1.82×) with B: nearer A" in model
+    assert "small +1.50 ms measured, +2.00 ms (1.20×) with A, +0.50 ms (1.71×) with B: nearer A." in model
+    assert verdicts.describe_added_step_time(table, concurrency=4) == "No closed-loop pair at concurrency 4 is measured yet."
+
+
+def test_the_mtp_rule_names_the_spread_of_the_added_share_between_models() -> None:
+    speedups, before, after = _scale_case()
+    table = verdicts.added_step_time(speedups, before, after)
+    verdict = verdicts.Verdict("gain that holds with load", "", pd.DataFrame({"request_rate_qps": [1.0, 8.0]}))
+    rule = verdicts.mtp_rule(verdict, None, table)
+    assert rule.endswith("Which model: at concurrency 1 MTP added 20 % to a step on deepseek-v3-reduced (1.67×) and "
+                         "50 % on small (1.33×); measure that share on your model (TPOT with MTP × the mean "
+                         "acceptance length, against the TPOT without) before counting on the published gain.")  # fmt: skip
+    # the rule compares k = 1 at 0.85 only: big-k1-a0.9 (10 % added) is not the cheapest
+    assert "Which model: at concurrency 1 MTP added 20 % to a step on deepseek-v3-reduced" in verdicts.mtp_rule(
+        verdict, None, verdicts.added_step_time(speedups))
+    # one shape alone says nothing about which model
+    assert "Which model" not in verdicts.mtp_rule(verdict, None, table[table.model_shape == "small"])
+    assert verdicts.mtp_rule(verdict) == verdicts.mtp_rule(verdict, None, None)
