@@ -1,6 +1,7 @@
 """KV-cache budget, batching defaults and CUDA-graph sizes, computed the way vLLM 0.26 does, before any GPU time.
 
-The KV-cache bytes per token and the rounding to 16-token blocks are exact; the memory left for the KV cache is a
+The KV-cache bytes per token and the rounding to 16-token blocks are exact (for models that mix attention types, such
+as gpt-oss, with the padding layers vLLM adds to keep its KV groups equal); the memory left for the KV cache is a
 model (weights from the shape, an activation peak proportional to the scheduled-token budget), checked against the
 start-up lines of every recorded server log (``tests/unit/test_capacity.py``).
 
@@ -82,6 +83,23 @@ def kv_bytes_per_token(shape: ModelShape, kv_cache_dtype: str = "auto", layers: 
     kv_heads = int(config.get("num_key_value_heads") or heads)
     head_dim = int(config.get("head_dim") or shape.hidden_size // heads)
     return count * 2 * kv_heads * head_dim * element
+
+
+def padded_kv_layers(layers_by_type: dict[str, int]) -> int:
+    """The KV layers vLLM 0.26 allocates for a model whose layers have several attention types of one page size
+    (gpt-oss: sliding-window and full attention), after padding them into groups of equal size
+    (``vllm.v1.core.kv_cache_utils._get_kv_cache_groups_uniform_page_size``).
+
+    The group size is the fewest layers of any type, or the most when that is under 1.5 times the fewest (vLLM's own
+    example: gpt-oss-20b with an EAGLE head, 12 sliding + 13 full, is padded to 13 + 13); each type fills whole groups.
+    A single type needs no padding.
+    """
+    counts = [n for n in layers_by_type.values() if n > 0]
+    if len(counts) < 2:
+        return sum(counts)
+    fewest, most = min(counts), max(counts)
+    group = most if most < 1.5 * fewest else fewest
+    return sum(math.ceil(n / group) * group for n in counts)
 
 
 def linear_bytes(out_features: int, in_features: int, scheme: WeightScheme, block: int = FP8_BLOCK) -> int:
@@ -547,7 +565,22 @@ def _whole_model(engine: EngineConfig, target: ModelShape, drafts: list[ModelSha
     for draft in drafts:
         weights += weight_bytes(draft)
         per_token += kv_bytes_per_token(draft, engine.kv_cache_dtype)
-    return weights, per_token
+    return weights, _with_hybrid_padding(engine, target, drafts, per_token)
+
+
+def _with_hybrid_padding(engine: EngineConfig, target: ModelShape, drafts: list[ModelShape], per_token: int) -> int:
+    """``per_token`` plus the padding layers vLLM allocates (``padded_kv_layers``) when the target mixes attention
+    types (``layer_types``) and every layer, the drafts' included, has the same KV bytes per token; a draft's layers
+    count as full attention (EAGLE heads and draft models here have no sliding window)."""
+    types = list(target.config().get("layer_types") or [])[: target.num_hidden_layers]
+    if len(set(types)) < 2:
+        return per_token
+    layer = kv_bytes_per_token(target, engine.kv_cache_dtype, layers=1)
+    if any(kv_bytes_per_token(d, engine.kv_cache_dtype, layers=1) != layer for d in drafts):
+        return per_token  # another page size: vLLM groups such layers another way, not modelled
+    counts = {kind: types.count(kind) for kind in set(types)}
+    counts["full_attention"] = counts.get("full_attention", 0) + sum(d.num_hidden_layers for d in drafts)
+    return per_token + (padded_kv_layers(counts) - sum(counts.values())) * layer
 
 
 def _stages(
