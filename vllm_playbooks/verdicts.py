@@ -364,8 +364,8 @@ def added_step_time(
             record[f"speedup_{suffix}"] = float(model["speedup"].iloc[0]) if found else float("nan")
         records.append(record)
     columns = ["engine_label", "model_shape", "k", "position_1_rate", "concurrency", "step_off_ms", "step_on_ms",
-               "added_ms",
-               "added_share", "speedup", "added_ms_before", "speedup_before", "added_ms_after", "speedup_after"]
+               "added_ms", "added_share", "speedup", "added_ms_before", "speedup_before", "added_ms_after",
+               "speedup_after"]  # fmt: skip
     table = pd.DataFrame(records, columns=columns)
     return table.sort_values(["concurrency", "step_off_ms"], ascending=[True, False]).reset_index(drop=True)
 
