@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import sys
+import threading
+import time
+import types
 from pathlib import Path
 
 import pytest
@@ -11,7 +17,7 @@ from tests.conftest import FIXTURES
 from vllm_playbooks.config.load import LoadPoint
 from vllm_playbooks.engine.metrics import diff_metrics, parse_metrics, per_position_json
 from vllm_playbooks.errors import SchemaError, ServerError
-from vllm_playbooks.load.bench import bench_argv, load_bench_file, read_bench_result
+from vllm_playbooks.load.bench import InProcessBench, bench_argv, load_bench_file, read_bench_result
 
 DRAFT = FIXTURES / "h200-draft-c16"
 
@@ -84,3 +90,29 @@ def test_bench_argv_closed_and_open_loop(tmp_path: Path) -> None:
     assert closed[closed.index("--metric-percentiles") + 1] == "50,90,99"
     open_loop = bench_argv(LoadPoint(input_len=512, output_len=128, request_rate_qps=2, burstiness=1), **common)
     assert open_loop[open_loop.index("--request-rate") + 1] == "2.0" and "--max-concurrency" not in open_loop
+
+
+def test_an_interrupt_stops_the_bench_call_without_waiting_for_its_run(monkeypatch: pytest.MonkeyPatch,
+                                                                        tmp_path: Path) -> None:
+    # The parallel runner's time limit sends SIGINT; a bench run that kept the caller until its end (a minute at
+    # concurrency 128 on gpt-oss) let a worker overrun its lease.
+    release = threading.Event()
+
+    def run_until_released(args: object) -> dict[str, object]:
+        release.wait(timeout=30)
+        return {}
+
+    fake = types.ModuleType("vllm.benchmarks.serve")
+    fake.add_cli_args = lambda parser: None  # type: ignore[attr-defined]
+    fake.main = run_until_released  # type: ignore[attr-defined]
+    for name in ("vllm", "vllm.benchmarks"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "vllm.benchmarks.serve", fake)
+    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            InProcessBench(tmp_path / "bench.log")([])
+        assert time.monotonic() - started < 5
+    finally:
+        release.set()

@@ -80,7 +80,8 @@ class InProcessBench:
     """``vllm bench serve`` through ``vllm.benchmarks.serve`` in this process (imported on first use).
 
     Each run executes in a worker thread, so it also works inside a Jupyter kernel whose event loop is running.
-    Its console report goes to ``log`` (a file handle) instead of the notebook.
+    Its console report goes to ``log`` (a file handle) instead of the notebook. An interrupt (Ctrl-C, or a time
+    limit's SIGINT) is raised at once rather than after the run: the thread is left to end when its server stops.
     """
 
     log_path: Path | None = None
@@ -92,12 +93,16 @@ class InProcessBench:
         add_cli_args(parser)
         args = parser.parse_args(argv)
         sink: Any = self.log_path.open("a", encoding="utf-8") if self.log_path else io.StringIO()
-        with sink, contextlib.redirect_stdout(sink), concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool = concurrent.futures.ThreadPoolExecutor(1)
+        with sink, contextlib.redirect_stdout(sink):
             future = pool.submit(main, args)
             try:
                 result = future.result()
             except SystemExit as error:
                 raise ServerError(f"vllm bench serve exited ({error.code}); see {self.log_path}") from error
+            finally:
+                # not wait=True: an interrupted run would go on to its end (a minute or more at high load) first
+                pool.shutdown(wait=False)
         if not isinstance(result, dict):
             raise ServerError(f"vllm bench serve returned {type(result).__name__}, not its result dict")
         return result
