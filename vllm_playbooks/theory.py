@@ -764,11 +764,10 @@ def kv_read_bytes(shape: ModelShape | str, batch: int, context_len: float, kv_ca
     shape = resolve_model(shape) if isinstance(shape, str) else shape
     config = shape.config()
     per_layer = kv_bytes_per_token(shape, kv_cache_dtype, layers=1)
-    types = list(config.get("layer_types") or [])[: shape.num_hidden_layers]
     window = config.get("sliding_window")
-    if types and window:
-        tokens = sum(min(context_len, float(window)) if t == "sliding_attention" else context_len for t in types)
-        tokens += (shape.num_hidden_layers - len(types)) * context_len
+    if window:
+        tokens = sum(min(context_len, float(window)) if kind == "sliding_attention" else context_len
+                     for kind in shape.attention_types())  # fmt: skip
     else:
         tokens = shape.num_hidden_layers * context_len
     return float(batch * per_layer * tokens)

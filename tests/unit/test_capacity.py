@@ -430,9 +430,39 @@ def test_a_started_server_without_a_finished_point_gets_its_engine_from_the_case
     ({"full_attention": 20, "sliding_attention": 30}, 60),  # 30 >= 1.5 x 20: groups of 20, 10 sliding pads
 ])  # fmt: skip
 def test_hybrid_attention_layers_are_padded_into_equal_groups(layers: dict[str, int], allocated: int) -> None:
-    from vllm_playbooks.config.capacity import padded_kv_layers
+    from vllm_playbooks.config.capacity import kv_layers_per_stage, padded_kv_layers
 
     assert padded_kv_layers(layers) == allocated
+    assert kv_layers_per_stage([[kind for kind, n in layers.items() for _ in range(n)]]) == [allocated]
+
+
+@pytest.mark.parametrize(("stages", "allocated"), [
+    # vLLM's own example: 2 full + 4 sliding make 3 groups; dealt in turn, each stage holds one layer of each
+    ([["full", "sw", "sw"], ["full", "sw", "sw"]], [3, 3]),
+    # gpt-oss-120b (alternating) on two stages, an EAGLE-3 head on the last: 18 sliding + 19 full, one group each
+    ([["sw", "full"] * 9, ["sw", "full"] * 9 + ["full"]], [18, 20]),
+    # 5 sliding : 1 full (Gemma 3's pattern), 30 layers over two stages: 6 groups of 5, filled unevenly
+    ([(["sw"] * 5 + ["full"]) * 2 + ["sw"] * 3, ["sw"] * 2 + ["full"] + (["sw"] * 5 + ["full"]) * 2], [18, 18]),
+    ([["full"] * 16, ["full"] * 16], [16, 16]),  # one attention type: each stage its own layers
+])  # fmt: skip
+def test_pipeline_stages_share_the_whole_models_kv_groups(stages: list[list[str]], allocated: list[int]) -> None:
+    from vllm_playbooks.config.capacity import kv_layers_per_stage
+
+    assert kv_layers_per_stage(stages) == allocated
+
+
+def test_a_dense_hybrid_model_on_three_stages_allocates_its_fullest_stage(tmp_path: Path) -> None:
+    # Llama-3.1-8B's layout with alternating sliding and full layers, over PP = 3 (11 + 11 + 10 layers): the first
+    # two stages hold 6 of one type and 5 of the other, so each allocates 2 x 6 layers per token
+    from vllm_playbooks.config.engine import EngineConfig
+    from vllm_playbooks.shapes import get_shape
+
+    config = get_shape("llama-3.1-8b").config()
+    config |= {"layer_types": ["sliding_attention", "full_attention"] * 16, "sliding_window": 4096}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    engine = EngineConfig(label="pp3", model=str(tmp_path), max_model_len=4096, pipeline_parallel_size=3)
+    one_layer = kv_budget(engine.model_copy(update={"pipeline_parallel_size": 1}), 139.8).kv_bytes_per_token // 32
+    assert kv_budget(engine, 139.8).kv_bytes_per_token_per_gpu == 12 * one_layer
 
 
 def test_an_eagle3_head_on_gpt_oss_costs_two_layers_of_kv() -> None:

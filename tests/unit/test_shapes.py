@@ -263,6 +263,9 @@ def test_gpt_oss_sizes() -> None:
     assert (large["num_hidden_layers"], large["num_local_experts"]) == (36, 128)
     for config in (small, large):
         assert len(config["layer_types"]) == config["num_hidden_layers"]
+    types = get_shape("gpt-oss-120b").attention_types()
+    assert types[:2] == ["sliding_attention", "full_attention"] and types.count("sliding_attention") == 18
+    assert set(get_shape("llama-3.1-8b").attention_types()) == {"full_attention"}  # no layer_types: all full
 
 
 def test_eagle3_head_matches_its_target() -> None:

@@ -85,21 +85,52 @@ def kv_bytes_per_token(shape: ModelShape, kv_cache_dtype: str = "auto", layers: 
     return count * 2 * kv_heads * head_dim * element
 
 
+def _group_size(counts: list[int]) -> int:
+    """Layers per KV-cache group when several attention types share one page size
+    (``vllm.v1.core.kv_cache_utils._get_kv_cache_groups_uniform_page_size``): the fewest layers of any type, or the
+    most when that is under 1.5 times the fewest."""
+    fewest, most = min(counts), max(counts)
+    return most if most < 1.5 * fewest else fewest
+
+
 def padded_kv_layers(layers_by_type: dict[str, int]) -> int:
     """The KV layers vLLM 0.26 allocates for a model whose layers have several attention types of one page size
-    (gpt-oss: sliding-window and full attention), after padding them into groups of equal size
-    (``vllm.v1.core.kv_cache_utils._get_kv_cache_groups_uniform_page_size``).
-
-    The group size is the fewest layers of any type, or the most when that is under 1.5 times the fewest (vLLM's own
-    example: gpt-oss-20b with an EAGLE head, 12 sliding + 13 full, is padded to 13 + 13); each type fills whole groups.
-    A single type needs no padding.
+    (gpt-oss: sliding-window and full attention), after padding them into groups of equal size (``_group_size``;
+    vLLM's own example: gpt-oss-20b with an EAGLE head, 12 sliding + 13 full, is padded to 13 + 13): each type fills
+    whole groups. A single type needs no padding.
     """
     counts = [n for n in layers_by_type.values() if n > 0]
     if len(counts) < 2:
         return sum(counts)
-    fewest, most = min(counts), max(counts)
-    group = most if most < 1.5 * fewest else fewest
+    group = _group_size(counts)
     return sum(math.ceil(n / group) * group for n in counts)
+
+
+def kv_layers_per_stage(stage_types: list[list[str]]) -> list[int]:
+    """The KV layers per token each pipeline stage allocates, given the attention type of every layer it holds.
+
+    vLLM 0.26 forms the KV-cache groups over the whole model: each type's layers fill ``ceil(n / _group_size)``
+    groups, dealt in layer order like cards (``layers[i::groups]``, so that every stage gets a share of every group).
+    Each stage allocates, for every group, as many layers as its fullest group holds there, so a stage whose layers
+    fall unevenly across the groups pads more than the whole model does. One stage gives ``padded_kv_layers``; a
+    single attention type, each stage's own layer count.
+    """
+    every = [kind for stage in stage_types for kind in stage]
+    counts = {kind: every.count(kind) for kind in dict.fromkeys(every)}
+    if len(counts) < 2:
+        return [len(stage) for stage in stage_types]
+    group = _group_size(list(counts.values()))
+    groups_of = {kind: math.ceil(n / group) for kind, n in counts.items()}
+    seen = dict.fromkeys(counts, 0)
+    layers = []
+    for stage in stage_types:
+        in_group: dict[tuple[str, int], int] = {}
+        for kind in stage:
+            key = (kind, seen[kind] % groups_of[kind])
+            in_group[key] = in_group.get(key, 0) + 1
+            seen[kind] += 1
+        layers.append(max(in_group.values(), default=0) * sum(groups_of.values()))
+    return layers
 
 
 def linear_bytes(out_features: int, in_features: int, scheme: WeightScheme, block: int = FP8_BLOCK) -> int:
@@ -565,22 +596,29 @@ def _whole_model(engine: EngineConfig, target: ModelShape, drafts: list[ModelSha
     for draft in drafts:
         weights += weight_bytes(draft)
         per_token += kv_bytes_per_token(draft, engine.kv_cache_dtype)
-    return weights, _with_hybrid_padding(engine, target, drafts, per_token)
+    hybrid = _hybrid_kv_per_token(engine.kv_cache_dtype, target, drafts, mtp_layers, [target.num_hidden_layers])
+    return weights, hybrid[0] if hybrid else per_token
 
 
-def _with_hybrid_padding(engine: EngineConfig, target: ModelShape, drafts: list[ModelShape], per_token: int) -> int:
-    """``per_token`` plus the padding layers vLLM allocates (``padded_kv_layers``) when the target mixes attention
-    types (``layer_types``) and every layer, the drafts' included, has the same KV bytes per token; a draft's layers
-    count as full attention (EAGLE heads and draft models here have no sliding window)."""
-    types = list(target.config().get("layer_types") or [])[: target.num_hidden_layers]
+def _hybrid_kv_per_token(
+    kv_cache_dtype: str, target: ModelShape, drafts: list[ModelShape], mtp_layers: int, partition: list[int],
+    tp: int = 1, draft_tp: int = 1,
+) -> list[int] | None:
+    """KV bytes per token on one GPU of each pipeline stage (``partition``: the target's layers per stage) when the
+    target mixes attention types and every layer, the drafts' included, takes the same bytes per token on its GPU:
+    ``kv_layers_per_stage`` layers of that size, padding included. ``None`` for a single attention type, or drafts
+    of another page size (vLLM groups such layers another way, not modelled). MTP and draft layers count as full
+    attention (EAGLE heads and draft models here have no sliding window) and live on the last stage."""
+    types = target.attention_types()
     if len(set(types)) < 2:
-        return per_token
-    layer = kv_bytes_per_token(target, engine.kv_cache_dtype, layers=1)
-    if any(kv_bytes_per_token(d, engine.kv_cache_dtype, layers=1) != layer for d in drafts):
-        return per_token  # another page size: vLLM groups such layers another way, not modelled
-    counts = {kind: types.count(kind) for kind in set(types)}
-    counts["full_attention"] = counts.get("full_attention", 0) + sum(d.num_hidden_layers for d in drafts)
-    return per_token + (padded_kv_layers(counts) - sum(counts.values())) * layer
+        return None
+    layer = kv_bytes_per_token_per_gpu(target, kv_cache_dtype, tp, 1)
+    if any(kv_bytes_per_token_per_gpu(draft, kv_cache_dtype, draft_tp, 1) != layer for draft in drafts):
+        return None
+    ends = [sum(partition[: i + 1]) for i in range(len(partition))]
+    stage_types = [types[end - count : end] for count, end in zip(partition, ends, strict=True)]
+    stage_types[-1] += ["full_attention"] * (mtp_layers + sum(draft.num_hidden_layers for draft in drafts))
+    return [count * layer for count in kv_layers_per_stage(stage_types)]
 
 
 def _stages(
@@ -602,7 +640,8 @@ def _stages(
     for draft in drafts:
         weights[-1] += stage_weight_bytes(draft, draft_tp)[0]
         per_token[-1] += kv_bytes_per_token_per_gpu(draft, engine.kv_cache_dtype, draft_tp)
-    return list(zip(weights, per_token, strict=True))
+    hybrid = _hybrid_kv_per_token(engine.kv_cache_dtype, target, drafts, mtp_layers, layers, tp, draft_tp)
+    return list(zip(weights, hybrid or per_token, strict=True))
 
 
 def kv_tokens_fitting(free_bytes: float, bytes_per_token: int) -> int:

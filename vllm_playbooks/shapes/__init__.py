@@ -68,6 +68,12 @@ class ModelShape:
         """The parsed ``config.json`` (read again on each call, so a caller may modify its copy freely)."""
         return _read_config(self.path)
 
+    def attention_types(self) -> list[str]:
+        """Each decoder layer's attention type, in layer order: the config's ``layer_types`` (gpt-oss:
+        ``sliding_attention`` and ``full_attention``), ``full_attention`` for every layer it does not list."""
+        listed = list(self.config().get("layer_types") or [])[: self.num_hidden_layers]
+        return listed + ["full_attention"] * (self.num_hidden_layers - len(listed))
+
 
 def list_shapes() -> list[str]:
     """Names of the packaged shapes, sorted: every sub-folder of ``SHAPES_DIR`` that has a ``config.json``."""
