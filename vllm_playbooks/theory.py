@@ -17,6 +17,8 @@ from vllm_playbooks.shapes import ModelShape, resolve_model
 if TYPE_CHECKING:
     import pandas as pd
 
+    from vllm_playbooks.config.engine import EngineConfig
+
 
 def expected_tokens_per_step(alpha: float, k: int) -> float:
     """τ(α, k) = (1 − α^(k+1)) / (1 − α): tokens one verify step emits per sequence, bonus token included.
@@ -888,6 +890,31 @@ def speculation_prediction(
         "verify_over_decode": verify / decode, "speedup": tau * decode / step, "tpot_off_ms": 1000 * decode,
         "tpot_on_ms": 1000 * step / tau,
     }  # fmt: skip
+
+
+def engine_prediction_configs(
+    engines: Iterable[EngineConfig], context_len: float, *, model: str | None = None,
+    first_rate: float | None = None, rates: Iterable[float] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """``prediction_frame``'s configs for the speculative engines of a plan, by label: each one's target, drafter
+    (none for MTP, which drafts with the target's own modules), imposed per-position acceptance, tensor parallelism
+    and ``context_len``. ``model`` keeps one target's engines, ``first_rate`` those whose position-1 rate is that,
+    ``rates`` those that impose exactly these rates."""
+    wanted = None if rates is None else list(rates)
+    configs = {}
+    for engine in engines:
+        spec = engine.speculative
+        if spec is None or spec.synthetic_acceptance_rates is None:
+            continue
+        imposed = list(spec.synthetic_acceptance_rates)
+        if ((model is not None and engine.model != model) or (first_rate is not None and imposed[0] != first_rate)
+                or (wanted is not None and imposed != wanted)):
+            continue
+        configs[engine.label] = {
+            "target": engine.model, "rates": imposed, "context_len": context_len,
+            "draft": spec.model if spec.method != "mtp" else None, "tensor_parallel": engine.tensor_parallel_size,
+        }  # fmt: skip
+    return configs
 
 
 def prediction_frame(

@@ -480,3 +480,21 @@ def test_draft_overhead_meets_issue_8_bound_in_and_out_of_sample(calibration: tu
         assert line["median_abs_tpot_error"] < summary.loc[("spec on", "no term"), "median_abs_tpot_error"]
     # a physical draft overhead: positive, below a whole 1B forward on its own; the fit's standard error is finite
     assert 0.0 < with_term.draft_overhead_s < 5e-3 and math.isfinite(with_term.speculation.draft_overhead_se_s)
+
+
+def test_prediction_configs_come_from_the_plans_speculative_engines() -> None:
+    from vllm_playbooks.plan import quiet_plan
+
+    mtp, _ = quiet_plan("deepseek-mtp")
+    at_085 = T.engine_prediction_configs(mtp.engines, 400, rates=[0.85])
+    assert sorted(at_085) == ["mimo-mtp-k1-a0.85", "mtp-k1-a0.85", "v2lite-mtp-k1-a0.85"]
+    mimo = T.engine_prediction_configs(mtp.engines, 400, model="mimo-7b")
+    assert mimo["mimo-mtp-k3-p0.85"]["rates"][0] == 0.85 and len(mimo["mimo-mtp-k3-p0.85"]["rates"]) == 3
+    assert {config["draft"] for config in mimo.values()} == {None}  # MTP drafts with the target's own modules
+    reduced = T.engine_prediction_configs(mtp.engines, 400, model="deepseek-v3-reduced", first_rate=0.85)
+    assert sorted(reduced) == ["mtp-k1-a0.85", "mtp-k2-p0.85", "mtp-k3-p0.85"]
+    eagle, _ = quiet_plan("gpt-oss-eagle3")
+    heads = T.engine_prediction_configs(eagle.engines, 433)
+    assert "spec-off" not in heads and heads["eagle3-k3-a0.71"]["draft"] == "gpt-oss-120b-eagle3-131k"
+    frame = T.prediction_frame(reduced, [1, 8], T.fit_efficiency(T.calibration_rows(), "H200-SXM"))
+    assert len(frame) == 6 and (frame["speedup"] > 0).all()
