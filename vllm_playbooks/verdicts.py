@@ -572,7 +572,7 @@ def eagle3_rule(verdict: Verdict, best: pd.DataFrame | None = None) -> str:
     parts = []
     if best is not None and not best.empty and best["best_k"].notna().any():
         found = best[best["best_k"].notna()]
-        parts.append("best k measured: " + "; ".join(
+        parts.append("Best k measured: " + "; ".join(
             f"{int(r.best_k)} at concurrency {r.band} ({r.profile})" for r in found.itertuples()
         ))  # fmt: skip
     headline = {

@@ -171,7 +171,8 @@ def test_rules_follow_the_verdicts(published) -> None:  # type: ignore[no-untype
     fades = verdicts.eagle3_verdict(pd.DataFrame(_eagle({1: 30.0, 64: 5.0, 200: -4.0})), PROFILES)
     best = pd.DataFrame([{"profile": "chat", "band": "1-8", "ks": "2, 3", "best_k": 3.0, "best_gain_pct": 20.0}])
     rule = verdicts.eagle3_rule(fades, best)
-    assert "paid at low concurrency only" in rule and "best k measured: 3 at concurrency 1-8 (chat)" in rule
+    assert "paid at low concurrency only" in rule
+    assert "with k = 0). Best k measured: 3 at concurrency 1-8 (chat)." in rule  # a sentence of its own
 
 
 def test_select_gains() -> None:
