@@ -108,6 +108,8 @@ def test_an_interrupt_stops_the_bench_call_without_waiting_for_its_run(monkeypat
     for name in ("vllm", "vllm.benchmarks"):
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
     monkeypatch.setitem(sys.modules, "vllm.benchmarks.serve", fake)
+    # as the parallel runner's worker does: a process started in the background inherits SIGINT ignored
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
     started = time.monotonic()
     try:
@@ -116,3 +118,4 @@ def test_an_interrupt_stops_the_bench_call_without_waiting_for_its_run(monkeypat
         assert time.monotonic() - started < 5
     finally:
         release.set()
+        signal.signal(signal.SIGINT, previous)
