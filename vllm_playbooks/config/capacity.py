@@ -23,6 +23,7 @@ activation, non-torch memory and graph estimate in place of ours, every recorded
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -85,41 +86,31 @@ def kv_bytes_per_token(shape: ModelShape, kv_cache_dtype: str = "auto", layers: 
     return count * 2 * kv_heads * head_dim * element
 
 
-def _group_size(counts: list[int]) -> int:
-    """Layers per KV-cache group when several attention types share one page size
-    (``vllm.v1.core.kv_cache_utils._get_kv_cache_groups_uniform_page_size``): the fewest layers of any type, or the
-    most when that is under 1.5 times the fewest."""
-    fewest, most = min(counts), max(counts)
-    return most if most < 1.5 * fewest else fewest
-
-
 def padded_kv_layers(layers_by_type: dict[str, int]) -> int:
-    """The KV layers vLLM 0.26 allocates for a model whose layers have several attention types of one page size
-    (gpt-oss: sliding-window and full attention), after padding them into groups of equal size (``_group_size``;
-    vLLM's own example: gpt-oss-20b with an EAGLE head, 12 sliding + 13 full, is padded to 13 + 13): each type fills
-    whole groups. A single type needs no padding.
+    """The KV layers vLLM 0.26 allocates for a whole model whose layers have several attention types of one page
+    size (gpt-oss: sliding-window and full attention): ``kv_layers_per_stage`` of one stage. vLLM's own example:
+    gpt-oss-20b with an EAGLE head, 12 sliding + 13 full, is padded to 13 + 13. A single type needs no padding.
     """
-    counts = [n for n in layers_by_type.values() if n > 0]
-    if len(counts) < 2:
-        return sum(counts)
-    group = _group_size(counts)
-    return sum(math.ceil(n / group) * group for n in counts)
+    return kv_layers_per_stage([[kind for kind, n in layers_by_type.items() for _ in range(n)]])[0]
 
 
 def kv_layers_per_stage(stage_types: list[list[str]]) -> list[int]:
     """The KV layers per token each pipeline stage allocates, given the attention type of every layer it holds.
 
-    vLLM 0.26 forms the KV-cache groups over the whole model: each type's layers fill ``ceil(n / _group_size)``
+    vLLM 0.26 forms the KV-cache groups over the whole model
+    (``vllm.v1.core.kv_cache_utils._get_kv_cache_groups_uniform_page_size``): the group size is the fewest layers of
+    any type, or the most when that is under 1.5 times the fewest; each type's ``n`` layers fill ``ceil(n / size)``
     groups, dealt in layer order like cards (``layers[i::groups]``, so that every stage gets a share of every group).
     Each stage allocates, for every group, as many layers as its fullest group holds there, so a stage whose layers
-    fall unevenly across the groups pads more than the whole model does. One stage gives ``padded_kv_layers``; a
-    single attention type, each stage's own layer count.
+    fall unevenly across the groups pads more than the whole model does. A single attention type: each stage's own
+    layer count.
     """
     every = [kind for stage in stage_types for kind in stage]
     counts = {kind: every.count(kind) for kind in dict.fromkeys(every)}
     if len(counts) < 2:
         return [len(stage) for stage in stage_types]
-    group = _group_size(list(counts.values()))
+    fewest, most = min(counts.values()), max(counts.values())
+    group = most if most < 1.5 * fewest else fewest
     groups_of = {kind: math.ceil(n / group) for kind, n in counts.items()}
     seen = dict.fromkeys(counts, 0)
     layers = []
@@ -615,8 +606,7 @@ def _hybrid_kv_per_token(
     layer = kv_bytes_per_token_per_gpu(target, kv_cache_dtype, tp, 1)
     if any(kv_bytes_per_token_per_gpu(draft, kv_cache_dtype, draft_tp, 1) != layer for draft in drafts):
         return None
-    ends = [sum(partition[: i + 1]) for i in range(len(partition))]
-    stage_types = [types[end - count : end] for count, end in zip(partition, ends, strict=True)]
+    stage_types = [types[end - count : end] for count, end in zip(partition, itertools.accumulate(partition))]
     stage_types[-1] += ["full_attention"] * (mtp_layers + sum(draft.num_hidden_layers for draft in drafts))
     return [count * layer for count in kv_layers_per_stage(stage_types)]
 
