@@ -436,6 +436,7 @@ def best_k_by_band(gains: pd.DataFrame, alpha: float, bands: Iterable[tuple[str,
     """For each profile and concurrency band, the k with the highest mean gain at the imposed ``alpha``.
 
     A band gets a best k only where at least two values of k were measured in it; ``ks`` lists those compared.
+    A band without any point of the profile (the long profile stops at concurrency 64) gets no row.
     """
     import pandas as pd
 
@@ -444,6 +445,8 @@ def best_k_by_band(gains: pd.DataFrame, alpha: float, bands: Iterable[tuple[str,
     for profile, rows in central.groupby("profile"):
         for name, low, high in bands:
             band = rows[(rows["concurrency"] >= low) & (rows["concurrency"] <= high)]
+            if band.empty:
+                continue
             means = band.groupby("k")["gain_pct"].mean()
             best = int(means.idxmax()) if len(means) >= 2 else None
             records.append({

@@ -305,7 +305,7 @@ def test_eagle3_predictions_come_in_the_measured_tables_columns(calibration: tup
     assert frame.gain_pct.tolist() == pytest.approx([100 * (s - 1) for s in frame.speedup])
     one = frame[frame.concurrency == 1]
     assert (one.verify_over_decode > 1.2).all()  # k + 1 tokens touch many more of the 128 experts than one does
-    assert len(verdicts.best_k_by_band(frame, 0.71)) == 3
+    assert verdicts.best_k_by_band(frame, 0.71).band.tolist() == ["1-8", "16-64"]  # no point in 128-200
 
 
 def test_sliding_window_layers_read_at_most_their_window() -> None:

@@ -147,12 +147,15 @@ def test_eagle3_leaves_a_stalled_concurrency_out(published) -> None:  # type: ig
 
 
 def test_best_k_by_band() -> None:
-    rows = _eagle({1: 10.0, 8: 12.0, 64: 5.0}, "eagle3-k2-a0.71", 2) + _eagle({1: 20.0, 8: 18.0, 64: 2.0})
-    rows = [r for i, r in enumerate(rows) if not (r["engine_label"] == "spec-off" and i >= 6)]  # one baseline per level
+    rows = _eagle({1: 10.0, 8: 12.0, 64: 5.0}, "eagle3-k2-a0.71", 2) + _eagle({1: 20.0, 8: 18.0, 64: 2.0, 128: 9.0})
+    rows = [r for i, r in enumerate(rows) if not (r["engine_label"] == "spec-off" and 6 <= i < 12)]  # one per level
     gains = verdicts.gain_table(pd.DataFrame(rows), PROFILES)
     best = verdicts.best_k_by_band(gains, 0.71).set_index("band")
     assert best.loc["1-8", "best_k"] == 3 and best.loc["16-64", "best_k"] == 2
-    assert pd.isna(best.loc["128-200", "best_k"]) and best.loc["1-8", "ks"] == "2, 3"
+    assert pd.isna(best.loc["128-200", "best_k"]) and best.loc["128-200", "ks"] == "3"  # one k: no best
+    assert best.loc["1-8", "ks"] == "2, 3"
+    no_high_band = verdicts.best_k_by_band(gains[gains.concurrency <= 64], 0.71)
+    assert no_high_band.band.tolist() == ["1-8", "16-64"]  # a band without points gets no row
 
 
 def test_latency_gains_count_lower_as_better() -> None:
