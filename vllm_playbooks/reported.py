@@ -87,6 +87,11 @@ def eagle3_rates(published: pd.DataFrame) -> list[float]:
     return _values(published, "vllm-test-gptoss20b-speculator-p")
 
 
+def eagle3_best_draft_tokens(published: pd.DataFrame) -> tuple[int, int]:
+    """The draft-token range Red Hat's gpt-oss sweep found best (2-3, via a summary of the article): (low, high)."""
+    return int(_value(published, "draft-tokens-best-low")), int(_value(published, "draft-tokens-best-high"))
+
+
 def eagle3_alpha(published: pd.DataFrame) -> float:
     """The i.i.d. α the EAGLE-3 case imposes: the least-squares fit to ``eagle3_rates``, to two decimals."""
     from vllm_playbooks.theory import fit_iid_alpha

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from vllm_playbooks import reported
 from vllm_playbooks.analysis import versus_baseline
 
 if TYPE_CHECKING:
@@ -565,8 +566,9 @@ def _mtp_rule_by_verdict(verdict: Verdict) -> str:
     return f"{start}; the measurement here is not complete yet."
 
 
-def eagle3_rule(verdict: Verdict, best: pd.DataFrame | None = None) -> str:
-    """The EAGLE-3 page's rule, from its verdict and, once the k sweep is measured, the best k per band."""
+def eagle3_rule(verdict: Verdict, best: pd.DataFrame | None = None, published: pd.DataFrame | None = None) -> str:
+    """The EAGLE-3 page's rule, from its verdict and, once the k sweep is measured, the best k per band
+    (``best_k_by_band``); with ``published``, the bands where the published best draft-token range held."""
     if verdict.status == "not measured":
         return (
             "Not measured here yet. Red Hat's article puts the sweet spot at 2-3 draft tokens and reports gains up to "
@@ -578,6 +580,8 @@ def eagle3_rule(verdict: Verdict, best: pd.DataFrame | None = None) -> str:
         parts.append("Best k measured: " + "; ".join(
             f"{int(r.best_k)} at concurrency {r.band} ({r.profile})" for r in found.itertuples()
         ))  # fmt: skip
+        if published is not None:
+            parts.append(_claimed_ks_note(found, *reported.eagle3_best_draft_tokens(published)))
     headline = {
         "gain holds to 200": "EAGLE-3 at k = 3 paid at every concurrency up to 200 here",
         "gain fades before the top": "EAGLE-3 at k = 3 paid at low concurrency only here: switch it off above the band "
@@ -586,6 +590,20 @@ def eagle3_rule(verdict: Verdict, best: pd.DataFrame | None = None) -> str:
         "incomplete": "EAGLE-3 at k = 3 paid where measured so far; the top of the range is not measured yet",
     }.get(verdict.status, verdict.status)
     return headline + (". " + "; ".join(parts) + "." if parts else ".")
+
+
+def _claimed_ks_note(found: pd.DataFrame, low: int, high: int) -> str:
+    """Where the published best range of draft tokens (``low``-``high``) held among the bands with a best k."""
+    inside = found["best_k"].between(low, high)
+    where = ", ".join(f"{r.band} ({r.profile})" for r in found[inside].itertuples())
+    held = f"held at concurrency {where}" if where else "held in no band measured"
+    beyond = found[~inside]
+    note = f"Red Hat's best of {low}-{high} draft tokens {held}"
+    if not beyond.empty:
+        note += " and not at " + ", ".join(
+            f"{r.band} ({r.profile}), where k = {int(r.best_k)} led" for r in beyond.itertuples()
+        )
+    return note + ", at the imposed acceptance: a lower real acceptance moves the best k down"
 
 
 def select_gains(
