@@ -181,7 +181,7 @@ def describe_best_k(best: pd.DataFrame) -> str:
     an empty table)."""
     import pandas as pd
 
-    parts = []
+    parts: list[str] = []  # sentences after the headline
     for k, group in best.groupby("best_k", sort=True):
         rates = [f"{r:g}" for r in group["request_rate_qps"] if pd.notna(r)]
         streams = [f"{c:g}" for c in group["concurrency"] if pd.notna(c)]
@@ -574,7 +574,7 @@ def eagle3_rule(verdict: Verdict, best: pd.DataFrame | None = None, published: p
             "Not measured here yet. Red Hat's article puts the sweet spot at 2-3 draft tokens and reports gains up to "
             "200 concurrent requests on gpt-oss-120b; start there and measure at your own concurrency."
         )
-    parts = []
+    parts: list[str] = []  # sentences after the headline
     if best is not None and not best.empty and best["best_k"].notna().any():
         found = best[best["best_k"].notna()]
         parts.append("Best k measured: " + "; ".join(
@@ -589,7 +589,7 @@ def eagle3_rule(verdict: Verdict, best: pd.DataFrame | None = None, published: p
         "no gain": "EAGLE-3 at k = 3 did not pay here at the imposed acceptance",
         "incomplete": "EAGLE-3 at k = 3 paid where measured so far; the top of the range is not measured yet",
     }.get(verdict.status, verdict.status)
-    return headline + (". " + "; ".join(parts) + "." if parts else ".")
+    return ". ".join([headline, *parts]) + "."
 
 
 def _claimed_ks_note(found: pd.DataFrame, low: int, high: int) -> str:
@@ -671,7 +671,7 @@ def describe_beside_model(table: pd.DataFrame, band: float, unit: str, fmt: str 
                          for c, m, p in zip(part["concurrency"], part["measured"], part["predicted"], strict=True))  # fmt: skip
 
     diff = rows["measured_minus_predicted"]
-    parts = []
+    parts: list[str] = []  # sentences after the headline
     for words, part in ((f"came within {band:g} {unit} of the measurement", rows[diff.abs() <= band]),
                         ("understated the measurement", rows[diff > band]), ("overstated it", rows[diff < -band])):  # fmt: skip
         if not part.empty:

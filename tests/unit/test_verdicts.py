@@ -179,8 +179,8 @@ def test_rules_follow_the_verdicts(published) -> None:  # type: ignore[no-untype
     assert "Red Hat" not in rule  # without the published table, no comparison
     best.loc[1] = {"profile": "chat", "band": "16-64", "ks": "2, 3, 4", "best_k": 4.0, "best_gain_pct": 30.0}
     compared = verdicts.eagle3_rule(fades, best, published)
-    assert ("Red Hat's best of 2-3 draft tokens held at concurrency 1-8 (chat) and not at 16-64 (chat), where k = 4 "
-            "led, at the imposed acceptance") in compared
+    assert ("(chat). Red Hat's best of 2-3 draft tokens held at concurrency 1-8 (chat) and not at 16-64 (chat), "
+            "where k = 4 led, at the imposed acceptance") in compared
     assert "held in no band measured and not at 1-8 (chat), where k = 5 led" in verdicts.eagle3_rule(
         fades, best.iloc[:1].assign(best_k=5.0), published)
 
