@@ -298,6 +298,8 @@ def gain_vs_concurrency(gains: pd.DataFrame, title: str, ax: Axes | None = None)
     ax = metric_vs_load(gains, "gain_pct", ax=ax)
     ax.axhline(0.0, color="black", linewidth=1)
     ax.set_title(title)
+    if ax.get_legend() is not None:  # two columns along the bottom, under the curves of gains above 0
+        ax.legend(loc="lower center", ncol=2, fontsize="small")
     return ax
 
 

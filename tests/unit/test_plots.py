@@ -38,7 +38,10 @@ def test_measured_curves_are_drawn() -> None:
     closed = table.assign(request_rate_qps=[None, None], concurrency=[1.0, 4.0])
     assert plots.speedup_vs_load(closed, x="concurrency").get_xlabel().startswith("concurrent requests")
     gains = pd.DataFrame({"engine_label": ["a", "a"], "concurrency": [1, 4], "gain_pct": [10.0, 5.0]})
-    assert plots.gain_vs_concurrency(gains, "chat").get_title() == "chat"
+    ax = plots.gain_vs_concurrency(gains, "chat")
+    ax.figure.canvas.draw()
+    box = ax.get_legend().get_window_extent().transformed(ax.transAxes.inverted())
+    assert ax.get_title() == "chat" and box.y0 < 0.1 and abs(box.x0 + box.x1 - 1) < 0.1  # bottom centre
 
 
 def test_theory_figures() -> None:
