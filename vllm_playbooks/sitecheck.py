@@ -259,8 +259,17 @@ def _wait_ready(driver: WebDriver, timeout: float = 30) -> None:
         time.sleep(0.05)
 
 
+#: Runs in the page before a screenshot: undo the scrolling of the image check, in the window and in every element
+#: (scrolling an image into view can scroll an inner container sideways, and the shot would start mid-page).
+_UNSCROLL_JS = """
+window.scrollTo(0, 0);
+for (const el of document.querySelectorAll("*")) { if (el.scrollLeft || el.scrollTop) el.scrollTo(0, 0); }
+"""
+
+
 def _screenshot(driver: WebDriver, target: Path) -> bytes:
     """A full-page PNG of the current page (height capped at MAX_SCREENSHOT_HEIGHT), written to ``target``."""
+    driver.execute_script(_UNSCROLL_JS)
     metrics = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})
     size = metrics.get("cssContentSize") or metrics["contentSize"]
     clip = {"x": 0, "y": 0, "width": max(1, int(size["width"])), "scale": 1,

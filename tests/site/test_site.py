@@ -165,6 +165,25 @@ def test_broken_copy_fails_naming_page_and_element(
 @pytest.mark.site
 @pytest.mark.slow
 @browser
+def test_screenshot_starts_at_the_page_left_edge(tmp_path: Path) -> None:
+    # The whole page sits in a container that scrolls sideways (as a wide table can make a theme's main column do),
+    # with an image at its far right: the image check scrolls the container, and the shot must undo that.
+    site = tmp_path / "html"
+    site.mkdir()
+    _png(site / "far.png", (40, 30), (0, 0, 255, 255))
+    (site / "index.html").write_text(
+        '<html><head><title>t</title></head><body style="margin:0">'
+        '<div style="overflow-x:auto;width:100%"><div style="width:4000px;height:700px;position:relative">'
+        '<div style="position:absolute;left:0;top:0;width:60px;height:60px;background:#ff0000"></div>'
+        '<img src="far.png" alt="far" style="position:absolute;left:3900px;top:300px"></div></div></body></html>'
+    )
+    shots = tmp_path / "shots"
+    check_site(site, screenshots=shots)  # no search page here: only the screenshot matters
+    with Image.open(shots / "index.png") as img:
+        assert img.convert("RGB").getpixel((20, 20)) == (255, 0, 0)
+
+
+@browser
 def test_search_without_result_fails(built_site: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert sitecheck.main([str(built_site), "--query", "zqxjvwk"]) == 1
     out = capsys.readouterr()
