@@ -30,6 +30,7 @@ _PATTERNS = {
     "kv_cache_tokens": rf"GPU KV cache size: {_FLOAT} tokens",
     "max_concurrency": rf"Maximum concurrency for {_FLOAT} tokens per request: {_FLOAT}x",
     "cudagraph_estimate_gib": rf"Estimated CUDA graph memory: {_FLOAT} GiB",
+    "cudagraph_actual_gib": rf"CUDA graph pool memory: {_FLOAT} GiB \(actual\)",
 }
 #: The lines a start-up that reached its KV cache always logs.
 _REQUIRED = ("total_memory_gib", "requested_memory_gib", "available_kv_gib", "kv_cache_tokens", "max_concurrency")
@@ -47,6 +48,7 @@ class StartupMemory:
     peak_activation_gib: float | None
     non_torch_gib: float | None
     cudagraph_estimate_gib: float | None
+    cudagraph_actual_gib: float | None
     available_kv_gib: float
     kv_cache_tokens: int
     max_model_len: int
@@ -78,6 +80,7 @@ def read_startup(log: Path) -> StartupMemory:
         peak_activation_gib=group("peak_activation_gib"),
         non_torch_gib=group("non_torch_gib"),
         cudagraph_estimate_gib=group("cudagraph_estimate_gib"),
+        cudagraph_actual_gib=group("cudagraph_actual_gib"),
         available_kv_gib=group("available_kv_gib") or 0.0,
         kv_cache_tokens=int(group("kv_cache_tokens") or 0),
         max_model_len=int(group("max_concurrency", 1) or 0),
@@ -151,7 +154,8 @@ def calculator_check(data: Path):  # type: ignore[no-untyped-def]
     does not model (it overstates their KV tokens; the batching calculator's page shows by how much).
 
     Where vLLM logged them, its peak activation and its CUDA-graph memory estimate (which vLLM 0.26 takes from the
-    KV budget; the calculator models neither for MoE shapes nor the graphs at all) stand beside ours, and
+    KV budget; the calculator models neither for MoE shapes nor the graphs at all) stand beside ours, with the memory
+    the graph pool took once captured (``cudagraph_gib_actual``) and our KV bytes per token on that GPU, and
     ``kv_tokens_error_with_vllm_overheads_pct`` is the error our weights and KV bytes per token give when the budget
     subtracts vLLM's logged activation, non-torch memory and graph estimate instead of our estimates."""
     import pandas as pd
@@ -183,7 +187,8 @@ def calculator_check(data: Path):  # type: ignore[no-untyped-def]
                 "kv_tokens_error_pct": 100 * (budget.kv_tokens / start.kv_cache_tokens - 1),
                 "max_concurrency_vllm": start.max_concurrency, "max_concurrency_ours": budget.max_concurrency,
                 "activation_gib_vllm": start.peak_activation_gib, "activation_gib_ours": budget.activation_bytes / GIB,
-                "cudagraph_gib_vllm": start.cudagraph_estimate_gib,
+                "cudagraph_gib_vllm": start.cudagraph_estimate_gib, "cudagraph_gib_actual": start.cudagraph_actual_gib,
+                "kv_bytes_per_token_ours": budget.kv_bytes_per_token_per_gpu,
                 "kv_tokens_error_with_vllm_overheads_pct": with_vllm_overheads,
             })  # fmt: skip
     return pd.DataFrame(records)
@@ -275,3 +280,40 @@ def gpu_time_note(servers: pd.DataFrame, gpu: str = "GPU") -> str:
             "rest served the measured points, their warm-ups and calibration runs. Read from the server logs (launch "
             "to the last logged line), so installing vLLM and the idle time of a GPU lease are not in it; the sessions "
             "table of `data/runs/README.md` gives each lease.")
+
+
+def cudagraph_reserve_note(check: pd.DataFrame, threshold_gib: float = 1.0) -> str:
+    """One Markdown paragraph on a ``calculator_check`` table: where vLLM's CUDA-graph estimate (taken from the KV
+    budget before capture) exceeded what the graph pool then took by more than ``threshold_gib``, the KV memory and
+    tokens that went unused (at our KV bytes per token), and where it fell short ('' when no start-up logged both)."""
+    logged = check.dropna(subset=["cudagraph_gib_vllm", "cudagraph_gib_actual"])
+    if logged.empty:
+        return ""
+    excess = logged["cudagraph_gib_vllm"] - logged["cudagraph_gib_actual"]
+    over = logged[excess > threshold_gib]
+    text = (f"**The CUDA-graph reserve is an estimate.** vLLM 0.26 estimates the memory its CUDA graphs will take, "
+            f"takes that from the KV-cache budget, then captures the graphs and logs what their pool took. In "
+            f"{len(over)} of the {len(logged)} start-ups that logged both, the estimate was more than "
+            f"{threshold_gib:g} GiB too high")  # fmt: skip
+    configs = over.groupby(["model", "engine_label"], sort=True)
+    if configs.ngroups != len(over):
+        text += f" ({configs.ngroups} configs)" if configs.ngroups > 1 else " (one config)"
+    if not over.empty:
+        from vllm_playbooks.config.capacity import BLOCK_SIZE, GIB
+
+        cases = []
+        for (model, label), rows in configs:
+            row = rows.iloc[0]
+            lost = row["cudagraph_gib_vllm"] - row["cudagraph_gib_actual"]
+            tokens = int(lost * GIB // (row["kv_bytes_per_token_ours"] * BLOCK_SIZE)) * BLOCK_SIZE
+            cases.append(f"`{model}` {label} ({row['cudagraph_gib_vllm']:.2f} GiB estimated, "
+                         f"{row['cudagraph_gib_actual']:.2f} GiB taken: {lost:.2f} GiB, about {tokens:,} KV tokens, "
+                         f"left unused)")  # fmt: skip
+        text += (": " + "; ".join(cases) + ". Such a server holds fewer KV tokens than its memory allows; its log "
+                 "names two remedies: a higher `--gpu-memory-utilization`, or "
+                 "`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0`")  # fmt: skip
+    short = logged[excess < 0]
+    if not short.empty:
+        text += (f". In {len(short)} the estimate fell short, by up to {-excess.min():.2f} GiB: those graphs took more "
+                 "than was set aside")  # fmt: skip
+    return text + "."

@@ -6,6 +6,7 @@ import json
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from tests.conftest import ROOT
@@ -27,7 +28,8 @@ from vllm_playbooks.plan import load_plan
 from vllm_playbooks.shapes import get_shape, resolve_model
 from vllm_playbooks.runner import replay_rows
 from vllm_playbooks.startup import (
-    calculator_check, engine_for_log, has_started, overheads_note, read_startup, server_logs, unstarted_server_logs,
+    calculator_check, cudagraph_reserve_note, engine_for_log, has_started, overheads_note, read_startup, server_logs,
+    unstarted_server_logs,
 )
 
 RUNS = ROOT / "data" / "runs"
@@ -266,6 +268,23 @@ def test_calculator_check_table_covers_every_log() -> None:
     assert f"KV tokens of {len(table)} of the {len(table)} start-ups within " in note
     assert overheads_note(dense) == ""
     assert {(1, 2), (2, 1)} <= set(zip(table.tensor_parallel_size, table.pipeline_parallel_size, strict=True))
+    graphs = table.dropna(subset=["cudagraph_gib_actual"])  # the pool vLLM logged after capture, where it did
+    assert len(graphs) >= 20 and (graphs.cudagraph_gib_actual > 0).all() and graphs.cudagraph_gib_vllm.notna().all()
+
+
+def test_cudagraph_reserve_note_counts_the_kv_an_overestimate_leaves_unused() -> None:
+    row = {"model": "m", "engine_label": "a", "kv_bytes_per_token_ours": 2**20}  # 1 MiB per token: 1 GiB = 1,024
+    table = pd.DataFrame([
+        {**row, "cudagraph_gib_vllm": 4.0, "cudagraph_gib_actual": 1.0},  # 3 GiB set aside and never used
+        {**row, "cudagraph_gib_vllm": 4.0, "cudagraph_gib_actual": 1.0},  # the same config started again
+        {**row, "engine_label": "b", "cudagraph_gib_vllm": 1.0, "cudagraph_gib_actual": 1.5},  # 0.5 GiB short
+        {**row, "engine_label": "c", "cudagraph_gib_vllm": None, "cudagraph_gib_actual": None},  # not logged
+    ])  # fmt: skip
+    note = cudagraph_reserve_note(table)
+    assert "In 2 of the 3 start-ups that logged both, the estimate was more than 1 GiB too high (one config): " in note
+    assert "`m` a (4.00 GiB estimated, 1.00 GiB taken: 3.00 GiB, about 3,072 KV tokens, left unused)" in note
+    assert note.endswith("In 1 the estimate fell short, by up to 0.50 GiB: those graphs took more than was set aside.")
+    assert cudagraph_reserve_note(table.iloc[3:]) == ""
 
 
 @pytest.mark.parametrize(
