@@ -299,13 +299,13 @@ def cudagraph_reserve_note(check: pd.DataFrame, threshold_gib: float = 1.0) -> s
     if configs.ngroups != len(over):
         text += f" ({configs.ngroups} configs)" if configs.ngroups > 1 else " (one config)"
     if not over.empty:
-        from vllm_playbooks.config.capacity import BLOCK_SIZE, GIB
+        from vllm_playbooks.config.capacity import GIB, kv_tokens_fitting
 
         cases = []
         for (model, label), rows in configs:
             row = rows.iloc[0]
             lost = row["cudagraph_gib_vllm"] - row["cudagraph_gib_actual"]
-            tokens = int(lost * GIB // (row["kv_bytes_per_token_ours"] * BLOCK_SIZE)) * BLOCK_SIZE
+            tokens = kv_tokens_fitting(lost * GIB, int(row["kv_bytes_per_token_ours"]))
             cases.append(f"`{model}` {label} ({row['cudagraph_gib_vllm']:.2f} GiB estimated, "
                          f"{row['cudagraph_gib_actual']:.2f} GiB taken: {lost:.2f} GiB, about {tokens:,} KV tokens, "
                          f"left unused)")  # fmt: skip

@@ -181,7 +181,7 @@ def describe_best_k(best: pd.DataFrame) -> str:
     an empty table)."""
     import pandas as pd
 
-    parts: list[str] = []  # sentences after the headline
+    parts = []
     for k, group in best.groupby("best_k", sort=True):
         rates = [f"{r:g}" for r in group["request_rate_qps"] if pd.notna(r)]
         streams = [f"{c:g}" for c in group["concurrency"] if pd.notna(c)]
@@ -671,7 +671,7 @@ def describe_beside_model(table: pd.DataFrame, band: float, unit: str, fmt: str 
                          for c, m, p in zip(part["concurrency"], part["measured"], part["predicted"], strict=True))  # fmt: skip
 
     diff = rows["measured_minus_predicted"]
-    parts: list[str] = []  # sentences after the headline
+    parts = []
     for words, part in ((f"came within {band:g} {unit} of the measurement", rows[diff.abs() <= band]),
                         ("understated the measurement", rows[diff > band]), ("overstated it", rows[diff < -band])):  # fmt: skip
         if not part.empty:
