@@ -172,8 +172,9 @@ def test_predicted_budget_within_5_percent_of_vllm(log: Path) -> None:
 def test_cudagraph_sizes_match_what_vllm_profiled(log: Path) -> None:
     text = log.read_text(errors="replace")
     engine = _engine_of(log)
+    full = engine.speculative is None or engine.speculative.keeps_full_cudagraphs  # a schedule: PIECEWISE only
     sizes = cudagraph_capture_sizes(engine.max_num_seqs or 1024, engine.num_speculative_tokens,
-                                    engine.max_num_batched_tokens or 8192,
+                                    engine.max_num_batched_tokens or 8192, full_decode_graphs=full,
                                     model_max_capture_size=max_capture_size_of(engine.model))  # fmt: skip
     # logged where vLLM estimates CUDA-graph memory; where it also names a PIECEWISE set (mixed prefill-decode
     # batches), that is the set of sizes: the FULL (decode-only) set of some attention backends stops lower

@@ -94,3 +94,19 @@ def test_cli_json_is_what_vllm_takes() -> None:
 
 def test_off_is_none() -> None:
     assert build_speculative_config(None) is None
+
+
+@pytest.mark.parametrize(("batch_size", "k"), [(1, 4), (8, 4), (9, 2), (20, 2), (33, 0), (500, 0)])
+def test_k_at_batch_size_follows_the_schedule_and_gaps_carry_the_previous_k(batch_size: int, k: int) -> None:
+    schedule = [[1, 8, 4], [9, 16, 2], [33, 64, 0]]
+    spec = build_speculative_config({**DRAFT, "num_speculative_tokens_per_batch_size": schedule})
+    assert spec is not None
+    assert spec.k_at_batch_size(batch_size) == k
+
+
+def test_k_at_batch_size_without_a_schedule_is_k() -> None:
+    spec = build_speculative_config(DRAFT)
+    assert spec is not None
+    assert spec.k_at_batch_size(1000) == 4
+    with pytest.raises(ValueError, match="at least 1"):
+        spec.k_at_batch_size(0)

@@ -533,6 +533,25 @@ class SpeculativeConfig(BaseModel):
         slots = self.num_speculative_tokens - 1 if self.parallel_drafting else 0
         return slots + (1 if self.method == "draft_model" else 0)
 
+    @property
+    def keeps_full_cudagraphs(self) -> bool:
+        """False where vLLM 0.26's V1 model runner downgrades FULL CUDA graphs to PIECEWISE: a batch-size schedule
+        (``num_speculative_tokens_per_batch_size``), whose decode batches then run without a full graph."""
+        return self.num_speculative_tokens_per_batch_size is None
+
+    def k_at_batch_size(self, batch_size: int) -> int:
+        """The draft length vLLM 0.26 uses when ``batch_size`` requests are scheduled in a step: the schedule's k for
+        the range holding it (a gap or the tail carries the previous range's k), or ``num_speculative_tokens``
+        without a schedule."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        k = self.num_speculative_tokens
+        for start, _end, k_here in self.num_speculative_tokens_per_batch_size or ():
+            if start > batch_size:
+                break
+            k = k_here
+        return k
+
     def max_num_scheduled_tokens(self, max_num_batched_tokens: int, max_num_seqs: int) -> int:
         """The scheduler's per-step token budget vLLM 0.26 derives: batched tokens − slots × max_num_seqs.
 
