@@ -339,3 +339,124 @@ def schedule_rule(crossover_table: pd.DataFrame, label: str, k: int, max_num_seq
     return (f"{label} gained up to {keep} and lost from {int(row['loses_from'])} concurrent streams: set "
             f"`\"num_speculative_tokens_per_batch_size\": {schedule}` to speculate only where it paid "
             "(between the two, the measured points do not say where the crossover lies).")  # fmt: skip
+
+
+def schedule_outcome(
+    df: pd.DataFrame, schedule_label: str, fixed_label: str, metric: str = "output_tok_s",
+) -> pd.DataFrame:
+    """What a measured batch-size schedule (``num_speculative_tokens_per_batch_size``) delivered at each concurrency:
+    the k its schedule sets there (taking the concurrency as the batch size, the most the server can schedule at
+    once), the drafts it made, and its ``metric`` against what it is meant to match: ``fixed_label`` (the same
+    speculative config without a schedule) where it speculates, speculation off where its k is 0.
+
+    Columns: engine_label, concurrency, scheduled_k, num_drafts, ``metric``, reference_label, reference, change_pct;
+    concurrencies
+    whose reference was not measured are left out; an empty table where the schedule was not measured."""
+    import json
+
+    import pandas as pd
+
+    from vllm_playbooks.config.speculative import SpeculativeConfig
+
+    columns = ["engine_label", "concurrency", "scheduled_k", "num_drafts", metric, "reference_label", "reference",
+               "change_pct"]
+    rows = df[df["engine_label"] == schedule_label]
+    if rows.empty:
+        return pd.DataFrame(columns=columns)
+    spec_json = json.loads(rows["engine_config_json"].iloc[0])["speculative"]
+    spec = SpeculativeConfig.model_validate(spec_json, context={"advisories": False})
+    off = df[df["spec_method"] == "none"]
+    fixed = df[df["engine_label"] == fixed_label]
+    records = []
+    for row in rows.sort_values("concurrency").itertuples():
+        k = spec.k_at_batch_size(int(row.concurrency))
+        reference_rows = fixed if k else off
+        same = reference_rows[reference_rows["concurrency"] == row.concurrency]
+        if same.empty:
+            continue
+        reference = float(same[metric].astype(float).median())
+        records.append({
+            "engine_label": schedule_label, "concurrency": int(row.concurrency), "scheduled_k": k,
+            "num_drafts": row.num_drafts,
+            metric: float(getattr(row, metric)),
+            "reference_label": fixed_label if k else str(same["engine_label"].iloc[0]), "reference": reference,
+            "change_pct": 100.0 * (float(getattr(row, metric)) / reference - 1.0),
+        })  # fmt: skip
+    return pd.DataFrame(records, columns=columns).astype({"num_drafts": "Int64"})
+
+
+def schedule_outcome_text(
+    outcome: pd.DataFrame, modes: pd.DataFrame | None = None, band_pct: float = NO_CHANGE_BAND_PCT,
+) -> str:
+    """A sentence on a ``schedule_outcome`` table: whether the schedule matched speculation off where it switched
+    speculation off, and the same config without a schedule where it speculated (within ±``band_pct``); with
+    ``modes`` (``startup.server_modes``) a second one on how the servers compared ran, as their logs say."""
+    if outcome.empty:
+        return "The batch-size schedule is not measured yet."
+
+    def part(rows: pd.DataFrame, where: str, against: str) -> str:
+        changes = ", ".join(f"{r.change_pct:+.1f} % at {r.concurrency}" for r in rows.itertuples())
+        if (rows["change_pct"].abs() <= band_pct).all():
+            return f"where {where} it matched {against} within ±{band_pct:g} % ({changes})"
+        verb = "fell short of" if (rows["change_pct"] < -band_pct).all() else "did not match"
+        return f"where {where} it {verb} {against} ({changes})"
+
+    off, on = outcome[outcome["scheduled_k"] == 0], outcome[outcome["scheduled_k"] > 0]
+    parts = []
+    if not off.empty:
+        parts.append(part(off, "the schedule switched speculation off", f"`{off['reference_label'].iloc[0]}`"))
+    if not on.empty:
+        where = "it speculated" if parts else "the schedule speculated"
+        parts.append(part(on, where, f"`{on['reference_label'].iloc[0]}` without a schedule"))
+    off_fell_short = not off.empty and bool((off["change_pct"] < -band_pct).all())
+    text = ("The schedule was not free here: " if off_fell_short else "Measured, ") + "; ".join(parts) + "."
+    labels = {str(outcome["engine_label"].iloc[0]), *outcome["reference_label"].astype(str)}
+    if modes is not None and not modes.empty:
+        shown = modes[modes["engine_label"].isin(labels)].drop_duplicates("engine_label")
+        described = "; ".join(
+            f"`{r.engine_label}` ran CUDA graphs {r.cudagraph_mode} with async scheduling "
+            f"{'on' if r.async_scheduling else 'off' if r.async_scheduling is not None else 'not logged'}"
+            for r in shown.sort_values("engine_label").itertuples()
+        )  # fmt: skip
+        if described:
+            text += f" Their server logs: {described}."
+    return text
+
+
+def never_lost_text(crossover_table: pd.DataFrame, comparison: pd.DataFrame) -> str:
+    """A sentence naming the configs of a ``crossover`` table that lost at no measured concurrency but gained at
+    some, each with its change at its lowest and highest measured concurrency (from ``comparison``, the
+    ``versus_baseline`` rows the table was built from); '' where there is none."""
+    kept = crossover_table[crossover_table["loses_from"].isna() & crossover_table["gains_up_to"].notna()]
+    described = []
+    for label in kept["engine_label"]:
+        rows = comparison[comparison["engine_label"] == label].dropna(subset=["concurrency"]).sort_values("concurrency")
+        low, high = rows.iloc[0], rows.iloc[-1]
+        described.append(f"{label} ({low.change_pct:+.1f} % at {int(low.concurrency)}, "
+                         f"{high.change_pct:+.1f} % at {int(high.concurrency)})")  # fmt: skip
+    if not described:
+        return ""
+    return "Lost at no measured concurrency: " + "; ".join(described) + "."
+
+
+def scheduled_off(df: pd.DataFrame) -> pd.Series:
+    """True for each recorded row whose speculative config's batch-size schedule sets k = 0 at its concurrency (the
+    concurrency taken as the batch size): speculation was (nearly) off there, so its acceptance and chunking say
+    nothing about drafting. False for every other row, speculative or not, and for request-rate loads."""
+    import json
+
+    import pandas as pd
+
+    from vllm_playbooks.config.speculative import SpeculativeConfig
+
+    def off(row: pd.Series) -> bool:
+        config = row.get("engine_config_json")
+        if row["spec_method"] == "none" or pd_isna(row["concurrency"]) or not isinstance(config, str):
+            return False
+        spec_json = json.loads(config).get("speculative")
+        if not spec_json or not spec_json.get("num_speculative_tokens_per_batch_size"):
+            return False
+        spec = SpeculativeConfig.model_validate(spec_json, context={"advisories": False})
+        return spec.k_at_batch_size(int(row["concurrency"])) == 0
+
+    return df.apply(off, axis=1).astype(bool) if not df.empty else pd.Series(dtype=bool)

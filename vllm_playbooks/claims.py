@@ -23,7 +23,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vllm_playbooks import paths
+from vllm_playbooks import analysis, paths
 from vllm_playbooks.errors import ConfigError, SchemaError
 from vllm_playbooks.results.stalls import describe_load
 
@@ -728,7 +728,8 @@ def acceptance_bands(claim: Claim, ev: Evidence) -> CheckResult:
     published = (f"acceptance rate below {loss_below:g}: a net loss; {even_low:g}–{even_high:g}: break-even; "
                  f"{helps_from:g} or more: helps")  # fmt: skip
     rows = ev.all_rows()
-    pairs = _pairs(rows, "output_tok_s", extra=["acceptance_rate"])
+    drafting = rows[~analysis.scheduled_off(rows)]  # a schedule's k = 0 points drafted too little to judge
+    pairs = _pairs(drafting, "output_tok_s", extra=["acceptance_rate"])
     pairs = pairs[pairs["acceptance_rate"].notna()]
     verdicts, notes = [], []
     for _, r in pairs.iterrows():

@@ -317,3 +317,32 @@ def cudagraph_reserve_note(check: pd.DataFrame, threshold_gib: float = 1.0) -> s
         text += (f". In {len(short)} the estimate fell short, by up to {-excess.min():.2f} GiB: those graphs took more "
                  "than was set aside")  # fmt: skip
     return text + "."
+
+
+_ASYNC_SCHEDULING = re.compile(r"Asynchronous scheduling is (enabled|disabled)")
+_CUDAGRAPH_MODE = re.compile(r"'cudagraph_mode': <CUDAGraphMode\.([A-Z_]+)")
+
+
+def server_modes(case: str, data: Path | None = None) -> pd.DataFrame:
+    """How each started server of ``case`` ran, as its log says: one row per server log with its ``config_id`` and
+    ``engine_label`` (the config id without its hash), ``cudagraph_mode`` (from the engine config vLLM printed, e.g.
+    FULL_AND_PIECEWISE, or PIECEWISE where a speculative schedule forced it) and ``async_scheduling`` (True/False;
+    None where the log does not say)."""
+    import pandas as pd
+
+    from vllm_playbooks import paths
+    from vllm_playbooks.results.store import case_dir
+
+    folder = case_dir(case, data if data is not None else paths.data_dir())
+    records = []
+    for log in server_logs(folder) if (folder / "logs").is_dir() else []:
+        text = log.read_text(encoding="utf-8", errors="replace")
+        modes = _CUDAGRAPH_MODE.findall(text)
+        scheduling = _ASYNC_SCHEDULING.findall(text)
+        config_id = _log_name(log)[0]
+        records.append({
+            "log": log.name, "config_id": config_id, "engine_label": config_id.rsplit("-", 1)[0],
+            "cudagraph_mode": modes[-1] if modes else None,
+            "async_scheduling": scheduling[-1] == "enabled" if scheduling else None,
+        })  # fmt: skip
+    return pd.DataFrame(records, columns=["log", "config_id", "engine_label", "cudagraph_mode", "async_scheduling"])

@@ -65,7 +65,9 @@ def test_recorded_chunking_equals_acceptance_length() -> None:
     """On every recorded 70B pair, tokens per chunk (ITL ratio / TPOT ratio) is the measured acceptance length."""
     from vllm_playbooks.runner import replay_case
 
-    table = analysis.itl_artifact(replay_case("discussion-13834"))
+    rows = replay_case("discussion-13834")
+    assert analysis.scheduled_off(rows).sum() >= 2  # the schedule's points above 16 streams
+    table = analysis.itl_artifact(rows[~analysis.scheduled_off(rows)])
     assert len(table) >= 13
     assert ((table["chunking"] / table["mean_acceptance_length"] - 1).abs() < 0.05).all()
 
@@ -97,3 +99,59 @@ def test_the_case_page_verdict_is_the_ledgers_and_reads_its_point() -> None:
     assert text.startswith(f"**Verdict: {result.verdict}.**") and "tokens per chunk" in text
     with pytest.raises(ConfigError, match="no claim 'nope'"):
         claims.result_for("nope")
+
+
+def _schedule_rows() -> pd.DataFrame:
+    """Speculation off, fixed k = 4 and the same config switched off above 8 requests, at 1, 8 and 32 streams."""
+    import json
+
+    from vllm_playbooks.config.speculative import build_speculative_config
+
+    frame = _rows([100, 100, 100], [150, 120, 80], [1, 8, 32])
+    spec = build_speculative_config({"method": "draft_model", "model": "llama-3.2-1b", "num_speculative_tokens": 4,
+                                     "num_speculative_tokens_per_batch_size": [[1, 8, 4], [9, 256, 0]]})  # fmt: skip
+    assert spec is not None
+    config = json.dumps({"speculative": spec.model_dump(mode="json")})
+    scheduled = frame[frame["engine_label"] == "on"].assign(
+        engine_label="sched", output_tok_s=[148.0, 100.0, 90.0], num_drafts=[500, 900, 12], engine_config_json=config
+    )
+    return pd.concat([frame, scheduled], ignore_index=True)
+
+
+def test_schedule_outcome_compares_with_fixed_k_where_it_drafts_and_with_off_where_it_does_not() -> None:
+    outcome = analysis.schedule_outcome(_schedule_rows(), "sched", "on").set_index("concurrency")
+    assert outcome["scheduled_k"].tolist() == [4, 4, 0]
+    assert outcome["reference_label"].tolist() == ["on", "on", "off"]
+    assert outcome.loc[1, "change_pct"] == pytest.approx(-100 * 2 / 150)
+    assert outcome.loc[8, "change_pct"] == pytest.approx(-100 * 20 / 120)
+    assert outcome.loc[32, "change_pct"] == pytest.approx(-10.0)
+    assert outcome.loc[32, "num_drafts"] == 12
+    assert analysis.schedule_outcome(_schedule_rows(), "not-measured", "on").empty
+    rows = _schedule_rows()
+    off = rows[analysis.scheduled_off(rows)]
+    assert off[["engine_label", "concurrency"]].values.tolist() == [["sched", 32]]
+
+
+def test_schedule_outcome_text_says_where_it_fell_short_and_how_the_servers_ran() -> None:
+    outcome = analysis.schedule_outcome(_schedule_rows(), "sched", "on")
+    modes = pd.DataFrame({"engine_label": ["off", "sched", "elsewhere"],
+                          "cudagraph_mode": ["FULL_AND_PIECEWISE", "PIECEWISE", "NONE"],
+                          "async_scheduling": [True, False, None]})  # fmt: skip
+    text = analysis.schedule_outcome_text(outcome, modes)
+    assert text.startswith("The schedule was not free here: where the schedule switched speculation off it fell "
+                           "short of `off` (-10.0 % at 32); where it speculated it did not match `on` without a "
+                           "schedule (-1.3 % at 1, -16.7 % at 8).")  # fmt: skip
+    assert "`off` ran CUDA graphs FULL_AND_PIECEWISE with async scheduling on" in text
+    assert "`sched` ran CUDA graphs PIECEWISE with async scheduling off" in text and "elsewhere" not in text
+    matched = outcome.assign(change_pct=[-1.0, 2.0, -3.0])
+    assert analysis.schedule_outcome_text(matched).startswith(
+        "Measured, where the schedule switched speculation off it matched `off` within ±5 % (-3.0 % at 32)")
+    assert analysis.schedule_outcome_text(outcome.iloc[0:0]) == "The batch-size schedule is not measured yet."
+
+
+def test_never_lost_names_the_configs_that_gained_and_never_lost() -> None:
+    comparison = analysis.versus_baseline(_rows([100] * 3, [150, 110, 103], [1, 8, 32]))
+    assert analysis.never_lost_text(analysis.crossover(comparison), comparison) == (
+        "Lost at no measured concurrency: on (+50.0 % at 1, +3.0 % at 32).")
+    losing = analysis.versus_baseline(_rows([100] * 2, [150, 80], [1, 32]))
+    assert analysis.never_lost_text(analysis.crossover(losing), losing) == ""
