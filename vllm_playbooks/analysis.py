@@ -439,24 +439,32 @@ def never_lost_text(crossover_table: pd.DataFrame, comparison: pd.DataFrame) -> 
     return "Lost at no measured concurrency: " + "; ".join(described) + "."
 
 
-def scheduled_off(df: pd.DataFrame) -> pd.Series:
-    """True for each recorded row whose speculative config's batch-size schedule sets k = 0 at its concurrency (the
-    concurrency taken as the batch size): speculation was (nearly) off there, so its acceptance and chunking say
-    nothing about drafting. False for every other row, speculative or not, and for request-rate loads."""
-    import json
 
-    import pandas as pd
+def schedule_switched_off(engine_config_json: object, concurrency: object) -> bool:
+    """True where a recorded row's speculative config (its ``engine_config_json``) has a batch-size schedule that
+    sets k = 0 at ``concurrency`` (taken as the batch size); False without a schedule or a concurrency."""
+    import json
 
     from vllm_playbooks.config.speculative import SpeculativeConfig
 
-    def off(row: pd.Series) -> bool:
-        config = row.get("engine_config_json")
-        if row["spec_method"] == "none" or pd_isna(row["concurrency"]) or not isinstance(config, str):
-            return False
-        spec_json = json.loads(config).get("speculative")
-        if not spec_json or not spec_json.get("num_speculative_tokens_per_batch_size"):
-            return False
-        spec = SpeculativeConfig.model_validate(spec_json, context={"advisories": False})
-        return spec.k_at_batch_size(int(row["concurrency"])) == 0
+    if not isinstance(engine_config_json, str) or pd_isna(concurrency):
+        return False
+    spec_json = json.loads(engine_config_json).get("speculative")
+    if not spec_json or not spec_json.get("num_speculative_tokens_per_batch_size"):
+        return False
+    spec = SpeculativeConfig.model_validate(spec_json, context={"advisories": False})
+    return spec.k_at_batch_size(int(concurrency)) == 0
 
-    return df.apply(off, axis=1).astype(bool) if not df.empty else pd.Series(dtype=bool)
+
+def scheduled_off(df: pd.DataFrame) -> pd.Series:
+    """True for each recorded row whose speculative config's batch-size schedule sets k = 0 at its concurrency
+    (``schedule_switched_off``): speculation was (nearly) off there, so its acceptance and chunking say nothing about
+    drafting. False for every other row, speculative or not, and for request-rate loads."""
+    import pandas as pd
+
+    if df.empty:
+        return pd.Series(dtype=bool)
+    return df.apply(
+        lambda row: row["spec_method"] != "none"
+        and schedule_switched_off(row.get("engine_config_json"), row["concurrency"]), axis=1,
+    ).astype(bool)

@@ -617,10 +617,18 @@ CALIBRATION_CASES = ("llama-8b-draft-model", "discussion-13834")
 
 
 def calibration_rows() -> list[Any]:
-    """Every recorded H200 row (spec off and on) of ``CALIBRATION_CASES``, rebuilt from the raw files."""
+    """Every recorded H200 row (spec off and on) of ``CALIBRATION_CASES``, rebuilt from the raw files, but those of
+    configs with a batch-size schedule: the model takes k as fixed and the decode steps as full CUDA graphs, and a
+    schedule changes both (vLLM 0.26 runs it with PIECEWISE graphs only)."""
+    import json
+
     from vllm_playbooks.runner import replay_rows
 
-    return [row for case in CALIBRATION_CASES for row in replay_rows(case)]
+    def scheduled(row: Any) -> bool:
+        spec = json.loads(row.engine_config_json).get("speculative") or {}
+        return spec.get("num_speculative_tokens_per_batch_size") is not None
+
+    return [row for case in CALIBRATION_CASES for row in replay_rows(case) if not scheduled(row)]
 
 
 def predict_13834_a100(fit: EfficiencyFit, concurrency: int = 32, alpha: float = 0.72, k: int = 5) -> dict[str, float]:

@@ -117,7 +117,9 @@ def calibration() -> tuple[list, T.EfficiencyFit]:
 def test_calibration_error_bound(calibration: tuple[list, T.EfficiencyFit]) -> None:
     rows, fit = calibration
     recorded = [r for case in ("llama-8b-draft-model", "discussion-13834") for r in replay_rows(case)]
-    assert len(rows) == len(recorded) >= 27
+    scheduled = [r for r in recorded if r.engine_label == "draft3b-k5-a0.72-off-above-16"]
+    assert len(scheduled) == 6  # a batch-size schedule: fixed k and full graphs, as the model takes them, do not hold
+    assert len(rows) == len(recorded) - len(scheduled) >= 27
     assert fit.rows_used == sum(r.spec_method == "none" for r in recorded)  # fitted on speculation-off rows only
     table = T.prediction_table(rows, fit)
     median = table["tpot_rel_error"].abs().median()
@@ -449,7 +451,8 @@ def test_holdout_table_shape_and_it_never_uses_the_held_out_rows(calibration: tu
 
 
 def _recorded_row_count() -> int:
-    """Rows in the calibration cases' runs.csv files, read directly (not through the replay the model uses)."""
+    """Rows in the calibration cases' runs.csv files, read directly (not through the replay the model uses), but those
+    of configs with a batch-size schedule, which the calibration leaves out."""
     import csv
 
     from vllm_playbooks.results.store import runs_file
@@ -457,7 +460,8 @@ def _recorded_row_count() -> int:
     total = 0
     for case in T.CALIBRATION_CASES:
         with runs_file(case).open(newline="") as handle:
-            total += sum(1 for _ in csv.DictReader(handle))
+            total += sum(1 for row in csv.DictReader(handle) if "num_speculative_tokens_per_batch_size\": null" in
+                         row["engine_config_json"] or row["spec_method"] == "none")
     return total
 
 
