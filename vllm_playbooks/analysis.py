@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pandas as pd
 
+    from vllm_playbooks.config.speculative import SpeculativeConfig
+
 #: Columns that must match for a speculative row and a baseline row to be compared.
 PAIRING_COLUMNS = (
     "model_shape", "load_format", "input_len", "output_len", "concurrency", "request_rate_qps",
@@ -350,21 +352,18 @@ def schedule_outcome(
     speculative config without a schedule) where it speculates, speculation off where its k is 0.
 
     Columns: engine_label, concurrency, scheduled_k, num_drafts, ``metric``, reference_label, reference, change_pct;
-    concurrencies
-    whose reference was not measured are left out; an empty table where the schedule was not measured."""
-    import json
-
+    concurrencies whose reference was not measured are left out; an empty table where the schedule was not measured.
+    """
     import pandas as pd
-
-    from vllm_playbooks.config.speculative import SpeculativeConfig
 
     columns = ["engine_label", "concurrency", "scheduled_k", "num_drafts", metric, "reference_label", "reference",
                "change_pct"]
     rows = df[df["engine_label"] == schedule_label]
     if rows.empty:
         return pd.DataFrame(columns=columns)
-    spec_json = json.loads(rows["engine_config_json"].iloc[0])["speculative"]
-    spec = SpeculativeConfig.model_validate(spec_json, context={"advisories": False})
+    spec = recorded_speculative(rows["engine_config_json"].iloc[0])
+    if spec is None:
+        raise ValueError(f"{schedule_label} has no speculative config, so no schedule")
     off = df[df["spec_method"] == "none"]
     fixed = df[df["engine_label"] == fixed_label]
     records = []
@@ -439,20 +438,25 @@ def never_lost_text(crossover_table: pd.DataFrame, comparison: pd.DataFrame) -> 
     return "Lost at no measured concurrency: " + "; ".join(described) + "."
 
 
-
-def schedule_switched_off(engine_config_json: object, concurrency: object) -> bool:
-    """True where a recorded row's speculative config (its ``engine_config_json``) has a batch-size schedule that
-    sets k = 0 at ``concurrency`` (taken as the batch size); False without a schedule or a concurrency."""
+def recorded_speculative(engine_config_json: object) -> SpeculativeConfig | None:
+    """The speculative config stored in a recorded row's ``engine_config_json`` (None for speculation off, or where
+    the row has no config), validated without repeating its advisories."""
     import json
 
     from vllm_playbooks.config.speculative import SpeculativeConfig
 
-    if not isinstance(engine_config_json, str) or pd_isna(concurrency):
-        return False
+    if not isinstance(engine_config_json, str):
+        return None
     spec_json = json.loads(engine_config_json).get("speculative")
-    if not spec_json or not spec_json.get("num_speculative_tokens_per_batch_size"):
+    return SpeculativeConfig.model_validate(spec_json, context={"advisories": False}) if spec_json else None
+
+
+def schedule_switched_off(engine_config_json: object, concurrency: object) -> bool:
+    """True where a recorded row's speculative config (its ``engine_config_json``) has a batch-size schedule that
+    sets k = 0 at ``concurrency`` (taken as the batch size); False without a schedule or a concurrency."""
+    spec = recorded_speculative(engine_config_json)
+    if spec is None or spec.keeps_full_cudagraphs or pd_isna(concurrency):  # no schedule
         return False
-    spec = SpeculativeConfig.model_validate(spec_json, context={"advisories": False})
     return spec.k_at_batch_size(int(concurrency)) == 0
 
 

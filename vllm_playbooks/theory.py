@@ -620,13 +620,12 @@ def calibration_rows() -> list[Any]:
     """Every recorded H200 row (spec off and on) of ``CALIBRATION_CASES``, rebuilt from the raw files, but those of
     configs with a batch-size schedule: the model takes k as fixed and the decode steps as full CUDA graphs, and a
     schedule changes both (vLLM 0.26 runs it with PIECEWISE graphs only)."""
-    import json
-
+    from vllm_playbooks.analysis import recorded_speculative
     from vllm_playbooks.runner import replay_rows
 
     def scheduled(row: Any) -> bool:
-        spec = json.loads(row.engine_config_json).get("speculative") or {}
-        return spec.get("num_speculative_tokens_per_batch_size") is not None
+        spec = recorded_speculative(row.engine_config_json)
+        return spec is not None and not spec.keeps_full_cudagraphs
 
     return [row for case in CALIBRATION_CASES for row in replay_rows(case) if not scheduled(row)]
 
