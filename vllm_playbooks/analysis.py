@@ -409,17 +409,70 @@ def schedule_outcome_text(
         parts.append(part(on, where, f"`{on['reference_label'].iloc[0]}` without a schedule"))
     off_fell_short = not off.empty and bool((off["change_pct"] < -band_pct).all())
     text = ("The schedule was not free here: " if off_fell_short else "Measured, ") + "; ".join(parts) + "."
-    labels = {str(outcome["engine_label"].iloc[0]), *outcome["reference_label"].astype(str)}
-    if modes is not None and not modes.empty:
-        shown = modes[modes["engine_label"].isin(labels)].drop_duplicates("engine_label")
-        described = "; ".join(
-            f"`{r.engine_label}` ran CUDA graphs {r.cudagraph_mode} with async scheduling "
-            f"{'on' if r.async_scheduling else 'off' if r.async_scheduling is not None else 'not logged'}"
-            for r in shown.sort_values("engine_label").itertuples()
-        )  # fmt: skip
-        if described:
-            text += f" Their server logs: {described}."
+    if modes is not None:
+        labels = [str(outcome["engine_label"].iloc[0]), *outcome["reference_label"].astype(str)]
+        text = " ".join(filter(None, [text, server_modes_text(modes, labels)]))
     return text
+
+
+def server_modes_text(modes: pd.DataFrame, labels: Sequence[str]) -> str:
+    """A sentence on how the servers of ``labels`` ran, from ``startup.server_modes``: CUDA graph mode and async
+    scheduling, as their logs say, in label order; '' where none of them is in ``modes``."""
+    shown = modes[modes["engine_label"].isin(list(labels))].drop_duplicates("engine_label")
+    described = "; ".join(
+        f"`{r.engine_label}` ran CUDA graphs {r.cudagraph_mode} with async scheduling "
+        f"{'on' if r.async_scheduling else 'off' if r.async_scheduling is not None else 'not logged'}"
+        for r in shown.sort_values("engine_label").itertuples()
+    )  # fmt: skip
+    return f"Server logs: {described}." if described else ""
+
+
+def schedule_table(outcomes: pd.DataFrame, metric: str = "output_tok_s") -> pd.DataFrame:
+    """Several ``schedule_outcome`` tables (concatenated) side by side: one row per concurrency and scheduled k, the
+    reference (its label and ``metric``), then for each schedule, in the order they come, its drafts, ``metric`` and
+    change against the reference. Columns are ``(group, field)`` with group "reference" or a schedule's label; a
+    concurrency a schedule lacks is empty there."""
+    import pandas as pd
+
+    index = ["concurrency", "scheduled_k"]
+    fields = ["num_drafts", metric, "change_pct"]
+    labels = list(dict.fromkeys(outcomes["engine_label"]))
+    reference = outcomes.drop_duplicates(index).set_index(index)[["reference_label", "reference"]]
+    reference.columns = pd.MultiIndex.from_tuples([("reference", "engine_label"), ("reference", metric)])
+    wide = outcomes.set_index([*index, "engine_label"])[fields].unstack("engine_label")
+    wide = wide.swaplevel(axis=1).reindex(columns=[(label, field) for label in labels for field in fields])
+    return pd.concat([reference, wide], axis=1).sort_index(level="concurrency")
+
+
+def label_change(df: pd.DataFrame, label: str, reference_label: str, metric: str = "output_tok_s") -> pd.DataFrame:
+    """``label``'s ``metric`` against ``reference_label``'s at each concurrency both were measured at (medians over
+    repeats): columns concurrency, ``label``, ``reference_label``, change_pct (of ``label`` against the reference)."""
+    values = (
+        df[df["engine_label"].isin([label, reference_label])]
+        .pivot_table(index="concurrency", columns="engine_label", values=metric, aggfunc="median")
+        .reindex(columns=[label, reference_label])
+        .dropna()
+    )
+    values["change_pct"] = 100.0 * (values[label] / values[reference_label] - 1.0)
+    values.columns.name = None
+    return values.reset_index().astype({"concurrency": int})
+
+
+def label_change_text(change: pd.DataFrame, metric: str = "output_tok_s", band_pct: float = NO_CHANGE_BAND_PCT) -> str:
+    """A sentence on a ``label_change`` table: where the config matched its reference within ±``band_pct`` and
+    where it did not, with the change at each concurrency; '' for an empty table."""
+    if change.empty:
+        return ""
+    label, reference = str(change.columns[1]), str(change.columns[2])
+    even = change[change["change_pct"].abs() <= band_pct]
+    apart = change[change["change_pct"].abs() > band_pct]
+    parts = []
+    if not even.empty:
+        levels = ", ".join(f"{r.concurrency} ({r.change_pct:+.1f} %)" for r in even.itertuples())
+        parts.append(f"within ±{band_pct:g} % at {levels}")
+    if not apart.empty:
+        parts.append(", ".join(f"{r.change_pct:+.1f} % at {r.concurrency}" for r in apart.itertuples()))
+    return f"`{label}` against `{reference}` ({metric}): " + "; ".join(parts) + "."
 
 
 def never_lost_text(crossover_table: pd.DataFrame, comparison: pd.DataFrame) -> str:

@@ -143,6 +143,9 @@ def test_schedule_outcome_text_says_where_it_fell_short_and_how_the_servers_ran(
                            "schedule (-1.3 % at 1, -16.7 % at 8).")  # fmt: skip
     assert "`off` ran CUDA graphs FULL_AND_PIECEWISE with async scheduling on" in text
     assert "`sched` ran CUDA graphs PIECEWISE with async scheduling off" in text and "elsewhere" not in text
+    assert analysis.server_modes_text(modes, ["elsewhere"]) == (
+        "Server logs: `elsewhere` ran CUDA graphs NONE with async scheduling not logged.")
+    assert analysis.server_modes_text(modes, ["not-run"]) == ""
     matched = outcome.assign(change_pct=[-1.0, 2.0, -3.0])
     assert analysis.schedule_outcome_text(matched).startswith(
         "Measured, where the schedule switched speculation off it matched `off` within ±5 % (-3.0 % at 32)")
@@ -155,3 +158,29 @@ def test_never_lost_names_the_configs_that_gained_and_never_lost() -> None:
         "Lost at no measured concurrency: on (+50.0 % at 1, +3.0 % at 32).")
     losing = analysis.versus_baseline(_rows([100] * 2, [150, 80], [1, 32]))
     assert analysis.never_lost_text(analysis.crossover(losing), losing) == ""
+
+
+def test_schedule_table_puts_two_schedules_beside_one_reference() -> None:
+    rows = _schedule_rows()
+    second = rows[rows["engine_label"] == "sched"].iloc[[0, 2]].assign(engine_label="sched-async",
+                                                                        output_tok_s=[140.0, 95.0])  # fmt: skip
+    rows = pd.concat([rows, second], ignore_index=True)
+    outcomes = pd.concat([analysis.schedule_outcome(rows, label, "on") for label in ("sched", "sched-async")])
+    table = analysis.schedule_table(outcomes)
+    assert table.index.tolist() == [(1, 4), (8, 4), (32, 0)]
+    assert table[("reference", "engine_label")].tolist() == ["on", "on", "off"]
+    assert table[("reference", "output_tok_s")].tolist() == [150.0, 120.0, 100.0]
+    assert table[("sched", "output_tok_s")].tolist() == [148.0, 100.0, 90.0]
+    assert table.loc[(32, 0), ("sched-async", "change_pct")] == pytest.approx(-5.0)
+    assert pd.isna(table.loc[(8, 4), ("sched-async", "output_tok_s")])
+    assert list(dict.fromkeys(group for group, _ in table.columns)) == ["reference", "sched", "sched-async"]
+
+
+def test_label_change_compares_two_configs_where_both_ran() -> None:
+    rows = _schedule_rows()
+    change = analysis.label_change(rows, "sched", "on")
+    assert change["concurrency"].tolist() == [1, 8, 32]
+    assert change["change_pct"].round(2).tolist() == [round(-100 * 2 / 150, 2), round(-100 * 20 / 120, 2), 12.5]
+    assert analysis.label_change_text(change) == (
+        "`sched` against `on` (output_tok_s): within ±5 % at 1 (-1.3 %); -16.7 % at 8, +12.5 % at 32.")
+    assert analysis.label_change_text(analysis.label_change(rows, "sched", "not-measured")) == ""
