@@ -117,8 +117,8 @@ def calibration() -> tuple[list, T.EfficiencyFit]:
 def test_calibration_error_bound(calibration: tuple[list, T.EfficiencyFit]) -> None:
     rows, fit = calibration
     recorded = [r for case in ("llama-8b-draft-model", "discussion-13834") for r in replay_rows(case)]
-    scheduled = [r for r in recorded if r.engine_label == "draft3b-k5-a0.72-off-above-16"]
-    assert len(scheduled) == 6  # a batch-size schedule: fixed k and full graphs, as the model takes them, do not hold
+    scheduled = [r for r in recorded if r.engine_label.startswith("draft3b-k5-a0.72-off-above-16")]
+    assert len(scheduled) >= 11  # batch-size schedules: fixed k and full graphs, as the model takes them, do not hold
     assert len(rows) == len(recorded) - len(scheduled) >= 27
     assert fit.rows_used == sum(r.spec_method == "none" for r in recorded)  # fitted on speculation-off rows only
     table = T.prediction_table(rows, fit)
