@@ -282,11 +282,14 @@ def load_claims(path: Path | None = None, published: pd.DataFrame | None = None)
 
 def recorded_startups(data: Path) -> pd.DataFrame:
     """One line per recorded vLLM start-up (server log) of every case: the engine that started, the KV-cache tokens
-    vLLM reported, and the preemptions its measured rows saw. A log without the KV-cache lines (a server that did not
-    start) or without a recorded point of its config is left out."""
+    vLLM reported, and the rows measured while that server was up (its config's rows measured from its launch until
+    the next launch of the same config; none for a server stopped before its first point) with the preemptions they
+    saw. A log without the KV-cache lines (a server that did not start), or whose config has no recorded point, is
+    left out."""
     import pandas as pd
 
     from vllm_playbooks.config.capacity import kv_budget
+    from vllm_playbooks.results.server_logs import parse_log_name
     from vllm_playbooks.results.store import load_runs
     from vllm_playbooks.startup import engine_for_log, read_startup, server_logs
 
@@ -294,6 +297,8 @@ def recorded_startups(data: Path) -> pd.DataFrame:
     runs = data / "runs"
     for case_dir in sorted(p for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []:
         rows = load_runs(case_dir.name, data)
+        measured_at = pd.to_datetime(rows["measured_at"], utc=True)
+        launches = sorted(parsed for log in server_logs(case_dir) if (parsed := parse_log_name(log.name)) is not None)
         for log in server_logs(case_dir):
             try:
                 start = read_startup(log)
@@ -301,7 +306,10 @@ def recorded_startups(data: Path) -> pd.DataFrame:
             except SchemaError:
                 continue
             resolved = kv_budget(engine, start.total_memory_gib)
-            mine = rows[rows["engine_label"] == engine.label]
+            config_id, launched = parse_log_name(log.name) or ("", None)
+            later = [moment for other, moment in launches if other == config_id and launched < moment]
+            until = min(later) if later else pd.Timestamp.max.tz_localize("UTC")
+            mine = rows[(rows["config_id"] == config_id) & (measured_at >= launched) & (measured_at < until)]
             records.append({
                 "case": case_dir.name, "engine_label": engine.label, "engine": engine,
                 "total_memory_gib": start.total_memory_gib, "max_num_seqs": resolved.max_num_seqs,

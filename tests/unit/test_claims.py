@@ -474,6 +474,16 @@ def test_a_server_that_did_not_start_is_left_out_of_the_startups(data: Path) -> 
     assert C.recorded_startups(data).empty
 
 
+def test_each_startup_counts_only_the_rows_measured_while_it_was_up() -> None:
+    startups = C.recorded_startups(ROOT / "data")
+    case = startups[startups["case"] == "discussion-13834"]
+    rows = pd.read_csv(ROOT / "data" / "runs" / "discussion-13834" / "runs.csv")
+    # every server of this case started and logged its KV cache, so each row belongs to exactly one start-up
+    assert case.groupby("engine_label")["measured_rows"].sum().to_dict() == rows["engine_label"].value_counts().to_dict()
+    k2 = case[case["engine_label"] == "draft3b-k2-a0.72"]
+    assert len(k2) >= 2 and k2["measured_rows"].max() < len(rows[rows["engine_label"] == "draft3b-k2-a0.72"])
+
+
 def test_a_shape_the_roofline_does_not_model_is_named_not_fatal(claims, published) -> None:  # type: ignore[no-untyped-def]
     rows = [_row("any", "off", 1, 100.0, model_shape="gpt-oss-120b"),
             _row("any", "off", 1, 100.0, model_shape="llama-3.3-70b-awq", kv_cache_dtype="fp8", input_len=1240)]  # fmt: skip
