@@ -416,12 +416,17 @@ def schedule_outcome_text(
 
 
 def server_modes_text(modes: pd.DataFrame, labels: Sequence[str]) -> str:
-    """A sentence on how the servers of ``labels`` ran, from ``startup.server_modes``: CUDA graph mode and async
-    scheduling, as their logs say, in label order; '' where none of them is in ``modes``."""
+    """A sentence on how the servers of ``labels`` ran, from ``startup.server_modes``: model runner, CUDA graph mode
+    and async scheduling, as their logs say, in label order; '' where none of them is in ``modes``."""
     shown = modes[modes["engine_label"].isin(list(labels))].drop_duplicates("engine_label")
+
+    def said(value: object, text: str) -> str:
+        return "not logged" if pd_isna(value) else text
+
     described = "; ".join(
-        f"`{r.engine_label}` ran CUDA graphs {r.cudagraph_mode} with async scheduling "
-        f"{'on' if r.async_scheduling else 'off' if r.async_scheduling is not None else 'not logged'}"
+        f"`{r.engine_label}` ran model runner {said(r.model_runner, str(r.model_runner))}, CUDA graphs "
+        f"{said(r.cudagraph_mode, str(r.cudagraph_mode))}, async scheduling "
+        f"{said(r.async_scheduling, 'on' if r.async_scheduling else 'off')}"
         for r in shown.sort_values("engine_label").itertuples()
     )  # fmt: skip
     return f"Server logs: {described}." if described else ""

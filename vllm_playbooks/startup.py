@@ -321,13 +321,17 @@ def cudagraph_reserve_note(check: pd.DataFrame, threshold_gib: float = 1.0) -> s
 
 _ASYNC_SCHEDULING = re.compile(r"Asynchronous scheduling is (enabled|disabled)")
 _CUDAGRAPH_MODE = re.compile(r"'cudagraph_mode': <CUDAGraphMode\.([A-Z_]+)")
+#: vLLM 0.26 logs this when it runs Model Runner V2; the V1 runner's lines come from gpu_model_runner.py.
+_V2_RUNNER = "Using V2 Model Runner"
+_V1_RUNNER = "[gpu_model_runner.py:"
 
 
 def server_modes(case: str, data: Path | None = None) -> pd.DataFrame:
     """How each started server of ``case`` ran, as its log says: one row per server log with its ``config_id`` and
-    ``engine_label`` (the config id without its hash), ``cudagraph_mode`` (from the engine config vLLM printed, e.g.
-    FULL_AND_PIECEWISE, or PIECEWISE where a speculative schedule forced it) and ``async_scheduling`` (True/False;
-    None where the log does not say)."""
+    ``engine_label`` (the config id without its hash), ``model_runner`` ("V2" where vLLM said it used Model Runner
+    V2, "V1" where the V1 runner logged, e.g. after falling back for draft_model; None where neither shows),
+    ``cudagraph_mode`` (from the engine config vLLM printed, e.g. FULL_AND_PIECEWISE, or PIECEWISE where a speculative
+    schedule forced it) and ``async_scheduling`` (True/False; None where the log does not say)."""
     import pandas as pd
 
     from vllm_playbooks import paths
@@ -340,9 +344,11 @@ def server_modes(case: str, data: Path | None = None) -> pd.DataFrame:
         modes = _CUDAGRAPH_MODE.findall(text)
         scheduling = _ASYNC_SCHEDULING.findall(text)
         config_id = _log_name(log)[0]
+        runner = "V2" if _V2_RUNNER in text else "V1" if _V1_RUNNER in text else None
         records.append({
             "log": log.name, "config_id": config_id, "engine_label": config_id.rsplit("-", 1)[0],
-            "cudagraph_mode": modes[-1] if modes else None,
+            "model_runner": runner, "cudagraph_mode": modes[-1] if modes else None,
             "async_scheduling": scheduling[-1] == "enabled" if scheduling else None,
         })  # fmt: skip
-    return pd.DataFrame(records, columns=["log", "config_id", "engine_label", "cudagraph_mode", "async_scheduling"])
+    columns = ["log", "config_id", "engine_label", "model_runner", "cudagraph_mode", "async_scheduling"]
+    return pd.DataFrame(records, columns=columns)

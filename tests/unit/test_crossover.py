@@ -134,17 +134,18 @@ def test_schedule_outcome_compares_with_fixed_k_where_it_drafts_and_with_off_whe
 
 def test_schedule_outcome_text_says_where_it_fell_short_and_how_the_servers_ran() -> None:
     outcome = analysis.schedule_outcome(_schedule_rows(), "sched", "on")
-    modes = pd.DataFrame({"engine_label": ["off", "sched", "elsewhere"],
+    modes = pd.DataFrame({"engine_label": ["off", "sched", "elsewhere"], "model_runner": ["V2", "V1", None],
                           "cudagraph_mode": ["FULL_AND_PIECEWISE", "PIECEWISE", "NONE"],
                           "async_scheduling": [True, False, None]})  # fmt: skip
     text = analysis.schedule_outcome_text(outcome, modes)
     assert text.startswith("The schedule was not free here: where the schedule switched speculation off it fell "
                            "short of `off` (-10.0 % at 32); where it speculated it did not match `on` without a "
                            "schedule (-1.3 % at 1, -16.7 % at 8).")  # fmt: skip
-    assert "`off` ran CUDA graphs FULL_AND_PIECEWISE with async scheduling on" in text
-    assert "`sched` ran CUDA graphs PIECEWISE with async scheduling off" in text and "elsewhere" not in text
+    assert "`off` ran model runner V2, CUDA graphs FULL_AND_PIECEWISE, async scheduling on" in text
+    assert "`sched` ran model runner V1, CUDA graphs PIECEWISE, async scheduling off" in text
+    assert "elsewhere" not in text
     assert analysis.server_modes_text(modes, ["elsewhere"]) == (
-        "Server logs: `elsewhere` ran CUDA graphs NONE with async scheduling not logged.")
+        "Server logs: `elsewhere` ran model runner not logged, CUDA graphs NONE, async scheduling not logged.")
     assert analysis.server_modes_text(modes, ["not-run"]) == ""
     matched = outcome.assign(change_pct=[-1.0, 2.0, -3.0])
     assert analysis.schedule_outcome_text(matched).startswith(

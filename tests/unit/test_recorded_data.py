@@ -50,3 +50,13 @@ def test_imposed_acceptance_is_what_the_server_measured(case: str) -> None:
         # a point with few drafts (a schedule that switched speculation off above a batch size) is noisier
         tolerance = max(0.05 * expected, 4 * (variance / row.num_drafts) ** 0.5)
         assert row.mean_acceptance_length == pytest.approx(expected, abs=tolerance), row.point_id
+
+
+def test_discussion_13834_speculation_off_ran_model_runner_v2_and_every_draft_model_server_v1() -> None:
+    """What the page's 'Scale and setting' box says about the two sides' model runners, read from the server logs."""
+    from vllm_playbooks.startup import server_modes
+
+    modes = server_modes("discussion-13834", ROOT / "data")
+    off = modes["engine_label"] == "spec-off"
+    assert off.any() and (modes.loc[off, "model_runner"] == "V2").all()
+    assert (~off).sum() >= 10 and (modes.loc[~off, "model_runner"] == "V1").all()

@@ -63,7 +63,7 @@ def test_the_recorded_servers(tmp_path: Path) -> None:
         server_time(CASE, tmp_path)
 
 
-def test_server_modes_reads_the_cudagraph_mode_and_async_scheduling_a_server_ran_with(tmp_path: Path) -> None:
+def test_server_modes_reads_the_runner_cudagraph_mode_and_async_scheduling_a_server_ran_with(tmp_path: Path) -> None:
     from vllm_playbooks.startup import server_modes
 
     started = [
@@ -77,12 +77,16 @@ def test_server_modes_reads_the_cudagraph_mode_and_async_scheduling_a_server_ran
     _log(tmp_path, "8b-pp1-mns32", "2026-12-31T235800+0000", [
         "(APIServer pid=1) INFO 12-31 23:58:01 [vllm.py:1] Asynchronous scheduling is enabled.",
         "(EngineCore pid=3) INFO 12-31 23:58:02 [core.py:1] config: 'cudagraph_mode': <CUDAGraphMode.PIECEWISE: 1>, x",
+        "(EngineCore pid=3) INFO 12-31 23:58:02 [gpu_model_runner.py:1] Starting to load model x...",
         "(EngineCore pid=3) INFO 12-31 23:58:03 [vllm.py:1] Asynchronous scheduling is disabled.", *started,
     ])  # fmt: skip
     _log(tmp_path, "8b-pp1-mns64", "2026-12-31T235800+0000", started)
+    _log(tmp_path, "8b-pp1-mns256", "2026-12-31T235800+0000", [
+        "(EngineCore pid=3) INFO 12-31 23:58:02 [gpu_worker.py:1] Using V2 Model Runner", *started])  # fmt: skip
     _log(tmp_path, "8b-pp1-mns128", "2026-12-31T235800+0000", ["(APIServer pid=1) INFO 12-31 23:58:01 [x.py:1] x"])
     table = server_modes(CASE, tmp_path).set_index("engine_label")
-    assert sorted(table.index) == ["8b-pp1-mns32", "8b-pp1-mns64"]  # the unstarted server has no row
+    assert sorted(table.index) == ["8b-pp1-mns256", "8b-pp1-mns32", "8b-pp1-mns64"]  # the unstarted one has no row
+    assert table.loc[["8b-pp1-mns32", "8b-pp1-mns256"], "model_runner"].tolist() == ["V1", "V2"]
     assert table.loc["8b-pp1-mns32", "cudagraph_mode"] == "PIECEWISE"
     assert table.loc["8b-pp1-mns32", "async_scheduling"] in (False,)  # the last line said so, not NaN or True
-    assert table.loc[["8b-pp1-mns64"], ["cudagraph_mode", "async_scheduling"]].isna().all(axis=None)
+    assert table.loc[["8b-pp1-mns64"], ["model_runner", "cudagraph_mode", "async_scheduling"]].isna().all(axis=None)
