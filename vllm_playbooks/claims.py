@@ -298,15 +298,20 @@ def recorded_startups(data: Path) -> pd.DataFrame:
     for case_dir in sorted(p for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []:
         rows = load_runs(case_dir.name, data)
         measured_at = pd.to_datetime(rows["measured_at"], utc=True)
-        launches = sorted(parsed for log in server_logs(case_dir) if (parsed := parse_log_name(log.name)) is not None)
-        for log in server_logs(case_dir):
+        logs = server_logs(case_dir)  # reads every log once to see which servers started
+        names = {log: parse_log_name(log.name) for log in logs}
+        launches = sorted(name for name in names.values() if name is not None)
+        for log in logs:
+            name = names[log]
+            if name is None:  # not a name the runner writes (engine_for_log would refuse it too)
+                continue
             try:
                 start = read_startup(log)
                 engine = engine_for_log(log, data)
             except SchemaError:
                 continue
             resolved = kv_budget(engine, start.total_memory_gib)
-            config_id, launched = parse_log_name(log.name) or ("", None)
+            config_id, launched = name
             later = [moment for other, moment in launches if other == config_id and launched < moment]
             until = min(later) if later else pd.Timestamp.max.tz_localize("UTC")
             mine = rows[(rows["config_id"] == config_id) & (measured_at >= launched) & (measured_at < until)]
