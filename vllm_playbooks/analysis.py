@@ -17,18 +17,50 @@ PAIRING_COLUMNS = (
 )  # fmt: skip
 
 
+#: The environment variable that overrides vLLM 0.26's choice of model runner ("0": V1, "1": Model Runner V2).
+MODEL_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
+
+
+def forced_model_runner(engine_config_json: object) -> str | None:
+    """"V1" or "V2" where a recorded row's engine config (its ``engine_config_json``) forces vLLM's model runner
+    through ``VLLM_USE_V2_MODEL_RUNNER`` in its ``env``; None where vLLM chose (or the row has no config)."""
+    import json
+
+    if not isinstance(engine_config_json, str):
+        return None
+    value = (json.loads(engine_config_json).get("env") or {}).get(MODEL_RUNNER_ENV)
+    if value is None:
+        return None
+    return "V2" if str(value).strip().lower() in {"1", "true"} else "V1"
+
+
+def is_baseline(df: pd.DataFrame) -> pd.Series:
+    """True for the rows a speculative row is compared with: speculation off, on the model runner vLLM chose.
+
+    A spec-off server whose config forces a runner (``forced_model_runner``) is a control, not a baseline: it is
+    compared by label (``label_change``), never pooled with the baseline rows of the same load."""
+    import pandas as pd
+
+    if df.empty:
+        return pd.Series(dtype=bool)
+    configs = df["engine_config_json"] if "engine_config_json" in df.columns else pd.Series(None, index=df.index)
+    forced = configs.map(forced_model_runner).notna()
+    return (df["spec_method"] == "none") & ~forced
+
+
 def versus_baseline(df: pd.DataFrame, metric: str = "output_tok_s", extra: Sequence[str] = ()) -> pd.DataFrame:
     """One row per speculative point with its baseline's value of ``metric`` at the same load and settings.
 
     ``ratio`` is speculative / baseline, ``change_pct`` is the change in percent. For latencies a ratio below 1
     is the better result; for throughputs above 1. ``extra`` names further columns of the speculative rows to carry
-    along (for example ``acceptance_rate``).
+    along (for example ``acceptance_rate``). The baseline rows are ``is_baseline``'s: a spec-off control that forces
+    a model runner is neither a baseline nor compared here.
     """
     import pandas as pd
 
     keys = list(PAIRING_COLUMNS)
     filled = df.assign(**{k: df[k].astype("string").fillna("—") for k in keys})
-    base = filled[filled["spec_method"] == "none"][[*keys, metric]].rename(columns={metric: "baseline"})
+    base = filled[is_baseline(df)][[*keys, metric]].rename(columns={metric: "baseline"})
     spec = filled[filled["spec_method"] != "none"]
     if base.duplicated(keys).any():
         base = base.groupby(keys, as_index=False)["baseline"].median()
@@ -364,7 +396,7 @@ def schedule_outcome(
     spec = recorded_speculative(rows["engine_config_json"].iloc[0])
     if spec is None:
         raise ValueError(f"{schedule_label} has no speculative config, so no schedule")
-    off = df[df["spec_method"] == "none"]
+    off = df[is_baseline(df)]
     fixed = df[df["engine_label"] == fixed_label]
     records = []
     for row in rows.sort_values("concurrency").itertuples():

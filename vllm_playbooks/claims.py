@@ -340,8 +340,8 @@ def _missing(value: Any) -> bool:
 def load_evidence(data: Path | None = None) -> Evidence:
     """Read everything the checks need from ``data`` (default: the repository's ``data/``): the published numbers,
     every case's rows rebuilt from their raw files (replay, as the case pages do) less the stalled ones, which the
-    pages leave out of their verdicts too (``results.stalls``), the start-ups, and the roofline fit on the rows of
-    ``theory.CALIBRATION_CASES`` without speculation (None with fewer than three)."""
+    pages leave out of their verdicts too (``results.stalls``), the start-ups, and the roofline fit on the H200 rows
+    of ``theory.CALIBRATION_CASES`` that ``theory.calibrates`` (None with fewer than three without speculation)."""
     from vllm_playbooks import theory
     from vllm_playbooks.results.stalls import unstalled
     from vllm_playbooks.results.store import load_reference, runs_file
@@ -355,7 +355,7 @@ def load_evidence(data: Path | None = None) -> Evidence:
     fit = None
     calibration = [
         r for case in theory.CALIBRATION_CASES if case in runs for r in _records(runs[case])
-        if "H200" in str(r["gpu_name"])
+        if "H200" in str(r["gpu_name"]) and theory.calibrates(r)
     ]  # fmt: skip
     if sum(not r["num_speculative_tokens"] for r in calibration) >= 3:
         # the roofline on the speculation-off rows, the per-draft-forward overhead on the speculation-on rows

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from vllm_playbooks.analysis import is_baseline
 from vllm_playbooks.errors import SchemaError
 
 if TYPE_CHECKING:
@@ -195,7 +196,7 @@ def mtp_beside_pr(
         raise SchemaError(f"reference table: no rows {prefix}<rate>-baseline")
     poisson = measured[(measured["model_shape"] == model_shape) & measured["request_rate_qps"].notna()]
     poisson = poisson[poisson["concurrency"].isna()]
-    off = poisson[poisson["spec_method"] == "none"].groupby("request_rate_qps")["tpot_mean_ms"].mean()
+    off = poisson[is_baseline(poisson)].groupby("request_rate_qps")["tpot_mean_ms"].mean()
     mtp = poisson[poisson["engine_label"] == engine]
     on = mtp.groupby("request_rate_qps")[["tpot_mean_ms", "acceptance_rate"]].mean()
     records = []

@@ -616,18 +616,25 @@ def prediction_table(rows: Iterable[Any], fit: EfficiencyFit, gpu: Gpu | str | N
 CALIBRATION_CASES = ("llama-8b-draft-model", "discussion-13834")
 
 
+def calibrates(row: Any) -> bool:
+    """Whether a recorded row (a row object or a dict) may calibrate the model: False for configs with a batch-size
+    schedule (the model takes k as fixed and the decode steps as full CUDA graphs, and a schedule changes both:
+    vLLM 0.26 runs it with PIECEWISE graphs only) and for controls that force a model runner
+    (``analysis.forced_model_runner``): the model is of the servers as vLLM chooses to run them."""
+    from vllm_playbooks.analysis import forced_model_runner, recorded_speculative
+
+    config = _get(row, "engine_config_json")
+    spec = recorded_speculative(config)
+    scheduled = spec is not None and not spec.keeps_full_cudagraphs
+    return not scheduled and forced_model_runner(config) is None
+
+
 def calibration_rows() -> list[Any]:
-    """Every recorded H200 row (spec off and on) of ``CALIBRATION_CASES``, rebuilt from the raw files, but those of
-    configs with a batch-size schedule: the model takes k as fixed and the decode steps as full CUDA graphs, and a
-    schedule changes both (vLLM 0.26 runs it with PIECEWISE graphs only)."""
-    from vllm_playbooks.analysis import recorded_speculative
+    """Every recorded H200 row (spec off and on) of ``CALIBRATION_CASES``, rebuilt from the raw files, that
+    ``calibrates``."""
     from vllm_playbooks.runner import replay_rows
 
-    def scheduled(row: Any) -> bool:
-        spec = recorded_speculative(row.engine_config_json)
-        return spec is not None and not spec.keeps_full_cudagraphs
-
-    return [row for case in CALIBRATION_CASES for row in replay_rows(case) if not scheduled(row)]
+    return [row for case in CALIBRATION_CASES for row in replay_rows(case) if calibrates(row)]
 
 
 def predict_13834_a100(fit: EfficiencyFit, concurrency: int = 32, alpha: float = 0.72, k: int = 5) -> dict[str, float]:
@@ -950,7 +957,9 @@ def routing_signature(
     the routing simulation would do with a degenerate router)."""
     import pandas as pd
 
-    rows = measured[(measured["model_shape"] == model_shape) & (measured["spec_method"] == "none")]
+    from vllm_playbooks.analysis import is_baseline
+
+    rows = measured[(measured["model_shape"] == model_shape) & is_baseline(measured)]
     rows = rows[rows["concurrency"].isin([low, high]) & rows["request_rate_qps"].isna()]
     if input_len is not None:
         rows = rows[rows["input_len"] == input_len]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from vllm_playbooks import reported
-from vllm_playbooks.analysis import versus_baseline
+from vllm_playbooks.analysis import is_baseline, versus_baseline
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -469,7 +469,7 @@ def eagle3_verdict(
     stalled_at: list[float] = []
     if not stalled.empty:
         mine = with_profile(stalled, profiles)
-        mine = mine[(mine["profile"] == profile) & mine["engine_label"].isin([engine]) | (mine["spec_method"] == "none")]
+        mine = mine[(mine["profile"] == profile) & mine["engine_label"].isin([engine]) | is_baseline(mine)]
         stalled_at = sorted({float(c) for c in mine["concurrency"].dropna()})
     gains = gain_table(df, profiles) if not df.empty else pd.DataFrame()
     if not gains.empty:

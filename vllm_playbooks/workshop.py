@@ -150,7 +150,7 @@ def stop_paying_solution(
     if any(c.empty for c in comparisons.values()):
         raise ConfigError(f"case {case}: no speculative row has a baseline row at the same load")
     label = _one_label(sorted(set(comparisons[metrics[0]]["engine_label"])), engine_label, "speculative")
-    baseline = ", ".join(sorted(str(e) for e in rows.loc[rows["spec_method"] == "none", "engine_label"].unique()))
+    baseline = ", ".join(sorted(str(e) for e in rows.loc[analysis.is_baseline(rows), "engine_label"].unique()))
     gpus = ", ".join(sorted(str(g) for g in rows["gpu_name"].unique()))
     import pandas as pd
 
@@ -385,7 +385,7 @@ def _measured_littles_law(case: str) -> pd.DataFrame | None:
     from vllm_playbooks.runner import results_for
 
     rows = results_for(case, "replay")
-    off = rows[rows["spec_method"] == "none"]
+    off = rows[analysis.is_baseline(rows)]
     if off.empty:
         return None
     table = off[["gpu_name", "concurrency", "request_throughput_rps", "e2el_mean_ms", "output_tok_s", "tpot_mean_ms"]]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 
@@ -24,6 +26,26 @@ def test_versus_baseline_pairs_the_same_load() -> None:
     out = analysis.versus_baseline(_frame())
     assert out.concurrency.tolist() == [1, 4, 16]
     assert out.change_pct.tolist() == pytest.approx([50.0, 5.0, -100 / 9])
+
+
+@pytest.mark.parametrize(
+    ("env", "runner"), [({}, None), ({"VLLM_USE_V2_MODEL_RUNNER": "0"}, "V1"), ({"VLLM_USE_V2_MODEL_RUNNER": "1"}, "V2")]
+)
+def test_forced_model_runner_reads_the_engine_env(env: dict[str, str], runner: str | None) -> None:
+    assert analysis.forced_model_runner(json.dumps({"label": "x", "env": env})) == runner
+    assert analysis.forced_model_runner(None) is None
+
+
+def test_a_spec_off_control_that_forces_a_runner_is_not_pooled_into_the_baseline() -> None:
+    frame = _frame().assign(engine_config_json=json.dumps({"env": {}}))
+    control = frame[frame.engine_label == "off"].assign(
+        engine_label="off-v1", output_tok_s=50.0, engine_config_json=json.dumps({"env": {"VLLM_USE_V2_MODEL_RUNNER": "0"}})
+    )  # fmt: skip
+    both = pd.concat([frame, control], ignore_index=True)
+    assert analysis.is_baseline(both).tolist() == [True] * 3 + [False] * 6
+    out = analysis.versus_baseline(both)
+    assert out.engine_label.tolist() == ["spec"] * 3  # the control is not compared as if it were speculative either
+    assert out.change_pct.tolist() == pytest.approx([50.0, 5.0, -100 / 9])  # against 'off' alone, not a median with 50
 
 
 def test_winning_levels_and_sentence() -> None:

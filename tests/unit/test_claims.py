@@ -220,6 +220,17 @@ def test_13834_model_line_uses_the_fit(claims, published) -> None:  # type: igno
     assert result.model_verdict is C.judge(predicted["output_tok_s_on"] / predicted["output_tok_s_off"], 68.19 / 95.43)
 
 
+def test_the_ledgers_fit_is_the_case_pages_fit() -> None:
+    """The ledger fits on the same rows as the pages' model (``theory.calibration_rows``): without the batch-size
+    schedules and the runner-forcing controls, which its own reading of the data folder must leave out too."""
+    from vllm_playbooks import theory
+    from vllm_playbooks.runner import replay_rows
+
+    rows = theory.calibration_rows()
+    assert C.load_evidence().fit == theory.fit_efficiency(rows, "H200-SXM", draft_overhead=True)
+    assert any(not theory.calibrates(r) for case in theory.CALIBRATION_CASES for r in replay_rows(case))
+
+
 MTP = "deepseek-mtp"
 
 

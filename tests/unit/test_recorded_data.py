@@ -60,3 +60,29 @@ def test_discussion_13834_speculation_off_ran_model_runner_v2_and_every_draft_mo
     off = modes["engine_label"] == "spec-off"
     assert off.any() and (modes.loc[off, "model_runner"] == "V2").all()
     assert (~off).sum() >= 10 and (modes.loc[~off, "model_runner"] == "V1").all()
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_server_whose_config_forces_a_model_runner_ran_that_runner(case: str) -> None:
+    """The spec-off control of #13834 sets VLLM_USE_V2_MODEL_RUNNER=0: its log must say vLLM honoured it."""
+    from vllm_playbooks.analysis import forced_model_runner
+    from vllm_playbooks.startup import server_modes
+
+    configs = {row.config_id: row.engine_config_json for row in replay_rows(case, ROOT / "data")}
+    modes = server_modes(case, ROOT / "data")
+    forced = modes.assign(forced=modes["config_id"].map(lambda c: forced_model_runner(configs.get(c))))
+    forced = forced[forced["forced"].notna() & forced["config_id"].isin(configs)]
+    if case == "discussion-13834":
+        assert "spec-off-v1-runner" in set(forced["engine_label"])
+    assert (forced["model_runner"] == forced["forced"]).all(), forced[["log", "model_runner", "forced"]]
+
+
+def test_discussion_13834_spec_off_on_the_v1_runner_matched_model_runner_v2() -> None:
+    """What the book's draft-overhead section says: the V1 runner by itself is not what speculation costs, since
+    speculation off forced onto it stayed in the no-change band of Model Runner V2 at every measured concurrency."""
+    from vllm_playbooks.analysis import NO_CHANGE_BAND_PCT, label_change
+    from vllm_playbooks.runner import results_for
+
+    change = label_change(results_for("discussion-13834", "replay"), "spec-off-v1-runner", "spec-off")
+    assert change["concurrency"].tolist() == [1, 8, 32, 64]
+    assert (change["change_pct"].abs() <= NO_CHANGE_BAND_PCT).all(), change

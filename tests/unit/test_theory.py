@@ -7,6 +7,7 @@ import math
 import pytest
 
 from vllm_playbooks import theory as T
+from vllm_playbooks.analysis import forced_model_runner
 from vllm_playbooks.config.capacity import weight_bytes
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.hardware import get_gpu, list_gpus, load_gpus
@@ -119,8 +120,11 @@ def test_calibration_error_bound(calibration: tuple[list, T.EfficiencyFit]) -> N
     recorded = [r for case in ("llama-8b-draft-model", "discussion-13834") for r in replay_rows(case)]
     scheduled = [r for r in recorded if r.engine_label.startswith("draft3b-k5-a0.72-off-above-16")]
     assert len(scheduled) >= 11  # batch-size schedules: fixed k and full graphs, as the model takes them, do not hold
-    assert len(rows) == len(recorded) - len(scheduled) >= 27
-    assert fit.rows_used == sum(r.spec_method == "none" for r in recorded)  # fitted on speculation-off rows only
+    controls = [r for r in recorded if forced_model_runner(r.engine_config_json)]
+    assert len(controls) >= 4  # spec-off forced onto the V1 runner: the model is of the runners vLLM chooses
+    assert len(rows) == len(recorded) - len(scheduled) - len(controls) >= 27
+    # fitted on speculation-off rows only, the controls' left out
+    assert fit.rows_used == sum(r.spec_method == "none" for r in recorded) - len(controls)
     table = T.prediction_table(rows, fit)
     median = table["tpot_rel_error"].abs().median()
     assert median <= 0.15  # the issue's bound; 0.091 over the 27 rows of 2026-11-30 (0.086 over the first 14)
@@ -452,7 +456,8 @@ def test_holdout_table_shape_and_it_never_uses_the_held_out_rows(calibration: tu
 
 def _recorded_row_count() -> int:
     """Rows in the calibration cases' runs.csv files, read directly (not through the replay the model uses), but those
-    of configs with a batch-size schedule, which the calibration leaves out."""
+    of configs with a batch-size schedule and of controls that force a model runner, which the calibration leaves
+    out."""
     import csv
 
     from vllm_playbooks.results.store import runs_file
@@ -460,8 +465,10 @@ def _recorded_row_count() -> int:
     total = 0
     for case in T.CALIBRATION_CASES:
         with runs_file(case).open(newline="") as handle:
-            total += sum(1 for row in csv.DictReader(handle) if "num_speculative_tokens_per_batch_size\": null" in
-                         row["engine_config_json"] or row["spec_method"] == "none")
+            total += sum(1 for row in csv.DictReader(handle)
+                         if ("num_speculative_tokens_per_batch_size\": null" in row["engine_config_json"]
+                             or row["spec_method"] == "none")
+                         and "VLLM_USE_V2_MODEL_RUNNER" not in row["engine_config_json"])  # fmt: skip
     return total
 
 
