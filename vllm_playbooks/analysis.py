@@ -34,18 +34,37 @@ def forced_model_runner(engine_config_json: object) -> str | None:
     return "V2" if str(value).strip().lower() in {"1", "true"} else "V1"
 
 
-def is_baseline(df: pd.DataFrame) -> pd.Series:
-    """True for the rows a speculative row is compared with: speculation off, on the model runner vLLM chose.
+def forced_cudagraph_mode(engine_config_json: object) -> str | None:
+    """The CUDA-graph mode a recorded row's engine config forces through ``--compilation-config`` in its
+    ``extra_args`` (``config.engine.cudagraph_mode_forced_by``), e.g. "PIECEWISE"; None where vLLM chose (or the row
+    has no config)."""
+    import json
 
-    A spec-off server whose config forces a runner (``forced_model_runner``) is a control, not a baseline: it is
-    compared by label (``label_change``), never pooled with the baseline rows of the same load."""
+    from vllm_playbooks.config.engine import cudagraph_mode_forced_by
+
+    if not isinstance(engine_config_json, str):
+        return None
+    return cudagraph_mode_forced_by(json.loads(engine_config_json).get("extra_args") or ())
+
+
+def is_control(engine_config_json: object) -> bool:
+    """Whether a recorded row's engine config forces how vLLM executes the model: its model runner
+    (``forced_model_runner``) or its CUDA-graph mode (``forced_cudagraph_mode``). Such a server measures one cost
+    apart from the rest; it is not vLLM's own choice of how to run the config."""
+    return forced_model_runner(engine_config_json) is not None or forced_cudagraph_mode(engine_config_json) is not None
+
+
+def is_baseline(df: pd.DataFrame) -> pd.Series:
+    """True for the rows a speculative row is compared with: speculation off, run as vLLM chose to run it.
+
+    A spec-off server whose config forces a model runner or a CUDA-graph mode (``is_control``) is a control, not a
+    baseline: it is compared by label (``label_change``), never pooled with the baseline rows of the same load."""
     import pandas as pd
 
     if df.empty:
         return pd.Series(dtype=bool)
     configs = df["engine_config_json"] if "engine_config_json" in df.columns else pd.Series(None, index=df.index)
-    forced = configs.map(forced_model_runner).notna()
-    return (df["spec_method"] == "none") & ~forced
+    return (df["spec_method"] == "none") & ~configs.map(is_control).astype(bool)
 
 
 def versus_baseline(df: pd.DataFrame, metric: str = "output_tok_s", extra: Sequence[str] = ()) -> pd.DataFrame:
@@ -54,7 +73,7 @@ def versus_baseline(df: pd.DataFrame, metric: str = "output_tok_s", extra: Seque
     ``ratio`` is speculative / baseline, ``change_pct`` is the change in percent. For latencies a ratio below 1
     is the better result; for throughputs above 1. ``extra`` names further columns of the speculative rows to carry
     along (for example ``acceptance_rate``). The baseline rows are ``is_baseline``'s: a spec-off control that forces
-    a model runner is neither a baseline nor compared here.
+    a model runner or a CUDA-graph mode is neither a baseline nor compared here.
     """
     import pandas as pd
 

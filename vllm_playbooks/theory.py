@@ -619,14 +619,14 @@ CALIBRATION_CASES = ("llama-8b-draft-model", "discussion-13834")
 def calibrates(row: Any) -> bool:
     """Whether a recorded row (a row object or a dict) may calibrate the model: False for configs with a batch-size
     schedule (the model takes k as fixed and the decode steps as full CUDA graphs, and a schedule changes both:
-    vLLM 0.26 runs it with PIECEWISE graphs only) and for controls that force a model runner
-    (``analysis.forced_model_runner``): the model is of the servers as vLLM chooses to run them."""
-    from vllm_playbooks.analysis import forced_model_runner, recorded_speculative
+    vLLM 0.26 runs it with PIECEWISE graphs only) and for controls that force a model runner or a CUDA-graph mode
+    (``analysis.is_control``): the model is of the servers as vLLM chooses to run them."""
+    from vllm_playbooks.analysis import is_control, recorded_speculative
 
     config = _get(row, "engine_config_json")
     spec = recorded_speculative(config)
     scheduled = spec is not None and not spec.keeps_full_cudagraphs
-    return not scheduled and forced_model_runner(config) is None
+    return not scheduled and not is_control(config)
 
 
 def calibration_rows() -> list[Any]:

@@ -36,11 +36,33 @@ def test_forced_model_runner_reads_the_engine_env(env: dict[str, str], runner: s
     assert analysis.forced_model_runner(None) is None
 
 
-def test_a_spec_off_control_that_forces_a_runner_is_not_pooled_into_the_baseline() -> None:
+@pytest.mark.parametrize(
+    ("config", "mode", "control"),
+    [
+        ({"env": {}, "extra_args": []}, None, False),
+        ({"env": {}, "extra_args": ["--async-scheduling"]}, None, False),  # forces neither runner nor graph mode
+        ({"env": {}, "extra_args": ["--compilation-config", '{"cudagraph_mode": "PIECEWISE"}']}, "PIECEWISE", True),
+        ({"env": {"VLLM_USE_V2_MODEL_RUNNER": "0"}, "extra_args": []}, None, True),
+    ],
+)
+def test_a_control_forces_the_runner_or_the_cudagraph_mode(config: dict, mode: str | None, control: bool) -> None:
+    assert analysis.forced_cudagraph_mode(json.dumps(config)) == mode
+    assert analysis.is_control(json.dumps(config)) is control
+    assert analysis.forced_cudagraph_mode(None) is None and analysis.is_control(None) is False
+
+
+@pytest.mark.parametrize(
+    "forced",
+    [
+        {"env": {"VLLM_USE_V2_MODEL_RUNNER": "0"}},
+        {"env": {}, "extra_args": ["--compilation-config", '{"cudagraph_mode": "PIECEWISE"}']},
+    ],
+)
+def test_a_spec_off_control_is_not_pooled_into_the_baseline(forced: dict) -> None:
     frame = _frame().assign(engine_config_json=json.dumps({"env": {}}))
     control = frame[frame.engine_label == "off"].assign(
-        engine_label="off-v1", output_tok_s=50.0, engine_config_json=json.dumps({"env": {"VLLM_USE_V2_MODEL_RUNNER": "0"}})
-    )  # fmt: skip
+        engine_label="off-forced", output_tok_s=50.0, engine_config_json=json.dumps(forced)
+    )
     both = pd.concat([frame, control], ignore_index=True)
     assert analysis.is_baseline(both).tolist() == [True] * 3 + [False] * 6
     out = analysis.versus_baseline(both)

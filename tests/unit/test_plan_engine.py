@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from vllm_playbooks.config.engine import EngineConfig, check_engine_against_shapes
+from vllm_playbooks.config.engine import EngineConfig, check_engine_against_shapes, cudagraph_mode_forced_by
 from vllm_playbooks.config.speculative import build_speculative_config
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.plan import list_cases, load_plan, plan_from_dict
@@ -92,6 +92,10 @@ def test_mtp_k_must_divide_by_the_layer_count(tmp_path: Path) -> None:
         ({"tensor_parallel_size": 4, "speculative": {"method": "draft_model", "model": "llama-3.2-1b", "num_speculative_tokens": 2, "draft_tensor_parallel_size": 2}}, "must be 1 or the target's"),
         ({"max_num_seqs": 256, "max_num_batched_tokens": 128}, "max_num_batched_tokens (128) < max_num_seqs (256)"),
         ({"extra_args": ("--port", "1")}, "extra_args may not set --port"),
+        ({"extra_args": ("--compilation-config", "{cudagraph_mode: PIECEWISE}")}, "is not JSON"),
+        ({"extra_args": ("--compilation-config",)}, "--compilation-config needs a JSON object after it"),
+        ({"extra_args": ('-cc=["PIECEWISE"]',)}, "vLLM takes a JSON object"),
+        ({"extra_args": ("-cc", '{"cudagraph_mode": "PIECE"}')}, "cudagraph_mode 'PIECE' is not one of vLLM 0.26's"),
         ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
         ({"load_format": "gguf"}, "load_format"),
     ],
@@ -99,6 +103,22 @@ def test_mtp_k_must_divide_by_the_layer_count(tmp_path: Path) -> None:
 def test_engine_config_refusals(kwargs: dict[str, Any], expected: str) -> None:
     with pytest.raises(ValueError, match=expected.replace("(", r"\(").replace(")", r"\)")):
         _engine(model="llama-3.1-8b", **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("extra_args", "mode"),
+    [
+        ((), None),
+        (("--async-scheduling",), None),
+        (("--compilation-config", '{"cudagraph_mode": "piecewise"}'), "PIECEWISE"),
+        (('--compilation-config={"cudagraph_mode": "FULL_DECODE_ONLY"}', "--async-scheduling"), "FULL_DECODE_ONLY"),
+        (("-cc", '{"cudagraph_mode": "FULL"}', "-cc", '{"cudagraph_mode": "NONE"}'), "NONE"),  # the last one counts
+        (("--compilation-config", '{"mode": 3}'), None),  # a compilation config that leaves the graph mode to vLLM
+    ],
+)
+def test_the_cudagraph_mode_extra_args_force(extra_args: tuple[str, ...], mode: str | None) -> None:
+    engine = _engine(model="llama-3.1-8b", extra_args=extra_args)
+    assert cudagraph_mode_forced_by(engine.extra_args) == mode
 
 
 def test_overrides_apply_and_unknown_ones_are_refused() -> None:

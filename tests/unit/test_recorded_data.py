@@ -63,18 +63,21 @@ def test_discussion_13834_speculation_off_ran_model_runner_v2_and_every_draft_mo
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_a_server_whose_config_forces_a_model_runner_ran_that_runner(case: str) -> None:
-    """The spec-off control of #13834 sets VLLM_USE_V2_MODEL_RUNNER=0: its log must say vLLM honoured it."""
-    from vllm_playbooks.analysis import forced_model_runner
+def test_a_server_whose_config_forces_a_runner_or_a_graph_mode_ran_so(case: str) -> None:
+    """The spec-off controls of #13834 set VLLM_USE_V2_MODEL_RUNNER=0 (and one of them a PIECEWISE cudagraph_mode):
+    each recorded server's log must say vLLM honoured what its config forced."""
+    from vllm_playbooks.analysis import forced_cudagraph_mode, forced_model_runner
     from vllm_playbooks.startup import server_modes
 
     configs = {row.config_id: row.engine_config_json for row in replay_rows(case, ROOT / "data")}
     modes = server_modes(case, ROOT / "data")
-    forced = modes.assign(forced=modes["config_id"].map(lambda c: forced_model_runner(configs.get(c))))
-    forced = forced[forced["forced"].notna() & forced["config_id"].isin(configs)]
+    modes = modes[modes["config_id"].isin(configs)]
+    runner = modes.assign(forced=modes["config_id"].map(lambda c: forced_model_runner(configs[c]))).dropna(subset="forced")
+    graphs = modes.assign(forced=modes["config_id"].map(lambda c: forced_cudagraph_mode(configs[c]))).dropna(subset="forced")
     if case == "discussion-13834":
-        assert "spec-off-v1-runner" in set(forced["engine_label"])
-    assert (forced["model_runner"] == forced["forced"]).all(), forced[["log", "model_runner", "forced"]]
+        assert "spec-off-v1-runner" in set(runner["engine_label"])
+    assert (runner["model_runner"] == runner["forced"]).all(), runner[["log", "model_runner", "forced"]]
+    assert (graphs["cudagraph_mode"] == graphs["forced"]).all(), graphs[["log", "cudagraph_mode", "forced"]]
 
 
 def test_discussion_13834_spec_off_on_the_v1_runner_matched_model_runner_v2() -> None:

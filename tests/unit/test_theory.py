@@ -7,7 +7,7 @@ import math
 import pytest
 
 from vllm_playbooks import theory as T
-from vllm_playbooks.analysis import forced_model_runner
+from vllm_playbooks.analysis import is_control
 from vllm_playbooks.config.capacity import weight_bytes
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.hardware import get_gpu, list_gpus, load_gpus
@@ -120,8 +120,8 @@ def test_calibration_error_bound(calibration: tuple[list, T.EfficiencyFit]) -> N
     recorded = [r for case in ("llama-8b-draft-model", "discussion-13834") for r in replay_rows(case)]
     scheduled = [r for r in recorded if r.engine_label.startswith("draft3b-k5-a0.72-off-above-16")]
     assert len(scheduled) >= 11  # batch-size schedules: fixed k and full graphs, as the model takes them, do not hold
-    controls = [r for r in recorded if forced_model_runner(r.engine_config_json)]
-    assert len(controls) >= 4  # spec-off forced onto the V1 runner: the model is of the runners vLLM chooses
+    controls = [r for r in recorded if is_control(r.engine_config_json)]
+    assert len(controls) >= 4  # spec-off forced onto the V1 runner (or a graph mode): the model is of vLLM's choices
     assert len(rows) == len(recorded) - len(scheduled) - len(controls) >= 27
     # fitted on speculation-off rows only, the controls' left out
     assert fit.rows_used == sum(r.spec_method == "none" for r in recorded) - len(controls)

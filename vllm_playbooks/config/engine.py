@@ -7,6 +7,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -24,6 +25,47 @@ ROUTING_SIMULATION_STRATEGIES = ("uniform_random", "normal_routing")
 #: Architectures whose layers route tokens to experts (the shapes this package ships).
 MOE_ARCHITECTURES = frozenset({"DeepseekV3ForCausalLM", "GptOssForCausalLM"})
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: The ``vllm serve`` flags that take vLLM's compilation config as a JSON object, e.g.
+#: ``--compilation-config '{"cudagraph_mode": "PIECEWISE"}'`` (also written ``--compilation-config=…``).
+COMPILATION_CONFIG_FLAGS = ("--compilation-config", "-cc")
+#: vLLM 0.26's CUDA-graph modes (``CUDAGraphMode`` in vllm/config/compilation.py; vLLM reads the names in any case).
+CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
+
+
+def compilation_config_in(extra_args: Sequence[str]) -> dict[str, Any] | None:
+    """The compilation config that ``extra_args`` pass to vLLM as JSON (after ``--compilation-config`` or ``-cc``,
+    as the next argument or after ``=``), or None where they pass none. Where the flag is given twice, vLLM's
+    argument parser keeps the last, and so does this.
+
+    Raises ``ValueError`` when the flag has no value, its value is not a JSON object, or its ``cudagraph_mode`` is
+    not one of vLLM 0.26's ``CUDAGRAPH_MODES``: vLLM would refuse it only after the server's start had begun.
+    """
+    found: dict[str, Any] | None = None
+    for i, arg in enumerate(extra_args):
+        flag, equals, inline = arg.partition("=")
+        if flag not in COMPILATION_CONFIG_FLAGS:
+            continue
+        if not equals and i + 1 >= len(extra_args):
+            raise ValueError(f"{flag} needs a JSON object after it")
+        text = inline if equals else extra_args[i + 1]
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{flag} {text!r} is not JSON: {err.msg}") from None
+        if not isinstance(value, dict):
+            raise ValueError(f"{flag} {text!r}: vLLM takes a JSON object, e.g. " + '{"cudagraph_mode": "PIECEWISE"}')
+        mode = value.get("cudagraph_mode")
+        if mode is not None and str(mode).upper() not in CUDAGRAPH_MODES:
+            raise ValueError(f"{flag}: cudagraph_mode {mode!r} is not one of vLLM 0.26's {', '.join(CUDAGRAPH_MODES)}")
+        found = value
+    return found
+
+
+def cudagraph_mode_forced_by(extra_args: Sequence[str]) -> str | None:
+    """The CUDA-graph mode (upper case, as vLLM names it) that ``extra_args`` force through a compilation config, or
+    None where vLLM chooses. Raises ``ValueError`` as ``compilation_config_in`` does."""
+    mode = (compilation_config_in(extra_args) or {}).get("cudagraph_mode")
+    return None if mode is None else str(mode).upper()
 
 
 class EngineConfig(BaseModel):
@@ -81,6 +123,7 @@ class EngineConfig(BaseModel):
         for flag in self.extra_args:
             if flag.startswith("--speculative") or flag in {"--model", "--port", "--host"}:
                 raise ValueError(f"extra_args may not set {flag}: it has its own field")
+        compilation_config_in(self.extra_args)
         return self
 
     @property
