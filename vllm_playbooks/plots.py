@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 #: Axis labels with units, keyed by column.
 LABELS = {
@@ -64,6 +65,31 @@ def metric_vs_load(
     ax.set_xlabel(LABELS.get(x, x))
     ax.set_ylabel(LABELS.get(y, y))
     return ax
+
+
+def legend_beside(target: Axes | Figure) -> None:
+    """Put the legend beside the plot instead of over its lines (the pages' sweeps draw a dozen configs).
+
+    For one ``Axes``, its legend moves to the right of it. For a ``Figure`` of several axes that share their hues (a
+    grid of metrics of the same configs), the first legend found becomes one legend at the figure's right and every
+    axes' own legend is removed. Call it after ``Figure.tight_layout``: the saved image grows to hold the legend.
+    """
+    import seaborn as sns
+    from matplotlib.figure import Figure
+
+    if not isinstance(target, Figure):
+        if target.get_legend() is not None:
+            sns.move_legend(target, "upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        return
+    legends = [(ax, ax.get_legend()) for ax in target.axes if ax.get_legend() is not None]
+    if not legends:
+        return
+    first_ax, first = legends[0]
+    handles, labels = first_ax.get_legend_handles_labels()
+    title = first.get_title().get_text()
+    for _, legend in legends:
+        legend.remove()
+    target.legend(handles, labels, title=title, loc="upper left", bbox_to_anchor=(1.0, 0.98), frameon=False)
 
 
 def change_vs_load(comparison: pd.DataFrame, x: str = "concurrency", ax: Axes | None = None) -> Axes:

@@ -65,3 +65,38 @@ def test_predicted_vs_logged_has_one_readable_row_per_config() -> None:
     ax = plots.predicted_vs_logged(table)
     assert [t.get_text() for t in ax.get_yticklabels()] == ["a · x", "a · y", "b · x"]
     assert ax.get_xlabel() == "KV-cache size (tokens)" and len(ax.patches) >= 6
+
+
+def _sweep(labels: int) -> pd.DataFrame:
+    return pd.DataFrame(
+        [{"engine_label": f"cfg-{i}", "concurrency": c, "output_tok_s": 10.0 * i + c, "tpot_p50_ms": c + i}
+         for i in range(labels) for c in (1, 8, 64)]
+    )  # fmt: skip
+
+
+def test_one_legend_beside_a_grid_of_the_same_configs() -> None:
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2)
+    for ax, metric in zip(axes, ["output_tok_s", "tpot_p50_ms"]):
+        plots.metric_vs_load(_sweep(11), metric, ax=ax)
+    fig.tight_layout()
+    plots.legend_beside(fig)
+    assert all(ax.get_legend() is None for ax in axes)
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == [f"cfg-{i}" for i in range(11)]
+    assert legend.get_title().get_text() == "engine_label"
+    fig.canvas.draw()
+    box = legend.get_window_extent().transformed(fig.transFigure.inverted())
+    assert box.x0 >= 1.0  # right of the axes, over none of the lines
+
+
+def test_a_single_plots_legend_moves_beside_it() -> None:
+    ax = plots.change_vs_load(
+        _sweep(11).assign(change_pct=lambda d: d["output_tok_s"] - 40.0, metric="output_tok_s")
+    )
+    plots.legend_beside(ax)
+    legend = ax.get_legend()
+    assert len(legend.get_texts()) == 11
+    ax.figure.canvas.draw()
+    assert legend.get_window_extent().x0 > ax.get_window_extent().x1
