@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -529,6 +529,60 @@ def label_change_text(change: pd.DataFrame, metric: str = "output_tok_s", band_p
     if not apart.empty:
         parts.append(", ".join(f"{r.change_pct:+.1f} % at {r.concurrency}" for r in apart.itertuples()))
     return f"`{label}` against `{reference}` ({metric}): " + "; ".join(parts) + "."
+
+
+def change_chain(
+    df: pd.DataFrame, labels: Sequence[str], modes: pd.DataFrame, metric: str = "output_tok_s"
+) -> pd.DataFrame:
+    """A gap between two servers taken apart one change at a time: ``labels`` run from the reference to the server
+    it is compared with, each a control that differs from the one before in as little as possible.
+
+    One row per step (each label against the one before it) and a last row "total" (the last label against the
+    first); ``differs`` says what changed, from the servers' logs in ``modes`` (``startup.server_modes``: model
+    runner, CUDA graphs, async scheduling) and the rows' ``spec_method``; one column per concurrency that every label
+    was measured at, holding the change of ``metric`` in percent (medians over repeats). The steps compound: the
+    product of their ratios is the total's."""
+    import pandas as pd
+
+    if len(labels) < 2:
+        raise ValueError(f"a change chain needs at least two labels, got {list(labels)}")
+    values = (
+        df[df["engine_label"].isin(list(labels))]
+        .pivot_table(index="engine_label", columns="concurrency", values=metric, aggfunc="median")
+        .reindex(list(labels))
+        .dropna(axis="columns")
+    )
+    values.columns = [int(level) for level in values.columns]
+    described = modes.drop_duplicates("engine_label").set_index("engine_label")
+    methods = df.drop_duplicates("engine_label").set_index("engine_label")["spec_method"]
+
+    def setting(label: str) -> dict[str, str]:
+        logged = described.loc[label] if label in described.index else None
+
+        def said(column: str, text: Callable[[object], str] = str) -> str:
+            return "not logged" if logged is None or pd_isna(logged[column]) else text(logged[column])
+
+        return {
+            "speculation": str(methods.get(label, "not recorded")),
+            "model runner": said("model_runner"),
+            "CUDA graphs": said("cudagraph_mode"),
+            "async scheduling": said("async_scheduling", lambda on: "on" if on else "off"),
+        }
+
+    def differs(label: str, reference: str) -> str:
+        before, after = setting(reference), setting(label)
+        changed = [f"{name} {before[name]} → {after[name]}" for name in before if before[name] != after[name]]
+        return "; ".join(changed) or "nothing logged"
+
+    steps = [(labels[i], labels[i - 1]) for i in range(1, len(labels))] + [(labels[-1], labels[0])]
+    records = []
+    for number, (label, reference) in enumerate(steps, start=1):
+        change = 100.0 * (values.loc[label] / values.loc[reference] - 1.0)
+        records.append({
+            "step": "total" if number == len(steps) else str(number),
+            "server": label, "against": reference, "differs": differs(label, reference), **change.to_dict(),
+        })  # fmt: skip
+    return pd.DataFrame(records).set_index("step")
 
 
 def never_lost_text(crossover_table: pd.DataFrame, comparison: pd.DataFrame) -> str:

@@ -185,3 +185,30 @@ def test_label_change_compares_two_configs_where_both_ran() -> None:
     assert analysis.label_change_text(change) == (
         "`sched` against `on` (output_tok_s): within ±5 % at 1 (-1.3 %); -16.7 % at 8, +12.5 % at 32.")
     assert analysis.label_change_text(analysis.label_change(rows, "sched", "not-measured")) == ""
+
+
+def test_change_chain_takes_a_gap_apart_one_logged_difference_at_a_time() -> None:
+    measured = {"off": {8: 200.0, 32: 400.0, 64: 500.0}, "off-v1": {32: 404.0, 64: 505.0},
+                "off-v1-piecewise": {32: 392.0, 64: 495.0}, "sched": {8: 190.0, 32: 356.0, 64: 450.0}}  # fmt: skip
+    rows = pd.DataFrame([{"engine_label": label, "spec_method": "draft_model" if label == "sched" else "none",
+                          "concurrency": c, "output_tok_s": v}
+                         for label, values in measured.items() for c, v in values.items()])  # fmt: skip
+    modes = pd.DataFrame({"engine_label": ["off", "off-v1", "off-v1-piecewise", "sched"],
+                          "model_runner": ["V2", "V1", "V1", "V1"],
+                          "cudagraph_mode": ["FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE", "PIECEWISE", "PIECEWISE"],
+                          "async_scheduling": [True, True, True, None]})  # fmt: skip
+    chain = analysis.change_chain(rows, list(measured), modes)
+    assert chain.index.tolist() == ["1", "2", "3", "total"]
+    assert [c for c in chain.columns if isinstance(c, int)] == [32, 64]  # 8 lacks two of the servers
+    assert chain["differs"].tolist() == [
+        "model runner V2 → V1", "CUDA graphs FULL_AND_PIECEWISE → PIECEWISE",
+        "speculation none → draft_model; async scheduling on → not logged",
+        "speculation none → draft_model; model runner V2 → V1; CUDA graphs FULL_AND_PIECEWISE → PIECEWISE; "
+        "async scheduling on → not logged"]  # fmt: skip
+    assert chain.loc["1", 32] == pytest.approx(1.0) and chain.loc["3", 64] == pytest.approx(100 * (450 / 495 - 1))
+    steps = chain.drop(index="total")
+    for level in (32, 64):  # the steps compound to the total
+        assert (1 + steps[level] / 100).prod() == pytest.approx(1 + chain.loc["total", level] / 100)
+    assert chain.loc["total", 32] == pytest.approx(-11.0)
+    with pytest.raises(ValueError, match="at least two labels"):
+        analysis.change_chain(rows, ["off"], modes)
