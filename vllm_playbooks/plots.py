@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import pandas as pd
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
@@ -90,6 +92,28 @@ def legend_beside(target: Axes | Figure) -> None:
     for _, legend in legends:
         legend.remove()
     target.legend(handles, labels, title=title, loc="upper left", bbox_to_anchor=(1.0, 0.98), frameon=False)
+
+
+def metric_grid(df: pd.DataFrame, metrics: Sequence[str], ncols: int | None = None) -> Figure:
+    """One panel per metric against concurrency, the configs of ``df`` as lines, with one legend beside the grid
+    (``legend_beside``). With no rows (a run of other configs), one panel says so instead of failing."""
+    import matplotlib.pyplot as plt
+
+    if df.empty:
+        fig, ax = plt.subplots(figsize=(6.4, 2.0))
+        ax.text(0.5, 0.5, "not measured in this run", ha="center", va="center")
+        ax.set_axis_off()
+        return fig
+    ncols = ncols or len(metrics)
+    nrows = -(-len(metrics) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(6 * ncols, 4 * nrows), squeeze=False)
+    for ax, metric in zip(axes.flat, metrics, strict=False):
+        metric_vs_load(df, metric, ax=ax)
+    for ax in axes.flat[len(metrics):]:
+        ax.set_axis_off()
+    fig.tight_layout()
+    legend_beside(fig)
+    return fig
 
 
 def change_vs_load(comparison: pd.DataFrame, x: str = "concurrency", ax: Axes | None = None) -> Axes:

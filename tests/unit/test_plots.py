@@ -100,3 +100,15 @@ def test_a_single_plots_legend_moves_beside_it() -> None:
     assert len(legend.get_texts()) == 11
     ax.figure.canvas.draw()
     assert legend.get_window_extent().x0 > ax.get_window_extent().x1
+
+
+def test_a_metric_grid_draws_a_panel_per_metric_with_one_legend_beside() -> None:
+    sweep = _sweep(3).assign(tpot_p99_ms=lambda d: d["output_tok_s"] / 10, itl_p99_ms=lambda d: d["output_tok_s"] / 5)
+    fig = plots.metric_grid(sweep, ["output_tok_s", "tpot_p99_ms", "itl_p99_ms"], ncols=2)
+    drawn = [ax for ax in fig.axes if ax.axison]
+    assert [ax.get_ylabel() for ax in drawn] == [plots.LABELS[m] for m in ("output_tok_s", "tpot_p99_ms", "itl_p99_ms")]
+    assert len(fig.axes) == 4 and not fig.axes[3].axison  # the grid's fourth cell is left blank
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["cfg-0", "cfg-1", "cfg-2"]
+    empty = plots.metric_grid(sweep.iloc[0:0], ["output_tok_s"])
+    assert "not measured in this run" in _texts(empty.axes[0]) and not empty.legends
