@@ -585,6 +585,22 @@ def change_chain(
     return pd.DataFrame(records).set_index("step")
 
 
+def change_chain_text(chain: pd.DataFrame) -> str:
+    """A sentence on a ``change_chain`` table: at each concurrency, the total change and the step that moved it
+    most (what it changed, its two servers and its change); '' where the table has no concurrency in common."""
+    levels = [column for column in chain.columns if isinstance(column, int)]
+    steps = chain.drop(index="total")
+    described = []
+    for level in levels:
+        largest = steps.loc[steps[level].abs().idxmax()]
+        described.append(f"at {level}, {chain.loc['total', level]:+.1f} % in all, the largest step "
+                         f"{largest['differs']} (`{largest['server']}` against `{largest['against']}`: "
+                         f"{largest[level]:+.1f} %)")  # fmt: skip
+    if not described:
+        return ""
+    return f"`{chain.loc['total', 'server']}` against `{chain.loc['total', 'against']}`: " + "; ".join(described) + "."
+
+
 def never_lost_text(crossover_table: pd.DataFrame, comparison: pd.DataFrame) -> str:
     """A sentence naming the configs of a ``crossover`` table that lost at no measured concurrency but gained at
     some, each with its change at its lowest and highest measured concurrency (from ``comparison``, the

@@ -210,5 +210,11 @@ def test_change_chain_takes_a_gap_apart_one_logged_difference_at_a_time() -> Non
     for level in (32, 64):  # the steps compound to the total
         assert (1 + steps[level] / 100).prod() == pytest.approx(1 + chain.loc["total", level] / 100)
     assert chain.loc["total", 32] == pytest.approx(-11.0)
+    assert analysis.change_chain_text(chain) == (
+        "`sched` against `off`: at 32, -11.0 % in all, the largest step speculation none → draft_model; async "
+        "scheduling on → not logged (`sched` against `off-v1-piecewise`: -9.2 %); at 64, -10.0 % in all, the largest "
+        "step speculation none → draft_model; async scheduling on → not logged (`sched` against `off-v1-piecewise`: "
+        "-9.1 %).")  # fmt: skip
+    assert analysis.change_chain_text(analysis.change_chain(rows, ["off", "sched"], modes).drop(columns=[8, 32, 64])) == ""
     with pytest.raises(ValueError, match="at least two labels"):
         analysis.change_chain(rows, ["off"], modes)
