@@ -460,16 +460,18 @@ def best_k_by_band(gains: pd.DataFrame, alpha: float, bands: Iterable[tuple[str,
 def eagle3_verdict(
     df: pd.DataFrame, profiles: Mapping[str, tuple[int, int]], published: pd.DataFrame | None = None,
     engine: str = "eagle3-k3-a0.71", profile: str = "chat", top: int = 200, tolerance: float = TOLERANCE,
+    cite_report: bool = True,
 ) -> Verdict:
     """Does EAGLE-3 at k = 3 raise output throughput over speculation off on ``profile``, and does the gain hold up
-    to ``top`` concurrent requests, as the Red Hat article reported (gains to 200; +10-21 %)?"""
+    to ``top`` concurrent requests, as the Red Hat article reported (gains to 200; +10-21 %)? The sentence ends with
+    what Red Hat reported unless ``cite_report`` is off (a page that already cites it for another profile)."""
     import pandas as pd
 
     df, stalled = _without_stalled(df)
     stalled_at: list[float] = []
     if not stalled.empty:
         mine = with_profile(stalled, profiles)
-        mine = mine[(mine["profile"] == profile) & mine["engine_label"].isin([engine]) | is_baseline(mine)]
+        mine = mine[(mine["profile"] == profile) & (mine["engine_label"].isin([engine]) | is_baseline(mine))]
         stalled_at = sorted({float(c) for c in mine["concurrency"].dropna()})
     gains = gain_table(df, profiles) if not df.empty else pd.DataFrame()
     if not gains.empty:
@@ -482,13 +484,14 @@ def eagle3_verdict(
             pd.DataFrame(),
         )
     steps = ", ".join(f"{g:+.1f} % at {int(c)}" for c, g in zip(gains["concurrency"], gains["gain_pct"], strict=True))
-    measured = f"On {_gpus(df)}, {engine} changed output throughput against speculation off by {steps} (concurrency)."
+    measured = (f"On {_gpus(df)}, {engine} changed output throughput against speculation off on the {profile} profile "
+                f"by {steps} (concurrency).")
     measured += _stalled_words([c for c in stalled_at if c not in set(gains["concurrency"])], "concurrency")
     low, high = _published(published, "output-throughput-gain-low"), _published(published, "output-throughput-gain-high")
     reported = (
         f" Red Hat reported gains that held to 200 concurrent requests, +{low:g} to +{high:g} % output throughput "
         "(the range only in a secondary summary), on H200 with real weights and ShareGPT, MLPerf and SWE-bench prompts."
-        if low is not None and high is not None
+        if low is not None and high is not None and cite_report
         else ""
     )
     at_top = gains[gains["concurrency"] == top]
@@ -566,15 +569,52 @@ def _mtp_rule_by_verdict(verdict: Verdict) -> str:
     return f"{start}; the measurement here is not complete yet."
 
 
-def eagle3_rule(verdict: Verdict, best: pd.DataFrame | None = None, published: pd.DataFrame | None = None) -> str:
+def eagle3_profile_note(verdict: Verdict, tolerance: float = TOLERANCE) -> str:
+    """One sentence on where k = 3 paid on a second length profile, from its ``eagle3_verdict``: the concurrencies
+    where the gain passed ``tolerance``, those where it fell below ``-tolerance``, and whether the top of the
+    profile's range is still unmeasured; empty when nothing of that profile is measured."""
+    if verdict.status == "not measured" or verdict.table.empty:
+        return ""
+    table = verdict.table.sort_values("concurrency")
+    profile = str(table["profile"].iloc[0])
+    if "input_len" in table.columns:
+        profile += f" profile ({int(table['input_len'].iloc[0]):,}-token prompts)"
+    else:
+        profile += " profile"
+
+    def where(rows: pd.DataFrame) -> str:
+        levels = ", ".join(str(int(c)) for c in rows["concurrency"])
+        gains = ", ".join(f"{g:+.1f} %" for g in rows["gain_pct"])
+        return f"concurrency {levels} ({gains})"
+
+    paid = table[table["gain_pct"] > 100 * tolerance]
+    lost = table[table["gain_pct"] < -100 * tolerance]
+    even = table[table["gain_pct"].abs() <= 100 * tolerance]
+    found = [f"paid at {where(paid)}" if not paid.empty else "paid at no concurrency measured"]
+    if not even.empty:
+        found.append(f"was within ±{100 * tolerance:.0f} % at {where(even)}")
+    if not lost.empty:
+        found.append(f"lost at {where(lost)}")
+    listed = found[0] if len(found) == 1 else ", ".join(found[:-1]) + " and " + found[-1]
+    tail = "; the top of its range is not measured yet" if verdict.status == "incomplete" else ""
+    return f"On the {profile} k = 3 {listed}{tail}"
+
+
+def eagle3_rule(
+    verdict: Verdict, best: pd.DataFrame | None = None, published: pd.DataFrame | None = None,
+    second: Verdict | None = None,
+) -> str:
     """The EAGLE-3 page's rule, from its verdict and, once the k sweep is measured, the best k per band
-    (``best_k_by_band``); with ``published``, the bands where the published best draft-token range held."""
+    (``best_k_by_band``); with ``published``, the bands where the published best draft-token range held; with
+    ``second`` (the ``eagle3_verdict`` of another length profile), where k = 3 paid on that profile."""
     if verdict.status == "not measured":
         return (
             "Not measured here yet. Red Hat's article puts the sweet spot at 2-3 draft tokens and reports gains up to "
             "200 concurrent requests on gpt-oss-120b; start there and measure at your own concurrency."
         )
     parts: list[str] = []  # sentences after the headline
+    if second is not None and eagle3_profile_note(second):
+        parts.append(eagle3_profile_note(second))
     if best is not None and not best.empty and best["best_k"].notna().any():
         found = best[best["best_k"].notna()]
         parts.append("Best k measured: " + "; ".join(
@@ -583,13 +623,19 @@ def eagle3_rule(verdict: Verdict, best: pd.DataFrame | None = None, published: p
         if published is not None:
             parts.append(_claimed_ks_note(found, *reported.eagle3_best_draft_tokens(published)))
     headline = {
-        "gain holds to 200": "EAGLE-3 at k = 3 paid at every concurrency up to 200 here",
+        "gain holds to 200": f"EAGLE-3 at k = 3 paid at every concurrency up to 200 on the {_profile_of(verdict)} "
+        "profile here",
         "gain fades before the top": "EAGLE-3 at k = 3 paid at low concurrency only here: switch it off above the band "
         "where it stopped paying (num_speculative_tokens_per_batch_size with k = 0)",
         "no gain": "EAGLE-3 at k = 3 did not pay here at the imposed acceptance",
         "incomplete": "EAGLE-3 at k = 3 paid where measured so far; the top of the range is not measured yet",
     }.get(verdict.status, verdict.status)
     return ". ".join([headline, *parts]) + "."
+
+
+def _profile_of(verdict: Verdict) -> str:
+    """The length profile a measured ``eagle3_verdict`` is about."""
+    return str(verdict.table["profile"].iloc[0]) if "profile" in verdict.table.columns else "chat"
 
 
 def _claimed_ks_note(found: pd.DataFrame, low: int, high: int) -> str:

@@ -144,6 +144,28 @@ def test_eagle3_leaves_a_stalled_concurrency_out(published) -> None:  # type: ig
     verdict = verdicts.eagle3_verdict(rows, PROFILES, published)
     assert verdict.status == "incomplete" and "Not yet measured at 200" not in verdict.sentence
     assert "concurrency 128, 200 too" in verdict.sentence
+    long = verdicts.eagle3_verdict(rows, PROFILES, published, profile="swe", top=64)
+    assert long.status == "not measured" and "stalled" not in long.sentence  # the chat profile's stalls are not its own
+
+
+def test_second_profile_note_says_where_k3_paid_and_lost(published) -> None:  # type: ignore[no-untyped-def]
+    long = verdicts.eagle3_verdict(pd.DataFrame(_eagle({1: 36.0, 4: 2.0, 16: -4.8}, input_len=13000)), PROFILES,
+                                   published, profile="swe", top=64)  # fmt: skip
+    assert long.status == "incomplete" and "on the swe profile by +36.0 % at 1" in long.sentence
+    assert "Red Hat reported" in long.sentence
+    uncited = verdicts.eagle3_verdict(pd.DataFrame(_eagle({1: 36.0}, input_len=13000)), PROFILES, published,
+                                      profile="swe", top=64, cite_report=False)  # fmt: skip
+    assert "Red Hat" not in uncited.sentence
+    note = verdicts.eagle3_profile_note(long)
+    assert note == ("On the swe profile (13,000-token prompts) k = 3 paid at concurrency 1 (+36.0 %), was within ±3 % "
+                    "at concurrency 4 (+2.0 %) and lost at concurrency 16 (-4.8 %); the top of its range is not "
+                    "measured yet")  # fmt: skip
+    chat = verdicts.eagle3_verdict(pd.DataFrame(_eagle({1: 30.0, 64: 20.0, 200: 10.0})), PROFILES, published)
+    rule = verdicts.eagle3_rule(chat, None, published, long)
+    assert rule.startswith("EAGLE-3 at k = 3 paid at every concurrency up to 200 on the chat profile here. " + note)
+    unmeasured = verdicts.eagle3_verdict(pd.DataFrame(_eagle({1: 30.0})), PROFILES, profile="swe", top=64)
+    assert verdicts.eagle3_profile_note(unmeasured) == ""
+    assert verdicts.eagle3_rule(chat, None, published, unmeasured) == verdicts.eagle3_rule(chat, None, published)
 
 
 def test_best_k_by_band() -> None:
