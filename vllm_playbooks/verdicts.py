@@ -576,11 +576,7 @@ def eagle3_profile_note(verdict: Verdict, tolerance: float = TOLERANCE) -> str:
     if verdict.status == "not measured" or verdict.table.empty:
         return ""
     table = verdict.table.sort_values("concurrency")
-    profile = str(table["profile"].iloc[0])
-    if "input_len" in table.columns:
-        profile += f" profile ({int(table['input_len'].iloc[0]):,}-token prompts)"
-    else:
-        profile += " profile"
+    prompts = int(table["input_len"].iloc[0])
 
     def where(rows: pd.DataFrame) -> str:
         levels = ", ".join(str(int(c)) for c in rows["concurrency"])
@@ -597,7 +593,7 @@ def eagle3_profile_note(verdict: Verdict, tolerance: float = TOLERANCE) -> str:
         found.append(f"lost at {where(lost)}")
     listed = found[0] if len(found) == 1 else ", ".join(found[:-1]) + " and " + found[-1]
     tail = "; the top of its range is not measured yet" if verdict.status == "incomplete" else ""
-    return f"On the {profile} k = 3 {listed}{tail}"
+    return f"On the {_profile_of(verdict)} profile ({prompts:,}-token prompts) k = 3 {listed}{tail}"
 
 
 def eagle3_rule(
@@ -613,8 +609,9 @@ def eagle3_rule(
             "200 concurrent requests on gpt-oss-120b; start there and measure at your own concurrency."
         )
     parts: list[str] = []  # sentences after the headline
-    if second is not None and eagle3_profile_note(second):
-        parts.append(eagle3_profile_note(second))
+    second_note = eagle3_profile_note(second) if second is not None else ""
+    if second_note:
+        parts.append(second_note)
     if best is not None and not best.empty and best["best_k"].notna().any():
         found = best[best["best_k"].notna()]
         parts.append("Best k measured: " + "; ".join(
@@ -634,8 +631,8 @@ def eagle3_rule(
 
 
 def _profile_of(verdict: Verdict) -> str:
-    """The length profile a measured ``eagle3_verdict`` is about."""
-    return str(verdict.table["profile"].iloc[0]) if "profile" in verdict.table.columns else "chat"
+    """The length profile a measured ``eagle3_verdict`` is about (its gain table names it on every row)."""
+    return str(verdict.table["profile"].iloc[0])
 
 
 def _claimed_ks_note(found: pd.DataFrame, low: int, high: int) -> str:
