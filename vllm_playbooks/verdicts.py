@@ -579,9 +579,7 @@ def eagle3_profile_note(verdict: Verdict, tolerance: float = TOLERANCE) -> str:
     prompts = int(table["input_len"].iloc[0])
 
     def where(rows: pd.DataFrame) -> str:
-        levels = ", ".join(str(int(c)) for c in rows["concurrency"])
-        gains = ", ".join(f"{g:+.1f} %" for g in rows["gain_pct"])
-        return f"concurrency {levels} ({gains})"
+        return f"concurrency {_levels(rows)} ({_gains(rows)})"
 
     paid = table[table["gain_pct"] > 100 * tolerance]
     lost = table[table["gain_pct"] < -100 * tolerance]
@@ -598,11 +596,12 @@ def eagle3_profile_note(verdict: Verdict, tolerance: float = TOLERANCE) -> str:
 
 def eagle3_rule(
     verdict: Verdict, best: pd.DataFrame | None = None, published: pd.DataFrame | None = None,
-    second: Verdict | None = None,
+    second: Verdict | None = None, band: pd.DataFrame | None = None,
 ) -> str:
     """The EAGLE-3 page's rule, from its verdict and, once the k sweep is measured, the best k per band
     (``best_k_by_band``); with ``published``, the bands where the published best draft-token range held; with
-    ``second`` (the ``eagle3_verdict`` of another length profile), where k = 3 paid on that profile."""
+    ``second`` (the ``eagle3_verdict`` of another length profile), where k = 3 paid on that profile; with ``band``
+    (``alpha_band``), where k = 3 paid at the other imposed acceptances."""
     if verdict.status == "not measured":
         return (
             "Not measured here yet. Red Hat's article puts the sweet spot at 2-3 draft tokens and reports gains up to "
@@ -619,6 +618,9 @@ def eagle3_rule(
         ))  # fmt: skip
         if published is not None:
             parts.append(_claimed_ks_note(found, *reported.eagle3_best_draft_tokens(published)))
+    band_note = describe_alpha_band(band) if band is not None else ""
+    if band_note:
+        parts.append(band_note.removesuffix("."))
     headline = {
         "gain holds to 200": f"EAGLE-3 at k = 3 paid at every concurrency up to 200 on the {_profile_of(verdict)} "
         "profile here",
@@ -663,6 +665,58 @@ def select_gains(
     if k is not None:
         keep &= gains["k"] == k
     return gains[keep]
+
+
+def alpha_band(gains: pd.DataFrame, central: float, k: int = 3) -> pd.DataFrame:
+    """The gains of ``k`` at each imposed α other than ``central``, beside the central α's gain at the same profile and
+    concurrency: one row per profile, α and concurrency measured at that α, with ``central_alpha``,
+    ``central_gain_pct`` (missing where the central α is not measured there) and ``difference_pts`` (this α's gain
+    minus the central one's)."""
+    import pandas as pd
+
+    columns = ["profile", "imposed_alpha", "concurrency", "gain_pct", "central_alpha", "central_gain_pct",
+               "difference_pts"]  # fmt: skip
+    rows = select_gains(gains, k=k)
+    if rows.empty:
+        return pd.DataFrame(columns=columns)
+    at_central = (rows["imposed_alpha"].astype(float) - central).abs() < 1e-9
+    centre = rows[at_central].set_index(["profile", "concurrency"])["gain_pct"].rename("central_gain_pct")
+    band = rows[~at_central].join(centre, on=["profile", "concurrency"])
+    band = band.assign(imposed_alpha=band["imposed_alpha"].astype(float), central_alpha=central,
+                       difference_pts=band["gain_pct"] - band["central_gain_pct"])  # fmt: skip
+    return band[columns].sort_values(["profile", "imposed_alpha", "concurrency"]).reset_index(drop=True)
+
+
+def describe_alpha_band(band: pd.DataFrame, k: int = 3, tolerance: float = TOLERANCE) -> str:
+    """One sentence per profile and α of an ``alpha_band`` table of ``k``: where it still paid (a gain beyond
+    ``tolerance``) and where it did not at that α, and by how many points its gain differed from the central α's at
+    the concurrencies measured with both; empty when no other α is measured."""
+    sentences = []
+    for (profile, alpha, central), rows in band.groupby(["profile", "imposed_alpha", "central_alpha"], sort=False):
+        side = "below" if alpha < central else "above"
+        paid = rows[rows["gain_pct"] > 100 * tolerance]
+        if len(paid) == len(rows):
+            found = f"paid at every concurrency measured ({_levels(rows)}: {_gains(rows)})"
+        else:
+            unpaid = rows[rows["gain_pct"] <= 100 * tolerance]
+            found = (f"paid at concurrency {_levels(paid)} ({_gains(paid)}) and not at {_levels(unpaid)} "
+                     f"({_gains(unpaid)})") if not paid.empty else f"paid at no concurrency measured ({_gains(rows)})"
+        text = f"At α = {alpha:.2f} ({abs(alpha - central):.2f} {side} the imposed {central:.2f}) k = {k} {found}"
+        both = rows[rows["central_gain_pct"].notna()]
+        if not both.empty:
+            low, high = both["difference_pts"].min(), both["difference_pts"].max()
+            spread = f"{low:+.1f}" if round(low, 1) == round(high, 1) else f"{low:+.1f} to {high:+.1f}"
+            text += f", {spread} points against α = {central:.2f} at the same concurrencies"
+        sentences.append(f"{text} ({profile} profile).")
+    return " ".join(sentences)
+
+
+def _levels(rows: pd.DataFrame) -> str:
+    return ", ".join(str(int(c)) for c in rows["concurrency"])
+
+
+def _gains(rows: pd.DataFrame) -> str:
+    return ", ".join(f"{g:+.1f} %" for g in rows["gain_pct"])
 
 
 def beside_model(measured: pd.DataFrame, predicted: pd.DataFrame, value: str, label: str) -> pd.DataFrame:

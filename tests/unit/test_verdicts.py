@@ -207,6 +207,31 @@ def test_rules_follow_the_verdicts(published) -> None:  # type: ignore[no-untype
         fades, best.iloc[:1].assign(best_k=5.0), published)
 
 
+def test_alpha_band_sets_each_alpha_beside_the_central_one(published) -> None:  # type: ignore[no-untyped-def]
+    rows = (_eagle({1: 30.0, 64: 20.0, 200: 10.0}) + _eagle({1: 12.0, 64: 2.0}, "eagle3-k3-a0.61", alpha=0.61)
+            + _eagle({1: 40.0, 8: 35.0}, "eagle3-k3-a0.81", alpha=0.81)
+            + _eagle({1: 50.0}, "eagle3-k2-a0.81", 2, 0.81))  # another k: not in k = 3's band
+    gains = verdicts.gain_table(pd.DataFrame(rows), PROFILES)
+    band = verdicts.alpha_band(gains, 0.71)
+    assert band[["imposed_alpha", "concurrency"]].values.tolist() == [[0.61, 1], [0.61, 64], [0.81, 1], [0.81, 8]]
+    assert band.difference_pts.iloc[:3].tolist() == pytest.approx([-18.0, -18.0, 10.0])
+    assert pd.isna(band.central_gain_pct.iloc[3]) and (band.central_alpha == 0.71).all()
+    note = verdicts.describe_alpha_band(band)
+    assert note == (
+        "At α = 0.61 (0.10 below the imposed 0.71) k = 3 paid at concurrency 1 (+12.0 %) and not at 64 (+2.0 %), "
+        "-18.0 points against α = 0.71 at the same concurrencies (chat profile). At α = 0.81 (0.10 above the imposed "
+        "0.71) k = 3 paid at every concurrency measured (1, 8: +40.0 %, +35.0 %), +10.0 points against α = 0.71 at "
+        "the same concurrencies (chat profile).")  # fmt: skip
+    chat = verdicts.eagle3_verdict(pd.DataFrame(rows), PROFILES, published)
+    assert verdicts.eagle3_rule(chat, band=band).endswith(note)
+    nothing_else = verdicts.alpha_band(verdicts.select_gains(gains, alpha=0.71), 0.71)
+    assert nothing_else.empty and verdicts.describe_alpha_band(nothing_else) == ""
+    assert verdicts.eagle3_rule(chat, band=nothing_else) == verdicts.eagle3_rule(chat)
+    lost = verdicts.alpha_band(gains.assign(gain_pct=gains.gain_pct.where(gains.imposed_alpha > 0.7, -5.0)), 0.71)
+    assert "paid at no concurrency measured (-5.0 %, -5.0 %), -35.0 to -25.0 points" in verdicts.describe_alpha_band(
+        lost)
+
+
 def test_select_gains() -> None:
     rows = _eagle({1: 10.0}, "eagle3-k2-a0.71", 2) + _eagle({1: 20.0}, "eagle3-k3-a0.61", 3, 0.61)
     gains = verdicts.gain_table(pd.DataFrame(rows), PROFILES)
