@@ -421,24 +421,33 @@ def plan_file(case: str) -> Path:
     return Path(str(resources.files(CASES_PACKAGE) / f"{case}.yaml"))
 
 
-def unmeasured(plan: CasePlan, measured: Any) -> Any:
-    """The planned load levels each engine config still lacks a recorded row at, matched by engine label and load
-    (not by config id, which changes when a new field enters the stored config). One line per engine config;
-    ``missing`` names load levels (``c4``, ``qps2``), with their lengths where the plan has several."""
-    import pandas as pd
-
-    lengths = {(load.input_len, load.output_len) for engine in plan.engines for load in plan.loads_for(engine)}
-    records = []
+def missing_loads(plan: CasePlan, measured: Any) -> dict[str, list[LoadPoint]]:
+    """The planned load levels each engine config (by label) still lacks a recorded row at, matched by engine label
+    and load (not by config id, which changes when a new field enters the stored config), in the plan's order."""
+    missing = {}
     for engine in plan.engines:
         rows = measured[measured["engine_label"] == engine.label] if len(measured) else measured
         done = {(int(r.input_len), int(r.output_len), _maybe(r.concurrency), _maybe(r.request_rate_qps))
                 for r in rows.itertuples()}  # fmt: skip
-        planned = plan.loads_for(engine)
-        missing = [load for load in planned
-                   if (load.input_len, load.output_len, load.concurrency, load.request_rate_qps) not in done]  # fmt: skip
+        missing[engine.label] = [load for load in plan.loads_for(engine)
+                                 if (load.input_len, load.output_len, load.concurrency, load.request_rate_qps)
+                                 not in done]  # fmt: skip
+    return missing
+
+
+def unmeasured(plan: CasePlan, measured: Any) -> Any:
+    """``missing_loads`` as a table: one line per engine config; ``missing`` names load levels (``c4``, ``qps2``),
+    with their lengths where the plan has several."""
+    import pandas as pd
+
+    lengths = {(load.input_len, load.output_len) for engine in plan.engines for load in plan.loads_for(engine)}
+    missing = missing_loads(plan, measured)
+    records = []
+    for engine in plan.engines:
+        planned, left = plan.loads_for(engine), missing[engine.label]
         records.append({
-            "engine_label": engine.label, "planned": len(planned), "measured": len(planned) - len(missing),
-            "missing": ", ".join(_short(load) if len(lengths) == 1 else load.slug() for load in missing) or "—",
+            "engine_label": engine.label, "planned": len(planned), "measured": len(planned) - len(left),
+            "missing": ", ".join(_short(load) if len(lengths) == 1 else load.slug() for load in left) or "—",
         })  # fmt: skip
     return pd.DataFrame(records)
 

@@ -1,0 +1,79 @@
+"""Remaining GPU time of a grid, estimated from the wall times of its recorded points and its servers' start-ups."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from vllm_playbooks import leases
+from vllm_playbooks.plan import plan_from_dict
+
+PLAN = plan_from_dict({"case": "t", "engine_defaults": {"model": "llama-3.1-8b", "max_model_len": 2048},
+                       "engines": [{"label": "a"}, {"label": "b"}, {"label": "c"},
+                                   {"label": "big", "model": "llama-3.3-70b"}],
+                       "loads": {"input_len": 8, "output_len": 8, "concurrency": [1, 4, 16]}})  # fmt: skip
+T0 = pd.Timestamp("2026-12-31T23:58:00+00:00")
+
+
+def _servers(*rows: tuple[str, str, float, float]) -> pd.DataFrame:
+    """(log, engine label, launch in s after T0, start-up s; NaN: never ready)."""
+    return pd.DataFrame([{"log": log, "engine_label": label, "launched_at": T0 + pd.Timedelta(seconds=at),
+                          "startup_s": startup} for log, label, at, startup in rows])  # fmt: skip
+
+
+def _rows(*rows: tuple[str, int, float]) -> pd.DataFrame:
+    """(engine label, concurrency, end in s after T0) as recorded: measured_at an ISO string."""
+    return pd.DataFrame([{"engine_label": label, "model_shape": "llama-3.1-8b", "input_len": 8, "output_len": 8,
+                          "concurrency": float(c),
+                          "request_rate_qps": None, "measured_at": (T0 + pd.Timedelta(seconds=end)).isoformat()}
+                         for label, c, end in rows])  # fmt: skip
+
+
+def test_a_points_wall_runs_from_ready_or_the_point_before_on_its_server() -> None:
+    servers = _servers(("a1", "a", 0, 100), ("a2", "a", 1000, 50), ("never", "b", 0, math.nan))
+    # a's first server: ready at 100; c1 ends at 160, c4 at 200. Its second server (ready at 1050) measures c16 at 1300.
+    # b never became ready: its row has no server to time it from
+    rows = _rows(("a", 4, 200), ("a", 1, 160), ("a", 16, 1300), ("b", 1, 500))
+    walls = leases.point_walls(rows, servers)
+    assert walls[["engine_label", "concurrency", "wall_s"]].values.tolist() == [["a", 1, 60.0], ["a", 4, 40.0],
+                                                                                ["a", 16, 250.0]]  # fmt: skip
+
+
+def test_the_rest_of_a_grid_takes_the_longest_recorded_wall_per_load_and_start_up() -> None:
+    servers = _servers(("a1", "a", 0, 100), ("b1", "b", 400, 80), ("b2", "b", 900, 120))
+    # walls: a c1 60, a c4 40, a c16 300; b c1 90 (its second server's point)
+    rows = _rows(("a", 1, 160), ("a", 4, 200), ("a", 16, 500), ("b", 1, 1110))
+    table = leases.remaining_time(PLAN, rows, servers).set_index("engine_label")
+    assert table.index.tolist() == ["b", "c", "big"]  # a is complete
+    assert table.loc["b", "points"] == 2 and table.loc["b", "startup_s"] == 120.0  # b's own longest start
+    assert table.loc["b", "points_s"] == 340.0  # c4 40 + c16 300
+    assert table.loc["b", "time_limit_s"] == 580  # 1.25 × 460 = 575, up to 10 s
+    assert table.loc["c", "startup_s"] == 120.0 and table.loc["c", "points_s"] == 90.0 + 40.0 + 300.0  # any config's
+    assert leases.remaining_time(PLAN, rows, servers, margin=1.0).set_index("engine_label").loc[
+        "b", "time_limit_s"] == 460  # fmt: skip
+    # the 70B shape never ran: neither its start-up nor its points are estimated from the 8B's
+    assert table.loc["big", "model_shape"] == "llama-3.3-70b" and table.loc["big", "unknown"] == 3
+    assert table.loc["big", ["startup_s", "points_s", "time_limit_s"]].isna().all()
+
+
+def test_a_load_never_measured_has_no_estimate() -> None:
+    servers = _servers(("a1", "a", 0, 100))
+    table = leases.remaining_time(PLAN, _rows(("a", 1, 160)), servers).set_index("engine_label")
+    assert table.loc["a", "unknown"] == 2 and math.isnan(table.loc["a", "points_s"])
+    assert math.isnan(table.loc["a", "time_limit_s"])
+
+
+def test_recorded_eagle3_walls_and_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    """The α 0.61 server of 2026-12-02: launched 12:34:21, ready 91 s later; concurrency 4 ended 12:38:35, 8 at 12:39:13."""
+    from vllm_playbooks.results.store import load_runs
+    from vllm_playbooks.startup import server_time
+
+    walls = leases.point_walls(load_runs("gpt-oss-eagle3"), server_time("gpt-oss-eagle3"))
+    alpha = walls[walls.engine_label == "eagle3-k3-a0.61"].set_index("concurrency")["wall_s"]
+    assert alpha.loc[8] == 38.0 and alpha.loc[1] == 60.0  # 12:36:52 - (12:34:21 + 91 s)
+    assert leases.main(["--case", "gpt-oss-eagle3", "--part", "1-verdict"]) == 0
+    assert capsys.readouterr().out.strip() == "nothing left to measure"
+    assert leases.main(["--case", "gpt-oss-eagle3", "--part", "9-nope"]) == 2
+    assert "no part '9-nope'" in capsys.readouterr().err

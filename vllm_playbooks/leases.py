@@ -1,0 +1,124 @@
+"""How long the rest of a case's grid will hold a GPU, from the times its recorded runs took.
+
+A GPU lease is short (30 minutes here), so each job gets a ``--time-limit-s`` and a point that does not finish in it is
+lost. Every recorded row ends at ``measured_at``; its server became ready at launch + start-up (``startup.server_time``),
+so a point's *wall time* runs from the end of the point before it on the same server (or from the server's ready time)
+to its own end: the main run, its warm-up and anything between. The estimate for a point not measured yet is the
+longest wall time recorded at the same load (lengths, concurrency or rate) on any engine config of the same model
+shape, and a server's start-up the longest recorded for that config (or, when it never started, for any config of its
+shape); ``time_limit_s`` adds a margin on top. A shape or load never measured gets no estimate.
+
+``python -m vllm_playbooks.leases --case gpt-oss-eagle3 --part 5-long-sweep``
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from vllm_playbooks.plan import CasePlan
+
+#: Load columns that name a point's load level.
+LOAD = ["input_len", "output_len", "concurrency", "request_rate_qps"]
+
+
+def point_walls(measured: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
+    """Each recorded row's wall time (``wall_s``) with its engine label and load: from the later of its server's ready
+    time (the latest ``servers`` row of the same engine label launched before the row's end) and the end of the row
+    before it on that server, to the row's own end (``measured_at``). Rows without a ready server are left out."""
+    import pandas as pd
+
+    columns = ["engine_label", "model_shape", *LOAD, "measured_at", "wall_s"]
+    ready = servers[servers["startup_s"].notna()].assign(
+        ready_at=lambda t: t["launched_at"] + pd.to_timedelta(t["startup_s"], unit="s"))
+    records = []
+    for label, rows in measured.assign(end=pd.to_datetime(measured["measured_at"])).groupby("engine_label"):
+        starts = ready[ready["engine_label"] == label].sort_values("launched_at")
+        previous: dict[object, pd.Timestamp] = {}  # the end of the last point per server
+        for row in rows.sort_values("end").itertuples():
+            launched = starts[starts["launched_at"] <= row.end]
+            if launched.empty:
+                continue
+            server = launched.iloc[-1]
+            since = max(server["ready_at"], previous.get(server["log"], server["ready_at"]))
+            previous[server["log"]] = row.end
+            records.append({"engine_label": label, "model_shape": row.model_shape, **{c: getattr(row, c) for c in LOAD},
+                            "measured_at": row.end,
+                            "wall_s": (row.end - since).total_seconds()})  # fmt: skip
+    return pd.DataFrame(records, columns=columns)
+
+
+def remaining_time(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame, margin: float = 1.25) -> pd.DataFrame:
+    """For each engine config of ``plan`` with points still to measure: its model shape, how many points
+    (``points``), the estimated start-up (``startup_s``; NaN when no server of its shape ever became ready), the
+    points' estimated wall time (``points_s``; NaN when a load was never measured on its shape, counted in
+    ``unknown``) and ``time_limit_s``, their sum times ``margin`` rounded up to 10 s (NaN when either is unknown)."""
+    import pandas as pd
+
+    from vllm_playbooks.plan import missing_loads
+    from vllm_playbooks.shapes import resolve_model
+
+    walls = point_walls(measured, servers)
+    longest = walls.fillna({c: -1 for c in LOAD}).groupby(["model_shape", *LOAD])["wall_s"].max()
+    shapes = {**dict(zip(measured["engine_label"], measured["model_shape"], strict=True)),
+              **{engine.label: resolve_model(engine.model).name for engine in plan.engines}}  # fmt: skip
+    started = servers[servers["startup_s"].notna()]
+    started = started.assign(model_shape=started["engine_label"].map(shapes))
+    records = []
+    for label, loads in missing_loads(plan, measured).items():
+        if not loads:
+            continue
+        shape = shapes[label]
+        own = started[started["engine_label"] == label]["startup_s"]
+        startup = float((own if not own.empty else started[started["model_shape"] == shape]["startup_s"]).max())
+        keys = [(shape, load.input_len, load.output_len, _or_missing(load.concurrency),
+                 _or_missing(load.request_rate_qps)) for load in loads]  # fmt: skip
+        known = [float(longest[key]) for key in keys if key in longest.index]
+        unknown = len(keys) - len(known)
+        points = sum(known) if not unknown else math.nan
+        total = startup + points
+        records.append({
+            "engine_label": label, "model_shape": shape, "points": len(loads), "unknown": unknown, "startup_s": startup,
+            "points_s": points,
+            "time_limit_s": 10 * math.ceil(margin * total / 10) if not math.isnan(total) else math.nan,
+        })  # fmt: skip
+    columns = ["engine_label", "model_shape", "points", "unknown", "startup_s", "points_s", "time_limit_s"]
+    return pd.DataFrame(records, columns=columns)
+
+
+def _or_missing(value: float | None) -> float:
+    """A plan's concurrency or rate as the recorded walls index it (-1 for none)."""
+    return -1.0 if value is None else float(value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the remaining time of a case (or of one part of it) from its recorded runs."""
+    from vllm_playbooks.errors import PlaybookError
+    from vllm_playbooks.plan import load_part, load_plan
+    from vllm_playbooks.results.store import load_runs
+    from vllm_playbooks.startup import server_time
+
+    parser = argparse.ArgumentParser(prog="python -m vllm_playbooks.leases", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--case", required=True, help="a packaged case's name, or the path of your own case file")
+    parser.add_argument("--part", help="one part of the case's grid (its 'parts:'), e.g. 5-long-sweep")
+    parser.add_argument("--margin", type=float, default=1.25, help="time_limit_s = margin × the estimate")
+    parser.add_argument("--data", type=Path, help="the data folder (default: the book's data/)")
+    args = parser.parse_args(argv)
+    try:
+        plan = load_part(args.case, args.part) if args.part else load_plan(args.case)
+        table = remaining_time(plan, load_runs(plan.case, args.data), server_time(args.case, args.data), args.margin)
+    except PlaybookError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(table.to_string(index=False) if not table.empty else "nothing left to measure")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
