@@ -36,7 +36,7 @@ def point_walls(measured: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
 
     columns = ["engine_label", "model_shape", *LOAD, "measured_at", "wall_s"]
     ready = servers[servers["startup_s"].notna()].assign(
-        ready_at=lambda t: t["launched_at"] + pd.to_timedelta(t["startup_s"], unit="s"))
+        ready_at=lambda t: pd.to_datetime(t["launched_at"], utc=True) + pd.to_timedelta(t["startup_s"], unit="s"))
     records = []
     for label, rows in measured.assign(end=pd.to_datetime(measured["measured_at"])).groupby("engine_label"):
         starts = ready[ready["engine_label"] == label].sort_values("launched_at")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import pandas as pd
 import pytest
@@ -77,3 +78,11 @@ def test_recorded_eagle3_walls_and_the_cli(capsys: pytest.CaptureFixture[str]) -
     assert capsys.readouterr().out.strip() == "nothing left to measure"
     assert leases.main(["--case", "gpt-oss-eagle3", "--part", "9-nope"]) == 2
     assert "no part '9-nope'" in capsys.readouterr().err
+
+
+def test_a_case_with_nothing_recorded_has_no_estimates(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pd.errors.PerformanceWarning)  # no server logs: an empty launch column
+        assert leases.main(["--case", "llama-8b-draft-model", "--data", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split() == ["spec-off", "llama-3.1-8b", "4", "4", "NaN", "NaN", "NaN"]
