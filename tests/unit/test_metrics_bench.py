@@ -45,6 +45,23 @@ def test_delta_matches_what_bench_serve_computed_on_the_same_run() -> None:
     assert json.loads(per_position_json(delta.spec) or "[]") == pytest.approx(list(delta.spec.per_position_rates))
 
 
+@pytest.mark.parametrize("scrape", [DRAFT / "metrics_after.prom", FIXTURES / "h200-spec-off-c16" / "metrics_after.prom",
+                                    FIXTURES / "cpu-ngram-metrics.prom"], ids=["draft", "spec-off", "cpu"])  # fmt: skip
+def test_the_snapshot_reads_only_the_lines_it_needs_and_parses_a_text_once(scrape: Path) -> None:
+    from vllm_playbooks.engine import metrics
+
+    text = scrape.read_text()
+    kept = metrics._snapshot_lines(text)
+    assert len(kept) < len(text) / 2  # most of a scrape is other histograms' buckets
+    assert metrics._parse_snapshot(kept) == metrics._parse_snapshot(text)
+    assert parse_metrics(text) is parse_metrics(text)  # parsed once per process, by the text's digest
+    (sample,) = [line for line in text.splitlines() if line.startswith("vllm:generation_tokens_total{")]
+    changed = text.replace(sample, sample + "\n" + sample.replace("{", '{extra="1",', 1))  # a second engine's count
+    assert parse_metrics(changed) is not parse_metrics(text)
+    assert parse_metrics(changed).get("vllm:generation_tokens_total") == 2 * parse_metrics(text).get(
+        "vllm:generation_tokens_total")  # fmt: skip
+
+
 def test_no_spec_counters_without_speculation() -> None:
     snap = parse_metrics((FIXTURES / "h200-spec-off-c16" / "metrics_after.prom").read_text())
     delta = diff_metrics(snap, snap)
