@@ -38,7 +38,8 @@ execute: $(STAMP)
 html: $(STAMP) $(MATHJAX)
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 
-## test: unit tests, nbval over the source notebooks, the notebook pattern, and a book-build smoke test
+## test: unit tests, the notebook pattern, one replay of every notebook into a strict offline book build (its
+##   regression-check cells compared with what the source notebooks recorded), and the site check of that build
 test: $(STAMP) $(MATHJAX)
 	$(PY) -m pytest
 

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import ROOT
+from vllm_playbooks.notebooks import changed_check_outputs, list_notebooks
+
 pytestmark = pytest.mark.slow
 
 
@@ -26,6 +29,13 @@ def test_book_builds_strictly_from_replayed_notebooks(built_book: Path) -> None:
         assert verdict in text and "dummy (random) weights" in text
         assert "reproduces compute and memory physics, not model quality" in text
         assert "Stalls." in text and "left out of the verdict" in text and "Measured against the step model" in text
+
+
+@pytest.mark.parametrize("name", [p.stem for p in list_notebooks(ROOT)])
+def test_replayed_notebook_prints_what_its_check_cells_recorded(built_book: Path, name: str) -> None:
+    """Each notebook ran once (papermill, replay) for the book; its regression-check cells still print the same."""
+    source = built_book / "notebooks" / f"{name}.ipynb"
+    assert changed_check_outputs(source, built_book / "book" / "executed" / f"{name}.ipynb") == []
 
 
 def test_the_pp_case_page_renders_with_or_without_rows(built_book: Path) -> None:

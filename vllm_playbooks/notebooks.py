@@ -1,7 +1,9 @@
 """Run the case notebooks with papermill, and check that they follow the book's notebook pattern.
 
 ``python -m vllm_playbooks.notebooks execute-all --out book/executed`` is what ``make book`` runs (replay mode);
-``python -m vllm_playbooks.notebooks reproduce <notebook> -p name value …`` is ``make reproduce`` (live mode).
+``python -m vllm_playbooks.notebooks reproduce <notebook> -p name value …`` is ``make reproduce`` (live mode);
+``python -m vllm_playbooks.notebooks compare --executed book/executed`` says which regression-check cells
+(tagged ``nbval-check-output``) now print something other than what their source notebook recorded.
 """
 
 from __future__ import annotations
@@ -104,6 +106,48 @@ def strip_outputs(path: Path) -> None:
     nbformat.write(nb, path)
 
 
+def _printed(cell: Any) -> dict[str, str]:
+    """A code cell's stream outputs joined per stream (papermill and Jupyter may split one print into chunks)."""
+    text: dict[str, str] = {}
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "stream":
+            text[output["name"]] = text.get(output["name"], "") + output["text"]
+    return text
+
+
+def changed_check_outputs(source: Path, executed: Path) -> list[str]:
+    """Regression-check cells whose printed text in ``executed`` differs from what ``source`` recorded, as sentences.
+
+    ``source`` is a notebook under ``notebooks/`` (its ``nbval-check-output`` cells keep their outputs); ``executed``
+    is the copy papermill ran (cells keep their ids). Each sentence names the cell and the first line that differs.
+    An empty list means every check cell printed what the source recorded.
+    """
+    import nbformat
+
+    recorded = nbformat.read(source, as_version=4)
+    ran = {cell.get("id"): cell for cell in nbformat.read(executed, as_version=4).cells}
+    problems: list[str] = []
+    for cell in recorded.cells:
+        if cell.cell_type != "code" or CHECK_TAG not in _tags(cell):
+            continue
+        if cell.get("id") not in ran:
+            problems.append(f"{source.name}: check cell {cell.get('id')!r} is missing from {executed}")
+            continue
+        want, got = _printed(cell), _printed(ran[cell["id"]])
+        for stream in sorted(set(want) | set(got)):
+            want_lines = want.get(stream, "").splitlines()
+            got_lines = got.get(stream, "").splitlines()
+            if want_lines == got_lines:
+                continue
+            line = next((i for i, pair in enumerate(zip(want_lines, got_lines)) if pair[0] != pair[1]),
+                        min(len(want_lines), len(got_lines)))  # fmt: skip
+            problems.append(
+                f"{source.name}: check cell {cell['id']!r} ({stream}) line {line + 1}: recorded "
+                f"{(want_lines[line:line + 1] or ['<nothing>'])[0]!r}, now {(got_lines[line:line + 1] or ['<nothing>'])[0]!r}"
+            )
+    return problems
+
+
 def parse_parameter_pairs(pairs: list[list[str]] | None) -> dict[str, Any]:
     """``-p name value`` pairs → a dict; values are read as YAML (``4`` → int, ``[1, 4]`` → list, ``null``)."""
     out: dict[str, Any] = {}
@@ -149,7 +193,7 @@ def _hide_injected_parameters(path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: ``execute-all``, ``reproduce``, ``check``, ``strip``."""
+    """Command line: ``execute-all``, ``reproduce``, ``check``, ``compare``, ``strip``."""
     parser = argparse.ArgumentParser(prog="python -m vllm_playbooks.notebooks", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     every = sub.add_parser("execute-all", help="run every notebook in replay mode into a build folder")
@@ -159,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--out", type=Path, default=None)
     rep.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"))
     sub.add_parser("check", help="check every source notebook against the pattern")
+    compare = sub.add_parser("compare", help="compare the regression-check cells' recorded text with an executed copy")
+    compare.add_argument("--executed", type=Path, required=True, help="folder execute-all wrote, e.g. book/executed")
     strip = sub.add_parser("strip", help="strip outputs except regression-check cells")
     strip.add_argument("paths", nargs="+", type=Path)
     args = parser.parse_args(argv)
@@ -182,6 +228,14 @@ def main(argv: list[str] | None = None) -> int:
                 for problem in problems:
                     print(f"{name}: {problem}", file=sys.stderr)
             return 1 if any(bad.values()) else 0
+        elif args.command == "compare":
+            missing = [p.name for p in list_notebooks() if not (args.executed / p.name).exists()]
+            if missing:
+                raise ConfigError(f"{args.executed} lacks {', '.join(missing)}: run execute-all --out {args.executed}")
+            changed = [line for p in list_notebooks() for line in changed_check_outputs(p, args.executed / p.name)]
+            for line in changed:
+                print(line, file=sys.stderr)
+            return 1 if changed else 0
         else:
             for path in args.paths:
                 strip_outputs(path)

@@ -11,6 +11,7 @@ import pytest
 from tests.conftest import ROOT
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.notebooks import (
+    changed_check_outputs,
     check_notebook,
     default_parameters,
     execute,
@@ -108,3 +109,49 @@ def test_a_replay_only_page_refuses_live_mode() -> None:
     nb = nbformat.read(ROOT / "notebooks" / "config_crosscheck.ipynb", as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert "require_mode(mode, live=False)" in code[1].source  # recorded with vLLM 0.26: nothing to run live
+
+
+def _checked_pair(tmp_path: Path, recorded: list[str], printed: list[str]) -> tuple[Path, Path]:
+    """A source notebook whose check cell recorded ``recorded`` (stream chunks) and a run that printed ``printed``."""
+    paths = []
+    for name, chunks in (("source", recorded), ("ran", printed)):
+        cell = nbformat.v4.new_code_cell("print(2 + 2)", id="check01")
+        cell.metadata["tags"] = ["nbval-check-output"]
+        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=chunk) for chunk in chunks]
+        other = nbformat.v4.new_code_cell("x = 1", id="plain01")
+        other.outputs = [nbformat.v4.new_output("stream", name="stdout", text="ignored " + name)]
+        path = tmp_path / f"{name}.ipynb"
+        nbformat.write(nbformat.v4.new_notebook(cells=[cell, other]), path)
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+def test_check_outputs_match_when_the_run_prints_the_same_text_in_other_chunks(tmp_path: Path) -> None:
+    source, ran = _checked_pair(tmp_path, ["gain +41.4 %\nbest k 2\n"], ["gain +41.4 %\n", "best k 2\n"])
+    assert changed_check_outputs(source, ran) == []
+
+
+def test_a_changed_check_output_names_the_cell_and_the_first_line_that_differs(tmp_path: Path) -> None:
+    source, ran = _checked_pair(tmp_path, ["gain +41.4 %\nbest k 2\n"], ["gain +41.4 %\nbest k 3\n"])
+    assert changed_check_outputs(source, ran) == [
+        "source.ipynb: check cell 'check01' (stdout) line 2: recorded 'best k 2', now 'best k 3'"
+    ]
+    source, ran = _checked_pair(tmp_path, ["a\n"], ["a\nb\n"])
+    assert changed_check_outputs(source, ran) == [
+        "source.ipynb: check cell 'check01' (stdout) line 2: recorded '<nothing>', now 'b'"
+    ]
+
+
+def test_a_check_cell_missing_from_the_run_is_reported(tmp_path: Path) -> None:
+    source, ran = _checked_pair(tmp_path, ["a\n"], ["a\n"])
+    nb = nbformat.read(ran, as_version=4)
+    nb.cells = nb.cells[1:]
+    nbformat.write(nb, ran)
+    assert changed_check_outputs(source, ran) == [f"source.ipynb: check cell 'check01' is missing from {ran}"]
+
+
+def test_compare_refuses_a_folder_without_the_executed_notebooks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["compare", "--executed", str(tmp_path)]) == 2
+    assert "run execute-all --out" in capsys.readouterr().err
