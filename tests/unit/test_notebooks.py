@@ -155,3 +155,20 @@ def test_compare_refuses_a_folder_without_the_executed_notebooks(
 ) -> None:
     assert main(["compare", "--executed", str(tmp_path)]) == 2
     assert "run execute-all --out" in capsys.readouterr().err
+
+
+def test_compare_lists_the_stale_check_cells_and_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import vllm_playbooks.notebooks as notebooks
+
+    source, ran = _checked_pair(tmp_path, ["best k 2\n"], ["best k 2\n"])
+    executed = tmp_path / "executed"
+    executed.mkdir()
+    ran.rename(executed / source.name)
+    monkeypatch.setattr(notebooks, "list_notebooks", lambda: [source])
+    assert main(["compare", "--executed", str(executed)]) == 0
+    _, stale = _checked_pair(tmp_path, ["best k 2\n"], ["best k 3\n"])
+    stale.rename(executed / source.name)
+    assert main(["compare", "--executed", str(executed)]) == 1
+    assert "line 1: recorded 'best k 2', now 'best k 3'" in capsys.readouterr().err
