@@ -64,7 +64,8 @@ def check_notebook(path: Path) -> list[str]:
 
     The pattern: the first code cell is the only one tagged ``parameters`` and sets ``mode = "replay"``; a later
     cell finds the repository through ``vllm_playbooks``; no cell keeps outputs except those tagged
-    ``nbval-check-output`` (regression checks); no cell defines functions or classes (logic lives in the package).
+    ``nbval-check-output`` (regression checks), whose outputs are printed text only; no cell defines functions or
+    classes (logic lives in the package).
     """
     import nbformat
 
@@ -84,6 +85,9 @@ def check_notebook(path: Path) -> list[str]:
     for index, cell in enumerate(code):
         if cell.get("outputs") and CHECK_TAG not in _tags(cell):
             problems.append(f"code cell {index} keeps outputs but is not tagged '{CHECK_TAG}'")
+        if CHECK_TAG in _tags(cell) and any(o.get("output_type") != "stream" for o in cell.get("outputs", [])):
+            problems.append(f"code cell {index} is tagged '{CHECK_TAG}' but keeps more than printed text "
+                            "(make test compares what a check cell prints): print the numbers")
         tree = ast.parse(cell.source) if cell.source.strip() and not cell.source.lstrip().startswith(("%", "!")) else None
         if tree and any(isinstance(n, ast.FunctionDef | ast.ClassDef | ast.AsyncFunctionDef) for n in ast.walk(tree)):
             problems.append(f"code cell {index} defines a function or class: move it into vllm_playbooks")

@@ -70,6 +70,17 @@ def test_pattern_check_catches_logic_and_stray_outputs(tmp_path: Path) -> None:
     assert any("keeps outputs" in p for p in problems)
 
 
+def test_pattern_check_refuses_a_check_cell_that_keeps_more_than_printed_text(tmp_path: Path) -> None:
+    def rich(nb) -> None:  # type: ignore[no-untyped-def]
+        cell = nbformat.v4.new_code_cell("gains.round(1)")
+        cell.metadata["tags"] = ["nbval-check-output"]
+        cell.outputs = [nbformat.v4.new_output("execute_result", data={"text/plain": "41.4"}, execution_count=1)]
+        nb.cells.append(cell)
+
+    problems = check_notebook(_broken_copy(tmp_path, rich))
+    assert any("keeps more than printed text" in p for p in problems)
+
+
 def test_pattern_check_catches_a_missing_parameters_cell(tmp_path: Path) -> None:
     def untag(nb) -> None:  # type: ignore[no-untyped-def]
         for cell in nb.cells:
