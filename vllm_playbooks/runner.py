@@ -32,6 +32,7 @@ from vllm_playbooks.plan import CasePlan, PlannedPoint
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.provenance import Provenance, collect_provenance, utc_now
 from vllm_playbooks.results.schema import RUN_COLUMNS, RunRow
+from vllm_playbooks.results.textfiles import compress_file
 from vllm_playbooks.results.stalls import STALL_S, STALL_SHARE, gaps_between, mark_stalled
 from vllm_playbooks.results.store import append_run_row, load_run_rows, rows_to_frame
 from vllm_playbooks.results.store import case_dir as case_folder
@@ -344,6 +345,15 @@ def _run_groups(
                 if point.point_id not in report.measured and point.point_id not in report.failed:
                     _fail(case_dir, point, error, report, log_path)
                     bar.update(1)
+        finally:
+            _store_logs(log_path)
+
+
+def _store_logs(server_log: Path) -> None:
+    """Compress a stopped server's log and its load generator's (``textfiles``); a log never opened is skipped."""
+    for log in (server_log, server_log.with_suffix(".bench.log")):
+        if log.exists():
+            compress_file(log)
 
 
 def _fail(case_dir: Path, point: PlannedPoint, error: BaseException, report: RunReport, log: Path) -> None:

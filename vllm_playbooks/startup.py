@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vllm_playbooks.errors import SchemaError
+from vllm_playbooks.results.server_logs import server_log_files
+from vllm_playbooks.results.textfiles import plain_name, read_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -61,7 +63,7 @@ def _number(text: str) -> float:
 
 def read_startup(log: Path) -> StartupMemory:
     """Parse one server log; raises ``SchemaError`` when the KV-cache lines are missing (a start-up that failed)."""
-    text = log.read_text(encoding="utf-8", errors="replace")
+    text = read_text(log)
     found: dict[str, re.Match[str] | None] = {k: re.search(p, text) for k, p in _PATTERNS.items()}
     missing = [k for k in _REQUIRED if found[k] is None]
     if missing:
@@ -72,7 +74,7 @@ def read_startup(log: Path) -> StartupMemory:
         return _number(match.group(index)) if match else None
 
     return StartupMemory(
-        log=log.name,
+        log=plain_name(log),
         total_memory_gib=group("total_memory_gib", 2) or 0.0,
         gpu_memory_utilization=group("gpu_memory_utilization") or 0.0,
         requested_memory_gib=group("requested_memory_gib") or 0.0,
@@ -89,12 +91,12 @@ def read_startup(log: Path) -> StartupMemory:
 
 
 def _all_server_logs(case_dir: Path) -> list[Path]:
-    return sorted(p for p in (case_dir / "logs").glob("*.log") if not p.name.endswith(".bench.log"))
+    return server_log_files(case_dir / "logs")
 
 
 def has_started(log: Path) -> bool:
     """Whether ``log`` holds vLLM's KV-cache start-up lines; a server stopped or failed during start-up has none."""
-    text = log.read_text(encoding="utf-8", errors="replace")
+    text = read_text(log)
     return all(re.search(_PATTERNS[key], text) for key in _REQUIRED)
 
 
@@ -245,7 +247,7 @@ def server_time(case: str, data: Path | None = None) -> pd.DataFrame:
     for log in _all_server_logs(folder) if (folder / "logs").is_dir() else []:
         launched = _log_name(log)[1]
         ready, last = None, launched
-        for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+        for line in read_text(log).splitlines():
             stamp = LINE_STAMP.search(line)
             if stamp is None:
                 continue
@@ -259,7 +261,7 @@ def server_time(case: str, data: Path | None = None) -> pd.DataFrame:
         engine = engine_for_log(log, base)
         gpus, held = engine_gpus(engine), (last - launched).total_seconds()
         records.append({
-            "log": log.name, "engine_label": engine.label, "gpus": gpus, "launched_at": launched,
+            "log": plain_name(log), "engine_label": engine.label, "gpus": gpus, "launched_at": launched,
             "startup_s": (ready - launched).total_seconds() if ready is not None else float("nan"),
             "held_s": held, "gpu_minutes": gpus * held / 60.0,
         })  # fmt: skip
@@ -340,13 +342,13 @@ def server_modes(case: str, data: Path | None = None) -> pd.DataFrame:
     folder = case_dir(case, data if data is not None else paths.data_dir())
     records = []
     for log in server_logs(folder) if (folder / "logs").is_dir() else []:
-        text = log.read_text(encoding="utf-8", errors="replace")
+        text = read_text(log)
         modes = _CUDAGRAPH_MODE.findall(text)
         scheduling = _ASYNC_SCHEDULING.findall(text)
         config_id = _log_name(log)[0]
         runner = "V2" if _V2_RUNNER in text else "V1" if _V1_RUNNER in text else None
         records.append({
-            "log": log.name, "config_id": config_id, "engine_label": config_id.rsplit("-", 1)[0],
+            "log": plain_name(log), "config_id": config_id, "engine_label": config_id.rsplit("-", 1)[0],
             "model_runner": runner, "cudagraph_mode": modes[-1] if modes else None,
             "async_scheduling": scheduling[-1] == "enabled" if scheduling else None,
         })  # fmt: skip

@@ -425,17 +425,17 @@ PP_LOGS = RUNS / "pp-27462" / "logs"
 def test_a_server_stopped_during_start_up_is_kept_but_left_out_of_the_checks() -> None:
     """The session's time limit stopped this PP=2 server before its KV cache was allocated: its log stays as the
     record of the attempt, and no start-up check reads it."""
-    stopped = PP_LOGS / "8b-pp2-mns256-d4156661cc-2026-11-30T141113+0000.log"
+    stopped = PP_LOGS / "8b-pp2-mns256-d4156661cc-2026-11-30T141113+0000.log.gz"
     assert stopped in unstarted_server_logs(PP_LOGS.parent) and stopped not in server_logs(PP_LOGS.parent)
     assert not has_started(stopped)
     with pytest.raises(SchemaError, match="did the server start"):
         read_startup(stopped)
-    restarted = PP_LOGS / "8b-pp2-mns256-d4156661cc-2026-11-30T141220+0000.log"
+    restarted = PP_LOGS / "8b-pp2-mns256-d4156661cc-2026-11-30T141220+0000.log.gz"
     assert has_started(restarted) and restarted in server_logs(PP_LOGS.parent)
 
 
 def test_a_started_server_without_a_finished_point_gets_its_engine_from_the_case_plan() -> None:
-    log = PP_LOGS / "8b-tp2-mns128-94b627685f-2026-11-30T141812+0000.log"
+    log = PP_LOGS / "8b-tp2-mns128-94b627685f-2026-11-30T141812+0000.log.gz"
     assert "8b-tp2-mns128" not in {row.engine_label for row in replay_rows("pp-27462", ROOT / "data")}
     engine = engine_for_log(log, ROOT / "data")
     assert (engine.label, engine.tensor_parallel_size, engine.max_num_seqs) == ("8b-tp2-mns128", 2, 128)

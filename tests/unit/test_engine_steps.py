@@ -13,6 +13,7 @@ from vllm_playbooks import analysis, pipeline
 from vllm_playbooks.engine.metrics import parse_histogram
 from vllm_playbooks.errors import ServerError
 from vllm_playbooks.results import raw
+from vllm_playbooks.results.textfiles import read_text
 from vllm_playbooks.results.engine_steps import read_engine_steps, step_histogram, step_summary
 from vllm_playbooks.runner import replay_case
 
@@ -193,6 +194,6 @@ def test_while_the_cap_of_256_was_not_filled_no_request_waited() -> None:
     import re
 
     for config in ("8b-pp1-mns256-964b263597-2026-11-30T135618", "8b-pp2-mns256-d4156661cc-2026-11-30T141220"):
-        text = (DATA / "runs" / pipeline.CASE / "logs" / f"{config}+0000.log").read_text()
+        text = read_text(DATA / "runs" / pipeline.CASE / "logs" / f"{config}+0000.log")
         stats = [(int(r), int(w)) for r, w in re.findall(r"Running: (\d+) reqs, Waiting: (\d+) reqs", text)]
         assert any(running < 230 and waiting == 0 for running, waiting in stats), config

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from tests.conftest import ROOT
+from vllm_playbooks.results.textfiles import COMPRESSED_KINDS
 from vllm_playbooks.runner import replay_rows
 
 CASES = sorted(p.name for p in (ROOT / "data" / "runs").iterdir() if p.is_dir())
@@ -24,6 +25,15 @@ def test_rows_replay_from_raw_files(case: str) -> None:
         assert (ROOT / "data" / row.raw_path / "bench.json").exists()
         assert row.gpu_count >= 1 and row.gpu_name.startswith("NVIDIA")
         assert row.failed == 0 and row.completed == row.num_prompts
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_scrapes_and_logs_are_stored_compressed(case: str) -> None:
+    """The recorded tree travels to every GPU lease (64 MiB a call, the vLLM bundle's parts included): a plain scrape
+    or log left after landing a lease is compressed with ``python -m vllm_playbooks.results.textfiles``."""
+    folder = ROOT / "data" / "runs" / case
+    plain = [p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.suffix in COMPRESSED_KINDS]
+    assert not plain, f"compress these: {plain[:5]}"
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -19,6 +19,7 @@ from vllm_playbooks.engine.server import VllmServer
 from vllm_playbooks.errors import PlaybookError, SchemaError
 from vllm_playbooks.plan import load_plan
 from vllm_playbooks.results import raw
+from vllm_playbooks.results.textfiles import read_text
 from vllm_playbooks.runner import replay_case, replay_rows, run_case, sync_rows
 
 CASE = "llama-8b-draft-model"
@@ -50,6 +51,17 @@ def test_sweep_writes_every_point_and_replays(data: Path) -> None:
     point = json.loads((data / rows[0].raw_path / "point.json").read_text())
     assert point["bench_argv"][:3] == ["vllm", "bench", "serve"]
     assert point["server_argv"][0] == sys.executable  # the stand-in's argv, as the factory started it
+
+
+def test_recorded_scrapes_and_logs_are_stored_compressed(data: Path) -> None:
+    run_case(small_plan(engines=["spec-off"]), data=data, bench=FakeBench(), server_factory=factory(), progress=False)
+    case_dir = data / "runs" / CASE
+    point_dir = raw.finished_points(case_dir)[0]
+    assert {p.name for p in point_dir.glob("*.prom*")} == {"metrics_before.prom.gz", "metrics_after.prom.gz"}
+    logs = sorted(p.name for p in (case_dir / "logs").iterdir())
+    assert len(logs) == 1 and logs[0].startswith("spec-off-") and logs[0].endswith(".log.gz"), logs
+    assert "vllm:" in read_text(point_dir / raw.METRICS_AFTER)  # read by its plain name
+    assert read_text(case_dir / "logs" / logs[0])  # the stand-in server's output, kept
 
 
 def test_resume_skips_finished_points(data: Path) -> None:

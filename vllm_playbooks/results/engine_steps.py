@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from vllm_playbooks import paths
 from vllm_playbooks.engine.metrics import Histogram, diff_metrics, parse_metrics
 from vllm_playbooks.results import raw
+from vllm_playbooks.results.textfiles import read_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -74,7 +75,7 @@ class EngineSteps:
 
 def read_engine_steps(point_dir: Path) -> EngineSteps | None:
     """The engine steps of one point from its two scrapes; None when the server did not export the histogram."""
-    delta = diff_metrics(*(parse_metrics((point_dir / name).read_text(encoding="utf-8"))
+    delta = diff_metrics(*(parse_metrics(read_text(point_dir / name))
                            for name in (raw.METRICS_BEFORE, raw.METRICS_AFTER)))  # fmt: skip
     return None if delta.step_tokens is None else EngineSteps(delta.step_tokens, delta.generation_tokens)
 

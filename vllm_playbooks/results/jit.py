@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vllm_playbooks.results.stalls import describe_load, mark_stalled
-from vllm_playbooks.results.server_logs import parse_log_name, stamp_time
+from vllm_playbooks.results.server_logs import parse_log_name, server_log_files, stamp_time
+from vllm_playbooks.results.textfiles import plain_name, read_text
 from vllm_playbooks.results.store import case_dir
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ def jit_table(runs: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
     records = []
     for case in sorted(set(marked["case"])):
         rows = marked[marked["case"] == case]
-        for log in sorted((case_dir(case, data) / "logs").glob("*.log")):
+        for log in server_log_files(case_dir(case, data) / "logs"):
             name = parse_log_name(log.name)
             if name is None or name[0] not in set(rows["config_id"]):
                 continue
@@ -97,10 +98,10 @@ def jit_table(runs: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
             for row in config_rows.itertuples(index=False):
                 end = dt.datetime.fromisoformat(row.measured_at)
                 windows.append((end - dt.timedelta(seconds=float(row.duration_s)), end, row))
-            for event in parse_jit_events(log.read_text(encoding="utf-8", errors="replace"), started):
+            for event in parse_jit_events(read_text(log), started):
                 run = next((point for first, last, point in windows if first <= event.at <= last), None)
                 records.append({
-                    "log": log.name, "at": event.at, "process": event.process, "backend": event.backend,
+                    "log": plain_name(log), "at": event.at, "process": event.process, "backend": event.backend,
                     "kernel": event.kernel, "point_id": None if run is None else run.point_id,
                     "engine_label": config_rows["engine_label"].iloc[0],
                     "load": OUTSIDE if run is None else describe_load(run.request_rate_qps, run.concurrency),

@@ -6,7 +6,8 @@ Layout, under ``data/runs/<case>/raw/<config_id>/<load slug>-r<repeat>/``:
 - ``provenance.json``: GPU, driver, vLLM/torch versions, commit
 - ``warmup.json``: the uncounted calibration run's ``bench serve`` result
 - ``bench.json``: the measured run's ``bench serve`` result
-- ``metrics_before.prom`` / ``metrics_after.prom``: ``/metrics`` scraped around the measured run
+- ``metrics_before.prom.gz`` / ``metrics_after.prom.gz``: ``/metrics`` scraped around the measured run, stored
+  gzip-compressed (``vllm_playbooks.results.textfiles``; points recorded before 2026-12-02 kept them plain at first)
 - ``gpu_samples.csv`` (optional): NVML readings of the engine's GPUs during the measured run
   (``vllm_playbooks.engine.gpu_sampler``); ``point.json``'s ``gpu_sampling`` says whether it was sampled, and why
   not. Points recorded before the sampler existed have neither; their rows are rebuilt the same way.
@@ -30,6 +31,7 @@ from vllm_playbooks.errors import SchemaError
 from vllm_playbooks.load.bench import load_bench_file
 from vllm_playbooks.results.provenance import Provenance
 from vllm_playbooks.results.schema import RunRow
+from vllm_playbooks.results.textfiles import COMPRESSED_KINDS, GZ, compressed_bytes, read_text, stored_path
 
 POINT_FILE = "point.json"
 PROVENANCE_FILE = "provenance.json"
@@ -71,7 +73,10 @@ def write_point(case_dir: Path, pid: str, files: dict[str, str]) -> Path:
     staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
     try:
         for name, text in files.items():
-            (staging / name).write_text(text, encoding="utf-8")
+            if Path(name).suffix in COMPRESSED_KINDS:
+                (staging / f"{name}{GZ}").write_bytes(compressed_bytes(text))
+            else:
+                (staging / name).write_text(text, encoding="utf-8")
         fd = os.open(staging, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -115,15 +120,15 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 def row_from_point(point_dir: Path, data_root: Path) -> RunRow:
     """Rebuild a row from a raw point folder alone (replay mode, and the live runner after each point)."""
-    missing = [f for f in REQUIRED_FILES if not (point_dir / f).exists()]
+    missing = [f for f in REQUIRED_FILES if stored_path(point_dir / f) is None]
     if missing:
         raise SchemaError(f"{point_dir}: incomplete point folder, missing {', '.join(missing)}")
     point = _read_json(point_dir / POINT_FILE)
     prov = Provenance.model_validate(_read_json(point_dir / PROVENANCE_FILE))
     bench = load_bench_file(point_dir / BENCH_FILE)
     delta = diff_metrics(
-        parse_metrics((point_dir / METRICS_BEFORE).read_text(encoding="utf-8")),
-        parse_metrics((point_dir / METRICS_AFTER).read_text(encoding="utf-8")),
+        parse_metrics(read_text(point_dir / METRICS_BEFORE)),
+        parse_metrics(read_text(point_dir / METRICS_AFTER)),
     )
     engine, load = point["engine"], point["load"]
     spec = engine.get("speculative") or {}

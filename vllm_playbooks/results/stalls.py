@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from vllm_playbooks import paths
 from vllm_playbooks.engine.metrics import Histogram, MetricsSnapshot, diff_metrics, parse_metrics
 from vllm_playbooks.results import raw
+from vllm_playbooks.results.textfiles import read_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -76,7 +77,7 @@ def gaps_between(before: MetricsSnapshot, after: MetricsSnapshot) -> Gaps | None
 
 def read_gaps(point_dir: Path) -> Gaps | None:
     """The output-token gaps of one recorded point, from its two scrapes."""
-    before, after = (parse_metrics((point_dir / name).read_text(encoding="utf-8"))
+    before, after = (parse_metrics(read_text(point_dir / name))
                      for name in (raw.METRICS_BEFORE, raw.METRICS_AFTER))  # fmt: skip
     return gaps_between(before, after)
 
