@@ -69,7 +69,9 @@ def test_a_real_server_on_the_cpu(tmp_path: Path) -> None:
     assert row.mean_acceptance_length is not None and 1.0 <= row.mean_acceptance_length <= 3.0
     assert row.gpu_name == "cpu" and row.vllm_version == "0.32.0"
     point = data / row.raw_path
-    assert {p.name for p in point.iterdir()} >= {"bench.json", "warmup.json", "metrics_before.prom", "point.json"}
+    assert {p.name for p in point.iterdir()} >= {"bench.json", "warmup.json", "metrics_before.prom.gz", "point.json"}
+    logs = sorted(p.name for p in (data / "runs" / "cpu-e2e" / "logs").iterdir())
+    assert logs and all(name.endswith(".log.gz") for name in logs), logs
 
     again = run_case(plan, data=data, progress=False)
     assert again.measured == [] and again.skipped == report.measured
