@@ -319,6 +319,33 @@ def test_eagle3_the_best_config_stands(claims, published) -> None:  # type: igno
     assert result.verdict is V.REPRODUCED
 
 
+def _on_long_profile(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` moved to the case's long profile (``swe`` in gpt-oss-eagle3.yaml: 13,000 tokens in, 203 out)."""
+    return [{**row, "input_len": 13000, "output_len": 203} for row in rows]
+
+
+def test_eagle3_judges_each_length_profile_apart(claims, published) -> None:  # type: ignore[no-untyped-def]
+    chat = _eagle_rows({1: 1.15, 200: 1.11})
+    long = _on_long_profile(_eagle_rows({1: 1.15, 16: 0.95}))  # a loss, but far below 200 concurrent requests
+    result = C.get_check("gain_up_to_concurrency")(claims["gpt-oss-eagle3-200-concurrent"], _evidence(published, EAGLE, chat + long))
+    assert result.verdict is V.REPRODUCED and result.rows == 2
+    assert result.measured == "eagle3-k3 (512 in / 128 out): +15.0 % at 1, +11.0 % at 200; eagle3-k3 (swe): +15.0 % at 1, -5.0 % at 16"
+    # a profile that stops short of 200 is no evidence that the gain held there
+    short_wins = _on_long_profile(_eagle_rows({1: 1.15, 16: 1.12}, k=4, label="eagle3-k4"))
+    losing = _eagle_rows({1: 1.15, 200: 0.8})
+    result = C.get_check("gain_up_to_concurrency")(claims["gpt-oss-eagle3-200-concurrent"], _evidence(published, EAGLE, losing + short_wins))
+    assert result.verdict is V.NOT_REPRODUCED
+
+
+def test_eagle3_best_draft_tokens_per_length_profile(claims, published) -> None:  # type: ignore[no-untyped-def]
+    chat = [_row(EAGLE, f"k{k}", 16, v, k=k, method="eagle3", imposed_alpha=0.7) for k, v in {2: 1100.0, 3: 1150.0, 4: 1058.0}.items()]
+    # k=3 alone on the long profile, far slower: pooled with the chat rows it would make k=4 the best at 16
+    long = _on_long_profile([_row(EAGLE, "k3", 16, 300.0, k=3, method="eagle3", imposed_alpha=0.7)])
+    result = C.get_check("best_draft_tokens")(claims["gpt-oss-eagle3-draft-tokens"], _evidence(published, EAGLE, chat + long))
+    assert result.verdict is V.REPRODUCED
+    assert result.measured == "512 in / 128 out, concurrency 16, α 0.7: best k=3, k=4 -8.0 %"
+
+
 @pytest.mark.parametrize(
     ("by_k", "expected"),
     [({2: 1100.0, 3: 1150.0, 4: 1058.0}, V.REPRODUCED), ({2: 1100.0, 3: 1150.0, 4: 1200.0}, V.NOT_REPRODUCED),
