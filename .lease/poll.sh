@@ -3,7 +3,8 @@
 # Waits until the job of .lease/bg.sh ends or <max seconds> pass, prints its state and the logs' tails, and packs
 # what it recorded into $OUT: case-data.tgz (data/runs/<case> of the job's copy of the tree, where the parallel
 # runner merges at the end) and workers.tgz (the workers' folders and logs, to merge by hand with
-# vllm_playbooks.parallel.merge_into when the machine is lost before the end).
+# vllm_playbooks.parallel.merge_into when the machine is lost before the end). The machine goes back after about 30 s
+# without a device call: call the next poll as soon as this one returns.
 set -uo pipefail
 root=${LEASE_TMP:-/tmp}
 end=$((SECONDS + $1))
