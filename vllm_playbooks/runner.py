@@ -32,10 +32,10 @@ from vllm_playbooks.plan import CasePlan, PlannedPoint
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.provenance import Provenance, collect_provenance, utc_now
 from vllm_playbooks.results.schema import RUN_COLUMNS, RunRow
-from vllm_playbooks.results.textfiles import compress_file
 from vllm_playbooks.results.stalls import STALL_S, STALL_SHARE, gaps_between, mark_stalled
 from vllm_playbooks.results.store import append_run_row, load_run_rows, rows_to_frame
 from vllm_playbooks.results.store import case_dir as case_folder
+from vllm_playbooks.results.textfiles import compress_file
 
 if TYPE_CHECKING:
     import pandas as pd
