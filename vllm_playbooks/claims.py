@@ -596,18 +596,22 @@ ALPHA_SWEEP = (0.6, 0.7, 0.8)
 MODEL_K_RANGE = tuple(range(1, 11))
 
 
-def _length_profiles(case: str, rows: pd.DataFrame) -> list[str]:
-    """Each row's length profile: the case file's name for its (input_len, output_len) (``plan.CasePlan.profiles``),
-    else ``"<input_len> in / <output_len> out"``."""
+def _with_length_profile(case: str, rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` with a ``profile`` column (``verdicts.with_profile`` after the case file's length profiles), naming a
+    row of no profile of the case ``"<input_len> in / <output_len> out"``."""
     from vllm_playbooks.errors import ConfigError
     from vllm_playbooks.plan import load_plan
+    from vllm_playbooks.verdicts import with_profile
 
     try:
-        names = {(i, o): name for name, i, o in load_plan(case).profiles}
+        profiles = {name: (i, o) for name, i, o in load_plan(case).profiles}
     except ConfigError:
-        names = {}
-    lengths = zip(rows["input_len"].astype(int), rows["output_len"].astype(int), strict=True)
-    return [names.get((i, o), f"{i} in / {o} out") for i, o in lengths]
+        profiles = {}
+    out = with_profile(rows, profiles)
+    unnamed = out["profile"].isna()
+    out.loc[unnamed, "profile"] = [f"{int(i)} in / {int(o)} out"
+                                   for i, o in zip(out.loc[unnamed, "input_len"], out.loc[unnamed, "output_len"], strict=True)]  # fmt: skip
+    return out
 
 
 @check("gain_up_to_concurrency")
@@ -632,7 +636,7 @@ def gain_up_to_concurrency(claim: Claim, ev: Evidence) -> CheckResult:
         so_far = f" (highest so far: {pairs['concurrency'].max():g})" if not pairs.empty else ""
         measured, verdict, rows = f"no EAGLE3 row near {top:g} concurrent requests yet{so_far}", Verdict.NOT_MEASURED, 0
     else:
-        pairs = pairs.assign(profile=_length_profiles(claim.case, pairs))
+        pairs = _with_length_profile(claim.case, pairs)
         groups = list(pairs.groupby(["engine_label", "profile"]))
         reaching = [g for _, g in groups if g["concurrency"].max() >= top / LOAD_FACTOR]
         verdict = _best(combine(judge(float(s), low, high) for s in g["speedup"]) for g in reaching)
@@ -653,9 +657,8 @@ def best_draft_tokens(claim: Claim, ev: Evidence) -> CheckResult:
     """Red Hat (via summaries): 2–3 draft tokens are best for gpt-oss + EAGLE3; 4 adds overhead (−8 %, the blog).
 
     Measured: at each load (length profile, concurrency, imposed α) with recorded ``eagle3`` rows at k = 4 and at
-    least one other k,
-    the best k by output throughput must be in the claimed range and k = 4 a loss against it, of about the claimed
-    size. Model: the k maximising ``theory.speedup`` for α in ``ALPHA_SWEEP`` with c = head layers / target layers.
+    least one other k, the best k by output throughput must be in the claimed range and k = 4 a loss against it, of
+    about the claimed size. Model: the k maximising ``theory.speedup`` for α in ``ALPHA_SWEEP`` with c = head layers / target layers.
     """
     from vllm_playbooks import theory
     from vllm_playbooks.shapes import get_shape
@@ -667,8 +670,8 @@ def best_draft_tokens(claim: Claim, ev: Evidence) -> CheckResult:
     spec = rows[(rows["spec_method"] == "eagle3") & rows["concurrency"].notna()].copy()
     verdicts, notes = [], []
     if not spec.empty:
+        spec = _with_length_profile(claim.case, spec)
         spec["alpha_key"] = spec["imposed_alpha"].astype(float).fillna(-1.0)
-        spec["profile"] = _length_profiles(claim.case, spec)
         several_profiles = spec["profile"].nunique() > 1
         for (profile, conc, alpha), group in spec.groupby(["profile", "concurrency", "alpha_key"]):
             by_k = group.groupby("num_speculative_tokens")["output_tok_s"].median()
