@@ -433,6 +433,54 @@ def gain_table(df: pd.DataFrame, profiles: Mapping[str, tuple[int, int]], metric
     return table.sort_values(["profile", "k", "imposed_alpha", "concurrency"]).reset_index(drop=True)
 
 
+STEP_FACTOR_COLUMNS = (
+    "profile", "concurrency", "steps_per_1k_off", "steps_per_1k_spec", "fewer_steps_x", "ms_per_step_off",
+    "ms_per_step_spec", "step_cost_x", "gain_pct",
+)  # fmt: skip
+
+
+def step_factors(df: pd.DataFrame, profiles: Mapping[str, tuple[int, int]], engine: str) -> pd.DataFrame:
+    """The output-throughput gain of ``engine`` over speculation off, split into its two factors per profile and
+    concurrency: how many times fewer engine steps the run took per output token (``fewer_steps_x``) and how many
+    times longer each step took (``step_cost_x``). ``df`` needs ``steps_per_1k_tokens`` and ``ms_per_step``
+    (``results.engine_steps.with_step_times``). Output throughput is tokens over wall time, and wall time is steps
+    times time per step, so 1 + gain = fewer_steps_x / step_cost_x: speculation pays exactly where it saves more
+    steps than each of them costs."""
+    import pandas as pd
+
+    keys = ["profile", "concurrency"]
+    parts = []
+    for metric, prefix in (("steps_per_1k_tokens", "steps_per_1k"), ("ms_per_step", "ms_per_step")):
+        table = gain_table(df, profiles, metric)
+        table = table[table["engine_label"] == engine]
+        parts.append(table[keys + ["baseline", "speculative"]].rename(
+            columns={"baseline": f"{prefix}_off", "speculative": f"{prefix}_spec"}))  # fmt: skip
+    gains = gain_table(df, profiles, "output_tok_s")
+    gains = gains[gains["engine_label"] == engine][keys + ["gain_pct"]]
+    out = parts[0].merge(parts[1], on=keys).merge(gains, on=keys).dropna()
+    if out.empty:
+        return pd.DataFrame(columns=list(STEP_FACTOR_COLUMNS))
+    out["fewer_steps_x"] = out["steps_per_1k_off"] / out["steps_per_1k_spec"]
+    out["step_cost_x"] = out["ms_per_step_spec"] / out["ms_per_step_off"]
+    return out[list(STEP_FACTOR_COLUMNS)].sort_values(keys).reset_index(drop=True)
+
+
+def describe_step_factors(table: pd.DataFrame, name: str = "k = 3") -> str:
+    """One sentence per profile of a ``step_factors`` table: the range of both factors, and the two factors at the
+    concurrency where the gain was lowest (which of them set it). '' when the table is empty."""
+    sentences = []
+    for profile, rows in table.groupby("profile", sort=False):
+        low = rows.loc[rows["gain_pct"].idxmin()]
+        sentences.append(
+            f"On the {profile} profile, {name} took {rows.fewer_steps_x.min():.2f}-{rows.fewer_steps_x.max():.2f}× "
+            f"fewer engine steps per output token than speculation off, and each step took "
+            f"{rows.step_cost_x.min():.2f}-{rows.step_cost_x.max():.2f}× as long; its lowest gain, "
+            f"{low.gain_pct:+.1f} % at concurrency {int(low.concurrency)}, came with {low.fewer_steps_x:.2f}× fewer "
+            f"steps and steps {low.step_cost_x:.2f}× as long."
+        )
+    return " ".join(sentences)
+
+
 def best_k_by_band(gains: pd.DataFrame, alpha: float, bands: Iterable[tuple[str, int, int]] = BANDS) -> pd.DataFrame:
     """For each profile and concurrency band, the k with the highest mean gain at the imposed ``alpha``.
 
@@ -502,6 +550,11 @@ def eagle3_verdict(
         status, tail = "incomplete", "" if top in stalled_at else f" Not yet measured at {top} concurrent requests."
     elif float(at_top["gain_pct"].iloc[0]) > 100 * tolerance:
         status, tail = f"gain holds to {top}", f" The gain held at {top} concurrent requests, as Red Hat reported."
+        losses = gains[(gains["gain_pct"] < -100 * tolerance) & (gains["concurrency"] < top)]
+        if not losses.empty:
+            dips = ", ".join(f"{g:+.1f} % at {int(c)}"
+                             for c, g in zip(losses["concurrency"], losses["gain_pct"], strict=True))  # fmt: skip
+            tail += f" It did not hold at every load below that: {dips}."
     else:
         last = int(wins["concurrency"].max())
         status, tail = "gain fades before the top", (

@@ -197,3 +197,19 @@ def test_while_the_cap_of_256_was_not_filled_no_request_waited() -> None:
         text = read_text(DATA / "runs" / pipeline.CASE / "logs" / f"{config}+0000.log")
         stats = [(int(r), int(w)) for r, w in re.findall(r"Running: (\d+) reqs, Waiting: (\d+) reqs", text)]
         assert any(running < 230 and waiting == 0 for running, waiting in stats), config
+
+
+def test_recorded_gains_are_saved_steps_over_step_cost() -> None:
+    """On the recorded gpt-oss runs, the step factors multiply back to the measured gain: wall time is steps times
+    time per step, read from the scrapes and the bench's duration independently of the bench's throughput."""
+    from vllm_playbooks import verdicts
+    from vllm_playbooks.results.engine_steps import with_step_times
+
+    runs = replay_case("gpt-oss-eagle3")
+    stepped = with_step_times(runs)
+    assert stepped.engine_steps.notna().all() and (stepped.ms_per_step > 0).all()
+    factors = verdicts.step_factors(stepped, {"chat": (230, 203), "swe": (13000, 203)}, "eagle3-k3-a0.71")
+    assert set(factors.profile) == {"chat", "swe"} and len(factors) >= 10
+    implied = 100 * (factors.fewer_steps_x / factors.step_cost_x - 1)
+    assert (implied - factors.gain_pct).abs().max() < 1.0
+    assert factors.fewer_steps_x.between(1.0, 3.0).all()  # k = 3, α 0.71: 2.57 tokens a step expected

@@ -134,6 +134,15 @@ def test_eagle3_statuses(published) -> None:  # type: ignore[no-untyped-def]
     assert verdicts.eagle3_verdict(swe_only, PROFILES).status == "not measured"
 
 
+def test_eagle3_names_a_loss_below_a_top_it_holds_at(published) -> None:  # type: ignore[no-untyped-def]
+    dip = pd.DataFrame(_eagle({1: 36.0, 16: -4.8, 64: 21.4}, input_len=13000))
+    verdict = verdicts.eagle3_verdict(dip, PROFILES, published, profile="swe", top=64, cite_report=False)
+    assert verdict.status == "gain holds to 64"
+    assert verdict.sentence.endswith("It did not hold at every load below that: -4.8 % at 16.")
+    steady = pd.DataFrame(_eagle({1: 36.0, 16: 1.0, 64: 21.4}, input_len=13000))  # within the tolerance: no dip named
+    assert "did not hold" not in verdicts.eagle3_verdict(steady, PROFILES, published, profile="swe", top=64).sentence
+
+
 def test_eagle3_leaves_a_stalled_concurrency_out(published) -> None:  # type: ignore[no-untyped-def]
     rows = pd.DataFrame(_eagle({1: 30.0, 128: 60.0, 200: 10.0})).assign(stalled=False)
     rows.loc[(rows.concurrency == 128) & (rows.engine_label == "spec-off"), "stalled"] = True
@@ -178,6 +187,27 @@ def test_best_k_by_band() -> None:
     assert best.loc["1-8", "ks"] == "2, 3"
     no_high_band = verdicts.best_k_by_band(gains[gains.concurrency <= 64], 0.71)
     assert no_high_band.band.tolist() == ["1-8", "16-64"]  # a band without points gets no row
+
+
+def _stepped(steps: dict[int, tuple[float, float, float, float]]) -> pd.DataFrame:
+    """Spec-off and k=3 rows per concurrency: (steps per 1k tokens off, on; ms per step off, on)."""
+    rows = _eagle({c: 0.0 for c in steps})
+    for i, (c, (n_off, n_on, t_off, t_on)) in enumerate(steps.items()):
+        for row, n, ms in ((rows[2 * i], n_off, t_off), (rows[2 * i + 1], n_on, t_on)):
+            row.update(steps_per_1k_tokens=n, ms_per_step=ms, output_tok_s=1e6 / (n * ms))
+    return pd.DataFrame(rows)
+
+
+def test_step_factors_split_the_gain_into_saved_steps_and_step_cost() -> None:
+    rows = _stepped({16: (60.0, 30.0, 40.0, 84.0), 64: (24.0, 9.0, 90.0, 198.0)})
+    factors = verdicts.step_factors(rows, PROFILES, "eagle3-k3-a0.71").set_index("concurrency")
+    assert factors.fewer_steps_x.tolist() == pytest.approx([2.0, 24 / 9])
+    assert factors.step_cost_x.tolist() == pytest.approx([2.1, 2.2])
+    assert factors.gain_pct.tolist() == pytest.approx([100 * (2.0 / 2.1 - 1), 100 * (24 / 9 / 2.2 - 1)])
+    assert verdicts.step_factors(rows, PROFILES, "eagle3-k2-a0.71").empty  # another engine: nothing to split
+    sentence = verdicts.describe_step_factors(factors.reset_index())
+    assert sentence.startswith("On the chat profile, k = 3 took 2.00-2.67× fewer engine steps")
+    assert "lowest gain, -4.8 % at concurrency 16, came with 2.00× fewer steps and steps 2.10× as long" in sentence
 
 
 def test_latency_gains_count_lower_as_better() -> None:

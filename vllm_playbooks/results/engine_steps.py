@@ -1,7 +1,11 @@
 """Engine steps of recorded points: how many tokens and sequences each scheduler step carried, from vLLM's counters.
 
-vLLM observes every engine step in the histogram ``vllm:iteration_tokens_total`` (the tokens scheduled in that step,
-prompt and output together) and counts output tokens in ``vllm:generation_tokens_total``. A point's ``/metrics``
+vLLM observes every engine step in the histogram ``vllm:iteration_tokens_total`` and counts output tokens in
+``vllm:generation_tokens_total``. What a step adds to the histogram is its output tokens plus the whole prompt length
+of each request whose prefill *finished* in it (``IterationStats.update_from_output`` in vLLM 0.26): a chunk of a long
+prompt that does not finish it counts nothing. With prompts that fit one step (the #27462 runs: 128 tokens in) this is
+the tokens the step scheduled; with 13,000-token prompts and an 8,192-token step budget, each prompt shows up once, at
+the step that finished it, as a step of more than 8,192 tokens. A point's ``/metrics``
 scrapes before and after its measured run give what the run alone did, so from raw files already recorded:
 
 - **tokens per step**: the histogram's sum over its count;
@@ -137,6 +141,19 @@ def step_histogram(runs: pd.DataFrame, data: Path | None = None) -> pd.DataFrame
             records.append({**{name: getattr(row, name) for name in ROW_COLUMNS}, "tokens_above": low,
                             "tokens_at_most": high, "step_share": count / steps.histogram.count})  # fmt: skip
     return pd.DataFrame(records, columns=[*ROW_COLUMNS, "tokens_above", "tokens_at_most", "step_share"])
+
+
+def with_step_times(runs: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
+    """``runs`` with ``engine_steps`` (the measured run's steps, from its scrapes), ``steps_per_1k_tokens`` (steps per
+    1,000 output tokens the run emitted: runs of one case can differ in their number of prompts) and ``ms_per_step``
+    (the run's wall time over its steps: how long one step took on average); NaN where the scrapes lack the step
+    histogram."""
+    summary = step_summary(runs, data)
+    out = runs.copy()
+    out["engine_steps"] = summary["engine_steps"].to_numpy(dtype=float)
+    out["steps_per_1k_tokens"] = 1000.0 * out["engine_steps"] / summary["output_tokens"].to_numpy(dtype=float)
+    out["ms_per_step"] = 1000.0 * out["duration_s"].astype(float) / out["engine_steps"]
+    return out
 
 
 def _known(value: object) -> bool:
