@@ -434,8 +434,8 @@ def gain_table(df: pd.DataFrame, profiles: Mapping[str, tuple[int, int]], metric
 
 
 STEP_FACTOR_COLUMNS = (
-    "profile", "concurrency", "steps_per_1k_off", "steps_per_1k_spec", "fewer_steps_x", "ms_per_step_off",
-    "ms_per_step_spec", "step_cost_x", "gain_pct",
+    "profile", "concurrency", "fewer_steps_x", "step_cost_x", "gain_pct", "steps_per_1k_off", "steps_per_1k_spec",
+    "ms_per_step_off", "ms_per_step_spec",
 )  # fmt: skip
 
 
