@@ -5,8 +5,8 @@ vLLM observes every engine step in the histogram ``vllm:iteration_tokens_total``
 of each request whose prefill *finished* in it (``IterationStats.update_from_output`` in vLLM 0.26): a chunk of a long
 prompt that does not finish it counts nothing. With prompts that fit one step (the #27462 runs: 128 tokens in) this is
 the tokens the step scheduled; with 13,000-token prompts and an 8,192-token step budget, each prompt shows up once, at
-the step that finished it, as a step of more than 8,192 tokens. A point's ``/metrics``
-scrapes before and after its measured run give what the run alone did, so from raw files already recorded:
+the step that finished it, as a step of more than 8,192 tokens. A point's ``/metrics`` scrapes before and after its
+measured run give what the run alone did, so from raw files already recorded:
 
 - **tokens per step**: the histogram's sum over its count;
 - **sequences per step**: output tokens per step, divided by the mean acceptance length under speculative decoding
