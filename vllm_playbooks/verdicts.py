@@ -505,6 +505,11 @@ def best_k_by_band(gains: pd.DataFrame, alpha: float, bands: Iterable[tuple[str,
     return pd.DataFrame(records, columns=["profile", "band", "ks", "best_k", "best_gain_pct"])
 
 
+def _gains_at(gains: pd.DataFrame) -> str:
+    """A ``gain_table``'s gains in words: '+36.0 % at 1, -4.8 % at 16' (concurrency)."""
+    return ", ".join(f"{g:+.1f} % at {int(c)}" for c, g in zip(gains["concurrency"], gains["gain_pct"], strict=True))
+
+
 def eagle3_verdict(
     df: pd.DataFrame, profiles: Mapping[str, tuple[int, int]], published: pd.DataFrame | None = None,
     engine: str = "eagle3-k3-a0.71", profile: str = "chat", top: int = 200, tolerance: float = TOLERANCE,
@@ -531,7 +536,7 @@ def eagle3_verdict(
             "page gives no verdict." + _stalled_words(stalled_at, "concurrency"),
             pd.DataFrame(),
         )
-    steps = ", ".join(f"{g:+.1f} % at {int(c)}" for c, g in zip(gains["concurrency"], gains["gain_pct"], strict=True))
+    steps = _gains_at(gains)
     measured = (f"On {_gpus(df)}, {engine} changed output throughput against speculation off on the {profile} profile "
                 f"by {steps} (concurrency).")
     measured += _stalled_words([c for c in stalled_at if c not in set(gains["concurrency"])], "concurrency")
@@ -552,9 +557,7 @@ def eagle3_verdict(
         status, tail = f"gain holds to {top}", f" The gain held at {top} concurrent requests, as Red Hat reported."
         losses = gains[(gains["gain_pct"] < -100 * tolerance) & (gains["concurrency"] < top)]
         if not losses.empty:
-            dips = ", ".join(f"{g:+.1f} % at {int(c)}"
-                             for c, g in zip(losses["concurrency"], losses["gain_pct"], strict=True))  # fmt: skip
-            tail += f" It did not hold at every load below that: {dips}."
+            tail += f" It did not hold at every load below that: {_gains_at(losses)}."
     else:
         last = int(wins["concurrency"].max())
         status, tail = "gain fades before the top", (
