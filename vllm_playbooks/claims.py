@@ -658,7 +658,8 @@ def best_draft_tokens(claim: Claim, ev: Evidence) -> CheckResult:
 
     Measured: at each load (length profile, concurrency, imposed α) with recorded ``eagle3`` rows at k = 4 and at
     least one other k, the best k by output throughput must be in the claimed range and k = 4 a loss against it, of
-    about the claimed size. Model: the k maximising ``theory.speedup`` for α in ``ALPHA_SWEEP`` with c = head layers / target layers.
+    about the claimed size. Model: the k maximising ``theory.speedup`` for α in ``ALPHA_SWEEP`` with
+    c = head layers / target layers.
     """
     from vllm_playbooks import theory
     from vllm_playbooks.shapes import get_shape
