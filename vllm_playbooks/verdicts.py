@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks import reported
 from vllm_playbooks.analysis import is_baseline, versus_baseline
@@ -481,28 +481,82 @@ def describe_step_factors(table: pd.DataFrame, name: str = "k = 3") -> str:
     return " ".join(sentences)
 
 
-def best_k_by_band(gains: pd.DataFrame, alpha: float, bands: Iterable[tuple[str, int, int]] = BANDS) -> pd.DataFrame:
-    """For each profile and concurrency band, the k with the highest mean gain at the imposed ``alpha``.
-
-    A band gets a best k only where at least two values of k were measured in it; ``ks`` lists those compared.
-    A band without any point of the profile (the long profile stops at concurrency 64) gets no row.
-    """
-    import pandas as pd
-
-    records = []
+def _band_means(
+    gains: pd.DataFrame, alpha: float, bands: Iterable[tuple[str, int, int]],
+) -> Iterable[tuple[str, str, pd.Series]]:
+    """(profile, band, mean gain in % per k) for each profile and concurrency band with points at the imposed
+    ``alpha``; the means are sorted best first (ties keep the smaller k first)."""
     central = gains[(gains["imposed_alpha"] - alpha).abs() < 1e-9]
     for profile, rows in central.groupby("profile"):
         for name, low, high in bands:
             band = rows[(rows["concurrency"] >= low) & (rows["concurrency"] <= high)]
-            if band.empty:
-                continue
-            means = band.groupby("k")["gain_pct"].mean()
-            best = int(means.idxmax()) if len(means) >= 2 else None
-            records.append({
-                "profile": profile, "band": name, "ks": ", ".join(str(int(k)) for k in means.index),
-                "best_k": best, "best_gain_pct": float(means.max()) if best is not None else None,
-            })  # fmt: skip
-    return pd.DataFrame(records, columns=["profile", "band", "ks", "best_k", "best_gain_pct"])
+            if not band.empty:
+                yield profile, name, band.groupby("k")["gain_pct"].mean().sort_values(ascending=False, kind="stable")
+
+
+def _ks(means: pd.Series) -> str:
+    """The values of k a band compared, in ascending order: '2, 3, 4'."""
+    return ", ".join(str(int(k)) for k in sorted(means.index))
+
+
+def best_k_by_band(gains: pd.DataFrame, alpha: float, bands: Iterable[tuple[str, int, int]] = BANDS) -> pd.DataFrame:
+    """For each profile and concurrency band, the k with the highest mean gain at the imposed ``alpha``.
+
+    A band gets a best k only where at least two values of k were measured in it; ``ks`` lists those compared,
+    ``runner_up_k`` is the next best and ``lead_pts`` how many points of gain the best is ahead of it (one run per
+    point: a lead within ``TOLERANCE`` is not a winner, ``eagle3_rule`` says so). A band without any point of the
+    profile (the long profile stops at concurrency 64) gets no row.
+    """
+    import pandas as pd
+
+    records = []
+    for profile, name, means in _band_means(gains, alpha, bands):
+        ranked = len(means) >= 2
+        records.append({
+            "profile": profile, "band": name, "ks": _ks(means),
+            "best_k": int(means.index[0]) if ranked else None,
+            "best_gain_pct": float(means.iloc[0]) if ranked else None,
+            "runner_up_k": int(means.index[1]) if ranked else None,
+            "lead_pts": float(means.iloc[0] - means.iloc[1]) if ranked else None,
+        })  # fmt: skip
+    columns = ["profile", "band", "ks", "best_k", "best_gain_pct", "runner_up_k", "lead_pts"]
+    return pd.DataFrame(records, columns=columns)
+
+
+def claimed_ks_by_band(
+    gains: pd.DataFrame, alpha: float, low: int, high: int, tolerance: float = TOLERANCE,
+    bands: Iterable[tuple[str, int, int]] = BANDS,
+) -> pd.DataFrame:
+    """Whether a claimed best range of draft tokens (``low``-``high``, Red Hat's 2-3) held in each profile and
+    concurrency band, at the imposed ``alpha``.
+
+    Each band sets the best mean gain of a k inside the range (``inside_k``, ``inside_gain_pct``) against the best
+    outside it (``outside_k``, ``outside_gain_pct``). ``outcome``: 'held' when the inside one leads by more than
+    ``tolerance`` (in points of gain, ×100), 'not held' when the outside one does, 'too close' when they are within
+    it, and 'not tested' when the band measured only ks on one side of the range (k = 2 and 3 alone cannot show
+    that 2-3 is best).
+    """
+    import pandas as pd
+
+    records = []
+    for profile, name, means in _band_means(gains, alpha, bands):
+        inside = means[(means.index >= low) & (means.index <= high)]
+        outside = means.drop(inside.index)
+        record = {"profile": profile, "band": name, "ks": _ks(means), "claimed": f"{low}-{high}",
+                  "inside_k": None, "inside_gain_pct": None, "outside_k": None, "outside_gain_pct": None}
+        if not inside.empty:
+            record.update(inside_k=int(inside.index[0]), inside_gain_pct=float(inside.iloc[0]))
+        if not outside.empty:
+            record.update(outside_k=int(outside.index[0]), outside_gain_pct=float(outside.iloc[0]))
+        if inside.empty or outside.empty:
+            record["outcome"] = "not tested"
+        else:
+            lead = float(inside.iloc[0] - outside.iloc[0])
+            record["outcome"] = ("too close" if abs(lead) <= 100 * tolerance else "held" if lead > 0 else "not held")
+        records.append(record)
+    columns = ["profile", "band", "ks", "claimed", "inside_k", "inside_gain_pct", "outside_k", "outside_gain_pct",
+               "outcome"]  # fmt: skip
+    return pd.DataFrame(records, columns=columns)
 
 
 def _gains_at(gains: pd.DataFrame) -> str:
@@ -651,13 +705,14 @@ def eagle3_profile_note(verdict: Verdict, tolerance: float = TOLERANCE) -> str:
 
 
 def eagle3_rule(
-    verdict: Verdict, best: pd.DataFrame | None = None, published: pd.DataFrame | None = None,
-    second: Verdict | None = None, band: pd.DataFrame | None = None,
+    verdict: Verdict, best: pd.DataFrame | None = None, claimed: pd.DataFrame | None = None,
+    second: Verdict | None = None, band: pd.DataFrame | None = None, tolerance: float = TOLERANCE,
 ) -> str:
     """The EAGLE-3 page's rule, from its verdict and, once the k sweep is measured, the best k per band
-    (``best_k_by_band``); with ``published``, the bands where the published best draft-token range held; with
-    ``second`` (the ``eagle3_verdict`` of another length profile), where k = 3 paid on that profile; with ``band``
-    (``alpha_band``), where k = 3 paid at the other imposed acceptances."""
+    (``best_k_by_band``; a lead within ``tolerance`` is named as such); with ``claimed`` (``claimed_ks_by_band``),
+    where the published best draft-token range held; with ``second`` (the ``eagle3_verdict`` of another length
+    profile), where k = 3 paid on that profile; with ``band`` (``alpha_band``), where k = 3 paid at the other imposed
+    acceptances."""
     if verdict.status == "not measured":
         return (
             "Not measured here yet. Red Hat's article puts the sweet spot at 2-3 draft tokens and reports gains up to "
@@ -669,11 +724,9 @@ def eagle3_rule(
         parts.append(second_note)
     if best is not None and not best.empty and best["best_k"].notna().any():
         found = best[best["best_k"].notna()]
-        parts.append("Best k measured: " + "; ".join(
-            f"{int(r.best_k)} at concurrency {r.band} ({r.profile})" for r in found.itertuples()
-        ))  # fmt: skip
-        if published is not None:
-            parts.append(_claimed_ks_note(found, *reported.eagle3_best_draft_tokens(published)))
+        parts.append("Best k measured: " + "; ".join(_best_k_words(r, tolerance) for r in found.itertuples()))
+    if claimed is not None and not claimed.empty:
+        parts.append(_claimed_ks_note(claimed, tolerance))
     band_note = describe_alpha_band(band) if band is not None else ""
     if band_note:
         parts.append(band_note.removesuffix("."))
@@ -693,18 +746,56 @@ def _profile_of(verdict: Verdict) -> str:
     return str(verdict.table["profile"].iloc[0])
 
 
-def _claimed_ks_note(found: pd.DataFrame, low: int, high: int) -> str:
-    """Where the published best range of draft tokens (``low``-``high``) held among the bands with a best k."""
-    inside = found["best_k"].between(low, high)
-    where = ", ".join(f"{r.band} ({r.profile})" for r in found[inside].itertuples())
-    held = f"held at concurrency {where}" if where else "held in no band measured"
-    beyond = found[~inside]
-    note = f"Red Hat's best of {low}-{high} draft tokens {held}"
+def _best_k_words(band: Any, tolerance: float) -> str:
+    """One ``best_k_by_band`` row in words: '3 at concurrency 1-8 (chat)', with '; k = 4 within 0.8 points' where
+    the runner-up is within ``tolerance`` (×100 points) of the best."""
+    close = ""
+    if band.lead_pts <= 100 * tolerance:
+        close = f"; k = {int(band.runner_up_k)} within {band.lead_pts:.1f} points"
+    return f"{int(band.best_k)} at concurrency {band.band} ({band.profile}{close})"
+
+
+def _claimed_ks_note(claimed: pd.DataFrame, tolerance: float = TOLERANCE) -> str:
+    """Where the published best range of draft tokens held, by outcome (``claimed_ks_by_band`` with the same
+    ``tolerance``): 'At the imposed acceptance, Red Hat's best of 2-3 draft tokens held at …; not at …'."""
+
+    def where(outcome: str) -> pd.DataFrame:
+        return claimed[claimed["outcome"] == outcome]
+
+    def means(r: Any, first: str) -> str:
+        inside, outside = f"k = {int(r.inside_k)}", f"k = {int(r.outside_k)}"
+        pairs = {inside: r.inside_gain_pct, outside: r.outside_gain_pct}
+        second = outside if first == inside else inside
+        return f"mean gain {pairs[first]:+.1f} % against {second}'s {pairs[second]:+.1f} %"
+
+    held = where("held")
+    found = [f"held at concurrency {_bands(held)}" if not held.empty else "held in no band measured"]
+    beyond = where("not held")
     if not beyond.empty:
-        note += " and not at " + ", ".join(
-            f"{r.band} ({r.profile}), where k = {int(r.best_k)} led" for r in beyond.itertuples()
-        )
-    return note + ", at the imposed acceptance: a lower real acceptance moves the best k down"
+        found.append("not at " + ", ".join(
+            f"{r.band} ({r.profile}), where k = {int(r.outside_k)} led ({means(r, f'k = {int(r.outside_k)}')})"
+            for r in beyond.itertuples()
+        ))  # fmt: skip
+    close = where("too close")
+    if not close.empty:
+        found.append(f"too close to call (within {100 * tolerance:.0f} points) at " + ", ".join(
+            f"{r.band} ({r.profile}; k = {int(r.inside_k)}'s {means(r, f'k = {int(r.inside_k)}')})"
+            for r in close.itertuples()
+        ))  # fmt: skip
+    untested = where("not tested")
+    if not untested.empty:
+        ks = untested["ks"].unique()
+        why = (f"only k = {ks[0]} {'were' if ',' in ks[0] else 'was'} measured" if len(ks) == 1
+               else "the ks measured lie on one side of the range")  # fmt: skip
+        found.append(f"not tested at {_bands(untested)}, where {why}")
+    listed = found[0] if len(found) == 1 else "; ".join(found[:-1]) + "; and " + found[-1]
+    return (f"At the imposed acceptance, Red Hat's best of {claimed['claimed'].iloc[0]} draft tokens {listed}. A "
+            "lower real acceptance moves the best k down")
+
+
+def _bands(rows: pd.DataFrame) -> str:
+    """Bands in words: '1-8 (chat), 16-64 (swe)'."""
+    return ", ".join(f"{r.band} ({r.profile})" for r in rows.itertuples())
 
 
 def select_gains(

@@ -170,11 +170,11 @@ def test_second_profile_note_says_where_k3_paid_and_lost(published) -> None:  # 
                     "at concurrency 4 (+2.0 %) and lost at concurrency 16 (-4.8 %); the top of its range is not "
                     "measured yet")  # fmt: skip
     chat = verdicts.eagle3_verdict(pd.DataFrame(_eagle({1: 30.0, 64: 20.0, 200: 10.0})), PROFILES, published)
-    rule = verdicts.eagle3_rule(chat, None, published, long)
+    rule = verdicts.eagle3_rule(chat, second=long)
     assert rule.startswith("EAGLE-3 at k = 3 paid at every concurrency up to 200 on the chat profile here. " + note)
     unmeasured = verdicts.eagle3_verdict(pd.DataFrame(_eagle({1: 30.0})), PROFILES, profile="swe", top=64)
     assert verdicts.eagle3_profile_note(unmeasured) == ""
-    assert verdicts.eagle3_rule(chat, None, published, unmeasured) == verdicts.eagle3_rule(chat, None, published)
+    assert verdicts.eagle3_rule(chat, second=unmeasured) == verdicts.eagle3_rule(chat)
 
 
 def test_best_k_by_band() -> None:
@@ -185,6 +185,8 @@ def test_best_k_by_band() -> None:
     assert best.loc["1-8", "best_k"] == 3 and best.loc["16-64", "best_k"] == 2
     assert pd.isna(best.loc["128-200", "best_k"]) and best.loc["128-200", "ks"] == "3"  # one k: no best
     assert best.loc["1-8", "ks"] == "2, 3"
+    assert best.loc["1-8", "runner_up_k"] == 2 and best.loc["1-8", "lead_pts"] == pytest.approx(8.0)  # 19 vs 11
+    assert best.loc["16-64", "lead_pts"] == pytest.approx(3.0)  # k = 2 +5.0 % against k = 3 +2.0 %
     no_high_band = verdicts.best_k_by_band(gains[gains.concurrency <= 64], 0.71)
     assert no_high_band.band.tolist() == ["1-8", "16-64"]  # a band without points gets no row
 
@@ -224,17 +226,60 @@ def test_rules_follow_the_verdicts(published) -> None:  # type: ignore[no-untype
     assert "shrinks as load grows" in verdicts.mtp_rule(shrinking)
     assert "2-3 draft tokens" in verdicts.eagle3_rule(empty)
     fades = verdicts.eagle3_verdict(pd.DataFrame(_eagle({1: 30.0, 64: 5.0, 200: -4.0})), PROFILES)
-    best = pd.DataFrame([{"profile": "chat", "band": "1-8", "ks": "2, 3", "best_k": 3.0, "best_gain_pct": 20.0}])
+    best = pd.DataFrame([{"profile": "chat", "band": "1-8", "ks": "2, 3", "best_k": 3.0, "best_gain_pct": 20.0,
+                          "runner_up_k": 2.0, "lead_pts": 5.0}])  # fmt: skip
     rule = verdicts.eagle3_rule(fades, best)
     assert "paid at low concurrency only" in rule
     assert "with k = 0). Best k measured: 3 at concurrency 1-8 (chat)." in rule  # a sentence of its own
-    assert "Red Hat" not in rule  # without the published table, no comparison
-    best.loc[1] = {"profile": "chat", "band": "16-64", "ks": "2, 3, 4", "best_k": 4.0, "best_gain_pct": 30.0}
-    compared = verdicts.eagle3_rule(fades, best, published)
-    assert ("(chat). Red Hat's best of 2-3 draft tokens held at concurrency 1-8 (chat) and not at 16-64 (chat), "
-            "where k = 4 led, at the imposed acceptance") in compared
-    assert "held in no band measured and not at 1-8 (chat), where k = 5 led" in verdicts.eagle3_rule(
-        fades, best.iloc[:1].assign(best_k=5.0), published)
+    assert "Red Hat" not in rule  # without the claimed range, no comparison
+    close = verdicts.eagle3_rule(fades, best.assign(lead_pts=2.5))
+    assert "Best k measured: 3 at concurrency 1-8 (chat; k = 2 within 2.5 points)." in close  # not a winner
+
+
+def _k_sweep(gains_by_k: dict[int, dict[int, float]], input_len: int = 230) -> pd.DataFrame:
+    """A gain table of k = 3 and the other ks given ({k: {concurrency: gain %}}) at α 0.71, one spec-off per load."""
+    rows = [r for k, gains in gains_by_k.items() for r in _eagle(gains, f"eagle3-k{k}-a0.71", k, input_len=input_len)]
+    seen: set[float] = set()
+    unique = []
+    for r in rows:  # one spec-off row per concurrency: the gain table pairs each k with it
+        if r["engine_label"] == "spec-off":
+            if r["concurrency"] in seen:
+                continue
+            seen.add(r["concurrency"])
+        unique.append(r)
+    return verdicts.gain_table(pd.DataFrame(unique), PROFILES)
+
+
+def test_claimed_ks_by_band_sets_the_best_inside_the_range_against_the_best_outside() -> None:
+    gains = _k_sweep({2: {1: 30.0, 16: 20.0, 128: 40.0}, 3: {1: 31.0, 16: 25.0, 128: 35.0},
+                      4: {1: 29.0, 16: 40.0, 128: 20.0}})  # fmt: skip
+    long = _k_sweep({2: {1: 30.0}, 3: {1: 20.0}}, input_len=13000)
+    claimed = verdicts.claimed_ks_by_band(pd.concat([gains, long]), 0.71, 2, 3).set_index(["profile", "band"])
+    assert claimed["outcome"].to_dict() == {("chat", "1-8"): "too close", ("chat", "16-64"): "not held",
+                                            ("chat", "128-200"): "held", ("swe", "1-8"): "not tested"}  # fmt: skip
+    assert claimed.loc[("chat", "1-8"), ["inside_k", "outside_k"]].tolist() == [3, 4]  # 31 vs 29: within 3 points
+    assert claimed.loc[("chat", "128-200"), ["inside_gain_pct", "outside_gain_pct"]].tolist() == pytest.approx(
+        [40.0, 20.0])
+    assert pd.isna(claimed.loc[("swe", "1-8"), "outside_k"])  # k = 2 and 3 alone cannot show 2-3 is best
+    assert verdicts.claimed_ks_by_band(gains, 0.71, 2, 3, tolerance=0.01).set_index("band").loc[
+        "1-8", "outcome"] == "held"  # 2 points ahead counts with a 1-point tolerance
+
+
+def test_rules_name_where_the_claimed_range_held(published) -> None:  # type: ignore[no-untyped-def]
+    gains = _k_sweep({2: {1: 30.0, 16: 20.0, 128: 40.0}, 3: {1: 31.0, 16: 25.0, 128: 35.0},
+                      4: {1: 29.0, 16: 40.0, 128: 20.0}})  # fmt: skip
+    long = _k_sweep({2: {1: 30.0}, 3: {1: 20.0}}, input_len=13000)
+    claimed = verdicts.claimed_ks_by_band(pd.concat([gains, long]), 0.71, 2, 3)
+    chat = verdicts.eagle3_verdict(pd.DataFrame(_eagle({1: 31.0, 16: 25.0, 128: 35.0, 200: 10.0})), PROFILES)
+    rule = verdicts.eagle3_rule(chat, claimed=claimed)
+    assert rule.endswith(
+        "At the imposed acceptance, Red Hat's best of 2-3 draft tokens held at concurrency 128-200 (chat); not at "
+        "16-64 (chat), where k = 4 led (mean gain +40.0 % against k = 3's +25.0 %); too close to call (within 3 "
+        "points) at 1-8 (chat; k = 3's mean gain +31.0 % against k = 4's +29.0 %); and not tested at 1-8 (swe), "
+        "where only k = 2, 3 were measured. A lower real acceptance moves the best k down.")  # fmt: skip
+    only_loss = claimed[claimed["outcome"] == "not held"]
+    assert "2-3 draft tokens held in no band measured; and not at 16-64 (chat)" in verdicts.eagle3_rule(
+        chat, claimed=only_loss)
 
 
 def test_alpha_band_sets_each_alpha_beside_the_central_one(published) -> None:  # type: ignore[no-untyped-def]
