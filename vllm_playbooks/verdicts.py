@@ -481,6 +481,80 @@ def describe_step_factors(table: pd.DataFrame, name: str = "k = 3") -> str:
     return " ".join(sentences)
 
 
+def step_cost_by_alpha(
+    df: pd.DataFrame, profiles: Mapping[str, tuple[int, int]], k: int = 3, overlapped: Iterable[str] = (),
+) -> pd.DataFrame:
+    """Milliseconds per engine step of the runs at one k and different imposed α, per profile and concurrency.
+
+    At a fixed k a step drafts k tokens and verifies k + 1 per sequence whatever is accepted, so its cost depends
+    on α only through the work on the accepted tokens; how far the α runs' step times spread (``spread_pct``:
+    slowest over fastest, less one) bounds how much one run's step time moves between runs (other leases, other
+    machines), the scale below which a gain difference between two α runs is not acceptance's doing. ``df`` needs ``ms_per_step``
+    (``results.engine_steps.with_step_times``); only loads with two or more α appear. ``alpha_slow`` and
+    ``alpha_fast`` name the pair; ``overlapped`` (point ids, ``analysis.overlapping_points``) marks in
+    ``shared_host`` whether the slowest run shared its host with another server.
+    """
+    import pandas as pd
+
+    columns = ["profile", "concurrency", "alphas", "alpha_fast", "ms_fast", "alpha_slow", "ms_slow",
+               "spread_pct", "shared_host"]  # fmt: skip
+    rows = df[(df["spec_method"] == "eagle3") & (df["num_speculative_tokens"] == k) & df["imposed_alpha"].notna()
+              & df["ms_per_step"].notna() & df["concurrency"].notna()]  # fmt: skip
+    rows = with_profile(rows, profiles)
+    shared = set(overlapped)
+    records = []
+    for (profile, conc), group in rows.groupby(["profile", "concurrency"]):
+        if group["imposed_alpha"].nunique() < 2:
+            continue
+        fastest, slowest = group.loc[group["ms_per_step"].idxmin()], group.loc[group["ms_per_step"].idxmax()]
+        records.append({
+            "profile": profile, "concurrency": int(conc),
+            "alphas": ", ".join(f"{a:g}" for a in sorted(group["imposed_alpha"].unique())),
+            "alpha_fast": float(fastest["imposed_alpha"]), "ms_fast": float(fastest["ms_per_step"]),
+            "alpha_slow": float(slowest["imposed_alpha"]), "ms_slow": float(slowest["ms_per_step"]),
+            "spread_pct": 100 * (float(slowest["ms_per_step"]) / float(fastest["ms_per_step"]) - 1),
+            "shared_host": slowest["point_id"] in shared,
+        })  # fmt: skip
+    return pd.DataFrame(records, columns=columns)
+
+
+def describe_step_cost_by_alpha(
+    table: pd.DataFrame, k: int = 3, tolerance: float = TOLERANCE, bands: Iterable[tuple[str, int, int]] = BANDS,
+) -> str:
+    """The largest step-time spread between α runs per profile and concurrency band (``step_cost_by_alpha``), the
+    widest pair, and the loads where a spread above ``tolerance`` had a slowest run that was not the highest α (per
+    accepted token work grows with α, so a spread that does not follow α is variation between runs); '' for an
+    empty table."""
+    if table.empty:
+        return ""
+    sentences = []
+    for profile, rows in table.groupby("profile", sort=False):
+        spans = []
+        for name, low, high in bands:
+            band = rows[(rows["concurrency"] >= low) & (rows["concurrency"] <= high)]
+            if not band.empty:
+                spans.append(f"{band['spread_pct'].max():.1f} % at concurrency {name}")
+        widest = rows.loc[rows["spread_pct"].idxmax()]
+        beside = " (the slower run shared its host with another server)" if widest["shared_host"] else ""
+        text = (f"On the {profile} profile the step time of k = {k} differed between imposed α by at most "
+                f"{_and_list(spans)}; the widest, at concurrency {int(widest['concurrency'])}: "
+                f"{widest['ms_fast']:.1f} ms at α {widest['alpha_fast']:g} against {widest['ms_slow']:.1f} "
+                f"ms at α {widest['alpha_slow']:g}{beside}.")  # fmt: skip
+        highest = rows["alphas"].str.split(", ").map(lambda alphas: max(float(a) for a in alphas))
+        against = rows[(rows["spread_pct"] > 100 * tolerance) & (rows["alpha_slow"] < highest)]
+        if not against.empty:
+            text += (f" Where it differed by more than {100 * tolerance:.0f} %, the slowest run was not the highest α "
+                     f"at concurrency {', '.join(str(c) for c in against['concurrency'])}: there the spread is "
+                     "variation between runs, not acceptance's doing.")  # fmt: skip
+        sentences.append(text)
+    return " ".join(sentences)
+
+
+def _and_list(items: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 def _band_means(
     gains: pd.DataFrame, alpha: float, bands: Iterable[tuple[str, int, int]],
 ) -> Iterable[tuple[str, str, pd.Series]]:
@@ -556,7 +630,7 @@ def claimed_ks_by_band(
         records.append(record)
     columns = ["profile", "band", "ks", "claimed", "inside_k", "inside_gain_pct", "outside_k", "outside_gain_pct",
                "outcome"]  # fmt: skip
-    return pd.DataFrame(records, columns=columns)
+    return pd.DataFrame(records, columns=columns).astype({"inside_k": "Int64", "outside_k": "Int64"})
 
 
 def _gains_at(gains: pd.DataFrame) -> str:

@@ -501,3 +501,32 @@ def test_the_mtp_rule_names_the_spread_of_the_added_share_between_models() -> No
     # one shape alone says nothing about which model
     assert "Which model" not in verdicts.mtp_rule(verdict, None, table[table.model_shape == "small"])
     assert verdicts.mtp_rule(verdict) == verdicts.mtp_rule(verdict, None, None)
+
+
+def _k3_steps(ms: dict[tuple[float, int], float]) -> pd.DataFrame:
+    """EAGLE-3 k = 3 rows with a step time per (imposed α, concurrency), and one k = 2 row that must be ignored."""
+    rows = [{**_row(f"eagle3-k3-a{a}", 3, concurrency=c, ms_per_step=t, point_id=f"k3-a{a}/c{c}"),
+             "spec_method": "eagle3", "imposed_alpha": a} for (a, c), t in ms.items()]  # fmt: skip
+    rows.append({**_row("eagle3-k2-a0.71", 2, concurrency=1, ms_per_step=99.0, point_id="k2/c1"),
+                 "spec_method": "eagle3", "imposed_alpha": 0.71})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_step_cost_by_alpha_spreads_the_alpha_runs_of_one_k() -> None:
+    rows = _k3_steps({(0.61, 1): 11.0, (0.71, 1): 11.22, (0.81, 1): 11.11, (0.61, 64): 38.0, (0.71, 64): 42.75,
+                      (0.81, 64): 41.8, (0.61, 200): 80.0})  # fmt: skip
+    table = verdicts.step_cost_by_alpha(rows, PROFILES, overlapped=["k3-a0.71/c64"]).set_index("concurrency")
+    assert table.index.tolist() == [1, 64]  # 200 has one α only; the k = 2 row is not k = 3
+    assert table.spread_pct.tolist() == pytest.approx([2.0, 12.5])
+    assert table.loc[64, ["alpha_fast", "alpha_slow"]].tolist() == [0.61, 0.71]
+    assert table.shared_host.tolist() == [False, True]
+    assert table.loc[1, "alphas"] == "0.61, 0.71, 0.81"
+    assert verdicts.describe_step_cost_by_alpha(table.reset_index()) == (
+        "On the chat profile the step time of k = 3 differed between imposed α by at most 2.0 % at concurrency 1-8 "
+        "and 12.5 % at concurrency 16-64; the widest, at concurrency 64: 38.0 ms at α 0.61 against 42.8 ms at α "
+        "0.71 (the slower run shared its host with another server). Where it differed by more than 3 %, the "
+        "slowest run was not the highest α at concurrency 64: there the spread is variation between runs, not "
+        "acceptance's doing.")  # fmt: skip
+    follows = verdicts.step_cost_by_alpha(_k3_steps({(0.61, 64): 38.0, (0.81, 64): 42.0}), PROFILES)
+    assert "not the highest α" not in verdicts.describe_step_cost_by_alpha(follows)  # the slowest is α 0.81
+    assert verdicts.describe_step_cost_by_alpha(verdicts.step_cost_by_alpha(rows.iloc[-2:], PROFILES)) == ""
