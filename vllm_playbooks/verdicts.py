@@ -489,10 +489,10 @@ def step_cost_by_alpha(
     At a fixed k a step drafts k tokens and verifies k + 1 per sequence whatever is accepted, so its cost depends
     on α only through the work on the accepted tokens; how far the α runs' step times spread (``spread_pct``:
     slowest over fastest, less one) bounds how much one run's step time moves between runs (other leases, other
-    machines), the scale below which a gain difference between two α runs is not acceptance's doing. ``df`` needs ``ms_per_step``
-    (``results.engine_steps.with_step_times``); only loads with two or more α appear. ``alpha_slow`` and
-    ``alpha_fast`` name the pair; ``overlapped`` (point ids, ``analysis.overlapping_points``) marks in
-    ``shared_host`` whether the slowest run shared its host with another server.
+    machines), the scale below which a gain difference between two α runs is not acceptance's doing. ``df`` needs
+    ``ms_per_step`` (``results.engine_steps.with_step_times``); only loads with two or more α (``alphas``) appear.
+    ``alpha_slow`` and ``alpha_fast`` name the pair; ``overlapped`` (point ids, ``analysis.overlapping_points``)
+    marks in ``shared_host`` whether the slowest run shared its host with another server.
     """
     import pandas as pd
 
@@ -509,7 +509,7 @@ def step_cost_by_alpha(
         fastest, slowest = group.loc[group["ms_per_step"].idxmin()], group.loc[group["ms_per_step"].idxmax()]
         records.append({
             "profile": profile, "concurrency": int(conc),
-            "alphas": ", ".join(f"{a:g}" for a in sorted(group["imposed_alpha"].unique())),
+            "alphas": tuple(sorted(float(a) for a in group["imposed_alpha"].unique())),
             "alpha_fast": float(fastest["imposed_alpha"]), "ms_fast": float(fastest["ms_per_step"]),
             "alpha_slow": float(slowest["imposed_alpha"]), "ms_slow": float(slowest["ms_per_step"]),
             "spread_pct": 100 * (float(slowest["ms_per_step"]) / float(fastest["ms_per_step"]) - 1),
@@ -540,8 +540,7 @@ def describe_step_cost_by_alpha(
                 f"{_and_list(spans)}; the widest, at concurrency {int(widest['concurrency'])}: "
                 f"{widest['ms_fast']:.1f} ms at α {widest['alpha_fast']:g} against {widest['ms_slow']:.1f} "
                 f"ms at α {widest['alpha_slow']:g}{beside}.")  # fmt: skip
-        highest = rows["alphas"].str.split(", ").map(lambda alphas: max(float(a) for a in alphas))
-        against = rows[(rows["spread_pct"] > 100 * tolerance) & (rows["alpha_slow"] < highest)]
+        against = rows[(rows["spread_pct"] > 100 * tolerance) & (rows["alpha_slow"] < rows["alphas"].map(max))]
         if not against.empty:
             text += (f" Where it differed by more than {100 * tolerance:.0f} %, the slowest run was not the highest α "
                      f"at concurrency {', '.join(str(c) for c in against['concurrency'])}: there the spread is "

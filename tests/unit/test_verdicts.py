@@ -520,7 +520,7 @@ def test_step_cost_by_alpha_spreads_the_alpha_runs_of_one_k() -> None:
     assert table.spread_pct.tolist() == pytest.approx([2.0, 12.5])
     assert table.loc[64, ["alpha_fast", "alpha_slow"]].tolist() == [0.61, 0.71]
     assert table.shared_host.tolist() == [False, True]
-    assert table.loc[1, "alphas"] == "0.61, 0.71, 0.81"
+    assert table.loc[1, "alphas"] == (0.61, 0.71, 0.81)
     assert verdicts.describe_step_cost_by_alpha(table.reset_index()) == (
         "On the chat profile the step time of k = 3 differed between imposed α by at most 2.0 % at concurrency 1-8 "
         "and 12.5 % at concurrency 16-64; the widest, at concurrency 64: 38.0 ms at α 0.61 against 42.8 ms at α "
