@@ -11,7 +11,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from vllm_playbooks import reported
 from vllm_playbooks.analysis import is_baseline, versus_baseline
 
 if TYPE_CHECKING:
@@ -531,7 +530,7 @@ def describe_step_cost_by_alpha(
     for profile, rows in table.groupby("profile", sort=False):
         spans = []
         for name, low, high in bands:
-            band = rows[(rows["concurrency"] >= low) & (rows["concurrency"] <= high)]
+            band = rows[rows["concurrency"].between(low, high)]
             if not band.empty:
                 spans.append(f"{band['spread_pct'].max():.1f} % at concurrency {name}")
         widest = rows.loc[rows["spread_pct"].idxmax()]
@@ -549,9 +548,9 @@ def describe_step_cost_by_alpha(
     return " ".join(sentences)
 
 
-def _and_list(items: list[str]) -> str:
-    """'a', 'a and b', 'a, b and c'."""
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+def _and_list(items: list[str], sep: str = ", ", last: str = " and ") -> str:
+    """'a', 'a and b', 'a, b and c' (or with other separators: 'a; b; and c')."""
+    return items[0] if len(items) == 1 else sep.join(items[:-1]) + last + items[-1]
 
 
 def _band_means(
@@ -562,7 +561,7 @@ def _band_means(
     central = gains[(gains["imposed_alpha"] - alpha).abs() < 1e-9]
     for profile, rows in central.groupby("profile"):
         for name, low, high in bands:
-            band = rows[(rows["concurrency"] >= low) & (rows["concurrency"] <= high)]
+            band = rows[rows["concurrency"].between(low, high)]
             if not band.empty:
                 yield profile, name, band.groupby("k")["gain_pct"].mean().sort_values(ascending=False, kind="stable")
 
@@ -772,7 +771,7 @@ def eagle3_profile_note(verdict: Verdict, tolerance: float = TOLERANCE) -> str:
         found.append(f"was within ±{100 * tolerance:.0f} % at {where(even)}")
     if not lost.empty:
         found.append(f"lost at {where(lost)}")
-    listed = found[0] if len(found) == 1 else ", ".join(found[:-1]) + " and " + found[-1]
+    listed = _and_list(found)
     tail = "; the top of its range is not measured yet" if verdict.status == "incomplete" else ""
     return f"On the {_profile_of(verdict)} profile ({prompts:,}-token prompts) k = 3 {listed}{tail}"
 
@@ -835,24 +834,23 @@ def _claimed_ks_note(claimed: pd.DataFrame, tolerance: float = TOLERANCE) -> str
     def where(outcome: str) -> pd.DataFrame:
         return claimed[claimed["outcome"] == outcome]
 
-    def means(r: Any, first: str) -> str:
-        inside, outside = f"k = {int(r.inside_k)}", f"k = {int(r.outside_k)}"
-        pairs = {inside: r.inside_gain_pct, outside: r.outside_gain_pct}
-        second = outside if first == inside else inside
-        return f"mean gain {pairs[first]:+.1f} % against {second}'s {pairs[second]:+.1f} %"
+    def against(gain: float, k: int, other: float) -> str:
+        return f"mean gain {gain:+.1f} % against k = {k}'s {other:+.1f} %"
 
     held = where("held")
     found = [f"held at concurrency {_bands(held)}" if not held.empty else "held in no band measured"]
     beyond = where("not held")
     if not beyond.empty:
         found.append("not at " + ", ".join(
-            f"{r.band} ({r.profile}), where k = {int(r.outside_k)} led ({means(r, f'k = {int(r.outside_k)}')})"
+            f"{r.band} ({r.profile}), where k = {int(r.outside_k)} led "
+            f"({against(r.outside_gain_pct, r.inside_k, r.inside_gain_pct)})"
             for r in beyond.itertuples()
         ))  # fmt: skip
     close = where("too close")
     if not close.empty:
         found.append(f"too close to call (within {100 * tolerance:.0f} points) at " + ", ".join(
-            f"{r.band} ({r.profile}; k = {int(r.inside_k)}'s {means(r, f'k = {int(r.inside_k)}')})"
+            f"{r.band} ({r.profile}; k = {int(r.inside_k)}'s "
+            f"{against(r.inside_gain_pct, r.outside_k, r.outside_gain_pct)})"
             for r in close.itertuples()
         ))  # fmt: skip
     untested = where("not tested")
@@ -861,7 +859,7 @@ def _claimed_ks_note(claimed: pd.DataFrame, tolerance: float = TOLERANCE) -> str
         why = (f"only k = {ks[0]} {'were' if ',' in ks[0] else 'was'} measured" if len(ks) == 1
                else "the ks measured lie on one side of the range")  # fmt: skip
         found.append(f"not tested at {_bands(untested)}, where {why}")
-    listed = found[0] if len(found) == 1 else "; ".join(found[:-1]) + "; and " + found[-1]
+    listed = _and_list(found, "; ", "; and ")
     return (f"At the imposed acceptance, Red Hat's best of {claimed['claimed'].iloc[0]} draft tokens {listed}. A "
             "lower real acceptance moves the best k down")
 
