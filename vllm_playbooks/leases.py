@@ -8,7 +8,8 @@ longest wall time recorded at the same load (lengths, concurrency or rate) on an
 shape, and a server's start-up the longest recorded for that config (or, when it never started, for any config of its
 shape); ``time_limit_s`` adds a margin on top. A shape or load never measured gets no estimate.
 
-``python -m vllm_playbooks.leases --case gpt-oss-eagle3 --part 5-long-sweep``
+``python -m vllm_playbooks.leases --case gpt-oss-eagle3 --part 5-long-sweep`` (``--budget-s 340``: which points a
+server started now can still measure in 340 s, shortest first)
 """
 
 from __future__ import annotations
@@ -54,11 +55,11 @@ def point_walls(measured: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(records, columns=columns)
 
 
-def remaining_time(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame, margin: float = 1.25) -> pd.DataFrame:
-    """For each engine config of ``plan`` with points still to measure: its model shape, how many points
-    (``points``), the estimated start-up (``startup_s``; NaN when no server of its shape ever became ready), the
-    points' estimated wall time (``points_s``; NaN when a load was never measured on its shape, counted in
-    ``unknown``) and ``time_limit_s``, their sum times ``margin`` rounded up to 10 s (NaN when either is unknown)."""
+def point_estimates(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
+    """One row per point of ``plan`` still to measure: its engine label, model shape and load, its config's estimated
+    start-up (``startup_s``: the longest recorded for the config, else for any config of its shape; NaN when no server
+    of the shape ever became ready) and its estimated wall time (``wall_s``: the longest recorded at the same load on
+    the shape; NaN when that load was never measured there)."""
     import pandas as pd
 
     from vllm_playbooks.plan import missing_loads
@@ -72,24 +73,55 @@ def remaining_time(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame
     started = started.assign(model_shape=started["engine_label"].map(shapes))
     records = []
     for label, loads in missing_loads(plan, measured).items():
-        if not loads:
-            continue
         shape = shapes[label]
         own = started[started["engine_label"] == label]["startup_s"]
         startup = float((own if not own.empty else started[started["model_shape"] == shape]["startup_s"]).max())
-        keys = [(shape, load.input_len, load.output_len, _or_missing(load.concurrency),
-                 _or_missing(load.request_rate_qps)) for load in loads]  # fmt: skip
-        known = [float(longest[key]) for key in keys if key in longest.index]
-        unknown = len(keys) - len(known)
-        points = sum(known) if not unknown else math.nan
+        for load in loads:
+            key = (shape, load.input_len, load.output_len, _or_missing(load.concurrency),
+                   _or_missing(load.request_rate_qps))  # fmt: skip
+            records.append({"engine_label": label, "model_shape": shape, "input_len": load.input_len,
+                            "output_len": load.output_len, "concurrency": load.concurrency,
+                            "request_rate_qps": load.request_rate_qps, "startup_s": startup,
+                            "wall_s": float(longest[key]) if key in longest.index else math.nan})  # fmt: skip
+    return pd.DataFrame(records, columns=["engine_label", "model_shape", *LOAD, "startup_s", "wall_s"])
+
+
+def remaining_time(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame, margin: float = 1.25) -> pd.DataFrame:
+    """For each engine config of ``plan`` with points still to measure: its model shape, how many points
+    (``points``), the estimated start-up (``startup_s``; NaN when no server of its shape ever became ready), the
+    points' estimated wall time (``points_s``; NaN when a load was never measured on its shape, counted in
+    ``unknown``) and ``time_limit_s``, their sum times ``margin`` rounded up to 10 s (NaN when either is unknown)."""
+    import pandas as pd
+
+    records = []
+    for label, rows in point_estimates(plan, measured, servers).groupby("engine_label", sort=False):
+        unknown = int(rows["wall_s"].isna().sum())
+        startup = float(rows["startup_s"].iloc[0])
+        points = float(rows["wall_s"].sum()) if not unknown else math.nan
         total = startup + points
         records.append({
-            "engine_label": label, "model_shape": shape, "points": len(loads), "unknown": unknown, "startup_s": startup,
-            "points_s": points,
+            "engine_label": label, "model_shape": rows["model_shape"].iloc[0], "points": len(rows), "unknown": unknown,
+            "startup_s": startup, "points_s": points,
             "time_limit_s": 10 * math.ceil(margin * total / 10) if not math.isnan(total) else math.nan,
         })  # fmt: skip
     columns = ["engine_label", "model_shape", "points", "unknown", "startup_s", "points_s", "time_limit_s"]
     return pd.DataFrame(records, columns=columns)
+
+
+def points_within(points: pd.DataFrame, budget_s: float, margin: float = 1.25) -> pd.DataFrame:
+    """The points of ``point_estimates`` that one new server per engine config can measure in ``budget_s`` seconds:
+    its start-up, then its points shortest first, each step times ``margin``. ``needed_s`` is the estimated time from
+    the server's launch to the end of that point; run the points in this order (``--concurrency`` keeps the order
+    given), so that a time limit stops the longest, not the first. Points with no estimate are left out."""
+    import pandas as pd
+
+    known = points.dropna(subset=["startup_s", "wall_s"])
+    parts = []
+    for _, rows in known.groupby("engine_label", sort=False):
+        rows = rows.sort_values("wall_s", kind="stable")
+        rows = rows.assign(needed_s=margin * (rows["startup_s"] + rows["wall_s"].cumsum()))
+        parts.append(rows[rows["needed_s"] <= budget_s])
+    return pd.concat(parts, ignore_index=True) if parts else known.assign(needed_s=pd.Series(dtype=float))
 
 
 def _or_missing(value: float | None) -> float:
@@ -109,14 +141,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--part", help="one part of the case's grid (its 'parts:'), e.g. 5-long-sweep")
     parser.add_argument("--margin", type=float, default=1.25, help="time_limit_s = margin × the estimate")
     parser.add_argument("--data", type=Path, help="the data folder (default: the book's data/)")
+    parser.add_argument("--budget-s", type=float,
+                        help="instead, list the points that a new server per config can measure in this many seconds, "
+                             "shortest first (the order to run them in)")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.budget_s is not None and args.budget_s <= 0:
+        parser.error(f"--budget-s must be positive, got {args.budget_s:g}")
     try:
         plan = load_part(args.case, args.part) if args.part else load_plan(args.case)
-        table = remaining_time(plan, load_runs(plan.case, args.data), server_time(args.case, args.data), args.margin)
+        measured, servers = load_runs(plan.case, args.data), server_time(args.case, args.data)
+        points = point_estimates(plan, measured, servers)
+        if args.budget_s is None:
+            table = remaining_time(plan, measured, servers, args.margin)
+        else:
+            table = points_within(points, args.budget_s, args.margin)
     except PlaybookError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(table.to_string(index=False) if not table.empty else "nothing left to measure")
+    if points.empty:
+        print("nothing left to measure")
+    elif table.empty:
+        print(f"no point left to measure fits in {args.budget_s:g} s with a server's start-up")
+    else:
+        print(table.to_string(index=False, float_format="{:.0f}".format))
     return 0
 
 

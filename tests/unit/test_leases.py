@@ -59,6 +59,21 @@ def test_the_rest_of_a_grid_takes_the_longest_recorded_wall_per_load_and_start_u
     assert table.loc["big", ["startup_s", "points_s", "time_limit_s"]].isna().all()
 
 
+def test_a_short_budget_takes_the_shortest_points_first_after_the_start_up() -> None:
+    servers = _servers(("a1", "a", 0, 100), ("b1", "b", 400, 80), ("b2", "b", 900, 120))
+    # walls: a c1 60, a c4 40, a c16 300; b c1 90. Start-ups: b 120 (its own), c 120 (any of the 8B's), big unknown
+    rows = _rows(("a", 1, 160), ("a", 4, 200), ("a", 16, 500), ("b", 1, 1110))
+    points = leases.point_estimates(PLAN, rows, servers)
+    assert points[["engine_label", "concurrency", "wall_s"]].values.tolist()[:5] == [
+        ["b", 4, 40.0], ["b", 16, 300.0], ["c", 1, 90.0], ["c", 4, 40.0], ["c", 16, 300.0]]  # fmt: skip
+    fit = leases.points_within(points, budget_s=250, margin=1.0)
+    # c: 120 + 40 (c4) = 160, + 90 (c1) = 250, + 300 (c16) = 550; b: 160, then 460
+    assert fit[["engine_label", "concurrency", "needed_s"]].values.tolist() == [["b", 4, 160.0], ["c", 4, 160.0],
+                                                                                 ["c", 1, 250.0]]  # fmt: skip
+    assert leases.points_within(points, budget_s=250)["needed_s"].tolist() == [200.0, 200.0]  # × 1.25: c1 no more
+    assert leases.points_within(points, budget_s=150, margin=1.0).empty  # not even one point after a start-up
+
+
 def test_a_load_never_measured_has_no_estimate() -> None:
     servers = _servers(("a1", "a", 0, 100))
     table = leases.remaining_time(PLAN, _rows(("a", 1, 160)), servers).set_index("engine_label")
@@ -76,8 +91,13 @@ def test_recorded_eagle3_walls_and_the_cli(capsys: pytest.CaptureFixture[str]) -
     assert alpha.loc[8] == 38.0 and alpha.loc[1] == 60.0  # 12:36:52 - (12:34:21 + 91 s)
     assert leases.main(["--case", "gpt-oss-eagle3", "--part", "1-verdict"]) == 0
     assert capsys.readouterr().out.strip() == "nothing left to measure"
+    assert leases.main(["--case", "gpt-oss-eagle3", "--part", "1-verdict", "--budget-s", "600"]) == 0
+    assert capsys.readouterr().out.strip() == "nothing left to measure"
     assert leases.main(["--case", "gpt-oss-eagle3", "--part", "9-nope"]) == 2
     assert "no part '9-nope'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        leases.main(["--case", "gpt-oss-eagle3", "--budget-s", "0"])
+    assert "--budget-s must be positive" in capsys.readouterr().err
 
 
 def test_a_case_with_nothing_recorded_has_no_estimates(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
@@ -86,3 +106,6 @@ def test_a_case_with_nothing_recorded_has_no_estimates(tmp_path, capsys: pytest.
         assert leases.main(["--case", "llama-8b-draft-model", "--data", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].split() == ["spec-off", "llama-3.1-8b", "4", "4", "NaN", "NaN", "NaN"]
+    # with no estimate, no point can be said to fit
+    assert leases.main(["--case", "llama-8b-draft-model", "--data", str(tmp_path), "--budget-s", "1800"]) == 0
+    assert capsys.readouterr().out.strip() == "no point left to measure fits in 1800 s with a server's start-up"
