@@ -820,10 +820,12 @@ def _profile_of(verdict: Verdict) -> str:
 
 def _best_k_words(band: Any, tolerance: float) -> str:
     """One ``best_k_by_band`` row in words: '3 at concurrency 1-8 (chat)', with '; k = 4 within 0.8 points' where
-    the runner-up is within ``tolerance`` (×100 points) of the best."""
+    the runner-up is within ``tolerance`` (×100 points) of the best (two decimals where one would round the lead up to
+    the tolerance: 'within 2.96 points', not 'within 3.0 points' under a 3-point tolerance)."""
     close = ""
     if band.lead_pts <= 100 * tolerance:
-        close = f"; k = {int(band.runner_up_k)} within {band.lead_pts:.1f} points"
+        digits = 2 if round(band.lead_pts, 1) >= 100 * tolerance else 1
+        close = f"; k = {int(band.runner_up_k)} within {band.lead_pts:.{digits}f} points"
     return f"{int(band.best_k)} at concurrency {band.band} ({band.profile}{close})"
 
 

@@ -234,6 +234,8 @@ def test_rules_follow_the_verdicts(published) -> None:  # type: ignore[no-untype
     assert "Red Hat" not in rule  # without the claimed range, no comparison
     close = verdicts.eagle3_rule(fades, best.assign(lead_pts=2.5))
     assert "Best k measured: 3 at concurrency 1-8 (chat; k = 2 within 2.5 points)." in close  # not a winner
+    edge = verdicts.eagle3_rule(fades, best.assign(lead_pts=2.955))  # one decimal would say 3.0 under a 3-point tolerance
+    assert "(chat; k = 2 within 2.96 points)." in edge
 
 
 def _k_sweep(gains_by_k: dict[int, dict[int, float]], input_len: int = 230) -> pd.DataFrame:
