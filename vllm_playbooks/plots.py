@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Mapping, Sequence
 
     import pandas as pd
     from matplotlib.axes import Axes
@@ -49,17 +49,33 @@ def use_book_style() -> None:
     sns.set_theme(context="notebook", style="whitegrid", palette="colorblind")
 
 
+def label_colors(labels: Iterable[str]) -> dict[str, tuple[float, float, float]]:
+    """One colour of the current seaborn palette per distinct label, in sorted order: pass it as ``palette`` to the
+    panels of one figure so that a config keeps its colour in every panel, whichever configs each panel has."""
+    import seaborn as sns
+
+    names = sorted(set(labels))
+    return dict(zip(names, sns.color_palette(n_colors=len(names)), strict=True))
+
+
 def metric_vs_load(
-    df: pd.DataFrame, y: str, x: str = "concurrency", hue: str = "engine_label", ax: Axes | None = None
+    df: pd.DataFrame,
+    y: str,
+    x: str = "concurrency",
+    hue: str = "engine_label",
+    ax: Axes | None = None,
+    palette: Mapping[str, tuple[float, float, float]] | None = None,
 ) -> Axes:
-    """``y`` against the load level, one line per ``hue``; log-2 x axis for concurrency sweeps."""
+    """``y`` against the load level, one line per ``hue`` (coloured by ``palette`` when given, e.g. ``label_colors``);
+    log-2 x axis for concurrency sweeps."""
     import matplotlib.pyplot as plt
     import seaborn as sns
 
     if df.empty:
         raise ValueError(f"no rows to plot for {y!r}")
     ax = ax or plt.subplots(figsize=(6.4, 4.0))[1]
-    sns.lineplot(data=df, x=x, y=y, hue=hue, marker="o", ax=ax, errorbar=None)
+    hue_order = [name for name in palette if name in set(df[hue])] if palette is not None else None
+    sns.lineplot(data=df, x=x, y=y, hue=hue, hue_order=hue_order, palette=palette, marker="o", ax=ax, errorbar=None)
     if x == "concurrency":
         ax.set_xscale("log", base=2)
         ticks = sorted(df[x].dropna().unique())
@@ -341,15 +357,21 @@ def speedup_vs_load(table: pd.DataFrame, x: str = "request_rate_qps", ax: Axes |
     return ax
 
 
-def gain_vs_concurrency(gains: pd.DataFrame, title: str, ax: Axes | None = None) -> Axes:
-    """Measured gain against concurrency, one line per speculative config, with the break-even line at 0."""
+def gain_vs_concurrency(
+    gains: pd.DataFrame,
+    title: str,
+    ax: Axes | None = None,
+    palette: Mapping[str, tuple[float, float, float]] | None = None,
+) -> Axes:
+    """Measured gain against concurrency, one line per speculative config (coloured by ``palette`` when given), with
+    the break-even line at 0."""
     if gains.empty:
         return _not_measured(ax, title)
-    ax = metric_vs_load(gains, "gain_pct", ax=ax)
+    ax = metric_vs_load(gains, "gain_pct", ax=ax, palette=palette)
     ax.axhline(0.0, color="black", linewidth=1)
     ax.set_title(title)
-    if ax.get_legend() is not None:  # two columns along the bottom, under the curves of gains above 0
-        ax.legend(loc="lower center", ncol=2, fontsize="small")
+    if ax.get_legend() is not None:  # two columns under the axes: inside, it would hide curves near break-even
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize="small", frameon=False)
     return ax
 
 

@@ -41,7 +41,25 @@ def test_measured_curves_are_drawn() -> None:
     ax = plots.gain_vs_concurrency(gains, "chat")
     ax.figure.canvas.draw()
     box = ax.get_legend().get_window_extent().transformed(ax.transAxes.inverted())
-    assert ax.get_title() == "chat" and box.y0 < 0.1 and abs(box.x0 + box.x1 - 1) < 0.1  # bottom centre
+    label = ax.xaxis.label.get_window_extent().transformed(ax.transAxes.inverted())
+    assert ax.get_title() == "chat" and box.y1 < label.y0 and abs(box.x0 + box.x1 - 1) < 0.1  # under the x label
+
+
+def test_a_config_keeps_its_colour_in_every_panel() -> None:
+    import matplotlib.pyplot as plt
+
+    chat = pd.DataFrame({"engine_label": ["k2", "k2", "k4", "k4", "k5", "k5"], "concurrency": [1, 4] * 3,
+                         "gain_pct": [10.0, 5.0, 12.0, 6.0, 14.0, 7.0]})  # fmt: skip
+    swe = chat[chat.engine_label != "k4"]  # without k4, seaborn alone would give k5 k4's colour
+    colors = plots.label_colors(chat["engine_label"])
+    assert list(colors) == ["k2", "k4", "k5"] and len(set(colors.values())) == 3
+    _, axes = plt.subplots(1, 2)
+    for ax, gains in zip(axes, [chat, swe], strict=True):
+        plots.gain_vs_concurrency(gains, "p", ax=ax, palette=colors)
+    drawn = [{text.get_text(): handle.get_color() for text, handle in
+              zip(ax.get_legend().get_texts(), ax.get_legend().legend_handles, strict=True)} for ax in axes]  # fmt: skip
+    assert drawn[1]["k5"] == drawn[0]["k5"] == colors["k5"] and "k4" not in drawn[1]
+    assert drawn[0]["k4"] != drawn[1]["k5"]
 
 
 def test_theory_figures() -> None:
