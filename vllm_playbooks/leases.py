@@ -150,15 +150,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         plan = load_part(args.case, args.part) if args.part else load_plan(args.case)
         measured, servers = load_runs(plan.case, args.data), server_time(args.case, args.data)
-        points = point_estimates(plan, measured, servers)
         if args.budget_s is None:
             table = remaining_time(plan, measured, servers, args.margin)
+            left = not table.empty
         else:
-            table = points_within(points, args.budget_s, args.margin)
+            points = point_estimates(plan, measured, servers)
+            table, left = points_within(points, args.budget_s, args.margin), not points.empty
     except PlaybookError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    if points.empty:
+    if not left:
         print("nothing left to measure")
     elif table.empty:
         print(f"no point left to measure fits in {args.budget_s:g} s with a server's start-up")
