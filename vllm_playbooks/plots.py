@@ -74,7 +74,8 @@ def metric_vs_load(
     if df.empty:
         raise ValueError(f"no rows to plot for {y!r}")
     ax = ax or plt.subplots(figsize=(6.4, 4.0))[1]
-    hue_order = [name for name in palette if name in set(df[hue])] if palette is not None else None
+    present = set(df[hue])
+    hue_order = [name for name in palette if name in present] if palette is not None else None
     sns.lineplot(data=df, x=x, y=y, hue=hue, hue_order=hue_order, palette=palette, marker="o", ax=ax, errorbar=None)
     if x == "concurrency":
         ax.set_xscale("log", base=2)
