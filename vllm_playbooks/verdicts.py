@@ -831,7 +831,8 @@ def _best_k_words(band: Any, tolerance: float) -> str:
 
 def _claimed_ks_note(claimed: pd.DataFrame, tolerance: float = TOLERANCE) -> str:
     """Where the published best range of draft tokens held, by outcome (``claimed_ks_by_band`` with the same
-    ``tolerance``): 'At the imposed acceptance, Red Hat's best of 2-3 draft tokens held at …; not at …'."""
+    ``tolerance``): 'At the imposed acceptance, Red Hat's best of 2-3 draft tokens held at …; not at …, nor at …;
+    too close to call … at … and at …'."""
 
     def where(outcome: str) -> pd.DataFrame:
         return claimed[claimed["outcome"] == outcome]
@@ -843,18 +844,18 @@ def _claimed_ks_note(claimed: pd.DataFrame, tolerance: float = TOLERANCE) -> str
     found = [f"held at concurrency {_bands(held)}" if not held.empty else "held in no band measured"]
     beyond = where("not held")
     if not beyond.empty:
-        found.append("not at " + ", ".join(
+        found.append("not at " + _and_list([
             f"{r.band} ({r.profile}), where k = {int(r.outside_k)} led "
             f"({against(r.outside_gain_pct, r.inside_k, r.inside_gain_pct)})"
             for r in beyond.itertuples()
-        ))  # fmt: skip
+        ], ", at ", ", nor at "))  # fmt: skip
     close = where("too close")
     if not close.empty:
-        found.append(f"too close to call (within {100 * tolerance:.0f} points) at " + ", ".join(
+        found.append(f"too close to call (within {100 * tolerance:.0f} points) at " + _and_list([
             f"{r.band} ({r.profile}; k = {int(r.inside_k)}'s "
             f"{against(r.inside_gain_pct, r.outside_k, r.outside_gain_pct)})"
             for r in close.itertuples()
-        ))  # fmt: skip
+        ], ", at ", " and at "))  # fmt: skip
     untested = where("not tested")
     if not untested.empty:
         ks = untested["ks"].unique()

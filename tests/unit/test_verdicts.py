@@ -284,6 +284,18 @@ def test_rules_name_where_the_claimed_range_held(published) -> None:  # type: ig
         chat, claimed=only_loss)
 
 
+def test_rules_list_two_bands_of_one_outcome_as_one_clause(published) -> None:  # type: ignore[no-untyped-def]
+    chat = _k_sweep({3: {1: 31.0, 16: 25.0}, 4: {1: 29.0, 16: 40.0}})
+    long = _k_sweep({3: {1: 20.0, 16: 8.0}, 4: {1: 30.0, 16: 7.0}}, input_len=13000)
+    claimed = verdicts.claimed_ks_by_band(pd.concat([chat, long]), 0.71, 2, 3)
+    verdict = verdicts.eagle3_verdict(pd.DataFrame(_eagle({1: 31.0, 16: 25.0})), PROFILES)
+    assert verdicts.eagle3_rule(verdict, claimed=claimed).endswith(
+        "not at 16-64 (chat), where k = 4 led (mean gain +40.0 % against k = 3's +25.0 %), nor at 1-8 (swe), where "
+        "k = 4 led (mean gain +30.0 % against k = 3's +20.0 %); and too close to call (within 3 points) at 1-8 (chat; "
+        "k = 3's mean gain +31.0 % against k = 4's +29.0 %) and at 16-64 (swe; k = 3's mean gain +8.0 % against "
+        "k = 4's +7.0 %). A lower real acceptance moves the best k down.")  # fmt: skip
+
+
 def test_alpha_band_sets_each_alpha_beside_the_central_one(published) -> None:  # type: ignore[no-untyped-def]
     rows = (_eagle({1: 30.0, 64: 20.0, 200: 10.0}) + _eagle({1: 12.0, 64: 2.0}, "eagle3-k3-a0.61", alpha=0.61)
             + _eagle({1: 40.0, 8: 35.0}, "eagle3-k3-a0.81", alpha=0.81)
