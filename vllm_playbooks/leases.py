@@ -108,6 +108,27 @@ def remaining_time(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame
     return pd.DataFrame(records, columns=columns)
 
 
+def describe_remaining_time(table: pd.DataFrame) -> str:
+    """One Markdown paragraph on a ``remaining_time`` table: that nothing is left when it is empty, else how many
+    points are left on how many servers and, per server, its points, estimated start-up and points' time and the
+    ``--time-limit-s`` to give it (or that its shape or a load was never measured, so it has no estimate)."""
+    if table.empty:
+        return "Every planned point is recorded: nothing is left to measure."
+    servers = []
+    for row in table.itertuples():
+        points = f"{row.points} point{'s' if row.points != 1 else ''}"
+        if math.isnan(row.time_limit_s):
+            never = ("no server of its shape ever became ready" if math.isnan(row.startup_s)
+                     else f"{row.unknown} of its loads never ran on its shape")  # fmt: skip
+            servers.append(f"`{row.engine_label}` ({row.model_shape}): {points}, no estimate ({never})")
+        else:
+            servers.append(f"`{row.engine_label}` ({row.model_shape}): {points}, start-up ≈ {row.startup_s:.0f} s, "
+                           f"points ≈ {row.points_s:.0f} s, `--time-limit-s {row.time_limit_s:.0f}`")  # fmt: skip
+    total = int(table["points"].sum())
+    return (f"{total} planned point{'s are' if total != 1 else ' is'} left on {len(table)} "
+            f"server{'s' if len(table) != 1 else ''}, one lease each: " + "; ".join(servers) + ".")
+
+
 def points_within(points: pd.DataFrame, budget_s: float, margin: float = 1.25) -> pd.DataFrame:
     """The points of ``point_estimates`` that one new server per engine config can measure in ``budget_s`` seconds:
     its start-up, then its points shortest first, each step times ``margin``. ``needed_s`` is the estimated time from

@@ -59,6 +59,25 @@ def test_the_rest_of_a_grid_takes_the_longest_recorded_wall_per_load_and_start_u
     assert table.loc["big", ["startup_s", "points_s", "time_limit_s"]].isna().all()
 
 
+def test_the_rest_of_a_grid_in_words_names_each_server_and_says_when_nothing_is_left() -> None:
+    servers = _servers(("a1", "a", 0, 100), ("b1", "b", 400, 80), ("b2", "b", 900, 120))
+    rows = _rows(("a", 1, 160), ("a", 4, 200), ("a", 16, 500), ("b", 1, 1110))
+    text = leases.describe_remaining_time(leases.remaining_time(PLAN, rows, servers))
+    assert text.startswith("8 planned points are left on 3 servers, one lease each: ")
+    assert "`b` (llama-3.1-8b): 2 points, start-up ≈ 120 s, points ≈ 340 s, `--time-limit-s 580`" in text
+    assert "`big` (llama-3.3-70b): 3 points, no estimate (no server of its shape ever became ready)" in text
+    one = leases.remaining_time(PLAN, _rows(("a", 1, 160)), _servers(("a1", "a", 0, 100)))
+    assert "`a` (llama-3.1-8b): 2 points, no estimate (2 of its loads never ran on its shape)" in (
+        leases.describe_remaining_time(one))  # fmt: skip
+    assert leases.describe_remaining_time(leases.remaining_time(PLAN, rows, servers).iloc[:0]) == (
+        "Every planned point is recorded: nothing is left to measure.")  # fmt: skip
+    last = pd.DataFrame([{"engine_label": "k3", "model_shape": "gpt-oss-120b", "points": 1, "unknown": 0,
+                          "startup_s": 192.0, "points_s": 387.0, "time_limit_s": 730}])  # fmt: skip
+    assert leases.describe_remaining_time(last) == ("1 planned point is left on 1 server, one lease each: `k3` "
+                                                    "(gpt-oss-120b): 1 point, start-up ≈ 192 s, points ≈ 387 s, "
+                                                    "`--time-limit-s 730`.")  # fmt: skip
+
+
 def test_a_short_budget_takes_the_shortest_points_first_after_the_start_up() -> None:
     servers = _servers(("a1", "a", 0, 100), ("b1", "b", 400, 80), ("b2", "b", 900, 120))
     # walls: a c1 60, a c4 40, a c16 300; b c1 90. Start-ups: b 120 (its own), c 120 (any of the 8B's), big unknown
