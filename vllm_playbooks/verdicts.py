@@ -911,7 +911,9 @@ def alpha_band(gains: pd.DataFrame, central: float, k: int = 3) -> pd.DataFrame:
 def describe_alpha_band(band: pd.DataFrame, k: int = 3, tolerance: float = TOLERANCE) -> str:
     """One sentence per profile and α of an ``alpha_band`` table of ``k``: where it still paid (a gain beyond
     ``tolerance``) and where it did not at that α, and by how many points its gain differed from the central α's at
-    the concurrencies measured with both; empty when no other α is measured."""
+    the concurrencies measured with both, naming those where the difference ran against acceptance by more than
+    ``tolerance`` (a lower α gaining more, a higher one less: runs that differed in more than α); empty when no other α is
+    measured."""
     sentences = []
     for (profile, alpha, central), rows in band.groupby(["profile", "imposed_alpha", "central_alpha"], sort=False):
         side = "below" if alpha < central else "above"
@@ -928,6 +930,14 @@ def describe_alpha_band(band: pd.DataFrame, k: int = 3, tolerance: float = TOLER
             low, high = both["difference_pts"].min(), both["difference_pts"].max()
             spread = f"{low:+.1f}" if round(low, 1) == round(high, 1) else f"{low:+.1f} to {high:+.1f}"
             text += f", {spread} points against α = {central:.2f} at the same concurrencies"
+            sign = -1 if alpha < central else 1
+            contrary = both[sign * both["difference_pts"] < -100 * tolerance]
+            if not contrary.empty:
+                points = ", ".join(f"{int(c)} ({d:+.1f} points)"
+                                   for c, d in zip(contrary["concurrency"], contrary["difference_pts"], strict=True))  # fmt: skip
+                text += (f"; {'more' if sign < 0 else 'less'} than α = {central:.2f} at concurrency {points}, the "
+                         f"opposite of what a {'lower' if sign < 0 else 'higher'} acceptance does alone: there the two "
+                         "runs differed in more than α")  # fmt: skip
         sentences.append(f"{text} ({profile} profile).")
     return " ".join(sentences)
 

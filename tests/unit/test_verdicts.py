@@ -319,6 +319,18 @@ def test_alpha_band_sets_each_alpha_beside_the_central_one(published) -> None:  
     lost = verdicts.alpha_band(gains.assign(gain_pct=gains.gain_pct.where(gains.imposed_alpha > 0.7, -5.0)), 0.71)
     assert "paid at no concurrency measured (-5.0 %, -5.0 %), -35.0 to -25.0 points" in verdicts.describe_alpha_band(
         lost)
+    # a lower α that gained more, a higher one that gained less, beyond the tolerance: named
+    against = _eagle({1: 30.0, 8: 30.0, 64: 20.0}) + _eagle({1: 12.0, 64: 25.0}, "eagle3-k3-a0.61", alpha=0.61) + (
+        _eagle({1: 40.0, 8: 28.0}, "eagle3-k3-a0.81", alpha=0.81))  # fmt: skip
+    note = verdicts.describe_alpha_band(verdicts.alpha_band(verdicts.gain_table(pd.DataFrame(against), PROFILES), 0.71))
+    assert ("-18.0 to +5.0 points against α = 0.71 at the same concurrencies; more than α = 0.71 at concurrency 64 "
+            "(+5.0 points), the opposite of what a lower acceptance does alone: there the two runs differed in more "
+            "than α (chat profile).") in note  # fmt: skip
+    assert ("-2.0 to +10.0 points against α = 0.71 at the same concurrencies (chat profile).") in note  # within 3 points
+    higher = against[:10] + _eagle({1: 40.0, 8: 20.0}, "eagle3-k3-a0.81", alpha=0.81)  # α 0.71 and 0.61 kept
+    assert ("-10.0 to +10.0 points against α = 0.71 at the same concurrencies; less than α = 0.71 at concurrency 8 "
+            "(-10.0 points), the opposite of what a higher acceptance does alone") in verdicts.describe_alpha_band(
+        verdicts.alpha_band(verdicts.gain_table(pd.DataFrame(higher), PROFILES), 0.71))  # fmt: skip
 
 
 def test_select_gains() -> None:
