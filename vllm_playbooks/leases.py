@@ -116,14 +116,15 @@ def describe_remaining_time(table: pd.DataFrame) -> str:
         return "Every planned point is recorded: nothing is left to measure."
     servers = []
     for row in table.itertuples():
-        points = f"{row.points} point{'s' if row.points != 1 else ''}"
-        if math.isnan(row.time_limit_s):
-            never = ("no server of its shape ever became ready" if math.isnan(row.startup_s)
-                     else f"{row.unknown} of its loads never ran on its shape")  # fmt: skip
-            servers.append(f"`{row.engine_label}` ({row.model_shape}): {points}, no estimate ({never})")
+        if math.isnan(row.startup_s):
+            estimate = "no estimate (no server of its shape ever became ready)"
+        elif math.isnan(row.time_limit_s):
+            estimate = f"no estimate ({row.unknown} of its loads never ran on its shape)"
         else:
-            servers.append(f"`{row.engine_label}` ({row.model_shape}): {points}, start-up ≈ {row.startup_s:.0f} s, "
-                           f"points ≈ {row.points_s:.0f} s, `--time-limit-s {row.time_limit_s:.0f}`")  # fmt: skip
+            estimate = (f"start-up ≈ {row.startup_s:.0f} s, points ≈ {row.points_s:.0f} s, "
+                        f"`--time-limit-s {row.time_limit_s:.0f}`")  # fmt: skip
+        servers.append(f"`{row.engine_label}` ({row.model_shape}): {row.points} point{'s' if row.points != 1 else ''}, "
+                       f"{estimate}")  # fmt: skip
     total = int(table["points"].sum())
     return (f"{total} planned point{'s are' if total != 1 else ' is'} left on {len(table)} "
             f"server{'s' if len(table) != 1 else ''}, one lease each: " + "; ".join(servers) + ".")

@@ -916,7 +916,7 @@ def describe_alpha_band(band: pd.DataFrame, k: int = 3, tolerance: float = TOLER
     measured."""
     sentences = []
     for (profile, alpha, central), rows in band.groupby(["profile", "imposed_alpha", "central_alpha"], sort=False):
-        side = "below" if alpha < central else "above"
+        below = alpha < central
         paid = rows[rows["gain_pct"] > 100 * tolerance]
         if len(paid) == len(rows):
             found = f"paid at every concurrency measured ({_levels(rows)}: {_gains(rows)})"
@@ -924,19 +924,20 @@ def describe_alpha_band(band: pd.DataFrame, k: int = 3, tolerance: float = TOLER
             unpaid = rows[rows["gain_pct"] <= 100 * tolerance]
             found = (f"paid at concurrency {_levels(paid)} ({_gains(paid)}) and not at {_levels(unpaid)} "
                      f"({_gains(unpaid)})") if not paid.empty else f"paid at no concurrency measured ({_gains(rows)})"
-        text = f"At α = {alpha:.2f} ({abs(alpha - central):.2f} {side} the imposed {central:.2f}) k = {k} {found}"
+        text = (f"At α = {alpha:.2f} ({abs(alpha - central):.2f} {'below' if below else 'above'} the imposed "
+                f"{central:.2f}) k = {k} {found}")  # fmt: skip
         both = rows[rows["central_gain_pct"].notna()]
         if not both.empty:
             low, high = both["difference_pts"].min(), both["difference_pts"].max()
             spread = f"{low:+.1f}" if round(low, 1) == round(high, 1) else f"{low:+.1f} to {high:+.1f}"
             text += f", {spread} points against α = {central:.2f} at the same concurrencies"
-            sign = -1 if alpha < central else 1
-            contrary = both[sign * both["difference_pts"] < -100 * tolerance]
+            against = both["difference_pts"] > 100 * tolerance if below else both["difference_pts"] < -100 * tolerance
+            contrary = both[against]
             if not contrary.empty:
                 points = ", ".join(f"{int(c)} ({d:+.1f} points)"
                                    for c, d in zip(contrary["concurrency"], contrary["difference_pts"], strict=True))  # fmt: skip
-                text += (f"; {'more' if sign < 0 else 'less'} than α = {central:.2f} at concurrency {points}, the "
-                         f"opposite of what a {'lower' if sign < 0 else 'higher'} acceptance does alone: there the two "
+                text += (f"; {'more' if below else 'less'} than α = {central:.2f} at concurrency {points}, the "
+                         f"opposite of what a {'lower' if below else 'higher'} acceptance does alone: there the two "
                          "runs differed in more than α")  # fmt: skip
         sentences.append(f"{text} ({profile} profile).")
     return " ".join(sentences)

@@ -147,15 +147,15 @@ def stall_note(table: pd.DataFrame) -> str:
     waiting = len(points) - redone
     if not redone:
         outcome = "they are shown, and left out of the verdict, until they are measured again"
-    elif not waiting:
-        outcome = ("they are shown and left out of the verdict; " +
-                   ("the point was measured again without a stall and counts" if redone == 1 else
-                    f"all {redone} of their points were measured again without a stall and count") +
-                   " through that run")  # fmt: skip
     else:
-        outcome = (f"they are shown and left out of the verdict; {redone} of their {len(points)} points were measured "
-                   f"again without a stall and count through that run, {waiting} {'waits' if waiting == 1 else 'wait'} "
-                   "for one")  # fmt: skip
+        if waiting:
+            again = f"{redone} of their {len(points)} points were measured again without a stall and count"
+        elif redone == 1:
+            again = "the point was measured again without a stall and counts"
+        else:
+            again = f"all {redone} of their points were measured again without a stall and count"
+        rest = f", {waiting} {'waits' if waiting == 1 else 'wait'} for one" if waiting else ""
+        outcome = f"they are shown and left out of the verdict; {again} through that run{rest}"
     return (
         f"**Stalls.** In {len(stalled)} of {len(table)} measured runs the engine emitted nothing for seconds while "
         f"requests ran (output-token gaps longer than {STALL_S:g} s in vLLM's inter-token latency histogram, "
