@@ -8,7 +8,8 @@ their rows appended (``runner.sync_rows`` rebuilds each row from its raw files),
 and is written by one process.
 
 ``python -m vllm_playbooks.parallel --case discussion-13834 --gpus 0 1 --engines spec-off draft3b-k3-a0.72``
-(``--time-limit-s 540`` stops the workers in time for a GPU lease that ends, keeping every finished point.)
+(``--time-limit-s 540`` stops the workers in time for a GPU lease that ends, keeping every finished point;
+``--repeats 2`` measures each chosen point a second time when its first run is recorded.)
 """
 
 from __future__ import annotations
@@ -224,16 +225,22 @@ def main(argv: list[str] | None = None) -> int:
                         help="engine labels, dealt over the GPU groups and run in this order (default: every one of "
                              "the case, in its file's order)")
     parser.add_argument("--concurrency", nargs="+", type=int, default=None)
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="runs per point in all (default: the case's); the recorded ones count, so 2 adds a "
+                             "second run where one is recorded")
     parser.add_argument("--time-limit-s", type=float, default=None,
                         help="stop the workers after this many seconds (exit 124), keeping what they finished")
     opts = parser.parse_args(args)
     if opts.time_limit_s is not None and opts.time_limit_s <= 0:
         parser.error("--time-limit-s must be > 0")
+    if opts.repeats is not None and opts.repeats < 1:
+        parser.error("--repeats must be >= 1")
     from vllm_playbooks.plan import overrides_for
 
     report: ParallelReport | None = None
     try:
-        overrides = overrides_for(opts.case, opts.part, engines=opts.engines, concurrency=opts.concurrency)
+        chosen = {"engines": opts.engines, "concurrency": opts.concurrency, "repeats": opts.repeats}
+        overrides = overrides_for(opts.case, opts.part, **chosen)
         report = run_on_gpus(opts.case, opts.gpus, time_limit_s=opts.time_limit_s, **overrides)
         for group, labels in report.assignment.items():
             print(f"GPUs {group}: {', '.join(labels)} → exit {report.returncodes.get(group)}, log {report.logs[group]}")

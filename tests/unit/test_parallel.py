@@ -212,6 +212,31 @@ def test_a_part_of_the_grid_is_chosen_by_name(monkeypatch: pytest.MonkeyPatch,
     assert "no part '9-nothing'" in capsys.readouterr().err
 
 
+def test_repeats_ask_for_a_second_run_of_the_chosen_points(monkeypatch: pytest.MonkeyPatch) -> None:
+    import vllm_playbooks.parallel as parallel
+    from vllm_playbooks.plan import load_plan
+
+    calls: list[dict[str, object]] = []
+
+    def record(case: str, groups: list[str], *, time_limit_s: float | None,
+               **overrides: object) -> parallel.ParallelReport:  # fmt: skip
+        calls.append(overrides)
+        return parallel.ParallelReport(assignment={})
+
+    monkeypatch.setattr(parallel, "run_on_gpus", record)
+    chosen = ["--case", "gpt-oss-eagle3", "--gpus", "0", "--part", "4-long-verdict", "--engines", "spec-off",
+              "--concurrency", "64"]  # fmt: skip
+    assert main([*chosen, "--repeats", "2"]) == 0 and main(chosen) == 0
+    tails = [[p.point_id.rsplit("/", 1)[1] for p in load_plan("gpt-oss-eagle3", **o).points()] for o in calls]
+    assert tails == [["in13000-out203-c64-r0", "in13000-out203-c64-r1"], ["in13000-out203-c64-r0"]]
+
+
+def test_repeats_below_one_are_refused_before_any_gpu_time(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--case", "gpt-oss-eagle3", "--gpus", "0", "--repeats", "0"])
+    assert "--repeats must be >= 1" in capsys.readouterr().err
+
+
 def test_a_worker_started_with_sigint_ignored_still_stops_on_the_interrupt(tmp_path: Path) -> None:
     # `nohup cmd &` in a script starts cmd with SIGINT ignored; the time limit's interrupt must still reach the runner.
     import signal
