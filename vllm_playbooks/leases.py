@@ -5,8 +5,10 @@ lost. Every recorded row ends at ``measured_at``; its server became ready at lau
 so a point's *wall time* runs from the end of the point before it on the same server (or from the server's ready time)
 to its own end: the main run, its warm-up and anything between. The estimate for a point not measured yet is the
 longest wall time recorded at the same load (lengths, concurrency or rate) on any engine config of the same model
-shape, and a server's start-up the longest recorded for that config (or, when it never started, for any config of its
-shape); ``time_limit_s`` adds a margin on top. A shape or load never measured gets no estimate.
+shape, and a server's start-up the longest recorded for any config of its shape: a lease's first server finds no
+compile or kernel cache on a fresh machine, and any config may be that first (a DeepSeek-V3-shaped server took 473 s
+to initialise there, 46 s with the caches of the server before it); ``time_limit_s`` adds a margin on top. A shape or
+load never measured gets no estimate.
 
 ``python -m vllm_playbooks.leases --case gpt-oss-eagle3 --part 5-long-sweep`` (``--budget-s 340``: which points a
 server started now can still measure in 340 s, shortest first)
@@ -57,9 +59,9 @@ def point_walls(measured: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
 
 def point_estimates(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
     """One row per point of ``plan`` still to measure: its engine label, model shape and load, its config's estimated
-    start-up (``startup_s``: the longest recorded for the config, else for any config of its shape; NaN when no server
-    of the shape ever became ready) and its estimated wall time (``wall_s``: the longest recorded at the same load on
-    the shape; NaN when that load was never measured there)."""
+    start-up (``startup_s``: the longest recorded for any config of its shape, as on a machine without caches; NaN
+    when no server of the shape ever became ready) and its estimated wall time (``wall_s``: the longest recorded at
+    the same load on the shape; NaN when that load was never measured there)."""
     import pandas as pd
 
     from vllm_playbooks.plan import missing_loads
@@ -74,8 +76,7 @@ def point_estimates(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFram
     records = []
     for label, loads in missing_loads(plan, measured).items():
         shape = shapes[label]
-        own = started[started["engine_label"] == label]["startup_s"]
-        startup = float((own if not own.empty else started[started["model_shape"] == shape]["startup_s"]).max())
+        startup = float(started[started["model_shape"] == shape]["startup_s"].max())
         for load in loads:
             key = (shape, load.input_len, load.output_len, _or_missing(load.concurrency),
                    _or_missing(load.request_rate_qps))  # fmt: skip

@@ -48,7 +48,7 @@ def test_the_rest_of_a_grid_takes_the_longest_recorded_wall_per_load_and_start_u
     rows = _rows(("a", 1, 160), ("a", 4, 200), ("a", 16, 500), ("b", 1, 1110))
     table = leases.remaining_time(PLAN, rows, servers).set_index("engine_label")
     assert table.index.tolist() == ["b", "c", "big"]  # a is complete
-    assert table.loc["b", "points"] == 2 and table.loc["b", "startup_s"] == 120.0  # b's own longest start
+    assert table.loc["b", "points"] == 2 and table.loc["b", "startup_s"] == 120.0  # the shape's longest start
     assert table.loc["b", "points_s"] == 340.0  # c4 40 + c16 300
     assert table.loc["b", "time_limit_s"] == 580  # 1.25 × 460 = 575, up to 10 s
     assert table.loc["c", "startup_s"] == 120.0 and table.loc["c", "points_s"] == 90.0 + 40.0 + 300.0  # any config's
@@ -57,6 +57,14 @@ def test_the_rest_of_a_grid_takes_the_longest_recorded_wall_per_load_and_start_u
     # the 70B shape never ran: neither its start-up nor its points are estimated from the 8B's
     assert table.loc["big", "model_shape"] == "llama-3.3-70b" and table.loc["big", "unknown"] == 3
     assert table.loc["big", ["startup_s", "points_s", "time_limit_s"]].isna().all()
+
+
+def test_a_start_up_is_estimated_as_cold_when_the_config_only_ever_started_warm() -> None:
+    # a started first on a fresh machine (400 s: no compile or kernel cache); b after it on the same machine (60 s)
+    servers = _servers(("a1", "a", 0, 400), ("b1", "b", 500, 60))
+    rows = _rows(("a", 1, 460), ("b", 1, 620))
+    table = leases.remaining_time(PLAN, rows, servers).set_index("engine_label")
+    assert table.loc["b", "startup_s"] == 400.0 and table.loc["a", "startup_s"] == 400.0
 
 
 def test_the_rest_of_a_grid_in_words_names_each_server_and_says_when_nothing_is_left() -> None:
