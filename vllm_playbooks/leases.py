@@ -8,7 +8,8 @@ longest wall time recorded at the same load (lengths, concurrency or rate) on an
 shape, and a server's start-up the longest recorded for any config of its shape: a lease's first server finds no
 compile or kernel cache on a fresh machine, and any config may be that first (a DeepSeek-V3-shaped server took 473 s
 to initialise there, 46 s with the caches of the server before it); ``time_limit_s`` adds a margin on top. A shape or
-load never measured gets no estimate.
+load never measured gets no estimate. A load whose every recorded run stalled (``results.stalls``: rows marked in a
+``stalled`` column) counts as left, as the live runner measures it again.
 
 ``python -m vllm_playbooks.leases --case gpt-oss-eagle3 --part 5-long-sweep`` (``--budget-s 340``: which points a
 server started now can still measure in 340 s, shortest first)
@@ -61,7 +62,9 @@ def point_estimates(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFram
     """One row per point of ``plan`` still to measure: its engine label, model shape and load, its config's estimated
     start-up (``startup_s``: the longest recorded for any config of its shape, as on a machine without caches; NaN
     when no server of the shape ever became ready) and its estimated wall time (``wall_s``: the longest recorded at
-    the same load on the shape; NaN when that load was never measured there)."""
+    the same load on the shape; NaN when that load was never measured there). ``stalled`` is True for a load that is
+    recorded but only in runs that stalled (when ``measured`` has a ``stalled`` column, as ``mark_stalled`` adds):
+    the live runner measures it again."""
     import pandas as pd
 
     from vllm_playbooks.plan import missing_loads
@@ -73,8 +76,10 @@ def point_estimates(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFram
               **{engine.label: resolve_model(engine.model).name for engine in plan.engines}}  # fmt: skip
     started = servers[servers["startup_s"].notna()]
     started = started.assign(model_shape=started["engine_label"].map(shapes))
+    usable = measured[~measured["stalled"].astype(bool)] if "stalled" in measured.columns else measured
+    missing = missing_loads(plan, measured)
     records = []
-    for label, loads in missing_loads(plan, measured).items():
+    for label, loads in missing_loads(plan, usable).items():
         shape = shapes[label]
         startup = float(started[started["model_shape"] == shape]["startup_s"].max())
         for load in loads:
@@ -83,13 +88,14 @@ def point_estimates(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFram
             records.append({"engine_label": label, "model_shape": shape, "input_len": load.input_len,
                             "output_len": load.output_len, "concurrency": load.concurrency,
                             "request_rate_qps": load.request_rate_qps, "startup_s": startup,
-                            "wall_s": float(longest[key]) if key in longest.index else math.nan})  # fmt: skip
-    return pd.DataFrame(records, columns=["engine_label", "model_shape", *LOAD, "startup_s", "wall_s"])
+                            "wall_s": float(longest[key]) if key in longest.index else math.nan,
+                            "stalled": load not in missing[label]})  # fmt: skip
+    return pd.DataFrame(records, columns=["engine_label", "model_shape", *LOAD, "startup_s", "wall_s", "stalled"])
 
 
 def remaining_time(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame, margin: float = 1.25) -> pd.DataFrame:
     """For each engine config of ``plan`` with points still to measure: its model shape, how many points
-    (``points``), the estimated start-up (``startup_s``; NaN when no server of its shape ever became ready), the
+    (``points``; ``stalled`` of them recorded only in runs that stalled), the estimated start-up (``startup_s``; NaN when no server of its shape ever became ready), the
     points' estimated wall time (``points_s``; NaN when a load was never measured on its shape, counted in
     ``unknown``) and ``time_limit_s``, their sum times ``margin`` rounded up to 10 s (NaN when either is unknown)."""
     import pandas as pd
@@ -101,20 +107,21 @@ def remaining_time(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame
         points = float(rows["wall_s"].sum()) if not unknown else math.nan
         total = startup + points
         records.append({
-            "engine_label": label, "model_shape": rows["model_shape"].iloc[0], "points": len(rows), "unknown": unknown,
-            "startup_s": startup, "points_s": points,
+            "engine_label": label, "model_shape": rows["model_shape"].iloc[0], "points": len(rows),
+            "stalled": int(rows["stalled"].sum()), "unknown": unknown, "startup_s": startup, "points_s": points,
             "time_limit_s": 10 * math.ceil(margin * total / 10) if not math.isnan(total) else math.nan,
         })  # fmt: skip
-    columns = ["engine_label", "model_shape", "points", "unknown", "startup_s", "points_s", "time_limit_s"]
+    columns = ["engine_label", "model_shape", "points", "stalled", "unknown", "startup_s", "points_s", "time_limit_s"]
     return pd.DataFrame(records, columns=columns)
 
 
 def describe_remaining_time(table: pd.DataFrame) -> str:
     """One Markdown paragraph on a ``remaining_time`` table: that nothing is left when it is empty, else how many
-    points are left on how many servers and, per server, its points, estimated start-up and points' time and the
-    ``--time-limit-s`` to give it (or that its shape or a load was never measured, so it has no estimate)."""
+    points are left on how many servers and, per server, its points (and how many of them only stalled so far), its
+    estimated start-up and points' time and the ``--time-limit-s`` to give it (or that its shape or a load was never
+    measured, so it has no estimate)."""
     if table.empty:
-        return "Every planned point is recorded: nothing is left to measure."
+        return "Every planned point is recorded in a run that did not stall: nothing is left to measure."
     servers = []
     for row in table.itertuples():
         if math.isnan(row.startup_s):
@@ -124,8 +131,9 @@ def describe_remaining_time(table: pd.DataFrame) -> str:
         else:
             estimate = (f"start-up ≈ {row.startup_s:.0f} s, points ≈ {row.points_s:.0f} s, "
                         f"`--time-limit-s {row.time_limit_s:.0f}`")  # fmt: skip
-        servers.append(f"`{row.engine_label}` ({row.model_shape}): {row.points} point{'s' if row.points != 1 else ''}, "
-                       f"{estimate}")  # fmt: skip
+        again = f" ({row.stalled} recorded only in runs that stalled)" if row.stalled else ""
+        servers.append(f"`{row.engine_label}` ({row.model_shape}): {row.points} point{'s' if row.points != 1 else ''}"
+                       f"{again}, {estimate}")  # fmt: skip
     total = int(table["points"].sum())
     return (f"{total} planned point{'s are' if total != 1 else ' is'} left on {len(table)} "
             f"server{'s' if len(table) != 1 else ''}, one lease each: " + "; ".join(servers) + ".")
@@ -156,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     """Print the remaining time of a case (or of one part of it) from its recorded runs."""
     from vllm_playbooks.errors import PlaybookError
     from vllm_playbooks.plan import load_part, load_plan
+    from vllm_playbooks.results.stalls import mark_stalled
     from vllm_playbooks.results.store import load_runs
     from vllm_playbooks.startup import server_time
 
@@ -172,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--budget-s must be positive, got {args.budget_s:g}")
     try:
         plan = load_part(args.case, args.part) if args.part else load_plan(args.case)
-        measured, servers = load_runs(plan.case, args.data), server_time(args.case, args.data)
+        measured = mark_stalled(load_runs(plan.case, args.data), args.data)
+        servers = server_time(args.case, args.data)
         if args.budget_s is None:
             table = remaining_time(plan, measured, servers, args.margin)
             left = not table.empty

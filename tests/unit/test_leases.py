@@ -78,12 +78,28 @@ def test_the_rest_of_a_grid_in_words_names_each_server_and_says_when_nothing_is_
     assert "`a` (llama-3.1-8b): 2 points, no estimate (2 of its loads never ran on its shape)" in (
         leases.describe_remaining_time(one))  # fmt: skip
     assert leases.describe_remaining_time(leases.remaining_time(PLAN, rows, servers).iloc[:0]) == (
-        "Every planned point is recorded: nothing is left to measure.")  # fmt: skip
-    last = pd.DataFrame([{"engine_label": "k3", "model_shape": "gpt-oss-120b", "points": 1, "unknown": 0,
+        "Every planned point is recorded in a run that did not stall: nothing is left to measure.")  # fmt: skip
+    last = pd.DataFrame([{"engine_label": "k3", "model_shape": "gpt-oss-120b", "points": 1, "stalled": 0, "unknown": 0,
                           "startup_s": 192.0, "points_s": 387.0, "time_limit_s": 730}])  # fmt: skip
     assert leases.describe_remaining_time(last) == ("1 planned point is left on 1 server, one lease each: `k3` "
                                                     "(gpt-oss-120b): 1 point, start-up ≈ 192 s, points ≈ 387 s, "
                                                     "`--time-limit-s 730`.")  # fmt: skip
+    again = last.assign(stalled=1)
+    assert "`k3` (gpt-oss-120b): 1 point (1 recorded only in runs that stalled), start-up" in (
+        leases.describe_remaining_time(again))  # fmt: skip
+
+
+def test_a_load_recorded_only_in_stalled_runs_is_left_to_measure_again() -> None:
+    servers = _servers(("a1", "a", 0, 100))
+    rows = _rows(("a", 1, 160), ("a", 4, 200), ("a", 16, 500))
+    assert "a" not in leases.remaining_time(PLAN, rows, servers)["engine_label"].tolist()  # no stalled column
+    marked = rows.assign(stalled=[False, False, True])  # c16's only run stalled
+    table = leases.remaining_time(PLAN, marked, servers).set_index("engine_label")
+    assert table.loc["a", "points"] == 1 and table.loc["a", "stalled"] == 1
+    assert table.loc["a", "points_s"] == 300.0  # its own stalled run's wall estimates the next
+    assert table.loc["b", "stalled"] == 0 and table.loc["b", "points"] == 3
+    both = pd.concat([marked, _rows(("a", 16, 900)).assign(stalled=False)])  # measured again without a stall
+    assert "a" not in leases.remaining_time(PLAN, both, servers)["engine_label"].tolist()
 
 
 def test_a_short_budget_takes_the_shortest_points_first_after_the_start_up() -> None:
@@ -133,7 +149,7 @@ def test_a_case_with_nothing_recorded_has_no_estimates(tmp_path, capsys: pytest.
         warnings.simplefilter("error", pd.errors.PerformanceWarning)  # no server logs: an empty launch column
         assert leases.main(["--case", "llama-8b-draft-model", "--data", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[1].split() == ["spec-off", "llama-3.1-8b", "4", "4", "NaN", "NaN", "NaN"]
+    assert lines[1].split() == ["spec-off", "llama-3.1-8b", "4", "0", "4", "NaN", "NaN", "NaN"]
     # with no estimate, no point can be said to fit
     assert leases.main(["--case", "llama-8b-draft-model", "--data", str(tmp_path), "--budget-s", "1800"]) == 0
     assert capsys.readouterr().out.strip() == "no point left to measure fits in 1800 s with a server's start-up"
