@@ -95,9 +95,10 @@ def point_estimates(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFram
 
 def remaining_time(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame, margin: float = 1.25) -> pd.DataFrame:
     """For each engine config of ``plan`` with points still to measure: its model shape, how many points
-    (``points``; ``stalled`` of them recorded only in runs that stalled), the estimated start-up (``startup_s``; NaN when no server of its shape ever became ready), the
-    points' estimated wall time (``points_s``; NaN when a load was never measured on its shape, counted in
-    ``unknown``) and ``time_limit_s``, their sum times ``margin`` rounded up to 10 s (NaN when either is unknown)."""
+    (``points``; ``stalled`` of them recorded only in runs that stalled), the estimated start-up (``startup_s``; NaN
+    when no server of its shape ever became ready), the points' estimated wall time (``points_s``; NaN when a load
+    was never measured on its shape, counted in ``unknown``) and ``time_limit_s``, their sum times ``margin`` rounded
+    up to 10 s (NaN when either is unknown)."""
     import pandas as pd
 
     records = []
