@@ -125,3 +125,20 @@ def test_request_rate_loads_are_named_in_the_sentences() -> None:
     assert "beat the baseline only at 1 QPS, 4 QPS" in analysis.describe_change(out)
     assert "improved output_tok_s only at 1 QPS, 4 QPS (measured: 1 QPS, 4 QPS, 16 QPS)" in analysis.speculation_rule(frame)
     assert analysis.load_text(8, 2.0) == "2 QPS (at most 8 in flight)" and analysis.load_text(None, None) == "unbounded load"
+
+
+def test_a_load_run_twice_reports_its_spread_and_one_run_reports_none() -> None:
+    frame = _frame()
+    again = frame[(frame.engine_label == "off") & (frame.concurrency == 16)].assign(output_tok_s=945.0)
+    both = pd.concat([frame, again], ignore_index=True).assign(measured_at=[f"2026-12-0{i % 9 + 1}" for i in range(7)])
+    spread = analysis.repeat_spread(both)
+    assert spread[["engine_label", "concurrency", "runs", "lowest", "highest"]].values.tolist() == [
+        ["off", 16, 2, 900.0, 945.0]]  # fmt: skip
+    assert spread["spread_pct"].iloc[0] == pytest.approx(5.0)
+    assert spread["values"].iloc[0] == [900.0, 945.0]  # in the order measured
+    text = analysis.describe_repeat_spread(spread)
+    assert ("off at concurrency 16 (8 in / 8 out) ran 2 times without a stall: 900.0 and 945.0 output tok/s, "
+            "5.0 % apart") in text
+    assert analysis.repeat_spread(frame).empty and analysis.describe_repeat_spread(analysis.repeat_spread(frame)) == ""
+    # the comparison takes the median of the two baselines: 800 against 922.5
+    assert analysis.versus_baseline(both).set_index("concurrency").loc[16, "baseline"] == pytest.approx(922.5)
