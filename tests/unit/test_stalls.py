@@ -21,12 +21,14 @@ def test_the_recorded_moe_runs_that_stalled_are_found_and_the_dense_ones_did_not
     stalled = table[table.stalled_gaps > 0]
     # first session: both servers stalled at 4 and 8 QPS (their runs overlapped in time), MTP also at concurrency 64;
     # measured again (repeat 1) in the next session, only spec-off at 8 QPS stalled again; in the sixth, k = 1 at
-    # α 0.81 stalled at 8 QPS, the first server of a fresh machine as before
+    # α 0.81 stalled at 8 QPS, the first server of a fresh machine as before; in the twenty-sixth, k = 1 at α 0.90
+    # stalled at concurrency 64 in both its attempts (the second server of that machine)
     repeats = [int(pid.rsplit("-r", 1)[1]) for pid in stalled.point_id]
     assert sorted(zip(stalled.engine_label, stalled.request_rate_qps.fillna(0), stalled.concurrency.fillna(0),
                       repeats)) == [
         ("mtp-k1-a0.81", 8.0, 0.0, 0),
         ("mtp-k1-a0.85", 0.0, 64.0, 0), ("mtp-k1-a0.85", 4.0, 0.0, 0), ("mtp-k1-a0.85", 8.0, 0.0, 0),
+        ("mtp-k1-a0.90", 0.0, 64.0, 0),
         ("spec-off", 4.0, 0.0, 0), ("spec-off", 8.0, 0.0, 0), ("spec-off", 8.0, 0.0, 1),
     ]  # fmt: skip
     # the k = 2 and k = 3 servers started after those two, on the same machine, and none of their 16 runs stalled;
@@ -55,9 +57,9 @@ def test_a_lone_long_gap_is_not_a_stall_of_the_run() -> None:
 def test_stalled_points_are_named_and_left_out() -> None:
     runs = replay_case("deepseek-mtp")
     kept = unstalled(runs)
-    assert len(runs) - len(kept) == 7
+    assert len(runs) - len(kept) == 8
     note = stall_note(stall_table(runs))
-    assert note.startswith("**Stalls.** In 7 of 90 measured runs the engine emitted nothing for seconds")
+    assert note.startswith("**Stalls.** In 8 of 93 measured runs the engine emitted nothing for seconds")
     assert f"longer than {STALL_S:g} s" in note
     again = ", measured again without a stall)"
     assert f"spec-off at 4 QPS (246 gaps, the longest ≤ 7.5 s; ≥ 29.7% of the requests' time{again}" in note
@@ -66,7 +68,8 @@ def test_stalled_points_are_named_and_left_out() -> None:
     # spec-off at 8 QPS stalled in its repeat too (the next session's first server): nothing to count for it yet
     assert "spec-off at 8 QPS (89 gaps, the longest ≤ 5 s; ≥ 5.5% of the requests' time);" in note
     assert "spec-off at 8 QPS, repeat 1 (73 gaps" in note
-    assert note.endswith("4 of their 6 points were measured again without a stall and count through that run, 2 "
+    assert "mtp-k1-a0.90 at concurrency 64 (35 gaps, the longest ≤ 5 s; ≥ 2.1% of the requests' time)." in note
+    assert note.endswith("4 of their 7 points were measured again without a stall and count through that run, 3 "
                          "wait for one.")  # fmt: skip
     assert stall_note(stall_table(replay_case("llama-8b-draft-model"))) == ""
     # gpt-oss-eagle3's one stalled run (spec off at concurrency 128) was measured again without a stall
