@@ -75,13 +75,13 @@ def point_estimates(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFram
     shapes = {**dict(zip(measured["engine_label"], measured["model_shape"], strict=True)),
               **{engine.label: resolve_model(engine.model).name for engine in plan.engines}}  # fmt: skip
     started = servers[servers["startup_s"].notna()]
-    started = started.assign(model_shape=started["engine_label"].map(shapes))
+    longest_startup = started.groupby(started["engine_label"].map(shapes))["startup_s"].max()
     usable = measured[~measured["stalled"].astype(bool)] if "stalled" in measured.columns else measured
-    missing = missing_loads(plan, measured)
+    unrecorded = missing_loads(plan, measured)
     records = []
     for label, loads in missing_loads(plan, usable).items():
         shape = shapes[label]
-        startup = float(started[started["model_shape"] == shape]["startup_s"].max())
+        startup = float(longest_startup.get(shape, math.nan))
         for load in loads:
             key = (shape, load.input_len, load.output_len, _or_missing(load.concurrency),
                    _or_missing(load.request_rate_qps))  # fmt: skip
@@ -89,7 +89,7 @@ def point_estimates(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFram
                             "output_len": load.output_len, "concurrency": load.concurrency,
                             "request_rate_qps": load.request_rate_qps, "startup_s": startup,
                             "wall_s": float(longest[key]) if key in longest.index else math.nan,
-                            "stalled": load not in missing[label]})  # fmt: skip
+                            "stalled": load not in unrecorded[label]})  # fmt: skip
     return pd.DataFrame(records, columns=["engine_label", "model_shape", *LOAD, "startup_s", "wall_s", "stalled"])
 
 
