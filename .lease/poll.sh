@@ -4,9 +4,15 @@
 # what it recorded into $OUT: case-data.tgz (data/runs/<case> of the job's copy of the tree, where the parallel
 # runner merges at the end) and workers.tgz (the workers' folders and logs, to merge by hand with
 # vllm_playbooks.parallel.merge_into when the machine is lost before the end). The machine goes back after about 30 s
-# without a device call: call the next poll as soon as this one returns.
+# without a device call: call the next poll as soon as this one returns. On a machine where no job was started (a
+# fresh one: the job was lost with the last) it exits 3 at once instead of waiting.
 set -uo pipefail
 root=${LEASE_TMP:-/tmp}
+if [ ! -f "$root/job.pid" ]; then
+  # A fresh machine (the last one went back, and its job with it): waiting would only spend device time.
+  echo "no job on this machine: it was started fresh, and the job of .lease/bg.sh went back with the last one" >&2
+  exit 3
+fi
 end=$((SECONDS + $1))
 while [ ! -f "$root/job.rc" ] && [ $SECONDS -lt $end ]; do sleep 1; done
 date -u +%H:%M:%S

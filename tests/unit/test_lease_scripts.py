@@ -52,3 +52,15 @@ def test_the_poll_says_a_job_is_still_running(tmp_path: Path) -> None:
         assert not (out / "workers.tgz").exists() and polled.stderr == ""  # no worker yet: no archive, no error
     finally:
         os.killpg(int((lease / "job.pid").read_text()), signal.SIGTERM)  # the job's whole process group
+
+
+def test_the_poll_ends_at_once_on_a_machine_where_no_job_was_started(tmp_path: Path) -> None:
+    """A fresh machine (the last one went back with its job) has nothing to wait for: the poll says so and exits 3
+    before its wait, so it spends no device time and packs nothing."""
+    tree, lease, out = tmp_path / "tree", tmp_path / "lease", tmp_path / "out"
+    (tree / "data" / "runs" / "demo").mkdir(parents=True)
+    env = {**os.environ, "LEASE_TMP": str(lease), "OUT": str(out)}
+    polled = subprocess.run(["bash", str(ROOT / ".lease" / "poll.sh"), "60", "demo"], cwd=tree, env=env,
+                            capture_output=True, text=True, timeout=10)  # fmt: skip
+    assert polled.returncode == 3 and "no job on this machine" in polled.stderr
+    assert not out.exists()
