@@ -169,8 +169,9 @@ def test_the_overlap_note_names_the_pairs_and_says_when_none_overlapped(pp_rows:
     alone = pp_rows[pp_rows.pipeline_parallel_size == 2]
     assert analysis.overlap_note(alone) == "Each of the 4 points ran alone on its host."
     # more overlapping points than a sentence can name: counted per configuration, the pairs left to the table
-    many = analysis.overlap_note(replay_case("deepseek-mtp"))
-    assert many.startswith("64 of the 93 points ran at the same time as another point")
+    deepseek = replay_case("deepseek-mtp")  # its 2-GPU sessions overlapped 64 points; later one-GPU runs ran alone
+    many = analysis.overlap_note(deepseek)
+    assert many.startswith(f"64 of the {len(deepseek)} points ran at the same time as another point")
     assert "; by configuration: `mtp-k1-a0.85` " in many and " beside " not in many
     assert many.endswith("The table below names what each ran beside; the others ran alone.")
 
