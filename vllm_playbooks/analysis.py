@@ -248,10 +248,9 @@ def describe_change(comparison: pd.DataFrame) -> str:
     return " ".join(sentences)
 
 
-REPEAT_COLUMNS = (
-    "engine_label", "model_shape", "input_len", "output_len", "concurrency", "request_rate_qps", "runs", "values",
-    "lowest", "highest", "spread_pct",
-)  # fmt: skip
+#: What names a repeated load in a ``repeat_spread`` table (the shown part of its pairing key).
+REPEAT_LOAD_COLUMNS = ("engine_label", "model_shape", "input_len", "output_len", "concurrency", "request_rate_qps")
+REPEAT_COLUMNS = (*REPEAT_LOAD_COLUMNS, "runs", "values", "lowest", "highest", "spread_pct")
 
 
 def repeat_spread(df: pd.DataFrame, metric: str = "output_tok_s") -> pd.DataFrame:
@@ -269,7 +268,7 @@ def repeat_spread(df: pd.DataFrame, metric: str = "output_tok_s") -> pd.DataFram
             continue
         values = [float(v) for v in group[metric]]
         first = group.iloc[0]
-        records.append({**{c: first[c] for c in REPEAT_COLUMNS[:6]}, "runs": len(group), "values": values,
+        records.append({**{c: first[c] for c in REPEAT_LOAD_COLUMNS}, "runs": len(group), "values": values,
                         "lowest": min(values), "highest": max(values),
                         "spread_pct": 100.0 * (max(values) / min(values) - 1.0)})  # fmt: skip
     return pd.DataFrame(records, columns=list(REPEAT_COLUMNS))
