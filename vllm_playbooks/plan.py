@@ -24,6 +24,7 @@ _PLAN_KEYS = {
 }  # fmt: skip
 _LOAD_KEYS = {
     "profile", "input_len", "output_len", "concurrency", "request_rate_qps", "burstiness", "seed", "temperature",
+    "random_range_ratio",
 }  # fmt: skip
 #: Load keys an engine entry may set for itself (its own load levels instead of the case's ``loads`` list).
 ENGINE_LOAD_KEYS = ("concurrency",)
@@ -32,6 +33,7 @@ OVERRIDE_KEYS = (
     "model", "draft_model", "load_format", "tokenizer", "engines", "concurrency", "request_rate_qps",
     "input_len", "output_len", "repeats", "min_duration_s", "max_model_len", "gpu_memory_utilization",
     "tensor_parallel_size", "pipeline_parallel_size", "distributed_executor_backend", "gpu_memory_gib", "profiles",
+    "random_range_ratio",
 )  # fmt: skip
 
 
@@ -133,12 +135,14 @@ def _loads(spec: dict[str, Any], case: str) -> list[LoadPoint]:
     combos: list[dict[str, Any]] = [{"request_rate_qps": r} for r in rates] + [{"concurrency": c} for c in concurrencies]
     if not combos:
         raise ConfigError(f"case {case}: loads need a concurrency list, a request_rate_qps list, or both")
+    # one value or a list: each load level is measured under every length spread given, one after the other
+    ratios = [{"random_range_ratio": r} for r in _as_list(spec.get("random_range_ratio"))] or [{}]
     points = []
-    for combo in combos:
+    for combo, ratio in itertools.product(combos, ratios):
         try:
-            points.append(LoadPoint(**base, **combo))
+            points.append(LoadPoint(**base, **ratio, **combo))
         except ValidationError as error:
-            raise ConfigError(f"case {case}: bad load {combo}: {error.errors()[0]['msg']}") from None
+            raise ConfigError(f"case {case}: bad load {combo | ratio}: {error.errors()[0]['msg']}") from None
     return points
 
 
@@ -300,7 +304,7 @@ def _load_profiles(
         if wanted and load_spec.get("profile") not in wanted:
             continue
         name = load_spec.pop("profile", None)
-        for key in ("concurrency", "request_rate_qps", "input_len", "output_len"):
+        for key in ("concurrency", "request_rate_qps", "input_len", "output_len", "random_range_ratio"):
             if key in overrides:
                 load_spec[key] = overrides[key]
         if "request_rate_qps" in overrides and "concurrency" not in overrides:
@@ -427,11 +431,11 @@ def missing_loads(plan: CasePlan, measured: Any) -> dict[str, list[LoadPoint]]:
     missing = {}
     for engine in plan.engines:
         rows = measured[measured["engine_label"] == engine.label] if len(measured) else measured
-        done = {(int(r.input_len), int(r.output_len), _maybe(r.concurrency), _maybe(r.request_rate_qps))
-                for r in rows.itertuples()}  # fmt: skip
+        done = {(int(r.input_len), int(r.output_len), _maybe(r.concurrency), _maybe(r.request_rate_qps),
+                 float(r.random_range_ratio)) for r in rows.itertuples()}  # fmt: skip
         missing[engine.label] = [load for load in plan.loads_for(engine)
-                                 if (load.input_len, load.output_len, load.concurrency, load.request_rate_qps)
-                                 not in done]  # fmt: skip
+                                 if (load.input_len, load.output_len, load.concurrency, load.request_rate_qps,
+                                     load.random_range_ratio) not in done]  # fmt: skip
     return missing
 
 

@@ -46,3 +46,37 @@ def test_slug_names_every_load_dimension() -> None:
     assert LoadPoint(input_len=512, output_len=128, concurrency=16).slug() == "in512-out128-c16"
     assert LoadPoint(input_len=8, output_len=8, request_rate_qps=2, burstiness=0.5).slug() == "in8-out8-qps2-b0.5"
     assert LoadPoint(input_len=8, output_len=8, concurrency=4, temperature=0).slug() == "in8-out8-c4-t0"
+    assert LoadPoint(input_len=512, output_len=128, concurrency=16, random_range_ratio=0.5).slug() == (
+        "in512-out128-rr0.5-c16"
+    )
+
+
+@pytest.mark.parametrize("ratio", [-0.1, 1.0])
+def test_a_length_spread_outside_zero_to_one_is_refused(ratio: float) -> None:
+    with pytest.raises(ValidationError):
+        LoadPoint(input_len=8, output_len=8, concurrency=1, random_range_ratio=ratio)
+
+
+def test_the_length_spread_reaches_bench_serve() -> None:
+    from pathlib import Path
+
+    from vllm_playbooks.load.bench import bench_argv
+
+    def ratio_of(load: LoadPoint) -> str:
+        argv = bench_argv(load, base_url="http://x", model="m", tokenizer="t", num_prompts=1,
+                          result_dir=Path("."), result_filename="r.json")  # fmt: skip
+        return argv[argv.index("--random-range-ratio") + 1]
+
+    assert ratio_of(LoadPoint(input_len=8, output_len=8, concurrency=1)) == "0.0"
+    assert ratio_of(LoadPoint(input_len=8, output_len=8, concurrency=1, random_range_ratio=0.5)) == "0.5"
+
+
+def test_a_list_of_length_spreads_measures_each_level_under_each() -> None:
+    from vllm_playbooks.plan import plan_from_dict
+
+    spec = {"case": "t", "engines": [{"label": "off", "model": "llama-3.1-8b", "max_model_len": 2048}],
+            "loads": {"input_len": 512, "output_len": 128, "concurrency": [1, 16], "random_range_ratio": [0.0, 0.5]}}  # fmt: skip
+    slugs = [load.slug() for load in plan_from_dict(spec).loads]
+    assert slugs == ["in512-out128-c1", "in512-out128-rr0.5-c1", "in512-out128-c16", "in512-out128-rr0.5-c16"]
+    fixed = plan_from_dict(spec, random_range_ratio=0.0).loads
+    assert [load.slug() for load in fixed] == ["in512-out128-c1", "in512-out128-c16"]

@@ -13,7 +13,11 @@ MIN_REQUESTS_PER_CONCURRENCY = 10
 
 
 class LoadPoint(BaseModel):
-    """Random prompts of fixed lengths, sent at a concurrency cap and/or a Poisson (gamma) request rate."""
+    """Random prompts sent at a concurrency cap and/or a Poisson (gamma) request rate.
+
+    Lengths are fixed (``random_range_ratio`` 0) or drawn uniformly from ``[(1 - r)·L, (1 + r)·L]`` for each request
+    (vLLM's ``--random-range-ratio r``, for input and output alike).
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -26,6 +30,9 @@ class LoadPoint(BaseModel):
     temperature: float | None = Field(
         None, ge=0, description="--temperature sent with each request; None: the server's default (1.0)"
     )
+    random_range_ratio: float = Field(
+        0.0, ge=0, lt=1, description="--random-range-ratio: 0 fixed lengths; r draws each in [(1-r)·L, (1+r)·L]"
+    )
 
     @model_validator(mode="after")
     def _needs_a_load(self) -> LoadPoint:
@@ -34,8 +41,12 @@ class LoadPoint(BaseModel):
         return self
 
     def slug(self) -> str:
-        """A readable name, used in the raw folder's name: ``in512-out128-c16`` or ``in512-out128-qps2``."""
+        """A readable name, used in the raw folder's name: ``in512-out128-c16``, ``in512-out128-qps2``, or
+        ``in512-out128-rr0.5-c16`` for lengths drawn within ±50 % (fixed lengths add nothing, so the names of points
+        recorded before lengths could vary stay as they were)."""
         parts = [f"in{self.input_len}", f"out{self.output_len}"]
+        if self.random_range_ratio:
+            parts.append(f"rr{self.random_range_ratio:g}")
         if self.request_rate_qps is not None:
             parts.append(f"qps{self.request_rate_qps:g}")
             if self.burstiness != 1.0:

@@ -46,7 +46,7 @@ def bench_argv(
         "--dataset-name", "random",
         "--random-input-len", str(load.input_len),
         "--random-output-len", str(load.output_len),
-        "--random-range-ratio", "0.0",
+        "--random-range-ratio", str(load.random_range_ratio),
         "--ignore-eos",
         "--num-prompts", str(num_prompts),
         "--seed", str(load.seed),
