@@ -44,3 +44,12 @@ def test_query_gpus_counts_only_visible_gpus(fake_nvidia_smi: None, monkeypatch:
     assert query_gpus() == ("NVIDIA H200", 1, "580.159.04", 143771)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert query_gpus() == ("cpu", 0, "none", None)
+
+
+def test_the_host_cpu_is_the_first_model_name_of_cpuinfo(tmp_path: Path) -> None:
+    from vllm_playbooks.results.provenance import host_cpu
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8480C\n"
+                       "processor\t: 1\nmodel name\t: Intel(R) Xeon(R) Platinum 8480C\n")  # fmt: skip
+    assert host_cpu(cpuinfo) == "Intel(R) Xeon(R) Platinum 8480C"

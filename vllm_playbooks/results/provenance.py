@@ -26,6 +26,9 @@ class Provenance(BaseModel):
     python_version: str = Field(min_length=1)
     git_sha: str = Field(min_length=1)
     collected_at: str = Field(min_length=1)
+    #: the host's CPU: the draft_model path does more of each step on the CPU, so hosts can differ (None: not recorded)
+    host_cpu: str | None = None
+    host_cpu_count: int | None = Field(None, ge=1)
 
 
 def package_version(*names: str) -> str:
@@ -101,6 +104,21 @@ def git_sha(repo: Path | None = None) -> str:
     return f"{sha}-dirty" if dirty else sha
 
 
+def host_cpu(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
+    """The host's CPU model as ``/proc/cpuinfo`` names it (its first ``model name``), else ``platform.processor()``,
+    else ``None``."""
+    import platform
+
+    try:
+        for line in cpuinfo.read_text(encoding="utf-8", errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
 def utc_now() -> str:
     """The current UTC time, ISO 8601, to the second."""
     return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
@@ -121,4 +139,6 @@ def collect_provenance(repo: Path | None = None) -> Provenance:
         python_version=platform.python_version(),
         git_sha=git_sha(repo),
         collected_at=utc_now(),
+        host_cpu=host_cpu(),
+        host_cpu_count=os.cpu_count(),
     )

@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 #: Bumped when a column is added, renamed or changes meaning; stored in every row.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
 _LATENCY_STATS = ("mean", "p50", "p90", "p99")
@@ -61,6 +61,9 @@ class RunRow(_Frozen):
     burstiness: float = Field(gt=0, description="--burstiness (1: Poisson arrivals)")
     input_len: int = Field(ge=1, description="random prompt length, tokens")
     output_len: int = Field(ge=1, description="output length, tokens (ignore_eos)")
+    random_range_ratio: float = Field(
+        0.0, ge=0, lt=1, description="length spread r: each length drawn in [(1-r)·L, (1+r)·L]; 0: fixed lengths"
+    )
     num_prompts: int = Field(ge=1, description="requests in the measured run")
     num_warmup_prompts: int = Field(ge=0, description="requests run before, not counted")
     # results
@@ -103,6 +106,8 @@ class RunRow(_Frozen):
     driver_version: str = Field(min_length=1, description="NVIDIA driver version ('none' on CPU)")
     vllm_version: str = Field(min_length=1, description="vLLM version that served")
     torch_version: str = Field(min_length=1, description="torch version beside it")
+    host_cpu: str | None = Field(None, description="the host's CPU model (None: recorded before hosts were)")
+    host_cpu_count: int | None = Field(None, ge=1, description="logical CPUs of the host the server ran on")
     measured_at: str = Field(min_length=1, description="UTC time the measured run ended (ISO 8601)")
     git_sha: str = Field(min_length=1, description="commit of this repository that ran it ('unknown' outside git)")
     raw_path: str = Field(min_length=1, description="the raw point folder, relative to data/")

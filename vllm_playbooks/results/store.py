@@ -74,7 +74,8 @@ def read_csv_records(path: Path, columns: Sequence[str]) -> list[dict[str, str]]
         return list(reader)
 
 
-def _cell(value: object) -> str:
+def csv_cell(value: object) -> str:
+    """A value as a CSV cell: empty for ``None``, else ``str``."""
     return "" if value is None else str(value)
 
 
@@ -109,7 +110,8 @@ def load_runs(case: str, data: Path | None = None) -> pd.DataFrame:
     return rows_to_frame(load_run_rows(case, data), RUN_COLUMNS)
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
+def atomic_write_text(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` atomically (a temporary file, fsynced, then renamed)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -138,8 +140,8 @@ def append_run_row(row: RunRow, data: Path | None = None) -> Path:
     writer = csv.DictWriter(buffer, fieldnames=RUN_COLUMNS, lineterminator="\n")
     if not existing:
         writer.writeheader()
-    writer.writerow({k: _cell(v) for k, v in row.model_dump().items()})
-    _atomic_write_text(path, existing + buffer.getvalue())
+    writer.writerow({k: csv_cell(v) for k, v in row.model_dump().items()})
+    atomic_write_text(path, existing + buffer.getvalue())
     return path
 
 
