@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from vllm_playbooks.notebooks import changed_check_outputs, list_notebooks
+from vllm_playbooks.book.notebooks import changed_check_outputs, list_notebooks
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +48,7 @@ def test_the_pp_case_page_renders_with_or_without_rows(built_book: Path) -> None
 
 
 def test_the_crosscheck_page_shows_the_counts_and_explains_every_difference(built_book: Path) -> None:
-    from vllm_playbooks.config.crosscheck import EXPLANATIONS, comparison_table, count_lines, load_record
+    from vllm_playbooks.run.crosscheck import EXPLANATIONS, comparison_table, count_lines, load_record
 
     page = (built_book / "_build" / "html" / "book/executed/config_crosscheck.html").read_text()
     text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", page))

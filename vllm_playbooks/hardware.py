@@ -123,3 +123,7 @@ def get_gpu(name: str) -> Gpu:
     if name not in gpus:
         raise ConfigError(f"Unknown GPU {name!r}. Known: {', '.join(gpus)} (data/reference/hardware.csv).")
     return gpus[name]
+
+
+def as_gpu(gpu: Gpu | str) -> Gpu:
+    return get_gpu(gpu) if isinstance(gpu, str) else gpu

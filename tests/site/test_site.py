@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from PIL import Image
 
-from tests.conftest import ROOT
-from vllm_playbooks import sitecheck
-from vllm_playbooks.sitecheck import CHROMEDRIVER, CHROMIUM, check_site, is_blank_image
+from vllm_playbooks.book import sitecheck
+from vllm_playbooks.book.sitecheck import CHROMEDRIVER, CHROMIUM, check_site, is_blank_image
 
 _missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
 browser = pytest.mark.skipif(

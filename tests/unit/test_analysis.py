@@ -7,8 +7,8 @@ import json
 import pandas as pd
 import pytest
 
-from vllm_playbooks import analysis
-from vllm_playbooks.theory import expected_tokens_per_step, tokens_per_step_from_rates
+from vllm_playbooks.analysis import compare, repeats
+from vllm_playbooks.model.speculative import expected_tokens_per_step, tokens_per_step_from_rates
 
 
 def _frame() -> pd.DataFrame:
@@ -23,7 +23,7 @@ def _frame() -> pd.DataFrame:
 
 
 def test_versus_baseline_pairs_the_same_load() -> None:
-    out = analysis.versus_baseline(_frame())
+    out = compare.versus_baseline(_frame())
     assert out.concurrency.tolist() == [1, 4, 16]
     assert out.change_pct.tolist() == pytest.approx([50.0, 5.0, -100 / 9])
 
@@ -32,8 +32,8 @@ def test_versus_baseline_pairs_the_same_load() -> None:
     ("env", "runner"), [({}, None), ({"VLLM_USE_V2_MODEL_RUNNER": "0"}, "V1"), ({"VLLM_USE_V2_MODEL_RUNNER": "1"}, "V2")]
 )
 def test_forced_model_runner_reads_the_engine_env(env: dict[str, str], runner: str | None) -> None:
-    assert analysis.forced_model_runner(json.dumps({"label": "x", "env": env})) == runner
-    assert analysis.forced_model_runner(None) is None
+    assert compare.forced_model_runner(json.dumps({"label": "x", "env": env})) == runner
+    assert compare.forced_model_runner(None) is None
 
 
 @pytest.mark.parametrize(
@@ -46,9 +46,9 @@ def test_forced_model_runner_reads_the_engine_env(env: dict[str, str], runner: s
     ],
 )
 def test_a_control_forces_the_runner_or_the_cudagraph_mode(config: dict, mode: str | None, control: bool) -> None:
-    assert analysis.forced_cudagraph_mode(json.dumps(config)) == mode
-    assert analysis.is_control(json.dumps(config)) is control
-    assert analysis.forced_cudagraph_mode(None) is None and analysis.is_control(None) is False
+    assert compare.forced_cudagraph_mode(json.dumps(config)) == mode
+    assert compare.is_control(json.dumps(config)) is control
+    assert compare.forced_cudagraph_mode(None) is None and compare.is_control(None) is False
 
 
 @pytest.mark.parametrize(
@@ -64,22 +64,22 @@ def test_a_spec_off_control_is_not_pooled_into_the_baseline(forced: dict) -> Non
         engine_label="off-forced", output_tok_s=50.0, engine_config_json=json.dumps(forced)
     )
     both = pd.concat([frame, control], ignore_index=True)
-    assert analysis.is_baseline(both).tolist() == [True] * 3 + [False] * 6
-    out = analysis.versus_baseline(both)
+    assert compare.is_baseline(both).tolist() == [True] * 3 + [False] * 6
+    out = compare.versus_baseline(both)
     assert out.engine_label.tolist() == ["spec"] * 3  # the control is not compared as if it were speculative either
     assert out.change_pct.tolist() == pytest.approx([50.0, 5.0, -100 / 9])  # against 'off' alone, not a median with 50
 
 
 def test_winning_levels_and_sentence() -> None:
-    out = analysis.versus_baseline(_frame())
-    assert analysis.winning_levels(out) == [1, 4]
-    sentence = analysis.describe_change(out)
+    out = compare.versus_baseline(_frame())
+    assert compare.winning_levels(out) == [1, 4]
+    sentence = compare.describe_change(out)
     assert "+50.0 % at concurrency 1" in sentence and "beat the baseline only at concurrency 1, 4" in sentence
 
 
 def test_nothing_to_compare_is_said_plainly() -> None:
     only_baseline = _frame()[lambda d: d.spec_method == "none"]
-    assert "nothing to compare" in analysis.describe_change(analysis.versus_baseline(only_baseline))
+    assert "nothing to compare" in compare.describe_change(compare.versus_baseline(only_baseline))
 
 
 @pytest.mark.parametrize(
@@ -99,46 +99,46 @@ def test_iid_rates_give_the_same_tau() -> None:
 
 def test_for_latencies_lower_is_better() -> None:
     frame = _frame().rename(columns={"output_tok_s": "tpot_p50_ms"})
-    out = analysis.versus_baseline(frame, "tpot_p50_ms")
+    out = compare.versus_baseline(frame, "tpot_p50_ms")
     # speculation: 150 vs 100 ms at c1 (worse), 420 vs 400 (worse), 800 vs 900 (better) → it last beat it at 16
-    assert analysis.winning_levels(out) == [16]
-    assert "beat the baseline only at concurrency 16" in analysis.describe_change(out)
+    assert compare.winning_levels(out) == [16]
+    assert "beat the baseline only at concurrency 16" in compare.describe_change(out)
 
 
 def test_rule_sentence_follows_the_data() -> None:
     frame = _frame().assign(gpu_name="NVIDIA H200")
-    rule = analysis.speculation_rule(frame)
+    rule = compare.speculation_rule(frame)
     assert "improved output_tok_s only at concurrency 1, 4 (measured: 1, 4, 16)" in rule
     assert "on NVIDIA H200".lower() in rule.lower()
 
 
 def test_versus_baseline_carries_extra_columns_of_the_speculative_rows() -> None:
     frame = _frame().assign(acceptance_rate=lambda d: [None if m == "none" else 0.6 for m in d.spec_method])
-    out = analysis.versus_baseline(frame, extra=["acceptance_rate"])
+    out = compare.versus_baseline(frame, extra=["acceptance_rate"])
     assert out.acceptance_rate.tolist() == [0.6, 0.6, 0.6]
-    assert "acceptance_rate" not in analysis.versus_baseline(frame).columns
+    assert "acceptance_rate" not in compare.versus_baseline(frame).columns
 def test_request_rate_loads_are_named_in_the_sentences() -> None:
     frame = _frame().assign(request_rate_qps=lambda d: d.concurrency.astype(float), concurrency=None)
-    out = analysis.versus_baseline(frame)
+    out = compare.versus_baseline(frame)
     assert out.load.tolist() == ["1 QPS", "4 QPS", "16 QPS"]
-    assert "+50.0 % at 1 QPS" in analysis.describe_change(out)
-    assert "beat the baseline only at 1 QPS, 4 QPS" in analysis.describe_change(out)
-    assert "improved output_tok_s only at 1 QPS, 4 QPS (measured: 1 QPS, 4 QPS, 16 QPS)" in analysis.speculation_rule(frame)
-    assert analysis.load_text(8, 2.0) == "2 QPS (at most 8 in flight)" and analysis.load_text(None, None) == "unbounded load"
+    assert "+50.0 % at 1 QPS" in compare.describe_change(out)
+    assert "beat the baseline only at 1 QPS, 4 QPS" in compare.describe_change(out)
+    assert "improved output_tok_s only at 1 QPS, 4 QPS (measured: 1 QPS, 4 QPS, 16 QPS)" in compare.speculation_rule(frame)
+    assert compare.load_text(8, 2.0) == "2 QPS (at most 8 in flight)" and compare.load_text(None, None) == "unbounded load"
 
 
 def test_a_load_run_twice_reports_its_spread_and_one_run_reports_none() -> None:
     frame = _frame()
     again = frame[(frame.engine_label == "off") & (frame.concurrency == 16)].assign(output_tok_s=945.0)
     both = pd.concat([frame, again], ignore_index=True).assign(measured_at=[f"2026-12-0{i % 9 + 1}" for i in range(7)])
-    spread = analysis.repeat_spread(both)
+    spread = repeats.repeat_spread(both)
     assert spread[["engine_label", "concurrency", "runs", "lowest", "highest"]].values.tolist() == [
         ["off", 16, 2, 900.0, 945.0]]  # fmt: skip
     assert spread["spread_pct"].iloc[0] == pytest.approx(5.0)
     assert spread["values"].iloc[0] == [900.0, 945.0]  # in the order measured
-    text = analysis.describe_repeat_spread(spread)
+    text = repeats.describe_repeat_spread(spread)
     assert ("off at concurrency 16 (8 in / 8 out) ran 2 times without a stall: 900.0 and 945.0 output tok/s, "
             "5.0 % apart") in text
-    assert analysis.repeat_spread(frame).empty and analysis.describe_repeat_spread(analysis.repeat_spread(frame)) == ""
+    assert repeats.repeat_spread(frame).empty and repeats.describe_repeat_spread(repeats.repeat_spread(frame)) == ""
     # the comparison takes the median of the two baselines: 800 against 922.5
-    assert analysis.versus_baseline(both).set_index("concurrency").loc[16, "baseline"] == pytest.approx(922.5)
+    assert compare.versus_baseline(both).set_index("concurrency").loc[16, "baseline"] == pytest.approx(922.5)

@@ -10,27 +10,24 @@ import pandas as pd
 import pytest
 
 from tests.conftest import ROOT
+from vllm_playbooks.analysis.calculator import calculator_check, cudagraph_reserve_note, overheads_note
 from vllm_playbooks.config.capacity import (
     BLOCK_SIZE,
     GIB,
-    MOE_ARCHITECTURES,
     batch_defaults,
     budget_is_modelled,
     check_fits,
     cudagraph_capture_sizes,
     kv_budget,
-    kv_bytes_per_token,
     max_capture_size_of,
-    weight_bytes,
 )
+from vllm_playbooks.config.sizes import MOE_ARCHITECTURES, kv_bytes_per_token, weight_bytes
 from vllm_playbooks.errors import CapacityError, ConfigError, SchemaError
-from vllm_playbooks.plan import load_plan
+from vllm_playbooks.results.replay import replay_rows
+from vllm_playbooks.results.server_logs import has_started, read_startup, server_logs, unstarted_server_logs
+from vllm_playbooks.run.budget import engine_for_log
+from vllm_playbooks.run.plan import load_plan
 from vllm_playbooks.shapes import get_shape, resolve_model
-from vllm_playbooks.runner import replay_rows
-from vllm_playbooks.startup import (
-    calculator_check, cudagraph_reserve_note, engine_for_log, has_started, overheads_note, read_startup, server_logs,
-    unstarted_server_logs,
-)
 
 RUNS = ROOT / "data" / "runs"
 
@@ -78,7 +75,7 @@ def test_an_unknown_architecture_is_not_guessed(tmp_path: Path) -> None:
     ],
 )
 def test_deepseek_fp8_block_weights_match_the_shape_arithmetic(shape: str, params: int, checkpoint_bytes: int) -> None:
-    from vllm_playbooks.config.capacity import moe_layout
+    from vllm_playbooks.config.sizes import moe_layout
 
     layout = moe_layout(get_shape(shape))
     assert layout.main_params() + layout.mtp_params() == params
@@ -86,7 +83,7 @@ def test_deepseek_fp8_block_weights_match_the_shape_arithmetic(shape: str, param
 
 
 def test_deepseek_main_model_is_the_published_671b_and_v2lite_scale_the_published_15_7b() -> None:
-    from vllm_playbooks.config.capacity import moe_layout
+    from vllm_playbooks.config.sizes import moe_layout
 
     assert moe_layout(get_shape("deepseek-v3")).main_params() == 671_026_419_200
     small = moe_layout(get_shape("deepseek-v3-v2lite-scale"))
@@ -94,7 +91,7 @@ def test_deepseek_main_model_is_the_published_671b_and_v2lite_scale_the_publishe
 
 
 def test_what_vllm_holds_for_the_reduced_deepseek() -> None:
-    from vllm_playbooks.config.capacity import mtp_weight_bytes
+    from vllm_playbooks.config.sizes import mtp_weight_bytes
 
     shape = get_shape("deepseek-v3-reduced")
     absorbed = 2 * 512 * 128 * 128 * 2  # W_UK and W_UV in bf16, per attention layer
@@ -108,7 +105,7 @@ def test_what_vllm_holds_for_the_reduced_deepseek() -> None:
     [("gpt-oss-120b", 116.8, 5.1, 60.8), ("gpt-oss-20b", 20.9, 3.6, 12.8)],  # as published for the two models
 )
 def test_gpt_oss_mxfp4_weights(shape: str, total_b: float, active_b: float, checkpoint_gib: float) -> None:
-    from vllm_playbooks.config.capacity import moe_layout
+    from vllm_playbooks.config.sizes import moe_layout
 
     layout = moe_layout(get_shape(shape))
     assert layout.main_params() / 1e9 == pytest.approx(total_b, abs=0.05)
@@ -117,7 +114,7 @@ def test_gpt_oss_mxfp4_weights(shape: str, total_b: float, active_b: float, chec
 
 
 def test_linear_bytes_by_scheme() -> None:
-    from vllm_playbooks.config.capacity import linear_bytes
+    from vllm_playbooks.config.sizes import linear_bytes
 
     assert linear_bytes(256, 256, "bf16") == 2 * 65536
     assert linear_bytes(256, 200, "fp8_block") == 256 * 200 + 4 * 2 * 2  # 2 × 2 tiles of 128, the last one partial
@@ -235,8 +232,8 @@ def test_unknown_architectures_are_skipped_not_guessed(tmp_path: Path) -> None:
 
 
 def test_mtp_adds_its_modules_and_their_kv_to_the_budget() -> None:
-    from vllm_playbooks.config.capacity import mtp_weight_bytes
     from vllm_playbooks.config.engine import EngineConfig
+    from vllm_playbooks.config.sizes import mtp_weight_bytes
     from vllm_playbooks.config.speculative import build_speculative_config
 
     base = EngineConfig(label="off", model="deepseek-v3-reduced", max_model_len=4096, max_num_seqs=128)
@@ -323,13 +320,13 @@ def test_resolve_batching_refuses_a_budget_below_the_cap() -> None:
     [(32, 1, [32]), (32, 2, [16, 16]), (80, 3, [27, 27, 26]), (61, 4, [15, 15, 16, 15]), (5, 3, [2, 2, 1])],
 )
 def test_pp_layer_partition_like_vllm(layers: int, pp: int, expected: list[int]) -> None:
-    from vllm_playbooks.config.capacity import pp_layer_partition
+    from vllm_playbooks.config.sizes import pp_layer_partition
 
     assert pp_layer_partition(layers, pp) == expected
 
 
 def test_more_stages_than_layers_is_refused() -> None:
-    from vllm_playbooks.config.capacity import pp_layer_partition
+    from vllm_playbooks.config.sizes import pp_layer_partition
 
     with pytest.raises(CapacityError, match="between 1 and the model's 2 layers, got 3"):
         pp_layer_partition(2, 3)
@@ -337,14 +334,14 @@ def test_more_stages_than_layers_is_refused() -> None:
 
 @pytest.mark.parametrize("name", ["llama-3.1-8b", "llama-3.2-1b", "llama-3.3-70b", "llama-3.3-70b-awq", "tiny-llama"])
 def test_one_stage_on_one_gpu_holds_every_weight(name: str) -> None:
-    from vllm_playbooks.config.capacity import stage_weight_bytes
+    from vllm_playbooks.config.sizes import stage_weight_bytes
 
     shape = get_shape(name)
     assert stage_weight_bytes(shape) == [pytest.approx(weight_bytes(shape), abs=1)]
 
 
 def test_pipeline_stages_split_the_layers_embedding_first_head_last() -> None:
-    from vllm_playbooks.config.capacity import stage_weight_bytes
+    from vllm_playbooks.config.sizes import stage_weight_bytes
 
     shape = get_shape("llama-3.3-70b")  # untied: the embedding and the LM head are separate 128256 × 8192 tables
     first, last = stage_weight_bytes(shape, pipeline_parallel_size=2)
@@ -355,7 +352,7 @@ def test_pipeline_stages_split_the_layers_embedding_first_head_last() -> None:
 
 
 def test_tied_embeddings_are_held_twice_across_stages() -> None:
-    from vllm_playbooks.config.capacity import stage_weight_bytes
+    from vllm_playbooks.config.sizes import stage_weight_bytes
 
     shape = get_shape("llama-3.2-1b")  # tie_word_embeddings: one table on one GPU, a copy on the last stage with PP
     table = shape.vocab_size * shape.hidden_size * 2
@@ -363,7 +360,7 @@ def test_tied_embeddings_are_held_twice_across_stages() -> None:
 
 
 def test_tensor_parallelism_halves_all_but_the_norms() -> None:
-    from vllm_playbooks.config.capacity import stage_weight_bytes
+    from vllm_playbooks.config.sizes import stage_weight_bytes
 
     shape = get_shape("llama-3.1-8b")
     norms = (2 * 32 + 1) * 4096 * 2
@@ -372,7 +369,7 @@ def test_tensor_parallelism_halves_all_but_the_norms() -> None:
 
 @pytest.mark.parametrize(("tp", "heads"), [(1, 8), (2, 4), (8, 1), (16, 1)])
 def test_kv_heads_per_gpu_like_vllm(tp: int, heads: int) -> None:
-    from vllm_playbooks.config.capacity import kv_bytes_per_token_per_gpu, kv_heads_per_gpu
+    from vllm_playbooks.config.sizes import kv_bytes_per_token_per_gpu, kv_heads_per_gpu
 
     shape = get_shape("llama-3.1-8b")
     assert kv_heads_per_gpu(shape, tp) == heads  # max(1, 8 // TP): replicas beyond 8 GPUs
@@ -413,7 +410,7 @@ def test_the_error_names_the_fullest_gpu_when_split() -> None:
 
 
 def test_uneven_stages_the_fullest_sets_the_budget() -> None:
-    from vllm_playbooks.config.capacity import kv_bytes_per_token_per_gpu
+    from vllm_playbooks.config.sizes import kv_bytes_per_token_per_gpu
 
     budget = kv_budget(_engine("llama-3.3-70b", 1, 3), 139.8)  # 80 layers → 27, 27, 26
     assert budget.kv_bytes_per_token_per_gpu == kv_bytes_per_token_per_gpu(get_shape("llama-3.3-70b"), "auto", 1, 27)
@@ -450,7 +447,7 @@ def test_a_started_server_without_a_finished_point_gets_its_engine_from_the_case
     ({"full_attention": 20, "sliding_attention": 30}, 60),  # 30 >= 1.5 x 20: groups of 20, 10 sliding pads
 ])  # fmt: skip
 def test_hybrid_attention_layers_are_padded_into_equal_groups(layers: dict[str, int], allocated: int) -> None:
-    from vllm_playbooks.config.capacity import kv_layers_per_stage, padded_kv_layers
+    from vllm_playbooks.config.sizes import kv_layers_per_stage, padded_kv_layers
 
     assert padded_kv_layers(layers) == allocated
     assert kv_layers_per_stage([[kind for kind, n in layers.items() for _ in range(n)]]) == [allocated]
@@ -466,7 +463,7 @@ def test_hybrid_attention_layers_are_padded_into_equal_groups(layers: dict[str, 
     ([["full"] * 16, ["full"] * 16], [16, 16]),  # one attention type: each stage its own layers
 ])  # fmt: skip
 def test_pipeline_stages_share_the_whole_models_kv_groups(stages: list[list[str]], allocated: list[int]) -> None:
-    from vllm_playbooks.config.capacity import kv_layers_per_stage
+    from vllm_playbooks.config.sizes import kv_layers_per_stage
 
     assert kv_layers_per_stage(stages) == allocated
 

@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 import yaml
 
-from vllm_playbooks import reported, theory
+from vllm_playbooks.cases import deepseek_mtp, gpt_oss_eagle3
 from vllm_playbooks.config.capacity import check_fits
 from vllm_playbooks.config.engine import ROUTING_SIMULATION_ENV
-from vllm_playbooks.config.speculative import draft_type_after_override
+from vllm_playbooks.config.spec_detection import draft_type_after_override
 from vllm_playbooks.errors import ConfigError
-from vllm_playbooks.plan import load_plan, plan_file, plan_from_dict
+from vllm_playbooks.model import speculative
 from vllm_playbooks.results.store import load_reference
+from vllm_playbooks.run.plan import load_plan, plan_file, plan_from_dict
 from vllm_playbooks.shapes import VLLM_NAME_MARKERS, get_shape
 
 MTP, EAGLE = "deepseek-mtp", "gpt-oss-eagle3"
@@ -85,15 +86,15 @@ def test_mtp_configs_are_what_vllm_expects() -> None:
 
 def test_mtp_acceptance_follows_the_published_rows(published) -> None:  # type: ignore[no-untyped-def]
     plan = _plan(MTP)
-    later = reported.mtp_later_conditional(published)
+    later = deepseek_mtp.mtp_later_conditional(published)
     for engine in plan.engines:
         if engine.num_speculative_tokens > 1:
-            expected = theory.rates_first_then_constant(0.85, later, engine.num_speculative_tokens)
+            expected = speculative.rates_first_then_constant(0.85, later, engine.num_speculative_tokens)
             assert list(engine.speculative.synthetic_acceptance_rates) == pytest.approx(expected, abs=5e-5)
     alphas = sorted(e.speculative.acceptance_alpha() for e in plan.engines if e.num_speculative_tokens == 1)
     # 0.81 PR #12755's low end, 0.85-0.90 the report's range; MiMo and the V2-Lite-scale shape at 0.85
     assert alphas == [0.81, 0.85, 0.85, 0.85, 0.9]
-    assert all((load.input_len, load.output_len) == reported.chat_profile(published) for load in plan.loads)
+    assert all((load.input_len, load.output_len) == gpt_oss_eagle3.chat_profile(published) for load in plan.loads)
 
 
 def test_the_first_mtp_part_answers_the_verdict() -> None:
@@ -107,12 +108,12 @@ def test_the_first_mtp_part_answers_the_verdict() -> None:
 def test_the_eagle3_grid(published) -> None:  # type: ignore[no-untyped-def]
     plan = _plan(EAGLE)
     assert [e.label for e in plan.engines][:2] == ["spec-off", "eagle3-k3-a0.71"]
-    assert plan.profiles == (("chat", *reported.chat_profile(published)), ("swe", *reported.long_profile(published)))
+    assert plan.profiles == (("chat", *gpt_oss_eagle3.chat_profile(published)), ("swe", *gpt_oss_eagle3.long_profile(published)))
     chat = [load.concurrency for load in plan.loads if plan.profile_of(load) == "chat"]
     assert chat == [1, 2, 4, 8, 16, 32, 64, 128, 200]
     assert sorted({e.num_speculative_tokens for e in plan.engines}) == [0, 2, 3, 4, 5]
     alphas = {round(e.speculative.acceptance_alpha(), 2) for e in plan.engines if e.speculative}
-    centre = reported.eagle3_alpha(published)
+    centre = gpt_oss_eagle3.eagle3_alpha(published)
     assert alphas == {centre, round(centre - 0.1, 2), round(centre + 0.1, 2)}
     spec = _spec_json(plan.engines[1])
     assert spec["method"] == "eagle3" and Path(spec["model"]).name == "gpt-oss-120b-eagle3-131k"
@@ -138,7 +139,7 @@ def test_the_short_head_is_refused_for_the_long_profile() -> None:
 
 @pytest.mark.parametrize("case", [MTP, EAGLE])
 def test_the_parts_cover_the_grid_once_and_start_with_the_verdict(case: str) -> None:
-    from vllm_playbooks.plan import case_parts, grid_table, load_part
+    from vllm_playbooks.run.plan import case_parts, grid_table, load_part
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -152,7 +153,7 @@ def test_the_parts_cover_the_grid_once_and_start_with_the_verdict(case: str) -> 
 
 
 def test_parts_are_refused_when_unknown() -> None:
-    from vllm_playbooks.plan import case_parts, load_part
+    from vllm_playbooks.run.plan import case_parts, load_part
 
     with pytest.raises(ConfigError, match="no part 'nope'"):
         load_part(MTP, "nope")
@@ -160,7 +161,7 @@ def test_parts_are_refused_when_unknown() -> None:
 
 
 def test_pages_get_the_plan_quietly_and_the_calls_to_run_it() -> None:
-    from vllm_playbooks.plan import part_calls, quiet_plan
+    from vllm_playbooks.run.plan import part_calls, quiet_plan
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -11,13 +11,19 @@ import pandas as pd
 import pytest
 
 from tests.conftest import ROOT
-from vllm_playbooks import claims as C
+from vllm_playbooks.analysis import whatif
+from vllm_playbooks.cases import discussion_13834, register_checks
+from vllm_playbooks.claims import ledger as claims_ledger
+from vllm_playbooks.claims import verdict as claims_verdict
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.errors import ConfigError, SchemaError
+from vllm_playbooks.model import calibration
 from vllm_playbooks.results.schema import RUN_COLUMNS
 from vllm_playbooks.results.store import load_reference
 
-V = C.Verdict
+register_checks()  # every case module registers its checks, as for the ledger page
+
+V = claims_verdict.Verdict
 
 
 @pytest.fixture(scope="module")
@@ -26,13 +32,13 @@ def published() -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def claims(published: pd.DataFrame) -> dict[str, C.Claim]:
-    return {c.claim_id: c for c in C.load_claims(published=published)}
+def claims(published: pd.DataFrame) -> dict[str, claims_ledger.Claim]:
+    return {c.claim_id: c for c in claims_ledger.load_claims(published=published)}
 
 
 @pytest.fixture(scope="module")
 def ledger() -> pd.DataFrame:
-    return C.build_ledger()
+    return claims_ledger.build_ledger()
 
 
 def _row(case: str, label: str, concurrency: float | None, value: float, **changes: Any) -> dict[str, Any]:
@@ -50,8 +56,8 @@ def _row(case: str, label: str, concurrency: float | None, value: float, **chang
     return row
 
 
-def _evidence(published: pd.DataFrame, case: str, rows: list[dict[str, Any]], **kw: Any) -> C.Evidence:
-    return C.Evidence(published=published, runs={case: pd.DataFrame(rows, columns=RUN_COLUMNS)}, **kw)
+def _evidence(published: pd.DataFrame, case: str, rows: list[dict[str, Any]], **kw: Any) -> claims_ledger.Evidence:
+    return claims_ledger.Evidence(published=published, runs={case: pd.DataFrame(rows, columns=RUN_COLUMNS)}, **kw)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -59,14 +65,14 @@ def _evidence(published: pd.DataFrame, case: str, rows: list[dict[str, Any]], **
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def test_the_ledger_covers_every_claim_in_the_file(claims: dict[str, C.Claim], ledger: pd.DataFrame) -> None:
+def test_the_ledger_covers_every_claim_in_the_file(claims: dict[str, claims_ledger.Claim], ledger: pd.DataFrame) -> None:
     assert ledger.claim.tolist() == list(claims)
     assert set(ledger.verdict) <= {str(v) for v in V}
-    assert set(ledger.model_verdict) <= {"", *(str(v) for v in C.DATA_VERDICTS)}
+    assert set(ledger.model_verdict) <= {"", *(str(v) for v in claims_verdict.DATA_VERDICTS)}
     assert (ledger.published.str.len() > 0).all()
 
 
-def test_every_source_exists_in_published(claims: dict[str, C.Claim], published: pd.DataFrame) -> None:
+def test_every_source_exists_in_published(claims: dict[str, claims_ledger.Claim], published: pd.DataFrame) -> None:
     ids = set(zip(published.case, published.claim_id, strict=True))
     for claim in claims.values():
         assert claim.sources
@@ -74,9 +80,9 @@ def test_every_source_exists_in_published(claims: dict[str, C.Claim], published:
             assert (claim.case, source) in ids, (claim.claim_id, source)
 
 
-def test_every_case_and_the_rules_have_a_claim(claims: dict[str, C.Claim], published: pd.DataFrame) -> None:
+def test_every_case_and_the_rules_have_a_claim(claims: dict[str, claims_ledger.Claim], published: pd.DataFrame) -> None:
     assert {c.case for c in claims.values()} == set(published.case)
-    assert {c.check for c in claims.values()} == set(C.CHECKS)
+    assert {c.check for c in claims.values()} == set(claims_ledger.CHECKS)
 
 
 def test_source_urls_and_kinds_come_from_published(ledger: pd.DataFrame) -> None:
@@ -93,7 +99,7 @@ def _claims_file(tmp_path: Path, **changes: str) -> Path:
     rows[0].update(changes)
     target = tmp_path / "claims.csv"
     with target.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=C.CLAIMS_COLUMNS)
+        writer = csv.DictWriter(handle, fieldnames=claims_ledger.CLAIMS_COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
     return target
@@ -101,41 +107,41 @@ def _claims_file(tmp_path: Path, **changes: str) -> Path:
 
 def test_an_unknown_check_is_refused_with_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"row 1 .*unknown check 'spec_is_slow'; known checks: acceptance_bands"):
-        C.load_claims(_claims_file(tmp_path, check="spec_is_slow"))
+        claims_ledger.load_claims(_claims_file(tmp_path, check="spec_is_slow"))
     with pytest.raises(ConfigError, match="unknown check 'nope'"):
-        C.get_check("nope")
+        claims_ledger.get_check("nope")
 
 
 def test_a_missing_source_a_duplicate_and_an_empty_cell_are_refused(tmp_path: Path, published: pd.DataFrame) -> None:
     with pytest.raises(SchemaError, match=r"no published row \['output-tok-s-spec-of'\]"):
-        C.load_claims(_claims_file(tmp_path, sources="output-tok-s-spec-of"), published=published)
+        claims_ledger.load_claims(_claims_file(tmp_path, sources="output-tok-s-spec-of"), published=published)
     with pytest.raises(SchemaError, match="appears twice"):
-        C.load_claims(_claims_file(tmp_path, claim="deepseek-v3-mtp-speedup"))
+        claims_ledger.load_claims(_claims_file(tmp_path, claim="deepseek-v3-mtp-speedup"))
     with pytest.raises(SchemaError, match="every column needs a value"):
-        C.load_claims(_claims_file(tmp_path, text=" "))
+        claims_ledger.load_claims(_claims_file(tmp_path, text=" "))
 
 
-def test_a_check_may_read_only_its_claims_sources(claims: dict[str, C.Claim], published: pd.DataFrame) -> None:
-    ev = C.Evidence(published=published)
+def test_a_check_may_read_only_its_claims_sources(claims: dict[str, claims_ledger.Claim], published: pd.DataFrame) -> None:
+    ev = claims_ledger.Evidence(published=published)
     with pytest.raises(SchemaError, match="does not list as a source"):
         ev.value(claims["deepseek-v3-mtp-speedup"], "pr12755-speedup-qps1")
 
 
 def test_a_data_verdict_needs_rows_and_a_model_verdict_is_a_data_one() -> None:
     with pytest.raises(ValueError, match="data verdicts need rows"):
-        C.CheckResult("p", "m", V.REPRODUCED, rows=0)
+        claims_ledger.CheckResult("p", "m", V.REPRODUCED, rows=0)
     with pytest.raises(ValueError, match="data verdicts need rows"):
-        C.CheckResult("p", "m", V.NOT_MEASURED, rows=2)
+        claims_ledger.CheckResult("p", "m", V.NOT_MEASURED, rows=2)
     with pytest.raises(ValueError, match="a model verdict is one of"):
-        C.CheckResult("p", "m", V.NOT_MEASURED, model_verdict=V.MODEL_ONLY)
+        claims_ledger.CheckResult("p", "m", V.NOT_MEASURED, model_verdict=V.MODEL_ONLY)
     with pytest.raises(ValueError, match="needs the model's verdict"):
-        C.CheckResult("p", "m", V.MODEL_ONLY)
+        claims_ledger.CheckResult("p", "m", V.MODEL_ONLY)
 
 
 def test_every_verdict_has_a_meaning_on_the_page() -> None:
-    legend = C.verdict_legend()
+    legend = claims_verdict.verdict_legend()
     for verdict in V:
-        assert f"| {verdict} | {C.VERDICT_MEANINGS[verdict]} |" in legend
+        assert f"| {verdict} | {claims_verdict.VERDICT_MEANINGS[verdict]} |" in legend
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -145,7 +151,7 @@ def test_every_verdict_has_a_meaning_on_the_page() -> None:
 
 @pytest.mark.parametrize(("speedup", "expected"), [(1.06, "gain"), (1.05, "no change"), (0.96, "no change"), (0.94, "loss")])
 def test_effect_has_a_break_even_band(speedup: float, expected: str) -> None:
-    assert C.effect(speedup) == expected
+    assert claims_verdict.effect(speedup) == expected
 
 
 @pytest.mark.parametrize(
@@ -159,14 +165,14 @@ def test_effect_has_a_break_even_band(speedup: float, expected: str) -> None:
         (1.40, 1.10, 1.21, V.DIRECTION_ONLY),
     ],
 )
-def test_judge(measured: float, low: float, high: float | None, expected: C.Verdict) -> None:
-    assert C.judge(measured, low, high) is expected
+def test_judge(measured: float, low: float, high: float | None, expected: claims_verdict.Verdict) -> None:
+    assert claims_verdict.judge(measured, low, high) is expected
 
 
 def test_combine_keeps_the_worst() -> None:
-    assert C.combine([V.REPRODUCED, V.DIRECTION_ONLY]) is V.DIRECTION_ONLY
-    assert C.combine([V.REPRODUCED, V.NOT_REPRODUCED, V.DIRECTION_ONLY]) is V.NOT_REPRODUCED
-    assert C.combine([]) is V.NOT_MEASURED
+    assert claims_verdict.combine([V.REPRODUCED, V.DIRECTION_ONLY]) is V.DIRECTION_ONLY
+    assert claims_verdict.combine([V.REPRODUCED, V.NOT_REPRODUCED, V.DIRECTION_ONLY]) is V.NOT_REPRODUCED
+    assert claims_verdict.combine([]) is V.NOT_MEASURED
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -186,9 +192,9 @@ def _pair_13834(concurrency: int, off: float, on: float, alpha: float = 0.72, k:
 @pytest.mark.parametrize(
     ("on", "expected"), [(292.0, V.REPRODUCED), (200.0, V.DIRECTION_ONLY), (520.0, V.NOT_REPRODUCED)]
 )
-def test_13834_follows_the_rows_at_the_reported_load(claims, published, on: float, expected: C.Verdict) -> None:  # type: ignore[no-untyped-def]
+def test_13834_follows_the_rows_at_the_reported_load(claims, published, on: float, expected: claims_verdict.Verdict) -> None:  # type: ignore[no-untyped-def]
     # the report implies ≈ 32 streams; 400 → 292 tok/s is −27 % (reported −28.5 %)
-    result = C.get_check("spec_slower_at_reported_load")(
+    result = claims_ledger.get_check("spec_slower_at_reported_load")(
         claims["discussion-13834-slower"], _evidence(published, CASE_13834, _pair_13834(32, 400.0, on))
     )
     assert result.verdict is expected and result.rows == 1
@@ -196,7 +202,7 @@ def test_13834_follows_the_rows_at_the_reported_load(claims, published, on: floa
 
 
 def test_13834_at_low_load_or_other_settings_is_not_measured_yet(claims, published) -> None:  # type: ignore[no-untyped-def]
-    check = C.get_check("spec_slower_at_reported_load")
+    check = claims_ledger.get_check("spec_slower_at_reported_load")
     low = check(claims["discussion-13834-slower"], _evidence(published, CASE_13834, _pair_13834(1, 40.0, 60.0)))
     assert low.verdict is V.NOT_MEASURED and "+50.0 % at concurrency 1" in low.measured
     other = check(claims["discussion-13834-slower"], _evidence(published, CASE_13834, _pair_13834(32, 400.0, 292.0, alpha=0.5)))
@@ -205,30 +211,28 @@ def test_13834_at_low_load_or_other_settings_is_not_measured_yet(claims, publish
 
 def test_13834_prefers_the_load_nearest_the_report(claims, published) -> None:  # type: ignore[no-untyped-def]
     rows = _pair_13834(16, 300.0, 330.0) + _pair_13834(32, 400.0, 292.0)
-    result = C.get_check("spec_slower_at_reported_load")(claims["discussion-13834-slower"], _evidence(published, CASE_13834, rows))
+    result = claims_ledger.get_check("spec_slower_at_reported_load")(claims["discussion-13834-slower"], _evidence(published, CASE_13834, rows))
     assert result.verdict is V.REPRODUCED and "concurrency 32" in result.measured
 
 
 def test_13834_model_line_uses_the_fit(claims, published) -> None:  # type: ignore[no-untyped-def]
-    from vllm_playbooks import theory
 
-    fit = theory.fit_efficiency(theory.calibration_rows(), "H200-SXM")
-    result = C.get_check("spec_slower_at_reported_load")(claims["discussion-13834-slower"],
-                                                         C.Evidence(published=published, fit=fit))  # fmt: skip
-    predicted = theory.predict_13834_a100(fit, concurrency=32)
+    fit = calibration.fit_efficiency(whatif.calibration_rows(), "H200-SXM")
+    result = claims_ledger.get_check("spec_slower_at_reported_load")(claims["discussion-13834-slower"],
+                                                         claims_ledger.Evidence(published=published, fit=fit))  # fmt: skip
+    predicted = discussion_13834.predict_13834_a100(fit, concurrency=32)
     assert f"{predicted['output_tok_s_on']:.0f} output tok/s" in result.model_says
-    assert result.model_verdict is C.judge(predicted["output_tok_s_on"] / predicted["output_tok_s_off"], 68.19 / 95.43)
+    assert result.model_verdict is claims_verdict.judge(predicted["output_tok_s_on"] / predicted["output_tok_s_off"], 68.19 / 95.43)
 
 
 def test_the_ledgers_fit_is_the_case_pages_fit() -> None:
     """The ledger fits on the same rows as the pages' model (``theory.calibration_rows``): without the batch-size
     schedules and the runner-forcing controls, which its own reading of the data folder must leave out too."""
-    from vllm_playbooks import theory
-    from vllm_playbooks.runner import replay_rows
+    from vllm_playbooks.results.replay import replay_rows
 
-    rows = theory.calibration_rows()
-    assert C.load_evidence().fit == theory.fit_efficiency(rows, "H200-SXM", draft_overhead=True)
-    assert any(not theory.calibrates(r) for case in theory.CALIBRATION_CASES for r in replay_rows(case))
+    rows = whatif.calibration_rows()
+    assert claims_ledger.load_evidence().fit == calibration.fit_efficiency(rows, "H200-SXM", draft_overhead=True)
+    assert any(not whatif.calibrates(r) for case in whatif.CALIBRATION_CASES for r in replay_rows(case))
 
 
 MTP = "deepseek-mtp"
@@ -242,7 +246,7 @@ def test_mtp_speedup_at_the_reported_acceptance(claims, published, on: float, ra
         _row(MTP, "mtp", 1, 150.0, k=1, method="mtp", tpot_mean_ms=on, acceptance_rate=rate,
              model_shape="deepseek-v3-reduced"),
     ]  # fmt: skip
-    check = C.get_check("mtp_speedup_at_acceptance")
+    check = claims_ledger.get_check("mtp_speedup_at_acceptance")
     result = check(claims["deepseek-v3-mtp-speedup"], _evidence(published, MTP, rows))
     assert result.verdict is expected
     assert result.model_verdict is V.REPRODUCED  # 1 MTP layer of 61: 1.82-1.87x, within 10 % of 1.8x
@@ -274,7 +278,7 @@ def _qps_rows(speedups: dict[float, float], shape: str = "deepseek-v3-reduced") 
     ],
 )
 def test_mtp_gain_by_qps(claims, published, speedups: dict[float, float], expected) -> None:  # type: ignore[no-untyped-def]
-    check = C.get_check("mtp_gain_falls_with_qps")
+    check = claims_ledger.get_check("mtp_gain_falls_with_qps")
     result = check(claims["pr12755-mtp-gain-by-qps"], _evidence(published, MTP, _qps_rows(speedups)))
     assert result.verdict is expected
     assert "implies c=0.11" in result.model_says and result.model_verdict is None
@@ -308,14 +312,14 @@ def _eagle_rows(changes: dict[int, float], k: int = 3, label: str = "eagle3-k3")
     ],
 )
 def test_eagle3_gain_up_to_200(claims, published, changes: dict[int, float], expected) -> None:  # type: ignore[no-untyped-def]
-    result = C.get_check("gain_up_to_concurrency")(claims["gpt-oss-eagle3-200-concurrent"], _evidence(published, EAGLE, _eagle_rows(changes)))
+    result = claims_ledger.get_check("gain_up_to_concurrency")(claims["gpt-oss-eagle3-200-concurrent"], _evidence(published, EAGLE, _eagle_rows(changes)))
     assert result.verdict is expected
     assert "dense decoders only" in result.model_says
 
 
 def test_eagle3_the_best_config_stands(claims, published) -> None:  # type: ignore[no-untyped-def]
     rows = _eagle_rows({1: 1.15, 200: 1.11}) + _eagle_rows({1: 1.15, 200: 0.8}, k=4, label="eagle3-k4")
-    result = C.get_check("gain_up_to_concurrency")(claims["gpt-oss-eagle3-200-concurrent"], _evidence(published, EAGLE, rows))
+    result = claims_ledger.get_check("gain_up_to_concurrency")(claims["gpt-oss-eagle3-200-concurrent"], _evidence(published, EAGLE, rows))
     assert result.verdict is V.REPRODUCED
 
 
@@ -327,13 +331,13 @@ def _on_long_profile(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def test_eagle3_judges_each_length_profile_apart(claims, published) -> None:  # type: ignore[no-untyped-def]
     chat = _eagle_rows({1: 1.15, 200: 1.11})
     long = _on_long_profile(_eagle_rows({1: 1.15, 16: 0.95}))  # a loss, but far below 200 concurrent requests
-    result = C.get_check("gain_up_to_concurrency")(claims["gpt-oss-eagle3-200-concurrent"], _evidence(published, EAGLE, chat + long))
+    result = claims_ledger.get_check("gain_up_to_concurrency")(claims["gpt-oss-eagle3-200-concurrent"], _evidence(published, EAGLE, chat + long))
     assert result.verdict is V.REPRODUCED and result.rows == 2
     assert result.measured == "eagle3-k3 (512 in / 128 out): +15.0 % at 1, +11.0 % at 200; eagle3-k3 (swe): +15.0 % at 1, -5.0 % at 16"
     # a profile that stops short of 200 is no evidence that the gain held there
     short_wins = _on_long_profile(_eagle_rows({1: 1.15, 16: 1.12}, k=4, label="eagle3-k4"))
     losing = _eagle_rows({1: 1.15, 200: 0.8})
-    result = C.get_check("gain_up_to_concurrency")(claims["gpt-oss-eagle3-200-concurrent"], _evidence(published, EAGLE, losing + short_wins))
+    result = claims_ledger.get_check("gain_up_to_concurrency")(claims["gpt-oss-eagle3-200-concurrent"], _evidence(published, EAGLE, losing + short_wins))
     assert result.verdict is V.NOT_REPRODUCED
 
 
@@ -341,7 +345,7 @@ def test_eagle3_best_draft_tokens_per_length_profile(claims, published) -> None:
     chat = [_row(EAGLE, f"k{k}", 16, v, k=k, method="eagle3", imposed_alpha=0.7) for k, v in {2: 1100.0, 3: 1150.0, 4: 1058.0}.items()]
     # k=3 alone on the long profile, far slower: pooled with the chat rows it would make k=4 the best at 16
     long = _on_long_profile([_row(EAGLE, "k3", 16, 300.0, k=3, method="eagle3", imposed_alpha=0.7)])
-    result = C.get_check("best_draft_tokens")(claims["gpt-oss-eagle3-draft-tokens"], _evidence(published, EAGLE, chat + long))
+    result = claims_ledger.get_check("best_draft_tokens")(claims["gpt-oss-eagle3-draft-tokens"], _evidence(published, EAGLE, chat + long))
     assert result.verdict is V.REPRODUCED
     assert result.measured == "512 in / 128 out, concurrency 16, α 0.7: best k=3, k=4 -8.0 %"
 
@@ -353,7 +357,7 @@ def test_eagle3_best_draft_tokens_per_length_profile(claims, published) -> None:
 )  # fmt: skip
 def test_eagle3_best_draft_tokens(claims, published, by_k: dict[int, float], expected) -> None:  # type: ignore[no-untyped-def]
     rows = [_row(EAGLE, f"k{k}", 16, v, k=k, method="eagle3", imposed_alpha=0.7) for k, v in by_k.items()]
-    result = C.get_check("best_draft_tokens")(claims["gpt-oss-eagle3-draft-tokens"], _evidence(published, EAGLE, rows))
+    result = claims_ledger.get_check("best_draft_tokens")(claims["gpt-oss-eagle3-draft-tokens"], _evidence(published, EAGLE, rows))
     assert result.verdict is expected
     # at batch 1 with a one-layer head (c = 1/36) the Leviathan optimum lies above 3
     assert result.model_verdict is V.NOT_REPRODUCED and "best k 5 at α 0.6" in result.model_says
@@ -376,7 +380,7 @@ def _pp_rows(pp1: float, pp2: float, pp2_at_2n: float) -> list[dict[str, Any]]:
      (1000.0, 1100.0, V.NOT_REPRODUCED)],  # the fix does not pay
 )  # fmt: skip
 def test_pp_cap_is_the_pages_comparison(claims, published, pp2: float, pp2_at_2n: float, expected) -> None:  # type: ignore[no-untyped-def]
-    result = C.get_check("pp_cap_starves_stages")(claims["issue-27462-pp-starves"],
+    result = claims_ledger.get_check("pp_cap_starves_stages")(claims["issue-27462-pp-starves"],
                                                   _evidence(published, PP, _pp_rows(1000.0, pp2, pp2_at_2n)))  # fmt: skip
     assert result.verdict is expected and result.rows == 1
     assert "N=64: PP=2 at N" in result.measured
@@ -384,7 +388,7 @@ def test_pp_cap_is_the_pages_comparison(claims, published, pp2: float, pp2_at_2n
 
 def test_pp_cap_leaves_out_a_point_whose_cap_was_not_filled(claims, published) -> None:  # type: ignore[no-untyped-def]
     steps = pd.DataFrame({"point_id": ["a", "b", "c"], "fill": [0.99, 0.99, 0.6]})  # PP=2 at 128 ran 77 of 128
-    result = C.get_check("pp_cap_starves_stages")(
+    result = claims_ledger.get_check("pp_cap_starves_stages")(
         claims["issue-27462-pp-starves"],
         _evidence(published, PP, _pp_rows(1000.0, 1000.0, 1500.0), engine_steps={PP: steps}),
     )
@@ -406,7 +410,7 @@ def test_pp_cap_on_the_recorded_runs(ledger: pd.DataFrame) -> None:
 def test_acceptance_bands(claims, published, rate: float, speedup: float, expected) -> None:  # type: ignore[no-untyped-def]
     rows = [_row("any", "off", 1, 100.0), _row("any", "spec", 1, 100.0 * speedup, k=4, acceptance_rate=rate,
                                               mean_acceptance_length=1 + 4 * rate, draft_model="llama-3.2-1b")]  # fmt: skip
-    result = C.get_check("acceptance_bands")(claims["rule-acceptance-bands"], _evidence(published, "any", rows))
+    result = claims_ledger.get_check("acceptance_bands")(claims["rule-acceptance-bands"], _evidence(published, "any", rows))
     assert result.verdict is expected and result.rows == 1
 
 
@@ -414,10 +418,10 @@ def test_acceptance_bands_model_is_the_draft_cost(claims, published) -> None:  #
     # TPOT off 10 ms, on 10·(1 + 4·0.6)/τ ms with τ = 3: c = 0.6, so the break-even rate is 0.6 (inside 0.5-0.65)
     rows = [_row("any", "off", 1, 100.0), _row("any", "spec", 1, 88.0, k=4, acceptance_rate=0.5, mean_acceptance_length=3.0,
                                               tpot_mean_ms=10.0 * 3.4 / 3.0, draft_model="llama-3.2-1b")]  # fmt: skip
-    result = C.get_check("acceptance_bands")(claims["rule-acceptance-bands"], _evidence(published, "any", rows))
+    result = claims_ledger.get_check("acceptance_bands")(claims["rule-acceptance-bands"], _evidence(published, "any", rows))
     assert "break-even acceptance rate 0.60" in result.model_says and result.model_verdict is V.REPRODUCED
     cheap = [rows[0], {**rows[1], "tpot_mean_ms": 10.0 * 1.8 / 3.0}]  # c = 0.2: break-even at 0.2, outside the band
-    result = C.get_check("acceptance_bands")(claims["rule-acceptance-bands"], _evidence(published, "any", cheap))
+    result = claims_ledger.get_check("acceptance_bands")(claims["rule-acceptance-bands"], _evidence(published, "any", cheap))
     assert "break-even acceptance rate 0.20" in result.model_says and result.model_verdict is V.NOT_REPRODUCED
 
 
@@ -426,18 +430,18 @@ def test_acceptance_bands_model_is_the_draft_cost(claims, published) -> None:  #
 )
 def test_compute_bound_batch_is_model_only(claims, published, shape: str, kv: str, expected) -> None:  # type: ignore[no-untyped-def]
     rows = [_row("any", "off", 1, 100.0, model_shape=shape, kv_cache_dtype=kv, input_len=1240, output_len=128)]
-    result = C.get_check("compute_bound_batch")(claims["rule-batch-64-compute-bound"], _evidence(published, "any", rows))
+    result = claims_ledger.get_check("compute_bound_batch")(claims["rule-batch-64-compute-bound"], _evidence(published, "any", rows))
     assert result.verdict is V.MODEL_ONLY and result.model_verdict is expected
 
 
 def test_compute_bound_batch_without_rows_says_so(claims, published) -> None:  # type: ignore[no-untyped-def]
-    result = C.get_check("compute_bound_batch")(claims["rule-batch-64-compute-bound"], C.Evidence(published=published))
+    result = claims_ledger.get_check("compute_bound_batch")(claims["rule-batch-64-compute-bound"], claims_ledger.Evidence(published=published))
     assert result.verdict is V.NOT_MEASURED and result.model_verdict is None
 
 
 def test_temperature_cannot_be_measured_with_imposed_acceptance(claims, published) -> None:  # type: ignore[no-untyped-def]
     rows = [_row("any", "off", 1, 100.0), _row("any", "spec", 1, 120.0, k=4, imposed_acceptance_rates="[0.8]")]
-    result = C.get_check("temperature_rule")(claims["rule-temperature"], _evidence(published, "any", rows))
+    result = claims_ledger.get_check("temperature_rule")(claims["rule-temperature"], _evidence(published, "any", rows))
     assert result.verdict is V.NOT_MEASURED and result.measured.startswith("0 recorded speculative row(s) with earned")
 
 
@@ -454,17 +458,17 @@ def _startups(kv_tokens: int, preemptions: int, rows: int = 3) -> pd.DataFrame:
      (200_000, 0, 0, V.NOT_MEASURED)],
 )  # fmt: skip
 def test_kv_fit(claims, published, kv_tokens: int, preemptions: int, rows: int, expected) -> None:  # type: ignore[no-untyped-def]
-    ev = C.Evidence(published=published, startups=_startups(kv_tokens, preemptions, rows))
-    result = C.get_check("kv_product_fits")(claims["rule-kv-fit"], ev)
+    ev = claims_ledger.Evidence(published=published, startups=_startups(kv_tokens, preemptions, rows))
+    result = claims_ledger.get_check("kv_product_fits")(claims["rule-kv-fit"], ev)
     assert result.verdict is expected
 
 
 def test_batching_defaults_follow_the_table(claims, published) -> None:  # type: ignore[no-untyped-def]
-    check, claim = C.get_check("batching_defaults_table"), claims["rule-batching-defaults"]
-    assert check(claim, C.Evidence(published=published)).model_verdict is V.REPRODUCED
+    check, claim = claims_ledger.get_check("batching_defaults_table"), claims["rule-batching-defaults"]
+    assert check(claim, claims_ledger.Evidence(published=published)).model_verdict is V.REPRODUCED
     wrong = published.copy()
     wrong.loc[wrong.claim_id == "defaults-max-num-seqs-small-server", "value"] = 512.0
-    result = check(claim, C.Evidence(published=wrong))
+    result = check(claim, claims_ledger.Evidence(published=wrong))
     assert result.verdict is V.MODEL_ONLY and result.model_verdict is V.NOT_REPRODUCED
     assert "defaults-max-num-seqs-small-server on A100-80GB: table 512, vLLM 0.26 256" in result.model_says
 
@@ -482,38 +486,38 @@ def test_recorded_rows_already_go_against_the_acceptance_bands(ledger: pd.DataFr
 
 
 def test_data_verdicts_rest_on_rows(ledger: pd.DataFrame) -> None:
-    data = ledger[ledger.verdict.isin([str(v) for v in C.DATA_VERDICTS])]
+    data = ledger[ledger.verdict.isin([str(v) for v in claims_verdict.DATA_VERDICTS])]
     assert not data.empty and (data.rows > 0).all()
     assert (ledger[~ledger.index.isin(data.index)].rows == 0).all()
 
 
 def test_with_nothing_recorded_no_claim_gets_a_data_verdict(data: Path) -> None:
     shutil.copytree(ROOT / "data" / "reference", data / "reference")
-    ev = C.load_evidence(data)
+    ev = claims_ledger.load_evidence(data)
     assert ev.runs == {} and ev.fit is None and ev.startups.empty
-    ledger = C.build_ledger(ev, C.load_claims(data / "reference" / "claims.csv", ev.published))
+    ledger = claims_ledger.build_ledger(ev, claims_ledger.load_claims(data / "reference" / "claims.csv", ev.published))
     assert set(ledger.verdict) <= {"not measured yet", "model only"}
     assert (ledger.rows == 0).all()
 
 
 def test_the_page_renders_every_claim(ledger: pd.DataFrame) -> None:
-    text = C.ledger_markdown(ledger)
+    text = claims_ledger.ledger_markdown(ledger)
     for claim in ledger.claim:
         assert f"**{claim}**" in text
     assert "[juhoplayground.github.io](https://juhoplayground.github.io/" in text and "**[secondary]**" in text
     assert "[vllm-project/vllm#41682](https://github.com/vllm-project/vllm/issues/41682)" in text
-    assert C.verdict_counts(ledger).startswith("reproduced: ")
+    assert claims_verdict.verdict_counts(ledger).startswith("reproduced: ")
 
 
 def test_a_server_that_did_not_start_is_left_out_of_the_startups(data: Path) -> None:
     logs = data / "runs" / "any" / "logs"
     logs.mkdir(parents=True)
     (logs / "spec-off-0123456789-2026-11-30T000000+0000.log").write_text("ValueError: no KV cache\n")
-    assert C.recorded_startups(data).empty
+    assert claims_ledger.recorded_startups(data).empty
 
 
 def test_each_startup_counts_only_the_rows_measured_while_it_was_up() -> None:
-    startups = C.recorded_startups(ROOT / "data")
+    startups = claims_ledger.recorded_startups(ROOT / "data")
     case = startups[startups["case"] == "discussion-13834"]
     rows = pd.read_csv(ROOT / "data" / "runs" / "discussion-13834" / "runs.csv")
     # every server of this case started and logged its KV cache, so each row belongs to exactly one start-up
@@ -525,5 +529,5 @@ def test_each_startup_counts_only_the_rows_measured_while_it_was_up() -> None:
 def test_a_shape_the_roofline_does_not_model_is_named_not_fatal(claims, published) -> None:  # type: ignore[no-untyped-def]
     rows = [_row("any", "off", 1, 100.0, model_shape="gpt-oss-120b"),
             _row("any", "off", 1, 100.0, model_shape="llama-3.3-70b-awq", kv_cache_dtype="fp8", input_len=1240)]  # fmt: skip
-    result = C.get_check("compute_bound_batch")(claims["rule-batch-64-compute-bound"], _evidence(published, "any", rows))
+    result = claims_ledger.get_check("compute_bound_batch")(claims["rule-batch-64-compute-bound"], _evidence(published, "any", rows))
     assert "gpt-oss-120b: not modelled" in result.model_says and result.model_verdict is V.REPRODUCED

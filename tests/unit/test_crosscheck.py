@@ -10,7 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from vllm_playbooks.config.crosscheck import (
+from vllm_playbooks.errors import ConfigError
+from vllm_playbooks.paths import data_dir
+from vllm_playbooks.run.crosscheck import (
     AGREEMENT_NOTES,
     CASES,
     EXPLANATION_KINDS,
@@ -36,8 +38,6 @@ from vllm_playbooks.config.crosscheck import (
     table_markdown,
     vllm_argv,
 )
-from vllm_playbooks.errors import ConfigError
-from vllm_playbooks.paths import data_dir
 from vllm_playbooks.shapes import SHAPES_DIR, get_shape, vllm_path
 
 

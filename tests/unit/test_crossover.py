@@ -7,8 +7,10 @@ import math
 import pandas as pd
 import pytest
 
-from vllm_playbooks import analysis
-from vllm_playbooks.plan import plan_from_dict, unmeasured
+from vllm_playbooks.analysis import compare, crossover, schedule
+from vllm_playbooks.cases import discussion_13834, register_checks
+from vllm_playbooks.claims import ledger as claims_ledger
+from vllm_playbooks.run.plan import plan_from_dict, unmeasured
 
 
 def _rows(off: list[float], on: list[float], levels: list[int], metric: str = "output_tok_s") -> pd.DataFrame:
@@ -23,51 +25,51 @@ def _rows(off: list[float], on: list[float], levels: list[int], metric: str = "o
         records.append({**base, "engine_label": "on", "spec_method": "draft_model", "num_speculative_tokens": 4,
                         "imposed_alpha": 0.7, "concurrency": c, metric: b})  # fmt: skip
     frame = pd.DataFrame(records)
-    missing = [c for c in analysis.PAIRING_COLUMNS if c not in frame]
+    missing = [c for c in compare.PAIRING_COLUMNS if c not in frame]
     assert not missing, missing
     return frame
 
 
 def test_crossover_finds_the_last_gain_and_the_first_loss() -> None:
-    comparison = analysis.versus_baseline(_rows([100, 100, 100, 100], [150, 110, 102, 80], [1, 4, 16, 64]))
-    row = analysis.crossover(comparison).iloc[0]
+    comparison = compare.versus_baseline(_rows([100, 100, 100, 100], [150, 110, 102, 80], [1, 4, 16, 64]))
+    row = crossover.crossover(comparison).iloc[0]
     assert (row["gains_up_to"], row["loses_from"]) == (4, 64)
     assert row["text"] == "on: gains up to 4 streams; no change (within ±5 %) at 16; loses from 64 streams."
 
 
 def test_crossover_refuses_a_latency() -> None:
-    comparison = analysis.versus_baseline(_rows([1.0], [2.0], [1], "tpot_p50_ms"), "tpot_p50_ms")
+    comparison = compare.versus_baseline(_rows([1.0], [2.0], [1], "tpot_p50_ms"), "tpot_p50_ms")
     with pytest.raises(ValueError, match="throughput"):
-        analysis.crossover(comparison)
+        crossover.crossover(comparison)
 
 
 def test_schedule_rule_speculates_up_to_the_last_gain() -> None:
-    crossing = analysis.crossover(analysis.versus_baseline(_rows([100] * 3, [150, 110, 80], [1, 8, 32])))
-    rule = analysis.schedule_rule(crossing, "on", 4, 256)
+    crossing = crossover.crossover(compare.versus_baseline(_rows([100] * 3, [150, 110, 80], [1, 8, 32])))
+    rule = crossover.schedule_rule(crossing, "on", 4, 256)
     assert '"num_speculative_tokens_per_batch_size": [[1, 8, 4], [9, 256, 0]]' in rule
-    never_lost = analysis.crossover(analysis.versus_baseline(_rows([100] * 2, [150, 110], [1, 8])))
-    assert "no schedule follows" in analysis.schedule_rule(never_lost, "on", 4, 256)
+    never_lost = crossover.crossover(compare.versus_baseline(_rows([100] * 2, [150, 110], [1, 8])))
+    assert "no schedule follows" in crossover.schedule_rule(never_lost, "on", 4, 256)
 
 
 def test_itl_artifact_recovers_tokens_per_chunk() -> None:
     # off: ITL = TPOT = 20 ms. on: TPOT 30 ms (slower), 3 tokens per chunk → ITL 90 ms.
     itl = _rows([20.0], [90.0], [32], "itl_mean_ms")
     frame = itl.assign(tpot_mean_ms=[20.0, 30.0], mean_acceptance_length=[None, 3.0])
-    row = analysis.itl_artifact(frame).iloc[0]
+    row = crossover.itl_artifact(frame).iloc[0]
     assert row["itl_ratio"] == pytest.approx(4.5) and row["tpot_ratio"] == pytest.approx(1.5)
     assert row["chunking"] == pytest.approx(3.0)
     assert row["artifact_share"] == pytest.approx(math.log(3.0) / math.log(4.5))
     faster = itl.assign(itl_mean_ms=[20.0, 30.0], tpot_mean_ms=[20.0, 10.0], mean_acceptance_length=[None, 3.0])
-    assert analysis.itl_artifact(faster).iloc[0]["artifact_share"] == 1.0  # TPOT fell: all of the rise is chunking
+    assert crossover.itl_artifact(faster).iloc[0]["artifact_share"] == 1.0  # TPOT fell: all of the rise is chunking
 
 
 def test_recorded_chunking_equals_acceptance_length() -> None:
     """On every recorded 70B pair, tokens per chunk (ITL ratio / TPOT ratio) is the measured acceptance length."""
-    from vllm_playbooks.runner import replay_case
+    from vllm_playbooks.results.replay import replay_case
 
     rows = replay_case("discussion-13834")
-    assert analysis.scheduled_off(rows).sum() >= 2  # the schedule's points above 16 streams
-    table = analysis.itl_artifact(rows[~analysis.scheduled_off(rows)])
+    assert schedule.scheduled_off(rows).sum() >= 2  # the schedule's points above 16 streams
+    table = crossover.itl_artifact(rows[~schedule.scheduled_off(rows)])
     assert len(table) >= 13
     assert ((table["chunking"] / table["mean_acceptance_length"] - 1).abs() < 0.05).all()
 
@@ -84,21 +86,21 @@ def test_unmeasured_matches_by_label_and_load() -> None:
 
 
 def test_the_case_page_verdict_is_the_ledgers_and_reads_its_point() -> None:
-    from vllm_playbooks import claims, reported
     from vllm_playbooks.errors import ConfigError
+    from vllm_playbooks.results.replay import replay_case
     from vllm_playbooks.results.store import load_reference
-    from vllm_playbooks.runner import replay_case
 
-    result = claims.result_for("discussion-13834-slower")
-    ledger = claims.build_ledger().set_index("claim")
-    assert str(result.verdict) == ledger.loc["discussion-13834-slower", "verdict"]
+    register_checks()
+    result = claims_ledger.result_for("discussion-13834-slower")
+    table = claims_ledger.build_ledger().set_index("claim")
+    assert str(result.verdict) == table.loc["discussion-13834-slower", "verdict"]
     assert result.point["concurrency"] == 32 and result.point["k"] == 5
-    implied = reported.implied_13834(load_reference("discussion-13834"))
+    implied = discussion_13834.implied_13834(load_reference("discussion-13834"))
     assert implied["itl_chunking_implied"] == pytest.approx(implied["itl_ratio_on_over_off"] / implied["tpot_ratio_if_closed_loop"])
-    text = reported.verdict_13834(result, analysis.itl_artifact(replay_case("discussion-13834")), implied)
+    text = discussion_13834.verdict_13834(result, crossover.itl_artifact(replay_case("discussion-13834")), implied)
     assert text.startswith(f"**Verdict: {result.verdict}.**") and "tokens per chunk" in text
     with pytest.raises(ConfigError, match="no claim 'nope'"):
-        claims.result_for("nope")
+        claims_ledger.result_for("nope")
 
 
 def _schedule_rows() -> pd.DataFrame:
@@ -119,46 +121,46 @@ def _schedule_rows() -> pd.DataFrame:
 
 
 def test_schedule_outcome_compares_with_fixed_k_where_it_drafts_and_with_off_where_it_does_not() -> None:
-    outcome = analysis.schedule_outcome(_schedule_rows(), "sched", "on").set_index("concurrency")
+    outcome = schedule.schedule_outcome(_schedule_rows(), "sched", "on").set_index("concurrency")
     assert outcome["scheduled_k"].tolist() == [4, 4, 0]
     assert outcome["reference_label"].tolist() == ["on", "on", "off"]
     assert outcome.loc[1, "change_pct"] == pytest.approx(-100 * 2 / 150)
     assert outcome.loc[8, "change_pct"] == pytest.approx(-100 * 20 / 120)
     assert outcome.loc[32, "change_pct"] == pytest.approx(-10.0)
     assert outcome.loc[32, "num_drafts"] == 12
-    assert analysis.schedule_outcome(_schedule_rows(), "not-measured", "on").empty
+    assert schedule.schedule_outcome(_schedule_rows(), "not-measured", "on").empty
     rows = _schedule_rows()
-    off = rows[analysis.scheduled_off(rows)]
+    off = rows[schedule.scheduled_off(rows)]
     assert off[["engine_label", "concurrency"]].values.tolist() == [["sched", 32]]
 
 
 def test_schedule_outcome_text_says_where_it_fell_short_and_how_the_servers_ran() -> None:
-    outcome = analysis.schedule_outcome(_schedule_rows(), "sched", "on")
+    outcome = schedule.schedule_outcome(_schedule_rows(), "sched", "on")
     modes = pd.DataFrame({"engine_label": ["off", "sched", "elsewhere"], "model_runner": ["V2", "V1", None],
                           "cudagraph_mode": ["FULL_AND_PIECEWISE", "PIECEWISE", "NONE"],
                           "async_scheduling": [True, False, None]})  # fmt: skip
-    text = analysis.schedule_outcome_text(outcome, modes)
+    text = schedule.schedule_outcome_text(outcome, modes)
     assert text.startswith("The schedule was not free here: where the schedule switched speculation off it fell "
                            "short of `off` (-10.0 % at 32); where it speculated it did not match `on` without a "
                            "schedule (-1.3 % at 1, -16.7 % at 8).")  # fmt: skip
     assert "`off` ran model runner V2, CUDA graphs FULL_AND_PIECEWISE, async scheduling on" in text
     assert "`sched` ran model runner V1, CUDA graphs PIECEWISE, async scheduling off" in text
     assert "elsewhere" not in text
-    assert analysis.server_modes_text(modes, ["elsewhere"]) == (
+    assert schedule.server_modes_text(modes, ["elsewhere"]) == (
         "Server logs: `elsewhere` ran model runner not logged, CUDA graphs NONE, async scheduling not logged.")
-    assert analysis.server_modes_text(modes, ["not-run"]) == ""
+    assert schedule.server_modes_text(modes, ["not-run"]) == ""
     matched = outcome.assign(change_pct=[-1.0, 2.0, -3.0])
-    assert analysis.schedule_outcome_text(matched).startswith(
+    assert schedule.schedule_outcome_text(matched).startswith(
         "Measured, where the schedule switched speculation off it matched `off` within ±5 % (-3.0 % at 32)")
-    assert analysis.schedule_outcome_text(outcome.iloc[0:0]) == "The batch-size schedule is not measured yet."
+    assert schedule.schedule_outcome_text(outcome.iloc[0:0]) == "The batch-size schedule is not measured yet."
 
 
 def test_never_lost_names_the_configs_that_gained_and_never_lost() -> None:
-    comparison = analysis.versus_baseline(_rows([100] * 3, [150, 110, 103], [1, 8, 32]))
-    assert analysis.never_lost_text(analysis.crossover(comparison), comparison) == (
+    comparison = compare.versus_baseline(_rows([100] * 3, [150, 110, 103], [1, 8, 32]))
+    assert crossover.never_lost_text(crossover.crossover(comparison), comparison) == (
         "Lost at no measured concurrency: on (+50.0 % at 1, +3.0 % at 32).")
-    losing = analysis.versus_baseline(_rows([100] * 2, [150, 80], [1, 32]))
-    assert analysis.never_lost_text(analysis.crossover(losing), losing) == ""
+    losing = compare.versus_baseline(_rows([100] * 2, [150, 80], [1, 32]))
+    assert crossover.never_lost_text(crossover.crossover(losing), losing) == ""
 
 
 def test_schedule_table_puts_two_schedules_beside_one_reference() -> None:
@@ -166,8 +168,8 @@ def test_schedule_table_puts_two_schedules_beside_one_reference() -> None:
     second = rows[rows["engine_label"] == "sched"].iloc[[0, 2]].assign(engine_label="sched-async",
                                                                         output_tok_s=[140.0, 95.0])  # fmt: skip
     rows = pd.concat([rows, second], ignore_index=True)
-    outcomes = pd.concat([analysis.schedule_outcome(rows, label, "on") for label in ("sched", "sched-async")])
-    table = analysis.schedule_table(outcomes)
+    outcomes = pd.concat([schedule.schedule_outcome(rows, label, "on") for label in ("sched", "sched-async")])
+    table = schedule.schedule_table(outcomes)
     assert table.index.tolist() == [(1, 4), (8, 4), (32, 0)]
     assert table[("reference", "engine_label")].tolist() == ["on", "on", "off"]
     assert table[("reference", "output_tok_s")].tolist() == [150.0, 120.0, 100.0]
@@ -179,12 +181,12 @@ def test_schedule_table_puts_two_schedules_beside_one_reference() -> None:
 
 def test_label_change_compares_two_configs_where_both_ran() -> None:
     rows = _schedule_rows()
-    change = analysis.label_change(rows, "sched", "on")
+    change = compare.label_change(rows, "sched", "on")
     assert change["concurrency"].tolist() == [1, 8, 32]
     assert change["change_pct"].round(2).tolist() == [round(-100 * 2 / 150, 2), round(-100 * 20 / 120, 2), 12.5]
-    assert analysis.label_change_text(change) == (
+    assert compare.label_change_text(change) == (
         "`sched` against `on` (output_tok_s): within ±5 % at 1 (-1.3 %); -16.7 % at 8, +12.5 % at 32.")
-    assert analysis.label_change_text(analysis.label_change(rows, "sched", "not-measured")) == ""
+    assert compare.label_change_text(compare.label_change(rows, "sched", "not-measured")) == ""
 
 
 def test_change_chain_takes_a_gap_apart_one_logged_difference_at_a_time() -> None:
@@ -197,7 +199,7 @@ def test_change_chain_takes_a_gap_apart_one_logged_difference_at_a_time() -> Non
                           "model_runner": ["V2", "V1", "V1", "V1"],
                           "cudagraph_mode": ["FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE", "PIECEWISE", "PIECEWISE"],
                           "async_scheduling": [True, True, True, None]})  # fmt: skip
-    chain = analysis.change_chain(rows, list(measured), modes)
+    chain = schedule.change_chain(rows, list(measured), modes)
     assert chain.index.tolist() == ["1", "2", "3", "total"]
     assert [c for c in chain.columns if isinstance(c, int)] == [32, 64]  # 8 lacks two of the servers
     assert chain["differs"].tolist() == [
@@ -210,11 +212,11 @@ def test_change_chain_takes_a_gap_apart_one_logged_difference_at_a_time() -> Non
     for level in (32, 64):  # the steps compound to the total
         assert (1 + steps[level] / 100).prod() == pytest.approx(1 + chain.loc["total", level] / 100)
     assert chain.loc["total", 32] == pytest.approx(-11.0)
-    assert analysis.change_chain_text(chain) == (
+    assert schedule.change_chain_text(chain) == (
         "`sched` against `off`: at 32, -11.0 % in all, the largest step speculation none → draft_model; async "
         "scheduling on → not logged (`sched` against `off-v1-piecewise`: -9.2 %); at 64, -10.0 % in all, the largest "
         "step speculation none → draft_model; async scheduling on → not logged (`sched` against `off-v1-piecewise`: "
         "-9.1 %).")  # fmt: skip
-    assert analysis.change_chain_text(analysis.change_chain(rows, ["off", "sched"], modes).drop(columns=[8, 32, 64])) == ""
+    assert schedule.change_chain_text(schedule.change_chain(rows, ["off", "sched"], modes).drop(columns=[8, 32, 64])) == ""
     with pytest.raises(ValueError, match="at least two labels"):
-        analysis.change_chain(rows, ["off"], modes)
+        schedule.change_chain(rows, ["off"], modes)

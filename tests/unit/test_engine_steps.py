@@ -9,13 +9,16 @@ import pandas as pd
 import pytest
 
 from tests.conftest import ROOT
-from vllm_playbooks import analysis, pipeline
+from vllm_playbooks.analysis import runs, whatif
+from vllm_playbooks.book import plots
+from vllm_playbooks.cases import gpt_oss_eagle3, pp_27462
 from vllm_playbooks.engine.metrics import parse_histogram
 from vllm_playbooks.errors import ServerError
+from vllm_playbooks.model import calibration
 from vllm_playbooks.results import raw
-from vllm_playbooks.results.textfiles import read_text
 from vllm_playbooks.results.engine_steps import read_engine_steps, step_histogram, step_summary
-from vllm_playbooks.runner import replay_case
+from vllm_playbooks.results.replay import replay_case
+from vllm_playbooks.results.textfiles import read_text
 
 BOUNDS = (1, 8, 16, 32, 64, 128)
 
@@ -97,7 +100,7 @@ DATA = ROOT / "data"
 
 @pytest.fixture(scope="module")
 def pp_rows() -> pd.DataFrame:
-    return replay_case(pipeline.CASE, DATA)
+    return replay_case(pp_27462.CASE, DATA)
 
 
 @pytest.fixture(scope="module")
@@ -121,18 +124,18 @@ def test_at_small_caps_one_microbatch_holds_nearly_every_sequence(pp_steps: pd.D
 
 
 def test_the_request_path_did_not_fill_a_cap_of_256(pp_rows: pd.DataFrame, pp_steps: pd.DataFrame) -> None:
-    left_out = pipeline.unfilled(pp_rows, pp_steps.reset_index())
+    left_out = pp_27462.unfilled(pp_rows, pp_steps.reset_index())
     assert sorted(left_out.engine_label) == ["8b-pp1-mns256", "8b-pp2-mns256"]
     assert (left_out.fill < 0.8).all()
-    note = pipeline.unfilled_note(left_out)
+    note = pp_27462.unfilled_note(left_out)
     assert "`8b-pp1-mns256` ran 134 of 256 (52%)" in note and "something other than `max_num_seqs`" in note
-    comparison = pipeline.pp_comparison(pp_rows, steps=pp_steps.reset_index()).set_index("max_num_seqs")
+    comparison = pp_27462.pp_comparison(pp_rows, steps=pp_steps.reset_index()).set_index("max_num_seqs")
     assert math.isnan(comparison.loc[128, "pp2_at_2n_tok_s"])  # PP=2 at 256 is left out, so N=128 is not judged
-    assert pipeline.verdict_label(pipeline.pp_comparison(pp_rows, steps=pp_steps.reset_index())) == "Reproduced"
+    assert pp_27462.verdict_label(pp_27462.pp_comparison(pp_rows, steps=pp_steps.reset_index())) == "Reproduced"
 
 
 def test_the_one_gpu_points_ran_two_at_a_time(pp_rows: pd.DataFrame) -> None:
-    beside = analysis.overlapping_points(pp_rows).set_index("engine_label").beside
+    beside = runs.overlapping_points(pp_rows).set_index("engine_label").beside
     assert beside.to_dict() == {
         "8b-pp1-mns128": "8b-pp1-mns256 at concurrency 512", "8b-pp1-mns256": "8b-pp1-mns128 at concurrency 256",
         "8b-pp1-mns32": "8b-pp1-mns64 at concurrency 128", "8b-pp1-mns64": "8b-pp1-mns32 at concurrency 64",
@@ -145,12 +148,11 @@ def test_overlap_needs_the_windows_to_intersect() -> None:
                          "measured_at": ["2026-01-01T00:01:00+00:00", "2026-01-01T00:00:40+00:00",
                                          "2026-01-01T00:02:00+00:00"]})  # fmt: skip
     # a: 00:00:00-00:01:00, b: 00:00:10-00:00:40 (inside a), c: 00:01:50-00:02:00 (alone)
-    assert analysis.overlapping_points(rows)[["engine_label", "beside"]].values.tolist() == [
+    assert runs.overlapping_points(rows)[["engine_label", "beside"]].values.tolist() == [
         ["x", "y at concurrency 2"], ["y", "x at concurrency 1"]]
 
 
 def test_the_step_figure_draws_only_buckets_some_step_fell_in(pp_rows: pd.DataFrame) -> None:
-    from vllm_playbooks import plots
 
     rows = pp_rows[pp_rows.engine_label.isin(["8b-pp1-mns64", "8b-pp2-mns64"])]
     ax = plots.step_shares(step_histogram(rows, DATA), title="cap 64")
@@ -163,14 +165,14 @@ def test_the_step_figure_draws_only_buckets_some_step_fell_in(pp_rows: pd.DataFr
 
 
 def test_the_overlap_note_names_the_pairs_and_says_when_none_overlapped(pp_rows: pd.DataFrame) -> None:
-    note = analysis.overlap_note(pp_rows)
+    note = runs.overlap_note(pp_rows)
     assert note.startswith("4 of the 10 points ran at the same time as another point")
     assert "`8b-pp1-mns32` at concurrency 64 beside 8b-pp1-mns64 at concurrency 128" in note
     alone = pp_rows[pp_rows.pipeline_parallel_size == 2]
-    assert analysis.overlap_note(alone) == "Each of the 4 points ran alone on its host."
+    assert runs.overlap_note(alone) == "Each of the 4 points ran alone on its host."
     # more overlapping points than a sentence can name: counted per configuration, the pairs left to the table
     deepseek = replay_case("deepseek-mtp")  # its 2-GPU sessions overlapped 64 points; later one-GPU runs ran alone
-    many = analysis.overlap_note(deepseek)
+    many = runs.overlap_note(deepseek)
     assert many.startswith(f"64 of the {len(deepseek)} points ran at the same time as another point")
     assert "; by configuration: `mtp-k1-a0.85` " in many and " beside " not in many
     assert many.endswith("The table below names what each ran beside; the others ran alone.")
@@ -178,15 +180,14 @@ def test_the_overlap_note_names_the_pairs_and_says_when_none_overlapped(pp_rows:
 
 def test_the_roofline_overestimates_every_measured_point_but_keeps_the_pattern(pp_rows: pd.DataFrame,
                                                                                pp_steps: pd.DataFrame) -> None:  # fmt: skip
-    from vllm_playbooks import theory
-    from vllm_playbooks.plan import load_plan
+    from vllm_playbooks.run.plan import load_plan
 
-    grid = pipeline.planned_grid(load_plan(pipeline.CASE), theory.fit_efficiency(theory.calibration_rows(), "H200-SXM"))
-    table = pipeline.measured_vs_predicted(pipeline.saturated(pp_rows, steps=pp_steps.reset_index()), grid)
+    grid = pp_27462.planned_grid(load_plan(pp_27462.CASE), calibration.fit_efficiency(whatif.calibration_rows(), "H200-SXM"))
+    table = pp_27462.measured_vs_predicted(pp_27462.saturated(pp_rows, steps=pp_steps.reset_index()), grid)
     assert len(table) == 8 and (table.prediction_error_pct > 0).all()
     largest = table.loc[table.prediction_error_pct.idxmax()]
     assert largest.engine_label == "8b-pp1-mns128"  # the largest one-GPU batch
-    assert pipeline.verdict_label(pipeline.pp_comparison(pipeline.predicted_rows(grid))) == "Reproduced"
+    assert pp_27462.verdict_label(pp_27462.pp_comparison(pp_27462.predicted_rows(grid))) == "Reproduced"
 
 
 def test_while_the_cap_of_256_was_not_filled_no_request_waited() -> None:
@@ -195,7 +196,7 @@ def test_while_the_cap_of_256_was_not_filled_no_request_waited() -> None:
     import re
 
     for config in ("8b-pp1-mns256-964b263597-2026-11-30T135618", "8b-pp2-mns256-d4156661cc-2026-11-30T141220"):
-        text = read_text(DATA / "runs" / pipeline.CASE / "logs" / f"{config}+0000.log")
+        text = read_text(DATA / "runs" / pp_27462.CASE / "logs" / f"{config}+0000.log")
         stats = [(int(r), int(w)) for r, w in re.findall(r"Running: (\d+) reqs, Waiting: (\d+) reqs", text)]
         assert any(running < 230 and waiting == 0 for running, waiting in stats), config
 
@@ -203,13 +204,12 @@ def test_while_the_cap_of_256_was_not_filled_no_request_waited() -> None:
 def test_recorded_gains_are_saved_steps_over_step_cost() -> None:
     """On the recorded gpt-oss runs, the step factors multiply back to the measured gain: wall time is steps times
     time per step, read from the scrapes and the bench's duration independently of the bench's throughput."""
-    from vllm_playbooks import verdicts
     from vllm_playbooks.results.engine_steps import with_step_times
 
     runs = replay_case("gpt-oss-eagle3")
     stepped = with_step_times(runs)
     assert stepped.engine_steps.notna().all() and (stepped.ms_per_step > 0).all()
-    factors = verdicts.step_factors(stepped, {"chat": (230, 203), "swe": (13000, 203)}, "eagle3-k3-a0.71")
+    factors = gpt_oss_eagle3.step_factors(stepped, {"chat": (230, 203), "swe": (13000, 203)}, "eagle3-k3-a0.71")
     assert set(factors.profile) == {"chat", "swe"} and len(factors) >= 10
     implied = 100 * (factors.fewer_steps_x / factors.step_cost_x - 1)
     assert (implied - factors.gain_pct).abs().max() < 1.0

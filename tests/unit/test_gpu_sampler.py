@@ -14,11 +14,18 @@ import pytest
 from tests.conftest import FakeBench
 from tests.fakes.fake_nvml import FakeGpu, FakeNvml, two_h200
 from tests.unit.test_runner import factory
-from vllm_playbooks.engine.gpu_sampler import NVML_MODULES, SAMPLE_COLUMNS, GpuSampler, GpuSamplerUnavailable, resolve_devices
-from vllm_playbooks.plan import load_plan
+from vllm_playbooks.engine.gpu_sampler import (
+    NVML_MODULES,
+    SAMPLE_COLUMNS,
+    GpuSampler,
+    GpuSamplerUnavailable,
+    resolve_devices,
+)
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.gpu_samples import gpu_summary, load_gpu_samples, sampling_status, summarize_samples
-from vllm_playbooks.runner import replay_case, replay_rows, run_case
+from vllm_playbooks.results.replay import replay_case, replay_rows
+from vllm_playbooks.run.case import run_case
+from vllm_playbooks.run.plan import load_plan
 
 CASE = "llama-8b-draft-model"
 

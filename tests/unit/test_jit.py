@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 
 from vllm_playbooks.results.jit import OUTSIDE, JitEvent, jit_note, jit_table, parse_jit_events
+from vllm_playbooks.results.replay import replay_case
 from vllm_playbooks.results.stalls import describe_load, mark_stalled
-from vllm_playbooks.runner import replay_case
 
 UTC = dt.UTC
 TAIL = "This causes a latency spike; consider extending warmup to cover this shape/config."

@@ -8,8 +8,8 @@ import warnings
 import pandas as pd
 import pytest
 
-from vllm_playbooks import leases
-from vllm_playbooks.plan import plan_from_dict
+from vllm_playbooks.run import budget
+from vllm_playbooks.run.plan import plan_from_dict
 
 PLAN = plan_from_dict({"case": "t", "engine_defaults": {"model": "llama-3.1-8b", "max_model_len": 2048},
                        "engines": [{"label": "a"}, {"label": "b"}, {"label": "c"},
@@ -37,7 +37,7 @@ def test_a_points_wall_runs_from_ready_or_the_point_before_on_its_server() -> No
     # a's first server: ready at 100; c1 ends at 160, c4 at 200. Its second server (ready at 1050) measures c16 at 1300.
     # b never became ready: its row has no server to time it from
     rows = _rows(("a", 4, 200), ("a", 1, 160), ("a", 16, 1300), ("b", 1, 500))
-    walls = leases.point_walls(rows, servers)
+    walls = budget.point_walls(rows, servers)
     assert walls[["engine_label", "concurrency", "wall_s"]].values.tolist() == [["a", 1, 60.0], ["a", 4, 40.0],
                                                                                 ["a", 16, 250.0]]  # fmt: skip
 
@@ -46,13 +46,13 @@ def test_the_rest_of_a_grid_takes_the_longest_recorded_wall_per_load_and_start_u
     servers = _servers(("a1", "a", 0, 100), ("b1", "b", 400, 80), ("b2", "b", 900, 120))
     # walls: a c1 60, a c4 40, a c16 300; b c1 90 (its second server's point)
     rows = _rows(("a", 1, 160), ("a", 4, 200), ("a", 16, 500), ("b", 1, 1110))
-    table = leases.remaining_time(PLAN, rows, servers).set_index("engine_label")
+    table = budget.remaining_time(PLAN, rows, servers).set_index("engine_label")
     assert table.index.tolist() == ["b", "c", "big"]  # a is complete
     assert table.loc["b", "points"] == 2 and table.loc["b", "startup_s"] == 120.0  # the shape's longest start
     assert table.loc["b", "points_s"] == 340.0  # c4 40 + c16 300
     assert table.loc["b", "time_limit_s"] == 580  # 1.25 × 460 = 575, up to 10 s
     assert table.loc["c", "startup_s"] == 120.0 and table.loc["c", "points_s"] == 90.0 + 40.0 + 300.0  # any config's
-    assert leases.remaining_time(PLAN, rows, servers, margin=1.0).set_index("engine_label").loc[
+    assert budget.remaining_time(PLAN, rows, servers, margin=1.0).set_index("engine_label").loc[
         "b", "time_limit_s"] == 460  # fmt: skip
     # the 70B shape never ran: neither its start-up nor its points are estimated from the 8B's
     assert table.loc["big", "model_shape"] == "llama-3.3-70b" and table.loc["big", "unknown"] == 3
@@ -63,63 +63,63 @@ def test_a_start_up_is_estimated_as_cold_when_the_config_only_ever_started_warm(
     # a started first on a fresh machine (400 s: no compile or kernel cache); b after it on the same machine (60 s)
     servers = _servers(("a1", "a", 0, 400), ("b1", "b", 500, 60))
     rows = _rows(("a", 1, 460), ("b", 1, 620))
-    table = leases.remaining_time(PLAN, rows, servers).set_index("engine_label")
+    table = budget.remaining_time(PLAN, rows, servers).set_index("engine_label")
     assert table.loc["b", "startup_s"] == 400.0 and table.loc["a", "startup_s"] == 400.0
 
 
 def test_the_rest_of_a_grid_in_words_names_each_server_and_says_when_nothing_is_left() -> None:
     servers = _servers(("a1", "a", 0, 100), ("b1", "b", 400, 80), ("b2", "b", 900, 120))
     rows = _rows(("a", 1, 160), ("a", 4, 200), ("a", 16, 500), ("b", 1, 1110))
-    text = leases.describe_remaining_time(leases.remaining_time(PLAN, rows, servers))
+    text = budget.describe_remaining_time(budget.remaining_time(PLAN, rows, servers))
     assert text.startswith("8 planned points are left on 3 servers, one lease each: ")
     assert "`b` (llama-3.1-8b): 2 points, start-up ≈ 120 s, points ≈ 340 s, `--time-limit-s 580`" in text
     assert "`big` (llama-3.3-70b): 3 points, no estimate (no server of its shape ever became ready)" in text
-    one = leases.remaining_time(PLAN, _rows(("a", 1, 160)), _servers(("a1", "a", 0, 100)))
+    one = budget.remaining_time(PLAN, _rows(("a", 1, 160)), _servers(("a1", "a", 0, 100)))
     assert "`a` (llama-3.1-8b): 2 points, no estimate (2 of its loads never ran on its shape)" in (
-        leases.describe_remaining_time(one))  # fmt: skip
-    assert leases.describe_remaining_time(leases.remaining_time(PLAN, rows, servers).iloc[:0]) == (
+        budget.describe_remaining_time(one))  # fmt: skip
+    assert budget.describe_remaining_time(budget.remaining_time(PLAN, rows, servers).iloc[:0]) == (
         "Every planned point is recorded in a run that did not stall: nothing is left to measure.")  # fmt: skip
     last = pd.DataFrame([{"engine_label": "k3", "model_shape": "gpt-oss-120b", "points": 1, "stalled": 0, "unknown": 0,
                           "startup_s": 192.0, "points_s": 387.0, "time_limit_s": 730}])  # fmt: skip
-    assert leases.describe_remaining_time(last) == ("1 planned point is left on 1 server, one lease each: `k3` "
+    assert budget.describe_remaining_time(last) == ("1 planned point is left on 1 server, one lease each: `k3` "
                                                     "(gpt-oss-120b): 1 point, start-up ≈ 192 s, points ≈ 387 s, "
                                                     "`--time-limit-s 730`.")  # fmt: skip
     again = last.assign(stalled=1)
     assert "`k3` (gpt-oss-120b): 1 point (1 recorded only in runs that stalled), start-up" in (
-        leases.describe_remaining_time(again))  # fmt: skip
+        budget.describe_remaining_time(again))  # fmt: skip
 
 
 def test_a_load_recorded_only_in_stalled_runs_is_left_to_measure_again() -> None:
     servers = _servers(("a1", "a", 0, 100))
     rows = _rows(("a", 1, 160), ("a", 4, 200), ("a", 16, 500))
-    assert "a" not in leases.remaining_time(PLAN, rows, servers)["engine_label"].tolist()  # no stalled column
+    assert "a" not in budget.remaining_time(PLAN, rows, servers)["engine_label"].tolist()  # no stalled column
     marked = rows.assign(stalled=[False, False, True])  # c16's only run stalled
-    table = leases.remaining_time(PLAN, marked, servers).set_index("engine_label")
+    table = budget.remaining_time(PLAN, marked, servers).set_index("engine_label")
     assert table.loc["a", "points"] == 1 and table.loc["a", "stalled"] == 1
     assert table.loc["a", "points_s"] == 300.0  # its own stalled run's wall estimates the next
     assert table.loc["b", "stalled"] == 0 and table.loc["b", "points"] == 3
     both = pd.concat([marked, _rows(("a", 16, 900)).assign(stalled=False)])  # measured again without a stall
-    assert "a" not in leases.remaining_time(PLAN, both, servers)["engine_label"].tolist()
+    assert "a" not in budget.remaining_time(PLAN, both, servers)["engine_label"].tolist()
 
 
 def test_a_short_budget_takes_the_shortest_points_first_after_the_start_up() -> None:
     servers = _servers(("a1", "a", 0, 100), ("b1", "b", 400, 80), ("b2", "b", 900, 120))
     # walls: a c1 60, a c4 40, a c16 300; b c1 90. Start-ups: b 120 (its own), c 120 (any of the 8B's), big unknown
     rows = _rows(("a", 1, 160), ("a", 4, 200), ("a", 16, 500), ("b", 1, 1110))
-    points = leases.point_estimates(PLAN, rows, servers)
+    points = budget.point_estimates(PLAN, rows, servers)
     assert points[["engine_label", "concurrency", "wall_s"]].values.tolist()[:5] == [
         ["b", 4, 40.0], ["b", 16, 300.0], ["c", 1, 90.0], ["c", 4, 40.0], ["c", 16, 300.0]]  # fmt: skip
-    fit = leases.points_within(points, budget_s=250, margin=1.0)
+    fit = budget.points_within(points, budget_s=250, margin=1.0)
     # c: 120 + 40 (c4) = 160, + 90 (c1) = 250, + 300 (c16) = 550; b: 160, then 460
     assert fit[["engine_label", "concurrency", "needed_s"]].values.tolist() == [["b", 4, 160.0], ["c", 4, 160.0],
                                                                                  ["c", 1, 250.0]]  # fmt: skip
-    assert leases.points_within(points, budget_s=250)["needed_s"].tolist() == [200.0, 200.0]  # × 1.25: c1 no more
-    assert leases.points_within(points, budget_s=150, margin=1.0).empty  # not even one point after a start-up
+    assert budget.points_within(points, budget_s=250)["needed_s"].tolist() == [200.0, 200.0]  # × 1.25: c1 no more
+    assert budget.points_within(points, budget_s=150, margin=1.0).empty  # not even one point after a start-up
 
 
 def test_a_load_never_measured_has_no_estimate() -> None:
     servers = _servers(("a1", "a", 0, 100))
-    table = leases.remaining_time(PLAN, _rows(("a", 1, 160)), servers).set_index("engine_label")
+    table = budget.remaining_time(PLAN, _rows(("a", 1, 160)), servers).set_index("engine_label")
     assert table.loc["a", "unknown"] == 2 and math.isnan(table.loc["a", "points_s"])
     assert math.isnan(table.loc["a", "time_limit_s"])
 
@@ -127,29 +127,29 @@ def test_a_load_never_measured_has_no_estimate() -> None:
 def test_recorded_eagle3_walls_and_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
     """The α 0.61 server of 2026-12-02: launched 12:34:21, ready 91 s later; concurrency 4 ended 12:38:35, 8 at 12:39:13."""
     from vllm_playbooks.results.store import load_runs
-    from vllm_playbooks.startup import server_time
+    from vllm_playbooks.run.budget import server_time
 
-    walls = leases.point_walls(load_runs("gpt-oss-eagle3"), server_time("gpt-oss-eagle3"))
+    walls = budget.point_walls(load_runs("gpt-oss-eagle3"), server_time("gpt-oss-eagle3"))
     chat = (walls.engine_label == "eagle3-k3-a0.61") & (walls.input_len == 230)  # that server ran the chat profile
     alpha = walls[chat].set_index("concurrency")["wall_s"]
     assert alpha.loc[8] == 38.0 and alpha.loc[1] == 60.0  # 12:36:52 - (12:34:21 + 91 s)
-    assert leases.main(["--case", "gpt-oss-eagle3", "--part", "1-verdict"]) == 0
+    assert budget.main(["--case", "gpt-oss-eagle3", "--part", "1-verdict"]) == 0
     assert capsys.readouterr().out.strip() == "nothing left to measure"
-    assert leases.main(["--case", "gpt-oss-eagle3", "--part", "1-verdict", "--budget-s", "600"]) == 0
+    assert budget.main(["--case", "gpt-oss-eagle3", "--part", "1-verdict", "--budget-s", "600"]) == 0
     assert capsys.readouterr().out.strip() == "nothing left to measure"
-    assert leases.main(["--case", "gpt-oss-eagle3", "--part", "9-nope"]) == 2
+    assert budget.main(["--case", "gpt-oss-eagle3", "--part", "9-nope"]) == 2
     assert "no part '9-nope'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        leases.main(["--case", "gpt-oss-eagle3", "--budget-s", "0"])
+        budget.main(["--case", "gpt-oss-eagle3", "--budget-s", "0"])
     assert "--budget-s must be positive" in capsys.readouterr().err
 
 
 def test_a_case_with_nothing_recorded_has_no_estimates(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
     with warnings.catch_warnings():
         warnings.simplefilter("error", pd.errors.PerformanceWarning)  # no server logs: an empty launch column
-        assert leases.main(["--case", "llama-8b-draft-model", "--data", str(tmp_path)]) == 0
+        assert budget.main(["--case", "llama-8b-draft-model", "--data", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].split() == ["spec-off", "llama-3.1-8b", "4", "0", "4", "NaN", "NaN", "NaN"]
     # with no estimate, no point can be said to fit
-    assert leases.main(["--case", "llama-8b-draft-model", "--data", str(tmp_path), "--budget-s", "1800"]) == 0
+    assert budget.main(["--case", "llama-8b-draft-model", "--data", str(tmp_path), "--budget-s", "1800"]) == 0
     assert capsys.readouterr().out.strip() == "no point left to measure fits in 1800 s with a server's start-up"

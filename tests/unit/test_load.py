@@ -72,7 +72,7 @@ def test_the_length_spread_reaches_bench_serve() -> None:
 
 
 def test_a_list_of_length_spreads_measures_each_level_under_each() -> None:
-    from vllm_playbooks.plan import plan_from_dict
+    from vllm_playbooks.run.plan import plan_from_dict
 
     spec = {"case": "t", "engines": [{"label": "off", "model": "llama-3.1-8b", "max_model_len": 2048}],
             "loads": {"input_len": 512, "output_len": 128, "concurrency": [1, 16], "random_range_ratio": [0.0, 0.5]}}  # fmt: skip

@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest import FIXTURES
 from vllm_playbooks.config.load import LoadPoint
+from vllm_playbooks.engine import metrics
 from vllm_playbooks.engine.metrics import diff_metrics, parse_metrics, per_position_json
 from vllm_playbooks.errors import SchemaError, ServerError
 from vllm_playbooks.load.bench import InProcessBench, bench_argv, load_bench_file, read_bench_result
@@ -48,7 +49,6 @@ def test_delta_matches_what_bench_serve_computed_on_the_same_run() -> None:
 @pytest.mark.parametrize("scrape", [DRAFT / "metrics_after.prom", FIXTURES / "h200-spec-off-c16" / "metrics_after.prom",
                                     FIXTURES / "cpu-ngram-metrics.prom"], ids=["draft", "spec-off", "cpu"])  # fmt: skip
 def test_the_snapshot_reads_only_the_lines_it_needs_and_parses_a_text_once(scrape: Path) -> None:
-    from vllm_playbooks.engine import metrics
 
     text = scrape.read_text()
     kept = metrics._snapshot_lines(text)

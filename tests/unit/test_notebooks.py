@@ -9,8 +9,8 @@ import nbformat
 import pytest
 
 from tests.conftest import ROOT
-from vllm_playbooks.errors import ConfigError
-from vllm_playbooks.notebooks import (
+from vllm_playbooks.book import notebooks
+from vllm_playbooks.book.notebooks import (
     changed_check_outputs,
     check_notebook,
     default_parameters,
@@ -20,6 +20,7 @@ from vllm_playbooks.notebooks import (
     parse_parameter_pairs,
     require_mode,
 )
+from vllm_playbooks.errors import ConfigError
 
 NOTEBOOKS = list_notebooks(ROOT)
 
@@ -107,7 +108,7 @@ def test_reproduce_of_an_unknown_notebook_says_which_exist(capsys: pytest.Captur
 
 
 def test_a_bad_mode_is_refused() -> None:
-    from vllm_playbooks.runner import results_for
+    from vllm_playbooks.run.case import results_for
 
     with pytest.raises(ConfigError, match="mode must be 'replay' or 'live'"):
         results_for("llama-8b-draft-model", "Live")
@@ -171,7 +172,6 @@ def test_compare_refuses_a_folder_without_the_executed_notebooks(
 def test_compare_lists_the_stale_check_cells_and_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import vllm_playbooks.notebooks as notebooks
 
     source, ran = _checked_pair(tmp_path, ["best k 2\n"], ["best k 2\n"])
     executed = tmp_path / "executed"

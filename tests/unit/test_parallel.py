@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from vllm_playbooks.errors import ConfigError, PlaybookError
-from vllm_playbooks.parallel import assign_engines, check_group_sizes, main, merge_into, run_on_gpus, worker_argv
-from vllm_playbooks.plan import load_plan
 from vllm_playbooks.results import raw
-from vllm_playbooks.runner import replay_rows
+from vllm_playbooks.results.replay import replay_rows
+from vllm_playbooks.run import parallel
+from vllm_playbooks.run.parallel import assign_engines, check_group_sizes, main, merge_into, run_on_gpus, worker_argv
+from vllm_playbooks.run.plan import load_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 CASE = "llama-8b-draft-model"
@@ -149,13 +150,11 @@ def _interrupted(*args: object, **kwargs: object) -> None:
 
 def test_an_interrupt_ends_with_one_line_not_a_traceback(monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
-    import vllm_playbooks.parallel as parallel
-    import vllm_playbooks.runner as runner
 
     monkeypatch.setattr(parallel, "run_on_gpus", _interrupted)
     assert main(["--case", CASE, "--gpus", "0", "1"]) == 130
     assert capsys.readouterr().err.strip() == f"{parallel.INTERRUPTED}; the points every worker finished were merged"
-    monkeypatch.setattr(runner, "run_case", _interrupted)
+    monkeypatch.setattr(parallel, "run_case", _interrupted)
     assert main(["worker", "--case", CASE, "--engines", "spec-off"]) == 130
     assert capsys.readouterr().err.strip() == parallel.INTERRUPTED
 
@@ -195,7 +194,6 @@ def test_a_time_limit_must_be_positive(capsys: pytest.CaptureFixture[str]) -> No
 
 def test_a_part_of_the_grid_is_chosen_by_name(monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
-    import vllm_playbooks.parallel as parallel
 
     seen: dict[str, object] = {}
 
@@ -213,8 +211,7 @@ def test_a_part_of_the_grid_is_chosen_by_name(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_repeats_ask_for_a_second_run_of_the_chosen_points(monkeypatch: pytest.MonkeyPatch) -> None:
-    import vllm_playbooks.parallel as parallel
-    from vllm_playbooks.plan import load_plan
+    from vllm_playbooks.run.plan import load_plan
 
     calls: list[dict[str, object]] = []
 
@@ -245,14 +242,13 @@ def test_a_worker_started_with_sigint_ignored_still_stops_on_the_interrupt(tmp_p
     stub = tmp_path / "slow_runner.py"
     stub.write_text(
         "import sys, time\n"
-        "import vllm_playbooks.plan as plan, vllm_playbooks.runner as runner\n"
-        "plan.load_plan = lambda *a, **k: None\n"
+        "import vllm_playbooks.run.parallel as parallel\n"
+        "parallel.load_plan = lambda *a, **k: None\n"
         "def run_case(*a, **k):\n"
         "    print('measuring', flush=True)\n"
         "    time.sleep(60)\n"
-        "runner.run_case = run_case\n"
-        "from vllm_playbooks.parallel import main\n"
-        "sys.exit(main(['worker', '--case', 'c', '--engines', 'e']))\n"
+        "parallel.run_case = run_case\n"
+        "sys.exit(parallel.main(['worker', '--case', 'c', '--engines', 'e']))\n"
     )
     worker = subprocess.Popen([sys.executable, str(stub)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # noqa: PLW1509

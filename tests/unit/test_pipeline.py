@@ -16,12 +16,17 @@ import pytest  # noqa: E402
 
 from tests.conftest import FakeBench  # noqa: E402
 from tests.unit.test_runner import factory  # noqa: E402
-from vllm_playbooks import pipeline, plots, theory  # noqa: E402
-from vllm_playbooks.config.load import LoadPoint  # noqa: E402
-from vllm_playbooks.errors import CapacityError, ConfigError  # noqa: E402
-from vllm_playbooks.plan import load_plan  # noqa: E402
+from vllm_playbooks.analysis import whatif
+from vllm_playbooks.book import plots
+from vllm_playbooks.cases import pp_27462
+from vllm_playbooks.config.load import LoadPoint
+from vllm_playbooks.errors import CapacityError, ConfigError
+from vllm_playbooks.model import calibration, pipeline
+from vllm_playbooks.results import raw
+from vllm_playbooks.run import case as runner
+from vllm_playbooks.run.plan import load_plan
 
-CASE = pipeline.CASE
+CASE = pp_27462.CASE
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -58,12 +63,12 @@ def test_a_fixed_concurrency_and_the_ray_executor_are_one_override_away() -> Non
 
 
 def test_select_engines_by_cap() -> None:
-    assert pipeline.select_engines(CASE) is None
-    assert pipeline.select_engines(CASE, max_num_seqs=[64]) == [
+    assert pp_27462.select_engines(CASE) is None
+    assert pp_27462.select_engines(CASE, max_num_seqs=[64]) == [
         "8b-pp1-mns64", "8b-pp2-mns64", "8b-tp2-mns64", "70b-pp2-mns64", "70b-tp2-mns64"]  # fmt: skip
-    assert pipeline.select_engines(CASE, engines=["8b-pp1-mns32", "8b-pp1-mns64"], max_num_seqs=[64]) == ["8b-pp1-mns64"]
+    assert pp_27462.select_engines(CASE, engines=["8b-pp1-mns32", "8b-pp1-mns64"], max_num_seqs=[64]) == ["8b-pp1-mns64"]
     with pytest.raises(ConfigError, match=r"no engine has max_num_seqs in \[48\]"):
-        pipeline.select_engines(CASE, max_num_seqs=[48])
+        pp_27462.select_engines(CASE, max_num_seqs=[48])
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -87,20 +92,20 @@ def test_layout_names() -> None:
 
 
 @pytest.fixture(scope="module")
-def fit() -> theory.EfficiencyFit:
-    return theory.fit_efficiency(theory.calibration_rows(), "H200-SXM")
+def fit() -> calibration.EfficiencyFit:
+    return calibration.fit_efficiency(whatif.calibration_rows(), "H200-SXM")
 
 
-def test_one_gpu_prediction_is_the_closed_loop_roofline(fit: theory.EfficiencyFit) -> None:
+def test_one_gpu_prediction_is_the_closed_loop_roofline(fit: calibration.EfficiencyFit) -> None:
     pred = pipeline.predicted_throughput(fit, "llama-3.1-8b", 64, 1, 1, 128, 256)
     row = {"model_shape": "llama-3.1-8b", "concurrency": 64, "input_len": 128, "output_len": 256,
            "num_speculative_tokens": 0}  # fmt: skip
-    assert pred["tpot_ms"] == pytest.approx(theory.predict_tpot_ms(row, fit))
+    assert pred["tpot_ms"] == pytest.approx(calibration.predict_tpot_ms(row, fit))
     assert pred["output_tok_s"] == pytest.approx(64 * 1000 / pred["tpot_ms"])
 
 
 def test_without_overhead_two_stages_at_2n_are_two_gpus_at_n() -> None:
-    ideal = theory.EfficiencyFit("H200-SXM", 1.0, 1.0, 1.0, 0.0, 0, 0.0)
+    ideal = calibration.EfficiencyFit("H200-SXM", 1.0, 1.0, 1.0, 0.0, 0, 0.0)
     one = pipeline.predicted_throughput(ideal, "llama-3.3-70b", 32, 1, 1, 128, 256)["output_tok_s"]
     pp2_n = pipeline.predicted_throughput(ideal, "llama-3.3-70b", 32, 1, 2, 128, 256)
     pp2_2n = pipeline.predicted_throughput(ideal, "llama-3.3-70b", 64, 1, 2, 128, 256)
@@ -116,23 +121,23 @@ def test_without_overhead_two_stages_at_2n_are_two_gpus_at_n() -> None:
 def test_point_duration_follows_the_duration_rule() -> None:
     load = LoadPoint(input_len=128, output_len=256, concurrency=64)
     # 2560 tok/s = 10 requests/s: 128 warm-up + max(640, ceil(1.1 × 10 × 30) = 330) requests → 76.8 s
-    assert pipeline.estimated_point_s(load, 2560.0) == pytest.approx(76.8)
+    assert pp_27462.estimated_point_s(load, 2560.0) == pytest.approx(76.8)
     # 25600 tok/s = 100 requests/s: 128 + max(640, ceil(1.1 × 100 × 30) = 3301, as the runner's float rounds) → 34.29 s
-    assert pipeline.estimated_point_s(load, 25600.0) == pytest.approx(34.29)
-    assert pipeline.estimated_point_s(load, 25600.0) * 100 - 128 == load.measured_prompts(100.0)
+    assert pp_27462.estimated_point_s(load, 25600.0) == pytest.approx(34.29)
+    assert pp_27462.estimated_point_s(load, 25600.0) * 100 - 128 == load.measured_prompts(100.0)
 
 
-def test_planned_grid_counts_each_server_start_once(fit: theory.EfficiencyFit) -> None:
-    grid = pipeline.planned_grid(load_plan(CASE), fit)
+def test_planned_grid_counts_each_server_start_once(fit: calibration.EfficiencyFit) -> None:
+    grid = pp_27462.planned_grid(load_plan(CASE), fit)
     assert len(grid) == 20 and (grid.concurrency == 2 * grid.max_num_seqs).all()
     assert grid.microbatch.tolist() == (grid.max_num_seqs / grid.layout.map({"PP=1": 1, "PP=2": 2, "TP=2": 1})).tolist()
     assert grid.estimated_startup_s.sum() == 12 * 60 + 8 * 150
-    sweep = pipeline.planned_grid(load_plan(CASE, engines=["8b-pp2-mns256"], concurrency=[32, 512]), fit)
+    sweep = pp_27462.planned_grid(load_plan(CASE, engines=["8b-pp2-mns256"], concurrency=[32, 512]), fit)
     assert sweep.microbatch.tolist() == [16.0, 128.0]  # below the cap, the load sets the batch
     assert sweep.estimated_startup_s.tolist() == [60.0, 0.0]
-    assert 40 < pipeline.estimated_minutes(grid) < 90
-    assert pipeline.predicted_best_pp(grid, "llama-3.1-8b") == "8b-pp2-mns256"
-    assert pipeline.planned_grid(load_plan(CASE, engines=["8b-pp1-mns32"])).columns.tolist()[-1] == "output_len"
+    assert 40 < pp_27462.estimated_minutes(grid) < 90
+    assert pp_27462.predicted_best_pp(grid, "llama-3.1-8b") == "8b-pp2-mns256"
+    assert pp_27462.planned_grid(load_plan(CASE, engines=["8b-pp1-mns32"])).columns.tolist()[-1] == "output_len"
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -163,15 +168,15 @@ STARVING = _frame(pp1={32: 1000, 64: 1900, 128: 3400}, pp2={32: 1050, 64: 2000, 
 def test_saturated_keeps_rows_at_twice_the_cap_and_takes_medians() -> None:
     sweep = [_row("pp2-64", "llama-3.1-8b", 1, 2, 64, 999.0, concurrency=c) for c in (32, 64)]  # below 2 × 64
     again = [_row("pp2-64", "llama-3.1-8b", 1, 2, 64, 2200.0, concurrency=512)]  # saturated too: median of 2000, 2200
-    sat = pipeline.saturated(pd.concat([STARVING, pd.DataFrame(sweep + again)], ignore_index=True))
+    sat = pp_27462.saturated(pd.concat([STARVING, pd.DataFrame(sweep + again)], ignore_index=True))
     row = sat[(sat.layout == "PP=2") & (sat.max_num_seqs == 64)].iloc[0]
     assert row.output_tok_s == 2100.0 and row.rows == 2 and row.output_tok_s_per_gpu == 1050.0
     assert len(sat) == 3 + 4 + 2
-    assert pipeline.saturated(STARVING.iloc[0:0]).empty
+    assert pp_27462.saturated(STARVING.iloc[0:0]).empty
 
 
 def test_comparison_pairs_n_with_2n() -> None:
-    comp = pipeline.pp_comparison(STARVING).set_index("max_num_seqs")
+    comp = pp_27462.pp_comparison(STARVING).set_index("max_num_seqs")
     assert comp.loc[32, "pp2_vs_pp1_pct"] == pytest.approx(5.0)
     assert comp.loc[32, "pp2_at_2n_vs_pp1_pct"] == pytest.approx(100.0)
     assert comp.loc[64, "pp2_at_2n_vs_pp1_pct"] == pytest.approx(100 * (3700 / 1900 - 1))
@@ -180,7 +185,7 @@ def test_comparison_pairs_n_with_2n() -> None:
 
 
 def test_verdict_reproduced_when_pp2_starves_and_the_fix_works() -> None:
-    said = pipeline.verdict(pipeline.pp_comparison(STARVING), 20)
+    said = pp_27462.verdict(pp_27462.pp_comparison(STARVING), 20)
     assert said.startswith("Reproduced (")
     assert "llama-3.1-8b at max_num_seqs=32: PP=2 +5.0 % against PP=1, PP=2 with max_num_seqs=64 +100.0 %" in said
     assert "max_num_seqs=256" not in said.split(":", 1)[1].split("(")[0]  # N=256 has no PP=1 row: not judged
@@ -188,54 +193,54 @@ def test_verdict_reproduced_when_pp2_starves_and_the_fix_works() -> None:
 
 def test_verdict_not_reproduced_when_two_stages_at_n_are_fast() -> None:
     fast = _frame(pp1={32: 1000, 64: 1900}, pp2={32: 1900, 64: 3700})
-    assert pipeline.verdict(pipeline.pp_comparison(fast), 20).startswith("Not reproduced")
+    assert pp_27462.verdict(pp_27462.pp_comparison(fast), 20).startswith("Not reproduced")
 
 
 def test_verdict_direction_only_and_the_threshold_matters() -> None:
     mixed = _frame(pp1={32: 1000, 64: 1900}, pp2={32: 1150, 64: 2500, 128: 2600})
     # N=32: +15 % at N, +150 % at 2N; N=64: +31.6 % at N, +36.8 % at 2N
-    assert pipeline.verdict(pipeline.pp_comparison(mixed), 20).startswith("Direction only")  # N=64 too fast at N
-    assert pipeline.verdict(pipeline.pp_comparison(mixed), 10).startswith("Not reproduced")  # both too fast at N
-    assert pipeline.verdict(pipeline.pp_comparison(mixed), 35).startswith("Reproduced")
-    assert pipeline.verdict(pipeline.pp_comparison(mixed), 40).startswith("Direction only")  # N=64: 2N not > 40 %
+    assert pp_27462.verdict(pp_27462.pp_comparison(mixed), 20).startswith("Direction only")  # N=64 too fast at N
+    assert pp_27462.verdict(pp_27462.pp_comparison(mixed), 10).startswith("Not reproduced")  # both too fast at N
+    assert pp_27462.verdict(pp_27462.pp_comparison(mixed), 35).startswith("Reproduced")
+    assert pp_27462.verdict(pp_27462.pp_comparison(mixed), 40).startswith("Direction only")  # N=64: 2N not > 40 %
 
 
 def test_no_verdict_without_the_three_sides() -> None:
-    assert pipeline.verdict(pipeline.pp_comparison(STARVING.iloc[0:0])).startswith("Not measured yet")
+    assert pp_27462.verdict(pp_27462.pp_comparison(STARVING.iloc[0:0])).startswith("Not measured yet")
     only_pp2 = _frame(pp1={}, pp2={32: 1, 64: 2})
-    assert pipeline.verdict(pipeline.pp_comparison(only_pp2)).startswith("Not measured yet")
-    assert pipeline.tuner_rule(pipeline.pp_comparison(only_pp2)).startswith("From the scheduler's behaviour")
-    assert pipeline.tuner_rule(pipeline.pp_comparison(STARVING)).startswith("Measured on our GPUs")
+    assert pp_27462.verdict(pp_27462.pp_comparison(only_pp2)).startswith("Not measured yet")
+    assert pp_27462.tuner_rule(pp_27462.pp_comparison(only_pp2)).startswith("From the scheduler's behaviour")
+    assert pp_27462.tuner_rule(pp_27462.pp_comparison(STARVING)).startswith("Measured on our GPUs")
 
 
 def test_tp_sentence_for_the_shape_that_needs_two_gpus() -> None:
     big = _frame(pp1={}, pp2={32: 500, 64: 950}, tp2={32: 960, 64: 1800}, model="llama-3.3-70b")
-    said = pipeline.tp_sentence(pipeline.pp_comparison(big), "llama-3.3-70b")
+    said = pp_27462.tp_sentence(pp_27462.pp_comparison(big), "llama-3.3-70b")
     assert "at max_num_seqs=32, PP=2 -47.9 % and PP=2 with 64 -1.0 % against TP=2" in said
     assert "PP=2 with 128 not measured" in said
-    assert "not both been measured" in pipeline.tp_sentence(pipeline.pp_comparison(STARVING), "llama-3.3-70b")
+    assert "not both been measured" in pp_27462.tp_sentence(pp_27462.pp_comparison(STARVING), "llama-3.3-70b")
 
 
 def test_best_setting_and_the_sweep_call() -> None:
-    assert pipeline.best_pp_setting(STARVING, "llama-3.1-8b") == "pp2-256"
-    assert pipeline.best_pp_setting(STARVING, "llama-3.3-70b") is None
-    call = pipeline.sweep_call("8b-pp2-mns256", [32, 64])
+    assert pp_27462.best_pp_setting(STARVING, "llama-3.1-8b") == "pp2-256"
+    assert pp_27462.best_pp_setting(STARVING, "llama-3.3-70b") is None
+    call = pp_27462.sweep_call("8b-pp2-mns256", [32, 64])
     assert call == "run_case(load_plan('pp-27462', engines=['8b-pp2-mns256'], concurrency=[32, 64])).raise_for_failures()"
     rows = pd.concat([STARVING, pd.DataFrame([_row("pp2-256", "llama-3.1-8b", 1, 2, 256, 100.0, concurrency=32)])])
-    assert pipeline.sweep_rows(rows, "pp2-256").concurrency.tolist() == [32, 512]
-    assert pipeline.sweep_rows(rows, None).empty
+    assert pp_27462.sweep_rows(rows, "pp2-256").concurrency.tolist() == [32, 512]
+    assert pp_27462.sweep_rows(rows, None).empty
 
 
 def test_measurement_status_from_the_rows() -> None:
     plan = load_plan(CASE)
     empty = STARVING.iloc[0:0]
-    assert pipeline.measurement_status(empty, plan).startswith("Not measured yet: none of the 20 planned points")
-    assert pipeline.evidence(empty, plan, pipeline.pp_comparison(empty)).count("Not measured yet") == 1
+    assert pp_27462.measurement_status(empty, plan).startswith("Not measured yet: none of the 20 planned points")
+    assert pp_27462.evidence(empty, plan, pp_27462.pp_comparison(empty)).count("Not measured yet") == 1
     planned = plan.points()[0]
     row = _row(planned.engine.label, "llama-3.1-8b", 1, 1, 32, 1000.0)
     row["point_id"] = planned.point_id
     extra = _row("8b-pp1-mns32", "llama-3.1-8b", 1, 1, 32, 900.0, concurrency=8)
-    status = pipeline.measurement_status(pd.DataFrame([row, extra]), plan)
+    status = pp_27462.measurement_status(pd.DataFrame([row, extra]), plan)
     assert status == "1 of the 20 planned points are recorded, and 1 more point(s) (the concurrency sweep), on NVIDIA H200 ×2."
 
 
@@ -245,20 +250,19 @@ def test_measurement_status_from_the_rows() -> None:
 
 
 def test_live_runs_the_grid_then_sweeps_the_best_pp2_setting(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from vllm_playbooks import runner
 
     monkeypatch.setattr(runner, "require_vllm", lambda: None)
     engines = ["8b-pp1-mns32", "8b-pp2-mns32"]
-    df = pipeline.results_with_sweep(
+    df = pp_27462.results_with_sweep(
         CASE, "live", {"engines": engines, "min_duration_s": 0.001}, sweep_concurrency=[4], sweep_model="llama-3.1-8b",
         bench=FakeBench(), server_factory=factory(), progress=False, gpu_sampler=None,
     )  # fmt: skip
     assert sorted(zip(df.engine_label, df.concurrency, strict=True)) == [
         ("8b-pp1-mns32", 64), ("8b-pp2-mns32", 4), ("8b-pp2-mns32", 64)]  # fmt: skip
-    replay = pipeline.results_with_sweep(CASE, "replay", {"engines": engines}, [4], "llama-3.1-8b")
+    replay = pp_27462.results_with_sweep(CASE, "replay", {"engines": engines}, [4], "llama-3.1-8b")
     assert len(replay) == 3
     with pytest.raises(ConfigError, match="no saturated PP=2 row of llama-3.3-70b"):
-        pipeline.results_with_sweep(CASE, "live", {"engines": ["8b-pp1-mns32"], "min_duration_s": 0.001}, [4],
+        pp_27462.results_with_sweep(CASE, "live", {"engines": ["8b-pp1-mns32"], "min_duration_s": 0.001}, [4],
                                     "llama-3.3-70b", bench=FakeBench(), server_factory=factory(), progress=False,
                                     gpu_sampler=None)  # fmt: skip
 
@@ -269,7 +273,7 @@ def test_live_runs_the_grid_then_sweeps_the_best_pp2_setting(data: Path, monkeyp
 
 
 def test_throughput_figure_draws_one_line_per_layout() -> None:
-    ax = plots.by_max_num_seqs(pipeline.saturated(STARVING), "output_tok_s_per_gpu", title="8B")
+    ax = plots.by_max_num_seqs(pp_27462.saturated(STARVING), "output_tok_s_per_gpu", title="8B")
     assert len(ax.get_lines()) >= 3 and ax.get_title() == "8B"
     assert [t.get_text() for t in ax.get_xticklabels()] == ["32", "64", "128", "256"]
     labels = {t.get_text() for t in ax.get_legend().get_texts()}
@@ -278,7 +282,7 @@ def test_throughput_figure_draws_one_line_per_layout() -> None:
 
 
 def test_figures_without_rows_say_not_measured() -> None:
-    ax = plots.by_max_num_seqs(pipeline.saturated(STARVING.iloc[0:0]), "output_tok_s", title="70B")
+    ax = plots.by_max_num_seqs(pp_27462.saturated(STARVING.iloc[0:0]), "output_tok_s", title="70B")
     assert not ax.axison and ax.texts[0].get_text() == "70B: not measured yet"
     ax = plots.gpu_utilization(pd.DataFrame(columns=["util_mean_pct", "gpu", "layout", "max_num_seqs"]))
     assert ax.texts[0].get_text() == "no GPU samples recorded yet"
@@ -301,16 +305,16 @@ def test_gpu_figure_one_line_per_gpu_and_layout() -> None:
     plt.close("all")
 
 
-def test_the_sweep_engine_measured_else_predicted_else_none(fit: theory.EfficiencyFit) -> None:
-    grid = pipeline.planned_grid(load_plan(CASE), fit)
-    assert pipeline.sweep_engine(STARVING.iloc[0:0], grid, "llama-3.1-8b") == "8b-pp2-mns256"  # predicted
-    assert pipeline.sweep_engine(STARVING, grid, "llama-3.1-8b") == "pp2-256"  # measured wins
-    assert pipeline.sweep_engine(STARVING, grid, None) is None
-    assert pipeline.sweep_grid(CASE, None, [32], fit).empty and pipeline.estimated_minutes(pd.DataFrame()) == 0.0
-    sweep = pipeline.sweep_grid(CASE, "8b-pp2-mns256", [32, 1024], fit)
+def test_the_sweep_engine_measured_else_predicted_else_none(fit: calibration.EfficiencyFit) -> None:
+    grid = pp_27462.planned_grid(load_plan(CASE), fit)
+    assert pp_27462.sweep_engine(STARVING.iloc[0:0], grid, "llama-3.1-8b") == "8b-pp2-mns256"  # predicted
+    assert pp_27462.sweep_engine(STARVING, grid, "llama-3.1-8b") == "pp2-256"  # measured wins
+    assert pp_27462.sweep_engine(STARVING, grid, None) is None
+    assert pp_27462.sweep_grid(CASE, None, [32], fit).empty and pp_27462.estimated_minutes(pd.DataFrame()) == 0.0
+    sweep = pp_27462.sweep_grid(CASE, "8b-pp2-mns256", [32, 1024], fit)
     assert sweep.concurrency.tolist() == [32, 1024] and sweep.estimated_startup_s.tolist() == [60.0, 0.0]
-    assert pipeline.sweep_note(None, [32], 0).startswith("No concurrency sweep")
-    assert "run_case(load_plan('pp-27462', engines=['x'], concurrency=[32]))" in pipeline.sweep_note("x", [32], 2)
+    assert pp_27462.sweep_note(None, [32], 0).startswith("No concurrency sweep")
+    assert "run_case(load_plan('pp-27462', engines=['x'], concurrency=[32]))" in pp_27462.sweep_note("x", [32], 2)
 
 
 def test_a_layout_keeps_its_colour_across_figures() -> None:
@@ -318,7 +322,7 @@ def test_a_layout_keeps_its_colour_across_figures() -> None:
     full_order, full = plots.layout_palette(["PP=1", "PP=2", "TP=2"])
     assert order == ["PP=2", "TP=2"] and full_order == ["PP=1", "PP=2", "TP=2"]
     assert palette["PP=2"] == full["PP=2"] and palette["TP=2"] == full["TP=2"] != full["PP=2"]
-    ax = plots.by_max_num_seqs(pipeline.saturated(_frame(pp1={}, pp2={32: 1.0, 64: 2.0}, tp2={32: 2.0})), "output_tok_s")
+    ax = plots.by_max_num_seqs(pp_27462.saturated(_frame(pp1={}, pp2={32: 1.0, 64: 2.0}, tp2={32: 2.0})), "output_tok_s")
     colours = {t.get_text(): h.get_color() for t, h in zip(ax.get_legend().get_texts(), ax.get_legend().legend_handles)}
     assert matplotlib.colors.to_rgb(colours["PP=2"]) == pytest.approx(full["PP=2"])
     plt.close("all")
@@ -326,15 +330,14 @@ def test_a_layout_keeps_its_colour_across_figures() -> None:
 
 def test_verdict_label_is_the_head_of_the_verdict() -> None:
     for frame in (STARVING, STARVING.iloc[0:0], _frame(pp1={32: 1000}, pp2={32: 1900, 64: 1950})):
-        comparison = pipeline.pp_comparison(frame)
-        assert pipeline.verdict(comparison).startswith(pipeline.verdict_label(comparison))
-    assert pipeline.verdict_label(pipeline.pp_comparison(_frame(pp1={32: 1000}, pp2={32: 1900, 64: 1950}))) == "Not reproduced"
+        comparison = pp_27462.pp_comparison(frame)
+        assert pp_27462.verdict(comparison).startswith(pp_27462.verdict_label(comparison))
+    assert pp_27462.verdict_label(pp_27462.pp_comparison(_frame(pp1={32: 1000}, pp2={32: 1900, 64: 1950}))) == "Not reproduced"
 
 
 def test_recorded_start_ups_are_medians_over_server_lifetimes(tmp_path: Path) -> None:
-    from vllm_playbooks.results import raw
 
-    measured = pipeline.recorded_startup_s()
+    measured = pp_27462.recorded_startup_s()
     assert 85 < measured["llama-3.1-8b"] < 125  # 88-121 s over the eleven 8B servers recorded on the H200s
     assert "llama-3.3-70b" not in measured  # the bf16 70B shape was never started: the plan assumes STARTUP_S
     case = tmp_path / "runs" / "c"
@@ -345,23 +348,23 @@ def test_recorded_start_ups_are_medians_over_server_lifetimes(tmp_path: Path) ->
             (point / name).write_text("{}")
         (point / raw.POINT_FILE).write_text(json.dumps({"model_shape": "m", "config_id": config,
                                                          "server_startup_s": seconds}))  # fmt: skip
-    assert pipeline.recorded_startup_s(tmp_path) == {"m": 70.0}  # a's one lifetime counts once: median(100, 40, 70)
+    assert pp_27462.recorded_startup_s(tmp_path) == {"m": 70.0}  # a's one lifetime counts once: median(100, 40, 70)
 
 
-def test_the_models_verdict_comes_from_the_same_comparison(fit: theory.EfficiencyFit) -> None:
-    grid = pipeline.planned_grid(load_plan("pp-27462"), fit)
-    rows = pipeline.predicted_rows(grid).set_index("engine_label")
+def test_the_models_verdict_comes_from_the_same_comparison(fit: calibration.EfficiencyFit) -> None:
+    grid = pp_27462.planned_grid(load_plan("pp-27462"), fit)
+    rows = pp_27462.predicted_rows(grid).set_index("engine_label")
     assert (rows.loc["8b-tp2-mns64", ["tensor_parallel_size", "pipeline_parallel_size"]].tolist()) == [2, 1]
     assert (rows.loc["70b-pp2-mns64", ["tensor_parallel_size", "pipeline_parallel_size"]].tolist()) == [1, 2]
-    comparison = pipeline.pp_comparison(rows.reset_index()).set_index(["model_shape", "max_num_seqs"])
+    comparison = pp_27462.pp_comparison(rows.reset_index()).set_index(["model_shape", "max_num_seqs"])
     pp1, pp2 = rows.loc["8b-pp1-mns32", "output_tok_s"], rows.loc["8b-pp2-mns32", "output_tok_s"]
     assert comparison.loc[("llama-3.1-8b", 32), "pp2_vs_pp1_pct"] == pytest.approx(100 * (pp2 / pp1 - 1))
-    assert pipeline.verdict_label(comparison.reset_index()) == "Reproduced"  # the roofline starves two stages too
+    assert pp_27462.verdict_label(comparison.reset_index()) == "Reproduced"  # the roofline starves two stages too
 
 
 def test_measured_beside_predicted() -> None:
     measured = pd.DataFrame({"model_shape": ["m"], "engine_label": ["a"], "layout": ["PP=2"], "max_num_seqs": [64],
                              "output_tok_s": [800.0]})  # fmt: skip
     grid = pd.DataFrame({"engine_label": ["a", "b"], "predicted_output_tok_s": [1000.0, 5.0]})
-    out = pipeline.measured_vs_predicted(measured, grid)
+    out = pp_27462.measured_vs_predicted(measured, grid)
     assert out.prediction_error_pct.tolist() == [25.0] and out.predicted_output_tok_s.tolist() == [1000.0]

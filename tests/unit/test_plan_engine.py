@@ -11,7 +11,7 @@ import pytest
 from vllm_playbooks.config.engine import EngineConfig, check_engine_against_shapes, cudagraph_mode_forced_by
 from vllm_playbooks.config.speculative import build_speculative_config
 from vllm_playbooks.errors import ConfigError
-from vllm_playbooks.plan import list_cases, load_plan, plan_from_dict
+from vllm_playbooks.run.plan import list_cases, load_plan, plan_from_dict
 from vllm_playbooks.shapes import SHAPES_DIR, TOKENIZER_DIR, VLLM_NAME_MARKERS
 
 
@@ -271,7 +271,7 @@ def test_named_load_profiles_are_selected_and_deduplicated() -> None:
 
 
 def test_notebook_overrides_start_from_a_part() -> None:
-    from vllm_playbooks.plan import overrides_for
+    from vllm_playbooks.run.plan import overrides_for
 
     assert overrides_for("deepseek-mtp", "1-verdict", engines=None, concurrency=None) == {
         "engines": ["spec-off", "mtp-k1-a0.85"], "request_rate_qps": [1, 2, 4, 8]}  # fmt: skip

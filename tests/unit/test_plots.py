@@ -9,7 +9,7 @@ matplotlib.use("Agg")
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from vllm_playbooks import plots  # noqa: E402
+from vllm_playbooks.book import plots
 
 
 @pytest.fixture(autouse=True)

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from tests.conftest import ROOT
+from vllm_playbooks.results.replay import replay_rows
 from vllm_playbooks.results.textfiles import COMPRESSED_KINDS
-from vllm_playbooks.runner import replay_rows
 
 CASES = sorted(p.name for p in (ROOT / "data" / "runs").iterdir() if p.is_dir())
 
@@ -64,7 +64,7 @@ def test_imposed_acceptance_is_what_the_server_measured(case: str) -> None:
 
 def test_discussion_13834_speculation_off_ran_model_runner_v2_and_every_draft_model_server_v1() -> None:
     """What the page's 'Scale and setting' box says about the two sides' model runners, read from the server logs."""
-    from vllm_playbooks.startup import server_modes
+    from vllm_playbooks.results.server_logs import server_modes
 
     modes = server_modes("discussion-13834", ROOT / "data")
     off = modes["engine_label"] == "spec-off"
@@ -76,8 +76,8 @@ def test_discussion_13834_speculation_off_ran_model_runner_v2_and_every_draft_mo
 def test_a_server_whose_config_forces_a_runner_or_a_graph_mode_ran_so(case: str) -> None:
     """The spec-off controls of #13834 set VLLM_USE_V2_MODEL_RUNNER=0 (and one of them a PIECEWISE cudagraph_mode):
     each recorded server's log must say vLLM honoured what its config forced."""
-    from vllm_playbooks.analysis import forced_cudagraph_mode, forced_model_runner
-    from vllm_playbooks.startup import server_modes
+    from vllm_playbooks.analysis.compare import forced_cudagraph_mode, forced_model_runner
+    from vllm_playbooks.results.server_logs import server_modes
 
     configs = {row.config_id: row.engine_config_json for row in replay_rows(case, ROOT / "data")}
     modes = server_modes(case, ROOT / "data")
@@ -93,8 +93,9 @@ def test_a_server_whose_config_forces_a_runner_or_a_graph_mode_ran_so(case: str)
 def test_discussion_13834_spec_off_on_the_v1_runner_matched_model_runner_v2() -> None:
     """What the book's draft-overhead section says: the V1 runner by itself is not what speculation costs, since
     speculation off forced onto it stayed in the no-change band of Model Runner V2 at every measured concurrency."""
-    from vllm_playbooks.analysis import NO_CHANGE_BAND_PCT, label_change
-    from vllm_playbooks.runner import results_for
+    from vllm_playbooks.analysis.compare import label_change
+    from vllm_playbooks.analysis.noise import NO_CHANGE_BAND_PCT
+    from vllm_playbooks.run.case import results_for
 
     change = label_change(results_for("discussion-13834", "replay"), "spec-off-v1-runner", "spec-off")
     assert change["concurrency"].tolist() == [1, 8, 32, 64]

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from vllm_playbooks.cases import deepseek_mtp, gpt_oss_eagle3
+from vllm_playbooks.claims import reference
 from vllm_playbooks.errors import SchemaError
 from vllm_playbooks.results.schema import REFERENCE_COLUMNS
 from vllm_playbooks.results.store import load_reference
@@ -78,19 +80,17 @@ def test_duplicate_claim_is_refused(tmp_path: Path) -> None:
 
 
 def test_load_profiles_and_imposed_acceptance_follow_from_their_sources(published) -> None:  # type: ignore[no-untyped-def]
-    from vllm_playbooks import reported
 
-    assert reported.chat_profile(published) == (230, 203)  # 229711 / 1000 and 203068 / 1000 tokens
-    assert reported.long_profile(published) == (13000, 203)
-    assert reported.eagle3_rates(published) == [0.7165, 0.512, 0.3337]
-    assert reported.eagle3_alpha(published) == 0.71
-    assert reported.mtp_later_conditional(published) == pytest.approx(0.6286, abs=1e-4)
+    assert gpt_oss_eagle3.chat_profile(published) == (230, 203)  # 229711 / 1000 and 203068 / 1000 tokens
+    assert gpt_oss_eagle3.long_profile(published) == (13000, 203)
+    assert gpt_oss_eagle3.eagle3_rates(published) == [0.7165, 0.512, 0.3337]
+    assert gpt_oss_eagle3.eagle3_alpha(published) == 0.71
+    assert deepseek_mtp.mtp_later_conditional(published) == pytest.approx(0.6286, abs=1e-4)
 
 
 def test_published_mtp_speedups_imply_small_draft_costs(published) -> None:  # type: ignore[no-untyped-def]
-    from vllm_playbooks import reported
 
-    implied = reported.implied_mtp(published)
+    implied = deepseek_mtp.implied_mtp(published)
     assert len(implied) == 4
     report = implied[implied.source.str.startswith("DeepSeek")].implied_c
     pr = implied[implied.source.str.contains("12755")].implied_c
@@ -99,29 +99,26 @@ def test_published_mtp_speedups_imply_small_draft_costs(published) -> None:  # t
 
 
 def test_claims_table_leaves_out_the_sources_of_settings(published) -> None:  # type: ignore[no-untyped-def]
-    from vllm_playbooks import reported
 
     eagle = published[published.case == "gpt-oss-eagle3"]
-    table = reported.claims_table(eagle, ("sharegpt-", "swebench-", "vllm-test-", "pr42764-"))
+    table = reference.claims_table(eagle, ("sharegpt-", "swebench-", "vllm-test-", "pr42764-"))
     assert "max-concurrency-with-gain" in set(table.claim_id) and not table.claim_id.str.startswith("sharegpt").any()
     assert list(table.columns) == ["claim_id", "setting", "value", "unit", "secondary_only", "source_url"]
 
 
 def test_published_row_in_words(published) -> None:  # type: ignore[no-untyped-def]
-    from vllm_playbooks import reported
     from vllm_playbooks.errors import SchemaError
 
-    text = reported.published_row(published, "nebius-original-mtp-acceptance-length-t0")
+    text = reference.published_row(published, "nebius-original-mtp-acceptance-length-t0")
     assert text.startswith("nebius-original-mtp-acceptance-length-t0: 3.2 tokens (DeepSeek-V3-0324")
     assert text.endswith("https://huggingface.co/nebius/MTP-DeepSeek-V3-0324)")
     with pytest.raises(SchemaError):
-        reported.published_row(published, "nope")
+        reference.published_row(published, "nope")
 
 
 def test_pr12755_table_beside_ours_at_the_same_rates() -> None:
     import pandas as pd
 
-    from vllm_playbooks import reported
 
     published = load_reference("deepseek-mtp")
     base = {"model_shape": "deepseek-v3-reduced", "concurrency": None}
@@ -135,7 +132,7 @@ def test_pr12755_table_beside_ours_at_the_same_rates() -> None:
         {**base, "engine_label": "spec-off", "spec_method": "none", "request_rate_qps": None, "tpot_mean_ms": 9.0,
          "acceptance_rate": None, "concurrency": 4},  # closed loop: not a Poisson row
     ])  # fmt: skip
-    table = reported.mtp_beside_pr(published, rows).set_index("request_rate_qps")
+    table = deepseek_mtp.mtp_beside_pr(published, rows).set_index("request_rate_qps")
     assert list(table.index) == [1.0, 2.0, 4.0, 6.0, 8.0]  # every rate the PR published
     assert table.loc[1.0, ["pr_tpot_off_ms", "pr_tpot_mtp_ms", "pr_speedup"]].tolist() == [55.47, 33.99, 1.63]
     assert table.loc[1.0, ["ours_tpot_off_ms", "ours_tpot_mtp_ms", "ours_speedup"]].tolist() == [30.0, 15.0, 2.0]

@@ -17,10 +17,11 @@ import pytest
 from tests.conftest import ROOT, FakeBench, fake_server_argv
 from vllm_playbooks.engine.server import VllmServer
 from vllm_playbooks.errors import PlaybookError, SchemaError
-from vllm_playbooks.plan import load_plan
 from vllm_playbooks.results import raw
+from vllm_playbooks.results.replay import replay_case, replay_rows, sync_rows
 from vllm_playbooks.results.textfiles import read_text
-from vllm_playbooks.runner import replay_case, replay_rows, run_case, sync_rows
+from vllm_playbooks.run.case import run_case
+from vllm_playbooks.run.plan import load_plan
 
 CASE = "llama-8b-draft-model"
 
@@ -190,7 +191,7 @@ def test_sigterm_to_the_runner_stops_the_server_group(data: Path, tmp_path: Path
 def test_the_engine_env_reaches_the_server_factory(data: Path) -> None:
     import yaml
 
-    from vllm_playbooks.plan import plan_file, plan_from_dict
+    from vllm_playbooks.run.plan import plan_file, plan_from_dict
 
     spec = yaml.safe_load(plan_file(CASE).read_text())
     spec["engine_defaults"]["env"] = {"PLAYBOOK_MARK": "1"}
@@ -247,10 +248,9 @@ def test_a_recorded_stalled_point_is_measured_again_as_the_next_repeat(data: Pat
                      server_factory=factory(), progress=False)  # fmt: skip
     assert again.measured == [] and len(again.skipped) == 2
     # and without remeasure_stalled a stalled record counts as measured
-    from vllm_playbooks.plan import load_plan as plan_of
-    from vllm_playbooks.runner import points_to_measure
+    from vllm_playbooks.run.case import points_to_measure
 
-    plan = plan_of(CASE, concurrency=[4], engines=["spec-off"])
+    plan = load_plan(CASE, concurrency=[4], engines=["spec-off"])
     (planned,) = plan.points()
     assert points_to_measure(plan, {planned.point_id}, set()) == []
     (extra,) = points_to_measure(plan, {planned.point_id}, {planned.point_id})

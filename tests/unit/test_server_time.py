@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from vllm_playbooks.errors import SchemaError
-from vllm_playbooks.plan import load_plan
-from vllm_playbooks.startup import gpu_time_note, server_time
+from vllm_playbooks.run.budget import gpu_time_note, server_time
+from vllm_playbooks.run.plan import load_plan
 
 CASE = "pp-27462"
 
@@ -69,7 +69,7 @@ def test_the_recorded_servers(tmp_path: Path) -> None:
 
 
 def test_server_modes_reads_the_runner_cudagraph_mode_and_async_scheduling_a_server_ran_with(tmp_path: Path) -> None:
-    from vllm_playbooks.startup import server_modes
+    from vllm_playbooks.results.server_logs import server_modes
 
     started = [
         "(EngineCore pid=3) INFO 12-31 23:58:30 [gpu_worker.py:1] Available KV cache memory: 80.00 GiB",

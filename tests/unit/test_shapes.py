@@ -9,14 +9,7 @@ from pathlib import Path
 import pytest
 
 from vllm_playbooks.errors import ConfigError
-from vllm_playbooks.shapes import (
-    SHAPES_DIR,
-    TOKENIZER_DIR,
-    ModelShape,
-    get_shape,
-    list_shapes,
-    resolve_model,
-)
+from vllm_playbooks.shapes import SHAPES_DIR, TOKENIZER_DIR, ModelShape, get_shape, list_shapes, resolve_model
 
 EXPECTED_SHAPES = {
     "llama-3.1-8b",
@@ -301,7 +294,8 @@ def test_llama_70b_bf16_is_the_awq_shape_unquantized() -> None:
 
 
 def test_llama_70b_bf16_does_not_fit_one_h200() -> None:
-    from vllm_playbooks.config.capacity import GIB, weight_bytes
+    from vllm_playbooks.config.capacity import GIB
+    from vllm_playbooks.config.sizes import weight_bytes
 
     # 70.55 B parameters × 2 bytes = 131.4 GiB: above the 139.8 GiB × 0.9 one H200 gives vLLM
     assert weight_bytes(get_shape("llama-3.3-70b")) == 2 * 70_553_706_496

@@ -14,16 +14,14 @@ import pytest
 import yaml
 
 from vllm_playbooks.config.engine import EngineConfig, check_engine_against_shapes
-from vllm_playbooks.config.speculative import (
+from vllm_playbooks.config.spec_detection import (
     MTP_MODEL_TYPES,
-    SpeculativeConfig,
     SpeculativeConfigWarning,
-    build_speculative_config,
-    check_against_target,
     draft_type_after_override,
     inferred_method,
-    target_advisories,
 )
+from vllm_playbooks.config.spec_target import check_against_target, target_advisories
+from vllm_playbooks.config.speculative import SpeculativeConfig, build_speculative_config
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.shapes import SHAPES_DIR, get_shape, resolve_model
 

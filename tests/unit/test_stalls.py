@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from vllm_playbooks.engine.metrics import Histogram
+from vllm_playbooks.results.replay import replay_case
 from vllm_playbooks.results.stalls import STALL_S, STALL_SHARE, stall_note, stall_table, unstalled
-from vllm_playbooks.runner import replay_case
 
 
 def test_gaps_above_a_bound_are_counted_from_the_cumulative_buckets() -> None:

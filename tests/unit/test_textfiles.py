@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from vllm_playbooks import paths
 from vllm_playbooks.errors import SchemaError
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.server_logs import server_log_files
@@ -73,7 +74,6 @@ def test_server_logs_are_listed_plain_or_compressed_but_not_bench_logs(tmp_path:
 
 def test_a_point_written_compressed_rebuilds_the_row_of_the_recorded_one(tmp_path: Path) -> None:
     """A recorded point's files, rewritten by ``write_point`` (scrapes compressed): the same row but its path."""
-    from vllm_playbooks import paths
 
     source = raw.finished_points(paths.data_dir() / "runs" / "llama-8b-draft-model")[0]
     files = {name: read_text(source / name) for name in raw.REQUIRED_FILES}

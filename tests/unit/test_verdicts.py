@@ -7,7 +7,9 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from vllm_playbooks import verdicts
+from vllm_playbooks.analysis import kbest, profiles, versus_model
+from vllm_playbooks.cases import deepseek_mtp, gpt_oss_eagle3
+from vllm_playbooks.claims import finding
 from vllm_playbooks.results.store import load_reference
 
 PROFILES = {"chat": (230, 203), "swe": (13000, 203)}
@@ -36,10 +38,10 @@ def published():  # type: ignore[no-untyped-def]
 
 def test_mtp_not_measured_without_the_pair(published) -> None:  # type: ignore[no-untyped-def]
     empty = pd.DataFrame(columns=list(_row("x", 0)) + ["tpot_mean_ms"])
-    verdict = verdicts.mtp_verdict(empty, published)
+    verdict = deepseek_mtp.mtp_verdict(empty, published)
     assert verdict.status == "not measured" and "Not measured yet" in verdict.sentence
     only_off = _mtp([50, 50, 50, 50], [40, 40, 40, 40])[lambda d: d.engine_label == "spec-off"]
-    assert verdicts.mtp_verdict(only_off, published).status == "not measured"
+    assert deepseek_mtp.mtp_verdict(only_off, published).status == "not measured"
 
 
 @pytest.mark.parametrize(
@@ -51,14 +53,14 @@ def test_mtp_not_measured_without_the_pair(published) -> None:  # type: ignore[n
     ],
 )
 def test_mtp_statuses(published, on: list[float], status: str) -> None:  # type: ignore[no-untyped-def]
-    verdict = verdicts.mtp_verdict(_mtp([50, 50, 50, 50], on), published)
+    verdict = deepseek_mtp.mtp_verdict(_mtp([50, 50, 50, 50], on), published)
     assert verdict.status == status
     assert "PR #12755 reported 1.63× at 1 QPS and 1.00× at 8 QPS" in verdict.sentence
     assert list(verdict.table.request_rate_qps) == [1, 2, 4, 8]
 
 
 def test_mtp_incomplete_when_a_rate_is_missing(published) -> None:  # type: ignore[no-untyped-def]
-    verdict = verdicts.mtp_verdict(_mtp([50, 50], [30, 40], rates=(1, 2)), published)
+    verdict = deepseek_mtp.mtp_verdict(_mtp([50, 50], [30, 40], rates=(1, 2)), published)
     assert verdict.status == "incomplete" and "Not yet measured at 4, 8 QPS" in verdict.sentence
     assert verdict.table.speedup.tolist() == pytest.approx([50 / 30, 50 / 40])
 
@@ -66,14 +68,14 @@ def test_mtp_incomplete_when_a_rate_is_missing(published) -> None:  # type: igno
 def test_mtp_leaves_stalled_rates_out_and_says_so(published) -> None:  # type: ignore[no-untyped-def]
     rows = _mtp([50, 50, 50, 50], [30, 35, 80, 90]).assign(stalled=False)
     rows.loc[rows.request_rate_qps >= 4, "stalled"] = True  # the two high rates lost seconds to stalls
-    verdict = verdicts.mtp_verdict(rows, published)
+    verdict = deepseek_mtp.mtp_verdict(rows, published)
     assert verdict.status == "incomplete" and list(verdict.table.request_rate_qps) == [1, 2]
     assert "Not yet measured" not in verdict.sentence
     assert "Measured at 4, 8 QPS too, but runs there stalled" in verdict.sentence
-    rule = verdicts.mtp_rule(verdict)
+    rule = deepseek_mtp.mtp_rule(verdict)
     assert "lowered TPOT at every request rate measured so far (1, 2 QPS)" in rule
     rows.loc[rows.request_rate_qps == 4, "stalled"] = False  # 4 QPS clean: 8 stalled, nothing unmeasured
-    judged = verdicts.mtp_verdict(rows, published)
+    judged = deepseek_mtp.mtp_verdict(rows, published)
     assert "Measured at 8 QPS too" in judged.sentence and "the trend is judged without them" in judged.sentence
     assert judged.status == "gain that shrinks with load"  # 1.67× at 1 QPS → 0.63× at 4 QPS, 8 QPS left out
     assert list(judged.table.request_rate_qps) == [1, 2, 4]
@@ -81,9 +83,9 @@ def test_mtp_leaves_stalled_rates_out_and_says_so(published) -> None:  # type: i
 
 def test_mtp_holds_to_the_last_clean_rate(published) -> None:  # type: ignore[no-untyped-def]
     rows = _mtp([50, 50, 50, 50], [30, 30, 29, 90]).assign(stalled=[False, False, False, True] * 2)
-    verdict = verdicts.mtp_verdict(rows, published)
+    verdict = deepseek_mtp.mtp_verdict(rows, published)
     assert verdict.status == "gain that holds with load" and "up to 4 QPS" in verdict.sentence
-    assert verdicts.mtp_rule(verdict).endswith("its gain held at every request rate up to 4 QPS.")
+    assert deepseek_mtp.mtp_rule(verdict).endswith("its gain held at every request rate up to 4 QPS.")
 
 
 def _k_rows() -> pd.DataFrame:
@@ -98,17 +100,17 @@ def _k_rows() -> pd.DataFrame:
 
 
 def test_best_k_by_load_compares_at_one_first_position_acceptance() -> None:
-    best = verdicts.best_k_by_load(verdicts.k_sweep(_k_rows(), "deepseek-v3-reduced"))
+    best = deepseek_mtp.best_k_by_load(deepseek_mtp.k_sweep(_k_rows(), "deepseek-v3-reduced"))
     assert best.load.tolist() == ["concurrency 1", "concurrency 64"]
     assert best.best_k.tolist() == [3, 2]
     assert best.speedup.tolist() == pytest.approx([30 / 12, 30 / 24])
     assert best.k1_speedup.tolist() == pytest.approx([30 / 20, 30 / 25])
-    assert verdicts.describe_best_k(best) == "k = 2 at concurrency 64; k = 3 at concurrency 1"
-    rule = verdicts.mtp_rule(verdicts.Verdict("not measured", "", pd.DataFrame()), best)
+    assert deepseek_mtp.describe_best_k(best) == "k = 2 at concurrency 64; k = 3 at concurrency 1"
+    rule = deepseek_mtp.mtp_rule(finding.Finding("not measured", "", pd.DataFrame()), best)
     assert ("Which k: the largest TPOT speed-up came from k = 2 at concurrency 64; k = 3 at concurrency 1, with "
             "position 1 accepted at 0.85") in rule
     only_k1 = best.assign(best_k=1)
-    assert "Which k" not in verdicts.mtp_rule(verdicts.Verdict("not measured", "", pd.DataFrame()), only_k1)
+    assert "Which k" not in deepseek_mtp.mtp_rule(finding.Finding("not measured", "", pd.DataFrame()), only_k1)
 
 
 def _eagle(gains: dict[int, float], label: str = "eagle3-k3-a0.71", k: int = 3, alpha: float = 0.71,
@@ -123,71 +125,71 @@ def _eagle(gains: dict[int, float], label: str = "eagle3-k3-a0.71", k: int = 3, 
 
 def test_eagle3_statuses(published) -> None:  # type: ignore[no-untyped-def]
     holds = pd.DataFrame(_eagle({1: 30.0, 64: 20.0, 200: 10.0}))
-    verdict = verdicts.eagle3_verdict(holds, PROFILES, published)
+    verdict = gpt_oss_eagle3.eagle3_verdict(holds, PROFILES, published)
     assert verdict.status == "gain holds to 200" and "+10.0 % at 200" in verdict.sentence
     assert "+10 to +21 % output throughput" in verdict.sentence
     fades = pd.DataFrame(_eagle({1: 30.0, 64: 5.0, 200: -4.0}))
-    assert verdicts.eagle3_verdict(fades, PROFILES, published).status == "gain fades before the top"
-    assert verdicts.eagle3_verdict(pd.DataFrame(_eagle({1: 1.0, 64: -5.0})), PROFILES).status == "no gain"
-    assert verdicts.eagle3_verdict(pd.DataFrame(_eagle({1: 20.0})), PROFILES).status == "incomplete"
+    assert gpt_oss_eagle3.eagle3_verdict(fades, PROFILES, published).status == "gain fades before the top"
+    assert gpt_oss_eagle3.eagle3_verdict(pd.DataFrame(_eagle({1: 1.0, 64: -5.0})), PROFILES).status == "no gain"
+    assert gpt_oss_eagle3.eagle3_verdict(pd.DataFrame(_eagle({1: 20.0})), PROFILES).status == "incomplete"
     swe_only = pd.DataFrame(_eagle({1: 20.0}, input_len=13000))
-    assert verdicts.eagle3_verdict(swe_only, PROFILES).status == "not measured"
+    assert gpt_oss_eagle3.eagle3_verdict(swe_only, PROFILES).status == "not measured"
 
 
 def test_eagle3_names_a_loss_below_a_top_it_holds_at(published) -> None:  # type: ignore[no-untyped-def]
     dip = pd.DataFrame(_eagle({1: 36.0, 16: -4.8, 64: 21.4}, input_len=13000))
-    verdict = verdicts.eagle3_verdict(dip, PROFILES, published, profile="swe", top=64, cite_report=False)
+    verdict = gpt_oss_eagle3.eagle3_verdict(dip, PROFILES, published, profile="swe", top=64, cite_report=False)
     assert verdict.status == "gain holds to 64"
     assert verdict.sentence.endswith("It did not hold at every load below that: -4.8 % at 16.")
     steady = pd.DataFrame(_eagle({1: 36.0, 16: 1.0, 64: 21.4}, input_len=13000))  # within the tolerance: no dip named
-    assert "did not hold" not in verdicts.eagle3_verdict(steady, PROFILES, published, profile="swe", top=64).sentence
+    assert "did not hold" not in gpt_oss_eagle3.eagle3_verdict(steady, PROFILES, published, profile="swe", top=64).sentence
 
 
 def test_eagle3_leaves_a_stalled_concurrency_out(published) -> None:  # type: ignore[no-untyped-def]
     rows = pd.DataFrame(_eagle({1: 30.0, 128: 60.0, 200: 10.0})).assign(stalled=False)
     rows.loc[(rows.concurrency == 128) & (rows.engine_label == "spec-off"), "stalled"] = True
-    verdict = verdicts.eagle3_verdict(rows, PROFILES, published)
+    verdict = gpt_oss_eagle3.eagle3_verdict(rows, PROFILES, published)
     assert verdict.status == "gain holds to 200" and list(verdict.table.concurrency) == [1, 200]
     assert "Measured at concurrency 128 too, but runs there stalled" in verdict.sentence
     rows.loc[rows.concurrency == 200, "stalled"] = True
-    verdict = verdicts.eagle3_verdict(rows, PROFILES, published)
+    verdict = gpt_oss_eagle3.eagle3_verdict(rows, PROFILES, published)
     assert verdict.status == "incomplete" and "Not yet measured at 200" not in verdict.sentence
     assert "concurrency 128, 200 too" in verdict.sentence
-    long = verdicts.eagle3_verdict(rows, PROFILES, published, profile="swe", top=64)
+    long = gpt_oss_eagle3.eagle3_verdict(rows, PROFILES, published, profile="swe", top=64)
     assert long.status == "not measured" and "stalled" not in long.sentence  # the chat profile's stalls are not its own
 
 
 def test_second_profile_note_says_where_k3_paid_and_lost(published) -> None:  # type: ignore[no-untyped-def]
-    long = verdicts.eagle3_verdict(pd.DataFrame(_eagle({1: 36.0, 4: 2.0, 16: -4.8}, input_len=13000)), PROFILES,
+    long = gpt_oss_eagle3.eagle3_verdict(pd.DataFrame(_eagle({1: 36.0, 4: 2.0, 16: -4.8}, input_len=13000)), PROFILES,
                                    published, profile="swe", top=64)  # fmt: skip
     assert long.status == "incomplete" and "on the swe profile by +36.0 % at 1" in long.sentence
     assert "Red Hat reported" in long.sentence
-    uncited = verdicts.eagle3_verdict(pd.DataFrame(_eagle({1: 36.0}, input_len=13000)), PROFILES, published,
+    uncited = gpt_oss_eagle3.eagle3_verdict(pd.DataFrame(_eagle({1: 36.0}, input_len=13000)), PROFILES, published,
                                       profile="swe", top=64, cite_report=False)  # fmt: skip
     assert "Red Hat" not in uncited.sentence
-    note = verdicts.eagle3_profile_note(long)
+    note = gpt_oss_eagle3.eagle3_profile_note(long)
     assert note == ("On the swe profile (13,000-token prompts) k = 3 paid at concurrency 1 (+36.0 %), was within ±3 % "
                     "at concurrency 4 (+2.0 %) and lost at concurrency 16 (-4.8 %); the top of its range is not "
                     "measured yet")  # fmt: skip
-    chat = verdicts.eagle3_verdict(pd.DataFrame(_eagle({1: 30.0, 64: 20.0, 200: 10.0})), PROFILES, published)
-    rule = verdicts.eagle3_rule(chat, second=long)
+    chat = gpt_oss_eagle3.eagle3_verdict(pd.DataFrame(_eagle({1: 30.0, 64: 20.0, 200: 10.0})), PROFILES, published)
+    rule = gpt_oss_eagle3.eagle3_rule(chat, second=long)
     assert rule.startswith("EAGLE-3 at k = 3 paid at every concurrency up to 200 on the chat profile here. " + note)
-    unmeasured = verdicts.eagle3_verdict(pd.DataFrame(_eagle({1: 30.0})), PROFILES, profile="swe", top=64)
-    assert verdicts.eagle3_profile_note(unmeasured) == ""
-    assert verdicts.eagle3_rule(chat, second=unmeasured) == verdicts.eagle3_rule(chat)
+    unmeasured = gpt_oss_eagle3.eagle3_verdict(pd.DataFrame(_eagle({1: 30.0})), PROFILES, profile="swe", top=64)
+    assert gpt_oss_eagle3.eagle3_profile_note(unmeasured) == ""
+    assert gpt_oss_eagle3.eagle3_rule(chat, second=unmeasured) == gpt_oss_eagle3.eagle3_rule(chat)
 
 
 def test_best_k_by_band() -> None:
     rows = _eagle({1: 10.0, 8: 12.0, 64: 5.0}, "eagle3-k2-a0.71", 2) + _eagle({1: 20.0, 8: 18.0, 64: 2.0, 128: 9.0})
     rows = [r for i, r in enumerate(rows) if not (r["engine_label"] == "spec-off" and 6 <= i < 12)]  # one per level
-    gains = verdicts.gain_table(pd.DataFrame(rows), PROFILES)
-    best = verdicts.best_k_by_band(gains, 0.71).set_index("band")
+    gains = profiles.gain_table(pd.DataFrame(rows), PROFILES)
+    best = kbest.best_k_by_band(gains, 0.71).set_index("band")
     assert best.loc["1-8", "best_k"] == 3 and best.loc["16-64", "best_k"] == 2
     assert pd.isna(best.loc["128-200", "best_k"]) and best.loc["128-200", "ks"] == "3"  # one k: no best
     assert best.loc["1-8", "ks"] == "2, 3"
     assert best.loc["1-8", "runner_up_k"] == 2 and best.loc["1-8", "lead_pts"] == pytest.approx(8.0)  # 19 vs 11
     assert best.loc["16-64", "lead_pts"] == pytest.approx(3.0)  # k = 2 +5.0 % against k = 3 +2.0 %
-    no_high_band = verdicts.best_k_by_band(gains[gains.concurrency <= 64], 0.71)
+    no_high_band = kbest.best_k_by_band(gains[gains.concurrency <= 64], 0.71)
     assert no_high_band.band.tolist() == ["1-8", "16-64"]  # a band without points gets no row
 
 
@@ -202,12 +204,12 @@ def _stepped(steps: dict[int, tuple[float, float, float, float]]) -> pd.DataFram
 
 def test_step_factors_split_the_gain_into_saved_steps_and_step_cost() -> None:
     rows = _stepped({16: (60.0, 30.0, 40.0, 84.0), 64: (24.0, 9.0, 90.0, 198.0)})
-    factors = verdicts.step_factors(rows, PROFILES, "eagle3-k3-a0.71").set_index("concurrency")
+    factors = gpt_oss_eagle3.step_factors(rows, PROFILES, "eagle3-k3-a0.71").set_index("concurrency")
     assert factors.fewer_steps_x.tolist() == pytest.approx([2.0, 24 / 9])
     assert factors.step_cost_x.tolist() == pytest.approx([2.1, 2.2])
     assert factors.gain_pct.tolist() == pytest.approx([100 * (2.0 / 2.1 - 1), 100 * (24 / 9 / 2.2 - 1)])
-    assert verdicts.step_factors(rows, PROFILES, "eagle3-k2-a0.71").empty  # another engine: nothing to split
-    sentence = verdicts.describe_step_factors(factors.reset_index())
+    assert gpt_oss_eagle3.step_factors(rows, PROFILES, "eagle3-k2-a0.71").empty  # another engine: nothing to split
+    sentence = gpt_oss_eagle3.describe_step_factors(factors.reset_index())
     assert sentence.startswith("On the chat profile, k = 3 took 2.00-2.67× fewer engine steps")
     assert "lowest gain, -4.8 % at concurrency 16, came with 2.00× fewer steps and steps 2.10× as long" in sentence
 
@@ -215,26 +217,26 @@ def test_step_factors_split_the_gain_into_saved_steps_and_step_cost() -> None:
 def test_latency_gains_count_lower_as_better() -> None:
     rows = _eagle({4: 0.0})
     rows[0]["e2el_mean_ms"], rows[1]["e2el_mean_ms"] = 1000.0, 850.0
-    gains = verdicts.gain_table(pd.DataFrame(rows), PROFILES, "e2el_mean_ms")
+    gains = profiles.gain_table(pd.DataFrame(rows), PROFILES, "e2el_mean_ms")
     assert gains.gain_pct.tolist() == pytest.approx([15.0])
 
 
 def test_rules_follow_the_verdicts(published) -> None:  # type: ignore[no-untyped-def]
-    empty = verdicts.Verdict("not measured", "", pd.DataFrame())
-    assert '{"method": "mtp", "num_speculative_tokens": 1}' in verdicts.mtp_rule(empty)
-    shrinking = verdicts.mtp_verdict(_mtp([50, 50, 50, 50], [30, 35, 42, 50]), published)
-    assert "shrinks as load grows" in verdicts.mtp_rule(shrinking)
-    assert "2-3 draft tokens" in verdicts.eagle3_rule(empty)
-    fades = verdicts.eagle3_verdict(pd.DataFrame(_eagle({1: 30.0, 64: 5.0, 200: -4.0})), PROFILES)
+    empty = finding.Finding("not measured", "", pd.DataFrame())
+    assert '{"method": "mtp", "num_speculative_tokens": 1}' in deepseek_mtp.mtp_rule(empty)
+    shrinking = deepseek_mtp.mtp_verdict(_mtp([50, 50, 50, 50], [30, 35, 42, 50]), published)
+    assert "shrinks as load grows" in deepseek_mtp.mtp_rule(shrinking)
+    assert "2-3 draft tokens" in gpt_oss_eagle3.eagle3_rule(empty)
+    fades = gpt_oss_eagle3.eagle3_verdict(pd.DataFrame(_eagle({1: 30.0, 64: 5.0, 200: -4.0})), PROFILES)
     best = pd.DataFrame([{"profile": "chat", "band": "1-8", "ks": "2, 3", "best_k": 3.0, "best_gain_pct": 20.0,
                           "runner_up_k": 2.0, "lead_pts": 5.0}])  # fmt: skip
-    rule = verdicts.eagle3_rule(fades, best)
+    rule = gpt_oss_eagle3.eagle3_rule(fades, best)
     assert "paid at low concurrency only" in rule
     assert "with k = 0). Best k measured: 3 at concurrency 1-8 (chat)." in rule  # a sentence of its own
     assert "Red Hat" not in rule  # without the claimed range, no comparison
-    close = verdicts.eagle3_rule(fades, best.assign(lead_pts=2.5))
+    close = gpt_oss_eagle3.eagle3_rule(fades, best.assign(lead_pts=2.5))
     assert "Best k measured: 3 at concurrency 1-8 (chat; k = 2 within 2.5 points)." in close  # not a winner
-    edge = verdicts.eagle3_rule(fades, best.assign(lead_pts=2.955))  # one decimal would say 3.0 under a 3-point tolerance
+    edge = gpt_oss_eagle3.eagle3_rule(fades, best.assign(lead_pts=2.955))  # one decimal would say 3.0 under a 3-point tolerance
     assert "(chat; k = 2 within 2.96 points)." in edge
 
 
@@ -249,21 +251,21 @@ def _k_sweep(gains_by_k: dict[int, dict[int, float]], input_len: int = 230) -> p
                 continue
             seen.add(r["concurrency"])
         unique.append(r)
-    return verdicts.gain_table(pd.DataFrame(unique), PROFILES)
+    return profiles.gain_table(pd.DataFrame(unique), PROFILES)
 
 
 def test_claimed_ks_by_band_sets_the_best_inside_the_range_against_the_best_outside() -> None:
     gains = _k_sweep({2: {1: 30.0, 16: 20.0, 128: 40.0}, 3: {1: 31.0, 16: 25.0, 128: 35.0},
                       4: {1: 29.0, 16: 40.0, 128: 20.0}})  # fmt: skip
     long = _k_sweep({2: {1: 30.0}, 3: {1: 20.0}}, input_len=13000)
-    claimed = verdicts.claimed_ks_by_band(pd.concat([gains, long]), 0.71, 2, 3).set_index(["profile", "band"])
+    claimed = kbest.claimed_ks_by_band(pd.concat([gains, long]), 0.71, 2, 3).set_index(["profile", "band"])
     assert claimed["outcome"].to_dict() == {("chat", "1-8"): "too close", ("chat", "16-64"): "not held",
                                             ("chat", "128-200"): "held", ("swe", "1-8"): "not tested"}  # fmt: skip
     assert claimed.loc[("chat", "1-8"), ["inside_k", "outside_k"]].tolist() == [3, 4]  # 31 vs 29: within 3 points
     assert claimed.loc[("chat", "128-200"), ["inside_gain_pct", "outside_gain_pct"]].tolist() == pytest.approx(
         [40.0, 20.0])
     assert pd.isna(claimed.loc[("swe", "1-8"), "outside_k"])  # k = 2 and 3 alone cannot show 2-3 is best
-    assert verdicts.claimed_ks_by_band(gains, 0.71, 2, 3, tolerance=0.01).set_index("band").loc[
+    assert kbest.claimed_ks_by_band(gains, 0.71, 2, 3, tolerance=0.01).set_index("band").loc[
         "1-8", "outcome"] == "held"  # 2 points ahead counts with a 1-point tolerance
 
 
@@ -271,25 +273,25 @@ def test_rules_name_where_the_claimed_range_held(published) -> None:  # type: ig
     gains = _k_sweep({2: {1: 30.0, 16: 20.0, 128: 40.0}, 3: {1: 31.0, 16: 25.0, 128: 35.0},
                       4: {1: 29.0, 16: 40.0, 128: 20.0}})  # fmt: skip
     long = _k_sweep({2: {1: 30.0}, 3: {1: 20.0}}, input_len=13000)
-    claimed = verdicts.claimed_ks_by_band(pd.concat([gains, long]), 0.71, 2, 3)
-    chat = verdicts.eagle3_verdict(pd.DataFrame(_eagle({1: 31.0, 16: 25.0, 128: 35.0, 200: 10.0})), PROFILES)
-    rule = verdicts.eagle3_rule(chat, claimed=claimed)
+    claimed = kbest.claimed_ks_by_band(pd.concat([gains, long]), 0.71, 2, 3)
+    chat = gpt_oss_eagle3.eagle3_verdict(pd.DataFrame(_eagle({1: 31.0, 16: 25.0, 128: 35.0, 200: 10.0})), PROFILES)
+    rule = gpt_oss_eagle3.eagle3_rule(chat, claimed=claimed)
     assert rule.endswith(
         "At the imposed acceptance, Red Hat's best of 2-3 draft tokens held at concurrency 128-200 (chat); not at "
         "16-64 (chat), where k = 4 led (mean gain +40.0 % against k = 3's +25.0 %); too close to call (within 3 "
         "points) at 1-8 (chat; k = 3's mean gain +31.0 % against k = 4's +29.0 %); and not tested at 1-8 (swe), "
         "where only k = 2, 3 were measured. A lower real acceptance moves the best k down.")  # fmt: skip
     only_loss = claimed[claimed["outcome"] == "not held"]
-    assert "2-3 draft tokens held in no band measured; and not at 16-64 (chat)" in verdicts.eagle3_rule(
+    assert "2-3 draft tokens held in no band measured; and not at 16-64 (chat)" in gpt_oss_eagle3.eagle3_rule(
         chat, claimed=only_loss)
 
 
 def test_rules_list_two_bands_of_one_outcome_as_one_clause(published) -> None:  # type: ignore[no-untyped-def]
     chat = _k_sweep({3: {1: 31.0, 16: 25.0}, 4: {1: 29.0, 16: 40.0}})
     long = _k_sweep({3: {1: 20.0, 16: 8.0}, 4: {1: 30.0, 16: 7.0}}, input_len=13000)
-    claimed = verdicts.claimed_ks_by_band(pd.concat([chat, long]), 0.71, 2, 3)
-    verdict = verdicts.eagle3_verdict(pd.DataFrame(_eagle({1: 31.0, 16: 25.0})), PROFILES)
-    assert verdicts.eagle3_rule(verdict, claimed=claimed).endswith(
+    claimed = kbest.claimed_ks_by_band(pd.concat([chat, long]), 0.71, 2, 3)
+    verdict = gpt_oss_eagle3.eagle3_verdict(pd.DataFrame(_eagle({1: 31.0, 16: 25.0})), PROFILES)
+    assert gpt_oss_eagle3.eagle3_rule(verdict, claimed=claimed).endswith(
         "not at 16-64 (chat), where k = 4 led (mean gain +40.0 % against k = 3's +25.0 %), nor at 1-8 (swe), where "
         "k = 4 led (mean gain +30.0 % against k = 3's +20.0 %); and too close to call (within 3 points) at 1-8 (chat; "
         "k = 3's mean gain +31.0 % against k = 4's +29.0 %) and at 16-64 (swe; k = 3's mean gain +8.0 % against "
@@ -300,59 +302,59 @@ def test_alpha_band_sets_each_alpha_beside_the_central_one(published) -> None:  
     rows = (_eagle({1: 30.0, 64: 20.0, 200: 10.0}) + _eagle({1: 12.0, 64: 2.0}, "eagle3-k3-a0.61", alpha=0.61)
             + _eagle({1: 40.0, 8: 35.0}, "eagle3-k3-a0.81", alpha=0.81)
             + _eagle({1: 50.0}, "eagle3-k2-a0.81", 2, 0.81))  # another k: not in k = 3's band
-    gains = verdicts.gain_table(pd.DataFrame(rows), PROFILES)
-    band = verdicts.alpha_band(gains, 0.71)
+    gains = profiles.gain_table(pd.DataFrame(rows), PROFILES)
+    band = profiles.alpha_band(gains, 0.71)
     assert band[["imposed_alpha", "concurrency"]].values.tolist() == [[0.61, 1], [0.61, 64], [0.81, 1], [0.81, 8]]
     assert band.difference_pts.iloc[:3].tolist() == pytest.approx([-18.0, -18.0, 10.0])
     assert pd.isna(band.central_gain_pct.iloc[3]) and (band.central_alpha == 0.71).all()
-    note = verdicts.describe_alpha_band(band)
+    note = profiles.describe_alpha_band(band)
     assert note == (
         "At α = 0.61 (0.10 below the imposed 0.71) k = 3 paid at concurrency 1 (+12.0 %) and not at 64 (+2.0 %), "
         "-18.0 points against α = 0.71 at the same concurrencies (chat profile). At α = 0.81 (0.10 above the imposed "
         "0.71) k = 3 paid at every concurrency measured (1, 8: +40.0 %, +35.0 %), +10.0 points against α = 0.71 at "
         "the same concurrencies (chat profile).")  # fmt: skip
-    chat = verdicts.eagle3_verdict(pd.DataFrame(rows), PROFILES, published)
-    assert verdicts.eagle3_rule(chat, band=band).endswith(note)
-    nothing_else = verdicts.alpha_band(verdicts.select_gains(gains, alpha=0.71), 0.71)
-    assert nothing_else.empty and verdicts.describe_alpha_band(nothing_else) == ""
-    assert verdicts.eagle3_rule(chat, band=nothing_else) == verdicts.eagle3_rule(chat)
-    lost = verdicts.alpha_band(gains.assign(gain_pct=gains.gain_pct.where(gains.imposed_alpha > 0.7, -5.0)), 0.71)
-    assert "paid at no concurrency measured (-5.0 %, -5.0 %), -35.0 to -25.0 points" in verdicts.describe_alpha_band(
+    chat = gpt_oss_eagle3.eagle3_verdict(pd.DataFrame(rows), PROFILES, published)
+    assert gpt_oss_eagle3.eagle3_rule(chat, band=band).endswith(note)
+    nothing_else = profiles.alpha_band(profiles.select_gains(gains, alpha=0.71), 0.71)
+    assert nothing_else.empty and profiles.describe_alpha_band(nothing_else) == ""
+    assert gpt_oss_eagle3.eagle3_rule(chat, band=nothing_else) == gpt_oss_eagle3.eagle3_rule(chat)
+    lost = profiles.alpha_band(gains.assign(gain_pct=gains.gain_pct.where(gains.imposed_alpha > 0.7, -5.0)), 0.71)
+    assert "paid at no concurrency measured (-5.0 %, -5.0 %), -35.0 to -25.0 points" in profiles.describe_alpha_band(
         lost)
     # a lower α that gained more, a higher one that gained less, beyond the tolerance: named
     against = _eagle({1: 30.0, 8: 30.0, 64: 20.0}) + _eagle({1: 12.0, 64: 25.0}, "eagle3-k3-a0.61", alpha=0.61) + (
         _eagle({1: 40.0, 8: 28.0}, "eagle3-k3-a0.81", alpha=0.81))  # fmt: skip
-    note = verdicts.describe_alpha_band(verdicts.alpha_band(verdicts.gain_table(pd.DataFrame(against), PROFILES), 0.71))
+    note = profiles.describe_alpha_band(profiles.alpha_band(profiles.gain_table(pd.DataFrame(against), PROFILES), 0.71))
     assert ("-18.0 to +5.0 points against α = 0.71 at the same concurrencies; more than α = 0.71 at concurrency 64 "
             "(+5.0 points), the opposite of what a lower acceptance does alone: there the two runs differed in more "
             "than α (chat profile).") in note  # fmt: skip
     assert ("-2.0 to +10.0 points against α = 0.71 at the same concurrencies (chat profile).") in note  # within 3 points
     higher = against[:10] + _eagle({1: 40.0, 8: 20.0}, "eagle3-k3-a0.81", alpha=0.81)  # α 0.71 and 0.61 kept
     assert ("-10.0 to +10.0 points against α = 0.71 at the same concurrencies; less than α = 0.71 at concurrency 8 "
-            "(-10.0 points), the opposite of what a higher acceptance does alone") in verdicts.describe_alpha_band(
-        verdicts.alpha_band(verdicts.gain_table(pd.DataFrame(higher), PROFILES), 0.71))  # fmt: skip
+            "(-10.0 points), the opposite of what a higher acceptance does alone") in profiles.describe_alpha_band(
+        profiles.alpha_band(profiles.gain_table(pd.DataFrame(higher), PROFILES), 0.71))  # fmt: skip
 
 
 def test_select_gains() -> None:
     rows = _eagle({1: 10.0}, "eagle3-k2-a0.71", 2) + _eagle({1: 20.0}, "eagle3-k3-a0.61", 3, 0.61)
-    gains = verdicts.gain_table(pd.DataFrame(rows), PROFILES)
-    assert verdicts.select_gains(gains, alpha=0.71).engine_label.tolist() == ["eagle3-k2-a0.71"]
-    assert verdicts.select_gains(gains, k=3, profile="chat").engine_label.tolist() == ["eagle3-k3-a0.61"]
-    assert verdicts.select_gains(gains, profile="swe").empty and verdicts.select_gains(gains.iloc[:0], alpha=0.7).empty
+    gains = profiles.gain_table(pd.DataFrame(rows), PROFILES)
+    assert profiles.select_gains(gains, alpha=0.71).engine_label.tolist() == ["eagle3-k2-a0.71"]
+    assert profiles.select_gains(gains, k=3, profile="chat").engine_label.tolist() == ["eagle3-k3-a0.61"]
+    assert profiles.select_gains(gains, profile="swe").empty and profiles.select_gains(gains.iloc[:0], alpha=0.7).empty
 
 
 def test_measurements_beside_the_model() -> None:
     rows = _eagle({1: 30.0, 64: 20.0})
-    gains = verdicts.gain_table(pd.DataFrame(rows), PROFILES)
+    gains = profiles.gain_table(pd.DataFrame(rows), PROFILES)
     # as theory.eagle3_predictions gives it: both a batch and a concurrency column
     model = pd.DataFrame({"concurrency": [1, 64, 200], "batch": [1, 64, 200], "gain_pct": [-10.0, 25.0, 40.0]})
-    table = verdicts.beside_model(gains, model, "gain_pct", "eagle3-k3-a0.71")
+    table = versus_model.beside_model(gains, model, "gain_pct", "eagle3-k3-a0.71")
     assert table.concurrency.tolist() == [1.0, 64.0] and table.predicted.tolist() == [-10.0, 25.0]
     assert table.measured_minus_predicted.tolist() == pytest.approx([40.0, -5.0])
-    speedups = verdicts.tpot_speedups(_mtp([50, 50], [25, 40], rates=(1, 2)).assign(
+    speedups = deepseek_mtp.tpot_speedups(_mtp([50, 50], [25, 40], rates=(1, 2)).assign(
         concurrency=[1, 4, 1, 4], request_rate_qps=None))  # fmt: skip
     batch_model = pd.DataFrame({"batch": [1, 4], "speedup": [1.5, 1.5]})
-    table = verdicts.beside_model(speedups, batch_model, "speedup", "mtp-k1-a0.85")
+    table = versus_model.beside_model(speedups, batch_model, "speedup", "mtp-k1-a0.85")
     assert table.measured.tolist() == pytest.approx([2.0, 1.25]) and table.predicted.tolist() == [1.5, 1.5]
 
 
@@ -360,33 +362,33 @@ def test_the_model_comparison_in_words() -> None:
     table = pd.DataFrame({"concurrency": [1.0, 64.0, 200.0], "measured": [58.5, 61.6, 19.8],
                           "predicted": [-24.5, 68.3, 89.6]})  # fmt: skip
     table["measured_minus_predicted"] = table.measured - table.predicted
-    words = verdicts.describe_beside_model(table, 10, "percentage points", "{:+.1f} %")
+    words = versus_model.describe_beside_model(table, 10, "percentage points", "{:+.1f} %")
     assert words == ("The model came within 10 percentage points of the measurement at concurrency 64 (+61.6 % "
                      "measured, +68.3 % predicted); it understated the measurement at concurrency 1 (+58.5 % measured, "
                      "-24.5 % predicted); it overstated it at concurrency 200 (+19.8 % measured, +89.6 % predicted).")
-    assert verdicts.describe_beside_model(table.iloc[0:0], 10, "points") == "No measurement to set beside the model yet."
+    assert versus_model.describe_beside_model(table.iloc[0:0], 10, "points") == "No measurement to set beside the model yet."
 
 
 def test_measurements_beside_the_model_for_each_configuration() -> None:
     rows = _mtp([50, 50], [25, 40], rates=(1, 2)).assign(concurrency=[1, 4, 1, 4], request_rate_qps=None)
     k2 = rows[rows.engine_label == "mtp-k1-a0.85"].assign(engine_label="mtp-k2-p0.85", num_speculative_tokens=2,
                                                           tpot_mean_ms=[20.0, 50.0])  # fmt: skip
-    speedups = verdicts.tpot_speedups(pd.concat([rows, k2], ignore_index=True))
+    speedups = deepseek_mtp.tpot_speedups(pd.concat([rows, k2], ignore_index=True))
     predicted = pd.DataFrame({"config": ["mtp-k2-p0.85", "mtp-k2-p0.85", "mtp-k1-a0.85", "mtp-k1-a0.85",
                                          "not-measured", "not-measured"],
                               "batch": [1, 4] * 3, "speedup": [2.6, 1.0, 1.9, 1.3, 1.5, 1.5]})  # fmt: skip
-    table = verdicts.beside_model_by_config(speedups, predicted, "speedup")
+    table = versus_model.beside_model_by_config(speedups, predicted, "speedup")
     # in the model's order; a configuration without measurements has no rows
     assert table.engine_label.tolist() == ["mtp-k2-p0.85"] * 2 + ["mtp-k1-a0.85"] * 2
     assert table.measured.tolist() == pytest.approx([2.5, 1.0, 2.0, 1.25])
-    words = verdicts.describe_beside_model_by_config(table, 0.06, "×", "{:.2f}×")
+    words = versus_model.describe_beside_model_by_config(table, 0.06, "×", "{:.2f}×")
     assert words == ("**mtp-k2-p0.85.** The model came within 0.06 × of the measurement at concurrency 4 (1.00× "
                      "measured, 1.00× predicted); it overstated it at concurrency 1 (2.50× measured, 2.60× "
                      "predicted).\n\n"
                      "**mtp-k1-a0.85.** The model came within 0.06 × of the measurement at concurrency 4 (1.25× "
                      "measured, 1.30× predicted); it understated the measurement at concurrency 1 (2.00× measured, "
                      "1.90× predicted).")
-    assert verdicts.describe_beside_model_by_config(table.iloc[0:0], 0.06, "×") == ""
+    assert versus_model.describe_beside_model_by_config(table.iloc[0:0], 0.06, "×") == ""
 
 
 def _band_rows() -> pd.DataFrame:
@@ -404,21 +406,21 @@ def _band_rows() -> pd.DataFrame:
 
 
 def test_acceptance_band_compares_the_ends_at_each_load() -> None:
-    band = verdicts.acceptance_band(verdicts.k_sweep(_band_rows(), "deepseek-v3-reduced"))
+    band = deepseek_mtp.acceptance_band(deepseek_mtp.k_sweep(_band_rows(), "deepseek-v3-reduced"))
     assert band.load.tolist() == ["1 QPS", "1 QPS", "concurrency 1", "concurrency 1", "concurrency 64"]
     assert band.imposed_alpha.tolist() == [0.81, 0.9, 0.81, 0.9, 0.81]
     assert band.mean_acceptance_length.tolist() == [1.81, 1.9, 1.81, 1.9, 1.81]
-    words = verdicts.describe_acceptance_band(band)
+    words = deepseek_mtp.describe_acceptance_band(band)
     # 1 QPS: the speed-up grew exactly with the acceptance length (+5.0 %); concurrency 1: not at all
     assert words.startswith("From α = 0.81 to 0.90, the TPOT speed-up rose by 0.0-5.0 % at the 2 loads measured "
                             "with both (1 QPS: 1.67× → 1.75×; concurrency 1: 1.33× → 1.33×); the measured mean "
                             "acceptance length rose by 5.0 %.")  # fmt: skip
     assert "did not grow in proportion to the acceptance length (within 2 %) at concurrency 1." in words
     assert words.endswith("Measured at one end of the band only: concurrency 64.")
-    in_step = verdicts.describe_acceptance_band(band[band.load != "concurrency 1"])
+    in_step = deepseek_mtp.describe_acceptance_band(band[band.load != "concurrency 1"])
     assert "Within 2 %, the speed-up grew in proportion" in in_step
-    assert verdicts.describe_acceptance_band(band.iloc[4:]) == "No load is measured at both α = 0.81 and α = 0.81 yet."
-    assert verdicts.describe_acceptance_band(band.iloc[0:0]).startswith("No configuration of this k")
+    assert deepseek_mtp.describe_acceptance_band(band.iloc[4:]) == "No load is measured at both α = 0.81 and α = 0.81 yet."
+    assert deepseek_mtp.describe_acceptance_band(band.iloc[0:0]).startswith("No configuration of this k")
 
 
 def _draft_cost_case() -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -429,12 +431,12 @@ def _draft_cost_case() -> tuple[pd.DataFrame, pd.DataFrame]:
              _row("mtp-k1-a0.85", 1, request_rate_qps=1, tpot_mean_ms=3.0, mean_acceptance_length=1.85)]  # fmt: skip
     predicted = pd.DataFrame({"config": ["mtp-k1-a0.85", "mtp-k1-a0.85", "mtp-k3-p0.85"], "batch": [1, 16, 1],
                               "c": [0.4, 0.38, 0.4], "draft_ms": [2.0, 2.1, 2.0], "draft_fixed_cost_ms": 1.7})  # fmt: skip
-    return verdicts.k_sweep(pd.DataFrame(rows), "deepseek-v3-reduced"), predicted
+    return deepseek_mtp.k_sweep(pd.DataFrame(rows), "deepseek-v3-reduced"), predicted
 
 
 def test_the_draft_cost_a_measured_pair_implies() -> None:
     sweep, predicted = _draft_cost_case()
-    table = verdicts.draft_cost_beside_model(sweep, predicted)
+    table = deepseek_mtp.draft_cost_beside_model(sweep, predicted)
     # closed loop only: the 1-QPS row has no batch to compare with
     assert table.engine_label.tolist() == ["mtp-k1-a0.85", "mtp-k1-a0.85", "mtp-k3-p0.85"]
     c = [3.0 * 1.85 / 5 - 1, 4.0 * 1.85 / 5 - 1, (2.5 * 2.7 / 5 - 1) / 3]
@@ -442,27 +444,27 @@ def test_the_draft_cost_a_measured_pair_implies() -> None:
     assert table.draft_ms_measured.tolist() == pytest.approx([5 * x for x in c])
     # beyond the model's reads: measured draft time less (model draft time - the fixed cost it charged)
     assert table.beyond_reads_ms.tolist() == pytest.approx([5 * c[0] - 0.3, 5 * c[1] - 0.4, 5 * c[2] - 0.3])
-    assert verdicts.draft_fixed_cost_ms(table) == pytest.approx((5 * c[0] - 0.3 + 5 * c[2] - 0.3) / 2)
-    words = verdicts.describe_draft_cost(table)
+    assert deepseek_mtp.draft_fixed_cost_ms(table) == pytest.approx((5 * c[0] - 0.3 + 5 * c[2] - 0.3) / 2)
+    words = deepseek_mtp.describe_draft_cost(table)
     assert words.startswith("**mtp-k1-a0.85**: at concurrency 1 the measured pair implies c = 0.11 (the model 0.40); "
                             "beyond its reads a draft forward took 0.25 ms, where the model charges 1.70 ms. At "
                             "concurrency 16 c is 0.48: there it also holds")  # fmt: skip
     assert "**mtp-k3-p0.85**: at concurrency 1 the measured pair implies c = 0.12" in words
-    assert verdicts.describe_draft_cost(table.iloc[0:0]).startswith("No closed-loop pair")
-    assert verdicts.draft_fixed_cost_ms(table.iloc[0:0]) != verdicts.draft_fixed_cost_ms(table.iloc[0:0])  # NaN
+    assert deepseek_mtp.describe_draft_cost(table.iloc[0:0]).startswith("No closed-loop pair")
+    assert deepseek_mtp.draft_fixed_cost_ms(table.iloc[0:0]) != deepseek_mtp.draft_fixed_cost_ms(table.iloc[0:0])  # NaN
 
 
 def test_predictions_with_another_draft_fixed_cost_side_by_side() -> None:
     before = pd.DataFrame({"config": ["a", "a", "b"], "batch": [1, 8, 1], "draft_fixed_cost_ms": 1.7,
                            "c": [0.6, 0.3, 0.4], "speedup": [1.0, 1.2, 1.3]})  # fmt: skip
     after = before.assign(draft_fixed_cost_ms=0.2, c=[0.1, 0.05, 0.1], speedup=[1.4, 1.5, 1.6])
-    change = verdicts.fixed_cost_change(before, after)
+    change = deepseek_mtp.fixed_cost_change(before, after)
     assert change.columns.tolist() == ["config", "batch", "draft_fixed_cost_ms_before", "c_before", "speedup_before",
                                        "draft_fixed_cost_ms_after", "c_after", "speedup_after"]  # fmt: skip
-    assert verdicts.describe_fixed_cost_change(change) == (
+    assert deepseek_mtp.describe_fixed_cost_change(change) == (
         "With a draft forward's fixed cost of 0.20 ms instead of 1.70 ms, the model predicts at batch 1: a 1.40× (was "
         "1.00×, c 0.10 instead of 0.60); b 1.60× (was 1.30×, c 0.10 instead of 0.40).")
-    assert verdicts.describe_fixed_cost_change(change, batch=64) == ""
+    assert deepseek_mtp.describe_fixed_cost_change(change, batch=64) == ""
 
 
 def _scale_case() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -479,14 +481,14 @@ def _scale_case() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     before = pd.DataFrame(model | {"tpot_off_ms": [10.0, 20.0, 3.0], "tpot_on_ms": [6.5, 12.0, 2.5],
                                    "speedup": [10 / 6.5, 20 / 12.0, 3 / 2.5]})  # fmt: skip
     after = before.assign(tpot_on_ms=[5.5, 11.0, 1.75], speedup=[10 / 5.5, 20 / 11.0, 3 / 1.75])
-    return verdicts.tpot_speedups(pd.DataFrame(rows)), before, after
+    return deepseek_mtp.tpot_speedups(pd.DataFrame(rows)), before, after
 
 
 def test_added_step_time_is_tpot_times_acceptance_length_less_the_spec_off_step() -> None:
     speedups, before, after = _scale_case()
-    table = verdicts.added_step_time(speedups, before, after)
+    table = deepseek_mtp.added_step_time(speedups, before, after)
     # without model tables every closed-loop pair is kept, model columns NaN
-    every = verdicts.added_step_time(speedups)
+    every = deepseek_mtp.added_step_time(speedups)
     assert sorted(every.engine_label) == ["big-k1", "big-k1", "big-k1-a0.9", "small-k1"]
     assert every.added_ms_before.isna().all() and every.speedup_after.isna().all()
     assert sorted(every.position_1_rate) == [0.85, 0.85, 0.85, 0.9]
@@ -500,7 +502,7 @@ def test_added_step_time_is_tpot_times_acceptance_length_less_the_spec_off_step(
     assert table.speedup.tolist() == pytest.approx([2.0 / 1.2, 2.0 / 1.5, 2.0 / 1.25])
     assert table.added_ms_before.tolist() == pytest.approx([3.0, 2.0, 4.0])
     assert table.added_ms_after.tolist() == pytest.approx([1.0, 0.5, 2.0])
-    words = verdicts.describe_added_step_time(table, before="A", after="B")
+    words = deepseek_mtp.describe_added_step_time(table, before="A", after="B")
     first, moves, model = words.split("\n\n")
     assert first.startswith("At concurrency 1, speculation added to a step: deepseek-v3-reduced (big-k1): +2.00 ms "
                             "on a 10.00 ms step (20 %), 1.67×; small (small-k1): +1.50 ms on a 3.00 ms step (50 %), "
@@ -510,23 +512,23 @@ def test_added_step_time_is_tpot_times_acceptance_length_less_the_spec_off_step(
     # big: 2.00 measured, 3.00 (A) and 1.00 (B) equally far, the first named wins; small: 1.50 nearer A's 2.00
     assert "deepseek-v3-reduced +2.00 ms measured, +3.00 ms (1.54×) with A, +1.00 ms (1.82×) with B: nearer A" in model
     assert "small +1.50 ms measured, +2.00 ms (1.20×) with A, +0.50 ms (1.71×) with B: nearer A." in model
-    assert verdicts.describe_added_step_time(table, concurrency=4) == "No closed-loop pair at concurrency 4 is measured yet."
+    assert deepseek_mtp.describe_added_step_time(table, concurrency=4) == "No closed-loop pair at concurrency 4 is measured yet."
 
 
 def test_the_mtp_rule_names_the_spread_of_the_added_share_between_models() -> None:
     speedups, before, after = _scale_case()
-    table = verdicts.added_step_time(speedups, before, after)
-    verdict = verdicts.Verdict("gain that holds with load", "", pd.DataFrame({"request_rate_qps": [1.0, 8.0]}))
-    rule = verdicts.mtp_rule(verdict, None, table)
+    table = deepseek_mtp.added_step_time(speedups, before, after)
+    verdict = finding.Finding("gain that holds with load", "", pd.DataFrame({"request_rate_qps": [1.0, 8.0]}))
+    rule = deepseek_mtp.mtp_rule(verdict, None, table)
     assert rule.endswith("Which model: at concurrency 1 MTP added 20 % to a step on deepseek-v3-reduced (1.67×) and "
                          "50 % on small (1.33×); measure that share on your model (TPOT with MTP × the mean "
                          "acceptance length, against the TPOT without) before counting on the published gain.")  # fmt: skip
     # the rule compares k = 1 at 0.85 only: big-k1-a0.9 (10 % added) is not the cheapest
-    assert "Which model: at concurrency 1 MTP added 20 % to a step on deepseek-v3-reduced" in verdicts.mtp_rule(
-        verdict, None, verdicts.added_step_time(speedups))
+    assert "Which model: at concurrency 1 MTP added 20 % to a step on deepseek-v3-reduced" in deepseek_mtp.mtp_rule(
+        verdict, None, deepseek_mtp.added_step_time(speedups))
     # one shape alone says nothing about which model
-    assert "Which model" not in verdicts.mtp_rule(verdict, None, table[table.model_shape == "small"])
-    assert verdicts.mtp_rule(verdict) == verdicts.mtp_rule(verdict, None, None)
+    assert "Which model" not in deepseek_mtp.mtp_rule(verdict, None, table[table.model_shape == "small"])
+    assert deepseek_mtp.mtp_rule(verdict) == deepseek_mtp.mtp_rule(verdict, None, None)
 
 
 def _k3_steps(ms: dict[tuple[float, int], float]) -> pd.DataFrame:
@@ -541,18 +543,18 @@ def _k3_steps(ms: dict[tuple[float, int], float]) -> pd.DataFrame:
 def test_step_cost_by_alpha_spreads_the_alpha_runs_of_one_k() -> None:
     rows = _k3_steps({(0.61, 1): 11.0, (0.71, 1): 11.22, (0.81, 1): 11.11, (0.61, 64): 38.0, (0.71, 64): 42.75,
                       (0.81, 64): 41.8, (0.61, 200): 80.0})  # fmt: skip
-    table = verdicts.step_cost_by_alpha(rows, PROFILES, overlapped=["k3-a0.71/c64"]).set_index("concurrency")
+    table = gpt_oss_eagle3.step_cost_by_alpha(rows, PROFILES, overlapped=["k3-a0.71/c64"]).set_index("concurrency")
     assert table.index.tolist() == [1, 64]  # 200 has one α only; the k = 2 row is not k = 3
     assert table.spread_pct.tolist() == pytest.approx([2.0, 12.5])
     assert table.loc[64, ["alpha_fast", "alpha_slow"]].tolist() == [0.61, 0.71]
     assert table.shared_host.tolist() == [False, True]
     assert table.loc[1, "alphas"] == (0.61, 0.71, 0.81)
-    assert verdicts.describe_step_cost_by_alpha(table.reset_index()) == (
+    assert gpt_oss_eagle3.describe_step_cost_by_alpha(table.reset_index()) == (
         "On the chat profile the step time of k = 3 differed between imposed α by at most 2.0 % at concurrency 1-8 "
         "and 12.5 % at concurrency 16-64; the widest, at concurrency 64: 38.0 ms at α 0.61 against 42.8 ms at α "
         "0.71 (the slower run shared its host with another server). Where it differed by more than 3 %, the "
         "slowest run was not the highest α at concurrency 64: there the spread is variation between runs, not "
         "acceptance's doing.")  # fmt: skip
-    follows = verdicts.step_cost_by_alpha(_k3_steps({(0.61, 64): 38.0, (0.81, 64): 42.0}), PROFILES)
-    assert "not the highest α" not in verdicts.describe_step_cost_by_alpha(follows)  # the slowest is α 0.81
-    assert verdicts.describe_step_cost_by_alpha(verdicts.step_cost_by_alpha(rows.iloc[-2:], PROFILES)) == ""
+    follows = gpt_oss_eagle3.step_cost_by_alpha(_k3_steps({(0.61, 64): 38.0, (0.81, 64): 42.0}), PROFILES)
+    assert "not the highest α" not in gpt_oss_eagle3.describe_step_cost_by_alpha(follows)  # the slowest is α 0.81
+    assert gpt_oss_eagle3.describe_step_cost_by_alpha(gpt_oss_eagle3.step_cost_by_alpha(rows.iloc[-2:], PROFILES)) == ""

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import csv
-import gzip
 import dataclasses
+import gzip
 import math
 
 import nbformat
@@ -12,11 +12,11 @@ import pandas as pd
 import pytest
 
 from tests.conftest import ROOT
-from vllm_playbooks import workshop
+from vllm_playbooks.book import exercises, workshop
+from vllm_playbooks.book.notebooks import check_notebook, default_parameters
 from vllm_playbooks.config import capacity
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.errors import ConfigError
-from vllm_playbooks.notebooks import check_notebook, default_parameters
 
 RUNS = ROOT / "data" / "runs"
 PUBLISHED = ROOT / "data" / "reference" / "published.csv"
@@ -48,7 +48,7 @@ def test_stop_paying_matches_a_plain_pairing_of_the_rows(metric: str, higher_is_
     assert levels, "the case has no paired levels"
     wins = [c for c in levels if (spec[c] > off[c] if higher_is_better else spec[c] < off[c])]
     expected = max(wins) if wins else "never"
-    solution = workshop.stop_paying_solution(metrics=[metric])
+    solution = exercises.stop_paying_solution(metrics=[metric])
     assert solution.value == {metric: expected}
     assert sorted(solution.table["concurrency"]) == levels
 
@@ -65,8 +65,8 @@ def test_stop_paying_finds_the_last_winning_level(monkeypatch: pytest.MonkeyPatc
                              tpot_p50_ms=p, model_shape="s", load_format="dummy", input_len=8, output_len=8,
                              tensor_parallel_size=1, pipeline_parallel_size=1, max_num_seqs=None,
                              max_num_batched_tokens=None, gpu_name="g"))  # fmt: skip
-    monkeypatch.setattr("vllm_playbooks.runner.results_for", lambda case, mode: pd.DataFrame(rows))
-    solution = workshop.stop_paying_solution(case="synthetic")
+    monkeypatch.setattr("vllm_playbooks.book.exercises.results_for", lambda case, mode: pd.DataFrame(rows))
+    solution = exercises.stop_paying_solution(case="synthetic")
     # throughput: +50 % at 1, +5 % at 4, -11 % at 16; TPOT: better at 1 only
     assert solution.value == {"output_tok_s": 4, "tpot_p50_ms": 1}
     assert workshop.check("stop-paying", {"output_tok_s": 4, "tpot_p50_ms": 1}, solution).startswith("correct: ")
@@ -80,7 +80,7 @@ def test_chunks_estimate_is_mean_itl_over_mean_acceptance_length() -> None:
     spec = rows[(rows.spec_method != "none") & (rows.concurrency == 16)]
     assert len(spec) == 1
     expected = float(spec.itl_mean_ms.iloc[0] / spec.mean_acceptance_length.iloc[0])
-    solution = workshop.chunks_solution(concurrency=16)
+    solution = exercises.chunks_solution(concurrency=16)
     assert solution.value == pytest.approx(expected, rel=1e-12)
     table = solution.table.set_index("concurrency")
     assert table.loc[16, "per_token_over_tpot"] == pytest.approx(expected / spec.tpot_mean_ms.iloc[0])
@@ -88,7 +88,7 @@ def test_chunks_estimate_is_mean_itl_over_mean_acceptance_length() -> None:
 
 def test_chunks_refuses_an_unmeasured_level() -> None:
     with pytest.raises(ConfigError, match=r"no row at concurrency 3; measured: 1, 4, 16, 64"):
-        workshop.chunks_solution(concurrency=3)
+        exercises.chunks_solution(concurrency=3)
 
 
 def test_tokens_per_step_from_the_reported_acceptance() -> None:
@@ -97,7 +97,7 @@ def test_tokens_per_step_from_the_reported_acceptance() -> None:
     assert (alpha, k) == (0.72, 5)
     tau = sum(alpha**i for i in range(k + 1))  # 1 + α + … + α^k
     assert tau == pytest.approx(3.0738783232, abs=1e-10)  # by hand: 1 + .72 + .5184 + .373248 + .26873856 + .19349176
-    solution = workshop.tokens_per_step_solution()
+    solution = exercises.tokens_per_step_solution()
     assert solution.value["tokens_per_step"] == pytest.approx(tau)
     assert solution.value["break_even_c"] == pytest.approx((tau - 1) / k)
     assert solution.value["break_even_c"] == pytest.approx(0.41477566464, abs=1e-10)
@@ -106,7 +106,7 @@ def test_tokens_per_step_from_the_reported_acceptance() -> None:
 
 
 def test_with_one_draft_token_break_even_is_alpha() -> None:
-    solution = workshop.tokens_per_step_solution(alpha=0.6, k=1)  # book: with k = 1, S > 1 iff α > c
+    solution = exercises.tokens_per_step_solution(alpha=0.6, k=1)  # book: with k = 1, S > 1 iff α > c
     assert solution.value == pytest.approx({"tokens_per_step": 1.6, "break_even_c": 0.6})
 
 
@@ -114,7 +114,7 @@ def test_littles_law_from_the_reported_numbers() -> None:
     streams = _published("discussion-13834", "output-tok-s-spec-off") * _published("discussion-13834", "itl-ms-spec-off")
     streams /= 1000.0
     assert streams == pytest.approx(31.9451925)  # 95.43 tok/s × 0.33475 s
-    solution = workshop.littles_law_solution()
+    solution = exercises.littles_law_solution()
     assert solution.value == pytest.approx(streams)
     # on our own rows the request form of the law gives back the concurrency the load generator held
     table = solution.table
@@ -123,7 +123,7 @@ def test_littles_law_from_the_reported_numbers() -> None:
 
 
 def test_max_num_seqs_is_the_kv_cache_over_the_sequence_length() -> None:
-    solution = workshop.max_num_seqs_solution()
+    solution = exercises.max_num_seqs_solution()
     engine = EngineConfig(label="t", model="llama-3.3-70b-awq", kv_cache_dtype="fp8", max_model_len=8192)
     budget = capacity.kv_budget(engine, 80.0, "A100 80GB")
     assert budget.kv_bytes_per_token == 2 * 80 * 8 * 128 * 1  # 80 layers, 8 KV heads of 128, fp8
@@ -138,8 +138,8 @@ def test_max_num_seqs_is_the_kv_cache_over_the_sequence_length() -> None:
 
 
 def test_a_draft_model_costs_sequences() -> None:
-    alone = workshop.max_num_seqs_solution().value["max_num_seqs"]
-    with_draft = workshop.max_num_seqs_solution(draft_model="llama-3.2-3b-awq", num_speculative_tokens=5)
+    alone = exercises.max_num_seqs_solution().value["max_num_seqs"]
+    with_draft = exercises.max_num_seqs_solution(draft_model="llama-3.2-3b-awq", num_speculative_tokens=5)
     assert with_draft.value["max_num_seqs"] < alone
 
 
@@ -152,13 +152,13 @@ def test_a_draft_model_costs_sequences() -> None:
     ],
 )
 def test_cuda_graph_decode_batch_by_hand(k: int, expected: int) -> None:
-    assert workshop.cuda_graphs_solution(num_speculative_tokens=k, max_num_seqs=256).value == expected
+    assert exercises.cuda_graphs_solution(num_speculative_tokens=k, max_num_seqs=256).value == expected
 
 
 def test_cuda_graph_statement_says_which_batches_run_without_a_graph() -> None:
-    solution = workshop.cuda_graphs_solution()
+    solution = exercises.cuda_graphs_solution()
     assert "decode batches of 129 to 256 sequences run without a full CUDA graph" in solution.statement
-    assert "every decode batch up to max_num_seqs=256 is graphed" in workshop.cuda_graphs_solution(1).statement
+    assert "every decode batch up to max_num_seqs=256 is graphed" in exercises.cuda_graphs_solution(1).statement
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -167,11 +167,11 @@ def test_cuda_graph_statement_says_which_batches_run_without_a_graph() -> None:
 
 
 @pytest.fixture(scope="module")
-def solutions() -> dict[str, workshop.Solution]:
+def solutions() -> dict[str, exercises.Solution]:
     return {eid: exercise.solve() for eid, exercise in workshop.EXERCISES.items()}
 
 
-def test_worked_solutions_check_out(solutions: dict[str, workshop.Solution]) -> None:
+def test_worked_solutions_check_out(solutions: dict[str, exercises.Solution]) -> None:
     for eid, solution in solutions.items():
         line = workshop.check(eid, None, solution)
         assert line.startswith("correct: ") and line.endswith("(worked solution; set answer to check your own)")
@@ -194,7 +194,7 @@ def test_worked_solutions_check_out(solutions: dict[str, workshop.Solution]) -> 
     ],
 )  # fmt: skip
 def test_check_accepts_the_right_answer_and_names_what_is_wrong(
-    solutions: dict[str, workshop.Solution], eid: str, right: object, wrong: object, message: str
+    solutions: dict[str, exercises.Solution], eid: str, right: object, wrong: object, message: str
 ) -> None:
     # the right answers here are what the worked solutions compute (independently checked above); a changed data
     # table that moves them fails the tests above first
@@ -202,21 +202,21 @@ def test_check_accepts_the_right_answer_and_names_what_is_wrong(
     assert workshop.check(eid, wrong, solutions[eid]) == message
 
 
-def test_floats_pass_within_one_percent(solutions: dict[str, workshop.Solution]) -> None:
+def test_floats_pass_within_one_percent(solutions: dict[str, exercises.Solution]) -> None:
     exact = solutions["littles-law"].value
     assert workshop.check("littles-law", exact * 1.009, solutions["littles-law"]).startswith("correct")
     assert workshop.check("littles-law", exact * 1.02, solutions["littles-law"]).startswith("not yet")
     assert workshop.check("littles-law", True, solutions["littles-law"]).startswith("not yet")  # a bool is no number
 
 
-def test_answers_given_as_text_are_read(solutions: dict[str, workshop.Solution]) -> None:
+def test_answers_given_as_text_are_read(solutions: dict[str, exercises.Solution]) -> None:
     """papermill -p passes a dict as a string; it is read as YAML."""
     text = '{"max_num_seqs": 27, "binding": "memory"}'
     assert workshop.check("size-max-num-seqs", text, solutions["size-max-num-seqs"]).startswith("correct")
     assert workshop.check("cuda-graph-sizes", "128", solutions["cuda-graph-sizes"]).startswith("correct")
 
 
-def test_malformed_answers_get_a_clear_line(solutions: dict[str, workshop.Solution]) -> None:
+def test_malformed_answers_get_a_clear_line(solutions: dict[str, exercises.Solution]) -> None:
     assert workshop.check("tokens-per-step", 3.07, solutions["tokens-per-step"]) == (
         "not yet: expected a dict with keys tokens_per_step, break_even_c, got 3.07"
     )
@@ -225,19 +225,19 @@ def test_malformed_answers_get_a_clear_line(solutions: dict[str, workshop.Soluti
     )
 
 
-def test_unknown_exercise_is_refused(solutions: dict[str, workshop.Solution]) -> None:
+def test_unknown_exercise_is_refused(solutions: dict[str, exercises.Solution]) -> None:
     with pytest.raises(ConfigError, match=r"unknown exercise 'little-law'; known: stop-paying, chunks-not-tokens"):
         workshop.check("little-law", 32, solutions["littles-law"])
 
 
-def test_a_solution_of_another_exercise_is_refused(solutions: dict[str, workshop.Solution]) -> None:
+def test_a_solution_of_another_exercise_is_refused(solutions: dict[str, exercises.Solution]) -> None:
     with pytest.raises(ConfigError, match=r"needs the solution of exercise 'littles-law', got 'cuda-graph-sizes'"):
         workshop.check("littles-law", 32, solutions["cuda-graph-sizes"])
     with pytest.raises(ConfigError, match="got 'NoneType'"):
         workshop.check("littles-law", 32, None)  # type: ignore[arg-type]
 
 
-def test_an_edited_solution_is_caught(solutions: dict[str, workshop.Solution]) -> None:
+def test_an_edited_solution_is_caught(solutions: dict[str, exercises.Solution]) -> None:
     edited = dataclasses.replace(solutions["cuda-graph-sizes"], value=256)
     assert workshop.check("cuda-graph-sizes", None, edited) == (
         "not yet: the worked solution disagrees with the data (expected 128, got 256)"
@@ -247,12 +247,12 @@ def test_an_edited_solution_is_caught(solutions: dict[str, workshop.Solution]) -
 def test_rows_of_several_gpus_need_a_gpu_name(monkeypatch: pytest.MonkeyPatch) -> None:
     rows = _runs_csv("llama-8b-draft-model")
     other = rows.assign(gpu_name="Other GPU")
-    monkeypatch.setattr("vllm_playbooks.runner.results_for", lambda case, mode: pd.concat([rows, other]))
+    monkeypatch.setattr("vllm_playbooks.book.exercises.results_for", lambda case, mode: pd.concat([rows, other]))
     with pytest.raises(ConfigError, match=r"rows from several GPUs \['NVIDIA H200', 'Other GPU'\]; set gpu_name"):
-        workshop.stop_paying_solution()
-    assert workshop.stop_paying_solution(gpu_name="Other GPU").value.keys() == {"output_tok_s", "tpot_p50_ms"}
+        exercises.stop_paying_solution()
+    assert exercises.stop_paying_solution(gpu_name="Other GPU").value.keys() == {"output_tok_s", "tpot_p50_ms"}
     with pytest.raises(ConfigError, match="no rows measured on 'A100'"):
-        workshop.stop_paying_solution(gpu_name="A100")
+        exercises.stop_paying_solution(gpu_name="A100")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -269,7 +269,7 @@ def test_each_exercise_has_its_notebook(exercise: workshop.Exercise) -> None:
     nb = nbformat.read(path, as_version=4)
     tags = [c.metadata.get("tags", []) for c in nb.cells]
     solve = next(i for i, t in enumerate(tags) if "hide-input" in t)
-    assert f"workshop.{exercise.solve.__name__}(" in nb.cells[solve].source
+    assert f"exercises.{exercise.solve.__name__}(" in nb.cells[solve].source
     assert nb.cells[solve - 1].cell_type == "markdown" and "Solution (open after trying)" in nb.cells[solve - 1].source
     checks = [c for c, t in zip(nb.cells, tags, strict=True) if "nbval-check-output" in t]
     assert len(checks) == 1
@@ -291,10 +291,10 @@ def test_microbatches_from_the_raw_scrapes_by_hand() -> None:
     before, after = (gzip.decompress((point / f"metrics_{w}.prom.gz").read_bytes()).decode() for w in ("before", "after"))
     steps = _prom_value(after, "vllm:iteration_tokens_total_count") - _prom_value(before, "vllm:iteration_tokens_total_count")
     tokens = _prom_value(after, "vllm:generation_tokens_total") - _prom_value(before, "vllm:generation_tokens_total")
-    solution = workshop.microbatches_solution()
+    solution = exercises.microbatches_solution()
     assert solution.value["sequences_per_step"] == pytest.approx(tokens / steps)
     assert solution.value["running"] == pytest.approx(2 * tokens / steps)
     assert 0.95 * 64 < solution.value["running"] <= 64  # the cap, shared by the two microbatches
     assert set(solution.table.engine_label) == {"8b-pp1-mns64", "8b-pp2-mns64", "8b-tp2-mns64"}
     with pytest.raises(ConfigError, match="no recorded config 'nope'"):
-        workshop.microbatches_solution(engine_label="nope")
+        exercises.microbatches_solution(engine_label="nope")

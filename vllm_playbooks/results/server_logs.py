@@ -10,12 +10,23 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from vllm_playbooks.results.textfiles import GZ, plain_name
+from vllm_playbooks import paths
+from vllm_playbooks.errors import SchemaError
+from vllm_playbooks.results.store import case_dir
+from vllm_playbooks.results.textfiles import GZ, plain_name, read_text
+
+if TYPE_CHECKING:
+    import pandas as pd
+
 
 #: A server log's name: the engine's config id, then the UTC time the runner opened it (bench logs do not match).
 LOG_NAME = re.compile(r"^(?P<config_id>.+)-(?P<started>\d{4}-\d{2}-\d{2}T\d{6}\+0000)\.log$")
+
+
 #: The time stamp of one vLLM log line: month, day and time, no year.
 LINE_STAMP = re.compile(r"\b(?P<stamp>\d{2}-\d{2} \d{2}:\d{2}:\d{2})\b")
 
@@ -45,3 +56,147 @@ def stamp_time(stamp: str, started: dt.datetime) -> dt.datetime:
     if at < started - dt.timedelta(days=1):
         at = at.replace(year=started.year + 1)
     return at
+
+
+_FLOAT = r"([0-9][0-9,]*\.?[0-9]*)"
+
+
+_PATTERNS = {
+    "weights_gib": rf"Actual usage is {_FLOAT} GiB for weight",
+    "peak_activation_gib": rf"{_FLOAT} GiB for peak activation",
+    "non_torch_gib": rf"{_FLOAT} GiB for non-torch memory",
+    "total_memory_gib": rf"Free memory on device \({_FLOAT}/{_FLOAT} GiB\)",
+    "requested_memory_gib": rf"Desired GPU memory utilization is \([0-9.]+, {_FLOAT} GiB\)",
+    "gpu_memory_utilization": r"Desired GPU memory utilization is \(([0-9.]+),",
+    "available_kv_gib": rf"Available KV cache memory: {_FLOAT} GiB",
+    "kv_cache_tokens": rf"GPU KV cache size: {_FLOAT} tokens",
+    "max_concurrency": rf"Maximum concurrency for {_FLOAT} tokens per request: {_FLOAT}x",
+    "cudagraph_estimate_gib": rf"Estimated CUDA graph memory: {_FLOAT} GiB",
+    "cudagraph_actual_gib": rf"CUDA graph pool memory: {_FLOAT} GiB \(actual\)",
+}
+
+
+#: The lines a start-up that reached its KV cache always logs.
+_REQUIRED = ("total_memory_gib", "requested_memory_gib", "available_kv_gib", "kv_cache_tokens", "max_concurrency")
+
+
+@dataclass(frozen=True)
+class StartupMemory:
+    """Memory figures one vLLM start-up logged (GiB as vLLM prints them, to two decimals)."""
+
+    log: str
+    total_memory_gib: float
+    gpu_memory_utilization: float
+    requested_memory_gib: float
+    weights_gib: float | None
+    peak_activation_gib: float | None
+    non_torch_gib: float | None
+    cudagraph_estimate_gib: float | None
+    cudagraph_actual_gib: float | None
+    available_kv_gib: float
+    kv_cache_tokens: int
+    max_model_len: int
+    max_concurrency: float
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def read_startup(log: Path) -> StartupMemory:
+    """Parse one server log; raises ``SchemaError`` when the KV-cache lines are missing (a start-up that failed)."""
+    text = read_text(log)
+    found: dict[str, re.Match[str] | None] = {k: re.search(p, text) for k, p in _PATTERNS.items()}
+    missing = [k for k in _REQUIRED if found[k] is None]
+    if missing:
+        raise SchemaError(f"{log}: no start-up memory lines for {', '.join(missing)} (did the server start?)")
+
+    def group(key: str, index: int = 1) -> float | None:
+        match = found[key]
+        return _number(match.group(index)) if match else None
+
+    return StartupMemory(
+        log=plain_name(log),
+        total_memory_gib=group("total_memory_gib", 2) or 0.0,
+        gpu_memory_utilization=group("gpu_memory_utilization") or 0.0,
+        requested_memory_gib=group("requested_memory_gib") or 0.0,
+        weights_gib=group("weights_gib"),
+        peak_activation_gib=group("peak_activation_gib"),
+        non_torch_gib=group("non_torch_gib"),
+        cudagraph_estimate_gib=group("cudagraph_estimate_gib"),
+        cudagraph_actual_gib=group("cudagraph_actual_gib"),
+        available_kv_gib=group("available_kv_gib") or 0.0,
+        kv_cache_tokens=int(group("kv_cache_tokens") or 0),
+        max_model_len=int(group("max_concurrency", 1) or 0),
+        max_concurrency=group("max_concurrency", 2) or 0.0,
+    )
+
+
+def all_server_logs(case_dir: Path) -> list[Path]:
+    return server_log_files(case_dir / "logs")
+
+
+def has_started(log: Path) -> bool:
+    """Whether ``log`` holds vLLM's KV-cache start-up lines; a server stopped or failed during start-up has none."""
+    text = read_text(log)
+    return all(re.search(_PATTERNS[key], text) for key in _REQUIRED)
+
+
+def server_logs(case_dir: Path) -> list[Path]:
+    """A case's server logs (not the bench logs) of servers that finished starting, oldest first."""
+    return [log for log in all_server_logs(case_dir) if has_started(log)]
+
+
+def unstarted_server_logs(case_dir: Path) -> list[Path]:
+    """A case's server logs of servers that never finished starting (stopped at a session's time limit, or failed):
+    kept as the record of the attempt, left out of every start-up check."""
+    return [log for log in all_server_logs(case_dir) if not has_started(log)]
+
+
+def log_name_parts(log: Path):  # type: ignore[no-untyped-def]
+    """(config id, launch time) of a server log, from its file name; ``SchemaError`` for a name the runner did not
+    write."""
+
+    parsed = parse_log_name(log.name)
+    if parsed is None:
+        raise SchemaError(f"{log}: no launch time in the file name (the runner writes <config id>-<launch>.log)")
+    return parsed
+
+
+_ASYNC_SCHEDULING = re.compile(r"Asynchronous scheduling is (enabled|disabled)")
+
+
+_CUDAGRAPH_MODE = re.compile(r"'cudagraph_mode': <CUDAGraphMode\.([A-Z_]+)")
+
+
+#: vLLM 0.26 logs this when it runs Model Runner V2; the V1 runner's lines come from gpu_model_runner.py.
+_V2_RUNNER = "Using V2 Model Runner"
+
+
+_V1_RUNNER = "[gpu_model_runner.py:"
+
+
+def server_modes(case: str, data: Path | None = None) -> pd.DataFrame:
+    """How each started server of ``case`` ran, as its log says: one row per server log with its ``config_id`` and
+    ``engine_label`` (the config id without its hash), ``model_runner`` ("V2" where vLLM said it used Model Runner
+    V2, "V1" where the V1 runner logged, e.g. after falling back for draft_model; None where neither shows),
+    ``cudagraph_mode`` (from the engine config vLLM printed, e.g. FULL_AND_PIECEWISE, or PIECEWISE where a speculative
+    schedule forced it) and ``async_scheduling`` (True/False; None where the log does not say)."""
+    import pandas as pd
+
+
+    folder = case_dir(case, data if data is not None else paths.data_dir())
+    records = []
+    for log in server_logs(folder) if (folder / "logs").is_dir() else []:
+        text = read_text(log)
+        modes = _CUDAGRAPH_MODE.findall(text)
+        scheduling = _ASYNC_SCHEDULING.findall(text)
+        config_id = log_name_parts(log)[0]
+        runner = "V2" if _V2_RUNNER in text else "V1" if _V1_RUNNER in text else None
+        records.append({
+            "log": plain_name(log), "config_id": config_id, "engine_label": config_id.rsplit("-", 1)[0],
+            "model_runner": runner, "cudagraph_mode": modes[-1] if modes else None,
+            "async_scheduling": scheduling[-1] == "enabled" if scheduling else None,
+        })  # fmt: skip
+    columns = ["log", "config_id", "engine_label", "model_runner", "cudagraph_mode", "async_scheduling"]
+    return pd.DataFrame(records, columns=columns)

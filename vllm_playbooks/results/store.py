@@ -14,13 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from vllm_playbooks import paths
 from vllm_playbooks.errors import SchemaError
-from vllm_playbooks.results.schema import (
-    PROVENANCE_COLUMNS,
-    REFERENCE_COLUMNS,
-    RUN_COLUMNS,
-    ReferenceRow,
-    RunRow,
-)
+from vllm_playbooks.results.schema import PROVENANCE_COLUMNS, REFERENCE_COLUMNS, RUN_COLUMNS, ReferenceRow, RunRow
 
 if TYPE_CHECKING:
     import pandas as pd

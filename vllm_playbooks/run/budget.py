@@ -18,15 +18,27 @@ server started now can still measure in 340 s, shortest first)
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from vllm_playbooks import paths
+from vllm_playbooks.config.engine import EngineConfig
+from vllm_playbooks.errors import ConfigError, PlaybookError, SchemaError
+from vllm_playbooks.results.replay import replay_rows
+from vllm_playbooks.results.server_logs import LINE_STAMP, all_server_logs, log_name_parts, stamp_time
+from vllm_playbooks.results.stalls import mark_stalled
+from vllm_playbooks.results.store import case_dir, load_runs
+from vllm_playbooks.results.textfiles import plain_name, read_text
+from vllm_playbooks.run.case import engine_gpus
+from vllm_playbooks.run.plan import CasePlan, load_part, load_plan, missing_loads
+from vllm_playbooks.shapes import resolve_model
+
 if TYPE_CHECKING:
     import pandas as pd
 
-    from vllm_playbooks.plan import CasePlan
 
 #: Load columns that name a point's load level.
 LOAD = ["input_len", "output_len", "concurrency", "request_rate_qps"]
@@ -67,8 +79,6 @@ def point_estimates(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFram
     the live runner measures it again."""
     import pandas as pd
 
-    from vllm_playbooks.plan import missing_loads
-    from vllm_playbooks.shapes import resolve_model
 
     walls = point_walls(measured, servers)
     longest = walls.fillna({c: -1 for c in LOAD}).groupby(["model_shape", *LOAD])["wall_s"].max()
@@ -163,11 +173,6 @@ def _or_missing(value: float | None) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     """Print the remaining time of a case (or of one part of it) from its recorded runs."""
-    from vllm_playbooks.errors import PlaybookError
-    from vllm_playbooks.plan import load_part, load_plan
-    from vllm_playbooks.results.stalls import mark_stalled
-    from vllm_playbooks.results.store import load_runs
-    from vllm_playbooks.startup import server_time
 
     parser = argparse.ArgumentParser(prog="python -m vllm_playbooks.leases", description=__doc__.split("\n\n")[0])
     parser.add_argument("--case", required=True, help="a packaged case's name, or the path of your own case file")
@@ -204,3 +209,81 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+#: The line vLLM's API server logs once it serves requests.
+_READY = "Available routes are"
+
+
+def engine_for_log(log: Path, data: Path):  # type: ignore[no-untyped-def]
+    """The resolved engine config that wrote ``log``: read from a point measured with that config, or, for a server
+    stopped before its first point finished, the packaged case's engine config of the same id."""
+
+    case = log.parent.parent.name
+    config_id = log_name_parts(log)[0]
+    for row in replay_rows(case, data):
+        if row.config_id == config_id:
+            return EngineConfig.model_validate(json.loads(row.engine_config_json))
+    try:
+        planned = load_plan(case).engines
+    except ConfigError:  # a case file of one's own, not packaged
+        planned = []
+    for engine in planned:
+        if engine.config_id() == config_id:
+            return engine
+    raise SchemaError(f"{log}: no recorded point and no planned engine of config {config_id} in case {case}")
+
+
+def server_time(case: str, data: Path | None = None) -> pd.DataFrame:
+    """The GPU time each recorded server of ``case`` (a packaged case's name, or the path of a case file) held, from
+    its log: one row per server log (started or not), from the launch (the time in the log's file name) to its last
+    timestamped line, times the GPUs its engine config uses (TP × PP). ``startup_s`` runs from the launch to vLLM's
+    'Available routes' line (NaN for a server that never became ready). Installing vLLM and a lease's idle time are
+    not in any log, so they are not counted."""
+    import pandas as pd
+
+
+    if case.endswith((".yaml", ".yml")):
+
+        case = load_plan(case).case
+    base = data if data is not None else paths.data_dir()
+    folder = case_dir(case, base)
+    records = []
+    for log in all_server_logs(folder) if (folder / "logs").is_dir() else []:
+        launched = log_name_parts(log)[1]
+        ready, last = None, launched
+        for line in read_text(log).splitlines():
+            stamp = LINE_STAMP.search(line)
+            if stamp is None:
+                continue
+            try:
+                moment = stamp_time(stamp["stamp"], launched)
+            except ValueError:  # not a date after all
+                continue
+            last = max(last, moment)
+            if ready is None and _READY in line:
+                ready = moment
+        engine = engine_for_log(log, base)
+        gpus, held = engine_gpus(engine), (last - launched).total_seconds()
+        records.append({
+            "log": plain_name(log), "engine_label": engine.label, "gpus": gpus, "launched_at": launched,
+            "startup_s": (ready - launched).total_seconds() if ready is not None else float("nan"),
+            "held_s": held, "gpu_minutes": gpus * held / 60.0,
+        })  # fmt: skip
+    columns = ["log", "engine_label", "gpus", "launched_at", "startup_s", "held_s", "gpu_minutes"]
+    return pd.DataFrame(records, columns=columns)
+
+
+def gpu_time_note(servers: pd.DataFrame, gpu: str = "GPU") -> str:
+    """One sentence on a ``server_time`` table: the GPU-minutes its servers held, how many of them went to starting,
+    and what the figure leaves out ('' for an empty table)."""
+    if servers.empty:
+        return ""
+    starting = (servers["startup_s"].fillna(servers["held_s"]) * servers["gpus"]).sum() / 60.0
+    unready = int(servers["startup_s"].isna().sum())
+    never = f" ({unready} of them never became ready)" if unready else ""
+    return (f"**GPU time.** The {len(servers)} recorded server starts{never} held {gpu}s for "
+            f"{servers['gpu_minutes'].sum():.1f} GPU-minutes, {starting:.1f} of them starting (launch to ready); the "
+            "rest served the measured points, their warm-ups and calibration runs. Read from the server logs (launch "
+            "to the last logged line), so installing vLLM and the idle time of a GPU lease are not in it; the sessions "
+            "table of `data/runs/README.md` gives each lease.")

@@ -31,8 +31,10 @@ from typing import Any
 from vllm_playbooks import paths
 from vllm_playbooks.errors import ConfigError, PlaybookError
 from vllm_playbooks.results import raw
-from vllm_playbooks.results.store import case_dir as case_folder
-
+from vllm_playbooks.results.replay import sync_rows
+from vllm_playbooks.results.store import case_dir
+from vllm_playbooks.run.case import engine_gpus, run_case
+from vllm_playbooks.run.plan import load_plan, overrides_for
 
 #: The command line's exit status when ``--time-limit-s`` stopped a worker (as coreutils' ``timeout``).
 TIMED_OUT_EXIT = 124
@@ -57,7 +59,6 @@ def assign_engines(labels: Sequence[str], groups: Sequence[str]) -> dict[str, li
 
 def check_group_sizes(plan_engines: Sequence[Any], assignment: dict[str, list[str]]) -> None:
     """Refuse, before any GPU time, an engine config that needs more GPUs (TP × PP) than its group has."""
-    from vllm_playbooks.runner import engine_gpus
 
     by_label = {engine.label: engine for engine in plan_engines}
     for group, labels in assignment.items():
@@ -74,9 +75,8 @@ def check_group_sizes(plan_engines: Sequence[Any], assignment: dict[str, list[st
 def merge_into(case: str, source: Path, data: Path) -> list[str]:
     """Copy the finished raw points and server logs of ``case`` that ``source`` (a worker's data folder) holds and
     ``data`` lacks, then append their rows; return the ids of the rows added. Recorded points are never overwritten."""
-    from vllm_playbooks.runner import sync_rows
 
-    src, dst = case_folder(case, source), case_folder(case, data)
+    src, dst = case_dir(case, source), case_dir(case, data)
     for point in raw.finished_points(src):
         relative = point.relative_to(raw.raw_root(src))
         target = raw.raw_root(dst) / relative
@@ -139,7 +139,6 @@ def run_on_gpus(
     so a bad input is refused before any worker starts. Ctrl-C is passed on to the workers, whose runners stop their
     servers; the points already finished are merged. After ``time_limit_s`` seconds (for a GPU lease that ends) the
     workers still running get the same interrupt and ``timed_out`` is set: a later run skips what was recorded."""
-    from vllm_playbooks.plan import load_plan
 
     data = data if data is not None else paths.data_dir()
     if case.endswith((".yaml", ".yml")):
@@ -151,12 +150,12 @@ def run_on_gpus(
     report = ParallelReport(assignment=assignment)
     workers: dict[str, subprocess.Popen[bytes]] = {}
     folders: dict[str, Path] = {}
-    recorded = case_folder(plan.case, data)
+    recorded = case_dir(plan.case, data)
     try:
         for index, (group, labels) in enumerate(assignment.items()):
             folder = root / f"gpus{index}"
             if recorded.is_dir():
-                shutil.copytree(recorded, case_folder(plan.case, folder))
+                shutil.copytree(recorded, case_dir(plan.case, folder))
             folders[group] = folder
             report.logs[group] = root / f"gpus{index}.log"
             env = {**os.environ, "CUDA_VISIBLE_DEVICES": group, paths.DATA_DIR_ENV: str(folder)}
@@ -204,8 +203,6 @@ def main(argv: list[str] | None = None) -> int:
         # A shell without job control starts background commands with SIGINT ignored, and Python then never turns
         # it into KeyboardInterrupt: the parent's time limit would not stop this worker. Take it back.
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        from vllm_playbooks.plan import load_plan
-        from vllm_playbooks.runner import run_case
 
         plan = load_plan(opts.case, engines=opts.engines, **json.loads(opts.overrides))
         try:
@@ -235,7 +232,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--time-limit-s must be > 0")
     if opts.repeats is not None and opts.repeats < 1:
         parser.error("--repeats must be >= 1")
-    from vllm_playbooks.plan import overrides_for
 
     report: ParallelReport | None = None
     try:

@@ -1,42 +1,46 @@
-"""Workshop exercises: the worked solution of each exercise notebook, and the checker its last cell calls.
-
-Every expected answer is computed here, from the recorded rows (``data/runs/<case>/``), the reference table
-(``data/reference/published.csv``) or the package's own formulas (``theory``, ``config.capacity``); no expected
-number is typed in. An exercise notebook computes ``solution = workshop.<exercise>_solution(...)`` in a collapsed
-cell and ends with ``print(workshop.check("<exercise id>", answer, solution))``. ``check`` solves the exercise again
-from the data, with the inputs the solution records, and returns one line: ``correct: …`` or ``not yet: …``.
-
-Answers are plain Python values, so papermill can pass them: a number, or a dict of numbers and words, e.g.
-``papermill notebooks/workshop_4_littles_law.ipynb out.ipynb -p answer 32`` or
-``papermill … -y 'answer: {tokens_per_step: 3.1, break_even_c: 0.4}'``.
-"""
+"""The workshop's worked solutions, each recomputed from the recorded data."""
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from vllm_playbooks import analysis, reported, theory
-from vllm_playbooks.config import capacity
+from vllm_playbooks.analysis.compare import (
+    acceptance_check,
+    higher_is_better,
+    is_baseline,
+    versus_baseline,
+    winning_levels,
+)
+from vllm_playbooks.cases.discussion_13834 import implied_13834
+from vllm_playbooks.config.capacity import (
+    budget_table,
+    cudagraph_capture_sizes,
+    describe_budget,
+    kv_budget,
+    resolve_batching,
+)
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.errors import CapacityError, ConfigError, PlaybookError
+from vllm_playbooks.model.speculative import expected_tokens_per_step
+from vllm_playbooks.results.engine_steps import step_summary
+from vllm_playbooks.results.store import load_reference
+from vllm_playbooks.run.case import results_for
 
 if TYPE_CHECKING:
     import pandas as pd
 
-#: A float answer counts as right within this relative error, or within ``ABS_TOLERANCE`` (whichever is larger),
-#: so an answer worked out by hand from a rounded table passes.
-REL_TOLERANCE = 0.01
-ABS_TOLERANCE = 0.01
+
 #: The word a learner writes for "at no measured level" in exercise 1 (``None`` is accepted as well).
 NEVER = "never"
+
 
 #: How one part of an answer is graded: "float" (within the tolerance), "int" (exactly), "level" (a concurrency
 #: or ``NEVER``), "word" (one of a few words, case-insensitive).
 AnswerKind = str
+
+
 AnswerKinds = AnswerKind | dict[str, AnswerKind]
 
 
@@ -58,34 +62,12 @@ class Solution:
     table: pd.DataFrame | None = field(default=None, repr=False)
 
 
-@dataclass(frozen=True)
-class Exercise:
-    """One workshop exercise: its id (what ``check`` takes), its notebook and the function that solves it."""
-
-    id: str
-    number: int
-    slug: str
-    title: str
-    solve: Callable[..., Solution]
-
-    @property
-    def notebook(self) -> str:
-        """The source notebook's file name, ``workshop_<number>_<slug>.ipynb``."""
-        return f"workshop_{self.number}_{self.slug}.ipynb"
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Shared helpers
-# --------------------------------------------------------------------------------------------------------------
-
-
 def case_rows(case: str, gpu_name: str | None = None) -> pd.DataFrame:
     """A case's recorded rows (replayed from the raw files), those of one GPU when ``gpu_name`` is given.
 
     A live run adds rows from the learner's GPU next to ours, and rows of different GPUs must not be mixed: with
     rows from more than one GPU, ``gpu_name`` is required.
     """
-    from vllm_playbooks.runner import results_for
 
     rows = results_for(case, "replay")
     if rows.empty:
@@ -101,7 +83,7 @@ def case_rows(case: str, gpu_name: str | None = None) -> pd.DataFrame:
     return picked
 
 
-def published_value(published: pd.DataFrame, claim_id: str) -> float:
+def reference_value(published: pd.DataFrame, claim_id: str) -> float:
     """The value of one claim in the reference table (exactly one row must match)."""
     match = published.loc[published["claim_id"] == claim_id, "value"]
     if len(match) != 1:
@@ -123,11 +105,6 @@ def _levels(values: Any) -> str:
     return ", ".join(str(int(v)) for v in sorted(values))
 
 
-# --------------------------------------------------------------------------------------------------------------
-# 1. Where does speculation stop paying?
-# --------------------------------------------------------------------------------------------------------------
-
-
 def stop_paying_solution(
     case: str = "llama-8b-draft-model",
     metrics: list[str] | tuple[str, ...] = ("output_tok_s", "tpot_p50_ms"),
@@ -146,11 +123,11 @@ def stop_paying_solution(
     unknown = [m for m in metrics if m not in rows.columns]
     if unknown:
         raise ConfigError(f"unknown metric column(s) {unknown}; e.g. output_tok_s, tpot_p50_ms, itl_p50_ms")
-    comparisons = {m: analysis.versus_baseline(rows, m) for m in metrics}
+    comparisons = {m: versus_baseline(rows, m) for m in metrics}
     if any(c.empty for c in comparisons.values()):
         raise ConfigError(f"case {case}: no speculative row has a baseline row at the same load")
     label = _one_label(sorted(set(comparisons[metrics[0]]["engine_label"])), engine_label, "speculative")
-    baseline = ", ".join(sorted(str(e) for e in rows.loc[analysis.is_baseline(rows), "engine_label"].unique()))
+    baseline = ", ".join(sorted(str(e) for e in rows.loc[is_baseline(rows), "engine_label"].unique()))
     gpus = ", ".join(sorted(str(g) for g in rows["gpu_name"].unique()))
     import pandas as pd
 
@@ -158,10 +135,10 @@ def stop_paying_solution(
     parts, tables = [], []
     for metric in metrics:
         group = comparisons[metric][comparisons[metric]["engine_label"] == label]
-        wins = analysis.winning_levels(group)
+        wins = winning_levels(group)
         value[metric] = max(wins) if wins else NEVER
         levels = _levels(group["concurrency"].dropna())
-        direction = "higher" if analysis.higher_is_better(metric) else "lower"
+        direction = "higher" if higher_is_better(metric) else "lower"
         if not wins:
             parts.append(f"{metric} ({direction} is better) never beat the baseline at concurrency {levels}")
         else:
@@ -194,11 +171,6 @@ def stop_paying_solution(
         explanation=explanation,
         table=table,
     )
-
-
-# --------------------------------------------------------------------------------------------------------------
-# 2. Chunks are not tokens
-# --------------------------------------------------------------------------------------------------------------
 
 
 def chunks_solution(
@@ -256,11 +228,6 @@ def chunks_solution(
     )
 
 
-# --------------------------------------------------------------------------------------------------------------
-# 3. From V0 acceptance to tokens per step
-# --------------------------------------------------------------------------------------------------------------
-
-
 def break_even_draft_cost(tokens_per_step: float, k: int) -> float:
     """The draft cost ratio c at which S = τ / (k·c + 1) equals 1: c = (τ − 1) / k."""
     if k < 1:
@@ -274,19 +241,18 @@ def tokens_per_step_solution(case: str = "discussion-13834", alpha: float | None
     ``alpha`` and ``k`` default to the reported values in the reference table (``acceptance-rate-author-quoted``
     and ``num-speculative-tokens``).
     """
-    from vllm_playbooks.results.store import load_reference
 
     published = load_reference(case)
-    a = published_value(published, "acceptance-rate-author-quoted") if alpha is None else float(alpha)
-    n = int(published_value(published, "num-speculative-tokens")) if k is None else int(k)
-    tau = theory.expected_tokens_per_step(a, n)
+    a = reference_value(published, "acceptance-rate-author-quoted") if alpha is None else float(alpha)
+    n = int(reference_value(published, "num-speculative-tokens")) if k is None else int(k)
+    tau = expected_tokens_per_step(a, n)
     cost = break_even_draft_cost(tau, n)
     import pandas as pd
 
     table = pd.DataFrame(
         [
-            {"k": j, "tokens_per_step": theory.expected_tokens_per_step(a, j),
-             "break_even_c": break_even_draft_cost(theory.expected_tokens_per_step(a, j), j)}
+            {"k": j, "tokens_per_step": expected_tokens_per_step(a, j),
+             "break_even_c": break_even_draft_cost(expected_tokens_per_step(a, j), j)}
             for j in range(1, n + 1)
         ]
     )  # fmt: skip
@@ -316,7 +282,6 @@ def tokens_per_step_solution(case: str = "discussion-13834", alpha: float | None
 
 def _measured_acceptance(case: str, alpha: float, k: int) -> str:
     """A sentence on the recorded mean acceptance length at this imposed α and k, or '' when none is recorded."""
-    from vllm_playbooks.runner import results_for
 
     rows = results_for(case, "replay")
     if rows.empty:
@@ -329,7 +294,7 @@ def _measured_acceptance(case: str, alpha: float, k: int) -> str:
     ]
     if same.empty:
         return ""
-    check = analysis.acceptance_check(same)
+    check = acceptance_check(same)
     first = check.iloc[0]
     gpus = ", ".join(sorted(str(g) for g in same["gpu_name"].unique()))
     return (
@@ -339,11 +304,6 @@ def _measured_acceptance(case: str, alpha: float, k: int) -> str:
     )
 
 
-# --------------------------------------------------------------------------------------------------------------
-# 4. Little's law on the #13834 report
-# --------------------------------------------------------------------------------------------------------------
-
-
 def littles_law_solution(case: str = "discussion-13834") -> Solution:
     """Streams decoding at once with speculation off, from the reported numbers: output tok/s × ITL in seconds.
 
@@ -351,12 +311,11 @@ def littles_law_solution(case: str = "discussion-13834") -> Solution:
     request rate × mean end-to-end latency recovers it, while output tok/s × mean TPOT counts only the streams
     past their first token.
     """
-    from vllm_playbooks.results.store import load_reference
 
     published = load_reference(case)
-    streams = float(reported.implied_13834(published)["streams_in_flight_spec_off"])
-    out_off = published_value(published, "output-tok-s-spec-off")
-    itl_off = published_value(published, "itl-ms-spec-off")
+    streams = float(implied_13834(published)["streams_in_flight_spec_off"])
+    out_off = reference_value(published, "output-tok-s-spec-off")
+    itl_off = reference_value(published, "itl-ms-spec-off")
     statement = (
         f"{out_off:g} output tok/s × {itl_off / 1000:g} s per token = {streams:.2f} streams decoding at once "
         "with speculation off"
@@ -382,10 +341,9 @@ def littles_law_solution(case: str = "discussion-13834") -> Solution:
 
 
 def _measured_littles_law(case: str) -> pd.DataFrame | None:
-    from vllm_playbooks.runner import results_for
 
     rows = results_for(case, "replay")
-    off = rows[analysis.is_baseline(rows)]
+    off = rows[is_baseline(rows)]
     if off.empty:
         return None
     table = off[["gpu_name", "concurrency", "request_throughput_rps", "e2el_mean_ms", "output_tok_s", "tpot_mean_ms"]]
@@ -393,11 +351,6 @@ def _measured_littles_law(case: str) -> pd.DataFrame | None:
         requests_in_flight=off["request_throughput_rps"] * off["e2el_mean_ms"] / 1000.0,
         streams_decoding=off["output_tok_s"] * off["tpot_mean_ms"] / 1000.0,
     ).sort_values(["gpu_name", "concurrency"]).reset_index(drop=True)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# 5. Size max_num_seqs
-# --------------------------------------------------------------------------------------------------------------
 
 
 def max_num_seqs_solution(
@@ -426,16 +379,16 @@ def max_num_seqs_solution(
             max_num_seqs=max_num_seqs, gpu_memory_utilization=gpu_memory_utilization, speculative=speculative,
         )  # fmt: skip
 
-    default = capacity.kv_budget(engine(None), gpu_memory_gib, gpu_name)
-    tokens, _ = capacity.resolve_batching(max_model_len, gpu_memory_gib, gpu_name)
+    default = kv_budget(engine(None), gpu_memory_gib, gpu_name)
+    tokens, _ = resolve_batching(max_model_len, gpu_memory_gib, gpu_name)
     fits = min(max(default.kv_tokens, 0) // max_model_len, tokens)
     if fits < 1:
         raise CapacityError(
             f"not even one sequence of {max_model_len} tokens fits ({default.kv_tokens} KV tokens): "
             "lower max_model_len, use an fp8 KV cache, or a GPU with more memory"
         )
-    at = capacity.kv_budget(engine(fits), gpu_memory_gib, gpu_name)
-    above = capacity.kv_budget(engine(fits + 1), gpu_memory_gib, gpu_name) if fits < tokens else None
+    at = kv_budget(engine(fits), gpu_memory_gib, gpu_name)
+    above = kv_budget(engine(fits + 1), gpu_memory_gib, gpu_name) if fits < tokens else None
     if at.kv_tokens != default.kv_tokens or at.binding != "max_num_seqs" or (above and above.binding != "memory"):
         raise PlaybookError(f"max_num_seqs={fits} moved the KV budget or its binding limit: the sizing rule broke")
     statement = (
@@ -444,7 +397,7 @@ def max_num_seqs_solution(
         f"max_num_seqs={default.max_num_seqs}, {_binding_words(default.binding)} binds"
     )
     explanation = (
-        f"{capacity.describe_budget(default)} Full-length sequences that fit: ⌊{default.kv_tokens} / {max_model_len}⌋ "
+        f"{describe_budget(default)} Full-length sequences that fit: ⌊{default.kv_tokens} / {max_model_len}⌋ "
         f"= {fits}. So: {statement}."
     )
     return Solution(
@@ -458,17 +411,12 @@ def max_num_seqs_solution(
         kinds={"max_num_seqs": "int", "binding": "word"},
         statement=statement,
         explanation=explanation,
-        table=capacity.budget_table(default),
+        table=budget_table(default),
     )
 
 
 def _binding_words(binding: str) -> str:
     return "memory (the KV cache)" if binding == "memory" else "the max_num_seqs cap"
-
-
-# --------------------------------------------------------------------------------------------------------------
-# 6. CUDA-graph sizes with k
-# --------------------------------------------------------------------------------------------------------------
 
 
 def cuda_graphs_solution(
@@ -485,10 +433,10 @@ def cuda_graphs_solution(
     so the largest graphed decode batch is ⌊largest size / (1 + k)⌋ sequences.
     """
     k = int(num_speculative_tokens)
-    tokens, seqs = capacity.resolve_batching(
+    tokens, seqs = resolve_batching(
         max_model_len, gpu_memory_gib, gpu_name, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens
     )
-    sizes = capacity.cudagraph_capture_sizes(seqs, k, tokens)
+    sizes = cudagraph_capture_sizes(seqs, k, tokens)
     step = 1 + k
     largest = sizes[-1]
     graphed = largest // step
@@ -524,11 +472,6 @@ def cuda_graphs_solution(
     )
 
 
-# --------------------------------------------------------------------------------------------------------------
-# 7. Count the microbatches (#27462)
-# --------------------------------------------------------------------------------------------------------------
-
-
 def microbatches_solution(case: str = "pp-27462", engine_label: str = "8b-pp2-mns64") -> Solution:
     """From vLLM's own counters of one recorded point: the sequences one engine step carried (output tokens / engine
     steps) and the sequences running at once (that × the pipeline parallel size), against ``max_num_seqs``.
@@ -536,7 +479,6 @@ def microbatches_solution(case: str = "pp-27462", engine_label: str = "8b-pp2-mn
     The worked table shows the same counts for every point of the case with the same cap, so PP=1 and PP=2 sit side
     by side (``results.engine_steps.step_summary``, read from the points' raw ``/metrics`` scrapes).
     """
-    from vllm_playbooks.results.engine_steps import step_summary
 
     rows = case_rows(case)
     labels = sorted(str(label) for label in rows["engine_label"].unique())
@@ -572,116 +514,3 @@ def microbatches_solution(case: str = "pp-27462", engine_label: str = "8b-pp2-mn
         explanation=explanation,
         table=table.reset_index(drop=True),
     )
-
-
-# --------------------------------------------------------------------------------------------------------------
-# The exercises and the checker
-# --------------------------------------------------------------------------------------------------------------
-
-EXERCISES: dict[str, Exercise] = {
-    e.id: e
-    for e in (
-        Exercise("stop-paying", 1, "stop_paying", "Where does speculation stop paying?", stop_paying_solution),
-        Exercise("chunks-not-tokens", 2, "chunks_not_tokens", "Chunks are not tokens", chunks_solution),
-        Exercise("tokens-per-step", 3, "tokens_per_step", "From V0 acceptance to tokens per step",
-                 tokens_per_step_solution),
-        Exercise("littles-law", 4, "littles_law", "Little's law on the #13834 report", littles_law_solution),
-        Exercise("size-max-num-seqs", 5, "max_num_seqs", "Size max_num_seqs for a 70B-AWQ server",
-                 max_num_seqs_solution),
-        Exercise("cuda-graph-sizes", 6, "cuda_graphs", "CUDA-graph sizes with k", cuda_graphs_solution),
-        Exercise("microbatches", 7, "microbatches", "Count the microbatches", microbatches_solution),
-    )
-}  # fmt: skip
-
-
-def get_exercise(exercise_id: str) -> Exercise:
-    """The exercise with this id; an unknown id is refused with the list of known ones."""
-    if exercise_id not in EXERCISES:
-        raise ConfigError(f"unknown exercise {exercise_id!r}; known: {', '.join(EXERCISES)}")
-    return EXERCISES[exercise_id]
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _matches(kind: AnswerKind, expected: Any, got: Any) -> bool:
-    if kind == "float":
-        return _is_number(got) and abs(got - expected) <= max(ABS_TOLERANCE, REL_TOLERANCE * abs(expected))
-    if kind == "int":
-        return _is_number(got) and float(got).is_integer() and int(got) == expected
-    if kind == "level":
-        if got is None or (isinstance(got, str) and got.strip().lower() == NEVER):
-            return expected == NEVER
-        return expected != NEVER and _is_number(got) and float(got) == float(expected)
-    if kind == "word":
-        return isinstance(got, str) and got.strip().lower() == str(expected).lower()
-    raise ConfigError(f"unknown answer kind {kind!r}")
-
-
-def _show(kind: AnswerKind, value: Any) -> str:
-    if kind == "float" and _is_number(value):
-        return f"{value:.2f}"
-    if kind == "level" and value is None:
-        return NEVER
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return str(value)
-    try:
-        return json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        return repr(value)
-
-
-def _read_text(kinds: AnswerKinds, got: Any) -> Any:
-    """An answer passed as text (``papermill -p answer '{"a": 1}'`` passes a string) read as YAML, where the
-    expected answer is a dict or a number; words stay as they are."""
-    if not isinstance(got, str) or kinds in ("word", "level"):
-        return got
-    import yaml
-
-    try:
-        return yaml.safe_load(got)
-    except yaml.YAMLError:
-        return got
-
-
-def _grade(kinds: AnswerKinds, expected: Any, got: Any) -> str | None:
-    """None when ``got`` matches ``expected``; otherwise what was expected and what came."""
-    got = _read_text(kinds, got)
-    if isinstance(kinds, str):
-        if _matches(kinds, expected, got):
-            return None
-        return f"expected {_show(kinds, expected)}, got {_show(kinds, got)}"
-    if not isinstance(got, Mapping):
-        keys = ", ".join(kinds)
-        return f"expected a dict with keys {keys}, got {_show('', got)}"
-    missing = [k for k in kinds if k not in got]
-    extra = sorted(str(k) for k in got if k not in kinds)
-    if missing or extra:
-        return f"expected the keys {', '.join(kinds)}, got {', '.join(str(k) for k in got) or 'none'}"
-    wrong = [k for k in kinds if not _matches(kinds[k], expected[k], got[k])]
-    if not wrong:
-        return None
-    want = ", ".join(f"{k}={_show(kinds[k], expected[k])}" for k in wrong)
-    came = ", ".join(f"{k}={_show(kinds[k], got[k])}" for k in wrong)
-    return f"expected {want}, got {came}"
-
-
-def check(exercise_id: str, answer: Any, solution: Solution) -> str:
-    """One deterministic line: is ``answer`` (else the worked ``solution``) right for this exercise?
-
-    The expected answer is solved again from the data with ``solution.inputs``, so a solution cell that was edited
-    or a data change shows up here. Floats pass within 1 % (at least 0.01); counts and words must match exactly.
-    """
-    exercise = get_exercise(exercise_id)
-    if not isinstance(solution, Solution) or solution.exercise != exercise.id:
-        given = solution.exercise if isinstance(solution, Solution) else type(solution).__name__
-        raise ConfigError(f"check({exercise.id!r}, …) needs the solution of exercise {exercise.id!r}, got {given!r}")
-    expected = exercise.solve(**solution.inputs)
-    stale = _grade(expected.kinds, expected.value, solution.value)
-    if stale is not None:
-        return f"not yet: the worked solution disagrees with the data ({stale})"
-    if answer is None:
-        return f"correct: {expected.statement} (worked solution; set answer to check your own)"
-    problem = _grade(expected.kinds, expected.value, answer)
-    return f"correct: {expected.statement}" if problem is None else f"not yet: {problem}"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from vllm_playbooks.model.pipeline import with_layout
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
@@ -281,7 +283,6 @@ def step_shares(histogram: pd.DataFrame, ax: Axes | None = None, title: str | No
     import matplotlib.pyplot as plt
     import seaborn as sns
 
-    from vllm_playbooks.pipeline import with_layout
 
     if histogram.empty:
         return _nothing(ax, f"{title + ': ' if title else ''}no step histogram recorded")

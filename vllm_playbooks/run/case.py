@@ -13,8 +13,8 @@ import json
 import math
 import os
 import signal
-import threading
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import groupby
@@ -26,21 +26,25 @@ from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.engine.gpu_sampler import GpuSampler, nvml_sampler
 from vllm_playbooks.engine.metrics import parse_metrics, scrape
 from vllm_playbooks.engine.server import LOOPBACK, VllmServer, free_port
-from vllm_playbooks.errors import ConfigError, PlaybookError, SchemaError
+from vllm_playbooks.errors import ConfigError, PlaybookError
 from vllm_playbooks.load.bench import BenchClient, InProcessBench, bench_argv
-from vllm_playbooks.plan import CasePlan, PlannedPoint
-from vllm_playbooks.results import raw
+from vllm_playbooks.results import raw, store
 from vllm_playbooks.results.provenance import Provenance, collect_provenance, utc_now
+from vllm_playbooks.results.replay import replay_case, sync_rows
 from vllm_playbooks.results.schema import RUN_COLUMNS, RunRow
 from vllm_playbooks.results.stalls import STALL_S, STALL_SHARE, gaps_between, mark_stalled
 from vllm_playbooks.results.store import append_run_row, load_run_rows, rows_to_frame
-from vllm_playbooks.results.store import case_dir as case_folder
 from vllm_playbooks.results.textfiles import compress_file
+from vllm_playbooks.run.plan import CasePlan, PlannedPoint, load_plan
+from vllm_playbooks.shapes import resolve_model, vllm_path
 
 if TYPE_CHECKING:
     import pandas as pd
 
+
 ServerFactory = Callable[..., VllmServer]
+
+
 #: Builds the sampler for one measured run: (number of GPUs the engine uses, the server's environment) → sampler.
 SamplerFactory = Callable[[int, dict[str, str]], GpuSampler]
 
@@ -106,7 +110,6 @@ def require_vllm() -> None:
 
 
 def _point_record(point: PlannedPoint, plan: CasePlan, **extra: Any) -> dict[str, Any]:
-    from vllm_playbooks.shapes import resolve_model
 
     shape = resolve_model(point.engine.model)
     return {
@@ -137,7 +140,6 @@ def measure_point(
     after the second; the samples go into the raw folder as ``gpu_samples.csv`` and ``point.json`` says how it went.
     """
     engine, load = point.engine, point.load
-    from vllm_playbooks.shapes import resolve_model, vllm_path
 
     tokenizer = engine.tokenizer_path()
     model_arg = str(vllm_path(resolve_model(engine.model), create=True))
@@ -213,7 +215,7 @@ def measure_point(
     }
     if sampler is not None and sampler.samples:
         files[raw.GPU_SAMPLES_FILE] = sampler.csv_text()
-    case_dir = case_folder(plan.case, data)
+    case_dir = store.case_dir(plan.case, data)
     folder = raw.write_point(case_dir, point.point_id, files)
     row = raw.row_from_point(folder, data)
     append_run_row(row, data)
@@ -246,7 +248,7 @@ def run_case(
     from tqdm.auto import tqdm
 
     data = data if data is not None else paths.data_dir()
-    case_dir = case_folder(plan.case, data)
+    case_dir = store.case_dir(plan.case, data)
     sync_rows(plan.case, data)
     done = {p.relative_to(raw.raw_root(case_dir)).as_posix() for p in raw.finished_points(case_dir)}
     if not resume and done:
@@ -312,7 +314,7 @@ def _run_groups(
     bar: Any,
     gpu_sampler: SamplerFactory | None = nvml_sampler,
 ) -> None:
-    case_dir = case_folder(plan.case, data)
+    case_dir = store.case_dir(plan.case, data)
     logs = case_dir / "logs"
     for engine, group in groupby(todo, key=lambda p: p.engine):
         points = list(group)
@@ -362,55 +364,11 @@ def _fail(case_dir: Path, point: PlannedPoint, error: BaseException, report: Run
     raw.record_failure(case_dir, point.point_id, message, {"server_log": str(log)})
 
 
-def sync_rows(case: str, data: Path) -> list[str]:
-    """Append rows for raw points that have no row yet (a crash between the two writes); return their ids."""
-    case_dir = case_folder(case, data)
-    recorded = {r.point_id for r in load_run_rows(case, data)}
-    added = []
-    for folder in raw.finished_points(case_dir):
-        pid = folder.relative_to(raw.raw_root(case_dir)).as_posix()
-        if pid not in recorded:
-            append_run_row(raw.row_from_point(folder, data), data)
-            added.append(pid)
-    return added
-
-
-def replay_rows(case: str, data: Path | None = None) -> list[RunRow]:
-    """Every row of a case rebuilt from its raw folders, checked against the recorded table.
-
-    Raises ``SchemaError`` when a recorded row has no raw folder, a raw folder has no row, or the two disagree.
-    """
-    data = data if data is not None else paths.data_dir()
-    case_dir = case_folder(case, data)
-    recorded = {r.point_id: r for r in load_run_rows(case, data)}
-    rebuilt = {}
-    for folder in raw.finished_points(case_dir):
-        row = raw.row_from_point(folder, data)
-        rebuilt[row.point_id] = row
-    only_table = sorted(set(recorded) - set(rebuilt))
-    only_raw = sorted(set(rebuilt) - set(recorded))
-    if only_table:
-        raise SchemaError(f"{case}: rows without raw files (commit them): {only_table}")
-    if only_raw:
-        raise SchemaError(f"{case}: raw points without rows (run vllm_playbooks.runner.sync_rows): {only_raw}")
-    for pid, row in rebuilt.items():
-        if row != recorded[pid]:
-            diff = [k for k in RunRow.model_fields if getattr(row, k) != getattr(recorded[pid], k)]
-            raise SchemaError(f"{case}: row {pid} differs from its raw files in {diff}")
-    return [recorded[pid] for pid in recorded]
-
-
-def replay_case(case: str, data: Path | None = None) -> pd.DataFrame:
-    """A case's measured rows, rebuilt from raw files and checked, as a DataFrame (replay mode: no GPU)."""
-    return rows_to_frame(replay_rows(case, data), RUN_COLUMNS)
-
-
 def results_for(case: str, mode: str, plan_overrides: dict[str, Any] | None = None, **run_kwargs: Any) -> pd.DataFrame:
     """What a case notebook calls: replay the recorded rows, or run the grid live first, then replay.
 
     ``mode`` must be 'replay' or 'live'; anything else is refused before work starts.
     """
-    from vllm_playbooks.plan import load_plan
 
     if mode not in ("replay", "live"):
         raise ConfigError(f"mode must be 'replay' or 'live', got {mode!r}")

@@ -14,9 +14,11 @@ from pydantic import ValidationError
 from vllm_playbooks.config.capacity import budget_is_modelled, check_fits
 from vllm_playbooks.config.engine import EngineConfig, check_engine_against_shapes, routing_simulation_problem
 from vllm_playbooks.config.load import MIN_DURATION_S, LoadPoint
+from vllm_playbooks.config.spec_detection import SpeculativeConfigWarning
 from vllm_playbooks.config.speculative import build_speculative_config
 from vllm_playbooks.errors import ConfigError
-from vllm_playbooks.results.raw import point_id
+from vllm_playbooks.results import raw
+from vllm_playbooks.shapes import resolve_model
 
 CASES_PACKAGE = "vllm_playbooks.cases"
 _PLAN_KEYS = {
@@ -48,7 +50,7 @@ class PlannedPoint:
     @property
     def point_id(self) -> str:
         """``<config_id>/<load slug>-r<repeat>``: also the raw folder's path under ``raw/``."""
-        return point_id(self.engine.config_id(), self.load.slug(), self.repeat)
+        return raw.point_id(self.engine.config_id(), self.load.slug(), self.repeat)
 
 
 @dataclass(frozen=True)
@@ -272,7 +274,6 @@ def plan_from_dict(spec: dict[str, Any], **overrides: Any) -> CasePlan:
 
 def _draft_positions(engine: EngineConfig) -> int | None:
     """``max_position_embeddings`` of the engine's separate draft (model or head), or ``None`` without one."""
-    from vllm_playbooks.shapes import resolve_model
 
     if engine.speculative is None or not engine.speculative.model:
         return None
@@ -354,7 +355,6 @@ def quiet_plan(case: str, **overrides: Any) -> tuple[CasePlan, list[str]]:
     page can list them as prose rather than print warnings."""
     import warnings
 
-    from vllm_playbooks.config.speculative import SpeculativeConfigWarning
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SpeculativeConfigWarning)
@@ -432,7 +432,7 @@ def missing_loads(plan: CasePlan, measured: Any) -> dict[str, list[LoadPoint]]:
     for engine in plan.engines:
         rows = measured[measured["engine_label"] == engine.label] if len(measured) else measured
         done = {(int(r.input_len), int(r.output_len), _maybe(r.concurrency), _maybe(r.request_rate_qps),
-                 float(r.random_range_ratio)) for r in rows.itertuples()}  # fmt: skip
+                 float(getattr(r, "random_range_ratio", 0.0))) for r in rows.itertuples()}  # fmt: skip
         missing[engine.label] = [load for load in plan.loads_for(engine)
                                  if (load.input_len, load.output_len, load.concurrency, load.request_rate_qps,
                                      load.random_range_ratio) not in done]  # fmt: skip

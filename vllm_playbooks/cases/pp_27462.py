@@ -1,96 +1,97 @@
-"""Issue #27462: ``--max-num-seqs`` under pipeline parallelism. Theory, the planned grid, the comparison the verdict
-rests on, and the concurrency sweep at the best pipeline setting.
-
-vLLM's V1 scheduler admits a request only while the running count is below ``max_num_seqs``, and with pipeline
-parallelism (PP = P stages) the running requests are spread over the P microbatches in flight. Each microbatch, and so
-each stage's batch, carries about N / P sequences for ``max_num_seqs`` = N. With a decode step whose time hardly grows
-with its batch (weights dominate what it reads), P stages then give about the throughput of one GPU at N: the pipeline
-starves. The fix: ``max_num_seqs`` = P × B for the per-microbatch batch B you want.
-"""
+"""Case: issue #27462 — --max-num-seqs caps all running sequences, so pipeline parallelism is underused (its checks and page functions)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from vllm_playbooks import paths
+from vllm_playbooks.analysis.noise import THRESHOLD_PCT
+from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, check
+from vllm_playbooks.claims.verdict import Verdict
 from vllm_playbooks.config.load import MIN_DURATION_S, MIN_REQUESTS_PER_CONCURRENCY
 from vllm_playbooks.errors import ConfigError
-from vllm_playbooks.results.engine_steps import FILL_THRESHOLD
+from vllm_playbooks.model.calibration import EfficiencyFit
+from vllm_playbooks.model.pipeline import layout, microbatch_size, predicted_throughput, with_layout
+from vllm_playbooks.results import raw
+from vllm_playbooks.results.engine_steps import FILL_THRESHOLD, step_summary
+from vllm_playbooks.results.gpu_samples import gpu_summary
+from vllm_playbooks.results.replay import replay_case
+from vllm_playbooks.run.case import results_for, run_case
+from vllm_playbooks.run.plan import CasePlan, load_plan
+from vllm_playbooks.shapes import resolve_model
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from vllm_playbooks.plan import CasePlan
-    from vllm_playbooks.theory import EfficiencyFit
+
+#: The #27462 page's verdict labels (``pipeline.verdict_label``) as the ledger's verdicts.
+_PAGE_VERDICTS = {"Reproduced": Verdict.REPRODUCED, "Direction only": Verdict.DIRECTION_ONLY,
+                  "Not reproduced": Verdict.NOT_REPRODUCED}  # fmt: skip
+
+
+@check("pp_cap_starves_stages")
+def pp_cap_starves_stages(claim: Claim, ev: Evidence) -> CheckResult:
+    """vLLM issue #27462: ``--max-num-seqs`` caps every running sequence, not one micro-batch, so pipeline stages
+    run under-filled.
+
+    Measured: the #27462 page's own comparison (``pipeline.pp_comparison`` and ``pipeline.verdict_label``) over the
+    rows of the claim's case and of ``pipeline.CASE``: at each cap N, PP=2 at N against PP=1 at N (the stages starve)
+    and PP=2 at 2N against PP=1 at N (the fix), on rows whose measured fill (``Evidence.engine_steps``) shows that the
+    cap, not the request path, set the batch. Model: theory.py has no pipeline-parallel model. Published: the related
+    issue #41682's PP numbers.
+    """
+    import pandas as pd
+
+
+    sources = ev.sources(claim)
+    published = "; ".join(f"{r['setting']}: {r['value']:g} {r['unit']}" for _, r in sources.iterrows())
+    cases = list(dict.fromkeys([claim.case, CASE]))
+    frames = [frame for frame in (ev.rows(case) for case in cases) if not frame.empty]
+    rows = pd.concat(frames, ignore_index=True) if frames else ev.rows(claim.case)
+    steps = [ev.engine_steps[case] for case in cases if case in ev.engine_steps]
+    comparison = pp_comparison(rows, steps=pd.concat(steps, ignore_index=True) if steps else None)
+    label = verdict_label(comparison)
+    verdict = _PAGE_VERDICTS.get(label, Verdict.NOT_MEASURED)
+    judged = comparison.dropna(subset=["pp2_vs_pp1_pct", "pp2_at_2n_vs_pp1_pct"])
+    notes = [f"{r.model_shape} N={int(r.max_num_seqs)}: PP=2 at N {r.pp2_vs_pp1_pct:+.1f} %, at 2N "
+             f"{r.pp2_at_2n_vs_pp1_pct:+.1f} % against PP=1 at N" for r in judged.itertuples()]  # fmt: skip
+    measured = "; ".join(notes) if notes else "no cap N with PP=1 at N, PP=2 at N and PP=2 at 2N all saturated yet"
+    if ev.fit is None:
+        return CheckResult(published, measured, verdict, len(judged), "no roofline fit (too few recorded rows)", None)
+
+    predicted = pp_comparison(predicted_rows(planned_grid(load_plan(CASE), ev.fit)))
+    model_label = verdict_label(predicted)
+    model_judged = predicted.dropna(subset=["pp2_vs_pp1_pct", "pp2_at_2n_vs_pp1_pct"])
+    model_says = ("pipeline.predicted_throughput (the fitted roofline split over the stages, no communication): "
+                  + "; ".join(f"{r.model_shape} N={int(r.max_num_seqs)}: PP=2 at N {r.pp2_vs_pp1_pct:+.1f} %, at 2N "
+                              f"{r.pp2_at_2n_vs_pp1_pct:+.1f} %" for r in model_judged.itertuples()))  # fmt: skip
+    model_verdict = _PAGE_VERDICTS.get(model_label)
+    return CheckResult(published, measured, verdict, len(judged), model_says, model_verdict)
+
 
 #: The case this module's page is about, and the published numbers it is compared with.
 CASE = "pp-27462"
+
+
 REFERENCE_CASE = "issue-27462"
+
+
 #: A row counts as saturated (the cap binds, not the load) when concurrency ≥ this × max_num_seqs.
 SATURATION_FACTOR = 2.0
-#: The verdict's margin: PP=2 at N counts as "not faster" than PP=1 at N within this many percent.
-THRESHOLD_PCT = 20.0
+
+
 #: Server start-up seconds assumed when estimating device time for a shape never started here (``recorded_startup_s``
 #: gives the measured ones: the 8B shape started in 1.5-2 min on the H200s).
 STARTUP_S = {"llama-3.1-8b": 60.0, "llama-3.3-70b": 150.0}
+
+
 DEFAULT_STARTUP_S = 120.0
+
+
 #: The concurrency sweep at the best PP=2 setting: below, at and above the cap.
 SWEEP_CONCURRENCY = (32, 64, 128, 256, 512, 1024)
-
-
-def layout(tensor_parallel_size: int, pipeline_parallel_size: int) -> str:
-    """``'PP=1'`` (one GPU), ``'PP=2'``, ``'TP=2'``, or ``'TP=2 PP=2'`` for both."""
-    tp, pp = int(tensor_parallel_size), int(pipeline_parallel_size)
-    if tp == 1:
-        return f"PP={pp}"
-    return f"TP={tp}" if pp == 1 else f"TP={tp} PP={pp}"
-
-
-def microbatch_size(max_num_seqs: int, pipeline_parallel_size: int) -> float:
-    """Sequences per microbatch when every slot is taken: max_num_seqs / PP (the scheduler's cap covers all stages)."""
-    if max_num_seqs < 1 or pipeline_parallel_size < 1:
-        raise ValueError("max_num_seqs and pipeline_parallel_size must be >= 1")
-    return max_num_seqs / pipeline_parallel_size
-
-
-def max_num_seqs_for(pipeline_parallel_size: int, per_microbatch: int) -> int:
-    """The fix: the ``--max-num-seqs`` that gives each of PP microbatches ``per_microbatch`` sequences (PP × B)."""
-    if pipeline_parallel_size < 1 or per_microbatch < 1:
-        raise ValueError("pipeline_parallel_size and per_microbatch must be >= 1")
-    return pipeline_parallel_size * per_microbatch
-
-
-def fix_table(pipeline_parallel_size: int, batches: Iterable[int]) -> pd.DataFrame:
-    """For each wanted per-microbatch batch B: the ``max_num_seqs`` to set, and what setting B itself would give."""
-    import pandas as pd
-
-    return pd.DataFrame([
-        {"per_microbatch_batch_wanted": b, "max_num_seqs_to_set": max_num_seqs_for(pipeline_parallel_size, b),
-         "per_microbatch_batch_if_max_num_seqs_is_B": microbatch_size(b, pipeline_parallel_size)}
-        for b in batches
-    ])  # fmt: skip
-
-
-def predicted_throughput(
-    fit: EfficiencyFit, model: str, max_num_seqs: int, tensor_parallel_size: int, pipeline_parallel_size: int,
-    input_len: int, output_len: int, kv_cache_dtype: str = "auto", gpu: str | None = None,
-) -> dict[str, float]:
-    """Saturated closed loop on the fitted roofline (``theory.forward_time_s``): microbatch b = N / P, one stage step
-    ``t = T(b) / (P · TP) + overhead`` (bytes and FLOPs split over the GPUs, the fixed per-step overhead paid by every
-    stage), one microbatch finishing per stage step, so output tok/s = b / t and TPOT = P · t. Each step also carries
-    the prompts of the requests that replace finished ones (b · input_len / output_len tokens). Communication between
-    GPUs is not modelled, so TP and PP figures are upper bounds.
-    """
-    from vllm_playbooks.theory import forward_time_s
-
-    p, tp = int(pipeline_parallel_size), int(tensor_parallel_size)
-    batch = microbatch_size(max_num_seqs, p)
-    context = input_len + output_len / 2
-    step = forward_time_s(fit, model, batch, context, batch * input_len / output_len, kv_cache_dtype, gpu, shards=p * tp)
-    tok_s = batch / step
-    return {"microbatch": batch, "stage_step_ms": 1000 * step, "tpot_ms": 1000 * p * step, "output_tok_s": tok_s,
-            "output_tok_s_per_gpu": tok_s / (p * tp)}  # fmt: skip
 
 
 def recorded_startup_s(data: Any = None) -> dict[str, float]:
@@ -100,8 +101,6 @@ def recorded_startup_s(data: Any = None) -> dict[str, float]:
     import json
     import statistics
 
-    from vllm_playbooks import paths
-    from vllm_playbooks.results import raw
 
     runs = (data if data is not None else paths.data_dir()) / "runs"
     seen: dict[str, dict[tuple[str, float], None]] = {}
@@ -140,7 +139,6 @@ def planned_grid(
     records = []
     for point in plan.points():
         engine, load = point.engine, point.load
-        from vllm_playbooks.shapes import resolve_model
 
         model = resolve_model(engine.model).name
         tp, pp = engine.tensor_parallel_size, engine.pipeline_parallel_size
@@ -169,13 +167,6 @@ def estimated_minutes(grid: pd.DataFrame) -> float:
     if grid.empty:
         return 0.0
     return float((grid["estimated_point_s"].sum() + grid["estimated_startup_s"].sum()) / 60.0)
-
-
-def with_layout(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with a ``layout`` column ('PP=1', 'PP=2', 'TP=2') from its parallel sizes."""
-    out = df.copy()
-    out["layout"] = [layout(t, p) for t, p in zip(out["tensor_parallel_size"], out["pipeline_parallel_size"], strict=True)]
-    return out
 
 
 def _offered(df: pd.DataFrame, factor: float) -> pd.DataFrame:
@@ -386,14 +377,11 @@ def results_with_sweep(
     """What the page calls. Replay: the recorded rows. Live: the grid (``plan_overrides`` as ``load_plan`` takes
     them), then the concurrency sweep of the fastest PP=2 setting of ``sweep_model`` (none when either is None),
     then the replayed rows."""
-    from vllm_playbooks.plan import load_plan
-    from vllm_playbooks.runner import replay_case, results_for, run_case
 
     overrides = dict(plan_overrides or {})
     df = results_for(case, mode, overrides, **run_kwargs)
     if mode != "live" or not sweep_concurrency or not sweep_model:
         return df
-    from vllm_playbooks.results.engine_steps import step_summary
 
     best = best_pp_setting(df, sweep_model, steps=step_summary(df, run_kwargs.get("data")))
     if best is None:
@@ -409,7 +397,6 @@ def select_engines(case: str, engines: Sequence[str] | None = None,
     ``max_num_seqs`` (all when None). None when neither narrows anything, as ``load_plan`` expects."""
     if engines is None and max_num_seqs is None:
         return None
-    from vllm_playbooks.plan import load_plan
 
     plan = load_plan(case, engines=list(engines) if engines is not None else None)
     wanted = None if max_num_seqs is None else {int(n) for n in max_num_seqs}
@@ -422,7 +409,6 @@ def select_engines(case: str, engines: Sequence[str] | None = None,
 def gpu_table(df: pd.DataFrame, data: Any = None, factor: float = SATURATION_FACTOR,
               steps: pd.DataFrame | None = None, fill: float = FILL_THRESHOLD) -> pd.DataFrame:  # fmt: skip
     """Per-GPU utilisation summary (``results.gpu_samples.gpu_summary``) of the saturated rows, with ``layout``."""
-    from vllm_playbooks.results.gpu_samples import gpu_summary
 
     if df.empty:
         return with_layout(gpu_summary(df, data))
@@ -489,7 +475,6 @@ def sweep_grid(case: str, label: str | None, concurrency: Sequence[int] | None, 
     """``planned_grid`` of the sweep (one engine at each concurrency); empty when there is no sweep."""
     import pandas as pd
 
-    from vllm_playbooks.plan import load_plan
 
     if label is None or not concurrency:
         return pd.DataFrame()

@@ -27,16 +27,18 @@ import warnings
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import Any, Literal, get_args
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from vllm_playbooks import paths
+from vllm_playbooks.config.engine import EngineConfig, check_engine_against_shapes
+from vllm_playbooks.config.spec_detection import SpeculativeConfigWarning
+from vllm_playbooks.config.speculative import build_speculative_config
 from vllm_playbooks.errors import ConfigError
-
-if TYPE_CHECKING:
-    from vllm_playbooks.results.provenance import Provenance
+from vllm_playbooks.results.provenance import Provenance, collect_provenance
+from vllm_playbooks.shapes import SHAPES_DIR, TOKENIZER_DIR, resolve_model, vllm_path
 
 Outcome = Literal["accepted", "refused"]
 
@@ -176,8 +178,6 @@ def case_by_label(label: str) -> CrossCheckCase:
 def our_verdict(case: CrossCheckCase) -> Verdict:
     """This package's verdict on ``case``: ``EngineConfig`` (field checks, method inference, draft TP) and
     ``check_engine_against_shapes`` (the checks against the target)."""
-    from vllm_playbooks.config.engine import EngineConfig, check_engine_against_shapes
-    from vllm_playbooks.config.speculative import SpeculativeConfigWarning, build_speculative_config
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SpeculativeConfigWarning)
@@ -198,7 +198,6 @@ def our_verdict(case: CrossCheckCase) -> Verdict:
 def vllm_argv(case: CrossCheckCase) -> list[str]:
     """The server arguments (after the program name) that put ``case`` to vLLM, as ``vllm serve`` would get them;
     a shape name (target, or the mapping's ``model``) becomes the path the runner serves it from (``vllm_path``)."""
-    from vllm_playbooks.shapes import SHAPES_DIR, TOKENIZER_DIR, resolve_model, vllm_path
 
     spec = dict(case.speculative)
     if isinstance(spec.get("model"), str) and (SHAPES_DIR / spec["model"]).is_dir():
@@ -389,7 +388,6 @@ def load_record(data: Path | None = None) -> pd.DataFrame:
 
 def load_provenance(data: Path | None = None) -> Provenance:
     """The provenance recorded beside the cross-check (machine, vLLM version, the package's commit, time)."""
-    from vllm_playbooks.results.provenance import Provenance
 
     return Provenance.model_validate_json(record_path(data).with_name(PROVENANCE_NAME).read_text())
 
@@ -565,7 +563,6 @@ def agreement_notes_markdown(table: pd.DataFrame) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run every case through vLLM (one process each) and write the table and its provenance under ``--out``."""
-    from vllm_playbooks.results.provenance import collect_provenance
 
     parser = argparse.ArgumentParser(prog="python -m vllm_playbooks.config.crosscheck", description=__doc__)
     parser.add_argument("--out", type=Path, required=True)

@@ -1,4 +1,6 @@
-"""Closed-form speculative-decoding relations (Leviathan, Kalman & Matias 2023, arXiv 2211.17192)."""
+"""Step-time models fitted to measured rows: bandwidth and compute efficiencies, the draft's fixed cost, predictions.
+
+Every function takes its rows as arguments; none reads recorded data."""
 
 from __future__ import annotations
 
@@ -10,187 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vllm_playbooks.config.capacity import dtype_bytes, kv_bytes_per_token, parameter_count, weight_bytes
-from vllm_playbooks.hardware import Gpu, get_gpu
+from vllm_playbooks.config.engine import EngineConfig
+from vllm_playbooks.config.sizes import dtype_bytes, parameter_count, weight_bytes
+from vllm_playbooks.hardware import Gpu, as_gpu
+from vllm_playbooks.model.roofline import ForwardCost, decode_step_bytes, decode_step_flops, forward_cost
+from vllm_playbooks.model.speculative import expected_tokens_per_step, tokens_per_step_from_rates
 from vllm_playbooks.shapes import ModelShape, resolve_model
 
 if TYPE_CHECKING:
     import pandas as pd
-
-    from vllm_playbooks.config.engine import EngineConfig
-
-
-def expected_tokens_per_step(alpha: float, k: int) -> float:
-    """τ(α, k) = (1 − α^(k+1)) / (1 − α): tokens one verify step emits per sequence, bonus token included.
-
-    With i.i.d. per-token acceptance α this equals vLLM's mean acceptance length. τ(0, k) = 1 and
-    τ(1, k) = k + 1 (the limit of the formula).
-    """
-    if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
-    if k < 0:
-        raise ValueError(f"k must be >= 0, got {k}")
-    if math.isclose(alpha, 1.0):
-        return float(k + 1)
-    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
-
-
-def tokens_per_step_from_rates(rates: list[float]) -> float:
-    """Mean acceptance length for unconditional per-position rates p_i: 1 + Σ p_i (any chain, not only i.i.d.)."""
-    return 1.0 + float(sum(rates))
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Leviathan et al. 2023: wall-time speedup, break-even acceptance, acceptance length → α
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def speedup(alpha: float, k: int, c: float) -> float:
-    """S = (1 − α^(k+1)) / ((1 − α)(k·c + 1)) = τ(α, k) / (k·c + 1).
-
-    ``c`` is the cost of one draft forward over one target forward. The model assumes the target's verify step costs
-    the same as one decode step whatever k is (true only well below the roofline's ridge; see ``step_time_s``).
-    """
-    if c < 0:
-        raise ValueError(f"c must be >= 0, got {c}")
-    return expected_tokens_per_step(alpha, k) / (k * c + 1.0)
-
-
-def break_even_alpha(k: int, c: float, tol: float = 1e-12) -> float | None:
-    """Smallest α in [0, 1] with S(α, k, c) ≥ 1, by bisection (S grows with α); None when even α = 1 falls short.
-
-    k = 0 is never a speedup over itself (S = 1 for every α), and returns 0.0.
-    """
-    if k == 0:
-        return 0.0
-    if speedup(1.0, k, c) < 1.0:
-        return None
-    if speedup(0.0, k, c) >= 1.0:
-        return 0.0
-    low, high = 0.0, 1.0
-    while high - low > tol:
-        mid = (low + high) / 2
-        if speedup(mid, k, c) >= 1.0:
-            high = mid
-        else:
-            low = mid
-    return high
-
-
-def acceptance_rate_of_alpha(alpha: float, k: int) -> float:
-    """vLLM's draft acceptance rate (accepted / drafted tokens) for an i.i.d. per-token α: (τ(α, k) − 1) / k.
-
-    It is the mean of the unconditional per-position rates α, α², …, α^k, so it is lower than α for k > 1.
-    """
-    if k < 1:
-        raise ValueError(f"k must be >= 1 for an acceptance rate, got {k}")
-    return (expected_tokens_per_step(alpha, k) - 1.0) / k
-
-
-def draft_cost_from_tpot(tpot_spec: float, tpot_off: float, tau: float, k: int) -> float:
-    """The draft cost ratio c that a measured pair implies: c = (TPOT_spec · τ / TPOT_off − 1) / k.
-
-    It inverts ``speculative_tpot_s`` with the target's verify step costing one plain decode step (``TPOT_off``), which
-    holds at low batch, well below the roofline's ridge. Everything speculation adds beyond the verify, the k draft
-    passes and their fixed per-forward costs, ends up in c. With that c the break-even acceptance rate
-    (``acceptance_rate_of_alpha`` at ``break_even_alpha(k, c)``) equals c itself, since S = 1 needs τ = 1 + k·c.
-    """
-    if min(tpot_spec, tpot_off) <= 0 or tau < 1 or k < 1:
-        raise ValueError("TPOTs must be > 0, tau >= 1 and k >= 1")
-    return (tpot_spec * tau / tpot_off - 1.0) / k
-
-
-def alpha_from_acceptance_length(length: float, k: int, tol: float = 1e-12) -> float:
-    """The i.i.d. α whose τ(α, k) equals a measured mean acceptance length ``length`` (in [1, k + 1]), by bisection."""
-    if k < 1:
-        raise ValueError(f"k must be >= 1 to invert tau, got {k}")
-    if not 1.0 <= length <= k + 1:
-        raise ValueError(f"acceptance length must lie in [1, {k + 1}] for k={k}, got {length}")
-    low, high = 0.0, 1.0
-    while high - low > tol:
-        mid = (low + high) / 2
-        if expected_tokens_per_step(mid, k) < length:
-            low = mid
-        else:
-            high = mid
-    return (low + high) / 2
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Batch roofline for one decode / verify step
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def step_time_s(
-    bytes_moved: float, flops: float, bandwidth_bytes_s: float, flops_per_s: float, overhead_s: float = 0.0
-) -> float:
-    """Roofline time of one forward pass: max(bytes / bandwidth, flops / peak) + overhead.
-
-    Memory-bound while flops / bytes is below the ridge point ``flops_per_s / bandwidth_bytes_s``, compute-bound above.
-    """
-    if min(bytes_moved, flops, overhead_s) < 0 or min(bandwidth_bytes_s, flops_per_s) <= 0:
-        raise ValueError("bytes, flops and overhead must be >= 0; bandwidth and peak must be > 0")
-    return max(bytes_moved / bandwidth_bytes_s, flops / flops_per_s) + overhead_s
-
-
-def decode_step_bytes(shape: ModelShape, batch: float, context_len: float, kv_cache_dtype: str = "auto") -> float:
-    """Bytes one decode step reads: every weight once, plus each sequence's KV cache (``context_len`` tokens)."""
-    return float(weight_bytes(shape) + batch * context_len * kv_bytes_per_token(shape, kv_cache_dtype))
-
-
-def decode_step_flops(shape: ModelShape, batch: float, q: int = 1) -> float:
-    """Matmul FLOPs of one step: 2 × parameters × batch × q (q query tokens per sequence; k + 1 when verifying).
-
-    Attention-score FLOPs (∝ context) are left out: below ~10 % of the total at the contexts modelled here.
-    """
-    return 2.0 * parameter_count(shape) * batch * q
-
-
-def compute_bound_batch(
-    shape: ModelShape, gpu: Gpu | str, context_len: float, kv_cache_dtype: str = "auto", q: int = 1
-) -> int | None:
-    """Smallest batch at which one step turns compute-bound: FLOPs per byte reach the GPU's BF16 ridge point.
-
-    With W weight bytes, P parameters, L tokens of context and b KV bytes per token, a step over B sequences of q query
-    tokens (q = k + 1 when verifying k drafts) does 2·P·q·B FLOPs on W + B·L·b bytes. That intensity rises with B
-    towards 2·P·q / (L·b); the answer is ⌈ridge · W / (2·P·q − ridge · L·b)⌉, or None when the limit stays at or below
-    the ridge (the KV reads keep the step memory-bound at any batch).
-    """
-    if q < 1 or context_len < 0:
-        raise ValueError(f"q must be >= 1 and context_len >= 0, got q={q}, context_len={context_len}")
-    ridge = _as_gpu(gpu).ridge_point_bf16
-    weights = decode_step_bytes(shape, 0, context_len, kv_cache_dtype)
-    per_sequence_bytes = decode_step_bytes(shape, 1, context_len, kv_cache_dtype) - weights
-    per_sequence_flops = decode_step_flops(shape, 1, q)
-    margin = per_sequence_flops - ridge * per_sequence_bytes
-    if margin <= 0:
-        return None
-    batch = max(1, math.ceil(ridge * weights / margin))
-    while batch > 1 and decode_step_flops(shape, batch - 1, q) >= ridge * decode_step_bytes(shape, batch - 1, context_len, kv_cache_dtype):
-        batch -= 1  # float rounding in the closed form
-    while decode_step_flops(shape, batch, q) < ridge * decode_step_bytes(shape, batch, context_len, kv_cache_dtype):
-        batch += 1
-    return batch
-
-
-def speculative_tpot_s(
-    target_verify_s: float, draft_step_s: float, alpha: float, k: int, draft_overhead_s: float = 0.0,
-    verify_overhead_s: float = 0.0,
-) -> float:
-    """Time per output token with speculation: (T_target(B, k+1) + k · (T_draft(B, 1) + t_d) + t_v) / τ(α, k).
-
-    ``draft_overhead_s`` (t_d) is a fixed cost per draft forward and ``verify_overhead_s`` (t_v) one per speculative
-    step, beyond the roofline times of the forwards (see ``DraftOverheadFit``); both default to 0, Leviathan's model.
-    """
-    if min(draft_overhead_s, verify_overhead_s) < 0:
-        raise ValueError("draft_overhead_s and verify_overhead_s must be >= 0")
-    step = target_verify_s + k * (draft_step_s + draft_overhead_s) + verify_overhead_s
-    return step / expected_tokens_per_step(alpha, k)
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Calibrated roofline: fit efficiencies on measured spec-off TPOT, predict any row
-# --------------------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -323,10 +153,6 @@ def _tpot_ms(
     return step / tau * 1000.0
 
 
-def _as_gpu(gpu: Gpu | str) -> Gpu:
-    return get_gpu(gpu) if isinstance(gpu, str) else gpu
-
-
 def fit_efficiency(rows: Iterable[Any], gpu: Gpu | str, draft_overhead: bool = False) -> EfficiencyFit:
     """Least-squares fit (relative TPOT residuals) of the four roofline parameters on the rows without speculation.
 
@@ -340,7 +166,7 @@ def fit_efficiency(rows: Iterable[Any], gpu: Gpu | str, draft_overhead: bool = F
     the four parameters, so the two fits stay separable.
     """
     rows = list(rows)
-    device = _as_gpu(gpu)
+    device = as_gpu(gpu)
     off = [r for r in rows if int(_get(r, "num_speculative_tokens") or 0) == 0]
     if len(off) < 3:
         raise ValueError(f"need at least 3 rows without speculation to fit, got {len(off)}")
@@ -403,7 +229,7 @@ def fit_draft_overhead(
     meaning, is held at 0 and the other refitted. Rows without speculation are skipped. ``gpu`` defaults to the fit's:
     the rows must have been measured on it.
     """
-    device = _as_gpu(gpu if gpu is not None else fit.gpu)
+    device = as_gpu(gpu if gpu is not None else fit.gpu)
     spec = [r for r in rows if _is_speculative(r)]
     unknowns = 2 if verify_term else 1
     if len(spec) < unknowns:
@@ -483,7 +309,7 @@ def draft_overhead_holdout(
     import pandas as pd
 
     spec = [r for r in rows if _is_speculative(r)]
-    device = _as_gpu(gpu if gpu is not None else fit.gpu)
+    device = as_gpu(gpu if gpu is not None else fit.gpu)
     labels = [_holdout_group(r, by, i) for i, r in enumerate(spec)]
     if len(set(labels)) < 2:
         raise ValueError(f"a hold-out needs speculation-on rows from at least 2 groups (by={by!r}), got {set(labels)}")
@@ -522,7 +348,7 @@ def draft_overhead_summary(rows: Iterable[Any], fit: EfficiencyFit, gpu: Gpu | s
     import pandas as pd
 
     rows = list(rows)
-    device = _as_gpu(gpu if gpu is not None else fit.gpu)
+    device = as_gpu(gpu if gpu is not None else fit.gpu)
     bare = fit.with_draft_overhead(None)
     overhead = fit_draft_overhead(rows, bare, device)
     with_term = bare.with_draft_overhead(overhead)
@@ -569,7 +395,7 @@ def forward_time_s(
     (tensor-parallel ranks or pipeline stages) and the fixed overhead paid once. Communication is not modelled."""
     if shards < 1:
         raise ValueError(f"shards must be >= 1, got {shards}")
-    device = _as_gpu(gpu if gpu is not None else fit.gpu)
+    device = as_gpu(gpu if gpu is not None else fit.gpu)
     whole = _forward(resolve_model(model), batch, 1, context_len, kv_cache_dtype, prefill_tokens)
     part = _Forward(whole.dense_bytes / shards, whole.quant_bytes / shards, whole.flops / shards)
     return _time(part, device, *_params(fit))
@@ -582,7 +408,7 @@ def predict_tpot_ms(row_like: Any, fit: EfficiencyFit, gpu: Gpu | str | None = N
     roofline, t_d and t_v the fit's speculation overheads (``EfficiencyFit.speculation``; 0 when it has none). On
     another GPU they are carried over unchanged, as the per-forward overhead t0 is.
     """
-    device = _as_gpu(gpu if gpu is not None else fit.gpu)
+    device = as_gpu(gpu if gpu is not None else fit.gpu)
     return _tpot_ms(_row_terms(row_like, alpha), device, _params(fit), fit.draft_overhead_s, fit.verify_overhead_s)
 
 
@@ -612,58 +438,6 @@ def prediction_table(rows: Iterable[Any], fit: EfficiencyFit, gpu: Gpu | str | N
     return pd.DataFrame(records)
 
 
-#: The recorded H200 cases the calibration is fitted and checked on.
-CALIBRATION_CASES = ("llama-8b-draft-model", "discussion-13834")
-
-
-def calibrates(row: Any) -> bool:
-    """Whether a recorded row (a row object or a dict) may calibrate the model: False for configs with a batch-size
-    schedule (the model takes k as fixed and the decode steps as full CUDA graphs, and a schedule changes both:
-    vLLM 0.26 runs it with PIECEWISE graphs only) and for controls that force a model runner or a CUDA-graph mode
-    (``analysis.is_control``): the model is of the servers as vLLM chooses to run them."""
-    from vllm_playbooks.analysis import is_control, recorded_speculative
-
-    config = _get(row, "engine_config_json")
-    spec = recorded_speculative(config)
-    scheduled = spec is not None and not spec.keeps_full_cudagraphs
-    return not scheduled and not is_control(config)
-
-
-def calibration_rows() -> list[Any]:
-    """Every recorded H200 row (spec off and on) of ``CALIBRATION_CASES``, rebuilt from the raw files, that
-    ``calibrates``."""
-    from vllm_playbooks.runner import replay_rows
-
-    return [row for case in CALIBRATION_CASES for row in replay_rows(case) if calibrates(row)]
-
-
-def predict_13834_a100(fit: EfficiencyFit, concurrency: int = 32, alpha: float = 0.72, k: int = 5) -> dict[str, float]:
-    """Out-of-sample: the H200 fit's efficiencies on the A100-80GB peaks, for Discussion #13834's setup.
-
-    Llama-3.3-70B AWQ target, Llama-3.2-3B AWQ draft, k = 5, α = 0.72 (τ ≈ 3.07), fp8 KV, 1240 in / 128 out,
-    ≈ ``concurrency`` streams. Returns predicted TPOT and output tok/s (closed loop, concurrency × 1000 / TPOT) off
-    and on, beside the reported output tok/s read from ``data/reference/published.csv``. The speculative prediction
-    includes the fit's per-draft-forward overhead when it has one (``fit_efficiency(..., draft_overhead=True)``).
-    """
-    from vllm_playbooks.results.store import load_reference
-
-    base = {
-        "model_shape": "llama-3.3-70b-awq", "kv_cache_dtype": "fp8", "concurrency": concurrency, "input_len": 1240,
-        "output_len": 128, "num_speculative_tokens": 0,
-    }  # fmt: skip
-    spec = {**base, "num_speculative_tokens": k, "draft_model": "llama-3.2-3b-awq", "imposed_alpha": alpha}
-    a100 = get_gpu("A100-80GB")
-    off_ms = predict_tpot_ms(base, fit, a100)
-    on_ms = predict_tpot_ms(spec, fit, a100)
-    ref = load_reference("discussion-13834").set_index("claim_id")["value"].astype(float)
-    return {
-        "tpot_ms_off": off_ms, "tpot_ms_on": on_ms,
-        "output_tok_s_off": concurrency * 1000 / off_ms, "output_tok_s_on": concurrency * 1000 / on_ms,
-        "reported_output_tok_s_off": float(ref["output-tok-s-spec-off"]),
-        "reported_output_tok_s_on": float(ref["output-tok-s-spec-on"]),
-    }  # fmt: skip
-
-
 def whatif_curve(
     fit: EfficiencyFit, gpu: Gpu | str, model: str, concurrencies: Iterable[int], input_len: int, output_len: int,
     kv_cache_dtype: str = "auto", draft_model: str | None = None, k: int = 0, alpha: float | None = None,
@@ -688,177 +462,11 @@ def whatif_curve(
     return pd.DataFrame(records)
 
 
-def measured_overlay(gpu: str, model: str, draft_model: str | None = None, k: int = 0) -> pd.DataFrame:
-    """Recorded H200 rows of ``model`` (spec off, and with ``draft_model`` at ``k``) to draw beside a prediction;
-    empty for any other GPU, since every recorded row is from the H200."""
-    import pandas as pd
-
-    from vllm_playbooks.results.schema import RUN_COLUMNS
-    from vllm_playbooks.results.store import rows_to_frame
-
-    if gpu != "H200-SXM":
-        return pd.DataFrame(columns=RUN_COLUMNS)
-    keep = [
-        r for r in calibration_rows()
-        if r.model_shape == model and (r.spec_method == "none" or (r.draft_model == draft_model and r.num_speculative_tokens == k))
-    ]  # fmt: skip
-    return rows_to_frame(keep, RUN_COLUMNS)
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Acceptance models for imposed rates: fits to published per-position figures
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def fit_iid_alpha(rates: Iterable[float], resolution: float = 1e-5) -> float:
-    """The i.i.d. α whose α, α², …, α^k is closest (least squares) to published unconditional per-position rates."""
-    p = np.asarray(list(rates), dtype=float)
-    if p.size == 0 or np.any((p < 0) | (p > 1)):
-        raise ValueError(f"rates must be a non-empty list in [0, 1], got {p.tolist()}")
-    grid = np.arange(0.0, 1.0 + resolution / 2, resolution)
-    errors = ((grid[:, None] ** np.arange(1, p.size + 1) - p) ** 2).sum(axis=1)
-    return float(grid[int(errors.argmin())])
-
-
-def rates_first_then_constant(first: float, later: float, k: int) -> list[float]:
-    """Unconditional per-position rates when draft 1 is accepted with probability ``first`` and every later draft,
-    given the ones before it were accepted, with ``later``: [first, first·later, first·later², …] (k entries)."""
-    if not (0.0 <= first <= 1.0 and 0.0 <= later <= 1.0) or k < 1:
-        raise ValueError(f"need first and later in [0, 1] and k >= 1, got {first}, {later}, {k}")
-    return [first * later**i for i in range(k)]
-
-
-def fit_later_conditional(first: float, k: int, acceptance_length: float, tol: float = 1e-12) -> float:
-    """The constant conditional rate of drafts 2..k that, with ``first`` at draft 1, gives a published mean
-    acceptance length at ``k`` drafts: 1 + Σ rates_first_then_constant(first, later, k) = acceptance_length."""
-    low_tau = tokens_per_step_from_rates(rates_first_then_constant(first, 0.0, k))
-    high_tau = tokens_per_step_from_rates(rates_first_then_constant(first, 1.0, k))
-    if not low_tau <= acceptance_length <= high_tau:
-        raise ValueError(
-            f"an acceptance length of {acceptance_length} at k={k} is out of reach with first={first}: "
-            f"it lies in [{low_tau:.3f}, {high_tau:.3f}]"
-        )
-    low, high = 0.0, 1.0
-    while high - low > tol:
-        mid = (low + high) / 2
-        if tokens_per_step_from_rates(rates_first_then_constant(first, mid, k)) < acceptance_length:
-            low = mid
-        else:
-            high = mid
-    return (low + high) / 2
-
-
-def implied_draft_cost_ratio(acceptance_length: float, k: int, speedup_factor: float) -> float:
-    """The draft cost ratio c that Leviathan's S = τ / (k·c + 1) implies for a reported τ and speed-up: (τ/S − 1)/k."""
-    if k < 1 or speedup_factor <= 0:
-        raise ValueError(f"need k >= 1 and a positive speed-up, got k={k}, S={speedup_factor}")
-    return (acceptance_length / speedup_factor - 1.0) / k
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Step model with experts: what one forward pass reads and computes, for MTP and EAGLE-3 drafters
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def expected_distinct_experts(num_experts: int, top_k: int, tokens: float) -> float:
-    """Experts that ``tokens`` tokens touch in one MoE layer under uniform random routing: E·(1 − (1 − k/E)^tokens).
-
-    Each token picks ``top_k`` distinct experts of ``num_experts``, independently of the others; this is the routing
-    ``VLLM_MOE_ROUTING_SIMULATION_STRATEGY=uniform_random`` imposes. Real routers concentrate on fewer experts.
-    """
-    if num_experts < 1 or not 0 <= top_k <= num_experts or tokens < 0:
-        raise ValueError(f"need 0 <= top_k <= num_experts and tokens >= 0, got {num_experts}, {top_k}, {tokens}")
-    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** tokens)
-
-
-def kv_read_bytes(shape: ModelShape | str, batch: int, context_len: float, kv_cache_dtype: str = "auto") -> float:
-    """KV-cache bytes one forward reads for ``batch`` sequences of ``context_len`` tokens, every layer of the shape.
-
-    Sliding-window layers (``layer_types`` marks them ``sliding_attention``, ``sliding_window`` sizes them, as in
-    gpt-oss) read at most their window; every other layer reads the whole context.
-    """
-    shape = resolve_model(shape) if isinstance(shape, str) else shape
-    config = shape.config()
-    per_layer = kv_bytes_per_token(shape, kv_cache_dtype, layers=1)
-    window = config.get("sliding_window")
-    if window:
-        tokens = sum(min(context_len, float(window)) if kind == "sliding_attention" else context_len
-                     for kind in shape.attention_types())  # fmt: skip
-    else:
-        tokens = shape.num_hidden_layers * context_len
-    return float(batch * per_layer * tokens)
-
-
-@dataclass(frozen=True)
-class ForwardCost:
-    """Bytes one forward pass reads (weights touched + KV cache) and the matmul FLOPs it does."""
-
-    bytes: float
-    flops: float
-
-
-def forward_cost(
-    shape: ModelShape | str, batch: int, q: int, context_len: float, kv_cache_dtype: str = "auto",
-    role: str = "target", routing: str = "uniform",
-) -> ForwardCost:
-    """One forward pass of ``batch`` sequences with ``q`` new tokens each (q = k + 1 when verifying).
-
-    ``role``: ``target`` (the main model), ``mtp`` (one of the shape's MTP modules: vLLM runs one per draft step) or
-    ``draft`` (the shape is a separate draft model or EAGLE-3 head). MoE layers read only the experts the step's
-    tokens touch (``expected_distinct_experts`` under ``routing="uniform"``; ``routing="fixed"``: every token picks the
-    same experts, the degenerate case of a router that does not depend on the token), the rest of the weights once;
-    every sequence reads its KV cache of ``context_len`` tokens in the layers that run. The embedding lookup is not
-    counted.
-    """
-    from vllm_playbooks.config.capacity import (
-        HEAD_ARCHITECTURES, MOE_ARCHITECTURES, eagle3_head_parts, mtp_weight_bytes, moe_layout,
-    )  # fmt: skip
-
-    shape = resolve_model(shape) if isinstance(shape, str) else shape
-    tokens = batch * q
-    kv_layer = kv_bytes_per_token(shape, kv_cache_dtype, layers=1)
-    if role not in ("target", "mtp", "draft"):
-        raise ValueError(f"role must be target, mtp or draft, got {role!r}")
-    if shape.architecture in MOE_ARCHITECTURES:
-        m = moe_layout(shape)
-        if routing not in ("uniform", "fixed"):
-            raise ValueError(f"routing must be uniform or fixed, got {routing!r}")
-        touched = m.experts_per_token if routing == "fixed" else expected_distinct_experts(
-            m.routed_experts, m.experts_per_token, tokens
-        )  # fmt: skip
-        experts = touched * m.expert_bytes
-        moe_fixed = m.attention_bytes + m.router_bytes + m.shared_experts * m.expert_bytes + m.absorbed_bytes_per_layer
-        active_moe = m.attention_params + m.router_params + (m.experts_per_token + m.shared_experts) * m.expert_params
-        if role == "mtp":
-            if m.mtp_layers < 1:
-                raise ValueError(f"{shape.name} has no MTP module")
-            weights = moe_fixed + experts + m.mtp_extra_bytes + m.mtp_head_bytes
-            return ForwardCost(weights + batch * context_len * kv_layer,
-                               2.0 * tokens * (active_moe + m.mtp_extra_params + m.head_params))  # fmt: skip
-        dense = m.dense_layers * (m.attention_bytes + m.dense_mlp_bytes + m.absorbed_bytes_per_layer)
-        weights = dense + m.moe_layers * (moe_fixed + experts) + m.head_bytes
-        return ForwardCost(weights + kv_read_bytes(shape, batch, context_len, kv_cache_dtype),
-                           2.0 * tokens * m.active_params())  # fmt: skip
-    if shape.architecture in HEAD_ARCHITECTURES:
-        parts = eagle3_head_parts(shape)
-        params = parts["layers"] + parts["fc"] + parts["head"] + parts["norm"]
-        kv = batch * context_len * kv_bytes_per_token(shape, kv_cache_dtype)
-        return ForwardCost(2.0 * params + kv, 2.0 * tokens * params)
-    if role == "mtp":
-        head = shape.vocab_size * shape.hidden_size * dtype_bytes("auto", shape)  # the target's head, read each step
-        per_module = mtp_weight_bytes(shape) / shape.num_mtp_layers + head
-        params = per_module / dtype_bytes("auto", shape)
-        return ForwardCost(per_module + batch * context_len * kv_layer, 2.0 * tokens * params)
-    return ForwardCost(
-        decode_step_bytes(shape, batch, context_len, kv_cache_dtype), decode_step_flops(shape, batch, q)
-    )
-
-
 def cost_time_s(cost: ForwardCost, gpu: Gpu | str, fit: EfficiencyFit, tensor_parallel: int = 1) -> float:
     """Roofline time of a forward with the fitted H200 efficiencies (BF16 bandwidth efficiency for every byte,
     BF16 compute efficiency for every FLOP, the fitted per-forward overhead), its work split over ``tensor_parallel``
     GPUs. Communication between those GPUs is not modelled."""
-    device = _as_gpu(gpu)
+    device = as_gpu(gpu)
     memory = cost.bytes / (tensor_parallel * fit.bandwidth_efficiency * device.bandwidth_bytes_s)
     compute = cost.flops / (tensor_parallel * fit.compute_efficiency * device.bf16_flops_s)
     return max(memory, compute) + fit.overhead_s
@@ -944,65 +552,4 @@ def prediction_frame(
         options = {"draft_fixed_cost_s": draft_fixed_cost_s, **kwargs}
         for batch in batches:
             records.append({"config": label, **speculation_prediction(batch=batch, fit=fit, gpu=gpu, **options)})
-    return pd.DataFrame(records)
-
-
-def routing_signature(
-    measured: pd.DataFrame, model_shape: str, fit: EfficiencyFit, gpu: Gpu | str = "H200-SXM",
-    low: int = 1, high: int = 16, input_len: int | None = None,
-) -> pd.DataFrame:
-    """How spec-off TPOT grows from concurrency ``low`` to ``high``, measured and as predicted under uniform and under
-    fixed routing. Uniform routing makes a batch touch many more experts than one sequence does; a measured growth
-    near the 'fixed' prediction says the dummy router sent every token to the same experts (what a kernel that ignores
-    the routing simulation would do with a degenerate router)."""
-    import pandas as pd
-
-    from vllm_playbooks.analysis import is_baseline
-
-    rows = measured[(measured["model_shape"] == model_shape) & is_baseline(measured)]
-    rows = rows[rows["concurrency"].isin([low, high]) & rows["request_rate_qps"].isna()]
-    if input_len is not None:
-        rows = rows[rows["input_len"] == input_len]
-    records = []
-    for (in_len, out_len), group in rows.groupby(["input_len", "output_len"]):
-        tpot = group.groupby("concurrency")["tpot_mean_ms"].median()
-        if low not in tpot.index or high not in tpot.index:
-            continue
-        context = float(in_len) + float(out_len) / 2
-        predicted = {}
-        for routing in ("uniform", "fixed"):
-            times = [cost_time_s(forward_cost(model_shape, b, 1, context, routing=routing), gpu, fit) for b in (low, high)]
-            predicted[routing] = times[1] / times[0]
-        records.append({
-            "input_len": int(in_len), "output_len": int(out_len), "measured_growth": tpot[high] / tpot[low],
-            "predicted_uniform": predicted["uniform"], "predicted_fixed": predicted["fixed"],
-        })  # fmt: skip
-    return pd.DataFrame(records, columns=["input_len", "output_len", "measured_growth", "predicted_uniform",
-                                          "predicted_fixed"])  # fmt: skip
-
-
-def eagle3_predictions(
-    target: str, draft: str, alphas: Iterable[float], ks: Iterable[int],
-    batches: Iterable[int] | Mapping[str, Iterable[int]], profiles: Mapping[str, tuple[int, int]], fit: EfficiencyFit,
-    gpu: Gpu | str = "H200-SXM",
-) -> pd.DataFrame:
-    """``speculation_prediction`` for a draft head at i.i.d. acceptance α (rates α, α², …) over k, batch and length
-    profile, in the measured tables' columns: profile, k, imposed_alpha, concurrency (= batch), speedup and
-    ``gain_pct`` = 100 · (speedup − 1), the output-throughput gain of a closed loop whose slots always decode.
-    ``batches`` is one list for every profile or a list per profile name."""
-    import pandas as pd
-
-    ks, alphas = list(ks), list(alphas)
-    records = []
-    for profile, (input_len, output_len) in profiles.items():
-        context = input_len + output_len / 2
-        levels = list(batches[profile]) if isinstance(batches, Mapping) else list(batches)
-        for alpha in alphas:
-            for k in ks:
-                rates = [alpha**i for i in range(1, k + 1)]
-                for batch in levels:
-                    result = speculation_prediction(target, rates, batch, context, fit, gpu, draft=draft)
-                    records.append({"profile": profile, "engine_label": f"k={k} α={alpha:g}", "k": k,
-                                    "imposed_alpha": alpha, "concurrency": batch, **result,
-                                    "gain_pct": 100.0 * (result["speedup"] - 1.0)})  # fmt: skip
     return pd.DataFrame(records)

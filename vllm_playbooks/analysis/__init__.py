@@ -1,0 +1,1 @@
+"""Comparisons over measured rows: pairing, repeats, crossovers, schedules, provenance, the calculator check."""

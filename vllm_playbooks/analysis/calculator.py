@@ -1,0 +1,124 @@
+"""The KV calculator against vLLM's own start-up logs: what the budget predicts beside what the server logged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from vllm_playbooks.config.capacity import GIB, kv_budget, kv_tokens_fitting
+from vllm_playbooks.config.sizes import MOE_ARCHITECTURES
+from vllm_playbooks.results.server_logs import read_startup, server_logs
+from vllm_playbooks.run.budget import engine_for_log
+from vllm_playbooks.shapes import resolve_model
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def calculator_check(data: Path):  # type: ignore[no-untyped-def]
+    """Every recorded start-up beside the KV-budget calculator's prediction for the same config (a DataFrame). vLLM
+    logs weights and KV-cache tokens per GPU (under TP or PP, of the GPU it reports for), so the weights compared are
+    the calculator's per-GPU figure. ``moe`` marks mixture-of-experts targets, whose activation peak the calculator
+    does not model (it overstates their KV tokens; the batching calculator's page shows by how much).
+
+    Where vLLM logged them, its peak activation and its CUDA-graph memory estimate (which vLLM 0.26 takes from the
+    KV budget; the calculator models neither for MoE shapes nor the graphs at all) stand beside ours, with the memory
+    the graph pool took once captured (``cudagraph_gib_actual``) and our KV bytes per token on that GPU, and
+    ``kv_tokens_error_with_vllm_overheads_pct`` is the error our weights and KV bytes per token give when the budget
+    subtracts vLLM's logged activation, non-torch memory and graph estimate instead of our estimates."""
+    import pandas as pd
+
+
+    records = []
+    for case_dir in sorted(p for p in (data / "runs").iterdir() if p.is_dir()):
+        for log in server_logs(case_dir):
+            start = read_startup(log)
+            engine = engine_for_log(log, data)
+            budget = kv_budget(engine, start.total_memory_gib)
+            with_vllm_overheads = float("nan")
+            if start.peak_activation_gib is not None and start.non_torch_gib is not None:
+                overheads = start.peak_activation_gib + start.non_torch_gib + (start.cudagraph_estimate_gib or 0.0)
+                free = budget.requested_bytes - budget.weight_bytes_per_gpu - overheads * GIB
+                tokens = kv_tokens_fitting(free, budget.kv_bytes_per_token_per_gpu)
+                with_vllm_overheads = 100 * (tokens / start.kv_cache_tokens - 1)
+            records.append({
+                "case": case_dir.name, "engine_label": engine.label, "model": engine.model,
+                "moe": resolve_model(engine.model).architecture in MOE_ARCHITECTURES,
+                "draft": engine.speculative.model if engine.speculative else None,
+                "kv_cache_dtype": engine.kv_cache_dtype, "max_model_len": engine.max_model_len,
+                "tensor_parallel_size": engine.tensor_parallel_size,
+                "pipeline_parallel_size": engine.pipeline_parallel_size,
+                "weights_gib_vllm": start.weights_gib, "weights_gib_ours": budget.weight_bytes_per_gpu / GIB,
+                "kv_tokens_vllm": start.kv_cache_tokens, "kv_tokens_ours": budget.kv_tokens,
+                "kv_tokens_error_pct": 100 * (budget.kv_tokens / start.kv_cache_tokens - 1),
+                "max_concurrency_vllm": start.max_concurrency, "max_concurrency_ours": budget.max_concurrency,
+                "activation_gib_vllm": start.peak_activation_gib, "activation_gib_ours": budget.activation_bytes / GIB,
+                "cudagraph_gib_vllm": start.cudagraph_estimate_gib, "cudagraph_gib_actual": start.cudagraph_actual_gib,
+                "kv_bytes_per_token_ours": budget.kv_bytes_per_token_per_gpu,
+                "kv_tokens_error_with_vllm_overheads_pct": with_vllm_overheads,
+            })  # fmt: skip
+    return pd.DataFrame(records)
+
+
+def overheads_note(check: pd.DataFrame) -> str:
+    """One Markdown paragraph on a ``calculator_check`` table: how far the MoE targets' KV tokens are overstated, the
+    activation peaks and CUDA-graph estimates vLLM logged for them against ours, and how close the KV tokens come with
+    vLLM's logged overheads in place of ours ('' without MoE rows)."""
+    moe = check[check["moe"]]
+    if moe.empty:
+        return ""
+
+    def span(values: pd.Series, unit: str = " GiB", digits: int = 2) -> str:
+        low, high = (f"{v:.{digits}f}" for v in (values.min(), values.max()))
+        return f"{low}{unit}" if low == high else f"{low}-{high}{unit}"
+
+    parts = []
+    for model, rows in moe.groupby("model", sort=True):
+        graphs = rows["cudagraph_gib_vllm"].dropna()
+        graph = f", and set aside {span(graphs)} for CUDA graphs" if not graphs.empty else ""
+        parts.append(f"`{model}`: KV tokens overstated by {span(rows['kv_tokens_error_pct'], ' %', 1)}; vLLM measured a "
+                     f"{span(rows['activation_gib_vllm'])} activation peak against our "
+                     f"{span(rows['activation_gib_ours'])}{graph}")  # fmt: skip
+    adjusted = check["kv_tokens_error_with_vllm_overheads_pct"].dropna()
+    closing = ""
+    if not adjusted.empty:
+        closing = (f" With vLLM's logged activation, non-torch memory and CUDA-graph estimate in place of ours, the "
+                   f"calculator's weights and KV bytes per token give the KV tokens of {len(adjusted)} of the "
+                   f"{len(check)} start-ups within {adjusted.abs().max():.1f} %: the gap is those two terms.")  # fmt: skip
+    return "**Where the MoE budgets go.** " + "; ".join(parts) + "." + closing
+
+
+def cudagraph_reserve_note(check: pd.DataFrame, threshold_gib: float = 1.0) -> str:
+    """One Markdown paragraph on a ``calculator_check`` table: where vLLM's CUDA-graph estimate (taken from the KV
+    budget before capture) exceeded what the graph pool then took by more than ``threshold_gib``, the KV memory and
+    tokens that went unused (at our KV bytes per token), and where it fell short ('' when no start-up logged both)."""
+    logged = check.dropna(subset=["cudagraph_gib_vllm", "cudagraph_gib_actual"])
+    if logged.empty:
+        return ""
+    excess = logged["cudagraph_gib_vllm"] - logged["cudagraph_gib_actual"]
+    over = logged[excess > threshold_gib]
+    text = (f"**The CUDA-graph reserve is an estimate.** vLLM 0.26 estimates the memory its CUDA graphs will take, "
+            f"takes that from the KV-cache budget, then captures the graphs and logs what their pool took. In "
+            f"{len(over)} of the {len(logged)} start-ups that logged both, the estimate was more than "
+            f"{threshold_gib:g} GiB too high")  # fmt: skip
+    configs = over.groupby(["model", "engine_label"], sort=True)
+    if configs.ngroups != len(over):
+        text += f" ({configs.ngroups} configs)" if configs.ngroups > 1 else " (one config)"
+    if not over.empty:
+
+        cases = []
+        for (model, label), rows in configs:
+            row = rows.iloc[0]
+            lost = row["cudagraph_gib_vllm"] - row["cudagraph_gib_actual"]
+            tokens = kv_tokens_fitting(lost * GIB, int(row["kv_bytes_per_token_ours"]))
+            cases.append(f"`{model}` {label} ({row['cudagraph_gib_vllm']:.2f} GiB estimated, "
+                         f"{row['cudagraph_gib_actual']:.2f} GiB taken: {lost:.2f} GiB, about {tokens:,} KV tokens, "
+                         f"left unused)")  # fmt: skip
+        text += (": " + "; ".join(cases) + ". Such a server holds fewer KV tokens than its memory allows; its log "
+                 "names two remedies: a higher `--gpu-memory-utilization`, or "
+                 "`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0`")  # fmt: skip
+    short = logged[excess < 0]
+    if not short.empty:
+        text += (f". In {len(short)} the estimate fell short, by up to {-excess.min():.2f} GiB: those graphs took more "
+                 "than was set aside")  # fmt: skip
+    return text + "."

@@ -1,0 +1,280 @@
+"""Comparisons a case page needs: speculation against the baseline at the same load, and where it stops paying."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from vllm_playbooks.analysis.noise import NO_CHANGE_BAND_PCT
+from vllm_playbooks.config.engine import cudagraph_mode_forced_by
+from vllm_playbooks.config.speculative import SpeculativeConfig
+from vllm_playbooks.model.speculative import tokens_per_step_from_rates
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+#: Columns that must match for a speculative row and a baseline row to be compared.
+PAIRING_COLUMNS = (
+    "model_shape", "load_format", "input_len", "output_len", "concurrency", "request_rate_qps",
+    "tensor_parallel_size", "pipeline_parallel_size", "max_num_seqs", "max_num_batched_tokens", "gpu_name",
+)  # fmt: skip
+
+
+#: The environment variable that overrides vLLM 0.26's choice of model runner ("0": V1, "1": Model Runner V2).
+MODEL_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
+
+
+def forced_model_runner(engine_config_json: object) -> str | None:
+    """"V1" or "V2" where a recorded row's engine config (its ``engine_config_json``) forces vLLM's model runner
+    through ``VLLM_USE_V2_MODEL_RUNNER`` in its ``env``; None where vLLM chose (or the row has no config)."""
+    import json
+
+    if not isinstance(engine_config_json, str):
+        return None
+    value = (json.loads(engine_config_json).get("env") or {}).get(MODEL_RUNNER_ENV)
+    if value is None:
+        return None
+    return "V2" if str(value).strip().lower() in {"1", "true"} else "V1"
+
+
+def forced_cudagraph_mode(engine_config_json: object) -> str | None:
+    """The CUDA-graph mode a recorded row's engine config forces through ``--compilation-config`` in its
+    ``extra_args`` (``config.engine.cudagraph_mode_forced_by``), e.g. "PIECEWISE"; None where vLLM chose (or the row
+    has no config)."""
+    import json
+
+
+    if not isinstance(engine_config_json, str):
+        return None
+    return cudagraph_mode_forced_by(json.loads(engine_config_json).get("extra_args") or ())
+
+
+def is_control(engine_config_json: object) -> bool:
+    """Whether a recorded row's engine config forces how vLLM executes the model: its model runner
+    (``forced_model_runner``) or its CUDA-graph mode (``forced_cudagraph_mode``). Such a server measures one cost
+    apart from the rest; it is not vLLM's own choice of how to run the config."""
+    return forced_model_runner(engine_config_json) is not None or forced_cudagraph_mode(engine_config_json) is not None
+
+
+def is_baseline(df: pd.DataFrame) -> pd.Series:
+    """True for the rows a speculative row is compared with: speculation off, run as vLLM chose to run it.
+
+    A spec-off server whose config forces a model runner or a CUDA-graph mode (``is_control``) is a control, not a
+    baseline: it is compared by label (``label_change``), never pooled with the baseline rows of the same load."""
+    import pandas as pd
+
+    if df.empty:
+        return pd.Series(dtype=bool)
+    configs = df["engine_config_json"] if "engine_config_json" in df.columns else pd.Series(None, index=df.index)
+    return (df["spec_method"] == "none") & ~configs.map(is_control).astype(bool)
+
+
+def versus_baseline(df: pd.DataFrame, metric: str = "output_tok_s", extra: Sequence[str] = ()) -> pd.DataFrame:
+    """One row per speculative point with its baseline's value of ``metric`` at the same load and settings.
+
+    ``ratio`` is speculative / baseline, ``change_pct`` is the change in percent. For latencies a ratio below 1
+    is the better result; for throughputs above 1. ``extra`` names further columns of the speculative rows to carry
+    along (for example ``acceptance_rate``). The baseline rows are ``is_baseline``'s: a spec-off control that forces
+    a model runner or a CUDA-graph mode is neither a baseline nor compared here.
+    """
+    import pandas as pd
+
+    keys = list(PAIRING_COLUMNS)
+    filled = df.assign(**{k: df[k].astype("string").fillna("—") for k in keys})
+    base = filled[is_baseline(df)][[*keys, metric]].rename(columns={metric: "baseline"})
+    spec = filled[filled["spec_method"] != "none"]
+    if base.duplicated(keys).any():
+        base = base.groupby(keys, as_index=False)["baseline"].median()
+    merged = spec.merge(base, on=keys, how="inner")
+    missing = pd.Series([None] * len(merged), index=merged.index, dtype="object")
+    out = pd.DataFrame(
+        {
+            "engine_label": merged["engine_label"],
+            "spec_method": merged["spec_method"],
+            "k": merged["num_speculative_tokens"],
+            "imposed_alpha": merged["imposed_alpha"],
+            "imposed_acceptance_rates": merged.get("imposed_acceptance_rates", missing),
+            "model_shape": merged["model_shape"].astype(str),
+            "input_len": pd.to_numeric(merged["input_len"], errors="coerce"),
+            "output_len": pd.to_numeric(merged["output_len"], errors="coerce"),
+            "concurrency": pd.to_numeric(merged["concurrency"], errors="coerce"),
+            "request_rate_qps": pd.to_numeric(merged["request_rate_qps"], errors="coerce"),
+            "metric": metric,
+            "baseline": merged["baseline"].astype(float),
+            "speculative": merged[metric].astype(float),
+            **{name: merged[name] for name in extra},
+        }
+    )
+    out["ratio"] = out["speculative"] / out["baseline"]
+    out["change_pct"] = 100.0 * (out["ratio"] - 1.0)
+    out["load"] = [load_text(c, r) for c, r in zip(out["concurrency"], out["request_rate_qps"], strict=True)]
+    order = ["engine_label", "input_len", "request_rate_qps", "concurrency"]
+    return out.sort_values(order, na_position="last").reset_index(drop=True)
+
+
+def load_text(concurrency: object, request_rate_qps: object) -> str:
+    """A load level in words: 'concurrency 4', '2 QPS', or '2 QPS (at most 8 in flight)'."""
+    has_c, has_r = not pd_isna(concurrency), not pd_isna(request_rate_qps)
+    if has_r and has_c:
+        return f"{float(request_rate_qps):g} QPS (at most {int(concurrency)} in flight)"  # type: ignore[arg-type]
+    if has_r:
+        return f"{float(request_rate_qps):g} QPS"  # type: ignore[arg-type]
+    return f"concurrency {int(concurrency)}" if has_c else "unbounded load"  # type: ignore[call-overload]
+
+
+def higher_is_better(metric: str) -> bool:
+    """Throughputs are better higher; latencies (columns in ms) are better lower."""
+    return not metric.endswith("_ms")
+
+
+def winning_levels(group: pd.DataFrame) -> list[int]:
+    """Concurrency levels at which one speculative config beat its baseline (higher throughput / lower latency)."""
+    better_up = higher_is_better(str(group["metric"].iloc[0]))
+    wins = group[(group["ratio"] > 1.0) if better_up else (group["ratio"] < 1.0)]
+    return sorted(int(c) for c in wins["concurrency"].dropna())
+
+
+def winning_loads(group: pd.DataFrame) -> list[str]:
+    """Load levels (``load_text``) at which one speculative config beat its baseline, in the group's order."""
+    better_up = higher_is_better(str(group["metric"].iloc[0]))
+    wins = group[(group["ratio"] > 1.0) if better_up else (group["ratio"] < 1.0)]
+    return [load_text(c, r) for c, r in zip(wins["concurrency"], wins["request_rate_qps"], strict=True)]
+
+
+def _levels(texts: list[str]) -> str:
+    """'concurrency 1, 4' for concurrency levels only, else the load texts joined."""
+    if texts and all(t.startswith("concurrency ") for t in texts):
+        return "concurrency " + ", ".join(t.removeprefix("concurrency ") for t in texts)
+    return ", ".join(texts)
+
+
+def _where_it_won(group: pd.DataFrame) -> str:
+    wins = winning_loads(group)
+    if not wins:
+        return "it never beat the baseline"
+    if len(wins) == len(group):
+        return "it beat the baseline at every measured level"
+    return f"it beat the baseline only at {_levels(wins)}"
+
+
+def acceptance_check(df: pd.DataFrame) -> pd.DataFrame:
+    """Measured mean acceptance length beside the one the imposed per-position rates imply (1 + Σ p_i)."""
+    import json
+
+
+    spec = df[df["imposed_acceptance_rates"].notna()].copy()
+    spec["expected_acceptance_length"] = [
+        tokens_per_step_from_rates(json.loads(r)) for r in spec["imposed_acceptance_rates"]
+    ]
+    spec["deviation_pct"] = 100.0 * (spec["mean_acceptance_length"] / spec["expected_acceptance_length"] - 1.0)
+    columns = ["engine_label", "concurrency", "request_rate_qps", "imposed_alpha", "expected_acceptance_length",
+               "mean_acceptance_length", "deviation_pct", "acceptance_rate", "per_position_acceptance"]  # fmt: skip
+    return spec[columns].reset_index(drop=True)
+
+
+def describe_change(comparison: pd.DataFrame) -> str:
+    """One sentence per speculative config: the change at each load level and where speculation stopped paying."""
+    if comparison.empty:
+        return "No speculative point has a baseline at the same load yet, so there is nothing to compare."
+    metric = comparison["metric"].iloc[0]
+    sentences = []
+    for label, group in comparison.groupby("engine_label"):
+        steps = ", ".join(
+            f"{chg:+.1f} % at {load_text(c, r)}"
+            for c, r, chg in zip(group["concurrency"], group["request_rate_qps"], group["change_pct"], strict=True)
+        )
+        sentences.append(f"{label}: {metric} {steps}; {_where_it_won(group)}.")
+    return " ".join(sentences)
+
+
+def summary_line(df: pd.DataFrame) -> str:
+    """A one-line fingerprint of a case's rows (a regression check for the notebooks: rows, engines, loads)."""
+    engines = sorted(str(e) for e in df["engine_label"].unique())
+    loads = sorted(int(c) for c in df["concurrency"].dropna().unique())
+    rates = sorted(float(r) for r in df["request_rate_qps"].dropna().unique())
+    return f"rows={len(df)} engines={engines} concurrency={loads} request_rates={rates}"
+
+
+def speculation_rule(df: pd.DataFrame, metric: str = "output_tok_s") -> str:
+    """The tuner's rule this data supports, one sentence per speculative config (derived, never typed in)."""
+    comparison = versus_baseline(df, metric)
+    if comparison.empty:
+        return "Not measured yet against a baseline at the same load: no rule from this data."
+    gpus = ", ".join(sorted(set(df["gpu_name"])))
+    sentences = []
+    for label, group in comparison.groupby("engine_label"):
+        texts = [load_text(c, r) for c, r in zip(group["concurrency"], group["request_rate_qps"], strict=True)]
+        only_c = all(t.startswith("concurrency ") for t in texts)
+        levels = ", ".join(t.removeprefix("concurrency ") for t in texts) if only_c else ", ".join(texts)
+        kind = "concurrency" if only_c else "load"
+        row = group.iloc[0]
+        alpha = "" if pd_isna(row["imposed_alpha"]) else f" at an imposed α={row['imposed_alpha']:g}"
+        wins = winning_loads(group)
+        better = "raised" if higher_is_better(metric) else "lowered"
+        if not wins:
+            verdict = f"did not improve {metric} over no speculation at any measured {kind} ({levels})"
+        elif len(wins) == len(group):
+            verdict = f"{better} {metric} at every measured {kind} ({levels})"
+        else:
+            verdict = f"improved {metric} only at {_levels(wins)} (measured: {levels})"
+        sentences.append(f"On {gpus}, {row['spec_method']} with k={int(row['k'])}{alpha} ({label}) {verdict}.")
+    return " ".join(sentences)
+
+
+def pd_isna(value: object) -> bool:
+    """True for None and NaN (pandas' missing values)."""
+    import pandas as pd
+
+    return bool(pd.isna(value))
+
+
+def for_tuners(rule: str, evidence: str, limits: str) -> str:
+    """The 'For tuners' box a case page opens with, as MyST markdown (rendered from a cell's output)."""
+    return (
+        "```{admonition} For tuners\n:class: tip\n"
+        f"**Rule.** {rule}\n\n**Measured evidence.** {evidence}\n\n**When it does not apply.** {limits}\n```"
+    )
+
+
+def label_change(df: pd.DataFrame, label: str, reference_label: str, metric: str = "output_tok_s") -> pd.DataFrame:
+    """``label``'s ``metric`` against ``reference_label``'s at each concurrency both were measured at (medians over
+    repeats): columns concurrency, ``label``, ``reference_label``, change_pct (of ``label`` against the reference)."""
+    values = (
+        df[df["engine_label"].isin([label, reference_label])]
+        .pivot_table(index="concurrency", columns="engine_label", values=metric, aggfunc="median")
+        .reindex(columns=[label, reference_label])
+        .dropna()
+    )
+    values["change_pct"] = 100.0 * (values[label] / values[reference_label] - 1.0)
+    values.columns.name = None
+    return values.reset_index().astype({"concurrency": int})
+
+
+def label_change_text(change: pd.DataFrame, metric: str = "output_tok_s", band_pct: float = NO_CHANGE_BAND_PCT) -> str:
+    """A sentence on a ``label_change`` table: where the config matched its reference within ±``band_pct`` and
+    where it did not, with the change at each concurrency; '' for an empty table."""
+    if change.empty:
+        return ""
+    label, reference = str(change.columns[1]), str(change.columns[2])
+    even = change[change["change_pct"].abs() <= band_pct]
+    apart = change[change["change_pct"].abs() > band_pct]
+    parts = []
+    if not even.empty:
+        levels = ", ".join(f"{r.concurrency} ({r.change_pct:+.1f} %)" for r in even.itertuples())
+        parts.append(f"within ±{band_pct:g} % at {levels}")
+    if not apart.empty:
+        parts.append(", ".join(f"{r.change_pct:+.1f} % at {r.concurrency}" for r in apart.itertuples()))
+    return f"`{label}` against `{reference}` ({metric}): " + "; ".join(parts) + "."
+
+
+def recorded_speculative(engine_config_json: object) -> SpeculativeConfig | None:
+    """The speculative config stored in a recorded row's ``engine_config_json`` (None for speculation off, or where
+    the row has no config), validated without repeating its advisories."""
+    import json
+
+
+    if not isinstance(engine_config_json, str):
+        return None
+    spec_json = json.loads(engine_config_json).get("speculative")
+    return SpeculativeConfig.model_validate(spec_json, context={"advisories": False}) if spec_json else None

@@ -1,0 +1,110 @@
+"""Where speculation stops paying: the crossover concurrency and the inter-token-latency artifact of chunked streaming."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from vllm_playbooks.analysis.compare import higher_is_better, pd_isna, versus_baseline
+from vllm_playbooks.analysis.noise import NO_CHANGE_BAND_PCT
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def crossover(comparison: pd.DataFrame, band_pct: float = NO_CHANGE_BAND_PCT) -> pd.DataFrame:
+    """Where each speculative config stops paying, from ``versus_baseline`` rows of a throughput metric.
+
+    One row per config: the highest measured concurrency where it gained more than ``band_pct``, the lowest where it
+    lost more than ``band_pct`` (``None`` where there is none), and a sentence. Latency metrics are refused.
+    """
+    import pandas as pd
+
+    if comparison.empty:
+        return pd.DataFrame(columns=["engine_label", "gains_up_to", "loses_from", "text"])
+    metric = str(comparison["metric"].iloc[0])
+    if not higher_is_better(metric):
+        raise ValueError(f"crossover reads a throughput (higher is better), not {metric!r}")
+    records = []
+    for label, group in comparison.dropna(subset=["concurrency"]).groupby("engine_label"):
+        group = group.sort_values("concurrency")
+        gains = group[group["change_pct"] > band_pct]["concurrency"]
+        losses = group[group["change_pct"] < -band_pct]["concurrency"]
+        even = group[group["change_pct"].abs() <= band_pct]
+        up_to = int(gains.max()) if not gains.empty else None
+        loses = int(losses.min()) if not losses.empty else None
+        parts = []
+        if up_to is not None:
+            parts.append(f"gains up to {up_to} stream{'s' if up_to > 1 else ''}")
+        if not even.empty:
+            parts.append("no change (within ±{:g} %) at {}".format(band_pct, ", ".join(str(int(c)) for c in even["concurrency"])))
+        if loses is not None:
+            parts.append(f"loses from {loses} stream{'s' if loses > 1 else ''}")
+        records.append({"engine_label": label, "gains_up_to": up_to, "loses_from": loses,
+                        "text": f"{label}: " + "; ".join(parts) + "."})  # fmt: skip
+    out = pd.DataFrame(records)
+    return out.astype({"gains_up_to": "Int64", "loses_from": "Int64"})
+
+
+def itl_artifact(df: pd.DataFrame) -> pd.DataFrame:
+    """How much of speculation's rise in inter-token latency is the streaming artifact, at each paired load.
+
+    ``vllm bench serve`` times ITL per streamed chunk, and with speculation one chunk carries every token a verify step
+    accepted, so mean ITL ≈ mean TPOT × tokens per chunk. Columns: the ITL and TPOT ratios on/off (means), their
+    quotient ``chunking`` (≈ tokens per chunk), the measured mean acceptance length beside it, and ``artifact_share``:
+    the share of the ITL rise, on a log scale, that chunking alone explains (log chunking / log ITL ratio, at most 1:
+    where TPOT fell, all of the rise is chunking).
+    """
+    import numpy as np
+
+    itl = versus_baseline(df, "itl_mean_ms", extra=["mean_acceptance_length"])
+    tpot = versus_baseline(df, "tpot_mean_ms")
+    keys = ["engine_label", "concurrency", "request_rate_qps", "input_len", "output_len"]
+    both = itl.merge(tpot[[*keys, "ratio"]], on=keys, suffixes=("_itl", "_tpot"))
+    out = both[["engine_label", "concurrency"]].copy()
+    out["itl_ratio"] = both["ratio_itl"]
+    out["tpot_ratio"] = both["ratio_tpot"]
+    out["chunking"] = out["itl_ratio"] / out["tpot_ratio"]
+    out["mean_acceptance_length"] = both["mean_acceptance_length"].astype(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.log(out["chunking"]) / np.log(out["itl_ratio"])
+    out["artifact_share"] = share.clip(upper=1.0).where(out["itl_ratio"] > 1.0)
+    return out.reset_index(drop=True)
+
+
+def change_table(comparison: pd.DataFrame) -> pd.DataFrame:
+    """``change_pct`` of each speculative config (rows: label, k, imposed α) at each measured concurrency (columns)."""
+    return comparison.pivot_table(
+        index=["engine_label", "k", "imposed_alpha"], columns="concurrency", values="change_pct", aggfunc="first"
+    ).round(1)
+
+
+def schedule_rule(crossover_table: pd.DataFrame, label: str, k: int, max_num_seqs: int) -> str:
+    """The batch-size schedule a tuner sets from ``label``'s crossover: speculate with ``k`` up to the highest
+    measured concurrency it did not lose at, off above (vLLM 0.26's ``num_speculative_tokens_per_batch_size``)."""
+    rows = crossover_table[crossover_table["engine_label"] == label]
+    if rows.empty or pd_isna(rows.iloc[0]["loses_from"]):
+        return f"{label} lost at no measured concurrency: no schedule follows from this data."
+    row = rows.iloc[0]
+    keep = int(row["gains_up_to"]) if not pd_isna(row["gains_up_to"]) else 0
+    if keep == 0:
+        return f"{label} gained at no measured concurrency: leave speculation off."
+    schedule = [[1, keep, k], [keep + 1, max_num_seqs, 0]]
+    return (f"{label} gained up to {keep} and lost from {int(row['loses_from'])} concurrent streams: set "
+            f"`\"num_speculative_tokens_per_batch_size\": {schedule}` to speculate only where it paid "
+            "(between the two, the measured points do not say where the crossover lies).")  # fmt: skip
+
+
+def never_lost_text(crossover_table: pd.DataFrame, comparison: pd.DataFrame) -> str:
+    """A sentence naming the configs of a ``crossover`` table that lost at no measured concurrency but gained at
+    some, each with its change at its lowest and highest measured concurrency (from ``comparison``, the
+    ``versus_baseline`` rows the table was built from); '' where there is none."""
+    kept = crossover_table[crossover_table["loses_from"].isna() & crossover_table["gains_up_to"].notna()]
+    described = []
+    for label in kept["engine_label"]:
+        rows = comparison[comparison["engine_label"] == label].dropna(subset=["concurrency"]).sort_values("concurrency")
+        low, high = rows.iloc[0], rows.iloc[-1]
+        described.append(f"{label} ({low.change_pct:+.1f} % at {int(low.concurrency)}, "
+                         f"{high.change_pct:+.1f} % at {int(high.concurrency)})")  # fmt: skip
+    if not described:
+        return ""
+    return "Lost at no measured concurrency: " + "; ".join(described) + "."

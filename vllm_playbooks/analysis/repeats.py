@@ -1,0 +1,54 @@
+"""Repeated runs of one point: how far they moved."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from vllm_playbooks.analysis.compare import PAIRING_COLUMNS, load_text
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+#: What names a repeated load in a ``repeat_spread`` table (the shown part of its pairing key).
+REPEAT_LOAD_COLUMNS = ("engine_label", "model_shape", "input_len", "output_len", "concurrency", "request_rate_qps")
+
+
+REPEAT_COLUMNS = (*REPEAT_LOAD_COLUMNS, "runs", "values", "lowest", "highest", "spread_pct")
+
+
+def repeat_spread(df: pd.DataFrame, metric: str = "output_tok_s") -> pd.DataFrame:
+    """The loads one engine config ran more than once (same label and ``PAIRING_COLUMNS``): the number of runs,
+    their values of ``metric`` in the order measured, the lowest and highest, and ``spread_pct`` (highest over
+    lowest, less 1, in percent): how far a second run of the same engine moved on its own. Pass rows without stalls
+    (``results.stalls.unstalled``): a stalled run is not a fair repeat."""
+    import pandas as pd
+
+    keys = ["engine_label", *PAIRING_COLUMNS]
+    records = []
+    ordered = df.sort_values("measured_at") if "measured_at" in df.columns else df
+    for _, group in ordered.groupby(keys, dropna=False, sort=False):
+        if len(group) < 2:
+            continue
+        values = [float(v) for v in group[metric]]
+        first = group.iloc[0]
+        records.append({**{c: first[c] for c in REPEAT_LOAD_COLUMNS}, "runs": len(group), "values": values,
+                        "lowest": min(values), "highest": max(values),
+                        "spread_pct": 100.0 * (max(values) / min(values) - 1.0)})  # fmt: skip
+    return pd.DataFrame(records, columns=list(REPEAT_COLUMNS))
+
+
+def describe_repeat_spread(spread: pd.DataFrame, unit: str = "output tok/s") -> str:
+    """One Markdown paragraph on ``repeat_spread``: each load run more than once, its values and how far apart they
+    are, and what that means for a comparison (they enter it as their median); empty when nothing was repeated."""
+    if spread.empty:
+        return ""
+    loads = []
+    for row in spread.itertuples():
+        lengths = f"{int(row.input_len):,} in / {int(row.output_len):,} out"
+        values = ", ".join(f"{v:.1f}" for v in row.values[:-1]) + f" and {row.values[-1]:.1f}"
+        loads.append(f"{row.engine_label} at {load_text(row.concurrency, row.request_rate_qps)} ({lengths}) "
+                     f"ran {row.runs} times without a stall: {values} {unit}, {row.spread_pct:.1f} % apart")  # fmt: skip
+    return ("**Repeated runs.** " + "; ".join(loads) + ". Comparisons at such a load use the median of the runs. "
+            "Their spread is how far the same engine moved from one run to the next: a gain difference smaller than it "
+            "is not a measured difference between configs.")

@@ -1,0 +1,65 @@
+"""Measured numbers beside what the step-time model predicts for the same points."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def beside_model(measured: pd.DataFrame, predicted: pd.DataFrame, value: str, label: str) -> pd.DataFrame:
+    """Closed-loop measurements of one configuration (``engine_label`` == ``label``) beside the step model's
+    prediction at the same concurrency (``predicted``'s ``batch`` or ``concurrency``): ``measured``, ``predicted``
+    and their difference, for ``value`` ('speedup' or 'gain_pct')."""
+    import pandas as pd
+
+    rows = measured[(measured["engine_label"] == label) & measured["concurrency"].notna()]
+    if "request_rate_qps" in rows.columns:
+        rows = rows[rows["request_rate_qps"].isna()]
+    model = predicted if "concurrency" in predicted.columns else predicted.rename(columns={"batch": "concurrency"})
+    model = model[["concurrency", value]].rename(columns={value: "predicted"})
+    table = rows[["concurrency", value]].rename(columns={value: "measured"}).astype({"concurrency": float})
+    out = table.merge(model.astype({"concurrency": float}), on="concurrency", how="left").sort_values("concurrency")
+    out["measured_minus_predicted"] = out["measured"] - out["predicted"]
+    return pd.DataFrame(out).reset_index(drop=True)
+
+
+def beside_model_by_config(measured: pd.DataFrame, predicted: pd.DataFrame, value: str) -> pd.DataFrame:
+    """``beside_model`` for every configuration of ``predicted`` (a ``theory.prediction_frame`` whose ``config``
+    names are engine labels), one table with an ``engine_label`` column, in ``predicted``'s order."""
+    import pandas as pd
+
+    tables = [beside_model(measured, predicted[predicted["config"] == label], value, label).assign(engine_label=label)
+              for label in dict.fromkeys(predicted["config"])]  # fmt: skip
+    columns = ["engine_label", "concurrency", "measured", "predicted", "measured_minus_predicted"]
+    return pd.concat(tables, ignore_index=True)[columns] if tables else pd.DataFrame(columns=columns)
+
+
+def describe_beside_model_by_config(table: pd.DataFrame, band: float, unit: str, fmt: str = "{:.2f}") -> str:
+    """``describe_beside_model`` for each configuration of a ``beside_model_by_config`` table: one Markdown
+    paragraph per engine label that has a measurement, '' when none has."""
+    paragraphs = [f"**{label}.** {describe_beside_model(part, band, unit, fmt)}"
+                  for label, part in table.groupby("engine_label", sort=False)
+                  if not part.dropna(subset=["measured", "predicted"]).empty]  # fmt: skip
+    return "\n\n".join(paragraphs)
+
+
+def describe_beside_model(table: pd.DataFrame, band: float, unit: str, fmt: str = "{:.2f}") -> str:
+    """One sentence on a ``beside_model`` table: the concurrencies where the model came within ``band`` (in ``unit``,
+    e.g. 'percentage points') of the measurement, and those where it under- or overstated it; values as ``fmt``."""
+    rows = table.dropna(subset=["measured", "predicted"])
+    if rows.empty:
+        return "No measurement to set beside the model yet."
+
+    def levels(part: pd.DataFrame) -> str:
+        return ", ".join(f"{int(c)} ({fmt.format(m)} measured, {fmt.format(p)} predicted)"
+                         for c, m, p in zip(part["concurrency"], part["measured"], part["predicted"], strict=True))  # fmt: skip
+
+    diff = rows["measured_minus_predicted"]
+    parts = []
+    for words, part in ((f"came within {band:g} {unit} of the measurement", rows[diff.abs() <= band]),
+                        ("understated the measurement", rows[diff > band]), ("overstated it", rows[diff < -band])):  # fmt: skip
+        if not part.empty:
+            parts.append(f"{words} at concurrency {levels(part)}")
+    return "The model " + "; it ".join(parts) + "."

@@ -1,0 +1,52 @@
+"""The rows the step-time model is calibrated on, read from the recorded cases, and the measured points a what-if curve is drawn beside."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from vllm_playbooks.analysis.compare import is_control, recorded_speculative
+from vllm_playbooks.model.calibration import _get
+from vllm_playbooks.results.replay import replay_rows
+from vllm_playbooks.results.schema import RUN_COLUMNS
+from vllm_playbooks.results.store import rows_to_frame
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+#: The recorded H200 cases the calibration is fitted and checked on.
+CALIBRATION_CASES = ("llama-8b-draft-model", "discussion-13834")
+
+
+def calibrates(row: Any) -> bool:
+    """Whether a recorded row (a row object or a dict) may calibrate the model: False for configs with a batch-size
+    schedule (the model takes k as fixed and the decode steps as full CUDA graphs, and a schedule changes both:
+    vLLM 0.26 runs it with PIECEWISE graphs only) and for controls that force a model runner or a CUDA-graph mode
+    (``analysis.is_control``): the model is of the servers as vLLM chooses to run them."""
+
+    config = _get(row, "engine_config_json")
+    spec = recorded_speculative(config)
+    scheduled = spec is not None and not spec.keeps_full_cudagraphs
+    return not scheduled and not is_control(config)
+
+
+def calibration_rows() -> list[Any]:
+    """Every recorded H200 row (spec off and on) of ``CALIBRATION_CASES``, rebuilt from the raw files, that
+    ``calibrates``."""
+
+    return [row for case in CALIBRATION_CASES for row in replay_rows(case) if calibrates(row)]
+
+
+def measured_overlay(gpu: str, model: str, draft_model: str | None = None, k: int = 0) -> pd.DataFrame:
+    """Recorded H200 rows of ``model`` (spec off, and with ``draft_model`` at ``k``) to draw beside a prediction;
+    empty for any other GPU, since every recorded row is from the H200."""
+    import pandas as pd
+
+
+    if gpu != "H200-SXM":
+        return pd.DataFrame(columns=RUN_COLUMNS)
+    keep = [
+        r for r in calibration_rows()
+        if r.model_shape == model and (r.spec_method == "none" or (r.draft_model == draft_model and r.num_speculative_tokens == k))
+    ]  # fmt: skip
+    return rows_to_frame(keep, RUN_COLUMNS)

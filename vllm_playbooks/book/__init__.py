@@ -1,0 +1,1 @@
+"""The book: executing notebooks, figures, the site check and the workshop."""

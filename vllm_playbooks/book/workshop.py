@@ -1,0 +1,156 @@
+"""The workshop's exercises and their checks: an answer is graded against the worked solution."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from vllm_playbooks.book.exercises import (
+    NEVER,
+    AnswerKind,
+    AnswerKinds,
+    Solution,
+    chunks_solution,
+    cuda_graphs_solution,
+    littles_law_solution,
+    max_num_seqs_solution,
+    microbatches_solution,
+    stop_paying_solution,
+    tokens_per_step_solution,
+)
+from vllm_playbooks.errors import ConfigError
+
+#: A float answer counts as right within this relative error, or within ``ABS_TOLERANCE`` (whichever is larger),
+#: so an answer worked out by hand from a rounded table passes.
+REL_TOLERANCE = 0.01
+
+
+ABS_TOLERANCE = 0.01
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One workshop exercise: its id (what ``check`` takes), its notebook and the function that solves it."""
+
+    id: str
+    number: int
+    slug: str
+    title: str
+    solve: Callable[..., Solution]
+
+    @property
+    def notebook(self) -> str:
+        """The source notebook's file name, ``workshop_<number>_<slug>.ipynb``."""
+        return f"workshop_{self.number}_{self.slug}.ipynb"
+
+
+EXERCISES: dict[str, Exercise] = {
+    e.id: e
+    for e in (
+        Exercise("stop-paying", 1, "stop_paying", "Where does speculation stop paying?", stop_paying_solution),
+        Exercise("chunks-not-tokens", 2, "chunks_not_tokens", "Chunks are not tokens", chunks_solution),
+        Exercise("tokens-per-step", 3, "tokens_per_step", "From V0 acceptance to tokens per step",
+                 tokens_per_step_solution),
+        Exercise("littles-law", 4, "littles_law", "Little's law on the #13834 report", littles_law_solution),
+        Exercise("size-max-num-seqs", 5, "max_num_seqs", "Size max_num_seqs for a 70B-AWQ server",
+                 max_num_seqs_solution),
+        Exercise("cuda-graph-sizes", 6, "cuda_graphs", "CUDA-graph sizes with k", cuda_graphs_solution),
+        Exercise("microbatches", 7, "microbatches", "Count the microbatches", microbatches_solution),
+    )
+}  # fmt: skip
+
+
+def get_exercise(exercise_id: str) -> Exercise:
+    """The exercise with this id; an unknown id is refused with the list of known ones."""
+    if exercise_id not in EXERCISES:
+        raise ConfigError(f"unknown exercise {exercise_id!r}; known: {', '.join(EXERCISES)}")
+    return EXERCISES[exercise_id]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _matches(kind: AnswerKind, expected: Any, got: Any) -> bool:
+    if kind == "float":
+        return _is_number(got) and abs(got - expected) <= max(ABS_TOLERANCE, REL_TOLERANCE * abs(expected))
+    if kind == "int":
+        return _is_number(got) and float(got).is_integer() and int(got) == expected
+    if kind == "level":
+        if got is None or (isinstance(got, str) and got.strip().lower() == NEVER):
+            return expected == NEVER
+        return expected != NEVER and _is_number(got) and float(got) == float(expected)
+    if kind == "word":
+        return isinstance(got, str) and got.strip().lower() == str(expected).lower()
+    raise ConfigError(f"unknown answer kind {kind!r}")
+
+
+def _show(kind: AnswerKind, value: Any) -> str:
+    if kind == "float" and _is_number(value):
+        return f"{value:.2f}"
+    if kind == "level" and value is None:
+        return NEVER
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _read_text(kinds: AnswerKinds, got: Any) -> Any:
+    """An answer passed as text (``papermill -p answer '{"a": 1}'`` passes a string) read as YAML, where the
+    expected answer is a dict or a number; words stay as they are."""
+    if not isinstance(got, str) or kinds in ("word", "level"):
+        return got
+    import yaml
+
+    try:
+        return yaml.safe_load(got)
+    except yaml.YAMLError:
+        return got
+
+
+def _grade(kinds: AnswerKinds, expected: Any, got: Any) -> str | None:
+    """None when ``got`` matches ``expected``; otherwise what was expected and what came."""
+    got = _read_text(kinds, got)
+    if isinstance(kinds, str):
+        if _matches(kinds, expected, got):
+            return None
+        return f"expected {_show(kinds, expected)}, got {_show(kinds, got)}"
+    if not isinstance(got, Mapping):
+        keys = ", ".join(kinds)
+        return f"expected a dict with keys {keys}, got {_show('', got)}"
+    missing = [k for k in kinds if k not in got]
+    extra = sorted(str(k) for k in got if k not in kinds)
+    if missing or extra:
+        return f"expected the keys {', '.join(kinds)}, got {', '.join(str(k) for k in got) or 'none'}"
+    wrong = [k for k in kinds if not _matches(kinds[k], expected[k], got[k])]
+    if not wrong:
+        return None
+    want = ", ".join(f"{k}={_show(kinds[k], expected[k])}" for k in wrong)
+    came = ", ".join(f"{k}={_show(kinds[k], got[k])}" for k in wrong)
+    return f"expected {want}, got {came}"
+
+
+def check(exercise_id: str, answer: Any, solution: Solution) -> str:
+    """One deterministic line: is ``answer`` (else the worked ``solution``) right for this exercise?
+
+    The expected answer is solved again from the data with ``solution.inputs``, so a solution cell that was edited
+    or a data change shows up here. Floats pass within 1 % (at least 0.01); counts and words must match exactly.
+    """
+    exercise = get_exercise(exercise_id)
+    if not isinstance(solution, Solution) or solution.exercise != exercise.id:
+        given = solution.exercise if isinstance(solution, Solution) else type(solution).__name__
+        raise ConfigError(f"check({exercise.id!r}, …) needs the solution of exercise {exercise.id!r}, got {given!r}")
+    expected = exercise.solve(**solution.inputs)
+    stale = _grade(expected.kinds, expected.value, solution.value)
+    if stale is not None:
+        return f"not yet: the worked solution disagrees with the data ({stale})"
+    if answer is None:
+        return f"correct: {expected.statement} (worked solution; set answer to check your own)"
+    problem = _grade(expected.kinds, expected.value, answer)
+    return f"correct: {expected.statement}" if problem is None else f"not yet: {problem}"

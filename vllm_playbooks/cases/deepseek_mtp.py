@@ -1,0 +1,585 @@
+"""Case: DeepSeek MTP — ~1.8× TPS at 85-90 % acceptance, PR #12755's 1.63× at QPS 1 (its checks and page functions)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from vllm_playbooks.analysis.compare import is_baseline, versus_baseline
+from vllm_playbooks.analysis.noise import TOLERANCE
+from vllm_playbooks.claims.finding import (
+    Finding,
+    gpu_names,
+    published_or_none,
+    split_stalled,
+    stalled_loads,
+    stalled_words,
+)
+from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, _pairs, check
+from vllm_playbooks.claims.reference import published_value
+from vllm_playbooks.claims.verdict import Effect, Verdict, combine, effect, judge
+from vllm_playbooks.errors import SchemaError
+from vllm_playbooks.model import speculative
+from vllm_playbooks.model.speculative import (
+    draft_cost_from_tpot,
+    fit_later_conditional,
+    implied_draft_cost_ratio,
+    speedup,
+)
+from vllm_playbooks.shapes import get_shape
+from vllm_playbooks.text import percent_range
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+#: The shape whose MTP layers and target layers give the MTP draft cost c ≈ MTP layers / target layers.
+MTP_SHAPE = "deepseek-v3"
+
+
+def _mtp_cost() -> tuple[float, str]:
+
+    shape = get_shape(MTP_SHAPE)
+    return shape.num_mtp_layers / shape.num_hidden_layers, f"{shape.num_mtp_layers}/{shape.num_hidden_layers}"
+
+
+def _at_mtp_scale(pairs: pd.DataFrame) -> pd.DataFrame:
+    """The pairs whose target has ``MTP_SHAPE``'s architecture, width and depth (DeepSeek-V3's; the number of routed
+    experts may differ): the published MTP numbers are that model's, so MTP rows of another model (MiMo-7B) or of the
+    same layout at another scale (V2-Lite's) are shown on the case page, not judged against them."""
+
+    wanted = get_shape(MTP_SHAPE)
+
+    def same(name: object) -> bool:
+        shape = get_shape(str(name))
+        return (shape.architecture, shape.hidden_size, shape.num_hidden_layers) == (
+            wanted.architecture, wanted.hidden_size, wanted.num_hidden_layers)  # fmt: skip
+
+    return pairs[pairs["model_shape"].map(same).astype(bool)]
+
+
+@check("mtp_speedup_at_acceptance")
+def mtp_speedup_at_acceptance(claim: Claim, ev: Evidence) -> CheckResult:
+    """DeepSeek-V3: about 1.8× tokens per second with one MTP token at 85–90 % second-token acceptance.
+
+    Measured: recorded ``mtp`` rows at DeepSeek-V3's width and depth with k = 1 whose measured acceptance lies in the
+    reported range, at their lowest concurrency; the speed-up is the baseline's mean TPOT over the speculative one
+    (tokens per second per request).
+    Model: ``theory.speedup(α, 1, c)`` at both ends of the range, with c = MTP layers / target layers of the
+    DeepSeek-V3 shape (the output head and embeddings left out; the verify step costing one decode step).
+    """
+
+    low = ev.value(claim, "v3-second-token-acceptance-low") / 100
+    high = ev.value(claim, "v3-second-token-acceptance-high") / 100
+    claimed = ev.value(claim, "v3-tps-speedup")
+    published = f"{claimed:g}× tokens per second at {100 * low:g}–{100 * high:g} % second-token acceptance (one MTP token)"
+    pairs = _at_mtp_scale(_pairs(ev.rows(claim.case), "tpot_mean_ms", extra=["acceptance_rate"]))
+    pairs = pairs[(pairs["spec_method"] == "mtp") & (pairs["k"] == 1) & pairs["concurrency"].notna()]
+    pairs = pairs[pairs["acceptance_rate"].astype(float).between(low, high)]
+    if pairs.empty:
+        measured, verdict, rows = "no recorded MTP row at that acceptance yet", Verdict.NOT_MEASURED, 0
+    else:
+        lowest = pairs[pairs["concurrency"] == pairs["concurrency"].min()]
+        measured = "; ".join(
+            f"concurrency {int(r['concurrency'])}, acceptance {r['acceptance_rate']:.2f}: {r['speedup']:.2f}× "
+            f"({r['engine_label']})" for _, r in lowest.iterrows()
+        )
+        verdict, rows = combine(judge(float(s), claimed) for s in lowest["speedup"]), len(lowest)
+    c, layers = _mtp_cost()
+    ends = [speedup(a, 1, c) for a in (low, high)]
+    model_says = f"theory.speedup with k=1, c={layers} (MTP layers / target layers): {ends[0]:.2f}–{ends[1]:.2f}×"
+    return CheckResult(published, measured, verdict, rows, model_says, combine(judge(s, claimed) for s in ends))
+
+
+_QPS = re.compile(r"-qps(\d+)$")
+
+
+@check("mtp_gain_falls_with_qps")
+def mtp_gain_falls_with_qps(claim: Claim, ev: Evidence) -> CheckResult:
+    """vLLM PR #12755: one MTP token gave a TPOT speed-up at every QPS below 8 (1.63× at QPS 1, 1.18× at QPS 2) and
+    none at QPS 8.
+
+    Measured: recorded ``mtp`` k = 1 rows at DeepSeek-V3's width and depth at the published request rates (every
+    imposed acceptance), judged QPS by QPS against the published speed-up; rows at or above the published bound must
+    show no gain. Model: the Leviathan bound for k = 1 at the PR's acceptance, and the draft cost the QPS 1 speed-up
+    implies; the model has no load term.
+    """
+
+    sources = ev.sources(claim)
+    claimed = {int(_QPS.search(r["claim_id"]).group(1)): ev.value(claim, r["claim_id"])  # type: ignore[union-attr]
+               for _, r in sources.iterrows() if _QPS.search(r["claim_id"]) and r["quantity"] == "speedup"}  # fmt: skip
+    bound = ev.value(claim, "pr12755-qps-bound-for-gain")
+    low = ev.value(claim, "pr12755-acceptance-low") / 100
+    high = ev.value(claim, "pr12755-acceptance-high") / 100
+    published = (", ".join(f"{s:g}× at QPS {q}" for q, s in sorted(claimed.items()))
+                 + f"; a gain only below QPS {bound:g} (k=1, acceptance {100 * low:g}–{100 * high:g} %)")  # fmt: skip
+    pairs = _at_mtp_scale(_pairs(ev.rows(claim.case), "tpot_mean_ms"))
+    pairs = pairs[(pairs["spec_method"] == "mtp") & (pairs["k"] == 1) & pairs["request_rate_qps"].notna()]
+    verdicts, notes = [], []
+    for _, r in pairs.sort_values(["request_rate_qps", "engine_label"]).iterrows():
+        qps, speedup = float(r["request_rate_qps"]), float(r["speedup"])
+        if qps in claimed:
+            verdicts.append(judge(speedup, claimed[qps]))
+        elif qps >= bound:
+            verdicts.append(Verdict.NOT_REPRODUCED if effect(speedup) is Effect.GAIN else Verdict.REPRODUCED)
+        else:
+            continue
+        notes.append(f"{speedup:.2f}× at QPS {qps:g} ({r['engine_label']})")
+    measured = "; ".join(notes) if notes else "no recorded MTP row at the PR's request rates yet"
+    c_model, layers = _mtp_cost()
+    tops = [speculative.speedup(a, 1, c_model) for a in (low, high)]
+    implied = [(1 + a) / claimed[min(claimed)] - 1 for a in (low, high)]
+    model_says = (f"theory.speedup with k=1, c={layers}: at most {tops[0]:.2f}–{tops[1]:.2f}× at any load; "
+                  f"{claimed[min(claimed)]:g}× at QPS {min(claimed)} implies c={implied[0]:.2f}–{implied[1]:.2f}. "
+                  "The model has no load term, so it cannot say where the gain ends")  # fmt: skip
+    return CheckResult(published, measured, combine(verdicts), len(verdicts), model_says, None)
+
+
+def mtp_later_conditional(published: pd.DataFrame, first: float = 0.85, k: int = 7) -> float:
+    """The conditional acceptance of MTP drafts 2..k that, with ``first`` at draft 1, reproduces the acceptance
+    length Nebius measured for DeepSeek-V3's original MTP module reused for 7 drafts (temperature 0)."""
+
+    return fit_later_conditional(first, k, published_value(published, "nebius-original-mtp-acceptance-length-t0"))
+
+
+def implied_mtp(published: pd.DataFrame) -> pd.DataFrame:
+    """The draft cost ratio c that each published MTP speed-up implies at k = 1 (Leviathan: c = (τ/S − 1)/k, with
+    τ = 1 + the published second-token acceptance), one line per end of each published range."""
+    import pandas as pd
+
+
+    records = []
+    for source, low, high, speedup_id in (
+        ("DeepSeek-V3 report §5.4.3", "v3-second-token-acceptance-low", "v3-second-token-acceptance-high", "v3-tps-speedup"),
+        ("vLLM PR #12755, QPS 1", "pr12755-acceptance-low", "pr12755-acceptance-high", "pr12755-speedup-qps1"),
+    ):  # fmt: skip
+        speedup = published_value(published, speedup_id)
+        for claim in (low, high):
+            acceptance = published_value(published, claim) / 100.0
+            records.append({
+                "source": source, "acceptance": acceptance, "tau": 1.0 + acceptance, "speedup": speedup,
+                "implied_c": implied_draft_cost_ratio(1.0 + acceptance, 1, speedup),
+            })  # fmt: skip
+    return pd.DataFrame(records)
+
+
+def mtp_beside_pr(
+    published: pd.DataFrame, measured: pd.DataFrame, engine: str = "mtp-k1-a0.85",
+    model_shape: str = "deepseek-v3-reduced",
+) -> pd.DataFrame:
+    """vLLM PR #12755's TPOT table (DeepSeek-R1, TP 8, k = 1) beside ours at the same Poisson request rates: the
+    PR's mean TPOT without and with MTP and its speed-up, then ours for ``engine`` against speculation off on
+    ``model_shape`` with the measured acceptance rate (accepted / drafted, %). ``measured`` should hold the rows a
+    verdict may use (``results.stalls.unstalled``): ours are empty where a rate is not measured or only stalled."""
+    import pandas as pd
+
+    prefix = "pr12755-tpot-ms-qps"
+    rates = sorted({float(cid.removeprefix(prefix).split("-")[0])
+                    for cid in published["claim_id"] if cid.startswith(prefix)})  # fmt: skip
+    if not rates:
+        raise SchemaError(f"reference table: no rows {prefix}<rate>-baseline")
+    poisson = measured[(measured["model_shape"] == model_shape) & measured["request_rate_qps"].notna()]
+    poisson = poisson[poisson["concurrency"].isna()]
+    off = poisson[is_baseline(poisson)].groupby("request_rate_qps")["tpot_mean_ms"].mean()
+    mtp = poisson[poisson["engine_label"] == engine]
+    on = mtp.groupby("request_rate_qps")[["tpot_mean_ms", "acceptance_rate"]].mean()
+    records = []
+    for rate in rates:
+        pr_off, pr_on = (published_value(published, f"{prefix}{rate:g}-{kind}") for kind in ("baseline", "mtp"))
+        ours_off = off.get(rate, math.nan)
+        ours_on = on["tpot_mean_ms"].get(rate, math.nan)
+        records.append({
+            "request_rate_qps": rate, "pr_tpot_off_ms": pr_off, "pr_tpot_mtp_ms": pr_on,
+            "pr_speedup": published_value(published, f"pr12755-speedup-qps{rate:g}"),
+            "ours_tpot_off_ms": ours_off, "ours_tpot_mtp_ms": ours_on, "ours_speedup": ours_off / ours_on,
+            "ours_acceptance_pct": 100.0 * on["acceptance_rate"].get(rate, math.nan),
+        })  # fmt: skip
+    return pd.DataFrame(records)
+
+
+def tpot_speedups(df: pd.DataFrame, metric: str = "tpot_mean_ms") -> pd.DataFrame:
+    """Every speculative point against its baseline at the same load: ``speedup`` = baseline TPOT / speculative TPOT
+    (above 1: speculation is faster per token), plus the imposed acceptance and the measured acceptance length."""
+    comparison = versus_baseline(df, metric, extra=[c for c in ("mean_acceptance_length",) if c in df.columns])
+    comparison["speedup"] = comparison["baseline"] / comparison["speculative"]
+    return comparison
+
+
+#: The fewest request rates measured without stalls on which ``mtp_verdict`` judges how the gain moves with load.
+MIN_RATES_JUDGED = 3
+
+
+def mtp_verdict(
+    df: pd.DataFrame, published: pd.DataFrame | None = None, engine: str = "mtp-k1-a0.85",
+    rates: Iterable[float] = (1, 2, 4, 8), tolerance: float = TOLERANCE,
+) -> Finding:
+    """Does MTP at k = 1 lower TPOT at low request rates, and does the gain shrink as the rate grows, as vLLM PR
+    #12755 reported (1.63× at 1 QPS, 1.00× at 8 QPS)? Rests on ``engine`` against speculation off, Poisson loads.
+    Stalled rows are left out; a rate measured only in stalled runs is judged without once ``MIN_RATES_JUDGED``
+    clean rates remain (the sentence names it), and keeps the verdict 'incomplete' before."""
+    wanted = sorted(float(r) for r in rates)
+    df, stalled = split_stalled(df)
+    stalled_rates = stalled_loads(stalled[stalled["concurrency"].isna()] if not stalled.empty else stalled,
+                                   "request_rate_qps", wanted)  # fmt: skip
+    table = tpot_speedups(df) if not df.empty else None
+    if table is not None:
+        table = table[(table["engine_label"] == engine) & table["request_rate_qps"].notna() & table["concurrency"].isna()]
+        table = table[table["request_rate_qps"].isin(wanted)].sort_values("request_rate_qps").reset_index(drop=True)
+    if table is None or table.empty:
+        import pandas as pd
+
+        return Finding(
+            "not measured",
+            f"Not measured yet: no pair of speculation off and {engine} at {', '.join(f'{r:g}' for r in wanted)} QPS "
+            "is recorded, so this page gives no verdict." + stalled_words(stalled_rates, "QPS"),
+            pd.DataFrame(),
+        )
+    first, last = table.iloc[0], table.iloc[-1]
+    steps = ", ".join(f"{s:.2f}× at {r:g} QPS" for r, s in zip(table["request_rate_qps"], table["speedup"], strict=True))
+    reported = ""
+    q1, q8 = published_or_none(published, "pr12755-speedup-qps1"), published_or_none(published, "pr12755-speedup-qps8")
+    if q1 is not None and q8 is not None:
+        reported = f" PR #12755 reported {q1:.2f}× at 1 QPS and {q8:.2f}× at 8 QPS (DeepSeek-R1, 8 GPUs)."
+    measured = f"On {gpu_names(df)}, {engine} changed mean TPOT against speculation off by {steps}."
+    missing = [r for r in wanted if r not in set(table["request_rate_qps"])]
+    unmeasured = [r for r in missing if r not in stalled_rates]
+    left_out = [r for r in missing if r in stalled_rates]
+    if first["speedup"] <= 1.0 + tolerance:
+        status, tail = "no gain at low load", (
+            f" At the lowest rate measured, {first['request_rate_qps']:g} QPS, MTP did not lower TPOT by more than "
+            f"{100 * tolerance:.0f} %."
+        )
+    elif unmeasured or len(table) < MIN_RATES_JUDGED:
+        not_yet = f" Not yet measured at {', '.join(f'{r:g}' for r in unmeasured)} QPS." if unmeasured else ""
+        status, tail = "incomplete", not_yet + stalled_words(left_out, "QPS")
+    else:
+        # every wanted rate measured; those that only stalled are left out while enough clean rates remain
+        without = stalled_words(left_out, "QPS", "the trend is judged without them")
+        if last["speedup"] < first["speedup"] - tolerance:
+            status, tail = "gain that shrinks with load", (
+                f" The gain shrinks from {first['speedup']:.2f}× to {last['speedup']:.2f}× as the rate grows: the "
+                "direction PR #12755 reported." + without
+            )
+        else:
+            status, tail = "gain that holds with load", (
+                f" The gain does not shrink by more than {100 * tolerance:.0f} % up to {last['request_rate_qps']:g} "
+                "QPS, unlike PR #12755's." + without
+            )
+    return Finding(status, measured + tail + reported, table)
+
+
+def k_sweep(df: pd.DataFrame, model_shape: str, metric: str = "tpot_mean_ms") -> pd.DataFrame:
+    """MTP configurations of one target by k: speedup against speculation off at each load, with the imposed rates
+    and the measured acceptance length (for the k = 1, 2, 3 comparison at the same first-position acceptance)."""
+    table = tpot_speedups(df, metric)
+    return table[table["model_shape"] == model_shape].sort_values(["k", "request_rate_qps", "concurrency"])
+
+
+def _position_1_rates(table: pd.DataFrame) -> list[float]:
+    """The imposed acceptance of draft position 1 of each row (NaN where none was imposed)."""
+    return [json.loads(rates)[0] if isinstance(rates, str) else float("nan")
+            for rates in table["imposed_acceptance_rates"]]  # fmt: skip
+
+
+def best_k_by_load(sweep: pd.DataFrame, first_rate: float = 0.85) -> pd.DataFrame:
+    """For each load of a ``k_sweep`` table, among the configurations whose imposed acceptance at position 1 is
+    ``first_rate``: the k with the largest speed-up (``best_k``, ``speedup``) and k = 1's speed-up (``k1_speedup``);
+    ``first_rate`` is repeated in ``position_1_rate``."""
+    import pandas as pd
+
+    columns = ["load", "request_rate_qps", "concurrency", "best_k", "engine_label", "speedup", "k1_speedup",
+               "position_1_rate"]  # fmt: skip
+    same = sweep[[abs(first - first_rate) < 1e-9 for first in _position_1_rates(sweep)]]
+    rows = []
+    for load, group in same.groupby("load", sort=False):
+        top = group.loc[group["speedup"].idxmax()]
+        k1 = group.loc[group["k"] == 1, "speedup"]
+        rows.append({"load": load, "request_rate_qps": top["request_rate_qps"], "concurrency": top["concurrency"],
+                     "best_k": int(top["k"]), "engine_label": top["engine_label"], "speedup": top["speedup"],
+                     "k1_speedup": k1.iloc[0] if len(k1) else float("nan"), "position_1_rate": first_rate})  # fmt: skip
+    return pd.DataFrame(rows, columns=columns)
+
+
+def describe_best_k(best: pd.DataFrame) -> str:
+    """'k = 3 at 1, 2, 4 QPS and at concurrency 4, 16; k = 2 at concurrency 1, 64' from ``best_k_by_load`` ('' for
+    an empty table)."""
+    import pandas as pd
+
+    parts = []
+    for k, group in best.groupby("best_k", sort=True):
+        rates = [f"{r:g}" for r in group["request_rate_qps"] if pd.notna(r)]
+        streams = [f"{c:g}" for c in group["concurrency"] if pd.notna(c)]
+        where = ([f"{', '.join(rates)} QPS"] if rates else []) + ([f"concurrency {', '.join(streams)}"] if streams else [])
+        parts.append(f"k = {k} at {' and at '.join(where)}")
+    return "; ".join(parts)
+
+
+def acceptance_band(sweep: pd.DataFrame, k: int = 1) -> pd.DataFrame:
+    """The configurations of one ``k`` in a ``k_sweep`` table that differ in their imposed i.i.d. acceptance
+    (``imposed_alpha``): one row per load and α with the speed-up and the measured mean acceptance length, request
+    rates first, then concurrencies, α ascending within a load."""
+    columns = ["load", "request_rate_qps", "concurrency", "imposed_alpha", "engine_label", "speedup",
+               "mean_acceptance_length"]  # fmt: skip
+    rows = sweep[(sweep["k"] == k) & sweep["imposed_alpha"].notna()][columns].astype({"imposed_alpha": float})
+    return rows.sort_values(["request_rate_qps", "concurrency", "imposed_alpha"], na_position="last").reset_index(
+        drop=True)  # fmt: skip
+
+
+def describe_acceptance_band(band: pd.DataFrame, tolerance: float = 0.02) -> str:
+    """One paragraph on an ``acceptance_band`` table: how much the speed-up and the measured acceptance length grew
+    from the lowest to the highest α at the loads measured with both, and whether the speed-up grew in proportion to
+    the acceptance length (within ``tolerance``), as S = τ / (1 + k·c) has it when the draft's cost c does not depend
+    on what is accepted."""
+    if band.empty:
+        return "No configuration of this k with an imposed i.i.d. acceptance is measured yet."
+    low, high = band["imposed_alpha"].min(), band["imposed_alpha"].max()
+    pairs, one_end = [], []
+    for load, group in band.groupby("load", sort=False):
+        ends = group[group["imposed_alpha"].isin([low, high])].set_index("imposed_alpha")
+        if low in ends.index and high in ends.index and low != high:
+            pairs.append((load, ends.loc[low], ends.loc[high]))
+        else:
+            one_end.append(load)
+    if not pairs:
+        return f"No load is measured at both α = {low:.2f} and α = {high:.2f} yet."
+    speedup = [b["speedup"] / a["speedup"] - 1 for _, a, b in pairs]
+    length = [b["mean_acceptance_length"] / a["mean_acceptance_length"] - 1 for _, a, b in pairs]
+    steps = "; ".join(f"{load}: {a['speedup']:.2f}× → {b['speedup']:.2f}×" for load, a, b in pairs)
+    text = (f"From α = {low:.2f} to {high:.2f}, the TPOT speed-up rose by {percent_range(speedup)} at the "
+            f"{len(pairs)} loads measured with both ({steps}); the measured mean acceptance length rose by "
+            f"{percent_range(length)}.")  # fmt: skip
+    apart = [load for (load, _, _), s, t in zip(pairs, speedup, length, strict=True)
+             if abs((1 + s) / (1 + t) - 1) > tolerance]  # fmt: skip
+    if apart:
+        text += (f" The speed-up did not grow in proportion to the acceptance length (within {100 * tolerance:g} %) "
+                 f"at {', '.join(apart)}.")  # fmt: skip
+    else:
+        text += (f" Within {100 * tolerance:g} %, the speed-up grew in proportion to the tokens each step emits: the "
+                 "draft costs the same whatever is accepted, as S = τ / (1 + k·c) has it.")  # fmt: skip
+    if one_end:
+        text += f" Measured at one end of the band only: {', '.join(one_end)}."
+    return text
+
+
+def draft_cost_beside_model(sweep: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
+    """The draft cost c that each closed-loop pair of a ``k_sweep`` table implies (``theory.draft_cost_from_tpot``
+    with the measured mean acceptance length) beside the step model's c at the same batch (``predicted``: a
+    ``theory.prediction_frame`` whose ``config`` names are engine labels).
+
+    ``draft_ms_measured`` = c × the measured spec-off TPOT, the time of one draft forward if verifying k + 1 tokens
+    costs one decode step; where it costs more (an MoE layer reads more experts for more tokens), that extra lands in
+    c too. ``beyond_reads_ms`` is what the measurement leaves beyond the model's roofline time of the draft forward
+    (its ``draft_ms`` less the ``draft_fixed_cost_ms`` it charged, repeated as ``model_fixed_cost_ms``), to set
+    beside that fixed cost.
+    """
+    import pandas as pd
+
+
+    rows = sweep[sweep["concurrency"].notna() & sweep["request_rate_qps"].isna()
+                 & sweep["engine_label"].isin(set(predicted["config"]))]  # fmt: skip
+    records = []
+    for row in rows.itertuples():
+        model = predicted[(predicted["config"] == row.engine_label) & (predicted["batch"] == row.concurrency)]
+        if model.empty:
+            continue
+        c = draft_cost_from_tpot(row.speculative, row.baseline, float(row.mean_acceptance_length), int(row.k))
+        draft_ms, fixed_ms = float(model["draft_ms"].iloc[0]), float(model["draft_fixed_cost_ms"].iloc[0])
+        records.append({"engine_label": row.engine_label, "k": int(row.k), "concurrency": row.concurrency,
+                        "tau_measured": float(row.mean_acceptance_length), "tpot_off_ms": row.baseline,
+                        "c_measured": c, "c_model": float(model["c"].iloc[0]), "draft_ms_measured": c * row.baseline,
+                        "draft_ms_model": draft_ms, "model_fixed_cost_ms": fixed_ms,
+                        "beyond_reads_ms": c * row.baseline - (draft_ms - fixed_ms)})  # fmt: skip
+    columns = ["engine_label", "k", "concurrency", "tau_measured", "tpot_off_ms", "c_measured", "c_model",
+               "draft_ms_measured", "draft_ms_model", "model_fixed_cost_ms", "beyond_reads_ms"]  # fmt: skip
+    return pd.DataFrame(records, columns=columns)
+
+
+def describe_draft_cost(table: pd.DataFrame) -> str:
+    """One sentence per configuration of a ``draft_cost_beside_model`` table: at its lowest concurrency, the c its
+    measurement implies against the model's and the time a draft forward took beyond its reads against the fixed
+    cost the model charged; then how far c rose at the higher concurrencies."""
+    if table.empty:
+        return "No closed-loop pair to derive a draft cost from yet."
+    sentences = []
+    for label, part in table.groupby("engine_label", sort=False):
+        part = part.sort_values("concurrency")
+        first, rest = part.iloc[0], part.iloc[1:]
+        text = (f"**{label}**: at concurrency {first['concurrency']:g} the measured pair implies c = "
+                f"{first['c_measured']:.2f} (the model {first['c_model']:.2f}); beyond its reads a draft forward took "
+                f"{first['beyond_reads_ms']:.2f} ms, where the model charges {first['model_fixed_cost_ms']:.2f} "
+                "ms.")  # fmt: skip
+        if not rest.empty:
+            text += (f" At concurrency {', '.join(f'{c:g}' for c in rest['concurrency'])} c is "
+                     f"{', '.join(f'{c:.2f}' for c in rest['c_measured'])}: there it also holds whatever verifying "
+                     "k + 1 tokens costs beyond a decode step.")  # fmt: skip
+        sentences.append(text)
+    return " ".join(sentences)
+
+
+def draft_fixed_cost_ms(table: pd.DataFrame) -> float:
+    """The fixed cost of one draft forward as measured: the median ``beyond_reads_ms`` of a
+    ``draft_cost_beside_model`` table at its lowest concurrency, where verifying costs a decode step most nearly
+    (NaN for an empty table)."""
+    if table.empty:
+        return float("nan")
+    lowest = table[table["concurrency"] == table["concurrency"].min()]
+    return float(lowest["beyond_reads_ms"].median())
+
+
+def fixed_cost_change(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
+    """Two ``theory.prediction_frame`` tables of the same configs and batches, made with different draft fixed
+    costs, side by side: c and the speed-up before and after, per config and batch."""
+    keep = ["config", "batch", "draft_fixed_cost_ms", "c", "speedup"]
+    return before[keep].merge(after[keep], on=["config", "batch"], suffixes=("_before", "_after"))
+
+
+def describe_fixed_cost_change(change: pd.DataFrame, batch: int = 1) -> str:
+    """'With a draft forward's fixed cost of 0.23 ms instead of 1.71 ms, the model predicts at batch 1: A 1.40× (was
+    1.00×); …' from a ``fixed_cost_change`` table ('' when it has no row at ``batch``)."""
+    rows = change[change["batch"] == batch]
+    if rows.empty:
+        return ""
+    first = rows.iloc[0]
+    each = "; ".join(f"{r.config} {r.speedup_after:.2f}× (was {r.speedup_before:.2f}×, c {r.c_after:.2f} instead of "
+                     f"{r.c_before:.2f})" for r in rows.itertuples())  # fmt: skip
+    return (f"With a draft forward's fixed cost of {first['draft_fixed_cost_ms_after']:.2f} ms instead of "
+            f"{first['draft_fixed_cost_ms_before']:.2f} ms, the model predicts at batch {batch}: {each}.")
+
+
+def added_step_time(
+    sweep: pd.DataFrame, before: pd.DataFrame | None = None, after: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """What speculation added to an engine step, per closed-loop pair of a ``tpot_speedups`` (or ``k_sweep``) table,
+    measured and as two ``theory.prediction_frame`` tables predict it (``before`` and ``after``, e.g. with a whole
+    step's fixed cost per draft forward and with a measured one; their ``config`` names are engine labels, and only
+    those configurations are kept). Without the two tables every closed-loop pair is kept and the model columns are
+    NaN.
+
+    A verify step emits τ tokens per sequence, so its time is TPOT × τ: ``step_on_ms`` = the speculative TPOT × the
+    measured mean acceptance length, ``step_off_ms`` = the spec-off TPOT, ``added_ms`` their difference (the draft
+    forwards plus what verifying k + 1 tokens costs beyond a decode step) and ``added_share`` = ``added_ms`` /
+    ``step_off_ms``, the cost ratio that S = τ / (1 + added_share) turns into the speed-up. The models' ``added_ms``
+    and ``speedup`` follow with the suffixes ``_before`` and ``_after``.
+    """
+    import pandas as pd
+
+    rows = sweep[sweep["concurrency"].notna() & sweep["request_rate_qps"].isna()]
+    if before is not None:
+        rows = rows[rows["engine_label"].isin(set(before["config"]))]
+    records = []
+    for row, first_rate in zip(rows.itertuples(), _position_1_rates(rows), strict=True):
+        record = {"engine_label": row.engine_label, "model_shape": row.model_shape, "k": int(row.k),
+                  "position_1_rate": first_rate, "concurrency": row.concurrency, "step_off_ms": row.baseline,
+                  "step_on_ms": row.speculative * row.mean_acceptance_length}  # fmt: skip
+        record["added_ms"] = record["step_on_ms"] - record["step_off_ms"]
+        record["added_share"] = record["added_ms"] / record["step_off_ms"]
+        record["speedup"] = row.speedup
+        for suffix, predicted in (("before", before), ("after", after)):
+            model = (predicted[(predicted["config"] == row.engine_label) & (predicted["batch"] == row.concurrency)]
+                     if predicted is not None else pd.DataFrame())  # fmt: skip
+            found = not model.empty
+            record[f"added_ms_{suffix}"] = (float(model["tpot_on_ms"].iloc[0] * model["tau"].iloc[0]
+                                                  - model["tpot_off_ms"].iloc[0]) if found else float("nan"))  # fmt: skip
+            record[f"speedup_{suffix}"] = float(model["speedup"].iloc[0]) if found else float("nan")
+        records.append(record)
+    columns = ["engine_label", "model_shape", "k", "position_1_rate", "concurrency", "step_off_ms", "step_on_ms",
+               "added_ms", "added_share", "speedup", "added_ms_before", "speedup_before", "added_ms_after",
+               "speedup_after"]  # fmt: skip
+    table = pd.DataFrame(records, columns=columns)
+    return table.sort_values(["concurrency", "step_off_ms"], ascending=[True, False]).reset_index(drop=True)
+
+
+def describe_added_step_time(
+    table: pd.DataFrame, concurrency: float = 1, before: str = "a whole step's fixed cost per draft forward",
+    after: str = "the fixed cost measured on MiMo-7B",
+) -> str:
+    """Three paragraphs on an ``added_step_time`` table: at ``concurrency``, what speculation added to each shape's
+    step and the speed-up that followed; for each of those shapes, its step, added time and speed-up at every
+    concurrency measured; and at ``concurrency`` each shape's added time beside the two models' (``before`` and
+    ``after`` name their assumptions), with the one that came nearer."""
+    low = table[table["concurrency"] == concurrency]
+    if low.empty:
+        return f"No closed-loop pair at concurrency {concurrency:g} is measured yet."
+    each = "; ".join(f"{r.model_shape} ({r.engine_label}): +{r.added_ms:.2f} ms on a {r.step_off_ms:.2f} ms step "
+                     f"({100 * r.added_share:.0f} %), {r.speedup:.2f}×" for r in low.itertuples())  # fmt: skip
+    paragraphs = [f"At concurrency {concurrency:g}, speculation added to a step: {each}. The speed-up follows the "
+                  "added share, not the step's length: S = τ / (1 + share)."]  # fmt: skip
+    moves = []
+    for label in low["engine_label"]:
+        part = table[table["engine_label"] == label].sort_values("concurrency")
+        if len(part) > 1:
+            moves.append(f"{part['model_shape'].iloc[0]} at concurrency "
+                         f"{'/'.join(f'{c:g}' for c in part['concurrency'])}: step "
+                         f"{'/'.join(f'{t:.2f}' for t in part['step_off_ms'])} ms, added "
+                         f"{'/'.join(f'{t:.2f}' for t in part['added_ms'])} ms, "
+                         f"{'/'.join(f'{x:.2f}' for x in part['speedup'])}×")  # fmt: skip
+    if moves:
+        paragraphs.append("With load: " + "; ".join(moves) + ".")
+    nearer = []
+    for r in low.itertuples():
+        gaps = {before: abs(r.added_ms - r.added_ms_before), after: abs(r.added_ms - r.added_ms_after)}
+        if any(g != g for g in gaps.values()):  # NaN: no prediction at this batch
+            continue
+        closest = min(gaps, key=lambda name: gaps[name])
+        nearer.append(f"{r.model_shape} +{r.added_ms:.2f} ms measured, +{r.added_ms_before:.2f} ms "
+                      f"({r.speedup_before:.2f}×) with {before}, +{r.added_ms_after:.2f} ms ({r.speedup_after:.2f}×) "
+                      f"with {after}: nearer {closest}")  # fmt: skip
+    if nearer:
+        paragraphs.append(f"The step model at batch {concurrency:g}: " + "; ".join(nearer) + ".")
+    return "\n\n".join(paragraphs)
+
+
+def mtp_rule(verdict: Finding, best: pd.DataFrame | None = None, added: pd.DataFrame | None = None) -> str:
+    """The MTP page's rule, from its verdict (the starting configuration vLLM's own docs and PR #12755 give until a
+    measurement says more), once k > 1 is measured the best k per load (``best_k_by_load``), and once more than one
+    shape is measured at concurrency 1 with k = 1 at 0.85 how far the added share of a step spread between them
+    (``added_step_time``)."""
+    return _mtp_rule_by_verdict(verdict) + _which_k(best) + _which_model(added)
+
+
+def _which_model(added: pd.DataFrame | None, concurrency: float = 1, first_rate: float = 0.85) -> str:
+    if added is None:
+        return ""
+    low = added[(added["concurrency"] == concurrency) & (added["k"] == 1)
+                & ((added["position_1_rate"] - first_rate).abs() < 1e-9)]  # fmt: skip
+    if low["model_shape"].nunique() < 2:
+        return ""
+    cheap, dear = low.loc[low["added_share"].idxmin()], low.loc[low["added_share"].idxmax()]
+    return (f" Which model: at concurrency {concurrency:g} MTP added {100 * cheap['added_share']:.0f} % to a step on "
+            f"{cheap['model_shape']} ({cheap['speedup']:.2f}×) and {100 * dear['added_share']:.0f} % on "
+            f"{dear['model_shape']} ({dear['speedup']:.2f}×); measure that share on your model (TPOT with MTP × the "
+            "mean acceptance length, against the TPOT without) before counting on the published gain.")  # fmt: skip
+
+
+def _which_k(best: pd.DataFrame | None) -> str:
+    if best is None or best.empty or (best["best_k"] == 1).all():
+        return ""
+    first = best["position_1_rate"].iloc[0]
+    return (f" Which k: the largest TPOT speed-up came from {describe_best_k(best)}, with position 1 accepted at "
+            f"{first:g} and later positions at rates derived from one published acceptance length; the real "
+            "acceptance of positions 2 and 3 decides whether k > 1 pays on your model.")  # fmt: skip
+
+
+def _mtp_rule_by_verdict(verdict: Finding) -> str:
+    start = 'Start with `{"method": "mtp", "num_speculative_tokens": 1}`'
+    if verdict.status == "not measured":
+        return (
+            f"{start}, the only k vLLM's DeepSeek MTP support was validated with. Not measured here yet: the published "
+            "gains (1.63× at 1 QPS, none at 8 QPS) come from a 671B model on 8 GPUs; expect less on smaller models."
+        )
+    if verdict.status == "gain that shrinks with load":
+        return f"{start} and keep it where the request rate is low: measured here, its gain shrinks as load grows."
+    if verdict.status == "gain that holds with load":
+        top = verdict.table["request_rate_qps"].max()
+        return f"{start}: measured here, its gain held at every request rate up to {top:g} QPS."
+    if verdict.status == "no gain at low load":
+        return "Measured here, MTP at k = 1 did not lower TPOT even at low load on this shape: check the model's scale first."
+    gains = verdict.table[verdict.table["speedup"] > 1.0 + TOLERANCE] if not verdict.table.empty else verdict.table
+    if verdict.status == "incomplete" and len(gains) == len(verdict.table) and not gains.empty:
+        rates = ", ".join(f"{r:g}" for r in gains["request_rate_qps"])
+        return (f"{start}: measured here it lowered TPOT at every request rate measured so far ({rates} QPS); where "
+                "its gain ends at higher rates is not measured yet.")
+    return f"{start}; the measurement here is not complete yet."

@@ -1,0 +1,140 @@
+"""Case: Discussion #13834 — speculative decoding slower for Llama-3.3-70B-AWQ with a 3B draft (its claim check and page numbers)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, _pairs, _pct, check
+from vllm_playbooks.claims.reference import published_value
+from vllm_playbooks.claims.verdict import LOAD_FACTOR, Verdict, judge
+from vllm_playbooks.hardware import get_gpu
+from vllm_playbooks.model.calibration import EfficiencyFit, predict_tpot_ms
+from vllm_playbooks.model.speculative import expected_tokens_per_step
+from vllm_playbooks.results.store import load_reference
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@check("spec_slower_at_reported_load")
+def spec_slower_at_reported_load(claim: Claim, ev: Evidence) -> CheckResult:
+    """Discussion #13834: speculation lowered output throughput.
+
+    The report's load is what its own numbers imply by Little's law (``reported.implied_13834``: streams in flight =
+    output tok/s × ITL). The check takes the recorded pair with the report's k and acceptance whose concurrency is
+    nearest that load, within ``LOAD_FACTOR``, and judges its output-throughput ratio against the reported one. The
+    model: the H200-fitted roofline moved to the A100's peaks (``theory.predict_13834_a100``) at that load.
+    """
+
+    off, on = ev.value(claim, "output-tok-s-spec-off"), ev.value(claim, "output-tok-s-spec-on")
+    k, alpha = int(ev.value(claim, "num-speculative-tokens")), ev.value(claim, "acceptance-rate-author-quoted")
+    streams = float(implied_13834(ev.sources(claim))["streams_in_flight_spec_off"])
+    claimed = on / off
+    published = f"{off:g} → {on:g} output tok/s ({_pct(claimed)}), k={k}, acceptance {alpha:g}, ≈{streams:.0f} streams"
+    pairs = _pairs(ev.rows(claim.case), "output_tok_s")
+    pairs = pairs[(pairs["k"] == k) & (pairs["imposed_alpha"].astype(float).sub(alpha).abs() < 1e-9)]
+    pairs = pairs[pairs["concurrency"].notna()]
+    near = pairs[(pairs["concurrency"] >= streams / LOAD_FACTOR) & (pairs["concurrency"] <= streams * LOAD_FACTOR)]
+    if near.empty:
+        elsewhere = "; ".join(f"{_pct(s)} at concurrency {int(c)}" for c, s in zip(pairs["concurrency"], pairs["speedup"], strict=True))
+        measured = f"not yet near {streams:.0f} streams; measured so far: {elsewhere}" if elsewhere else "no paired row yet"
+        verdict, rows, point = Verdict.NOT_MEASURED, 0, {}
+    else:
+        row = near.loc[(near["concurrency"].astype(float).map(math.log) - math.log(streams)).abs().idxmin()]
+        measured = (f"concurrency {int(row['concurrency'])}: {row['baseline']:.1f} → {row['speculative']:.1f} output tok/s "
+                    f"({_pct(row['speedup'])})")  # fmt: skip
+        verdict, rows = judge(float(row["speedup"]), claimed), 1
+        point = {"engine_label": str(row["engine_label"]), "concurrency": int(row["concurrency"]), "k": k, "alpha": alpha}
+    model_says, model_verdict = "", None
+    if ev.fit is not None:
+        load = round(streams)
+        a100 = predict_13834_a100(ev.fit, concurrency=load, alpha=alpha, k=k)
+        predicted = a100["output_tok_s_on"] / a100["output_tok_s_off"]
+        model_says = (f"H200-fitted roofline on the A100's peaks at {load} streams: {a100['output_tok_s_off']:.0f} → "
+                      f"{a100['output_tok_s_on']:.0f} output tok/s ({_pct(predicted)})")  # fmt: skip
+        model_verdict = judge(predicted, claimed)
+    return CheckResult(published, measured, verdict, rows, model_says, model_verdict, point)
+
+
+def implied_13834(published: pd.DataFrame) -> pd.Series:
+    """Ratios implied by Discussion #13834's numbers (spec off → on).
+
+    - input tokens per output token = (total − output) / output, with speculation off;
+    - streams decoding at once (Little's law) = output tok/s × ITL in seconds;
+    - the relative change of output throughput and of ITL when speculation is switched on;
+    - the TPOT ratio a closed loop would show (output throughput off / on), and the ITL ratio divided by it: the
+      tokens each streamed chunk would carry if the rest of the ITL rise were chunking (``analysis.itl_artifact``).
+    """
+    import pandas as pd
+
+    out_off, out_on = published_value(published, "output-tok-s-spec-off"), published_value(published, "output-tok-s-spec-on")
+    tot_off = published_value(published, "total-tok-s-spec-off")
+    itl_off, itl_on = published_value(published, "itl-ms-spec-off"), published_value(published, "itl-ms-spec-on")
+    return pd.Series(
+        {
+            "input_tokens_per_output_token": (tot_off - out_off) / out_off,
+            "streams_in_flight_spec_off": out_off * itl_off / 1000.0,
+            "output_throughput_change_pct": 100.0 * (out_on / out_off - 1.0),
+            "itl_ratio_on_over_off": itl_on / itl_off,
+            # a closed loop's TPOT moves inversely to its output throughput; the rest of the ITL rise is chunking
+            "tpot_ratio_if_closed_loop": out_off / out_on,
+            "itl_chunking_implied": (itl_on / itl_off) * (out_on / out_off),
+        },
+        name="implied",
+    )
+
+
+def verdict_13834(result: CheckResult, artifact: pd.DataFrame, implied: pd.Series) -> str:
+    """The page's verdict on Discussion #13834 as Markdown: the ledger check's verdict and numbers
+    (``claims.spec_slower_at_reported_load``), then the ITL reading (``analysis.itl_artifact``) at the point the
+    check used, beside what the report's own ITL and throughput imply."""
+    head = f"**Verdict: {result.verdict}.** Reported: {result.published}. Measured on the H200: {result.measured}."
+    if result.model_says:
+        head += f" Model: {result.model_says} ({result.model_verdict})."
+    if not result.point:
+        return head
+    rows = artifact[(artifact["engine_label"] == result.point["engine_label"])
+                    & (artifact["concurrency"] == result.point["concurrency"])]  # fmt: skip
+    if rows.empty:
+        return head
+    row = rows.iloc[0]
+
+    k, alpha = int(result.point["k"]), float(result.point["alpha"])
+    tau = expected_tokens_per_step(alpha, k)
+    return (
+        f"{head} At that point our ITL rose ×{row['itl_ratio']:.2f} while TPOT rose ×{row['tpot_ratio']:.2f}: each "
+        f"streamed chunk carried {row['chunking']:.2f} tokens (mean acceptance length {row['mean_acceptance_length']:.2f}), "
+        f"so chunking explains {100 * row['artifact_share']:.0f} % of the ITL rise (log scale). If the report's load "
+        f"was a closed loop, its TPOT rose ×{implied['tpot_ratio_if_closed_loop']:.2f} beside its "
+        f"×{implied['itl_ratio_on_over_off']:.2f} ITL: {implied['itl_chunking_implied']:.2f} tokens per chunk, so "
+        f"chunking explains {100 * math.log(implied['itl_chunking_implied']) / math.log(implied['itl_ratio_on_over_off']):.0f} % "
+        f"of its ITL rise too, and its chunks held more than the {tau:.2f} tokens an i.i.d. α = {alpha:g} gives at "
+        f"k = {k} (V0 counted acceptance another way)."
+    )
+
+
+def predict_13834_a100(fit: EfficiencyFit, concurrency: int = 32, alpha: float = 0.72, k: int = 5) -> dict[str, float]:
+    """Out-of-sample: the H200 fit's efficiencies on the A100-80GB peaks, for Discussion #13834's setup.
+
+    Llama-3.3-70B AWQ target, Llama-3.2-3B AWQ draft, k = 5, α = 0.72 (τ ≈ 3.07), fp8 KV, 1240 in / 128 out,
+    ≈ ``concurrency`` streams. Returns predicted TPOT and output tok/s (closed loop, concurrency × 1000 / TPOT) off
+    and on, beside the reported output tok/s read from ``data/reference/published.csv``. The speculative prediction
+    includes the fit's per-draft-forward overhead when it has one (``fit_efficiency(..., draft_overhead=True)``).
+    """
+
+    base = {
+        "model_shape": "llama-3.3-70b-awq", "kv_cache_dtype": "fp8", "concurrency": concurrency, "input_len": 1240,
+        "output_len": 128, "num_speculative_tokens": 0,
+    }  # fmt: skip
+    spec = {**base, "num_speculative_tokens": k, "draft_model": "llama-3.2-3b-awq", "imposed_alpha": alpha}
+    a100 = get_gpu("A100-80GB")
+    off_ms = predict_tpot_ms(base, fit, a100)
+    on_ms = predict_tpot_ms(spec, fit, a100)
+    ref = load_reference("discussion-13834").set_index("claim_id")["value"].astype(float)
+    return {
+        "tpot_ms_off": off_ms, "tpot_ms_on": on_ms,
+        "output_tok_s_off": concurrency * 1000 / off_ms, "output_tok_s_on": concurrency * 1000 / on_ms,
+        "reported_output_tok_s_off": float(ref["output-tok-s-spec-off"]),
+        "reported_output_tok_s_on": float(ref["output-tok-s-spec-on"]),
+    }  # fmt: skip

@@ -1,0 +1,524 @@
+"""Case: the Red Hat gpt-oss EAGLE-3 sweep — gains to 200 concurrent requests, 2-3 draft tokens best (its checks and page functions)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from vllm_playbooks.analysis.compare import is_baseline
+from vllm_playbooks.analysis.kbest import BANDS
+from vllm_playbooks.analysis.noise import TOLERANCE
+from vllm_playbooks.analysis.profiles import describe_alpha_band, gain_table, gains_text, levels_text, with_profile
+from vllm_playbooks.claims.finding import Finding, gpu_names, published_or_none, split_stalled, stalled_words
+from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, _model_error, _pairs, _pct, check
+from vllm_playbooks.claims.reference import published_value, published_values
+from vllm_playbooks.claims.verdict import LOAD_FACTOR, Effect, Verdict, best, combine, effect, judge
+from vllm_playbooks.errors import ConfigError
+from vllm_playbooks.hardware import Gpu
+from vllm_playbooks.model.calibration import EfficiencyFit, cost_time_s, speculation_prediction
+from vllm_playbooks.model.roofline import decode_step_flops, forward_cost
+from vllm_playbooks.model.speculative import fit_iid_alpha, speedup
+from vllm_playbooks.run.plan import load_plan
+from vllm_playbooks.shapes import get_shape
+from vllm_playbooks.text import and_list
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+#: The target and EAGLE-3 head shapes whose layer counts give the head's draft cost c ≈ head layers / target layers.
+EAGLE3_SHAPES = ("gpt-oss-120b", "gpt-oss-120b-eagle3")
+
+
+#: Acceptances the draft-token model sweeps: the speculator card's acceptance table could not be read.
+ALPHA_SWEEP = (0.6, 0.7, 0.8)
+
+
+#: The draft lengths the draft-token model tries.
+MODEL_K_RANGE = tuple(range(1, 11))
+
+
+def _with_length_profile(case: str, rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` with a ``profile`` column (``verdicts.with_profile`` after the case file's length profiles), naming a
+    row of no profile of the case ``"<input_len> in / <output_len> out"``."""
+
+    try:
+        profiles = {name: (i, o) for name, i, o in load_plan(case).profiles}
+    except ConfigError:
+        profiles = {}
+    out = with_profile(rows, profiles)
+    unnamed = out["profile"].isna()
+    out.loc[unnamed, "profile"] = [f"{int(i)} in / {int(o)} out"
+                                   for i, o in zip(out.loc[unnamed, "input_len"], out.loc[unnamed, "output_len"], strict=True)]  # fmt: skip
+    return out
+
+
+@check("gain_up_to_concurrency")
+def gain_up_to_concurrency(claim: Claim, ev: Evidence) -> CheckResult:
+    """Red Hat, gpt-oss-120B + EAGLE3: output-throughput gains held up to 200 concurrent requests.
+
+    Measured: recorded ``eagle3`` rows up to the claimed concurrency, judged against the published gain range. Each
+    EAGLE3 config on each length profile is judged over its loads, and only where some row is within ``LOAD_FACTOR``
+    of the claimed concurrency (a profile measured only at low load says nothing on where the gain ends); the best
+    such verdict stands (the source chose its own config). Model: the roofline models dense decoders only.
+    """
+
+    top = ev.value(claim, "max-concurrency-with-gain")
+    low = 1 + ev.value(claim, "output-throughput-gain-low") / 100
+    high = 1 + ev.value(claim, "output-throughput-gain-high") / 100
+    published = f"gains up to {top:g} concurrent requests; output throughput {_pct(low)} to {_pct(high)}"
+    pairs = _pairs(ev.rows(claim.case), "output_tok_s")
+    pairs = pairs[(pairs["spec_method"] == "eagle3") & pairs["concurrency"].notna() & (pairs["concurrency"] <= top)]
+    if pairs.empty or pairs["concurrency"].max() < top / LOAD_FACTOR:
+        so_far = f" (highest so far: {pairs['concurrency'].max():g})" if not pairs.empty else ""
+        measured, verdict, rows = f"no EAGLE3 row near {top:g} concurrent requests yet{so_far}", Verdict.NOT_MEASURED, 0
+    else:
+        pairs = _with_length_profile(claim.case, pairs)
+        groups = list(pairs.groupby(["engine_label", "profile"]))
+        reaching = [g for _, g in groups if g["concurrency"].max() >= top / LOAD_FACTOR]
+        verdict = best(combine(judge(float(s), low, high) for s in g["speedup"]) for g in reaching)
+        rows = sum(len(g) for g in reaching)
+        several_profiles = pairs["profile"].nunique() > 1
+        names = [f"{label} ({profile})" if several_profiles else label for (label, profile), _ in groups]
+        measured = "; ".join(
+            f"{name}: " + ", ".join(f"{_pct(s)} at {int(c)}" for c, s in zip(g["concurrency"], g["speedup"], strict=True))
+            for name, (_, g) in zip(names, groups, strict=True)
+        )
+    error = _model_error(lambda: decode_step_flops(get_shape(EAGLE3_SHAPES[0]), 1))
+    model_says = f"no roofline answer: {error}" if error else ""
+    return CheckResult(published, measured, verdict, rows, model_says, None)
+
+
+@check("best_draft_tokens")
+def best_draft_tokens(claim: Claim, ev: Evidence) -> CheckResult:
+    """Red Hat (via summaries): 2–3 draft tokens are best for gpt-oss + EAGLE3; 4 adds overhead (−8 %, the blog).
+
+    Measured: at each load (length profile, concurrency, imposed α) with recorded ``eagle3`` rows at k = 4 and at
+    least one other k, the best k by output throughput must be in the claimed range and k = 4 a loss against it, of
+    about the claimed size. Model: the k maximising ``theory.speedup`` for α in ``ALPHA_SWEEP`` with
+    c = head layers / target layers.
+    """
+
+    k_low, k_high = int(ev.value(claim, "draft-tokens-best-low")), int(ev.value(claim, "draft-tokens-best-high"))
+    four = 1 + ev.value(claim, "output-throughput-change-4-tokens") / 100
+    published = f"best at {k_low}–{k_high} draft tokens; 4 tokens {_pct(four)} against the best"
+    rows = ev.rows(claim.case)
+    spec = rows[(rows["spec_method"] == "eagle3") & rows["concurrency"].notna()].copy()
+    verdicts, notes = [], []
+    if not spec.empty:
+        spec = _with_length_profile(claim.case, spec)
+        spec["alpha_key"] = spec["imposed_alpha"].astype(float).fillna(-1.0)
+        several_profiles = spec["profile"].nunique() > 1
+        for (profile, conc, alpha), group in spec.groupby(["profile", "concurrency", "alpha_key"]):
+            by_k = group.groupby("num_speculative_tokens")["output_tok_s"].median()
+            if 4 not in by_k.index or len(by_k) < 2:
+                continue
+            best = int(by_k.idxmax())
+            ratio = float(by_k.loc[4] / by_k.max())
+            if k_low <= best <= k_high:
+                verdicts.append(judge(ratio, four) if effect(ratio) is Effect.LOSS else Verdict.NOT_REPRODUCED)
+            else:
+                verdicts.append(Verdict.NOT_REPRODUCED)
+            alpha_words = f", α {alpha:g}" if alpha >= 0 else ""
+            profile_words = f"{profile}, " if several_profiles else ""
+            notes.append(f"{profile_words}concurrency {int(conc)}{alpha_words}: best k={best}, k=4 {_pct(ratio)}")
+    measured = "; ".join(notes) if notes else "no recorded EAGLE3 sweep over k yet"
+    target, head = (get_shape(n) for n in EAGLE3_SHAPES)
+    c = head.num_hidden_layers / target.num_hidden_layers
+    best_k = {a: max(MODEL_K_RANGE, key=lambda k, a=a: speedup(a, k, c)) for a in ALPHA_SWEEP}
+    model_says = (f"theory.speedup with c={head.num_hidden_layers}/{target.num_hidden_layers} (head layers / target "
+                  f"layers), verify cost flat in k, k from {MODEL_K_RANGE[0]} to {MODEL_K_RANGE[-1]}: best k "
+                  + ", ".join(f"{k}{' (the largest tried)' if k == MODEL_K_RANGE[-1] else ''} at α {a:g}"
+                              for a, k in best_k.items()))  # fmt: skip
+    model_verdict = Verdict.REPRODUCED if all(k_low <= k <= k_high for k in best_k.values()) else Verdict.NOT_REPRODUCED
+    return CheckResult(published, measured, combine(verdicts), len(verdicts), model_says, model_verdict)
+
+
+def chat_profile(published: pd.DataFrame) -> tuple[int, int]:
+    """(input, output) tokens of the ShareGPT-like profile: vLLM PR #18566's ShareGPT totals over its 1,000 prompts."""
+    prompts = published_value(published, "sharegpt-prompts")
+    return (
+        round(published_value(published, "sharegpt-total-input-tokens") / prompts),
+        round(published_value(published, "sharegpt-total-output-tokens") / prompts),
+    )
+
+
+def long_profile(published: pd.DataFrame) -> tuple[int, int]:
+    """(input, output) tokens of the SWE-bench-like profile: the SWE-bench authors' 13K BM25 prompt budget, and the
+    chat profile's output, so that the two profiles differ in context length only."""
+    return round(published_value(published, "swebench-bm25-prompt-budget")), chat_profile(published)[1]
+
+
+def eagle3_rates(published: pd.DataFrame) -> list[float]:
+    """Per-position acceptance published for RedHatAI/gpt-oss-20b-speculator.eagle3 (vLLM's regression test, k=3)."""
+    return published_values(published, "vllm-test-gptoss20b-speculator-p")
+
+
+def eagle3_best_draft_tokens(published: pd.DataFrame) -> tuple[int, int]:
+    """The draft-token range Red Hat's gpt-oss sweep found best (2-3, via a summary of the article): (low, high)."""
+    return int(published_value(published, "draft-tokens-best-low")), int(published_value(published, "draft-tokens-best-high"))
+
+
+def eagle3_alpha(published: pd.DataFrame) -> float:
+    """The i.i.d. α the EAGLE-3 case imposes: the least-squares fit to ``eagle3_rates``, to two decimals."""
+
+    return round(fit_iid_alpha(eagle3_rates(published)), 2)
+
+
+def routing_signature(
+    measured: pd.DataFrame, model_shape: str, fit: EfficiencyFit, gpu: Gpu | str = "H200-SXM",
+    low: int = 1, high: int = 16, input_len: int | None = None,
+) -> pd.DataFrame:
+    """How spec-off TPOT grows from concurrency ``low`` to ``high``, measured and as predicted under uniform and under
+    fixed routing. Uniform routing makes a batch touch many more experts than one sequence does; a measured growth
+    near the 'fixed' prediction says the dummy router sent every token to the same experts (what a kernel that ignores
+    the routing simulation would do with a degenerate router)."""
+    import pandas as pd
+
+
+    rows = measured[(measured["model_shape"] == model_shape) & is_baseline(measured)]
+    rows = rows[rows["concurrency"].isin([low, high]) & rows["request_rate_qps"].isna()]
+    if input_len is not None:
+        rows = rows[rows["input_len"] == input_len]
+    records = []
+    for (in_len, out_len), group in rows.groupby(["input_len", "output_len"]):
+        tpot = group.groupby("concurrency")["tpot_mean_ms"].median()
+        if low not in tpot.index or high not in tpot.index:
+            continue
+        context = float(in_len) + float(out_len) / 2
+        predicted = {}
+        for routing in ("uniform", "fixed"):
+            times = [cost_time_s(forward_cost(model_shape, b, 1, context, routing=routing), gpu, fit) for b in (low, high)]
+            predicted[routing] = times[1] / times[0]
+        records.append({
+            "input_len": int(in_len), "output_len": int(out_len), "measured_growth": tpot[high] / tpot[low],
+            "predicted_uniform": predicted["uniform"], "predicted_fixed": predicted["fixed"],
+        })  # fmt: skip
+    return pd.DataFrame(records, columns=["input_len", "output_len", "measured_growth", "predicted_uniform",
+                                          "predicted_fixed"])  # fmt: skip
+
+
+def eagle3_predictions(
+    target: str, draft: str, alphas: Iterable[float], ks: Iterable[int],
+    batches: Iterable[int] | Mapping[str, Iterable[int]], profiles: Mapping[str, tuple[int, int]], fit: EfficiencyFit,
+    gpu: Gpu | str = "H200-SXM",
+) -> pd.DataFrame:
+    """``speculation_prediction`` for a draft head at i.i.d. acceptance α (rates α, α², …) over k, batch and length
+    profile, in the measured tables' columns: profile, k, imposed_alpha, concurrency (= batch), speedup and
+    ``gain_pct`` = 100 · (speedup − 1), the output-throughput gain of a closed loop whose slots always decode.
+    ``batches`` is one list for every profile or a list per profile name."""
+    import pandas as pd
+
+    ks, alphas = list(ks), list(alphas)
+    records = []
+    for profile, (input_len, output_len) in profiles.items():
+        context = input_len + output_len / 2
+        levels = list(batches[profile]) if isinstance(batches, Mapping) else list(batches)
+        for alpha in alphas:
+            for k in ks:
+                rates = [alpha**i for i in range(1, k + 1)]
+                for batch in levels:
+                    result = speculation_prediction(target, rates, batch, context, fit, gpu, draft=draft)
+                    records.append({"profile": profile, "engine_label": f"k={k} α={alpha:g}", "k": k,
+                                    "imposed_alpha": alpha, "concurrency": batch, **result,
+                                    "gain_pct": 100.0 * (result["speedup"] - 1.0)})  # fmt: skip
+    return pd.DataFrame(records)
+
+
+STEP_FACTOR_COLUMNS = (
+    "profile", "concurrency", "fewer_steps_x", "step_cost_x", "gain_pct", "steps_per_1k_off", "steps_per_1k_spec",
+    "ms_per_step_off", "ms_per_step_spec",
+)  # fmt: skip
+
+
+def step_factors(df: pd.DataFrame, profiles: Mapping[str, tuple[int, int]], engine: str) -> pd.DataFrame:
+    """The output-throughput gain of ``engine`` over speculation off, split into its two factors per profile and
+    concurrency: how many times fewer engine steps the run took per output token (``fewer_steps_x``) and how many
+    times longer each step took (``step_cost_x``). ``df`` needs ``steps_per_1k_tokens`` and ``ms_per_step``
+    (``results.engine_steps.with_step_times``). Output throughput is tokens over wall time, and wall time is steps
+    times time per step, so 1 + gain = fewer_steps_x / step_cost_x: speculation pays exactly where it saves more
+    steps than each of them costs."""
+    import pandas as pd
+
+    keys = ["profile", "concurrency"]
+    parts = []
+    for metric, prefix in (("steps_per_1k_tokens", "steps_per_1k"), ("ms_per_step", "ms_per_step")):
+        table = gain_table(df, profiles, metric)
+        table = table[table["engine_label"] == engine]
+        parts.append(table[keys + ["baseline", "speculative"]].rename(
+            columns={"baseline": f"{prefix}_off", "speculative": f"{prefix}_spec"}))  # fmt: skip
+    gains = gain_table(df, profiles, "output_tok_s")
+    gains = gains[gains["engine_label"] == engine][keys + ["gain_pct"]]
+    out = parts[0].merge(parts[1], on=keys).merge(gains, on=keys).dropna()
+    if out.empty:
+        return pd.DataFrame(columns=list(STEP_FACTOR_COLUMNS))
+    out["fewer_steps_x"] = out["steps_per_1k_off"] / out["steps_per_1k_spec"]
+    out["step_cost_x"] = out["ms_per_step_spec"] / out["ms_per_step_off"]
+    return out[list(STEP_FACTOR_COLUMNS)].sort_values(keys).reset_index(drop=True)
+
+
+def describe_step_factors(table: pd.DataFrame, name: str = "k = 3") -> str:
+    """One sentence per profile of a ``step_factors`` table: the range of both factors, and the two factors at the
+    concurrency where the gain was lowest (which of them set it). '' when the table is empty."""
+    sentences = []
+    for profile, rows in table.groupby("profile", sort=False):
+        low = rows.loc[rows["gain_pct"].idxmin()]
+        sentences.append(
+            f"On the {profile} profile, {name} took {rows.fewer_steps_x.min():.2f}-{rows.fewer_steps_x.max():.2f}× "
+            f"fewer engine steps per output token than speculation off, and each step took "
+            f"{rows.step_cost_x.min():.2f}-{rows.step_cost_x.max():.2f}× as long; its lowest gain, "
+            f"{low.gain_pct:+.1f} % at concurrency {int(low.concurrency)}, came with {low.fewer_steps_x:.2f}× fewer "
+            f"steps and steps {low.step_cost_x:.2f}× as long."
+        )
+    return " ".join(sentences)
+
+
+def step_cost_by_alpha(
+    df: pd.DataFrame, profiles: Mapping[str, tuple[int, int]], k: int = 3, overlapped: Iterable[str] = (),
+) -> pd.DataFrame:
+    """Milliseconds per engine step of the runs at one k and different imposed α, per profile and concurrency.
+
+    At a fixed k a step drafts k tokens and verifies k + 1 per sequence whatever is accepted, so its cost depends
+    on α only through the work on the accepted tokens; how far the α runs' step times spread (``spread_pct``:
+    slowest over fastest, less one) bounds how much one run's step time moves between runs (other leases, other
+    machines), the scale below which a gain difference between two α runs is not acceptance's doing. ``df`` needs
+    ``ms_per_step`` (``results.engine_steps.with_step_times``); only loads with two or more α (``alphas``) appear.
+    ``alpha_slow`` and ``alpha_fast`` name the pair; ``overlapped`` (point ids, ``analysis.overlapping_points``)
+    marks in ``shared_host`` whether the slowest run shared its host with another server.
+    """
+    import pandas as pd
+
+    columns = ["profile", "concurrency", "alphas", "alpha_fast", "ms_fast", "alpha_slow", "ms_slow",
+               "spread_pct", "shared_host"]  # fmt: skip
+    rows = df[(df["spec_method"] == "eagle3") & (df["num_speculative_tokens"] == k) & df["imposed_alpha"].notna()
+              & df["ms_per_step"].notna() & df["concurrency"].notna()]  # fmt: skip
+    rows = with_profile(rows, profiles)
+    shared = set(overlapped)
+    records = []
+    for (profile, conc), group in rows.groupby(["profile", "concurrency"]):
+        if group["imposed_alpha"].nunique() < 2:
+            continue
+        fastest, slowest = group.loc[group["ms_per_step"].idxmin()], group.loc[group["ms_per_step"].idxmax()]
+        records.append({
+            "profile": profile, "concurrency": int(conc),
+            "alphas": tuple(sorted(float(a) for a in group["imposed_alpha"].unique())),
+            "alpha_fast": float(fastest["imposed_alpha"]), "ms_fast": float(fastest["ms_per_step"]),
+            "alpha_slow": float(slowest["imposed_alpha"]), "ms_slow": float(slowest["ms_per_step"]),
+            "spread_pct": 100 * (float(slowest["ms_per_step"]) / float(fastest["ms_per_step"]) - 1),
+            "shared_host": slowest["point_id"] in shared,
+        })  # fmt: skip
+    return pd.DataFrame(records, columns=columns)
+
+
+def describe_step_cost_by_alpha(
+    table: pd.DataFrame, k: int = 3, tolerance: float = TOLERANCE, bands: Iterable[tuple[str, int, int]] = BANDS,
+) -> str:
+    """The largest step-time spread between α runs per profile and concurrency band (``step_cost_by_alpha``), the
+    widest pair, and the loads where a spread above ``tolerance`` had a slowest run that was not the highest α (per
+    accepted token work grows with α, so a spread that does not follow α is variation between runs); '' for an
+    empty table."""
+    if table.empty:
+        return ""
+    sentences = []
+    for profile, rows in table.groupby("profile", sort=False):
+        spans = []
+        for name, low, high in bands:
+            band = rows[rows["concurrency"].between(low, high)]
+            if not band.empty:
+                spans.append(f"{band['spread_pct'].max():.1f} % at concurrency {name}")
+        widest = rows.loc[rows["spread_pct"].idxmax()]
+        beside = " (the slower run shared its host with another server)" if widest["shared_host"] else ""
+        text = (f"On the {profile} profile the step time of k = {k} differed between imposed α by at most "
+                f"{and_list(spans)}; the widest, at concurrency {int(widest['concurrency'])}: "
+                f"{widest['ms_fast']:.1f} ms at α {widest['alpha_fast']:g} against {widest['ms_slow']:.1f} "
+                f"ms at α {widest['alpha_slow']:g}{beside}.")  # fmt: skip
+        against = rows[(rows["spread_pct"] > 100 * tolerance) & (rows["alpha_slow"] < rows["alphas"].map(max))]
+        if not against.empty:
+            text += (f" Where it differed by more than {100 * tolerance:.0f} %, the slowest run was not the highest α "
+                     f"at concurrency {', '.join(str(c) for c in against['concurrency'])}: there the spread is "
+                     "variation between runs, not acceptance's doing.")  # fmt: skip
+        sentences.append(text)
+    return " ".join(sentences)
+
+
+def _gains_at(gains: pd.DataFrame) -> str:
+    """A ``gain_table``'s gains in words: '+36.0 % at 1, -4.8 % at 16' (concurrency)."""
+    return ", ".join(f"{g:+.1f} % at {int(c)}" for c, g in zip(gains["concurrency"], gains["gain_pct"], strict=True))
+
+
+def eagle3_verdict(
+    df: pd.DataFrame, profiles: Mapping[str, tuple[int, int]], published: pd.DataFrame | None = None,
+    engine: str = "eagle3-k3-a0.71", profile: str = "chat", top: int = 200, tolerance: float = TOLERANCE,
+    cite_report: bool = True,
+) -> Finding:
+    """Does EAGLE-3 at k = 3 raise output throughput over speculation off on ``profile``, and does the gain hold up
+    to ``top`` concurrent requests, as the Red Hat article reported (gains to 200; +10-21 %)? The sentence ends with
+    what Red Hat reported unless ``cite_report`` is off (a page that already cites it for another profile)."""
+    import pandas as pd
+
+    df, stalled = split_stalled(df)
+    stalled_at: list[float] = []
+    if not stalled.empty:
+        mine = with_profile(stalled, profiles)
+        mine = mine[(mine["profile"] == profile) & (mine["engine_label"].isin([engine]) | is_baseline(mine))]
+        stalled_at = sorted({float(c) for c in mine["concurrency"].dropna()})
+    gains = gain_table(df, profiles) if not df.empty else pd.DataFrame()
+    if not gains.empty:
+        gains = gains[(gains["engine_label"] == engine) & (gains["profile"] == profile)].reset_index(drop=True)
+    if gains.empty:
+        return Finding(
+            "not measured",
+            f"Not measured yet: no pair of speculation off and {engine} on the {profile} profile is recorded, so this "
+            "page gives no verdict." + stalled_words(stalled_at, "concurrency"),
+            pd.DataFrame(),
+        )
+    steps = _gains_at(gains)
+    measured = (f"On {gpu_names(df)}, {engine} changed output throughput against speculation off on the {profile} profile "
+                f"by {steps} (concurrency).")
+    measured += stalled_words([c for c in stalled_at if c not in set(gains["concurrency"])], "concurrency")
+    low, high = published_or_none(published, "output-throughput-gain-low"), published_or_none(published, "output-throughput-gain-high")
+    reported = (
+        f" Red Hat reported gains that held to 200 concurrent requests, +{low:g} to +{high:g} % output throughput "
+        "(the range only in a secondary summary), on H200 with real weights and ShareGPT, MLPerf and SWE-bench prompts."
+        if low is not None and high is not None and cite_report
+        else ""
+    )
+    at_top = gains[gains["concurrency"] == top]
+    wins = gains[gains["gain_pct"] > 100 * tolerance]
+    if wins.empty:
+        status, tail = "no gain", f" It never raised throughput by more than {100 * tolerance:.0f} %."
+    elif at_top.empty:
+        status, tail = "incomplete", "" if top in stalled_at else f" Not yet measured at {top} concurrent requests."
+    elif float(at_top["gain_pct"].iloc[0]) > 100 * tolerance:
+        status, tail = f"gain holds to {top}", f" The gain held at {top} concurrent requests, as Red Hat reported."
+        losses = gains[(gains["gain_pct"] < -100 * tolerance) & (gains["concurrency"] < top)]
+        if not losses.empty:
+            tail += f" It did not hold at every load below that: {_gains_at(losses)}."
+    else:
+        last = int(wins["concurrency"].max())
+        status, tail = "gain fades before the top", (
+            f" The last gain above {100 * tolerance:.0f} % was at concurrency {last}; at {top} it was "
+            f"{float(at_top['gain_pct'].iloc[0]):+.1f} %, unlike Red Hat's result."
+        )
+    return Finding(status, measured + tail + reported, gains)
+
+
+def eagle3_profile_note(verdict: Finding, tolerance: float = TOLERANCE) -> str:
+    """One sentence on where k = 3 paid on a second length profile, from its ``eagle3_verdict``: the concurrencies
+    where the gain passed ``tolerance``, those where it fell below ``-tolerance``, and whether the top of the
+    profile's range is still unmeasured; empty when nothing of that profile is measured."""
+    if verdict.status == "not measured" or verdict.table.empty:
+        return ""
+    table = verdict.table.sort_values("concurrency")
+    prompts = int(table["input_len"].iloc[0])
+
+    def where(rows: pd.DataFrame) -> str:
+        return f"concurrency {levels_text(rows)} ({gains_text(rows)})"
+
+    paid = table[table["gain_pct"] > 100 * tolerance]
+    lost = table[table["gain_pct"] < -100 * tolerance]
+    even = table[table["gain_pct"].abs() <= 100 * tolerance]
+    found = [f"paid at {where(paid)}" if not paid.empty else "paid at no concurrency measured"]
+    if not even.empty:
+        found.append(f"was within ±{100 * tolerance:.0f} % at {where(even)}")
+    if not lost.empty:
+        found.append(f"lost at {where(lost)}")
+    listed = and_list(found)
+    tail = "; the top of its range is not measured yet" if verdict.status == "incomplete" else ""
+    return f"On the {_profile_of(verdict)} profile ({prompts:,}-token prompts) k = 3 {listed}{tail}"
+
+
+def eagle3_rule(
+    verdict: Finding, best: pd.DataFrame | None = None, claimed: pd.DataFrame | None = None,
+    second: Finding | None = None, band: pd.DataFrame | None = None, tolerance: float = TOLERANCE,
+) -> str:
+    """The EAGLE-3 page's rule, from its verdict and, once the k sweep is measured, the best k per band
+    (``best_k_by_band``; a lead within ``tolerance`` is named as such); with ``claimed`` (``claimed_ks_by_band``),
+    where the published best draft-token range held; with ``second`` (the ``eagle3_verdict`` of another length
+    profile), where k = 3 paid on that profile; with ``band`` (``alpha_band``), where k = 3 paid at the other imposed
+    acceptances."""
+    if verdict.status == "not measured":
+        return (
+            "Not measured here yet. Red Hat's article puts the sweet spot at 2-3 draft tokens and reports gains up to "
+            "200 concurrent requests on gpt-oss-120b; start there and measure at your own concurrency."
+        )
+    parts: list[str] = []  # sentences after the headline
+    second_note = eagle3_profile_note(second) if second is not None else ""
+    if second_note:
+        parts.append(second_note)
+    if best is not None and not best.empty and best["best_k"].notna().any():
+        found = best[best["best_k"].notna()]
+        parts.append("Best k measured: " + "; ".join(_best_k_words(r, tolerance) for r in found.itertuples()))
+    if claimed is not None and not claimed.empty:
+        parts.append(_claimed_ks_note(claimed, tolerance))
+    band_note = describe_alpha_band(band) if band is not None else ""
+    if band_note:
+        parts.append(band_note.removesuffix("."))
+    headline = {
+        "gain holds to 200": f"EAGLE-3 at k = 3 paid at every concurrency up to 200 on the {_profile_of(verdict)} "
+        "profile here",
+        "gain fades before the top": "EAGLE-3 at k = 3 paid at low concurrency only here: switch it off above the band "
+        "where it stopped paying (num_speculative_tokens_per_batch_size with k = 0)",
+        "no gain": "EAGLE-3 at k = 3 did not pay here at the imposed acceptance",
+        "incomplete": "EAGLE-3 at k = 3 paid where measured so far; the top of the range is not measured yet",
+    }.get(verdict.status, verdict.status)
+    return ". ".join([headline, *parts]) + "."
+
+
+def _profile_of(verdict: Finding) -> str:
+    """The length profile a measured ``eagle3_verdict`` is about (its gain table names it on every row)."""
+    return str(verdict.table["profile"].iloc[0])
+
+
+def _best_k_words(band: Any, tolerance: float) -> str:
+    """One ``best_k_by_band`` row in words: '3 at concurrency 1-8 (chat)', with '; k = 4 within 0.8 points' where
+    the runner-up is within ``tolerance`` (×100 points) of the best (two decimals where one would round the lead up to
+    the tolerance: 'within 2.96 points', not 'within 3.0 points' under a 3-point tolerance)."""
+    close = ""
+    if band.lead_pts <= 100 * tolerance:
+        digits = 2 if round(band.lead_pts, 1) >= 100 * tolerance else 1
+        close = f"; k = {int(band.runner_up_k)} within {band.lead_pts:.{digits}f} points"
+    return f"{int(band.best_k)} at concurrency {band.band} ({band.profile}{close})"
+
+
+def _claimed_ks_note(claimed: pd.DataFrame, tolerance: float = TOLERANCE) -> str:
+    """Where the published best range of draft tokens held, by outcome (``claimed_ks_by_band`` with the same
+    ``tolerance``): 'At the imposed acceptance, Red Hat's best of 2-3 draft tokens held at …; not at …, nor at …;
+    too close to call … at … and at …'."""
+
+    def where(outcome: str) -> pd.DataFrame:
+        return claimed[claimed["outcome"] == outcome]
+
+    def against(gain: float, k: int, other: float) -> str:
+        return f"mean gain {gain:+.1f} % against k = {k}'s {other:+.1f} %"
+
+    held = where("held")
+    found = [f"held at concurrency {_bands(held)}" if not held.empty else "held in no band measured"]
+    beyond = where("not held")
+    if not beyond.empty:
+        found.append("not at " + and_list([
+            f"{r.band} ({r.profile}), where k = {int(r.outside_k)} led "
+            f"({against(r.outside_gain_pct, r.inside_k, r.inside_gain_pct)})"
+            for r in beyond.itertuples()
+        ], ", at ", ", nor at "))  # fmt: skip
+    close = where("too close")
+    if not close.empty:
+        found.append(f"too close to call (within {100 * tolerance:.0f} points) at " + and_list([
+            f"{r.band} ({r.profile}; k = {int(r.inside_k)}'s "
+            f"{against(r.inside_gain_pct, r.outside_k, r.outside_gain_pct)})"
+            for r in close.itertuples()
+        ], ", at ", " and at "))  # fmt: skip
+    untested = where("not tested")
+    if not untested.empty:
+        ks = untested["ks"].unique()
+        why = (f"only k = {ks[0]} {'were' if ',' in ks[0] else 'was'} measured" if len(ks) == 1
+               else "the ks measured lie on one side of the range")  # fmt: skip
+        found.append(f"not tested at {_bands(untested)}, where {why}")
+    listed = and_list(found, "; ", "; and ")
+    return (f"At the imposed acceptance, Red Hat's best of {claimed['claimed'].iloc[0]} draft tokens {listed}. A "
+            "lower real acceptance moves the best k down")
+
+
+def _bands(rows: pd.DataFrame) -> str:
+    """Bands in words: '1-8 (chat), 16-64 (swe)'."""
+    return ", ".join(f"{r.band} ({r.profile})" for r in rows.itertuples())

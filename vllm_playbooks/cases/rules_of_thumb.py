@@ -1,0 +1,253 @@
+"""Rules of thumb the ledger checks across cases: acceptance bands, the compute-bound batch, temperature, KV fit, vLLM's batching defaults."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from vllm_playbooks.analysis.schedule import scheduled_off
+from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, _missing, _model_error, _pairs, _pct, check
+from vllm_playbooks.claims.verdict import LOAD_FACTOR, ROOFLINE_GPU, Effect, Verdict, combine, effect
+from vllm_playbooks.config.capacity import GIB, batch_defaults, check_fits
+from vllm_playbooks.hardware import get_gpu
+from vllm_playbooks.model.roofline import compute_bound_batch
+from vllm_playbooks.model.speculative import acceptance_rate_of_alpha, break_even_alpha, draft_cost_from_tpot
+from vllm_playbooks.results.stalls import describe_load
+from vllm_playbooks.shapes import resolve_model
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def _break_even_by_config(rows: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per recorded speculative config, its draft cost c from the TPOTs at its lowest paired concurrency
+    (``theory.draft_cost_from_tpot``), the break-even α (``theory.break_even_alpha``) and vLLM's acceptance rate at
+    that α (``theory.acceptance_rate_of_alpha``, which equals c)."""
+
+    pairs = _pairs(rows, "tpot_mean_ms", extra=["mean_acceptance_length", "model_shape", "draft_model"])
+    pairs = pairs[pairs["mean_acceptance_length"].notna() & pairs["concurrency"].notna()]
+    out = []
+    for (case, label), group in pairs.groupby(["case", "engine_label"], sort=True):
+        first = group.sort_values("concurrency").iloc[0]
+        k = int(first["k"])
+        c = draft_cost_from_tpot(first["speculative"], first["baseline"], float(first["mean_acceptance_length"]), k)
+        alpha = break_even_alpha(k, c)
+        rate = acceptance_rate_of_alpha(alpha, k) if alpha is not None else None
+        out.append({"case": case, "engine_label": label, "target": first["model_shape"], "draft": first["draft_model"],
+                    "k": k, "concurrency": int(first["concurrency"]), "c": c, "alpha": alpha, "rate": rate})  # fmt: skip
+    return out
+
+
+def _describe_break_even(configs: list[dict[str, Any]]) -> str:
+    parts = []
+    for cfg in configs:
+        where = f"{cfg['target']} + {cfg['draft']}, k={cfg['k']}"
+        if cfg["rate"] is None:
+            parts.append(f"{where}: c={cfg['c']:.2f}, never breaks even")
+        else:
+            parts.append(f"{where}: c={cfg['c']:.2f}, break-even acceptance rate {cfg['rate']:.2f} (α {cfg['alpha']:.2f})")
+    return "; ".join(parts)
+
+
+def _as_float(value: Any) -> float | None:
+    """A cell as a float, None when missing (or the '—' placeholder of a grouping key)."""
+    if _missing(value) or value == "—":
+        return None
+    return float(value)
+
+
+@check("acceptance_bands")
+def acceptance_bands(claim: Claim, ev: Evidence) -> CheckResult:
+    """Rule of thumb: vLLM's draft acceptance rate below 0.5 is a net loss, 0.5–0.65 breaks even, 0.65 or more helps.
+
+    Measured: every recorded speculative row of every case with its baseline at the same load; its measured acceptance
+    rate (accepted / drafted, the metric the rule names) puts it in a band, and its output-throughput change must have
+    that band's effect (``effect``). Model: per recorded config, the break-even acceptance rate from the draft cost c
+    the TPOTs imply (``_break_even_by_config``); the bands hold if every one falls in the break-even band.
+    """
+    loss_below = ev.value(claim, "acceptance-net-loss-below")
+    even_low, even_high = ev.value(claim, "acceptance-break-even-low"), ev.value(claim, "acceptance-break-even-high")
+    helps_from = ev.value(claim, "acceptance-helps-from")
+    published = (f"acceptance rate below {loss_below:g}: a net loss; {even_low:g}–{even_high:g}: break-even; "
+                 f"{helps_from:g} or more: helps")  # fmt: skip
+    rows = ev.all_rows()
+    drafting = rows[~scheduled_off(rows)]  # a schedule's k = 0 points drafted too little to judge
+    pairs = _pairs(drafting, "output_tok_s", extra=["acceptance_rate"])
+    pairs = pairs[pairs["acceptance_rate"].notna()]
+    verdicts, notes = [], []
+    for _, r in pairs.iterrows():
+        rate, speedup = float(r["acceptance_rate"]), float(r["speedup"])
+        expected = Effect.LOSS if rate < loss_below else Effect.GAIN if rate >= helps_from else Effect.NONE
+        agrees = effect(speedup) is expected
+        verdicts.append(Verdict.REPRODUCED if agrees else Verdict.NOT_REPRODUCED)
+        if not agrees:
+            load = describe_load(r["request_rate_qps"], r["concurrency"])
+            notes.append(f"{r['case']} at {load}: acceptance {rate:.2f} (expects {expected}) gave {_pct(speedup)}")
+    if verdicts:
+        against = f"; against it: {'; '.join(notes)}" if notes else ""
+        measured = f"{len(verdicts) - len(notes)} of {len(verdicts)} paired rows behave as their band says{against}"
+    else:
+        measured = "no recorded speculative row with a measured acceptance rate yet"
+    configs = _break_even_by_config(rows)
+    model_verdict = None
+    if configs:
+        inside = all(cfg["rate"] is not None and even_low <= cfg["rate"] <= even_high for cfg in configs)
+        model_verdict = Verdict.REPRODUCED if inside else Verdict.NOT_REPRODUCED
+    model_says = _describe_break_even(configs) if configs else ""
+    return CheckResult(published, measured, combine(verdicts), len(verdicts), model_says, model_verdict)
+
+
+@check("compute_bound_batch")
+def compute_bound_batch_check(claim: Claim, ev: Evidence) -> CheckResult:
+    """Rule of thumb: from about 64 sequences per step, plain decoding nears the roofline's ridge (compute-bound).
+
+    Model only: for every recorded (target shape, KV dtype, mean context) the batch at which a plain decode step turns
+    compute-bound on ``ROOFLINE_GPU`` (``theory.compute_bound_batch``), and for speculative configs the verify step's
+    (k + 1 query tokens). The rule holds if every plain-decode batch lies within ``LOAD_FACTOR`` of the claimed one.
+    """
+
+    claimed = ev.value(claim, "compute-bound-batch-size")
+    published = f"compute-bound from about {claimed:g} sequences per step (no GPU or model stated)"
+    rows = ev.all_rows()
+    configs: dict[tuple[str, str, float], set[int]] = {}
+    for _, r in rows.iterrows():
+        context = float(r["input_len"]) + float(r["output_len"]) / 2
+        configs.setdefault((str(r["model_shape"]), str(r["kv_cache_dtype"]), context), set()).add(int(r["num_speculative_tokens"]))
+    notes, agree = [], []
+    for (shape_name, kv, context), ks in sorted(configs.items()):
+        error = _model_error(
+            lambda n=shape_name, kv=kv, ctx=context: compute_bound_batch(resolve_model(n), ROOFLINE_GPU, ctx, kv)
+        )
+        if error:
+            notes.append(f"{shape_name}: not modelled ({error})")
+            continue
+        shape = resolve_model(shape_name)
+        plain = compute_bound_batch(shape, ROOFLINE_GPU, context, kv)
+        agree.append(plain is not None and claimed / LOAD_FACTOR <= plain <= claimed * LOAD_FACTOR)
+        words = f"{plain:,}" if plain is not None else "never (KV reads grow as fast as the FLOPs)"
+        verify = "".join(
+            f", verify k={k}: {compute_bound_batch(shape, ROOFLINE_GPU, context, kv, q=k + 1)}" for k in sorted(ks) if k
+        )
+        notes.append(f"{shape_name} ({kv} KV, {context:g} tokens of context): decode {words}{verify}")
+    model_says = f"batch at which a step turns compute-bound on {ROOFLINE_GPU}: " + "; ".join(notes) if notes else ""
+    if agree:
+        model_verdict = Verdict.REPRODUCED if all(agree) else Verdict.NOT_REPRODUCED
+    else:
+        model_verdict = Verdict.NOT_REPRODUCED if notes else None
+    if model_verdict is None:
+        return CheckResult(published, "", Verdict.NOT_MEASURED, 0, "no recorded shape to model yet", None)
+    measured = "no run measures where a step turns compute-bound; the roofline computes it for the recorded shapes"
+    return CheckResult(published, measured, Verdict.MODEL_ONLY, 0, model_says, model_verdict)
+
+
+@check("temperature_rule")
+def temperature_rule(claim: Claim, ev: Evidence) -> CheckResult:
+    """Rule of thumb: a (median) sampling temperature above 0.7 makes drafts rejected often enough that speculation
+    is not recommended.
+
+    Not measurable on rows with imposed acceptance: the synthetic sampler accepts drafts at the imposed rates whatever
+    the temperature, and the row schema does not record a temperature. The check counts the speculative rows whose
+    acceptance was earned (real weights, nothing imposed) so the page says what exists. Model: theory has no
+    temperature term; temperature acts through α only, against the break-even α of each recorded config.
+    """
+    threshold = ev.value(claim, "temperature-discourages-above")
+    published = f"speculation not recommended above a median temperature of {threshold:g}"
+    rows = ev.all_rows()
+    earned = rows[(rows["spec_method"] != "none") & rows["imposed_acceptance_rates"].isna()]
+    measured = (f"{len(earned)} recorded speculative row(s) with earned acceptance; every other one imposes its "
+                "acceptance, and no row records a temperature")  # fmt: skip
+    configs = _break_even_by_config(rows)
+    model_says = ""
+    if configs:
+        model_says = ("no temperature term: temperature matters only through α, and speculation pays while α stays "
+                      "above the break-even: " + _describe_break_even(configs))  # fmt: skip
+    return CheckResult(published, measured, Verdict.NOT_MEASURED, 0, model_says, None)
+
+
+@check("kv_product_fits")
+def kv_product_fits(claim: Claim, ev: Evidence) -> CheckResult:
+    """Rule of thumb: max_num_seqs × max_model_len must fit the KV-cache budget, else OOM or preemption.
+
+    Measured: every recorded vLLM start-up, with the KV-cache tokens vLLM itself logged. A start-up whose product
+    exceeds the cache tests the rule: it agrees if its measured rows saw preemptions, and goes against it if the
+    server started and served its rows without any. Model: the capacity calculator's reading of vLLM 0.26
+    (``config.capacity.check_fits``), which refuses only a cache smaller than one max_model_len sequence.
+    """
+
+    minimum = ev.value(claim, "kv-fit-min-ratio")
+    published = f"KV-cache tokens ≥ {minimum:g} × max_num_seqs × max_model_len"
+    starts = ev.startups if ev.startups is not None else None
+    verdicts, notes, model_notes = [], [], []
+    for _, s in (starts.iterrows() if starts is not None else iter(())):
+        product = int(s["max_num_seqs"]) * int(s["max_model_len"])
+        ratio = int(s["kv_cache_tokens"]) / product
+        if ratio >= minimum:
+            continue
+        served = int(s["measured_rows"]) > 0
+        if not served:
+            continue
+        verdicts.append(Verdict.REPRODUCED if int(s["preemptions"]) > 0 else Verdict.NOT_REPRODUCED)
+        notes.append(f"{s['case']} {s['engine_label']}: {int(s['kv_cache_tokens']):,} KV tokens for {int(s['max_num_seqs'])} × "
+                     f"{int(s['max_model_len'])} = {product:,} ({ratio:.2f}×); started, {int(s['measured_rows'])} measured row(s), "
+                     f"{int(s['preemptions'])} preemptions")  # fmt: skip
+        budget = check_fits(s["engine"], float(s["total_memory_gib"]))
+        model_notes.append(f"{s['case']} {s['engine_label']}: holds {budget.max_concurrency:.1f} sequences of "
+                           f"{budget.max_model_len} < max_num_seqs {budget.max_num_seqs}, and check_fits lets it start")  # fmt: skip
+    if verdicts:
+        measured = "; ".join(notes)
+    elif starts is not None and not starts.empty:
+        measured = f"all {len(starts)} recorded start-ups fit the product, so none tests the rule"
+    else:
+        measured = "no recorded start-up yet"
+    model_says = ("vLLM 0.26 (capacity.check_fits) refuses only a cache smaller than one max_model_len sequence; "
+                  + "; ".join(model_notes)) if model_notes else ""  # fmt: skip
+    model_verdict = Verdict.NOT_REPRODUCED if model_notes else None
+    return CheckResult(published, measured, combine(verdicts), len(verdicts), model_says, model_verdict)
+
+
+_DEFAULTS = re.compile(r"^defaults-(max-num-seqs|max-num-batched-tokens)-(large|small)-(offline|server)$")
+
+
+#: GPUs of ``data/reference/hardware.csv`` standing for the table's 'large-memory GPU' and 'other GPU' rows.
+DEFAULT_TABLE_GPUS = {"large": ("H100-SXM", "MI300X"), "small": ("A100-80GB",)}
+
+
+@check("batching_defaults_table")
+def batching_defaults_table(claim: Claim, ev: Evidence) -> CheckResult:
+    """The blog's table of vLLM's ``max_num_seqs`` / ``max_num_batched_tokens`` defaults and the throughput-mode
+    doubling, against ``config.capacity.batch_defaults`` (vLLM 0.26's engine/arg_utils.py) for the GPUs of
+    ``DEFAULT_TABLE_GPUS``. Model only: every recorded run sets both values itself."""
+
+    sources = ev.sources(claim)
+    mismatches, cells, table = [], 0, 0
+    for _, r in sources.iterrows():
+        match = _DEFAULTS.match(r["claim_id"])
+        if not match:
+            continue
+        table += 1
+        knob, size, context = match.groups()
+        for name in DEFAULT_TABLE_GPUS[size]:
+            gpu = get_gpu(name)
+            tokens, seqs = batch_defaults(gpu.memory_gb * 1e9 / GIB, name, context)  # type: ignore[arg-type]
+            ours = seqs if knob == "max-num-seqs" else tokens
+            cells += 1
+            if ours != r["value"]:
+                mismatches.append(f"{r['claim_id']} on {name}: table {r['value']:g}, vLLM 0.26 {ours}")
+    factor = ev.value(claim, "defaults-throughput-mode-factor")
+    for size, names in DEFAULT_TABLE_GPUS.items():
+        for name in names:
+            gib = get_gpu(name).memory_gb * 1e9 / GIB
+            for context in ("offline", "server"):
+                base = batch_defaults(gib, name, context)  # type: ignore[arg-type]
+                doubled = batch_defaults(gib, name, context, "throughput")  # type: ignore[arg-type]
+                cells += 1
+                if any(d != factor * b for d, b in zip(doubled, base, strict=True)):
+                    mismatches.append(f"throughput mode on {name} ({context}): {base} → {doubled}")
+    published = (f"{table} defaults (large-memory and other GPUs × offline and server) and ×{factor:g} in "
+                 "throughput mode")  # fmt: skip
+    model_says = (f"capacity.batch_defaults (vLLM 0.26) for {', '.join(n for ns in DEFAULT_TABLE_GPUS.values() for n in ns)}: "
+                  + (f"{cells - len(mismatches)} of {cells} values agree; " + "; ".join(mismatches) if mismatches
+                     else f"all {cells} values agree"))  # fmt: skip
+    model_verdict = Verdict.NOT_REPRODUCED if mismatches else Verdict.REPRODUCED
+    measured = "every recorded run sets max_num_seqs and max_num_batched_tokens itself, so no run shows a default"
+    return CheckResult(published, measured, Verdict.MODEL_ONLY, 0, model_says, model_verdict)

@@ -1,0 +1,1 @@
+"""Claims and verdicts: the vocabulary, the ledger and its registry of checks, published numbers."""

@@ -1,0 +1,365 @@
+"""The claims ledger: claims read from data/reference/claims.csv, the evidence they are checked on, the registry of checks, and the ledger table."""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vllm_playbooks import paths
+from vllm_playbooks.analysis.compare import higher_is_better, versus_baseline
+from vllm_playbooks.analysis.whatif import CALIBRATION_CASES, calibrates
+from vllm_playbooks.claims.verdict import DATA_VERDICTS, Verdict
+from vllm_playbooks.config.capacity import kv_budget
+from vllm_playbooks.errors import ConfigError, SchemaError
+from vllm_playbooks.model.calibration import EfficiencyFit, fit_efficiency
+from vllm_playbooks.results.engine_steps import step_summary
+from vllm_playbooks.results.replay import replay_case
+from vllm_playbooks.results.schema import RUN_COLUMNS
+from vllm_playbooks.results.server_logs import parse_log_name, read_startup, server_logs
+from vllm_playbooks.results.stalls import unstalled
+from vllm_playbooks.results.store import load_reference, load_runs, runs_file
+from vllm_playbooks.run.budget import engine_for_log
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+CLAIMS_COLUMNS = ("claim", "case", "text", "sources", "check")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One line of ``claims.csv``: ``sources`` are claim ids of ``case`` in ``published.csv``."""
+
+    claim_id: str
+    case: str
+    text: str
+    sources: tuple[str, ...]
+    check: str
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """What a check returns.
+
+    ``published``: the source's numbers, as computed from ``published.csv``. ``measured``: what our recorded rows show
+    (empty when nothing bears on it). ``rows``: how many recorded rows or start-ups the verdict rests on; ``verdict`` is
+    a data verdict exactly when ``rows`` > 0. ``model_says`` / ``model_verdict``: what theory (or the capacity
+    calculator) computes, and whether that agrees with the claim; ``model_verdict`` is None where the model cannot say.
+    """
+
+    published: str
+    measured: str
+    verdict: Verdict
+    rows: int = 0
+    model_says: str = ""
+    model_verdict: Verdict | None = None
+    #: the recorded point the data verdict rests on, where it rests on one (e.g. engine_label, concurrency)
+    point: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if (self.verdict in DATA_VERDICTS) != (self.rows > 0):
+            raise ValueError(f"verdict {self.verdict!r} with rows={self.rows}: data verdicts need rows, others none")
+        if self.model_verdict is not None and self.model_verdict not in DATA_VERDICTS:
+            raise ValueError(f"a model verdict is one of {[str(v) for v in DATA_VERDICTS]}, got {self.model_verdict!r}")
+        if self.verdict is Verdict.MODEL_ONLY and self.model_verdict is None:
+            raise ValueError("a 'model only' verdict needs the model's verdict")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Everything the checks read: the published numbers, the recorded rows of every case, the recorded server
+    start-ups and the roofline's efficiencies fitted on the H200 rows (None when too few rows exist)."""
+
+    published: pd.DataFrame
+    runs: Mapping[str, pd.DataFrame] = field(default_factory=dict)
+    startups: pd.DataFrame | None = None
+    fit: EfficiencyFit | None = None
+    #: Per case, the engine steps of its rows (``results.engine_steps.step_summary``), where read from raw files.
+    engine_steps: Mapping[str, pd.DataFrame] = field(default_factory=dict)
+
+    def rows(self, case: str) -> pd.DataFrame:
+        """The recorded rows of ``case`` (an empty frame with the schema's columns when none are recorded)."""
+        import pandas as pd
+
+
+        frame = self.runs.get(case)
+        return frame if frame is not None else pd.DataFrame(columns=RUN_COLUMNS)
+
+    def all_rows(self) -> pd.DataFrame:
+        """Every recorded row of every case, in one frame."""
+        import pandas as pd
+
+        frames = [f for f in self.runs.values() if not f.empty]
+        return pd.concat(frames, ignore_index=True) if frames else self.rows("")
+
+    def sources(self, claim: Claim) -> pd.DataFrame:
+        """The published rows ``claim`` rests on, in the order ``claims.csv`` lists them."""
+        case = self.published[self.published["case"] == claim.case].set_index("claim_id")
+        missing = [s for s in claim.sources if s not in case.index]
+        if missing:
+            raise SchemaError(f"claim {claim.claim_id!r}: no published row {missing} in case {claim.case!r}")
+        return case.loc[list(claim.sources)].reset_index()
+
+    def value(self, claim: Claim, claim_id: str) -> float:
+        """One published number of ``claim``; a check may read only the rows its claim lists as sources."""
+        if claim_id not in claim.sources:
+            raise SchemaError(
+                f"the check {claim.check!r} reads {claim_id!r}, which claims.csv does not list as a source of "
+                f"{claim.claim_id!r}: add it there"
+            )
+        frame = self.sources(claim)
+        return float(frame.loc[frame["claim_id"] == claim_id, "value"].iloc[0])
+
+
+CheckFn = Callable[[Claim, Evidence], CheckResult]
+
+
+#: The registered checks, by the name ``claims.csv`` uses.
+CHECKS: dict[str, CheckFn] = {}
+#: The case modules register their checks when imported (``vllm_playbooks.cases.register_checks`` imports them all).
+_UNREGISTERED_HINT = " (a case's checks are registered by importing its module: vllm_playbooks.cases.register_checks())"
+
+
+def check(name: str) -> Callable[[CheckFn], CheckFn]:
+    """Register a check under ``name`` (a decorator)."""
+
+    def register(function: CheckFn) -> CheckFn:
+        if name in CHECKS:
+            raise ValueError(f"check {name!r} is registered twice")
+        CHECKS[name] = function
+        return function
+
+    return register
+
+
+def get_check(name: str) -> CheckFn:
+    """The check called ``name``; ``ConfigError`` naming the known checks otherwise."""
+    if name not in CHECKS:
+        raise ConfigError(f"unknown check {name!r}; known checks: {', '.join(sorted(CHECKS))}{_UNREGISTERED_HINT}")
+    return CHECKS[name]
+
+
+def claims_file(start: Path | None = None) -> Path:
+    """``data/reference/claims.csv``."""
+    return paths.data_dir(start) / "reference" / "claims.csv"
+
+
+def load_claims(
+    path: Path | None = None, published: pd.DataFrame | None = None, require_checks: bool = True
+) -> list[Claim]:
+    """The claims, validated: the exact columns, unique ids, a registered check for each (``ConfigError`` otherwise;
+    ``require_checks=False`` leaves that to the running of a claim's check), and, when ``published`` is given, every
+    source present in its case (``SchemaError`` otherwise)."""
+    source = path if path is not None else claims_file()
+    with source.open(newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        if tuple(reader.fieldnames or ()) != CLAIMS_COLUMNS:
+            raise SchemaError(f"{source}: columns must be {', '.join(CLAIMS_COLUMNS)}; got {reader.fieldnames}")
+        records = list(reader)
+    claims: list[Claim] = []
+    for number, record in enumerate(records, start=1):
+        where = f"{source} row {number} ({record.get('claim')!r})"
+        if any(not (record.get(c) or "").strip() for c in CLAIMS_COLUMNS):
+            raise SchemaError(f"{where}: every column needs a value")
+        if any(c.claim_id == record["claim"] for c in claims):
+            raise SchemaError(f"{where}: claim id appears twice")
+        if require_checks and record["check"] not in CHECKS:
+            raise ConfigError(f"{where}: unknown check {record['check']!r}; known checks: {', '.join(sorted(CHECKS))}"
+                              f"{_UNREGISTERED_HINT}")
+        claims.append(
+            Claim(claim_id=record["claim"], case=record["case"], text=record["text"].strip(),
+                  sources=tuple(record["sources"].split()), check=record["check"])
+        )  # fmt: skip
+    if published is not None:
+        for claim in claims:
+            Evidence(published=published).sources(claim)
+    return claims
+
+
+def recorded_startups(data: Path) -> pd.DataFrame:
+    """One line per recorded vLLM start-up (server log) of every case: the engine that started, the KV-cache tokens
+    vLLM reported, and the rows measured while that server was up (its config's rows measured from its launch until
+    the next launch of the same config; none for a server stopped before its first point) with the preemptions they
+    saw. A log without the KV-cache lines (a server that did not start), or whose config has no recorded point, is
+    left out."""
+    import pandas as pd
+
+
+    records = []
+    runs = data / "runs"
+    for case_dir in sorted(p for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []:
+        rows = load_runs(case_dir.name, data)
+        measured_at = pd.to_datetime(rows["measured_at"], utc=True)
+        logs = server_logs(case_dir)  # reads every log once to see which servers started
+        names = {log: parse_log_name(log.name) for log in logs}
+        launches = sorted(name for name in names.values() if name is not None)
+        for log in logs:
+            name = names[log]
+            if name is None:  # not a name the runner writes (engine_for_log would refuse it too)
+                continue
+            try:
+                start = read_startup(log)
+                engine = engine_for_log(log, data)
+            except SchemaError:
+                continue
+            resolved = kv_budget(engine, start.total_memory_gib)
+            config_id, launched = name
+            later = [moment for other, moment in launches if other == config_id and launched < moment]
+            until = min(later) if later else pd.Timestamp.max.tz_localize("UTC")
+            mine = rows[(rows["config_id"] == config_id) & (measured_at >= launched) & (measured_at < until)]
+            records.append({
+                "case": case_dir.name, "engine_label": engine.label, "engine": engine,
+                "total_memory_gib": start.total_memory_gib, "max_num_seqs": resolved.max_num_seqs,
+                "max_model_len": engine.max_model_len, "kv_cache_tokens": start.kv_cache_tokens,
+                "measured_rows": len(mine), "preemptions": int(pd.to_numeric(mine["num_preemptions"]).fillna(0).sum()),
+            })  # fmt: skip
+    columns = ["case", "engine_label", "engine", "total_memory_gib", "max_num_seqs", "max_model_len",
+               "kv_cache_tokens", "measured_rows", "preemptions"]  # fmt: skip
+    return pd.DataFrame(records, columns=columns)
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Rows as dicts with None for missing values (the theory functions read ``None``, not NaN)."""
+    return [{k: (None if _missing(v) else v) for k, v in row.items()} for row in frame.to_dict("records")]
+
+
+def _missing(value: Any) -> bool:
+    import pandas as pd
+
+    return value is None or (not isinstance(value, str | list | dict) and bool(pd.isna(value)))
+
+
+def load_evidence(data: Path | None = None) -> Evidence:
+    """Read everything the checks need from ``data`` (default: the repository's ``data/``): the published numbers,
+    every case's rows rebuilt from their raw files (replay, as the case pages do) less the stalled ones, which the
+    pages leave out of their verdicts too (``results.stalls``), the start-ups, and the roofline fit on the H200 rows
+    of ``theory.CALIBRATION_CASES`` that ``theory.calibrates`` (None with fewer than three without speculation)."""
+
+    folder = data if data is not None else paths.data_dir()
+    published = load_reference(path=folder / "reference" / "published.csv")
+    runs_root = folder / "runs"
+    cases = sorted(p.name for p in runs_root.iterdir() if p.is_dir()) if runs_root.is_dir() else []
+    runs = {case: unstalled(replay_case(case, folder), folder) for case in cases if runs_file(case, folder).exists()}
+    fit = None
+    calibration = [
+        r for case in CALIBRATION_CASES if case in runs for r in _records(runs[case])
+        if "H200" in str(r["gpu_name"]) and calibrates(r)
+    ]  # fmt: skip
+    if sum(not r["num_speculative_tokens"] for r in calibration) >= 3:
+        # the roofline on the speculation-off rows, the per-draft-forward overhead on the speculation-on rows
+        fit = fit_efficiency(calibration, "H200-SXM", draft_overhead=any(r["num_speculative_tokens"] for r in calibration))
+
+    steps = {case: step_summary(frame, folder) for case, frame in runs.items()}
+    return Evidence(published=published, runs=runs, startups=recorded_startups(folder), fit=fit, engine_steps=steps)
+
+
+def _pairs(rows: pd.DataFrame, metric: str, extra: Iterable[str] = ()) -> pd.DataFrame:
+    """Speculative rows beside their baseline (``analysis.versus_baseline``), with ``speedup`` (above 1 is better:
+    spec / baseline for throughputs, baseline / spec for latencies) and the extra columns named."""
+    import pandas as pd
+
+
+    carried = list(dict.fromkeys(["case", *extra]))
+    if rows.empty:
+        return pd.DataFrame(columns=["engine_label", "spec_method", "k", "imposed_alpha", "model_shape", "concurrency",
+                                     "request_rate_qps", "baseline", "speculative", "ratio", "speedup", *carried])  # fmt: skip
+    out = versus_baseline(rows, metric, extra=carried)
+    out["speedup"] = out["ratio"] if higher_is_better(metric) else 1.0 / out["ratio"]
+    return out
+
+
+def _pct(speedup: float) -> str:
+    return f"{100 * (speedup - 1):+.1f} %"
+
+
+def _levels(values: Iterable[Any]) -> str:
+    return ", ".join(f"{v:g}" for v in values)
+
+
+def _model_error(function: Callable[[], Any]) -> str | None:
+    """The message of the ``ConfigError`` (``CapacityError`` included) a model call raises, or None when it succeeds:
+    an MoE shape the roofline does not model, or a model directory that is not a shape."""
+    try:
+        function()
+    except ConfigError as error:
+        return str(error)
+    return None
+
+
+LEDGER_COLUMNS = [
+    "claim", "case", "text", "sources", "source_urls", "source_kind", "published", "measured", "rows", "verdict",
+    "model_says", "model_verdict",
+]  # fmt: skip
+
+
+def source_kind(flags: Iterable[bool]) -> str:
+    """'primary', 'secondary only' or 'primary and secondary', from the sources' ``secondary_only`` flags."""
+    values = set(bool(f) for f in flags)
+    if values == {False}:
+        return "primary"
+    if values == {True}:
+        return "secondary only"
+    return "primary and secondary"
+
+
+def build_ledger(evidence: Evidence | None = None, claims: list[Claim] | None = None) -> pd.DataFrame:
+    """One line per claim, its check run on ``evidence`` (default: ``load_evidence()``), in ``LEDGER_COLUMNS``."""
+    import pandas as pd
+
+    ev = evidence if evidence is not None else load_evidence()
+    items = claims if claims is not None else load_claims(published=ev.published)
+    records = []
+    for claim in items:
+        result = get_check(claim.check)(claim, ev)
+        sources = ev.sources(claim)
+        records.append({
+            "claim": claim.claim_id, "case": claim.case, "text": claim.text, "sources": " ".join(claim.sources),
+            "source_urls": " ".join(dict.fromkeys(sources["source_url"])),
+            "source_kind": source_kind(sources["secondary_only"]), "published": result.published,
+            "measured": result.measured, "rows": result.rows, "verdict": str(result.verdict),
+            "model_says": result.model_says, "model_verdict": str(result.model_verdict) if result.model_verdict else "",
+        })  # fmt: skip
+    return pd.DataFrame(records, columns=LEDGER_COLUMNS)
+
+
+def result_for(claim_id: str, evidence: Evidence | None = None) -> CheckResult:
+    """The check of one claim of ``claims.csv`` run on ``evidence`` (default: ``load_evidence()``), for a case page
+    that states the same verdict as the ledger: its case module (which registers the check) is imported there."""
+    ev = evidence if evidence is not None else load_evidence()
+    for claim in load_claims(published=ev.published, require_checks=False):
+        if claim.claim_id == claim_id:
+            return get_check(claim.check)(claim, ev)
+    raise ConfigError(f"no claim {claim_id!r} in {claims_file().name}")
+
+
+def _link_label(url: str) -> str:
+    match = re.match(r"https://github\.com/([^/]+/[^/]+)/(?:issues|pull|discussions)/(\d+)", url)
+    if match:
+        return f"{match.group(1)}#{match.group(2)}"
+    return re.sub(r"^https?://(www\.)?", "", url).split("/")[0]
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("$", "\\$") or "—"
+
+
+def ledger_markdown(ledger: pd.DataFrame) -> str:
+    """The ledger as MyST Markdown: a summary table, then each claim's published numbers, our rows and the model."""
+    lines = ["| claim | source | verdict | model's verdict |", "|---|---|---|---|"]
+    for r in ledger.itertuples():
+        links = ", ".join(f"[{_link_label(u)}]({u})" for u in r.source_urls.split())
+        marker = " **[secondary]**" if r.source_kind == "secondary only" else ""
+        lines.append(f"| **{r.claim}**: {_cell(r.text)} | {links}{marker} | **{r.verdict}** | {_cell(r.model_verdict)} |")
+    for r in ledger.itertuples():
+        lines += [
+            "", f"**{r.claim}** ({r.case}; sources: {r.source_kind}): {_cell(r.text)}", "",
+            f"- *Published:* {_cell(r.published)}",
+            f"- *Our rows:* {_cell(r.measured)} → **{r.verdict}**",
+            f"- *Model says:* {_cell(r.model_says)}" + (f" → {r.model_verdict}" if r.model_verdict else ""),
+        ]  # fmt: skip
+    return "\n".join(lines)

@@ -1,0 +1,54 @@
+"""Published numbers by claim id (data/reference/published.csv) and the tables a page shows of them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from vllm_playbooks.errors import SchemaError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def published_value(published: pd.DataFrame, claim_id: str) -> float:
+    match = published.loc[published["claim_id"] == claim_id, "value"]
+    if len(match) != 1:
+        raise SchemaError(f"reference table: expected one row {claim_id!r}, found {len(match)}")
+    return float(match.iloc[0])
+
+
+def published_values(published: pd.DataFrame, prefix: str) -> list[float]:
+    rows = published[published["claim_id"].str.match(rf"^{prefix}\d+$")]
+    if rows.empty:
+        raise SchemaError(f"reference table: no rows {prefix}1, {prefix}2, …")
+    order = rows["claim_id"].str.removeprefix(prefix).astype(int).sort_values().index
+    return [float(v) for v in rows.loc[order, "value"]]
+
+
+def claims_table(published: pd.DataFrame, prefixes: tuple[str, ...] = ()) -> pd.DataFrame:
+    """The rows a page shows as 'what was reported': claim, setting, value, unit, secondary flag, source.
+
+    ``prefixes`` leaves out rows whose claim_id starts with one of them (sources of imposed settings, shown apart).
+    """
+    keep = ~published["claim_id"].str.startswith(prefixes) if prefixes else published["claim_id"].notna()
+    return published.loc[keep, ["claim_id", "setting", "value", "unit", "secondary_only", "source_url"]].reset_index(drop=True)
+
+
+def published_row(published: pd.DataFrame, claim_id: str) -> str:
+    """One published number in words: '<claim_id>: <value> <unit> (<setting>; <url>)'."""
+    match = published[published["claim_id"] == claim_id]
+    if len(match) != 1:
+        raise SchemaError(f"reference table: expected one row {claim_id!r}, found {len(match)}")
+    row = match.iloc[0]
+    return f"{claim_id}: {row['value']:g} {row['unit']} ({row['setting']}; {row['source_url']})"
+
+
+def measurement_status(measured: pd.DataFrame, case: str) -> str:
+    """A sentence on what has been measured for ``case`` so far, from the rows themselves."""
+    if measured.empty:
+        return (
+            f"No run of case {case!r} is recorded in data/runs/{case}/ yet: this page shows published numbers only, "
+            "and gives no verdict until a measured run exists."
+        )
+    gpus = ", ".join(sorted(f"{n} ×{c}" for n, c in set(zip(measured.gpu_name, measured.gpu_count, strict=True))))
+    return f"{len(measured)} measured point(s) of case {case!r} on {gpus}."
