@@ -33,7 +33,7 @@ book: execute html
 
 execute: $(STAMP)
 	rm -rf $(EXECUTED)
-	$(PY) -m vllm_playbooks.notebooks execute-all --out $(EXECUTED)
+	$(PY) -m vllm_playbooks book --out $(EXECUTED)
 
 html: $(STAMP) $(MATHJAX)
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
@@ -53,15 +53,15 @@ test-cpu-e2e:
 ##   make reproduce CASE=llama_8b_draft_model PARAMS="-p concurrency '[1, 4]'"
 reproduce: $(STAMP)
 	@test -n "$(CASE)" || { echo "usage: make reproduce CASE=<notebook name> [PARAMS=\"-p name value ...\"]"; exit 2; }
-	$(PY) -m vllm_playbooks.notebooks reproduce $(CASE) $(PARAMS)
+	$(PY) -m vllm_playbooks reproduce $(CASE) $(PARAMS)
 
 check-notebooks: $(STAMP)
-	$(PY) -m vllm_playbooks.notebooks check
+	$(PY) -m vllm_playbooks notebooks check
 
 ## site-check: build the book, then check it in headless Chromium (pages, internal links, figures, offline search);
 ##   screenshots of the index and case pages in _build/site-check/. Chromium + chromedriver: .ci/site-check-setup.sh
 site-check: book
-	$(PY) -m vllm_playbooks.sitecheck _build/html --screenshots _build/site-check
+	$(PY) -m vllm_playbooks site-check _build/html --screenshots _build/site-check
 
 ## publish: site/, the built book as a static folder for GitHub Pages (.nojekyll: serve _static/ and _images/ as is)
 publish:

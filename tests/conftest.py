@@ -83,7 +83,7 @@ def built_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
     bindir = Path(sys.executable).parent
     env = {"PATH": f"{bindir}:/usr/bin:/bin", "PYTHONPATH": str(copy), "HOME": str(tmp)}
     subprocess.run(
-        [*offline, sys.executable, "-m", "vllm_playbooks.notebooks", "execute-all", "--out", "book/executed"],
+        [*offline, sys.executable, "-m", "vllm_playbooks", "book", "--out", "book/executed"],
         cwd=copy, check=True, env=env,
     )  # fmt: skip
     build = subprocess.run(

@@ -58,5 +58,5 @@ def test_the_crosscheck_page_shows_the_counts_and_explains_every_difference(buil
     for label in EXPLANATIONS:
         assert label in text, label
     assert "vllm/v1/spec_decode/draft_model.py" in text and "0.26.0" in text and "NVIDIA H200" in text
-    assert "python -m vllm_playbooks.config.crosscheck --out data/checks" in text
+    assert "vllm-playbooks crosscheck --out data/checks" in text
     assert page.count("<tr") >= len(record) + 1  # the full table

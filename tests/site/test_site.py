@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from vllm_playbooks import cli
 from vllm_playbooks.book import sitecheck
 from vllm_playbooks.book.sitecheck import CHROMEDRIVER, CHROMIUM, check_site, is_blank_image
 
@@ -64,7 +65,7 @@ def test_pages_leave_out_static_and_sources(tmp_path: Path) -> None:
 
 def test_missing_browser_is_reported_not_crashed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "index.html").write_text("<html></html>")
-    assert sitecheck.main([str(tmp_path), "--chromium", str(tmp_path / "no-chromium")]) == 2
+    assert cli.main(["site-check", str(tmp_path), "--chromium", str(tmp_path / "no-chromium")]) == 2
     assert "no-chromium not found" in capsys.readouterr().err
 
 
@@ -152,7 +153,7 @@ def test_broken_copy_fails_naming_page_and_element(
     site_copy: Path, breakage: Callable[[Path], tuple[str, str]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     page, reason = breakage(site_copy)
-    assert sitecheck.main([str(site_copy)]) == 1
+    assert cli.main(["site-check", str(site_copy)]) == 1
     out = capsys.readouterr()
     failures = [line for line in out.err.splitlines() if line.startswith("site-check FAIL ")]
     assert any(line.startswith(f"site-check FAIL {page}: ") and reason in line for line in failures), out.err
@@ -182,7 +183,7 @@ def test_screenshot_starts_at_the_page_left_edge(tmp_path: Path) -> None:
 
 @browser
 def test_search_without_result_fails(built_site: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert sitecheck.main([str(built_site), "--query", "zqxjvwk"]) == 1
+    assert cli.main(["site-check", str(built_site), "--query", "zqxjvwk"]) == 1
     out = capsys.readouterr()
     assert "site-check FAIL search.html?q=zqxjvwk: #search-results: no result for 'zqxjvwk'" in out.err, out.err
     assert "did not match any documents" in out.err

@@ -100,7 +100,7 @@ def test_unknown_label_is_refused() -> None:
 # --- the recorded cross-check (data/checks/), made on the GPU machine with vLLM 0.26 -------------------------------
 
 RERUN = (
-    "rerun `python -m vllm_playbooks.config.crosscheck --out data/checks` on a machine with vLLM 0.26 installed "
+    "rerun `vllm-playbooks crosscheck --out data/checks` on a machine with vLLM 0.26 installed "
     "(pip install -r requirements-gpu.txt), commit the new table, and explain any new difference in EXPLANATIONS"
 )
 

@@ -8,6 +8,7 @@ import warnings
 import pandas as pd
 import pytest
 
+from vllm_playbooks import cli
 from vllm_playbooks.run import budget
 from vllm_playbooks.run.plan import plan_from_dict
 
@@ -71,7 +72,7 @@ def test_the_rest_of_a_grid_in_words_names_each_server_and_says_when_nothing_is_
     servers = _servers(("a1", "a", 0, 100), ("b1", "b", 400, 80), ("b2", "b", 900, 120))
     rows = _rows(("a", 1, 160), ("a", 4, 200), ("a", 16, 500), ("b", 1, 1110))
     text = budget.describe_remaining_time(budget.remaining_time(PLAN, rows, servers))
-    assert text.startswith("8 planned points are left on 3 servers, one lease each: ")
+    assert text.startswith("8 planned points are left on 3 servers, each started once: ")
     assert "`b` (llama-3.1-8b): 2 points, start-up ≈ 120 s, points ≈ 340 s, `--time-limit-s 580`" in text
     assert "`big` (llama-3.3-70b): 3 points, no estimate (no server of its shape ever became ready)" in text
     one = budget.remaining_time(PLAN, _rows(("a", 1, 160)), _servers(("a1", "a", 0, 100)))
@@ -81,7 +82,7 @@ def test_the_rest_of_a_grid_in_words_names_each_server_and_says_when_nothing_is_
         "Every planned point is recorded in a run that did not stall: nothing is left to measure.")  # fmt: skip
     last = pd.DataFrame([{"engine_label": "k3", "model_shape": "gpt-oss-120b", "points": 1, "stalled": 0, "unknown": 0,
                           "startup_s": 192.0, "points_s": 387.0, "time_limit_s": 730}])  # fmt: skip
-    assert budget.describe_remaining_time(last) == ("1 planned point is left on 1 server, one lease each: `k3` "
+    assert budget.describe_remaining_time(last) == ("1 planned point is left on 1 server, each started once: `k3` "
                                                     "(gpt-oss-120b): 1 point, start-up ≈ 192 s, points ≈ 387 s, "
                                                     "`--time-limit-s 730`.")  # fmt: skip
     again = last.assign(stalled=1)
@@ -133,23 +134,22 @@ def test_recorded_eagle3_walls_and_the_cli(capsys: pytest.CaptureFixture[str]) -
     chat = (walls.engine_label == "eagle3-k3-a0.61") & (walls.input_len == 230)  # that server ran the chat profile
     alpha = walls[chat].set_index("concurrency")["wall_s"]
     assert alpha.loc[8] == 38.0 and alpha.loc[1] == 60.0  # 12:36:52 - (12:34:21 + 91 s)
-    assert budget.main(["--case", "gpt-oss-eagle3", "--part", "1-verdict"]) == 0
+    assert cli.main(["plan", "--case", "gpt-oss-eagle3", "--part", "1-verdict"]) == 0
     assert capsys.readouterr().out.strip() == "nothing left to measure"
-    assert budget.main(["--case", "gpt-oss-eagle3", "--part", "1-verdict", "--budget-s", "600"]) == 0
+    assert cli.main(["plan", "--case", "gpt-oss-eagle3", "--part", "1-verdict", "--budget-s", "600"]) == 0
     assert capsys.readouterr().out.strip() == "nothing left to measure"
-    assert budget.main(["--case", "gpt-oss-eagle3", "--part", "9-nope"]) == 2
+    assert cli.main(["plan", "--case", "gpt-oss-eagle3", "--part", "9-nope"]) == 2
     assert "no part '9-nope'" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        budget.main(["--case", "gpt-oss-eagle3", "--budget-s", "0"])
-    assert "--budget-s must be positive" in capsys.readouterr().err
+    assert cli.main(["plan", "--case", "gpt-oss-eagle3", "--budget-s", "0"]) == 2
+    assert capsys.readouterr().err == "error: --budget-s must be positive, got 0\n"
 
 
 def test_a_case_with_nothing_recorded_has_no_estimates(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
     with warnings.catch_warnings():
         warnings.simplefilter("error", pd.errors.PerformanceWarning)  # no server logs: an empty launch column
-        assert budget.main(["--case", "llama-8b-draft-model", "--data", str(tmp_path)]) == 0
+        assert cli.main(["plan", "--case", "llama-8b-draft-model", "--data", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].split() == ["spec-off", "llama-3.1-8b", "4", "0", "4", "NaN", "NaN", "NaN"]
     # with no estimate, no point can be said to fit
-    assert budget.main(["--case", "llama-8b-draft-model", "--data", str(tmp_path), "--budget-s", "1800"]) == 0
+    assert cli.main(["plan", "--case", "llama-8b-draft-model", "--data", str(tmp_path), "--budget-s", "1800"]) == 0
     assert capsys.readouterr().out.strip() == "no point left to measure fits in 1800 s with a server's start-up"

@@ -9,6 +9,7 @@ import nbformat
 import pytest
 
 from tests.conftest import ROOT
+from vllm_playbooks import cli
 from vllm_playbooks.book import notebooks
 from vllm_playbooks.book.notebooks import (
     changed_check_outputs,
@@ -16,7 +17,6 @@ from vllm_playbooks.book.notebooks import (
     default_parameters,
     execute,
     list_notebooks,
-    main,
     parse_parameter_pairs,
     require_mode,
 )
@@ -103,7 +103,7 @@ def test_parameter_values_are_read_as_yaml() -> None:
 
 
 def test_reproduce_of_an_unknown_notebook_says_which_exist(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["reproduce", "nope"]) == 2
+    assert cli.main(["reproduce", "nope"]) == 2
     assert "known: batching_calculator, claims_ledger, config_crosscheck, discussion_13834, eagle3_gpt_oss" in capsys.readouterr().err
 
 
@@ -165,8 +165,8 @@ def test_a_check_cell_missing_from_the_run_is_reported(tmp_path: Path) -> None:
 def test_compare_refuses_a_folder_without_the_executed_notebooks(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["compare", "--executed", str(tmp_path)]) == 2
-    assert "run execute-all --out" in capsys.readouterr().err
+    assert cli.main(["notebooks", "compare", "--executed", str(tmp_path)]) == 2
+    assert "run `vllm-playbooks book --out" in capsys.readouterr().err
 
 
 def test_compare_lists_the_stale_check_cells_and_fails(
@@ -178,8 +178,8 @@ def test_compare_lists_the_stale_check_cells_and_fails(
     executed.mkdir()
     ran.rename(executed / source.name)
     monkeypatch.setattr(notebooks, "list_notebooks", lambda: [source])
-    assert main(["compare", "--executed", str(executed)]) == 0
+    assert cli.main(["notebooks", "compare", "--executed", str(executed)]) == 0
     _, stale = _checked_pair(tmp_path, ["best k 2\n"], ["best k 3\n"])
     stale.rename(executed / source.name)
-    assert main(["compare", "--executed", str(executed)]) == 1
+    assert cli.main(["notebooks", "compare", "--executed", str(executed)]) == 1
     assert "line 1: recorded 'best k 2', now 'best k 3'" in capsys.readouterr().err

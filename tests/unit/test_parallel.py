@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from vllm_playbooks import cli
 from vllm_playbooks.errors import ConfigError, PlaybookError
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.replay import replay_rows
 from vllm_playbooks.run import parallel
-from vllm_playbooks.run.parallel import assign_engines, check_group_sizes, main, merge_into, run_on_gpus, worker_argv
+from vllm_playbooks.run.parallel import assign_engines, check_group_sizes, merge_into, run_on_gpus, worker_argv
 from vllm_playbooks.run.plan import load_plan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,13 +119,13 @@ def test_a_failed_worker_is_reported_after_its_points_are_merged(tmp_path: Path)
 
 
 def test_bad_input_is_refused_before_any_worker(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--case", CASE, "--gpus", "0", "--engines", "no-such-engine"]) == 2
+    assert cli.main(["run", "--case", CASE, "--gpus", "0", "--engines", "no-such-engine"]) == 2
     assert "error:" in capsys.readouterr().err
 
 
 def test_worker_argv_carries_labels_and_overrides() -> None:
     argv = worker_argv("c", ["a", "b"], {"concurrency": [8]}, python="py")
-    assert argv == ["py", "-m", "vllm_playbooks.parallel", "worker", "--case", "c", "--engines", "a", "b",
+    assert argv == ["py", "-m", "vllm_playbooks", "worker", "--case", "c", "--engines", "a", "b",
                     "--overrides", '{"concurrency": [8]}']  # fmt: skip
 
 
@@ -152,10 +153,10 @@ def test_an_interrupt_ends_with_one_line_not_a_traceback(monkeypatch: pytest.Mon
                                                          capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
 
     monkeypatch.setattr(parallel, "run_on_gpus", _interrupted)
-    assert main(["--case", CASE, "--gpus", "0", "1"]) == 130
+    assert cli.main(["run", "--case", CASE, "--gpus", "0", "1"]) == 130
     assert capsys.readouterr().err.strip() == f"{parallel.INTERRUPTED}; the points every worker finished were merged"
     monkeypatch.setattr(parallel, "run_case", _interrupted)
-    assert main(["worker", "--case", CASE, "--engines", "spec-off"]) == 130
+    assert cli.main(["worker", "--case", CASE, "--engines", "spec-off"]) == 130
     assert capsys.readouterr().err.strip() == parallel.INTERRUPTED
 
 
@@ -186,10 +187,12 @@ def test_the_time_limit_interrupts_the_workers_and_keeps_what_they_finished(tmp_
         report.raise_for_failures()
 
 
-def test_a_time_limit_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        main(["--case", CASE, "--gpus", "0", "--time-limit-s", "0"])
-    assert "--time-limit-s must be > 0" in capsys.readouterr().err
+@pytest.mark.parametrize("limit", ["0", "-5", "nan", "inf", "soon"])
+def test_a_time_limit_must_be_a_positive_number(limit: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["run", "--case", CASE, "--gpus", "0", "--time-limit-s", limit])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and err.startswith("error: argument --time-limit-s: ") and err.count("\n") == 1
 
 
 def test_a_part_of_the_grid_is_chosen_by_name(monkeypatch: pytest.MonkeyPatch,
@@ -202,11 +205,11 @@ def test_a_part_of_the_grid_is_chosen_by_name(monkeypatch: pytest.MonkeyPatch,
         return parallel.ParallelReport(assignment={})
 
     monkeypatch.setattr(parallel, "run_on_gpus", record)
-    assert main(["--case", "gpt-oss-eagle3", "--gpus", "0", "1", "--part", "1-verdict"]) == 0
+    assert cli.main(["run", "--case", "gpt-oss-eagle3", "--gpus", "0", "1", "--part", "1-verdict"]) == 0
     assert seen["engines"] == ["spec-off", "eagle3-k3-a0.71"] and seen["profiles"] == ["chat"]
-    assert main(["--case", "gpt-oss-eagle3", "--gpus", "0", "--part", "1-verdict", "--engines", "spec-off"]) == 0
+    assert cli.main(["run", "--case", "gpt-oss-eagle3", "--gpus", "0", "--part", "1-verdict", "--engines", "spec-off"]) == 0
     assert seen["engines"] == ["spec-off"] and seen["profiles"] == ["chat"]
-    assert main(["--case", "gpt-oss-eagle3", "--gpus", "0", "--part", "9-nothing"]) == 2
+    assert cli.main(["run", "--case", "gpt-oss-eagle3", "--gpus", "0", "--part", "9-nothing"]) == 2
     assert "no part '9-nothing'" in capsys.readouterr().err
 
 
@@ -223,15 +226,16 @@ def test_repeats_ask_for_a_second_run_of_the_chosen_points(monkeypatch: pytest.M
     monkeypatch.setattr(parallel, "run_on_gpus", record)
     chosen = ["--case", "gpt-oss-eagle3", "--gpus", "0", "--part", "4-long-verdict", "--engines", "spec-off",
               "--concurrency", "64"]  # fmt: skip
-    assert main([*chosen, "--repeats", "2"]) == 0 and main(chosen) == 0
+    assert cli.main(["run", *chosen, "--repeats", "2"]) == 0 and cli.main(["run", *chosen]) == 0
     tails = [[p.point_id.rsplit("/", 1)[1] for p in load_plan("gpt-oss-eagle3", **o).points()] for o in calls]
     assert tails == [["in13000-out203-c64-r0", "in13000-out203-c64-r1"], ["in13000-out203-c64-r0"]]
 
 
 def test_repeats_below_one_are_refused_before_any_gpu_time(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        main(["--case", "gpt-oss-eagle3", "--gpus", "0", "--repeats", "0"])
-    assert "--repeats must be >= 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["run", "--case", "gpt-oss-eagle3", "--gpus", "0", "--repeats", "0"])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.startswith("error: argument --repeats: must be a number above 0, got '0'")
 
 
 def test_a_worker_started_with_sigint_ignored_still_stops_on_the_interrupt(tmp_path: Path) -> None:
@@ -248,7 +252,8 @@ def test_a_worker_started_with_sigint_ignored_still_stops_on_the_interrupt(tmp_p
         "    print('measuring', flush=True)\n"
         "    time.sleep(60)\n"
         "parallel.run_case = run_case\n"
-        "sys.exit(parallel.main(['worker', '--case', 'c', '--engines', 'e']))\n"
+        "from vllm_playbooks import cli\n"
+        "sys.exit(cli.main(['worker', '--case', 'c', '--engines', 'e']))\n"
     )
     worker = subprocess.Popen([sys.executable, str(stub)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # noqa: PLW1509

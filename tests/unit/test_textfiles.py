@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from vllm_playbooks import paths
+from vllm_playbooks import cli, paths
 from vllm_playbooks.errors import SchemaError
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.server_logs import server_log_files
-from vllm_playbooks.results.textfiles import compress_file, compress_tree, main, plain_name, read_text, stored_path
+from vllm_playbooks.results.textfiles import compress_file, compress_tree, plain_name, read_text, stored_path
 
 TEXT = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 3.0\n" * 50 + "ünïcode\n"
 
@@ -57,10 +57,9 @@ def test_compress_tree_takes_scrapes_and_logs_only_and_skips_staging_folders(tmp
 
 def test_the_command_compresses_a_folder_and_refuses_a_missing_one(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     (tmp_path / "a.log").write_text(TEXT, encoding="utf-8")
-    assert main([str(tmp_path)]) == 0 and "compressed 1 files" in capsys.readouterr().out
-    with pytest.raises(SystemExit):
-        main([str(tmp_path / "nowhere")])
-    assert "not a folder" in capsys.readouterr().err
+    assert cli.main(["compress", str(tmp_path)]) == 0 and "compressed 1 files" in capsys.readouterr().out
+    assert cli.main(["compress", str(tmp_path / "nowhere")]) == 2
+    assert capsys.readouterr().err == f"error: not a folder: {tmp_path / 'nowhere'}\n"
 
 
 def test_server_logs_are_listed_plain_or_compressed_but_not_bench_logs(tmp_path: Path) -> None:

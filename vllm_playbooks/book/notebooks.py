@@ -1,9 +1,9 @@
 """Run the case notebooks with papermill, and check that they follow the book's notebook pattern.
 
-``python -m vllm_playbooks.notebooks execute-all --out book/executed`` is what ``make book`` runs (replay mode);
-``python -m vllm_playbooks.notebooks reproduce <notebook> -p name value …`` is ``make reproduce`` (live mode);
-``python -m vllm_playbooks.notebooks compare --executed book/executed`` says which regression-check cells
-(tagged ``nbval-check-output``) now print something other than what their source notebook recorded.
+``vllm-playbooks book`` is what ``make book`` runs (replay mode); ``vllm-playbooks reproduce <notebook> -p name
+value …`` is ``make reproduce`` (live mode); ``vllm-playbooks notebooks compare --executed book/executed`` says which
+regression-check cells (tagged ``nbval-check-output``) now print something other than what their source notebook
+recorded.
 """
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from vllm_playbooks import paths
 from vllm_playbooks.errors import ConfigError
+from vllm_playbooks.run.plan import parse_parameter_pairs
 
 PARAMETERS_TAG = "parameters"
 CHECK_TAG = "nbval-check-output"
@@ -152,17 +151,6 @@ def changed_check_outputs(source: Path, executed: Path) -> list[str]:
     return problems
 
 
-def parse_parameter_pairs(pairs: list[list[str]] | None) -> dict[str, Any]:
-    """``-p name value`` pairs → a dict; values are read as YAML (``4`` → int, ``[1, 4]`` → list, ``null``)."""
-    out: dict[str, Any] = {}
-    for name, value in pairs or []:
-        try:
-            out[name] = yaml.safe_load(value)
-        except yaml.YAMLError as error:
-            raise ConfigError(f"parameter {name}: cannot read {value!r}: {error}") from None
-    return out
-
-
 def execute(source: Path, target: Path, parameters: dict[str, Any], timeout_s: int = 600) -> None:
     """Execute ``source`` into ``target`` with papermill; unknown parameter names are refused, not warned about."""
     import papermill as pm
@@ -196,58 +184,67 @@ def _hide_injected_parameters(path: Path) -> None:
     nbformat.write(nb, path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line: ``execute-all``, ``reproduce``, ``check``, ``compare``, ``strip``."""
-    parser = argparse.ArgumentParser(prog="python -m vllm_playbooks.notebooks", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    every = sub.add_parser("execute-all", help="run every notebook in replay mode into a build folder")
-    every.add_argument("--out", type=Path, required=True)
-    rep = sub.add_parser("reproduce", help="run one notebook in live mode on this machine's GPUs")
-    rep.add_argument("notebook", help="notebook name without .ipynb, e.g. llama_8b_draft_model")
-    rep.add_argument("--out", type=Path, default=None)
-    rep.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"))
-    sub.add_parser("check", help="check every source notebook against the pattern")
-    compare = sub.add_parser("compare", help="compare the regression-check cells' recorded text with an executed copy")
-    compare.add_argument("--executed", type=Path, required=True, help="folder execute-all wrote, e.g. book/executed")
-    strip = sub.add_parser("strip", help="strip outputs except regression-check cells")
-    strip.add_argument("paths", nargs="+", type=Path)
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "execute-all":
-            for source in list_notebooks():
-                print(f"papermill {source.name} (replay)", flush=True)
-                execute(source, args.out / source.name, {"mode": "replay"})
-        elif args.command == "reproduce":
-            source = notebook_dir() / f"{args.notebook}.ipynb"
-            if not source.exists():
-                names = ", ".join(p.stem for p in list_notebooks())
-                raise ConfigError(f"no notebook {args.notebook!r}; known: {names}")
-            params = {**parse_parameter_pairs(args.parameter), "mode": "live"}
-            out = args.out or Path("_build") / "reproduce" / source.name
-            execute(source, out, params, timeout_s=3600)
-            print(f"executed notebook: {out}")
-        elif args.command == "check":
-            bad = {p.name: check_notebook(p) for p in list_notebooks()}
-            for name, problems in bad.items():
-                for problem in problems:
-                    print(f"{name}: {problem}", file=sys.stderr)
-            return 1 if any(bad.values()) else 0
-        elif args.command == "compare":
-            missing = [p.name for p in list_notebooks() if not (args.executed / p.name).exists()]
-            if missing:
-                raise ConfigError(f"{args.executed} lacks {', '.join(missing)}: run execute-all --out {args.executed}")
-            changed = [line for p in list_notebooks() for line in changed_check_outputs(p, args.executed / p.name)]
-            for line in changed:
-                print(line, file=sys.stderr)
-            return 1 if changed else 0
-        else:
-            for path in args.paths:
-                strip_outputs(path)
-    except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+def add_book_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--out``: the folder the executed notebooks go to."""
+    parser.add_argument("--out", type=Path, default=Path("book") / "executed",
+                        help="folder for the executed notebooks (default: book/executed)")  # fmt: skip
+
+
+def book_main(args: argparse.Namespace) -> int:
+    """Execute every notebook in replay mode into ``args.out``."""
+    for source in list_notebooks():
+        print(f"papermill {source.name} (replay)", flush=True)
+        execute(source, args.out / source.name, {"mode": "replay"})
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
+    """The notebook, ``--out`` and ``-p NAME VALUE`` parameters."""
+    parser.add_argument("notebook", help="notebook name without .ipynb, e.g. llama_8b_draft_model")
+    parser.add_argument("--out", type=Path, default=None, help="the executed notebook (default: _build/reproduce/)")
+    parser.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                        help="a notebook parameter, its value read as YAML (e.g. -p concurrency '[1, 16]')")  # fmt: skip
+
+
+def reproduce_main(args: argparse.Namespace) -> int:
+    """Execute one notebook in live mode on this machine's GPUs."""
+    source = notebook_dir() / f"{args.notebook}.ipynb"
+    if not source.exists():
+        names = ", ".join(p.stem for p in list_notebooks())
+        raise ConfigError(f"no notebook {args.notebook!r}; known: {names}")
+    params = {**parse_parameter_pairs(args.parameter), "mode": "live"}
+    out = args.out or Path("_build") / "reproduce" / source.name
+    execute(source, out, params, timeout_s=3600)
+    print(f"executed notebook: {out}")
+    return 0
+
+
+def add_notebooks_arguments(parser: argparse.ArgumentParser) -> None:
+    """``check``, ``compare --executed DIR`` or ``strip PATH…``."""
+    sub = parser.add_subparsers(dest="action", required=True, parser_class=type(parser))
+    sub.add_parser("check", help="check every source notebook against the pattern")
+    compare = sub.add_parser("compare", help="compare the regression-check cells' recorded text with an executed copy")
+    compare.add_argument("--executed", type=Path, required=True, help="the folder `book` wrote, e.g. book/executed")
+    strip = sub.add_parser("strip", help="strip outputs except regression-check cells")
+    strip.add_argument("paths", nargs="+", type=Path)
+
+
+def notebooks_main(args: argparse.Namespace) -> int:
+    """Run the contributor action: exit 1 where the pattern is broken or a check output is stale."""
+    if args.action == "check":
+        bad = {p.name: check_notebook(p) for p in list_notebooks()}
+        for name, problems in bad.items():
+            for problem in problems:
+                print(f"{name}: {problem}", file=sys.stderr)
+        return 1 if any(bad.values()) else 0
+    if args.action == "compare":
+        missing = [p.name for p in list_notebooks() if not (args.executed / p.name).exists()]
+        if missing:
+            raise ConfigError(f"{args.executed} lacks {', '.join(missing)}: run `vllm-playbooks book --out {args.executed}`")
+        changed = [line for p in list_notebooks() for line in changed_check_outputs(p, args.executed / p.name)]
+        for line in changed:
+            print(line, file=sys.stderr)
+        return 1 if changed else 0
+    for path in args.paths:
+        strip_outputs(path)
+    return 0

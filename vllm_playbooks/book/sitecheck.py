@@ -1,6 +1,6 @@
 """Check the built book as a reader sees it: every page, link, figure and the search, in headless Chromium.
 
-``python -m vllm_playbooks.sitecheck _build/html --screenshots _build/site-check`` is what ``make site-check`` runs.
+``vllm-playbooks site-check _build/html --screenshots _build/site-check`` is what ``make site-check`` runs.
 
 The HTML folder is served over ``http://127.0.0.1:<free port>`` (as GitHub Pages serves it: static files, no
 server logic) and opened in Debian's headless Chromium, driven by Selenium with the system ``chromedriver`` (nothing is
@@ -469,22 +469,24 @@ def check_site(
     return SiteChecker(root, screenshots, query, chromium_path, chromedriver_path, offline).run()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line: ``python -m vllm_playbooks.sitecheck _build/html --screenshots _build/site-check``."""
-    parser = argparse.ArgumentParser(prog="python -m vllm_playbooks.sitecheck", description=__doc__.split("\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The built book, the screenshot folder, the search query, the browser and driver."""
     parser.add_argument("html", type=Path, help="the built book, e.g. _build/html")
     parser.add_argument("--screenshots", type=Path, default=None, help="folder for the PNG screenshots")
     parser.add_argument("--query", default="speculative", help="what to search for (default: speculative)")
     parser.add_argument("--chromium", type=Path, default=CHROMIUM, help=f"browser binary (default {CHROMIUM})")
     parser.add_argument("--chromedriver", type=Path, default=CHROMEDRIVER, help=f"driver (default {CHROMEDRIVER})")
     parser.add_argument("--allow-network", action="store_true", help="let the browser resolve other hosts")
-    args = parser.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Check the built book; exit 1 when a page fails, 2 when the check could not run."""
     started = time.monotonic()
     try:
         report = check_site(args.html, args.screenshots, args.query, args.chromium, args.chromedriver,
                             offline=not args.allow_network)  # fmt: skip
     except SiteCheckError as exc:
-        print(f"site-check: {exc}", file=sys.stderr)
+        print(f"error: site-check: {exc}", file=sys.stderr)
         return 2
     for failure in report.failures:
         print(f"site-check FAIL {failure}", file=sys.stderr)
@@ -494,7 +496,3 @@ def main(argv: list[str] | None = None) -> int:
           f"for {args.query!r}, {time.monotonic() - started:.1f} s")  # fmt: skip
     print(report.summary())
     return 0 if report.ok else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -280,7 +280,7 @@ def step_cost_by_alpha(
 
     At a fixed k a step drafts k tokens and verifies k + 1 per sequence whatever is accepted, so its cost depends
     on α only through the work on the accepted tokens; how far the α runs' step times spread (``spread_pct``:
-    slowest over fastest, less one) bounds how much one run's step time moves between runs (other leases, other
+    slowest over fastest, less one) bounds how much one run's step time moves between runs (other server starts, other
     machines), the scale below which a gain difference between two α runs is not acceptance's doing. ``df`` needs
     ``ms_per_step`` (``results.engine_steps.with_step_times``); only loads with two or more α (``alphas``) appear.
     ``alpha_slow`` and ``alpha_fast`` name the pair; ``overlapped`` (point ids, ``analysis.overlapping_points``)

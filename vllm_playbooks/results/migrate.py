@@ -2,14 +2,14 @@
 
 A row is never typed or edited: each one is rebuilt from the raw files it names (as replay does), and every column
 the old table already had must come out the same, so the only change a migration makes is the columns the schema
-added (and ``schema_version``). Run it as ``python -m vllm_playbooks.results.migrate [case ...]``.
+added (and ``schema_version``). Run it as ``vllm-playbooks migrate [case ...]``.
 """
 
 from __future__ import annotations
 
+import argparse
 import csv
 import io
-import sys
 from pathlib import Path
 
 from vllm_playbooks import paths
@@ -56,19 +56,15 @@ def migrate_runs_file(case: str, data: Path | None = None) -> int:
     return len(records)
 
 
-def main(argv: list[str] | None = None) -> int:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The cases to migrate."""
+    parser.add_argument("cases", nargs="*", help="case names (default: every case folder under data/runs)")
+
+
+def main(args: argparse.Namespace) -> int:
     """Migrate the named cases (default: every case folder under ``data/runs``)."""
-    args = sys.argv[1:] if argv is None else argv
     root = paths.data_dir() / "runs"
-    cases = args or sorted(p.name for p in root.iterdir() if (p / "runs.csv").exists())
-    try:
-        for case in cases:
-            print(f"{case}: {migrate_runs_file(case)} rows rebuilt in schema {SCHEMA_VERSION}")
-    except SchemaError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    cases = args.cases or sorted(p.name for p in root.iterdir() if (p / "runs.csv").exists())
+    for case in cases:
+        print(f"{case}: {migrate_runs_file(case)} rows rebuilt in schema {SCHEMA_VERSION}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

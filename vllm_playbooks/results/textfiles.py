@@ -6,7 +6,7 @@ enough to travel with the tree to a GPU machine. Readers ask for the plain name 
 ``<name>`` and ``<name>.gz`` never both exist for one recorded file. The compressed bytes are deterministic (no time
 stamp or file name in the gzip header), so compressing the same text twice gives the same file.
 
-``python -m vllm_playbooks.results.textfiles DIR …`` compresses every plain ``*.prom`` and ``*.log`` under each folder.
+``vllm-playbooks compress DIR …`` compresses every plain ``*.prom`` and ``*.log`` under each folder.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from vllm_playbooks.errors import SchemaError
+from vllm_playbooks.errors import ConfigError, SchemaError
 
 GZ = ".gz"
 #: The recorded files that are stored compressed: suffixes of plain names.
@@ -78,19 +78,16 @@ def compress_tree(roots: Iterable[Path]) -> list[Path]:
     return written
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line: compress the recorded scrapes and logs under the given folders."""
-    parser = argparse.ArgumentParser(prog="python -m vllm_playbooks.results.textfiles", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The folders to compress."""
     parser.add_argument("folders", nargs="+", type=Path, help="folders to compress, e.g. data/runs/gpt-oss-eagle3")
-    args = parser.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Compress the recorded scrapes and logs under the given folders."""
     missing = [str(folder) for folder in args.folders if not folder.is_dir()]
     if missing:
-        parser.error(f"not a folder: {', '.join(missing)}")
+        raise ConfigError(f"not a folder: {', '.join(missing)}")
     written = compress_tree(args.folders)
     print(f"compressed {len(written)} files")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

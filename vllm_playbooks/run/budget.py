@@ -1,18 +1,17 @@
-"""How long the rest of a case's grid will hold a GPU, from the times its recorded runs took.
+"""GPU time: how long each recorded server held its GPUs, and how long the rest of a case's grid will take.
 
-A GPU lease is short (30 minutes here), so each job gets a ``--time-limit-s`` and a point that does not finish in it is
-lost. Every recorded row ends at ``measured_at``; its server became ready at launch + start-up (``startup.server_time``),
-so a point's *wall time* runs from the end of the point before it on the same server (or from the server's ready time)
-to its own end: the main run, its warm-up and anything between. The estimate for a point not measured yet is the
-longest wall time recorded at the same load (lengths, concurrency or rate) on any engine config of the same model
-shape, and a server's start-up the longest recorded for any config of its shape: a lease's first server finds no
-compile or kernel cache on a fresh machine, and any config may be that first (a DeepSeek-V3-shaped server took 473 s
-to initialise there, 46 s with the caches of the server before it); ``time_limit_s`` adds a margin on top. A shape or
-load never measured gets no estimate. A load whose every recorded run stalled (``results.stalls``: rows marked in a
-``stalled`` column) counts as left, as the live runner measures it again.
+Every recorded row ends at ``measured_at``; its server became ready at launch + start-up (``server_time``, read from
+the server's log), so a point's *wall time* runs from the end of the point before it on the same server (or from the
+server's ready time) to its own end: the main run, its warm-up and anything between. The estimate for a point not
+measured yet is the longest wall time recorded at the same load (lengths, concurrency or rate) on any engine config of
+the same model shape, and a server's start-up the longest recorded for any config of its shape: the first server on a
+fresh machine finds no compile or kernel cache, and any config may be that first (a DeepSeek-V3-shaped server took
+473 s to initialise there, 46 s with the caches of the server before it); ``time_limit_s`` adds a margin on top. A
+shape or load never measured gets no estimate. A load whose every recorded run stalled (``results.stalls``: rows
+marked in a ``stalled`` column) counts as left, as the live runner measures it again.
 
-``python -m vllm_playbooks.leases --case gpt-oss-eagle3 --part 5-long-sweep`` (``--budget-s 340``: which points a
-server started now can still measure in 340 s, shortest first)
+``vllm-playbooks plan --case gpt-oss-eagle3 --part 5-long-sweep`` prints it; ``--budget-s 340`` lists which points a
+server started now can still measure in 340 s, shortest first (for a machine you hold for a limited time).
 """
 
 from __future__ import annotations
@@ -20,13 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vllm_playbooks import paths
 from vllm_playbooks.config.engine import EngineConfig
-from vllm_playbooks.errors import ConfigError, PlaybookError, SchemaError
+from vllm_playbooks.errors import ConfigError, SchemaError
 from vllm_playbooks.results.replay import replay_rows
 from vllm_playbooks.results.server_logs import LINE_STAMP, all_server_logs, log_name_parts, stamp_time
 from vllm_playbooks.results.stalls import mark_stalled
@@ -42,6 +40,80 @@ if TYPE_CHECKING:
 
 #: Load columns that name a point's load level.
 LOAD = ["input_len", "output_len", "concurrency", "request_rate_qps"]
+
+
+_READY = "Available routes are"
+
+
+def engine_for_log(log: Path, data: Path):  # type: ignore[no-untyped-def]
+    """The resolved engine config that wrote ``log``: read from a point measured with that config, or, for a server
+    stopped before its first point finished, the packaged case's engine config of the same id."""
+
+    case = log.parent.parent.name
+    config_id = log_name_parts(log)[0]
+    for row in replay_rows(case, data):
+        if row.config_id == config_id:
+            return EngineConfig.model_validate(json.loads(row.engine_config_json))
+    try:
+        planned = load_plan(case).engines
+    except ConfigError:  # a case file of one's own, not packaged
+        planned = []
+    for engine in planned:
+        if engine.config_id() == config_id:
+            return engine
+    raise SchemaError(f"{log}: no recorded point and no planned engine of config {config_id} in case {case}")
+
+
+def server_time(case: str, data: Path | None = None) -> pd.DataFrame:
+    """The GPU time each recorded server of ``case`` (a packaged case's name, or the path of a case file) held, from
+    its log: one row per server log (started or not), from the launch (the time in the log's file name) to its last
+    timestamped line, times the GPUs its engine config uses (TP × PP). ``startup_s`` runs from the launch to vLLM's
+    'Available routes' line (NaN for a server that never became ready). Installing vLLM and a machine's idle time
+    between runs are not in any log, so they are not counted."""
+    import pandas as pd
+
+    if case.endswith((".yaml", ".yml")):
+        case = load_plan(case).case
+    base = data if data is not None else paths.data_dir()
+    folder = case_dir(case, base)
+    records = []
+    for log in all_server_logs(folder) if (folder / "logs").is_dir() else []:
+        launched = log_name_parts(log)[1]
+        ready, last = None, launched
+        for line in read_text(log).splitlines():
+            stamp = LINE_STAMP.search(line)
+            if stamp is None:
+                continue
+            try:
+                moment = stamp_time(stamp["stamp"], launched)
+            except ValueError:  # not a date after all
+                continue
+            last = max(last, moment)
+            if ready is None and _READY in line:
+                ready = moment
+        engine = engine_for_log(log, base)
+        gpus, held = engine_gpus(engine), (last - launched).total_seconds()
+        records.append({
+            "log": plain_name(log), "engine_label": engine.label, "gpus": gpus, "launched_at": launched,
+            "startup_s": (ready - launched).total_seconds() if ready is not None else float("nan"),
+            "held_s": held, "gpu_minutes": gpus * held / 60.0,
+        })  # fmt: skip
+    columns = ["log", "engine_label", "gpus", "launched_at", "startup_s", "held_s", "gpu_minutes"]
+    return pd.DataFrame(records, columns=columns)
+
+
+def gpu_time_note(servers: pd.DataFrame, gpu: str = "GPU") -> str:
+    """One sentence on a ``server_time`` table: the GPU-minutes its servers held, how many of them went to starting,
+    and what the figure leaves out ('' for an empty table)."""
+    if servers.empty:
+        return ""
+    starting = (servers["startup_s"].fillna(servers["held_s"]) * servers["gpus"]).sum() / 60.0
+    unready = int(servers["startup_s"].isna().sum())
+    never = f" ({unready} of them never became ready)" if unready else ""
+    return (f"**GPU time.** The {len(servers)} recorded server starts{never} held {gpu}s for "
+            f"{servers['gpu_minutes'].sum():.1f} GPU-minutes, {starting:.1f} of them starting (launch to ready); the "
+            "rest served the measured points, their warm-ups and calibration runs. Read from the server logs (launch "
+            "to the last logged line), so installing vLLM and a machine's idle time between runs are not in it.")
 
 
 def point_walls(measured: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
@@ -147,7 +219,7 @@ def describe_remaining_time(table: pd.DataFrame) -> str:
                        f"{again}, {estimate}")  # fmt: skip
     total = int(table["points"].sum())
     return (f"{total} planned point{'s are' if total != 1 else ' is'} left on {len(table)} "
-            f"server{'s' if len(table) != 1 else ''}, one lease each: " + "; ".join(servers) + ".")
+            f"server{'s' if len(table) != 1 else ''}, each started once: " + "; ".join(servers) + ".")
 
 
 def points_within(points: pd.DataFrame, budget_s: float, margin: float = 1.25) -> pd.DataFrame:
@@ -171,10 +243,8 @@ def _or_missing(value: float | None) -> float:
     return -1.0 if value is None else float(value)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Print the remaining time of a case (or of one part of it) from its recorded runs."""
-
-    parser = argparse.ArgumentParser(prog="python -m vllm_playbooks.leases", description=__doc__.split("\n\n")[0])
+def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    """The case, a part of it, the margin, the data folder, and a budget in seconds."""
     parser.add_argument("--case", required=True, help="a packaged case's name, or the path of your own case file")
     parser.add_argument("--part", help="one part of the case's grid (its 'parts:'), e.g. 5-long-sweep")
     parser.add_argument("--margin", type=float, default=1.25, help="time_limit_s = margin × the estimate")
@@ -182,22 +252,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float,
                         help="instead, list the points that a new server per config can measure in this many seconds, "
                              "shortest first (the order to run them in)")  # fmt: skip
-    args = parser.parse_args(argv)
-    if args.budget_s is not None and args.budget_s <= 0:
-        parser.error(f"--budget-s must be positive, got {args.budget_s:g}")
-    try:
-        plan = load_part(args.case, args.part) if args.part else load_plan(args.case)
-        measured = mark_stalled(load_runs(plan.case, args.data), args.data)
-        servers = server_time(args.case, args.data)
-        if args.budget_s is None:
-            table = remaining_time(plan, measured, servers, args.margin)
-            left = not table.empty
-        else:
-            points = point_estimates(plan, measured, servers)
-            table, left = points_within(points, args.budget_s, args.margin), not points.empty
-    except PlaybookError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+
+
+def plan_main(args: argparse.Namespace) -> int:
+    """Print the remaining time of a case (or of one part of it) from its recorded runs."""
+    if args.budget_s is not None and not args.budget_s > 0:
+        raise ConfigError(f"--budget-s must be positive, got {args.budget_s:g}")
+    plan = load_part(args.case, args.part) if args.part else load_plan(args.case)
+    measured = mark_stalled(load_runs(plan.case, args.data), args.data)
+    servers = server_time(args.case, args.data)
+    if args.budget_s is None:
+        table = remaining_time(plan, measured, servers, args.margin)
+        left = not table.empty
+    else:
+        points = point_estimates(plan, measured, servers)
+        table, left = points_within(points, args.budget_s, args.margin), not points.empty
     if not left:
         print("nothing left to measure")
     elif table.empty:
@@ -207,83 +276,4 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
-
-
 #: The line vLLM's API server logs once it serves requests.
-_READY = "Available routes are"
-
-
-def engine_for_log(log: Path, data: Path):  # type: ignore[no-untyped-def]
-    """The resolved engine config that wrote ``log``: read from a point measured with that config, or, for a server
-    stopped before its first point finished, the packaged case's engine config of the same id."""
-
-    case = log.parent.parent.name
-    config_id = log_name_parts(log)[0]
-    for row in replay_rows(case, data):
-        if row.config_id == config_id:
-            return EngineConfig.model_validate(json.loads(row.engine_config_json))
-    try:
-        planned = load_plan(case).engines
-    except ConfigError:  # a case file of one's own, not packaged
-        planned = []
-    for engine in planned:
-        if engine.config_id() == config_id:
-            return engine
-    raise SchemaError(f"{log}: no recorded point and no planned engine of config {config_id} in case {case}")
-
-
-def server_time(case: str, data: Path | None = None) -> pd.DataFrame:
-    """The GPU time each recorded server of ``case`` (a packaged case's name, or the path of a case file) held, from
-    its log: one row per server log (started or not), from the launch (the time in the log's file name) to its last
-    timestamped line, times the GPUs its engine config uses (TP × PP). ``startup_s`` runs from the launch to vLLM's
-    'Available routes' line (NaN for a server that never became ready). Installing vLLM and a lease's idle time are
-    not in any log, so they are not counted."""
-    import pandas as pd
-
-
-    if case.endswith((".yaml", ".yml")):
-
-        case = load_plan(case).case
-    base = data if data is not None else paths.data_dir()
-    folder = case_dir(case, base)
-    records = []
-    for log in all_server_logs(folder) if (folder / "logs").is_dir() else []:
-        launched = log_name_parts(log)[1]
-        ready, last = None, launched
-        for line in read_text(log).splitlines():
-            stamp = LINE_STAMP.search(line)
-            if stamp is None:
-                continue
-            try:
-                moment = stamp_time(stamp["stamp"], launched)
-            except ValueError:  # not a date after all
-                continue
-            last = max(last, moment)
-            if ready is None and _READY in line:
-                ready = moment
-        engine = engine_for_log(log, base)
-        gpus, held = engine_gpus(engine), (last - launched).total_seconds()
-        records.append({
-            "log": plain_name(log), "engine_label": engine.label, "gpus": gpus, "launched_at": launched,
-            "startup_s": (ready - launched).total_seconds() if ready is not None else float("nan"),
-            "held_s": held, "gpu_minutes": gpus * held / 60.0,
-        })  # fmt: skip
-    columns = ["log", "engine_label", "gpus", "launched_at", "startup_s", "held_s", "gpu_minutes"]
-    return pd.DataFrame(records, columns=columns)
-
-
-def gpu_time_note(servers: pd.DataFrame, gpu: str = "GPU") -> str:
-    """One sentence on a ``server_time`` table: the GPU-minutes its servers held, how many of them went to starting,
-    and what the figure leaves out ('' for an empty table)."""
-    if servers.empty:
-        return ""
-    starting = (servers["startup_s"].fillna(servers["held_s"]) * servers["gpus"]).sum() / 60.0
-    unready = int(servers["startup_s"].isna().sum())
-    never = f" ({unready} of them never became ready)" if unready else ""
-    return (f"**GPU time.** The {len(servers)} recorded server starts{never} held {gpu}s for "
-            f"{servers['gpu_minutes'].sum():.1f} GPU-minutes, {starting:.1f} of them starting (launch to ready); the "
-            "rest served the measured points, their warm-ups and calibration runs. Read from the server logs (launch "
-            "to the last logged line), so installing vLLM and the idle time of a GPU lease are not in it; the sessions "
-            "table of `data/runs/README.md` gives each lease.")

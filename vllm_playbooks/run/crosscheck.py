@@ -7,7 +7,7 @@ mapping in vLLM's own field names. ``our_verdict`` runs this package's checks (`
 installed (it ran on the GPU machine); its results are recorded in ``data/checks/`` and replayed by the book.
 
 Run it where vLLM is installed, keeping its console output (vLLM's own log lines and the summary table) as the raw
-record beside the table: ``python -m vllm_playbooks.config.crosscheck --out data/checks
+record beside the table: ``vllm-playbooks crosscheck --out data/checks
 > data/checks/speculative-config-crosscheck.log 2>&1``.
 
 The recorded table is read back by ``load_record`` and ``load_provenance``; ``comparison_table`` adds, for each case
@@ -368,7 +368,7 @@ def load_record(data: Path | None = None) -> pd.DataFrame:
     if not path.is_file():
         raise ConfigError(
             f"no recorded cross-check at {path}; record one with "
-            "`python -m vllm_playbooks.config.crosscheck --out data/checks` where vLLM is installed"
+            "`vllm-playbooks crosscheck --out data/checks` where vLLM is installed"
         )
     record = pd.read_csv(path, keep_default_na=False, dtype=str)
     if tuple(record.columns) != RECORD_COLUMNS:
@@ -561,13 +561,14 @@ def agreement_notes_markdown(table: pd.DataFrame) -> str:
     return "\n\n".join(f"**`{r.label}`** ({_md(r.why)}): {_md(r.explanation)}" for r in noted.itertuples())
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run every case through vLLM (one process each) and write the table and its provenance under ``--out``."""
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--out`` folder and ``--workers``."""
+    parser.add_argument("--out", type=Path, required=True, help="folder for the table and its provenance")
+    parser.add_argument("--workers", type=int, default=8, help="vLLM processes at a time (default: 8)")
 
-    parser = argparse.ArgumentParser(prog="python -m vllm_playbooks.config.crosscheck", description=__doc__)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--workers", type=int, default=8)
-    args = parser.parse_args(argv)
+
+def main(args: argparse.Namespace) -> int:
+    """Run every case through vLLM (one process each) and write the table and its provenance under ``args.out``."""
     args.out.mkdir(parents=True, exist_ok=True)
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=args.workers, mp_context=spawn, max_tasks_per_child=1) as pool:
@@ -580,7 +581,3 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(table[["label", "ours", "vllm", "agree"]].to_string(index=False))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

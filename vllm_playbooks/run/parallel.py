@@ -1,15 +1,15 @@
 """Several engine configs of one case at once: one worker process per GPU group of this machine.
 
 On a machine with more GPUs than one engine config needs, the configs of a grid are independent: each worker runs
-``runner.run_case`` on its own configs with ``CUDA_VISIBLE_DEVICES`` set to its GPU group and its own data folder
+``run.case.run_case`` on its own configs with ``CUDA_VISIBLE_DEVICES`` set to its GPU group and its own data folder
 (a copy of the case's recorded runs, so resume works), and nothing is shared but the host's CPUs. When all workers
 are done (or stopped), the raw point folders and server logs they recorded are copied into the case's data folder and
-their rows appended (``runner.sync_rows`` rebuilds each row from its raw files), so ``runs.csv`` stays append-only
+their rows appended (``results.replay.sync_rows`` rebuilds each row from its raw files), so ``runs.csv`` stays append-only
 and is written by one process.
 
-``python -m vllm_playbooks.parallel --case discussion-13834 --gpus 0 1 --engines spec-off draft3b-k3-a0.72``
-(``--time-limit-s 540`` stops the workers in time for a GPU lease that ends, keeping every finished point;
-``--repeats 2`` measures each chosen point a second time when its first run is recorded.)
+``vllm-playbooks run --case discussion-13834 --gpus 0 1 --engines spec-off draft3b-k3-a0.72``
+(``--time-limit-s 540`` stops the workers in time for a machine you hold for a limited time, keeping every finished
+point; ``--repeats 2`` measures each chosen point a second time when its first run is recorded.)
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def merge_into(case: str, source: Path, data: Path) -> list[str]:
 
 def worker_argv(case: str, labels: Sequence[str], overrides: dict[str, Any], python: str | None = None) -> list[str]:
     """The command one worker runs: this module's ``worker`` entry with its engine labels and the plan overrides."""
-    return [python or sys.executable, "-m", "vllm_playbooks.parallel", "worker", "--case", case,
+    return [python or sys.executable, "-m", "vllm_playbooks", "worker", "--case", case,
             "--engines", *labels, "--overrides", json.dumps(overrides)]  # fmt: skip
 
 
@@ -137,8 +137,9 @@ def run_on_gpus(
     """Run the engine configs of ``load_plan(case, **overrides)`` spread over ``groups``, one worker per group, and
     merge what they recorded into ``data`` (default: the repo's data folder). The plan and its checks run here first,
     so a bad input is refused before any worker starts. Ctrl-C is passed on to the workers, whose runners stop their
-    servers; the points already finished are merged. After ``time_limit_s`` seconds (for a GPU lease that ends) the
-    workers still running get the same interrupt and ``timed_out`` is set: a later run skips what was recorded."""
+    servers; the points already finished are merged. After ``time_limit_s`` seconds (a machine held for a limited
+    time) the workers still running get the same interrupt and ``timed_out`` is set: a later run skips what was
+    recorded."""
 
     data = data if data is not None else paths.data_dir()
     if case.endswith((".yaml", ".yml")):
@@ -191,28 +192,42 @@ def run_on_gpus(
     return report
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line: run a case's configs over GPU groups (default), or one worker's share (``worker``)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["worker"]:
-        worker = argparse.ArgumentParser(prog="python -m vllm_playbooks.parallel worker")
-        worker.add_argument("--case", required=True)
-        worker.add_argument("--engines", nargs="+", required=True)
-        worker.add_argument("--overrides", default="{}")
-        opts = worker.parse_args(args[1:])
-        # A shell without job control starts background commands with SIGINT ignored, and Python then never turns
-        # it into KeyboardInterrupt: the parent's time limit would not stop this worker. Take it back.
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
+    """A worker's share: the case, its engine labels, the plan overrides as JSON."""
+    parser.add_argument("--case", required=True)
+    parser.add_argument("--engines", nargs="+", required=True)
+    parser.add_argument("--overrides", default="{}")
 
-        plan = load_plan(opts.case, engines=opts.engines, **json.loads(opts.overrides))
-        try:
-            run_case(plan, progress=False).raise_for_failures()
-        except KeyboardInterrupt:
-            print(INTERRUPTED, file=sys.stderr)
-            return 130
-        return 0
-    parser = argparse.ArgumentParser(prog="python -m vllm_playbooks.parallel", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+
+def worker_main(args: argparse.Namespace) -> int:
+    """Run one worker's engine configs (exit 130 when interrupted, its finished points kept)."""
+    # A shell without job control starts background commands with SIGINT ignored, and Python then never turns
+    # it into KeyboardInterrupt: the parent's time limit would not stop this worker. Take it back.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    plan = load_plan(args.case, engines=args.engines, **json.loads(args.overrides))
+    try:
+        run_case(plan, progress=False).raise_for_failures()
+    except KeyboardInterrupt:
+        print(INTERRUPTED, file=sys.stderr)
+        return 130
+    return 0
+
+
+def _positive(kind: type) -> Any:
+    """An argparse type: a number of ``kind`` above 0 (NaN and infinity are refused)."""
+
+    def parse(text: str) -> Any:
+        value = kind(text)
+        if not value > 0 or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"must be a number above 0, got {text!r}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The case, the GPU groups, what part of the grid, repeats and a time limit."""
     parser.add_argument("--case", required=True, help="a packaged case's name, or the path of your own case file")
     parser.add_argument("--gpus", nargs="+", required=True, help="GPU groups, e.g. 0 1, or 0,1 2,3 for TP=2")
     parser.add_argument("--part", default=None,
@@ -221,23 +236,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engines", nargs="+", default=None,
                         help="engine labels, dealt over the GPU groups and run in this order (default: every one of "
                              "the case, in its file's order)")
-    parser.add_argument("--concurrency", nargs="+", type=int, default=None)
-    parser.add_argument("--repeats", type=int, default=None,
+    parser.add_argument("--concurrency", nargs="+", type=_positive(int), default=None)
+    parser.add_argument("--repeats", type=_positive(int), default=None,
                         help="runs per point in all (default: the case's); the recorded ones count, so 2 adds a "
                              "second run where one is recorded")
-    parser.add_argument("--time-limit-s", type=float, default=None,
-                        help="stop the workers after this many seconds (exit 124), keeping what they finished")
-    opts = parser.parse_args(args)
-    if opts.time_limit_s is not None and opts.time_limit_s <= 0:
-        parser.error("--time-limit-s must be > 0")
-    if opts.repeats is not None and opts.repeats < 1:
-        parser.error("--repeats must be >= 1")
+    parser.add_argument("--time-limit-s", type=_positive(float), default=None,
+                        help="stop the workers after this many seconds (exit 124), keeping what they finished")  # fmt: skip
 
+
+def run_main(args: argparse.Namespace) -> int:
+    """Run a case's configs over the GPU groups; exit 124 when the time limit stopped a worker, 130 on Ctrl-C."""
     report: ParallelReport | None = None
     try:
-        chosen = {"engines": opts.engines, "concurrency": opts.concurrency, "repeats": opts.repeats}
-        overrides = overrides_for(opts.case, opts.part, **chosen)
-        report = run_on_gpus(opts.case, opts.gpus, time_limit_s=opts.time_limit_s, **overrides)
+        chosen = {"engines": args.engines, "concurrency": args.concurrency, "repeats": args.repeats}
+        overrides = overrides_for(args.case, args.part, **chosen)
+        report = run_on_gpus(args.case, args.gpus, time_limit_s=args.time_limit_s, **overrides)
         for group, labels in report.assignment.items():
             print(f"GPUs {group}: {', '.join(labels)} → exit {report.returncodes.get(group)}, log {report.logs[group]}")
         print(f"rows added: {len(report.added)}")
@@ -249,7 +262,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{INTERRUPTED}; the points every worker finished were merged", file=sys.stderr)
         return 130
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import itertools
 from dataclasses import dataclass
 from importlib import resources
@@ -466,3 +467,35 @@ def _maybe(value: Any) -> float | None:
     import pandas as pd
 
     return None if value is None or pd.isna(value) else float(value)
+
+
+def parse_parameter_pairs(pairs: list[list[str]] | None) -> dict[str, Any]:
+    """``-p name value`` pairs → a dict; values are read as YAML (``4`` → int, ``[1, 4]`` → list, ``null``)."""
+    out: dict[str, Any] = {}
+    for name, value in pairs or []:
+        try:
+            out[name] = yaml.safe_load(value)
+        except yaml.YAMLError as error:
+            reason = getattr(error, "problem", None) or str(error).splitlines()[0]
+            raise ConfigError(f"parameter {name}: cannot read {value!r} as YAML: {reason}") from None
+    return out
+
+
+def add_check_arguments(parser: argparse.ArgumentParser) -> None:
+    """The case (a packaged name or your own case file) and ``-p NAME VALUE`` overrides."""
+    parser.add_argument("case", help="a packaged case's name (e.g. llama-8b-draft-model) or the path of a case file")
+    parser.add_argument("--part", default=None, help="one part of the case's grid (its 'parts:')")
+    parser.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                        help=f"an override, its value read as YAML; one of: {', '.join(OVERRIDE_KEYS)}")  # fmt: skip
+
+
+def check_main(args: argparse.Namespace) -> int:
+    """Build the plan as the live runner would (every config, load and KV budget checked), print what it holds and
+    the advisories; a config the runner would refuse raises ``ConfigError`` (exit 2, one line)."""
+    overrides = overrides_for(args.case, args.part, **parse_parameter_pairs(args.parameter))
+    plan, advisories = quiet_plan(args.case, **overrides)
+    for advisory in advisories:
+        print(f"advisory: {advisory}")
+    print(f"{plan.case}: {len(plan.engines)} engine config(s), {len(plan.points())} point(s) to measure; "
+          "every config and load passes the checks the runner makes before a server starts")
+    return 0

@@ -106,22 +106,20 @@ def build_tokenizer(corpus_paths: Sequence[Path | str], out_dir: Path | str, voc
     return real_size
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: rebuild the packaged tokenizer (defaults) or another one (``--out``, ``--vocab-size``)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The corpus, the output folder and the vocabulary size."""
     parser.add_argument(
         "corpus", nargs="*", type=Path, help="text files (default: shared/research/*.md + ARCHITECTURE.md)"
     )
     parser.add_argument("--out", type=Path, default=HERE, help=f"output folder (default: {HERE})")
     parser.add_argument("--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE)
-    args = parser.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Rebuild the packaged tokenizer (defaults) or another one (``--out``, ``--vocab-size``)."""
     corpus = args.corpus or default_corpus()
     size = build_tokenizer(corpus, args.out, args.vocab_size)
     print(f"vocab size {size} (asked {args.vocab_size}) from {len(corpus)} files -> {args.out}")
     for path in corpus:
         print(f"  {path}")
     return 0 if size == args.vocab_size else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,0 +1,57 @@
+"""The one command line: every subcommand listed, each one's module answers, bad input is one line with exit 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+from vllm_playbooks import cli
+
+
+def test_help_lists_every_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    assert stopped.value.code == 0
+    for command in cli.COMMANDS:
+        assert command.name in out
+
+
+@pytest.mark.parametrize("command", cli.COMMANDS, ids=lambda c: c.name)
+def test_each_subcommand_declares_its_arguments(command: cli.Command, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        cli.main([command.name, "--help"])
+    assert stopped.value.code == 0 and command.summary in capsys.readouterr().out.replace("\n", " ").replace("  ", " ")
+
+
+@pytest.mark.parametrize(("argv", "error"), [
+    (["frob"], "error: argument COMMAND: invalid choice: 'frob'"),
+    (["check-config", "nope"], "error: Unknown case 'nope'"),
+    (["check-config", "llama-8b-draft-model", "-p", "concurrency", "[1, "], "error: parameter concurrency: cannot read"),
+    (["check-config", "llama-8b-draft-model", "-p", "engines", "[spec-of]"], "error: case llama-8b-draft-model: no engine"),
+    (["run", "--case", "llama-8b-draft-model"], "error: the following arguments are required: --gpus"),
+    (["reproduce", "nope"], "error: no notebook 'nope'"),
+])  # fmt: skip
+def test_bad_input_is_one_line_with_exit_status_2(argv: list[str], error: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    try:
+        status = cli.main(argv)
+    except SystemExit as stopped:
+        status = stopped.code  # type: ignore[assignment]
+    err = capsys.readouterr().err
+    assert status == 2 and err.startswith(error) and err.count("\n") == 1, err
+
+
+def test_check_config_prints_what_the_plan_holds(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["check-config", "llama-8b-draft-model", "-p", "concurrency", "[1, 16]"]) == 0
+    out = capsys.readouterr().out
+    assert "llama-8b-draft-model: 2 engine config(s), 4 point(s) to measure" in out and "advisory: " in out
+
+
+def test_python_dash_m_is_the_same_command_line() -> None:
+    done = subprocess.run([sys.executable, "-m", "vllm_playbooks", "check-config", "nope"], cwd=ROOT,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 2 and done.stderr.startswith("error: Unknown case 'nope'")

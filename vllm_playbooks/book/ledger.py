@@ -1,0 +1,28 @@
+"""``vllm-playbooks ledger``: the claims ledger on the command line, as the ledger page shows it or as CSV."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from vllm_playbooks.cases import register_checks
+from vllm_playbooks.claims.ledger import LEDGER_COLUMNS, build_ledger, ledger_markdown
+
+FORMATS = ("markdown", "csv")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--format markdown|csv``."""
+    parser.add_argument("--format", choices=FORMATS, default="markdown",
+                        help="markdown: as the ledger page; csv: one row per claim (default: markdown)")  # fmt: skip
+
+
+def main(args: argparse.Namespace) -> int:
+    """Build the ledger from the recorded rows (every case's checks registered) and print it."""
+    register_checks()
+    ledger = build_ledger()
+    if args.format == "csv":
+        ledger[LEDGER_COLUMNS].to_csv(sys.stdout, index=False)
+    else:
+        print(ledger_markdown(ledger))
+    return 0
