@@ -53,7 +53,7 @@ def test_pr_12755_qps1_speedup_matches_its_tpots(published) -> None:  # type: ig
 
 
 def _copy_with(tmp_path: Path, **changes: str) -> Path:
-    source = Path(__file__).resolve().parents[2] / "data" / "reference" / "published.csv"
+    source = Path(__file__).resolve().parents[3] / "data" / "reference" / "published.csv"
     rows = list(csv.DictReader(source.open()))
     rows[0].update(changes)
     target = tmp_path / "published.csv"

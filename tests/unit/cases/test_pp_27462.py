@@ -15,7 +15,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from tests.conftest import FakeBench  # noqa: E402
-from tests.unit.test_runner import factory  # noqa: E402
+from tests.unit.run.test_case import factory  # noqa: E402
 from vllm_playbooks.analysis import whatif
 from vllm_playbooks.book import plots
 from vllm_playbooks.cases import pp_27462

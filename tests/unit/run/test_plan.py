@@ -76,7 +76,7 @@ def test_shape_checks(kwargs: dict[str, Any], expected: str) -> None:
 
 
 def test_mtp_k_must_divide_by_the_layer_count(tmp_path: Path) -> None:
-    config = json.loads((Path(__file__).resolve().parents[2] / "vllm_playbooks/shapes/deepseek-v3/config.json").read_text())
+    config = json.loads((Path(__file__).resolve().parents[3] / "vllm_playbooks/shapes/deepseek-v3/config.json").read_text())
     config["num_nextn_predict_layers"] = 2
     (tmp_path / "config.json").write_text(json.dumps(config))
     ok = _engine(model=str(tmp_path), speculative={"method": "mtp", "num_speculative_tokens": 4})

@@ -18,7 +18,7 @@ from vllm_playbooks.run import parallel
 from vllm_playbooks.run.parallel import assign_engines, check_group_sizes, merge_into, run_on_gpus, worker_argv
 from vllm_playbooks.run.plan import load_plan
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CASE = "llama-8b-draft-model"
 RECORDED = ROOT / "data" / "runs" / CASE
 

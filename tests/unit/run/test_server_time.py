@@ -43,7 +43,7 @@ def test_a_server_held_its_gpus_from_launch_to_its_last_line(tmp_path: Path) -> 
     # starting: 90 s × 2 GPUs + 40 s (the whole life of the server that never became ready) = 220 GPU-seconds
     assert note.startswith("**GPU time.** The 2 recorded server starts (1 of them never became ready) held GPUs for "
                            "6.7 GPU-minutes, 3.7 of them starting (launch to ready);")  # fmt: skip
-    assert "installing vLLM and the idle time of a GPU lease are not in it" in note
+    assert "installing vLLM and a machine's idle time between runs are not in it" in note
 
 
 def test_no_logs_no_gpu_time(tmp_path: Path) -> None:

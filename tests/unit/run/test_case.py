@@ -154,9 +154,9 @@ SIGTERM_SCRIPT = """
 import sys, time
 sys.path.insert(0, {root!r})
 from tests.conftest import FakeBench
-from tests.unit.test_runner import factory
-from vllm_playbooks.plan import load_plan
-from vllm_playbooks.runner import run_case
+from tests.unit.run.test_case import factory
+from vllm_playbooks.run.plan import load_plan
+from vllm_playbooks.run.case import run_case
 
 class SlowBench(FakeBench):
     def __call__(self, argv):

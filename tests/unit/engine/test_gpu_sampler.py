@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import FakeBench
 from tests.fakes.fake_nvml import FakeGpu, FakeNvml, two_h200
-from tests.unit.test_runner import factory
+from tests.unit.run.test_case import factory
 from vllm_playbooks.engine.gpu_sampler import (
     NVML_MODULES,
     SAMPLE_COLUMNS,
