@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from vllm_playbooks.analysis.noise import NO_CHANGE_BAND_PCT
+from vllm_playbooks.analysis.noise import MIN_BAND_PCT, band_pct, effect_of_speedup, spread_of
 from vllm_playbooks.config.engine import cudagraph_mode_forced_by
 from vllm_playbooks.config.speculative import SpeculativeConfig
 from vllm_playbooks.model.speculative import tokens_per_step_from_rates
@@ -14,11 +14,15 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-#: Columns that must match for a speculative row and a baseline row to be compared.
+#: Columns that must match for a speculative row and a baseline row to be compared: the same case, engine settings
+#: and load (the spread of its lengths included), on the same GPU. Repeated runs of one point share all of them.
 PAIRING_COLUMNS = (
-    "model_shape", "load_format", "input_len", "output_len", "concurrency", "request_rate_qps",
-    "tensor_parallel_size", "pipeline_parallel_size", "max_num_seqs", "max_num_batched_tokens", "gpu_name",
+    "case", "model_shape", "load_format", "input_len", "output_len", "random_range_ratio", "concurrency",
+    "request_rate_qps", "tensor_parallel_size", "pipeline_parallel_size", "max_num_seqs", "max_num_batched_tokens",
+    "gpu_name",
 )  # fmt: skip
+#: Pairing columns a frame built by hand may leave out: it then compares as one case with fixed lengths.
+_OPTIONAL_PAIRING = {"case": "—", "random_range_ratio": 0.0}
 
 
 #: The environment variable that overrides vLLM 0.26's choice of model runner ("0": V1, "1": Model Runner V2).
@@ -71,21 +75,27 @@ def is_baseline(df: pd.DataFrame) -> pd.Series:
 
 
 def versus_baseline(df: pd.DataFrame, metric: str = "output_tok_s", extra: Sequence[str] = ()) -> pd.DataFrame:
-    """One row per speculative point with its baseline's value of ``metric`` at the same load and settings.
+    """One row per speculative config and load, its ``metric`` beside its baseline's at the same load and settings.
 
-    ``ratio`` is speculative / baseline, ``change_pct`` is the change in percent. For latencies a ratio below 1
-    is the better result; for throughputs above 1. ``extra`` names further columns of the speculative rows to carry
-    along (for example ``acceptance_rate``). The baseline rows are ``is_baseline``'s: a spec-off control that forces
-    a model runner or a CUDA-graph mode is neither a baseline nor compared here.
+    Repeated runs of a point (same engine label and ``PAIRING_COLUMNS``) are repeats, never separate points: each side
+    enters as the median of its runs, with ``…_runs`` (how many) and ``…_spread_pct`` (``analysis.noise``: highest −
+    lowest over the median, 0 for one run). ``band_pct`` is the band the comparison uses (``noise.band_pct``) and
+    ``effect`` what the change is called: gain, loss, or within noise. ``ratio`` is speculative / baseline and
+    ``change_pct`` the change in percent; for latencies a ratio below 1 is the better result, for throughputs above 1.
+    ``extra`` names further columns of the speculative rows to carry along (numbers as the median of the runs, for
+    example ``acceptance_rate``). The baseline rows are ``is_baseline``'s: a spec-off control that forces a model
+    runner or a CUDA-graph mode is neither a baseline nor compared here. Pass rows without stalls.
     """
     import pandas as pd
 
     keys = list(PAIRING_COLUMNS)
+    df = with_pairing_columns(df)
     filled = df.assign(**{k: df[k].astype("string").fillna("—") for k in keys})
-    base = filled[is_baseline(df)][[*keys, metric]].rename(columns={metric: "baseline"})
-    spec = filled[filled["spec_method"] != "none"]
-    if base.duplicated(keys).any():
-        base = base.groupby(keys, as_index=False)["baseline"].median()
+    base = _median_of_runs(filled[is_baseline(df)], keys, metric, "baseline")
+    described = ["spec_method", "num_speculative_tokens", "imposed_alpha", "imposed_acceptance_rates", *extra]
+    described = [c for c in dict.fromkeys(described) if c in filled.columns and c not in keys]
+    spec = _median_of_runs(filled[filled["spec_method"] != "none"], [*keys, "engine_label"], metric, "speculative",
+                           described)  # fmt: skip
     merged = spec.merge(base, on=keys, how="inner")
     missing = pd.Series([None] * len(merged), index=merged.index, dtype="object")
     out = pd.DataFrame(
@@ -95,22 +105,59 @@ def versus_baseline(df: pd.DataFrame, metric: str = "output_tok_s", extra: Seque
             "k": merged["num_speculative_tokens"],
             "imposed_alpha": merged["imposed_alpha"],
             "imposed_acceptance_rates": merged.get("imposed_acceptance_rates", missing),
+            "case": merged["case"].astype(str),
             "model_shape": merged["model_shape"].astype(str),
             "input_len": pd.to_numeric(merged["input_len"], errors="coerce"),
             "output_len": pd.to_numeric(merged["output_len"], errors="coerce"),
+            "random_range_ratio": pd.to_numeric(merged["random_range_ratio"], errors="coerce"),
             "concurrency": pd.to_numeric(merged["concurrency"], errors="coerce"),
             "request_rate_qps": pd.to_numeric(merged["request_rate_qps"], errors="coerce"),
+            "gpu_name": merged["gpu_name"].astype(str),
             "metric": metric,
             "baseline": merged["baseline"].astype(float),
-            "speculative": merged[metric].astype(float),
-            **{name: merged[name] for name in extra},
+            "speculative": merged["speculative"].astype(float),
+            **{name: merged[name] for name in extra if name != "case"},
+            "baseline_runs": merged["baseline_runs"].astype(int),
+            "speculative_runs": merged["speculative_runs"].astype(int),
+            "baseline_spread_pct": merged["baseline_spread_pct"].astype(float),
+            "speculative_spread_pct": merged["speculative_spread_pct"].astype(float),
         }
     )
     out["ratio"] = out["speculative"] / out["baseline"]
     out["change_pct"] = 100.0 * (out["ratio"] - 1.0)
+    out["band_pct"] = [band_pct(a, b) for a, b in zip(out["baseline_spread_pct"], out["speculative_spread_pct"],
+                                                      strict=True)]  # fmt: skip
+    speedups = out["ratio"] if higher_is_better(metric) else 1.0 / out["ratio"]
+    out["effect"] = [str(effect_of_speedup(s, b)) for s, b in zip(speedups, out["band_pct"], strict=True)]
     out["load"] = [load_text(c, r) for c, r in zip(out["concurrency"], out["request_rate_qps"], strict=True)]
-    order = ["engine_label", "input_len", "request_rate_qps", "concurrency"]
+    order = ["engine_label", "input_len", "random_range_ratio", "request_rate_qps", "concurrency"]
     return out.sort_values(order, na_position="last").reset_index(drop=True)
+
+
+def with_pairing_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with the optional pairing columns it lacks (a frame built by hand: one case, fixed lengths)."""
+    return df.assign(**{k: v for k, v in _OPTIONAL_PAIRING.items() if k not in df.columns})
+
+
+def _median_of_runs(
+    rows: pd.DataFrame, keys: list[str], metric: str, name: str, described: Sequence[str] = ()
+) -> pd.DataFrame:
+    """One line per ``keys`` group of ``rows``: ``name`` (the median of ``metric`` over its runs), ``name_runs`` and
+    ``name_spread_pct`` (``noise.spread_of``); each ``described`` column as the median of its runs where numeric,
+    else its first value."""
+    import pandas as pd
+
+    records = []
+    for values, group in rows.groupby(keys, sort=False, dropna=False):
+        spread = spread_of(group[metric].astype(float))
+        record = dict(zip(keys, values, strict=True))
+        for column in described:
+            numbers = pd.to_numeric(group[column], errors="coerce")
+            record[column] = numbers.median() if numbers.notna().any() else group[column].iloc[0]
+        records.append({**record, name: spread.median, f"{name}_runs": spread.runs,
+                        f"{name}_spread_pct": spread.spread_pct})  # fmt: skip
+    columns = [*keys, *described, name, f"{name}_runs", f"{name}_spread_pct"]
+    return pd.DataFrame(records, columns=columns)
 
 
 def load_text(concurrency: object, request_rate_qps: object) -> str:
@@ -251,7 +298,7 @@ def label_change(df: pd.DataFrame, label: str, reference_label: str, metric: str
     return values.reset_index().astype({"concurrency": int})
 
 
-def label_change_text(change: pd.DataFrame, metric: str = "output_tok_s", band_pct: float = NO_CHANGE_BAND_PCT) -> str:
+def label_change_text(change: pd.DataFrame, metric: str = "output_tok_s", band_pct: float = MIN_BAND_PCT) -> str:
     """A sentence on a ``label_change`` table: where the config matched its reference within ±``band_pct`` and
     where it did not, with the change at each concurrency; '' for an empty table."""
     if change.empty:

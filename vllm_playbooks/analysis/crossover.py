@@ -5,17 +5,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vllm_playbooks.analysis.compare import higher_is_better, pd_isna, versus_baseline
-from vllm_playbooks.analysis.noise import NO_CHANGE_BAND_PCT
+from vllm_playbooks.analysis.noise import Effect
 
 if TYPE_CHECKING:
     import pandas as pd
 
 
-def crossover(comparison: pd.DataFrame, band_pct: float = NO_CHANGE_BAND_PCT) -> pd.DataFrame:
+def crossover(comparison: pd.DataFrame) -> pd.DataFrame:
     """Where each speculative config stops paying, from ``versus_baseline`` rows of a throughput metric.
 
-    One row per config: the highest measured concurrency where it gained more than ``band_pct``, the lowest where it
-    lost more than ``band_pct`` (``None`` where there is none), and a sentence. Latency metrics are refused.
+    One row per config: the highest measured concurrency where it gained, the lowest where it lost (``None`` where
+    there is none), each beyond that point's band (``band_pct``: ``analysis.noise``), and a sentence naming the
+    concurrencies within noise. Latency metrics are refused.
     """
     import pandas as pd
 
@@ -27,16 +28,17 @@ def crossover(comparison: pd.DataFrame, band_pct: float = NO_CHANGE_BAND_PCT) ->
     records = []
     for label, group in comparison.dropna(subset=["concurrency"]).groupby("engine_label"):
         group = group.sort_values("concurrency")
-        gains = group[group["change_pct"] > band_pct]["concurrency"]
-        losses = group[group["change_pct"] < -band_pct]["concurrency"]
-        even = group[group["change_pct"].abs() <= band_pct]
+        gains = group[group["effect"] == Effect.GAIN]["concurrency"]
+        losses = group[group["effect"] == Effect.LOSS]["concurrency"]
+        even = group[group["effect"] == Effect.NONE]
         up_to = int(gains.max()) if not gains.empty else None
         loses = int(losses.min()) if not losses.empty else None
         parts = []
         if up_to is not None:
             parts.append(f"gains up to {up_to} stream{'s' if up_to > 1 else ''}")
         if not even.empty:
-            parts.append("no change (within ±{:g} %) at {}".format(band_pct, ", ".join(str(int(c)) for c in even["concurrency"])))
+            levels = ", ".join(str(int(c)) for c in even["concurrency"])
+            parts.append(f"within noise (±{even['band_pct'].max():.0f} %) at {levels}")
         if loses is not None:
             parts.append(f"loses from {loses} stream{'s' if loses > 1 else ''}")
         records.append({"engine_label": label, "gains_up_to": up_to, "loses_from": loses,

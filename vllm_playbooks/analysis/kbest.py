@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from vllm_playbooks.analysis.noise import TOLERANCE
+from vllm_playbooks.analysis.noise import MIN_BAND_PCT
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -38,7 +38,7 @@ def best_k_by_band(gains: pd.DataFrame, alpha: float, bands: Iterable[tuple[str,
 
     A band gets a best k only where at least two values of k were measured in it; ``ks`` lists those compared,
     ``runner_up_k`` is the next best and ``lead_pts`` how many points of gain the best is ahead of it (one run per
-    point: a lead within ``TOLERANCE`` is not a winner, ``eagle3_rule`` says so). A band without any point of the
+    point: a lead within ``MIN_BAND_PCT`` is not a winner, ``eagle3_rule`` says so). A band without any point of the
     profile (the long profile stops at concurrency 64) gets no row.
     """
     import pandas as pd
@@ -58,7 +58,7 @@ def best_k_by_band(gains: pd.DataFrame, alpha: float, bands: Iterable[tuple[str,
 
 
 def claimed_ks_by_band(
-    gains: pd.DataFrame, alpha: float, low: int, high: int, tolerance: float = TOLERANCE,
+    gains: pd.DataFrame, alpha: float, low: int, high: int, tolerance: float = MIN_BAND_PCT / 100,
     bands: Iterable[tuple[str, int, int]] = BANDS,
 ) -> pd.DataFrame:
     """Whether a claimed best range of draft tokens (``low``-``high``, Red Hat's 2-3) held in each profile and

@@ -1,25 +1,79 @@
-"""How large a difference must be before the book calls it a gain or a loss: the bands every comparison uses."""
+"""How large a difference must be before the book calls it a gain or a loss: the one place that says so.
+
+A point measured several times has a *spread*: how far its clean runs lie apart, (highest − lowest) / median. A
+comparison of two points (speculation against its baseline, one config against another) uses the median of each
+side's runs and a *band*: the larger of the two sides' spreads, and at least ``MIN_BAND_PCT``. A difference inside
+the band is "within noise"; only one larger than the band is a gain or a loss. A side measured once has no spread
+of its own, so only the floor guards it: such a point is an anecdote, and pages say how many runs a verdict rests on.
+
+Three other margins live here too, because they are choices a reader should find in one place, but they are not
+noise: ``SIZE_TOLERANCE`` (how close a measured ratio must come to a claimed one to count as the same size) and
+``THRESHOLD_PCT`` (by how much PP=2 must beat PP=1 for issue #27462's claim).
+"""
 
 from __future__ import annotations
 
-#: A change within ±5 % counts as no change (the claims ledger's band; run-to-run spread is not measured yet).
-NO_CHANGE_BAND_PCT = 5.0
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
 
-
-#: A speed-up within 1 ± this counts as no change (break-even). The book has not measured its run-to-run spread, so
-#: this band is a stated choice, not a measured one.
-BREAK_EVEN_BAND = 0.05
-
+#: The smallest band, in percent: a difference within ±5 % is never called a gain or a loss, however close the runs
+#: of both sides lie (and it is the whole band of a side measured once). A stated choice, not a measurement.
+MIN_BAND_PCT = 5.0
+#: A verdict rests on points measured at least this many times without a stall; fewer, and it says so.
+MIN_CLEAN_REPEATS = 3
 
 #: A measured (or modelled) ratio within ±10 % of the claimed ratio, or of the ends of a claimed range, counts as the
 #: same size.
 SIZE_TOLERANCE = 0.10
-
-
-#: The verdict's margin: PP=2 at N counts as "not faster" than PP=1 at N within this many percent.
+#: Issue #27462's margin: PP=2 at N counts as "not faster" than PP=1 at N within this many percent.
 THRESHOLD_PCT = 20.0
 
 
-#: Relative change below which a difference is not called a gain or a loss (a choice: repeated runs of one point
-#: have not been measured here; the first recorded sweeps re-measured short runs within a few per cent).
-TOLERANCE = 0.03
+class Effect(StrEnum):
+    """What a difference is called: a gain or a loss beyond the band, else within noise."""
+
+    GAIN = "gain"
+    NONE = "within noise"
+    LOSS = "loss"
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The clean runs of one point: how many, their median, lowest and highest value."""
+
+    runs: int
+    median: float
+    lowest: float
+    highest: float
+
+    @property
+    def spread_pct(self) -> float:
+        """(highest − lowest) / median in percent; 0 for a single run (its spread is unknown, not zero: see
+        ``band_pct``)."""
+        return 100.0 * (self.highest - self.lowest) / self.median if self.runs > 1 and self.median else 0.0
+
+
+def spread_of(values: Iterable[float]) -> Spread:
+    """The ``Spread`` of the values of one point's clean runs; ``ValueError`` for none."""
+    ordered = sorted(float(v) for v in values)
+    if not ordered:
+        raise ValueError("a spread needs at least one run")
+    middle = len(ordered) // 2
+    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    return Spread(len(ordered), median, ordered[0], ordered[-1])
+
+
+def band_pct(*spreads_pct: float) -> float:
+    """The band a difference must exceed: the largest spread of the sides compared, at least ``MIN_BAND_PCT``."""
+    return max((MIN_BAND_PCT, *spreads_pct))
+
+
+def effect_of_speedup(speedup: float, band: float = MIN_BAND_PCT) -> Effect:
+    """What a speed-up is called (a ratio where above 1 is better: this / reference for a throughput, reference /
+    this for a latency): ``GAIN`` above 1 + band, ``LOSS`` below 1 − band, else ``NONE`` (within noise)."""
+    if speedup > 1.0 + band / 100.0:
+        return Effect.GAIN
+    if speedup < 1.0 - band / 100.0:
+        return Effect.LOSS
+    return Effect.NONE

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from vllm_playbooks.analysis.compare import versus_baseline
-from vllm_playbooks.analysis.noise import TOLERANCE
+from vllm_playbooks.analysis.noise import MIN_BAND_PCT
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -65,7 +65,7 @@ def alpha_band(gains: pd.DataFrame, central: float, k: int = 3) -> pd.DataFrame:
     return band[columns].sort_values(["profile", "imposed_alpha", "concurrency"]).reset_index(drop=True)
 
 
-def describe_alpha_band(band: pd.DataFrame, k: int = 3, tolerance: float = TOLERANCE) -> str:
+def describe_alpha_band(band: pd.DataFrame, k: int = 3, tolerance: float = MIN_BAND_PCT / 100) -> str:
     """One sentence per profile and α of an ``alpha_band`` table of ``k``: where it still paid (a gain beyond
     ``tolerance``) and where it did not at that α, and by how many points its gain differed from the central α's at
     the concurrencies measured with both, naming those where the difference ran against acceptance by more than

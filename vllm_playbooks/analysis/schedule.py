@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from vllm_playbooks.analysis.compare import is_baseline, pd_isna, recorded_speculative
-from vllm_playbooks.analysis.noise import NO_CHANGE_BAND_PCT
+from vllm_playbooks.analysis.noise import MIN_BAND_PCT
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -54,7 +54,7 @@ def schedule_outcome(
 
 
 def schedule_outcome_text(
-    outcome: pd.DataFrame, modes: pd.DataFrame | None = None, band_pct: float = NO_CHANGE_BAND_PCT,
+    outcome: pd.DataFrame, modes: pd.DataFrame | None = None, band_pct: float = MIN_BAND_PCT,
 ) -> str:
     """A sentence on a ``schedule_outcome`` table: whether the schedule matched speculation off where it switched
     speculation off, and the same config without a schedule where it speculated (within ±``band_pct``); with

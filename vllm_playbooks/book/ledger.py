@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from vllm_playbooks.cases import register_checks
-from vllm_playbooks.claims.ledger import LEDGER_COLUMNS, build_ledger, ledger_markdown
+from vllm_playbooks.claims.ledger import build_ledger, ledger_export, ledger_markdown
 
 FORMATS = ("markdown", "csv")
 
@@ -14,7 +14,8 @@ FORMATS = ("markdown", "csv")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``--format markdown|csv``."""
     parser.add_argument("--format", choices=FORMATS, default="markdown",
-                        help="markdown: as the ledger page; csv: one row per claim (default: markdown)")  # fmt: skip
+                        help="markdown: as the ledger page; csv: one row per claim with the noise its verdict rests on "
+                             "(claim_id, verdict, hardware, points, min_clean_repeats, spread_pct, band_pct)")  # fmt: skip
 
 
 def main(args: argparse.Namespace) -> int:
@@ -22,7 +23,7 @@ def main(args: argparse.Namespace) -> int:
     register_checks()
     ledger = build_ledger()
     if args.format == "csv":
-        ledger[LEDGER_COLUMNS].to_csv(sys.stdout, index=False)
+        ledger_export(ledger).to_csv(sys.stdout, index=False)
     else:
         print(ledger_markdown(ledger))
     return 0

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from vllm_playbooks.analysis.compare import is_baseline, versus_baseline
-from vllm_playbooks.analysis.noise import TOLERANCE
+from vllm_playbooks.analysis.noise import MIN_BAND_PCT
 from vllm_playbooks.claims.finding import (
     Finding,
     gpu_names,
@@ -18,7 +18,7 @@ from vllm_playbooks.claims.finding import (
     stalled_loads,
     stalled_words,
 )
-from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, _pairs, check
+from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, speedup_pairs, check
 from vllm_playbooks.claims.reference import published_value
 from vllm_playbooks.claims.verdict import Effect, Verdict, combine, effect, judge
 from vllm_playbooks.errors import SchemaError
@@ -76,22 +76,25 @@ def mtp_speedup_at_acceptance(claim: Claim, ev: Evidence) -> CheckResult:
     high = ev.value(claim, "v3-second-token-acceptance-high") / 100
     claimed = ev.value(claim, "v3-tps-speedup")
     published = f"{claimed:g}× tokens per second at {100 * low:g}–{100 * high:g} % second-token acceptance (one MTP token)"
-    pairs = _at_mtp_scale(_pairs(ev.rows(claim.case), "tpot_mean_ms", extra=["acceptance_rate"]))
+    pairs = _at_mtp_scale(speedup_pairs(ev.rows(claim.case), "tpot_mean_ms", extra=["acceptance_rate"]))
     pairs = pairs[(pairs["spec_method"] == "mtp") & (pairs["k"] == 1) & pairs["concurrency"].notna()]
     pairs = pairs[pairs["acceptance_rate"].astype(float).between(low, high)]
+    lowest = pairs[pairs["concurrency"] == pairs["concurrency"].min()]
     if pairs.empty:
         measured, verdict, rows = "no recorded MTP row at that acceptance yet", Verdict.NOT_MEASURED, 0
     else:
-        lowest = pairs[pairs["concurrency"] == pairs["concurrency"].min()]
         measured = "; ".join(
             f"concurrency {int(r['concurrency'])}, acceptance {r['acceptance_rate']:.2f}: {r['speedup']:.2f}× "
             f"({r['engine_label']})" for _, r in lowest.iterrows()
         )
-        verdict, rows = combine(judge(float(s), claimed) for s in lowest["speedup"]), len(lowest)
+        verdict = combine(judge(float(s), claimed, band_pct=b) for s, b in zip(lowest["speedup"], lowest["band_pct"],
+                                                                                strict=True))  # fmt: skip
+        rows = len(lowest)
     c, layers = _mtp_cost()
     ends = [speedup(a, 1, c) for a in (low, high)]
     model_says = f"theory.speedup with k=1, c={layers} (MTP layers / target layers): {ends[0]:.2f}–{ends[1]:.2f}×"
-    return CheckResult(published, measured, verdict, rows, model_says, combine(judge(s, claimed) for s in ends))
+    model_verdict = combine(judge(s, claimed) for s in ends)
+    return CheckResult(published, measured, verdict, rows, model_says, model_verdict, pairs=lowest if rows else None)
 
 
 _QPS = re.compile(r"-qps(\d+)$")
@@ -116,17 +119,18 @@ def mtp_gain_falls_with_qps(claim: Claim, ev: Evidence) -> CheckResult:
     high = ev.value(claim, "pr12755-acceptance-high") / 100
     published = (", ".join(f"{s:g}× at QPS {q}" for q, s in sorted(claimed.items()))
                  + f"; a gain only below QPS {bound:g} (k=1, acceptance {100 * low:g}–{100 * high:g} %)")  # fmt: skip
-    pairs = _at_mtp_scale(_pairs(ev.rows(claim.case), "tpot_mean_ms"))
+    pairs = _at_mtp_scale(speedup_pairs(ev.rows(claim.case), "tpot_mean_ms"))
     pairs = pairs[(pairs["spec_method"] == "mtp") & (pairs["k"] == 1) & pairs["request_rate_qps"].notna()]
-    verdicts, notes = [], []
-    for _, r in pairs.sort_values(["request_rate_qps", "engine_label"]).iterrows():
-        qps, speedup = float(r["request_rate_qps"]), float(r["speedup"])
+    verdicts, notes, judged = [], [], []
+    for index, r in pairs.sort_values(["request_rate_qps", "engine_label"]).iterrows():
+        qps, speedup, band = float(r["request_rate_qps"]), float(r["speedup"]), float(r["band_pct"])
         if qps in claimed:
-            verdicts.append(judge(speedup, claimed[qps]))
+            verdicts.append(judge(speedup, claimed[qps], band_pct=band))
         elif qps >= bound:
-            verdicts.append(Verdict.NOT_REPRODUCED if effect(speedup) is Effect.GAIN else Verdict.REPRODUCED)
+            verdicts.append(Verdict.NOT_REPRODUCED if effect(speedup, band) is Effect.GAIN else Verdict.REPRODUCED)
         else:
             continue
+        judged.append(index)
         notes.append(f"{speedup:.2f}× at QPS {qps:g} ({r['engine_label']})")
     measured = "; ".join(notes) if notes else "no recorded MTP row at the PR's request rates yet"
     c_model, layers = _mtp_cost()
@@ -135,7 +139,8 @@ def mtp_gain_falls_with_qps(claim: Claim, ev: Evidence) -> CheckResult:
     model_says = (f"theory.speedup with k=1, c={layers}: at most {tops[0]:.2f}–{tops[1]:.2f}× at any load; "
                   f"{claimed[min(claimed)]:g}× at QPS {min(claimed)} implies c={implied[0]:.2f}–{implied[1]:.2f}. "
                   "The model has no load term, so it cannot say where the gain ends")  # fmt: skip
-    return CheckResult(published, measured, combine(verdicts), len(verdicts), model_says, None)
+    return CheckResult(published, measured, combine(verdicts), len(verdicts), model_says, None,
+                       pairs=pairs.loc[judged] if judged else None)  # fmt: skip
 
 
 def mtp_later_conditional(published: pd.DataFrame, first: float = 0.85, k: int = 7) -> float:
@@ -214,7 +219,7 @@ MIN_RATES_JUDGED = 3
 
 def mtp_verdict(
     df: pd.DataFrame, published: pd.DataFrame | None = None, engine: str = "mtp-k1-a0.85",
-    rates: Iterable[float] = (1, 2, 4, 8), tolerance: float = TOLERANCE,
+    rates: Iterable[float] = (1, 2, 4, 8), tolerance: float = MIN_BAND_PCT / 100,
 ) -> Finding:
     """Does MTP at k = 1 lower TPOT at low request rates, and does the gain shrink as the rate grows, as vLLM PR
     #12755 reported (1.63× at 1 QPS, 1.00× at 8 QPS)? Rests on ``engine`` against speculation off, Poisson loads.
@@ -577,7 +582,7 @@ def _mtp_rule_by_verdict(verdict: Finding) -> str:
         return f"{start}: measured here, its gain held at every request rate up to {top:g} QPS."
     if verdict.status == "no gain at low load":
         return "Measured here, MTP at k = 1 did not lower TPOT even at low load on this shape: check the model's scale first."
-    gains = verdict.table[verdict.table["speedup"] > 1.0 + TOLERANCE] if not verdict.table.empty else verdict.table
+    gains = verdict.table[verdict.table["speedup"] > 1.0 + MIN_BAND_PCT / 100] if not verdict.table.empty else verdict.table
     if verdict.status == "incomplete" and len(gains) == len(verdict.table) and not gains.empty:
         rates = ", ".join(f"{r:g}" for r in gains["request_rate_qps"])
         return (f"{start}: measured here it lowered TPOT at every request rate measured so far ({rates} QPS); where "

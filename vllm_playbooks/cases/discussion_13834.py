@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, _pairs, _pct, check
+from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, speedup_pairs, percent_change, check
 from vllm_playbooks.claims.reference import published_value
 from vllm_playbooks.claims.verdict import LOAD_FACTOR, Verdict, judge
 from vllm_playbooks.hardware import get_gpu
@@ -31,20 +31,21 @@ def spec_slower_at_reported_load(claim: Claim, ev: Evidence) -> CheckResult:
     k, alpha = int(ev.value(claim, "num-speculative-tokens")), ev.value(claim, "acceptance-rate-author-quoted")
     streams = float(implied_13834(ev.sources(claim))["streams_in_flight_spec_off"])
     claimed = on / off
-    published = f"{off:g} → {on:g} output tok/s ({_pct(claimed)}), k={k}, acceptance {alpha:g}, ≈{streams:.0f} streams"
-    pairs = _pairs(ev.rows(claim.case), "output_tok_s")
+    published = f"{off:g} → {on:g} output tok/s ({percent_change(claimed)}), k={k}, acceptance {alpha:g}, ≈{streams:.0f} streams"
+    pairs = speedup_pairs(ev.rows(claim.case), "output_tok_s")
     pairs = pairs[(pairs["k"] == k) & (pairs["imposed_alpha"].astype(float).sub(alpha).abs() < 1e-9)]
     pairs = pairs[pairs["concurrency"].notna()]
     near = pairs[(pairs["concurrency"] >= streams / LOAD_FACTOR) & (pairs["concurrency"] <= streams * LOAD_FACTOR)]
     if near.empty:
-        elsewhere = "; ".join(f"{_pct(s)} at concurrency {int(c)}" for c, s in zip(pairs["concurrency"], pairs["speedup"], strict=True))
+        elsewhere = "; ".join(f"{percent_change(s)} at concurrency {int(c)}" for c, s in zip(pairs["concurrency"], pairs["speedup"], strict=True))
         measured = f"not yet near {streams:.0f} streams; measured so far: {elsewhere}" if elsewhere else "no paired row yet"
-        verdict, rows, point = Verdict.NOT_MEASURED, 0, {}
+        verdict, rows, point, judged = Verdict.NOT_MEASURED, 0, {}, None
     else:
-        row = near.loc[(near["concurrency"].astype(float).map(math.log) - math.log(streams)).abs().idxmin()]
+        nearest = (near["concurrency"].astype(float).map(math.log) - math.log(streams)).abs().idxmin()
+        row, judged = near.loc[nearest], near.loc[[nearest]]
         measured = (f"concurrency {int(row['concurrency'])}: {row['baseline']:.1f} → {row['speculative']:.1f} output tok/s "
-                    f"({_pct(row['speedup'])})")  # fmt: skip
-        verdict, rows = judge(float(row["speedup"]), claimed), 1
+                    f"({percent_change(row['speedup'])})")  # fmt: skip
+        verdict, rows = judge(float(row["speedup"]), claimed, band_pct=float(row["band_pct"])), 1
         point = {"engine_label": str(row["engine_label"]), "concurrency": int(row["concurrency"]), "k": k, "alpha": alpha}
     model_says, model_verdict = "", None
     if ev.fit is not None:
@@ -52,9 +53,9 @@ def spec_slower_at_reported_load(claim: Claim, ev: Evidence) -> CheckResult:
         a100 = predict_13834_a100(ev.fit, concurrency=load, alpha=alpha, k=k)
         predicted = a100["output_tok_s_on"] / a100["output_tok_s_off"]
         model_says = (f"H200-fitted roofline on the A100's peaks at {load} streams: {a100['output_tok_s_off']:.0f} → "
-                      f"{a100['output_tok_s_on']:.0f} output tok/s ({_pct(predicted)})")  # fmt: skip
+                      f"{a100['output_tok_s_on']:.0f} output tok/s ({percent_change(predicted)})")  # fmt: skip
         model_verdict = judge(predicted, claimed)
-    return CheckResult(published, measured, verdict, rows, model_says, model_verdict, point)
+    return CheckResult(published, measured, verdict, rows, model_says, model_verdict, point, judged)
 
 
 def implied_13834(published: pd.DataFrame) -> pd.Series:

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks.analysis.compare import is_baseline
 from vllm_playbooks.analysis.kbest import BANDS
-from vllm_playbooks.analysis.noise import TOLERANCE
+from vllm_playbooks.analysis.noise import MIN_BAND_PCT, band_pct, spread_of
 from vllm_playbooks.analysis.profiles import describe_alpha_band, gain_table, gains_text, levels_text, with_profile
 from vllm_playbooks.claims.finding import Finding, gpu_names, published_or_none, split_stalled, stalled_words
-from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, _model_error, _pairs, _pct, check
+from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, model_error, speedup_pairs, percent_change, check
 from vllm_playbooks.claims.reference import published_value, published_values
 from vllm_playbooks.claims.verdict import LOAD_FACTOR, Effect, Verdict, best, combine, effect, judge
 from vllm_playbooks.errors import ConfigError
@@ -63,30 +63,36 @@ def gain_up_to_concurrency(claim: Claim, ev: Evidence) -> CheckResult:
     such verdict stands (the source chose its own config). Model: the roofline models dense decoders only.
     """
 
+    import pandas as pd
+
     top = ev.value(claim, "max-concurrency-with-gain")
     low = 1 + ev.value(claim, "output-throughput-gain-low") / 100
     high = 1 + ev.value(claim, "output-throughput-gain-high") / 100
-    published = f"gains up to {top:g} concurrent requests; output throughput {_pct(low)} to {_pct(high)}"
-    pairs = _pairs(ev.rows(claim.case), "output_tok_s")
+    published = f"gains up to {top:g} concurrent requests; output throughput {percent_change(low)} to {percent_change(high)}"
+    pairs = speedup_pairs(ev.rows(claim.case), "output_tok_s")
     pairs = pairs[(pairs["spec_method"] == "eagle3") & pairs["concurrency"].notna() & (pairs["concurrency"] <= top)]
     if pairs.empty or pairs["concurrency"].max() < top / LOAD_FACTOR:
         so_far = f" (highest so far: {pairs['concurrency'].max():g})" if not pairs.empty else ""
         measured, verdict, rows = f"no EAGLE3 row near {top:g} concurrent requests yet{so_far}", Verdict.NOT_MEASURED, 0
+        judged = None
     else:
         pairs = _with_length_profile(claim.case, pairs)
         groups = list(pairs.groupby(["engine_label", "profile"]))
         reaching = [g for _, g in groups if g["concurrency"].max() >= top / LOAD_FACTOR]
-        verdict = best(combine(judge(float(s), low, high) for s in g["speedup"]) for g in reaching)
+        verdict = best(combine(judge(float(s), low, high, band_pct=b) for s, b in zip(g["speedup"], g["band_pct"],
+                                                                                      strict=True))
+                       for g in reaching)  # fmt: skip
         rows = sum(len(g) for g in reaching)
+        judged = pd.concat(reaching)
         several_profiles = pairs["profile"].nunique() > 1
         names = [f"{label} ({profile})" if several_profiles else label for (label, profile), _ in groups]
         measured = "; ".join(
-            f"{name}: " + ", ".join(f"{_pct(s)} at {int(c)}" for c, s in zip(g["concurrency"], g["speedup"], strict=True))
+            f"{name}: " + ", ".join(f"{percent_change(s)} at {int(c)}" for c, s in zip(g["concurrency"], g["speedup"], strict=True))
             for name, (_, g) in zip(names, groups, strict=True)
         )
-    error = _model_error(lambda: decode_step_flops(get_shape(EAGLE3_SHAPES[0]), 1))
+    error = model_error(lambda: decode_step_flops(get_shape(EAGLE3_SHAPES[0]), 1))
     model_says = f"no roofline answer: {error}" if error else ""
-    return CheckResult(published, measured, verdict, rows, model_says, None)
+    return CheckResult(published, measured, verdict, rows, model_says, None, pairs=judged)
 
 
 @check("best_draft_tokens")
@@ -99,29 +105,37 @@ def best_draft_tokens(claim: Claim, ev: Evidence) -> CheckResult:
     c = head layers / target layers.
     """
 
+    import pandas as pd
+
     k_low, k_high = int(ev.value(claim, "draft-tokens-best-low")), int(ev.value(claim, "draft-tokens-best-high"))
     four = 1 + ev.value(claim, "output-throughput-change-4-tokens") / 100
-    published = f"best at {k_low}–{k_high} draft tokens; 4 tokens {_pct(four)} against the best"
+    published = f"best at {k_low}–{k_high} draft tokens; 4 tokens {percent_change(four)} against the best"
     rows = ev.rows(claim.case)
     spec = rows[(rows["spec_method"] == "eagle3") & rows["concurrency"].notna()].copy()
-    verdicts, notes = [], []
+    verdicts, notes, judged = [], [], []
     if not spec.empty:
         spec = _with_length_profile(claim.case, spec)
         spec["alpha_key"] = spec["imposed_alpha"].astype(float).fillna(-1.0)
         several_profiles = spec["profile"].nunique() > 1
         for (profile, conc, alpha), group in spec.groupby(["profile", "concurrency", "alpha_key"]):
-            by_k = group.groupby("num_speculative_tokens")["output_tok_s"].median()
-            if 4 not in by_k.index or len(by_k) < 2:
+            by_k = {int(k): spread_of(g["output_tok_s"]) for k, g in group.groupby("num_speculative_tokens")}
+            if 4 not in by_k or len(by_k) < 2:
                 continue
-            best = int(by_k.idxmax())
-            ratio = float(by_k.loc[4] / by_k.max())
+            best = max(by_k, key=lambda k, by_k=by_k: by_k[k].median)
+            ratio = by_k[4].median / by_k[best].median
+            band = band_pct(by_k[4].spread_pct, by_k[best].spread_pct)
             if k_low <= best <= k_high:
-                verdicts.append(judge(ratio, four) if effect(ratio) is Effect.LOSS else Verdict.NOT_REPRODUCED)
+                loses = effect(ratio, band) is Effect.LOSS
+                verdicts.append(judge(ratio, four, band_pct=band) if loses else Verdict.NOT_REPRODUCED)
             else:
                 verdicts.append(Verdict.NOT_REPRODUCED)
+            judged.append({"gpu_name": ", ".join(sorted(set(group["gpu_name"].astype(str)))),
+                           "baseline_runs": by_k[best].runs, "speculative_runs": by_k[4].runs,
+                           "baseline_spread_pct": by_k[best].spread_pct, "speculative_spread_pct": by_k[4].spread_pct,
+                           "band_pct": band})  # fmt: skip
             alpha_words = f", α {alpha:g}" if alpha >= 0 else ""
             profile_words = f"{profile}, " if several_profiles else ""
-            notes.append(f"{profile_words}concurrency {int(conc)}{alpha_words}: best k={best}, k=4 {_pct(ratio)}")
+            notes.append(f"{profile_words}concurrency {int(conc)}{alpha_words}: best k={best}, k=4 {percent_change(ratio)}")
     measured = "; ".join(notes) if notes else "no recorded EAGLE3 sweep over k yet"
     target, head = (get_shape(n) for n in EAGLE3_SHAPES)
     c = head.num_hidden_layers / target.num_hidden_layers
@@ -131,7 +145,8 @@ def best_draft_tokens(claim: Claim, ev: Evidence) -> CheckResult:
                   + ", ".join(f"{k}{' (the largest tried)' if k == MODEL_K_RANGE[-1] else ''} at α {a:g}"
                               for a, k in best_k.items()))  # fmt: skip
     model_verdict = Verdict.REPRODUCED if all(k_low <= k <= k_high for k in best_k.values()) else Verdict.NOT_REPRODUCED
-    return CheckResult(published, measured, combine(verdicts), len(verdicts), model_says, model_verdict)
+    compared = pd.DataFrame(judged) if judged else None  # k = 4 against the best k: their runs, spreads and band
+    return CheckResult(published, measured, combine(verdicts), len(verdicts), model_says, model_verdict, pairs=compared)
 
 
 def chat_profile(published: pd.DataFrame) -> tuple[int, int]:
@@ -311,7 +326,7 @@ def step_cost_by_alpha(
 
 
 def describe_step_cost_by_alpha(
-    table: pd.DataFrame, k: int = 3, tolerance: float = TOLERANCE, bands: Iterable[tuple[str, int, int]] = BANDS,
+    table: pd.DataFrame, k: int = 3, tolerance: float = MIN_BAND_PCT / 100, bands: Iterable[tuple[str, int, int]] = BANDS,
 ) -> str:
     """The largest step-time spread between α runs per profile and concurrency band (``step_cost_by_alpha``), the
     widest pair, and the loads where a spread above ``tolerance`` had a slowest run that was not the highest α (per
@@ -348,7 +363,7 @@ def _gains_at(gains: pd.DataFrame) -> str:
 
 def eagle3_verdict(
     df: pd.DataFrame, profiles: Mapping[str, tuple[int, int]], published: pd.DataFrame | None = None,
-    engine: str = "eagle3-k3-a0.71", profile: str = "chat", top: int = 200, tolerance: float = TOLERANCE,
+    engine: str = "eagle3-k3-a0.71", profile: str = "chat", top: int = 200, tolerance: float = MIN_BAND_PCT / 100,
     cite_report: bool = True,
 ) -> Finding:
     """Does EAGLE-3 at k = 3 raise output throughput over speculation off on ``profile``, and does the gain hold up
@@ -403,7 +418,7 @@ def eagle3_verdict(
     return Finding(status, measured + tail + reported, gains)
 
 
-def eagle3_profile_note(verdict: Finding, tolerance: float = TOLERANCE) -> str:
+def eagle3_profile_note(verdict: Finding, tolerance: float = MIN_BAND_PCT / 100) -> str:
     """One sentence on where k = 3 paid on a second length profile, from its ``eagle3_verdict``: the concurrencies
     where the gain passed ``tolerance``, those where it fell below ``-tolerance``, and whether the top of the
     profile's range is still unmeasured; empty when nothing of that profile is measured."""
@@ -430,7 +445,7 @@ def eagle3_profile_note(verdict: Finding, tolerance: float = TOLERANCE) -> str:
 
 def eagle3_rule(
     verdict: Finding, best: pd.DataFrame | None = None, claimed: pd.DataFrame | None = None,
-    second: Finding | None = None, band: pd.DataFrame | None = None, tolerance: float = TOLERANCE,
+    second: Finding | None = None, band: pd.DataFrame | None = None, tolerance: float = MIN_BAND_PCT / 100,
 ) -> str:
     """The EAGLE-3 page's rule, from its verdict and, once the k sweep is measured, the best k per band
     (``best_k_by_band``; a lead within ``tolerance`` is named as such); with ``claimed`` (``claimed_ks_by_band``),
@@ -481,7 +496,7 @@ def _best_k_words(band: Any, tolerance: float) -> str:
     return f"{int(band.best_k)} at concurrency {band.band} ({band.profile}{close})"
 
 
-def _claimed_ks_note(claimed: pd.DataFrame, tolerance: float = TOLERANCE) -> str:
+def _claimed_ks_note(claimed: pd.DataFrame, tolerance: float = MIN_BAND_PCT / 100) -> str:
     """Where the published best range of draft tokens held, by outcome (``claimed_ks_by_band`` with the same
     ``tolerance``): 'At the imposed acceptance, Red Hat's best of 2-3 draft tokens held at …; not at …, nor at …;
     too close to call … at … and at …'."""

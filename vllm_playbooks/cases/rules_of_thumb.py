@@ -6,7 +6,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks.analysis.schedule import scheduled_off
-from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, _missing, _model_error, _pairs, _pct, check
+from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, is_missing, model_error, speedup_pairs, percent_change, check
 from vllm_playbooks.claims.verdict import LOAD_FACTOR, ROOFLINE_GPU, Effect, Verdict, combine, effect
 from vllm_playbooks.config.capacity import GIB, batch_defaults, check_fits
 from vllm_playbooks.hardware import get_gpu
@@ -24,7 +24,7 @@ def _break_even_by_config(rows: pd.DataFrame) -> list[dict[str, Any]]:
     (``theory.draft_cost_from_tpot``), the break-even α (``theory.break_even_alpha``) and vLLM's acceptance rate at
     that α (``theory.acceptance_rate_of_alpha``, which equals c)."""
 
-    pairs = _pairs(rows, "tpot_mean_ms", extra=["mean_acceptance_length", "model_shape", "draft_model"])
+    pairs = speedup_pairs(rows, "tpot_mean_ms", extra=["mean_acceptance_length", "model_shape", "draft_model"])
     pairs = pairs[pairs["mean_acceptance_length"].notna() & pairs["concurrency"].notna()]
     out = []
     for (case, label), group in pairs.groupby(["case", "engine_label"], sort=True):
@@ -51,7 +51,7 @@ def _describe_break_even(configs: list[dict[str, Any]]) -> str:
 
 def _as_float(value: Any) -> float | None:
     """A cell as a float, None when missing (or the '—' placeholder of a grouping key)."""
-    if _missing(value) or value == "—":
+    if is_missing(value) or value == "—":
         return None
     return float(value)
 
@@ -72,17 +72,17 @@ def acceptance_bands(claim: Claim, ev: Evidence) -> CheckResult:
                  f"{helps_from:g} or more: helps")  # fmt: skip
     rows = ev.all_rows()
     drafting = rows[~scheduled_off(rows)]  # a schedule's k = 0 points drafted too little to judge
-    pairs = _pairs(drafting, "output_tok_s", extra=["acceptance_rate"])
+    pairs = speedup_pairs(drafting, "output_tok_s", extra=["acceptance_rate"])
     pairs = pairs[pairs["acceptance_rate"].notna()]
     verdicts, notes = [], []
     for _, r in pairs.iterrows():
         rate, speedup = float(r["acceptance_rate"]), float(r["speedup"])
         expected = Effect.LOSS if rate < loss_below else Effect.GAIN if rate >= helps_from else Effect.NONE
-        agrees = effect(speedup) is expected
+        agrees = effect(speedup, float(r["band_pct"])) is expected
         verdicts.append(Verdict.REPRODUCED if agrees else Verdict.NOT_REPRODUCED)
         if not agrees:
             load = describe_load(r["request_rate_qps"], r["concurrency"])
-            notes.append(f"{r['case']} at {load}: acceptance {rate:.2f} (expects {expected}) gave {_pct(speedup)}")
+            notes.append(f"{r['case']} at {load}: acceptance {rate:.2f} (expects {expected}) gave {percent_change(speedup)}")
     if verdicts:
         against = f"; against it: {'; '.join(notes)}" if notes else ""
         measured = f"{len(verdicts) - len(notes)} of {len(verdicts)} paired rows behave as their band says{against}"
@@ -94,7 +94,8 @@ def acceptance_bands(claim: Claim, ev: Evidence) -> CheckResult:
         inside = all(cfg["rate"] is not None and even_low <= cfg["rate"] <= even_high for cfg in configs)
         model_verdict = Verdict.REPRODUCED if inside else Verdict.NOT_REPRODUCED
     model_says = _describe_break_even(configs) if configs else ""
-    return CheckResult(published, measured, combine(verdicts), len(verdicts), model_says, model_verdict)
+    return CheckResult(published, measured, combine(verdicts), len(verdicts), model_says, model_verdict,
+                       pairs=pairs if verdicts else None)  # fmt: skip
 
 
 @check("compute_bound_batch")
@@ -115,7 +116,7 @@ def compute_bound_batch_check(claim: Claim, ev: Evidence) -> CheckResult:
         configs.setdefault((str(r["model_shape"]), str(r["kv_cache_dtype"]), context), set()).add(int(r["num_speculative_tokens"]))
     notes, agree = [], []
     for (shape_name, kv, context), ks in sorted(configs.items()):
-        error = _model_error(
+        error = model_error(
             lambda n=shape_name, kv=kv, ctx=context: compute_bound_batch(resolve_model(n), ROOFLINE_GPU, ctx, kv)
         )
         if error:

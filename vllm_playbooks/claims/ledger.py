@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks import paths
 from vllm_playbooks.analysis.compare import higher_is_better, versus_baseline
+from vllm_playbooks.analysis.noise import MIN_CLEAN_REPEATS
 from vllm_playbooks.analysis.whatif import CALIBRATION_CASES, calibrates
 from vllm_playbooks.claims.verdict import DATA_VERDICTS, Verdict
 from vllm_playbooks.config.capacity import kv_budget
@@ -60,6 +61,9 @@ class CheckResult:
     model_verdict: Verdict | None = None
     #: the recorded point the data verdict rests on, where it rests on one (e.g. engine_label, concurrency)
     point: Mapping[str, Any] = field(default_factory=dict)
+    #: the compared points the data verdict rests on (``analysis.compare.versus_baseline`` rows: their runs, spreads
+    #: and bands); None where the check compares no speculative point with a baseline
+    pairs: pd.DataFrame | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if (self.verdict in DATA_VERDICTS) != (self.rows > 0):
@@ -225,10 +229,11 @@ def recorded_startups(data: Path) -> pd.DataFrame:
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """Rows as dicts with None for missing values (the theory functions read ``None``, not NaN)."""
-    return [{k: (None if _missing(v) else v) for k, v in row.items()} for row in frame.to_dict("records")]
+    return [{k: (None if is_missing(v) else v) for k, v in row.items()} for row in frame.to_dict("records")]
 
 
-def _missing(value: Any) -> bool:
+def is_missing(value: Any) -> bool:
+    """True for None and a missing number (NaN, ``pd.NA``); strings, lists and dicts are values."""
     import pandas as pd
 
     return value is None or (not isinstance(value, str | list | dict) and bool(pd.isna(value)))
@@ -258,30 +263,22 @@ def load_evidence(data: Path | None = None) -> Evidence:
     return Evidence(published=published, runs=runs, startups=recorded_startups(folder), fit=fit, engine_steps=steps)
 
 
-def _pairs(rows: pd.DataFrame, metric: str, extra: Iterable[str] = ()) -> pd.DataFrame:
-    """Speculative rows beside their baseline (``analysis.versus_baseline``), with ``speedup`` (above 1 is better:
-    spec / baseline for throughputs, baseline / spec for latencies) and the extra columns named."""
-    import pandas as pd
-
-
+def speedup_pairs(rows: pd.DataFrame, metric: str, extra: Iterable[str] = ()) -> pd.DataFrame:
+    """Speculative points beside their baseline (``analysis.versus_baseline``: repeats as medians, with their runs,
+    spreads and band), with ``speedup`` (above 1 is better: spec / baseline for throughputs, baseline / spec for
+    latencies) and the extra columns named."""
     carried = list(dict.fromkeys(["case", *extra]))
-    if rows.empty:
-        return pd.DataFrame(columns=["engine_label", "spec_method", "k", "imposed_alpha", "model_shape", "concurrency",
-                                     "request_rate_qps", "baseline", "speculative", "ratio", "speedup", *carried])  # fmt: skip
     out = versus_baseline(rows, metric, extra=carried)
     out["speedup"] = out["ratio"] if higher_is_better(metric) else 1.0 / out["ratio"]
     return out
 
 
-def _pct(speedup: float) -> str:
+def percent_change(speedup: float) -> str:
+    """A speed-up as a signed change in percent: 1.05 → '+5.0 %'."""
     return f"{100 * (speedup - 1):+.1f} %"
 
 
-def _levels(values: Iterable[Any]) -> str:
-    return ", ".join(f"{v:g}" for v in values)
-
-
-def _model_error(function: Callable[[], Any]) -> str | None:
+def model_error(function: Callable[[], Any]) -> str | None:
     """The message of the ``ConfigError`` (``CapacityError`` included) a model call raises, or None when it succeeds:
     an MoE shape the roofline does not model, or a model directory that is not a shape."""
     try:
@@ -293,8 +290,44 @@ def _model_error(function: Callable[[], Any]) -> str | None:
 
 LEDGER_COLUMNS = [
     "claim", "case", "text", "sources", "source_urls", "source_kind", "published", "measured", "rows", "verdict",
-    "model_says", "model_verdict",
+    "model_says", "model_verdict", "hardware", "points", "min_clean_repeats", "spread_pct", "band_pct",
 ]  # fmt: skip
+#: The machine-readable export (``vllm-playbooks ledger --format csv``): one row per claim, the same numbers the
+#: ledger page shows; ``verdict`` says where a data verdict rests on fewer than ``MIN_CLEAN_REPEATS`` runs of a point.
+EXPORT_COLUMNS = ["claim_id", "verdict", "hardware", "points", "min_clean_repeats", "spread_pct", "band_pct"]
+
+
+def noise_of(pairs: pd.DataFrame | None) -> dict[str, Any]:
+    """What a data verdict's compared points say of their noise: ``hardware`` (the GPUs), ``points``,
+    ``min_clean_repeats`` (the fewest runs of any side of any point), ``spread_pct`` (the largest spread) and
+    ``band_pct`` (the largest band used); empty values without pairs."""
+    if pairs is None or pairs.empty:
+        return {"hardware": "", "points": 0, "min_clean_repeats": None, "spread_pct": None, "band_pct": None}
+    spreads = pairs[["baseline_spread_pct", "speculative_spread_pct"]].astype(float)
+    return {
+        "hardware": ", ".join(sorted(set(pairs["gpu_name"].astype(str)))) if "gpu_name" in pairs else "",
+        "points": len(pairs),
+        "min_clean_repeats": int(pairs[["baseline_runs", "speculative_runs"]].min().min()),
+        "spread_pct": round(float(spreads.max().max()), 1),
+        "band_pct": round(float(pairs["band_pct"].astype(float).max()), 1),
+    }
+
+
+def export_verdict(verdict: str, min_clean_repeats: Any) -> str:
+    """The export's verdict: a data verdict resting on points with fewer than ``MIN_CLEAN_REPEATS`` clean runs says
+    so; others as they are."""
+    if verdict in {str(v) for v in DATA_VERDICTS} and min_clean_repeats is not None and not is_missing(min_clean_repeats):
+        if int(min_clean_repeats) < MIN_CLEAN_REPEATS:
+            runs = int(min_clean_repeats)
+            return f"{verdict}; not re-measured yet ({runs} clean run{'s' if runs != 1 else ''} of a point)"
+    return verdict
+
+
+def ledger_export(ledger: pd.DataFrame) -> pd.DataFrame:
+    """The ledger in ``EXPORT_COLUMNS``: one row per claim, as ``vllm-playbooks ledger --format csv`` prints it."""
+    out = ledger.rename(columns={"claim": "claim_id"})
+    out["verdict"] = [export_verdict(v, r) for v, r in zip(out["verdict"], out["min_clean_repeats"], strict=True)]
+    return out[EXPORT_COLUMNS].astype({"points": int, "min_clean_repeats": "Int64"})
 
 
 def source_kind(flags: Iterable[bool]) -> str:
@@ -323,6 +356,7 @@ def build_ledger(evidence: Evidence | None = None, claims: list[Claim] | None = 
             "source_kind": source_kind(sources["secondary_only"]), "published": result.published,
             "measured": result.measured, "rows": result.rows, "verdict": str(result.verdict),
             "model_says": result.model_says, "model_verdict": str(result.model_verdict) if result.model_verdict else "",
+            **noise_of(result.pairs),
         })  # fmt: skip
     return pd.DataFrame(records, columns=LEDGER_COLUMNS)
 

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from vllm_playbooks.analysis.noise import BREAK_EVEN_BAND, SIZE_TOLERANCE
+from vllm_playbooks.analysis.noise import MIN_BAND_PCT, MIN_CLEAN_REPEATS, SIZE_TOLERANCE, Effect, effect_of_speedup
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -50,33 +50,25 @@ LOAD_FACTOR = 2.0
 ROOFLINE_GPU = "H200-SXM"
 
 
-class Effect(StrEnum):
-    """The sign of a speed-up (a ratio where above 1 is better), with ``BREAK_EVEN_BAND`` as no change."""
-
-    GAIN = "gain"
-    NONE = "no change"
-    LOSS = "loss"
+def effect(speedup: float, band_pct: float = MIN_BAND_PCT) -> Effect:
+    """The effect of a speed-up (a ratio where above 1 is better): ``GAIN`` above 1 + band, ``LOSS`` below 1 − band,
+    ``NONE`` (within noise) between; ``band_pct`` is the comparison's band (``analysis.noise.band_pct``)."""
+    return effect_of_speedup(speedup, band_pct)
 
 
-def effect(speedup: float) -> Effect:
-    """``GAIN`` above 1 + ``BREAK_EVEN_BAND``, ``LOSS`` below 1 − ``BREAK_EVEN_BAND``, ``NONE`` in between."""
-    if speedup > 1.0 + BREAK_EVEN_BAND:
-        return Effect.GAIN
-    if speedup < 1.0 - BREAK_EVEN_BAND:
-        return Effect.LOSS
-    return Effect.NONE
-
-
-def judge(measured: float, claimed_low: float, claimed_high: float | None = None) -> Verdict:
+def judge(
+    measured: float, claimed_low: float, claimed_high: float | None = None, band_pct: float = MIN_BAND_PCT
+) -> Verdict:
     """Verdict for one measured speed-up against a claimed one (or a claimed range; higher is better in both).
 
-    The effects (``effect``) must agree, else ``NOT_REPRODUCED``; then ``REPRODUCED`` when the measured value lies
-    within ``SIZE_TOLERANCE`` of the claimed range, ``DIRECTION_ONLY`` when it does not. A claimed range whose ends
-    have different effects counts as a match for either.
+    The effects (``effect``; the measured one within its comparison's ``band_pct``, the claimed one within the floor
+    band) must agree, else ``NOT_REPRODUCED``; then ``REPRODUCED`` when the measured value lies within
+    ``SIZE_TOLERANCE`` of the claimed range, ``DIRECTION_ONLY`` when it does not. A claimed range whose ends have
+    different effects counts as a match for either.
     """
     high = claimed_low if claimed_high is None else claimed_high
     low, high = min(claimed_low, high), max(claimed_low, high)
-    if effect(measured) not in {effect(low), effect(high)}:
+    if effect(measured, band_pct) not in {effect(low), effect(high)}:
         return Verdict.NOT_REPRODUCED
     if low * (1 - SIZE_TOLERANCE) <= measured <= high * (1 + SIZE_TOLERANCE):
         return Verdict.REPRODUCED
@@ -94,6 +86,8 @@ def combine(verdicts: Iterable[Verdict]) -> Verdict:
 
 
 def best(verdicts: Iterable[Verdict]) -> Verdict:
+    """One verdict for alternatives (any of which would settle the claim): the best of them; ``NOT_MEASURED`` for
+    none."""
     found = list(verdicts)
     for best in (Verdict.REPRODUCED, Verdict.DIRECTION_ONLY, Verdict.NOT_REPRODUCED):
         if best in found:
@@ -107,10 +101,12 @@ def verdict_legend() -> str:
     lines += [f"| {v} | {meaning} |" for v, meaning in VERDICT_MEANINGS.items()]
     lines += [
         "",
-        f"A speed-up within ±{100 * BREAK_EVEN_BAND:g} % counts as no change (break-even); a size within "
-        f"±{100 * SIZE_TOLERANCE:g} % of the claimed one (or of the ends of a claimed range) counts as the same size; "
-        f"a load within a factor of {LOAD_FACTOR:g} of the claim's counts as the claim's load. The book has not measured "
-        "its run-to-run spread, so these are stated choices, not measured ones.",
+        "A speed-up is a gain or a loss only beyond its band: the larger spread of the two sides' repeated runs "
+        f"(highest − lowest over the median), and at least ±{MIN_BAND_PCT:g} %; inside it, the change is within noise. "
+        f"A verdict rests on points measured {MIN_CLEAN_REPEATS} times without a stall; the measured column says where "
+        f"fewer runs exist. A size within ±{100 * SIZE_TOLERANCE:g} % of the claimed one (or of the ends of a claimed "
+        f"range) counts as the same size; a load within a factor of {LOAD_FACTOR:g} of the claim's counts as the "
+        "claim's load. The floor band and these two tolerances are stated choices, not measurements.",
     ]
     return "\n".join(lines)
 

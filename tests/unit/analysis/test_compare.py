@@ -134,11 +134,15 @@ def test_a_load_run_twice_reports_its_spread_and_one_run_reports_none() -> None:
     spread = repeats.repeat_spread(both)
     assert spread[["engine_label", "concurrency", "runs", "lowest", "highest"]].values.tolist() == [
         ["off", 16, 2, 900.0, 945.0]]  # fmt: skip
-    assert spread["spread_pct"].iloc[0] == pytest.approx(5.0)
+    assert spread["spread_pct"].iloc[0] == pytest.approx(100 * 45 / 922.5)  # highest - lowest over the median
     assert spread["values"].iloc[0] == [900.0, 945.0]  # in the order measured
     text = repeats.describe_repeat_spread(spread)
     assert ("off at concurrency 16 (8 in / 8 out) ran 2 times without a stall: 900.0 and 945.0 output tok/s, "
-            "5.0 % apart") in text
+            "4.9 % apart") in text
     assert repeats.repeat_spread(frame).empty and repeats.describe_repeat_spread(repeats.repeat_spread(frame)) == ""
     # the comparison takes the median of the two baselines: 800 against 922.5
-    assert compare.versus_baseline(both).set_index("concurrency").loc[16, "baseline"] == pytest.approx(922.5)
+    paired = compare.versus_baseline(both).set_index("concurrency")
+    assert paired.loc[16, "baseline"] == pytest.approx(922.5)
+    assert (paired.loc[16, "baseline_runs"], paired.loc[16, "speculative_runs"]) == (2, 1)
+    # the band is the larger spread of the two sides, never below the floor
+    assert paired.loc[16, "band_pct"] == pytest.approx(5.0) and paired.loc[16, "baseline_spread_pct"] < 5.0

@@ -14,7 +14,8 @@ from vllm_playbooks.run.plan import plan_from_dict, unmeasured
 
 
 def _rows(off: list[float], on: list[float], levels: list[int], metric: str = "output_tok_s") -> pd.DataFrame:
-    base = {"model_shape": "m", "load_format": "dummy", "gpu_name": "G", "input_len": 100, "output_len": 10, "request_rate_qps": None, "dtype": "bfloat16",
+    base = {"case": "c", "model_shape": "m", "load_format": "dummy", "gpu_name": "G", "input_len": 100, "output_len": 10,
+            "random_range_ratio": 0.0, "request_rate_qps": None, "dtype": "bfloat16",
             "kv_cache_dtype": "auto", "quantization": None, "max_num_seqs": 256, "max_num_batched_tokens": 8192,
             "max_model_len": 4096, "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "temperature": 0.0,
             "imposed_acceptance_rates": None}  # fmt: skip
@@ -34,7 +35,7 @@ def test_crossover_finds_the_last_gain_and_the_first_loss() -> None:
     comparison = compare.versus_baseline(_rows([100, 100, 100, 100], [150, 110, 102, 80], [1, 4, 16, 64]))
     row = crossover.crossover(comparison).iloc[0]
     assert (row["gains_up_to"], row["loses_from"]) == (4, 64)
-    assert row["text"] == "on: gains up to 4 streams; no change (within ±5 %) at 16; loses from 64 streams."
+    assert row["text"] == "on: gains up to 4 streams; within noise (±5 %) at 16; loses from 64 streams."
 
 
 def test_crossover_refuses_a_latency() -> None:

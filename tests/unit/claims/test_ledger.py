@@ -149,7 +149,7 @@ def test_every_verdict_has_a_meaning_on_the_page() -> None:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("speedup", "expected"), [(1.06, "gain"), (1.05, "no change"), (0.96, "no change"), (0.94, "loss")])
+@pytest.mark.parametrize(("speedup", "expected"), [(1.06, "gain"), (1.05, "within noise"), (0.96, "within noise"), (0.94, "loss")])
 def test_effect_has_a_break_even_band(speedup: float, expected: str) -> None:
     assert claims_verdict.effect(speedup) == expected
 
@@ -531,3 +531,29 @@ def test_a_shape_the_roofline_does_not_model_is_named_not_fatal(claims, publishe
             _row("any", "off", 1, 100.0, model_shape="llama-3.3-70b-awq", kv_cache_dtype="fp8", input_len=1240)]  # fmt: skip
     result = claims_ledger.get_check("compute_bound_batch")(claims["rule-batch-64-compute-bound"], _evidence(published, "any", rows))
     assert "gpt-oss-120b: not modelled" in result.model_says and result.model_verdict is V.REPRODUCED
+
+
+def test_the_export_states_the_noise_each_verdict_rests_on(ledger: pd.DataFrame) -> None:
+    export = claims_ledger.ledger_export(ledger)
+    assert list(export.columns) == claims_ledger.EXPORT_COLUMNS and len(export) == len(ledger)
+    judged = export[export["min_clean_repeats"].notna()]
+    assert not judged.empty
+    assert (judged["band_pct"] >= judged["spread_pct"]).all() and (judged["band_pct"] >= 5.0).all()
+    for row in judged.itertuples():  # a verdict on fewer than three clean runs of a point says so
+        assert ("not re-measured yet" in row.verdict) == (row.min_clean_repeats < 3), row
+
+
+def test_an_export_verdict_names_too_few_runs_and_leaves_others_alone() -> None:
+    assert claims_ledger.export_verdict("reproduced", 1) == "reproduced; not re-measured yet (1 clean run of a point)"
+    assert claims_ledger.export_verdict("not reproduced", 2).endswith("(2 clean runs of a point)")
+    assert claims_ledger.export_verdict("reproduced", 3) == "reproduced"
+    assert claims_ledger.export_verdict("model only", None) == "model only"
+
+
+def test_noise_of_takes_the_fewest_runs_and_the_widest_spread() -> None:
+    pairs = pd.DataFrame({"gpu_name": ["G", "G"], "baseline_runs": [3, 2], "speculative_runs": [4, 3],
+                          "baseline_spread_pct": [1.0, 8.0], "speculative_spread_pct": [2.0, 3.0],
+                          "band_pct": [5.0, 8.0]})  # fmt: skip
+    assert claims_ledger.noise_of(pairs) == {"hardware": "G", "points": 2, "min_clean_repeats": 2, "spread_pct": 8.0,
+                                             "band_pct": 8.0}  # fmt: skip
+    assert claims_ledger.noise_of(None)["points"] == 0

@@ -1,0 +1,59 @@
+"""The one definition of noise: a point's spread over its runs, a comparison's band, and what a change is called."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from tests.unit.analysis.test_crossover import _rows
+from vllm_playbooks.analysis import compare, crossover
+from vllm_playbooks.analysis.noise import MIN_BAND_PCT, Effect, band_pct, effect_of_speedup, spread_of
+
+
+def test_a_spread_is_the_range_of_the_runs_over_their_median() -> None:
+    spread = spread_of([102.0, 98.0, 100.0])
+    assert (spread.runs, spread.median, spread.lowest, spread.highest) == (3, 100.0, 98.0, 102.0)
+    assert spread.spread_pct == pytest.approx(4.0)
+    assert spread_of([7.0]).spread_pct == 0.0  # one run: no spread of its own
+    assert spread_of([1.0, 3.0]).median == 2.0
+    with pytest.raises(ValueError):
+        spread_of([])
+
+
+def test_an_outlier_repeat_moves_the_band_not_the_median() -> None:
+    steady, with_outlier = spread_of([100.0, 101.0, 99.0]), spread_of([100.0, 101.0, 150.0])
+    assert with_outlier.median == 101.0  # the median stays with the two runs that agree
+    assert with_outlier.spread_pct == pytest.approx(100 * 50 / 101)
+    assert band_pct(steady.spread_pct, with_outlier.spread_pct) == pytest.approx(with_outlier.spread_pct)
+    # a 20 % difference against that point is within its noise; against the steady one it is a gain
+    assert effect_of_speedup(1.20, band_pct(with_outlier.spread_pct)) is Effect.NONE
+    assert effect_of_speedup(1.20, band_pct(steady.spread_pct)) is Effect.GAIN
+
+
+def test_the_band_never_falls_below_the_floor() -> None:
+    assert band_pct() == MIN_BAND_PCT and band_pct(0.0, 1.5) == MIN_BAND_PCT and band_pct(2.0, 12.0) == 12.0
+    assert effect_of_speedup(1.0 + MIN_BAND_PCT / 100) is Effect.NONE  # at the band's edge: not yet a gain
+    assert effect_of_speedup(0.94) is Effect.LOSS and effect_of_speedup(1.06) is Effect.GAIN
+
+
+def test_repeats_turn_a_single_run_gain_into_within_noise() -> None:
+    """Speculation +15 % at concurrency 4 is a gain on one run each; with the baseline's repeats 100 and 118 (a 17 %
+    spread, their median 109), the same config's +5.5 % over that median lies within noise."""
+    single = compare.versus_baseline(_rows([100, 100], [150, 115], [1, 4])).set_index("concurrency")
+    assert single.loc[4, "effect"] == "gain" and single.loc[4, "band_pct"] == MIN_BAND_PCT
+    rows = _rows([100, 100], [150, 115], [1, 4])
+    again = rows[(rows.engine_label == "off") & (rows.concurrency == 4)].assign(output_tok_s=118.0)
+    repeated = compare.versus_baseline(pd.concat([rows, again], ignore_index=True)).set_index("concurrency")
+    assert repeated.loc[4, "baseline"] == pytest.approx(109.0) and repeated.loc[4, "baseline_runs"] == 2
+    assert repeated.loc[4, "band_pct"] == pytest.approx(100 * 18 / 109)
+    assert repeated.loc[4, "effect"] == "within noise"
+    assert crossover.crossover(compare.versus_baseline(_rows([100, 100], [150, 115], [1, 4]))).iloc[0]["gains_up_to"] == 4
+    assert crossover.crossover(compare.versus_baseline(pd.concat([rows, again]))).iloc[0]["gains_up_to"] == 1
+
+
+def test_a_second_run_of_a_speculative_point_is_a_repeat_not_a_second_point() -> None:
+    rows = _rows([100], [150], [4])
+    again = rows[rows.engine_label == "on"].assign(output_tok_s=130.0)
+    paired = compare.versus_baseline(pd.concat([rows, again], ignore_index=True))
+    assert len(paired) == 1 and paired.iloc[0]["speculative"] == pytest.approx(140.0)
+    assert paired.iloc[0]["speculative_runs"] == 2
