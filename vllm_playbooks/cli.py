@@ -38,6 +38,8 @@ COMMANDS = (
             "vllm_playbooks.run.parallel:add_run_arguments", "vllm_playbooks.run.parallel:run_main"),
     Command("plan", "the points of a case still to measure and the GPU minutes they take, from the recorded runs",
             "vllm_playbooks.run.budget:add_plan_arguments", "vllm_playbooks.run.budget:plan_main"),
+    Command("runs", "what was measured, per case and hardware: when, rows, points, the GPU minutes its servers held",
+            "vllm_playbooks.analysis.runs:add_arguments", "vllm_playbooks.analysis.runs:main"),
     Command("check-config", "check a case's grid (or your own case file) as the runner would, without a GPU",
             "vllm_playbooks.run.plan:add_check_arguments", "vllm_playbooks.run.plan:check_main"),
     Command("ledger", "the claims ledger: every claim, its sources and our verdict (markdown or CSV)",

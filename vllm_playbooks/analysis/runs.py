@@ -1,10 +1,15 @@
-"""Where and when the rows ran: provenance, time windows, runs that overlapped on one host, runs shorter than the duration rule."""
+"""Where and when the rows ran: provenance, time windows, runs that overlapped on one host, runs shorter than the
+duration rule, and what was measured per case and hardware (``vllm-playbooks runs``)."""
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vllm_playbooks.analysis.compare import load_text
+from vllm_playbooks.text import and_list
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -80,3 +85,123 @@ def duration_rule_breaches(df: pd.DataFrame, min_duration_s: float = 30.0) -> pd
     """
     short = df[df["duration_s"] < min_duration_s]
     return short[["engine_label", "concurrency", "request_rate_qps", "num_prompts", "duration_s", "point_id"]]
+
+
+#: The columns of ``summarize_runs`` and ``recorded_runs``, in order.
+RECORDED_COLUMNS = ["case", "gpu_name", "gpus_per_server", "vllm_version", "host_cpu", "first_measured",
+                    "last_measured", "rows", "points", "repeats", "servers", "gpu_minutes"]  # fmt: skip
+#: ``host_cpu`` of rows measured before the runner recorded the host.
+HOST_NOT_RECORDED = "not recorded"
+
+
+def _host(cpu: object, count: object) -> str:
+    """A row's host CPU as one string: its model and logical CPUs, or ``HOST_NOT_RECORDED``."""
+    import pandas as pd
+
+    if pd.isna(cpu):
+        return HOST_NOT_RECORDED
+    return f"{cpu}, {int(count)} CPUs" if not pd.isna(count) else str(cpu)
+
+
+def summarize_runs(rows: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
+    """One case's recorded rows summed up per hardware: one line per (GPU name, GPUs per server, vLLM version, host
+    CPU) with the first and last measurement date (UTC), the rows, the distinct points among them (an engine config
+    at a load, whatever its repeats), ``repeats`` (rows that are a later run of a point), and the servers whose logs
+    ``servers`` (``run.budget.server_time``) holds with the GPU-minutes they held. A server counts toward the line of
+    the row measured nearest in time to its launch among the rows with as many GPUs as the server used (among all
+    rows when none has), so a server stopped before its first point is counted too. ``rows`` may be empty."""
+    import pandas as pd
+
+    from vllm_playbooks.results.raw import split_point_id
+
+    if rows.empty:
+        return pd.DataFrame(columns=RECORDED_COLUMNS)
+    rows = rows.reset_index(drop=True)
+    table = rows.assign(
+        host_cpu=[_host(cpu, count) for cpu, count in zip(rows["host_cpu"], rows["host_cpu_count"], strict=True)],
+        gpus_per_server=rows["gpu_count"].astype(int), at=pd.to_datetime(rows["measured_at"], utc=True),
+        point=[split_point_id(pid)[0] for pid in rows["point_id"]],
+    )  # fmt: skip
+    keys = ["case", "gpu_name", "gpus_per_server", "vllm_version", "host_cpu"]
+    line_of = dict(zip(table.index, table.groupby(keys, sort=False).ngroup(), strict=True))
+    minutes: dict[int, float] = {}
+    starts: dict[int, int] = {}
+    for server in servers.itertuples():
+        launched = pd.Timestamp(server.launched_at)
+        launched = launched.tz_localize("UTC") if launched.tzinfo is None else launched
+        same = table[table["gpus_per_server"] == server.gpus]
+        nearest = ((same if len(same) else table)["at"] - launched).abs().idxmin()
+        line = line_of[nearest]
+        minutes[line] = minutes.get(line, 0.0) + float(server.gpu_minutes)
+        starts[line] = starts.get(line, 0) + 1
+    records = []
+    for line, (key, group) in enumerate(table.groupby(keys, sort=False)):
+        records.append({
+            **dict(zip(keys, key, strict=True)), "first_measured": group["at"].min().strftime("%Y-%m-%d"),
+            "last_measured": group["at"].max().strftime("%Y-%m-%d"), "rows": len(group),
+            "points": group["point"].nunique(), "repeats": int((group["repeat"] > 0).sum()),
+            "servers": starts.get(line, 0), "gpu_minutes": minutes.get(line, 0.0),
+        })  # fmt: skip
+    return pd.DataFrame(records, columns=RECORDED_COLUMNS).sort_values(["first_measured", "last_measured"],
+                                                                      ignore_index=True)  # fmt: skip
+
+
+def recorded_cases(data: Path | None = None) -> list[str]:
+    """The cases with a recorded table under ``data/runs/`` (default: the book's data folder), sorted."""
+    from vllm_playbooks import paths
+
+    root = (data if data is not None else paths.data_dir()) / "runs"
+    return sorted(folder.name for folder in root.iterdir() if (folder / "runs.csv").is_file()) if root.is_dir() else []
+
+
+def recorded_runs(cases: Sequence[str] | None = None, data: Path | None = None) -> pd.DataFrame:
+    """What was measured, from the data alone: ``summarize_runs`` of each recorded case (default: every case with a
+    table under ``data/runs/``), one line per case and hardware, cases in name order."""
+    import pandas as pd
+
+    from vllm_playbooks.results.store import load_runs
+    from vllm_playbooks.run.budget import server_time
+
+    parts = [summarize_runs(load_runs(case, data), server_time(case, data))
+             for case in (cases if cases is not None else recorded_cases(data))]  # fmt: skip
+    parts = [part for part in parts if not part.empty]
+    if not parts:
+        return pd.DataFrame(columns=RECORDED_COLUMNS)
+    return pd.concat(parts, ignore_index=True)
+
+
+def describe_recorded_runs(table: pd.DataFrame) -> str:
+    """One sentence on a ``recorded_runs`` table: how many rows, distinct points and repeats of how many cases, from
+    when to when, on which GPUs and vLLM versions, and the GPU-minutes the servers of the recorded logs held."""
+    if table.empty:
+        return "No run is recorded yet."
+    gpus = and_list(sorted(table["gpu_name"].unique()))
+    versions = and_list(sorted(table["vllm_version"].unique()))
+    cases, repeats = table["case"].nunique(), table["repeats"].sum()
+    return (f"{table['rows'].sum()} recorded rows ({table['points'].sum()} distinct points, {repeats} "
+            f"repeat{'s' if repeats != 1 else ''}) of {cases} case{'s' if cases != 1 else ''}, measured from "
+            f"{table['first_measured'].min()} to {table['last_measured'].max()} on {gpus} with vLLM {versions}. The "
+            f"{table['servers'].sum()} server logs recorded with them show {table['gpu_minutes'].sum():.1f} "
+            "GPU-minutes held, from each launch to its last logged line; installing vLLM, idle time between runs and "
+            "servers whose logs were not kept are not counted.")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The cases to list, and the data folder."""
+    parser.add_argument("cases", nargs="*", help="case names (default: every case with recorded runs)")
+    parser.add_argument("--data", type=Path, help="the data folder (default: the book's data/)")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Print what was measured per case and hardware (``recorded_runs``) and one line of totals."""
+    from vllm_playbooks.errors import ConfigError
+
+    known = recorded_cases(args.data)
+    unknown = [case for case in args.cases if case not in known]
+    if unknown:
+        raise ConfigError(f"no recorded runs of {', '.join(unknown)}; recorded: {', '.join(known) or 'none'}")
+    table = recorded_runs(args.cases or None, args.data)
+    if not table.empty:
+        print(table.to_string(index=False, float_format="{:.1f}".format))
+    print(describe_recorded_runs(table))
+    return 0

@@ -82,7 +82,7 @@ def query_gpus() -> tuple[str, int, str, int | None]:
     return " + ".join(names), len(rows), rows[0][3], int(float(rows[0][4]))
 
 
-#: Set on machines that receive a copy of the tree without its ``.git`` (e.g. a lent GPU machine).
+#: Set on machines that receive a copy of the tree without its ``.git`` (e.g. a GPU machine the checkout was copied to).
 GIT_SHA_ENV = "VLLM_PLAYBOOKS_GIT_SHA"
 
 

@@ -2,7 +2,7 @@
 
 The runner names each server log ``<config id>-<UTC launch time, 2026-11-30T194243+0000>.log`` (its load generator's
 log is the same name ending ``.bench.log``); vLLM stamps its lines ``MM-DD HH:MM:SS`` without a year, in the machine's
-clock (UTC on the lent GPUs). The runner stores a finished log gzip-compressed (``<name>.log.gz``,
+clock (UTC on the machines the recorded runs used). The runner stores a finished log gzip-compressed (``<name>.log.gz``,
 ``vllm_playbooks.results.textfiles``); names are read without the ``.gz``.
 """
 
@@ -148,7 +148,7 @@ def server_logs(case_dir: Path) -> list[Path]:
 
 
 def unstarted_server_logs(case_dir: Path) -> list[Path]:
-    """A case's server logs of servers that never finished starting (stopped at a session's time limit, or failed):
+    """A case's server logs of servers that never finished starting (stopped by a time limit, or failed):
     kept as the record of the attempt, left out of every start-up check."""
     return [log for log in all_server_logs(case_dir) if not has_started(log)]
 

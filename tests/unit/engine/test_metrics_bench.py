@@ -112,7 +112,7 @@ def test_bench_argv_closed_and_open_loop(tmp_path: Path) -> None:
 def test_an_interrupt_stops_the_bench_call_without_waiting_for_its_run(monkeypatch: pytest.MonkeyPatch,
                                                                         tmp_path: Path) -> None:
     # The parallel runner's time limit sends SIGINT; a bench run that kept the caller until its end (a minute at
-    # concurrency 128 on gpt-oss) let a worker overrun its lease.
+    # concurrency 128 on gpt-oss) let a worker overrun its time limit.
     release = threading.Event()
 
     def run_until_released(args: object) -> dict[str, object]:

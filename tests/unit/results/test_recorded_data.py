@@ -29,8 +29,8 @@ def test_rows_replay_from_raw_files(case: str) -> None:
 
 @pytest.mark.parametrize("case", CASES)
 def test_scrapes_and_logs_are_stored_compressed(case: str) -> None:
-    """The recorded tree travels to every GPU lease (64 MiB a call, the vLLM bundle's parts included): a plain scrape
-    or log left after landing a lease is compressed with ``python -m vllm_playbooks.results.textfiles``."""
+    """The recorded tree travels with the checkout to every GPU machine, so it stays compressed: a plain scrape or log
+    left by a run (a worker stopped mid-run) is compressed with ``vllm-playbooks compress data/runs/<case>``."""
     folder = ROOT / "data" / "runs" / case
     plain = [p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.suffix in COMPRESSED_KINDS]
     assert not plain, f"compress these: {plain[:5]}"

@@ -1,0 +1,96 @@
+"""What was measured, per case and hardware, summed up from the recorded rows and server logs alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from vllm_playbooks import cli
+from vllm_playbooks.analysis.runs import (
+    HOST_NOT_RECORDED,
+    RECORDED_COLUMNS,
+    describe_recorded_runs,
+    recorded_cases,
+    recorded_runs,
+    summarize_runs,
+)
+from vllm_playbooks.results.store import load_runs
+from vllm_playbooks.run.budget import server_time
+
+
+def _row(pid: str, gpus: int, at: str, host: str | None = None) -> dict[str, object]:
+    return {"case": "demo", "point_id": pid, "repeat": int(pid.rsplit("-r", 1)[1]), "gpu_name": "NVIDIA H200",
+            "gpu_count": gpus, "vllm_version": "0.26.0", "host_cpu": host, "host_cpu_count": 16 if host else None,
+            "measured_at": at}  # fmt: skip
+
+
+def _server(launched: str, gpus: int, minutes: float) -> dict[str, object]:
+    return {"launched_at": pd.Timestamp(launched), "gpus": gpus, "gpu_minutes": minutes}
+
+
+ROWS = pd.DataFrame([
+    _row("a-1/in1-out1-c1-r0", 1, "2026-11-30T10:00:00+00:00"),
+    _row("a-1/in1-out1-c1-r1", 1, "2026-12-01T23:59:00+00:00"),  # a second run of the same point
+    _row("a-1/in1-out1-c8-r0", 1, "2026-11-30T10:05:00+00:00"),
+    _row("b-2/in1-out1-c1-r0", 2, "2026-11-30T12:00:00+00:00"),  # a TP=2 config, same host
+    _row("a-1/in1-out1-c4-r0", 1, "2026-12-04T15:00:00+00:00", host="Intel(R) Xeon(R) Processor"),
+])  # fmt: skip
+SERVERS = pd.DataFrame([
+    _server("2026-11-30T09:55:00+00:00", 1, 10.0),
+    _server("2026-11-30T11:55:00+00:00", 2, 8.0),
+    _server("2026-11-30T11:58:00+00:00", 1, 1.5),  # stopped before a point: nearest one-GPU row in time, 10:05
+    _server("2026-12-01T23:50:00+00:00", 1, 4.0),
+    _server("2026-12-04T14:50:00+00:00", 4, 2.25),  # no row with 4 GPUs: the nearest row of any count
+])  # fmt: skip
+
+
+def test_rows_are_summed_up_per_hardware_with_the_gpu_time_of_their_servers() -> None:
+    table = summarize_runs(ROWS, SERVERS)
+    assert list(table.columns) == RECORDED_COLUMNS
+    lines = {(r.gpus_per_server, r.host_cpu): r for r in table.itertuples()}
+    assert set(lines) == {(1, HOST_NOT_RECORDED), (2, HOST_NOT_RECORDED), (1, "Intel(R) Xeon(R) Processor, 16 CPUs")}
+    one = lines[(1, HOST_NOT_RECORDED)]
+    assert (one.rows, one.points, one.repeats) == (3, 2, 1)
+    assert (one.first_measured, one.last_measured) == ("2026-11-30", "2026-12-01")
+    assert (one.servers, one.gpu_minutes) == (3, 15.5)
+    two = lines[(2, HOST_NOT_RECORDED)]
+    assert (two.rows, two.points, two.repeats, two.servers, two.gpu_minutes) == (1, 1, 0, 1, 8.0)
+    xeon = lines[(1, "Intel(R) Xeon(R) Processor, 16 CPUs")]
+    assert (xeon.rows, xeon.servers, xeon.gpu_minutes, xeon.first_measured) == (1, 1, 2.25, "2026-12-04")
+    assert table["first_measured"].is_monotonic_increasing
+
+
+def test_nothing_recorded_is_an_empty_table_and_says_so(tmp_path: Path) -> None:
+    assert summarize_runs(ROWS.iloc[:0], SERVERS).empty
+    assert recorded_cases(tmp_path) == [] and recorded_runs(data=tmp_path).empty
+    assert describe_recorded_runs(recorded_runs(data=tmp_path)) == "No run is recorded yet."
+
+
+def test_the_sentence_counts_what_the_table_holds() -> None:
+    text = describe_recorded_runs(summarize_runs(ROWS, SERVERS))
+    assert text.startswith("5 recorded rows (4 distinct points, 1 repeat) of 1 case, measured from 2026-11-30 to "
+                           "2026-12-04 on NVIDIA H200 with vLLM 0.26.0. The 5 server logs recorded with them show "
+                           "25.8 GPU-minutes held")  # fmt: skip
+
+
+def test_the_recorded_cases_add_up_to_their_tables_and_logs() -> None:
+    cases = ["pp-27462", "load-desync"]
+    table = recorded_runs(cases)
+    assert set(recorded_cases()) >= set(cases) and list(table["case"].unique()) == cases
+    for case in cases:
+        lines, servers = table[table["case"] == case], server_time(case)
+        assert lines["rows"].sum() == len(load_runs(case)) and lines["servers"].sum() == len(servers)
+        assert lines["gpu_minutes"].sum() == pytest.approx(servers["gpu_minutes"].sum(), abs=0.1)
+    pp = table[table["case"] == "pp-27462"]
+    assert sorted(pp["gpus_per_server"]) == [1, 2]  # PP=1 alone on a GPU, PP=2 and TP=2 over two
+    assert (table[table["case"] == "load-desync"]["host_cpu"] != HOST_NOT_RECORDED).all()
+
+
+def test_the_runs_command_prints_the_table_and_refuses_an_unknown_case(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["runs", "load-desync"]) == 0
+    out = capsys.readouterr().out
+    assert "load-desync" in out and "gpu_minutes" in out and "recorded rows" in out and "pp-27462" not in out
+    assert cli.main(["runs", "no-such-case"]) == 2
+    assert capsys.readouterr().err.startswith("error: no recorded runs of no-such-case; recorded: ")
