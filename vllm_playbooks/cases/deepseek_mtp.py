@@ -68,7 +68,7 @@ def mtp_speedup_at_acceptance(claim: Claim, ev: Evidence) -> CheckResult:
     Measured: recorded ``mtp`` rows at DeepSeek-V3's width and depth with k = 1 whose measured acceptance lies in the
     reported range, at their lowest concurrency; the speed-up is the baseline's mean TPOT over the speculative one
     (tokens per second per request).
-    Model: ``theory.speedup(α, 1, c)`` at both ends of the range, with c = MTP layers / target layers of the
+    Model: ``model.speculative.speedup(α, 1, c)`` at both ends of the range, with c = MTP layers / target layers of the
     DeepSeek-V3 shape (the output head and embeddings left out; the verify step costing one decode step).
     """
 
@@ -92,7 +92,7 @@ def mtp_speedup_at_acceptance(claim: Claim, ev: Evidence) -> CheckResult:
         rows = len(lowest)
     c, layers = _mtp_cost()
     ends = [speedup(a, 1, c) for a in (low, high)]
-    model_says = f"theory.speedup with k=1, c={layers} (MTP layers / target layers): {ends[0]:.2f}–{ends[1]:.2f}×"
+    model_says = f"model.speculative.speedup with k=1, c={layers} (MTP layers / target layers): {ends[0]:.2f}–{ends[1]:.2f}×"
     model_verdict = combine(judge(s, claimed) for s in ends)
     return CheckResult(published, measured, verdict, rows, model_says, model_verdict, pairs=lowest if rows else None)
 
@@ -136,7 +136,7 @@ def mtp_gain_falls_with_qps(claim: Claim, ev: Evidence) -> CheckResult:
     c_model, layers = _mtp_cost()
     tops = [speculative.speedup(a, 1, c_model) for a in (low, high)]
     implied = [(1 + a) / claimed[min(claimed)] - 1 for a in (low, high)]
-    model_says = (f"theory.speedup with k=1, c={layers}: at most {tops[0]:.2f}–{tops[1]:.2f}× at any load; "
+    model_says = (f"model.speculative.speedup with k=1, c={layers}: at most {tops[0]:.2f}–{tops[1]:.2f}× at any load; "
                   f"{claimed[min(claimed)]:g}× at QPS {min(claimed)} implies c={implied[0]:.2f}–{implied[1]:.2f}. "
                   "The model has no load term, so it cannot say where the gain ends")  # fmt: skip
     return CheckResult(published, measured, combine(verdicts), len(verdicts), model_says, None,
@@ -370,9 +370,9 @@ def describe_acceptance_band(band: pd.DataFrame, tolerance: float = 0.02) -> str
 
 
 def draft_cost_beside_model(sweep: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
-    """The draft cost c that each closed-loop pair of a ``k_sweep`` table implies (``theory.draft_cost_from_tpot``
+    """The draft cost c that each closed-loop pair of a ``k_sweep`` table implies (``model.speculative.draft_cost_from_tpot``
     with the measured mean acceptance length) beside the step model's c at the same batch (``predicted``: a
-    ``theory.prediction_frame`` whose ``config`` names are engine labels).
+    ``model.calibration.prediction_frame`` whose ``config`` names are engine labels).
 
     ``draft_ms_measured`` = c × the measured spec-off TPOT, the time of one draft forward if verifying k + 1 tokens
     costs one decode step; where it costs more (an MoE layer reads more experts for more tokens), that extra lands in
@@ -435,7 +435,7 @@ def draft_fixed_cost_ms(table: pd.DataFrame) -> float:
 
 
 def fixed_cost_change(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
-    """Two ``theory.prediction_frame`` tables of the same configs and batches, made with different draft fixed
+    """Two ``model.calibration.prediction_frame`` tables of the same configs and batches, made with different draft fixed
     costs, side by side: c and the speed-up before and after, per config and batch."""
     keep = ["config", "batch", "draft_fixed_cost_ms", "c", "speedup"]
     return before[keep].merge(after[keep], on=["config", "batch"], suffixes=("_before", "_after"))
@@ -458,7 +458,7 @@ def added_step_time(
     sweep: pd.DataFrame, before: pd.DataFrame | None = None, after: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """What speculation added to an engine step, per closed-loop pair of a ``tpot_speedups`` (or ``k_sweep``) table,
-    measured and as two ``theory.prediction_frame`` tables predict it (``before`` and ``after``, e.g. with a whole
+    measured and as two ``model.calibration.prediction_frame`` tables predict it (``before`` and ``after``, e.g. with a whole
     step's fixed cost per draft forward and with a measured one; their ``config`` names are engine labels, and only
     those configurations are kept). Without the two tables every closed-loop pair is kept and the model columns are
     NaN.

@@ -21,10 +21,10 @@ if TYPE_CHECKING:
 def spec_slower_at_reported_load(claim: Claim, ev: Evidence) -> CheckResult:
     """Discussion #13834: speculation lowered output throughput.
 
-    The report's load is what its own numbers imply by Little's law (``reported.implied_13834``: streams in flight =
+    The report's load is what its own numbers imply by Little's law (``cases.discussion_13834.implied_13834``: streams in flight =
     output tok/s × ITL). The check takes the recorded pair with the report's k and acceptance whose concurrency is
     nearest that load, within ``LOAD_FACTOR``, and judges its output-throughput ratio against the reported one. The
-    model: the H200-fitted roofline moved to the A100's peaks (``theory.predict_13834_a100``) at that load.
+    model: the H200-fitted roofline moved to the A100's peaks (``cases.discussion_13834.predict_13834_a100``) at that load.
     """
 
     off, on = ev.value(claim, "output-tok-s-spec-off"), ev.value(claim, "output-tok-s-spec-on")

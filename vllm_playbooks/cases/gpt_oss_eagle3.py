@@ -39,7 +39,7 @@ MODEL_K_RANGE = tuple(range(1, 11))
 
 
 def _with_length_profile(case: str, rows: pd.DataFrame) -> pd.DataFrame:
-    """``rows`` with a ``profile`` column (``verdicts.with_profile`` after the case file's length profiles), naming a
+    """``rows`` with a ``profile`` column (``analysis.profiles.with_profile`` after the case file's length profiles), naming a
     row of no profile of the case ``"<input_len> in / <output_len> out"``."""
 
     try:
@@ -101,7 +101,7 @@ def best_draft_tokens(claim: Claim, ev: Evidence) -> CheckResult:
 
     Measured: at each load (length profile, concurrency, imposed α) with recorded ``eagle3`` rows at k = 4 and at
     least one other k, the best k by output throughput must be in the claimed range and k = 4 a loss against it, of
-    about the claimed size. Model: the k maximising ``theory.speedup`` for α in ``ALPHA_SWEEP`` with
+    about the claimed size. Model: the k maximising ``model.speculative.speedup`` for α in ``ALPHA_SWEEP`` with
     c = head layers / target layers.
     """
 
@@ -140,7 +140,7 @@ def best_draft_tokens(claim: Claim, ev: Evidence) -> CheckResult:
     target, head = (get_shape(n) for n in EAGLE3_SHAPES)
     c = head.num_hidden_layers / target.num_hidden_layers
     best_k = {a: max(MODEL_K_RANGE, key=lambda k, a=a: speedup(a, k, c)) for a in ALPHA_SWEEP}
-    model_says = (f"theory.speedup with c={head.num_hidden_layers}/{target.num_hidden_layers} (head layers / target "
+    model_says = (f"model.speculative.speedup with c={head.num_hidden_layers}/{target.num_hidden_layers} (head layers / target "
                   f"layers), verify cost flat in k, k from {MODEL_K_RANGE[0]} to {MODEL_K_RANGE[-1]}: best k "
                   + ", ".join(f"{k}{' (the largest tried)' if k == MODEL_K_RANGE[-1] else ''} at α {a:g}"
                               for a, k in best_k.items()))  # fmt: skip

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-#: The #27462 page's verdict labels (``pipeline.verdict_label``) as the ledger's verdicts.
+#: The #27462 page's verdict labels (``cases.pp_27462.verdict_label``) as the ledger's verdicts.
 _PAGE_VERDICTS = {"Reproduced": Verdict.REPRODUCED, "Direction only": Verdict.DIRECTION_ONLY,
                   "Not reproduced": Verdict.NOT_REPRODUCED}  # fmt: skip
 
@@ -36,11 +36,11 @@ def pp_cap_starves_stages(claim: Claim, ev: Evidence) -> CheckResult:
     """vLLM issue #27462: ``--max-num-seqs`` caps every running sequence, not one micro-batch, so pipeline stages
     run under-filled.
 
-    Measured: the #27462 page's own comparison (``pipeline.pp_comparison`` and ``pipeline.verdict_label``) over the
-    rows of the claim's case and of ``pipeline.CASE``: at each cap N, PP=2 at N against PP=1 at N (the stages starve)
-    and PP=2 at 2N against PP=1 at N (the fix), on rows whose measured fill (``Evidence.engine_steps``) shows that the
-    cap, not the request path, set the batch. Model: theory.py has no pipeline-parallel model. Published: the related
-    issue #41682's PP numbers.
+    Measured: the #27462 page's own comparison (``pp_comparison`` and ``verdict_label``) over the rows of the claim's
+    case and of ``CASE``: at each cap N, PP=2 at N against PP=1 at N (the stages starve) and PP=2 at 2N against PP=1
+    at N (the fix), on rows whose measured fill (``Evidence.engine_steps``) shows that the cap, not the request path,
+    set the batch. Model: ``model.pipeline.predicted_throughput`` on the grid. Published: the related issue #41682's
+    PP numbers.
     """
     import pandas as pd
 
@@ -64,7 +64,7 @@ def pp_cap_starves_stages(claim: Claim, ev: Evidence) -> CheckResult:
     predicted = pp_comparison(predicted_rows(planned_grid(load_plan(CASE), ev.fit)))
     model_label = verdict_label(predicted)
     model_judged = predicted.dropna(subset=["pp2_vs_pp1_pct", "pp2_at_2n_vs_pp1_pct"])
-    model_says = ("pipeline.predicted_throughput (the fitted roofline split over the stages, no communication): "
+    model_says = ("model.pipeline.predicted_throughput (the fitted roofline split over the stages, no communication): "
                   + "; ".join(f"{r.model_shape} N={int(r.max_num_seqs)}: PP=2 at N {r.pp2_vs_pp1_pct:+.1f} %, at 2N "
                               f"{r.pp2_at_2n_vs_pp1_pct:+.1f} %" for r in model_judged.itertuples()))  # fmt: skip
     model_verdict = _PAGE_VERDICTS.get(model_label)

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 
 def _break_even_by_config(rows: pd.DataFrame) -> list[dict[str, Any]]:
     """Per recorded speculative config, its draft cost c from the TPOTs at its lowest paired concurrency
-    (``theory.draft_cost_from_tpot``), the break-even α (``theory.break_even_alpha``) and vLLM's acceptance rate at
-    that α (``theory.acceptance_rate_of_alpha``, which equals c)."""
+    (``model.speculative.draft_cost_from_tpot``), the break-even α (``model.speculative.break_even_alpha``) and vLLM's acceptance rate at
+    that α (``model.speculative.acceptance_rate_of_alpha``, which equals c)."""
 
     pairs = speedup_pairs(rows, "tpot_mean_ms", extra=["mean_acceptance_length", "model_shape", "draft_model"])
     pairs = pairs[pairs["mean_acceptance_length"].notna() & pairs["concurrency"].notna()]
@@ -103,7 +103,7 @@ def compute_bound_batch_check(claim: Claim, ev: Evidence) -> CheckResult:
     """Rule of thumb: from about 64 sequences per step, plain decoding nears the roofline's ridge (compute-bound).
 
     Model only: for every recorded (target shape, KV dtype, mean context) the batch at which a plain decode step turns
-    compute-bound on ``ROOFLINE_GPU`` (``theory.compute_bound_batch``), and for speculative configs the verify step's
+    compute-bound on ``ROOFLINE_GPU`` (``model.roofline.compute_bound_batch``), and for speculative configs the verify step's
     (k + 1 query tokens). The rule holds if every plain-decode batch lies within ``LOAD_FACTOR`` of the claimed one.
     """
 

@@ -243,7 +243,7 @@ def load_evidence(data: Path | None = None) -> Evidence:
     """Read everything the checks need from ``data`` (default: the repository's ``data/``): the published numbers,
     every case's rows rebuilt from their raw files (replay, as the case pages do) less the stalled ones, which the
     pages leave out of their verdicts too (``results.stalls``), the start-ups, and the roofline fit on the H200 rows
-    of ``theory.CALIBRATION_CASES`` that ``theory.calibrates`` (None with fewer than three without speculation)."""
+    of ``analysis.whatif.CALIBRATION_CASES`` that ``analysis.whatif.calibrates`` (None with fewer than three without speculation)."""
 
     folder = data if data is not None else paths.data_dir()
     published = load_reference(path=folder / "reference" / "published.csv")

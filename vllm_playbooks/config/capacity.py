@@ -18,7 +18,7 @@ model was fitted on a dense shape; vLLM measured 3.5-4.2 GiB for the reduced Dee
 memory': up to 1.6 GiB on the dense shapes recorded, 1.2-6.2 GiB on the MoE ones, the most with MTP). So the KV tokens
 of MoE targets are overstated and a tight MoE budget can pass this check and still not fit. With vLLM's logged
 activation, non-torch memory and graph estimate in place of ours, every recorded start-up's KV tokens come out within
-2.5 % (``startup.calculator_check``), so the weights and the KV bytes per token are right.
+2.5 % (``analysis.calculator.calculator_check``), so the weights and the KV bytes per token are right.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ def predicted_throughput(
     fit: EfficiencyFit, model: str, max_num_seqs: int, tensor_parallel_size: int, pipeline_parallel_size: int,
     input_len: int, output_len: int, kv_cache_dtype: str = "auto", gpu: str | None = None,
 ) -> dict[str, float]:
-    """Saturated closed loop on the fitted roofline (``theory.forward_time_s``): microbatch b = N / P, one stage step
+    """Saturated closed loop on the fitted roofline (``model.calibration.forward_time_s``): microbatch b = N / P, one stage step
     ``t = T(b) / (P · TP) + overhead`` (bytes and FLOPs split over the GPUs, the fixed per-step overhead paid by every
     stage), one microbatch finishing per stage step, so output tok/s = b / t and TPOT = P · t. Each step also carries
     the prompts of the requests that replace finished ones (b · input_len / output_len tokens). Communication between

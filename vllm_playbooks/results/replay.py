@@ -45,7 +45,7 @@ def replay_rows(case: str, data: Path | None = None) -> list[RunRow]:
     if only_table:
         raise SchemaError(f"{case}: rows without raw files (commit them): {only_table}")
     if only_raw:
-        raise SchemaError(f"{case}: raw points without rows (run vllm_playbooks.runner.sync_rows): {only_raw}")
+        raise SchemaError(f"{case}: raw points without rows (run vllm_playbooks.results.replay.sync_rows): {only_raw}")
     for pid, row in rebuilt.items():
         if row != recorded[pid]:
             diff = [k for k in RunRow.model_fields if getattr(row, k) != getattr(recorded[pid], k)]

@@ -346,7 +346,7 @@ def test_select_gains() -> None:
 def test_measurements_beside_the_model() -> None:
     rows = _eagle({1: 30.0, 64: 20.0})
     gains = profiles.gain_table(pd.DataFrame(rows), PROFILES)
-    # as theory.eagle3_predictions gives it: both a batch and a concurrency column
+    # as cases.gpt_oss_eagle3.eagle3_predictions gives it: both a batch and a concurrency column
     model = pd.DataFrame({"concurrency": [1, 64, 200], "batch": [1, 64, 200], "gain_pct": [-10.0, 25.0, 40.0]})
     table = versus_model.beside_model(gains, model, "gain_pct", "eagle3-k3-a0.71")
     assert table.concurrency.tolist() == [1.0, 64.0] and table.predicted.tolist() == [-10.0, 25.0]

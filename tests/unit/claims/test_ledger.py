@@ -226,7 +226,7 @@ def test_13834_model_line_uses_the_fit(claims, published) -> None:  # type: igno
 
 
 def test_the_ledgers_fit_is_the_case_pages_fit() -> None:
-    """The ledger fits on the same rows as the pages' model (``theory.calibration_rows``): without the batch-size
+    """The ledger fits on the same rows as the pages' model (``analysis.whatif.calibration_rows``): without the batch-size
     schedules and the runner-forcing controls, which its own reading of the data folder must leave out too."""
     from vllm_playbooks.results.replay import replay_rows
 
