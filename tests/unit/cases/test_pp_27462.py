@@ -37,7 +37,7 @@ CASE = pp_27462.CASE
 def test_the_grid_is_three_layouts_of_the_8b_and_two_of_the_70b() -> None:
     plan = load_plan(CASE)
     assert len(plan.engines) == 20 and len(plan.points()) == 20
-    seen = {(e.model, model.pipeline.layout(e.tensor_parallel_size, e.pipeline_parallel_size), e.max_num_seqs) for e in plan.engines}
+    seen = {(e.model, pipeline.layout(e.tensor_parallel_size, e.pipeline_parallel_size), e.max_num_seqs) for e in plan.engines}
     caps = (32, 64, 128, 256)
     assert seen == {("llama-3.1-8b", lay, n) for lay in ("PP=1", "PP=2", "TP=2") for n in caps} | {
         ("llama-3.3-70b", lay, n) for lay in ("PP=2", "TP=2") for n in caps
@@ -77,17 +77,17 @@ def test_select_engines_by_cap() -> None:
 
 
 def test_microbatch_and_the_fix() -> None:
-    assert model.pipeline.microbatch_size(256, 2) == 128 and model.pipeline.microbatch_size(64, 4) == 16
-    assert model.pipeline.max_num_seqs_for(2, 128) == 256 and model.pipeline.max_num_seqs_for(4, 32) == 128
-    table = model.pipeline.fix_table(2, [32, 64])
+    assert pipeline.microbatch_size(256, 2) == 128 and pipeline.microbatch_size(64, 4) == 16
+    assert pipeline.max_num_seqs_for(2, 128) == 256 and pipeline.max_num_seqs_for(4, 32) == 128
+    table = pipeline.fix_table(2, [32, 64])
     assert table.max_num_seqs_to_set.tolist() == [64, 128]
     assert table.per_microbatch_batch_if_max_num_seqs_is_B.tolist() == [16.0, 32.0]
     with pytest.raises(ValueError):
-        model.pipeline.max_num_seqs_for(0, 8)
+        pipeline.max_num_seqs_for(0, 8)
 
 
 def test_layout_names() -> None:
-    assert [model.pipeline.layout(1, 1), model.pipeline.layout(1, 2), model.pipeline.layout(2, 1), model.pipeline.layout(2, 2)] == [
+    assert [pipeline.layout(1, 1), pipeline.layout(1, 2), pipeline.layout(2, 1), pipeline.layout(2, 2)] == [
         "PP=1", "PP=2", "TP=2", "TP=2 PP=2"]  # fmt: skip
 
 
@@ -97,7 +97,7 @@ def fit() -> calibration.EfficiencyFit:
 
 
 def test_one_gpu_prediction_is_the_closed_loop_roofline(fit: calibration.EfficiencyFit) -> None:
-    pred = model.pipeline.predicted_throughput(fit, "llama-3.1-8b", 64, 1, 1, 128, 256)
+    pred = pipeline.predicted_throughput(fit, "llama-3.1-8b", 64, 1, 1, 128, 256)
     row = {"model_shape": "llama-3.1-8b", "concurrency": 64, "input_len": 128, "output_len": 256,
            "num_speculative_tokens": 0}  # fmt: skip
     assert pred["tpot_ms"] == pytest.approx(calibration.predict_tpot_ms(row, fit))
@@ -106,10 +106,10 @@ def test_one_gpu_prediction_is_the_closed_loop_roofline(fit: calibration.Efficie
 
 def test_without_overhead_two_stages_at_2n_are_two_gpus_at_n() -> None:
     ideal = calibration.EfficiencyFit("H200-SXM", 1.0, 1.0, 1.0, 0.0, 0, 0.0)
-    one = model.pipeline.predicted_throughput(ideal, "llama-3.3-70b", 32, 1, 1, 128, 256)["output_tok_s"]
-    pp2_n = model.pipeline.predicted_throughput(ideal, "llama-3.3-70b", 32, 1, 2, 128, 256)
-    pp2_2n = model.pipeline.predicted_throughput(ideal, "llama-3.3-70b", 64, 1, 2, 128, 256)
-    tp2_n = model.pipeline.predicted_throughput(ideal, "llama-3.3-70b", 32, 2, 1, 128, 256)
+    one = pipeline.predicted_throughput(ideal, "llama-3.3-70b", 32, 1, 1, 128, 256)["output_tok_s"]
+    pp2_n = pipeline.predicted_throughput(ideal, "llama-3.3-70b", 32, 1, 2, 128, 256)
+    pp2_2n = pipeline.predicted_throughput(ideal, "llama-3.3-70b", 64, 1, 2, 128, 256)
+    tp2_n = pipeline.predicted_throughput(ideal, "llama-3.3-70b", 32, 2, 1, 128, 256)
     assert pp2_n["microbatch"] == 16 and pp2_2n["microbatch"] == 32
     assert pp2_2n["output_tok_s"] == pytest.approx(2 * one) == pytest.approx(tp2_n["output_tok_s"])
     # weights dominate: half the batch per stage, barely faster than one GPU at N; half the throughput per GPU
