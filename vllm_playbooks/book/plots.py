@@ -383,3 +383,27 @@ def measured_metric(df: pd.DataFrame, y: str, x: str = "concurrency", ax: Axes |
     if rows.empty:
         return _not_measured(ax, LABELS.get(y, y))
     return metric_vs_load(rows, y, x=x, ax=ax)
+
+
+def medians_with_range(
+    spreads: pd.DataFrame, title: str, ax: Axes | None = None,
+    palette: Mapping[str, tuple[float, float, float]] | None = None,
+) -> Axes:
+    """Medians over repeated runs against concurrency, each with a bar from its lowest to its highest run: one colour
+    per engine config (``palette``), a solid line for fixed lengths and a dashed one for varied lengths
+    (``cases.load_desync.point_spreads`` rows: engine_label, concurrency, lengths, median, lowest, highest)."""
+    import matplotlib.pyplot as plt
+
+    if spreads.empty:
+        raise ValueError("no medians to plot")
+    ax = ax or plt.subplots(figsize=(6.4, 4.0))[1]
+    colors = palette or label_colors(spreads["engine_label"])
+    for (label, lengths), group in spreads.groupby(["engine_label", "lengths"], sort=True):
+        group = group.sort_values("concurrency")
+        errors = [group["median"] - group["lowest"], group["highest"] - group["median"]]
+        ax.errorbar(group["concurrency"], group["median"], yerr=errors, color=colors[label], capsize=4, marker="o",
+                    linestyle="-" if lengths == "fixed" else "--", label=f"{label}, {lengths} lengths")  # fmt: skip
+    _log2_ticks(ax, spreads["concurrency"])
+    ax.set_xlabel(LABELS["concurrency"])
+    ax.set_title(title)
+    return ax

@@ -60,9 +60,10 @@ def _as_float(value: Any) -> float | None:
 def acceptance_bands(claim: Claim, ev: Evidence) -> CheckResult:
     """Rule of thumb: vLLM's draft acceptance rate below 0.5 is a net loss, 0.5–0.65 breaks even, 0.65 or more helps.
 
-    Measured: every recorded speculative row of every case with its baseline at the same load; its measured acceptance
-    rate (accepted / drafted, the metric the rule names) puts it in a band, and its output-throughput change must have
-    that band's effect (``effect``). Model: per recorded config, the break-even acceptance rate from the draft cost c
+    Measured: every recorded speculative point of every case with its baseline at the same load; its measured
+    acceptance rate (accepted / drafted, the metric the rule names) puts it in a band, and its speed-up must have that
+    band's effect (``effect``, within the point's noise band): output throughput in a closed loop, mean TPOT at a
+    request rate (an open loop's throughput is set by the arrivals). Model: per recorded config, the break-even acceptance rate from the draft cost c
     the TPOTs imply (``_break_even_by_config``); the bands hold if every one falls in the break-even band.
     """
     loss_below = ev.value(claim, "acceptance-net-loss-below")
@@ -70,9 +71,16 @@ def acceptance_bands(claim: Claim, ev: Evidence) -> CheckResult:
     helps_from = ev.value(claim, "acceptance-helps-from")
     published = (f"acceptance rate below {loss_below:g}: a net loss; {even_low:g}–{even_high:g}: break-even; "
                  f"{helps_from:g} or more: helps")  # fmt: skip
+    import pandas as pd
+
     rows = ev.all_rows()
     drafting = rows[~scheduled_off(rows)]  # a schedule's k = 0 points drafted too little to judge
-    pairs = speedup_pairs(drafting, "output_tok_s", extra=["acceptance_rate"])
+    # A closed loop's speed-up shows in its output throughput; an open loop's throughput is what its arrival rate
+    # offers, so there the speed-up is the baseline's mean TPOT over the speculative one at the same request rate.
+    open_loop = drafting["request_rate_qps"].notna()
+    pairs = pd.concat([speedup_pairs(drafting[~open_loop], "output_tok_s", extra=["acceptance_rate"]),
+                       speedup_pairs(drafting[open_loop], "tpot_mean_ms", extra=["acceptance_rate"])],
+                      ignore_index=True)  # fmt: skip
     pairs = pairs[pairs["acceptance_rate"].notna()]
     verdicts, notes = [], []
     for _, r in pairs.iterrows():

@@ -15,7 +15,11 @@ measured run give what the run alone did, so from raw files already recorded:
   every running sequence is in exactly one of them;
 - **fill**: running sequences over the batch the load allowed, min(concurrency, ``max_num_seqs``). Near 1 the cap
   set the batch; well below 1 something else did (the load generator or vLLM's API server could not keep the
-  sequences coming), so the point does not measure the cap;
+  sequences coming), so the point does not measure the cap. Where the server's own log sampled its running requests
+  during the measured run (vLLM's stats line, every ~10 s; at least ``MIN_LOG_SAMPLES`` samples), the fill is the
+  median of those samples over the allowed batch (``fill_source`` "server log"): the engine's own count, not an
+  estimate. Otherwise it is the estimate above (``fill_source`` "counters"): with pipeline stages the steps of a
+  run's ramp-up and drain carry fewer sequences, so the estimate reads low;
 - **small steps**: the share of steps that carried at most ``SMALL_STEP_TOKENS`` tokens, and the per-bucket counts
   (``step_histogram``), which show how evenly the running sequences split into pipeline microbatches.
 
@@ -25,7 +29,9 @@ none of this is a column of ``runs.csv``: it is read from each point's raw scrap
 
 from __future__ import annotations
 
+import datetime as dt
 import math
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,6 +39,7 @@ from typing import TYPE_CHECKING
 from vllm_playbooks import paths
 from vllm_playbooks.engine.metrics import Histogram, diff_metrics, parse_metrics
 from vllm_playbooks.results import raw
+from vllm_playbooks.results.server_logs import logged_running
 from vllm_playbooks.results.textfiles import read_text
 
 if TYPE_CHECKING:
@@ -42,6 +49,8 @@ if TYPE_CHECKING:
 SMALL_STEP_TOKENS = 8
 #: A point whose fill is below this did not run as many sequences as its cap and load allowed.
 FILL_THRESHOLD = 0.9
+#: The fewest stats lines of the server's log in a measured run for the fill to come from the log.
+MIN_LOG_SAMPLES = 2
 
 #: Columns of the measured row that ``step_summary`` and ``step_histogram`` repeat.
 ROW_COLUMNS = (
@@ -50,7 +59,7 @@ ROW_COLUMNS = (
 )  # fmt: skip
 SUMMARY_COLUMNS = (
     "engine_steps", "output_tokens", "tokens_per_step", "sequences_per_step", "running_mean", "batch_allowed",
-    "fill", "small_step_frac",
+    "running_logged", "log_samples", "fill", "fill_source", "small_step_frac",
 )  # fmt: skip
 
 
@@ -108,7 +117,7 @@ def step_summary(runs: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
         record["batch_allowed"] = allowed
         if steps is None or not steps.steps:
             record.update(engine_steps=math.nan, output_tokens=math.nan, tokens_per_step=math.nan,
-                          sequences_per_step=math.nan, running_mean=math.nan, fill=math.nan,
+                          sequences_per_step=math.nan, running_mean=math.nan, fill=math.nan, fill_source="",
                           small_step_frac=math.nan)  # fmt: skip
         else:
             tokens_per_sequence = _acceptance_length(getattr(row, "mean_acceptance_length", None))
@@ -117,11 +126,27 @@ def step_summary(runs: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
             record.update(
                 engine_steps=steps.steps, output_tokens=round(steps.output_tokens),
                 tokens_per_step=steps.tokens_per_step, sequences_per_step=per_step,
-                running_mean=running, fill=running / allowed if allowed else math.nan,
+                running_mean=running, fill=running / allowed if allowed else math.nan, fill_source="counters",
                 small_step_frac=steps.small_step_frac(),
             )  # fmt: skip
+        logged = _logged_running(row, base)
+        record.update(running_logged=statistics.median(logged) if logged else math.nan, log_samples=len(logged))
+        if len(logged) >= MIN_LOG_SAMPLES and allowed:
+            record.update(fill=record["running_logged"] / allowed, fill_source="server log")
         records.append(record)
     return pd.DataFrame(records, columns=[*ROW_COLUMNS, *SUMMARY_COLUMNS])
+
+
+def _logged_running(row: object, data: Path) -> list[int]:
+    """The running requests the row's server logged during its measured run (``server_logs.logged_running``); [] for
+    a row that does not say when it ran (no ``measured_at`` or ``config_id``)."""
+    config_id, measured_at = getattr(row, "config_id", None), getattr(row, "measured_at", None)
+    if not isinstance(config_id, str) or not isinstance(measured_at, str):
+        return []
+    end = dt.datetime.fromisoformat(measured_at)
+    start = end - dt.timedelta(seconds=float(row.duration_s))  # type: ignore[attr-defined]
+    logs = (data / str(row.raw_path)).parents[2] / "logs"  # type: ignore[attr-defined]
+    return logged_running(logs, config_id, start, end)
 
 
 def step_histogram(runs: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:

@@ -200,3 +200,36 @@ def server_modes(case: str, data: Path | None = None) -> pd.DataFrame:
         })  # fmt: skip
     columns = ["log", "config_id", "engine_label", "model_runner", "cudagraph_mode", "async_scheduling"]
     return pd.DataFrame(records, columns=columns)
+
+
+#: vLLM's periodic stats line (every ~10 s while it serves): how many requests run and wait at that moment.
+RUNNING_LINE = re.compile(r"Running: (?P<running>\d+) reqs, Waiting: (?P<waiting>\d+) reqs")
+
+
+def running_samples(log: Path) -> list[tuple[dt.datetime, int]]:
+    """(UTC time, running requests) of every periodic stats line of a server log (``RUNNING_LINE``), in order."""
+    parsed = parse_log_name(plain_name(log))
+    if parsed is None:
+        raise SchemaError(f"{log}: not a server log name (<config id>-<launch time>.log)")
+    samples = []
+    for line in read_text(log).splitlines():
+        running, stamp = RUNNING_LINE.search(line), LINE_STAMP.search(line)
+        if running and stamp:
+            samples.append((stamp_time(stamp["stamp"], parsed[1]), int(running["running"])))
+    return samples
+
+
+def server_log_of(logs: Path, config_id: str, at: dt.datetime) -> Path | None:
+    """The log of the server of ``config_id`` that ran at ``at``: the latest of its logs opened before it."""
+    opened = [(parsed[1], log) for log in server_log_files(logs)
+              if (parsed := parse_log_name(plain_name(log))) is not None and parsed[0] == config_id and parsed[1] <= at]  # fmt: skip
+    return max(opened)[1] if opened else None
+
+
+def logged_running(logs: Path, config_id: str, start: dt.datetime, end: dt.datetime) -> list[int]:
+    """The running-request counts the server's own log sampled between ``start`` and ``end`` (a measured run's
+    window); [] where no log or no sample covers it."""
+    log = server_log_of(logs, config_id, start)
+    if log is None:
+        return []
+    return [running for at, running in running_samples(log) if start <= at <= end]

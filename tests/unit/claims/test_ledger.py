@@ -396,10 +396,19 @@ def test_pp_cap_leaves_out_a_point_whose_cap_was_not_filled(claims, published) -
 
 
 def test_pp_cap_on_the_recorded_runs(ledger: pd.DataFrame) -> None:
+    """The ledger's verdict on #27462 is the case page's own, from the same rows and the same fill rule."""
+    from vllm_playbooks.cases import pp_27462
+    from vllm_playbooks.results.engine_steps import step_summary
+    from vllm_playbooks.results.replay import replay_case
+
+    rows = replay_case(pp_27462.CASE)
+    comparison = pp_27462.pp_comparison(rows, steps=step_summary(rows))
+    page = {"Reproduced": V.REPRODUCED, "Direction only": V.DIRECTION_ONLY, "Not reproduced": V.NOT_REPRODUCED}
     line = ledger.set_index("claim").loc["issue-27462-pp-starves"]
-    assert line.verdict == str(V.REPRODUCED)
-    assert "N=32: PP=2 at N -20.7 %, at 2N +47.5 %" in line.measured and "N=128" not in line.measured
-    assert line.model_verdict == str(V.REPRODUCED) and "N=32: PP=2 at N -23.2 %" in line.model_says
+    assert line.verdict == str(page[pp_27462.verdict_label(comparison)])
+    for n in comparison.dropna(subset=["pp2_at_2n_tok_s"])["max_num_seqs"]:
+        assert f"N={int(n)}: PP=2 at N " in line.measured
+    assert line.model_verdict in {str(v) for v in page.values()} and "N=32: PP=2 at N " in line.model_says
 
 
 @pytest.mark.parametrize(
@@ -557,3 +566,18 @@ def test_noise_of_takes_the_fewest_runs_and_the_widest_spread() -> None:
     assert claims_ledger.noise_of(pairs) == {"hardware": "G", "points": 2, "min_clean_repeats": 2, "spread_pct": 8.0,
                                              "band_pct": 8.0}  # fmt: skip
     assert claims_ledger.noise_of(None)["points"] == 0
+
+
+def test_acceptance_bands_judge_an_open_loop_by_its_tpot(claims, published) -> None:  # type: ignore[no-untyped-def]
+    """At a request rate the offered load sets the throughput: the speed-up is the TPOT's (here 1.5× faster at an
+    acceptance of 0.8, a gain as the band expects), even though output throughput did not move."""
+    off = _row("any", "off", None, 100.0, request_rate_qps=2.0, tpot_mean_ms=15.0)
+    spec = _row("any", "spec", None, 100.0, request_rate_qps=2.0, tpot_mean_ms=10.0, k=4, acceptance_rate=0.8,
+                mean_acceptance_length=4.2, draft_model="llama-3.2-1b")  # fmt: skip
+    result = claims_ledger.get_check("acceptance_bands")(claims["rule-acceptance-bands"],
+                                                         _evidence(published, "any", [off, spec]))  # fmt: skip
+    assert result.verdict is V.REPRODUCED and result.rows == 1
+    slower = {**spec, "tpot_mean_ms": 16.5}  # a loss at 0.8: against the band
+    result = claims_ledger.get_check("acceptance_bands")(claims["rule-acceptance-bands"],
+                                                         _evidence(published, "any", [off, slower]))  # fmt: skip
+    assert result.verdict is V.NOT_REPRODUCED and "2 QPS" in result.measured

@@ -16,9 +16,8 @@ from vllm_playbooks.engine.metrics import parse_histogram
 from vllm_playbooks.errors import ServerError
 from vllm_playbooks.model import calibration
 from vllm_playbooks.results import raw
-from vllm_playbooks.results.engine_steps import read_engine_steps, step_histogram, step_summary
+from vllm_playbooks.results.engine_steps import FILL_THRESHOLD, read_engine_steps, step_histogram, step_summary
 from vllm_playbooks.results.replay import replay_case
-from vllm_playbooks.results.textfiles import read_text
 
 BOUNDS = (1, 8, 16, 32, 64, 128)
 
@@ -123,15 +122,14 @@ def test_at_small_caps_one_microbatch_holds_nearly_every_sequence(pp_steps: pd.D
     assert pp_steps.loc["8b-pp2-mns128"].small_step_frac < 0.01  # at 128 the two microbatches are both large
 
 
-def test_the_request_path_did_not_fill_a_cap_of_256(pp_rows: pd.DataFrame, pp_steps: pd.DataFrame) -> None:
+def test_a_cap_of_256_counts_as_filled_by_the_servers_own_log(pp_rows: pd.DataFrame, pp_steps: pd.DataFrame) -> None:
+    """Both servers at max_num_seqs 256 logged about 256 running requests through their measured runs (the
+    counters' estimate read 52 % and 73 %): no point is left out, so PP=2 at 256 judges the fix at N = 128."""
     left_out = pp_27462.unfilled(pp_rows, pp_steps.reset_index())
-    assert sorted(left_out.engine_label) == ["8b-pp1-mns256", "8b-pp2-mns256"]
-    assert (left_out.fill < 0.8).all()
-    note = pp_27462.unfilled_note(left_out)
-    assert "`8b-pp1-mns256` ran 134 of 256 (52%)" in note and "something other than `max_num_seqs`" in note
+    assert left_out.empty and pp_27462.unfilled_note(left_out).startswith("Every point that offered twice its cap")
+    assert (pp_steps.loc[["8b-pp1-mns256", "8b-pp2-mns256"], "fill_source"] == "server log").all()
     comparison = pp_27462.pp_comparison(pp_rows, steps=pp_steps.reset_index()).set_index("max_num_seqs")
-    assert math.isnan(comparison.loc[128, "pp2_at_2n_tok_s"])  # PP=2 at 256 is left out, so N=128 is not judged
-    assert pp_27462.verdict_label(pp_27462.pp_comparison(pp_rows, steps=pp_steps.reset_index())) == "Reproduced"
+    assert not math.isnan(comparison.loc[128, "pp2_at_2n_tok_s"])
 
 
 def test_the_one_gpu_points_ran_two_at_a_time(pp_rows: pd.DataFrame) -> None:
@@ -184,21 +182,10 @@ def test_the_roofline_overestimates_every_measured_point_but_keeps_the_pattern(p
 
     grid = pp_27462.planned_grid(load_plan(pp_27462.CASE), calibration.fit_efficiency(whatif.calibration_rows(), "H200-SXM"))
     table = pp_27462.measured_vs_predicted(pp_27462.saturated(pp_rows, steps=pp_steps.reset_index()), grid)
-    assert len(table) == 8 and (table.prediction_error_pct > 0).all()
+    assert len(table) == 10 and (table.prediction_error_pct > 0).all()
     largest = table.loc[table.prediction_error_pct.idxmax()]
-    assert largest.engine_label == "8b-pp1-mns128"  # the largest one-GPU batch
+    assert largest.engine_label == "8b-pp1-mns256"  # the largest one-GPU batch
     assert pp_27462.verdict_label(pp_27462.pp_comparison(pp_27462.predicted_rows(grid))) == "Reproduced"
-
-
-def test_while_the_cap_of_256_was_not_filled_no_request_waited() -> None:
-    """The page's reading of the two unfilled runs: vLLM's periodic log lines show fewer than 256 running with none
-    waiting, so the requests did not reach the scheduler fast enough (the cap was not what limited them)."""
-    import re
-
-    for config in ("8b-pp1-mns256-964b263597-2026-11-30T135618", "8b-pp2-mns256-d4156661cc-2026-11-30T141220"):
-        text = read_text(DATA / "runs" / pp_27462.CASE / "logs" / f"{config}+0000.log")
-        stats = [(int(r), int(w)) for r, w in re.findall(r"Running: (\d+) reqs, Waiting: (\d+) reqs", text)]
-        assert any(running < 230 and waiting == 0 for running, waiting in stats), config
 
 
 def test_recorded_gains_are_saved_steps_over_step_cost() -> None:
@@ -214,3 +201,33 @@ def test_recorded_gains_are_saved_steps_over_step_cost() -> None:
     implied = 100 * (factors.fewer_steps_x / factors.step_cost_x - 1)
     assert (implied - factors.gain_pct).abs().max() < 1.0
     assert factors.fewer_steps_x.between(1.0, 3.0).all()  # k = 3, α 0.71: 2.57 tokens a step expected
+
+
+def test_the_fill_comes_from_the_servers_own_log_where_it_sampled_the_run() -> None:
+    """PP=2 at max_num_seqs 256 (concurrency 512): its server logged 'Running: 256 reqs' in 6 of the 8 stats lines of
+    the measured run (244 and 250 in the others), so it ran filled, although the counters' estimate, which counts the
+    ramp-up and drain steps of two pipeline stages, reads 73 %."""
+    from vllm_playbooks.results.replay import replay_case
+    from vllm_playbooks.results.server_logs import logged_running, running_samples
+
+    rows = replay_case("pp-27462")
+    row = rows[rows["engine_label"] == "8b-pp2-mns256"]
+    summary = step_summary(row).iloc[0]
+    assert summary["fill_source"] == "server log" and summary["log_samples"] == 8
+    assert summary["running_logged"] == 256 and summary["fill"] == 1.0
+    assert summary["running_mean"] / summary["batch_allowed"] < FILL_THRESHOLD  # what the counters alone would say
+    logs = ROOT / "data" / "runs" / "pp-27462" / "logs"
+    log = next(logs.glob("8b-pp2-mns256-*T141220+0000.log.gz"))
+    samples = running_samples(log)
+    assert sorted(n for _, n in samples)[:3] == [0, 1, 244] and len(samples) == 11  # idle and ramp-up lines too
+    window = logged_running(logs, str(row["config_id"].iloc[0]), samples[3][0], samples[-1][0])
+    assert window == [256] * 6 + [244, 250]
+
+
+def test_without_log_samples_the_fill_is_the_counters_estimate() -> None:
+    from vllm_playbooks.results.replay import replay_case
+
+    row = replay_case("pp-27462").iloc[[0]].assign(measured_at="2020-01-01T00:00:00+00:00")  # no log covers 2020
+    summary = step_summary(row).iloc[0]
+    assert summary["log_samples"] == 0 and summary["fill_source"] == "counters"
+    assert summary["fill"] == pytest.approx(summary["running_mean"] / summary["batch_allowed"])

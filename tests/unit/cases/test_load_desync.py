@@ -1,0 +1,74 @@
+"""The load-shape case: medians over repeats, how the shape moves each side, the gain under each shape, what is left."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from vllm_playbooks.cases import load_desync
+from vllm_playbooks.run.plan import load_plan
+
+
+def _rows(values: dict[tuple[str, int, float], list[float]]) -> pd.DataFrame:
+    """Rows of the load-desync shape: {(label, concurrency, random_range_ratio): [output tok/s of each run]}."""
+    base = {"case": "load-desync", "model_shape": "llama-3.1-8b", "load_format": "dummy", "input_len": 512,
+            "output_len": 128, "request_rate_qps": None, "tensor_parallel_size": 1, "pipeline_parallel_size": 1,
+            "max_num_seqs": 256, "max_num_batched_tokens": 8192, "gpu_name": "NVIDIA H200",
+            "imposed_acceptance_rates": None, "engine_config_json": None}  # fmt: skip
+    records = []
+    for (label, concurrency, ratio), runs in values.items():
+        off = label == "spec-off"
+        for value in runs:
+            records.append({**base, "engine_label": label, "concurrency": concurrency, "random_range_ratio": ratio,
+                            "spec_method": "none" if off else "draft_model", "num_speculative_tokens": 0 if off else 4,
+                            "imposed_alpha": None if off else 0.8, "output_tok_s": value,
+                            "tpot_p50_ms": 1000.0 / value})  # fmt: skip
+    return pd.DataFrame(records)
+
+
+ROWS_VALUES = {
+    ("spec-off", 16, 0.0): [2300.0, 2340.0, 2320.0], ("spec-off", 16, 0.5): [2100.0, 2110.0, 2120.0],
+    ("draft", 16, 0.0): [2300.0, 1900.0, 2100.0], ("draft", 16, 0.5): [1580.0, 1590.0],
+}  # fmt: skip
+ROWS = _rows(ROWS_VALUES)
+
+
+def test_a_point_is_the_median_of_its_runs_with_their_spread() -> None:
+    spreads = load_desync.point_spreads(ROWS).set_index(["engine_label", "lengths"])
+    assert spreads.loc[("draft", "fixed"), ["runs", "median", "lowest", "highest"]].tolist() == [3, 2100.0, 1900.0, 2300.0]
+    assert spreads.loc[("draft", "fixed"), "spread_pct"] == pytest.approx(100 * 400 / 2100)
+    assert spreads.loc[("spec-off", "±50 %"), "runs"] == 3
+
+
+def test_the_shape_moves_a_steady_side_beyond_noise_and_a_noisy_one_within_it() -> None:
+    moved = load_desync.shape_effect(ROWS).set_index("engine_label")
+    assert moved.loc["spec-off", "change_pct"] == pytest.approx(100 * (2110 / 2320 - 1))
+    assert moved.loc["spec-off", "moved"] == "lower" and moved.loc["spec-off", "band_pct"] == 5.0
+    # the draft's fixed-length runs lie 19 % apart: its -24.6 % is beyond that band, a -15 % would not be
+    assert moved.loc["draft", "moved"] == "lower"
+    noisier = _rows({("draft", 16, 0.0): [2300.0, 1900.0, 2100.0], ("draft", 16, 0.5): [1790.0]})
+    assert load_desync.shape_effect(noisier).iloc[0]["moved"] == "within noise"
+    latency = load_desync.shape_effect(ROWS, "tpot_p50_ms").set_index("engine_label")
+    assert latency.loc["spec-off", "moved"] == "higher"  # lower throughput per request, longer per token
+
+
+def test_the_gain_under_each_shape_and_how_far_the_shape_moves_it() -> None:
+    gains = load_desync.gain_by_shape(ROWS)
+    assert gains["lengths"].tolist() == ["fixed", "±50 %"]
+    assert gains["change_pct"].tolist() == pytest.approx([100 * (2100 / 2320 - 1), 100 * (1585 / 2110 - 1)])
+    shift = load_desync.gain_shift(gains).iloc[0]
+    assert shift["shift_pts"] == pytest.approx(gains["change_pct"].iloc[1] - gains["change_pct"].iloc[0])
+    # a shift of 15 points inside the draft's 19 % spread is not a shift yet; with steady draft runs it is
+    assert shift["band_pct"] == pytest.approx(100 * 400 / 2100) and not shift["beyond_noise"]
+    steady = _rows({**{k: v for k, v in ROWS_VALUES.items() if k[0] == "spec-off"},
+                    ("draft", 16, 0.0): [2090.0, 2100.0, 2110.0], ("draft", 16, 0.5): [1580.0, 1590.0]})  # fmt: skip
+    assert bool(load_desync.gain_shift(load_desync.gain_by_shape(steady)).iloc[0]["beyond_noise"])
+
+
+def test_the_points_left_are_those_with_fewer_runs_than_planned() -> None:
+    plan = load_plan("load-desync", engines=["spec-off"], concurrency=[16])
+    assert load_desync.runs_left(plan, ROWS).empty  # both length modes of spec-off at 16 have three runs
+    left = load_desync.runs_left(load_plan("load-desync", engines=["spec-off"], concurrency=[16, 64]), ROWS)
+    assert left[["concurrency", "lengths", "runs", "planned"]].values.tolist() == [[64, "fixed", 0, 3],
+                                                                                   [64, "±50 %", 0, 3]]
+    assert load_desync.baseline_label(ROWS) == "spec-off"

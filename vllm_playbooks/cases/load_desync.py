@@ -1,0 +1,125 @@
+"""Case: the load's shape. Fixed lengths (every request 512 in / 128 out, so a closed loop's requests prefill and
+finish in waves) against lengths drawn within ±50 % (``--random-range-ratio 0.5``), for speculation off and a 1B
+draft: how the shape moves each side, and the gain between them.
+
+Every number is a median over a point's clean runs (``results.stalls``), beside its runs and spread; differences are
+called against the band of ``analysis.noise``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from vllm_playbooks.analysis.compare import is_baseline, versus_baseline
+from vllm_playbooks.analysis.noise import Effect, band_pct, effect_of_speedup, spread_of
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from vllm_playbooks.run.plan import CasePlan
+
+CASE = "load-desync"
+#: The metrics the page compares: what the load shape moves (throughput, the decode pace, the wait for a first token).
+METRICS = ("output_tok_s", "tpot_p50_ms", "ttft_p50_ms")
+
+
+def length_mode(random_range_ratio: float) -> str:
+    """'fixed' for ratio 0, else '±50 %' (the spread of the lengths around their mean)."""
+    return "fixed" if not random_range_ratio else f"±{100 * float(random_range_ratio):.0f} %"
+
+
+def point_spreads(rows: pd.DataFrame, metric: str = "output_tok_s") -> pd.DataFrame:
+    """One line per engine config, concurrency and length mode: the median of ``metric`` over the clean runs, the
+    runs, their lowest and highest value and their spread (``noise.spread_of``)."""
+    import pandas as pd
+
+    records = []
+    keys = ["engine_label", "concurrency", "random_range_ratio"]
+    for (label, concurrency, ratio), group in rows.groupby(keys, sort=True):
+        spread = spread_of(group[metric])
+        records.append({
+            "engine_label": label, "concurrency": int(concurrency), "lengths": length_mode(ratio),
+            "random_range_ratio": float(ratio), "runs": spread.runs, "median": spread.median,
+            "lowest": spread.lowest, "highest": spread.highest, "spread_pct": spread.spread_pct,
+        })  # fmt: skip
+    return pd.DataFrame(records)
+
+
+def shape_effect(rows: pd.DataFrame, metric: str = "output_tok_s") -> pd.DataFrame:
+    """How the load shape moves each engine config: per config and concurrency, the median of ``metric`` with fixed
+    and with varied lengths (runs and spreads beside them), the change of varied against fixed in percent, the band
+    (the larger spread, at least the floor) and ``moved``: 'higher' or 'lower' with varied lengths where the change
+    lies beyond the band, else 'within noise'."""
+    import pandas as pd
+
+    spreads = point_spreads(rows, metric)
+    records = []
+    for (label, concurrency), group in spreads.groupby(["engine_label", "concurrency"], sort=True):
+        fixed, varied = group[group["random_range_ratio"] == 0], group[group["random_range_ratio"] > 0]
+        if fixed.empty or varied.empty:
+            continue
+        f, v = fixed.iloc[0], varied.iloc[0]
+        change = 100.0 * (v["median"] / f["median"] - 1.0)
+        band = band_pct(f["spread_pct"], v["spread_pct"])
+        moved = {Effect.GAIN: "higher", Effect.LOSS: "lower", Effect.NONE: "within noise"}[
+            effect_of_speedup(v["median"] / f["median"], band)]
+        records.append({
+            "engine_label": label, "concurrency": int(concurrency), "fixed": f["median"], "fixed_runs": int(f["runs"]),
+            "fixed_spread_pct": f["spread_pct"], "varied": v["median"], "varied_runs": int(v["runs"]),
+            "varied_spread_pct": v["spread_pct"], "change_pct": change, "band_pct": band,
+            "moved": moved,
+        })  # fmt: skip
+    return pd.DataFrame(records)
+
+
+def gain_by_shape(rows: pd.DataFrame, metric: str = "output_tok_s") -> pd.DataFrame:
+    """The draft's gain over speculation off under each load shape (``versus_baseline``: medians of runs, band,
+    effect), one line per concurrency and length mode."""
+    gains = versus_baseline(rows, metric)
+    gains["lengths"] = [length_mode(r) for r in gains["random_range_ratio"]]
+    columns = ["engine_label", "concurrency", "lengths", "baseline", "baseline_runs", "baseline_spread_pct",
+               "speculative", "speculative_runs", "speculative_spread_pct", "change_pct", "band_pct", "effect"]  # fmt: skip
+    return gains[columns].sort_values(["concurrency", "lengths"]).reset_index(drop=True)
+
+
+def gain_shift(gains: pd.DataFrame) -> pd.DataFrame:
+    """How far the load shape moves the gain: per concurrency, the gain with fixed and with varied lengths (percent),
+    their difference in percentage points, and the band it must exceed to count: the largest spread of the four
+    medians the two gains are made of, at least the floor."""
+    import pandas as pd
+
+    records = []
+    for concurrency, group in gains.groupby("concurrency", sort=True):
+        fixed, varied = group[group["lengths"] == "fixed"], group[group["lengths"] != "fixed"]
+        if fixed.empty or varied.empty:
+            continue
+        f, v = fixed.iloc[0], varied.iloc[0]
+        band = band_pct(*(r[c] for r in (f, v) for c in ("baseline_spread_pct", "speculative_spread_pct")))
+        shift = v["change_pct"] - f["change_pct"]
+        records.append({"concurrency": int(concurrency), "gain_fixed_pct": f["change_pct"],
+                        "gain_varied_pct": v["change_pct"], "shift_pts": shift, "band_pct": band,
+                        "beyond_noise": abs(shift) > band})  # fmt: skip
+    return pd.DataFrame(records)
+
+
+def runs_left(plan: CasePlan, rows: pd.DataFrame) -> pd.DataFrame:
+    """The planned points with fewer clean runs than the plan's repeats: engine config, concurrency, length mode, the
+    clean runs recorded and the runs planned (a point never measured has 0)."""
+    import pandas as pd
+
+    spreads = point_spreads(rows)
+    recorded = {(r.engine_label, r.concurrency, r.random_range_ratio): r.runs for r in spreads.itertuples()}
+    records = []
+    for engine in plan.engines:
+        for load in plan.loads_for(engine):
+            runs = recorded.get((engine.label, load.concurrency, load.random_range_ratio), 0)
+            if runs < plan.repeats:
+                records.append({"engine_label": engine.label, "concurrency": load.concurrency,
+                                "lengths": length_mode(load.random_range_ratio), "runs": runs,
+                                "planned": plan.repeats})  # fmt: skip
+    return pd.DataFrame(records, columns=["engine_label", "concurrency", "lengths", "runs", "planned"])
+
+
+def baseline_label(rows: pd.DataFrame) -> str:
+    """The engine label of the rows' baseline (speculation off, as vLLM chose to run it)."""
+    return str(rows.loc[is_baseline(rows), "engine_label"].iloc[0])
