@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from vllm_playbooks.analysis.noise import MIN_BAND_PCT, band_pct, effect_of_speedup, spread_of
+from vllm_playbooks.analysis.noise import MIN_BAND_PCT, Effect, band_pct, effect_of_speedup, spread_of
 from vllm_playbooks.config.engine import cudagraph_mode_forced_by
 from vllm_playbooks.config.speculative import SpeculativeConfig
 from vllm_playbooks.model.speculative import tokens_per_step_from_rates
@@ -176,16 +176,16 @@ def higher_is_better(metric: str) -> bool:
 
 
 def winning_levels(group: pd.DataFrame) -> list[int]:
-    """Concurrency levels at which one speculative config beat its baseline (higher throughput / lower latency)."""
-    better_up = higher_is_better(str(group["metric"].iloc[0]))
-    wins = group[(group["ratio"] > 1.0) if better_up else (group["ratio"] < 1.0)]
+    """Concurrency levels at which one speculative config beat its baseline beyond the band (``effect`` 'gain':
+    higher throughput or lower latency than the baseline's noise allows)."""
+    wins = group[group["effect"] == Effect.GAIN]
     return sorted(int(c) for c in wins["concurrency"].dropna())
 
 
 def winning_loads(group: pd.DataFrame) -> list[str]:
-    """Load levels (``load_text``) at which one speculative config beat its baseline, in the group's order."""
-    better_up = higher_is_better(str(group["metric"].iloc[0]))
-    wins = group[(group["ratio"] > 1.0) if better_up else (group["ratio"] < 1.0)]
+    """Load levels (``load_text``) at which one speculative config beat its baseline beyond the band, in the group's
+    order."""
+    wins = group[group["effect"] == Effect.GAIN]
     return [load_text(c, r) for c, r in zip(wins["concurrency"], wins["request_rate_qps"], strict=True)]
 
 
@@ -260,11 +260,11 @@ def speculation_rule(df: pd.DataFrame, metric: str = "output_tok_s") -> str:
         wins = winning_loads(group)
         better = "raised" if higher_is_better(metric) else "lowered"
         if not wins:
-            verdict = f"did not improve {metric} over no speculation at any measured {kind} ({levels})"
+            verdict = f"did not improve {metric} beyond noise over no speculation at any measured {kind} ({levels})"
         elif len(wins) == len(group):
-            verdict = f"{better} {metric} at every measured {kind} ({levels})"
+            verdict = f"{better} {metric} beyond noise at every measured {kind} ({levels})"
         else:
-            verdict = f"improved {metric} only at {_levels(wins)} (measured: {levels})"
+            verdict = f"improved {metric} beyond noise only at {_levels(wins)} (measured: {levels})"
         sentences.append(f"On {gpus}, {row['spec_method']} with k={int(row['k'])}{alpha} ({label}) {verdict}.")
     return " ".join(sentences)
 

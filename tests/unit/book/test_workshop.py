@@ -46,7 +46,8 @@ def test_stop_paying_matches_a_plain_pairing_of_the_rows(metric: str, higher_is_
     spec = rows[rows.spec_method == "draft_model"].set_index("concurrency")[metric]
     levels = sorted(set(off.index) & set(spec.index))
     assert levels, "the case has no paired levels"
-    wins = [c for c in levels if (spec[c] > off[c] if higher_is_better else spec[c] < off[c])]
+    # one run each: a win is a change beyond the floor band, 5 % (analysis.noise)
+    wins = [c for c in levels if (spec[c] > 1.05 * off[c] if higher_is_better else spec[c] < off[c] / 1.05)]
     expected = max(wins) if wins else "never"
     solution = exercises.stop_paying_solution(metrics=[metric])
     assert solution.value == {metric: expected}
@@ -57,7 +58,7 @@ def test_stop_paying_finds_the_last_winning_level(monkeypatch: pytest.MonkeyPatc
     rows = []
     for label, method, tok_s, tpot in (
         ("off", "none", [100, 400, 900], [10.0, 12.0, 20.0]),
-        ("spec", "draft_model", [150, 420, 800], [8.0, 13.0, 25.0]),
+        ("spec", "draft_model", [150, 432, 800], [8.0, 13.0, 25.0]),
     ):
         for c, t, p in zip([1, 4, 16], tok_s, tpot, strict=True):
             rows.append(dict(engine_label=label, spec_method=method, num_speculative_tokens=0 if method == "none" else 4,
@@ -67,7 +68,7 @@ def test_stop_paying_finds_the_last_winning_level(monkeypatch: pytest.MonkeyPatc
                              max_num_batched_tokens=None, gpu_name="g"))  # fmt: skip
     monkeypatch.setattr("vllm_playbooks.book.exercises.results_for", lambda case, mode: pd.DataFrame(rows))
     solution = exercises.stop_paying_solution(case="synthetic")
-    # throughput: +50 % at 1, +5 % at 4, -11 % at 16; TPOT: better at 1 only
+    # throughput: +50 % at 1, +8 % at 4, -11 % at 16; TPOT: better at 1 only (each beyond the 5 % band)
     assert solution.value == {"output_tok_s": 4, "tpot_p50_ms": 1}
     assert workshop.check("stop-paying", {"output_tok_s": 4, "tpot_p50_ms": 1}, solution).startswith("correct: ")
     assert workshop.check("stop-paying", {"output_tok_s": 16, "tpot_p50_ms": 1}, solution) == (
