@@ -70,6 +70,30 @@ def cudagraph_mode_forced_by(extra_args: Sequence[str]) -> str | None:
     return None if mode is None else str(mode).upper()
 
 
+#: Server flags a case may not pass through ``extra_args``, and why: the runner sets them itself (and binds the server
+#: to 127.0.0.1), or they would change what a recorded point means.
+RESERVED_FLAGS = {
+    "--host": "the runner binds the server to 127.0.0.1",
+    "--port": "the runner picks a free port",
+    "--uds": "the runner serves over TCP on 127.0.0.1",
+    "--model": "the engine config's model field names it",
+    "--config": "a config file could set the host, port or model",
+    "--speculative-config": "the engine config's speculative field sets it",
+}
+
+
+def reserved_flag(arg: str) -> str | None:
+    """The reserved flag (``RESERVED_FLAGS``) ``arg`` would set in vLLM's argument parser, or None: the exact flag, its
+    ``--flag=value`` form, underscores for dashes (vLLM reads both) and any abbreviation argparse would expand to it
+    (a prefix of at least one letter after ``--``)."""
+    if not arg.startswith("--") or len(arg) < 3:
+        return None
+    flag = arg.partition("=")[0].replace("_", "-")
+    if flag.startswith("--speculative"):
+        return "--speculative-config"
+    return next((reserved for reserved in RESERVED_FLAGS if reserved.startswith(flag)), None)
+
+
 class EngineConfig(BaseModel):
     """The server side of a measured point. ``model`` is a shape name or a model directory."""
 
@@ -122,9 +146,10 @@ class EngineConfig(BaseModel):
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) < max_num_seqs ({self.max_num_seqs}): "
                 "vLLM refuses this; raise the token budget or lower max_num_seqs"
             )
-        for flag in self.extra_args:
-            if flag.startswith("--speculative") or flag in {"--model", "--port", "--host"}:
-                raise ValueError(f"extra_args may not set {flag}: it has its own field")
+        for arg in self.extra_args:
+            reserved = reserved_flag(arg)
+            if reserved:
+                raise ValueError(f"extra_args may not set {reserved} (given as {arg!r}): {RESERVED_FLAGS[reserved]}")
         compilation_config_in(self.extra_args)
         return self
 

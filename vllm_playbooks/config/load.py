@@ -21,17 +21,20 @@ class LoadPoint(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    input_len: int = Field(ge=1, description="prompt tokens")
-    output_len: int = Field(ge=1, description="output tokens (ignore_eos)")
-    concurrency: int | None = Field(None, ge=1, description="--max-concurrency")
-    request_rate_qps: float | None = Field(None, gt=0, description="--request-rate")
-    burstiness: float = Field(1.0, gt=0, description="--burstiness; 1 is Poisson")
-    seed: int = Field(0, ge=0, description="dataset seed")
+    # strict: a YAML ``true`` is not a number here, and NaN or infinity is never a load
+    input_len: int = Field(ge=1, strict=True, description="prompt tokens")
+    output_len: int = Field(ge=1, strict=True, description="output tokens (ignore_eos)")
+    concurrency: int | None = Field(None, ge=1, strict=True, description="--max-concurrency")
+    request_rate_qps: float | None = Field(None, gt=0, strict=True, allow_inf_nan=False, description="--request-rate")
+    burstiness: float = Field(1.0, gt=0, strict=True, allow_inf_nan=False, description="--burstiness; 1 is Poisson")
+    seed: int = Field(0, ge=0, strict=True, description="dataset seed")
     temperature: float | None = Field(
-        None, ge=0, description="--temperature sent with each request; None: the server's default (1.0)"
+        None, ge=0, strict=True, allow_inf_nan=False,
+        description="--temperature sent with each request; None: the server's default (1.0)",
     )
     random_range_ratio: float = Field(
-        0.0, ge=0, lt=1, description="--random-range-ratio: 0 fixed lengths; r draws each in [(1-r)·L, (1+r)·L]"
+        0.0, ge=0, lt=1, strict=True,
+        description="--random-range-ratio: 0 fixed lengths; r draws each in [(1-r)·L, (1+r)·L]",
     )
 
     @model_validator(mode="after")

@@ -81,8 +81,11 @@ def rows_to_frame(rows: Sequence[BaseModel], columns: Sequence[str]) -> pd.DataF
 
 
 def case_dir(case: str, data: Path | None = None) -> Path:
-    """One case's folder of measured runs: ``data/runs/<case>/``."""
+    """One case's folder of measured runs: ``data/runs/<case>/``; ``SchemaError`` for a name that would lead
+    anywhere else (a path, ``..``)."""
     base = data if data is not None else paths.data_dir()
+    if not case or "/" in case or "\\" in case or case in {".", ".."} or case.startswith("."):
+        raise SchemaError(f"case name {case!r} is not a folder name under {base / 'runs'}")
     return base / "runs" / case
 
 

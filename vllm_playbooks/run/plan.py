@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
+import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -22,6 +24,8 @@ from vllm_playbooks.results.raw import point_id
 from vllm_playbooks.shapes import resolve_model
 
 CASES_PACKAGE = "vllm_playbooks.cases"
+#: A case's name names its folder under data/runs: a plain name, never a path.
+CASE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _PLAN_KEYS = {
     "case", "title", "engine_defaults", "engines", "loads", "repeats", "min_duration_s", "gpu_memory_gib", "parts",
 }  # fmt: skip
@@ -143,9 +147,12 @@ def _loads(spec: dict[str, Any], case: str) -> list[LoadPoint]:
     points = []
     for combo, ratio in itertools.product(combos, ratios):
         try:
-            points.append(LoadPoint(**base, **ratio, **combo))
+            point = LoadPoint(**base, **ratio, **combo)
         except ValidationError as error:
             raise ConfigError(f"case {case}: bad load {combo | ratio}: {error.errors()[0]['msg']}") from None
+        if point in points:
+            raise ConfigError(f"case {case}: the load {point.slug()} is listed more than once")
+        points.append(point)
     return points
 
 
@@ -169,6 +176,9 @@ def load_plan(case: str, **overrides: Any) -> CasePlan:
 def plan_from_dict(spec: dict[str, Any], **overrides: Any) -> CasePlan:
     """Build a checked plan from a case mapping (what the YAML holds) and overrides."""
     case = spec.get("case", "?")
+    if not isinstance(case, str) or not CASE_NAME.match(case):
+        raise ConfigError(f"case name {case!r}: use letters, digits, '-', '_' and '.' only (it names a folder under "
+                          "data/runs)")  # fmt: skip
     unknown = set(spec) - _PLAN_KEYS
     if unknown:
         raise ConfigError(f"case {case}: unknown keys {sorted(unknown)}; known: {sorted(_PLAN_KEYS)}")
@@ -251,16 +261,18 @@ def plan_from_dict(spec: dict[str, Any], **overrides: Any) -> CasePlan:
                     f"exceeds max_model_len {engine.max_model_len}"
                 )
     gpu_memory = overrides.get("gpu_memory_gib", spec.get("gpu_memory_gib"))
+    if gpu_memory is not None and not _positive_number(gpu_memory):
+        raise ConfigError(f"case {case}: gpu_memory_gib must be a number > 0, got {gpu_memory!r}")
     if gpu_memory is not None:
         for engine in engines:
             if budget_is_modelled(engine):
                 check_fits(engine, float(gpu_memory))
-    repeats = int(overrides.get("repeats", spec.get("repeats", 1)))
-    min_duration = float(overrides.get("min_duration_s", spec.get("min_duration_s", MIN_DURATION_S)))
-    if repeats < 1:
-        raise ConfigError(f"case {case}: repeats must be >= 1, got {repeats}")
-    if min_duration <= 0:
-        raise ConfigError(f"case {case}: min_duration_s must be > 0, got {min_duration}")
+    repeats = overrides.get("repeats", spec.get("repeats", 1))
+    min_duration = overrides.get("min_duration_s", spec.get("min_duration_s", MIN_DURATION_S))
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ConfigError(f"case {case}: repeats must be a whole number >= 1, got {repeats!r}")
+    if not _positive_number(min_duration):
+        raise ConfigError(f"case {case}: min_duration_s must be a number > 0, got {min_duration!r}")
     return CasePlan(
         case=case,
         title=str(spec.get("title", case)),
@@ -271,6 +283,11 @@ def plan_from_dict(spec: dict[str, Any], **overrides: Any) -> CasePlan:
         profiles=profiles,
         engine_loads=tuple(engine_loads.items()),
     )
+
+
+def _positive_number(value: Any) -> bool:
+    """True for a finite number above 0 (not a bool, NaN or infinity)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
 def _draft_positions(engine: EngineConfig) -> int | None:
