@@ -26,11 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from vllm_playbooks.config.speculative import alpha_of_rates
-from vllm_playbooks.engine.metrics import diff_metrics, parse_metrics, per_position_json
+from vllm_playbooks.engine.metrics import MetricsDelta, diff_metrics, parse_metrics, per_position_json
 from vllm_playbooks.errors import SchemaError
-from vllm_playbooks.load.bench import load_bench_file
+from vllm_playbooks.load.bench import BenchNumbers, load_bench_file
 from vllm_playbooks.results.provenance import Provenance
 from vllm_playbooks.results.schema import RunRow
+from vllm_playbooks.results.store import fsync_folder
 from vllm_playbooks.results.textfiles import COMPRESSED_KINDS, GZ, compressed_bytes, read_text, stored_path
 
 POINT_FILE = "point.json"
@@ -77,12 +78,12 @@ def write_point(case_dir: Path, pid: str, files: dict[str, str]) -> Path:
                 (staging / f"{name}{GZ}").write_bytes(compressed_bytes(text))
             else:
                 (staging / name).write_text(text, encoding="utf-8")
-        fd = os.open(staging, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        for written in staging.iterdir():
+            with written.open("rb") as handle:
+                os.fsync(handle.fileno())
+        fsync_folder(staging)
         os.rename(staging, target)
+        fsync_folder(target.parent)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -123,13 +124,24 @@ def row_from_point(point_dir: Path, data_root: Path) -> RunRow:
     missing = [f for f in REQUIRED_FILES if stored_path(point_dir / f) is None]
     if missing:
         raise SchemaError(f"{point_dir}: incomplete point folder, missing {', '.join(missing)}")
-    point = _read_json(point_dir / POINT_FILE)
-    prov = Provenance.model_validate(_read_json(point_dir / PROVENANCE_FILE))
-    bench = load_bench_file(point_dir / BENCH_FILE)
-    delta = diff_metrics(
-        parse_metrics(read_text(point_dir / METRICS_BEFORE)),
-        parse_metrics(read_text(point_dir / METRICS_AFTER)),
-    )
+    try:
+        point = _read_json(point_dir / POINT_FILE)
+        prov = Provenance.model_validate(_read_json(point_dir / PROVENANCE_FILE))
+        bench = load_bench_file(point_dir / BENCH_FILE)
+        delta = diff_metrics(
+            parse_metrics(read_text(point_dir / METRICS_BEFORE)),
+            parse_metrics(read_text(point_dir / METRICS_AFTER)),
+        )
+        return _row(point_dir, data_root, point, prov, bench, delta)
+    except (KeyError, TypeError, ValueError, EOFError, OSError) as error:  # a truncated or damaged file
+        if isinstance(error, SchemaError):
+            raise
+        raise SchemaError(f"{point_dir}: a raw file is damaged ({type(error).__name__}: {error})") from None
+
+
+def _row(point_dir: Path, data_root: Path, point: dict[str, Any], prov: Provenance, bench: BenchNumbers,
+         delta: MetricsDelta) -> RunRow:  # fmt: skip
+    """The row of a point whose raw files have been read."""
     engine, load = point["engine"], point["load"]
     spec = engine.get("speculative") or {}
     rates = spec.get("synthetic_acceptance_rates")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import fcntl
 import io
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -99,7 +101,13 @@ def load_run_rows(case: str, data: Path | None = None) -> list[RunRow]:
     path = runs_file(case, data)
     if not path.exists():
         return []
-    return validate_records(read_csv_records(path, RUN_COLUMNS), RunRow, str(path))
+    rows = validate_records(read_csv_records(path, RUN_COLUMNS), RunRow, str(path))
+    seen: set[str] = set()
+    for number, row in enumerate(rows, start=1):
+        if row.point_id in seen:
+            raise SchemaError(f"{path} row {number} (line {number + 1}): point {row.point_id} is recorded twice")
+        seen.add(row.point_id)
+    return rows
 
 
 def load_runs(case: str, data: Path | None = None) -> pd.DataFrame:
@@ -107,8 +115,17 @@ def load_runs(case: str, data: Path | None = None) -> pd.DataFrame:
     return rows_to_frame(load_run_rows(case, data), RUN_COLUMNS)
 
 
+def fsync_folder(folder: Path) -> None:
+    """Flush a folder's entries to disk (a rename inside it is durable only after this)."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def atomic_write_text(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` atomically (a temporary file, fsynced, then renamed)."""
+    """Replace ``path`` with ``text`` atomically (a temporary file, fsynced, renamed, its folder fsynced)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -120,25 +137,41 @@ def atomic_write_text(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    fsync_folder(path.parent)
+
+
+@contextlib.contextmanager
+def table_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path``'s table while it is read and replaced: two processes appending to one
+    ``runs.csv`` take turns instead of each replacing the other's rows (``<table>.lock`` beside it, ``flock``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with (path.parent / f".{path.name}.lock").open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def append_run_row(row: RunRow, data: Path | None = None) -> Path:
-    """Append one row to its case's table, atomically: the file is either the old one or the old one plus the row.
+    """Append one row to its case's table, atomically: the file is either the old one or the old one plus the row,
+    and appenders in other processes wait their turn (``table_lock``).
 
     A row whose ``point_id`` is already in the table is refused: recorded rows are never rewritten.
     """
     path = runs_file(row.case, data)
-    existing = path.read_text(encoding="utf-8") if path.exists() else ""
-    if existing:
-        known = {r.point_id for r in load_run_rows(row.case, data)}
-        if row.point_id in known:
-            raise SchemaError(f"{path}: point {row.point_id} is already recorded; recorded rows are never rewritten.")
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=RUN_COLUMNS, lineterminator="\n")
-    if not existing:
-        writer.writeheader()
-    writer.writerow({k: csv_cell(v) for k, v in row.model_dump().items()})
-    atomic_write_text(path, existing + buffer.getvalue())
+    with table_lock(path):
+        existing = path.read_text(encoding="utf-8") if path.exists() else ""
+        if existing:
+            known = {r.point_id for r in load_run_rows(row.case, data)}
+            if row.point_id in known:
+                raise SchemaError(f"{path}: point {row.point_id} is already recorded; recorded rows are never rewritten.")
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=RUN_COLUMNS, lineterminator="\n")
+        if not existing:
+            writer.writeheader()
+        writer.writerow({k: csv_cell(v) for k, v in row.model_dump().items()})
+        atomic_write_text(path, existing + buffer.getvalue())
     return path
 
 

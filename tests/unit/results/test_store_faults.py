@@ -1,0 +1,77 @@
+"""A store that survives: concurrent appenders lose nothing, a duplicated row is refused, a damaged raw file is
+named, and a point folder is complete or absent."""
+
+from __future__ import annotations
+
+import gzip
+import multiprocessing
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from vllm_playbooks.errors import SchemaError
+from vllm_playbooks.results import raw
+from vllm_playbooks.results.store import append_run_row, load_run_rows, runs_file
+
+CASE = "llama-8b-draft-model"
+
+
+def _recorded_row(index: int = 0):  # type: ignore[no-untyped-def]
+    return load_run_rows(CASE, ROOT / "data")[index]
+
+
+def _append_many(data: str, start: int, count: int) -> None:
+    row = _recorded_row()
+    for number in range(start, start + count):
+        append_run_row(row.model_copy(update={"point_id": f"{row.config_id}/synthetic-{number}-r0"}), Path(data))
+
+
+def test_concurrent_appenders_lose_no_row(tmp_path: Path) -> None:
+    spawn = multiprocessing.get_context("spawn")
+    workers = [spawn.Process(target=_append_many, args=(str(tmp_path), start, 40)) for start in (0, 40, 80, 120)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+        assert worker.exitcode == 0
+    rows = load_run_rows(CASE, tmp_path)
+    assert len(rows) == 160 and len({r.point_id for r in rows}) == 160
+
+
+def test_a_row_recorded_twice_is_refused_on_load(tmp_path: Path) -> None:
+    append_run_row(_recorded_row(), tmp_path)
+    table = runs_file(CASE, tmp_path)
+    lines = table.read_text(encoding="utf-8").splitlines(keepends=True)
+    table.write_text("".join([*lines, lines[-1]]), encoding="utf-8")
+    with pytest.raises(SchemaError, match=r"row 2 \(line 3\): point .* is recorded twice"):
+        load_run_rows(CASE, tmp_path)
+    with pytest.raises(SchemaError, match="is recorded twice"):  # and nothing is appended to a damaged table
+        append_run_row(_recorded_row(1), tmp_path)
+    assert len(table.read_text(encoding="utf-8").splitlines()) == 3
+
+
+@pytest.mark.parametrize(("name", "damage"), [
+    ("bench.json", lambda p: p.write_text(p.read_text(encoding="utf-8")[:200], encoding="utf-8")),
+    ("point.json", lambda p: p.write_text("{}", encoding="utf-8")),
+    ("metrics_after.prom.gz", lambda p: p.write_bytes(p.read_bytes()[:100])),
+    ("provenance.json", lambda p: p.write_text('{"gpu_name": ""}', encoding="utf-8")),
+])  # fmt: skip
+def test_a_damaged_raw_file_is_named_not_a_bare_error(tmp_path: Path, name: str, damage) -> None:  # type: ignore[no-untyped-def]
+    row = _recorded_row()
+    source = ROOT / "data" / row.raw_path
+    folder = tmp_path / "runs" / CASE / "raw" / row.point_id
+    shutil.copytree(source, folder)
+    damage(folder / name)
+    with pytest.raises(SchemaError, match=str(folder)):
+        raw.row_from_point(folder, tmp_path)
+
+
+def test_a_point_folder_is_written_whole_with_its_files_flushed(tmp_path: Path) -> None:
+    files = dict.fromkeys(raw.REQUIRED_FILES, "x")
+    target = raw.write_point(tmp_path, "cfg/in8-out8-c1-r0", files)
+    assert sorted(p.name for p in target.iterdir()) == sorted(
+        f"{n}.gz" if n.endswith(".prom") else n for n in raw.REQUIRED_FILES)  # fmt: skip
+    assert gzip.decompress((target / "metrics_before.prom.gz").read_bytes()) == b"x"
+    assert not [p for p in target.parent.iterdir() if p.name.startswith(".")]  # no staging folder left
