@@ -33,9 +33,11 @@ def fake_server_argv(port: int, *extra: str) -> list[str]:
 class FakeBench:
     """Writes a ``bench serve``-shaped result file, built from a real H200 capture with this run's prompt count."""
 
-    def __init__(self, fail_on_call: int | None = None) -> None:
+    def __init__(self, fail_on_call: int | None = None, lose_requests_on_call: int | None = None) -> None:
         self.calls: list[list[str]] = []
         self.fail_on_call = fail_on_call
+        #: the call whose result reports three requests failed (a server that answered some requests with errors)
+        self.lose_requests_on_call = lose_requests_on_call
 
     def __call__(self, argv: list[str]) -> dict[str, Any]:
         self.calls.append(argv)
@@ -45,6 +47,8 @@ class FakeBench:
         result = json.loads((FIXTURES / "h200-draft-c16" / "bench.json").read_text())
         result["num_prompts"] = int(opt["--num-prompts"])
         result["completed"] = int(opt["--num-prompts"])
+        if self.lose_requests_on_call is not None and len(self.calls) == self.lose_requests_on_call:
+            result["completed"], result["failed"] = result["completed"] - 3, 3
         result["max_concurrency"] = int(opt["--max-concurrency"]) if "--max-concurrency" in opt else None
         Path(opt["--result-dir"], opt["--result-filename"]).write_text(json.dumps(result))
         return result

@@ -26,7 +26,7 @@ from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.engine.gpu_sampler import GpuSampler, nvml_sampler
 from vllm_playbooks.engine.metrics import parse_metrics, scrape
 from vllm_playbooks.engine.server import LOOPBACK, VllmServer, free_port
-from vllm_playbooks.errors import ConfigError, PlaybookError
+from vllm_playbooks.errors import ConfigError, PlaybookError, ServerError
 from vllm_playbooks.load.bench import BenchClient, InProcessBench, bench_argv
 from vllm_playbooks.results import raw, store
 from vllm_playbooks.results.provenance import Provenance, collect_provenance, utc_now
@@ -177,6 +177,7 @@ def measure_point(
                 if sampler is not None:
                     sampler.stop()
             result = json.loads(bench_text)
+            incomplete_run_check(result, num_prompts)
             duration = float(result["duration"])
             short = duration < plan.min_duration_s and load.request_rate_qps is None
             gaps = gaps_between(parse_metrics(before), parse_metrics(after))
@@ -220,6 +221,15 @@ def measure_point(
     row = raw.row_from_point(folder, data)
     append_run_row(row, data)
     return row
+
+
+def incomplete_run_check(result: dict[str, Any], sent: int) -> None:
+    """Refuse a measured run whose requests did not all complete: ``ServerError`` (the point is kept as a failure
+    file and measured again by the next run), never a row of partial or zero throughput."""
+    completed, failed = int(result.get("completed") or 0), int(result.get("failed") or 0)
+    if failed or completed < sent:
+        raise ServerError(f"the measured run completed {completed} of {sent} requests ({failed} failed): not recorded "
+                          "as a point; the next run measures it again")  # fmt: skip
 
 
 def run_case(

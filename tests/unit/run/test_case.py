@@ -98,6 +98,21 @@ def test_bench_failure_is_recorded_and_the_sweep_goes_on(data: Path) -> None:
     assert len(report.failed) == 1 and len(report.measured) == 1
 
 
+def test_a_run_with_failed_requests_is_a_failure_not_a_row(data: Path) -> None:
+    """Call 2 is the first point's measured run (call 1 its calibration): three of its requests failed, so the point
+    is kept as a failure file and the next run measures it again; the other point is recorded."""
+    plan = small_plan(engines=["spec-off"])
+    report = run_case(plan, data=data, bench=FakeBench(lose_requests_on_call=2), server_factory=factory(),
+                      progress=False)  # fmt: skip
+    assert len(report.failed) == 1 and len(report.measured) == 1
+    failed = next(iter(report.failed))
+    assert "completed" in report.failed[failed] and "3 failed" in report.failed[failed]
+    assert raw.failure_file(data / "runs" / CASE, failed).exists()
+    assert [r.point_id for r in replay_rows(CASE, data)] == report.measured
+    again = run_case(plan, data=data, bench=FakeBench(), server_factory=factory(), progress=False)
+    assert again.measured == [failed] and not raw.failure_file(data / "runs" / CASE, failed).exists()
+
+
 def test_server_that_never_starts_fails_its_points_only(data: Path) -> None:
     report = run_case(
         small_plan(), data=data, bench=FakeBench(), server_factory=factory("--exit-at-start", "1"), progress=False
