@@ -152,8 +152,13 @@ def changed_check_outputs(source: Path, executed: Path) -> list[str]:
 
 
 def execute(source: Path, target: Path, parameters: dict[str, Any], timeout_s: int = 600) -> None:
-    """Execute ``source`` into ``target`` with papermill; unknown parameter names are refused, not warned about."""
+    """Execute ``source`` into ``target`` with papermill; unknown parameter names are refused, not warned about.
+
+    Kernel settings (quiet, encrypted where it can be): ``vllm_playbooks.book.kernel``.
+    """
     import papermill as pm
+
+    from vllm_playbooks.book.kernel import kernel_options
 
     known = default_parameters(source)
     unknown = sorted(set(parameters) - set(known))
@@ -168,6 +173,7 @@ def execute(source: Path, target: Path, parameters: dict[str, Any], timeout_s: i
         kernel_name="python3",
         progress_bar=False,
         execution_timeout=timeout_s,
+        **kernel_options(),
     )
     _hide_injected_parameters(target)
 
