@@ -28,11 +28,13 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $@
 
-## book: execute every notebook with papermill in replay mode, then build the HTML (warnings are errors)
+## book: execute the notebooks whose executed copy is stale with papermill in replay mode, then build the HTML
+##   (warnings are errors). A copy in book/executed is reused while its notebook, the package's source, the parameters
+##   and the data files its last run read are unchanged (vllm_playbooks/book/cache.py); each notebook gets a line
+##   saying which. `.venv/bin/vllm-playbooks book --force` executes every notebook.
 book: execute html
 
 execute: $(STAMP)
-	rm -rf $(EXECUTED)
 	$(PY) -m vllm_playbooks book --out $(EXECUTED)
 
 html: $(STAMP) $(MATHJAX)

@@ -42,7 +42,7 @@ COMMANDS = (
             "vllm_playbooks.run.plan:add_check_arguments", "vllm_playbooks.run.plan:check_main"),
     Command("ledger", "the claims ledger: every claim, its sources and our verdict (markdown or CSV)",
             "vllm_playbooks.book.ledger:add_arguments", "vllm_playbooks.book.ledger:main"),
-    Command("book", "execute every notebook with papermill in replay mode (the book's pages)",
+    Command("book", "execute the notebooks (papermill, replay mode) whose executed copy is stale: the book's pages",
             "vllm_playbooks.book.notebooks:add_book_arguments", "vllm_playbooks.book.notebooks:book_main"),
     Command("notebooks", "for contributors: check the notebook pattern, compare check outputs, strip outputs",
             "vllm_playbooks.book.notebooks:add_notebooks_arguments", "vllm_playbooks.book.notebooks:notebooks_main"),

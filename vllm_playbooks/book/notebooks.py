@@ -1,7 +1,8 @@
 """Run the case notebooks with papermill, and check that they follow the book's notebook pattern.
 
-``vllm-playbooks book`` is what ``make book`` runs (replay mode); ``vllm-playbooks reproduce <notebook> -p name
-value …`` is ``make reproduce`` (live mode); ``vllm-playbooks notebooks compare --executed book/executed`` says which
+``vllm-playbooks book`` is what ``make book`` runs (replay mode): it executes the notebooks whose executed copy is
+stale (``vllm_playbooks.book.cache``) and reuses the others; ``vllm-playbooks reproduce <notebook> -p name value …``
+is ``make reproduce`` (live mode); ``vllm-playbooks notebooks compare --executed book/executed`` says which
 regression-check cells (tagged ``nbval-check-output``) now print something other than what their source notebook
 recorded.
 """
@@ -15,11 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from vllm_playbooks import paths
+from vllm_playbooks.book import cache
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.run.plan import parse_parameter_pairs
 
 PARAMETERS_TAG = "parameters"
 CHECK_TAG = "nbval-check-output"
+#: The papermill parameters the book's pages are executed with.
+BOOK_PARAMETERS = {"mode": "replay"}
 
 
 def require_mode(mode: str, live: bool = True) -> None:
@@ -151,10 +155,13 @@ def changed_check_outputs(source: Path, executed: Path) -> list[str]:
     return problems
 
 
-def execute(source: Path, target: Path, parameters: dict[str, Any], timeout_s: int = 600) -> None:
+def execute(source: Path, target: Path, parameters: dict[str, Any], timeout_s: int = 600,
+            package: str | None = None) -> cache.ExecutionRecord:  # fmt: skip
     """Execute ``source`` into ``target`` with papermill; unknown parameter names are refused, not warned about.
 
-    Kernel settings (quiet, encrypted where it can be): ``vllm_playbooks.book.kernel``.
+    The kernel records the data files it opens and the folders it lists; ``target`` keeps the run's execution
+    record in its metadata (``vllm_playbooks.book.cache``), which is also returned. ``package``: the package's
+    digest where the caller has it already. Kernel settings: ``vllm_playbooks.book.kernel``.
     """
     import papermill as pm
 
@@ -165,21 +172,26 @@ def execute(source: Path, target: Path, parameters: dict[str, Any], timeout_s: i
     if unknown:
         raise ConfigError(f"{source.name}: unknown parameter(s) {unknown}; this notebook takes: {', '.join(known)}")
     target.parent.mkdir(parents=True, exist_ok=True)
-    pm.execute_notebook(
-        str(source),
-        str(target),
-        parameters=parameters,
-        cwd=str(source.parent),
-        kernel_name="python3",
-        progress_bar=False,
-        execution_timeout=timeout_s,
-        **kernel_options(),
-    )
-    _hide_injected_parameters(target)
+    with cache.reads_logged() as log:
+        pm.execute_notebook(
+            str(source),
+            str(target),
+            parameters=parameters,
+            cwd=str(source.parent),
+            kernel_name="python3",
+            progress_bar=False,
+            execution_timeout=timeout_s,
+            **kernel_options(),
+        )
+        reads = cache.read_log(log)
+    data = paths.data_dir(source.parent)
+    record = cache.make_record(source, parameters, reads, data, package or cache.package_digest())
+    _finish_executed(target, record)
+    return record
 
 
-def _hide_injected_parameters(path: Path) -> None:
-    """Tag papermill's injected cell ``remove-cell`` so the book shows the parameters cell once."""
+def _finish_executed(path: Path, record: cache.ExecutionRecord) -> None:
+    """Tag papermill's injected cell ``remove-cell`` so the book shows the parameters cell once; store ``record``."""
     import nbformat
 
     nb = nbformat.read(path, as_version=4)
@@ -187,20 +199,43 @@ def _hide_injected_parameters(path: Path) -> None:
         tags = cell.metadata.setdefault("tags", [])
         if "injected-parameters" in tags and "remove-cell" not in tags:
             tags.append("remove-cell")
+    cache.store_record(nb, record)
     nbformat.write(nb, path)
 
 
 def add_book_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--out``: the folder the executed notebooks go to."""
+    """``--out``: the folder the executed notebooks go to; ``--force``: execute every notebook."""
     parser.add_argument("--out", type=Path, default=Path("book") / "executed",
                         help="folder for the executed notebooks (default: book/executed)")  # fmt: skip
+    parser.add_argument("--force", action="store_true",
+                        help="execute every notebook, also those whose executed copy is current")  # fmt: skip
 
 
 def book_main(args: argparse.Namespace) -> int:
-    """Execute every notebook in replay mode into ``args.out``."""
-    for source in list_notebooks():
-        print(f"papermill {source.name} (replay)", flush=True)
-        execute(source, args.out / source.name, {"mode": "replay"})
+    """Execute in replay mode into ``args.out`` every notebook whose executed copy is stale; reuse the others.
+
+    A copy is stale when the notebook, the package's source, the parameters or the data its last run read changed
+    (``vllm_playbooks.book.cache``); ``--force`` executes all. Copies whose source notebook is gone are removed.
+    Each notebook gets one line saying whether it was reused or executed, and why.
+    """
+    sources = list_notebooks()
+    names = {source.name for source in sources}
+    for old in sorted(args.out.glob("*.ipynb")):
+        if old.name not in names:
+            old.unlink()
+            print(f"removed {old}: no notebooks/{old.name}", flush=True)
+    package = cache.package_digest()
+    executed = 0
+    for source in sources:
+        target = args.out / source.name
+        reason = "--force" if args.force else cache.stale_reason(source, target, BOOK_PARAMETERS, package)
+        if reason is None:
+            print(f"reused {source.name}: nothing it depends on changed", flush=True)
+            continue
+        print(f"papermill {source.name} (replay): {reason}", flush=True)
+        execute(source, target, BOOK_PARAMETERS, package=package)
+        executed += 1
+    print(f"book: {executed} executed, {len(sources) - executed} reused", flush=True)
     return 0
 
 

@@ -44,3 +44,9 @@ def tiny_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("VLLM_PLAYBOOKS_DATA_DIR", raising=False)
     monkeypatch.chdir(root)
     return root
+
+
+def add_row(root: Path, case: str = "a") -> None:
+    """A new measured row in ``data/runs/<case>/runs.csv``."""
+    with (root / "data" / "runs" / case / "runs.csv").open("a") as rows:
+        rows.write("p2,2\n")
