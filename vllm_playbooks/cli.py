@@ -44,7 +44,7 @@ COMMANDS = (
             "vllm_playbooks.book.ledger:add_arguments", "vllm_playbooks.book.ledger:main"),
     Command("book", "execute the notebooks (papermill, replay mode) whose executed copy is stale: the book's pages",
             "vllm_playbooks.book.notebooks:add_book_arguments", "vllm_playbooks.book.notebooks:book_main"),
-    Command("notebooks", "for contributors: check the notebook pattern, compare check outputs, strip outputs",
+    Command("notebooks", "for contributors: check the notebook pattern, compare/refresh check outputs, strip outputs",
             "vllm_playbooks.book.notebooks:add_notebooks_arguments", "vllm_playbooks.book.notebooks:notebooks_main"),
     Command("site-check", "open the built book in headless Chromium: links, figures, search, screenshots",
             "vllm_playbooks.book.sitecheck:add_arguments", "vllm_playbooks.book.sitecheck:main"),

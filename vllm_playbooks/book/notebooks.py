@@ -4,7 +4,8 @@
 stale (``vllm_playbooks.book.cache``) and reuses the others; ``vllm-playbooks reproduce <notebook> -p name value …``
 is ``make reproduce`` (live mode); ``vllm-playbooks notebooks compare --executed book/executed`` says which
 regression-check cells (tagged ``nbval-check-output``) now print something other than what their source notebook
-recorded.
+recorded, and ``vllm-playbooks notebooks refresh NAME…`` stores what they print now, with a digest of the data the
+run read, so that a later comparison on other data says "refresh" instead of failing.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ PARAMETERS_TAG = "parameters"
 CHECK_TAG = "nbval-check-output"
 #: The papermill parameters the book's pages are executed with.
 BOOK_PARAMETERS = {"mode": "replay"}
+#: Source-notebook metadata (under ``vllm_playbooks``): the data digest its stored check outputs were printed from.
+CHECK_DATA_KEY = "check_outputs_data"
 
 
 def require_mode(mode: str, live: bool = True) -> None:
@@ -122,25 +125,19 @@ def _printed(cell: Any) -> dict[str, str]:
     return text
 
 
-def changed_check_outputs(source: Path, executed: Path) -> list[str]:
-    """Regression-check cells whose printed text in ``executed`` differs from what ``source`` recorded, as sentences.
+def _check_cells(nb: Any) -> list[Any]:
+    return [c for c in nb.cells if c.cell_type == "code" and CHECK_TAG in _tags(c)]
 
-    ``source`` is a notebook under ``notebooks/`` (its ``nbval-check-output`` cells keep their outputs); ``executed``
-    is the copy papermill ran (cells keep their ids). Each sentence names the cell and the first line that differs.
-    An empty list means every check cell printed what the source recorded.
-    """
-    import nbformat
 
-    recorded = nbformat.read(source, as_version=4)
-    ran = {cell.get("id"): cell for cell in nbformat.read(executed, as_version=4).cells}
+def _differences(recorded: Any, ran: Any, source: Path, executed: Path) -> list[str]:
+    """Sentences naming each check cell of ``recorded`` whose printed text in ``ran`` differs (see below)."""
+    ran_cells = {cell.get("id"): cell for cell in ran.cells}
     problems: list[str] = []
-    for cell in recorded.cells:
-        if cell.cell_type != "code" or CHECK_TAG not in _tags(cell):
-            continue
-        if cell.get("id") not in ran:
+    for cell in _check_cells(recorded):
+        if cell.get("id") not in ran_cells:
             problems.append(f"{source.name}: check cell {cell.get('id')!r} is missing from {executed}")
             continue
-        want, got = _printed(cell), _printed(ran[cell["id"]])
+        want, got = _printed(cell), _printed(ran_cells[cell["id"]])
         for stream in sorted(set(want) | set(got)):
             want_lines = want.get(stream, "").splitlines()
             got_lines = got.get(stream, "").splitlines()
@@ -153,6 +150,81 @@ def changed_check_outputs(source: Path, executed: Path) -> list[str]:
                 f"{(want_lines[line:line + 1] or ['<nothing>'])[0]!r}, now {(got_lines[line:line + 1] or ['<nothing>'])[0]!r}"
             )
     return problems
+
+
+def _data_changed(recorded: Any, ran: Any) -> bool:
+    """Whether ``ran``'s run read other data than the data ``recorded``'s check outputs were stored from.
+
+    False where either side lacks its digest (outputs stored by hand, a copy papermill wrote without the book).
+    """
+    stored = recorded.metadata.get(cache.METADATA_KEY, {}).get(CHECK_DATA_KEY)
+    record = cache.record_in(ran)
+    return bool(stored) and record is not None and record.data != stored
+
+
+def _read_pair(source: Path, executed: Path) -> tuple[Any, Any]:
+    import nbformat
+
+    return nbformat.read(source, as_version=4), nbformat.read(executed, as_version=4)
+
+
+def changed_check_outputs(source: Path, executed: Path) -> list[str]:
+    """Regression-check cells whose printed text in ``executed`` differs from what ``source`` recorded, as sentences.
+
+    ``source`` is a notebook under ``notebooks/`` (its ``nbval-check-output`` cells keep their outputs); ``executed``
+    is the copy papermill ran (cells keep their ids). Each sentence names the cell and the first line that differs.
+    An empty list means every check cell printed what the source recorded — or that the data the run read is not
+    the data the outputs were stored from (the source's ``check_outputs_data`` digest against the executed copy's
+    execution record), so different numbers are expected: :func:`data_changed_note` then says to refresh them.
+    With the same data, or without both digests, the comparison is strict: a code change that alters a printed
+    number is reported.
+    """
+    recorded, ran = _read_pair(source, executed)
+    return [] if _data_changed(recorded, ran) else _differences(recorded, ran, source, executed)
+
+
+def data_changed_note(source: Path, executed: Path) -> str | None:
+    """A sentence when ``executed``'s run read other data than ``source``'s check outputs were stored from, else None.
+
+    It names the refresh command and how many check outputs (a cell's stream) differ now.
+    """
+    recorded, ran = _read_pair(source, executed)
+    if not _data_changed(recorded, ran):
+        return None
+    differing = len(_differences(recorded, ran, source, executed))
+    return (f"{source.stem}: data changed since its check outputs were stored ({differing} check output(s) differ "
+            f"now): refresh with `vllm-playbooks notebooks refresh {source.stem}`")  # fmt: skip
+
+
+def store_check_outputs(source: Path, executed: Path) -> int:
+    """Copy ``executed``'s check-cell outputs into ``source``, with the digest of the data its run read.
+
+    The other code cells of ``source`` keep no outputs (as :func:`strip_outputs`); cells and metadata are
+    otherwise left as they are. ``executed`` must carry an execution record (a run by ``vllm-playbooks``).
+    Returns how many check cells now store other text than before.
+    """
+    import nbformat
+
+    recorded, ran = _read_pair(source, executed)
+    record = cache.record_in(ran)
+    if record is None:
+        raise ConfigError(f"{executed} has no execution record: run it with `vllm-playbooks book` first")
+    ran_cells = {cell.get("id"): cell for cell in ran.cells}
+    changed = 0
+    for cell in recorded.cells:
+        if cell.cell_type != "code":
+            continue
+        if CHECK_TAG not in _tags(cell):
+            cell.outputs, cell.execution_count = [], None
+            continue
+        if cell.get("id") not in ran_cells:
+            raise ConfigError(f"{source.name}: check cell {cell.get('id')!r} is missing from {executed}")
+        new = ran_cells[cell["id"]]
+        changed += _printed(cell) != _printed(new)
+        cell.outputs = new.outputs
+    recorded.metadata.setdefault(cache.METADATA_KEY, {})[CHECK_DATA_KEY] = record.data
+    nbformat.write(recorded, source)
+    return changed
 
 
 def execute(source: Path, target: Path, parameters: dict[str, Any], timeout_s: int = 600,
@@ -261,17 +333,41 @@ def reproduce_main(args: argparse.Namespace) -> int:
 
 
 def add_notebooks_arguments(parser: argparse.ArgumentParser) -> None:
-    """``check``, ``compare --executed DIR`` or ``strip PATH…``."""
+    """``check``, ``compare --executed DIR``, ``refresh NAME… [--executed DIR]`` or ``strip PATH…``."""
     sub = parser.add_subparsers(dest="action", required=True, parser_class=type(parser))
     sub.add_parser("check", help="check every source notebook against the pattern")
     compare = sub.add_parser("compare", help="compare the regression-check cells' recorded text with an executed copy")
     compare.add_argument("--executed", type=Path, required=True, help="the folder `book` wrote, e.g. book/executed")
+    refresh = sub.add_parser("refresh", help="store what the notebooks' check cells print now, with the data digest")
+    refresh.add_argument("names", nargs="+", metavar="NAME", help="notebook name without .ipynb")
+    refresh.add_argument("--executed", type=Path, default=Path("book") / "executed",
+                         help="the executed copies, reused while current (default: book/executed)")  # fmt: skip
     strip = sub.add_parser("strip", help="strip outputs except regression-check cells")
     strip.add_argument("paths", nargs="+", type=Path)
 
 
+def _refresh(names: list[str], executed_dir: Path) -> None:
+    """Execute each notebook into ``executed_dir`` (reusing a current copy), then store its check outputs."""
+    sources = {p.stem: p for p in list_notebooks()}
+    unknown = [name for name in names if name not in sources]
+    if unknown:
+        raise ConfigError(f"no notebook {', '.join(map(repr, unknown))}; known: {', '.join(sources)}")
+    package = cache.package_digest()
+    for name in names:
+        source, executed = sources[name], executed_dir / f"{name}.ipynb"
+        reason = cache.stale_reason(source, executed, BOOK_PARAMETERS, package)
+        if reason is not None:
+            print(f"papermill {source.name} (replay): {reason}", flush=True)
+            execute(source, executed, BOOK_PARAMETERS, package=package)
+        changed = store_check_outputs(source, executed)
+        print(f"refreshed {source}: {changed} check cell(s) print other text than was stored", flush=True)
+
+
 def notebooks_main(args: argparse.Namespace) -> int:
-    """Run the contributor action: exit 1 where the pattern is broken or a check output is stale."""
+    """Run the contributor action: exit 1 where the pattern is broken or a check output is stale.
+
+    ``compare`` also prints, without failing, each notebook whose data changed since its check outputs were stored.
+    """
     if args.action == "check":
         bad = {p.name: check_notebook(p) for p in list_notebooks()}
         for name, problems in bad.items():
@@ -282,10 +378,15 @@ def notebooks_main(args: argparse.Namespace) -> int:
         missing = [p.name for p in list_notebooks() if not (args.executed / p.name).exists()]
         if missing:
             raise ConfigError(f"{args.executed} lacks {', '.join(missing)}: run `vllm-playbooks book --out {args.executed}`")
+        for note in filter(None, (data_changed_note(p, args.executed / p.name) for p in list_notebooks())):
+            print(note, file=sys.stderr)
         changed = [line for p in list_notebooks() for line in changed_check_outputs(p, args.executed / p.name)]
         for line in changed:
             print(line, file=sys.stderr)
         return 1 if changed else 0
+    if args.action == "refresh":
+        _refresh(args.names, args.executed)
+        return 0
     for path in args.paths:
         strip_outputs(path)
     return 0
