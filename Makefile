@@ -40,10 +40,12 @@ execute: $(STAMP)
 html: $(STAMP) $(MATHJAX)
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 
-## test: unit tests, the notebook pattern, one replay of every notebook into a strict offline book build (its
-##   regression-check cells compared with what the source notebooks recorded), and the site check of that build
+## test: unit tests, the notebook pattern, a strict offline book build in a copy of the repository (its notebooks
+##   replayed there, except those whose executed copy in book/executed is current; their regression-check cells
+##   compared with what the source notebooks stored), and the site check of that build. Two pytest-xdist workers:
+##   one builds the book while the other runs unit tests; both share that build for the browser tests, run last.
 test: $(STAMP) $(MATHJAX)
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2
 
 ## test-cpu-e2e: one end-to-end run against a real vLLM server on the CPU (own venv: .venv-cpu)
 test-cpu-e2e:
