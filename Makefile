@@ -28,20 +28,24 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $@
 
-## book: execute every notebook with papermill in replay mode, then build the HTML (warnings are errors)
+## book: execute the notebooks whose executed copy is stale with papermill in replay mode, then build the HTML
+##   (warnings are errors). A copy in book/executed is reused while its notebook, the package's source, the parameters
+##   and the data files its last run read are unchanged (vllm_playbooks/book/cache.py); each notebook gets a line
+##   saying which. `.venv/bin/vllm-playbooks book --force` executes every notebook.
 book: execute html
 
 execute: $(STAMP)
-	rm -rf $(EXECUTED)
 	$(PY) -m vllm_playbooks book --out $(EXECUTED)
 
 html: $(STAMP) $(MATHJAX)
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 
-## test: unit tests, the notebook pattern, one replay of every notebook into a strict offline book build (its
-##   regression-check cells compared with what the source notebooks recorded), and the site check of that build
+## test: unit tests, the notebook pattern, a strict offline book build in a copy of the repository (its notebooks
+##   replayed there, except those whose executed copy in book/executed is current; their regression-check cells
+##   compared with what the source notebooks stored), and the site check of that build. Two pytest-xdist workers:
+##   one builds the book while the other runs unit tests; both share that build for the browser tests, run last.
 test: $(STAMP) $(MATHJAX)
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2
 
 ## test-cpu-e2e: one end-to-end run against a real vLLM server on the CPU (own venv: .venv-cpu)
 test-cpu-e2e:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -66,13 +68,21 @@ def offline_prefix() -> list[str]:
     return []
 
 
-@pytest.fixture(scope="session")
-def built_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of the repository in which the notebooks ran (replay) and the book was built strictly, offline.
+SITE_TESTS = ROOT / "tests" / "site"
 
-    Built once per test session; the book-build smoke test and the site check both read it.
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the browser tests (``tests/site/``, tens of seconds each) last.
+
+    ``make test`` runs two pytest-xdist workers, which take tests from the front of this list: the one that gets the
+    book tests (tests/test_book.py) builds the book while the other runs unit tests, and the browser tests, left for
+    the end, are spread over both workers, which share that one build (:func:`built_book`).
     """
-    tmp = tmp_path_factory.mktemp("book")
+    items.sort(key=lambda item: item.path.is_relative_to(SITE_TESTS))
+
+
+def _build_book(tmp: Path) -> Path:
+    """Copy what the book needs into ``tmp/repo``, replay its notebooks there and build it strictly, offline."""
     copy = tmp / "repo"
     copy.mkdir()
     for name in BOOK_FILES:
@@ -83,6 +93,8 @@ def built_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
             shutil.copytree(source, copy / name, ignore=shutil.ignore_patterns("executed", "__pycache__"))
         else:
             shutil.copy(source, copy / name)
+    if (ROOT / "book" / "executed").is_dir():
+        shutil.copytree(ROOT / "book" / "executed", copy / "book" / "executed")
     offline = offline_prefix()
     bindir = Path(sys.executable).parent
     env = {"PATH": f"{bindir}:/usr/bin:/bin", "PYTHONPATH": str(copy), "HOME": str(tmp)}
@@ -96,3 +108,30 @@ def built_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )  # fmt: skip
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     return copy
+
+
+@pytest.fixture(scope="session")
+def built_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the repository in which the notebooks ran (replay) and the book was built strictly, offline.
+
+    Built once per test run, also under pytest-xdist: the first worker to need it builds it in the run's shared
+    temporary folder while holding a lock, the others wait for it and read the same build (or its failure). The
+    repository's ``book/executed`` (``make book``'s output) comes along, so ``vllm-playbooks book`` reuses every
+    executed copy whose notebook, package source, parameters and data are unchanged (``vllm_playbooks.book.cache``)
+    and executes, offline, only the others; the strict Jupyter Book build is always a fresh one.
+    """
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # xdist: <run's basetemp>/popen-gwN
+    tmp, failed = shared / "book", shared / "book.failed"
+    with (shared / "book.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if failed.exists():
+            pytest.fail(f"the book build failed in another worker:\n{failed.read_text()}")
+        if not tmp.exists():
+            tmp.mkdir()
+            try:
+                _build_book(tmp)
+            except BaseException as error:
+                failed.write_text(str(error))
+                raise
+    return tmp / "repo"

@@ -1,9 +1,11 @@
 """Run the case notebooks with papermill, and check that they follow the book's notebook pattern.
 
-``vllm-playbooks book`` is what ``make book`` runs (replay mode); ``vllm-playbooks reproduce <notebook> -p name
-value …`` is ``make reproduce`` (live mode); ``vllm-playbooks notebooks compare --executed book/executed`` says which
+``vllm-playbooks book`` is what ``make book`` runs (replay mode): it executes the notebooks whose executed copy is
+stale (``vllm_playbooks.book.cache``) and reuses the others; ``vllm-playbooks reproduce <notebook> -p name value …``
+is ``make reproduce`` (live mode); ``vllm-playbooks notebooks compare --executed book/executed`` says which
 regression-check cells (tagged ``nbval-check-output``) now print something other than what their source notebook
-recorded.
+recorded, and ``vllm-playbooks notebooks refresh NAME…`` stores what they print now, with a digest of the data the
+run read, so that a later comparison on other data says "refresh" instead of failing.
 """
 
 from __future__ import annotations
@@ -15,11 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from vllm_playbooks import paths
+from vllm_playbooks.book import cache
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.run.plan import parse_parameter_pairs
 
 PARAMETERS_TAG = "parameters"
 CHECK_TAG = "nbval-check-output"
+#: The papermill parameters the book's pages are executed with.
+BOOK_PARAMETERS = {"mode": "replay"}
+#: Source-notebook metadata (under ``vllm_playbooks``): the data digest its stored check outputs were printed from.
+CHECK_DATA_KEY = "check_outputs_data"
 
 
 def require_mode(mode: str, live: bool = True) -> None:
@@ -118,25 +125,19 @@ def _printed(cell: Any) -> dict[str, str]:
     return text
 
 
-def changed_check_outputs(source: Path, executed: Path) -> list[str]:
-    """Regression-check cells whose printed text in ``executed`` differs from what ``source`` recorded, as sentences.
+def _check_cells(nb: Any) -> list[Any]:
+    return [c for c in nb.cells if c.cell_type == "code" and CHECK_TAG in _tags(c)]
 
-    ``source`` is a notebook under ``notebooks/`` (its ``nbval-check-output`` cells keep their outputs); ``executed``
-    is the copy papermill ran (cells keep their ids). Each sentence names the cell and the first line that differs.
-    An empty list means every check cell printed what the source recorded.
-    """
-    import nbformat
 
-    recorded = nbformat.read(source, as_version=4)
-    ran = {cell.get("id"): cell for cell in nbformat.read(executed, as_version=4).cells}
+def _differences(recorded: Any, ran: Any, source: Path, executed: Path) -> list[str]:
+    """Sentences naming each check cell of ``recorded`` whose printed text in ``ran`` differs (see below)."""
+    ran_cells = {cell.get("id"): cell for cell in ran.cells}
     problems: list[str] = []
-    for cell in recorded.cells:
-        if cell.cell_type != "code" or CHECK_TAG not in _tags(cell):
-            continue
-        if cell.get("id") not in ran:
+    for cell in _check_cells(recorded):
+        if cell.get("id") not in ran_cells:
             problems.append(f"{source.name}: check cell {cell.get('id')!r} is missing from {executed}")
             continue
-        want, got = _printed(cell), _printed(ran[cell["id"]])
+        want, got = _printed(cell), _printed(ran_cells[cell["id"]])
         for stream in sorted(set(want) | set(got)):
             want_lines = want.get(stream, "").splitlines()
             got_lines = got.get(stream, "").splitlines()
@@ -151,29 +152,118 @@ def changed_check_outputs(source: Path, executed: Path) -> list[str]:
     return problems
 
 
-def execute(source: Path, target: Path, parameters: dict[str, Any], timeout_s: int = 600) -> None:
-    """Execute ``source`` into ``target`` with papermill; unknown parameter names are refused, not warned about."""
+def _data_changed(recorded: Any, ran: Any) -> bool:
+    """Whether ``ran``'s run read other data than the data ``recorded``'s check outputs were stored from.
+
+    False where either side lacks its digest (outputs stored by hand, a copy papermill wrote without the book).
+    """
+    stored = recorded.metadata.get(cache.METADATA_KEY, {}).get(CHECK_DATA_KEY)
+    record = cache.record_in(ran)
+    return bool(stored) and record is not None and record.data != stored
+
+
+def _read_pair(source: Path, executed: Path) -> tuple[Any, Any]:
+    import nbformat
+
+    return nbformat.read(source, as_version=4), nbformat.read(executed, as_version=4)
+
+
+def changed_check_outputs(source: Path, executed: Path) -> list[str]:
+    """Regression-check cells whose printed text in ``executed`` differs from what ``source`` recorded, as sentences.
+
+    ``source`` is a notebook under ``notebooks/`` (its ``nbval-check-output`` cells keep their outputs); ``executed``
+    is the copy papermill ran (cells keep their ids). Each sentence names the cell and the first line that differs.
+    An empty list means every check cell printed what the source recorded — or that the data the run read is not
+    the data the outputs were stored from (the source's ``check_outputs_data`` digest against the executed copy's
+    execution record), so different numbers are expected: :func:`data_changed_note` then says to refresh them.
+    With the same data, or without both digests, the comparison is strict: a code change that alters a printed
+    number is reported.
+    """
+    recorded, ran = _read_pair(source, executed)
+    return [] if _data_changed(recorded, ran) else _differences(recorded, ran, source, executed)
+
+
+def data_changed_note(source: Path, executed: Path) -> str | None:
+    """A sentence when ``executed``'s run read other data than ``source``'s check outputs were stored from, else None.
+
+    It names the refresh command and how many check outputs (a cell's stream) differ now.
+    """
+    recorded, ran = _read_pair(source, executed)
+    if not _data_changed(recorded, ran):
+        return None
+    differing = len(_differences(recorded, ran, source, executed))
+    return (f"{source.stem}: data changed since its check outputs were stored ({differing} check output(s) differ "
+            f"now): refresh with `vllm-playbooks notebooks refresh {source.stem}`")  # fmt: skip
+
+
+def store_check_outputs(source: Path, executed: Path) -> int:
+    """Copy ``executed``'s check-cell outputs into ``source``, with the digest of the data its run read.
+
+    The other code cells of ``source`` keep no outputs (as :func:`strip_outputs`); cells and metadata are
+    otherwise left as they are. ``executed`` must carry an execution record (a run by ``vllm-playbooks``).
+    Returns how many check cells now store other text than before.
+    """
+    import nbformat
+
+    recorded, ran = _read_pair(source, executed)
+    record = cache.record_in(ran)
+    if record is None:
+        raise ConfigError(f"{executed} has no execution record: run it with `vllm-playbooks book` first")
+    ran_cells = {cell.get("id"): cell for cell in ran.cells}
+    changed = 0
+    for cell in recorded.cells:
+        if cell.cell_type != "code":
+            continue
+        if CHECK_TAG not in _tags(cell):
+            cell.outputs, cell.execution_count = [], None
+            continue
+        if cell.get("id") not in ran_cells:
+            raise ConfigError(f"{source.name}: check cell {cell.get('id')!r} is missing from {executed}")
+        new = ran_cells[cell["id"]]
+        changed += _printed(cell) != _printed(new)
+        cell.outputs = new.outputs
+    recorded.metadata.setdefault(cache.METADATA_KEY, {})[CHECK_DATA_KEY] = record.data
+    nbformat.write(recorded, source)
+    return changed
+
+
+def execute(source: Path, target: Path, parameters: dict[str, Any], timeout_s: int = 600,
+            package: str | None = None) -> cache.ExecutionRecord:  # fmt: skip
+    """Execute ``source`` into ``target`` with papermill; unknown parameter names are refused, not warned about.
+
+    The kernel records the data files it opens and the folders it lists; ``target`` keeps the run's execution
+    record in its metadata (``vllm_playbooks.book.cache``), which is also returned. ``package``: the package's
+    digest where the caller has it already. Kernel settings: ``vllm_playbooks.book.kernel``.
+    """
     import papermill as pm
+
+    from vllm_playbooks.book.kernel import kernel_options
 
     known = default_parameters(source)
     unknown = sorted(set(parameters) - set(known))
     if unknown:
         raise ConfigError(f"{source.name}: unknown parameter(s) {unknown}; this notebook takes: {', '.join(known)}")
     target.parent.mkdir(parents=True, exist_ok=True)
-    pm.execute_notebook(
-        str(source),
-        str(target),
-        parameters=parameters,
-        cwd=str(source.parent),
-        kernel_name="python3",
-        progress_bar=False,
-        execution_timeout=timeout_s,
-    )
-    _hide_injected_parameters(target)
+    with cache.reads_logged() as log:
+        pm.execute_notebook(
+            str(source),
+            str(target),
+            parameters=parameters,
+            cwd=str(source.parent),
+            kernel_name="python3",
+            progress_bar=False,
+            execution_timeout=timeout_s,
+            **kernel_options(),
+        )
+        reads = cache.read_log(log)
+    data = paths.data_dir(source.parent)
+    record = cache.make_record(source, parameters, reads, data, package or cache.package_digest())
+    _finish_executed(target, record)
+    return record
 
 
-def _hide_injected_parameters(path: Path) -> None:
-    """Tag papermill's injected cell ``remove-cell`` so the book shows the parameters cell once."""
+def _finish_executed(path: Path, record: cache.ExecutionRecord) -> None:
+    """Tag papermill's injected cell ``remove-cell`` so the book shows the parameters cell once; store ``record``."""
     import nbformat
 
     nb = nbformat.read(path, as_version=4)
@@ -181,20 +271,43 @@ def _hide_injected_parameters(path: Path) -> None:
         tags = cell.metadata.setdefault("tags", [])
         if "injected-parameters" in tags and "remove-cell" not in tags:
             tags.append("remove-cell")
+    cache.store_record(nb, record)
     nbformat.write(nb, path)
 
 
 def add_book_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--out``: the folder the executed notebooks go to."""
+    """``--out``: the folder the executed notebooks go to; ``--force``: execute every notebook."""
     parser.add_argument("--out", type=Path, default=Path("book") / "executed",
                         help="folder for the executed notebooks (default: book/executed)")  # fmt: skip
+    parser.add_argument("--force", action="store_true",
+                        help="execute every notebook, also those whose executed copy is current")  # fmt: skip
 
 
 def book_main(args: argparse.Namespace) -> int:
-    """Execute every notebook in replay mode into ``args.out``."""
-    for source in list_notebooks():
-        print(f"papermill {source.name} (replay)", flush=True)
-        execute(source, args.out / source.name, {"mode": "replay"})
+    """Execute in replay mode into ``args.out`` every notebook whose executed copy is stale; reuse the others.
+
+    A copy is stale when the notebook, the package's source, the parameters or the data its last run read changed
+    (``vllm_playbooks.book.cache``); ``--force`` executes all. Copies whose source notebook is gone are removed.
+    Each notebook gets one line saying whether it was reused or executed, and why.
+    """
+    sources = list_notebooks()
+    names = {source.name for source in sources}
+    for old in sorted(args.out.glob("*.ipynb")):
+        if old.name not in names:
+            old.unlink()
+            print(f"removed {old}: no notebooks/{old.name}", flush=True)
+    package = cache.package_digest()
+    executed = 0
+    for source in sources:
+        target = args.out / source.name
+        reason = "--force" if args.force else cache.stale_reason(source, target, BOOK_PARAMETERS, package)
+        if reason is None:
+            print(f"reused {source.name}: nothing it depends on changed", flush=True)
+            continue
+        print(f"papermill {source.name} (replay): {reason}", flush=True)
+        execute(source, target, BOOK_PARAMETERS, package=package)
+        executed += 1
+    print(f"book: {executed} executed, {len(sources) - executed} reused", flush=True)
     return 0
 
 
@@ -220,17 +333,41 @@ def reproduce_main(args: argparse.Namespace) -> int:
 
 
 def add_notebooks_arguments(parser: argparse.ArgumentParser) -> None:
-    """``check``, ``compare --executed DIR`` or ``strip PATH…``."""
+    """``check``, ``compare --executed DIR``, ``refresh NAME… [--executed DIR]`` or ``strip PATH…``."""
     sub = parser.add_subparsers(dest="action", required=True, parser_class=type(parser))
     sub.add_parser("check", help="check every source notebook against the pattern")
     compare = sub.add_parser("compare", help="compare the regression-check cells' recorded text with an executed copy")
     compare.add_argument("--executed", type=Path, required=True, help="the folder `book` wrote, e.g. book/executed")
+    refresh = sub.add_parser("refresh", help="store what the notebooks' check cells print now, with the data digest")
+    refresh.add_argument("names", nargs="+", metavar="NAME", help="notebook name without .ipynb")
+    refresh.add_argument("--executed", type=Path, default=Path("book") / "executed",
+                         help="the executed copies, reused while current (default: book/executed)")  # fmt: skip
     strip = sub.add_parser("strip", help="strip outputs except regression-check cells")
     strip.add_argument("paths", nargs="+", type=Path)
 
 
+def _refresh(names: list[str], executed_dir: Path) -> None:
+    """Execute each notebook into ``executed_dir`` (reusing a current copy), then store its check outputs."""
+    sources = {p.stem: p for p in list_notebooks()}
+    unknown = [name for name in names if name not in sources]
+    if unknown:
+        raise ConfigError(f"no notebook {', '.join(map(repr, unknown))}; known: {', '.join(sources)}")
+    package = cache.package_digest()
+    for name in names:
+        source, executed = sources[name], executed_dir / f"{name}.ipynb"
+        reason = cache.stale_reason(source, executed, BOOK_PARAMETERS, package)
+        if reason is not None:
+            print(f"papermill {source.name} (replay): {reason}", flush=True)
+            execute(source, executed, BOOK_PARAMETERS, package=package)
+        changed = store_check_outputs(source, executed)
+        print(f"refreshed {source}: {changed} check cell(s) print other text than was stored", flush=True)
+
+
 def notebooks_main(args: argparse.Namespace) -> int:
-    """Run the contributor action: exit 1 where the pattern is broken or a check output is stale."""
+    """Run the contributor action: exit 1 where the pattern is broken or a check output is stale.
+
+    ``compare`` also prints, without failing, each notebook whose data changed since its check outputs were stored.
+    """
     if args.action == "check":
         bad = {p.name: check_notebook(p) for p in list_notebooks()}
         for name, problems in bad.items():
@@ -241,10 +378,15 @@ def notebooks_main(args: argparse.Namespace) -> int:
         missing = [p.name for p in list_notebooks() if not (args.executed / p.name).exists()]
         if missing:
             raise ConfigError(f"{args.executed} lacks {', '.join(missing)}: run `vllm-playbooks book --out {args.executed}`")
+        for note in filter(None, (data_changed_note(p, args.executed / p.name) for p in list_notebooks())):
+            print(note, file=sys.stderr)
         changed = [line for p in list_notebooks() for line in changed_check_outputs(p, args.executed / p.name)]
         for line in changed:
             print(line, file=sys.stderr)
         return 1 if changed else 0
+    if args.action == "refresh":
+        _refresh(args.names, args.executed)
+        return 0
     for path in args.paths:
         strip_outputs(path)
     return 0

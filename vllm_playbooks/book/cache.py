@@ -1,0 +1,248 @@
+"""The book's execution cache: what a notebook's run read, and whether its executed copy is still current.
+
+An executed notebook (``book/executed/<name>.ipynb``) carries in its metadata, under ``vllm_playbooks.execution``,
+the record of the run that made it (:class:`ExecutionRecord`): a digest of the source notebook, a digest of the
+package's source (every file under ``vllm_playbooks/``), the papermill parameters, and every data file the kernel
+opened and every data folder it listed, each with a digest of what it holds now (a folder: its sorted entry names,
+so a new raw folder or server log counts). ``vllm-playbooks book`` executes a notebook again only when one of these
+changed (:func:`stale_reason`).
+
+The kernel records its own reads: with ``VLLM_PLAYBOOKS_READ_LOG=<file>`` in its environment (papermill's kernel
+inherits it, :func:`reads_logged`), importing ``vllm_playbooks`` installs an audit hook (:func:`record_reads`) that
+appends each path under the data folder that is opened (audit event ``open``) or listed (``os.listdir``,
+``os.scandir``: ``glob``, ``os.walk`` and ``Path.glob`` list through ``os.scandir``). A bare existence check
+(``Path.exists``, ``os.stat``) raises no audit event, so a file the notebook only looked for is not in the record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vllm_playbooks import paths
+from vllm_playbooks.errors import ConfigError
+
+#: Environment variable naming the file a kernel appends its data reads to.
+READ_LOG_ENV = "VLLM_PLAYBOOKS_READ_LOG"
+#: The notebook metadata key under which the package keeps its records.
+METADATA_KEY = "vllm_playbooks"
+#: Digest of a path that did not exist when it was read (a failed open) or hashed.
+ABSENT = "absent"
+_LISTING_EVENTS = frozenset({"os.listdir", "os.scandir"})
+_EVENTS = _LISTING_EVENTS | {"open"}
+
+
+def record_reads(log: Path, data: Path) -> None:
+    """Append to ``log`` every path under ``data`` this process opens or lists from now on, each once.
+
+    Lines are ``file<TAB><path>`` or ``dir<TAB><path>``, the path relative to ``data``. An audit hook cannot be
+    removed: call this only in a process whose reads are to be recorded (the notebook kernel).
+    """
+    prefix = str(data.resolve()) + os.sep
+    out = open(log, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - written to until the process ends
+    seen: set[tuple[str, str]] = set()
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event not in _EVENTS:
+            return
+        target = args[0] if args else None
+        if isinstance(target, int):  # a file descriptor: its path was recorded when it was opened
+            return
+        path = os.path.abspath(os.fsdecode(target if target is not None else "."))
+        kind = "dir" if event in _LISTING_EVENTS else "file"
+        if path.startswith(prefix) and (kind, path) not in seen:
+            seen.add((kind, path))
+            out.write(f"{kind}\t{path[len(prefix) :]}\n")
+
+    sys.addaudithook(hook)
+
+
+def record_reads_from_environment() -> None:
+    """:func:`record_reads` into ``$VLLM_PLAYBOOKS_READ_LOG`` when it is set (``vllm_playbooks`` calls this on import).
+
+    The data folder is :func:`vllm_playbooks.paths.data_dir` seen from the working directory (papermill starts the
+    kernel in the notebook's folder); where there is none, nothing is recorded.
+    """
+    log = os.environ.get(READ_LOG_ENV)
+    if not log:
+        return
+    try:
+        data = paths.data_dir()
+    except ConfigError:
+        return
+    record_reads(Path(log), data)
+
+
+@contextmanager
+def reads_logged() -> Iterator[Path]:
+    """A fresh read log, named in ``$VLLM_PLAYBOOKS_READ_LOG`` while the block runs (kernels started in it inherit it).
+
+    Yields the log's path; the log is deleted and the variable restored afterwards.
+    """
+    handle, name = tempfile.mkstemp(prefix="vllm-playbooks-reads-", suffix=".log")
+    os.close(handle)
+    before = os.environ.get(READ_LOG_ENV)
+    os.environ[READ_LOG_ENV] = name
+    try:
+        yield Path(name)
+    finally:
+        if before is None:
+            os.environ.pop(READ_LOG_ENV, None)
+        else:
+            os.environ[READ_LOG_ENV] = before
+        Path(name).unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class Reads:
+    """The data paths a run read, relative to the data folder: files opened and folders listed."""
+
+    files: frozenset[str] = frozenset()
+    dirs: frozenset[str] = frozenset()
+
+
+def read_log(log: Path) -> Reads:
+    """The paths recorded in a read log written by :func:`record_reads`."""
+    files: set[str] = set()
+    dirs: set[str] = set()
+    for line in log.read_text(encoding="utf-8").splitlines():
+        kind, _, path = line.partition("\t")
+        (dirs if kind == "dir" else files).add(path)
+    return Reads(frozenset(files), frozenset(dirs))
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def file_digest(path: Path) -> str:
+    """The sha256 of a file's bytes; a folder's :func:`listing_digest`; :data:`ABSENT` when there is nothing."""
+    if path.is_dir():
+        return listing_digest(path)
+    try:
+        return _sha256(path.read_bytes())
+    except FileNotFoundError:
+        return ABSENT
+
+
+def listing_digest(path: Path) -> str:
+    """The sha256 of a folder's sorted entry names, one a line; :data:`ABSENT` when it does not exist."""
+    try:
+        names = sorted(os.listdir(path))
+    except (FileNotFoundError, NotADirectoryError):
+        return ABSENT
+    return _sha256("\n".join(names).encode())
+
+
+def digest_json(value: Any) -> str:
+    """The sha256 of ``value`` as canonical JSON (sorted keys, no spaces)."""
+    return _sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode())
+
+
+def notebook_digest(path: Path) -> str:
+    """A digest of what an execution of the notebook depends on: its cells and metadata.
+
+    The outputs stored in the source (check cells keep theirs) and the package's own metadata key (the data digest
+    stored with them) are left out: papermill clears outputs before it runs, so refreshing stored check outputs
+    does not make an executed copy stale.
+    """
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    nb.get("metadata", {}).pop(METADATA_KEY, None)
+    for cell in nb.get("cells", []):
+        cell.pop("outputs", None)
+        cell.pop("execution_count", None)
+    return digest_json(nb)
+
+
+def package_digest(package: Path | None = None) -> str:
+    """A digest of every file under the package folder (default: ``vllm_playbooks/``), bytecode caches left out."""
+    root = package or Path(__file__).resolve().parents[1]
+    files = sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
+    return digest_json({p.relative_to(root).as_posix(): _sha256(p.read_bytes()) for p in files})
+
+
+@dataclass(frozen=True)
+class ExecutionRecord:
+    """What one execution of a notebook depended on (see the module's docstring)."""
+
+    notebook: str
+    package: str
+    parameters: dict[str, Any]
+    files: dict[str, str] = field(default_factory=dict)
+    dirs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def data(self) -> str:
+        """One digest of the data the run read: every path with the digest of what it held."""
+        return digest_json({"files": self.files, "dirs": self.dirs})
+
+
+def make_record(source: Path, parameters: dict[str, Any], reads: Reads, data: Path, package: str) -> ExecutionRecord:
+    """The record of a run of ``source`` with ``parameters`` that read ``reads`` under ``data``, hashed now."""
+    return ExecutionRecord(
+        notebook=notebook_digest(source),
+        package=package,
+        parameters=parameters,
+        files={p: file_digest(data / p) for p in sorted(reads.files)},
+        dirs={p: listing_digest(data / p) for p in sorted(reads.dirs)},
+    )
+
+
+def record_in(nb: Any) -> ExecutionRecord | None:
+    """The execution record in a notebook's metadata (a dict or ``nbformat`` node), or None where it has none."""
+    stored = nb.get("metadata", {}).get(METADATA_KEY, {}).get("execution")
+    return ExecutionRecord(**{k: v for k, v in stored.items() if k != "data"}) if stored else None
+
+
+def store_record(nb: Any, record: ExecutionRecord) -> None:
+    """Put ``record`` (and its :attr:`~ExecutionRecord.data` digest) into a notebook's metadata.
+
+    It replaces whatever the package kept there: an executed copy carries its run's record only.
+    """
+    nb["metadata"][METADATA_KEY] = {"execution": {**asdict(record), "data": record.data}}
+
+
+def read_record(executed: Path) -> ExecutionRecord | None:
+    """The execution record of an executed notebook file, or None where it has none (or is not there)."""
+    try:
+        return record_in(json.loads(executed.read_text(encoding="utf-8")))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def changed_data(record: ExecutionRecord, data: Path) -> list[str]:
+    """The recorded data paths whose content (a folder: whose entries) differs now, sorted; folders end with '/'."""
+    files = [p for p, digest in record.files.items() if file_digest(data / p) != digest]
+    dirs = [f"{p}/" for p, digest in record.dirs.items() if listing_digest(data / p) != digest]
+    return sorted(files + dirs)
+
+
+def stale_reason(source: Path, executed: Path, parameters: dict[str, Any], package: str) -> str | None:
+    """Why ``executed`` is not a current run of ``source`` with ``parameters``; None when it is.
+
+    ``package`` is :func:`package_digest`'s value (computed once per build). The data folder is the one the
+    kernel sees from the notebook's folder. Reasons: no executed copy, no record, the notebook, the package's
+    source, the parameters, or the data read (the first changed paths named).
+    """
+    record = read_record(executed)
+    if record is None:
+        return "no executed copy" if not executed.exists() else "its executed copy has no execution record"
+    if record.notebook != notebook_digest(source):
+        return "the notebook changed"
+    if record.package != package:
+        return "the package's source changed"
+    if record.parameters != parameters:
+        return f"parameters changed (were {record.parameters})"
+    changed = changed_data(record, paths.data_dir(source.parent))
+    if changed:
+        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+        return f"data changed: {', '.join(changed[:3])}{more}"
+    return None
