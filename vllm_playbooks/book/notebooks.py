@@ -94,7 +94,11 @@ def check_notebook(path: Path) -> list[str]:
         if CHECK_TAG in _tags(cell) and any(o.get("output_type") != "stream" for o in cell.get("outputs", [])):
             problems.append(f"code cell {index} is tagged '{CHECK_TAG}' but keeps more than printed text "
                             "(make test compares what a check cell prints): print the numbers")
-        tree = ast.parse(cell.source) if cell.source.strip() and not cell.source.lstrip().startswith(("%", "!")) else None
+        try:
+            tree = ast.parse(cell.source) if cell.source.strip() and not cell.source.lstrip().startswith(("%", "!")) else None
+        except SyntaxError as error:
+            problems.append(f"code cell {index} is not valid Python: {error.msg} (line {error.lineno})")
+            continue
         if tree and any(isinstance(n, ast.FunctionDef | ast.ClassDef | ast.AsyncFunctionDef) for n in ast.walk(tree)):
             problems.append(f"code cell {index} defines a function or class: move it into vllm_playbooks")
     return problems

@@ -71,6 +71,14 @@ def test_pattern_check_catches_logic_and_stray_outputs(tmp_path: Path) -> None:
     assert any("keeps outputs" in p for p in problems)
 
 
+def test_pattern_check_names_a_cell_that_is_not_python(tmp_path: Path) -> None:
+    def broken(nb) -> None:  # type: ignore[no-untyped-def]
+        nb.cells.append(nbformat.v4.new_code_cell('x = f"{d["k"]}"'))
+
+    problems = check_notebook(_broken_copy(tmp_path, broken))
+    assert any("is not valid Python" in p for p in problems)
+
+
 def test_pattern_check_refuses_a_check_cell_that_keeps_more_than_printed_text(tmp_path: Path) -> None:
     def rich(nb) -> None:  # type: ignore[no-untyped-def]
         cell = nbformat.v4.new_code_cell("gains.round(1)")
