@@ -27,6 +27,19 @@ def data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
+#: A frozen copy of a few recorded points, their rows and server logs, laid out as a data folder
+#: (``tests/fixtures/recorded/README.md``): tests that pin what particular runs showed read it, not ``data/``, so the
+#: runs each new session adds to ``data/runs/`` leave them alone.
+FROZEN = FIXTURES / "recorded"
+
+
+@pytest.fixture
+def frozen_data(monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``FROZEN`` as the data folder the package uses, for code that reads the default one (``results_for``)."""
+    monkeypatch.setenv("VLLM_PLAYBOOKS_DATA_DIR", str(FROZEN))
+    return FROZEN
+
+
 def fake_server_argv(port: int, *extra: str) -> list[str]:
     """argv of the stand-in server on ``port``."""
     return [sys.executable, str(FAKE_SERVER), "--port", str(port), *extra]

@@ -64,14 +64,32 @@ def test_itl_artifact_recovers_tokens_per_chunk() -> None:
     assert crossover.itl_artifact(faster).iloc[0]["artifact_share"] == 1.0  # TPOT fell: all of the rise is chunking
 
 
+def _schedule_k(engine_config_json: str, concurrency: float) -> int | None:
+    """k at ``concurrency`` under a recorded config's batch-size schedule, read from the JSON (None: no schedule)."""
+    import json
+
+    spec = json.loads(engine_config_json).get("speculative") or {}
+    schedule = spec.get("num_speculative_tokens_per_batch_size")
+    if not schedule or math.isnan(concurrency):
+        return None
+    return next(k for low, high, k in schedule if low <= concurrency <= high)
+
+
+@pytest.mark.recorded_data
 def test_recorded_chunking_equals_acceptance_length() -> None:
-    """On every recorded 70B pair, tokens per chunk (ITL ratio / TPOT ratio) is the measured acceptance length."""
+    """On every recorded 70B pair, tokens per chunk (ITL ratio / TPOT ratio) is the measured acceptance length; the
+    rows a batch-size schedule switched speculation off at (k = 0 at their concurrency) are not drafting pairs."""
+    from vllm_playbooks.paths import data_dir
     from vllm_playbooks.results.replay import replay_case
+    from vllm_playbooks.results.store import runs_file
 
     rows = replay_case("discussion-13834")
-    assert schedule.scheduled_off(rows).sum() >= 2  # the schedule's points above 16 streams
-    table = crossover.itl_artifact(rows[~schedule.scheduled_off(rows)])
-    assert len(table) >= 13
+    table = pd.read_csv(runs_file("discussion-13834", data_dir()))
+    off = {pid for pid, config, c in zip(table.point_id, table.engine_config_json, table.concurrency, strict=True)
+           if _schedule_k(config, c) == 0}  # fmt: skip
+    assert set(rows.loc[schedule.scheduled_off(rows), "point_id"]) == off
+    table = crossover.itl_artifact(rows[~rows["point_id"].isin(off)])
+    assert not table.empty
     assert ((table["chunking"] / table["mean_acceptance_length"] - 1).abs() < 0.05).all()
 
 
@@ -86,22 +104,35 @@ def test_unmeasured_matches_by_label_and_load() -> None:
     assert table["measured"].tolist() == [2, 1]
 
 
+@pytest.mark.recorded_data
 def test_the_case_page_verdict_is_the_ledgers_and_reads_its_point() -> None:
+    """The page's verdict is the ledger's, on the recorded pair with the report's k and acceptance nearest the load
+    the report implies (the recorded concurrencies of that config, read from the table)."""
     from vllm_playbooks.errors import ConfigError
+    from vllm_playbooks.paths import data_dir
     from vllm_playbooks.results.replay import replay_case
-    from vllm_playbooks.results.store import load_reference
+    from vllm_playbooks.results.store import load_reference, runs_file
 
     register_checks()
-    result = claims_ledger.result_for("discussion-13834-slower")
-    table = claims_ledger.build_ledger().set_index("claim")
+    evidence = claims_ledger.load_evidence()  # what the page and the ledger page each read
+    result = claims_ledger.result_for("discussion-13834-slower", evidence)
+    table = claims_ledger.build_ledger(evidence).set_index("claim")
     assert str(result.verdict) == table.loc["discussion-13834-slower", "verdict"]
-    assert result.point["concurrency"] == 32 and result.point["k"] == 5
-    implied = discussion_13834.implied_13834(load_reference("discussion-13834"))
+    published = load_reference("discussion-13834")
+    implied = discussion_13834.implied_13834(published)
+    k = int(published.loc[published.claim_id == "num-speculative-tokens", "value"].item())
+    alpha = published.loc[published.claim_id == "acceptance-rate-author-quoted", "value"].item()
+    runs = pd.read_csv(runs_file("discussion-13834", data_dir()))
+    paired = runs[(runs.num_speculative_tokens == k) & ((runs.imposed_alpha - alpha).abs() < 1e-9)
+                  & runs.concurrency.isin(runs.loc[runs.spec_method == "none", "concurrency"])]  # fmt: skip
+    streams = implied["streams_in_flight_spec_off"]
+    nearest = min(set(paired.concurrency), key=lambda c: abs(math.log(c / streams)))
+    assert (result.point["concurrency"], result.point["k"]) == (nearest, k)
     assert implied["itl_chunking_implied"] == pytest.approx(implied["itl_ratio_on_over_off"] / implied["tpot_ratio_if_closed_loop"])
     text = discussion_13834.verdict_13834(result, crossover.itl_artifact(replay_case("discussion-13834")), implied)
     assert text.startswith(f"**Verdict: {result.verdict}.**") and "tokens per chunk" in text
     with pytest.raises(ConfigError, match="no claim 'nope'"):
-        claims_ledger.result_for("nope")
+        claims_ledger.result_for("nope", evidence)
 
 
 def _schedule_rows() -> pd.DataFrame:

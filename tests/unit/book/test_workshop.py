@@ -6,6 +6,8 @@ import csv
 import dataclasses
 import gzip
 import math
+import re
+from pathlib import Path
 
 import nbformat
 import pandas as pd
@@ -17,14 +19,43 @@ from vllm_playbooks.book.notebooks import check_notebook, default_parameters
 from vllm_playbooks.config import capacity
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.errors import ConfigError
+from vllm_playbooks.paths import data_dir
 
-RUNS = ROOT / "data" / "runs"
 PUBLISHED = ROOT / "data" / "reference" / "published.csv"
 
 
 def _runs_csv(case: str) -> pd.DataFrame:
     """The recorded table read as plain CSV (not through the replay machinery the solutions use)."""
-    return pd.read_csv(RUNS / case / "runs.csv")
+    return pd.read_csv(data_dir() / "runs" / case / "runs.csv")
+
+
+def _stop_paying_by_hand(metric: str, higher_is_better: bool) -> tuple[int | str, list[int]]:
+    """The last level at which the speculative rows beat speculation off beyond the band, or "never", and the levels
+    both sides ran at. Each side is the median of its runs; the band is the wider side's spread, (highest - lowest) /
+    median, and at least 5 % (one run each: 5 %)."""
+    rows = _runs_csv("llama-8b-draft-model")
+    sides = {method: rows[rows.spec_method == method].groupby("concurrency")[metric]
+             for method in ("none", "draft_model")}  # fmt: skip
+    medians = {method: side.median() for method, side in sides.items()}
+    spreads = {method: 100 * (side.max() - side.min()) / side.median() for method, side in sides.items()}
+    levels = sorted(int(c) for c in set(medians["none"].index) & set(medians["draft_model"].index))
+    wins = []
+    for c in levels:
+        band = max(5.0, spreads["none"][c], spreads["draft_model"][c])
+        ratio = medians["draft_model"][c] / medians["none"][c]
+        if (ratio if higher_is_better else 1 / ratio) > 1 + band / 100:
+            wins.append(c)
+    return (max(wins) if wins else exercises.NEVER), levels
+
+
+def _chunks_by_hand(concurrency: int) -> tuple[float, float]:
+    """Mean ITL over mean acceptance length of the speculative runs at ``concurrency``, and its ratio to their mean
+    TPOT (repeats averaged)."""
+    rows = _runs_csv("llama-8b-draft-model")
+    spec = rows[(rows.spec_method != "none") & (rows.concurrency == concurrency)]
+    assert not spec.empty, f"no speculative row at concurrency {concurrency}"
+    per_token = float(spec.itl_mean_ms.mean() / spec.mean_acceptance_length.mean())
+    return per_token, per_token / float(spec.tpot_mean_ms.mean())
 
 
 def _published(case: str, claim_id: str) -> float:
@@ -39,16 +70,11 @@ def _published(case: str, claim_id: str) -> float:
 # --------------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.recorded_data
 @pytest.mark.parametrize(("metric", "higher_is_better"), [("output_tok_s", True), ("tpot_p50_ms", False)])
 def test_stop_paying_matches_a_plain_pairing_of_the_rows(metric: str, higher_is_better: bool) -> None:
-    rows = _runs_csv("llama-8b-draft-model")
-    off = rows[rows.spec_method == "none"].set_index("concurrency")[metric]
-    spec = rows[rows.spec_method == "draft_model"].set_index("concurrency")[metric]
-    levels = sorted(set(off.index) & set(spec.index))
+    expected, levels = _stop_paying_by_hand(metric, higher_is_better)
     assert levels, "the case has no paired levels"
-    # one run each: a win is a change beyond the floor band, 5 % (analysis.noise)
-    wins = [c for c in levels if (spec[c] > 1.05 * off[c] if higher_is_better else spec[c] < off[c] / 1.05)]
-    expected = max(wins) if wins else "never"
     solution = exercises.stop_paying_solution(metrics=[metric])
     assert solution.value == {metric: expected}
     assert sorted(solution.table["concurrency"]) == levels
@@ -76,22 +102,27 @@ def test_stop_paying_finds_the_last_winning_level(monkeypatch: pytest.MonkeyPatc
     )
 
 
+@pytest.mark.recorded_data
 def test_chunks_estimate_is_mean_itl_over_mean_acceptance_length() -> None:
-    rows = _runs_csv("llama-8b-draft-model")
-    spec = rows[(rows.spec_method != "none") & (rows.concurrency == 16)]
-    assert len(spec) == 1
-    expected = float(spec.itl_mean_ms.iloc[0] / spec.mean_acceptance_length.iloc[0])
+    expected, over_tpot = _chunks_by_hand(16)
     solution = exercises.chunks_solution(concurrency=16)
     assert solution.value == pytest.approx(expected, rel=1e-12)
     table = solution.table.set_index("concurrency")
-    assert table.loc[16, "per_token_over_tpot"] == pytest.approx(expected / spec.tpot_mean_ms.iloc[0])
+    assert table.loc[16, "per_token_over_tpot"] == pytest.approx(over_tpot)
 
 
+@pytest.mark.recorded_data
 def test_chunks_refuses_an_unmeasured_level() -> None:
-    with pytest.raises(ConfigError, match=r"no row at concurrency 3; measured: 1, 4, 16, 64"):
-        exercises.chunks_solution(concurrency=3)
+    rows = _runs_csv("llama-8b-draft-model")
+    spec = rows[(rows.spec_method != "none") & rows.mean_acceptance_length.notna()]
+    levels = sorted({int(c) for c in spec.concurrency})
+    missing = next(c for c in range(2, 1000) if c not in levels)
+    measured = ", ".join(map(str, levels))
+    with pytest.raises(ConfigError, match=rf"no row at concurrency {missing}; measured: {measured}$"):
+        exercises.chunks_solution(concurrency=missing)
 
 
+@pytest.mark.recorded_data  # the worked explanation reads the recorded acceptance
 def test_tokens_per_step_from_the_reported_acceptance() -> None:
     alpha = _published("discussion-13834", "acceptance-rate-author-quoted")
     k = int(_published("discussion-13834", "num-speculative-tokens"))
@@ -106,11 +137,13 @@ def test_tokens_per_step_from_the_reported_acceptance() -> None:
     assert tau / (k * solution.value["break_even_c"] + 1) == pytest.approx(1.0)
 
 
+@pytest.mark.recorded_data  # the worked explanation reads the recorded acceptance
 def test_with_one_draft_token_break_even_is_alpha() -> None:
     solution = exercises.tokens_per_step_solution(alpha=0.6, k=1)  # book: with k = 1, S > 1 iff α > c
     assert solution.value == pytest.approx({"tokens_per_step": 1.6, "break_even_c": 0.6})
 
 
+@pytest.mark.recorded_data
 def test_littles_law_from_the_reported_numbers() -> None:
     streams = _published("discussion-13834", "output-tok-s-spec-off") * _published("discussion-13834", "itl-ms-spec-off")
     streams /= 1000.0
@@ -172,6 +205,7 @@ def solutions() -> dict[str, exercises.Solution]:
     return {eid: exercise.solve() for eid, exercise in workshop.EXERCISES.items()}
 
 
+@pytest.mark.recorded_data
 def test_worked_solutions_check_out(solutions: dict[str, exercises.Solution]) -> None:
     for eid, solution in solutions.items():
         line = workshop.check(eid, None, solution)
@@ -180,12 +214,10 @@ def test_worked_solutions_check_out(solutions: dict[str, exercises.Solution]) ->
         assert workshop.check(eid, None, solution) == line  # deterministic
 
 
+@pytest.mark.recorded_data
 @pytest.mark.parametrize(
     ("eid", "right", "wrong", "message"),
     [
-        ("stop-paying", {"output_tok_s": "never", "tpot_p50_ms": None}, {"output_tok_s": 16, "tpot_p50_ms": "never"},
-         'not yet: expected output_tok_s="never", got output_tok_s=16'),
-        ("chunks-not-tokens", 6.9, 23.14, "not yet: expected 6.90, got 23.14"),
         ("tokens-per-step", {"tokens_per_step": 3.07, "break_even_c": 0.41},
          {"tokens_per_step": 3.07, "break_even_c": 0.72}, "not yet: expected break_even_c=0.41, got break_even_c=0.72"),
         ("littles-law", 32, 95.43, "not yet: expected 31.95, got 95.43"),
@@ -197,12 +229,32 @@ def test_worked_solutions_check_out(solutions: dict[str, exercises.Solution]) ->
 def test_check_accepts_the_right_answer_and_names_what_is_wrong(
     solutions: dict[str, exercises.Solution], eid: str, right: object, wrong: object, message: str
 ) -> None:
-    # the right answers here are what the worked solutions compute (independently checked above); a changed data
-    # table that moves them fails the tests above first
+    # the right answers here are what the worked solutions compute (independently checked above) from the published
+    # numbers and the shapes; the exercises on the recorded rows follow
     assert workshop.check(eid, right, solutions[eid]) == f"correct: {solutions[eid].statement}"
     assert workshop.check(eid, wrong, solutions[eid]) == message
 
 
+@pytest.mark.recorded_data
+def test_check_grades_the_answers_from_the_recorded_rows(solutions: dict[str, exercises.Solution]) -> None:
+    """The right answers worked out by hand from the recorded table, as a learner writes them ("never" or None for
+    no level, a float rounded to two places), and a wrong level or number named against the expected one."""
+    off_by_hand, levels = _stop_paying_by_hand("output_tok_s", True)
+    tpot_by_hand, _ = _stop_paying_by_hand("tpot_p50_ms", False)
+    right = {"output_tok_s": off_by_hand, "tpot_p50_ms": None if tpot_by_hand == exercises.NEVER else tpot_by_hand}
+    assert workshop.check("stop-paying", right, solutions["stop-paying"]).startswith("correct: ")
+    wrong_level = levels[-1] if off_by_hand == exercises.NEVER else exercises.NEVER
+    shown = {level: f'"{level}"' if level == exercises.NEVER else str(level) for level in (off_by_hand, wrong_level)}
+    assert workshop.check("stop-paying", {**right, "output_tok_s": wrong_level}, solutions["stop-paying"]) == (
+        f"not yet: expected output_tok_s={shown[off_by_hand]}, got output_tok_s={shown[wrong_level]}")
+    per_token, _ = _chunks_by_hand(16)
+    chunks = solutions["chunks-not-tokens"]
+    assert workshop.check("chunks-not-tokens", round(per_token, 2), chunks).startswith("correct: ")
+    assert workshop.check("chunks-not-tokens", per_token * 3, chunks) == (
+        f"not yet: expected {per_token:.2f}, got {per_token * 3:.2f}")
+
+
+@pytest.mark.recorded_data
 def test_floats_pass_within_one_percent(solutions: dict[str, exercises.Solution]) -> None:
     exact = solutions["littles-law"].value
     assert workshop.check("littles-law", exact * 1.009, solutions["littles-law"]).startswith("correct")
@@ -210,6 +262,7 @@ def test_floats_pass_within_one_percent(solutions: dict[str, exercises.Solution]
     assert workshop.check("littles-law", True, solutions["littles-law"]).startswith("not yet")  # a bool is no number
 
 
+@pytest.mark.recorded_data
 def test_answers_given_as_text_are_read(solutions: dict[str, exercises.Solution]) -> None:
     """papermill -p passes a dict as a string; it is read as YAML."""
     text = '{"max_num_seqs": 27, "binding": "memory"}'
@@ -217,6 +270,7 @@ def test_answers_given_as_text_are_read(solutions: dict[str, exercises.Solution]
     assert workshop.check("cuda-graph-sizes", "128", solutions["cuda-graph-sizes"]).startswith("correct")
 
 
+@pytest.mark.recorded_data
 def test_malformed_answers_get_a_clear_line(solutions: dict[str, exercises.Solution]) -> None:
     assert workshop.check("tokens-per-step", 3.07, solutions["tokens-per-step"]) == (
         "not yet: expected a dict with keys tokens_per_step, break_even_c, got 3.07"
@@ -226,11 +280,13 @@ def test_malformed_answers_get_a_clear_line(solutions: dict[str, exercises.Solut
     )
 
 
+@pytest.mark.recorded_data
 def test_unknown_exercise_is_refused(solutions: dict[str, exercises.Solution]) -> None:
     with pytest.raises(ConfigError, match=r"unknown exercise 'little-law'; known: stop-paying, chunks-not-tokens"):
         workshop.check("little-law", 32, solutions["littles-law"])
 
 
+@pytest.mark.recorded_data
 def test_a_solution_of_another_exercise_is_refused(solutions: dict[str, exercises.Solution]) -> None:
     with pytest.raises(ConfigError, match=r"needs the solution of exercise 'littles-law', got 'cuda-graph-sizes'"):
         workshop.check("littles-law", 32, solutions["cuda-graph-sizes"])
@@ -238,6 +294,7 @@ def test_a_solution_of_another_exercise_is_refused(solutions: dict[str, exercise
         workshop.check("littles-law", 32, None)  # type: ignore[arg-type]
 
 
+@pytest.mark.recorded_data
 def test_an_edited_solution_is_caught(solutions: dict[str, exercises.Solution]) -> None:
     edited = dataclasses.replace(solutions["cuda-graph-sizes"], value=256)
     assert workshop.check("cuda-graph-sizes", None, edited) == (
@@ -245,11 +302,13 @@ def test_an_edited_solution_is_caught(solutions: dict[str, exercises.Solution]) 
     )
 
 
+@pytest.mark.recorded_data
 def test_rows_of_several_gpus_need_a_gpu_name(monkeypatch: pytest.MonkeyPatch) -> None:
     rows = _runs_csv("llama-8b-draft-model")
     other = rows.assign(gpu_name="Other GPU")
     monkeypatch.setattr("vllm_playbooks.book.exercises.results_for", lambda case, mode: pd.concat([rows, other]))
-    with pytest.raises(ConfigError, match=r"rows from several GPUs \['NVIDIA H200', 'Other GPU'\]; set gpu_name"):
+    gpus = sorted({*rows.gpu_name, "Other GPU"})
+    with pytest.raises(ConfigError, match=rf"rows from several GPUs {re.escape(str(gpus))}; set gpu_name"):
         exercises.stop_paying_solution()
     assert exercises.stop_paying_solution(gpu_name="Other GPU").value.keys() == {"output_tok_s", "tpot_p50_ms"}
     with pytest.raises(ConfigError, match="no rows measured on 'A100'"):
@@ -281,14 +340,13 @@ def test_each_exercise_has_its_notebook(exercise: workshop.Exercise) -> None:
 
 def _prom_value(text: str, name: str) -> float:
     """Sum of a sample's values over its label sets, read from Prometheus text with a plain pattern."""
-    import re
-
     return sum(float(v) for v in re.findall(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, flags=re.M))
 
 
-def test_microbatches_from_the_raw_scrapes_by_hand() -> None:
-    """Output tokens / engine steps of the PP=2, cap-64 point, read with a regex from its two scrapes."""
-    point = next((RUNS / "pp-27462" / "raw").glob("8b-pp2-mns64-*/*"))
+def test_microbatches_from_the_raw_scrapes_by_hand(frozen_data: Path) -> None:
+    """Output tokens / engine steps of the PP=2, cap-64 point, read with a regex from its two scrapes (the frozen
+    copy of the recorded #27462 runs)."""
+    point = next((frozen_data / "runs" / "pp-27462" / "raw").glob("8b-pp2-mns64-*/*"))
     before, after = (gzip.decompress((point / f"metrics_{w}.prom.gz").read_bytes()).decode() for w in ("before", "after"))
     steps = _prom_value(after, "vllm:iteration_tokens_total_count") - _prom_value(before, "vllm:iteration_tokens_total_count")
     tokens = _prom_value(after, "vllm:generation_tokens_total") - _prom_value(before, "vllm:generation_tokens_total")

@@ -191,10 +191,18 @@ def test_the_runner_goes_on_without_nvml_and_says_so(data: Path, monkeypatch: py
     assert summary.sampling_status.tolist() == ["unavailable"] and summary.util_mean_pct.isna().all()
 
 
+@pytest.mark.recorded_data
 def test_points_recorded_before_the_sampler_say_so() -> None:
-    from tests.conftest import ROOT
+    """The case's first points predate the sampler (their point.json has no ``gpu_sampling``): one line each, 'not
+    recorded', no statistics."""
+    from vllm_playbooks.paths import data_dir
 
-    runs = replay_case(CASE, ROOT / "data")
-    summary = gpu_summary(runs, ROOT / "data")
-    assert len(summary) == len(runs) and set(summary.sampling_status) == {"not recorded"}
-    assert summary.util_mean_pct.isna().all()
+    data = data_dir()
+    runs = replay_case(CASE, data)
+    before = {row.point_id for row in runs.itertuples()
+              if "gpu_sampling" not in json.loads((data / row.raw_path / "point.json").read_text())}  # fmt: skip
+    summary = gpu_summary(runs, data)
+    old = summary[summary.point_id.isin(before)]
+    assert before and len(old) == len(before) and set(old.sampling_status) == {"not recorded"}
+    assert old.util_mean_pct.isna().all()
+    assert "not recorded" not in set(summary[~summary.point_id.isin(before)].sampling_status)

@@ -8,16 +8,18 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import FROZEN
 from vllm_playbooks.analysis import runs, whatif
 from vllm_playbooks.book import plots
 from vllm_playbooks.cases import gpt_oss_eagle3, pp_27462
 from vllm_playbooks.engine.metrics import parse_histogram
 from vllm_playbooks.errors import ServerError
 from vllm_playbooks.model import calibration
+from vllm_playbooks.paths import data_dir
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.engine_steps import FILL_THRESHOLD, read_engine_steps, step_histogram, step_summary
 from vllm_playbooks.results.replay import replay_case
+from vllm_playbooks.results.store import runs_file
 
 BOUNDS = (1, 8, 16, 32, 64, 128)
 
@@ -91,20 +93,18 @@ def test_speculative_rows_count_sequences_not_tokens(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# The recorded #27462 runs (2 × H200, vLLM 0.26.0)
+# The recorded #27462 runs (2 × H200, vLLM 0.26.0), frozen: the ten points of 2026-11-30 (tests/fixtures/recorded)
 # ------------------------------------------------------------------------------------------------------------------
-
-DATA = ROOT / "data"
 
 
 @pytest.fixture(scope="module")
 def pp_rows() -> pd.DataFrame:
-    return replay_case(pp_27462.CASE, DATA)
+    return replay_case(pp_27462.CASE, FROZEN)
 
 
 @pytest.fixture(scope="module")
 def pp_steps(pp_rows: pd.DataFrame) -> pd.DataFrame:
-    return step_summary(pp_rows, DATA).set_index("engine_label")
+    return step_summary(pp_rows, FROZEN).set_index("engine_label")
 
 
 def test_pipeline_stages_take_twice_the_steps_at_half_the_sequences(pp_steps: pd.DataFrame) -> None:
@@ -153,12 +153,12 @@ def test_overlap_needs_the_windows_to_intersect() -> None:
 def test_the_step_figure_draws_only_buckets_some_step_fell_in(pp_rows: pd.DataFrame) -> None:
 
     rows = pp_rows[pp_rows.engine_label.isin(["8b-pp1-mns64", "8b-pp2-mns64"])]
-    ax = plots.step_shares(step_histogram(rows, DATA), title="cap 64")
+    ax = plots.step_shares(step_histogram(rows, FROZEN), title="cap 64")
     labels = [t.get_text() for t in ax.get_xticklabels()]
     assert labels == ["2–8", "33–64", "129–256"]  # PP=2's two microbatches, and steps with a prompt (1.2 % of PP=1's)
     assert "under 1% of steps left out" in ax.get_xlabel()
     assert {t.get_text() for t in ax.get_legend().get_texts()} == {"PP=1", "PP=2"}
-    empty = plots.step_shares(step_histogram(rows.iloc[0:0], DATA), title="cap 64")
+    empty = plots.step_shares(step_histogram(rows.iloc[0:0], FROZEN), title="cap 64")
     assert "no step histogram recorded" in empty.texts[0].get_text()
 
 
@@ -168,26 +168,39 @@ def test_the_overlap_note_names_the_pairs_and_says_when_none_overlapped(pp_rows:
     assert "`8b-pp1-mns32` at concurrency 64 beside 8b-pp1-mns64 at concurrency 128" in note
     alone = pp_rows[pp_rows.pipeline_parallel_size == 2]
     assert runs.overlap_note(alone) == "Each of the 4 points ran alone on its host."
-    # more overlapping points than a sentence can name: counted per configuration, the pairs left to the table
-    deepseek = replay_case("deepseek-mtp")  # its 2-GPU sessions overlapped 64 points; later one-GPU runs ran alone
+
+
+@pytest.mark.recorded_data
+def test_the_overlap_note_counts_many_overlapping_points_per_configuration() -> None:
+    """More overlapping points than a sentence can name (DeepSeek's 2-GPU sessions ran two servers at a time):
+    counted per configuration, the pairs left to the table; the count is the rows whose window (its end less its
+    duration) meets another row's, read from the recorded table."""
+    deepseek = replay_case("deepseek-mtp")
+    table = pd.read_csv(runs_file("deepseek-mtp", data_dir()))
+    end = pd.to_datetime(table.measured_at, utc=True)
+    start = end - pd.to_timedelta(table.duration_s, unit="s")
+    overlapping = table[[((start < e) & (end > s)).sum() > 1 for s, e in zip(start, end, strict=True)]]
+    assert len(overlapping) > runs.OVERLAPS_LISTED
     many = runs.overlap_note(deepseek)
-    assert many.startswith(f"64 of the {len(deepseek)} points ran at the same time as another point")
-    assert "; by configuration: `mtp-k1-a0.85` " in many and " beside " not in many
+    assert many.startswith(f"{len(overlapping)} of the {len(deepseek)} points ran at the same time as another point")
+    counts = overlapping.engine_label.value_counts()
+    assert all(f"`{label}` {count}" in many for label, count in counts.items()) and " beside " not in many
     assert many.endswith("The table below names what each ran beside; the others ran alone.")
 
 
+@pytest.mark.recorded_data
 def test_the_roofline_overestimates_every_measured_point_but_keeps_the_pattern(pp_rows: pd.DataFrame,
                                                                                pp_steps: pd.DataFrame) -> None:  # fmt: skip
+    """The frozen #27462 points against the roofline fitted on the recorded calibration rows."""
     from vllm_playbooks.run.plan import load_plan
 
     grid = pp_27462.planned_grid(load_plan(pp_27462.CASE), calibration.fit_efficiency(whatif.calibration_rows(), "H200-SXM"))
     table = pp_27462.measured_vs_predicted(pp_27462.saturated(pp_rows, steps=pp_steps.reset_index()), grid)
     assert len(table) == 10 and (table.prediction_error_pct > 0).all()
-    largest = table.loc[table.prediction_error_pct.idxmax()]
-    assert largest.engine_label == "8b-pp1-mns256"  # the largest one-GPU batch
     assert pp_27462.verdict_label(pp_27462.pp_comparison(pp_27462.predicted_rows(grid))) == "Reproduced"
 
 
+@pytest.mark.recorded_data
 def test_recorded_gains_are_saved_steps_over_step_cost() -> None:
     """On the recorded gpt-oss runs, the step factors multiply back to the measured gain: wall time is steps times
     time per step, read from the scrapes and the bench's duration independently of the bench's throughput."""
@@ -197,26 +210,24 @@ def test_recorded_gains_are_saved_steps_over_step_cost() -> None:
     stepped = with_step_times(runs)
     assert stepped.engine_steps.notna().all() and (stepped.ms_per_step > 0).all()
     factors = gpt_oss_eagle3.step_factors(stepped, {"chat": (230, 203), "swe": (13000, 203)}, "eagle3-k3-a0.71")
-    assert set(factors.profile) == {"chat", "swe"} and len(factors) >= 10
+    assert set(factors.profile) == {"chat", "swe"}
     implied = 100 * (factors.fewer_steps_x / factors.step_cost_x - 1)
     assert (implied - factors.gain_pct).abs().max() < 1.0
     assert factors.fewer_steps_x.between(1.0, 3.0).all()  # k = 3, α 0.71: 2.57 tokens a step expected
 
 
-def test_the_fill_comes_from_the_servers_own_log_where_it_sampled_the_run() -> None:
+def test_the_fill_comes_from_the_servers_own_log_where_it_sampled_the_run(pp_rows: pd.DataFrame) -> None:
     """PP=2 at max_num_seqs 256 (concurrency 512): its server logged 'Running: 256 reqs' in 6 of the 8 stats lines of
     the measured run (244 and 250 in the others), so it ran filled, although the counters' estimate, which counts the
     ramp-up and drain steps of two pipeline stages, reads 73 %."""
-    from vllm_playbooks.results.replay import replay_case
     from vllm_playbooks.results.server_logs import logged_running, running_samples
 
-    rows = replay_case("pp-27462")
-    row = rows[rows["engine_label"] == "8b-pp2-mns256"]
-    summary = step_summary(row).iloc[0]
+    row = pp_rows[pp_rows["engine_label"] == "8b-pp2-mns256"]
+    summary = step_summary(row, FROZEN).iloc[0]
     assert summary["fill_source"] == "server log" and summary["log_samples"] == 8
     assert summary["running_logged"] == 256 and summary["fill"] == 1.0
     assert summary["running_mean"] / summary["batch_allowed"] < FILL_THRESHOLD  # what the counters alone would say
-    logs = ROOT / "data" / "runs" / "pp-27462" / "logs"
+    logs = FROZEN / "runs" / "pp-27462" / "logs"
     log = next(logs.glob("8b-pp2-mns256-*T141220+0000.log.gz"))
     samples = running_samples(log)
     assert sorted(n for _, n in samples)[:3] == [0, 1, 244] and len(samples) == 11  # idle and ramp-up lines too
@@ -224,10 +235,8 @@ def test_the_fill_comes_from_the_servers_own_log_where_it_sampled_the_run() -> N
     assert window == [256] * 6 + [244, 250]
 
 
-def test_without_log_samples_the_fill_is_the_counters_estimate() -> None:
-    from vllm_playbooks.results.replay import replay_case
-
-    row = replay_case("pp-27462").iloc[[0]].assign(measured_at="2020-01-01T00:00:00+00:00")  # no log covers 2020
-    summary = step_summary(row).iloc[0]
+def test_without_log_samples_the_fill_is_the_counters_estimate(pp_rows: pd.DataFrame) -> None:
+    row = pp_rows.iloc[[0]].assign(measured_at="2020-01-01T00:00:00+00:00")  # no log covers 2020
+    summary = step_summary(row, FROZEN).iloc[0]
     assert summary["log_samples"] == 0 and summary["fill_source"] == "counters"
     assert summary["fill"] == pytest.approx(summary["running_mean"] / summary["batch_allowed"])

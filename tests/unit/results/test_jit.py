@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from tests.conftest import FROZEN
 from vllm_playbooks.results.jit import OUTSIDE, JitEvent, jit_note, jit_table, parse_jit_events
 from vllm_playbooks.results.replay import replay_case
 from vllm_playbooks.results.stalls import describe_load, mark_stalled
@@ -121,8 +122,9 @@ def test_a_load_is_its_rate_else_its_concurrency() -> None:
 
 
 def test_the_recorded_moe_compile_fell_in_the_stalled_mtp_run_at_4_qps() -> None:
-    runs = mark_stalled(replay_case("deepseek-mtp"))
-    table = jit_table(runs).set_index("at")
+    """DeepSeek's first session (frozen: the two servers of 2026-11-30 15:37 and some of their points)."""
+    runs = mark_stalled(replay_case("deepseek-mtp", FROZEN), FROZEN)
+    table = jit_table(runs, FROZEN).set_index("at")
     moe = table.loc[pd.Timestamp("2026-11-30T15:46:38Z")]
     assert (moe.kernel, moe.engine_label, moe.load) == ("fused_moe_kernel", "mtp-k1-a0.85", "4 QPS")
     point = runs.set_index("point_id").loc[moe.point_id]
@@ -132,4 +134,4 @@ def test_the_recorded_moe_compile_fell_in_the_stalled_mtp_run_at_4_qps() -> None
     off = table.loc[pd.Timestamp("2026-11-30T15:45:23Z")]
     assert (off.kernel, off.engine_label, off.load, off.stalled) == ("fused_moe_kernel", "spec-off", "1 QPS", False)
     # without a ``stalled`` column, the rows are marked from their scrapes
-    assert jit_table(replay_case("deepseek-mtp")).equals(jit_table(runs))
+    assert jit_table(replay_case("deepseek-mtp", FROZEN), FROZEN).equals(jit_table(runs, FROZEN))

@@ -10,16 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import FROZEN
 from vllm_playbooks.errors import SchemaError
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.store import append_run_row, load_run_rows, runs_file
 
-CASE = "llama-8b-draft-model"
+#: A case of the frozen copy of recorded runs (tests/fixtures/recorded), whose rows and point folders are the material.
+CASE = "pp-27462"
 
 
 def _recorded_row(index: int = 0):  # type: ignore[no-untyped-def]
-    return load_run_rows(CASE, ROOT / "data")[index]
+    return load_run_rows(CASE, FROZEN)[index]
 
 
 def _append_many(data: str, start: int, count: int) -> None:
@@ -60,7 +61,7 @@ def test_a_row_recorded_twice_is_refused_on_load(tmp_path: Path) -> None:
 ])  # fmt: skip
 def test_a_damaged_raw_file_is_named_not_a_bare_error(tmp_path: Path, name: str, damage) -> None:  # type: ignore[no-untyped-def]
     row = _recorded_row()
-    source = ROOT / "data" / row.raw_path
+    source = FROZEN / row.raw_path
     folder = tmp_path / "runs" / CASE / "raw" / row.point_id
     shutil.copytree(source, folder)
     damage(folder / name)

@@ -71,6 +71,7 @@ def test_server_logs_are_listed_plain_or_compressed_but_not_bench_logs(tmp_path:
     assert server_log_files(tmp_path / "absent") == []
 
 
+@pytest.mark.recorded_data
 def test_a_point_written_compressed_rebuilds_the_row_of_the_recorded_one(tmp_path: Path) -> None:
     """A recorded point's files, rewritten by ``write_point`` (scrapes compressed): the same row but its path."""
 

@@ -8,6 +8,7 @@ import warnings
 import pandas as pd
 import pytest
 
+from tests.conftest import FROZEN
 from vllm_playbooks import cli
 from vllm_playbooks.run import budget
 from vllm_playbooks.run.plan import plan_from_dict
@@ -125,22 +126,32 @@ def test_a_load_never_measured_has_no_estimate() -> None:
     assert math.isnan(table.loc["a", "time_limit_s"])
 
 
-def test_recorded_eagle3_walls_and_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
-    """The α 0.61 server of 2026-12-02: launched 12:34:21, ready 91 s later; concurrency 4 ended 12:38:35, 8 at 12:39:13."""
+def test_recorded_walls_and_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    """The frozen #27462 runs and five of their server logs: the TP=2 cap-32 server launched 17:24:31 and was ready
+    at 17:26:29 (118 s); its point ended 17:27:26, 57 s later. The cap-256 servers were ready 101 s (PP=1, launched
+    13:56:18) and 97 s (PP=2, 14:12:20) after launch; their points at concurrency 512 ended 126 s and 123 s later.
+    The first TP=2 cap-128 server started in 110 s but measured nothing."""
     from vllm_playbooks.results.store import load_runs
     from vllm_playbooks.run.budget import server_time
 
-    walls = budget.point_walls(load_runs("gpt-oss-eagle3"), server_time("gpt-oss-eagle3"))
-    chat = (walls.engine_label == "eagle3-k3-a0.61") & (walls.input_len == 230)  # that server ran the chat profile
-    alpha = walls[chat].set_index("concurrency")["wall_s"]
-    assert alpha.loc[8] == 38.0 and alpha.loc[1] == 60.0  # 12:36:52 - (12:34:21 + 91 s)
-    assert cli.main(["plan", "--case", "gpt-oss-eagle3", "--part", "1-verdict"]) == 0
+    servers = server_time("pp-27462", FROZEN)
+    walls = budget.point_walls(load_runs("pp-27462", FROZEN), servers)
+    assert walls[["engine_label", "concurrency", "wall_s"]].values.tolist() == [
+        ["8b-pp1-mns256", 512, 126.0], ["8b-pp2-mns256", 512, 123.0], ["8b-tp2-mns32", 64, 57.0]]
+    frozen = ["--case", "pp-27462", "--data", str(FROZEN)]
+    assert cli.main(["plan", *frozen, "--part", "1-8b-pp1"]) == 0  # its four points are recorded, none stalled
     assert capsys.readouterr().out.strip() == "nothing left to measure"
-    assert cli.main(["plan", "--case", "gpt-oss-eagle3", "--part", "1-verdict", "--budget-s", "600"]) == 0
+    assert cli.main(["plan", *frozen, "--part", "1-8b-pp1", "--budget-s", "600"]) == 0
     assert capsys.readouterr().out.strip() == "nothing left to measure"
-    assert cli.main(["plan", "--case", "gpt-oss-eagle3", "--part", "9-nope"]) == 2
+    # caps 128 and 256 left: the longest 8B start-up for each, the longest wall at 512 for cap 256 (none at 256)
+    assert cli.main(["plan", *frozen, "--part", "3-8b-tp2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split() for line in lines[1:]] == [
+        ["8b-tp2-mns128", "llama-3.1-8b", "1", "0", "1", "118", "NaN", "NaN"],
+        ["8b-tp2-mns256", "llama-3.1-8b", "1", "0", "0", "118", "126", "310"]]
+    assert cli.main(["plan", *frozen, "--part", "9-nope"]) == 2
     assert "no part '9-nope'" in capsys.readouterr().err
-    assert cli.main(["plan", "--case", "gpt-oss-eagle3", "--budget-s", "0"]) == 2
+    assert cli.main(["plan", *frozen, "--budget-s", "0"]) == 2
     assert capsys.readouterr().err == "error: --budget-s must be positive, got 0\n"
 
 

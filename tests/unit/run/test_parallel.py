@@ -12,6 +12,7 @@ import pytest
 
 from vllm_playbooks import cli
 from vllm_playbooks.errors import ConfigError, PlaybookError
+from vllm_playbooks.paths import data_dir
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.replay import replay_rows
 from vllm_playbooks.run import parallel
@@ -20,7 +21,13 @@ from vllm_playbooks.run.plan import load_plan
 
 ROOT = Path(__file__).resolve().parents[3]
 CASE = "llama-8b-draft-model"
-RECORDED = ROOT / "data" / "runs" / CASE
+#: The recorded points the stand-in workers "measure" by copying them.
+RECORDED = data_dir() / "runs" / CASE
+
+
+def _recorded_points(config_prefix: str) -> list[Path]:
+    """The recorded point folders of the configs whose id starts with ``config_prefix``."""
+    return sorted(p.parent for p in (RECORDED / "raw").glob(f"{config_prefix}*/*/point.json"))
 
 
 def test_engines_are_dealt_round_robin() -> None:
@@ -66,16 +73,18 @@ def _copy_points(source_case_dir: Path, data: Path, config_prefix: str) -> list[
     return ids
 
 
+@pytest.mark.recorded_data
 def test_merge_copies_points_and_logs_and_rebuilds_rows(tmp_path: Path) -> None:
     worker, data = tmp_path / "worker", tmp_path / "data"
     ids = _copy_points(RECORDED, worker, "spec-off")
-    assert len(ids) == 4
+    assert ids and len(ids) == len(_recorded_points("spec-off"))
     assert sorted(merge_into(CASE, worker, data)) == sorted(ids)
     assert sorted(r.point_id for r in replay_rows(CASE, data)) == sorted(ids)
     assert any((data / "runs" / CASE / "logs").iterdir())
     assert merge_into(CASE, worker, data) == []  # nothing twice, nothing overwritten
 
 
+@pytest.mark.recorded_data
 def test_workers_get_their_gpus_and_own_folders_and_their_points_are_merged(tmp_path: Path) -> None:
     # A stand-in for the worker: records which GPUs and data folder it got, and "measures" by copying recorded points.
     stub = tmp_path / "worker.py"
@@ -87,7 +96,7 @@ def test_workers_get_their_gpus_and_own_folders_and_their_points_are_merged(tmp_
         "gpus = os.environ['CUDA_VISIBLE_DEVICES']\n"
         "(data.parent / f'seen-{gpus}').write_text(str(data) + ' ' + ' '.join(sys.argv[1:]))\n"
         "config = 'spec-off' if gpus == '0' else 'draft-1b'\n"
-        "for point in sorted((recorded / 'raw').glob(config + '*/*')):\n"
+        "for point in sorted(p.parent for p in (recorded / 'raw').glob(config + '*/*/point.json')):\n"
         "    target = data / 'runs' / '" + CASE + "' / 'raw' / point.parent.name / point.name\n"
         "    if not target.exists():\n"
         "        shutil.copytree(point, target)\n"
@@ -103,7 +112,8 @@ def test_workers_get_their_gpus_and_own_folders_and_their_points_are_merged(tmp_
     assert set(seen) == {"seen-0", "seen-1"}
     assert seen["seen-0"].split()[0] != seen["seen-1"].split()[0]  # each worker its own data folder
     assert "--engines spec-off --overrides" in seen["seen-0"] and '"concurrency": [1, 4]' in seen["seen-0"]
-    assert len(report.added) == 8 and len(replay_rows(CASE, data)) == 8
+    copied = len(_recorded_points("spec-off")) + len(_recorded_points("draft-1b"))
+    assert len(report.added) == copied and len(replay_rows(CASE, data)) == copied
     report.raise_for_failures()
 
 
@@ -160,6 +170,7 @@ def test_an_interrupt_ends_with_one_line_not_a_traceback(monkeypatch: pytest.Mon
     assert capsys.readouterr().err.strip() == parallel.INTERRUPTED
 
 
+@pytest.mark.recorded_data
 def test_the_time_limit_interrupts_the_workers_and_keeps_what_they_finished(tmp_path: Path) -> None:
     # A stand-in worker: "measures" one point, then runs long; on the interrupt it stops as the real one does.
     stub = tmp_path / "worker.py"
@@ -169,7 +180,7 @@ def test_the_time_limit_interrupts_the_workers_and_keeps_what_they_finished(tmp_
         "signal.signal(signal.SIGINT, lambda *_: sys.exit(130))\n"
         f"recorded = Path({str(RECORDED)!r})\n"
         "data = Path(os.environ['VLLM_PLAYBOOKS_DATA_DIR'])\n"
-        "point = sorted((recorded / 'raw').glob('spec-off*/*'))[0]\n"
+        "point = sorted(p.parent for p in (recorded / 'raw').glob('spec-off*/*/point.json'))[0]\n"
         "shutil.copytree(point, data / 'runs' / '" + CASE + "' / 'raw' / point.parent.name / point.name)\n"
         "time.sleep(60)\n"
     )

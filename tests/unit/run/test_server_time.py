@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.conftest import FROZEN
 from vllm_playbooks.errors import SchemaError
 from vllm_playbooks.run.budget import gpu_time_note, server_time
 from vllm_playbooks.run.plan import load_plan
@@ -51,16 +52,17 @@ def test_no_logs_no_gpu_time(tmp_path: Path) -> None:
 
 
 def test_the_recorded_servers(tmp_path: Path) -> None:
-    table = server_time("deepseek-mtp")
-    mimo = table[table.engine_label == "mimo-spec-off"].iloc[0]
-    assert mimo["startup_s"] == 116.0 and mimo["gpus"] == 1  # launched 19:35:26, routes at 19:37:22
+    """Five server logs of the #27462 runs (frozen): PP=1 on one GPU, PP=2 and TP=2 on two."""
+    table = server_time(CASE, FROZEN).set_index("log")
+    tp2 = table.loc["8b-tp2-mns32-31bec5ff2c-2026-11-30T172431+0000.log"]
+    assert (tp2["startup_s"], tp2["gpus"]) == (118.0, 2)  # launched 17:24:31, routes at 17:26:29
     ready = table["startup_s"].notna()
     assert (table.loc[ready, "held_s"] >= table.loc[ready, "startup_s"]).all()
-    # the machine went back while this server started (twenty-seventh session): held, never ready
-    lost = table[table.log.str.startswith("mtp-k1-a0.81-9ce38ba034-2026-12-03T172907")].iloc[0]
-    assert pd.isna(lost["startup_s"]) and lost["held_s"] == 84.0 and (~ready).sum() == 1
-    tp2 = server_time(CASE).query("engine_label == '8b-tp2-mns32'")
-    assert (tp2["gpus"] == 2).all()
+    assert table.groupby("engine_label")["gpus"].first().to_dict() == {
+        "8b-pp1-mns256": 1, "8b-pp2-mns256": 2, "8b-tp2-mns128": 2, "8b-tp2-mns32": 2}
+    # the session's time limit stopped this server while it started: held (to its last line, 14:11:59), never ready
+    lost = table.loc["8b-pp2-mns256-d4156661cc-2026-11-30T141113+0000.log"]
+    assert pd.isna(lost["startup_s"]) and lost["held_s"] == 46.0 and (~ready).sum() == 1
     with pytest.raises(SchemaError, match="no launch time"):
         bad = tmp_path / "runs" / CASE / "logs"
         bad.mkdir(parents=True)
