@@ -48,8 +48,8 @@ FAILURE_SUFFIX = ".failure.json"
 
 
 def split_point_id(pid: str) -> tuple[str, int]:
-    """``point_id``'s inverse for the repeat: (``<config_id>/<load slug>``, the repeat index); the repeats of one
-    engine config at one load share the first part."""
+    """A point id's repeat split off: (the id without ``-r<repeat>``, the repeat index); the repeats of one engine
+    config at one load on one hardware share the first part."""
     point, repeat = pid.rsplit("-r", 1)
     return point, int(repeat)
 

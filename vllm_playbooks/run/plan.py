@@ -446,7 +446,7 @@ def plan_file(case: str) -> Path:
 
 def missing_loads(plan: CasePlan, measured: Any) -> dict[str, list[LoadPoint]]:
     """The planned load levels each engine config (by label) still lacks a recorded row at, matched by engine label
-    and load (not by config id, which changes when a new field enters the stored config), in the plan's order."""
+    and load, in the plan's order (``run.budget.point_estimates`` counts the runs left, repeats included)."""
     missing = {}
     for engine in plan.engines:
         rows = measured[measured["engine_label"] == engine.label] if len(measured) else measured
