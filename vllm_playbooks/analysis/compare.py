@@ -235,6 +235,16 @@ def describe_change(comparison: pd.DataFrame) -> str:
     return " ".join(sentences)
 
 
+def describe_change_by_hardware(comparison: pd.DataFrame) -> str:
+    """``describe_change`` once per GPU of ``comparison`` (its ``gpu_name``), each headed by the GPU's name when
+    there are several: the verdict computed for each hardware, never from their rows mixed."""
+    names = sorted(str(n) for n in comparison["gpu_name"].unique()) if not comparison.empty else []
+    if len(names) < 2:
+        return describe_change(comparison)
+    return "\n\n".join(f"**On {name}.** {describe_change(comparison[comparison['gpu_name'] == name])}"
+                         for name in names)  # fmt: skip
+
+
 def summary_line(df: pd.DataFrame) -> str:
     """A one-line fingerprint of a case's rows (a regression check for the notebooks: rows, engines, loads)."""
     engines = sorted(str(e) for e in df["engine_label"].unique())

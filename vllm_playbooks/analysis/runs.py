@@ -9,10 +9,41 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vllm_playbooks.analysis.compare import load_text
+from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.text import and_list
 
 if TYPE_CHECKING:
     import pandas as pd
+
+
+#: The GPU the book's own rows were measured on: what a case page shows unless asked for another.
+REFERENCE_GPU = "NVIDIA H200"
+#: The ``hardware`` value that puts every recorded GPU's rows side by side.
+ALL_HARDWARE = "all"
+
+
+def rows_on_hardware(df: pd.DataFrame, hardware: str | None = None, mode: str = "replay") -> pd.DataFrame:
+    """The rows a case page shows: those of the GPU named ``hardware`` (as the ``gpu_name`` column has it), every
+    GPU's side by side (``"all"``), or by default the reference GPU's (``REFERENCE_GPU``) in replay and every GPU's in
+    live mode (the rows just measured beside the reference). ``ConfigError`` in one line, naming the recorded GPUs,
+    for a GPU without rows."""
+    if hardware is None:
+        hardware = ALL_HARDWARE if mode == "live" else REFERENCE_GPU
+    if hardware == ALL_HARDWARE or df.empty:
+        return df
+    recorded = sorted(str(name) for name in df["gpu_name"].unique())
+    if hardware not in recorded:
+        raise ConfigError(f"no rows recorded on hardware {hardware!r}; recorded: {', '.join(recorded)} "
+                          f"(or {ALL_HARDWARE!r} for every one side by side)")  # fmt: skip
+    return df[df["gpu_name"] == hardware]
+
+
+def with_hardware_series(df: pd.DataFrame, label: str = "engine_label") -> pd.DataFrame:
+    """``df`` with ``series``: the ``label`` column, followed by ``on <GPU>`` when the rows come from more than one
+    GPU, so that a plot draws one line per config and hardware."""
+    if df.empty or "gpu_name" not in df or df["gpu_name"].nunique() < 2:
+        return df.assign(series=df[label]) if label in df else df
+    return df.assign(series=df[label].astype(str) + " on " + df["gpu_name"].astype(str))
 
 
 def provenance_summary(df: pd.DataFrame) -> pd.DataFrame:

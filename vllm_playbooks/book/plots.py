@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from vllm_playbooks.analysis.runs import with_hardware_series
 from vllm_playbooks.model.pipeline import with_layout
 
 if TYPE_CHECKING:
@@ -114,8 +115,8 @@ def legend_beside(target: Axes | Figure) -> None:
 
 
 def metric_grid(df: pd.DataFrame, metrics: Sequence[str], ncols: int | None = None) -> Figure:
-    """One panel per metric against concurrency, the configs of ``df`` as lines, with one legend beside the grid
-    (``legend_beside``). With no rows (a run of other configs), one panel says so instead of failing."""
+    """One panel per metric against concurrency, the configs of ``df`` as lines (one per config and GPU where the
+    rows come from several), with one legend beside the grid (``legend_beside``). With no rows (a run of other configs), one panel says so instead of failing."""
     import matplotlib.pyplot as plt
 
     if df.empty:
@@ -126,8 +127,9 @@ def metric_grid(df: pd.DataFrame, metrics: Sequence[str], ncols: int | None = No
     ncols = ncols or len(metrics)
     nrows = -(-len(metrics) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(6 * ncols, 4 * nrows), squeeze=False)
+    series = with_hardware_series(df)
     for ax, metric in zip(axes.flat, metrics, strict=False):
-        metric_vs_load(df, metric, ax=ax)
+        metric_vs_load(series, metric, hue="series", ax=ax)
     for ax in axes.flat[len(metrics):]:
         ax.set_axis_off()
     fig.tight_layout()
@@ -147,7 +149,7 @@ def change_vs_load(comparison: pd.DataFrame, x: str = "concurrency", ax: Axes | 
         ax.text(0.5, 0.5, "no speculative point with a baseline\nat the same load yet", ha="center", va="center")
         ax.set_axis_off()
         return ax
-    ax = metric_vs_load(comparison, "change_pct", x=x, ax=ax)
+    ax = metric_vs_load(with_hardware_series(comparison), "change_pct", x=x, hue="series", ax=ax)
     ax.axhline(0.0, color="black", linewidth=1)
     ax.set_ylabel(f"{comparison['metric'].iloc[0]}: " + LABELS["change_pct"])
     return ax

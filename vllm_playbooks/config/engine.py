@@ -6,7 +6,7 @@ import hashlib
 import json
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,6 +30,8 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: The ``vllm serve`` flags that take vLLM's compilation config as a JSON object, e.g.
 #: ``--compilation-config '{"cudagraph_mode": "PIECEWISE"}'`` (also written ``--compilation-config=…``).
 COMPILATION_CONFIG_FLAGS = ("--compilation-config", "-cc")
+#: What ``EngineConfig.identity`` names the packaged tokenizer by (its path differs between checkouts).
+PACKAGED_TOKENIZER = "packaged-tokenizer"
 #: vLLM 0.26's CUDA-graph modes (``CUDAGraphMode`` in vllm/config/compilation.py; vLLM reads the names in any case).
 CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 
@@ -167,10 +169,16 @@ class EngineConfig(BaseModel):
         """The config as stored with every row: every field, defaults filled in."""
         return self.model_dump(mode="json")
 
+    def identity(self) -> dict[str, Any]:
+        """What the server sees of this config, and nothing else: its flags (``server_argv`` without the interpreter,
+        the address and the local paths: models and the packaged tokenizer by the names the config gives them) and
+        the environment it adds. Fields vLLM never reads, and defaults the code adds to the stored config, stay out."""
+        return {"argv": self._flags(lambda model: model, PACKAGED_TOKENIZER), "env": dict(sorted(self.env.items()))}
+
     def config_id(self) -> str:
-        """A short stable hash of the resolved config (the label is a name, not part of the hash)."""
-        body = {k: v for k, v in self.resolved().items() if k != "label"}
-        digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:10]
+        """``<label>-<10 hex digits>``: the label, then a hash of ``identity()`` (what changes the server's argv and
+        environment), so a config keeps its id while the code around it changes."""
+        digest = hashlib.sha256(json.dumps(self.identity(), sort_keys=True).encode()).hexdigest()[:10]
         return f"{self.label}-{digest}"
 
     def server_argv(self, host: str, port: int, python: str | None = None) -> list[str]:
@@ -179,9 +187,17 @@ class EngineConfig(BaseModel):
         Packaged shapes are passed through ``vllm_playbooks.shapes.vllm_path`` (a link outside the checkout).
         """
 
-        shape = resolve_model(self.model)
-        argv = [python or sys.executable, "-m", SERVER_MODULE, "--model", str(vllm_path(shape, create=True))]
-        tokenizer = self.tokenizer or (str(TOKENIZER_DIR) if self.load_format == "dummy" else None)
+        def local_path(model: str) -> str:
+            return str(vllm_path(resolve_model(model), create=True))
+
+        flags = self._flags(local_path, str(TOKENIZER_DIR))
+        return [python or sys.executable, "-m", SERVER_MODULE, *flags, "--host", host, "--port", str(port)]
+
+    def _flags(self, model_path: Callable[[str], str], packaged_tokenizer: str) -> list[str]:
+        """The server's flags but its address; ``model_path`` gives the path passed for a model (target or draft)
+        and ``packaged_tokenizer`` the one passed for the packaged tokenizer."""
+        argv = ["--model", model_path(self.model)]
+        tokenizer = self.tokenizer or (packaged_tokenizer if self.load_format == "dummy" else None)
         if tokenizer:
             argv += ["--tokenizer", tokenizer]
         argv += [
@@ -192,8 +208,6 @@ class EngineConfig(BaseModel):
             "--gpu-memory-utilization", str(self.gpu_memory_utilization),
             "--tensor-parallel-size", str(self.tensor_parallel_size),
             "--pipeline-parallel-size", str(self.pipeline_parallel_size),
-            "--host", host,
-            "--port", str(port),
             "--seed", "0",
         ]  # fmt: skip
         if self.max_num_seqs is not None:
@@ -208,7 +222,7 @@ class EngineConfig(BaseModel):
             argv.append("--enforce-eager")
         argv.append("--enable-prefix-caching" if self.enable_prefix_caching else "--no-enable-prefix-caching")
         if self.speculative is not None:
-            argv += ["--speculative-config", self.speculative.to_cli_json(lambda m: vllm_path(resolve_model(m), create=True))]
+            argv += ["--speculative-config", self.speculative.to_cli_json(model_path)]
         argv += list(self.extra_args)
         return argv
 

@@ -246,3 +246,33 @@ class GpuSampler:
 def nvml_sampler(count: int, env: Mapping[str, str] | None = None) -> GpuSampler:
     """The live runner's default: NVML through ``pynvml`` every ``DEFAULT_INTERVAL_S``."""
     return GpuSampler(count, env, DEFAULT_INTERVAL_S)
+
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class GpuAtHand:
+    """The first GPU this process sees, as NVML reports it: its model and its total memory."""
+
+    name: str
+    memory_gib: float
+
+
+def gpu_at_hand(cuda_visible_devices: str | None = None, nvml: Any = None) -> GpuAtHand | None:
+    """The first GPU a process with this ``CUDA_VISIBLE_DEVICES`` sees (``None``: every GPU), read through NVML
+    (``nvml``: the module, default the first of ``NVML_MODULES``); ``None`` where there are no bindings, no driver or
+    no GPU."""
+    try:
+        nvml = nvml if nvml is not None else _import_nvml()
+        nvml.nvmlInit()
+    except Exception:  # no bindings, NVMLError_LibraryNotFound, _DriverNotLoaded, …
+        return None
+    try:
+        device = resolve_devices(nvml, 1, cuda_visible_devices)[0]
+        memory = nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(device.nvml_index))
+        return GpuAtHand(device.name, memory.total / GIB)
+    except Exception:  # no visible GPU, or NVML could not read it
+        return None
+    finally:
+        nvml.nvmlShutdown()

@@ -145,7 +145,7 @@ def _logged_running(row: object, data: Path) -> list[int]:
         return []
     end = dt.datetime.fromisoformat(measured_at)
     start = end - dt.timedelta(seconds=float(row.duration_s))  # type: ignore[attr-defined]
-    logs = (data / str(row.raw_path)).parents[2] / "logs"  # type: ignore[attr-defined]
+    logs = (data / str(row.raw_path)).parents[3] / "logs"  # type: ignore[attr-defined]
     return logged_running(logs, config_id, start, end)
 
 

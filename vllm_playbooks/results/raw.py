@@ -1,6 +1,7 @@
 """Raw point folders: what one measured point leaves on disk, written atomically, and the row rebuilt from it.
 
-Layout, under ``data/runs/<case>/raw/<config_id>/<load slug>-r<repeat>/``:
+Layout, under ``data/runs/<case>/raw/<hardware>/<config_id>/<load slug>-r<repeat>/`` (the point's id,
+``vllm_playbooks.results.identity``):
 
 - ``point.json``: case, ids, the resolved engine config, the load, the argv lists of server and load generator
 - ``provenance.json``: GPU, driver, vLLM/torch versions, commit
@@ -29,6 +30,7 @@ from vllm_playbooks.config.speculative import alpha_of_rates
 from vllm_playbooks.engine.metrics import MetricsDelta, diff_metrics, parse_metrics, per_position_json
 from vllm_playbooks.errors import SchemaError
 from vllm_playbooks.load.bench import BenchNumbers, load_bench_file
+from vllm_playbooks.results.identity import engine_of, point_hardware, read_json
 from vllm_playbooks.results.provenance import Provenance
 from vllm_playbooks.results.schema import RunRow
 from vllm_playbooks.results.store import fsync_folder
@@ -45,14 +47,9 @@ REQUIRED_FILES = (POINT_FILE, PROVENANCE_FILE, BENCH_FILE, METRICS_BEFORE, METRI
 FAILURE_SUFFIX = ".failure.json"
 
 
-def point_id(config_id: str, load_slug: str, repeat: int) -> str:
-    """The id of a point, which is also its folder under ``raw/``: ``<config_id>/<load slug>-r<repeat>``."""
-    return f"{config_id}/{load_slug}-r{repeat}"
-
-
 def split_point_id(pid: str) -> tuple[str, int]:
-    """``point_id``'s inverse for the repeat: (``<config_id>/<load slug>``, the repeat index); the repeats of one
-    engine config at one load share the first part."""
+    """A point id's repeat split off: (the id without ``-r<repeat>``, the repeat index); the repeats of one engine
+    config at one load on one hardware share the first part."""
     point, repeat = pid.rsplit("-r", 1)
     return point, int(repeat)
 
@@ -109,14 +106,27 @@ def finished_points(case_dir: Path) -> list[Path]:
     root = raw_root(case_dir)
     if not root.exists():
         return []
-    return sorted(p.parent for p in root.glob(f"*/*/{POINT_FILE}") if not p.parent.name.startswith("."))
+    return sorted(p.parent for p in root.glob(f"*/*/*/{POINT_FILE}") if not p.parent.name.startswith("."))
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
-        raise SchemaError(f"{path}: {error}") from None
+def point_identity(point_dir: Path) -> tuple[str, str]:
+    """(hardware key, config id) of a point, from its ``point.json`` and ``provenance.json`` alone: where its folder
+    belongs, whatever folder it is in now."""
+    record = read_json(point_dir / POINT_FILE)
+    hardware = point_hardware(record, read_json(point_dir / PROVENANCE_FILE))
+    return hardware, engine_of(record).config_id()
+
+
+def _located_identity(point_dir: Path, point: dict[str, Any], prov: Provenance) -> tuple[str, str, int]:
+    """(point id, config id, repeat) of a point folder, read from where it lies (``raw/<hardware>/<config id>/
+    <load>-r<repeat>``) after checking that its files name the same hardware and config; ``SchemaError`` otherwise."""
+    hardware, config_id = point_hardware(point, prov.model_dump()), engine_of(point).config_id()
+    placed = point_dir.parent.parent.name, point_dir.parent.name
+    if placed != (hardware, config_id):
+        raise SchemaError(f"{point_dir}: its files say {hardware}/{config_id}, its folder {'/'.join(placed)}; "
+                          "`vllm-playbooks migrate` moves recorded points to where they belong")  # fmt: skip
+    pid = "/".join((*placed, point_dir.name))
+    return pid, config_id, split_point_id(pid)[1]
 
 
 def row_from_point(point_dir: Path, data_root: Path) -> RunRow:
@@ -125,8 +135,8 @@ def row_from_point(point_dir: Path, data_root: Path) -> RunRow:
     if missing:
         raise SchemaError(f"{point_dir}: incomplete point folder, missing {', '.join(missing)}")
     try:
-        point = _read_json(point_dir / POINT_FILE)
-        prov = Provenance.model_validate(_read_json(point_dir / PROVENANCE_FILE))
+        point = read_json(point_dir / POINT_FILE)
+        prov = Provenance.model_validate(read_json(point_dir / PROVENANCE_FILE))
         bench = load_bench_file(point_dir / BENCH_FILE)
         delta = diff_metrics(
             parse_metrics(read_text(point_dir / METRICS_BEFORE)),
@@ -146,12 +156,14 @@ def _row(point_dir: Path, data_root: Path, point: dict[str, Any], prov: Provenan
     spec = engine.get("speculative") or {}
     rates = spec.get("synthetic_acceptance_rates")
     stats = delta.spec
+    pid, config_id, repeat = _located_identity(point_dir, point, prov)
     return RunRow(
         case=point["case"],
-        point_id=point["point_id"],
-        config_id=point["config_id"],
+        hardware=pid.split("/", 1)[0],
+        point_id=pid,
+        config_id=config_id,
         engine_label=engine["label"],
-        repeat=point["repeat"],
+        repeat=repeat,
         model_shape=point["model_shape"],
         load_format=engine["load_format"],
         quantization=point.get("quantization"),

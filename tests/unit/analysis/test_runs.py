@@ -96,3 +96,18 @@ def test_the_runs_command_prints_the_table_and_refuses_an_unknown_case(capsys: p
     assert "load-desync" in out and "gpu_minutes" in out and "recorded rows" in out and "pp-27462" not in out
     assert cli.main(["runs", "no-such-case"]) == 2
     assert capsys.readouterr().err.startswith("error: no recorded runs of no-such-case; recorded: ")
+
+
+def test_a_page_shows_the_reference_gpus_rows_unless_asked_for_another_or_all() -> None:
+    from vllm_playbooks.analysis.runs import REFERENCE_GPU, rows_on_hardware, with_hardware_series
+    from vllm_playbooks.errors import ConfigError
+
+    rows = pd.DataFrame({"engine_label": ["a", "a", "b"], "gpu_name": [REFERENCE_GPU, "NVIDIA L40S", "NVIDIA L40S"]})
+    assert rows_on_hardware(rows)["gpu_name"].tolist() == [REFERENCE_GPU]
+    assert rows_on_hardware(rows, "NVIDIA L40S")["engine_label"].tolist() == ["a", "b"]
+    assert len(rows_on_hardware(rows, "all")) == len(rows_on_hardware(rows, mode="live")) == 3
+    with pytest.raises(ConfigError, match=r"^no rows recorded on hardware 'NVIDIA A100'; recorded: NVIDIA H200, "
+                                          r"NVIDIA L40S \(or 'all'"):  # fmt: skip
+        rows_on_hardware(rows, "NVIDIA A100")
+    assert with_hardware_series(rows)["series"].tolist() == ["a on NVIDIA H200", "a on NVIDIA L40S", "b on NVIDIA L40S"]
+    assert with_hardware_series(rows.iloc[1:])["series"].tolist() == ["a", "b"]  # one GPU: the labels alone

@@ -346,7 +346,7 @@ def _prom_value(text: str, name: str) -> float:
 def test_microbatches_from_the_raw_scrapes_by_hand(frozen_data: Path) -> None:
     """Output tokens / engine steps of the PP=2, cap-64 point, read with a regex from its two scrapes (the frozen
     copy of the recorded #27462 runs)."""
-    point = next((frozen_data / "runs" / "pp-27462" / "raw").glob("8b-pp2-mns64-*/*"))
+    point = next((frozen_data / "runs" / "pp-27462" / "raw").glob("*/8b-pp2-mns64-*/*"))
     before, after = (gzip.decompress((point / f"metrics_{w}.prom.gz").read_bytes()).decode() for w in ("before", "after"))
     steps = _prom_value(after, "vllm:iteration_tokens_total_count") - _prom_value(before, "vllm:iteration_tokens_total_count")
     tokens = _prom_value(after, "vllm:generation_tokens_total") - _prom_value(before, "vllm:generation_tokens_total")

@@ -345,7 +345,7 @@ def test_recorded_start_ups_are_medians_over_server_lifetimes(tmp_path: Path) ->
 
     measured = pp_27462.recorded_startup_s()
     lifetimes: dict[str, set[tuple[str, float]]] = {}  # per shape, each server (config, start-up) once
-    for path in (data_dir() / "runs").glob(f"*/raw/*/*/{raw.POINT_FILE}"):
+    for path in (data_dir() / "runs").glob(f"*/raw/*/*/*/{raw.POINT_FILE}"):
         point = json.loads(path.read_text(encoding="utf-8"))
         if point.get("server_startup_s"):
             server = (point["config_id"], float(point["server_startup_s"]))
@@ -356,7 +356,7 @@ def test_recorded_start_ups_are_medians_over_server_lifetimes(tmp_path: Path) ->
         assert measured[shape] == statistics.median(s for _, s in seconds), shape
     case = tmp_path / "runs" / "c"
     for config, load, seconds in [("a", "x", 100.0), ("a", "y", 100.0), ("b", "x", 40.0), ("c", "x", 70.0)]:
-        point = case / "raw" / config / load
+        point = case / "raw" / "gpu-x1-vllm0" / config / load
         point.mkdir(parents=True)
         for name in raw.REQUIRED_FILES:
             (point / name).write_text("{}")

@@ -448,19 +448,19 @@ def test_a_server_stopped_during_start_up_is_kept_but_left_out_of_the_checks() -
     """The session's time limit stopped this PP=2 server before its KV cache was allocated: its log stays as the
     record of the attempt, and no start-up check reads it; the server started again a minute later, and the others
     copied beside it, started."""
-    stopped = PP_LOGS / "8b-pp2-mns256-d4156661cc-2026-11-30T141113+0000.log.gz"
+    stopped = PP_LOGS / "8b-pp2-mns256-81631b9c80-2026-11-30T141113+0000.log.gz"
     assert unstarted_server_logs(PP_LOGS.parent) == [stopped] and stopped not in server_logs(PP_LOGS.parent)
     assert not has_started(stopped)
     with pytest.raises(SchemaError, match="did the server start"):
         read_startup(stopped)
-    restarted = PP_LOGS / "8b-pp2-mns256-d4156661cc-2026-11-30T141220+0000.log.gz"
+    restarted = PP_LOGS / "8b-pp2-mns256-81631b9c80-2026-11-30T141220+0000.log.gz"
     started = sorted(log for log in PP_LOGS.glob("*.log.gz") if log != stopped)
     assert len(started) == 4 and restarted in started and all(has_started(log) for log in started)
     assert server_logs(PP_LOGS.parent) == started
 
 
 def test_a_started_server_without_a_finished_point_gets_its_engine_from_the_case_plan() -> None:
-    log = PP_LOGS / "8b-tp2-mns128-94b627685f-2026-11-30T141812+0000.log.gz"
+    log = PP_LOGS / "8b-tp2-mns128-b1ccc4b388-2026-11-30T141812+0000.log.gz"
     assert "8b-tp2-mns128" not in {row.engine_label for row in replay_rows("pp-27462", FROZEN)}
     engine = engine_for_log(log, FROZEN)
     assert (engine.label, engine.tensor_parallel_size, engine.max_num_seqs) == ("8b-tp2-mns128", 2, 128)

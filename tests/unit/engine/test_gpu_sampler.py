@@ -206,3 +206,16 @@ def test_points_recorded_before_the_sampler_say_so() -> None:
     assert before and len(old) == len(before) and set(old.sampling_status) == {"not recorded"}
     assert old.util_mean_pct.isna().all()
     assert "not recorded" not in set(summary[~summary.point_id.isin(before)].sampling_status)
+
+
+def test_the_gpu_at_hand_is_the_first_visible_one_with_its_memory() -> None:
+    from vllm_playbooks.engine.gpu_sampler import gpu_at_hand
+
+    nvml = FakeNvml([FakeGpu("GPU-aaaa1111-0000", name="NVIDIA A100-SXM4-80GB"), FakeGpu("GPU-bbbb2222-0000")])
+    gpu = gpu_at_hand(None, nvml)
+    assert gpu is not None and gpu.name == "NVIDIA A100-SXM4-80GB"
+    assert gpu.memory_gib == pytest.approx(143771 / 1024)  # the fake's total, in GiB
+    assert gpu_at_hand("1", nvml).name == "NVIDIA H200"  # type: ignore[union-attr]
+    assert nvml.initialised == 0  # released every time
+    assert gpu_at_hand(None, FakeNvml([], fail_init=True)) is None  # no driver
+    assert gpu_at_hand("5", nvml) is None  # nothing visible

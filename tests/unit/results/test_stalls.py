@@ -34,7 +34,7 @@ def test_the_recorded_moe_runs_that_stalled_are_found_and_the_dense_ones_did_not
     assert (table[table.stalled_gaps == 0].stall_share == 0).all()  # the runs at 1 QPS and the repeats that ran clean
     # spec-off at 4 QPS: 173 gaps of 2.5-5 s and 73 of 5-7.5 s over 120 requests of 22.41 s mean E2E latency
     share = stalled.set_index("point_id").stall_share
-    assert share["spec-off-97b70737ac/in230-out203-qps4-r0"] == pytest.approx((173 * 2.5 + 73 * 5.0) / (120 * 22.412),
+    assert share["nvidia-h200-x1-vllm0.26.0/spec-off-094a81a93f/in230-out203-qps4-r0"] == pytest.approx((173 * 2.5 + 73 * 5.0) / (120 * 22.412),
                                                                              rel=1e-3)  # fmt: skip
     # dense: the frozen #27462 runs (Llama-3.1-8B on one and two GPUs) had no gap of seconds
     assert (stall_table(replay_case("pp-27462", FROZEN), FROZEN).stalled_gaps == 0).all()
@@ -44,8 +44,8 @@ def test_a_lone_long_gap_is_not_a_stall_of_the_run() -> None:
     # gpt-oss spec-off at concurrency 16 had one gap of 2.5-5 s among 32,320: under 1 % of its requests' time; at 128
     # the first run had 137 such gaps (a stall) and the run measured again had none (frozen)
     share = stall_table(replay_case("gpt-oss-eagle3", FROZEN), FROZEN).set_index("point_id").stall_share
-    first, again = (f"spec-off-032949c299/in230-out203-c128-r{repeat}" for repeat in (0, 1))
-    assert 0 < share["spec-off-032949c299/in230-out203-c16-r0"] < STALL_SHARE <= share[first]
+    first, again = (f"nvidia-h200-x1-vllm0.26.0/spec-off-1b958792f5/in230-out203-c128-r{repeat}" for repeat in (0, 1))
+    assert 0 < share["nvidia-h200-x1-vllm0.26.0/spec-off-1b958792f5/in230-out203-c16-r0"] < STALL_SHARE <= share[first]
     assert share[again] == 0
 
 

@@ -16,7 +16,8 @@ from vllm_playbooks.results.schema import PROVENANCE_COLUMNS, RUN_COLUMNS, RunRo
 def make_row(**changes: object) -> RunRow:
     """A valid row (values are test values, not measurements)."""
     base: dict[str, object] = dict(
-        case="unit", point_id="cfg-1/in8-out8-c1-r0", config_id="cfg-1", engine_label="cfg", model_shape="tiny-llama",
+        case="unit", hardware="nvidia-h200-x1-vllm0.26.0", point_id="nvidia-h200-x1-vllm0.26.0/cfg-1/in8-out8-c1-r0",
+        config_id="cfg-1", engine_label="cfg", model_shape="tiny-llama",
         load_format="dummy", dtype="auto", kv_cache_dtype="auto", spec_method="none", num_speculative_tokens=0,
         max_model_len=64, tensor_parallel_size=1, pipeline_parallel_size=1, gpu_memory_utilization=0.9,
         engine_config_json="{}", concurrency=1, burstiness=1.0, input_len=8, output_len=8, num_prompts=10,

@@ -75,9 +75,11 @@ def test_server_logs_are_listed_plain_or_compressed_but_not_bench_logs(tmp_path:
 def test_a_point_written_compressed_rebuilds_the_row_of_the_recorded_one(tmp_path: Path) -> None:
     """A recorded point's files, rewritten by ``write_point`` (scrapes compressed): the same row but its path."""
 
-    source = raw.finished_points(paths.data_dir() / "runs" / "llama-8b-draft-model")[0]
+    recorded_case = paths.data_dir() / "runs" / "llama-8b-draft-model"
+    source = raw.finished_points(recorded_case)[0]
     files = {name: read_text(source / name) for name in raw.REQUIRED_FILES}
-    point = raw.write_point(tmp_path / "runs" / "llama-8b-draft-model", "cfg/c16-r0", files)
+    pid = source.relative_to(raw.raw_root(recorded_case)).as_posix()
+    point = raw.write_point(tmp_path / "runs" / "llama-8b-draft-model", pid, files)
     assert sorted(p.name for p in point.iterdir()) == sorted(
         [raw.POINT_FILE, raw.PROVENANCE_FILE, raw.BENCH_FILE, "metrics_before.prom.gz", "metrics_after.prom.gz"])
     rewritten, recorded = raw.row_from_point(point, tmp_path), raw.row_from_point(source, paths.data_dir())

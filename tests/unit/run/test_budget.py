@@ -138,17 +138,27 @@ def test_recorded_walls_and_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
     walls = budget.point_walls(load_runs("pp-27462", FROZEN), servers)
     assert walls[["engine_label", "concurrency", "wall_s"]].values.tolist() == [
         ["8b-pp1-mns256", 512, 126.0], ["8b-pp2-mns256", 512, 123.0], ["8b-tp2-mns32", 64, 57.0]]
-    frozen = ["--case", "pp-27462", "--data", str(FROZEN)]
+    frozen = ["--case", "pp-27462", "--data", str(FROZEN), "--hardware", "NVIDIA H200"]
     assert cli.main(["plan", *frozen, "--part", "1-8b-pp1"]) == 0  # its four points are recorded, none stalled
-    assert capsys.readouterr().out.strip() == "nothing left to measure"
+    assert capsys.readouterr().out.splitlines()[-1] == "Nothing left to measure on this hardware."
     assert cli.main(["plan", *frozen, "--part", "1-8b-pp1", "--budget-s", "600"]) == 0
-    assert capsys.readouterr().out.strip() == "nothing left to measure"
-    # caps 128 and 256 left: the longest 8B start-up for each, the longest wall at 512 for cap 256 (none at 256)
+    assert capsys.readouterr().out.strip() == "nothing left to measure on NVIDIA H200"
+    # caps 128 and 256 left: the longest 8B start-up for each, the longest wall at 512 for cap 256 (none at 256);
+    # two GPUs a server: (118 + 126) s × 2 = 8 GPU-minutes
     assert cli.main(["plan", *frozen, "--part", "3-8b-tp2"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split() for line in lines[1:]] == [
-        ["8b-tp2-mns128", "llama-3.1-8b", "1", "0", "1", "118", "NaN", "NaN"],
-        ["8b-tp2-mns256", "llama-3.1-8b", "1", "0", "0", "118", "126", "310"]]
+    assert [line.split() for line in lines[1:5]] == [
+        ["8b-tp2-mns32", "2", "1", "0", "—", "0", "0", "0", "0"],
+        ["8b-tp2-mns64", "2", "1", "0", "—", "0", "0", "0", "0"],
+        ["8b-tp2-mns128", "2", "0", "1", "in128-out256-c256", "118", "NaN", "NaN", "NaN"],
+        ["8b-tp2-mns256", "2", "0", "1", "in128-out256-c512", "118", "126", "310", "8"]]
+    assert lines[-2] == ("pp-27462 on NVIDIA H200 (vLLM 0.26.0): 2 run(s) to measure, 2 already recorded for this "
+                         "hardware.")
+    assert lines[-1].startswith("Estimated: about 8 GPU-minutes, 2 server start-up(s) included; no estimate for 1 ")
+    # the same runs on another GPU are not recorded there: every run of the part is to measure
+    other = [a if a != "NVIDIA H200" else "NVIDIA A100-SXM4-80GB" for a in frozen]
+    assert cli.main(["plan", *other, "--part", "3-8b-tp2"]) == 0
+    assert "4 run(s) to measure, 0 already recorded" in capsys.readouterr().out
     assert cli.main(["plan", *frozen, "--part", "9-nope"]) == 2
     assert "no part '9-nope'" in capsys.readouterr().err
     assert cli.main(["plan", *frozen, "--budget-s", "0"]) == 2
@@ -158,9 +168,58 @@ def test_recorded_walls_and_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
 def test_a_case_with_nothing_recorded_has_no_estimates(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
     with warnings.catch_warnings():
         warnings.simplefilter("error", pd.errors.PerformanceWarning)  # no server logs: an empty launch column
-        assert cli.main(["plan", "--case", "llama-8b-draft-model", "--data", str(tmp_path)]) == 0
+        assert cli.main(["plan", "--case", "llama-8b-draft-model", "--data", str(tmp_path), "--hardware", "GPU"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[1].split() == ["spec-off", "llama-3.1-8b", "4", "0", "4", "NaN", "NaN", "NaN"]
+    assert lines[1].split()[:4] == ["spec-off", "1", "0", "4"] and lines[1].split()[-4:] == ["NaN"] * 4
     # with no estimate, no point can be said to fit
-    assert cli.main(["plan", "--case", "llama-8b-draft-model", "--data", str(tmp_path), "--budget-s", "1800"]) == 0
+    assert cli.main(["plan", "--case", "llama-8b-draft-model", "--data", str(tmp_path), "--hardware", "GPU",
+                     "--budget-s", "1800"]) == 0  # fmt: skip
     assert capsys.readouterr().out.strip() == "no point left to measure fits in 1800 s with a server's start-up"
+
+
+def test_repeats_are_counted_as_runs_not_loads() -> None:
+    """Three repeats planned and one recorded at a's c1: two runs of it are left, three of every other load."""
+    plan = plan_from_dict({"case": "t", "engine_defaults": {"model": "llama-3.1-8b", "max_model_len": 2048},
+                           "engines": [{"label": "a"}], "repeats": 3,
+                           "loads": {"input_len": 8, "output_len": 8, "concurrency": [1, 4]}})  # fmt: skip
+    points = budget.point_estimates(plan, _rows(("a", 1, 160)), _servers(("a1", "a", 0, 100)))
+    assert points["concurrency"].tolist() == [1, 1, 4, 4, 4]
+    assert budget.remaining_time(plan, _rows(("a", 1, 160)), _servers(("a1", "a", 0, 100)))["points"].tolist() == [5]
+
+
+def test_rows_of_hardware_are_those_of_the_gpu_and_gpus_each_config_uses() -> None:
+    rows = _rows(("a", 1, 160), ("a", 4, 200), ("b", 1, 300)).assign(
+        hardware=["nvidia-h200-x1-vllm0.26.0", "nvidia-a100-sxm4-80gb-x1-vllm0.26.0", "nvidia-h200-x2-vllm0.26.0"])
+    here = budget.rows_of_hardware(PLAN, rows, "NVIDIA H200", "0.26.0")
+    assert here["concurrency"].tolist() == [1.0]  # b uses one GPU: its row on two is another hardware's
+    assert budget.rows_of_hardware(PLAN, rows, "NVIDIA H200", "0.27.0").empty
+
+
+def test_without_a_gpu_and_without_hardware_the_plan_says_so_in_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(budget, "gpu_here", lambda: None)
+    assert cli.main(["plan", "--case", "llama-8b-draft-model"]) == 2
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "no GPU" in out and "--hardware" in out
+
+
+@pytest.mark.recorded_data
+def test_the_plan_for_a_gpu_without_rows_lists_every_run_and_for_the_h200_only_what_it_lacks() -> None:
+    from vllm_playbooks.results.stalls import mark_stalled
+    from vllm_playbooks.results.store import load_runs
+    from vllm_playbooks.run.plan import quiet_plan
+
+    plan = quiet_plan("llama-8b-draft-model")[0]
+    measured = mark_stalled(load_runs(plan.case))
+    servers = budget.server_time(plan.case)
+    a100 = budget.hardware_plan(plan, measured, servers, "NVIDIA A100-SXM4-80GB", "0.26.0")
+    assert a100["to_measure"].sum() == len(plan.points()) and a100["recorded"].sum() == 0
+    h200 = budget.hardware_plan(plan, measured, servers, "NVIDIA H200", "0.26.0")
+    usable = measured[(measured["hardware"] == "nvidia-h200-x1-vllm0.26.0") & ~measured["stalled"]]
+    lacking = 0
+    for engine in plan.engines:
+        for load in plan.loads_for(engine):
+            runs = usable[(usable["engine_label"] == engine.label) & (usable["concurrency"] == load.concurrency)]
+            lacking += max(plan.repeats - len(runs), 0)
+    assert h200["to_measure"].sum() == lacking

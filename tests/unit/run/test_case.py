@@ -270,3 +270,36 @@ def test_a_recorded_stalled_point_is_measured_again_as_the_next_repeat(data: Pat
     assert points_to_measure(plan, {planned.point_id}, set()) == []
     (extra,) = points_to_measure(plan, {planned.point_id}, {planned.point_id})
     assert (extra.repeat, extra.load) == (1, planned.load)
+
+
+def test_a_live_run_takes_the_gpu_memory_from_the_gpu_at_hand() -> None:
+    from tests.fakes.fake_nvml import FakeNvml, two_h200
+    from vllm_playbooks.run.case import live_overrides
+
+    assert live_overrides({"concurrency": [1]}, two_h200()) == {"concurrency": [1], "gpu_memory_gib": 140.4}
+    assert live_overrides({"gpu_memory_gib": 80.0}, two_h200()) == {"gpu_memory_gib": 80.0}  # given: kept
+    assert live_overrides(None, FakeNvml([], fail_init=True)) == {}  # no NVML: the case file's figure
+
+
+def test_rows_of_another_hardware_are_neither_skipped_nor_mixed(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Points recorded on an H200 are there; a run on this machine measures its own, beside them; a second run here
+    skips exactly its own."""
+    from vllm_playbooks.run import case as runner
+
+    here = runner.collect_provenance
+    monkeypatch.setattr(runner, "collect_provenance", lambda repo=None: here(repo).model_copy(
+        update={"gpu_name": "NVIDIA H200", "gpu_count": 1, "vllm_version": "0.26.0"}))
+    plan = small_plan(engines=["spec-off"])
+    h200 = run_case(plan, data=data, bench=FakeBench(), server_factory=factory(), progress=False)
+    assert len(h200.measured) == len(plan.points()) and all(p.startswith("nvidia-h200-x1-vllm0.26.0/")
+                                                             for p in h200.measured)  # fmt: skip
+    monkeypatch.setattr(runner, "collect_provenance", here)
+    mine = run_case(plan, data=data, bench=FakeBench(), server_factory=factory(), progress=False)
+    assert not mine.skipped and len(mine.measured) == len(plan.points())
+    assert not set(mine.measured) & set(h200.measured)
+    rows = replay_rows(CASE, data)
+    by_hardware = {hw: sorted(r.point_id for r in rows if r.hardware == hw) for hw in {r.hardware for r in rows}}
+    assert by_hardware == {"nvidia-h200-x1-vllm0.26.0": sorted(h200.measured), mine.measured[0].split("/")[0]:
+                           sorted(mine.measured)}  # fmt: skip
+    again = run_case(plan, data=data, bench=FakeBench(), server_factory=factory(), progress=False)
+    assert again.measured == [] and sorted(again.skipped) == sorted(mine.measured)

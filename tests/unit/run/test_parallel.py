@@ -27,7 +27,7 @@ RECORDED = data_dir() / "runs" / CASE
 
 def _recorded_points(config_prefix: str) -> list[Path]:
     """The recorded point folders of the configs whose id starts with ``config_prefix``."""
-    return sorted(p.parent for p in (RECORDED / "raw").glob(f"{config_prefix}*/*/point.json"))
+    return sorted(p.parent for p in (RECORDED / "raw").glob(f"*/{config_prefix}*/*/point.json"))
 
 
 def test_engines_are_dealt_round_robin() -> None:
@@ -64,7 +64,7 @@ def _copy_points(source_case_dir: Path, data: Path, config_prefix: str) -> list[
     ids = []
     for point in raw.finished_points(source_case_dir):
         pid = point.relative_to(raw.raw_root(source_case_dir)).as_posix()
-        if pid.startswith(config_prefix):
+        if pid.split("/")[1].startswith(config_prefix):
             shutil.copytree(point, raw.raw_root(target) / pid)
             ids.append(pid)
     (target / "logs").mkdir(parents=True, exist_ok=True)
@@ -96,8 +96,8 @@ def test_workers_get_their_gpus_and_own_folders_and_their_points_are_merged(tmp_
         "gpus = os.environ['CUDA_VISIBLE_DEVICES']\n"
         "(data.parent / f'seen-{gpus}').write_text(str(data) + ' ' + ' '.join(sys.argv[1:]))\n"
         "config = 'spec-off' if gpus == '0' else 'draft-1b'\n"
-        "for point in sorted(p.parent for p in (recorded / 'raw').glob(config + '*/*/point.json')):\n"
-        "    target = data / 'runs' / '" + CASE + "' / 'raw' / point.parent.name / point.name\n"
+        "for point in sorted(p.parent for p in (recorded / 'raw').glob('*/' + config + '*/*/point.json')):\n"
+        "    target = data / 'runs' / '" + CASE + "' / 'raw' / point.relative_to(recorded / 'raw')\n"
         "    if not target.exists():\n"
         "        shutil.copytree(point, target)\n"
     )
@@ -180,8 +180,8 @@ def test_the_time_limit_interrupts_the_workers_and_keeps_what_they_finished(tmp_
         "signal.signal(signal.SIGINT, lambda *_: sys.exit(130))\n"
         f"recorded = Path({str(RECORDED)!r})\n"
         "data = Path(os.environ['VLLM_PLAYBOOKS_DATA_DIR'])\n"
-        "point = sorted(p.parent for p in (recorded / 'raw').glob('spec-off*/*/point.json'))[0]\n"
-        "shutil.copytree(point, data / 'runs' / '" + CASE + "' / 'raw' / point.parent.name / point.name)\n"
+        "point = sorted(p.parent for p in (recorded / 'raw').glob('*/spec-off*/*/point.json'))[0]\n"
+        "shutil.copytree(point, data / 'runs' / '" + CASE + "' / 'raw' / point.relative_to(recorded / 'raw'))\n"
         "time.sleep(60)\n"
     )
     launcher = tmp_path / "python"

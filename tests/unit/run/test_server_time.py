@@ -54,14 +54,14 @@ def test_no_logs_no_gpu_time(tmp_path: Path) -> None:
 def test_the_recorded_servers(tmp_path: Path) -> None:
     """Five server logs of the #27462 runs (frozen): PP=1 on one GPU, PP=2 and TP=2 on two."""
     table = server_time(CASE, FROZEN).set_index("log")
-    tp2 = table.loc["8b-tp2-mns32-31bec5ff2c-2026-11-30T172431+0000.log"]
+    tp2 = table.loc["8b-tp2-mns32-ce81eebe0c-2026-11-30T172431+0000.log"]
     assert (tp2["startup_s"], tp2["gpus"]) == (118.0, 2)  # launched 17:24:31, routes at 17:26:29
     ready = table["startup_s"].notna()
     assert (table.loc[ready, "held_s"] >= table.loc[ready, "startup_s"]).all()
     assert table.groupby("engine_label")["gpus"].first().to_dict() == {
         "8b-pp1-mns256": 1, "8b-pp2-mns256": 2, "8b-tp2-mns128": 2, "8b-tp2-mns32": 2}
     # the session's time limit stopped this server while it started: held (to its last line, 14:11:59), never ready
-    lost = table.loc["8b-pp2-mns256-d4156661cc-2026-11-30T141113+0000.log"]
+    lost = table.loc["8b-pp2-mns256-81631b9c80-2026-11-30T141113+0000.log"]
     assert pd.isna(lost["startup_s"]) and lost["held_s"] == 46.0 and (~ready).sum() == 1
     with pytest.raises(SchemaError, match="no launch time"):
         bad = tmp_path / "runs" / CASE / "logs"
