@@ -13,6 +13,7 @@ import json
 import math
 import os
 import signal
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -24,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 from vllm_playbooks import paths
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.engine.gpu_sampler import GpuSampler, nvml_sampler
+from vllm_playbooks.engine.leftovers import SERVERS_FILE, stop_leftovers
 from vllm_playbooks.engine.metrics import parse_metrics, scrape
-from vllm_playbooks.engine.server import LOOPBACK, VllmServer, free_port
+from vllm_playbooks.engine.server import LOOPBACK, VllmServer, start_on_free_port
 from vllm_playbooks.errors import ConfigError, PlaybookError, ServerError
 from vllm_playbooks.load.bench import BenchClient, InProcessBench, bench_argv
 from vllm_playbooks.results import raw, store
@@ -259,6 +261,8 @@ def run_case(
 
     data = data if data is not None else paths.data_dir()
     case_dir = store.case_dir(plan.case, data)
+    for line in stop_leftovers(case_dir / SERVERS_FILE):
+        _say(line)
     sync_rows(plan.case, data)
     done = {p.relative_to(raw.raw_root(case_dir)).as_posix() for p in raw.finished_points(case_dir)}
     if not resume and done:
@@ -331,15 +335,13 @@ def _run_groups(
         config_id = engine.config_id()
         log_path = logs / f"{config_id}-{utc_now().replace(':', '')}.log"
         client = bench or InProcessBench(log_path.with_suffix(".bench.log"))
-        port = free_port()
+        def make(port: int, engine: EngineConfig = engine, log_path: Path = log_path) -> VllmServer:
+            return server_factory(engine.server_argv(LOOPBACK, port, python), log_path, port, env=engine.env,
+                                  health_timeout_s=health_timeout_s, record=case_dir / SERVERS_FILE)  # fmt: skip
+
         try:
-            with server_factory(
-                engine.server_argv(LOOPBACK, port, python),
-                log_path,
-                port,
-                env=engine.env,
-                health_timeout_s=health_timeout_s,
-            ) as server:
+            server = start_on_free_port(make, say=_say)
+            try:
                 report.server_startup_s[config_id] = server.startup_s or 0.0
                 for index, point in enumerate(points):
                     try:
@@ -352,6 +354,8 @@ def _run_groups(
                                 _fail(case_dir, rest, RuntimeError("server died earlier in this config"), report, log_path)
                             break
                     bar.update(1)
+            finally:
+                server.stop()
         except PlaybookError as error:
             for point in points:
                 if point.point_id not in report.measured and point.point_id not in report.failed:
@@ -359,6 +363,11 @@ def _run_groups(
                     bar.update(1)
         finally:
             _store_logs(log_path)
+
+
+def _say(line: str) -> None:
+    """One line for the person running the case (standard error, beside the progress bar)."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def _store_logs(server_log: Path) -> None:
