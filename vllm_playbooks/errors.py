@@ -23,3 +23,7 @@ class CapacityError(ConfigError):
 
 class PortTakenError(ServerError):
     """The server's port was taken by another process (a plain listener, or a foreign server answering /health)."""
+
+
+class StorageError(PlaybookError):
+    """The data folder cannot be written (read-only, full): the run stops, keeping what it recorded."""

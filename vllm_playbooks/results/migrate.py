@@ -65,6 +65,9 @@ def main(args: argparse.Namespace) -> int:
     """Migrate the named cases (default: every case folder under ``data/runs``)."""
     root = paths.data_dir() / "runs"
     cases = args.cases or sorted(p.name for p in root.iterdir() if (p / "runs.csv").exists())
+    unknown = [case for case in cases if not runs_file(case).exists()]
+    if unknown:
+        raise SchemaError(f"no recorded table for {', '.join(unknown)} under {root}")
     for case in cases:
         print(f"{case}: {migrate_runs_file(case)} rows rebuilt in schema {SCHEMA_VERSION}")
     return 0

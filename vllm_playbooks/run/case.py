@@ -28,7 +28,7 @@ from vllm_playbooks.engine.gpu_sampler import GpuSampler, nvml_sampler
 from vllm_playbooks.engine.leftovers import SERVERS_FILE, stop_leftovers
 from vllm_playbooks.engine.metrics import parse_metrics, scrape
 from vllm_playbooks.engine.server import LOOPBACK, VllmServer, start_on_free_port
-from vllm_playbooks.errors import ConfigError, PlaybookError, ServerError
+from vllm_playbooks.errors import ConfigError, PlaybookError, ServerError, StorageError
 from vllm_playbooks.load.bench import BenchClient, InProcessBench, bench_argv
 from vllm_playbooks.results import raw, store
 from vllm_playbooks.results.provenance import Provenance, collect_provenance, utc_now
@@ -219,10 +219,30 @@ def measure_point(
     if sampler is not None and sampler.samples:
         files[raw.GPU_SAMPLES_FILE] = sampler.csv_text()
     case_dir = store.case_dir(plan.case, data)
-    folder = raw.write_point(case_dir, point.point_id, files)
-    row = raw.row_from_point(folder, data)
-    append_run_row(row, data)
+    try:
+        folder = raw.write_point(case_dir, point.point_id, files)
+        row = raw.row_from_point(folder, data)
+        append_run_row(row, data)
+    except OSError as error:
+        raise StorageError(f"cannot write to {case_dir}: {error.strerror or error}. The points recorded before are "
+                           "kept; make room (or make it writable) and run the same command again") from error
     return row
+
+
+def check_writable(folder: Path) -> None:
+    """Refuse to start when ``folder`` (a case's data folder) cannot be written: ``StorageError`` before any server
+    starts, instead of a measurement that cannot be kept."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-probe-")
+        try:
+            os.write(fd, b"ok")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as error:
+        raise StorageError(f"cannot write to {folder}: {error.strerror or error}; nothing was started") from error
 
 
 def incomplete_run_check(result: dict[str, Any], sent: int) -> None:
@@ -261,6 +281,7 @@ def run_case(
 
     data = data if data is not None else paths.data_dir()
     case_dir = store.case_dir(plan.case, data)
+    check_writable(case_dir)
     for line in stop_leftovers(case_dir / SERVERS_FILE):
         _say(line)
     sync_rows(plan.case, data)
@@ -347,6 +368,8 @@ def _run_groups(
                     try:
                         measure_point(point, plan, server, client, provenance, data, gpu_sampler)
                         report.measured.append(point.point_id)
+                    except StorageError:
+                        raise
                     except (PlaybookError, OSError, KeyError, ValueError, RuntimeError) as error:
                         _fail(case_dir, point, error, report, log_path)
                         if not server.alive():
@@ -356,6 +379,8 @@ def _run_groups(
                     bar.update(1)
             finally:
                 server.stop()
+        except StorageError:
+            raise
         except PlaybookError as error:
             for point in points:
                 if point.point_id not in report.measured and point.point_id not in report.failed:
@@ -371,10 +396,12 @@ def _say(line: str) -> None:
 
 
 def _store_logs(server_log: Path) -> None:
-    """Compress a stopped server's log and its load generator's (``textfiles``); a log never opened is skipped."""
+    """Compress a stopped server's log and its load generator's (``textfiles``); a log never opened is skipped, and
+    one that cannot be compressed (a full disk) is kept as it is."""
     for log in (server_log, server_log.with_suffix(".bench.log")):
         if log.exists():
-            compress_file(log)
+            with contextlib.suppress(OSError):
+                compress_file(log)
 
 
 def _fail(case_dir: Path, point: PlannedPoint, error: BaseException, report: RunReport, log: Path) -> None:

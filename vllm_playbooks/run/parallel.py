@@ -186,7 +186,7 @@ def run_on_gpus(
                     workers[group] = subprocess.Popen(
                         worker_argv(case, labels, {k: v for k, v in overrides.items() if k != "engines"}, python),
                         env=env, stdout=log, stderr=subprocess.STDOUT, cwd=paths.find_repo_root(),
-                        start_new_session=True, preexec_fn=_interrupt_when_parent_dies,
+                        start_new_session=True, preexec_fn=_interrupt_when_parent_dies,  # noqa: PLW1509
                     )  # fmt: skip
                 entry = {"folder": str(folder), "worker": workers[group].pid,
                          "worker_started": start_ticks(workers[group].pid), **this_process()}  # fmt: skip
