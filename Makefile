@@ -50,9 +50,14 @@ test: $(STAMP) $(MATHJAX)
 ## test-faults: the fault-injection suite (tests/faults): real runs of the command line against the stand-in server,
 ##   killed (SIGKILL, SIGTERM, a double Ctrl-C), their server killed, their port taken, their data folder read-only,
 ##   full or damaged; each must leave no process behind, lose or duplicate no row, say so in one line, and the rerun
-##   must finish the grid. Then bad input through the command line: exit 2, one error line, data untouched.
+##   must finish the grid. Then bad input through the command line: exit 2, one error line, data untouched. Last,
+##   the runner killed and stopped beside a real vLLM server on the CPU (.venv-cpu, built as for test-cpu-e2e).
 test-faults: $(STAMP)
-	$(PY) -m pytest -o addopts="--strict-markers -ra" -p no:cacheprovider -m faults tests/faults
+	$(PY) -m pytest -n 2 -o addopts="--strict-markers -ra" -p no:cacheprovider -m faults tests/faults
+	bash .ci/cpu-e2e-venv.sh
+	mkdir -p _build/faults-tmp
+	TMPDIR=$(CURDIR)/_build/faults-tmp .venv-cpu/bin/python -m pytest -o addopts="--strict-markers -ra" \
+		-p no:cacheprovider -m faults tests/faults/test_real_server.py
 
 ## test-cpu-e2e: one end-to-end run against a real vLLM server on the CPU (own venv: .venv-cpu)
 test-cpu-e2e:

@@ -83,6 +83,8 @@ class Runner:
     tag: str = field(default_factory=lambda: uuid.uuid4().hex)
     process: subprocess.Popen[bytes] | None = None
     runs: int = 0
+    #: What runs: the harness (stand-in server and bench), or ``vllm_playbooks`` itself (a real vLLM server).
+    module: str = "tests.faults.harness"
 
     @property
     def data(self) -> Path:
@@ -99,11 +101,11 @@ class Runner:
                 "FAULT_TAG": self.tag, "PYTHONDONTWRITEBYTECODE": "1", **extra}  # fmt: skip
 
     def start(self, args: list[str], **extra: str) -> subprocess.Popen[bytes]:
-        """Start ``python -m tests.faults.harness args…`` (its stdout and stderr go to files)."""
+        """Start ``python -m <module> args…`` (its stdout and stderr go to files)."""
         self.runs += 1
         out = (self.tmp / f"out{self.runs}").open("wb")
         err = (self.tmp / f"err{self.runs}").open("wb")
-        self.process = subprocess.Popen([sys.executable, "-m", "tests.faults.harness", *args], cwd=ROOT,
+        self.process = subprocess.Popen([sys.executable, "-m", self.module, *args], cwd=ROOT,
                                         env=self.env(**extra), stdout=out, stderr=err)  # fmt: skip
         return self.process
 

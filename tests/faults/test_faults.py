@@ -213,7 +213,7 @@ def test_sigkill_of_the_parallel_parent_stops_workers_and_the_next_run_merges_th
     (stale / "point.json").write_text("{")
     code, err = runner.run(PARALLEL, FAULT_BENCH_S="0.02")
     assert code == 0, err
-    assert "left by an earlier run" in err
+    assert "left by an earlier run" in err, (err, list(runner.case_dir.iterdir()))
     runner.assert_complete()
     runner.assert_nothing_left()
 

@@ -54,10 +54,12 @@ def group_members(pgid: int) -> set[int]:
 
 
 def start_ticks(pid: int) -> int | None:
-    """When process ``pid`` started (clock ticks after boot, ``/proc/<pid>/stat``); None if it is gone or unknown."""
+    """When process ``pid`` started (clock ticks after boot, ``/proc/<pid>/stat``); None if it is gone (a zombie
+    too: it has ended, only its parent has not collected it yet) or unknown."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            return int(handle.read().rsplit(")", 1)[1].split()[19])
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return None if fields[0] == "Z" else int(fields[19])
     except (OSError, IndexError, ValueError):
         return None
 
