@@ -55,8 +55,7 @@ test: $(STAMP) $(MATHJAX)
 test-faults: $(STAMP)
 	$(PY) -m pytest -n 2 -o addopts="--strict-markers -ra" -p no:cacheprovider -m faults tests/faults
 	bash .ci/cpu-e2e-venv.sh
-	mkdir -p _build/faults-tmp
-	TMPDIR=$(CURDIR)/_build/faults-tmp .venv-cpu/bin/python -m pytest -o addopts="--strict-markers -ra" \
+	.venv-cpu/bin/python -m pytest -o addopts="--strict-markers -ra" \
 		-p no:cacheprovider -m faults tests/faults/test_real_server.py
 
 ## test-cpu-e2e: one end-to-end run against a real vLLM server on the CPU (own venv: .venv-cpu)

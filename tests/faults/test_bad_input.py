@@ -12,12 +12,13 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT
-from tests.faults.conftest import tree_digest
+from tests.faults.conftest import tree_digest, tree_stat
 from vllm_playbooks.paths import data_dir
 
 pytestmark = pytest.mark.faults
@@ -114,11 +115,14 @@ CASES += [pytest.param(argv, None, id=name) for name, argv in BAD_COMMANDS]
 
 
 @pytest.fixture(scope="module")
-def data_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of the repository's data folder, which the commands get as theirs."""
+def data_copy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A copy of the repository's data folder, which the commands get as theirs; once they have all run, its every
+    byte is as it was (each test checks path, size and time of every entry, ``tree_stat``)."""
     copy = tmp_path_factory.mktemp("bad-input") / "data"
     shutil.copytree(data_dir(), copy, symlinks=True)
-    return copy
+    before = tree_digest(copy)
+    yield copy
+    assert tree_digest(copy) == before
 
 
 def test_there_are_at_least_forty_bad_inputs() -> None:
@@ -132,7 +136,7 @@ def test_bad_input_is_refused_in_one_line_and_changes_nothing(argv: list[str], c
         path = tmp_path / "my-case.yaml"
         path.write_text(textwrap.dedent(case_file))
         argv = [str(path) if a == "{file}" else a for a in argv]
-    before = tree_digest(data_copy)
+    before = tree_stat(data_copy)
     # warnings (advice on valid settings, e.g. what a speculative method turns off) are not what is tested here
     env = {**os.environ, "VLLM_PLAYBOOKS_DATA_DIR": str(data_copy), "TMPDIR": str(tmp_path), "PYTHONWARNINGS": "ignore"}
     done = subprocess.run([sys.executable, "-m", "vllm_playbooks", *argv], cwd=ROOT, env=env, capture_output=True,
@@ -140,5 +144,5 @@ def test_bad_input_is_refused_in_one_line_and_changes_nothing(argv: list[str], c
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2, done.stderr
     assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
-    assert tree_digest(data_copy) == before
+    assert tree_stat(data_copy) == before
     assert not list(tmp_path.glob("*-parallel-*"))  # no worker was started
