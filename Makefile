@@ -10,7 +10,7 @@ PARAMS ?=
 MATHJAX_PKG := jupyter-server-mathjax==0.2.6
 MATHJAX := _mathjax/mathjax/MathJax.js
 
-.PHONY: venv book execute html test test-cpu-e2e reproduce check-notebooks site-check publish clean
+.PHONY: venv book execute html test test-faults test-cpu-e2e reproduce check-notebooks site-check publish clean
 
 venv: $(STAMP)
 
@@ -46,6 +46,17 @@ html: $(STAMP) $(MATHJAX)
 ##   one builds the book while the other runs unit tests; both share that build for the browser tests, run last.
 test: $(STAMP) $(MATHJAX)
 	$(PY) -m pytest -n 2
+
+## test-faults: the fault-injection suite (tests/faults): real runs of the command line against the stand-in server,
+##   killed (SIGKILL, SIGTERM, a double Ctrl-C), their server killed, their port taken, their data folder read-only,
+##   full or damaged; each must leave no process behind, lose or duplicate no row, say so in one line, and the rerun
+##   must finish the grid. Then bad input through the command line: exit 2, one error line, data untouched. Last,
+##   the runner killed and stopped beside a real vLLM server on the CPU (.venv-cpu, built as for test-cpu-e2e).
+test-faults: $(STAMP)
+	$(PY) -m pytest -n 2 -o addopts="--strict-markers -ra" -p no:cacheprovider -m faults tests/faults
+	bash .ci/cpu-e2e-venv.sh
+	.venv-cpu/bin/python -m pytest -o addopts="--strict-markers -ra" \
+		-p no:cacheprovider -m faults tests/faults/test_real_server.py
 
 ## test-cpu-e2e: one end-to-end run against a real vLLM server on the CPU (own venv: .venv-cpu)
 test-cpu-e2e:

@@ -19,3 +19,11 @@ class ServerError(PlaybookError, RuntimeError):
 
 class CapacityError(ConfigError):
     """A configuration whose weights and KV cache cannot fit the GPU memory it asks for."""
+
+
+class PortTakenError(ServerError):
+    """The server's port was taken by another process (a plain listener, or a foreign server answering /health)."""
+
+
+class StorageError(PlaybookError):
+    """The data folder cannot be written (read-only, full): the run stops, keeping what it recorded."""

@@ -1,24 +1,32 @@
 """The vLLM server as a context manager: its own process group, a /health wait, and a clean stop.
 
-The server starts in a new session, so stopping it signals the whole group (API server, engine core, workers): no
-GPU process outlives the ``with`` block, whether it ends in success, an error or Ctrl-C.
+The server starts in a new session under a guard (``engine.guard``), so stopping it signals the whole group (API
+server, engine core, workers): no GPU process outlives the ``with`` block, whether it ends in success, an error or
+Ctrl-C, nor the process that started it, even when that process is killed. The server that answers ``/health``
+must hold the port itself: a port taken by another process is ``PortTakenError``, and ``start_on_free_port`` tries
+another port.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
-from vllm_playbooks.errors import ServerError
+from vllm_playbooks.engine import guard
+from vllm_playbooks.engine.guard import group_members
+from vllm_playbooks.engine.leftovers import forget_server, record_server
+from vllm_playbooks.errors import PortTakenError, ServerError
 
 LOOPBACK = "127.0.0.1"
 
@@ -38,38 +46,67 @@ def tail(path: Path, lines: int = 40) -> str:
         return "".join(deque(handle, maxlen=lines))
 
 
-def stop_process_group(process: subprocess.Popen[bytes], grace_s: float = 30.0) -> None:
-    """SIGTERM the process's group, wait up to ``grace_s``, then SIGKILL whatever is left of the group."""
-    try:
-        pgid = os.getpgid(process.pid)
-    except ProcessLookupError:
-        process.wait()
-        return
+def stop_process_group(process: subprocess.Popen[bytes], pgid: int, grace_s: float = 30.0) -> None:
+    """SIGTERM the group ``pgid`` (remembered at start: it is stopped even when its leader was already reaped), wait
+    up to ``grace_s`` for all of it to go, then SIGKILL what is left. An interrupt (a second Ctrl-C) during the wait
+    does not abort the stop: it goes straight to SIGKILL, and is raised again once the group is gone."""
+    interrupted: BaseException | None = None
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
         try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, sig)
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline:
+                if process.poll() is not None and not group_members(pgid):
+                    break
+                time.sleep(0.05)
+            else:
+                continue
             break
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            if process.poll() is not None and not _group_alive(pgid):
-                return
-            time.sleep(0.2)
-    process.wait(timeout=10)
+        except KeyboardInterrupt as error:
+            interrupted = interrupted or error
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=10)
+    if interrupted is not None:
+        raise interrupted
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def listening_inodes(port: int) -> set[int]:
+    """Socket inodes listening on TCP ``port`` (IPv4 and IPv6) on Linux, from ``/proc/net``; empty elsewhere."""
+    inodes: set[int] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text(encoding="ascii").splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(int(fields[9]))
+    return inodes
+
+
+def socket_inodes(pids: set[int]) -> set[int]:
+    """Inodes of the sockets the processes ``pids`` hold open (those this user may read)."""
+    inodes: set[int] = set()
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(int(target[8:-1]))
+    return inodes
 
 
 class VllmServer:
-    """Start ``argv`` (a server on ``host:port``), wait until ``/health`` answers 200, stop the group on exit."""
+    """Start ``argv`` (a server on ``host:port``), wait until ``/health`` answers 200, stop the group on exit.
+
+    ``record``: a file listing the servers running (``engine.leftovers``), so that a run killed before it could stop
+    this one lets the next run stop it."""
 
     def __init__(
         self,
@@ -80,6 +117,7 @@ class VllmServer:
         env: Mapping[str, str] | None = None,
         health_timeout_s: float = 600.0,
         stop_grace_s: float = 30.0,
+        record: Path | None = None,
     ) -> None:
         if host != LOOPBACK:
             raise ServerError(f"the server binds to {LOOPBACK} only, not {host}")
@@ -90,7 +128,9 @@ class VllmServer:
         self.env = dict(env or {})
         self.health_timeout_s = health_timeout_s
         self.stop_grace_s = stop_grace_s
+        self.record = record
         self.process: subprocess.Popen[bytes] | None = None
+        self.pgid: int | None = None
         self.startup_s: float | None = None
 
     @property
@@ -108,19 +148,24 @@ class VllmServer:
         self.stop()
 
     def start(self) -> None:
-        """Start the process in a new session and block until it is healthy; raise ``ServerError`` otherwise."""
+        """Start the process in a new session under its guard and block until it is healthy; raise ``ServerError``
+        otherwise (``PortTakenError`` when another process holds the port)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
+        guarded = [sys.executable, guard.__file__, str(os.getpid()), str(self.stop_grace_s), "--", *self.argv]
         with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(  # noqa: S603 (argv list, no shell)
-                self.argv,
+            self.process = subprocess.Popen(
+                guarded,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env={**os.environ, **self.env},
                 start_new_session=True,
             )
+        self.pgid = self.process.pid  # a new session: the leader's pid is the group's id
         try:
+            if self.record is not None:
+                record_server(self.record, self.process.pid, self.port)
             self._wait_healthy(started)
         except BaseException:
             self.stop()
@@ -133,11 +178,17 @@ class VllmServer:
         while True:
             code = self.process.poll()
             if code is not None:
+                log_tail = tail(self.log_path)
+                if "Address already in use" in log_tail:
+                    raise PortTakenError(f"port {self.port} was taken by another process before the server bound it")
                 raise ServerError(
                     f"vLLM server exited with code {code} before it was healthy. Last lines of {self.log_path}:\n"
-                    f"{tail(self.log_path)}"
+                    f"{log_tail}"
                 )
             if self.healthy():
+                if not self.holds_port():
+                    raise PortTakenError(f"port {self.port} answers /health from another process, not the server "
+                                         "started here")  # fmt: skip
                 return
             if time.monotonic() > deadline:
                 raise ServerError(
@@ -146,10 +197,18 @@ class VllmServer:
                 )
             time.sleep(1.0)
 
+    def holds_port(self) -> bool:
+        """True when the socket listening on the port belongs to this server's process group (Linux, ``/proc``);
+        where ``/proc`` says nothing about the port, True."""
+        listening = listening_inodes(self.port)
+        if not listening or self.pgid is None:
+            return not listening
+        return bool(listening & socket_inodes(group_members(self.pgid)))
+
     def healthy(self) -> bool:
         """True when ``GET /health`` answers 200."""
         try:
-            with urllib.request.urlopen(f"{self.base_url}/health", timeout=5) as response:  # noqa: S310 (loopback)
+            with urllib.request.urlopen(f"{self.base_url}/health", timeout=5) as response:
                 return response.status == 200
         except (urllib.error.URLError, OSError):
             return False
@@ -159,6 +218,29 @@ class VllmServer:
         return self.process is not None and self.process.poll() is None
 
     def stop(self) -> None:
-        """Stop the whole process group (idempotent)."""
-        if self.process is not None:
-            stop_process_group(self.process, self.stop_grace_s)
+        """Stop the whole process group (idempotent) and take it out of the record."""
+        if self.process is not None and self.pgid is not None:
+            try:
+                stop_process_group(self.process, self.pgid, self.stop_grace_s)
+            finally:
+                # a stopped server's entry that cannot be taken out (a full disk) is harmless: the next run finds
+                # its group gone and drops it
+                if self.record is not None:
+                    with contextlib.suppress(OSError):
+                        forget_server(self.record, self.process.pid)
+
+
+def start_on_free_port(make: Callable[[int], VllmServer], attempts: int = 3,
+                       say: Callable[[str], None] = print) -> VllmServer:  # fmt: skip
+    """Start the server ``make(port)`` builds on a free port; when another process takes that port first
+    (``PortTakenError``), say so in one line and try another, up to ``attempts`` ports. Returns the started server."""
+    for _ in range(attempts - 1):
+        server = make(free_port())
+        try:
+            server.start()
+            return server
+        except PortTakenError as error:
+            say(f"{error}; trying another port")
+    server = make(free_port())
+    server.start()
+    return server

@@ -9,10 +9,12 @@ sweep instead of once per load level.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import concurrent.futures
 import contextlib
 import io
 import json
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,33 +81,61 @@ class BenchClient(Protocol):
 class InProcessBench:
     """``vllm bench serve`` through ``vllm.benchmarks.serve`` in this process (imported on first use).
 
-    Each run executes in a worker thread, so it also works inside a Jupyter kernel whose event loop is running.
-    Its console report goes to ``log`` (a file handle) instead of the notebook. An interrupt (Ctrl-C, or a time
-    limit's SIGINT) is raised at once rather than after the run: the thread is left to end when its server stops.
+    Each run executes on an event loop of its own in a daemon thread, so it also works inside a Jupyter kernel whose
+    event loop is running. Its console report goes to ``log`` (a file handle) instead of the notebook. An interrupt
+    (Ctrl-C, SIGTERM, or a time limit's SIGINT) cancels the run at once: its requests are cancelled and its
+    connections closed within seconds, and the interrupt is raised.
     """
 
     log_path: Path | None = None
+    #: How long an interrupted run may take to close its connections before the interrupt is raised anyway.
+    cancel_grace_s: float = 5.0
 
     def __call__(self, argv: list[str]) -> dict[str, Any]:
-        from vllm.benchmarks.serve import add_cli_args, main  # vLLM is a GPU-side dependency
+        from vllm.benchmarks.serve import add_cli_args, main_async  # vLLM is a GPU-side dependency
 
         parser = argparse.ArgumentParser(prog="vllm bench serve")
         add_cli_args(parser)
         args = parser.parse_args(argv)
         sink: Any = self.log_path.open("a", encoding="utf-8") if self.log_path else io.StringIO()
-        pool = concurrent.futures.ThreadPoolExecutor(1)
-        with sink, contextlib.redirect_stdout(sink):
-            future = pool.submit(main, args)
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, name="vllm-bench-serve", daemon=True)
+        thread.start()
+        ended = threading.Event()
+
+        async def run() -> Any:
             try:
-                result = future.result()
+                return await main_async(args)
+            finally:
+                ended.set()
+
+        with sink, contextlib.redirect_stdout(sink):
+            future = asyncio.run_coroutine_threadsafe(run(), loop)
+            try:
+                result = _wait(future)
             except SystemExit as error:
                 raise ServerError(f"vllm bench serve exited ({error.code}); see {self.log_path}") from error
+            except BaseException:
+                future.cancel()
+                ended.wait(self.cancel_grace_s)
+                raise
             finally:
-                # not wait=True: an interrupted run would go on to its end (a minute or more at high load) first
-                pool.shutdown(wait=False)
+                loop.call_soon_threadsafe(loop.stop)
+                thread.join(timeout=self.cancel_grace_s)
+                if not thread.is_alive():
+                    loop.close()
         if not isinstance(result, dict):
             raise ServerError(f"vllm bench serve returned {type(result).__name__}, not its result dict")
         return result
+
+
+def _wait(future: concurrent.futures.Future[Any]) -> Any:
+    """``future.result()`` in short waits, so that a signal reaches the waiting (main) thread at once."""
+    while True:
+        try:
+            return future.result(timeout=0.2)
+        except concurrent.futures.TimeoutError:
+            continue
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import json
 import math
 import os
 import signal
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -24,9 +25,10 @@ from typing import TYPE_CHECKING, Any
 from vllm_playbooks import paths
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.engine.gpu_sampler import GpuSampler, gpu_at_hand, nvml_sampler
+from vllm_playbooks.engine.leftovers import SERVERS_FILE, stop_leftovers
 from vllm_playbooks.engine.metrics import parse_metrics, scrape
-from vllm_playbooks.engine.server import LOOPBACK, VllmServer, free_port
-from vllm_playbooks.errors import ConfigError, PlaybookError, ServerError
+from vllm_playbooks.engine.server import LOOPBACK, VllmServer, start_on_free_port
+from vllm_playbooks.errors import ConfigError, PlaybookError, ServerError, StorageError
 from vllm_playbooks.load.bench import BenchClient, InProcessBench, bench_argv
 from vllm_playbooks.results import raw, store
 from vllm_playbooks.results.identity import engine_gpus, hardware_key
@@ -222,10 +224,30 @@ def measure_point(
     if sampler is not None and sampler.samples:
         files[raw.GPU_SAMPLES_FILE] = sampler.csv_text()
     case_dir = store.case_dir(plan.case, data)
-    folder = raw.write_point(case_dir, f"{hardware}/{point.point_id}", files)
-    row = raw.row_from_point(folder, data)
-    append_run_row(row, data)
+    try:
+        folder = raw.write_point(case_dir, f"{hardware}/{point.point_id}", files)
+        row = raw.row_from_point(folder, data)
+        append_run_row(row, data)
+    except OSError as error:
+        raise StorageError(f"cannot write to {case_dir}: {error.strerror or error}. The points recorded before are "
+                           "kept; make room (or make it writable) and run the same command again") from error
     return row
+
+
+def check_writable(folder: Path) -> None:
+    """Refuse to start when ``folder`` (a case's data folder) cannot be written: ``StorageError`` before any server
+    starts, instead of a measurement that cannot be kept."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-probe-")
+        try:
+            os.write(fd, b"ok")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as error:
+        raise StorageError(f"cannot write to {folder}: {error.strerror or error}; nothing was started") from error
 
 
 def incomplete_run_check(result: dict[str, Any], sent: int) -> None:
@@ -264,6 +286,9 @@ def run_case(
 
     data = data if data is not None else paths.data_dir()
     case_dir = store.case_dir(plan.case, data)
+    check_writable(case_dir)
+    for line in stop_leftovers(case_dir / SERVERS_FILE):
+        _say(line)
     sync_rows(plan.case, data)
     provenance = collect_provenance(paths.find_repo_root() if data == paths.data_dir() else None)
     recorded = {p.relative_to(raw.raw_root(case_dir)).as_posix() for p in raw.finished_points(case_dir)}
@@ -351,20 +376,20 @@ def _run_groups(
         config_id, hardware = engine.config_id(), hardware_of(engine, provenance)
         log_path = logs / f"{config_id}-{utc_now().replace(':', '')}.log"
         client = bench or InProcessBench(log_path.with_suffix(".bench.log"))
-        port = free_port()
+        def make(port: int, engine: EngineConfig = engine, log_path: Path = log_path) -> VllmServer:
+            return server_factory(engine.server_argv(LOOPBACK, port, python), log_path, port, env=engine.env,
+                                  health_timeout_s=health_timeout_s, record=case_dir / SERVERS_FILE)  # fmt: skip
+
         try:
-            with server_factory(
-                engine.server_argv(LOOPBACK, port, python),
-                log_path,
-                port,
-                env=engine.env,
-                health_timeout_s=health_timeout_s,
-            ) as server:
+            server = start_on_free_port(make, say=_say)
+            try:
                 report.server_startup_s[config_id] = server.startup_s or 0.0
                 for index, point in enumerate(points):
                     try:
                         measure_point(point, plan, server, client, provenance, data, gpu_sampler)
                         report.measured.append(f"{hardware}/{point.point_id}")
+                    except StorageError:
+                        raise
                     except (PlaybookError, OSError, KeyError, ValueError, RuntimeError) as error:
                         _fail(case_dir, point, error, report, log_path, hardware)
                         if not server.alive():
@@ -373,6 +398,10 @@ def _run_groups(
                                 _fail(case_dir, rest, died, report, log_path, hardware)
                             break
                     bar.update(1)
+            finally:
+                server.stop()
+        except StorageError:
+            raise
         except PlaybookError as error:
             for point in points:
                 recorded_id = f"{hardware}/{point.point_id}"
@@ -383,11 +412,18 @@ def _run_groups(
             _store_logs(log_path)
 
 
+def _say(line: str) -> None:
+    """One line for the person running the case (standard error, beside the progress bar)."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def _store_logs(server_log: Path) -> None:
-    """Compress a stopped server's log and its load generator's (``textfiles``); a log never opened is skipped."""
+    """Compress a stopped server's log and its load generator's (``textfiles``); a log never opened is skipped, and
+    one that cannot be compressed (a full disk) is kept as it is."""
     for log in (server_log, server_log.with_suffix(".bench.log")):
         if log.exists():
-            compress_file(log)
+            with contextlib.suppress(OSError):
+                compress_file(log)
 
 
 def _fail(case_dir: Path, point: PlannedPoint, error: BaseException, report: RunReport, log: Path,

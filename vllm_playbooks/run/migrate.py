@@ -189,6 +189,9 @@ def main(args: argparse.Namespace) -> int:
     """Migrate the named cases (default: every case folder under ``data/runs``)."""
     root = paths.data_dir() / "runs"
     cases = args.cases or sorted(p.name for p in root.iterdir() if (p / "runs.csv").exists())
+    unknown = [case for case in cases if not (root / case / "runs.csv").exists()]
+    if unknown:
+        raise SchemaError(f"no recorded table for {', '.join(unknown)} under {root}")
     for case in cases:
         done = migrate_case(case)
         table = "rebuilt" if done.table_rewritten else "unchanged"

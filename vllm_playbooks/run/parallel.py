@@ -29,16 +29,27 @@ from pathlib import Path
 from typing import Any
 
 from vllm_playbooks import paths
+from vllm_playbooks.engine.guard import die_with_parent, start_ticks
+from vllm_playbooks.engine.leftovers import (
+    SERVERS_FILE,
+    owner_alive,
+    read_record,
+    stop_leftovers,
+    this_process,
+    update_record,
+)
 from vllm_playbooks.errors import ConfigError, PlaybookError
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.replay import sync_rows
 from vllm_playbooks.results.store import case_dir
-from vllm_playbooks.run.case import engine_gpus, live_overrides, run_case
+from vllm_playbooks.run.case import engine_gpus, live_overrides, run_case, sigterm_as_interrupt
 from vllm_playbooks.run.plan import load_plan, overrides_for
 
 #: The command line's exit status when ``--time-limit-s`` stopped a worker (as coreutils' ``timeout``).
 TIMED_OUT_EXIT = 124
 #: What a worker, and the parallel runner, print when interrupted (Ctrl-C, or ``timeout -s INT``) instead of a trace.
+#: The record, in the case folder, of the worker folders a run has not merged yet (``merge_leftover_workers``).
+WORKERS_FILE = ".workers.json"
 INTERRUPTED = "interrupted: the servers were stopped and the points finished so far are recorded"
 
 
@@ -83,6 +94,8 @@ def merge_into(case: str, source: Path, data: Path) -> list[str]:
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             staging = target.with_name(f".{target.name}.merging")
+            if staging.exists():  # left by a merge that was killed: its copy may be partial
+                shutil.rmtree(staging)
             shutil.copytree(point, staging)
             staging.rename(target)
     logs = src / "logs"
@@ -110,10 +123,16 @@ class ParallelReport:
     added: list[str] = field(default_factory=list)
     #: True when the time limit stopped at least one worker (its finished points are merged all the same).
     timed_out: bool = False
+    #: Worker folders whose merge failed (kept, and merged again by the next run), with the error.
+    merge_failed: dict[str, str] = field(default_factory=dict)
 
     def raise_for_failures(self) -> None:
         """Raise ``PlaybookError`` naming each group whose worker did not exit 0 (its rows are merged anyway)."""
         bad = {group: code for group, code in self.returncodes.items() if code != 0}
+        if self.merge_failed:
+            detail = "; ".join(f"{folder}: {error}" for folder, error in self.merge_failed.items())
+            raise PlaybookError(f"{len(self.merge_failed)} worker folder(s) could not be merged ({detail}); they are "
+                                "kept, and the next run merges them")  # fmt: skip
         if self.timed_out:
             raise PlaybookError(
                 f"the time limit stopped the workers of GPUs {', '.join(bad) or '(none)'}; the points they finished "
@@ -147,49 +166,111 @@ def run_on_gpus(
     plan = load_plan(case, **overrides)  # ``case``: a packaged case's name or a case file; its runs go to plan.case
     assignment = assign_engines([engine.label for engine in plan.engines], list(groups))
     check_group_sizes(plan.engines, assignment)
-    root = Path(tempfile.mkdtemp(prefix=f"{plan.case}-parallel-", dir=workdir))
     report = ParallelReport(assignment=assignment)
+    recorded = case_dir(plan.case, data)
+    registry = recorded / WORKERS_FILE
+    report.added += merge_leftover_workers(plan.case, data, report)
+    root = Path(tempfile.mkdtemp(prefix=f"{plan.case}-parallel-", dir=workdir))
     workers: dict[str, subprocess.Popen[bytes]] = {}
     folders: dict[str, Path] = {}
-    recorded = case_dir(plan.case, data)
     try:
-        for index, (group, labels) in enumerate(assignment.items()):
-            folder = root / f"gpus{index}"
-            if recorded.is_dir():
-                shutil.copytree(recorded, case_dir(plan.case, folder))
-            folders[group] = folder
-            report.logs[group] = root / f"gpus{index}.log"
-            env = {**os.environ, "CUDA_VISIBLE_DEVICES": group, paths.DATA_DIR_ENV: str(folder)}
-            with report.logs[group].open("wb") as log:
-                workers[group] = subprocess.Popen(  # noqa: S603
-                    worker_argv(case, labels, {k: v for k, v in overrides.items() if k != "engines"}, python),
-                    env=env, stdout=log, stderr=subprocess.STDOUT, cwd=paths.find_repo_root(),
-                )  # fmt: skip
-        deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
-        for group, worker in workers.items():
-            try:
-                timeout = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-                report.returncodes[group] = worker.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                report.timed_out = True
-                break
-        if report.timed_out:
-            for worker in workers.values():
-                if worker.poll() is None:
-                    worker.send_signal(signal.SIGINT)
-            for group, worker in workers.items():
-                report.returncodes[group] = worker.wait()
+        with sigterm_as_interrupt():
+            for index, (group, labels) in enumerate(assignment.items()):
+                folder = root / f"gpus{index}"
+                if recorded.is_dir():
+                    shutil.copytree(recorded, case_dir(plan.case, folder), ignore=_NOT_COPIED)
+                folders[group] = folder
+                report.logs[group] = root / f"gpus{index}.log"
+                env = {**os.environ, "CUDA_VISIBLE_DEVICES": group, paths.DATA_DIR_ENV: str(folder)}
+                with report.logs[group].open("wb") as log:
+                    workers[group] = subprocess.Popen(
+                        worker_argv(case, labels, {k: v for k, v in overrides.items() if k != "engines"}, python),
+                        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=paths.find_repo_root(),
+                        start_new_session=True, preexec_fn=_interrupt_when_parent_dies,  # noqa: PLW1509
+                    )  # fmt: skip
+                entry = {"folder": str(folder), "worker": workers[group].pid,
+                         "worker_started": start_ticks(workers[group].pid), **this_process()}  # fmt: skip
+                update_record(registry, lambda entries, entry=entry: [*entries, entry])
+            _wait_for_workers(workers, report, time_limit_s)
     except KeyboardInterrupt:
-        for worker in workers.values():
-            if worker.poll() is None:
-                worker.send_signal(signal.SIGINT)
-        for group, worker in workers.items():
-            report.returncodes[group] = worker.wait()
+        _interrupt_and_wait(workers, report)
         raise
     finally:
         for folder in folders.values():
-            report.added += merge_into(plan.case, folder, data)
+            report.added += _merge_worker(plan.case, folder, data, report)
     return report
+
+
+#: What a worker's copy of the case folder leaves out: the records of this run's own servers and workers, and locks.
+_NOT_COPIED = shutil.ignore_patterns(WORKERS_FILE, SERVERS_FILE, ".*.lock")
+
+
+def _interrupt_when_parent_dies() -> None:
+    """In a worker, before it runs: the kernel sends it SIGINT when the parallel runner dies (Linux), so it stops its
+    server and keeps its finished points for the next run to merge."""
+    die_with_parent(signal.SIGINT)
+
+
+def _wait_for_workers(workers: dict[str, subprocess.Popen[bytes]], report: ParallelReport,
+                      time_limit_s: float | None) -> None:  # fmt: skip
+    deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
+    for group, worker in workers.items():
+        try:
+            timeout = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            report.returncodes[group] = worker.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            report.timed_out = True
+            _interrupt_and_wait(workers, report)
+            return
+
+
+def _interrupt_and_wait(workers: dict[str, subprocess.Popen[bytes]], report: ParallelReport) -> None:
+    """SIGINT every worker still running and wait for each (they stop their servers); a further interrupt while
+    waiting is passed on to the workers too, whose servers then go straight to SIGKILL."""
+    for worker in workers.values():
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGINT)
+    for group, worker in workers.items():
+        while True:
+            try:
+                report.returncodes[group] = worker.wait()
+                break
+            except KeyboardInterrupt:
+                for other in workers.values():
+                    if other.poll() is None:
+                        other.send_signal(signal.SIGINT)
+
+
+def _merge_worker(case: str, folder: Path, data: Path, report: ParallelReport) -> list[str]:
+    """Merge one worker folder into ``data``; then remove it and its registry entry. A merge that fails is noted in
+    ``report.merge_failed`` and the folder kept (the next run merges it); the other workers' merges go on."""
+    try:
+        added = merge_into(case, folder, data) if folder.is_dir() else []
+    except (PlaybookError, OSError) as error:
+        report.merge_failed[str(folder)] = f"{type(error).__name__}: {error}"
+        return []
+    shutil.rmtree(folder, ignore_errors=True)
+    update_record(case_dir(case, data) / WORKERS_FILE,
+                  lambda entries: [e for e in entries if e.get("folder") != str(folder)])  # fmt: skip
+    return added
+
+
+def merge_leftover_workers(case: str, data: Path, report: ParallelReport | None = None) -> list[str]:
+    """Merge the worker folders an earlier ``vllm-playbooks run`` of ``case`` left (killed before it could merge
+    them), once their runner and worker are gone; stop any server they left; return the ids of the rows added."""
+    report = report if report is not None else ParallelReport(assignment={})
+    added: list[str] = []
+    for entry in read_record(case_dir(case, data) / WORKERS_FILE):
+        worker = {"owner": entry.get("worker"), "owner_started": entry.get("worker_started")}
+        if owner_alive(entry) or owner_alive(worker):
+            continue
+        folder = Path(str(entry.get("folder")))
+        for line in stop_leftovers(case_dir(case, folder) / SERVERS_FILE):
+            print(line, file=sys.stderr)
+        rows = _merge_worker(case, folder, data, report)
+        print(f"merged {len(rows)} point(s) from {folder}, left by an earlier run that was stopped", file=sys.stderr)
+        added += rows
+    return added
 
 
 def add_worker_arguments(parser: argparse.ArgumentParser) -> None:

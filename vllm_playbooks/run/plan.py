@@ -117,7 +117,10 @@ def _case_yaml(case: str) -> dict[str, Any]:
         own = Path(case)
         if not own.is_file():
             raise ConfigError(f"no case file {case}")
-        spec = yaml.safe_load(own.read_text(encoding="utf-8"))
+        try:
+            spec = yaml.safe_load(own.read_text(encoding="utf-8"))
+        except yaml.YAMLError as error:
+            raise ConfigError(f"{case}: not valid YAML ({' '.join(str(error).split())})") from None
         if not isinstance(spec, dict) or not spec.get("case"):
             raise ConfigError(f"{case}: a case file is a mapping with a 'case' name (see vllm_playbooks/cases/)")
         return spec
