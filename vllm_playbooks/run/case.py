@@ -460,7 +460,7 @@ def hardware_of(rows: pd.DataFrame) -> str:
     parts = []
     for (gpu, vllm), group in rows.groupby(["gpu_name", "vllm_version"], sort=True):
         counts = sorted({int(c) for c in group["gpu_count"]})
-        per = ", ".join(map(str, counts))
+        per = " or ".join(map(str, counts))
         parts.append(f"{gpu} ({per} GPU{'s' if counts != [1] else ''} per server), vLLM {vllm}")
     return "; ".join(parts)
 
