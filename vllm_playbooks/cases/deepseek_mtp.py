@@ -18,7 +18,7 @@ from vllm_playbooks.claims.finding import (
     stalled_loads,
     stalled_words,
 )
-from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, speedup_pairs, check
+from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, check, speedup_pairs
 from vllm_playbooks.claims.reference import published_value
 from vllm_playbooks.claims.verdict import Effect, Verdict, combine, effect, judge
 from vllm_playbooks.errors import SchemaError

@@ -32,7 +32,16 @@ from vllm_playbooks.results.stalls import mark_stalled
 from vllm_playbooks.results.store import case_dir, load_runs
 from vllm_playbooks.results.textfiles import plain_name, read_text
 from vllm_playbooks.run.case import engine_gpus, hardware_of
-from vllm_playbooks.run.plan import QUICK_PART, CasePlan, load_part, load_plan, missing_loads, part_note, part_overrides, quiet_plan
+from vllm_playbooks.run.plan import (
+    QUICK_PART,
+    CasePlan,
+    load_part,
+    load_plan,
+    missing_loads,
+    part_note,
+    part_overrides,
+    quiet_plan,
+)
 from vllm_playbooks.shapes import resolve_model
 
 if TYPE_CHECKING:
@@ -217,7 +226,8 @@ def describe_fresh_time(table: pd.DataFrame) -> str:
     unknown = table.loc[table["total_s"].isna(), "engine_label"].tolist()
     if unknown:
         return f"no estimate for {', '.join(unknown)}: its shape or one of its loads was never measured"
-    return (f"{int(table['points'].sum())} points on {len(table)} servers: ≈ {table['total_s'].sum() / 60:.0f} min "
+    servers = f"{len(table)} server{'s' if len(table) != 1 else ''}"
+    return (f"{int(table['points'].sum())} points on {servers}: ≈ {table['total_s'].sum() / 60:.0f} min "
             f"wall, {table['gpu_minutes'].sum():.0f} GPU-minutes, start-ups included")
 
 

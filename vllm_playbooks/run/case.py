@@ -15,7 +15,7 @@ import os
 import signal
 import tempfile
 import threading
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path
@@ -385,7 +385,7 @@ def require_gpu() -> None:
     import subprocess
 
     try:
-        name, count, _, _ = query_gpus()
+        _, count, _, _ = query_gpus()
     except (OSError, subprocess.SubprocessError) as error:
         raise ConfigError(f"live mode needs an NVIDIA GPU, and nvidia-smi failed: {error}") from None
     if count == 0:
@@ -405,11 +405,13 @@ def _load_key(input_len: Any, output_len: Any, concurrency: Any, rate: Any) -> t
 
 def _refuse_unrecorded(rows: pd.DataFrame, column: str, asked: list[Any], case: str, what: str) -> None:
     """Refuse the values of ``asked`` that no row of ``rows`` holds in ``column``, naming the recorded ones."""
-    recorded = sorted(set(rows[column].dropna()))
-    shown = [int(v) if isinstance(v, float) and v.is_integer() else v for v in recorded]
-    absent = [value for value in asked if not (rows[column] == value).any()]
+    def shown(values: Iterable[Any]) -> list[Any]:
+        return [int(v) if isinstance(v, float) and v.is_integer() else v for v in values]
+
+    recorded = shown(sorted(set(rows[column].dropna())))
+    absent = shown(value for value in asked if not (rows[column] == value).any())
     if absent:
-        raise ConfigError(f"case {case}: no recorded row at {what} {absent}; recorded: {shown or 'none'} "
+        raise ConfigError(f"case {case}: no recorded row at {what} {absent}; recorded: {recorded or 'none'} "
                           "(replay shows recorded rows; mode=live measures new ones)")  # fmt: skip
 
 
@@ -419,7 +421,7 @@ def select_rows(rows: pd.DataFrame, plan: CasePlan, given: Collection[str]) -> p
     given. A value that names no recorded row is refused (``ConfigError``, naming the recorded values), and so is a
     choice that leaves no row; with no filter given every row is kept."""
     chosen = set(given) & set(ROW_FILTERS)
-    if not chosen or rows.empty:
+    if not chosen:
         return rows
     out = rows
     if "engines" in chosen:
