@@ -405,6 +405,7 @@ def _load_key(input_len: Any, output_len: Any, concurrency: Any, rate: Any) -> t
 
 def _refuse_unrecorded(rows: pd.DataFrame, column: str, asked: list[Any], case: str, what: str) -> None:
     """Refuse the values of ``asked`` that no row of ``rows`` holds in ``column``, naming the recorded ones."""
+
     def shown(values: Iterable[Any]) -> list[Any]:
         return [int(v) if isinstance(v, float) and v.is_integer() else v for v in values]
 
@@ -471,7 +472,9 @@ def live_summary(report: RunReport, rows: pd.DataFrame, folder: Path) -> str:
     """One line on a live run: the points it measured and on what hardware (from their rows), those it skipped as
     already recorded, and the folder its rows are in."""
     mine = rows[rows["point_id"].isin(report.measured)]
-    measured = f"{len(report.measured)} point(s) measured on {hardware_of(mine)}" if report.measured else "no point measured"
+    measured = "no point measured"
+    if report.measured:
+        measured = f"{len(report.measured)} point(s) measured on {hardware_of(mine)}"
     return f"live: {measured}, {len(report.skipped)} already recorded and skipped; rows in {folder}"
 
 

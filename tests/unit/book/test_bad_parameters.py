@@ -25,7 +25,7 @@ BAD = [
     ("llama_8b_draft_model", ["concurrency", "[0]"], "bad load {'concurrency': 0}"),
     ("llama_8b_draft_model", ["concurrency", "[2]"], "no recorded row at concurrency [2]; recorded: none"),
     ("llama_8b_draft_model", ["concurrency", "[1, 16"], "parameter concurrency: cannot read '[1, 16' as YAML"),
-    ("llama_8b_draft_model", ["model", "nope-shape"], "'nope-shape' is neither a known shape nor an existing directory"),
+    ("llama_8b_draft_model", ["model", "nope-shape"], "'nope-shape' is neither a known shape nor an existing"),
     ("llama_8b_draft_model", ["draft_model", "nope"], "'nope' is neither a known shape nor an existing directory"),
     ("llama_8b_draft_model", ["min_duration_s", "-1"], "min_duration_s must be a number > 0, got -1"),
     ("llama_8b_draft_model", ["gpu_memory_gib", "-3"], "gpu_memory_gib must be a number > 0, got -3"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 import warnings
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -182,7 +183,8 @@ def test_a_fresh_machine_pays_the_longest_start_up_once_per_shape_and_every_repe
     assert budget.describe_fresh_time(table.reset_index()) == (
         "no estimate for big: its shape or one of its loads was never measured")
     known = budget.fresh_time(plan_from_dict({**_spec(), "engines": [{"label": "a"}]}), rows, servers)
-    assert budget.describe_fresh_time(known) == "3 points on 1 server: ≈ 9 min wall, 9 GPU-minutes, start-ups included"
+    assert budget.describe_fresh_time(known) == (
+        "3 points on 1 server: ≈ 9 min wall, 9 GPU-minutes, start-ups included")
 
 
 def _spec() -> dict:  # type: ignore[type-arg]
@@ -191,7 +193,9 @@ def _spec() -> dict:  # type: ignore[type-arg]
             "loads": {"input_len": 8, "output_len": 8, "concurrency": [1, 4, 16]}}  # fmt: skip
 
 
-def test_the_quick_check_is_planned_from_the_recorded_runs(frozen_data, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+def test_the_quick_check_is_planned_from_the_recorded_runs(
+    frozen_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # the frozen #27462 copy keeps no server log of the configs the quick check runs: no estimate, and it says why
     assert budget.quick_check_time("pp-27462") == "no estimate yet (a shape or load of it was never measured)"
     assert budget.quick_check_time("nope").startswith("no estimate (Unknown case 'nope'")
@@ -203,5 +207,5 @@ def test_the_quick_check_is_planned_from_the_recorded_runs(frozen_data, capsys: 
 @pytest.mark.recorded_data
 def test_the_quick_check_time_names_the_hardware_it_is_estimated_from() -> None:
     text = budget.quick_check_time("llama-8b-draft-model")
-    assert re.fullmatch(r"about \d+ minutes \(\d+ GPU-minutes, start-ups included\) on .+ \(1 GPU per server\), vLLM .+",
-                        text), text
+    pattern = r"about \d+ minutes \(\d+ GPU-minutes, start-ups included\) on .+ \(1 GPU per server\), vLLM .+"
+    assert re.fullmatch(pattern, text), text
