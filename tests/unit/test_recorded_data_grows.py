@@ -52,7 +52,7 @@ def _add_point(source: Path, target_case_dir: Path, repeat: int, measured_at: st
 def _grow(data: Path) -> tuple[str, list[str]]:
     """Add to the data folder ``data`` the next repeat of the last recorded speculative point of ``CASE``, a day
     after its last row, and ``NEW_CASE``: the first point of ``CASE`` with speculation off and the first with it on,
-    with the case's server logs; the rows are appended by ``sync_rows``. Return the new point's id and the new case's
+    with the case's server logs of their configs; the rows are appended by ``sync_rows``. Return the new point's id and the new case's
     point ids."""
     import pandas as pd
 
@@ -69,8 +69,10 @@ def _grow(data: Path) -> tuple[str, list[str]]:
               for off in (True, False)]  # fmt: skip
     new = [_add_point(data / r.raw_path, new_dir, 0, r.measured_at) for r in firsts]
     (new_dir / "logs").mkdir()
+    configs = {r.config_id for r in firsts}  # a log of another config names an engine the new case never recorded
     for log in (recorded / "logs").iterdir():
-        shutil.copy2(log, new_dir / "logs" / log.name)
+        if log.name.startswith(tuple(f"{config}-" for config in configs)):  # their server and load logs
+            shutil.copy2(log, new_dir / "logs" / log.name)
     assert sorted(sync_rows(NEW_CASE, data)) == sorted(new)
     return added, new
 
