@@ -68,7 +68,7 @@ test-cpu-e2e:
 ##   make reproduce CASE=llama_8b_draft_model PARAMS="-p concurrency '[1, 4]'"
 reproduce: $(STAMP)
 	@test -n "$(CASE)" || { echo "usage: make reproduce CASE=<notebook name> [PARAMS=\"-p name value ...\"]"; exit 2; }
-	$(PY) -m vllm_playbooks reproduce $(CASE) $(PARAMS)
+	@$(PY) -m vllm_playbooks reproduce $(CASE) $(PARAMS)
 
 check-notebooks: $(STAMP)
 	$(PY) -m vllm_playbooks notebooks check

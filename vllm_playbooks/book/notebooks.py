@@ -18,7 +18,7 @@ from typing import Any
 
 from vllm_playbooks import paths
 from vllm_playbooks.book import cache
-from vllm_playbooks.errors import ConfigError
+from vllm_playbooks.errors import CapacityError, ConfigError, PlaybookError, SchemaError, ServerError
 from vllm_playbooks.run.plan import parse_parameter_pairs
 
 PARAMETERS_TAG = "parameters"
@@ -323,15 +323,51 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a notebook parameter, its value read as YAML (e.g. -p concurrency '[1, 16]')")  # fmt: skip
 
 
+def check_parameters(source: Path, parameters: dict[str, Any]) -> None:
+    """Refuse, before a kernel starts, what a case notebook would refuse in its first cells: unknown parameter names,
+    and for a notebook with a ``case`` parameter, the case, part, filters and values as ``run.case.results_for``
+    checks them (replay: every filter value against the recorded rows; live: vLLM and a GPU too). ``ConfigError``."""
+    from vllm_playbooks.run.case import checked_choice, results_for
+    from vllm_playbooks.run.plan import OVERRIDE_KEYS
+
+    known = default_parameters(source)
+    unknown = sorted(set(parameters) - set(known))
+    if unknown:
+        raise ConfigError(f"{source.name}: unknown parameter(s) {unknown}; this notebook takes: {', '.join(known)}")
+    values = {**known, **parameters}
+    if "case" not in values:
+        return
+    overrides = {key: values[key] for key in OVERRIDE_KEYS if key in values}
+    if values.get("mode") == "replay":
+        results_for(values["case"], "replay", overrides, values.get("part"))
+    else:
+        checked_choice(values["case"], values.get("mode", "live"), overrides, values.get("part"))
+
+
+#: The error classes of ``vllm_playbooks.errors`` by name, as a kernel reports them (``PapermillExecutionError.ename``).
+OUR_ERRORS: dict[str, type[PlaybookError]] = {
+    kind.__name__: kind for kind in (PlaybookError, ConfigError, CapacityError, SchemaError, ServerError)
+}
+
+
 def reproduce_main(args: argparse.Namespace) -> int:
-    """Execute one notebook in live mode on this machine's GPUs."""
+    """Execute one notebook (live mode unless ``-p mode replay``) after ``check_parameters``; an error of this
+    package raised inside the notebook is raised here again as itself, so the command line prints one line."""
+    from papermill.exceptions import PapermillExecutionError
+
     source = notebook_dir() / f"{args.notebook}.ipynb"
     if not source.exists():
         names = ", ".join(p.stem for p in list_notebooks())
         raise ConfigError(f"no notebook {args.notebook!r}; known: {names}")
-    params = {**parse_parameter_pairs(args.parameter), "mode": "live"}
+    params = {"mode": "live", **parse_parameter_pairs(args.parameter)}
+    check_parameters(source, params)
     out = args.out or Path("_build") / "reproduce" / source.name
-    execute(source, out, params, timeout_s=3600)
+    try:
+        execute(source, out, params, timeout_s=3600)
+    except PapermillExecutionError as error:
+        if error.ename in OUR_ERRORS:
+            raise OUR_ERRORS[error.ename](f"{error.evalue} (executed notebook: {out})") from None
+        raise
     print(f"executed notebook: {out}")
     return 0
 

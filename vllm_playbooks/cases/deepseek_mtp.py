@@ -18,7 +18,7 @@ from vllm_playbooks.claims.finding import (
     stalled_loads,
     stalled_words,
 )
-from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, speedup_pairs, check
+from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, check, speedup_pairs
 from vllm_playbooks.claims.reference import published_value
 from vllm_playbooks.claims.verdict import Effect, Verdict, combine, effect, judge
 from vllm_playbooks.errors import SchemaError
@@ -297,6 +297,8 @@ def best_k_by_load(sweep: pd.DataFrame, first_rate: float = 0.85) -> pd.DataFram
 
     columns = ["load", "request_rate_qps", "concurrency", "best_k", "engine_label", "speedup", "k1_speedup",
                "position_1_rate"]  # fmt: skip
+    if sweep.empty:  # no MTP row of that shape among the rows chosen (a part of the grid)
+        return pd.DataFrame(columns=columns)
     same = sweep[[abs(first - first_rate) < 1e-9 for first in _position_1_rates(sweep)]]
     rows = []
     for load, group in same.groupby("load", sort=False):

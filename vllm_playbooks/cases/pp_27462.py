@@ -19,7 +19,7 @@ from vllm_playbooks.results.engine_steps import FILL_THRESHOLD, step_summary
 from vllm_playbooks.results.gpu_samples import gpu_summary
 from vllm_playbooks.results.replay import replay_case
 from vllm_playbooks.run.case import results_for, run_case
-from vllm_playbooks.run.plan import CasePlan, load_plan
+from vllm_playbooks.run.plan import CasePlan, load_plan, text_list
 from vllm_playbooks.shapes import resolve_model
 
 if TYPE_CHECKING:
@@ -397,6 +397,7 @@ def select_engines(case: str, engines: Sequence[str] | None = None,
     ``max_num_seqs`` (all when None). None when neither narrows anything, as ``load_plan`` expects."""
     if engines is None and max_num_seqs is None:
         return None
+    engines, max_num_seqs = text_list("engines", engines), text_list("max_num_seqs", max_num_seqs)
 
     plan = load_plan(case, engines=list(engines) if engines is not None else None)
     wanted = None if max_num_seqs is None else {int(n) for n in max_num_seqs}

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from vllm_playbooks import paths
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.config.load import LoadPoint
+from vllm_playbooks.config.spec_detection import SpeculativeConfigWarning
 from vllm_playbooks.engine.gpu_sampler import gpu_at_hand
 from vllm_playbooks.errors import ConfigError, SchemaError
 from vllm_playbooks.results.identity import engine_gpus, hardware_key
@@ -35,8 +36,17 @@ from vllm_playbooks.results.server_logs import LINE_STAMP, all_server_logs, log_
 from vllm_playbooks.results.stalls import mark_stalled
 from vllm_playbooks.results.store import case_dir, load_runs
 from vllm_playbooks.results.textfiles import plain_name, read_text
+from vllm_playbooks.run.case import hardware_in_words
 from vllm_playbooks.run.crosscheck import VLLM_VERSION
-from vllm_playbooks.run.plan import CasePlan, load_part, load_plan
+from vllm_playbooks.run.plan import (
+    QUICK_PART,
+    CasePlan,
+    load_part,
+    load_plan,
+    part_note,
+    part_overrides,
+    quiet_plan,
+)
 from vllm_playbooks.shapes import resolve_model
 
 if TYPE_CHECKING:
@@ -200,6 +210,72 @@ def _at_load(rows: pd.DataFrame, load: LoadPoint) -> pd.Series:
             & rows["request_rate_qps"].map(_or_missing).eq(_or_missing(load.request_rate_qps)))  # fmt: skip
 
 
+def fresh_time(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
+    """Every point of ``plan``, recorded or not, as one machine without compile caches measures it, servers in the
+    plan's order: per engine config its model shape, GPUs, points (load levels × repeats), the estimated start-up
+    (``startup_s``: for the first server of a shape the longest recorded for the shape, for a later one the shortest,
+    as it finds the compile caches of the one before it), the points' wall time (``points_s``: repeats × the longest
+    recorded wall time at each load for the engine config, else for its shape), their sum (``total_s``) and
+    ``gpu_minutes`` (GPUs × total); NaN where a shape or load was never measured."""
+    import pandas as pd
+
+    walls = point_walls(measured, servers).fillna({c: -1 for c in LOAD})
+    by_label = walls.groupby(["engine_label", *LOAD])["wall_s"].max()
+    by_shape = walls.groupby(["model_shape", *LOAD])["wall_s"].max()
+    shapes = {**dict(zip(measured["engine_label"], measured["model_shape"], strict=True)),
+              **{engine.label: resolve_model(engine.model).name for engine in plan.engines}}  # fmt: skip
+    started = servers[servers["startup_s"].notna()]
+    startups = started.groupby(started["engine_label"].map(shapes))["startup_s"]
+    first, later = startups.max(), startups.min()
+    records, seen = [], set()
+    for engine in plan.engines:
+        shape, loads = shapes[engine.label], plan.loads_for(engine)
+        keys = [(load.input_len, load.output_len, _or_missing(load.concurrency), _or_missing(load.request_rate_qps))
+                for load in loads]  # fmt: skip
+        point_s = [float(by_label.get((engine.label, *key), by_shape.get((shape, *key), math.nan))) for key in keys]
+        startup = float((later if shape in seen else first).get(shape, math.nan))
+        seen.add(shape)
+        points = plan.repeats * sum(point_s)
+        records.append({
+            "engine_label": engine.label, "model_shape": shape, "gpus": engine_gpus(engine),
+            "points": len(loads) * plan.repeats, "startup_s": startup, "points_s": points, "total_s": startup + points,
+            "gpu_minutes": engine_gpus(engine) * (startup + points) / 60.0,
+        })  # fmt: skip
+    columns = ["engine_label", "model_shape", "gpus", "points", "startup_s", "points_s", "total_s", "gpu_minutes"]
+    return pd.DataFrame(records, columns=columns)
+
+
+def describe_fresh_time(table: pd.DataFrame) -> str:
+    """One line on a ``fresh_time`` table: points, servers and the estimated wall minutes and GPU-minutes, or which
+    configs have no estimate."""
+    unknown = table.loc[table["total_s"].isna(), "engine_label"].tolist()
+    if unknown:
+        return f"no estimate for {', '.join(unknown)}: its shape or one of its loads was never measured"
+    servers = f"{len(table)} server{'s' if len(table) != 1 else ''}"
+    return (f"{int(table['points'].sum())} points on {servers}: ≈ {table['total_s'].sum() / 60:.0f} min "
+            f"wall, {table['gpu_minutes'].sum():.0f} GPU-minutes, start-ups included")
+
+
+def quick_check_time(case: str, data: Path | None = None) -> str:
+    """How long the case's ``quick`` part takes on a machine without compile caches (``fresh_time``), and on what
+    the recorded runs it is estimated from were measured: 'about 14 minutes (14 GPU-minutes, start-ups included) on
+    NVIDIA H200 (1 GPU per server), vLLM 0.26.0'."""
+    import warnings
+
+    try:
+        plan, _ = quiet_plan(case, **part_overrides(case, QUICK_PART))
+    except ConfigError as error:
+        return f"no estimate ({error})"
+    measured = load_runs(plan.case, data)
+    with warnings.catch_warnings():  # a start-up's advisories say nothing about its time
+        warnings.simplefilter("ignore", SpeculativeConfigWarning)
+        table = fresh_time(plan, measured, server_time(case, data))
+    if table["total_s"].isna().any():
+        return "no estimate yet (a shape or load of it was never measured)"
+    return (f"about {table['total_s'].sum() / 60:.0f} minutes ({table['gpu_minutes'].sum():.0f} GPU-minutes, "
+            f"start-ups included) on {hardware_in_words(measured)}")
+
+
 def remaining_time(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame, margin: float = 1.25,
                    recorded: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
     """For each engine config of ``plan`` with points still to measure: its model shape, how many points
@@ -350,6 +426,9 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vllm-version", help="the vLLM version (default: the installed one, else the book's)")
     parser.add_argument("--margin", type=float, default=1.25, help="time_limit_s = margin × the estimate")
     parser.add_argument("--data", type=Path, help="the data folder (default: the book's data/)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="instead, estimate every point of the plan (or part), recorded or not, as a machine "
+                             "without compile caches measures it: what a quick check costs on your GPU")
     parser.add_argument("--budget-s", type=float,
                         help="instead, list the points that a new server per config can measure in this many seconds, "
                              "shortest first (the order to run them in)")  # fmt: skip
@@ -368,6 +447,14 @@ def plan_main(args: argparse.Namespace) -> int:
     plan = load_part(args.case, args.part) if args.part else load_plan(args.case)
     measured = mark_stalled(load_runs(plan.case, args.data), args.data)
     servers = server_time(args.case, args.data)
+    note = part_note(args.case, args.part) if args.part else None
+    if note:
+        print(f"{args.part}: {note}")
+    if args.fresh:
+        table = fresh_time(plan, measured, servers)
+        print(table.to_string(index=False, float_format="{:.0f}".format))
+        print(f"{describe_fresh_time(table)}; from the runs recorded on {hardware_in_words(measured)}")
+        return 0
     if args.budget_s is not None:
         here = rows_of_hardware(plan, measured, gpu, version)
         points = point_estimates(plan, measured, servers, here)

@@ -16,7 +16,7 @@ import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path
@@ -32,13 +32,13 @@ from vllm_playbooks.errors import ConfigError, PlaybookError, ServerError, Stora
 from vllm_playbooks.load.bench import BenchClient, InProcessBench, bench_argv
 from vllm_playbooks.results import raw, store
 from vllm_playbooks.results.identity import engine_gpus, hardware_key
-from vllm_playbooks.results.provenance import Provenance, collect_provenance, utc_now
+from vllm_playbooks.results.provenance import Provenance, collect_provenance, query_gpus, utc_now
 from vllm_playbooks.results.replay import replay_case, sync_rows
 from vllm_playbooks.results.schema import RUN_COLUMNS, RunRow
 from vllm_playbooks.results.stalls import STALL_S, STALL_SHARE, gaps_between, mark_stalled
 from vllm_playbooks.results.store import append_run_row, load_run_rows, rows_to_frame
 from vllm_playbooks.results.textfiles import compress_file
-from vllm_playbooks.run.plan import CasePlan, PlannedPoint, load_plan
+from vllm_playbooks.run.plan import CasePlan, PlannedPoint, load_plan, overrides_for, quiet_plan
 from vllm_playbooks.shapes import resolve_model, vllm_path
 
 if TYPE_CHECKING:
@@ -433,19 +433,125 @@ def _fail(case_dir: Path, point: PlannedPoint, error: BaseException, report: Run
     raw.record_failure(case_dir, recorded_id, message, {"server_log": str(log)})
 
 
-def results_for(case: str, mode: str, plan_overrides: dict[str, Any] | None = None, **run_kwargs: Any) -> pd.DataFrame:
-    """What a case notebook calls: replay the recorded rows, or run the grid live first, then replay.
+#: Notebook parameters that choose which replayed rows a page shows (besides ``part``, which sets them).
+ROW_FILTERS = ("engines", "concurrency", "request_rate_qps", "profiles", "input_len", "output_len",
+               "random_range_ratio")  # fmt: skip
 
-    ``mode`` must be 'replay' or 'live'; anything else is refused before work starts.
-    """
 
+def require_gpu() -> None:
+    """Live mode needs an NVIDIA GPU this process can see (``nvidia-smi``, ``CUDA_VISIBLE_DEVICES``); say so before
+    anything starts."""
+    import subprocess
+
+    try:
+        _, count, _, _ = query_gpus()
+    except (OSError, subprocess.SubprocessError) as error:
+        raise ConfigError(f"live mode needs an NVIDIA GPU, and nvidia-smi failed: {error}") from None
+    if count == 0:
+        raise ConfigError("live mode needs an NVIDIA GPU, and this machine shows none (nvidia-smi, "
+                          "CUDA_VISIBLE_DEVICES); replay mode needs none")  # fmt: skip
+
+
+def _load_key(input_len: Any, output_len: Any, concurrency: Any, rate: Any) -> tuple[int, int, float, float]:
+    """A load level as rows and plans both spell it: lengths, then concurrency and rate (-1 for none)."""
+    import pandas as pd
+
+    def number(value: Any) -> float:
+        return -1.0 if value is None or pd.isna(value) else float(value)
+
+    return int(input_len), int(output_len), number(concurrency), number(rate)
+
+
+def _refuse_unrecorded(rows: pd.DataFrame, column: str, asked: list[Any], case: str, what: str) -> None:
+    """Refuse the values of ``asked`` that no row of ``rows`` holds in ``column``, naming the recorded ones."""
+
+    def shown(values: Iterable[Any]) -> list[Any]:
+        return [int(v) if isinstance(v, float) and v.is_integer() else v for v in values]
+
+    recorded = shown(sorted(set(rows[column].dropna())))
+    absent = shown(value for value in asked if not (rows[column] == value).any())
+    if absent:
+        raise ConfigError(f"case {case}: no recorded row at {what} {absent}; recorded: {recorded or 'none'} "
+                          "(replay shows recorded rows; mode=live measures new ones)")  # fmt: skip
+
+
+def select_rows(rows: pd.DataFrame, plan: CasePlan, given: Collection[str]) -> pd.DataFrame:
+    """The replayed ``rows`` that the filter parameters named in ``given`` (``ROW_FILTERS``, as applied to ``plan``)
+    choose: the plan's engine labels when ``engines`` was given, the plan's load levels (per engine) when a load was
+    given. A value that names no recorded row is refused (``ConfigError``, naming the recorded values), and so is a
+    choice that leaves no row; with no filter given every row is kept."""
+    chosen = set(given) & set(ROW_FILTERS)
+    if not chosen:
+        return rows
+    out = rows
+    if "engines" in chosen:
+        labels = [engine.label for engine in plan.engines]
+        _refuse_unrecorded(out, "engine_label", labels, plan.case, "engine")
+        out = out[out["engine_label"].isin(labels)]
+    if chosen - {"engines"}:
+        if "concurrency" in chosen:
+            asked = sorted({load.concurrency for e in plan.engines for load in plan.loads_for(e) if load.concurrency})
+            _refuse_unrecorded(out, "concurrency", asked, plan.case, "concurrency")
+        if "request_rate_qps" in chosen:
+            asked = sorted({load.request_rate_qps for e in plan.engines for load in plan.loads_for(e)
+                            if load.request_rate_qps is not None})  # fmt: skip
+            _refuse_unrecorded(out, "request_rate_qps", asked, plan.case, "request rate")
+        planned = {engine.label: plan.loads_for(engine) for engine in plan.engines}
+        with_ratio = "random_range_ratio" in chosen
+        keep = []
+        for row in out.itertuples():
+            loads = planned.get(row.engine_label, plan.loads)
+            key = _load_key(row.input_len, row.output_len, row.concurrency, row.request_rate_qps)
+            keep.append(any(
+                key == _load_key(load.input_len, load.output_len, load.concurrency, load.request_rate_qps)
+                and (not with_ratio or float(row.random_range_ratio) == load.random_range_ratio)
+                for load in loads
+            ))  # fmt: skip
+        out = out[keep]
+    if out.empty:
+        raise ConfigError(f"case {plan.case}: no recorded row of the chosen engines at the chosen loads; the recorded "
+                          f"engines are {sorted(set(rows['engine_label']))}")  # fmt: skip
+    return out.reset_index(drop=True)
+
+
+def hardware_in_words(rows: pd.DataFrame) -> str:
+    """What measured ``rows``, in words: each GPU model with its count per server and vLLM version, e.g.
+    'NVIDIA H200 (1 GPU per server), vLLM 0.26.0'; 'no rows' for none."""
+    if rows.empty:
+        return "no rows"
+    parts = []
+    for (gpu, vllm), group in rows.groupby(["gpu_name", "vllm_version"], sort=True):
+        counts = sorted({int(c) for c in group["gpu_count"]})
+        per = " or ".join(map(str, counts))
+        parts.append(f"{gpu} ({per} GPU{'s' if counts != [1] else ''} per server), vLLM {vllm}")
+    return "; ".join(parts)
+
+
+def live_summary(report: RunReport, rows: pd.DataFrame, folder: Path) -> str:
+    """One line on a live run: the points it measured and on what hardware (from their rows), those it skipped as
+    already recorded, and the folder its rows are in."""
+    mine = rows[rows["point_id"].isin(report.measured)]
+    measured = "no point measured"
+    if report.measured:
+        measured = f"{len(report.measured)} point(s) measured on {hardware_in_words(mine)}"
+    return f"live: {measured}, {len(report.skipped)} already recorded and skipped; rows in {folder}"
+
+
+def checked_choice(
+    case: str, mode: str, plan_overrides: dict[str, Any] | None = None, part: str | None = None
+) -> tuple[CasePlan, dict[str, Any]]:
+    """Everything a case page checks before any work: ``mode`` is 'replay' or 'live'; ``part`` (a name under the
+    case's ``parts:``) and ``plan_overrides`` (``None`` values ignored) build the plan as ``load_plan`` does, so a bad
+    case, part, engine, profile or value is refused (``ConfigError``); live mode needs vLLM and a GPU. Returns the
+    plan (its speculative advisories left to the page) and the overrides it was built with."""
     if mode not in ("replay", "live"):
         raise ConfigError(f"mode must be 'replay' or 'live', got {mode!r}")
+    overrides = overrides_for(case, part, **(plan_overrides or {}))
+    plan, _ = quiet_plan(case, **overrides)
     if mode == "live":
-        plan = load_plan(case, **live_overrides(plan_overrides))
         require_vllm()
-        run_case(plan, **run_kwargs).raise_for_failures()
-    return replay_case(case)
+        require_gpu()
+    return plan, overrides
 
 
 def live_overrides(overrides: dict[str, Any] | None, nvml: Any = None) -> dict[str, Any]:
@@ -458,3 +564,29 @@ def live_overrides(overrides: dict[str, Any] | None, nvml: Any = None) -> dict[s
         if gpu is not None:
             given["gpu_memory_gib"] = round(gpu.memory_gib, 1)
     return given
+
+
+def results_for(
+    case: str,
+    mode: str,
+    plan_overrides: dict[str, Any] | None = None,
+    part: str | None = None,
+    **run_kwargs: Any,
+) -> pd.DataFrame:
+    """What a case notebook calls: replay the recorded rows, or run the plan live first (``run_case``), then replay.
+
+    The checks of ``checked_choice`` come first. The rows returned are those the filter parameters choose
+    (``select_rows``): every row of the case when none is given. Live mode takes ``gpu_memory_gib`` from the GPU at
+    hand (``live_overrides``) and prints one line: the points measured, on what hardware, the points skipped as
+    already recorded on it, and where the rows are.
+    """
+    plan, overrides = checked_choice(case, mode, plan_overrides, part)
+    data = run_kwargs.get("data")
+    if mode == "live":
+        report = run_case(load_plan(case, **live_overrides(overrides)), **run_kwargs)
+        report.raise_for_failures()
+        rows = replay_case(plan.case, data)
+        print(live_summary(report, rows, store.case_dir(plan.case, data)))
+    else:
+        rows = replay_case(plan.case, data)
+    return select_rows(rows, plan, overrides)

@@ -42,7 +42,14 @@ from vllm_playbooks.errors import ConfigError, PlaybookError
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.replay import sync_rows
 from vllm_playbooks.results.store import case_dir
-from vllm_playbooks.run.case import engine_gpus, live_overrides, run_case, sigterm_as_interrupt
+from vllm_playbooks.run.case import (
+    engine_gpus,
+    live_overrides,
+    require_gpu,
+    require_vllm,
+    run_case,
+    sigterm_as_interrupt,
+)
 from vllm_playbooks.run.plan import load_plan, overrides_for
 
 #: The command line's exit status when ``--time-limit-s`` stopped a worker (as coreutils' ``timeout``).
@@ -326,11 +333,16 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_main(args: argparse.Namespace) -> int:
-    """Run a case's configs over the GPU groups; exit 124 when the time limit stopped a worker, 130 on Ctrl-C."""
+    """Run a case's configs over the GPU groups (after the plan's checks, vLLM and a GPU: ``ConfigError`` before any
+    worker starts); exit 124 when the time limit stopped a worker, 130 on Ctrl-C."""
     report: ParallelReport | None = None
     try:
         chosen = {"engines": args.engines, "concurrency": args.concurrency, "repeats": args.repeats}
-        overrides = live_overrides(overrides_for(args.case, args.part, **chosen))
+        overrides = overrides_for(args.case, args.part, **chosen)
+        load_plan(args.case, **overrides)  # a bad case, part or value first, then what the machine lacks
+        require_vllm()
+        require_gpu()
+        overrides = live_overrides(overrides)
         report = run_on_gpus(args.case, args.gpus, time_limit_s=args.time_limit_s, **overrides)
         for group, labels in report.assignment.items():
             print(f"GPUs {group}: {', '.join(labels)} → exit {report.returncodes.get(group)}, log {report.logs[group]}")

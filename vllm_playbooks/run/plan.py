@@ -344,32 +344,52 @@ def _load_profiles(
     return loads, tuple(profiles)
 
 
-def case_parts(case: str) -> list[tuple[str, dict[str, Any]]]:
-    """The case's ``parts``: (name, overrides) in the order a GPU session should run them; each part's overrides
-    go to ``load_plan`` as they are (``load_part`` does that). A case without parts has one, ``all``, with none."""
-    spec = _case_yaml(case)
-    parts = spec.get("parts")
-    if not parts:
-        return [("all", {})]
+#: The part that checks a case's claim on a GPU of one's own in one sitting: the fewest points that decide it, with the
+#: repeats the noise rules ask for. It overlaps the grid, so it is not one of the parts that cover it.
+QUICK_PART = "quick"
+
+
+def _named_parts(case: str) -> list[tuple[str, dict[str, Any], str | None]]:
+    """Every entry of the case's ``parts``: (name, overrides, note), checked; ``quick`` included."""
     out = []
-    for item in parts:
+    for item in _case_yaml(case).get("parts") or []:
         item = dict(item)
         name = item.pop("name", None)
+        note = item.pop("note", None)
         if not name:
             raise ConfigError(f"case {case}: every part needs a 'name'")
         unknown = set(item) - set(OVERRIDE_KEYS)
         if unknown:
             raise ConfigError(f"case {case}, part {name}: unknown override(s) {sorted(unknown)}")
-        out.append((str(name), item))
+        out.append((str(name), item, None if note is None else str(note)))
     return out
 
 
-def load_part(case: str, part: str, **overrides: Any) -> CasePlan:
-    """``load_plan(case, **<the part's overrides>, **overrides)``: one part of the case's grid."""
-    parts = dict(case_parts(case))
+def case_parts(case: str) -> list[tuple[str, dict[str, Any]]]:
+    """The parts that cover the case's grid: (name, overrides) in the order a GPU session should run them; each
+    part's overrides go to ``load_plan`` as they are (``load_part`` does that). A case without such parts has one,
+    ``all``, with none. The ``quick`` part is not among them (``part_overrides`` finds it)."""
+    parts = [(name, overrides) for name, overrides, _ in _named_parts(case) if name != QUICK_PART]
+    return parts or [("all", {})]
+
+
+def part_overrides(case: str, part: str) -> dict[str, Any]:
+    """The overrides of one part by name: one of ``case_parts`` or ``quick``; ``ConfigError`` naming the known ones."""
+    parts = dict(case_parts(case)) | {name: overrides for name, overrides, _ in _named_parts(case)}
     if part not in parts:
         raise ConfigError(f"case {case}: no part {part!r}; known: {', '.join(parts)}")
-    return load_plan(case, **{**parts[part], **overrides})
+    return dict(parts[part])
+
+
+def part_note(case: str, part: str) -> str | None:
+    """The ``note`` of one of the case's parts (what it decides, what it needs), or ``None`` without one."""
+    part_overrides(case, part)  # refuses an unknown part
+    return next((note for name, _, note in _named_parts(case) if name == part), None)
+
+
+def load_part(case: str, part: str, **overrides: Any) -> CasePlan:
+    """``load_plan(case, **<the part's overrides>, **overrides)``: one part of the case's grid, or its quick check."""
+    return load_plan(case, **{**part_overrides(case, part), **overrides})
 
 
 def quiet_plan(case: str, **overrides: Any) -> tuple[CasePlan, list[str]]:
@@ -398,16 +418,24 @@ def part_calls(case: str) -> str:
     return "\n".join(lines)
 
 
+#: Overrides that take a list; a notebook may get one as text (``papermill -p concurrency '[1, 16]'`` passes a string).
+LIST_KEYS = ("engines", "concurrency", "request_rate_qps", "profiles", "random_range_ratio")
+
+
+def text_list(name: str, value: Any) -> Any:
+    """``value`` read as YAML when it is the text of a list (``'[1, 16]'``, as plain ``papermill -p`` passes a list),
+    else unchanged; ``ConfigError`` naming parameter ``name`` for text that is not YAML."""
+    if not isinstance(value, str) or not value.lstrip().startswith("["):
+        return value
+    return parse_parameter_pairs([[name, value]])[name]
+
+
 def overrides_for(case: str, part: str | None = None, **given: Any) -> dict[str, Any]:
     """What a notebook passes to ``load_plan``: the overrides of ``part`` (none for ``None``), then every ``given``
-    override that is not ``None`` on top (papermill parameters default to ``None``)."""
-    base: dict[str, Any] = {}
-    if part is not None:
-        parts = dict(case_parts(case))
-        if part not in parts:
-            raise ConfigError(f"case {case}: no part {part!r}; known: {', '.join(parts)}")
-        base = dict(parts[part])
-    return {**base, **{k: v for k, v in given.items() if v is not None}}
+    override that is not ``None`` on top (papermill parameters default to ``None``), lists given as text read
+    (``text_list``)."""
+    base = part_overrides(case, part) if part is not None else {}
+    return {**base, **{k: text_list(k, v) if k in LIST_KEYS else v for k, v in given.items() if v is not None}}
 
 
 def grid_table(plan: CasePlan, case: str | None = None) -> Any:

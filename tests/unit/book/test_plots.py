@@ -29,6 +29,11 @@ def test_empty_measurements_say_not_measured() -> None:
     assert "not measured yet" in _texts(plots.gain_vs_concurrency(pd.DataFrame(), "chat"))
 
 
+def test_a_metric_without_rows_among_those_chosen_says_so() -> None:
+    ax = plots.metric_vs_load(pd.DataFrame(columns=["concurrency", "step_off_ms", "model_shape"]), "step_off_ms")
+    assert "no rows among those chosen" in _texts(ax)
+
+
 def test_measured_curves_are_drawn() -> None:
     table = pd.DataFrame({"engine_label": ["a", "a"], "request_rate_qps": [1.0, 2.0], "concurrency": [None, None],
                           "speedup": [1.5, 1.2]})  # fmt: skip

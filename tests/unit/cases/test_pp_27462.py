@@ -255,6 +255,7 @@ def test_measurement_status_from_the_rows() -> None:
 def test_live_runs_the_grid_then_sweeps_the_best_pp2_setting(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(runner, "require_vllm", lambda: None)
+    monkeypatch.setattr(runner, "require_gpu", lambda: None)  # the stand-in servers need no GPU
     engines = ["8b-pp1-mns32", "8b-pp2-mns32"]
     df = pp_27462.results_with_sweep(
         CASE, "live", {"engines": engines, "min_duration_s": 0.001}, sweep_concurrency=[4], sweep_model="llama-3.1-8b",

@@ -106,6 +106,8 @@ def test_best_k_by_load_compares_at_one_first_position_acceptance() -> None:
     assert best.speedup.tolist() == pytest.approx([30 / 12, 30 / 24])
     assert best.k1_speedup.tolist() == pytest.approx([30 / 20, 30 / 25])
     assert deepseek_mtp.describe_best_k(best) == "k = 2 at concurrency 64; k = 3 at concurrency 1"
+    none = deepseek_mtp.best_k_by_load(deepseek_mtp.k_sweep(_k_rows(), "mimo-7b"))  # no row of that shape chosen
+    assert none.empty and list(none.columns) == list(best.columns)
     rule = deepseek_mtp.mtp_rule(finding.Finding("not measured", "", pd.DataFrame()), best)
     assert ("Which k: the largest TPOT speed-up came from k = 2 at concurrency 64; k = 3 at concurrency 1, with "
             "position 1 accepted at 0.85") in rule

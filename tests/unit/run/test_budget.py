@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import re
 import warnings
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -223,3 +225,46 @@ def test_the_plan_for_a_gpu_without_rows_lists_every_run_and_for_the_h200_only_w
             runs = usable[(usable["engine_label"] == engine.label) & (usable["concurrency"] == load.concurrency)]
             lacking += max(plan.repeats - len(runs), 0)
     assert h200["to_measure"].sum() == lacking
+
+
+def test_a_fresh_machine_pays_the_longest_start_up_once_per_shape_and_every_repeat() -> None:
+    servers = _servers(("a1", "a", 0, 100), ("b1", "b", 400, 80), ("b2", "b", 900, 120))
+    rows = _rows(("a", 1, 160), ("a", 4, 200), ("a", 16, 500), ("b", 1, 1110))  # walls a: 60, 40, 300; b c1: 90
+    plan = plan_from_dict({**_spec(), "repeats": 3})
+    table = budget.fresh_time(plan, rows, servers).set_index("engine_label")
+    assert table["points"].tolist() == [9, 9, 9, 9]  # recorded or not: 3 loads × 3 repeats
+    # the first 8B server finds no compile caches (the shape's longest start-up), later ones the shortest
+    assert table["startup_s"].tolist()[:3] == [120.0, 80.0, 80.0]
+    assert table.loc["a", "points_s"] == 3 * (60.0 + 40.0 + 300.0)  # a's own walls
+    assert table.loc["b", "points_s"] == 3 * (90.0 + 40.0 + 300.0)  # its own at c1, else the shape's longest
+    assert table.loc["a", "gpu_minutes"] == pytest.approx((120.0 + 1200.0) / 60)
+    assert math.isnan(table.loc["big", "total_s"])  # the 70B never ran
+    assert budget.describe_fresh_time(table.reset_index()) == (
+        "no estimate for big: its shape or one of its loads was never measured")
+    known = budget.fresh_time(plan_from_dict({**_spec(), "engines": [{"label": "a"}]}), rows, servers)
+    assert budget.describe_fresh_time(known) == (
+        "3 points on 1 server: ≈ 9 min wall, 9 GPU-minutes, start-ups included")
+
+
+def _spec() -> dict:  # type: ignore[type-arg]
+    return {"case": "t", "engine_defaults": {"model": "llama-3.1-8b", "max_model_len": 2048},
+            "engines": [{"label": "a"}, {"label": "b"}, {"label": "c"}, {"label": "big", "model": "llama-3.3-70b"}],
+            "loads": {"input_len": 8, "output_len": 8, "concurrency": [1, 4, 16]}}  # fmt: skip
+
+
+def test_the_quick_check_is_planned_from_the_recorded_runs(
+    frozen_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the frozen #27462 copy keeps no server log of the configs the quick check runs: no estimate, and it says why
+    assert budget.quick_check_time("pp-27462") == "no estimate yet (a shape or load of it was never measured)"
+    assert budget.quick_check_time("nope").startswith("no estimate (Unknown case 'nope'")
+    assert cli.main(["plan", "--case", "pp-27462", "--part", "quick", "--fresh"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("quick: Needs two GPUs of one host") and "no estimate for 8b-pp1-mns64" in out
+
+
+@pytest.mark.recorded_data
+def test_the_quick_check_time_names_the_hardware_it_is_estimated_from() -> None:
+    text = budget.quick_check_time("llama-8b-draft-model")
+    pattern = r"about \d+ minutes \(\d+ GPU-minutes, start-ups included\) on .+ \(1 GPU per server\), vLLM .+"
+    assert re.fullmatch(pattern, text), text

@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import ROOT, FakeBench, fake_server_argv
 from vllm_playbooks.engine.server import VllmServer
-from vllm_playbooks.errors import PlaybookError, SchemaError
+from vllm_playbooks.errors import ConfigError, PlaybookError, SchemaError
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.replay import replay_case, replay_rows, sync_rows
 from vllm_playbooks.results.textfiles import read_text
@@ -303,3 +303,69 @@ def test_rows_of_another_hardware_are_neither_skipped_nor_mixed(data: Path, monk
                            sorted(mine.measured)}  # fmt: skip
     again = run_case(plan, data=data, bench=FakeBench(), server_factory=factory(), progress=False)
     assert again.measured == [] and sorted(again.skipped) == sorted(mine.measured)
+
+
+def test_replay_shows_only_the_loads_and_engines_asked_for(frozen_data: Path) -> None:
+    from vllm_playbooks.run.case import results_for
+
+    every = results_for("deepseek-mtp", "replay")
+    assert set(every["request_rate_qps"].dropna()) == {1.0, 4.0, 8.0} and 64 in set(every["concurrency"])
+    rates = results_for("deepseek-mtp", "replay", {"request_rate_qps": "[1, 8]", "concurrency": None})
+    assert set(rates["request_rate_qps"]) == {1.0, 8.0} and len(rates) == (every["request_rate_qps"].isin([1, 8])).sum()
+    off = results_for("deepseek-mtp", "replay", {"engines": ["spec-off"]})
+    assert set(off["engine_label"]) == {"spec-off"} and len(off) == (every["engine_label"] == "spec-off").sum()
+    quick = results_for("deepseek-mtp", "replay", part="quick")  # spec-off and MTP k=1 at 1 QPS
+    assert set(quick["request_rate_qps"]) == {1.0} and set(quick["engine_label"]) == {"spec-off"}
+
+
+def test_replay_refuses_what_no_recorded_row_holds(frozen_data: Path) -> None:
+    from vllm_playbooks.run.case import results_for
+
+    with pytest.raises(ConfigError, match=r"no recorded row at concurrency \[2\]; recorded: \[64\]"):
+        results_for("deepseek-mtp", "replay", {"concurrency": [2]})
+    with pytest.raises(ConfigError, match=r"no recorded row at engine \['mtp-k1-a0.81'\]; recorded: \['mtp-k1"):
+        results_for("deepseek-mtp", "replay", {"engines": ["mtp-k1-a0.81"]})
+    with pytest.raises(ConfigError, match=r"no recorded row at request rate \[1\]; recorded: \[4\]"):
+        results_for("deepseek-mtp", "replay", {"engines": ["mtp-k1-a0.85"], "request_rate_qps": [1]})
+    with pytest.raises(ConfigError, match="no recorded row of the chosen engines at the chosen loads"):
+        results_for("gpt-oss-eagle3", "replay", {"profiles": ["swe"]})  # the frozen copy holds chat rows only
+    with pytest.raises(ConfigError, match="Unknown case 'nope'"):
+        results_for("nope", "replay")
+    with pytest.raises(ConfigError, match="no part 'x'"):
+        results_for("deepseek-mtp", "replay", part="x")
+
+
+def test_the_rows_name_their_hardware_and_a_live_run_says_what_it_did() -> None:
+    import pandas as pd
+
+    from vllm_playbooks.run.case import RunReport, hardware_in_words, live_summary
+
+    rows = pd.DataFrame({"point_id": ["a/c1-r0", "b/c1-r0", "b/c4-r0"],
+                         "gpu_name": ["NVIDIA H200", "NVIDIA A100", "NVIDIA A100"],
+                         "gpu_count": [1, 2, 2], "vllm_version": ["0.26.0"] * 3})  # fmt: skip
+    assert hardware_in_words(rows) == ("NVIDIA A100 (2 GPUs per server), vLLM 0.26.0; "
+                                 "NVIDIA H200 (1 GPU per server), vLLM 0.26.0")  # fmt: skip
+    assert hardware_in_words(rows.iloc[:0]) == "no rows"
+    report = RunReport(measured=["b/c1-r0", "b/c4-r0"], skipped=["a/c1-r0"])
+    assert live_summary(report, rows, Path("/d")) == (
+        "live: 2 point(s) measured on NVIDIA A100 (2 GPUs per server), vLLM 0.26.0, 1 already recorded and skipped; "
+        "rows in /d")
+    nothing = live_summary(RunReport(skipped=["a/c1-r0"]), rows, Path("/d"))
+    assert nothing.startswith("live: no point measured, 1 already")
+
+
+def test_live_mode_needs_a_gpu_before_any_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vllm_playbooks.run import case
+
+    monkeypatch.setattr(case, "query_gpus", lambda: ("cpu", 0, "none", None))
+    with pytest.raises(ConfigError, match="live mode needs an NVIDIA GPU, and this machine shows none"):
+        case.require_gpu()
+
+    def broken() -> None:
+        raise subprocess.CalledProcessError(9, ["nvidia-smi"])
+
+    monkeypatch.setattr(case, "query_gpus", broken)
+    with pytest.raises(ConfigError, match="live mode needs an NVIDIA GPU, and nvidia-smi failed"):
+        case.require_gpu()
+    monkeypatch.setattr(case, "query_gpus", lambda: ("NVIDIA H200", 1, "570", 143771))
+    case.require_gpu()

@@ -25,6 +25,25 @@ CASE = "llama-8b-draft-model"
 RECORDED = data_dir() / "runs" / CASE
 
 
+@pytest.fixture(autouse=True)
+def _a_machine_with_vllm_and_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command line checks for vLLM and a GPU before any worker starts; the stand-in workers need neither."""
+    monkeypatch.setattr(parallel, "require_vllm", lambda: None)
+    monkeypatch.setattr(parallel, "require_gpu", lambda: None)
+
+
+def test_the_command_line_refuses_a_machine_without_a_gpu_before_any_worker(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from vllm_playbooks.run import case
+
+    monkeypatch.setattr(parallel, "require_gpu", case.require_gpu)
+    monkeypatch.setattr(case, "query_gpus", lambda: ("cpu", 0, "none", None))
+    monkeypatch.setattr(parallel, "run_on_gpus", lambda *a, **k: pytest.fail("a worker started"))
+    assert cli.main(["run", "--case", "llama-8b-draft-model", "--gpus", "0", "--part", "quick"]) == 2
+    assert capsys.readouterr().err.startswith("error: live mode needs an NVIDIA GPU, and this machine shows none")
+
+
 def _recorded_points(config_prefix: str) -> list[Path]:
     """The recorded point folders of the configs whose id starts with ``config_prefix``."""
     return sorted(p.parent for p in (RECORDED / "raw").glob(f"*/{config_prefix}*/*/point.json"))

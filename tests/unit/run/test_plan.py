@@ -279,3 +279,56 @@ def test_notebook_overrides_start_from_a_part() -> None:
     assert overrides_for("deepseek-mtp", None, gpu_memory_gib=80) == {"gpu_memory_gib": 80}
     with pytest.raises(ConfigError, match="no part 'x'"):
         overrides_for("deepseek-mtp", "x")
+
+
+@pytest.mark.parametrize("case", ["llama-8b-draft-model", "load-desync", "discussion-13834", "gpt-oss-eagle3",
+                                  "deepseek-mtp", "pp-27462"])  # fmt: skip
+def test_every_case_has_a_quick_check_with_the_repeats_a_difference_needs(case: str) -> None:
+    import warnings
+
+    from vllm_playbooks.analysis.noise import MIN_CLEAN_REPEATS
+    from vllm_playbooks.run.plan import QUICK_PART, case_parts, load_part, part_note
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quick = load_part(case, QUICK_PART)
+        grid = load_plan(case)
+    assert quick.repeats == MIN_CLEAN_REPEATS
+    assert len(quick.engines) >= 2  # a comparison: a few of the grid's points, none of its own
+    assert {(p.engine.label, p.load) for p in quick.points()} < {(p.engine.label, p.load) for p in grid.points()}
+    assert QUICK_PART not in dict(case_parts(case))  # it overlaps the grid: not one of the parts that cover it
+    note = part_note(case, QUICK_PART)
+    assert note and "On a slower GPU" in note and f"--case {case} --part quick --fresh" in note
+    assert ("two GPUs" in note) == any(e.tensor_parallel_size * e.pipeline_parallel_size > 1 for e in quick.engines)
+
+
+def test_the_llama_quick_check_is_the_draft_against_spec_off_at_1_and_16() -> None:
+    from vllm_playbooks.run.plan import load_part, part_overrides
+
+    assert part_overrides("llama-8b-draft-model", "quick") == {
+        "engines": ["spec-off", "draft-1b-k4-a0.8"], "concurrency": [1, 16], "repeats": 3}  # fmt: skip
+    assert len(load_part("llama-8b-draft-model", "quick").points()) == 12
+    assert part_overrides("llama-8b-draft-model", "all") == {}
+    with pytest.raises(ConfigError, match="no part 'x'; known: all, quick"):
+        part_overrides("llama-8b-draft-model", "x")
+
+
+def test_a_part_note_is_not_an_override(tmp_path: Path) -> None:
+    from vllm_playbooks.run.plan import case_parts, part_note
+
+    own = tmp_path / "own.yaml"
+    own.write_text("case: own\nengines: [{label: a, model: llama-3.1-8b}]\nloads: {concurrency: [1]}\n"
+                   "parts:\n  - {name: one, engines: [a], note: just a}\n  - {name: two}\n")  # fmt: skip
+    assert case_parts(str(own)) == [("one", {"engines": ["a"]}), ("two", {})]
+    assert part_note(str(own), "one") == "just a" and part_note(str(own), "two") is None
+
+
+def test_lists_given_as_text_are_read() -> None:
+    from vllm_playbooks.run.plan import overrides_for, text_list
+
+    assert text_list("concurrency", "[1, 16]") == [1, 16] and text_list("engines", "spec-off") == "spec-off"
+    assert text_list("concurrency", 4) == 4
+    assert overrides_for("llama-8b-draft-model", None, concurrency="[1, 16]", engines='["spec-off"]', model="[x]") == {
+        "concurrency": [1, 16], "engines": ["spec-off"], "model": "[x]"}  # fmt: skip
+    with pytest.raises(ConfigError, match="parameter concurrency: cannot read"):
+        text_list("concurrency", "[1, 16")
