@@ -436,14 +436,10 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
 
 def plan_main(args: argparse.Namespace) -> int:
     """Print what a case (or one part of it) still needs on a hardware, recorded runs counted, and its GPU time;
-    without a GPU here and no ``--hardware``, one line saying so (exit 2)."""
+    without a GPU here and no ``--hardware``, one line saying so (exit 2). ``--fresh`` needs no hardware: it
+    estimates every point of the plan from the runs recorded on any."""
     if args.budget_s is not None and not args.budget_s > 0:
         raise ConfigError(f"--budget-s must be positive, got {args.budget_s:g}")
-    gpu = args.hardware or gpu_here()
-    if gpu is None:
-        print('plan: no GPU found on this machine (NVML); name the hardware to plan for, e.g. --hardware "NVIDIA H200"')
-        return 2
-    version = args.vllm_version or vllm_here()
     plan = load_part(args.case, args.part) if args.part else load_plan(args.case)
     measured = mark_stalled(load_runs(plan.case, args.data), args.data)
     servers = server_time(args.case, args.data)
@@ -455,6 +451,11 @@ def plan_main(args: argparse.Namespace) -> int:
         print(table.to_string(index=False, float_format="{:.0f}".format))
         print(f"{describe_fresh_time(table)}; from the runs recorded on {hardware_in_words(measured)}")
         return 0
+    gpu = args.hardware or gpu_here()
+    if gpu is None:
+        print('plan: no GPU found on this machine (NVML); name the hardware to plan for, e.g. --hardware "NVIDIA H200"')
+        return 2
+    version = args.vllm_version or vllm_here()
     if args.budget_s is not None:
         here = rows_of_hardware(plan, measured, gpu, version)
         points = point_estimates(plan, measured, servers, here)
