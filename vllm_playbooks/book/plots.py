@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from vllm_playbooks.book.tables import use_people_tables
 from vllm_playbooks.model.pipeline import with_layout
 
 if TYPE_CHECKING:
@@ -45,10 +46,11 @@ LABELS = {
 
 
 def use_book_style() -> None:
-    """The one seaborn theme of the book."""
+    """The one seaborn theme of the book, and tables for people (``tables.use_people_tables``)."""
     import seaborn as sns
 
     sns.set_theme(context="notebook", style="whitegrid", palette="colorblind")
+    use_people_tables()
 
 
 def label_colors(labels: Iterable[str]) -> dict[str, tuple[float, float, float]]:
