@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vllm_playbooks.analysis.compare import higher_is_better, pd_isna, versus_baseline
+from vllm_playbooks.analysis.compare import higher_is_better, versus_baseline
 from vllm_playbooks.analysis.noise import Effect
 
 if TYPE_CHECKING:
@@ -78,22 +78,6 @@ def change_table(comparison: pd.DataFrame) -> pd.DataFrame:
     return comparison.pivot_table(
         index=["engine_label", "k", "imposed_alpha"], columns="concurrency", values="change_pct", aggfunc="first"
     ).round(1)
-
-
-def schedule_rule(crossover_table: pd.DataFrame, label: str, k: int, max_num_seqs: int) -> str:
-    """The batch-size schedule a tuner sets from ``label``'s crossover: speculate with ``k`` up to the highest
-    measured concurrency it did not lose at, off above (vLLM 0.26's ``num_speculative_tokens_per_batch_size``)."""
-    rows = crossover_table[crossover_table["engine_label"] == label]
-    if rows.empty or pd_isna(rows.iloc[0]["loses_from"]):
-        return f"{label} lost at no measured concurrency: no schedule follows from this data."
-    row = rows.iloc[0]
-    keep = int(row["gains_up_to"]) if not pd_isna(row["gains_up_to"]) else 0
-    if keep == 0:
-        return f"{label} gained at no measured concurrency: leave speculation off."
-    schedule = [[1, keep, k], [keep + 1, max_num_seqs, 0]]
-    return (f"{label} gained up to {keep} and lost from {int(row['loses_from'])} concurrent streams: set "
-            f"`\"num_speculative_tokens_per_batch_size\": {schedule}` to speculate only where it paid "
-            "(between the two, the measured points do not say where the crossover lies).")  # fmt: skip
 
 
 def never_lost_text(crossover_table: pd.DataFrame, comparison: pd.DataFrame) -> str:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from vllm_playbooks.analysis.compare import is_baseline
 from vllm_playbooks.analysis.kbest import BANDS
 from vllm_playbooks.analysis.noise import MIN_BAND_PCT, band_pct, spread_of
-from vllm_playbooks.analysis.profiles import describe_alpha_band, gain_table, gains_text, levels_text, with_profile
+from vllm_playbooks.analysis.profiles import gain_table, with_profile
 from vllm_playbooks.claims.finding import Finding, gpu_names, published_or_none, split_stalled, stalled_words
 from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, model_error, speedup_pairs, percent_change, check
 from vllm_playbooks.claims.reference import published_value, published_values
@@ -417,123 +417,3 @@ def eagle3_verdict(
         )
     return Finding(status, measured + tail + reported, gains)
 
-
-def eagle3_profile_note(verdict: Finding, tolerance: float = MIN_BAND_PCT / 100) -> str:
-    """One sentence on where k = 3 paid on a second length profile, from its ``eagle3_verdict``: the concurrencies
-    where the gain passed ``tolerance``, those where it fell below ``-tolerance``, and whether the top of the
-    profile's range is still unmeasured; empty when nothing of that profile is measured."""
-    if verdict.status == "not measured" or verdict.table.empty:
-        return ""
-    table = verdict.table.sort_values("concurrency")
-    prompts = int(table["input_len"].iloc[0])
-
-    def where(rows: pd.DataFrame) -> str:
-        return f"concurrency {levels_text(rows)} ({gains_text(rows)})"
-
-    paid = table[table["gain_pct"] > 100 * tolerance]
-    lost = table[table["gain_pct"] < -100 * tolerance]
-    even = table[table["gain_pct"].abs() <= 100 * tolerance]
-    found = [f"paid at {where(paid)}" if not paid.empty else "paid at no concurrency measured"]
-    if not even.empty:
-        found.append(f"was within ±{100 * tolerance:.0f} % at {where(even)}")
-    if not lost.empty:
-        found.append(f"lost at {where(lost)}")
-    listed = and_list(found)
-    tail = "; the top of its range is not measured yet" if verdict.status == "incomplete" else ""
-    return f"On the {_profile_of(verdict)} profile ({prompts:,}-token prompts) k = 3 {listed}{tail}"
-
-
-def eagle3_rule(
-    verdict: Finding, best: pd.DataFrame | None = None, claimed: pd.DataFrame | None = None,
-    second: Finding | None = None, band: pd.DataFrame | None = None, tolerance: float = MIN_BAND_PCT / 100,
-) -> str:
-    """The EAGLE-3 page's rule, from its verdict and, once the k sweep is measured, the best k per band
-    (``best_k_by_band``; a lead within ``tolerance`` is named as such); with ``claimed`` (``claimed_ks_by_band``),
-    where the published best draft-token range held; with ``second`` (the ``eagle3_verdict`` of another length
-    profile), where k = 3 paid on that profile; with ``band`` (``alpha_band``), where k = 3 paid at the other imposed
-    acceptances."""
-    if verdict.status == "not measured":
-        return (
-            "Not measured here yet. Red Hat's article puts the sweet spot at 2-3 draft tokens and reports gains up to "
-            "200 concurrent requests on gpt-oss-120b; start there and measure at your own concurrency."
-        )
-    parts: list[str] = []  # sentences after the headline
-    second_note = eagle3_profile_note(second) if second is not None else ""
-    if second_note:
-        parts.append(second_note)
-    if best is not None and not best.empty and best["best_k"].notna().any():
-        found = best[best["best_k"].notna()]
-        parts.append("Best k measured: " + "; ".join(_best_k_words(r, tolerance) for r in found.itertuples()))
-    if claimed is not None and not claimed.empty:
-        parts.append(_claimed_ks_note(claimed, tolerance))
-    band_note = describe_alpha_band(band) if band is not None else ""
-    if band_note:
-        parts.append(band_note.removesuffix("."))
-    headline = {
-        "gain holds to 200": f"EAGLE-3 at k = 3 paid at every concurrency up to 200 on the {_profile_of(verdict)} "
-        "profile here",
-        "gain fades before the top": "EAGLE-3 at k = 3 paid at low concurrency only here: switch it off above the band "
-        "where it stopped paying (num_speculative_tokens_per_batch_size with k = 0)",
-        "no gain": "EAGLE-3 at k = 3 did not pay here at the imposed acceptance",
-        "incomplete": "EAGLE-3 at k = 3 paid where measured so far; the top of the range is not measured yet",
-    }.get(verdict.status, verdict.status)
-    return ". ".join([headline, *parts]) + "."
-
-
-def _profile_of(verdict: Finding) -> str:
-    """The length profile a measured ``eagle3_verdict`` is about (its gain table names it on every row)."""
-    return str(verdict.table["profile"].iloc[0])
-
-
-def _best_k_words(band: Any, tolerance: float) -> str:
-    """One ``best_k_by_band`` row in words: '3 at concurrency 1-8 (chat)', with '; k = 4 within 0.8 points' where
-    the runner-up is within ``tolerance`` (×100 points) of the best (two decimals where one would round the lead up to
-    the tolerance: 'within 2.96 points', not 'within 3.0 points' under a 3-point tolerance)."""
-    close = ""
-    if band.lead_pts <= 100 * tolerance:
-        digits = 2 if round(band.lead_pts, 1) >= 100 * tolerance else 1
-        close = f"; k = {int(band.runner_up_k)} within {band.lead_pts:.{digits}f} points"
-    return f"{int(band.best_k)} at concurrency {band.band} ({band.profile}{close})"
-
-
-def _claimed_ks_note(claimed: pd.DataFrame, tolerance: float = MIN_BAND_PCT / 100) -> str:
-    """Where the published best range of draft tokens held, by outcome (``claimed_ks_by_band`` with the same
-    ``tolerance``): 'At the imposed acceptance, Red Hat's best of 2-3 draft tokens held at …; not at …, nor at …;
-    too close to call … at … and at …'."""
-
-    def where(outcome: str) -> pd.DataFrame:
-        return claimed[claimed["outcome"] == outcome]
-
-    def against(gain: float, k: int, other: float) -> str:
-        return f"mean gain {gain:+.1f} % against k = {k}'s {other:+.1f} %"
-
-    held = where("held")
-    found = [f"held at concurrency {_bands(held)}" if not held.empty else "held in no band measured"]
-    beyond = where("not held")
-    if not beyond.empty:
-        found.append("not at " + and_list([
-            f"{r.band} ({r.profile}), where k = {int(r.outside_k)} led "
-            f"({against(r.outside_gain_pct, r.inside_k, r.inside_gain_pct)})"
-            for r in beyond.itertuples()
-        ], ", at ", ", nor at "))  # fmt: skip
-    close = where("too close")
-    if not close.empty:
-        found.append(f"too close to call (within {100 * tolerance:.0f} points) at " + and_list([
-            f"{r.band} ({r.profile}; k = {int(r.inside_k)}'s "
-            f"{against(r.inside_gain_pct, r.outside_k, r.outside_gain_pct)})"
-            for r in close.itertuples()
-        ], ", at ", " and at "))  # fmt: skip
-    untested = where("not tested")
-    if not untested.empty:
-        ks = untested["ks"].unique()
-        why = (f"only k = {ks[0]} {'were' if ',' in ks[0] else 'was'} measured" if len(ks) == 1
-               else "the ks measured lie on one side of the range")  # fmt: skip
-        found.append(f"not tested at {_bands(untested)}, where {why}")
-    listed = and_list(found, "; ", "; and ")
-    return (f"At the imposed acceptance, Red Hat's best of {claimed['claimed'].iloc[0]} draft tokens {listed}. A "
-            "lower real acceptance moves the best k down")
-
-
-def _bands(rows: pd.DataFrame) -> str:
-    """Bands in words: '1-8 (chat), 16-64 (swe)'."""
-    return ", ".join(f"{r.band} ({r.profile})" for r in rows.itertuples())

@@ -44,12 +44,6 @@ def test_crossover_refuses_a_latency() -> None:
         crossover.crossover(comparison)
 
 
-def test_schedule_rule_speculates_up_to_the_last_gain() -> None:
-    crossing = crossover.crossover(compare.versus_baseline(_rows([100] * 3, [150, 110, 80], [1, 8, 32])))
-    rule = crossover.schedule_rule(crossing, "on", 4, 256)
-    assert '"num_speculative_tokens_per_batch_size": [[1, 8, 4], [9, 256, 0]]' in rule
-    never_lost = crossover.crossover(compare.versus_baseline(_rows([100] * 2, [150, 110], [1, 8])))
-    assert "no schedule follows" in crossover.schedule_rule(never_lost, "on", 4, 256)
 
 
 def test_itl_artifact_recovers_tokens_per_chunk() -> None:

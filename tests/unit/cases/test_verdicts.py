@@ -9,7 +9,6 @@ import pytest
 
 from vllm_playbooks.analysis import kbest, profiles, versus_model
 from vllm_playbooks.cases import deepseek_mtp, gpt_oss_eagle3
-from vllm_playbooks.claims import finding
 from vllm_playbooks.results.store import load_reference
 
 PROFILES = {"chat": (230, 203), "swe": (13000, 203)}
@@ -72,8 +71,6 @@ def test_mtp_leaves_stalled_rates_out_and_says_so(published) -> None:  # type: i
     assert verdict.status == "incomplete" and list(verdict.table.request_rate_qps) == [1, 2]
     assert "Not yet measured" not in verdict.sentence
     assert "Measured at 4, 8 QPS too, but runs there stalled" in verdict.sentence
-    rule = deepseek_mtp.mtp_rule(verdict)
-    assert "lowered TPOT at every request rate measured so far (1, 2 QPS)" in rule
     rows.loc[rows.request_rate_qps == 4, "stalled"] = False  # 4 QPS clean: 8 stalled, nothing unmeasured
     judged = deepseek_mtp.mtp_verdict(rows, published)
     assert "Measured at 8 QPS too" in judged.sentence and "the trend is judged without them" in judged.sentence
@@ -85,7 +82,6 @@ def test_mtp_holds_to_the_last_clean_rate(published) -> None:  # type: ignore[no
     rows = _mtp([50, 50, 50, 50], [30, 30, 29, 90]).assign(stalled=[False, False, False, True] * 2)
     verdict = deepseek_mtp.mtp_verdict(rows, published)
     assert verdict.status == "gain that holds with load" and "up to 4 QPS" in verdict.sentence
-    assert deepseek_mtp.mtp_rule(verdict).endswith("its gain held at every request rate up to 4 QPS.")
 
 
 def _k_rows() -> pd.DataFrame:
@@ -106,11 +102,6 @@ def test_best_k_by_load_compares_at_one_first_position_acceptance() -> None:
     assert best.speedup.tolist() == pytest.approx([30 / 12, 30 / 24])
     assert best.k1_speedup.tolist() == pytest.approx([30 / 20, 30 / 25])
     assert deepseek_mtp.describe_best_k(best) == "k = 2 at concurrency 64; k = 3 at concurrency 1"
-    rule = deepseek_mtp.mtp_rule(finding.Finding("not measured", "", pd.DataFrame()), best)
-    assert ("Which k: the largest TPOT speed-up came from k = 2 at concurrency 64; k = 3 at concurrency 1, with "
-            "position 1 accepted at 0.85") in rule
-    only_k1 = best.assign(best_k=1)
-    assert "Which k" not in deepseek_mtp.mtp_rule(finding.Finding("not measured", "", pd.DataFrame()), only_k1)
 
 
 def _eagle(gains: dict[int, float], label: str = "eagle3-k3-a0.71", k: int = 3, alpha: float = 0.71,
@@ -167,16 +158,6 @@ def test_second_profile_note_says_where_k3_paid_and_lost(published) -> None:  # 
     uncited = gpt_oss_eagle3.eagle3_verdict(pd.DataFrame(_eagle({1: 36.0}, input_len=13000)), PROFILES, published,
                                       profile="swe", top=64, cite_report=False)  # fmt: skip
     assert "Red Hat" not in uncited.sentence
-    note = gpt_oss_eagle3.eagle3_profile_note(long)
-    assert note == ("On the swe profile (13,000-token prompts) k = 3 paid at concurrency 1 (+36.0 %), was within ±5 % "
-                    "at concurrency 4 (+2.0 %) and lost at concurrency 16 (-7.8 %); the top of its range is not "
-                    "measured yet")  # fmt: skip
-    chat = gpt_oss_eagle3.eagle3_verdict(pd.DataFrame(_eagle({1: 30.0, 64: 20.0, 200: 10.0})), PROFILES, published)
-    rule = gpt_oss_eagle3.eagle3_rule(chat, second=long)
-    assert rule.startswith("EAGLE-3 at k = 3 paid at every concurrency up to 200 on the chat profile here. " + note)
-    unmeasured = gpt_oss_eagle3.eagle3_verdict(pd.DataFrame(_eagle({1: 30.0})), PROFILES, profile="swe", top=64)
-    assert gpt_oss_eagle3.eagle3_profile_note(unmeasured) == ""
-    assert gpt_oss_eagle3.eagle3_rule(chat, second=unmeasured) == gpt_oss_eagle3.eagle3_rule(chat)
 
 
 def test_best_k_by_band() -> None:
@@ -221,23 +202,6 @@ def test_latency_gains_count_lower_as_better() -> None:
     assert gains.gain_pct.tolist() == pytest.approx([15.0])
 
 
-def test_rules_follow_the_verdicts(published) -> None:  # type: ignore[no-untyped-def]
-    empty = finding.Finding("not measured", "", pd.DataFrame())
-    assert '{"method": "mtp", "num_speculative_tokens": 1}' in deepseek_mtp.mtp_rule(empty)
-    shrinking = deepseek_mtp.mtp_verdict(_mtp([50, 50, 50, 50], [30, 35, 42, 50]), published)
-    assert "shrinks as load grows" in deepseek_mtp.mtp_rule(shrinking)
-    assert "2-3 draft tokens" in gpt_oss_eagle3.eagle3_rule(empty)
-    fades = gpt_oss_eagle3.eagle3_verdict(pd.DataFrame(_eagle({1: 30.0, 64: 5.0, 200: -4.0})), PROFILES)
-    best = pd.DataFrame([{"profile": "chat", "band": "1-8", "ks": "2, 3", "best_k": 3.0, "best_gain_pct": 20.0,
-                          "runner_up_k": 2.0, "lead_pts": 6.0}])  # fmt: skip
-    rule = gpt_oss_eagle3.eagle3_rule(fades, best)
-    assert "paid at low concurrency only" in rule
-    assert "with k = 0). Best k measured: 3 at concurrency 1-8 (chat)." in rule  # a sentence of its own
-    assert "Red Hat" not in rule  # without the claimed range, no comparison
-    close = gpt_oss_eagle3.eagle3_rule(fades, best.assign(lead_pts=2.5))
-    assert "Best k measured: 3 at concurrency 1-8 (chat; k = 2 within 2.5 points)." in close  # not a winner
-    edge = gpt_oss_eagle3.eagle3_rule(fades, best.assign(lead_pts=4.955))  # one decimal would say 5.0 under a 5-point band
-    assert "(chat; k = 2 within 4.96 points)." in edge
 
 
 def _k_sweep(gains_by_k: dict[int, dict[int, float]], input_len: int = 230) -> pd.DataFrame:
@@ -269,33 +233,8 @@ def test_claimed_ks_by_band_sets_the_best_inside_the_range_against_the_best_outs
         "1-8", "outcome"] == "held"  # 2 points ahead counts with a 1-point tolerance
 
 
-def test_rules_name_where_the_claimed_range_held(published) -> None:  # type: ignore[no-untyped-def]
-    gains = _k_sweep({2: {1: 30.0, 16: 20.0, 128: 40.0}, 3: {1: 31.0, 16: 25.0, 128: 35.0},
-                      4: {1: 29.0, 16: 40.0, 128: 20.0}})  # fmt: skip
-    long = _k_sweep({2: {1: 30.0}, 3: {1: 20.0}}, input_len=13000)
-    claimed = kbest.claimed_ks_by_band(pd.concat([gains, long]), 0.71, 2, 3)
-    chat = gpt_oss_eagle3.eagle3_verdict(pd.DataFrame(_eagle({1: 31.0, 16: 25.0, 128: 35.0, 200: 10.0})), PROFILES)
-    rule = gpt_oss_eagle3.eagle3_rule(chat, claimed=claimed)
-    assert rule.endswith(
-        "At the imposed acceptance, Red Hat's best of 2-3 draft tokens held at concurrency 128-200 (chat); not at "
-        "16-64 (chat), where k = 4 led (mean gain +40.0 % against k = 3's +25.0 %); too close to call (within 5 "
-        "points) at 1-8 (chat; k = 3's mean gain +31.0 % against k = 4's +29.0 %); and not tested at 1-8 (swe), "
-        "where only k = 2, 3 were measured. A lower real acceptance moves the best k down.")  # fmt: skip
-    only_loss = claimed[claimed["outcome"] == "not held"]
-    assert "2-3 draft tokens held in no band measured; and not at 16-64 (chat)" in gpt_oss_eagle3.eagle3_rule(
-        chat, claimed=only_loss)
 
 
-def test_rules_list_two_bands_of_one_outcome_as_one_clause(published) -> None:  # type: ignore[no-untyped-def]
-    chat = _k_sweep({3: {1: 31.0, 16: 25.0}, 4: {1: 29.0, 16: 40.0}})
-    long = _k_sweep({3: {1: 20.0, 16: 8.0}, 4: {1: 30.0, 16: 7.0}}, input_len=13000)
-    claimed = kbest.claimed_ks_by_band(pd.concat([chat, long]), 0.71, 2, 3)
-    verdict = gpt_oss_eagle3.eagle3_verdict(pd.DataFrame(_eagle({1: 31.0, 16: 25.0})), PROFILES)
-    assert gpt_oss_eagle3.eagle3_rule(verdict, claimed=claimed).endswith(
-        "not at 16-64 (chat), where k = 4 led (mean gain +40.0 % against k = 3's +25.0 %), nor at 1-8 (swe), where "
-        "k = 4 led (mean gain +30.0 % against k = 3's +20.0 %); and too close to call (within 5 points) at 1-8 (chat; "
-        "k = 3's mean gain +31.0 % against k = 4's +29.0 %) and at 16-64 (swe; k = 3's mean gain +8.0 % against "
-        "k = 4's +7.0 %). A lower real acceptance moves the best k down.")  # fmt: skip
 
 
 def test_alpha_band_sets_each_alpha_beside_the_central_one(published) -> None:  # type: ignore[no-untyped-def]
@@ -313,11 +252,8 @@ def test_alpha_band_sets_each_alpha_beside_the_central_one(published) -> None:  
         "-18.0 points against α = 0.71 at the same concurrencies (chat profile). At α = 0.81 (0.10 above the imposed "
         "0.71) k = 3 paid at every concurrency measured (1, 8: +40.0 %, +35.0 %), +10.0 points against α = 0.71 at "
         "the same concurrencies (chat profile).")  # fmt: skip
-    chat = gpt_oss_eagle3.eagle3_verdict(pd.DataFrame(rows), PROFILES, published)
-    assert gpt_oss_eagle3.eagle3_rule(chat, band=band).endswith(note)
     nothing_else = profiles.alpha_band(profiles.select_gains(gains, alpha=0.71), 0.71)
     assert nothing_else.empty and profiles.describe_alpha_band(nothing_else) == ""
-    assert gpt_oss_eagle3.eagle3_rule(chat, band=nothing_else) == gpt_oss_eagle3.eagle3_rule(chat)
     lost = profiles.alpha_band(gains.assign(gain_pct=gains.gain_pct.where(gains.imposed_alpha > 0.7, -5.0)), 0.71)
     assert "paid at no concurrency measured (-5.0 %, -5.0 %), -35.0 to -25.0 points" in profiles.describe_alpha_band(
         lost)
@@ -515,20 +451,6 @@ def test_added_step_time_is_tpot_times_acceptance_length_less_the_spec_off_step(
     assert deepseek_mtp.describe_added_step_time(table, concurrency=4) == "No closed-loop pair at concurrency 4 is measured yet."
 
 
-def test_the_mtp_rule_names_the_spread_of_the_added_share_between_models() -> None:
-    speedups, before, after = _scale_case()
-    table = deepseek_mtp.added_step_time(speedups, before, after)
-    verdict = finding.Finding("gain that holds with load", "", pd.DataFrame({"request_rate_qps": [1.0, 8.0]}))
-    rule = deepseek_mtp.mtp_rule(verdict, None, table)
-    assert rule.endswith("Which model: at concurrency 1 MTP added 20 % to a step on deepseek-v3-reduced (1.67×) and "
-                         "50 % on small (1.33×); measure that share on your model (TPOT with MTP × the mean "
-                         "acceptance length, against the TPOT without) before counting on the published gain.")  # fmt: skip
-    # the rule compares k = 1 at 0.85 only: big-k1-a0.9 (10 % added) is not the cheapest
-    assert "Which model: at concurrency 1 MTP added 20 % to a step on deepseek-v3-reduced" in deepseek_mtp.mtp_rule(
-        verdict, None, deepseek_mtp.added_step_time(speedups))
-    # one shape alone says nothing about which model
-    assert "Which model" not in deepseek_mtp.mtp_rule(verdict, None, table[table.model_shape == "small"])
-    assert deepseek_mtp.mtp_rule(verdict) == deepseek_mtp.mtp_rule(verdict, None, None)
 
 
 def _k3_steps(ms: dict[tuple[float, int], float]) -> pd.DataFrame:
