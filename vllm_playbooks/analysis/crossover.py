@@ -79,18 +79,3 @@ def change_table(comparison: pd.DataFrame) -> pd.DataFrame:
         index=["engine_label", "k", "imposed_alpha"], columns="concurrency", values="change_pct", aggfunc="first"
     ).round(1)
 
-
-def never_lost_text(crossover_table: pd.DataFrame, comparison: pd.DataFrame) -> str:
-    """A sentence naming the configs of a ``crossover`` table that lost at no measured concurrency but gained at
-    some, each with its change at its lowest and highest measured concurrency (from ``comparison``, the
-    ``versus_baseline`` rows the table was built from); '' where there is none."""
-    kept = crossover_table[crossover_table["loses_from"].isna() & crossover_table["gains_up_to"].notna()]
-    described = []
-    for label in kept["engine_label"]:
-        rows = comparison[comparison["engine_label"] == label].dropna(subset=["concurrency"]).sort_values("concurrency")
-        low, high = rows.iloc[0], rows.iloc[-1]
-        described.append(f"{label} ({low.change_pct:+.1f} % at {int(low.concurrency)}, "
-                         f"{high.change_pct:+.1f} % at {int(high.concurrency)})")  # fmt: skip
-    if not described:
-        return ""
-    return "Lost at no measured concurrency: " + "; ".join(described) + "."

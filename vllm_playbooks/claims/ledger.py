@@ -378,17 +378,18 @@ def _cell(text: str) -> str:
 
 
 def ledger_markdown(ledger: pd.DataFrame) -> str:
-    """The ledger as MyST Markdown: a summary table, then each claim's published numbers, our rows and the model."""
+    """The ledger as MyST Markdown: a summary table, then each claim's published numbers, our rows and the model in a
+    collapsed section of its own."""
     lines = ["| claim | source | verdict | model's verdict |", "|---|---|---|---|"]
     for r in ledger.itertuples():
         links = ", ".join(f"[{_link_label(u)}]({u})" for u in r.source_urls.split())
         marker = " **[secondary]**" if r.source_kind == "secondary only" else ""
         lines.append(f"| **{r.claim}**: {_cell(r.text)} | {links}{marker} | **{r.verdict}** | {_cell(r.model_verdict)} |")
-    for r in ledger.itertuples():
+    for r in ledger.itertuples():  # the numbers behind each verdict, one collapsed section per claim
         lines += [
-            "", f"**{r.claim}** ({r.case}; sources: {r.source_kind}): {_cell(r.text)}", "",
+            "", f":::{{dropdown}} {r.claim}: {r.verdict}", f"{_cell(r.text)} ({r.case}; sources: {r.source_kind})", "",
             f"- *Published:* {_cell(r.published)}",
             f"- *Our rows:* {_cell(r.measured)} → **{r.verdict}**",
-            f"- *Model says:* {_cell(r.model_says)}" + (f" → {r.model_verdict}" if r.model_verdict else ""),
+            f"- *Model says:* {_cell(r.model_says)}" + (f" → {r.model_verdict}" if r.model_verdict else ""), ":::",
         ]  # fmt: skip
     return "\n".join(lines)
