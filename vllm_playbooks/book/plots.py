@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vllm_playbooks.book.tables import use_people_tables
 from vllm_playbooks.model.pipeline import with_layout
 
 if TYPE_CHECKING:
@@ -54,13 +53,12 @@ _PAGE_COLORS: dict[str, tuple[float, float, float]] = {}
 
 
 def use_book_style() -> None:
-    """The one seaborn theme of the book (fonts scaled by ``FONT_SCALE``), a fresh colour per config for this page
-    (``page_colors``), and tables for people (``tables.use_people_tables``)."""
+    """The one seaborn theme of the book (fonts scaled by ``FONT_SCALE``) and a fresh colour per config for this page
+    (``page_colors``)."""
     import seaborn as sns
 
     sns.set_theme(context="notebook", style="whitegrid", palette="colorblind", font_scale=FONT_SCALE)
     _PAGE_COLORS.clear()
-    use_people_tables()
 
 
 def page_colors(labels: Iterable[str]) -> dict[str, tuple[float, float, float]]:

@@ -1,9 +1,9 @@
 """Tables for people: the columns a page shows, named in words with units, numbers rounded, no index, blanks.
 
 ``for_people`` is for the tables a page chooses (headers named one by one); ``people_html`` is what every other
-DataFrame a page displays turns into (``use_people_tables``, called by ``plots.use_book_style``): no index, numbers
-rounded by their size, blanks for missing values, underscores read as spaces, and at most ``SHOWN_ROWS`` rows with
-the rest in a collapsed section.
+DataFrame a page displays turns into (``use_people_tables``, called when ``vllm_playbooks`` is imported in a notebook
+kernel): no index, numbers rounded by their size, blanks for missing values, underscores read as spaces, and at most
+``SHOWN_ROWS`` rows with the rest in a collapsed section.
 """
 
 from __future__ import annotations
