@@ -13,6 +13,7 @@ def test_and_list() -> None:
 def test_percent_range() -> None:
     assert text.percent_range([0.108, 0.11]) == "10.8-11.0 %"
     assert text.percent_range([0.2]) == "20.0 %"
+    assert text.percent_range([-0.048, 0.36, 0.1]) == "-4.8 to +36.0 %"
 
 
 def test_ratio_range() -> None:
