@@ -44,6 +44,9 @@ LABELS = {
 }
 
 
+#: Legend titles in words for the columns a legend is drawn from.
+LEGEND_TITLES = {"engine_label": "configuration", "model_shape": "model shape"}
+
 #: Scales seaborn's notebook fonts so that a two-panel figure, shrunk to the page's column at a 1400 px window, keeps
 #: its text at 10 px or more.
 FONT_SCALE = 1.3
@@ -115,7 +118,9 @@ def legend_beside(target: Axes | Figure) -> None:
 
     if not isinstance(target, Figure):
         if target.get_legend() is not None:
-            sns.move_legend(target, "upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+            title = target.get_legend().get_title().get_text()
+            sns.move_legend(target, "upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
+                            title=LEGEND_TITLES.get(title, title))
         return
     legends = [(ax, ax.get_legend()) for ax in target.axes if ax.get_legend() is not None]
     if not legends:
@@ -145,8 +150,8 @@ def metric_grid(df: pd.DataFrame, metrics: Sequence[str], ncols: int | None = No
         metric_vs_load(df, metric, ax=ax)
     for ax in axes.flat[len(metrics):]:
         ax.set_axis_off()
+    legend_beside(fig)  # first: the axes' own legends would squeeze the panels in tight_layout
     fig.tight_layout()
-    legend_beside(fig)
     return fig
 
 

@@ -103,7 +103,7 @@ def test_one_legend_beside_a_grid_of_the_same_configs() -> None:
     assert all(ax.get_legend() is None for ax in axes)
     (legend,) = fig.legends
     assert [t.get_text() for t in legend.get_texts()] == [f"cfg-{i}" for i in range(11)]
-    assert legend.get_title().get_text() == "engine_label"
+    assert legend.get_title().get_text() == "configuration"  # the column's name in words
     fig.canvas.draw()
     box = legend.get_window_extent().transformed(fig.transFigure.inverted())
     assert box.x0 >= 1.0  # right of the axes, over none of the lines
@@ -153,3 +153,9 @@ def test_the_legend_sits_beside_the_data() -> None:
     ax.figure.canvas.draw()
     box = ax.get_legend().get_window_extent().transformed(ax.transAxes.inverted())
     assert box.x0 > 1.0  # right of the axes, over no line
+
+
+def test_a_grid_keeps_its_panels_wide() -> None:
+    fig = plots.metric_grid(_sweep(11), ["output_tok_s", "tpot_p50_ms"])
+    assert all(ax.get_position().width > 0.3 for ax in fig.axes)  # the legend sits beside the grid, not in it
+    assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.axes)
