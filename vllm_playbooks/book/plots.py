@@ -169,7 +169,9 @@ def change_vs_load(comparison: pd.DataFrame, x: str = "concurrency", ax: Axes | 
         return ax
     ax = metric_vs_load(comparison, "change_pct", x=x, ax=ax)
     ax.axhline(0.0, color="black", linewidth=1)
-    ax.set_ylabel(f"{comparison['metric'].iloc[0]}: " + LABELS["change_pct"])
+    metric = comparison["metric"].iloc[0]
+    ax.set_ylabel(LABELS["change_pct"])
+    ax.set_title(LABELS.get(metric, metric))  # the metric in words above the panel
     return ax
 
 

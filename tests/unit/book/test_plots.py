@@ -116,6 +116,7 @@ def test_a_single_plots_legend_moves_beside_it() -> None:
     plots.legend_beside(ax)
     legend = ax.get_legend()
     assert len(legend.get_texts()) == 11
+    assert (ax.get_title(), ax.get_ylabel()) == ("output throughput (tok/s)", "change vs no speculation (%)")
     ax.figure.canvas.draw()
     assert legend.get_window_extent().x0 > ax.get_window_extent().x1
 
