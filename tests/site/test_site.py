@@ -90,6 +90,8 @@ def test_fresh_build_passes_the_site_check(built_site: Path, tmp_path: Path) -> 
     for shot in report.screenshots:
         with Image.open(shot) as img:
             assert img.format == "PNG" and img.width >= 800 and img.height >= 600
+    assert {*CASE_PAGES, "book/executed/claims_ledger.html"} <= set(report.heights)
+    assert all(0 < height <= sitecheck.MAX_PAGE_HEIGHT_PX for height in report.heights.values())
     assert re.fullmatch(r"site-check: \d+ pages, \d+ figures, \d+ internal links, search ok", report.summary())
 
 
@@ -142,12 +144,36 @@ def _no_mathjax(html: Path) -> tuple[str, str]:
     return "book/speculative-decoding.html", "formula(s) still show TeX source"
 
 
+def _insert_into_case_page(html: Path, fragment: str) -> str:
+    page = CASE_PAGES[0]
+    text = (html / page).read_text()
+    assert text.count("</main>") == 1, f"{page} has no single <main> to add to"
+    (html / page).write_text(text.replace("</main>", fragment + "</main>"))
+    return page
+
+
+def _missing_cell(html: Path) -> tuple[str, str]:
+    table = "<table><thead><tr><th>a</th></tr></thead><tbody><tr><td>NaN</td></tr></tbody></table>"
+    return _insert_into_case_page(html, table), "cell(s) read ['NaN']"
+
+
+def _index_column(html: Path) -> tuple[str, str]:
+    table = "<table><thead><tr><th></th><th>a</th></tr></thead><tbody><tr><th>0</th><td>1</td></tr></tbody></table>"
+    return _insert_into_case_page(html, table), "shows a pandas index"
+
+
+def _tall_page(html: Path) -> tuple[str, str]:
+    return _insert_into_case_page(html, f'<div style="height:{sitecheck.MAX_PAGE_HEIGHT_PX}px"></div>'), "page height"
+
+
 @pytest.mark.site
 @pytest.mark.slow
 @browser
 @pytest.mark.parametrize(
-    "breakage", [_remove_image, _blank_png, _broken_link, _broken_fragment, _no_search_index, _no_mathjax],
-    ids=["removed-image", "blank-png", "broken-link", "broken-fragment", "no-search-index", "no-mathjax"],
+    "breakage", [_remove_image, _blank_png, _broken_link, _broken_fragment, _no_search_index, _no_mathjax,
+                 _missing_cell, _index_column, _tall_page],
+    ids=["removed-image", "blank-png", "broken-link", "broken-fragment", "no-search-index", "no-mathjax",
+         "missing-cell", "index-column", "tall-page"],
 )  # fmt: skip
 def test_broken_copy_fails_naming_page_and_element(
     site_copy: Path, breakage: Callable[[Path], tuple[str, str]], capsys: pytest.CaptureFixture[str]

@@ -253,45 +253,11 @@ def summary_line(df: pd.DataFrame) -> str:
     return f"rows={len(df)} engines={engines} concurrency={loads} request_rates={rates}"
 
 
-def speculation_rule(df: pd.DataFrame, metric: str = "output_tok_s") -> str:
-    """The tuner's rule this data supports, one sentence per speculative config (derived, never typed in)."""
-    comparison = versus_baseline(df, metric)
-    if comparison.empty:
-        return "Not measured yet against a baseline at the same load: no rule from this data."
-    gpus = ", ".join(sorted(set(df["gpu_name"])))
-    sentences = []
-    for label, group in comparison.groupby("engine_label"):
-        texts = [load_text(c, r) for c, r in zip(group["concurrency"], group["request_rate_qps"], strict=True)]
-        only_c = all(t.startswith("concurrency ") for t in texts)
-        levels = ", ".join(t.removeprefix("concurrency ") for t in texts) if only_c else ", ".join(texts)
-        kind = "concurrency" if only_c else "load"
-        row = group.iloc[0]
-        alpha = "" if pd_isna(row["imposed_alpha"]) else f" at an imposed α={row['imposed_alpha']:g}"
-        wins = winning_loads(group)
-        better = "raised" if higher_is_better(metric) else "lowered"
-        if not wins:
-            verdict = f"did not improve {metric} beyond noise over no speculation at any measured {kind} ({levels})"
-        elif len(wins) == len(group):
-            verdict = f"{better} {metric} beyond noise at every measured {kind} ({levels})"
-        else:
-            verdict = f"improved {metric} beyond noise only at {_levels(wins)} (measured: {levels})"
-        sentences.append(f"On {gpus}, {row['spec_method']} with k={int(row['k'])}{alpha} ({label}) {verdict}.")
-    return " ".join(sentences)
-
-
 def pd_isna(value: object) -> bool:
     """True for None and NaN (pandas' missing values)."""
     import pandas as pd
 
     return bool(pd.isna(value))
-
-
-def for_tuners(rule: str, evidence: str, limits: str) -> str:
-    """The 'For tuners' box a case page opens with, as MyST markdown (rendered from a cell's output)."""
-    return (
-        "```{admonition} For tuners\n:class: tip\n"
-        f"**Rule.** {rule}\n\n**Measured evidence.** {evidence}\n\n**When it does not apply.** {limits}\n```"
-    )
 
 
 def label_change(df: pd.DataFrame, label: str, reference_label: str, metric: str = "output_tok_s") -> pd.DataFrame:

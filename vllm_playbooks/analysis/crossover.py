@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vllm_playbooks.analysis.compare import higher_is_better, pd_isna, versus_baseline
+from vllm_playbooks.analysis.compare import higher_is_better, versus_baseline
 from vllm_playbooks.analysis.noise import Effect
 
 if TYPE_CHECKING:
@@ -79,34 +79,3 @@ def change_table(comparison: pd.DataFrame) -> pd.DataFrame:
         index=["engine_label", "k", "imposed_alpha"], columns="concurrency", values="change_pct", aggfunc="first"
     ).round(1)
 
-
-def schedule_rule(crossover_table: pd.DataFrame, label: str, k: int, max_num_seqs: int) -> str:
-    """The batch-size schedule a tuner sets from ``label``'s crossover: speculate with ``k`` up to the highest
-    measured concurrency it did not lose at, off above (vLLM 0.26's ``num_speculative_tokens_per_batch_size``)."""
-    rows = crossover_table[crossover_table["engine_label"] == label]
-    if rows.empty or pd_isna(rows.iloc[0]["loses_from"]):
-        return f"{label} lost at no measured concurrency: no schedule follows from this data."
-    row = rows.iloc[0]
-    keep = int(row["gains_up_to"]) if not pd_isna(row["gains_up_to"]) else 0
-    if keep == 0:
-        return f"{label} gained at no measured concurrency: leave speculation off."
-    schedule = [[1, keep, k], [keep + 1, max_num_seqs, 0]]
-    return (f"{label} gained up to {keep} and lost from {int(row['loses_from'])} concurrent streams: set "
-            f"`\"num_speculative_tokens_per_batch_size\": {schedule}` to speculate only where it paid "
-            "(between the two, the measured points do not say where the crossover lies).")  # fmt: skip
-
-
-def never_lost_text(crossover_table: pd.DataFrame, comparison: pd.DataFrame) -> str:
-    """A sentence naming the configs of a ``crossover`` table that lost at no measured concurrency but gained at
-    some, each with its change at its lowest and highest measured concurrency (from ``comparison``, the
-    ``versus_baseline`` rows the table was built from); '' where there is none."""
-    kept = crossover_table[crossover_table["loses_from"].isna() & crossover_table["gains_up_to"].notna()]
-    described = []
-    for label in kept["engine_label"]:
-        rows = comparison[comparison["engine_label"] == label].dropna(subset=["concurrency"]).sort_values("concurrency")
-        low, high = rows.iloc[0], rows.iloc[-1]
-        described.append(f"{label} ({low.change_pct:+.1f} % at {int(low.concurrency)}, "
-                         f"{high.change_pct:+.1f} % at {int(high.concurrency)})")  # fmt: skip
-    if not described:
-        return ""
-    return "Lost at no measured concurrency: " + "; ".join(described) + "."

@@ -6,7 +6,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from vllm_playbooks.analysis.compare import versus_baseline
-from vllm_playbooks.analysis.noise import MIN_BAND_PCT
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -64,45 +63,3 @@ def alpha_band(gains: pd.DataFrame, central: float, k: int = 3) -> pd.DataFrame:
                        difference_pts=band["gain_pct"] - band["central_gain_pct"])  # fmt: skip
     return band[columns].sort_values(["profile", "imposed_alpha", "concurrency"]).reset_index(drop=True)
 
-
-def describe_alpha_band(band: pd.DataFrame, k: int = 3, tolerance: float = MIN_BAND_PCT / 100) -> str:
-    """One sentence per profile and α of an ``alpha_band`` table of ``k``: where it still paid (a gain beyond
-    ``tolerance``) and where it did not at that α, and by how many points its gain differed from the central α's at
-    the concurrencies measured with both, naming those where the difference ran against acceptance by more than
-    ``tolerance`` (a lower α gaining more, a higher one less: runs that differed in more than α); empty when no other α is
-    measured."""
-    sentences = []
-    for (profile, alpha, central), rows in band.groupby(["profile", "imposed_alpha", "central_alpha"], sort=False):
-        below = alpha < central
-        paid = rows[rows["gain_pct"] > 100 * tolerance]
-        if len(paid) == len(rows):
-            found = f"paid at every concurrency measured ({levels_text(rows)}: {gains_text(rows)})"
-        else:
-            unpaid = rows[rows["gain_pct"] <= 100 * tolerance]
-            found = (f"paid at concurrency {levels_text(paid)} ({gains_text(paid)}) and not at {levels_text(unpaid)} "
-                     f"({gains_text(unpaid)})") if not paid.empty else f"paid at no concurrency measured ({gains_text(rows)})"
-        text = (f"At α = {alpha:.2f} ({abs(alpha - central):.2f} {'below' if below else 'above'} the imposed "
-                f"{central:.2f}) k = {k} {found}")  # fmt: skip
-        both = rows[rows["central_gain_pct"].notna()]
-        if not both.empty:
-            low, high = both["difference_pts"].min(), both["difference_pts"].max()
-            spread = f"{low:+.1f}" if round(low, 1) == round(high, 1) else f"{low:+.1f} to {high:+.1f}"
-            text += f", {spread} points against α = {central:.2f} at the same concurrencies"
-            against = both["difference_pts"] > 100 * tolerance if below else both["difference_pts"] < -100 * tolerance
-            contrary = both[against]
-            if not contrary.empty:
-                points = ", ".join(f"{int(c)} ({d:+.1f} points)"
-                                   for c, d in zip(contrary["concurrency"], contrary["difference_pts"], strict=True))  # fmt: skip
-                text += (f"; {'more' if below else 'less'} than α = {central:.2f} at concurrency {points}, the "
-                         f"opposite of what a {'lower' if below else 'higher'} acceptance does alone: there the two "
-                         "runs differed in more than α")  # fmt: skip
-        sentences.append(f"{text} ({profile} profile).")
-    return " ".join(sentences)
-
-
-def levels_text(rows: pd.DataFrame) -> str:
-    return ", ".join(str(int(c)) for c in rows["concurrency"])
-
-
-def gains_text(rows: pd.DataFrame) -> str:
-    return ", ".join(f"{g:+.1f} %" for g in rows["gain_pct"])

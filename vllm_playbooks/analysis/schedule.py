@@ -6,7 +6,6 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from vllm_playbooks.analysis.compare import is_baseline, pd_isna, recorded_speculative
-from vllm_playbooks.analysis.noise import MIN_BAND_PCT
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -51,54 +50,6 @@ def schedule_outcome(
             "change_pct": 100.0 * (float(getattr(row, metric)) / reference - 1.0),
         })  # fmt: skip
     return pd.DataFrame(records, columns=columns).astype({"num_drafts": "Int64"})
-
-
-def schedule_outcome_text(
-    outcome: pd.DataFrame, modes: pd.DataFrame | None = None, band_pct: float = MIN_BAND_PCT,
-) -> str:
-    """A sentence on a ``schedule_outcome`` table: whether the schedule matched speculation off where it switched
-    speculation off, and the same config without a schedule where it speculated (within ±``band_pct``); with
-    ``modes`` (``results.server_logs.server_modes``) a second one on how the servers compared ran, as their logs say."""
-    if outcome.empty:
-        return "The batch-size schedule is not measured yet."
-
-    def part(rows: pd.DataFrame, where: str, against: str) -> str:
-        changes = ", ".join(f"{r.change_pct:+.1f} % at {r.concurrency}" for r in rows.itertuples())
-        if (rows["change_pct"].abs() <= band_pct).all():
-            return f"where {where} it matched {against} within ±{band_pct:g} % ({changes})"
-        verb = "fell short of" if (rows["change_pct"] < -band_pct).all() else "did not match"
-        return f"where {where} it {verb} {against} ({changes})"
-
-    off, on = outcome[outcome["scheduled_k"] == 0], outcome[outcome["scheduled_k"] > 0]
-    parts = []
-    if not off.empty:
-        parts.append(part(off, "the schedule switched speculation off", f"`{off['reference_label'].iloc[0]}`"))
-    if not on.empty:
-        where = "it speculated" if parts else "the schedule speculated"
-        parts.append(part(on, where, f"`{on['reference_label'].iloc[0]}` without a schedule"))
-    off_fell_short = not off.empty and bool((off["change_pct"] < -band_pct).all())
-    text = ("The schedule was not free here: " if off_fell_short else "Measured, ") + "; ".join(parts) + "."
-    if modes is not None:
-        labels = [str(outcome["engine_label"].iloc[0]), *outcome["reference_label"].astype(str)]
-        text = " ".join(filter(None, [text, server_modes_text(modes, labels)]))
-    return text
-
-
-def server_modes_text(modes: pd.DataFrame, labels: Sequence[str]) -> str:
-    """A sentence on how the servers of ``labels`` ran, from ``results.server_logs.server_modes``: model runner, CUDA graph mode
-    and async scheduling, as their logs say, in label order; '' where none of them is in ``modes``."""
-    shown = modes[modes["engine_label"].isin(list(labels))].drop_duplicates("engine_label")
-
-    def said(value: object, text: str) -> str:
-        return "not logged" if pd_isna(value) else text
-
-    described = "; ".join(
-        f"`{r.engine_label}` ran model runner {said(r.model_runner, str(r.model_runner))}, CUDA graphs "
-        f"{said(r.cudagraph_mode, str(r.cudagraph_mode))}, async scheduling "
-        f"{said(r.async_scheduling, 'on' if r.async_scheduling else 'off')}"
-        for r in shown.sort_values("engine_label").itertuples()
-    )  # fmt: skip
-    return f"Server logs: {described}." if described else ""
 
 
 def schedule_table(outcomes: pd.DataFrame, metric: str = "output_tok_s") -> pd.DataFrame:
@@ -170,22 +121,6 @@ def change_chain(
             "server": label, "against": reference, "differs": differs(label, reference), **change.to_dict(),
         })  # fmt: skip
     return pd.DataFrame(records).set_index("step")
-
-
-def change_chain_text(chain: pd.DataFrame) -> str:
-    """A sentence on a ``change_chain`` table: at each concurrency, the total change and the step that moved it
-    most (what it changed, its two servers and its change); '' where the table has no concurrency in common."""
-    levels = [column for column in chain.columns if isinstance(column, int)]
-    steps = chain.drop(index="total")
-    described = []
-    for level in levels:
-        largest = steps.loc[steps[level].abs().idxmax()]
-        described.append(f"at {level}, {chain.loc['total', level]:+.1f} % in all, the largest step "
-                         f"{largest['differs']} (`{largest['server']}` against `{largest['against']}`: "
-                         f"{largest[level]:+.1f} %)")  # fmt: skip
-    if not described:
-        return ""
-    return f"`{chain.loc['total', 'server']}` against `{chain.loc['total', 'against']}`: " + "; ".join(described) + "."
 
 
 def schedule_switched_off(engine_config_json: object, concurrency: object) -> bool:

@@ -35,31 +35,3 @@ def beside_model_by_config(measured: pd.DataFrame, predicted: pd.DataFrame, valu
     columns = ["engine_label", "concurrency", "measured", "predicted", "measured_minus_predicted"]
     return pd.concat(tables, ignore_index=True)[columns] if tables else pd.DataFrame(columns=columns)
 
-
-def describe_beside_model_by_config(table: pd.DataFrame, band: float, unit: str, fmt: str = "{:.2f}") -> str:
-    """``describe_beside_model`` for each configuration of a ``beside_model_by_config`` table: one Markdown
-    paragraph per engine label that has a measurement, '' when none has."""
-    paragraphs = [f"**{label}.** {describe_beside_model(part, band, unit, fmt)}"
-                  for label, part in table.groupby("engine_label", sort=False)
-                  if not part.dropna(subset=["measured", "predicted"]).empty]  # fmt: skip
-    return "\n\n".join(paragraphs)
-
-
-def describe_beside_model(table: pd.DataFrame, band: float, unit: str, fmt: str = "{:.2f}") -> str:
-    """One sentence on a ``beside_model`` table: the concurrencies where the model came within ``band`` (in ``unit``,
-    e.g. 'percentage points') of the measurement, and those where it under- or overstated it; values as ``fmt``."""
-    rows = table.dropna(subset=["measured", "predicted"])
-    if rows.empty:
-        return "No measurement to set beside the model yet."
-
-    def levels(part: pd.DataFrame) -> str:
-        return ", ".join(f"{int(c)} ({fmt.format(m)} measured, {fmt.format(p)} predicted)"
-                         for c, m, p in zip(part["concurrency"], part["measured"], part["predicted"], strict=True))  # fmt: skip
-
-    diff = rows["measured_minus_predicted"]
-    parts = []
-    for words, part in ((f"came within {band:g} {unit} of the measurement", rows[diff.abs() <= band]),
-                        ("understated the measurement", rows[diff > band]), ("overstated it", rows[diff < -band])):  # fmt: skip
-        if not part.empty:
-            parts.append(f"{words} at concurrency {levels(part)}")
-    return "The model " + "; it ".join(parts) + "."

@@ -45,20 +45,35 @@ LABELS = {
 }
 
 
+#: Legend titles in words for the columns a legend is drawn from.
+LEGEND_TITLES = {"engine_label": "configuration", "model_shape": "model shape"}
+
+#: Scales seaborn's notebook fonts so that a two-panel figure, shrunk to the page's column at a 1400 px window, keeps
+#: its text at 10 px or more.
+FONT_SCALE = 1.3
+
+#: The colour each config got on this page so far (``page_colors``): one colour per config across every figure.
+_PAGE_COLORS: dict[str, tuple[float, float, float]] = {}
+
+
 def use_book_style() -> None:
-    """The one seaborn theme of the book."""
+    """The one seaborn theme of the book (fonts scaled by ``FONT_SCALE``) and a fresh colour per config for this page
+    (``page_colors``)."""
     import seaborn as sns
 
-    sns.set_theme(context="notebook", style="whitegrid", palette="colorblind")
+    sns.set_theme(context="notebook", style="whitegrid", palette="colorblind", font_scale=FONT_SCALE)
+    _PAGE_COLORS.clear()
 
 
-def label_colors(labels: Iterable[str]) -> dict[str, tuple[float, float, float]]:
-    """One colour of the current seaborn palette per distinct label, in sorted order: pass it as ``palette`` to the
-    panels of one figure so that a config keeps its colour in every panel, whichever configs each panel has."""
+def page_colors(labels: Iterable[str]) -> dict[str, tuple[float, float, float]]:
+    """The colour of each label on this page: a label keeps the colour it got the first time any figure of the page
+    drew it; new labels take the palette's next colours, in sorted order (cycling past the palette's end)."""
     import seaborn as sns
 
-    names = sorted(set(labels))
-    return dict(zip(names, sns.color_palette(n_colors=len(names)), strict=True))
+    palette = sns.color_palette("colorblind", n_colors=10)
+    for name in sorted(set(labels) - set(_PAGE_COLORS)):
+        _PAGE_COLORS[name] = palette[len(_PAGE_COLORS) % len(palette)]
+    return {name: _PAGE_COLORS[name] for name in sorted(set(labels))}
 
 
 def metric_vs_load(
@@ -69,8 +84,9 @@ def metric_vs_load(
     ax: Axes | None = None,
     palette: Mapping[str, tuple[float, float, float]] | None = None,
 ) -> Axes:
-    """``y`` against the load level, one line per ``hue`` (coloured by ``palette`` when given, e.g. ``label_colors``);
-    log-2 x axis for concurrency sweeps. An empty ``df`` gives an axes that says it has no rows."""
+    """``y`` against the load level, one line per ``hue`` (coloured by ``palette`` when given, e.g. ``page_colors``;
+    configs by ``page_colors`` otherwise), the legend beside the axes; log-2 x axis for concurrency sweeps. An empty
+    ``df`` gives an axes that says it has no rows."""
     import matplotlib.pyplot as plt
     import seaborn as sns
 
@@ -81,7 +97,10 @@ def metric_vs_load(
         return ax
     present = set(df[hue])
     hue_order = [name for name in palette if name in present] if palette is not None else None
+    if palette is None and hue == "engine_label":  # the page's colours, the configs in the rows' order
+        palette, hue_order = page_colors(df[hue]), list(dict.fromkeys(df[hue]))
     sns.lineplot(data=df, x=x, y=y, hue=hue, hue_order=hue_order, palette=palette, marker="o", ax=ax, errorbar=None)
+    legend_beside(ax)
     if x == "concurrency":
         ax.set_xscale("log", base=2)
         ticks = sorted(df[x].dropna().unique())
@@ -103,7 +122,9 @@ def legend_beside(target: Axes | Figure) -> None:
 
     if not isinstance(target, Figure):
         if target.get_legend() is not None:
-            sns.move_legend(target, "upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+            title = target.get_legend().get_title().get_text()
+            sns.move_legend(target, "upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
+                            title=LEGEND_TITLES.get(title, title))
         return
     legends = [(ax, ax.get_legend()) for ax in target.axes if ax.get_legend() is not None]
     if not legends:
@@ -134,8 +155,8 @@ def metric_grid(df: pd.DataFrame, metrics: Sequence[str], ncols: int | None = No
         metric_vs_load(series, metric, hue="series", ax=ax)
     for ax in axes.flat[len(metrics):]:
         ax.set_axis_off()
+    legend_beside(fig)  # first: the axes' own legends would squeeze the panels in tight_layout
     fig.tight_layout()
-    legend_beside(fig)
     return fig
 
 
@@ -153,7 +174,9 @@ def change_vs_load(comparison: pd.DataFrame, x: str = "concurrency", ax: Axes | 
         return ax
     ax = metric_vs_load(with_hardware_series(comparison), "change_pct", x=x, hue="series", ax=ax)
     ax.axhline(0.0, color="black", linewidth=1)
-    ax.set_ylabel(f"{comparison['metric'].iloc[0]}: " + LABELS["change_pct"])
+    metric = comparison["metric"].iloc[0]
+    ax.set_ylabel(LABELS["change_pct"])
+    ax.set_title(LABELS.get(metric, metric))  # the metric in words above the panel
     return ax
 
 
@@ -401,7 +424,7 @@ def medians_with_range(
     if spreads.empty:
         raise ValueError("no medians to plot")
     ax = ax or plt.subplots(figsize=(6.4, 4.0))[1]
-    colors = palette or label_colors(spreads["engine_label"])
+    colors = palette or page_colors(spreads["engine_label"])
     for (label, lengths), group in spreads.groupby(["engine_label", "lengths"], sort=True):
         group = group.sort_values("concurrency")
         errors = [group["median"] - group["lowest"], group["highest"] - group["median"]]

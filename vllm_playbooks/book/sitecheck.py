@@ -19,7 +19,11 @@ What fails the check, each failure naming its page and element:
 - ``search.html?q=<query>`` showing no result (Sphinx's search is JavaScript over ``searchindex.js``);
 - a formula (Sphinx's ``.math`` elements) still showing its TeX source ``\\(…\\)`` or ``\\[…\\]`` after
   ``MATH_WAIT_S`` seconds: MathJax (served from ``mathjax/``) did not load or did not typeset it;
-- a screenshot (the index page and every page under ``book/executed/``) that is all one colour.
+- a screenshot (the index page and every page under ``book/executed/``) that is all one colour;
+- a table cell that reads ``NaN``, ``nan``, ``None``, ``<NA>`` or ``NaT``, or a table whose body rows start with a
+  header cell (a pandas index shown);
+- a page listed under a sidebar caption of ``HEIGHT_CAPTIONS`` (the case pages, the claims ledger) whose rendered
+  height, at the window's 1400 px width with every collapsed section closed, is above ``MAX_PAGE_HEIGHT_PX``.
 
 It prints ``site-check: N pages, M figures, L internal links, search ok`` (L counts ``<a href>`` occurrences that
 resolve to this site, navigation included; M counts distinct ``_images/`` files that pages show) and exits 1 on any
@@ -67,7 +71,7 @@ CHROMIUM_FLAGS = (
     "--disable-component-update",
     "--disable-sync",
     "--disable-dev-shm-usage",
-    "--window-size=1280,900",
+    "--window-size=1400,900",
     "--hide-scrollbars",
 )
 #: Makes every host name except the local server's unresolvable: the check never depends on the network.
@@ -84,6 +88,34 @@ return Array.from(document.querySelectorAll(".math"))
 FIGURE_DIR = "_images"
 SCREENSHOT_PAGES = ("index.html", "book/executed/*.html")
 MAX_SCREENSHOT_HEIGHT = 16000
+#: Pages listed under these captions of the book's sidebar are measured: a reader should get through them in about
+#: five screens, with their collapsed sections closed.
+HEIGHT_CAPTIONS = ("Cases", "Claims")
+MAX_PAGE_HEIGHT_PX = 9000
+#: What a table cell must never read: missing values as pandas prints them.
+MISSING_CELL_TEXTS = ("NaN", "nan", "None", "<NA>", "NaT")
+
+# Runs in the page: the links listed under the sidebar captions named in arguments[0].
+_CAPTION_PAGES_JS = """
+const out = [];
+for (const caption of document.querySelectorAll("p.caption")) {
+  if (!arguments[0].includes(caption.textContent.trim())) continue;
+  let list = caption.nextElementSibling;
+  while (list && list.tagName !== "UL") list = list.nextElementSibling;
+  if (list) for (const a of list.querySelectorAll(":scope > li > a[href]")) out.push(a.href);
+}
+return out;
+"""
+
+# Runs in the page: per table, the cells whose whole text is one of arguments[0], and whether a body row starts
+# with a header cell (the index pandas prints).
+_TABLES_JS = """
+return Array.from(document.querySelectorAll("table"), t => ({
+  missing: Array.from(t.querySelectorAll("td, th"), c => (c.textContent || "").trim())
+    .filter(text => arguments[0].includes(text)),
+  index: Array.from(t.querySelectorAll("tbody > tr")).some(r => r.firstElementChild && r.firstElementChild.tagName === "TH"),
+}));
+"""
 NON_NAVIGATING_SCHEMES = ("mailto", "javascript", "data", "tel", "blob")
 
 # Runs in the page: scroll every image into view, wait for it (lazy ones included), report what the browser got.
@@ -138,6 +170,8 @@ class SiteReport:
     external_links: int = 0
     search_results: int = 0
     screenshots: list[Path] = field(default_factory=list)
+    #: rendered height in px of each measured page (those under ``HEIGHT_CAPTIONS``)
+    heights: dict[str, int] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)
 
     @property
@@ -313,6 +347,7 @@ class SiteChecker:
         self._ids: dict[str, set[str]] = {}
         self._links: list[_Link] = []
         self._base = ""
+        self._measured: set[str] = set()
 
     def fail(self, page: str, element: str, reason: str) -> None:
         """Record one failure."""
@@ -331,6 +366,7 @@ class SiteChecker:
                 old.unlink()
         with serve(self.root) as base, chromium(self.chromium_path, self.chromedriver_path, self.offline) as driver:
             self._base = base
+            self._measured = self._caption_pages(driver, base)
             for page in pages:
                 self._check_page(driver, base, page, screenshot=page in screenshot_pages)
             self._check_search(driver, base)
@@ -371,12 +407,38 @@ class SiteChecker:
                     self.fail(page, f"asset {asset['href']!r}", f"{target} does not exist")
             self._check_images(driver, base, page)
             self._check_math(driver, page)
+            self._check_tables(driver, page)
+            if page in self._measured:
+                self._check_height(driver, page)
         if screenshot and self.screenshots is not None:
             name = re.sub(r"[^A-Za-z0-9_.-]+", "_", page.removesuffix(".html")) + ".png"
             data = _screenshot(driver, self.screenshots / name)
             self.report.screenshots.append(self.screenshots / name)
             if is_blank_image(data):
                 self.fail(page, f"screenshot {name}", "the rendered page is a single colour")
+
+    def _caption_pages(self, driver: WebDriver, base: str) -> set[str]:
+        """The site-relative pages the sidebar lists under ``HEIGHT_CAPTIONS``, read from the root page."""
+        root = "index.html"
+        target = _meta_refresh_target((self.root / root).read_text(encoding="utf-8", errors="replace"))
+        driver.get(base + (target.removeprefix("./") if target else root))
+        _wait_ready(driver)
+        urls = driver.execute_script(_CAPTION_PAGES_JS, list(HEIGHT_CAPTIONS))
+        return {path for url in urls if (path := _local_path(url.split("#", 1)[0], base)) is not None}
+
+    def _check_tables(self, driver: WebDriver, page: str) -> None:
+        for number, table in enumerate(driver.execute_script(_TABLES_JS, list(MISSING_CELL_TEXTS)), start=1):
+            if table["missing"]:
+                self.fail(page, f"table {number}", f"cell(s) read {sorted(set(table['missing']))}: show a blank")
+            if table["index"]:
+                self.fail(page, f"table {number}", "shows a pandas index: hide it (book.tables)")
+
+    def _check_height(self, driver: WebDriver, page: str) -> None:
+        driver.execute_script(_UNSCROLL_JS)
+        height = int(driver.execute_script("return document.documentElement.scrollHeight"))
+        self.report.heights[page] = height
+        if height > MAX_PAGE_HEIGHT_PX:
+            self.fail(page, "page height", f"{height} px with collapsed sections closed (at most {MAX_PAGE_HEIGHT_PX})")
 
     def _check_math(self, driver: WebDriver, page: str) -> None:
         deadline = time.monotonic() + MATH_WAIT_S
@@ -492,6 +554,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"site-check FAIL {failure}", file=sys.stderr)
     if report.screenshots:
         print(f"site-check: {len(report.screenshots)} screenshots in {args.screenshots}")
+    for page, height in sorted(report.heights.items()):
+        print(f"site-check: {page} is {height} px high (at most {MAX_PAGE_HEIGHT_PX})")
     print(f"site-check: {report.external_links} external links not followed, {report.search_results} search results "
           f"for {args.query!r}, {time.monotonic() - started:.1f} s")  # fmt: skip
     print(report.summary())

@@ -1,4 +1,10 @@
-"""Tables for people: the columns a page shows, named in words with units, numbers rounded, no index, blanks."""
+"""Tables for people: the columns a page shows, named in words with units, numbers rounded, no index, blanks.
+
+``for_people`` is for the tables a page chooses (headers named one by one); ``people_html`` is what every other
+DataFrame a page displays turns into (``use_people_tables``, called when ``vllm_playbooks`` is imported in a notebook
+kernel): no index, numbers rounded by their size, blanks for missing values, underscores read as spaces, and at most
+``SHOWN_ROWS`` rows with the rest in a collapsed section.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pandas as pd
     from pandas.io.formats.style import Styler
+
+#: Rows a displayed table shows before the rest folds into a collapsed section.
+SHOWN_ROWS = 12
 
 
 def for_people(frame: pd.DataFrame, columns: Mapping[str, str], decimals: Mapping[str, int] | None = None) -> Styler:
@@ -24,3 +33,53 @@ def for_people(frame: pd.DataFrame, columns: Mapping[str, str], decimals: Mappin
         elif pd.api.types.is_float_dtype(shown[name]):
             formats[name] = f"{{:,.{places.get(name, 1)}f}}"
     return shown.style.hide(axis="index").format(formats, na_rep="")
+
+
+def places_for(values: pd.Series) -> int:
+    """Decimal places that keep about three significant digits of a float column's typical (median absolute) size:
+    0 from 100 up, 1 from 10, 2 from 1, 3 below."""
+    typical = values.abs().median()
+    if typical != typical or typical >= 100:  # NaN: an empty column
+        return 0
+    return 1 if typical >= 10 else 2 if typical >= 1 else 3
+
+
+def people_html(frame: pd.DataFrame) -> str:
+    """Any displayed DataFrame as HTML for people: a named index becomes columns, a default one is dropped; column
+    names with underscores read as words; floats rounded by ``places_for``; missing cells blank; rows past
+    ``SHOWN_ROWS`` in a collapsed ``<details>`` section below the first ones."""
+    import pandas as pd
+
+    flat = frame.reset_index() if any(name is not None for name in frame.index.names) else frame
+    flat = flat.copy()
+    flat.columns = [" ".join(str(part) for part in name if str(part)) if isinstance(name, tuple) else str(name)
+                    for name in flat.columns]
+    flat = flat.rename(columns=lambda name: name.replace("_", " "))
+    flat = flat.loc[:, ~flat.columns.duplicated()]
+    formats = {}
+    for name in flat.columns:
+        column = flat[name]
+        if pd.api.types.is_bool_dtype(column):
+            continue
+        if pd.api.types.is_integer_dtype(column):
+            formats[name] = "{:,.0f}"
+        elif pd.api.types.is_float_dtype(column):
+            formats[name] = f"{{:,.{places_for(column)}f}}"
+
+    def html(rows: pd.DataFrame) -> str:
+        return rows.style.hide(axis="index").format(formats, na_rep="").to_html()
+
+    if len(flat) <= SHOWN_ROWS:
+        return html(flat)
+    return (html(flat.head(SHOWN_ROWS)) + f"<details><summary>All {len(flat)} rows</summary>"
+            + html(flat) + "</details>")
+
+
+def use_people_tables() -> None:
+    """Make every DataFrame this IPython kernel displays render as ``people_html``; nothing outside IPython."""
+    import pandas as pd
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is not None:
+        shell.display_formatter.formatters["text/html"].for_type(pd.DataFrame, people_html)

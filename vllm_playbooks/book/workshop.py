@@ -21,7 +21,7 @@ from vllm_playbooks.book.exercises import (
     stop_paying_solution,
     tokens_per_step_solution,
 )
-from vllm_playbooks.errors import ConfigError
+from vllm_playbooks.errors import ConfigError, PlaybookError
 
 #: A float answer counts as right within this relative error, or within ``ABS_TOLERANCE`` (whichever is larger),
 #: so an answer worked out by hand from a rounded table passes.
@@ -114,43 +114,46 @@ def _read_text(kinds: AnswerKinds, got: Any) -> Any:
         return got
 
 
-def _grade(kinds: AnswerKinds, expected: Any, got: Any) -> str | None:
-    """None when ``got`` matches ``expected``; otherwise what was expected and what came."""
+def _problem(kinds: AnswerKinds, expected: Any, got: Any) -> str | None:
+    """None when ``got`` matches ``expected``; otherwise which part is wrong, or what shape was expected, never the
+    expected value itself."""
     got = _read_text(kinds, got)
     if isinstance(kinds, str):
-        if _matches(kinds, expected, got):
-            return None
-        return f"expected {_show(kinds, expected)}, got {_show(kinds, got)}"
+        return None if _matches(kinds, expected, got) else "the answer does not match"
     if not isinstance(got, Mapping):
-        keys = ", ".join(kinds)
-        return f"expected a dict with keys {keys}, got {_show('', got)}"
+        return f"expected a dict with keys {', '.join(kinds)}, got {_show('', got)}"
     missing = [k for k in kinds if k not in got]
     extra = sorted(str(k) for k in got if k not in kinds)
     if missing or extra:
         return f"expected the keys {', '.join(kinds)}, got {', '.join(str(k) for k in got) or 'none'}"
     wrong = [k for k in kinds if not _matches(kinds[k], expected[k], got[k])]
-    if not wrong:
-        return None
-    want = ", ".join(f"{k}={_show(kinds[k], expected[k])}" for k in wrong)
-    came = ", ".join(f"{k}={_show(kinds[k], got[k])}" for k in wrong)
-    return f"expected {want}, got {came}"
+    return f"{', '.join(wrong)} {'does' if len(wrong) == 1 else 'do'} not match" if wrong else None
 
 
-def check(exercise_id: str, answer: Any, solution: Solution) -> str:
-    """One deterministic line: is ``answer`` (else the worked ``solution``) right for this exercise?
+class WrongAnswer(PlaybookError):
+    """A workshop answer that is not right yet: raised by ``check`` so that the notebook stops and papermill exits
+    with a non-zero status (a host grades a room's answers with a loop). Its message starts with ``not yet:``."""
+
+
+def check(exercise_id: str, answer: Any, solution: Solution, hint: str = "") -> str:
+    """One line on ``answer``: ``correct: …`` (with the worked statement) for a right one; for ``None``, that no
+    answer is set yet. A wrong answer raises ``WrongAnswer``: ``not yet: <which part> — <hint>``, the hint (the
+    page's) pointing to the concept; no message ever shows the expected value.
 
     The expected answer is solved again from the data with ``solution.inputs``, so a solution cell that was edited
-    or a data change shows up here. Floats pass within 1 % (at least 0.01); counts and words must match exactly.
+    or a data change is refused (``ConfigError``). Floats pass within 1 % (at least 0.01); counts and words must match
+    exactly.
     """
     exercise = get_exercise(exercise_id)
     if not isinstance(solution, Solution) or solution.exercise != exercise.id:
         given = solution.exercise if isinstance(solution, Solution) else type(solution).__name__
         raise ConfigError(f"check({exercise.id!r}, …) needs the solution of exercise {exercise.id!r}, got {given!r}")
     expected = exercise.solve(**solution.inputs)
-    stale = _grade(expected.kinds, expected.value, solution.value)
-    if stale is not None:
-        return f"not yet: the worked solution disagrees with the data ({stale})"
+    if _problem(expected.kinds, expected.value, solution.value) is not None:
+        raise ConfigError(f"{exercise.notebook}: the worked solution disagrees with the data: re-run its cells")
     if answer is None:
-        return f"correct: {expected.statement} (worked solution; set answer to check your own)"
-    problem = _grade(expected.kinds, expected.value, answer)
-    return f"correct: {expected.statement}" if problem is None else f"not yet: {problem}"
+        return "no answer yet: set `answer` in the parameters cell (the worked solution agrees with the data)"
+    problem = _problem(expected.kinds, expected.value, answer)
+    if problem is not None:
+        raise WrongAnswer(f"not yet: {problem}" + (f" — {hint}" if hint else ""))
+    return f"correct: {expected.statement}"

@@ -1,4 +1,5 @@
-"""Case: DeepSeek MTP — ~1.8× TPS at 85-90 % acceptance, PR #12755's 1.63× at QPS 1 (its checks and page functions)."""
+"""Case: DeepSeek MTP — the DeepSeek-V3 report's tokens-per-second gain and vLLM PR #12755's TPOT gain by request rate
+(its checks and page functions; the published numbers are in ``data/reference/published.csv``)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,6 @@ from vllm_playbooks.model.speculative import (
     speedup,
 )
 from vllm_playbooks.shapes import get_shape
-from vllm_playbooks.text import percent_range
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -63,7 +63,7 @@ def _at_mtp_scale(pairs: pd.DataFrame) -> pd.DataFrame:
 
 @check("mtp_speedup_at_acceptance")
 def mtp_speedup_at_acceptance(claim: Claim, ev: Evidence) -> CheckResult:
-    """DeepSeek-V3: about 1.8× tokens per second with one MTP token at 85–90 % second-token acceptance.
+    """DeepSeek-V3: a tokens-per-second gain with one MTP token at the report's second-token acceptance.
 
     Measured: recorded ``mtp`` rows at DeepSeek-V3's width and depth with k = 1 whose measured acceptance lies in the
     reported range, at their lowest concurrency; the speed-up is the baseline's mean TPOT over the speculative one
@@ -102,8 +102,8 @@ _QPS = re.compile(r"-qps(\d+)$")
 
 @check("mtp_gain_falls_with_qps")
 def mtp_gain_falls_with_qps(claim: Claim, ev: Evidence) -> CheckResult:
-    """vLLM PR #12755: one MTP token gave a TPOT speed-up at every QPS below 8 (1.63× at QPS 1, 1.18× at QPS 2) and
-    none at QPS 8.
+    """vLLM PR #12755: one MTP token gave a TPOT speed-up at the low request rates it measured and none at its highest
+    (its speed-ups by rate: ``published.csv``).
 
     Measured: recorded ``mtp`` k = 1 rows at DeepSeek-V3's width and depth at the published request rates (every
     imposed acceptance), judged QPS by QPS against the published speed-up; rows at or above the published bound must
@@ -222,7 +222,7 @@ def mtp_verdict(
     rates: Iterable[float] = (1, 2, 4, 8), tolerance: float = MIN_BAND_PCT / 100,
 ) -> Finding:
     """Does MTP at k = 1 lower TPOT at low request rates, and does the gain shrink as the rate grows, as vLLM PR
-    #12755 reported (1.63× at 1 QPS, 1.00× at 8 QPS)? Rests on ``engine`` against speculation off, Poisson loads.
+    #12755 reported (``published.csv``)? Rests on ``engine`` against speculation off, Poisson loads.
     Stalled rows are left out; a rate measured only in stalled runs is judged without once ``MIN_RATES_JUDGED``
     clean rates remain (the sentence names it), and keeps the verdict 'incomplete' before."""
     wanted = sorted(float(r) for r in rates)
@@ -310,20 +310,6 @@ def best_k_by_load(sweep: pd.DataFrame, first_rate: float = 0.85) -> pd.DataFram
     return pd.DataFrame(rows, columns=columns)
 
 
-def describe_best_k(best: pd.DataFrame) -> str:
-    """'k = 3 at 1, 2, 4 QPS and at concurrency 4, 16; k = 2 at concurrency 1, 64' from ``best_k_by_load`` ('' for
-    an empty table)."""
-    import pandas as pd
-
-    parts = []
-    for k, group in best.groupby("best_k", sort=True):
-        rates = [f"{r:g}" for r in group["request_rate_qps"] if pd.notna(r)]
-        streams = [f"{c:g}" for c in group["concurrency"] if pd.notna(c)]
-        where = ([f"{', '.join(rates)} QPS"] if rates else []) + ([f"concurrency {', '.join(streams)}"] if streams else [])
-        parts.append(f"k = {k} at {' and at '.join(where)}")
-    return "; ".join(parts)
-
-
 def acceptance_band(sweep: pd.DataFrame, k: int = 1) -> pd.DataFrame:
     """The configurations of one ``k`` in a ``k_sweep`` table that differ in their imposed i.i.d. acceptance
     (``imposed_alpha``): one row per load and α with the speed-up and the measured mean acceptance length, request
@@ -333,42 +319,6 @@ def acceptance_band(sweep: pd.DataFrame, k: int = 1) -> pd.DataFrame:
     rows = sweep[(sweep["k"] == k) & sweep["imposed_alpha"].notna()][columns].astype({"imposed_alpha": float})
     return rows.sort_values(["request_rate_qps", "concurrency", "imposed_alpha"], na_position="last").reset_index(
         drop=True)  # fmt: skip
-
-
-def describe_acceptance_band(band: pd.DataFrame, tolerance: float = 0.02) -> str:
-    """One paragraph on an ``acceptance_band`` table: how much the speed-up and the measured acceptance length grew
-    from the lowest to the highest α at the loads measured with both, and whether the speed-up grew in proportion to
-    the acceptance length (within ``tolerance``), as S = τ / (1 + k·c) has it when the draft's cost c does not depend
-    on what is accepted."""
-    if band.empty:
-        return "No configuration of this k with an imposed i.i.d. acceptance is measured yet."
-    low, high = band["imposed_alpha"].min(), band["imposed_alpha"].max()
-    pairs, one_end = [], []
-    for load, group in band.groupby("load", sort=False):
-        ends = group[group["imposed_alpha"].isin([low, high])].set_index("imposed_alpha")
-        if low in ends.index and high in ends.index and low != high:
-            pairs.append((load, ends.loc[low], ends.loc[high]))
-        else:
-            one_end.append(load)
-    if not pairs:
-        return f"No load is measured at both α = {low:.2f} and α = {high:.2f} yet."
-    speedup = [b["speedup"] / a["speedup"] - 1 for _, a, b in pairs]
-    length = [b["mean_acceptance_length"] / a["mean_acceptance_length"] - 1 for _, a, b in pairs]
-    steps = "; ".join(f"{load}: {a['speedup']:.2f}× → {b['speedup']:.2f}×" for load, a, b in pairs)
-    text = (f"From α = {low:.2f} to {high:.2f}, the TPOT speed-up rose by {percent_range(speedup)} at the "
-            f"{len(pairs)} loads measured with both ({steps}); the measured mean acceptance length rose by "
-            f"{percent_range(length)}.")  # fmt: skip
-    apart = [load for (load, _, _), s, t in zip(pairs, speedup, length, strict=True)
-             if abs((1 + s) / (1 + t) - 1) > tolerance]  # fmt: skip
-    if apart:
-        text += (f" The speed-up did not grow in proportion to the acceptance length (within {100 * tolerance:g} %) "
-                 f"at {', '.join(apart)}.")  # fmt: skip
-    else:
-        text += (f" Within {100 * tolerance:g} %, the speed-up grew in proportion to the tokens each step emits: the "
-                 "draft costs the same whatever is accepted, as S = τ / (1 + k·c) has it.")  # fmt: skip
-    if one_end:
-        text += f" Measured at one end of the band only: {', '.join(one_end)}."
-    return text
 
 
 def draft_cost_beside_model(sweep: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
@@ -404,28 +354,6 @@ def draft_cost_beside_model(sweep: pd.DataFrame, predicted: pd.DataFrame) -> pd.
     return pd.DataFrame(records, columns=columns)
 
 
-def describe_draft_cost(table: pd.DataFrame) -> str:
-    """One sentence per configuration of a ``draft_cost_beside_model`` table: at its lowest concurrency, the c its
-    measurement implies against the model's and the time a draft forward took beyond its reads against the fixed
-    cost the model charged; then how far c rose at the higher concurrencies."""
-    if table.empty:
-        return "No closed-loop pair to derive a draft cost from yet."
-    sentences = []
-    for label, part in table.groupby("engine_label", sort=False):
-        part = part.sort_values("concurrency")
-        first, rest = part.iloc[0], part.iloc[1:]
-        text = (f"**{label}**: at concurrency {first['concurrency']:g} the measured pair implies c = "
-                f"{first['c_measured']:.2f} (the model {first['c_model']:.2f}); beyond its reads a draft forward took "
-                f"{first['beyond_reads_ms']:.2f} ms, where the model charges {first['model_fixed_cost_ms']:.2f} "
-                "ms.")  # fmt: skip
-        if not rest.empty:
-            text += (f" At concurrency {', '.join(f'{c:g}' for c in rest['concurrency'])} c is "
-                     f"{', '.join(f'{c:.2f}' for c in rest['c_measured'])}: there it also holds whatever verifying "
-                     "k + 1 tokens costs beyond a decode step.")  # fmt: skip
-        sentences.append(text)
-    return " ".join(sentences)
-
-
 def draft_fixed_cost_ms(table: pd.DataFrame) -> float:
     """The fixed cost of one draft forward as measured: the median ``beyond_reads_ms`` of a
     ``draft_cost_beside_model`` table at its lowest concurrency, where verifying costs a decode step most nearly
@@ -441,19 +369,6 @@ def fixed_cost_change(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame
     costs, side by side: c and the speed-up before and after, per config and batch."""
     keep = ["config", "batch", "draft_fixed_cost_ms", "c", "speedup"]
     return before[keep].merge(after[keep], on=["config", "batch"], suffixes=("_before", "_after"))
-
-
-def describe_fixed_cost_change(change: pd.DataFrame, batch: int = 1) -> str:
-    """'With a draft forward's fixed cost of 0.23 ms instead of 1.71 ms, the model predicts at batch 1: A 1.40× (was
-    1.00×); …' from a ``fixed_cost_change`` table ('' when it has no row at ``batch``)."""
-    rows = change[change["batch"] == batch]
-    if rows.empty:
-        return ""
-    first = rows.iloc[0]
-    each = "; ".join(f"{r.config} {r.speedup_after:.2f}× (was {r.speedup_before:.2f}×, c {r.c_after:.2f} instead of "
-                     f"{r.c_before:.2f})" for r in rows.itertuples())  # fmt: skip
-    return (f"With a draft forward's fixed cost of {first['draft_fixed_cost_ms_after']:.2f} ms instead of "
-            f"{first['draft_fixed_cost_ms_before']:.2f} ms, the model predicts at batch {batch}: {each}.")
 
 
 def added_step_time(
@@ -498,95 +413,3 @@ def added_step_time(
     table = pd.DataFrame(records, columns=columns)
     return table.sort_values(["concurrency", "step_off_ms"], ascending=[True, False]).reset_index(drop=True)
 
-
-def describe_added_step_time(
-    table: pd.DataFrame, concurrency: float = 1, before: str = "a whole step's fixed cost per draft forward",
-    after: str = "the fixed cost measured on MiMo-7B",
-) -> str:
-    """Three paragraphs on an ``added_step_time`` table: at ``concurrency``, what speculation added to each shape's
-    step and the speed-up that followed; for each of those shapes, its step, added time and speed-up at every
-    concurrency measured; and at ``concurrency`` each shape's added time beside the two models' (``before`` and
-    ``after`` name their assumptions), with the one that came nearer."""
-    low = table[table["concurrency"] == concurrency]
-    if low.empty:
-        return f"No closed-loop pair at concurrency {concurrency:g} is measured yet."
-    each = "; ".join(f"{r.model_shape} ({r.engine_label}): +{r.added_ms:.2f} ms on a {r.step_off_ms:.2f} ms step "
-                     f"({100 * r.added_share:.0f} %), {r.speedup:.2f}×" for r in low.itertuples())  # fmt: skip
-    paragraphs = [f"At concurrency {concurrency:g}, speculation added to a step: {each}. The speed-up follows the "
-                  "added share, not the step's length: S = τ / (1 + share)."]  # fmt: skip
-    moves = []
-    for label in low["engine_label"]:
-        part = table[table["engine_label"] == label].sort_values("concurrency")
-        if len(part) > 1:
-            moves.append(f"{part['model_shape'].iloc[0]} at concurrency "
-                         f"{'/'.join(f'{c:g}' for c in part['concurrency'])}: step "
-                         f"{'/'.join(f'{t:.2f}' for t in part['step_off_ms'])} ms, added "
-                         f"{'/'.join(f'{t:.2f}' for t in part['added_ms'])} ms, "
-                         f"{'/'.join(f'{x:.2f}' for x in part['speedup'])}×")  # fmt: skip
-    if moves:
-        paragraphs.append("With load: " + "; ".join(moves) + ".")
-    nearer = []
-    for r in low.itertuples():
-        gaps = {before: abs(r.added_ms - r.added_ms_before), after: abs(r.added_ms - r.added_ms_after)}
-        if any(g != g for g in gaps.values()):  # NaN: no prediction at this batch
-            continue
-        closest = min(gaps, key=lambda name: gaps[name])
-        nearer.append(f"{r.model_shape} +{r.added_ms:.2f} ms measured, +{r.added_ms_before:.2f} ms "
-                      f"({r.speedup_before:.2f}×) with {before}, +{r.added_ms_after:.2f} ms ({r.speedup_after:.2f}×) "
-                      f"with {after}: nearer {closest}")  # fmt: skip
-    if nearer:
-        paragraphs.append(f"The step model at batch {concurrency:g}: " + "; ".join(nearer) + ".")
-    return "\n\n".join(paragraphs)
-
-
-def mtp_rule(verdict: Finding, best: pd.DataFrame | None = None, added: pd.DataFrame | None = None) -> str:
-    """The MTP page's rule, from its verdict (the starting configuration vLLM's own docs and PR #12755 give until a
-    measurement says more), once k > 1 is measured the best k per load (``best_k_by_load``), and once more than one
-    shape is measured at concurrency 1 with k = 1 at 0.85 how far the added share of a step spread between them
-    (``added_step_time``)."""
-    return _mtp_rule_by_verdict(verdict) + _which_k(best) + _which_model(added)
-
-
-def _which_model(added: pd.DataFrame | None, concurrency: float = 1, first_rate: float = 0.85) -> str:
-    if added is None:
-        return ""
-    low = added[(added["concurrency"] == concurrency) & (added["k"] == 1)
-                & ((added["position_1_rate"] - first_rate).abs() < 1e-9)]  # fmt: skip
-    if low["model_shape"].nunique() < 2:
-        return ""
-    cheap, dear = low.loc[low["added_share"].idxmin()], low.loc[low["added_share"].idxmax()]
-    return (f" Which model: at concurrency {concurrency:g} MTP added {100 * cheap['added_share']:.0f} % to a step on "
-            f"{cheap['model_shape']} ({cheap['speedup']:.2f}×) and {100 * dear['added_share']:.0f} % on "
-            f"{dear['model_shape']} ({dear['speedup']:.2f}×); measure that share on your model (TPOT with MTP × the "
-            "mean acceptance length, against the TPOT without) before counting on the published gain.")  # fmt: skip
-
-
-def _which_k(best: pd.DataFrame | None) -> str:
-    if best is None or best.empty or (best["best_k"] == 1).all():
-        return ""
-    first = best["position_1_rate"].iloc[0]
-    return (f" Which k: the largest TPOT speed-up came from {describe_best_k(best)}, with position 1 accepted at "
-            f"{first:g} and later positions at rates derived from one published acceptance length; the real "
-            "acceptance of positions 2 and 3 decides whether k > 1 pays on your model.")  # fmt: skip
-
-
-def _mtp_rule_by_verdict(verdict: Finding) -> str:
-    start = 'Start with `{"method": "mtp", "num_speculative_tokens": 1}`'
-    if verdict.status == "not measured":
-        return (
-            f"{start}, the only k vLLM's DeepSeek MTP support was validated with. Not measured here yet: the published "
-            "gains (1.63× at 1 QPS, none at 8 QPS) come from a 671B model on 8 GPUs; expect less on smaller models."
-        )
-    if verdict.status == "gain that shrinks with load":
-        return f"{start} and keep it where the request rate is low: measured here, its gain shrinks as load grows."
-    if verdict.status == "gain that holds with load":
-        top = verdict.table["request_rate_qps"].max()
-        return f"{start}: measured here, its gain held at every request rate up to {top:g} QPS."
-    if verdict.status == "no gain at low load":
-        return "Measured here, MTP at k = 1 did not lower TPOT even at low load on this shape: check the model's scale first."
-    gains = verdict.table[verdict.table["speedup"] > 1.0 + MIN_BAND_PCT / 100] if not verdict.table.empty else verdict.table
-    if verdict.status == "incomplete" and len(gains) == len(verdict.table) and not gains.empty:
-        rates = ", ".join(f"{r:g}" for r in gains["request_rate_qps"])
-        return (f"{start}: measured here it lowered TPOT at every request rate measured so far ({rates} QPS); where "
-                "its gain ends at higher rates is not measured yet.")
-    return f"{start}; the measurement here is not complete yet."

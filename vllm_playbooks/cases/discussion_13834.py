@@ -10,7 +10,6 @@ from vllm_playbooks.claims.reference import published_value
 from vllm_playbooks.claims.verdict import LOAD_FACTOR, Verdict, judge
 from vllm_playbooks.hardware import get_gpu
 from vllm_playbooks.model.calibration import EfficiencyFit, predict_tpot_ms
-from vllm_playbooks.model.speculative import expected_tokens_per_step
 from vllm_playbooks.results.store import load_reference
 
 if TYPE_CHECKING:
@@ -86,44 +85,19 @@ def implied_13834(published: pd.DataFrame) -> pd.Series:
     )
 
 
-def verdict_13834(result: CheckResult, artifact: pd.DataFrame, implied: pd.Series) -> str:
-    """The page's verdict on Discussion #13834 as Markdown: the ledger check's verdict and numbers
-    (``claims.spec_slower_at_reported_load``), then the ITL reading (``analysis.itl_artifact``) at the point the
-    check used, beside what the report's own ITL and throughput imply."""
-    head = f"**Verdict: {result.verdict}.** Reported: {result.published}. Measured on the H200: {result.measured}."
-    if result.model_says:
-        head += f" Model: {result.model_says} ({result.model_verdict})."
-    if not result.point:
-        return head
-    rows = artifact[(artifact["engine_label"] == result.point["engine_label"])
-                    & (artifact["concurrency"] == result.point["concurrency"])]  # fmt: skip
-    if rows.empty:
-        return head
-    row = rows.iloc[0]
-
-    k, alpha = int(result.point["k"]), float(result.point["alpha"])
-    tau = expected_tokens_per_step(alpha, k)
-    return (
-        f"{head} At that point our ITL rose ×{row['itl_ratio']:.2f} while TPOT rose ×{row['tpot_ratio']:.2f}: each "
-        f"streamed chunk carried {row['chunking']:.2f} tokens (mean acceptance length {row['mean_acceptance_length']:.2f}), "
-        f"so chunking explains {100 * row['artifact_share']:.0f} % of the ITL rise (log scale). If the report's load "
-        f"was a closed loop, its TPOT rose ×{implied['tpot_ratio_if_closed_loop']:.2f} beside its "
-        f"×{implied['itl_ratio_on_over_off']:.2f} ITL: {implied['itl_chunking_implied']:.2f} tokens per chunk, so "
-        f"chunking explains {100 * math.log(implied['itl_chunking_implied']) / math.log(implied['itl_ratio_on_over_off']):.0f} % "
-        f"of its ITL rise too, and its chunks held more than the {tau:.2f} tokens an i.i.d. α = {alpha:g} gives at "
-        f"k = {k} (V0 counted acceptance another way)."
-    )
-
-
-def predict_13834_a100(fit: EfficiencyFit, concurrency: int = 32, alpha: float = 0.72, k: int = 5) -> dict[str, float]:
+def predict_13834_a100(fit: EfficiencyFit, concurrency: int = 32, alpha: float | None = None,
+                       k: int | None = None) -> dict[str, float]:
     """Out-of-sample: the H200 fit's efficiencies on the A100-80GB peaks, for Discussion #13834's setup.
 
-    Llama-3.3-70B AWQ target, Llama-3.2-3B AWQ draft, k = 5, α = 0.72 (τ ≈ 3.07), fp8 KV, 1240 in / 128 out,
-    ≈ ``concurrency`` streams. Returns predicted TPOT and output tok/s (closed loop, concurrency × 1000 / TPOT) off
+    Llama-3.3-70B AWQ target, Llama-3.2-3B AWQ draft, the report's k and acceptance (read from
+    ``data/reference/published.csv`` where not given), fp8 KV, 1240 in / 128 out, ≈ ``concurrency`` streams. Returns predicted TPOT and output tok/s (closed loop, concurrency × 1000 / TPOT) off
     and on, beside the reported output tok/s read from ``data/reference/published.csv``. The speculative prediction
     includes the fit's per-draft-forward overhead when it has one (``fit_efficiency(..., draft_overhead=True)``).
     """
 
+    ref = load_reference("discussion-13834").set_index("claim_id")["value"].astype(float)
+    alpha = float(ref["acceptance-rate-author-quoted"]) if alpha is None else alpha
+    k = int(ref["num-speculative-tokens"]) if k is None else k
     base = {
         "model_shape": "llama-3.3-70b-awq", "kv_cache_dtype": "fp8", "concurrency": concurrency, "input_len": 1240,
         "output_len": 128, "num_speculative_tokens": 0,
@@ -132,7 +106,6 @@ def predict_13834_a100(fit: EfficiencyFit, concurrency: int = 32, alpha: float =
     a100 = get_gpu("A100-80GB")
     off_ms = predict_tpot_ms(base, fit, a100)
     on_ms = predict_tpot_ms(spec, fit, a100)
-    ref = load_reference("discussion-13834").set_index("claim_id")["value"].astype(float)
     return {
         "tpot_ms_off": off_ms, "tpot_ms_on": on_ms,
         "output_tok_s_off": concurrency * 1000 / off_ms, "output_tok_s_on": concurrency * 1000 / on_ms,

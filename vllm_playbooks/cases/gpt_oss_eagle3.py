@@ -1,14 +1,14 @@
-"""Case: the Red Hat gpt-oss EAGLE-3 sweep — gains to 200 concurrent requests, 2-3 draft tokens best (its checks and page functions)."""
+"""Case: the Red Hat gpt-oss EAGLE-3 sweep — gains up to a high concurrency, a best draft length (its checks and page
+functions; the published numbers are in ``data/reference/published.csv``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from vllm_playbooks.analysis.compare import is_baseline
-from vllm_playbooks.analysis.kbest import BANDS
 from vllm_playbooks.analysis.noise import MIN_BAND_PCT, band_pct, spread_of
-from vllm_playbooks.analysis.profiles import describe_alpha_band, gain_table, gains_text, levels_text, with_profile
+from vllm_playbooks.analysis.profiles import gain_table, with_profile
 from vllm_playbooks.claims.finding import Finding, gpu_names, published_or_none, split_stalled, stalled_words
 from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, model_error, speedup_pairs, percent_change, check
 from vllm_playbooks.claims.reference import published_value, published_values
@@ -20,7 +20,6 @@ from vllm_playbooks.model.roofline import decode_step_flops, forward_cost
 from vllm_playbooks.model.speculative import fit_iid_alpha, speedup
 from vllm_playbooks.run.plan import load_plan
 from vllm_playbooks.shapes import get_shape
-from vllm_playbooks.text import and_list
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -55,7 +54,7 @@ def _with_length_profile(case: str, rows: pd.DataFrame) -> pd.DataFrame:
 
 @check("gain_up_to_concurrency")
 def gain_up_to_concurrency(claim: Claim, ev: Evidence) -> CheckResult:
-    """Red Hat, gpt-oss-120B + EAGLE3: output-throughput gains held up to 200 concurrent requests.
+    """Red Hat, gpt-oss-120B + EAGLE3: output-throughput gains held up to the concurrency the article names.
 
     Measured: recorded ``eagle3`` rows up to the claimed concurrency, judged against the published gain range. Each
     EAGLE3 config on each length profile is judged over its loads, and only where some row is within ``LOAD_FACTOR``
@@ -272,22 +271,6 @@ def step_factors(df: pd.DataFrame, profiles: Mapping[str, tuple[int, int]], engi
     return out[list(STEP_FACTOR_COLUMNS)].sort_values(keys).reset_index(drop=True)
 
 
-def describe_step_factors(table: pd.DataFrame, name: str = "k = 3") -> str:
-    """One sentence per profile of a ``step_factors`` table: the range of both factors, and the two factors at the
-    concurrency where the gain was lowest (which of them set it). '' when the table is empty."""
-    sentences = []
-    for profile, rows in table.groupby("profile", sort=False):
-        low = rows.loc[rows["gain_pct"].idxmin()]
-        sentences.append(
-            f"On the {profile} profile, {name} took {rows.fewer_steps_x.min():.2f}-{rows.fewer_steps_x.max():.2f}× "
-            f"fewer engine steps per output token than speculation off, and each step took "
-            f"{rows.step_cost_x.min():.2f}-{rows.step_cost_x.max():.2f}× as long; its lowest gain, "
-            f"{low.gain_pct:+.1f} % at concurrency {int(low.concurrency)}, came with {low.fewer_steps_x:.2f}× fewer "
-            f"steps and steps {low.step_cost_x:.2f}× as long."
-        )
-    return " ".join(sentences)
-
-
 def step_cost_by_alpha(
     df: pd.DataFrame, profiles: Mapping[str, tuple[int, int]], k: int = 3, overlapped: Iterable[str] = (),
 ) -> pd.DataFrame:
@@ -325,37 +308,6 @@ def step_cost_by_alpha(
     return pd.DataFrame(records, columns=columns)
 
 
-def describe_step_cost_by_alpha(
-    table: pd.DataFrame, k: int = 3, tolerance: float = MIN_BAND_PCT / 100, bands: Iterable[tuple[str, int, int]] = BANDS,
-) -> str:
-    """The largest step-time spread between α runs per profile and concurrency band (``step_cost_by_alpha``), the
-    widest pair, and the loads where a spread above ``tolerance`` had a slowest run that was not the highest α (per
-    accepted token work grows with α, so a spread that does not follow α is variation between runs); '' for an
-    empty table."""
-    if table.empty:
-        return ""
-    sentences = []
-    for profile, rows in table.groupby("profile", sort=False):
-        spans = []
-        for name, low, high in bands:
-            band = rows[rows["concurrency"].between(low, high)]
-            if not band.empty:
-                spans.append(f"{band['spread_pct'].max():.1f} % at concurrency {name}")
-        widest = rows.loc[rows["spread_pct"].idxmax()]
-        beside = " (the slower run shared its host with another server)" if widest["shared_host"] else ""
-        text = (f"On the {profile} profile the step time of k = {k} differed between imposed α by at most "
-                f"{and_list(spans)}; the widest, at concurrency {int(widest['concurrency'])}: "
-                f"{widest['ms_fast']:.1f} ms at α {widest['alpha_fast']:g} against {widest['ms_slow']:.1f} "
-                f"ms at α {widest['alpha_slow']:g}{beside}.")  # fmt: skip
-        against = rows[(rows["spread_pct"] > 100 * tolerance) & (rows["alpha_slow"] < rows["alphas"].map(max))]
-        if not against.empty:
-            text += (f" Where it differed by more than {100 * tolerance:.0f} %, the slowest run was not the highest α "
-                     f"at concurrency {', '.join(str(c) for c in against['concurrency'])}: there the spread is "
-                     "variation between runs, not acceptance's doing.")  # fmt: skip
-        sentences.append(text)
-    return " ".join(sentences)
-
-
 def _gains_at(gains: pd.DataFrame) -> str:
     """A ``gain_table``'s gains in words: '+36.0 % at 1, -4.8 % at 16' (concurrency)."""
     return ", ".join(f"{g:+.1f} % at {int(c)}" for c, g in zip(gains["concurrency"], gains["gain_pct"], strict=True))
@@ -367,7 +319,7 @@ def eagle3_verdict(
     cite_report: bool = True,
 ) -> Finding:
     """Does EAGLE-3 at k = 3 raise output throughput over speculation off on ``profile``, and does the gain hold up
-    to ``top`` concurrent requests, as the Red Hat article reported (gains to 200; +10-21 %)? The sentence ends with
+    to ``top`` concurrent requests, as the Red Hat article reported (``published.csv``)? The sentence ends with
     what Red Hat reported unless ``cite_report`` is off (a page that already cites it for another profile)."""
     import pandas as pd
 
@@ -392,10 +344,12 @@ def eagle3_verdict(
                 f"by {steps} (concurrency).")
     measured += stalled_words([c for c in stalled_at if c not in set(gains["concurrency"])], "concurrency")
     low, high = published_or_none(published, "output-throughput-gain-low"), published_or_none(published, "output-throughput-gain-high")
+    held_to = published_or_none(published, "max-concurrency-with-gain")
     reported = (
-        f" Red Hat reported gains that held to 200 concurrent requests, +{low:g} to +{high:g} % output throughput "
-        "(the range only in a secondary summary), on H200 with real weights and ShareGPT, MLPerf and SWE-bench prompts."
-        if low is not None and high is not None and cite_report
+        f" Red Hat reported gains that held to {held_to:g} concurrent requests, +{low:g} to +{high:g} % output "
+        "throughput (the range only in a secondary summary), on H200 with real weights and ShareGPT, MLPerf and SWE-bench "
+        "prompts."
+        if low is not None and high is not None and held_to is not None and cite_report
         else ""
     )
     at_top = gains[gains["concurrency"] == top]
@@ -417,123 +371,3 @@ def eagle3_verdict(
         )
     return Finding(status, measured + tail + reported, gains)
 
-
-def eagle3_profile_note(verdict: Finding, tolerance: float = MIN_BAND_PCT / 100) -> str:
-    """One sentence on where k = 3 paid on a second length profile, from its ``eagle3_verdict``: the concurrencies
-    where the gain passed ``tolerance``, those where it fell below ``-tolerance``, and whether the top of the
-    profile's range is still unmeasured; empty when nothing of that profile is measured."""
-    if verdict.status == "not measured" or verdict.table.empty:
-        return ""
-    table = verdict.table.sort_values("concurrency")
-    prompts = int(table["input_len"].iloc[0])
-
-    def where(rows: pd.DataFrame) -> str:
-        return f"concurrency {levels_text(rows)} ({gains_text(rows)})"
-
-    paid = table[table["gain_pct"] > 100 * tolerance]
-    lost = table[table["gain_pct"] < -100 * tolerance]
-    even = table[table["gain_pct"].abs() <= 100 * tolerance]
-    found = [f"paid at {where(paid)}" if not paid.empty else "paid at no concurrency measured"]
-    if not even.empty:
-        found.append(f"was within ±{100 * tolerance:.0f} % at {where(even)}")
-    if not lost.empty:
-        found.append(f"lost at {where(lost)}")
-    listed = and_list(found)
-    tail = "; the top of its range is not measured yet" if verdict.status == "incomplete" else ""
-    return f"On the {_profile_of(verdict)} profile ({prompts:,}-token prompts) k = 3 {listed}{tail}"
-
-
-def eagle3_rule(
-    verdict: Finding, best: pd.DataFrame | None = None, claimed: pd.DataFrame | None = None,
-    second: Finding | None = None, band: pd.DataFrame | None = None, tolerance: float = MIN_BAND_PCT / 100,
-) -> str:
-    """The EAGLE-3 page's rule, from its verdict and, once the k sweep is measured, the best k per band
-    (``best_k_by_band``; a lead within ``tolerance`` is named as such); with ``claimed`` (``claimed_ks_by_band``),
-    where the published best draft-token range held; with ``second`` (the ``eagle3_verdict`` of another length
-    profile), where k = 3 paid on that profile; with ``band`` (``alpha_band``), where k = 3 paid at the other imposed
-    acceptances."""
-    if verdict.status == "not measured":
-        return (
-            "Not measured here yet. Red Hat's article puts the sweet spot at 2-3 draft tokens and reports gains up to "
-            "200 concurrent requests on gpt-oss-120b; start there and measure at your own concurrency."
-        )
-    parts: list[str] = []  # sentences after the headline
-    second_note = eagle3_profile_note(second) if second is not None else ""
-    if second_note:
-        parts.append(second_note)
-    if best is not None and not best.empty and best["best_k"].notna().any():
-        found = best[best["best_k"].notna()]
-        parts.append("Best k measured: " + "; ".join(_best_k_words(r, tolerance) for r in found.itertuples()))
-    if claimed is not None and not claimed.empty:
-        parts.append(_claimed_ks_note(claimed, tolerance))
-    band_note = describe_alpha_band(band) if band is not None else ""
-    if band_note:
-        parts.append(band_note.removesuffix("."))
-    headline = {
-        "gain holds to 200": f"EAGLE-3 at k = 3 paid at every concurrency up to 200 on the {_profile_of(verdict)} "
-        "profile here",
-        "gain fades before the top": "EAGLE-3 at k = 3 paid at low concurrency only here: switch it off above the band "
-        "where it stopped paying (num_speculative_tokens_per_batch_size with k = 0)",
-        "no gain": "EAGLE-3 at k = 3 did not pay here at the imposed acceptance",
-        "incomplete": "EAGLE-3 at k = 3 paid where measured so far; the top of the range is not measured yet",
-    }.get(verdict.status, verdict.status)
-    return ". ".join([headline, *parts]) + "."
-
-
-def _profile_of(verdict: Finding) -> str:
-    """The length profile a measured ``eagle3_verdict`` is about (its gain table names it on every row)."""
-    return str(verdict.table["profile"].iloc[0])
-
-
-def _best_k_words(band: Any, tolerance: float) -> str:
-    """One ``best_k_by_band`` row in words: '3 at concurrency 1-8 (chat)', with '; k = 4 within 0.8 points' where
-    the runner-up is within ``tolerance`` (×100 points) of the best (two decimals where one would round the lead up to
-    the tolerance: 'within 2.96 points', not 'within 3.0 points' under a 3-point tolerance)."""
-    close = ""
-    if band.lead_pts <= 100 * tolerance:
-        digits = 2 if round(band.lead_pts, 1) >= 100 * tolerance else 1
-        close = f"; k = {int(band.runner_up_k)} within {band.lead_pts:.{digits}f} points"
-    return f"{int(band.best_k)} at concurrency {band.band} ({band.profile}{close})"
-
-
-def _claimed_ks_note(claimed: pd.DataFrame, tolerance: float = MIN_BAND_PCT / 100) -> str:
-    """Where the published best range of draft tokens held, by outcome (``claimed_ks_by_band`` with the same
-    ``tolerance``): 'At the imposed acceptance, Red Hat's best of 2-3 draft tokens held at …; not at …, nor at …;
-    too close to call … at … and at …'."""
-
-    def where(outcome: str) -> pd.DataFrame:
-        return claimed[claimed["outcome"] == outcome]
-
-    def against(gain: float, k: int, other: float) -> str:
-        return f"mean gain {gain:+.1f} % against k = {k}'s {other:+.1f} %"
-
-    held = where("held")
-    found = [f"held at concurrency {_bands(held)}" if not held.empty else "held in no band measured"]
-    beyond = where("not held")
-    if not beyond.empty:
-        found.append("not at " + and_list([
-            f"{r.band} ({r.profile}), where k = {int(r.outside_k)} led "
-            f"({against(r.outside_gain_pct, r.inside_k, r.inside_gain_pct)})"
-            for r in beyond.itertuples()
-        ], ", at ", ", nor at "))  # fmt: skip
-    close = where("too close")
-    if not close.empty:
-        found.append(f"too close to call (within {100 * tolerance:.0f} points) at " + and_list([
-            f"{r.band} ({r.profile}; k = {int(r.inside_k)}'s "
-            f"{against(r.inside_gain_pct, r.outside_k, r.outside_gain_pct)})"
-            for r in close.itertuples()
-        ], ", at ", " and at "))  # fmt: skip
-    untested = where("not tested")
-    if not untested.empty:
-        ks = untested["ks"].unique()
-        why = (f"only k = {ks[0]} {'were' if ',' in ks[0] else 'was'} measured" if len(ks) == 1
-               else "the ks measured lie on one side of the range")  # fmt: skip
-        found.append(f"not tested at {_bands(untested)}, where {why}")
-    listed = and_list(found, "; ", "; and ")
-    return (f"At the imposed acceptance, Red Hat's best of {claimed['claimed'].iloc[0]} draft tokens {listed}. A "
-            "lower real acceptance moves the best k down")
-
-
-def _bands(rows: pd.DataFrame) -> str:
-    """Bands in words: '1-8 (chat), 16-64 (swe)'."""
-    return ", ".join(f"{r.band} ({r.profile})" for r in rows.itertuples())

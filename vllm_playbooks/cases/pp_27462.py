@@ -432,20 +432,6 @@ def measurement_status(df: pd.DataFrame, plan: CasePlan) -> str:
     return f"{len(done)} of the {len(planned)} planned points are recorded{more}, on {gpus}."
 
 
-def tuner_rule(comparison: pd.DataFrame, threshold_pct: float = THRESHOLD_PCT) -> str:
-    """The 'For tuners' rule: the fix, and whether our rows back it (derived from ``verdict``)."""
-    fix = (
-        "set `--max-num-seqs` to PP × the per-microbatch batch you want (PP=2 and 64 sequences per stage: 128), keep "
-        "the KV cache large enough for all of them at once, and benchmark at a concurrency at least that high"
-    )
-    said = verdict(comparison, threshold_pct)
-    if said.startswith("Not measured yet"):
-        return f"From the scheduler's behaviour reported in issue #27462 and the roofline, not yet from our runs: {fix}."
-    if said.startswith("Not reproduced"):
-        return f"Our runs did not show the starvation the issue describes (see the verdict); the issue's advice is to {fix}."
-    return f"Measured on our GPUs: with pipeline parallelism, {fix}."
-
-
 def predicted_best_pp(grid: pd.DataFrame, model: str, pipeline_parallel_size: int = 2) -> str | None:
     """The engine label of the PP setting of ``model`` with the highest predicted output tok/s in a ``planned_grid``
     (the sweep's engine until measured rows name the best)."""
@@ -453,13 +439,6 @@ def predicted_best_pp(grid: pd.DataFrame, model: str, pipeline_parallel_size: in
     if rows.empty or "predicted_output_tok_s" not in rows:
         return None
     return str(rows.sort_values("predicted_output_tok_s", ascending=False)["engine_label"].iloc[0])
-
-
-def evidence(df: pd.DataFrame, plan: CasePlan, comparison: pd.DataFrame, threshold_pct: float = THRESHOLD_PCT) -> str:
-    """The 'For tuners' evidence: what is recorded, then the verdict once there is one."""
-    said = verdict(comparison, threshold_pct)
-    status = measurement_status(df, plan)
-    return status if said.startswith("Not measured yet") and df.empty else f"{status} {said}"
 
 
 def sweep_engine(df: pd.DataFrame, grid: pd.DataFrame, model: str | None,

@@ -294,7 +294,9 @@ LEDGER_COLUMNS = [
 ]  # fmt: skip
 #: The machine-readable export (``vllm-playbooks ledger --format csv``): one row per claim, the same numbers the
 #: ledger page shows; ``verdict`` says where a data verdict rests on fewer than ``MIN_CLEAN_REPEATS`` runs of a point.
-EXPORT_COLUMNS = ["claim_id", "verdict", "hardware", "points", "min_clean_repeats", "spread_pct", "band_pct"]
+EXPORT_COLUMNS = [
+    "claim_id", "verdict", "re_measured", "hardware", "points", "min_clean_repeats", "spread_pct", "band_pct"
+]
 
 
 def noise_of(pairs: pd.DataFrame | None) -> dict[str, Any]:
@@ -313,21 +315,14 @@ def noise_of(pairs: pd.DataFrame | None) -> dict[str, Any]:
     }
 
 
-def export_verdict(verdict: str, min_clean_repeats: Any) -> str:
-    """The export's verdict: a data verdict resting on points with fewer than ``MIN_CLEAN_REPEATS`` clean runs says
-    so; others as they are."""
-    if verdict in {str(v) for v in DATA_VERDICTS} and min_clean_repeats is not None and not is_missing(min_clean_repeats):
-        if int(min_clean_repeats) < MIN_CLEAN_REPEATS:
-            runs = int(min_clean_repeats)
-            return f"{verdict}; not re-measured yet ({runs} clean run{'s' if runs != 1 else ''} of a point)"
-    return verdict
-
-
 def ledger_export(ledger: pd.DataFrame) -> pd.DataFrame:
-    """The ledger in ``EXPORT_COLUMNS``: one row per claim, as ``vllm-playbooks ledger --format csv`` prints it."""
-    out = ledger.rename(columns={"claim": "claim_id"})
-    out["verdict"] = [export_verdict(v, r) for v, r in zip(out["verdict"], out["min_clean_repeats"], strict=True)]
-    return out[EXPORT_COLUMNS].astype({"points": int, "min_clean_repeats": "Int64"})
+    """The ledger in ``EXPORT_COLUMNS``: one row per claim, as ``vllm-playbooks ledger --format csv`` prints it. The
+    verdict is one word of the book's vocabulary (``Verdict``); ``re_measured`` says whether every point a data verdict
+    rests on has ``MIN_CLEAN_REPEATS`` clean runs (blank for the other verdicts)."""
+    out = ledger.rename(columns={"claim": "claim_id"}).astype({"points": int, "min_clean_repeats": "Int64"})
+    data = out["verdict"].isin([str(v) for v in DATA_VERDICTS]) & out["min_clean_repeats"].notna()
+    out["re_measured"] = (out["min_clean_repeats"] >= MIN_CLEAN_REPEATS).where(data).astype("boolean")
+    return out[EXPORT_COLUMNS]
 
 
 def source_kind(flags: Iterable[bool]) -> str:
@@ -383,17 +378,18 @@ def _cell(text: str) -> str:
 
 
 def ledger_markdown(ledger: pd.DataFrame) -> str:
-    """The ledger as MyST Markdown: a summary table, then each claim's published numbers, our rows and the model."""
+    """The ledger as MyST Markdown: a summary table, then each claim's published numbers, our rows and the model in a
+    collapsed section of its own."""
     lines = ["| claim | source | verdict | model's verdict |", "|---|---|---|---|"]
     for r in ledger.itertuples():
         links = ", ".join(f"[{_link_label(u)}]({u})" for u in r.source_urls.split())
         marker = " **[secondary]**" if r.source_kind == "secondary only" else ""
         lines.append(f"| **{r.claim}**: {_cell(r.text)} | {links}{marker} | **{r.verdict}** | {_cell(r.model_verdict)} |")
-    for r in ledger.itertuples():
+    for r in ledger.itertuples():  # the numbers behind each verdict, one collapsed section per claim
         lines += [
-            "", f"**{r.claim}** ({r.case}; sources: {r.source_kind}): {_cell(r.text)}", "",
+            "", f":::{{dropdown}} {r.claim}: {r.verdict}", f"{_cell(r.text)} ({r.case}; sources: {r.source_kind})", "",
             f"- *Published:* {_cell(r.published)}",
             f"- *Our rows:* {_cell(r.measured)} → **{r.verdict}**",
-            f"- *Model says:* {_cell(r.model_says)}" + (f" → {r.model_verdict}" if r.model_verdict else ""),
+            f"- *Model says:* {_cell(r.model_says)}" + (f" → {r.model_verdict}" if r.model_verdict else ""), ":::",
         ]  # fmt: skip
     return "\n".join(lines)

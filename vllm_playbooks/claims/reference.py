@@ -34,6 +34,18 @@ def claims_table(published: pd.DataFrame, prefixes: tuple[str, ...] = ()) -> pd.
     return published.loc[keep, ["claim_id", "setting", "value", "unit", "secondary_only", "source_url"]].reset_index(drop=True)
 
 
+def source_link(published: pd.DataFrame, prefixes: tuple[str, ...] = ()) -> str:
+    """The distinct sources of ``published`` (rows whose claim_id starts with one of ``prefixes``, or all), as
+    Markdown links named by their host and path, in the table's order: '[host/path](url), [host/path](url)'."""
+    from urllib.parse import urlsplit
+
+    rows = published[published["claim_id"].str.startswith(prefixes)] if prefixes else published
+    urls = list(dict.fromkeys(rows["source_url"].dropna()))
+    if not urls:
+        raise SchemaError("reference table: no source URL for these rows")
+    return ", ".join(f"[{urlsplit(u).netloc}{urlsplit(u).path.rstrip('/')}]({u})" for u in urls)
+
+
 def published_row(published: pd.DataFrame, claim_id: str) -> str:
     """One published number in words: '<claim_id>: <value> <unit> (<setting>; <url>)'."""
     match = published[published["claim_id"] == claim_id]

@@ -105,11 +105,6 @@ def test_for_latencies_lower_is_better() -> None:
     assert "beat the baseline only at concurrency 16" in compare.describe_change(out)
 
 
-def test_rule_sentence_follows_the_data() -> None:
-    frame = _frame().assign(gpu_name="NVIDIA H200")
-    rule = compare.speculation_rule(frame)
-    assert "improved output_tok_s beyond noise only at concurrency 1, 4 (measured: 1, 4, 16)" in rule
-    assert "on NVIDIA H200".lower() in rule.lower()
 
 
 def test_versus_baseline_carries_extra_columns_of_the_speculative_rows() -> None:
@@ -123,7 +118,6 @@ def test_request_rate_loads_are_named_in_the_sentences() -> None:
     assert out.load.tolist() == ["1 QPS", "4 QPS", "16 QPS"]
     assert "+50.0 % at 1 QPS" in compare.describe_change(out)
     assert "beat the baseline only at 1 QPS, 4 QPS" in compare.describe_change(out)
-    assert "improved output_tok_s beyond noise only at 1 QPS, 4 QPS (measured: 1 QPS, 4 QPS, 16 QPS)" in compare.speculation_rule(frame)
     assert compare.load_text(8, 2.0) == "2 QPS (at most 8 in flight)" and compare.load_text(None, None) == "unbounded load"
 
 

@@ -44,14 +44,6 @@ def test_crossover_refuses_a_latency() -> None:
         crossover.crossover(comparison)
 
 
-def test_schedule_rule_speculates_up_to_the_last_gain() -> None:
-    crossing = crossover.crossover(compare.versus_baseline(_rows([100] * 3, [150, 110, 80], [1, 8, 32])))
-    rule = crossover.schedule_rule(crossing, "on", 4, 256)
-    assert '"num_speculative_tokens_per_batch_size": [[1, 8, 4], [9, 256, 0]]' in rule
-    never_lost = crossover.crossover(compare.versus_baseline(_rows([100] * 2, [150, 110], [1, 8])))
-    assert "no schedule follows" in crossover.schedule_rule(never_lost, "on", 4, 256)
-
-
 def test_itl_artifact_recovers_tokens_per_chunk() -> None:
     # off: ITL = TPOT = 20 ms. on: TPOT 30 ms (slower), 3 tokens per chunk → ITL 90 ms.
     itl = _rows([20.0], [90.0], [32], "itl_mean_ms")
@@ -129,8 +121,6 @@ def test_the_case_page_verdict_is_the_ledgers_and_reads_its_point() -> None:
     nearest = min(set(paired.concurrency), key=lambda c: abs(math.log(c / streams)))
     assert (result.point["concurrency"], result.point["k"]) == (nearest, k)
     assert implied["itl_chunking_implied"] == pytest.approx(implied["itl_ratio_on_over_off"] / implied["tpot_ratio_if_closed_loop"])
-    text = discussion_13834.verdict_13834(result, crossover.itl_artifact(replay_case("discussion-13834")), implied)
-    assert text.startswith(f"**Verdict: {result.verdict}.**") and "tokens per chunk" in text
     with pytest.raises(ConfigError, match="no claim 'nope'"):
         claims_ledger.result_for("nope", evidence)
 
@@ -164,35 +154,6 @@ def test_schedule_outcome_compares_with_fixed_k_where_it_drafts_and_with_off_whe
     rows = _schedule_rows()
     off = rows[schedule.scheduled_off(rows)]
     assert off[["engine_label", "concurrency"]].values.tolist() == [["sched", 32]]
-
-
-def test_schedule_outcome_text_says_where_it_fell_short_and_how_the_servers_ran() -> None:
-    outcome = schedule.schedule_outcome(_schedule_rows(), "sched", "on")
-    modes = pd.DataFrame({"engine_label": ["off", "sched", "elsewhere"], "model_runner": ["V2", "V1", None],
-                          "cudagraph_mode": ["FULL_AND_PIECEWISE", "PIECEWISE", "NONE"],
-                          "async_scheduling": [True, False, None]})  # fmt: skip
-    text = schedule.schedule_outcome_text(outcome, modes)
-    assert text.startswith("The schedule was not free here: where the schedule switched speculation off it fell "
-                           "short of `off` (-10.0 % at 32); where it speculated it did not match `on` without a "
-                           "schedule (-1.3 % at 1, -16.7 % at 8).")  # fmt: skip
-    assert "`off` ran model runner V2, CUDA graphs FULL_AND_PIECEWISE, async scheduling on" in text
-    assert "`sched` ran model runner V1, CUDA graphs PIECEWISE, async scheduling off" in text
-    assert "elsewhere" not in text
-    assert schedule.server_modes_text(modes, ["elsewhere"]) == (
-        "Server logs: `elsewhere` ran model runner not logged, CUDA graphs NONE, async scheduling not logged.")
-    assert schedule.server_modes_text(modes, ["not-run"]) == ""
-    matched = outcome.assign(change_pct=[-1.0, 2.0, -3.0])
-    assert schedule.schedule_outcome_text(matched).startswith(
-        "Measured, where the schedule switched speculation off it matched `off` within ±5 % (-3.0 % at 32)")
-    assert schedule.schedule_outcome_text(outcome.iloc[0:0]) == "The batch-size schedule is not measured yet."
-
-
-def test_never_lost_names_the_configs_that_gained_and_never_lost() -> None:
-    comparison = compare.versus_baseline(_rows([100] * 3, [150, 110, 103], [1, 8, 32]))
-    assert crossover.never_lost_text(crossover.crossover(comparison), comparison) == (
-        "Lost at no measured concurrency: on (+50.0 % at 1, +3.0 % at 32).")
-    losing = compare.versus_baseline(_rows([100] * 2, [150, 80], [1, 32]))
-    assert crossover.never_lost_text(crossover.crossover(losing), losing) == ""
 
 
 def test_schedule_table_puts_two_schedules_beside_one_reference() -> None:
@@ -244,11 +205,5 @@ def test_change_chain_takes_a_gap_apart_one_logged_difference_at_a_time() -> Non
     for level in (32, 64):  # the steps compound to the total
         assert (1 + steps[level] / 100).prod() == pytest.approx(1 + chain.loc["total", level] / 100)
     assert chain.loc["total", 32] == pytest.approx(-11.0)
-    assert schedule.change_chain_text(chain) == (
-        "`sched` against `off`: at 32, -11.0 % in all, the largest step speculation none → draft_model; async "
-        "scheduling on → not logged (`sched` against `off-v1-piecewise`: -9.2 %); at 64, -10.0 % in all, the largest "
-        "step speculation none → draft_model; async scheduling on → not logged (`sched` against `off-v1-piecewise`: "
-        "-9.1 %).")  # fmt: skip
-    assert schedule.change_chain_text(schedule.change_chain(rows, ["off", "sched"], modes).drop(columns=[8, 32, 64])) == ""
     with pytest.raises(ValueError, match="at least two labels"):
         schedule.change_chain(rows, ["off"], modes)

@@ -56,7 +56,7 @@ def test_a_config_keeps_its_colour_in_every_panel() -> None:
     chat = pd.DataFrame({"engine_label": ["k2", "k2", "k4", "k4", "k5", "k5"], "concurrency": [1, 4] * 3,
                          "gain_pct": [10.0, 5.0, 12.0, 6.0, 14.0, 7.0]})  # fmt: skip
     swe = chat[chat.engine_label != "k4"]  # without k4, seaborn alone would give k5 k4's colour
-    colors = plots.label_colors(chat["engine_label"])
+    colors = plots.page_colors(chat["engine_label"])
     assert list(colors) == ["k2", "k4", "k5"] and len(set(colors.values())) == 3
     _, axes = plt.subplots(1, 2)
     for ax, gains in zip(axes, [chat, swe], strict=True):
@@ -108,7 +108,7 @@ def test_one_legend_beside_a_grid_of_the_same_configs() -> None:
     assert all(ax.get_legend() is None for ax in axes)
     (legend,) = fig.legends
     assert [t.get_text() for t in legend.get_texts()] == [f"cfg-{i}" for i in range(11)]
-    assert legend.get_title().get_text() == "engine_label"
+    assert legend.get_title().get_text() == "configuration"  # the column's name in words
     fig.canvas.draw()
     box = legend.get_window_extent().transformed(fig.transFigure.inverted())
     assert box.x0 >= 1.0  # right of the axes, over none of the lines
@@ -121,6 +121,7 @@ def test_a_single_plots_legend_moves_beside_it() -> None:
     plots.legend_beside(ax)
     legend = ax.get_legend()
     assert len(legend.get_texts()) == 11
+    assert (ax.get_title(), ax.get_ylabel()) == ("output throughput (tok/s)", "change vs no speculation (%)")
     ax.figure.canvas.draw()
     assert legend.get_window_extent().x0 > ax.get_window_extent().x1
 
@@ -135,3 +136,32 @@ def test_a_metric_grid_draws_a_panel_per_metric_with_one_legend_beside() -> None
     assert [t.get_text() for t in legend.get_texts()] == ["cfg-0", "cfg-1", "cfg-2"]
     empty = plots.metric_grid(sweep.iloc[0:0], ["output_tok_s"])
     assert "not measured in this run" in _texts(empty.axes[0]) and not empty.legends
+
+
+def test_a_config_keeps_its_colour_across_the_figures_of_a_page() -> None:
+    plots.use_book_style()  # a new page: colours start afresh
+    first = plots.page_colors(["b", "a"])
+    later = plots.page_colors(["c", "b"])  # a later figure of the same page, with a config the first lacked
+    assert later["b"] == first["b"] and later["c"] not in first.values()
+    rows = pd.DataFrame({"engine_label": ["c", "c"], "concurrency": [1, 4], "output_tok_s": [1.0, 2.0]})
+    ax = plots.metric_vs_load(rows, "output_tok_s")
+    from matplotlib.colors import to_rgb
+
+    assert to_rgb(ax.get_lines()[0].get_color()) == pytest.approx(later["c"])
+    plots.use_book_style()
+    assert plots.page_colors(["c"])["c"] == first["a"]  # the next page starts with the palette's first colour
+
+
+def test_the_legend_sits_beside_the_data() -> None:
+    rows = pd.DataFrame({"engine_label": ["a", "a", "b", "b"], "concurrency": [1, 4, 1, 4],
+                         "output_tok_s": [1.0, 2.0, 1.5, 2.5]})  # fmt: skip
+    ax = plots.metric_vs_load(rows, "output_tok_s")
+    ax.figure.canvas.draw()
+    box = ax.get_legend().get_window_extent().transformed(ax.transAxes.inverted())
+    assert box.x0 > 1.0  # right of the axes, over no line
+
+
+def test_a_grid_keeps_its_panels_wide() -> None:
+    fig = plots.metric_grid(_sweep(11), ["output_tok_s", "tpot_p50_ms"])
+    assert all(ax.get_position().width > 0.3 for ax in fig.axes)  # the legend sits beside the grid, not in it
+    assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.axes)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from vllm_playbooks.book.tables import for_people
+from vllm_playbooks.book.tables import SHOWN_ROWS, for_people, people_html, places_for
 
 
 def test_a_table_for_people_has_words_rounded_numbers_and_no_index() -> None:
@@ -16,3 +16,36 @@ def test_a_table_for_people_has_words_rounded_numbers_and_no_index() -> None:
     assert ">1.2<" in html and ">2,344<" in html and ">1,908<" in html and ">3<" in html
     assert "nan" not in html.lower() and "None" not in html
     assert 'class="row_heading' not in html  # no index column
+
+
+def test_any_displayed_table_is_for_people() -> None:
+    frame = pd.DataFrame({"engine_label": ["off", "k4"], "tpot_p50_ms": [12.3456, None], "share": [0.12345, 0.5],
+                          "tok_s": [2343.6123, 1908.4], "ok": [True, False]})  # fmt: skip
+    html = people_html(frame)
+    assert "engine label" in html and "tpot p50 ms" in html and "engine_label" not in html
+    assert ">12.3<" in html and ">0.123<" in html and ">2,344<" in html and ">True<" in html
+    assert "nan" not in html.lower() and "None" not in html and 'class="row_heading' not in html
+
+
+def test_a_named_index_becomes_columns_and_long_tables_fold() -> None:
+    frame = pd.DataFrame({"x": range(SHOWN_ROWS + 3)}, index=pd.Index(range(SHOWN_ROWS + 3), name="concurrency"))
+    html = people_html(frame)
+    assert "concurrency" in html and 'class="row_heading' not in html
+    assert html.count("<table") == 2 and f"All {SHOWN_ROWS + 3} rows" in html
+    assert "<details>" not in people_html(frame.head(SHOWN_ROWS))
+
+
+def test_places_follow_the_size_of_a_column() -> None:
+    assert [places_for(pd.Series(v)) for v in ([150.0], [15.0], [1.5], [0.15], [float("nan")])] == [0, 1, 2, 3, 0]
+
+
+def test_importing_the_package_in_a_notebook_kernel_sets_tables_for_people() -> None:
+    """In an IPython shell, importing vllm_playbooks makes every displayed DataFrame render through people_html."""
+    import subprocess
+    import sys
+
+    code = ("from IPython.testing.globalipapp import start_ipython; shell = start_ipython(); import pandas as pd; "
+            "import vllm_playbooks; html = shell.display_formatter.formatters['text/html']; "
+            "print(html.lookup_by_type(pd.DataFrame).__qualname__)")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["people_html"]

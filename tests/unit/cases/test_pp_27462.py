@@ -212,8 +212,6 @@ def test_no_verdict_without_the_three_sides() -> None:
     assert pp_27462.verdict(pp_27462.pp_comparison(STARVING.iloc[0:0])).startswith("Not measured yet")
     only_pp2 = _frame(pp1={}, pp2={32: 1, 64: 2})
     assert pp_27462.verdict(pp_27462.pp_comparison(only_pp2)).startswith("Not measured yet")
-    assert pp_27462.tuner_rule(pp_27462.pp_comparison(only_pp2)).startswith("From the scheduler's behaviour")
-    assert pp_27462.tuner_rule(pp_27462.pp_comparison(STARVING)).startswith("Measured on our GPUs")
 
 
 def test_tp_sentence_for_the_shape_that_needs_two_gpus() -> None:
@@ -238,7 +236,6 @@ def test_measurement_status_from_the_rows() -> None:
     plan = load_plan(CASE)
     empty = STARVING.iloc[0:0]
     assert pp_27462.measurement_status(empty, plan).startswith("Not measured yet: none of the 20 planned points")
-    assert pp_27462.evidence(empty, plan, pp_27462.pp_comparison(empty)).count("Not measured yet") == 1
     planned = plan.points()[0]
     row = _row(planned.engine.label, "llama-3.1-8b", 1, 1, 32, 1000.0)
     row["point_id"] = planned.point_id

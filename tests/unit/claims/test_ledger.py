@@ -583,14 +583,24 @@ def test_the_export_states_the_noise_each_verdict_rests_on(ledger: pd.DataFrame)
     assert not judged.empty
     assert (judged["band_pct"] >= judged["spread_pct"]).all() and (judged["band_pct"] >= 5.0).all()
     for row in judged.itertuples():  # a verdict on fewer than three clean runs of a point says so
-        assert ("not re-measured yet" in row.verdict) == (row.min_clean_repeats < 3), row
+        assert row.re_measured == (row.min_clean_repeats >= 3), row
+    assert export["re_measured"].isna().sum() == len(export) - len(judged)
 
 
-def test_an_export_verdict_names_too_few_runs_and_leaves_others_alone() -> None:
-    assert claims_ledger.export_verdict("reproduced", 1) == "reproduced; not re-measured yet (1 clean run of a point)"
-    assert claims_ledger.export_verdict("not reproduced", 2).endswith("(2 clean runs of a point)")
-    assert claims_ledger.export_verdict("reproduced", 3) == "reproduced"
-    assert claims_ledger.export_verdict("model only", None) == "model only"
+@pytest.mark.recorded_data
+def test_the_ledger_and_its_export_speak_the_one_verdict_vocabulary(ledger: pd.DataFrame) -> None:
+    words = {str(v) for v in claims_verdict.Verdict}
+    assert set(ledger["verdict"]) <= words and set(claims_ledger.ledger_export(ledger)["verdict"]) <= words
+    assert set(ledger["model_verdict"]) - {""} <= words
+
+
+def test_the_export_says_each_verdict_in_one_word_and_re_measurement_apart() -> None:
+    ledger = pd.DataFrame({"claim": ["a", "b", "c"], "verdict": ["reproduced", "reproduced", "model only"],
+                           "min_clean_repeats": [1, 3, None], "points": [2, 1, 0], "hardware": ["G", "G", ""],
+                           "spread_pct": [1.0, 2.0, None], "band_pct": [5.0, 5.0, None]})  # fmt: skip
+    export = claims_ledger.ledger_export(ledger)
+    assert export["verdict"].tolist() == ["reproduced", "reproduced", "model only"]
+    assert export["re_measured"].tolist()[:2] == [False, True] and pd.isna(export["re_measured"].iloc[2])
 
 
 def test_noise_of_takes_the_fewest_runs_and_the_widest_spread() -> None:

@@ -6,6 +6,7 @@ import csv
 import math
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from vllm_playbooks.cases import deepseek_mtp, gpt_oss_eagle3
@@ -139,3 +140,16 @@ def test_pr12755_table_beside_ours_at_the_same_rates() -> None:
     assert table.loc[1.0, "ours_acceptance_pct"] == pytest.approx(85.0)
     assert math.isnan(table.loc[8.0, "ours_speedup"]) and table.loc[8.0, "ours_tpot_mtp_ms"] == 25.0
     assert table.loc[[2.0, 4.0, 6.0], "ours_tpot_off_ms"].isna().all()
+
+
+def test_source_link_names_each_source_once_in_order() -> None:
+    frame = pd.DataFrame({
+        "claim_id": ["a-1", "a-2", "b-1"],
+        "source_url": ["https://github.com/x/y/pull/1", "https://github.com/x/y/pull/1", "https://arxiv.org/abs/2/"],
+    })
+    assert reference.source_link(frame) == (
+        "[github.com/x/y/pull/1](https://github.com/x/y/pull/1), [arxiv.org/abs/2](https://arxiv.org/abs/2/)"
+    )
+    assert reference.source_link(frame, ("b-",)) == "[arxiv.org/abs/2](https://arxiv.org/abs/2/)"
+    with pytest.raises(SchemaError):
+        reference.source_link(frame, ("c-",))
