@@ -26,7 +26,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from vllm_playbooks.config.spec_detection import SpeculativeConfigWarning, inferred_method
 from vllm_playbooks.errors import ConfigError
-from vllm_playbooks.shapes import resolve_model
 
 SpecMethod = Literal[
     "draft_model", "ngram", "ngram_gpu", "suffix", "eagle", "eagle3", "medusa", "mlp_speculator", "mtp"
@@ -135,8 +134,7 @@ class SpeculativeConfig(BaseModel):
     num_speculative_tokens: int = Field(
         ge=1,
         description="k, the tokens drafted per step (vLLM: > 0, no upper bound; a boolean is refused); when "
-        "omitted, vLLM's default: suffix_decoding_max_tree_depth for suffix, the checkpoint's MTP layers for mtp "
-        "with a model (default_num_speculative_tokens)",
+        "omitted, vLLM's default: suffix_decoding_max_tree_depth for suffix (default_num_speculative_tokens)",
     )
     model: str | None = Field(
         None,
@@ -535,26 +533,20 @@ SUFFIX_DEFAULT_TREE_DEPTH = 24
 
 def default_num_speculative_tokens(data: Mapping[str, Any]) -> int:
     """The k vLLM 0.26 fills in when ``num_speculative_tokens`` is omitted from ``data`` (a mapping whose method is
-    resolved): ``suffix_decoding_max_tree_depth`` for suffix (24 by default), the MTP layers of ``model`` for mtp
-    with a model (its ``n_predict``). Raises ``ValueError`` with vLLM's reason where it fills none: mtp without a
-    model, and every other method."""
+    resolved): ``suffix_decoding_max_tree_depth`` for suffix (24 by default). Raises ``ValueError`` with vLLM's
+    reason for every other method: mtp too, which vLLM 0.26 means to default to the checkpoint's MTP layers but, as
+    recorded in the cross-check, refuses (without a model: k must be provided; with one: a TypeError comparing
+    None with an int while it builds the draft config)."""
     method = data.get("method")
     if method == "suffix":
         depth = data.get("suffix_decoding_max_tree_depth", SUFFIX_DEFAULT_TREE_DEPTH)
         return depth if isinstance(depth, int) and not isinstance(depth, bool) else SUFFIX_DEFAULT_TREE_DEPTH
+    reason = ""
     if method == "mtp" and data.get("model"):
-        try:
-            layers = resolve_model(str(data["model"])).num_mtp_layers
-        except (ConfigError, OSError) as error:
-            raise ValueError(
-                f"num_speculative_tokens omitted and the MTP layers of {data['model']!r} unknown: {error}"
-            ) from None
-        if layers < 1:
-            raise ValueError(f"num_speculative_tokens omitted and {data['model']!r} has no MTP layers to default it to")
-        return layers
+        reason = "; with an MTP model, vLLM 0.26 stops with a TypeError (None compared with an int)"
     raise ValueError(
         "num_speculative_tokens must be provided with speculative model unless the draft model config contains an "
-        f"n_predict parameter (vLLM 0.26 fills it only for suffix, and for mtp with a model; method {method!r})"
+        f"n_predict parameter (vLLM 0.26 fills it only for suffix; method {method!r}{reason})"
     )
 
 
