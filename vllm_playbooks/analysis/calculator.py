@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,7 +18,6 @@ from vllm_playbooks.config.memory import (
     FALLBACK_FAMILY,
     FamilyCalibration,
     MemoryCalibration,
-    UncalibratedMemoryWarning,
     activation_width_bytes,
     cudagraph_count,
     memory_family,
@@ -276,9 +274,7 @@ def kv_check_main(args: argparse.Namespace) -> int:
     data = paths.data_dir()
     out = args.out or data / "checks"
     out.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings():  # the plans read back for each log check the budgets of configs not recorded
-        warnings.simplefilter("ignore", UncalibratedMemoryWarning)
-        startups = recorded_startups(data)
+    startups = recorded_startups(data)
     calibration = calibrate(startups)
     calibration_table(calibration).to_csv(out / CALIBRATION_NAME, index=False)
     check = kv_check(startups, calibration)

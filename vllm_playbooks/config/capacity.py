@@ -25,14 +25,12 @@ from __future__ import annotations
 
 import itertools
 import math
-import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.config.memory import (
     MemoryCalibration,
-    UncalibratedMemoryWarning,
     activation_width_bytes,
     cudagraph_count,
     load_calibration,
@@ -319,8 +317,6 @@ def budget_is_modelled(engine: EngineConfig) -> bool:
 def check_fits(engine: EngineConfig, gpu_memory_gib: float, gpu_name: str = "") -> KVBudget:
     """Raise ``CapacityError`` when the weights or one full-length sequence cannot fit; return the budget."""
     budget = kv_budget(engine, gpu_memory_gib, gpu_name)
-    if budget.calibration_warning:
-        warnings.warn(budget.calibration_warning, UncalibratedMemoryWarning, stacklevel=2)
     if budget.kv_bytes <= 0:
         raise CapacityError(
             f"engine {engine.label}: weights ({_per_gpu(budget)}), activations "
@@ -375,4 +371,5 @@ def describe_budget(budget: KVBudget) -> str:
         else f"{budget.kv_bytes / GIB:.1f} GiB on each of {budget.gpus} GPUs, which keep "
         f"{budget.kv_bytes_per_token_per_gpu / 1024:g} KiB of each token"
     )
-    return f"The KV cache takes {per_token_kib:g} KiB per token and holds {budget.kv_tokens:,} tokens ({where}); {limit}."
+    text = f"The KV cache takes {per_token_kib:g} KiB per token and holds {budget.kv_tokens:,} tokens ({where}); {limit}."
+    return f"{text} Warning: {budget.calibration_warning}." if budget.calibration_warning else text

@@ -47,10 +47,6 @@ V2_RUNNER_METHODS = frozenset({"none", "eagle", "eagle3", "mtp"})
 FALLBACK_FAMILY = "LlamaForCausalLM/llama-3.1-8b"
 
 
-class UncalibratedMemoryWarning(UserWarning):
-    """A KV budget computed for an architecture or drafter no recorded start-up calibrates."""
-
-
 def drafter_tag(engine: EngineConfig) -> str:
     """What drafts, for the calibration key: ``none``, ``mtp``, ``ngram``/``suffix``, or the draft's architecture."""
     spec = engine.speculative

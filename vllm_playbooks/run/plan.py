@@ -17,7 +17,6 @@ from pydantic import ValidationError
 from vllm_playbooks.config.capacity import budget_is_modelled, check_fits
 from vllm_playbooks.config.engine import EngineConfig, check_engine_against_shapes, routing_simulation_problem
 from vllm_playbooks.config.load import MIN_DURATION_S, LoadPoint
-from vllm_playbooks.config.memory import UncalibratedMemoryWarning
 from vllm_playbooks.config.spec_detection import SpeculativeConfigWarning
 from vllm_playbooks.config.speculative import build_speculative_config
 from vllm_playbooks.errors import ConfigError
@@ -370,17 +369,15 @@ def load_part(case: str, part: str, **overrides: Any) -> CasePlan:
 
 
 def quiet_plan(case: str, **overrides: Any) -> tuple[CasePlan, list[str]]:
-    """``load_plan`` with the speculative advisories and the KV budget's calibration warnings collected instead of
-    warned: (plan, distinct advisories), so a page can list them as prose rather than print warnings."""
+    """``load_plan`` with the speculative advisories collected instead of warned: (plan, distinct advisories), so a
+    page can list them as prose rather than print warnings."""
     import warnings
 
 
-    kinds = (SpeculativeConfigWarning, UncalibratedMemoryWarning)
     with warnings.catch_warnings(record=True) as caught:
-        for kind in kinds:
-            warnings.simplefilter("always", kind)
+        warnings.simplefilter("always", SpeculativeConfigWarning)
         plan = load_plan(case, **overrides)
-    advisories = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, kinds)))
+    advisories = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, SpeculativeConfigWarning)))
     return plan, advisories
 
 

@@ -18,7 +18,6 @@ from vllm_playbooks.config.capacity import kv_budget
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.config.memory import (
     CALIBRATION_NAME,
-    UncalibratedMemoryWarning,
     load_calibration,
     memory_family,
 )
@@ -30,9 +29,7 @@ pytestmark = pytest.mark.recorded_data
 
 @pytest.fixture(scope="module")
 def startups():  # type: ignore[no-untyped-def]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UncalibratedMemoryWarning)
-        return recorded_startups(data_dir())
+    return recorded_startups(data_dir())
 
 
 @pytest.fixture(scope="module")
