@@ -481,7 +481,9 @@ def check_loadable(gpu: Gpu | str, model: str, max_model_len: int, draft_model: 
     device = as_gpu(gpu)
     spec = None
     if draft_model and k:
-        spec = SpeculativeConfig(method="draft_model", model=draft_model, num_speculative_tokens=k)
+        spec = SpeculativeConfig.model_validate(  # quiet: the advisories are vLLM's start-up notes, not this check's
+            {"method": "draft_model", "model": draft_model, "num_speculative_tokens": k}, context={"advisories": False}
+        )
     engine = EngineConfig(label="what-if", model=model, max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype,
                           speculative=spec)  # fmt: skip
     check_fits(engine, round(device.memory_gb * 1e9 / GIB, 1), device.name)
