@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import statistics
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vllm_playbooks.config.capacity import GIB, kv_budget, kv_tokens_fitting
+from vllm_playbooks import paths
+from vllm_playbooks.config.capacity import GIB, kv_budget, kv_tokens_fitting, max_capture_size_of, resolve_batching
+from vllm_playbooks.config.engine import EngineConfig
+from vllm_playbooks.config.memory import (
+    CALIBRATION_COLUMNS,
+    CALIBRATION_NAME,
+    FALLBACK_FAMILY,
+    FamilyCalibration,
+    MemoryCalibration,
+    activation_width_bytes,
+    cudagraph_count,
+    memory_family,
+    uses_v1_runner,
+)
 from vllm_playbooks.config.sizes import MOE_ARCHITECTURES
-from vllm_playbooks.results.server_logs import read_startup, server_logs
+from vllm_playbooks.results.server_logs import StartupMemory, read_startup, server_logs
 from vllm_playbooks.run.budget import engine_for_log
 from vllm_playbooks.shapes import resolve_model
 
@@ -18,8 +35,9 @@ if TYPE_CHECKING:
 def calculator_check(data: Path):  # type: ignore[no-untyped-def]
     """Every recorded start-up beside the KV-budget calculator's prediction for the same config (a DataFrame). vLLM
     logs weights and KV-cache tokens per GPU (under TP or PP, of the GPU it reports for), so the weights compared are
-    the calculator's per-GPU figure. ``moe`` marks mixture-of-experts targets, whose activation peak the calculator
-    does not model (it overstates their KV tokens; the batching calculator's page shows by how much).
+    the calculator's per-GPU figure. ``moe`` marks mixture-of-experts targets. The budget is the calibrated one
+    (``config.memory``); ``kv_tokens_error_uncalibrated_pct`` is the error without the calibration (the dense
+    activation estimate, no CUDA-graph reserve), which overstates MoE targets' KV tokens.
 
     Where vLLM logged them, its peak activation and its CUDA-graph memory estimate (which vLLM 0.26 takes from the
     KV budget; the calculator models neither for MoE shapes nor the graphs at all) stand beside ours, with the memory
@@ -35,6 +53,7 @@ def calculator_check(data: Path):  # type: ignore[no-untyped-def]
             start = read_startup(log)
             engine = engine_for_log(log, data)
             budget = kv_budget(engine, start.total_memory_gib)
+            uncalibrated = kv_budget(engine, start.total_memory_gib, calibration=None)
             with_vllm_overheads = float("nan")
             if start.peak_activation_gib is not None and start.non_torch_gib is not None:
                 overheads = start.peak_activation_gib + start.non_torch_gib + (start.cudagraph_estimate_gib or 0.0)
@@ -51,9 +70,11 @@ def calculator_check(data: Path):  # type: ignore[no-untyped-def]
                 "weights_gib_vllm": start.weights_gib, "weights_gib_ours": budget.weight_bytes_per_gpu / GIB,
                 "kv_tokens_vllm": start.kv_cache_tokens, "kv_tokens_ours": budget.kv_tokens,
                 "kv_tokens_error_pct": 100 * (budget.kv_tokens / start.kv_cache_tokens - 1),
+                "kv_tokens_error_uncalibrated_pct": 100 * (uncalibrated.kv_tokens / start.kv_cache_tokens - 1),
                 "max_concurrency_vllm": start.max_concurrency, "max_concurrency_ours": budget.max_concurrency,
                 "activation_gib_vllm": start.peak_activation_gib, "activation_gib_ours": budget.activation_bytes / GIB,
                 "cudagraph_gib_vllm": start.cudagraph_estimate_gib, "cudagraph_gib_actual": start.cudagraph_actual_gib,
+                "cudagraph_gib_ours": budget.cudagraph_bytes / GIB,
                 "kv_bytes_per_token_ours": budget.kv_bytes_per_token_per_gpu,
                 "kv_tokens_error_with_vllm_overheads_pct": with_vllm_overheads,
             })  # fmt: skip
@@ -76,7 +97,8 @@ def overheads_note(check: pd.DataFrame) -> str:
     for model, rows in moe.groupby("model", sort=True):
         graphs = rows["cudagraph_gib_vllm"].dropna()
         graph = f", and set aside {span(graphs)} for CUDA graphs" if not graphs.empty else ""
-        parts.append(f"`{model}`: KV tokens overstated by {span(rows['kv_tokens_error_pct'], ' %', 1)}; vLLM measured a "
+        parts.append(f"`{model}`: KV tokens off by {span(rows['kv_tokens_error_pct'], ' %', 1)} calibrated, "
+                     f"{span(rows['kv_tokens_error_uncalibrated_pct'], ' %', 1)} without; vLLM measured a "
                      f"{span(rows['activation_gib_vllm'])} activation peak against our "
                      f"{span(rows['activation_gib_ours'])}{graph}")  # fmt: skip
     adjusted = check["kv_tokens_error_with_vllm_overheads_pct"].dropna()
@@ -122,3 +144,142 @@ def cudagraph_reserve_note(check: pd.DataFrame, threshold_gib: float = 1.0) -> s
         text += (f". In {len(short)} the estimate fell short, by up to {-excess.min():.2f} GiB: those graphs took more "
                  "than was set aside")  # fmt: skip
     return text + "."
+
+
+# --- the calibrated memory model: fitted on every recorded start-up, checked against each -----------------------
+
+
+@dataclass(frozen=True)
+class Startup:
+    """One recorded server start-up: its case, what vLLM logged, and the engine config that wrote the log."""
+
+    case: str
+    start: StartupMemory
+    engine: EngineConfig
+
+
+def recorded_startups(data: Path) -> list[Startup]:
+    """Every started server of every recorded case, in case and log order."""
+    return [
+        Startup(case_dir.name, read_startup(log), engine_for_log(log, data))
+        for case_dir in sorted(p for p in (data / "runs").iterdir() if p.is_dir())
+        for log in server_logs(case_dir)
+    ]
+
+
+def _graphs(startup: Startup) -> int:
+    engine, start = startup.engine, startup.start
+    batched, seqs = resolve_batching(engine.max_model_len, start.total_memory_gib, max_num_seqs=engine.max_num_seqs,
+                                     max_num_batched_tokens=engine.max_num_batched_tokens)  # fmt: skip
+    return cudagraph_count(engine, seqs, batched, max_capture_size_of(engine.model))
+
+
+def _activation_unit(startup: Startup) -> float:
+    engine, start = startup.engine, startup.start
+    batched, _ = resolve_batching(engine.max_model_len, start.total_memory_gib, max_num_seqs=engine.max_num_seqs,
+                                  max_num_batched_tokens=engine.max_num_batched_tokens)  # fmt: skip
+    return activation_width_bytes(resolve_model(engine.model), batched) / engine.tensor_parallel_size / GIB
+
+
+def _median(values: list[float], default: float) -> float:
+    return float(statistics.median(values)) if values else default
+
+
+def fit_calibration(startups: list[Startup]) -> MemoryCalibration:
+    """The calibration table fitted on ``startups``: per family (``config.memory.memory_family``) the median logged
+    activation per unit (``activation_width_bytes``), the median logged CUDA-graph estimate per graph this package
+    counts (V1-runner start-ups that logged one), the median non-torch memory; an architecture's row (its start-ups
+    with any drafter) backs a drafter not recorded. ``fallback_error_pct`` is filled by ``calibrate``."""
+    groups: dict[str, list[Startup]] = {}
+    by_target: dict[str, list[Startup]] = {}
+    for s in startups:
+        family = memory_family(s.engine)
+        groups.setdefault(family, []).append(s)
+        groups.setdefault(family.split("+")[0], [])
+        by_target.setdefault(family.split("+")[0], []).append(s)
+    rows = {}
+    for family, members in groups.items():
+        members = members or by_target[family]
+        activation = [s.start.peak_activation_gib / _activation_unit(s) for s in members
+                      if s.start.peak_activation_gib is not None]  # fmt: skip
+        graphs = [s.start.cudagraph_estimate_gib / _graphs(s) for s in members
+                  if s.start.cudagraph_estimate_gib is not None and uses_v1_runner(s.engine) and _graphs(s)]  # fmt: skip
+        non_torch = [s.start.non_torch_gib for s in members if s.start.non_torch_gib is not None]
+        rows[family] = FamilyCalibration(
+            family=family, logs=len(members), activation_factor=_median(activation, 0.0),
+            cudagraph_gib_per_graph=_median(graphs, 0.0), non_torch_gib=_median(non_torch, 0.0),
+            fallback_error_pct=0.0,
+        )  # fmt: skip
+    return MemoryCalibration(rows)
+
+
+def predicted_tokens(startup: Startup, calibration: MemoryCalibration | None) -> int:
+    """The KV tokens the budget predicts for ``startup``'s config on its GPU, with ``calibration``."""
+    return kv_budget(startup.engine, startup.start.total_memory_gib, calibration=calibration).kv_tokens
+
+
+def calibrate(startups: list[Startup]) -> MemoryCalibration:
+    """``fit_calibration`` with each row's ``fallback_error_pct``: the worst KV-token error its start-ups show when
+    their family is left out of the table (the budget then falls back, as it does for an uncalibrated family)."""
+    fitted = fit_calibration(startups)
+    rows = dict(fitted.rows)
+    for family, row in fitted.rows.items():
+        if family == FALLBACK_FAMILY:
+            continue
+        held_out = MemoryCalibration({f: r for f, r in fitted.rows.items() if f != family})
+        members = [s for s in startups if memory_family(s.engine) == family]
+        errors = [100 * (predicted_tokens(s, held_out) / s.start.kv_cache_tokens - 1) for s in members]
+        rows[family] = dataclasses.replace(row, fallback_error_pct=max(errors, key=abs, default=0.0))
+    return MemoryCalibration(rows)
+
+
+def calibration_table(calibration: MemoryCalibration) -> pd.DataFrame:
+    """The calibration as a table in ``config.memory.CALIBRATION_COLUMNS``, one row per family."""
+    import pandas as pd
+
+    return pd.DataFrame([dataclasses.asdict(r) for r in calibration.rows.values()], columns=list(CALIBRATION_COLUMNS))
+
+
+#: The KV check's file name, under ``data/checks/``.
+KV_CHECK_NAME = "kv-calculator-vs-vllm.csv"
+
+
+def kv_check(startups: list[Startup], calibration: MemoryCalibration) -> pd.DataFrame:
+    """One row per recorded start-up: its case, config id and family, the KV tokens the calibrated budget predicts,
+    the tokens vLLM logged, the error in %, and the error with the family held out of the calibration."""
+    import pandas as pd
+
+    records = []
+    for s in startups:
+        family = memory_family(s.engine)
+        held_out = MemoryCalibration({f: r for f, r in calibration.rows.items() if f != family or f == FALLBACK_FAMILY})
+        predicted = predicted_tokens(s, calibration)
+        records.append({
+            "case": s.case, "config": s.engine.config_id(), "log": s.start.log, "family": family,
+            "predicted_kv_tokens": predicted, "logged_kv_tokens": s.start.kv_cache_tokens,
+            "error_pct": round(100 * (predicted / s.start.kv_cache_tokens - 1), 2),
+            "error_pct_family_held_out": round(100 * (predicted_tokens(s, held_out) / s.start.kv_cache_tokens - 1), 2),
+        })  # fmt: skip
+    return pd.DataFrame(records)
+
+
+def add_kv_check_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--out``: the folder the two files go to (default: ``data/checks``)."""
+    parser.add_argument("--out", type=Path, default=None, help="folder for the two files (default: data/checks)")
+
+
+def kv_check_main(args: argparse.Namespace) -> int:
+    """Fit the memory calibration on every recorded server log, write it and the KV check beside it, print the worst
+    error."""
+    data = paths.data_dir()
+    out = args.out or data / "checks"
+    out.mkdir(parents=True, exist_ok=True)
+    startups = recorded_startups(data)
+    calibration = calibrate(startups)
+    calibration_table(calibration).to_csv(out / CALIBRATION_NAME, index=False)
+    check = kv_check(startups, calibration)
+    check.to_csv(out / KV_CHECK_NAME, index=False)
+    worst = check.loc[check["error_pct"].abs().idxmax()]
+    print(f"{len(check)} start-ups, {check['config'].nunique()} configs, {len(calibration.rows)} families; worst KV "
+          f"error {worst['error_pct']:+.2f} % ({worst['config']})")  # fmt: skip
+    return 0

@@ -388,16 +388,21 @@ def max_num_seqs_solution(
             "lower max_model_len, use an fp8 KV cache, or a GPU with more memory"
         )
     at = kv_budget(engine(fits), gpu_memory_gib, gpu_name)
+    for _ in range(8):  # the CUDA graphs vLLM reserves memory for follow max_num_seqs: settle the two together
+        settled = min(max(at.kv_tokens, 0) // max_model_len, tokens)
+        if settled == fits or settled < 1:
+            break
+        fits, at = settled, kv_budget(engine(settled), gpu_memory_gib, gpu_name)
     above = kv_budget(engine(fits + 1), gpu_memory_gib, gpu_name) if fits < tokens else None
-    if at.kv_tokens != default.kv_tokens or at.binding != "max_num_seqs" or (above and above.binding != "memory"):
-        raise PlaybookError(f"max_num_seqs={fits} moved the KV budget or its binding limit: the sizing rule broke")
+    if at.binding != "max_num_seqs" or (above and above.binding != "memory"):
+        raise PlaybookError(f"max_num_seqs={fits} moved the KV budget's binding limit: the sizing rule broke")
     statement = (
-        f"the KV cache holds {default.kv_tokens:,} tokens = {default.max_concurrency:.2f} sequences of "
+        f"the KV cache holds {at.kv_tokens:,} tokens = {at.max_concurrency:.2f} sequences of "
         f"{max_model_len} tokens, so max_num_seqs={fits} is the largest whose sequences all fit; at vLLM's default "
         f"max_num_seqs={default.max_num_seqs}, {_binding_words(default.binding)} binds"
     )
     explanation = (
-        f"{describe_budget(default)} Full-length sequences that fit: ⌊{default.kv_tokens} / {max_model_len}⌋ "
+        f"{describe_budget(at)} Full-length sequences that fit: ⌊{at.kv_tokens} / {max_model_len}⌋ "
         f"= {fits}. So: {statement}."
     )
     return Solution(

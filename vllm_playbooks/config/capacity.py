@@ -29,6 +29,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from vllm_playbooks.config.engine import EngineConfig
+from vllm_playbooks.config.memory import (
+    MemoryCalibration,
+    activation_width_bytes,
+    cudagraph_count,
+    load_calibration,
+    uses_v1_runner,
+)
 from vllm_playbooks.config.sizes import (
     DENSE_ARCHITECTURES,
     MODELLED_ARCHITECTURES,
@@ -155,6 +162,8 @@ class KVBudget:
     gpus: int = 1
     weight_bytes_per_gpu: int = 0
     kv_bytes_per_token_per_gpu: int = 0
+    cudagraph_bytes: int = 0
+    calibration_warning: str | None = None
 
     @property
     def max_concurrency(self) -> float:
@@ -240,11 +249,38 @@ def kv_tokens_fitting(free_bytes: float, bytes_per_token: int) -> int:
     return int(max(free_bytes, 0) // (bytes_per_token * BLOCK_SIZE)) * BLOCK_SIZE
 
 
-def kv_budget(engine: EngineConfig, gpu_memory_gib: float, gpu_name: str = "") -> KVBudget:
+#: Stands for "the calibration recorded in data/checks" (``config.memory.load_calibration``).
+RECORDED = "recorded"
+
+
+def _overheads(
+    engine: EngineConfig, target: ModelShape, batched: int, seqs: int, calibration: MemoryCalibration | None
+) -> tuple[int, int, int, str | None]:
+    """(activation, non-torch, CUDA-graph bytes, warning) vLLM 0.26 takes before the KV cache, per GPU: calibrated
+    per family where a calibration is given (``config.memory``), else the dense activation estimate and no graphs."""
+    if calibration is None:
+        return activation_bytes(target, batched, engine.dtype), round(NON_TORCH_GIB * GIB), 0, None
+    row, _ = calibration.for_engine(engine)
+    activation = round(row.activation_factor * activation_width_bytes(target, batched) / engine.tensor_parallel_size)
+    graphs = 0
+    if uses_v1_runner(engine):
+        count = cudagraph_count(engine, seqs, batched, max_capture_size_of(engine.model))
+        graphs = round(row.cudagraph_gib_per_graph * count * GIB)
+    return activation, round(row.non_torch_gib * GIB), graphs, calibration.warning(engine)
+
+
+def kv_budget(
+    engine: EngineConfig, gpu_memory_gib: float, gpu_name: str = "",
+    calibration: MemoryCalibration | None | Literal["recorded"] = RECORDED,
+) -> KVBudget:  # fmt: skip
     """The KV-cache budget of ``engine`` on GPUs whose framework-visible memory is ``gpu_memory_gib`` each.
 
     Every GPU gets the same number of KV blocks, the fewest any GPU can hold (vLLM takes the minimum over workers).
+    ``calibration`` sets the activation, non-torch and CUDA-graph terms: the recorded one by default
+    (``config.memory``), a table of one's own, or None for the uncalibrated dense estimate without graphs.
     """
+    if calibration == RECORDED:
+        calibration = load_calibration()
     target = resolve_model(engine.model)
     drafts, mtp_layers = _spec_shapes(engine, target)
     batched, seqs = resolve_batching(
@@ -253,18 +289,18 @@ def kv_budget(engine: EngineConfig, gpu_memory_gib: float, gpu_name: str = "") -
     )  # fmt: skip
     weights, per_token = _whole_model(engine, target, drafts, mtp_layers)
     requested = round(engine.gpu_memory_utilization * gpu_memory_gib * GIB)
-    activation = activation_bytes(target, batched, engine.dtype)
-    non_torch = round(NON_TORCH_GIB * GIB)
+    activation, non_torch, graphs, warning = _overheads(engine, target, batched, seqs, calibration)
     stages = []
     for stage_weights, stage_per_token in _stages(engine, target, drafts, mtp_layers, (weights, per_token)):
-        free = requested - stage_weights - activation - non_torch
+        free = requested - stage_weights - activation - non_torch - graphs
         stages.append((kv_tokens_fitting(free, stage_per_token), free, stage_weights, stage_per_token))
     tokens, kv, stage_weights, stage_per_token = min(stages, key=lambda s: (s[0], s[1]))
     return KVBudget(
         requested_bytes=requested, weight_bytes=weights, activation_bytes=activation, non_torch_bytes=non_torch,
         kv_bytes=kv, kv_bytes_per_token=per_token, kv_tokens=tokens, max_model_len=engine.max_model_len,
         max_num_seqs=seqs, gpus=engine.tensor_parallel_size * engine.pipeline_parallel_size,
-        weight_bytes_per_gpu=stage_weights, kv_bytes_per_token_per_gpu=stage_per_token,
+        weight_bytes_per_gpu=stage_weights, kv_bytes_per_token_per_gpu=stage_per_token, cudagraph_bytes=graphs,
+        calibration_warning=warning,
     )  # fmt: skip
 
 
@@ -283,8 +319,8 @@ def check_fits(engine: EngineConfig, gpu_memory_gib: float, gpu_name: str = "") 
     budget = kv_budget(engine, gpu_memory_gib, gpu_name)
     if budget.kv_bytes <= 0:
         raise CapacityError(
-            f"engine {engine.label}: weights ({_per_gpu(budget)}) and activations "
-            f"({budget.activation_bytes / GIB:.1f} GiB) exceed {engine.gpu_memory_utilization} × {gpu_memory_gib} GiB "
+            f"engine {engine.label}: weights ({_per_gpu(budget)}), activations "
+            f"({budget.activation_bytes / GIB:.1f} GiB) and CUDA graphs ({budget.cudagraph_bytes / GIB:.1f} GiB) exceed {engine.gpu_memory_utilization} × {gpu_memory_gib} GiB "
             f"per GPU. Use more GPUs (tensor_parallel_size or pipeline_parallel_size), a quantized shape, or a larger "
             f"gpu_memory_utilization."
         )
@@ -313,6 +349,7 @@ def budget_table(budget: KVBudget) -> pd.DataFrame:
          budget.weight_bytes_per_gpu / GIB),
         ("peak activation (estimate)", budget.activation_bytes / GIB),
         ("non-torch memory (estimate)", budget.non_torch_bytes / GIB),
+        ("CUDA-graph reserve (estimate)", budget.cudagraph_bytes / GIB),
         ("left for the KV cache", budget.kv_bytes / GIB),
     ]
     return pd.DataFrame(rows, columns=["part", "GiB"])
@@ -334,4 +371,5 @@ def describe_budget(budget: KVBudget) -> str:
         else f"{budget.kv_bytes / GIB:.1f} GiB on each of {budget.gpus} GPUs, which keep "
         f"{budget.kv_bytes_per_token_per_gpu / 1024:g} KiB of each token"
     )
-    return f"The KV cache takes {per_token_kib:g} KiB per token and holds {budget.kv_tokens:,} tokens ({where}); {limit}."
+    text = f"The KV cache takes {per_token_kib:g} KiB per token and holds {budget.kv_tokens:,} tokens ({where}); {limit}."
+    return f"{text} Warning: {budget.calibration_warning}." if budget.calibration_warning else text

