@@ -24,8 +24,20 @@ from vllm_playbooks.run.plan import load_plan
 
 CASE_FILE = Path(__file__).with_name("faults.yaml")
 CASE = "faults"
+
+
+def planned_ids(case_file: Path) -> list[str]:
+    """The recorded ids of every point of the case file's grid on this machine, in plan order: each point's id under
+    the hardware key the runner gives it here (GPU model and count, vLLM version)."""
+    from vllm_playbooks.results.provenance import collect_provenance
+    from vllm_playbooks.run.case import hardware_of
+
+    provenance = collect_provenance()
+    return [f"{hardware_of(p.engine, provenance)}/{p.point_id}" for p in load_plan(str(case_file)).points()]
+
+
 #: Every point of the grid, in plan order (two configs × three loads).
-PLANNED = [p.point_id for p in load_plan(str(CASE_FILE)).points()]
+PLANNED = planned_ids(CASE_FILE)
 WORKER = ["worker", "--case", str(CASE_FILE), "--engines", "spec-off", "ngram-k2"]
 PARALLEL = ["run", "--case", str(CASE_FILE), "--gpus", "0", "1"]
 

@@ -128,6 +128,8 @@ def main(argv: list[str]) -> int:
     parallel.run_case = functools.partial(case.run_case, bench=slow_bench, server_factory=fake_server,  # type: ignore[assignment]
                                           gpu_sampler=None)  # fmt: skip
     parallel.worker_argv = worker_argv  # type: ignore[assignment]
+    # the stand-in server needs neither vLLM nor a GPU: the checks that live runs make first are skipped
+    parallel.require_vllm = parallel.require_gpu = lambda: None  # type: ignore[assignment]
     _first_port_then_free()
     if os.environ.get("FAULT_FS"):
         _failing_writes(os.environ["FAULT_FS"], paths.data_dir().resolve())

@@ -96,9 +96,9 @@ def test_a_server_killed_mid_load_fails_its_points_and_the_rerun_measures_them(r
     assert code == 2 and len(runner.error_lines()) == 1 and "point(s) failed" in runner.error_lines()[0]
     runner.assert_nothing_left()
     assert len(set(row_ids(runner.case_dir / "runs.csv"))) == len(row_ids(runner.case_dir / "runs.csv"))
-    assert list((runner.case_dir / "raw").glob("*/*.failure.json"))
+    assert list((runner.case_dir / "raw").glob("*/*/*.failure.json"))
     runner.rerun_completes()
-    assert not list((runner.case_dir / "raw").glob("*/*.failure.json"))
+    assert not list((runner.case_dir / "raw").glob("*/*/*.failure.json"))
 
 
 # -- the port ----------------------------------------------------------------------------------------------------
@@ -148,7 +148,7 @@ def test_a_taken_port_is_retried_on_another_with_one_line(runner: Runner, holder
 
 def test_a_read_only_data_folder_is_refused_before_any_server(runner: Runner) -> None:
     runner.run(WORKER, FAULT_BENCH_S="0.02")  # something recorded already
-    shutil.rmtree(runner.case_dir / "raw" / PLANNED[-1].split("/")[0])
+    shutil.rmtree(runner.case_dir / "raw" / PLANNED[-1].rsplit("/", 1)[0])  # its config's points
     before = row_ids(runner.case_dir / "runs.csv")
     code, err = runner.run(WORKER, FAULT_FS="readonly")
     assert code == 2 and len(runner.error_lines()) == 1, err
@@ -163,7 +163,7 @@ def test_a_full_disk_stops_the_run_keeping_what_it_recorded(runner: Runner) -> N
     assert code == 2 and len(runner.error_lines()) == 1, err
     assert "No space left on device" in runner.error_lines()[0] and "Traceback" not in err
     assert row_ids(runner.case_dir / "runs.csv") == PLANNED[:2]
-    assert not list((runner.case_dir / "raw").glob("*/.*"))  # no half-written point folder
+    assert not list((runner.case_dir / "raw").glob("**/.*"))  # no half-written point folder
     runner.assert_nothing_left()
     runner.rerun_completes()
 
@@ -207,7 +207,7 @@ def test_sigkill_of_the_parallel_parent_stops_workers_and_the_next_run_merges_th
     finished = runner.recorded_anywhere()
     assert finished >= 1 and not row_ids(runner.case_dir / "runs.csv")  # nothing merged yet
     # a merge killed half-way left a stale copy of one point: it must not block that point's merge
-    worker_points = sorted((runner.tmp / "tmp").glob(f"{CASE}-parallel-*/gpus*/runs/{CASE}/raw/*/*/point.json"))
+    worker_points = sorted((runner.tmp / "tmp").glob(f"{CASE}-parallel-*/gpus*/runs/{CASE}/raw/*/*/*/point.json"))
     stale = runner.case_dir / "raw" / worker_points[0].parent.parent.name / f".{worker_points[0].parent.name}.merging"
     stale.mkdir(parents=True)
     (stale / "point.json").write_text("{")

