@@ -43,6 +43,15 @@ def _same_logs(startups, stored: pd.DataFrame) -> None:  # type: ignore[no-untyp
         pytest.skip("server logs recorded since data/checks was written: run `vllm-playbooks kv-check`")
 
 
+def test_every_log_the_check_file_names_is_a_recorded_server_log(stored: pd.DataFrame) -> None:
+    """Each row points at its raw record: the server log under its case's logs/ (a renamed log fails here, where
+    the comparisons above would only skip)."""
+    logs = data_dir() / "runs"
+    missing = [f"{r.case}/{r.log}" for r in stored.itertuples()
+               if not any((logs / r.case / "logs" / f"{r.log}{gz}").exists() for gz in ("", ".gz"))]  # fmt: skip
+    assert not missing, missing
+
+
 def test_the_check_file_covers_every_recorded_server_config(startups, stored: pd.DataFrame) -> None:  # type: ignore[no-untyped-def]
     _same_logs(startups, stored)
     assert {s.engine.config_id() for s in startups} == set(stored["config"])
