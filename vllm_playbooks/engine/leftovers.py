@@ -8,32 +8,19 @@ list keeps other such records (``update_record``), e.g. the worker folders of ``
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from vllm_playbooks.engine.guard import group_members, start_ticks, stop_group
+from vllm_playbooks.files import atomic_write_text, file_lock
 
 #: The record of a case folder's running servers.
 SERVERS_FILE = ".servers.json"
 
 Record = list[dict[str, Any]]
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with (path.parent / f".{path.name.lstrip('.')}.lock").open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def read_record(path: Path) -> Record:
@@ -47,17 +34,12 @@ def read_record(path: Path) -> Record:
 
 def update_record(path: Path, change: Callable[[Record], Record]) -> Record:
     """Replace the record at ``path`` with ``change(entries)`` under a lock (atomic, fsynced; no file once empty)."""
-    with _locked(path):
+    with file_lock(path):
         entries = change(read_record(path))
         if not entries:
             path.unlink(missing_ok=True)
             return entries
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name.lstrip('.')}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(entries, handle, indent=1)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        atomic_write_text(path, json.dumps(entries, indent=1))
         return entries
 
 

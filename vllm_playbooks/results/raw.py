@@ -29,11 +29,11 @@ from typing import Any
 from vllm_playbooks.config.speculative import alpha_of_rates
 from vllm_playbooks.engine.metrics import MetricsDelta, diff_metrics, parse_metrics, per_position_json
 from vllm_playbooks.errors import SchemaError
+from vllm_playbooks.files import fsync_folder
 from vllm_playbooks.load.bench import BenchNumbers, load_bench_file
 from vllm_playbooks.results.identity import engine_of, point_hardware, read_json
 from vllm_playbooks.results.provenance import Provenance
 from vllm_playbooks.results.schema import RunRow
-from vllm_playbooks.results.store import fsync_folder
 from vllm_playbooks.results.textfiles import COMPRESSED_KINDS, GZ, compressed_bytes, read_text, stored_path
 
 POINT_FILE = "point.json"

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import fcntl
 import io
-import os
-import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -16,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from vllm_playbooks import paths
 from vllm_playbooks.errors import SchemaError
+from vllm_playbooks.files import atomic_write_text, file_lock
 from vllm_playbooks.results.schema import PROVENANCE_COLUMNS, REFERENCE_COLUMNS, RUN_COLUMNS, ReferenceRow, RunRow
 
 if TYPE_CHECKING:
@@ -115,52 +112,14 @@ def load_runs(case: str, data: Path | None = None) -> pd.DataFrame:
     return rows_to_frame(load_run_rows(case, data), RUN_COLUMNS)
 
 
-def fsync_folder(folder: Path) -> None:
-    """Flush a folder's entries to disk (a rename inside it is durable only after this)."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` atomically (a temporary file, fsynced, renamed, its folder fsynced)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    fsync_folder(path.parent)
-
-
-@contextlib.contextmanager
-def table_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``path``'s table while it is read and replaced: two processes appending to one
-    ``runs.csv`` take turns instead of each replacing the other's rows (``<table>.lock`` beside it, ``flock``)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with (path.parent / f".{path.name}.lock").open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def append_run_row(row: RunRow, data: Path | None = None) -> Path:
     """Append one row to its case's table, atomically: the file is either the old one or the old one plus the row,
-    and appenders in other processes wait their turn (``table_lock``).
+    and appenders in other processes wait their turn (``files.file_lock``).
 
     A row whose ``point_id`` is already in the table is refused: recorded rows are never rewritten.
     """
     path = runs_file(row.case, data)
-    with table_lock(path):
+    with file_lock(path):
         existing = path.read_text(encoding="utf-8") if path.exists() else ""
         if existing:
             known = {r.point_id for r in load_run_rows(row.case, data)}

@@ -23,11 +23,12 @@ from pathlib import Path
 from vllm_playbooks import paths
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.errors import ConfigError, SchemaError
+from vllm_playbooks.files import atomic_write_text, fsync_folder
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.identity import point_id, read_json
 from vllm_playbooks.results.schema import RUN_COLUMNS, SCHEMA_VERSION
 from vllm_playbooks.results.server_logs import parse_log_name
-from vllm_playbooks.results.store import atomic_write_text, case_dir, csv_cell, fsync_folder, runs_file
+from vllm_playbooks.results.store import case_dir, csv_cell, runs_file
 from vllm_playbooks.results.textfiles import GZ
 from vllm_playbooks.run.plan import load_plan
 
