@@ -39,7 +39,7 @@ def stored() -> pd.DataFrame:
 
 def _same_logs(startups, stored: pd.DataFrame) -> None:  # type: ignore[no-untyped-def]
     """Skip, as the notebooks' check outputs do, where server logs were recorded after the check file was written."""
-    if {s.start.log for s in startups} != set(stored["log"]):
+    if {(s.case, s.start.log) for s in startups} != set(zip(stored["case"], stored["log"], strict=True)):
         pytest.skip("server logs recorded since data/checks was written: run `vllm-playbooks kv-check`")
 
 
