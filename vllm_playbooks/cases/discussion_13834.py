@@ -9,7 +9,9 @@ from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, speedup_p
 from vllm_playbooks.claims.reference import published_value
 from vllm_playbooks.claims.verdict import LOAD_FACTOR, Verdict, judge
 from vllm_playbooks.hardware import get_gpu
+from vllm_playbooks.analysis.schedule import scheduled_off
 from vllm_playbooks.model.calibration import EfficiencyFit, predict_tpot_ms
+from vllm_playbooks.model.speculative import acceptance_rate_of_alpha
 from vllm_playbooks.results.store import load_reference
 
 if TYPE_CHECKING:
@@ -83,6 +85,27 @@ def implied_13834(published: pd.DataFrame) -> pd.Series:
         },
         name="implied",
     )
+
+
+def report_acceptance(rows: pd.DataFrame, published: pd.DataFrame) -> dict[str, float | int | None]:
+    """The report's acceptance in both of vLLM's vocabularies, so the page and the rules of thumb speak of one thing.
+
+    The report quotes V0's "acceptance rate", which counts every drafted position that matched; for the i.i.d. chain
+    our servers impose, that is the per-token acceptance α itself. vLLM 0.26 prints accepted / drafted instead (the
+    metric the claims ledger's acceptance bands name), which for the same chain is (τ(α, k) − 1) / k
+    (``model.speculative.acceptance_rate_of_alpha``). Returns ``alpha`` and ``k`` (the report's), ``rate_expected``
+    (that formula) and ``rate_measured``: the median acceptance rate of the recorded rows of that k and α that drafted
+    (a batch-size schedule's points with k = 0 left out), None without such rows; ``rows``: how many.
+    """
+    alpha = published_value(published, "acceptance-rate-author-quoted")
+    k = int(published_value(published, "num-speculative-tokens"))
+    drafting = rows[~scheduled_off(rows)] if not rows.empty else rows
+    same = drafting[(drafting["num_speculative_tokens"] == k)
+                    & (drafting["imposed_alpha"].astype(float).sub(alpha).abs() < 1e-9)
+                    & drafting["acceptance_rate"].notna()]  # fmt: skip
+    measured = float(same["acceptance_rate"].astype(float).median()) if len(same) else None
+    return {"alpha": alpha, "k": k, "rate_expected": acceptance_rate_of_alpha(alpha, k), "rate_measured": measured,
+            "rows": len(same)}  # fmt: skip
 
 
 def predict_13834_a100(fit: EfficiencyFit, concurrency: int = 32, alpha: float | None = None,
