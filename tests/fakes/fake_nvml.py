@@ -78,6 +78,9 @@ class FakeNvml:
     def nvmlShutdown(self) -> None:  # noqa: N802
         self.initialised -= 1
 
+    def nvmlSystemGetDriverVersion(self) -> str:  # noqa: N802
+        return "580.159.04"
+
     def nvmlDeviceGetCount(self) -> int:  # noqa: N802
         return len(self.gpus)
 

@@ -60,8 +60,9 @@ def visible_device_entries(cuda_visible_devices: str | None) -> list[str] | None
     return [entry.strip() for entry in cuda_visible_devices.split(",") if entry.strip()]
 
 
-def resolve_devices(nvml: Any, count: int, cuda_visible_devices: str | None) -> list[GpuDevice]:
-    """NVML handles' indices for the first ``count`` devices CUDA shows a process with this ``CUDA_VISIBLE_DEVICES``.
+def resolve_devices(nvml: Any, count: int | None, cuda_visible_devices: str | None) -> list[GpuDevice]:
+    """NVML handles' indices for the first ``count`` devices CUDA shows a process with this ``CUDA_VISIBLE_DEVICES``
+    (``None``: every visible device, perhaps none).
 
     Raises ``GpuSamplerUnavailable`` when fewer than ``count`` devices are visible or a UUID prefix is ambiguous.
     """
@@ -85,6 +86,7 @@ def resolve_devices(nvml: Any, count: int, cuda_visible_devices: str | None) -> 
             if not matches:
                 break
             indices.append(matches[0])
+    count = len(indices) if count is None else count
     if len(indices) < count:
         shown = "unset" if cuda_visible_devices is None else repr(cuda_visible_devices)
         raise GpuSamplerUnavailable(
@@ -253,26 +255,37 @@ GIB = 1024**3
 
 @dataclass(frozen=True)
 class GpuAtHand:
-    """The first GPU this process sees, as NVML reports it: its model and its total memory."""
+    """One GPU this process sees, as NVML reports it: its model, its total memory and the driver that runs it."""
 
     name: str
     memory_gib: float
+    driver_version: str = "unknown"
 
 
-def gpu_at_hand(cuda_visible_devices: str | None = None, nvml: Any = None) -> GpuAtHand | None:
-    """The first GPU a process with this ``CUDA_VISIBLE_DEVICES`` sees (``None``: every GPU), read through NVML
-    (``nvml``: the module, default the first of ``NVML_MODULES``); ``None`` where there are no bindings, no driver or
-    no GPU."""
+def visible_gpus(cuda_visible_devices: str | None = None, nvml: Any = None) -> list[GpuAtHand]:
+    """The GPUs a process with this ``CUDA_VISIBLE_DEVICES`` sees (``None``: every GPU), in CUDA's order, read through
+    NVML (``nvml``: the module, default the first of ``NVML_MODULES``, which vLLM vendors too). The one GPU detector
+    of the package: the runner's provenance, its live-mode check and ``vllm-playbooks plan`` all ask it. Empty where
+    there are no bindings, no driver, no visible GPU, or an entry that names several (an ambiguous UUID prefix)."""
     try:
         nvml = nvml if nvml is not None else _import_nvml()
         nvml.nvmlInit()
     except Exception:  # no bindings, NVMLError_LibraryNotFound, _DriverNotLoaded, …
-        return None
+        return []
     try:
-        device = resolve_devices(nvml, 1, cuda_visible_devices)[0]
-        memory = nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(device.nvml_index))
-        return GpuAtHand(device.name, memory.total / GIB)
-    except Exception:  # no visible GPU, or NVML could not read it
-        return None
+        driver = _text(nvml.nvmlSystemGetDriverVersion())
+        gpus = []
+        for device in resolve_devices(nvml, None, cuda_visible_devices):
+            memory = nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(device.nvml_index))
+            gpus.append(GpuAtHand(device.name, memory.total / GIB, driver))
+        return gpus
+    except Exception:  # an ambiguous entry, or NVML could not read a GPU
+        return []
     finally:
         nvml.nvmlShutdown()
+
+
+def gpu_at_hand(cuda_visible_devices: str | None = None, nvml: Any = None) -> GpuAtHand | None:
+    """The first of ``visible_gpus``; ``None`` where there is none."""
+    gpus = visible_gpus(cuda_visible_devices, nvml)
+    return gpus[0] if gpus else None

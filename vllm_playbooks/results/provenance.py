@@ -5,11 +5,13 @@ from __future__ import annotations
 import datetime as dt
 import importlib.metadata
 import os
-import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from vllm_playbooks.engine.gpu_sampler import visible_gpus
 
 
 class Provenance(BaseModel):
@@ -41,45 +43,15 @@ def package_version(*names: str) -> str:
     return "not installed"
 
 
-def visible_gpu_rows(rows: list[list[str]], visible: str | None) -> list[list[str]]:
-    """The ``nvidia-smi`` rows (index, uuid, …) of the GPUs a process sees under ``CUDA_VISIBLE_DEVICES=visible``.
-
-    ``None`` means every GPU; entries are indices or UUIDs (``GPU-…``, a unique prefix suffices), in the order given.
-    An entry that names no GPU ends the list there, as CUDA does.
-    """
-    if visible is None:
-        return rows
-    chosen: list[list[str]] = []
-    for entry in (e.strip() for e in visible.split(",")):
-        match = [r for r in rows if (entry.isdigit() and r[0] == entry) or (entry and r[1].startswith(entry))]
-        if len(match) != 1:
-            break
-        chosen.append(match[0])
-    return chosen
-
-
-def query_gpus() -> tuple[str, int, str, int | None]:
-    """(name, count, driver, memory MiB) of the GPUs this process sees, from ``nvidia-smi`` and
-    ``CUDA_VISIBLE_DEVICES``; ('cpu', 0, 'none', None) where there is none."""
-    if shutil.which("nvidia-smi") is None:
+def query_gpus(nvml: Any = None) -> tuple[str, int, str, int | None]:
+    """(name, count, driver, memory MiB) of the GPUs this process sees under its ``CUDA_VISIBLE_DEVICES``, from
+    NVML (``engine.gpu_sampler.visible_gpus``; ``nvml``: the module, for tests); ('cpu', 0, 'none', None) where there
+    is none. Names of mixed GPUs are joined with ' + '; the memory is the first GPU's."""
+    gpus = visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"), nvml)
+    if not gpus:
         return "cpu", 0, "none", None
-    out = subprocess.run(  # noqa: S603
-        [
-            "nvidia-smi",
-            "--query-gpu=index,uuid,name,driver_version,memory.total",
-            "--format=csv,noheader,nounits",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=30,
-    ).stdout
-    rows = [[c.strip() for c in line.split(",")] for line in out.strip().splitlines() if line.strip()]
-    rows = visible_gpu_rows(rows, os.environ.get("CUDA_VISIBLE_DEVICES"))
-    if not rows:
-        return "cpu", 0, "none", None
-    names = sorted({r[2] for r in rows})
-    return " + ".join(names), len(rows), rows[0][3], int(float(rows[0][4]))
+    names = sorted({gpu.name for gpu in gpus})
+    return " + ".join(names), len(gpus), gpus[0].driver_version, round(gpus[0].memory_gib * 1024)
 
 
 #: Set on machines that receive a copy of the tree without its ``.git`` (e.g. a GPU machine the checkout was copied to).

@@ -439,17 +439,13 @@ ROW_FILTERS = ("engines", "concurrency", "request_rate_qps", "profiles", "input_
 
 
 def require_gpu() -> None:
-    """Live mode needs an NVIDIA GPU this process can see (``nvidia-smi``, ``CUDA_VISIBLE_DEVICES``); say so before
-    anything starts."""
-    import subprocess
-
-    try:
-        _, count, _, _ = query_gpus()
-    except (OSError, subprocess.SubprocessError) as error:
-        raise ConfigError(f"live mode needs an NVIDIA GPU, and nvidia-smi failed: {error}") from None
+    """Live mode needs an NVIDIA GPU this process can see (NVML, ``CUDA_VISIBLE_DEVICES``: ``query_gpus``); say so
+    before anything starts."""
+    _, count, _, _ = query_gpus()
     if count == 0:
-        raise ConfigError("live mode needs an NVIDIA GPU, and this machine shows none (nvidia-smi, "
-                          "CUDA_VISIBLE_DEVICES); replay mode needs none")  # fmt: skip
+        raise ConfigError("live mode needs an NVIDIA GPU, and this machine shows none (NVML: no driver, no "
+                          "nvidia-ml-py or vLLM to read it, or CUDA_VISIBLE_DEVICES hides every GPU); replay mode "
+                          "needs none")  # fmt: skip
 
 
 def _load_key(input_len: Any, output_len: Any, concurrency: Any, rate: Any) -> tuple[int, int, float, float]:

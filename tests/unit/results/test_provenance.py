@@ -2,48 +2,44 @@
 
 from __future__ import annotations
 
-import stat
 from pathlib import Path
 
 import pytest
 
-from vllm_playbooks.results.provenance import query_gpus, visible_gpu_rows
+from tests.fakes.fake_nvml import FakeGpu, FakeNvml
+from vllm_playbooks.results.provenance import query_gpus
 
-ROWS = [
-    ["0", "GPU-aaaa-1111", "NVIDIA H200", "580.159.04", "143771"],
-    ["1", "GPU-bbbb-2222", "NVIDIA H200", "580.159.04", "143771"],
-]
+TWO_H200 = [FakeGpu("GPU-aaaa-1111"), FakeGpu("GPU-bbbb-2222")]
 
 
 @pytest.mark.parametrize(
-    ("visible", "indices"),
-    [(None, ["0", "1"]), ("0", ["0"]), ("1", ["1"]), ("1,0", ["1", "0"]), ("GPU-bbbb", ["1"]), ("", []),
-     ("0,7,1", ["0"])],  # fmt: skip
+    ("visible", "count"),
+    [(None, 2), ("0", 1), ("1", 1), ("1,0", 2), ("GPU-bbbb", 1), ("0,7,1", 1)],
 )
-def test_visible_rows_follow_cuda_visible_devices(visible: str | None, indices: list[str]) -> None:
-    assert [r[0] for r in visible_gpu_rows(ROWS, visible)] == indices
+def test_query_gpus_counts_only_the_gpus_cuda_shows(visible: str | None, count: int,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert query_gpus(FakeNvml(TWO_H200)) == ("NVIDIA H200", count, "580.159.04", 143771)
 
 
-def test_ambiguous_uuid_prefix_selects_nothing() -> None:
-    assert visible_gpu_rows(ROWS, "GPU-") == []
+@pytest.mark.parametrize("visible", ["", "7", "GPU-"])  # nothing visible, no such GPU, an ambiguous UUID prefix
+def test_query_gpus_says_cpu_where_cuda_shows_no_gpu(visible: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert query_gpus(FakeNvml(TWO_H200)) == ("cpu", 0, "none", None)
 
 
-@pytest.fixture
-def fake_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    script = tmp_path / "nvidia-smi"
-    lines = "\\n".join(", ".join(r) for r in ROWS)
-    script.write_text(f'#!/bin/sh\nprintf "{lines}\\n"\n')
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", f"{tmp_path}")
-
-
-def test_query_gpus_counts_only_visible_gpus(fake_nvidia_smi: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_query_gpus_says_cpu_without_a_driver(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    assert query_gpus() == ("NVIDIA H200", 2, "580.159.04", 143771)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
-    assert query_gpus() == ("NVIDIA H200", 1, "580.159.04", 143771)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert query_gpus() == ("cpu", 0, "none", None)
+    assert query_gpus(FakeNvml(TWO_H200, fail_init=True)) == ("cpu", 0, "none", None)
+
+
+def test_mixed_gpus_are_named_together(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    mixed = FakeNvml([FakeGpu("GPU-a", name="NVIDIA H200"), FakeGpu("GPU-b", name="NVIDIA A100-SXM4-80GB")])
+    assert query_gpus(mixed)[:2] == ("NVIDIA A100-SXM4-80GB + NVIDIA H200", 2)
 
 
 def test_the_host_cpu_is_the_first_model_name_of_cpuinfo(tmp_path: Path) -> None:

@@ -361,11 +361,5 @@ def test_live_mode_needs_a_gpu_before_any_work(monkeypatch: pytest.MonkeyPatch) 
     with pytest.raises(ConfigError, match="live mode needs an NVIDIA GPU, and this machine shows none"):
         case.require_gpu()
 
-    def broken() -> None:
-        raise subprocess.CalledProcessError(9, ["nvidia-smi"])
-
-    monkeypatch.setattr(case, "query_gpus", broken)
-    with pytest.raises(ConfigError, match="live mode needs an NVIDIA GPU, and nvidia-smi failed"):
-        case.require_gpu()
     monkeypatch.setattr(case, "query_gpus", lambda: ("NVIDIA H200", 1, "570", 143771))
     case.require_gpu()
