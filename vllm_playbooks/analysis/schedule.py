@@ -19,13 +19,16 @@ def schedule_outcome(
     once), the drafts it made, and its ``metric`` against what it is meant to match: ``fixed_label`` (the same
     speculative config without a schedule) where it speculates, speculation off where its k is 0.
 
-    Columns: engine_label, concurrency, scheduled_k, num_drafts, ``metric``, reference_label, reference, change_pct;
-    concurrencies whose reference was not measured are left out; an empty table where the schedule was not measured.
+    Repeats of a point count as one, at their median (``num_drafts`` too); each GPU's rows are compared with that
+    GPU's references only. Columns: gpu_name, engine_label, concurrency, scheduled_k, num_drafts, ``metric``,
+    reference_label, reference, change_pct; concurrencies whose reference was not measured are left out; an empty
+    table where the schedule was not measured.
     """
     import pandas as pd
 
-    columns = ["engine_label", "concurrency", "scheduled_k", "num_drafts", metric, "reference_label", "reference",
-               "change_pct"]
+    columns = ["gpu_name", "engine_label", "concurrency", "scheduled_k", "num_drafts", metric, "reference_label",
+               "reference", "change_pct"]  # fmt: skip
+    df = df if "gpu_name" in df else df.assign(gpu_name="")
     rows = df[df["engine_label"] == schedule_label]
     if rows.empty:
         return pd.DataFrame(columns=columns)
@@ -35,31 +38,33 @@ def schedule_outcome(
     off = df[is_baseline(df)]
     fixed = df[df["engine_label"] == fixed_label]
     records = []
-    for row in rows.sort_values("concurrency").itertuples():
-        k = spec.k_at_batch_size(int(row.concurrency))
+    for (gpu, concurrency), runs in rows.groupby(["gpu_name", "concurrency"], sort=True):
+        k = spec.k_at_batch_size(int(concurrency))
         reference_rows = fixed if k else off
-        same = reference_rows[reference_rows["concurrency"] == row.concurrency]
+        same = reference_rows[(reference_rows["concurrency"] == concurrency) & (reference_rows["gpu_name"] == gpu)]
         if same.empty:
             continue
         reference = float(same[metric].astype(float).median())
+        value = float(runs[metric].astype(float).median())
+        drafts = runs["num_drafts"].astype(float).median()
         records.append({
-            "engine_label": schedule_label, "concurrency": int(row.concurrency), "scheduled_k": k,
-            "num_drafts": row.num_drafts,
-            metric: float(getattr(row, metric)),
+            "gpu_name": gpu, "engine_label": schedule_label, "concurrency": int(concurrency), "scheduled_k": k,
+            "num_drafts": None if pd.isna(drafts) else round(drafts), metric: value,
             "reference_label": fixed_label if k else str(same["engine_label"].iloc[0]), "reference": reference,
-            "change_pct": 100.0 * (float(getattr(row, metric)) / reference - 1.0),
+            "change_pct": 100.0 * (value / reference - 1.0),
         })  # fmt: skip
     return pd.DataFrame(records, columns=columns).astype({"num_drafts": "Int64"})
 
 
 def schedule_table(outcomes: pd.DataFrame, metric: str = "output_tok_s") -> pd.DataFrame:
-    """Several ``schedule_outcome`` tables (concatenated) side by side: one row per concurrency and scheduled k, the
+    """Several ``schedule_outcome`` tables (concatenated) side by side: one row per concurrency and scheduled k (and
+    GPU, where they come from more than one), the
     reference (its label and ``metric``), then for each schedule, in the order they come, its drafts, ``metric`` and
     change against the reference. Columns are ``(group, field)`` with group "reference" or a schedule's label; a
     concurrency a schedule lacks is empty there."""
     import pandas as pd
 
-    index = ["concurrency", "scheduled_k"]
+    index = ["gpu_name", "concurrency", "scheduled_k"] if outcomes["gpu_name"].nunique() > 1 else ["concurrency", "scheduled_k"]
     fields = ["num_drafts", metric, "change_pct"]
     labels = list(dict.fromkeys(outcomes["engine_label"]))
     reference = outcomes.drop_duplicates(index).set_index(index)[["reference_label", "reference"]]

@@ -207,3 +207,17 @@ def test_change_chain_takes_a_gap_apart_one_logged_difference_at_a_time() -> Non
     assert chain.loc["total", 32] == pytest.approx(-11.0)
     with pytest.raises(ValueError, match="at least two labels"):
         schedule.change_chain(rows, ["off"], modes)
+
+
+def test_a_schedule_counts_repeats_once_and_compares_each_gpu_with_its_own_references() -> None:
+    rows = _schedule_rows().assign(gpu_name="NVIDIA H200")
+    repeat = rows[rows["engine_label"] == "sched"].assign(output_tok_s=[152.0, 110.0, 94.0], num_drafts=[520, 940, 14])
+    other = rows.assign(gpu_name="NVIDIA A100-SXM4-80GB", output_tok_s=rows["output_tok_s"] / 2)
+    outcome = schedule.schedule_outcome(pd.concat([rows, repeat, other], ignore_index=True), "sched", "on")
+    h200 = outcome[outcome["gpu_name"] == "NVIDIA H200"].set_index("concurrency")
+    a100 = outcome[outcome["gpu_name"] != "NVIDIA H200"].set_index("concurrency")
+    assert len(h200) == len(a100) == 3  # one row per point, not per run
+    assert h200.loc[32, "output_tok_s"] == pytest.approx(92.0) and h200.loc[32, "num_drafts"] == 13  # medians
+    assert a100.loc[32, "reference"] == pytest.approx(50.0) and a100.loc[32, "change_pct"] == pytest.approx(-10.0)
+    table = schedule.schedule_table(outcome)
+    assert table.index.names == ["gpu_name", "concurrency", "scheduled_k"] and len(table) == 6

@@ -1,0 +1,76 @@
+"""A claim judged per GPU: another GPU's rows never move the reference's verdict, and each GPU gets its own."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+
+import vllm_playbooks.cases.discussion_13834  # noqa: F401 (registers the claim's check)
+from vllm_playbooks.claims import ledger, per_gpu
+from vllm_playbooks.claims.verdict import Verdict
+
+CLAIM = "discussion-13834-slower"
+OTHER = "NVIDIA A100-SXM4-80GB"
+
+
+@pytest.fixture(scope="module")
+def evidence() -> ledger.Evidence:
+    return ledger.load_evidence()
+
+
+@pytest.fixture(scope="module")
+def with_a_faster_other_gpu(evidence: ledger.Evidence) -> ledger.Evidence:
+    """The recorded 13834 rows once more as another GPU's, where every speculative point ran twice as fast: on that
+    GPU speculation gains, so its verdict must differ from the reference's."""
+    own = evidence.rows("discussion-13834")
+    other = own.assign(gpu_name=OTHER, point_id="other/" + own["point_id"].astype(str))
+    speculative = other["num_speculative_tokens"].astype(float) > 0
+    other.loc[speculative, "output_tok_s"] = other.loc[speculative, "output_tok_s"] * 2
+    return replace(evidence, runs={**evidence.runs, "discussion-13834": pd.concat([own, other], ignore_index=True)})
+
+
+@pytest.mark.recorded_data
+def test_each_gpu_is_judged_on_its_own_rows(with_a_faster_other_gpu: ledger.Evidence,
+                                            evidence: ledger.Evidence) -> None:  # fmt: skip
+    rows = with_a_faster_other_gpu.rows("discussion-13834")
+    results = per_gpu.results_by_gpu(CLAIM, rows, with_a_faster_other_gpu)
+    assert set(results) == {"NVIDIA H200", OTHER}
+    reference = ledger.result_for(CLAIM, evidence)
+    assert results["NVIDIA H200"].measured == reference.measured
+    assert results["NVIDIA H200"].verdict is reference.verdict
+    assert results[OTHER].verdict is Verdict.NOT_REPRODUCED  # twice as fast with speculation: not slower
+    table = per_gpu.verdict_table({CLAIM: results})
+    assert table["gpu"].tolist() == [OTHER, "NVIDIA H200"] and table["rows"].min() >= 1  # in name order
+    assert set(table["claim"]) == {CLAIM} and per_gpu.gpus_of({CLAIM: results}) == 2
+
+
+@pytest.mark.recorded_data
+def test_a_page_filter_narrows_what_the_verdict_rests_on(evidence: ledger.Evidence) -> None:
+    rows = evidence.rows("discussion-13834")
+    lone = per_gpu.results_by_gpu(CLAIM, rows[rows["concurrency"] == 1], evidence)
+    assert lone["NVIDIA H200"].verdict is Verdict.NOT_MEASURED  # the claim's load (≈32 streams) was filtered out
+    nothing = per_gpu.results_by_gpu(CLAIM, rows.iloc[0:0], evidence)
+    assert list(nothing) == [""] and nothing[""].verdict is Verdict.NOT_MEASURED
+    assert per_gpu.gpus_of({CLAIM: nothing}) == 0
+
+
+@pytest.mark.parametrize(
+    ("gpus", "mode", "here", "headline"),
+    [
+        (["NVIDIA H200", OTHER], "live", OTHER, OTHER),  # a live run heads with the GPU it ran on
+        (["NVIDIA H200", OTHER], "replay", OTHER, "NVIDIA H200"),  # replay heads with the reference
+        (["NVIDIA H200", OTHER], "live", "NVIDIA L40S", "NVIDIA H200"),  # the GPU here measured nothing shown
+        ([OTHER], "replay", None, OTHER),
+    ],
+)
+def test_the_headline_gpu(gpus: list[str], mode: str, here: str | None, headline: str) -> None:
+    assert per_gpu.headline_gpu(gpus, mode, here) == headline
+
+
+def test_an_unknown_claim_is_one_line(evidence: ledger.Evidence) -> None:
+    from vllm_playbooks.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="no claim 'no-such-claim'"):
+        per_gpu.results_by_gpu("no-such-claim", evidence.rows("discussion-13834"), evidence)
