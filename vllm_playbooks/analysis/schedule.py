@@ -64,7 +64,9 @@ def schedule_table(outcomes: pd.DataFrame, metric: str = "output_tok_s") -> pd.D
     concurrency a schedule lacks is empty there."""
     import pandas as pd
 
-    index = ["gpu_name", "concurrency", "scheduled_k"] if outcomes["gpu_name"].nunique() > 1 else ["concurrency", "scheduled_k"]
+    index = ["concurrency", "scheduled_k"]
+    if outcomes["gpu_name"].nunique() > 1:
+        index = ["gpu_name", *index]
     fields = ["num_drafts", metric, "change_pct"]
     labels = list(dict.fromkeys(outcomes["engine_label"]))
     reference = outcomes.drop_duplicates(index).set_index(index)[["reference_label", "reference"]]

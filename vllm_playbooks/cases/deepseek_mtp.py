@@ -393,7 +393,8 @@ def added_step_time(
         rows = rows[rows["engine_label"].isin(set(before["config"]))]
     records = []
     for row, first_rate in zip(rows.itertuples(), _position_1_rates(rows), strict=True):
-        record = {"engine_label": row.engine_label, "model_shape": row.model_shape, "k": int(row.k),
+        record = {"gpu_name": getattr(row, "gpu_name", ""), "engine_label": row.engine_label,
+                  "model_shape": row.model_shape, "k": int(row.k),
                   "position_1_rate": first_rate, "concurrency": row.concurrency, "step_off_ms": row.baseline,
                   "step_on_ms": row.speculative * row.mean_acceptance_length}  # fmt: skip
         record["added_ms"] = record["step_on_ms"] - record["step_off_ms"]
@@ -407,8 +408,8 @@ def added_step_time(
                                                   - model["tpot_off_ms"].iloc[0]) if found else float("nan"))  # fmt: skip
             record[f"speedup_{suffix}"] = float(model["speedup"].iloc[0]) if found else float("nan")
         records.append(record)
-    columns = ["engine_label", "model_shape", "k", "position_1_rate", "concurrency", "step_off_ms", "step_on_ms",
-               "added_ms", "added_share", "speedup", "added_ms_before", "speedup_before", "added_ms_after",
+    columns = ["gpu_name", "engine_label", "model_shape", "k", "position_1_rate", "concurrency", "step_off_ms",
+               "step_on_ms", "added_ms", "added_share", "speedup", "added_ms_before", "speedup_before", "added_ms_after",
                "speedup_after"]  # fmt: skip
     table = pd.DataFrame(records, columns=columns)
     return table.sort_values(["concurrency", "step_off_ms"], ascending=[True, False]).reset_index(drop=True)
