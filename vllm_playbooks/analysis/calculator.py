@@ -16,10 +16,13 @@ from vllm_playbooks.config.memory import (
     CALIBRATION_COLUMNS,
     CALIBRATION_NAME,
     FALLBACK_FAMILY,
+    MIN_GRAPH_BYTES,
     FamilyCalibration,
+    GraphProfile,
     MemoryCalibration,
     activation_width_bytes,
-    cudagraph_count,
+    cudagraph_descs,
+    graph_profile,
     memory_family,
     uses_v1_runner,
 )
@@ -40,7 +43,7 @@ def calculator_check(data: Path):  # type: ignore[no-untyped-def]
     activation estimate, no CUDA-graph reserve), which overstates MoE targets' KV tokens.
 
     Where vLLM logged them, its peak activation and its CUDA-graph memory estimate (which vLLM 0.26 takes from the
-    KV budget; the calculator models neither for MoE shapes nor the graphs at all) stand beside ours, with the memory
+    KV budget) stand beside ours (``config.memory``'s calibrated terms), with the memory
     the graph pool took once captured (``cudagraph_gib_actual``) and our KV bytes per token on that GPU, and
     ``kv_tokens_error_with_vllm_overheads_pct`` is the error our weights and KV bytes per token give when the budget
     subtracts vLLM's logged activation, non-torch memory and graph estimate instead of our estimates."""
@@ -167,11 +170,11 @@ def recorded_startups(data: Path) -> list[Startup]:
     ]
 
 
-def _graphs(startup: Startup) -> int:
+def _graph_profile(startup: Startup) -> GraphProfile:
     engine, start = startup.engine, startup.start
     batched, seqs = resolve_batching(engine.max_model_len, start.total_memory_gib, max_num_seqs=engine.max_num_seqs,
                                      max_num_batched_tokens=engine.max_num_batched_tokens)  # fmt: skip
-    return cudagraph_count(engine, seqs, batched, max_capture_size_of(engine.model))
+    return graph_profile(cudagraph_descs(engine, seqs, batched, max_capture_size_of(engine.model)))
 
 
 def _activation_unit(startup: Startup) -> float:
@@ -185,11 +188,53 @@ def _median(values: list[float], default: float) -> float:
     return float(statistics.median(values)) if values else default
 
 
+def _graph_logs(startups: list[Startup]) -> list[tuple[str, GraphProfile, float]]:
+    """(family, graph profile, logged estimate less the 1 MiB graphs) of the V1-runner start-ups that logged one, each
+    distinct one once: a config started twenty times with the same estimate weighs as much as one started once."""
+    logs = set()
+    for s in startups:
+        if s.start.cudagraph_estimate_gib is None or not uses_v1_runner(s.engine):
+            continue
+        profile = _graph_profile(s)
+        if profile.largest:
+            plain = profile.plain_graphs * MIN_GRAPH_BYTES / GIB
+            logs.add((memory_family(s.engine), profile, s.start.cudagraph_estimate_gib - plain))
+    return sorted(logs, key=lambda g: (g[0], dataclasses.astuple(g[1]), g[2]))
+
+
+def respecialized_graph_gib(logs: list[tuple[str, GraphProfile, float]]) -> float:
+    """GiB per respecialized graph (``config.memory.GraphProfile``) fitted on one architecture's ``_graph_logs``: least
+    squares of the logged estimates (less the 1 MiB graphs) on the largest graph's tokens, one coefficient per family,
+    and the respecialized graphs, one coefficient for all; 1 MiB (vLLM's floor) where the logs cannot tell the two
+    terms apart (every log of a family alike) or the fit says less."""
+    import numpy as np
+
+    families = sorted({family for family, _, _ in logs})
+    design = np.array([[p.largest * (f == family) for family in families] + [p.respecialized_graphs]
+                       for f, p, _ in logs], dtype=float)  # fmt: skip
+    floor = MIN_GRAPH_BYTES / GIB
+    if not logs or np.linalg.matrix_rank(design) < design.shape[1]:
+        return floor
+    solution, *_ = np.linalg.lstsq(design, np.array([y for _, _, y in logs]), rcond=None)
+    return max(float(solution[-1]), floor)
+
+
+def _first_capture_gib_per_token(graphs: list[tuple[GraphProfile, float]], per_graph: float) -> float:
+    """The first capture's GiB per token of the largest graph: least squares through zero of what each logged
+    estimate (less its 1 MiB graphs) leaves after ``per_graph`` GiB per respecialized graph; 0 without logs."""
+    if not graphs:
+        return 0.0
+    left = [(p.largest, estimate - per_graph * p.respecialized_graphs) for p, estimate in graphs]
+    return max(sum(tokens * y for tokens, y in left) / sum(tokens**2 for tokens, _ in left), 0.0)
+
+
 def fit_calibration(startups: list[Startup]) -> MemoryCalibration:
     """The calibration table fitted on ``startups``: per family (``config.memory.memory_family``) the median logged
-    activation per unit (``activation_width_bytes``), the median logged CUDA-graph estimate per graph this package
-    counts (V1-runner start-ups that logged one), the median non-torch memory; an architecture's row (its start-ups
-    with any drafter) backs a drafter not recorded. ``fallback_error_pct`` is filled by ``calibrate``."""
+    activation per unit (``activation_width_bytes``), the median non-torch memory, and the CUDA-graph estimate of
+    vLLM 0.26 split as it computes it: GiB per respecialized graph per target architecture
+    (``respecialized_graph_gib``), then per family the first capture's GiB per token of the largest graph
+    (``_first_capture_gib_per_token``); an architecture's row (its start-ups with any drafter) backs a drafter not recorded.
+    ``fallback_error_pct`` is filled by ``calibrate``."""
     groups: dict[str, list[Startup]] = {}
     by_target: dict[str, list[Startup]] = {}
     for s in startups:
@@ -197,18 +242,24 @@ def fit_calibration(startups: list[Startup]) -> MemoryCalibration:
         groups.setdefault(family, []).append(s)
         groups.setdefault(family.split("+")[0], [])
         by_target.setdefault(family.split("+")[0], []).append(s)
+    graph_logs = _graph_logs(startups)
+    respecialized = {
+        architecture: respecialized_graph_gib([g for g in graph_logs if g[0].split("/")[0] == architecture])
+        for architecture in {family.split("/")[0] for family in groups}
+    }
     rows = {}
     for family, members in groups.items():
         members = members or by_target[family]
+        names = {memory_family(s.engine) for s in members}
         activation = [s.start.peak_activation_gib / _activation_unit(s) for s in members
                       if s.start.peak_activation_gib is not None]  # fmt: skip
-        graphs = [s.start.cudagraph_estimate_gib / _graphs(s) for s in members
-                  if s.start.cudagraph_estimate_gib is not None and uses_v1_runner(s.engine) and _graphs(s)]  # fmt: skip
+        per_graph = respecialized[family.split("/")[0]]
+        first = _first_capture_gib_per_token([(p, y) for f, p, y in graph_logs if f in names], per_graph)
         non_torch = [s.start.non_torch_gib for s in members if s.start.non_torch_gib is not None]
         rows[family] = FamilyCalibration(
             family=family, logs=len(members), activation_factor=_median(activation, 0.0),
-            cudagraph_gib_per_graph=_median(graphs, 0.0), non_torch_gib=_median(non_torch, 0.0),
-            fallback_error_pct=0.0,
+            cudagraph_first_gib_per_token=first, cudagraph_respecialized_gib_per_graph=per_graph,
+            non_torch_gib=_median(non_torch, 0.0), fallback_error_pct=0.0,
         )  # fmt: skip
     return MemoryCalibration(rows)
 
@@ -218,17 +269,29 @@ def predicted_tokens(startup: Startup, calibration: MemoryCalibration | None) ->
     return kv_budget(startup.engine, startup.start.total_memory_gib, calibration=calibration).kv_tokens
 
 
+def held_out_calibrations(startups: list[Startup]) -> dict[str, MemoryCalibration]:
+    """Per family, the calibration fitted again on every other family's start-ups (what the budget knows of a config
+    whose family was never recorded); the dense fallback family keeps its own logs, the fallback of every other."""
+    families = {memory_family(s.engine) for s in startups}
+    return {
+        family: fit_calibration([s for s in startups
+                                 if memory_family(s.engine) != family or family == FALLBACK_FAMILY])  # fmt: skip
+        for family in families
+    }
+
+
 def calibrate(startups: list[Startup]) -> MemoryCalibration:
     """``fit_calibration`` with each row's ``fallback_error_pct``: the worst KV-token error its start-ups show when
-    their family is left out of the table (the budget then falls back, as it does for an uncalibrated family)."""
+    their family is left out of the fit (``held_out_calibrations``: the budget then falls back, as it does for an
+    uncalibrated family)."""
     fitted = fit_calibration(startups)
+    held_out = held_out_calibrations(startups)
     rows = dict(fitted.rows)
     for family, row in fitted.rows.items():
-        if family == FALLBACK_FAMILY:
+        if family == FALLBACK_FAMILY or family not in held_out:
             continue
-        held_out = MemoryCalibration({f: r for f, r in fitted.rows.items() if f != family})
         members = [s for s in startups if memory_family(s.engine) == family]
-        errors = [100 * (predicted_tokens(s, held_out) / s.start.kv_cache_tokens - 1) for s in members]
+        errors = [100 * (predicted_tokens(s, held_out[family]) / s.start.kv_cache_tokens - 1) for s in members]
         rows[family] = dataclasses.replace(row, fallback_error_pct=max(errors, key=abs, default=0.0))
     return MemoryCalibration(rows)
 
@@ -246,19 +309,21 @@ KV_CHECK_NAME = "kv-calculator-vs-vllm.csv"
 
 def kv_check(startups: list[Startup], calibration: MemoryCalibration) -> pd.DataFrame:
     """One row per recorded start-up: its case, config id and family, the KV tokens the calibrated budget predicts,
-    the tokens vLLM logged, the error in %, and the error with the family held out of the calibration."""
+    the tokens vLLM logged, the error in %, and the error with the family held out of the fit
+    (``held_out_calibrations``)."""
     import pandas as pd
 
+    held_out = held_out_calibrations(startups)
     records = []
     for s in startups:
         family = memory_family(s.engine)
-        held_out = MemoryCalibration({f: r for f, r in calibration.rows.items() if f != family or f == FALLBACK_FAMILY})
         predicted = predicted_tokens(s, calibration)
         records.append({
             "case": s.case, "config": s.engine.config_id(), "log": s.start.log, "family": family,
             "predicted_kv_tokens": predicted, "logged_kv_tokens": s.start.kv_cache_tokens,
             "error_pct": round(100 * (predicted / s.start.kv_cache_tokens - 1), 2),
-            "error_pct_family_held_out": round(100 * (predicted_tokens(s, held_out) / s.start.kv_cache_tokens - 1), 2),
+            "error_pct_family_held_out": round(
+                100 * (predicted_tokens(s, held_out[family]) / s.start.kv_cache_tokens - 1), 2),
         })  # fmt: skip
     return pd.DataFrame(records)
 

@@ -12,13 +12,12 @@ the smallest any of them can hold, so the fullest GPU sets the budget. Recorded 
 and PP = 2 match; the memory NCCL takes outside torch is not modelled.
 Weights are counted for dense decoders, for the two MoE families this package ships (DeepSeek-V3 with FP8 block
 quantization or bf16, gpt-oss with MXFP4 experts) and for EAGLE-3 heads; the MoE weight counts match vLLM's start-up
-logs within 2 %. Two terms of vLLM's budget are not modelled: the MoE layers' activation peak (the activation
-model was fitted on a dense shape; vLLM measured 3.5-4.2 GiB for the reduced DeepSeek-V3 at 8192 tokens against our
-1.5 GiB) and, for every shape, the CUDA-graph memory estimate vLLM 0.26 takes from the KV budget (logged as 'Estimated CUDA graph
-memory': up to 1.6 GiB on the dense shapes recorded, 1.2-6.2 GiB on the MoE ones, the most with MTP). So the KV tokens
-of MoE targets are overstated and a tight MoE budget can pass this check and still not fit. With vLLM's logged
-activation, non-torch memory and graph estimate in place of ours, every recorded start-up's KV tokens come out within
-2.5 % (``analysis.calculator.calculator_check``), so the weights and the KV bytes per token are right.
+logs within 2 %. The activation peak, the non-torch memory and the CUDA-graph memory estimate vLLM 0.26 takes from
+the KV budget are calibrated on the recorded start-up logs (``config.memory``, ``data/checks/memory-calibration.csv``);
+``data/checks/kv-calculator-vs-vllm.csv`` (``vllm-playbooks kv-check``) holds the budget's KV tokens beside every
+recorded start-up's, with the error when the config's family is left out of the fit. With vLLM's logged activation,
+non-torch memory and graph estimate in place of ours, every recorded start-up's KV tokens come out within 2.5 %
+(``analysis.calculator.calculator_check``), so the weights and the KV bytes per token are right.
 """
 
 from __future__ import annotations
@@ -30,9 +29,11 @@ from typing import TYPE_CHECKING, Literal
 
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.config.memory import (
+    GIB,
     MemoryCalibration,
     activation_width_bytes,
-    cudagraph_count,
+    cudagraph_descs,
+    graph_profile,
     load_calibration,
     uses_v1_runner,
 )
@@ -55,7 +56,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-GIB = 1024**3
 
 
 BLOCK_SIZE = 16
@@ -264,8 +264,8 @@ def _overheads(
     activation = round(row.activation_factor * activation_width_bytes(target, batched) / engine.tensor_parallel_size)
     graphs = 0
     if uses_v1_runner(engine):
-        count = cudagraph_count(engine, seqs, batched, max_capture_size_of(engine.model))
-        graphs = round(row.cudagraph_gib_per_graph * count * GIB)
+        graphs = row.cudagraph_bytes(graph_profile(cudagraph_descs(engine, seqs, batched,
+                                                                   max_capture_size_of(engine.model))))
     return activation, round(row.non_torch_gib * GIB), graphs, calibration.warning(engine)
 
 

@@ -8,10 +8,17 @@ never typed in):
 
 * **activation peak**: a factor per target architecture on scheduled tokens × (hidden + 2 × intermediate) ×
   activation bytes (dense decoders, the MoE families with their routing buffers, MLA) — ``activation_factor``;
-* **CUDA-graph reserve**: vLLM 0.26 profiles its graphs and takes ``first capture + (n − 1) × per-graph`` for each
-  mode from the KV budget, only on the V1 model runner (Model Runner V2 logs no estimate). Modelled as GiB per
-  captured graph, per target architecture and drafter (a draft model's graphs and MTP's larger batches make it grow
-  with k), times the graphs this config captures (``cudagraph_count``);
+* **CUDA-graph reserve**: vLLM 0.26's V1 runner (Model Runner V2 logs no estimate) profiles only the two largest
+  graphs of each mode and takes from the KV budget the largest first capture of its modes plus, per mode,
+  (n − 1) × that mode's second capture, counted as at least 1 MiB (gpu_model_runner.py
+  ``profile_cudagraph_memory``). Modelled from the graph sizes this config captures (``cudagraph_descs``): the first
+  capture as GiB per token of the largest graph, per family (``cudagraph_first_gib_per_token``); a mode's second
+  capture as the 1 MiB floor where its size falls in the same integer class as the first (both multiples of 16 or
+  both not: the class Triton specializes kernels on), else as GiB per graph, per target architecture
+  (``cudagraph_respecialized_gib_per_graph``; ``GraphProfile``). The recorded logs follow this rule: gpt-oss-120b
+  EAGLE3 k=3 (1024 then 1008 tokens) and k=4 (1010, 995) logged 1.2 GiB, k=2 (1008, 993) and k=5 (1008, 996)
+  7.9-9.5 GiB. Why a change of class costs memory (new kernel variants compiled and loaded, we believe) is read off
+  the logs, not off vLLM's code;
 * **non-torch memory**: the median vLLM logged.
 
 An architecture (or drafter) the table lacks falls back to the dense calibration and the budget says so
@@ -34,8 +41,14 @@ CALIBRATION_NAME = "memory-calibration.csv"
 #: Its columns: the family key, what it was fitted on, the three fitted terms, and the KV-token error the fallback
 #: (the dense calibration) shows on that family, which is what an uncalibrated family of its kind may expect.
 CALIBRATION_COLUMNS: tuple[str, ...] = (
-    "family", "logs", "activation_factor", "cudagraph_gib_per_graph", "non_torch_gib", "fallback_error_pct",
+    "family", "logs", "activation_factor", "cudagraph_first_gib_per_token", "cudagraph_respecialized_gib_per_graph",
+    "non_torch_gib", "fallback_error_pct",
 )  # fmt: skip
+
+GIB = 1024**3
+
+#: The least vLLM 0.26 counts for every graph after a mode's first ("at least 1 MiB per graph for driver overhead").
+MIN_GRAPH_BYTES = 1 << 20
 
 #: Target architectures vLLM 0.26 runs on Model Runner V2 when nothing forces V1 (config/vllm.py): dense decoders.
 V2_RUNNER_ARCHITECTURES = frozenset({"LlamaForCausalLM", "Qwen2ForCausalLM", "MiMoForCausalLM", "MistralForCausalLM"})
@@ -86,15 +99,16 @@ def _capture_sizes(largest: int, step: int) -> list[int]:
     return sizes
 
 
-def cudagraph_count(engine: EngineConfig, max_num_seqs: int, max_num_batched_tokens: int,
-                    model_max_capture_size: int | None = None) -> int:  # fmt: skip
-    """CUDA graphs vLLM 0.26's V1 runner captures for ``engine`` (0 where nothing is captured): mixed prefill-decode
-    (PIECEWISE) graphs up to min(max_num_seqs × (1 + k) × 2, 512) tokens (the model's own cap where it sets one,
-    ``model_max_capture_size``), rounded to multiples of 1 + k with speculation, and decode-only (FULL) graphs of
-    those sizes up to max_num_seqs × (1 + k); a batch-size schedule or a PIECEWISE ``cudagraph_mode`` drops the FULL
-    ones and the rounding. The counts match the 'Profiling CUDA graph memory' lines of the recorded logs."""
+def cudagraph_descs(engine: EngineConfig, max_num_seqs: int, max_num_batched_tokens: int,
+                    model_max_capture_size: int | None = None) -> dict[str, list[int]]:  # fmt: skip
+    """The CUDA graphs vLLM 0.26's V1 runner captures for ``engine``, by mode (``PIECEWISE`` then ``FULL``), each
+    mode's token sizes largest first (empty where nothing is captured): mixed prefill-decode (PIECEWISE) graphs up to
+    min(max_num_seqs × (1 + k) × 2, 512) tokens (the model's own cap where it sets one, ``model_max_capture_size``),
+    rounded up to multiples of 1 + k with speculation, and decode-only (FULL) graphs of those sizes up to
+    max_num_seqs × (1 + k); a batch-size schedule or a PIECEWISE ``cudagraph_mode`` drops the FULL ones and the
+    rounding. They match the 'Profiling CUDA graph memory' lines of the recorded logs."""
     if engine.enforce_eager:
-        return 0
+        return {}
     k = engine.num_speculative_tokens
     if model_max_capture_size is not None:
         largest = min(model_max_capture_size, max_num_batched_tokens)
@@ -103,12 +117,39 @@ def cudagraph_count(engine: EngineConfig, max_num_seqs: int, max_num_batched_tok
     mode = cudagraph_mode_forced_by(engine.extra_args) or "FULL_AND_PIECEWISE"
     scheduled = engine.speculative is not None and not engine.speculative.keeps_full_cudagraphs
     if mode == "NONE":
-        return 0
+        return {}
     if mode == "PIECEWISE" or scheduled:
-        return len(_capture_sizes(largest, 1))
-    pieces = _capture_sizes(largest, 1 + k)
+        return {"PIECEWISE": _capture_sizes(largest, 1)[::-1]}
+    pieces = _capture_sizes(largest, 1 + k)[::-1]
     full = [s for s in pieces if s <= max_num_seqs * (1 + k)]
-    return len(full) if mode in {"FULL", "FULL_DECODE_ONLY"} else len(pieces) + len(full)
+    return {"FULL": full} if mode in {"FULL", "FULL_DECODE_ONLY"} else {"PIECEWISE": pieces, "FULL": full}
+
+
+def specialization(tokens: int) -> int:
+    """The class Triton compiles an integer argument into: 1 for one, 16 for a multiple of 16, 0 otherwise."""
+    return 1 if tokens == 1 else 16 if tokens % 16 == 0 else 0
+
+
+@dataclass(frozen=True)
+class GraphProfile:
+    """What vLLM 0.26's CUDA-graph estimate extrapolates from, for one config: the largest graph over its modes (the
+    first capture that counts), the graphs counted at 1 MiB (their mode's second capture is of the first one's
+    integer class) and the graphs counted at the second capture's cost in another class (``specialization``)."""
+
+    largest: int
+    plain_graphs: int
+    respecialized_graphs: int
+
+
+def graph_profile(descs: dict[str, list[int]]) -> GraphProfile:
+    """The ``GraphProfile`` of the graphs ``cudagraph_descs`` lists (all zero where none is captured)."""
+    plain = respecialized = 0
+    for sizes in descs.values():
+        if len(sizes) > 1 and specialization(sizes[1]) != specialization(sizes[0]):
+            respecialized += len(sizes) - 1
+        else:
+            plain += max(len(sizes) - 1, 0)
+    return GraphProfile(max((s[0] for s in descs.values() if s), default=0), plain, respecialized)
 
 
 def activation_width_bytes(shape: ModelShape, tokens: int) -> int:
@@ -124,9 +165,17 @@ class FamilyCalibration:
     family: str
     logs: int
     activation_factor: float
-    cudagraph_gib_per_graph: float
+    cudagraph_first_gib_per_token: float
+    cudagraph_respecialized_gib_per_graph: float
     non_torch_gib: float
     fallback_error_pct: float
+
+    def cudagraph_bytes(self, profile: GraphProfile) -> int:
+        """The CUDA-graph estimate this row predicts for a config's ``GraphProfile``: the first capture, 1 MiB per
+        graph whose mode's second capture kept its integer class, the respecialized cost (at least 1 MiB) per other."""
+        first = self.cudagraph_first_gib_per_token * profile.largest * GIB
+        respecialized = max(self.cudagraph_respecialized_gib_per_graph * GIB, MIN_GRAPH_BYTES)
+        return round(first + MIN_GRAPH_BYTES * profile.plain_graphs + respecialized * profile.respecialized_graphs)
 
 
 @dataclass(frozen=True)
@@ -170,17 +219,23 @@ def calibration_path(data: Path | None = None) -> Path:
 
 
 def load_calibration(data: Path | None = None) -> MemoryCalibration | None:
-    """The recorded calibration table, None where none is recorded (the budget then uses the uncalibrated model)."""
+    """The recorded calibration table, None where none is recorded or its columns are not ``CALIBRATION_COLUMNS``
+    (a table of an older model, until ``vllm-playbooks kv-check`` writes it again): the budget then uses the
+    uncalibrated model."""
     path = calibration_path(data)
     if not path.is_file():
         return None
     with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        if tuple(reader.fieldnames or ()) != CALIBRATION_COLUMNS:
+            return None
         rows = {
             r["family"]: FamilyCalibration(
                 family=r["family"], logs=int(r["logs"]), activation_factor=float(r["activation_factor"]),
-                cudagraph_gib_per_graph=float(r["cudagraph_gib_per_graph"]), non_torch_gib=float(r["non_torch_gib"]),
-                fallback_error_pct=float(r["fallback_error_pct"]),
+                cudagraph_first_gib_per_token=float(r["cudagraph_first_gib_per_token"]),
+                cudagraph_respecialized_gib_per_graph=float(r["cudagraph_respecialized_gib_per_graph"]),
+                non_torch_gib=float(r["non_torch_gib"]), fallback_error_pct=float(r["fallback_error_pct"]),
             )  # fmt: skip
-            for r in csv.DictReader(handle)
+            for r in reader
         }
     return MemoryCalibration(rows) if FALLBACK_FAMILY in rows else None

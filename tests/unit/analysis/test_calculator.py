@@ -11,13 +11,19 @@ from vllm_playbooks.analysis.calculator import (
     KV_CHECK_NAME,
     calibrate,
     calibration_table,
+    held_out_calibrations,
     kv_check,
     recorded_startups,
+    respecialized_graph_gib,
 )
 from vllm_playbooks.config.capacity import kv_budget
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.config.memory import (
     CALIBRATION_NAME,
+    FALLBACK_FAMILY,
+    GIB,
+    MIN_GRAPH_BYTES,
+    GraphProfile,
     load_calibration,
     memory_family,
 )
@@ -79,12 +85,51 @@ def test_the_moe_starts_of_issue_43_are_no_longer_overstated_by_10_to_51_percent
     assert len(mtp_k1) and mtp_k1["error_pct"].abs().max() <= 5.0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "not reached: the worst |error| is 15.4 % (gpt-oss-120b EAGLE3 k=2 and k=5, whose logged CUDA-graph estimate is "
-    "7.9-9.5 GiB where k=3 and k=4 log 1.2) and 9.7 % (reduced DeepSeek-V3 MTP k=2); vLLM's estimate extrapolates one "
-    "profiled graph, which this per-graph model does not reproduce"))  # fmt: skip
 def test_every_recorded_start_up_is_within_5_percent(stored: pd.DataFrame) -> None:
+    """Issue #43's done-when: every recorded config's KV tokens within 5 % of what vLLM 0.26 logged."""
     assert stored["error_pct"].abs().max() <= 5.0
+
+
+def test_gpt_oss_eagle3_k2_and_k5_lose_the_kv_tokens_k3_and_k4_keep(stored: pd.DataFrame) -> None:
+    """Issue #43's hardest case: vLLM logged ~11 % fewer KV tokens for EAGLE3 k=2 and k=5 than for k=3 and k=4 (a
+    7.9-9.5 GiB CUDA-graph estimate against 1.2); the budget predicts that gap, and each within 5 %."""
+    eagle3 = stored[stored["family"].str.startswith("GptOssForCausalLM/gpt-oss-120b+eagle3")]
+    k = eagle3["config"].str.extract(r"eagle3-k(\d)-")[0].astype(int)
+    predicted = eagle3.groupby(k)["predicted_kv_tokens"].max()
+    assert {2, 3, 4, 5} <= set(predicted.index)
+    assert max(predicted[2], predicted[5]) < 0.95 * min(predicted[3], predicted[4])
+    assert eagle3["error_pct"].abs().max() <= 5.0
+
+
+def test_the_held_out_column_refits_without_the_family(startups) -> None:  # type: ignore[no-untyped-def]
+    """A family held out is fitted on no log of its own: its row is gone, or (a target without drafter) stands on
+    its drafter families' logs alone; the dense fallback keeps its own logs."""
+    held_out = held_out_calibrations(startups)
+    assert set(held_out) == {memory_family(s.engine) for s in startups}
+    for family, calibration in held_out.items():
+        if family == FALLBACK_FAMILY:
+            assert family in calibration.rows
+            continue
+        drafting = [s for s in startups if memory_family(s.engine).startswith(family + "+")]
+        if "+" in family or not drafting:
+            assert family not in calibration.rows, family
+        else:
+            assert calibration.rows[family].logs == len(drafting), family
+
+
+def _graph_log(family: str, largest: int, respecialized: int, estimate: float) -> tuple[str, GraphProfile, float]:
+    return family, GraphProfile(largest, 0, respecialized), estimate
+
+
+def test_the_respecialized_cost_is_fitted_where_the_logs_separate_it() -> None:
+    """0.001 GiB per token of the largest graph (family a), 0.002 (family b) and 0.05 GiB per respecialized graph."""
+    logs = [_graph_log("A/a", 1024, 0, 1.024), _graph_log("A/a", 1008, 145, 1.008 + 7.25),
+            _graph_log("A/b", 1024, 34, 2.048 + 1.7)]  # fmt: skip
+    assert respecialized_graph_gib(logs) == pytest.approx(0.05)
+    # every log of each family alike: the two terms cannot be told apart, so vLLM's floor of 1 MiB
+    assert respecialized_graph_gib([logs[2]]) == MIN_GRAPH_BYTES / GIB
+    assert respecialized_graph_gib([_graph_log("A/a", 512, 0, 1.0), _graph_log("A/a", 512, 40, 0.5)]) == (
+        MIN_GRAPH_BYTES / GIB)  # a fit below the floor
 
 
 def test_an_uncalibrated_architecture_warns_with_the_error_to_expect() -> None:

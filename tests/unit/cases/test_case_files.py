@@ -51,8 +51,12 @@ def test_the_cases_load_with_their_kv_checks(case: str) -> None:
     for engine in plan.engines:
         budget = check_fits(engine, 139.8)
         # gpt-oss-120b with EAGLE3: the calibrated budget, like the 832k-token cache vLLM logged for eagle3-k3,
-        # falls a few % short of every c256 sequence at full length at once (data/checks/kv-calculator-vs-vllm.csv)
-        share = 0.97 if case == "gpt-oss-eagle3" and engine.speculative else 1.0
+        # falls a few % short of every c64 long-prompt sequence at full length at once; for k=2 and k=5, whose
+        # CUDA-graph estimate vLLM took from the cache (716k-738k tokens logged, data/checks/kv-calculator-vs-vllm.csv),
+        # 13-16 % short: at c64 on 13k-token prompts their cache, not k, can cap the batch
+        share = 1.0
+        if case == "gpt-oss-eagle3" and engine.speculative:
+            share = 0.84 if engine.num_speculative_tokens in (2, 5) else 0.97
         assert budget.kv_tokens >= share * needed, (engine.label, budget.kv_tokens, needed)
         assert engine.env[ROUTING_SIMULATION_ENV] == "uniform_random"
 
