@@ -8,6 +8,7 @@ from vllm_playbooks.analysis.compare import is_control, recorded_speculative
 from vllm_playbooks.model.calibration import _get
 from vllm_playbooks.results.replay import replay_rows
 from vllm_playbooks.results.schema import RUN_COLUMNS
+from vllm_playbooks.results.stalls import mark_stalled
 from vllm_playbooks.results.store import rows_to_frame
 
 if TYPE_CHECKING:
@@ -44,9 +45,14 @@ def calibrates(row: Any) -> bool:
 
 def calibration_rows() -> list[Any]:
     """Every recorded H200 row (spec off and on) of ``CALIBRATION_CASES``, rebuilt from the raw files, that
-    ``calibrates``."""
+    ``calibrates`` and did not stall (``results.stalls``: the pages and the claims ledger leave stalled rows out too)."""
 
-    return [row for case in CALIBRATION_CASES for row in replay_rows(case) if calibrates(row)]
+    keep = []
+    for case in CALIBRATION_CASES:
+        rows = replay_rows(case)
+        stalled = mark_stalled(rows_to_frame(rows, RUN_COLUMNS))["stalled"].astype(bool).tolist()
+        keep += [row for row, stall in zip(rows, stalled, strict=True) if not stall and calibrates(row)]
+    return keep
 
 
 def measured_overlay(gpu: str, model: str, draft_model: str | None = None, k: int = 0) -> pd.DataFrame:

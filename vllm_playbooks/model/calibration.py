@@ -37,6 +37,9 @@ EFFICIENCY_BOUNDS: dict[str, tuple[float, float]] = {
 }  # fmt: skip
 #: Bounds of the fixed time per forward pass t0 (s): launches, scheduling and the host's share of one engine step.
 OVERHEAD_BOUNDS_S = (0.0, 0.01)
+#: Bounds of the fixed time per MoE layer (s): routing, top-k, token permutation and the grouped expert kernels,
+#: which take a few kernel latencies however few tokens they carry.
+MOE_LAYER_OVERHEAD_BOUNDS_S = (0.0, 2e-4)
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,7 @@ class EfficiencyFit:
 
     One forward pass over ``batch`` sequences takes
     ``max(dense_bytes / (bandwidth_efficiency·BW) + four_bit_bytes / (quantized_bandwidth_efficiency·BW),
-    flops / (compute_efficiency·BF16 peak)) + overhead_s``. Dense bytes are 8- and 16-bit weights plus the KV cache;
+    flops / (compute_efficiency·BF16 peak)) + overhead_s + moe_layers · moe_layer_overhead_s``. Dense bytes are 8- and 16-bit weights plus the KV cache;
     four-bit bytes are the weights that 4-bit kernels dequantize in software on this GPU (AWQ linear layers, gpt-oss's
     MXFP4 experts), much slower per byte; flops include the prompt tokens of requests that join mid-run (chunked
     prefill shares steps with decodes). MoE layers read only the experts the step's tokens touch. ``speculation``,
@@ -70,6 +73,8 @@ class EfficiencyFit:
     at_bound: tuple[str, ...] = ()
     provenance: str = ""
     groups: tuple[str, ...] = ()
+    #: fixed time per MoE layer of a forward (s), on top of ``overhead_s`` (``MOE_LAYER_OVERHEAD_BOUNDS_S``)
+    moe_layer_overhead_s: float = 0.0
 
     @property
     def draft_overhead_s(self) -> float:
@@ -112,6 +117,7 @@ class _Forward:
     dense_bytes: float
     quant_bytes: float
     flops: float
+    moe_layers: float = 0.0
 
 
 def _get(row: Any, name: str, default: Any = None) -> Any:
@@ -147,7 +153,8 @@ def _forward(shape: ModelShape, batch: float, q: int, context_len: float, kv_dty
         if weight > 0:
             weights += weight * forward_cost(shape, 1, tokens, 0.0, kv_dtype, role).bytes
             quant += weight * _four_bit_bytes(shape, tokens)
-    return _Forward(dense_bytes=weights + kv - quant, quant_bytes=quant, flops=flops)
+    moe = moe_layout(shape).moe_layers if shape.architecture in MOE_ARCHITECTURES and role == "target" else 0
+    return _Forward(dense_bytes=weights + kv - quant, quant_bytes=quant, flops=flops, moe_layers=moe)
 
 
 def _row_terms(row: Any, alpha: float | None = None) -> tuple[_Forward, _Forward | None, int, float]:
@@ -192,9 +199,9 @@ def _missing(value: Any) -> bool:
     return isinstance(value, float) and math.isnan(value)
 
 
-def _time(f: _Forward, gpu: Gpu, eb: float, eq: float, ef: float, t0: float) -> float:
+def _time(f: _Forward, gpu: Gpu, eb: float, eq: float, ef: float, t0: float, tm: float = 0.0) -> float:
     memory = f.dense_bytes / (eb * gpu.bandwidth_bytes_s) + f.quant_bytes / (eq * gpu.bandwidth_bytes_s)
-    return max(memory, f.flops / (ef * gpu.bf16_flops_s)) + t0
+    return max(memory, f.flops / (ef * gpu.bf16_flops_s)) + t0 + f.moe_layers * tm
 
 
 def _tpot_ms(
@@ -238,6 +245,25 @@ def _off_arrays(terms: list[tuple[_Forward, _Forward | None, int, float]]) -> tu
     return tuple(np.array([getattr(t[0], name) for t in terms]) for name in ("dense_bytes", "quant_bytes", "flops"))
 
 
+def _bounded_lstsq(design: np.ndarray, target: np.ndarray, bounds: list[tuple[float, float]]) -> tuple[float, float]:
+    """Least squares of two unknowns within box bounds: the free solution if inside, else the best of the solutions
+    with one unknown held on a bound (its other refitted and clipped)."""
+    def clipped(x: np.ndarray) -> np.ndarray:
+        return np.array([min(max(v, lo), hi) for v, (lo, hi) in zip(x, bounds, strict=True)])
+
+    candidates = [clipped(np.linalg.lstsq(design, target, rcond=None)[0])]
+    for held in (0, 1):
+        for value in bounds[held]:
+            other = 1 - held
+            rest = target - design[:, held] * value
+            column = design[:, other]
+            x = np.zeros(2)
+            x[held], x[other] = value, float(column @ rest / (column @ column)) if column @ column > 0 else 0.0
+            candidates.append(clipped(x))
+    best = min(candidates, key=lambda x: float(np.sum((design @ x - target) ** 2)))
+    return float(best[0]), float(best[1])
+
+
 def fit_efficiency(rows: Iterable[Any], gpu: Gpu | str, draft_overhead: bool = False) -> EfficiencyFit:
     """Bounded least-squares fit (relative TPOT residuals) of the roofline's four parameters on the rows without
     speculation, their repeats reduced to medians (``median_points``).
@@ -259,19 +285,22 @@ def fit_efficiency(rows: Iterable[Any], gpu: Gpu | str, draft_overhead: bool = F
     off = [p for p in points if not _is_speculative(p)]
     if len(off) < 3:
         raise ValueError(f"need at least 3 points without speculation to fit, got {len(off)}")
-    dense, quant, flops = _off_arrays([_row_terms(p) for p in off])
+    terms = [_row_terms(p) for p in off]
+    dense, quant, flops = _off_arrays(terms)
     measured = np.array([float(p["tpot_mean_ms"]) for p in off]) / 1000.0
-    has_quant = bool(np.any(quant > 0))
+    layers = np.array([t[0].moe_layers for t in terms])
+    has_quant, has_moe = bool(np.any(quant > 0)), bool(np.any(layers > 0))
     names = list(EFFICIENCY_BOUNDS)
     low = np.array([EFFICIENCY_BOUNDS[n][0] for n in names])
     high = np.array([EFFICIENCY_BOUNDS[n][1] for n in names])
 
-    def solve(e: np.ndarray) -> tuple[float, float]:
+    def solve(e: np.ndarray) -> tuple[tuple[float, float], float]:
         eb, eq, ef = e[0], (e[1] if has_quant else e[0]), e[2]
         roof = np.maximum(dense / (eb * device.bandwidth_bytes_s) + quant / (eq * device.bandwidth_bytes_s),
                           flops / (ef * device.bf16_flops_s))  # fmt: skip
-        t0 = float(np.clip(np.sum((measured - roof) / measured**2) / np.sum(1 / measured**2), *OVERHEAD_BOUNDS_S))
-        return t0, float(np.mean(((roof + t0) / measured - 1) ** 2))
+        fixed = _bounded_lstsq(np.column_stack([1 / measured, layers / measured]), 1 - roof / measured,
+                               [OVERHEAD_BOUNDS_S, MOE_LAYER_OVERHEAD_BOUNDS_S if has_moe else (0.0, 0.0)])  # fmt: skip
+        return fixed, float(np.mean(((roof + fixed[0] + layers * fixed[1]) / measured - 1) ** 2))
 
     grid = [np.array(p) for p in itertools.product(*(np.linspace(lo, hi, 8) for lo, hi in zip(low, high, strict=True)))]
     current = min(grid, key=lambda e: solve(e)[1])
@@ -288,10 +317,13 @@ def fit_efficiency(rows: Iterable[Any], gpu: Gpu | str, draft_overhead: bool = F
             steps = steps / 2
     if not has_quant:
         current[1] = current[0]
-    t0, loss = solve(current)
-    values = {**dict(zip(names, (float(v) for v in current), strict=True)), "overhead_s": t0}
-    bounds = {**EFFICIENCY_BOUNDS, "overhead_s": OVERHEAD_BOUNDS_S}
-    at_bound = tuple(n for n, v in values.items() if (has_quant or n != "quantized_bandwidth_efficiency")
+    (t0, tm), loss = solve(current)
+    values = {**dict(zip(names, (float(v) for v in current), strict=True)), "overhead_s": t0,
+              "moe_layer_overhead_s": tm}  # fmt: skip
+    bounds = {**EFFICIENCY_BOUNDS, "overhead_s": OVERHEAD_BOUNDS_S, "moe_layer_overhead_s": MOE_LAYER_OVERHEAD_BOUNDS_S}
+    unidentified = ({"quantized_bandwidth_efficiency"} if not has_quant else set()) | (
+        {"moe_layer_overhead_s"} if not has_moe else set())  # fmt: skip
+    at_bound = tuple(n for n, v in values.items() if n not in unidentified
                      and min(abs(v - b) for b in bounds[n]) <= 1e-4 * (bounds[n][1] - bounds[n][0]))  # fmt: skip
     groups = tuple(sorted({str(p["case"]) for p in off}))
     fit = EfficiencyFit(
@@ -368,8 +400,9 @@ def fit_draft_overhead(
     )  # fmt: skip
 
 
-def _params(fit: EfficiencyFit) -> tuple[float, float, float, float]:
-    return (fit.bandwidth_efficiency, fit.quantized_bandwidth_efficiency, fit.compute_efficiency, fit.overhead_s)
+def _params(fit: EfficiencyFit) -> tuple[float, float, float, float, float]:
+    return (fit.bandwidth_efficiency, fit.quantized_bandwidth_efficiency, fit.compute_efficiency, fit.overhead_s,
+            fit.moe_layer_overhead_s)  # fmt: skip
 
 
 def forward_time_s(
@@ -383,7 +416,7 @@ def forward_time_s(
         raise ValueError(f"shards must be >= 1, got {shards}")
     device = as_gpu(gpu if gpu is not None else fit.gpu)
     whole = _forward(resolve_model(model), batch, 1, context_len, kv_cache_dtype, prefill_tokens)
-    part = _Forward(whole.dense_bytes / shards, whole.quant_bytes / shards, whole.flops / shards)
+    part = _Forward(whole.dense_bytes / shards, whole.quant_bytes / shards, whole.flops / shards, whole.moe_layers)
     return _time(part, device, *_params(fit))
 
 

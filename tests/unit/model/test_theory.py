@@ -134,8 +134,9 @@ def test_calibration_error_bound(calibration: tuple[list, fits.EfficiencyFit]) -
     assert {r.spec_method for r in rows} <= set(whatif.MODELLED_SPEC_METHODS)
     # fitted on the speculation-off points (repeats as medians) only
     assert fit.rows_used == len([p for p in fits.median_points(rows) if not p["num_speculative_tokens"]])
-    table = fits.prediction_table(fits.median_points(rows), fit)
-    assert table["tpot_rel_error"].abs().median() <= 0.15  # in-sample
+    off = [p for p in fits.median_points(rows) if not p["num_speculative_tokens"]]
+    table = fits.prediction_table(off, fit)
+    assert table["tpot_rel_error"].abs().median() <= 0.15  # in-sample, on the points it was fitted on
     for name, (low, high) in fits.EFFICIENCY_BOUNDS.items():
         assert low <= getattr(fit, name) <= high <= 0.9
     assert 0 < fit.quantized_bandwidth_efficiency < fit.bandwidth_efficiency
@@ -471,7 +472,11 @@ def test_draft_overhead_improves_the_speculative_rows_and_is_physical(
     calibration: tuple[list, fits.EfficiencyFit],
 ) -> None:
     rows, fit = calibration
-    assert len(rows) == _recorded_row_count()
+    from vllm_playbooks.results.replay import replay_case
+    from vllm_playbooks.results.stalls import mark_stalled
+
+    stalled = sum(int(mark_stalled(replay_case(case)).stalled.sum()) for case in whatif.CALIBRATION_CASES)
+    assert _recorded_row_count() - stalled <= len(rows) <= _recorded_row_count()
     points = fits.median_points(rows)
     with_term = fits.fit_efficiency(rows, "H200-SXM", draft_overhead=True)
     assert with_term.speculation.rows_used == sum(bool(p["num_speculative_tokens"]) for p in points) > 0
