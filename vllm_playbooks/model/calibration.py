@@ -16,12 +16,11 @@ from vllm_playbooks.config.capacity import GIB, check_fits
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.config.speculative import SpeculativeConfig
 from vllm_playbooks.errors import ConfigError
-from vllm_playbooks.config.sizes import dtype_bytes, parameter_count, weight_bytes
 from vllm_playbooks.hardware import Gpu, as_gpu
-from vllm_playbooks.config.sizes import HEAD_ARCHITECTURES, MOE_ARCHITECTURES, moe_layout
-from vllm_playbooks.model.roofline import ForwardCost, expected_distinct_experts, forward_cost, kv_read_bytes
-from vllm_playbooks.model.speculative import expected_tokens_per_step, tokens_per_step_from_rates
-from vllm_playbooks.shapes import ModelShape, resolve_model
+from vllm_playbooks.model.roofline import ForwardCost, forward_cost
+from vllm_playbooks.model.speculative import tokens_per_step_from_rates
+from vllm_playbooks.model.steps import _Forward, _forward, _get, _row_terms, median_points
+from vllm_playbooks.shapes import resolve_model
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -112,93 +111,6 @@ class DraftOverheadFit:
     draft_overhead_se_s: float = math.nan
 
 
-@dataclass(frozen=True)
-class _Forward:
-    dense_bytes: float
-    quant_bytes: float
-    flops: float
-    moe_layers: float = 0.0
-
-
-def _get(row: Any, name: str, default: Any = None) -> Any:
-    if isinstance(row, Mapping):
-        return row.get(name, default)
-    return getattr(row, name, default)
-
-
-def _four_bit_bytes(shape: ModelShape, tokens: float) -> float:
-    """Bytes of 4-bit weights one forward over ``tokens`` tokens reads: AWQ linear layers, or the MXFP4 experts
-    those tokens touch (uniform routing). FP8 weights run on the tensor cores natively and count as dense bytes."""
-    if shape.quantization == "awq":
-        return float(weight_bytes(shape) - parameter_count(shape, "dense") * dtype_bytes("auto", shape))
-    if shape.quantization == "mxfp4" and shape.architecture in MOE_ARCHITECTURES:
-        m = moe_layout(shape)
-        touched = expected_distinct_experts(m.routed_experts, m.experts_per_token, tokens)
-        return float(m.moe_layers * touched * m.expert_bytes)
-    return 0.0
-
-
-def _forward(shape: ModelShape, batch: float, q: int, context_len: float, kv_dtype: str, prefill_tokens: float,
-             role: str = "target", prefill_share: float = 1.0) -> _Forward:  # fmt: skip
-    """Bytes and FLOPs of one forward, averaged over steps: ``batch`` sequences of ``q`` new tokens over
-    ``context_len`` tokens of KV, beside ``prefill_tokens`` prompt tokens per step on average, which arrive whole in
-    a ``prefill_share`` of the steps (``roofline.forward_cost``: MoE layers read the experts the tokens of that step
-    touch, so a prompt that comes in one step reads far fewer expert bytes than the same tokens spread over many)."""
-    decode = max(1, round(batch * q))
-    kv = kv_read_bytes(shape, 1, context_len, kv_dtype) * batch  # linear in the batch
-    flops = forward_cost(shape, 1, max(1, round(batch * q + prefill_tokens)), 0.0, kv_dtype, role).flops
-    share = min(max(prefill_share, 0.0), 1.0) if prefill_tokens > 0 else 0.0
-    weights = quant = 0.0
-    for tokens, weight in ((decode, 1.0 - share), (max(1, round(decode + prefill_tokens / max(share, 1e-9))), share)):
-        if weight > 0:
-            weights += weight * forward_cost(shape, 1, tokens, 0.0, kv_dtype, role).bytes
-            quant += weight * _four_bit_bytes(shape, tokens)
-    moe = moe_layout(shape).moe_layers if shape.architecture in MOE_ARCHITECTURES and role == "target" else 0
-    return _Forward(dense_bytes=weights + kv - quant, quant_bytes=quant, flops=flops, moe_layers=moe)
-
-
-def _row_terms(row: Any, alpha: float | None = None) -> tuple[_Forward, _Forward | None, int, float]:
-    """(target forward, draft forward or None, k, τ) for a measured or hypothetical row.
-
-    τ is the row's measured mean acceptance length when it has one, else τ(α, k) from ``alpha`` or ``imposed_alpha``
-    (``ConfigError`` without either). Closed loop: ``concurrency`` sequences decode at once; each finished request is
-    replaced, so on average batch · τ / output_len requests join per step, each bringing ``input_len`` prompt tokens;
-    the TPOT of one request sees the prompts of the other batch − 1 (its own came before its first token), so a step
-    carries (batch − 1) · τ · input_len / output_len prompt tokens on average, each prompt whole in one step. The mean
-    context is input_len + output_len / 2.
-    """
-    batch = int(_get(row, "concurrency") or 0)
-    if batch < 1:
-        raise ConfigError("the model needs a closed-loop row: concurrency >= 1")
-    k = int(_get(row, "num_speculative_tokens") or 0)
-    input_len, output_len = int(_get(row, "input_len")), int(_get(row, "output_len"))
-    kv_dtype = _get(row, "kv_cache_dtype") or "auto"
-    tau = 1.0
-    if k:
-        measured = _get(row, "mean_acceptance_length")
-        a = alpha if alpha is not None else _get(row, "imposed_alpha")
-        if alpha is None and measured and not _missing(measured):
-            tau = float(measured)
-        elif a is not None and not _missing(a):
-            tau = expected_tokens_per_step(float(a), k)
-        else:
-            raise ConfigError("a speculative row needs its acceptance: mean_acceptance_length, imposed_alpha or alpha")
-    context = input_len + output_len / 2
-    joins = (batch - 1) * tau / output_len
-    target = _forward(resolve_model(_get(row, "model_shape")), batch, k + 1, context, kv_dtype, joins * input_len,
-                      prefill_share=joins)  # fmt: skip
-    draft = None
-    if k:
-        draft_shape = resolve_model(_get(row, "draft_model"))
-        role = "draft" if draft_shape.architecture in HEAD_ARCHITECTURES else "target"
-        draft = _forward(draft_shape, batch, 1, context, kv_dtype, 0.0, role)
-    return target, draft, k, tau
-
-
-def _missing(value: Any) -> bool:
-    return isinstance(value, float) and math.isnan(value)
-
-
 def _time(f: _Forward, gpu: Gpu, eb: float, eq: float, ef: float, t0: float, tm: float = 0.0) -> float:
     memory = f.dense_bytes / (eb * gpu.bandwidth_bytes_s) + f.quant_bytes / (eq * gpu.bandwidth_bytes_s)
     return max(memory, f.flops / (ef * gpu.bf16_flops_s)) + t0 + f.moe_layers * tm
@@ -213,32 +125,6 @@ def _tpot_ms(
     if draft is not None:
         step += k * (_time(draft, gpu, *p) + draft_overhead_s) + verify_overhead_s
     return step / tau * 1000.0
-
-
-#: What identifies one measured point: repeats of it are reduced to their median before fitting.
-POINT_COLUMNS = (
-    "case", "model_shape", "kv_cache_dtype", "input_len", "output_len", "concurrency", "num_speculative_tokens",
-    "draft_model", "imposed_alpha",
-)  # fmt: skip
-
-
-def median_points(rows: Iterable[Any]) -> list[dict[str, Any]]:
-    """One dict per measured point (``POINT_COLUMNS``), in first-seen order, with the median TPOT, output tok/s and
-    mean acceptance length of its repeats and ``repeats``: how many rows it stands for. Fits weigh every point once,
-    however often it was run."""
-    groups: dict[tuple[Any, ...], list[Any]] = {}
-    for row in rows:
-        key = tuple(None if _missing(v) else v for v in (_get(row, c) for c in POINT_COLUMNS))
-        groups.setdefault(key, []).append(row)
-    points = []
-    for key, members in groups.items():
-        point: dict[str, Any] = dict(zip(POINT_COLUMNS, key, strict=True))
-        for column in ("tpot_mean_ms", "output_tok_s", "mean_acceptance_length"):
-            values = [float(v) for v in (_get(r, column) for r in members) if v is not None and not _missing(v)]
-            point[column] = float(np.median(values)) if values else None
-        point["repeats"] = len(members)
-        points.append(point)
-    return points
 
 
 def _off_arrays(terms: list[tuple[_Forward, _Forward | None, int, float]]) -> tuple[np.ndarray, ...]:
@@ -425,7 +311,8 @@ def predict_tpot_ms(row_like: Any, fit: EfficiencyFit, gpu: Gpu | str | None = N
 
     With speculation: (T_target(B, k+1) + k · (T_draft(B, 1) + t_d) + t_v) / τ, each forward from the same fitted
     roofline, t_d and t_v the fit's speculation overheads (``EfficiencyFit.speculation``; 0 when it has none). On
-    another GPU they are carried over unchanged, as the per-forward overhead t0 is.
+    another GPU than ``fit.gpu`` every fitted parameter (efficiencies, t0, the MoE-layer time, t_d) is carried over
+    as it is; ``model.holdout.calibrate_on_gpu`` refits the GPU's own from a few measured points.
     """
     device = as_gpu(gpu if gpu is not None else fit.gpu)
     return _tpot_ms(_row_terms(row_like, alpha), device, _params(fit), fit.draft_overhead_s, fit.verify_overhead_s)
@@ -460,13 +347,16 @@ def prediction_table(rows: Iterable[Any], fit: EfficiencyFit, gpu: Gpu | str | N
 def whatif_curve(
     fit: EfficiencyFit, gpu: Gpu | str, model: str, concurrencies: Iterable[int], input_len: int, output_len: int,
     kv_cache_dtype: str = "auto", draft_model: str | None = None, k: int = 0, alpha: float | None = None,
+    interval_log: float | None = None,
 ) -> pd.DataFrame:
     """Predicted mean TPOT and closed-loop output tok/s against concurrency, without and (if a draft is given) with
     speculation, on ``gpu`` with the efficiencies fitted on the H200 (see ``EfficiencyFit``; the speculative curve
     includes the fit's draft overhead t_d when it has one).
 
     Refuses (``ConfigError``) a draft without its acceptance ``alpha``, and (``CapacityError``, the KV calculator's
-    ``check_fits``) a config whose weights, or one sequence of input + output tokens, cannot fit one such GPU."""
+    ``check_fits``) a config whose weights, or one sequence of input + output tokens, cannot fit one such GPU.
+    ``interval_log`` (a half-width in log TPOT, e.g. ``model.holdout``'s from held-out errors) adds the interval's
+    bounds: ``tpot_ms_low``/``tpot_ms_high`` and the output tok/s they give."""
     import pandas as pd
 
     concurrencies = list(concurrencies)
@@ -484,8 +374,13 @@ def whatif_curve(
     for label, spec in variants:
         for concurrency in concurrencies:
             tpot = predict_tpot_ms({**spec, "concurrency": concurrency}, fit, gpu)
-            records.append({"engine_label": label, "concurrency": concurrency, "tpot_mean_ms": tpot,
-                            "output_tok_s": concurrency * 1000 / tpot})  # fmt: skip
+            record = {"engine_label": label, "concurrency": concurrency, "tpot_mean_ms": tpot,
+                      "output_tok_s": concurrency * 1000 / tpot}  # fmt: skip
+            if interval_log is not None:
+                low, high = tpot * math.exp(-interval_log), tpot * math.exp(interval_log)
+                record.update(tpot_ms_low=low, tpot_ms_high=high, output_tok_s_low=concurrency * 1000 / high,
+                              output_tok_s_high=concurrency * 1000 / low)  # fmt: skip
+            records.append(record)
     return pd.DataFrame(records)
 
 
