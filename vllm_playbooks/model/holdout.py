@@ -15,6 +15,7 @@ import numpy as np
 from vllm_playbooks.hardware import Gpu, as_gpu
 from vllm_playbooks.model.calibration import (
     EFFICIENCY_BOUNDS,
+    MOE_LAYER_OVERHEAD_BOUNDS_S,
     OVERHEAD_BOUNDS_S,
     EfficiencyFit,
     _is_speculative,
@@ -204,3 +205,24 @@ def calibration_holdout(
         tables.append(_with_intervals(pd.DataFrame(records), quantile))
     return pd.concat(tables, ignore_index=True)
 
+
+
+def parameter_table(fit: EfficiencyFit) -> pd.DataFrame:
+    """The fit's parameters, one line each: ``value`` (efficiencies as fractions of the GPU's peak, times in ms), the
+    ``low`` and ``high`` bounds it was fitted within, ``at_bound`` and ``provenance`` (where it comes from, the same
+    for every line but t_d's, which is fitted on the speculation-on rows)."""
+    import pandas as pd
+
+    bounds = {**EFFICIENCY_BOUNDS, "overhead_s": OVERHEAD_BOUNDS_S, "moe_layer_overhead_s": MOE_LAYER_OVERHEAD_BOUNDS_S}
+    records = []
+    for name, (low, high) in bounds.items():
+        scale = 1000.0 if name.endswith("_s") else 1.0
+        records.append({"parameter": name.removesuffix("_s") + ("_ms" if scale > 1 else ""),
+                        "value": scale * getattr(fit, name), "low": scale * low, "high": scale * high,
+                        "at_bound": name in fit.at_bound, "provenance": fit.provenance})  # fmt: skip
+    if fit.speculation is not None:
+        records.append({"parameter": "draft_overhead_ms", "value": 1000.0 * fit.draft_overhead_s, "low": 0.0,
+                        "high": math.inf, "at_bound": fit.draft_overhead_s == 0.0,
+                        "provenance": f"fitted on {fit.speculation.rows_used} speculation-on points "
+                                      f"({', '.join(fit.speculation.groups)}), the rest held fixed"})  # fmt: skip
+    return pd.DataFrame(records)

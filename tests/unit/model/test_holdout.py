@@ -41,6 +41,9 @@ def test_fit_recovers_physical_efficiencies_and_names_none_at_a_bound() -> None:
     assert fit.overhead_s == pytest.approx(1.5e-3, rel=0.05) and fit.at_bound == ()
     assert fit.moe_layer_overhead_s == 0.0  # no MoE row: the term is not fitted, nor reported on its bound
     assert fit.groups == ("a", "b", "c") and "H200-SXM" in fit.provenance
+    table = holdout.parameter_table(fit).set_index("parameter")
+    assert table.loc["overhead_ms", "value"] == pytest.approx(1000 * fit.overhead_s)
+    assert not table.at_bound.any() and (table.low <= table.value).all() and (table.value <= table.high).all()
 
 
 def test_an_unphysical_optimum_stops_at_the_bound_and_says_so() -> None:
