@@ -19,7 +19,7 @@ from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.hardware import Gpu, as_gpu
 from vllm_playbooks.model.roofline import ForwardCost, forward_cost
 from vllm_playbooks.model.speculative import tokens_per_step_from_rates
-from vllm_playbooks.model.steps import _Forward, _forward, _get, _row_terms, median_points
+from vllm_playbooks.model.steps import _Forward, _forward, _get, _row_terms, median_points, moe_layers_run
 from vllm_playbooks.shapes import resolve_model
 
 if TYPE_CHECKING:
@@ -400,14 +400,16 @@ def check_loadable(gpu: Gpu | str, model: str, max_model_len: int, draft_model: 
     check_fits(engine, round(device.memory_gb * 1e9 / GIB, 1), device.name)
 
 
-def cost_time_s(cost: ForwardCost, gpu: Gpu | str, fit: EfficiencyFit, tensor_parallel: int = 1) -> float:
+def cost_time_s(cost: ForwardCost, gpu: Gpu | str, fit: EfficiencyFit, tensor_parallel: int = 1,
+                moe_layers: int = 0) -> float:  # fmt: skip
     """Roofline time of a forward with the fitted H200 efficiencies (BF16 bandwidth efficiency for every byte,
-    BF16 compute efficiency for every FLOP, the fitted per-forward overhead), its work split over ``tensor_parallel``
-    GPUs. Communication between those GPUs is not modelled."""
+    BF16 compute efficiency for every FLOP, the fitted per-forward overhead and, for ``moe_layers`` MoE layers, the
+    fitted time per MoE layer), its work split over ``tensor_parallel`` GPUs. Communication between those GPUs is not
+    modelled."""
     device = as_gpu(gpu)
     memory = cost.bytes / (tensor_parallel * fit.bandwidth_efficiency * device.bandwidth_bytes_s)
     compute = cost.flops / (tensor_parallel * fit.compute_efficiency * device.bf16_flops_s)
-    return max(memory, compute) + fit.overhead_s
+    return max(memory, compute) + fit.overhead_s + moe_layers * fit.moe_layer_overhead_s
 
 
 def speculation_prediction(
@@ -435,7 +437,8 @@ def speculation_prediction(
     tau = tokens_per_step_from_rates(p)
 
     def time(shape: str, q: int, role: str) -> float:
-        return cost_time_s(forward_cost(shape, batch, q, context_len, kv_cache_dtype, role), gpu, fit, tensor_parallel)
+        cost = forward_cost(shape, batch, q, context_len, kv_cache_dtype, role)
+        return cost_time_s(cost, gpu, fit, tensor_parallel, moe_layers_run(resolve_model(shape), role))
 
     if draft_fixed_cost_s is not None and draft_fixed_cost_s < 0:
         raise ValueError(f"draft_fixed_cost_s must be >= 0, got {draft_fixed_cost_s}")

@@ -65,8 +65,16 @@ def _forward(shape: ModelShape, batch: float, q: int, context_len: float, kv_dty
         if weight > 0:
             weights += weight * forward_cost(shape, 1, tokens, 0.0, kv_dtype, role).bytes
             quant += weight * _four_bit_bytes(shape, tokens)
-    moe = moe_layout(shape).moe_layers if shape.architecture in MOE_ARCHITECTURES and role == "target" else 0
+    moe = moe_layers_run(shape, role)
     return _Forward(dense_bytes=weights + kv - quant, quant_bytes=quant, flops=flops, moe_layers=moe)
+
+
+def moe_layers_run(shape: ModelShape, role: str = "target") -> int:
+    """MoE layers one forward of ``shape`` in ``role`` (``roofline.forward_cost``'s) runs: all of a MoE target's, one
+    for one of its MTP modules, none for a dense shape or a draft."""
+    if shape.architecture not in MOE_ARCHITECTURES or role == "draft":
+        return 0
+    return 1 if role == "mtp" else moe_layout(shape).moe_layers
 
 
 def _row_terms(row: Any, alpha: float | None = None) -> tuple[_Forward, _Forward | None, int, float]:

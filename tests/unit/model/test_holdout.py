@@ -27,6 +27,16 @@ def _rows(truth: fits.EfficiencyFit, case: str, model: str, gpu: str = "H200-SXM
 SYNTHETIC = _rows(TRUTH, "a", "llama-3.1-8b") + _rows(TRUTH, "b", "llama-3.3-70b-awq") + _rows(TRUTH, "c", "mimo-7b")
 
 
+def test_moe_layers_run_by_role() -> None:
+    from vllm_playbooks.config.sizes import moe_layout
+    from vllm_playbooks.model.steps import moe_layers_run
+    from vllm_playbooks.shapes import resolve_model
+
+    moe, dense = resolve_model("deepseek-v3-reduced"), resolve_model("llama-3.1-8b")
+    assert moe_layers_run(moe) == moe_layout(moe).moe_layers > 0
+    assert (moe_layers_run(moe, "mtp"), moe_layers_run(moe, "draft"), moe_layers_run(dense)) == (1, 0, 0)
+
+
 def test_a_fixed_time_per_moe_layer_is_recovered() -> None:
     truth = fits.EfficiencyFit(**{**TRUTH.__dict__, "moe_layer_overhead_s": 8e-5})
     rows = SYNTHETIC + _rows(truth, "m", "deepseek-v3-v2lite-scale")

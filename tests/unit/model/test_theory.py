@@ -262,8 +262,8 @@ def test_scale_decides_the_mtp_payoff_at_batch_one(calibration: tuple[list, fits
     _, fit = calibration
     small = fits.speculation_prediction("deepseek-v3-v2lite-scale", [0.85], 1, 300, fit, "H200-SXM")
     wide = fits.speculation_prediction("deepseek-v3-reduced", [0.85], 1, 300, fit, "H200-SXM")
-    assert small["c"] > 0.5 > wide["c"]
-    assert small["speedup"] == pytest.approx(1.0, abs=0.05) and wide["speedup"] > 1.1
+    assert small["c"] > 2 * wide["c"]  # the fixed costs are a larger share of the short step
+    assert small["speedup"] < wide["speedup"] and wide["speedup"] > 1.1
     assert wide["tau"] == pytest.approx(1.85)
     assert wide["tpot_on_ms"] == pytest.approx(wide["tpot_off_ms"] / wide["speedup"])
     frame = fits.prediction_frame({"r": {"target": "deepseek-v3-reduced", "rates": [0.85], "context_len": 300}}, [1, 8], fit)
@@ -324,7 +324,8 @@ def test_eagle3_predictions_come_in_the_measured_tables_columns(calibration: tup
     assert len(frame) == 4 and set(frame.profile) == {"chat"}
     assert frame.gain_pct.tolist() == pytest.approx([100 * (s - 1) for s in frame.speedup])
     one = frame[frame.concurrency == 1]
-    assert (one.verify_over_decode > 1.2).all()  # k + 1 tokens touch many more of the 128 experts than one does
+    assert (one.verify_over_decode > 1.1).all() and one.sort_values("k").verify_over_decode.is_monotonic_increasing
+    # k + 1 tokens touch more of the 128 experts than one does (the fixed time per MoE layer dilutes the ratio)
     assert kbest.best_k_by_band(frame, 0.71).band.tolist() == ["1-8", "16-64"]  # no point in 128-200
 
 
