@@ -8,22 +8,35 @@ from vllm_playbooks.analysis.compare import is_control, recorded_speculative
 from vllm_playbooks.model.calibration import _get
 from vllm_playbooks.results.replay import replay_rows
 from vllm_playbooks.results.schema import RUN_COLUMNS
+from vllm_playbooks.results.stalls import mark_stalled
 from vllm_playbooks.results.store import rows_to_frame
 
 if TYPE_CHECKING:
     import pandas as pd
 
 
-#: The recorded H200 cases the calibration is fitted and checked on.
-CALIBRATION_CASES = ("llama-8b-draft-model", "discussion-13834")
+#: The recorded H200 cases the calibration is fitted and checked on (each one a fold of the leave-one-case-out check).
+CALIBRATION_CASES = (
+    "llama-8b-draft-model", "discussion-13834", "load-desync", "pp-27462", "gpt-oss-eagle3", "deepseek-mtp",
+)  # fmt: skip
+#: The speculative methods the step-time model covers: a separate draft model (its forwards are the draft shape's
+#: roofline plus t_d). MTP modules and EAGLE heads run with async scheduling and other fixed costs; their pages model
+#: them with ``model.calibration.speculation_prediction``.
+MODELLED_SPEC_METHODS = ("none", "draft_model")
 
 
 def calibrates(row: Any) -> bool:
-    """Whether a recorded row (a row object or a dict) may calibrate the model: False for configs with a batch-size
-    schedule (the model takes k as fixed and the decode steps as full CUDA graphs, and a schedule changes both:
+    """Whether a recorded row (a row object or a dict) may calibrate the model: False for rows the model does not
+    describe (open-loop loads without a concurrency, more than one GPU, a speculative method other than
+    ``MODELLED_SPEC_METHODS``), for configs with a batch-size schedule (the model takes k as fixed and the decode steps as full CUDA graphs, and a schedule changes both:
     vLLM 0.26 runs it with PIECEWISE graphs only) and for controls that force a model runner or a CUDA-graph mode
     (``analysis.is_control``): the model is of the servers as vLLM chooses to run them."""
 
+    concurrency = _get(row, "concurrency")
+    if concurrency is None or concurrency != concurrency or _get(row, "spec_method") not in MODELLED_SPEC_METHODS:
+        return False
+    if int(_get(row, "tensor_parallel_size") or 1) != 1 or int(_get(row, "pipeline_parallel_size") or 1) != 1:
+        return False
     config = _get(row, "engine_config_json")
     spec = recorded_speculative(config)
     scheduled = spec is not None and not spec.keeps_full_cudagraphs
@@ -32,9 +45,14 @@ def calibrates(row: Any) -> bool:
 
 def calibration_rows() -> list[Any]:
     """Every recorded H200 row (spec off and on) of ``CALIBRATION_CASES``, rebuilt from the raw files, that
-    ``calibrates``."""
+    ``calibrates`` and did not stall (``results.stalls``: the pages and the claims ledger leave stalled rows out too)."""
 
-    return [row for case in CALIBRATION_CASES for row in replay_rows(case) if calibrates(row)]
+    keep = []
+    for case in CALIBRATION_CASES:
+        rows = replay_rows(case)
+        stalled = mark_stalled(rows_to_frame(rows, RUN_COLUMNS))["stalled"].astype(bool).tolist()
+        keep += [row for row, stall in zip(rows, stalled, strict=True) if not stall and calibrates(row)]
+    return keep
 
 
 def measured_overlay(gpu: str, model: str, draft_model: str | None = None, k: int = 0) -> pd.DataFrame:

@@ -11,6 +11,7 @@ from vllm_playbooks.claims.verdict import LOAD_FACTOR, Verdict, judge
 from vllm_playbooks.hardware import get_gpu
 from vllm_playbooks.analysis.schedule import scheduled_off
 from vllm_playbooks.model.calibration import EfficiencyFit, predict_tpot_ms
+from vllm_playbooks.model.holdout import calibrate_on_gpu
 from vllm_playbooks.model.speculative import acceptance_rate_of_alpha
 from vllm_playbooks.results.store import load_reference
 
@@ -109,13 +110,18 @@ def report_acceptance(rows: pd.DataFrame, published: pd.DataFrame) -> dict[str, 
 
 
 def predict_13834_a100(fit: EfficiencyFit, concurrency: int = 32, alpha: float | None = None,
-                       k: int | None = None) -> dict[str, float]:
+                       k: int | None = None, calibrate: bool = False) -> dict[str, float]:
     """Out-of-sample: the H200 fit's efficiencies on the A100-80GB peaks, for Discussion #13834's setup.
 
     Llama-3.3-70B AWQ target, Llama-3.2-3B AWQ draft, the report's k and acceptance (read from
     ``data/reference/published.csv`` where not given), fp8 KV, 1240 in / 128 out, ≈ ``concurrency`` streams. Returns predicted TPOT and output tok/s (closed loop, concurrency × 1000 / TPOT) off
     and on, beside the reported output tok/s read from ``data/reference/published.csv``. The speculative prediction
     includes the fit's per-draft-forward overhead when it has one (``fit_efficiency(..., draft_overhead=True)``).
+
+    ``calibrate=False`` carries the H200's efficiencies and fixed times to the A100 unchanged; ``True`` first
+    recalibrates them on the report's one spec-off point (``model.holdout.calibrate_on_gpu``: its ITL as TPOT at the
+    streams its numbers imply), so only the speculative prediction is out of sample. ``bandwidth_efficiency`` and
+    ``overhead_ms`` say which parameters were used.
     """
 
     ref = load_reference("discussion-13834").set_index("claim_id")["value"].astype(float)
@@ -127,6 +133,11 @@ def predict_13834_a100(fit: EfficiencyFit, concurrency: int = 32, alpha: float |
     }  # fmt: skip
     spec = {**base, "num_speculative_tokens": k, "draft_model": "llama-3.2-3b-awq", "imposed_alpha": alpha}
     a100 = get_gpu("A100-80GB")
+    if calibrate:
+        streams = round(float(ref["output-tok-s-spec-off"]) * float(ref["itl-ms-spec-off"]) / 1000.0)
+        point = {**base, "case": "discussion-13834 (A100 report)", "concurrency": streams,
+                 "tpot_mean_ms": float(ref["itl-ms-spec-off"])}  # fmt: skip
+        fit = calibrate_on_gpu(fit, [point], a100)
     off_ms = predict_tpot_ms(base, fit, a100)
     on_ms = predict_tpot_ms(spec, fit, a100)
     return {
@@ -134,4 +145,5 @@ def predict_13834_a100(fit: EfficiencyFit, concurrency: int = 32, alpha: float |
         "output_tok_s_off": concurrency * 1000 / off_ms, "output_tok_s_on": concurrency * 1000 / on_ms,
         "reported_output_tok_s_off": float(ref["output-tok-s-spec-off"]),
         "reported_output_tok_s_on": float(ref["output-tok-s-spec-on"]),
+        "bandwidth_efficiency": fit.bandwidth_efficiency, "overhead_ms": 1000 * fit.overhead_s,
     }  # fmt: skip

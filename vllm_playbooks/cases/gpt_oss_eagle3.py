@@ -16,10 +16,11 @@ from vllm_playbooks.claims.verdict import LOAD_FACTOR, Effect, Verdict, best, co
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.hardware import Gpu
 from vllm_playbooks.model.calibration import EfficiencyFit, cost_time_s, speculation_prediction
+from vllm_playbooks.model.steps import moe_layers_run
 from vllm_playbooks.model.roofline import decode_step_flops, forward_cost
 from vllm_playbooks.model.speculative import fit_iid_alpha, speedup
 from vllm_playbooks.run.plan import load_plan
-from vllm_playbooks.shapes import get_shape
+from vllm_playbooks.shapes import get_shape, resolve_model
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -202,7 +203,8 @@ def routing_signature(
         context = float(in_len) + float(out_len) / 2
         predicted = {}
         for routing in ("uniform", "fixed"):
-            times = [cost_time_s(forward_cost(model_shape, b, 1, context, routing=routing), gpu, fit) for b in (low, high)]
+            times = [cost_time_s(forward_cost(model_shape, b, 1, context, routing=routing), gpu, fit,
+                                 moe_layers=moe_layers_run(resolve_model(model_shape))) for b in (low, high)]  # fmt: skip
             predicted[routing] = times[1] / times[0]
         records.append({
             "input_len": int(in_len), "output_len": int(out_len), "measured_growth": tpot[high] / tpot[low],

@@ -16,26 +16,47 @@ from vllm_playbooks.config.capacity import GIB, check_fits
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.config.speculative import SpeculativeConfig
 from vllm_playbooks.errors import ConfigError
-from vllm_playbooks.config.sizes import dtype_bytes, parameter_count, weight_bytes
 from vllm_playbooks.hardware import Gpu, as_gpu
-from vllm_playbooks.model.roofline import ForwardCost, decode_step_bytes, decode_step_flops, forward_cost
-from vllm_playbooks.model.speculative import expected_tokens_per_step, tokens_per_step_from_rates
-from vllm_playbooks.shapes import ModelShape, resolve_model
+from vllm_playbooks.model.roofline import ForwardCost, forward_cost
+from vllm_playbooks.model.speculative import tokens_per_step_from_rates
+from vllm_playbooks.model.steps import _Forward, _forward, _get, _row_terms, median_points, moe_layers_run
+from vllm_playbooks.shapes import resolve_model
 
 if TYPE_CHECKING:
     import pandas as pd
 
 
+#: Bounds of the fitted efficiencies (fractions of the datasheet peak). A streaming kernel sustains roughly nine
+#: tenths of the HBM peak at best, and dense BF16 matmuls of LLM shapes about as much of the tensor peak, so nothing
+#: above 0.9 is physical; the lower bounds only keep the search away from zero. A fitted value on a bound means the
+#: model lacks a term (``EfficiencyFit.at_bound`` names it).
+EFFICIENCY_BOUNDS: dict[str, tuple[float, float]] = {
+    "bandwidth_efficiency": (0.3, 0.9), "quantized_bandwidth_efficiency": (0.05, 0.9),
+    "compute_efficiency": (0.2, 0.9),
+}  # fmt: skip
+#: Bounds of the fixed time per forward pass t0 (s): launches, scheduling and the host's share of one engine step.
+OVERHEAD_BOUNDS_S = (0.0, 0.01)
+#: Bounds of the fixed time per MoE layer (s): routing, top-k, token permutation and the grouped expert kernels,
+#: which take a few kernel latencies however few tokens they carry.
+MOE_LAYER_OVERHEAD_BOUNDS_S = (0.0, 2e-4)
+
+
 @dataclass(frozen=True)
 class EfficiencyFit:
-    """Fitted efficiencies of the batch roofline on one GPU.
+    """Fitted efficiencies of the batch roofline on one GPU and host.
 
     One forward pass over ``batch`` sequences takes
-    ``max(dense_bytes / (bandwidth_efficiency·BW) + awq_bytes / (quantized_bandwidth_efficiency·BW),
-    flops / (compute_efficiency·BF16 peak)) + overhead_s``, where dense bytes are BF16 weights plus KV cache, AWQ bytes
-    the 4-bit linear weights (streamed by dequantizing kernels, much slower per byte) and flops include the prompt
-    tokens of requests that join mid-run (chunked prefill shares steps with decodes). ``speculation``, when fitted
-    (``fit_efficiency(..., draft_overhead=True)``), adds the fixed costs of speculating with a draft model.
+    ``max(dense_bytes / (bandwidth_efficiency·BW) + four_bit_bytes / (quantized_bandwidth_efficiency·BW),
+    flops / (compute_efficiency·BF16 peak)) + overhead_s + moe_layers · moe_layer_overhead_s``. Dense bytes are 8- and 16-bit weights plus the KV cache;
+    four-bit bytes are the weights that 4-bit kernels dequantize in software on this GPU (AWQ linear layers, gpt-oss's
+    MXFP4 experts), much slower per byte; flops include the prompt tokens of requests that join mid-run (chunked
+    prefill shares steps with decodes). MoE layers read only the experts the step's tokens touch. ``speculation``,
+    when fitted (``fit_efficiency(..., draft_overhead=True)``), adds the fixed costs of speculating with a draft model.
+
+    The efficiencies and ``overhead_s`` (t0) belong to one GPU and host: ``provenance`` says where they come from
+    (the rows fitted, or ``calibrate_on_gpu``'s measured points, or that they were carried from another GPU),
+    ``groups`` the cases fitted, and ``at_bound`` names every parameter that landed on its bound
+    (``EFFICIENCY_BOUNDS``, ``OVERHEAD_BOUNDS_S``): empty for a physical fit.
     """
 
     gpu: str
@@ -48,6 +69,11 @@ class EfficiencyFit:
     #: the fixed costs speculation adds per draft forward and per step (``fit_draft_overhead``); None: no such term,
     #: the speculative TPOT is the roofline of its forwards alone (the model before issue #8)
     speculation: DraftOverheadFit | None = None
+    at_bound: tuple[str, ...] = ()
+    provenance: str = ""
+    groups: tuple[str, ...] = ()
+    #: fixed time per MoE layer of a forward (s), on top of ``overhead_s`` (``MOE_LAYER_OVERHEAD_BOUNDS_S``)
+    moe_layer_overhead_s: float = 0.0
 
     @property
     def draft_overhead_s(self) -> float:
@@ -85,64 +111,9 @@ class DraftOverheadFit:
     draft_overhead_se_s: float = math.nan
 
 
-@dataclass(frozen=True)
-class _Forward:
-    dense_bytes: float
-    quant_bytes: float
-    flops: float
-
-
-def _get(row: Any, name: str, default: Any = None) -> Any:
-    if isinstance(row, Mapping):
-        return row.get(name, default)
-    return getattr(row, name, default)
-
-
-def _forward(shape: ModelShape, batch: float, q: int, context_len: float, kv_dtype: str, prefill_tokens: float) -> _Forward:
-    total = decode_step_bytes(shape, batch, context_len, kv_dtype)
-    quant = 0.0
-    if shape.quantization:
-        quant = float(weight_bytes(shape) - parameter_count(shape, "dense") * dtype_bytes("auto", shape))
-    flops = decode_step_flops(shape, batch, q) + 2.0 * parameter_count(shape) * prefill_tokens
-    return _Forward(dense_bytes=total - quant, quant_bytes=quant, flops=flops)
-
-
-def _row_terms(row: Any, alpha: float | None = None) -> tuple[_Forward, _Forward | None, int, float]:
-    """(target forward, draft forward or None, k, τ) for a measured or hypothetical row.
-
-    τ is the row's measured mean acceptance length when it has one, else τ(α, k) from ``alpha`` or ``imposed_alpha``.
-    Closed loop: ``concurrency`` sequences decode at once; each finished request is replaced, so on average
-    batch · τ / output_len requests join per step, each bringing ``input_len`` prompt tokens. The mean context is
-    input_len + output_len / 2.
-    """
-    batch = int(_get(row, "concurrency") or 0)
-    if batch < 1:
-        raise ValueError("the model needs a closed-loop row: concurrency >= 1")
-    k = int(_get(row, "num_speculative_tokens") or 0)
-    input_len, output_len = int(_get(row, "input_len")), int(_get(row, "output_len"))
-    kv_dtype = _get(row, "kv_cache_dtype") or "auto"
-    tau = 1.0
-    if k:
-        measured = _get(row, "mean_acceptance_length")
-        a = alpha if alpha is not None else _get(row, "imposed_alpha")
-        if alpha is None and measured:
-            tau = float(measured)
-        elif a is not None:
-            tau = expected_tokens_per_step(float(a), k)
-        else:
-            raise ValueError("a speculative row needs mean_acceptance_length, imposed_alpha or alpha")
-    context = input_len + output_len / 2
-    prefill = batch * tau * input_len / output_len
-    target = _forward(resolve_model(_get(row, "model_shape")), batch, k + 1, context, kv_dtype, prefill)
-    draft = None
-    if k:
-        draft = _forward(resolve_model(_get(row, "draft_model")), batch, 1, context, kv_dtype, 0.0)
-    return target, draft, k, tau
-
-
-def _time(f: _Forward, gpu: Gpu, eb: float, eq: float, ef: float, t0: float) -> float:
+def _time(f: _Forward, gpu: Gpu, eb: float, eq: float, ef: float, t0: float, tm: float = 0.0) -> float:
     memory = f.dense_bytes / (eb * gpu.bandwidth_bytes_s) + f.quant_bytes / (eq * gpu.bandwidth_bytes_s)
-    return max(memory, f.flops / (ef * gpu.bf16_flops_s)) + t0
+    return max(memory, f.flops / (ef * gpu.bf16_flops_s)) + t0 + f.moe_layers * tm
 
 
 def _tpot_ms(
@@ -156,13 +127,39 @@ def _tpot_ms(
     return step / tau * 1000.0
 
 
-def fit_efficiency(rows: Iterable[Any], gpu: Gpu | str, draft_overhead: bool = False) -> EfficiencyFit:
-    """Least-squares fit (relative TPOT residuals) of the four roofline parameters on the rows without speculation.
+def _off_arrays(terms: list[tuple[_Forward, _Forward | None, int, float]]) -> tuple[np.ndarray, ...]:
+    return tuple(np.array([getattr(t[0], name) for t in terms]) for name in ("dense_bytes", "quant_bytes", "flops"))
 
-    Parameters: HBM efficiency for BF16 weights and KV, HBM efficiency for AWQ 4-bit weights (only identifiable when
-    an AWQ row is present; otherwise it stays at the BF16 value), BF16 compute efficiency (identified by the prefill
-    tokens that share steps at high concurrency) and a fixed overhead per forward pass. Efficiencies are bounded to
-    (0, 1]. Search: a coarse grid, then coordinate refinement with shrinking steps (numpy only, no scipy).
+
+def _bounded_lstsq(design: np.ndarray, target: np.ndarray, bounds: list[tuple[float, float]]) -> tuple[float, float]:
+    """Least squares of two unknowns within box bounds: the free solution if inside, else the best of the solutions
+    with one unknown held on a bound (its other refitted and clipped)."""
+    def clipped(x: np.ndarray) -> np.ndarray:
+        return np.array([min(max(v, lo), hi) for v, (lo, hi) in zip(x, bounds, strict=True)])
+
+    candidates = [clipped(np.linalg.lstsq(design, target, rcond=None)[0])]
+    for held in (0, 1):
+        for value in bounds[held]:
+            other = 1 - held
+            rest = target - design[:, held] * value
+            column = design[:, other]
+            x = np.zeros(2)
+            x[held], x[other] = value, float(column @ rest / (column @ column)) if column @ column > 0 else 0.0
+            candidates.append(clipped(x))
+    best = min(candidates, key=lambda x: float(np.sum((design @ x - target) ** 2)))
+    return float(best[0]), float(best[1])
+
+
+def fit_efficiency(rows: Iterable[Any], gpu: Gpu | str, draft_overhead: bool = False) -> EfficiencyFit:
+    """Bounded least-squares fit (relative TPOT residuals) of the roofline's four parameters on the rows without
+    speculation, their repeats reduced to medians (``median_points``).
+
+    Parameters: HBM efficiency for dense bytes (8/16-bit weights and KV), HBM efficiency for 4-bit weights (only
+    identifiable when a 4-bit row is present; otherwise it stays at the dense value), BF16 compute efficiency
+    (identified by the prefill tokens that share steps at high concurrency), each within ``EFFICIENCY_BOUNDS``, and a
+    fixed time per forward pass t0 within ``OVERHEAD_BOUNDS_S``. Given the efficiencies, t0 is the closed-form
+    least-squares intercept (clipped to its bounds); the efficiencies are searched on a grid, then refined coordinate
+    by coordinate with shrinking steps. ``at_bound`` names the parameters that end on a bound.
 
     ``draft_overhead=True`` then fits the per-draft-forward overhead t_d on the rows with speculation, these four
     parameters held fixed (``fit_draft_overhead``), and returns the fit with it; the rows with speculation never move
@@ -170,45 +167,55 @@ def fit_efficiency(rows: Iterable[Any], gpu: Gpu | str, draft_overhead: bool = F
     """
     rows = list(rows)
     device = as_gpu(gpu)
-    off = [r for r in rows if int(_get(r, "num_speculative_tokens") or 0) == 0]
+    points = median_points(rows)
+    off = [p for p in points if not _is_speculative(p)]
     if len(off) < 3:
-        raise ValueError(f"need at least 3 rows without speculation to fit, got {len(off)}")
-    terms = [_row_terms(r) for r in off]
-    measured = np.array([float(_get(r, "tpot_mean_ms")) for r in off])
-    has_quant = any(t[0].quant_bytes > 0 for t in terms)
+        raise ValueError(f"need at least 3 points without speculation to fit, got {len(off)}")
+    terms = [_row_terms(p) for p in off]
+    dense, quant, flops = _off_arrays(terms)
+    measured = np.array([float(p["tpot_mean_ms"]) for p in off]) / 1000.0
+    layers = np.array([t[0].moe_layers for t in terms])
+    has_quant, has_moe = bool(np.any(quant > 0)), bool(np.any(layers > 0))
+    names = list(EFFICIENCY_BOUNDS)
+    low = np.array([EFFICIENCY_BOUNDS[n][0] for n in names])
+    high = np.array([EFFICIENCY_BOUNDS[n][1] for n in names])
 
-    def loss(p: tuple[float, float, float, float]) -> float:
-        predicted = np.array([_tpot_ms(t, device, p) for t in terms])
-        return float(np.mean(((predicted - measured) / measured) ** 2))
+    def solve(e: np.ndarray) -> tuple[tuple[float, float], float]:
+        eb, eq, ef = e[0], (e[1] if has_quant else e[0]), e[2]
+        roof = np.maximum(dense / (eb * device.bandwidth_bytes_s) + quant / (eq * device.bandwidth_bytes_s),
+                          flops / (ef * device.bf16_flops_s))  # fmt: skip
+        fixed = _bounded_lstsq(np.column_stack([1 / measured, layers / measured]), 1 - roof / measured,
+                               [OVERHEAD_BOUNDS_S, MOE_LAYER_OVERHEAD_BOUNDS_S if has_moe else (0.0, 0.0)])  # fmt: skip
+        return fixed, float(np.mean(((roof + fixed[0] + layers * fixed[1]) / measured - 1) ** 2))
 
-    def clip(p: list[float]) -> tuple[float, float, float, float]:
-        eb, eq, ef = (min(max(float(v), 0.02), 1.0) for v in p[:3])
-        t0 = max(float(p[3]), 0.0)
-        return (eb, eq if has_quant else eb, ef, t0)
-
-    grid = itertools.product(
-        np.linspace(0.3, 1.0, 8), np.linspace(0.1, 1.0, 10) if has_quant else [1.0], np.linspace(0.2, 1.0, 9),
-        np.linspace(0.0, 3e-3, 13),
-    )  # fmt: skip
-    best = min((clip(list(p)) for p in grid), key=loss)
-    steps = [0.05, 0.05, 0.05, 2.5e-4]
-    current = list(best)
-    for _ in range(60):
+    grid = [np.array(p) for p in itertools.product(*(np.linspace(lo, hi, 8) for lo, hi in zip(low, high, strict=True)))]
+    current = min(grid, key=lambda e: solve(e)[1])
+    steps = (high - low) / 14
+    while steps.max() > 1e-5:
         improved = False
-        for i in range(4):
+        for i in range(len(names)):
             for sign in (1, -1):
-                trial = list(current)
-                trial[i] += sign * steps[i]
-                if loss(clip(trial)) < loss(clip(current)):
-                    current, improved = list(clip(trial)), True
+                trial = current.copy()
+                trial[i] = min(max(trial[i] + sign * steps[i], low[i]), high[i])
+                if solve(trial)[1] < solve(current)[1]:
+                    current, improved = trial, True
         if not improved:
-            steps = [s / 2 for s in steps]
-            if steps[0] < 1e-4:
-                break
-    eb, eq, ef, t0 = clip(current)
+            steps = steps / 2
+    if not has_quant:
+        current[1] = current[0]
+    (t0, tm), loss = solve(current)
+    values = {**dict(zip(names, (float(v) for v in current), strict=True)), "overhead_s": t0,
+              "moe_layer_overhead_s": tm}  # fmt: skip
+    bounds = {**EFFICIENCY_BOUNDS, "overhead_s": OVERHEAD_BOUNDS_S, "moe_layer_overhead_s": MOE_LAYER_OVERHEAD_BOUNDS_S}
+    unidentified = ({"quantized_bandwidth_efficiency"} if not has_quant else set()) | (
+        {"moe_layer_overhead_s"} if not has_moe else set())  # fmt: skip
+    at_bound = tuple(n for n, v in values.items() if n not in unidentified
+                     and min(abs(v - b) for b in bounds[n]) <= 1e-4 * (bounds[n][1] - bounds[n][0]))  # fmt: skip
+    groups = tuple(sorted({str(p["case"]) for p in off}))
     fit = EfficiencyFit(
-        gpu=device.name, bandwidth_efficiency=eb, quantized_bandwidth_efficiency=eq, compute_efficiency=ef,
-        overhead_s=t0, rows_used=len(off), rms_relative_error=math.sqrt(loss((eb, eq, ef, t0))),
+        gpu=device.name, **values, rows_used=len(off), rms_relative_error=math.sqrt(loss), at_bound=at_bound,
+        provenance=f"fitted on {len(off)} {device.name} points without speculation ({', '.join(groups)})",
+        groups=groups,
     )  # fmt: skip
     if draft_overhead:
         fit = fit.with_draft_overhead(fit_draft_overhead(rows, fit, device))
@@ -229,11 +236,12 @@ def fit_draft_overhead(
     predicted TPOT (B_i + k_i·t_d + t_v) / τ_i is linear in the unknowns, B_i being the roofline step of its forwards.
     The loss is ``fit_efficiency``'s, the mean squared relative TPOT error, so the fit is a closed-form weighted linear
     least squares. With ``nonnegative`` (the default) a term the data would make negative, which has no physical
-    meaning, is held at 0 and the other refitted. Rows without speculation are skipped. ``gpu`` defaults to the fit's:
-    the rows must have been measured on it.
+    meaning, is held at 0 and the other refitted. Rows without speculation are skipped, repeats are reduced to their
+    medians (``median_points``; ``rows_used`` counts points). ``gpu`` defaults to the fit's: the rows must have been
+    measured on it.
     """
     device = as_gpu(gpu if gpu is not None else fit.gpu)
-    spec = [r for r in rows if _is_speculative(r)]
+    spec = [r for r in median_points(rows) if _is_speculative(r)]
     unknowns = 2 if verify_term else 1
     if len(spec) < unknowns:
         raise ValueError(f"need at least {unknowns} rows with speculation to fit, got {len(spec)}")
@@ -278,115 +286,9 @@ def fit_draft_overhead(
     )  # fmt: skip
 
 
-#: How ``draft_overhead_holdout`` groups the speculation-on rows: by recorded case, by engine config, or row by row.
-HOLDOUT_GROUPINGS = ("case", "config", "row")
-
-
-def _holdout_group(row: Any, by: str, index: int) -> str:
-    if by == "case":
-        return str(_get(row, "case"))
-    if by == "config":
-        alpha = _get(row, "imposed_alpha")
-        return (f"{_get(row, 'case')}: {_get(row, 'draft_model')} k={int(_get(row, 'num_speculative_tokens'))}"
-                f" α={'earned' if alpha is None else f'{float(alpha):g}'}")  # fmt: skip
-    if by == "row":
-        return f"{_get(row, 'case')} #{index}"
-    raise ValueError(f"by must be one of {HOLDOUT_GROUPINGS}, got {by!r}")
-
-
-def draft_overhead_holdout(
-    rows: Iterable[Any], fit: EfficiencyFit, by: str = "case", gpu: Gpu | str | None = None, verify_term: bool = False,
-) -> pd.DataFrame:
-    """Out-of-sample error of the draft overhead: each group of speculation-on rows predicted with a t_d (and t_v)
-    fitted on the other groups' rows only.
-
-    ``by``: ``"case"`` (leave one recorded case out: the 8B case's t_d predicts the 70B case and back), ``"config"``
-    (leave one engine config out: case, draft model, k, imposed α) or ``"row"``. The spec-off efficiencies of ``fit``
-    are held fixed in every fold, and they were fitted on the spec-off rows of every case, the held-out one's
-    included (the AWQ bandwidth efficiency cannot be fitted without the 70B case's own rows): what is held out is the
-    speculation-on rows, which are all the overhead fit sees. One line per speculation-on row, in input order:
-    ``held_out`` (its group), what identifies it, the measured TPOT, the prediction without any overhead term
-    (``tpot_ms_no_term``) and with the held-out t_d (``tpot_ms_held_out``), that t_d (``draft_overhead_ms``), how many
-    rows it was fitted on (``rows_fitted``) and both relative errors (predicted / measured − 1).
-    """
-    import pandas as pd
-
-    spec = [r for r in rows if _is_speculative(r)]
-    device = as_gpu(gpu if gpu is not None else fit.gpu)
-    labels = [_holdout_group(r, by, i) for i, r in enumerate(spec)]
-    if len(set(labels)) < 2:
-        raise ValueError(f"a hold-out needs speculation-on rows from at least 2 groups (by={by!r}), got {set(labels)}")
-    bare = fit.with_draft_overhead(None)
-    folds = {}
-    for label in dict.fromkeys(labels):
-        train = [r for r, g in zip(spec, labels, strict=True) if g != label]
-        folds[label] = (fit_draft_overhead(train, bare, device, verify_term=verify_term), len(train))
-    records = []
-    for row, label in zip(spec, labels, strict=True):
-        overhead, fitted = folds[label]
-        measured = float(_get(row, "tpot_mean_ms"))
-        no_term = predict_tpot_ms(row, bare, device)
-        held_out = predict_tpot_ms(row, bare.with_draft_overhead(overhead), device)
-        records.append({
-            "held_out": label, "case": _get(row, "case"), "draft_model": _get(row, "draft_model"),
-            "k": int(_get(row, "num_speculative_tokens")), "imposed_alpha": _get(row, "imposed_alpha"),
-            "concurrency": int(_get(row, "concurrency")), "tpot_ms_measured": measured, "tpot_ms_no_term": no_term,
-            "tpot_ms_held_out": held_out, "draft_overhead_ms": 1000.0 * overhead.draft_overhead_s,
-            "verify_overhead_ms": 1000.0 * overhead.verify_overhead_s, "rows_fitted": fitted,
-            "tpot_rel_error_no_term": no_term / measured - 1, "tpot_rel_error_held_out": held_out / measured - 1,
-        })  # fmt: skip
-    return pd.DataFrame(records)
-
-
-def draft_overhead_summary(rows: Iterable[Any], fit: EfficiencyFit, gpu: Gpu | str | None = None) -> pd.DataFrame:
-    """The TPOT error of the calibrated roofline before and after the draft overhead, in-sample and out-of-sample.
-
-    ``fit`` gives the spec-off efficiencies (its own overhead terms are ignored: t_d is refitted here on ``rows``).
-    One line per evaluation: which rows (``subset``; ``n_rows``: how many), whether the number is ``in-sample`` (the
-    rows were fitted on, so it flatters the model), ``out-of-sample`` (each row predicted with a t_d fitted without
-    its case, or without its engine config: ``draft_overhead_holdout``) or ``no term``; the t_d used (its range over
-    the folds for a hold-out), the median and the largest |TPOT error|. The spec-off rows are always in-sample: the
-    efficiencies were fitted on them.
-    """
-    import pandas as pd
-
-    rows = list(rows)
-    device = as_gpu(gpu if gpu is not None else fit.gpu)
-    bare = fit.with_draft_overhead(None)
-    overhead = fit_draft_overhead(rows, bare, device)
-    with_term = bare.with_draft_overhead(overhead)
-    off = [r for r in rows if not _is_speculative(r)]
-    spec = [r for r in rows if _is_speculative(r)]
-
-    def errors(subset: list[Any], model: EfficiencyFit) -> np.ndarray:
-        return np.array([predict_tpot_ms(r, model, device) / float(_get(r, "tpot_mean_ms")) - 1 for r in subset])
-
-    def line(what: str, sample: str, td: tuple[float, float], e: np.ndarray) -> dict[str, Any]:
-        return {"subset": what, "n_rows": len(e), "sample": sample, "draft_overhead_ms_min": 1000 * td[0],
-                "draft_overhead_ms_max": 1000 * td[1], "median_abs_tpot_error": float(np.median(np.abs(e))),
-                "max_abs_tpot_error": float(np.max(np.abs(e)))}  # fmt: skip
-
-    td = overhead.draft_overhead_s
-    off_e, spec_before, spec_after = errors(off, bare), errors(spec, bare), errors(spec, with_term)
-    records = [
-        line("spec off", "in-sample", (0.0, 0.0), off_e),
-        line("spec on", "no term", (0.0, 0.0), spec_before),
-        line("spec on", "in-sample", (td, td), spec_after),
-    ]
-    for by in ("case", "config"):
-        held = draft_overhead_holdout(rows, bare, by, device)
-        span = (held.draft_overhead_ms.min() / 1000, held.draft_overhead_ms.max() / 1000)
-        out_of_sample = held.tpot_rel_error_held_out.to_numpy()
-        records.append(line(f"spec on, leave one {by} out", "out-of-sample", span, out_of_sample))
-    records += [
-        line("all", "no term", (0.0, 0.0), np.concatenate([off_e, spec_before])),
-        line("all", "in-sample", (td, td), np.concatenate([off_e, spec_after])),
-    ]
-    return pd.DataFrame(records)
-
-
-def _params(fit: EfficiencyFit) -> tuple[float, float, float, float]:
-    return (fit.bandwidth_efficiency, fit.quantized_bandwidth_efficiency, fit.compute_efficiency, fit.overhead_s)
+def _params(fit: EfficiencyFit) -> tuple[float, float, float, float, float]:
+    return (fit.bandwidth_efficiency, fit.quantized_bandwidth_efficiency, fit.compute_efficiency, fit.overhead_s,
+            fit.moe_layer_overhead_s)  # fmt: skip
 
 
 def forward_time_s(
@@ -400,7 +302,7 @@ def forward_time_s(
         raise ValueError(f"shards must be >= 1, got {shards}")
     device = as_gpu(gpu if gpu is not None else fit.gpu)
     whole = _forward(resolve_model(model), batch, 1, context_len, kv_cache_dtype, prefill_tokens)
-    part = _Forward(whole.dense_bytes / shards, whole.quant_bytes / shards, whole.flops / shards)
+    part = _Forward(whole.dense_bytes / shards, whole.quant_bytes / shards, whole.flops / shards, whole.moe_layers)
     return _time(part, device, *_params(fit))
 
 
@@ -409,7 +311,8 @@ def predict_tpot_ms(row_like: Any, fit: EfficiencyFit, gpu: Gpu | str | None = N
 
     With speculation: (T_target(B, k+1) + k · (T_draft(B, 1) + t_d) + t_v) / τ, each forward from the same fitted
     roofline, t_d and t_v the fit's speculation overheads (``EfficiencyFit.speculation``; 0 when it has none). On
-    another GPU they are carried over unchanged, as the per-forward overhead t0 is.
+    another GPU than ``fit.gpu`` every fitted parameter (efficiencies, t0, the MoE-layer time, t_d) is carried over
+    as it is; ``model.holdout.calibrate_on_gpu`` refits the GPU's own from a few measured points.
     """
     device = as_gpu(gpu if gpu is not None else fit.gpu)
     return _tpot_ms(_row_terms(row_like, alpha), device, _params(fit), fit.draft_overhead_s, fit.verify_overhead_s)
@@ -444,13 +347,16 @@ def prediction_table(rows: Iterable[Any], fit: EfficiencyFit, gpu: Gpu | str | N
 def whatif_curve(
     fit: EfficiencyFit, gpu: Gpu | str, model: str, concurrencies: Iterable[int], input_len: int, output_len: int,
     kv_cache_dtype: str = "auto", draft_model: str | None = None, k: int = 0, alpha: float | None = None,
+    interval_log: float | None = None,
 ) -> pd.DataFrame:
     """Predicted mean TPOT and closed-loop output tok/s against concurrency, without and (if a draft is given) with
     speculation, on ``gpu`` with the efficiencies fitted on the H200 (see ``EfficiencyFit``; the speculative curve
     includes the fit's draft overhead t_d when it has one).
 
     Refuses (``ConfigError``) a draft without its acceptance ``alpha``, and (``CapacityError``, the KV calculator's
-    ``check_fits``) a config whose weights, or one sequence of input + output tokens, cannot fit one such GPU."""
+    ``check_fits``) a config whose weights, or one sequence of input + output tokens, cannot fit one such GPU.
+    ``interval_log`` (a half-width in log TPOT, e.g. ``model.holdout``'s from held-out errors) adds the interval's
+    bounds: ``tpot_ms_low``/``tpot_ms_high`` and the output tok/s they give."""
     import pandas as pd
 
     concurrencies = list(concurrencies)
@@ -468,8 +374,13 @@ def whatif_curve(
     for label, spec in variants:
         for concurrency in concurrencies:
             tpot = predict_tpot_ms({**spec, "concurrency": concurrency}, fit, gpu)
-            records.append({"engine_label": label, "concurrency": concurrency, "tpot_mean_ms": tpot,
-                            "output_tok_s": concurrency * 1000 / tpot})  # fmt: skip
+            record = {"engine_label": label, "concurrency": concurrency, "tpot_mean_ms": tpot,
+                      "output_tok_s": concurrency * 1000 / tpot}  # fmt: skip
+            if interval_log is not None:
+                low, high = tpot * math.exp(-interval_log), tpot * math.exp(interval_log)
+                record.update(tpot_ms_low=low, tpot_ms_high=high, output_tok_s_low=concurrency * 1000 / high,
+                              output_tok_s_high=concurrency * 1000 / low)  # fmt: skip
+            records.append(record)
     return pd.DataFrame(records)
 
 
@@ -489,14 +400,16 @@ def check_loadable(gpu: Gpu | str, model: str, max_model_len: int, draft_model: 
     check_fits(engine, round(device.memory_gb * 1e9 / GIB, 1), device.name)
 
 
-def cost_time_s(cost: ForwardCost, gpu: Gpu | str, fit: EfficiencyFit, tensor_parallel: int = 1) -> float:
+def cost_time_s(cost: ForwardCost, gpu: Gpu | str, fit: EfficiencyFit, tensor_parallel: int = 1,
+                moe_layers: int = 0) -> float:  # fmt: skip
     """Roofline time of a forward with the fitted H200 efficiencies (BF16 bandwidth efficiency for every byte,
-    BF16 compute efficiency for every FLOP, the fitted per-forward overhead), its work split over ``tensor_parallel``
-    GPUs. Communication between those GPUs is not modelled."""
+    BF16 compute efficiency for every FLOP, the fitted per-forward overhead and, for ``moe_layers`` MoE layers, the
+    fitted time per MoE layer), its work split over ``tensor_parallel`` GPUs. Communication between those GPUs is not
+    modelled."""
     device = as_gpu(gpu)
     memory = cost.bytes / (tensor_parallel * fit.bandwidth_efficiency * device.bandwidth_bytes_s)
     compute = cost.flops / (tensor_parallel * fit.compute_efficiency * device.bf16_flops_s)
-    return max(memory, compute) + fit.overhead_s
+    return max(memory, compute) + fit.overhead_s + moe_layers * fit.moe_layer_overhead_s
 
 
 def speculation_prediction(
@@ -524,7 +437,8 @@ def speculation_prediction(
     tau = tokens_per_step_from_rates(p)
 
     def time(shape: str, q: int, role: str) -> float:
-        return cost_time_s(forward_cost(shape, batch, q, context_len, kv_cache_dtype, role), gpu, fit, tensor_parallel)
+        cost = forward_cost(shape, batch, q, context_len, kv_cache_dtype, role)
+        return cost_time_s(cost, gpu, fit, tensor_parallel, moe_layers_run(resolve_model(shape), role))
 
     if draft_fixed_cost_s is not None and draft_fixed_cost_s < 0:
         raise ValueError(f"draft_fixed_cost_s must be >= 0, got {draft_fixed_cost_s}")

@@ -26,3 +26,9 @@ def test_a_loadable_config_gets_both_curves() -> None:
     curve = whatif_curve(FIT, "A100-80GB", "llama-3.1-8b", [1, 8], 1024, 128, draft_model="llama-3.2-1b", k=4,
                          alpha=0.7)  # fmt: skip
     assert set(curve["engine_label"]) == {"spec off", "draft k=4 α=0.7"} and (curve["tpot_mean_ms"] > 0).all()
+
+
+def test_an_interval_brackets_the_curve() -> None:
+    curve = whatif_curve(FIT, "H200-SXM", "llama-3.1-8b", [1, 8], 1024, 128, interval_log=0.2)
+    assert (curve.tpot_ms_low < curve.tpot_mean_ms).all() and (curve.tpot_mean_ms < curve.tpot_ms_high).all()
+    assert (curve.output_tok_s_low < curve.output_tok_s).all() and (curve.output_tok_s < curve.output_tok_s_high).all()
