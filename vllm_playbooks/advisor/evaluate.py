@@ -192,7 +192,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slo-tpot-p99-ms", type=float)
     parser.add_argument("--slo-ttft-p99-ms", type=float)
     parser.add_argument("--budget-gpu-min", type=float, default=None,
-                        help=f"GPU-minutes to spend (default: {BUDGET_SHARE:.0%} of the grid's recorded GPU time)")
+                        help=f"GPU-minutes to spend (default: {BUDGET_SHARE * 100:.0f}%% of the grid's recorded GPU time)")
 
 
 def main(args: argparse.Namespace) -> int:
