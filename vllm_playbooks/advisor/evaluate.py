@@ -51,13 +51,16 @@ TARGETS = {"median_ratio": 0.95, "min_ratio": 0.85, "median_share": 0.25, "pairs
 #: Where the evaluation is written, under the data folder.
 CHECK_FILE = Path("checks") / "advisor-vs-grid.csv"
 EVALUATION_COLUMNS = (
-    "budget_share", "case", "hardware", "model_shape", "workload", "slo_level", "slo", "slo_tpot_p99_ms", "chosen", "grid_best",
+    "budget_share", "case", "hardware", "model_shape", "workload", "slo_level", "slo", "slo_tpot_p99_ms", "chosen",
+    "grid_best",
     "chosen_goodput_rps", "grid_best_goodput_rps", "goodput_ratio", "points_paid", "runs_paid", "gpu_s_spent",
     "gpu_s_grid", "gpu_time_share", "stop_reason",
 )  # fmt: skip
 
 
-def case_grids(case: str, data: Path | None = None, hardware_contains: str = "h200") -> list[tuple[dict[str, Any], pd.DataFrame, dict[str, float]]]:
+def case_grids(
+    case: str, data: Path | None = None, hardware_contains: str = "h200"
+) -> list[tuple[dict[str, Any], pd.DataFrame, dict[str, float]]]:
     """The grids of one case on hardware whose key contains ``hardware_contains``: (grid key, its priced rows
     without stalled runs, its configs' start-up GPU-seconds), one per ``GRID_COLUMNS`` group."""
     rows = replay_case(case, data)
@@ -106,7 +109,8 @@ def evaluate_grid(key: dict[str, Any], rows: pd.DataFrame, startups: dict[str, f
         chosen, chosen_goodput = score(advice, points, slo)
         best_goodput = float(best["goodput_rps"]) if best is not None else 0.0
         lines.append({
-            "budget_share": budget_share, "case": key["case"], "hardware": key["hardware"], "model_shape": key["model_shape"],
+            "budget_share": budget_share, "case": key["case"], "hardware": key["hardware"],
+            "model_shape": key["model_shape"],
             "workload": workload_text(key), "slo_level": level, "slo": slo.label(), "slo_tpot_p99_ms": slo.tpot_p99_ms,
             "chosen": chosen, "grid_best": _name(best) if best is not None else "none",
             "chosen_goodput_rps": chosen_goodput, "grid_best_goodput_rps": best_goodput,
@@ -139,9 +143,10 @@ def summary(table: pd.DataFrame, budget_share: float = BUDGET_SHARE) -> dict[str
     ratios = table["goodput_ratio"].dropna()
     result = {"pairs": float(len(ratios)), "median_ratio": float(ratios.median()), "min_ratio": float(ratios.min()),
               "median_share": float(table["gpu_time_share"].median())}  # fmt: skip
-    result["targets_met"] = float(result["pairs"] >= TARGETS["pairs"] and result["median_ratio"] >= TARGETS["median_ratio"]
-                                  and result["min_ratio"] >= TARGETS["min_ratio"]
-                                  and result["median_share"] <= TARGETS["median_share"])  # fmt: skip
+    met = (result["pairs"] >= TARGETS["pairs"] and result["median_ratio"] >= TARGETS["median_ratio"]
+           and result["min_ratio"] >= TARGETS["min_ratio"]
+           and result["median_share"] <= TARGETS["median_share"])  # fmt: skip
+    result["targets_met"] = float(met)
     return result
 
 
@@ -178,11 +183,18 @@ def one_grid(case: str, hardware: str | None, model_shape: str | None, input_len
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``vllm-playbooks advise``'s arguments."""
-    parser.add_argument("--evaluate", action="store_true",
-                        help=f"score the advisor against every recorded H200 grid and write data/{CHECK_FILE}")
+    parser.add_argument(
+        "--evaluate",
+        action="store_true",
+        help=f"score the advisor against every recorded H200 grid and write data/{CHECK_FILE}",
+    )
     parser.add_argument("--case", help="the case whose recorded grid to search (replay: a dry run, no GPU)")
-    parser.add_argument("--mode", choices=["replay", "live"], default="replay",
-                        help="replay: pay recorded GPU time (default); live: measure on this machine (not available yet)")
+    parser.add_argument(
+        "--mode",
+        choices=["replay", "live"],
+        default="replay",
+        help="replay: pay recorded GPU time (default); live: measure on this machine (not available yet)",
+    )
     parser.add_argument("--hardware", help="a recorded hardware key, e.g. nvidia-h200-x1-vllm0.26.0")
     parser.add_argument("--model-shape", help="the model shape, when the case has several")
     parser.add_argument("--input-len", type=int)
@@ -191,8 +203,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-concurrency", type=float, help="your clients: loads above this are not considered")
     parser.add_argument("--slo-tpot-p99-ms", type=float)
     parser.add_argument("--slo-ttft-p99-ms", type=float)
-    parser.add_argument("--budget-gpu-min", type=float, default=None,
-                        help=f"GPU-minutes to spend (default: {BUDGET_SHARE * 100:.0f}%% of the grid's recorded GPU time)")
+    parser.add_argument(
+        "--budget-gpu-min",
+        type=float,
+        default=None,
+        help=f"GPU-minutes to spend (default: {BUDGET_SHARE * 100:.0f}%% of the grid's recorded GPU time)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -204,9 +220,11 @@ def main(args: argparse.Namespace) -> int:
         table.round(6).to_csv(out, index=False)
         for share in BUDGET_SHARES:
             result = summary(table, share)
-            print(f"budget {share:.0%} of each grid: {int(result['pairs'])} (grid, SLO) pairs, median goodput ratio "
-                  f"{result['median_ratio']:.3f}, lowest {result['min_ratio']:.3f}, median GPU-time share "
-                  f"{result['median_share']:.1%}; targets {'met' if result['targets_met'] else 'not met'}")
+            print(
+                f"budget {share:.0%} of each grid: {int(result['pairs'])} (grid, SLO) pairs, median goodput ratio "
+                f"{result['median_ratio']:.3f}, lowest {result['min_ratio']:.3f}, median GPU-time share "
+                f"{result['median_share']:.1%}; targets {'met' if result['targets_met'] else 'not met'}"
+            )
         print(f"written to {out}")
         return 0
     if args.case is None:
@@ -234,12 +252,16 @@ def advice_text(advice: Advice, key: dict[str, Any], full_gpu_s: float) -> str:
         if point is None:
             lines.append(f"{what}: none")
             continue
-        lines.append(f"{what}: {point['point']} (speculative {point['speculative']}, k={point['k']}, --max-num-seqs "
-                     f"{point['max_num_seqs']}): goodput {point['goodput_rps']:.2f} req/s measured over {point['runs']} "
-                     f"run(s), TPOT p99 {point['tpot_p99_ms']:.1f} ms")  # fmt: skip
+        predicted = next(s.expected_goodput_rps for s in advice.steps if s.point == point["point"] and s.repeat == 0)
+        lines.append(f"{what}: {point['point']} (speculative {point['speculative']}, k={point['k']}, "
+                     f"--max-num-seqs {point['max_num_seqs']}): goodput {point['goodput_rps']:.2f} req/s measured over "
+                     f"{point['runs']} run(s) (the model predicted {predicted:.2f} before measuring it), TPOT p99 "
+                     f"{point['tpot_p99_ms']:.1f} ms")  # fmt: skip
     for step in advice.steps:
-        lines.append(f"  paid {step.number}: {step.point} r{step.repeat} ({step.why}): {step.gpu_s / 60:.1f} GPU-min, "
-                     f"expected {step.expected_goodput_rps:.2f}, measured {step.measured_goodput_rps:.2f} req/s")  # fmt: skip
-    lines.append(f"stopped: {advice.stop_reason}; spent {advice.spent_gpu_s / 60:.1f} of {advice.budget_gpu_s / 60:.1f} "
-                 f"GPU-min budget ({advice.spent_gpu_s / full_gpu_s:.0%} of the grid's {full_gpu_s / 60:.1f})")  # fmt: skip
+        lines.append(f"  paid {step.number}: {step.point} r{step.repeat} ({step.why}): "
+                     f"{step.gpu_s / 60:.1f} GPU-min, expected {step.expected_goodput_rps:.2f}, "
+                     f"measured {step.measured_goodput_rps:.2f} req/s")  # fmt: skip
+    lines.append(f"stopped: {advice.stop_reason}; spent {advice.spent_gpu_s / 60:.1f} of "
+                 f"{advice.budget_gpu_s / 60:.1f} GPU-min budget ({advice.spent_gpu_s / full_gpu_s:.0%} of the grid's "
+                 f"{full_gpu_s / 60:.1f})")  # fmt: skip
     return "\n".join(lines)

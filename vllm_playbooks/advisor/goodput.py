@@ -54,9 +54,14 @@ class Slo:
 
     def label(self) -> str:
         """'TPOT p99 ≤ 12.5 ms' and/or 'TTFT p99 ≤ 400 ms'."""
-        parts = [f"{name} p99 ≤ {value:g} ms" for name, value in (("TPOT", self.tpot_p99_ms), ("TTFT", self.ttft_p99_ms))
-                 if value is not None]  # fmt: skip
+        bounds = (("TPOT", self.tpot_p99_ms), ("TTFT", self.ttft_p99_ms))
+        parts = [f"{name} p99 ≤ {value:g} ms" for name, value in bounds if value is not None]
         return ", ".join(parts)
+
+
+def given(value: object) -> bool:
+    """Whether a load column holds a positive number (not None, not NaN, above 0)."""
+    return isinstance(value, (int, float)) and not math.isnan(value) and value > 0
 
 
 def goodput_rps(slo: Slo, tpot_p99_ms: float, ttft_p99_ms: float, request_throughput_rps: float) -> float:
@@ -64,22 +69,18 @@ def goodput_rps(slo: Slo, tpot_p99_ms: float, ttft_p99_ms: float, request_throug
     return float(request_throughput_rps) if slo.met(tpot_p99_ms, ttft_p99_ms) else 0.0
 
 
-def load_kind(row: object) -> str:
-    """'concurrency' for a closed-loop row, 'rate' for a row at a request rate."""
-    rate = getattr(row, "request_rate_qps", None) if not isinstance(row, dict) else row.get("request_rate_qps")
-    return "rate" if rate is not None and not (isinstance(rate, float) and math.isnan(rate)) else "concurrency"
-
-
 def with_grid_columns(rows: pd.DataFrame) -> pd.DataFrame:
     """``rows`` with ``load_kind`` added (what ``GRID_COLUMNS`` needs)."""
-    return rows.assign(load_kind=rows["request_rate_qps"].map(lambda r: "rate" if r == r and r is not None else "concurrency"))
+    return rows.assign(load_kind=rows["request_rate_qps"].map(lambda r: "rate" if given(r) else "concurrency"))
 
 
 def point_table(rows: pd.DataFrame) -> pd.DataFrame:
     """One line per point of ``rows`` (``POINT_COLUMNS``): the medians over its repeats of ``METRIC_COLUMNS``, its
     number of runs (``runs``) and its engine label, model shape and max_num_seqs."""
     keys = list(POINT_COLUMNS)
-    filled = rows.assign(concurrency=rows["concurrency"].fillna(-1), request_rate_qps=rows["request_rate_qps"].fillna(-1))
+    filled = rows.assign(
+        concurrency=rows["concurrency"].fillna(-1), request_rate_qps=rows["request_rate_qps"].fillna(-1)
+    )
     table = filled.groupby(keys, sort=True).agg(
         engine_label=("engine_label", "first"), model_shape=("model_shape", "first"),
         max_num_seqs=("max_num_seqs", "first"), runs=("repeat", "size"),
@@ -113,6 +114,6 @@ def slo_levels(points: pd.DataFrame) -> list[tuple[str, Slo]]:
 
 def point_name(engine_label: str, concurrency: float, rate: float) -> str:
     """'spec-off @ c16' or 'mtp-k1 @ 4 req/s'."""
-    if rate == rate and rate is not None and rate > 0:
+    if given(rate):
         return f"{engine_label} @ {rate:g} req/s"
     return f"{engine_label} @ c{int(concurrency)}"

@@ -74,8 +74,9 @@ class Oracle:
     def __init__(self, catalog: pd.DataFrame, budget_gpu_s: float) -> None:
         if not (budget_gpu_s > 0):
             raise BudgetError(f"the GPU-time budget must be positive, got {budget_gpu_s} GPU-s")
-        self._catalog = catalog[list(CATALOG_COLUMNS)].drop_duplicates(subset=["config_id", "input_len", "output_len",
-                                                                              "concurrency", "request_rate_qps"])
+        self._catalog = catalog[list(CATALOG_COLUMNS)].drop_duplicates(
+            subset=["config_id", "input_len", "output_len", "concurrency", "request_rate_qps"]
+        )
         self.budget_gpu_s = float(budget_gpu_s)
         self.spent_gpu_s = 0.0
         self.payments: list[Payment] = []
@@ -200,9 +201,13 @@ class LiveOracle(Oracle):
         super().__init__(catalog, budget_gpu_s)
         self._lines = {point_key(line): line for line in self._catalog.to_dict("records")}
         self._recorded: dict[PointKey, list[dict[str, Any]]] = {}
-        for record in ([] if recorded is None else recorded.to_dict("records")):
+        for record in [] if recorded is None else recorded.to_dict("records"):
             self._recorded.setdefault(point_key(record), []).append(record)
-        self._measure_fn, self._run_estimate, self._startup_estimate = measure, run_estimate_gpu_s, startup_estimate_gpu_s
+        self._measure_fn, self._run_estimate, self._startup_estimate = (
+            measure,
+            run_estimate_gpu_s,
+            startup_estimate_gpu_s,
+        )
         self.max_repeats = max_repeats
 
     def _free(self, key: PointKey) -> bool:

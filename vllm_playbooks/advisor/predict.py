@@ -12,8 +12,9 @@ batch rate × latency (solved by fixed-point iteration) and completes the rate, 
 *Refit*: each measured point gives the ratios measured / prior of TPOT p99, TTFT p99 and requests/s. An unmeasured
 point of a config with measured points takes its config's ratios interpolated in log load between its measured loads
 (flat beyond them, but moved there by its family's trend over load: the median change, between its nearest measured
-load and this one, of the ratios of the family's other configs measured at several loads); a config not measured yet takes the median over the measured configs of its *family* (its
-speculative method) of their ratios at the same load, or over every measured config when none of its family is.
+load and this one, of the ratios of the family's other configs measured at several loads); a config not measured yet
+takes the median over the measured configs of its *family* (its speculative method) of their ratios at the same load,
+or over every measured config when none of its family is.
 Each prediction carries an *uncertainty* u (the truth is taken to lie within a factor 1 + u of it):
 ``PRIOR_UNCERTAINTY`` before any config of its family was measured; for a measured config ``NEAR_UNCERTAINTY`` plus
 ``DISTANCE_UNCERTAINTY`` per unit of |log load| to its nearest measured load; for a config whose family was measured,
@@ -31,6 +32,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from vllm_playbooks.advisor.goodput import given
 from vllm_playbooks.config.capacity import GIB, check_fits
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.errors import CapacityError
@@ -115,7 +117,7 @@ def prior(line: Any, gpu: Gpu) -> dict[str, float]:
                                engine.tensor_parallel_size)  # fmt: skip
     cap = engine.max_num_seqs
     rate = get("request_rate_qps")
-    if rate is not None and rate == rate and rate > 0:
+    if given(rate):
         batch = 1.0
         for _ in range(30):  # the batch a rate keeps busy: rate × latency, a fixed point
             tpot = step_tpot_ms(engine, batch, n_in, n_out, gpu)
@@ -135,7 +137,7 @@ def load_of(line: Any) -> float:
     """A point's load on one axis: its concurrency, or its request rate."""
     get = line.get if isinstance(line, dict) else (lambda name: getattr(line, name))
     rate = get("request_rate_qps")
-    value = rate if rate is not None and rate == rate and rate > 0 else get("concurrency")
+    value = rate if given(rate) else get("concurrency")
     return float(value)
 
 
@@ -229,7 +231,8 @@ def fits_gpu(engine: EngineConfig, gpu: Gpu) -> str | None:
 
 
 def priced_catalog(catalog: pd.DataFrame, gpu: Gpu) -> pd.DataFrame:
-    """``catalog`` with the prior's metrics (``prior_…``), ``load`` and ``pruned`` (the calculator's reason, or '')."""
+    """``catalog`` with the prior's metrics (``prior_…``), ``load``, ``family`` and ``pruned`` (the calculator's
+    reason, or '')."""
     records = []
     reasons: dict[str, str] = {}
     for line in catalog.to_dict("records"):

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import TYPE_CHECKING, Any
 
-from vllm_playbooks.advisor.goodput import Slo, goodput_rps, point_name
+from vllm_playbooks.advisor.goodput import Slo, given, goodput_rps, point_name
 from vllm_playbooks.advisor.oracle import Oracle, PointKey, point_key
 from vllm_playbooks.advisor.predict import RATIOS, engine_of, priced_catalog, refit
 from vllm_playbooks.analysis.noise import MIN_CLEAN_REPEATS, band_pct, spread_of
@@ -90,7 +90,7 @@ def _summary(line: dict[str, Any], rows: list[dict[str, Any]], slo: Slo) -> dict
     values = _medians(rows)
     engine = engine_of(line)
     concurrency = line["concurrency"]
-    closed = concurrency == concurrency and concurrency is not None and concurrency > 0
+    closed = given(concurrency)
     return {
         "config_id": line["config_id"], "engine_label": line["engine_label"],
         "point": point_name(line["engine_label"], concurrency, line["request_rate_qps"]),

@@ -70,7 +70,11 @@ def test_one_grid_is_picked_by_its_filters_and_loads_limited_to_the_clients() ->
     with pytest.raises(ConfigError, match="unknown case"):
         one_grid("nope", None, None, None, None, None, None)
     key, rows, ups = one_grid("llama-8b-draft-model", None, None, None, None, None, 4.0)
-    assert key["case"] == "llama-8b-draft-model" and (rows["concurrency"] <= 4).all() and set(ups) == set(rows["config_id"])
+    assert (
+        key["case"] == "llama-8b-draft-model"
+        and (rows["concurrency"] <= 4).all()
+        and set(ups) == set(rows["config_id"])
+    )
 
 
 @pytest.mark.recorded_data
@@ -79,6 +83,7 @@ def test_advise_answers_with_its_choice_its_trace_and_the_gpu_time(capsys: pytes
                      "--budget-gpu-min", "6"]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert "SLO TPOT p99 ≤ 8 ms" in out and "recommended: " in out and "runner-up: " in out
+    assert "goodput " in out and "the model predicted " in out
     assert "paid 1: " in out and "@ c64" not in out  # 64 clients are more than the 16 given
     spent = float(out.split("stopped: ")[1].split("spent ")[1].split(" of ")[0])
     assert spent <= 6.0 and not math.isnan(spent)

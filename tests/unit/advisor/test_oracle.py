@@ -102,8 +102,10 @@ def test_recorded_prices_are_wall_times_times_gpus_with_one_median_start_up_per_
     rows = frame([row("a", 1, 5.0, 1.5), row("a", 4, 5.0, 1.5, repeat=1)]).assign(duration_s=[30.0, 31.0])
     rows["measured_at"] = ["2026-12-01T00:02:00+00:00", "2026-12-01T00:03:00+00:00"]
     servers = pd.DataFrame({"log": ["a1", "a2"], "engine_label": ["a", "a"], "gpus": [1, 1],
-                            "launched_at": pd.to_datetime(["2026-12-01T00:00:00+00:00", "2026-11-30T00:00:00+00:00"]),
-                            "startup_s": [60.0, 100.0], "held_s": [200.0, 200.0], "gpu_minutes": [1.0, 1.0]})  # fmt: skip
+                            "launched_at": pd.to_datetime(["2026-12-01T00:00:00+00:00",
+                                                           "2026-11-30T00:00:00+00:00"]),
+                            "startup_s": [60.0, 100.0], "held_s": [200.0, 200.0],
+                            "gpu_minutes": [1.0, 1.0]})  # fmt: skip
     priced, ups = recorded_prices(rows.drop(columns=["gpu_s"]), servers)
     assert list(priced["gpu_s"]) == [60.0, 60.0]  # ready at 00:01; each point ends a minute after the one before
     assert ups == {"a-id": 80.0}

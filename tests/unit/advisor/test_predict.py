@@ -22,7 +22,7 @@ GPU = gpu_of_hardware("nvidia-h200-x1-vllm0.26.0")
 
 
 def _line(config: str, concurrency: float, engine: str | None = None, rate: float = math.nan) -> dict[str, object]:
-    return {**row(config, int(concurrency) if concurrency == concurrency else 1, 1.0, 1.0, engine=engine),
+    return {**row(config, 1 if math.isnan(concurrency) else int(concurrency), 1.0, 1.0, engine=engine),
             "concurrency": concurrency, "request_rate_qps": rate}  # fmt: skip
 
 
@@ -32,7 +32,9 @@ def test_the_hardware_key_names_its_datasheet_gpu() -> None:
 
 def test_the_prior_slows_each_token_and_serves_more_requests_as_the_batch_grows() -> None:
     low, high = prior(_line("a", 1), GPU), prior(_line("a", 64), GPU)
-    assert high["tpot_p99_ms"] > low["tpot_p99_ms"] and high["request_throughput_rps"] > 10 * low["request_throughput_rps"]
+    assert (
+        high["tpot_p99_ms"] > low["tpot_p99_ms"] and high["request_throughput_rps"] > 10 * low["request_throughput_rps"]
+    )
 
 
 def test_the_prior_credits_speculation_at_batch_one_by_its_acceptance() -> None:

@@ -36,7 +36,9 @@ def test_it_finds_a_clear_winner_and_stops_on_its_lead() -> None:
     assert advice.chosen["goodput_rps"] == 18.0 and advice.chosen["max_num_seqs"] == 16
     assert advice.stop_reason == "lead beyond noise"
     # b's one paid point missed, and the model, refitted on a's loads, rules out every other point of b beating a
-    assert advice.runner_up is None and [s.measured_goodput_rps for s in advice.steps if s.point.startswith("b")] == [0.0]
+    assert advice.runner_up is None and [s.measured_goodput_rps for s in advice.steps if s.point.startswith("b")] == [
+        0.0
+    ]
     assert len(oracle.payments) < len(rows)  # it did not buy the whole grid
     assert advice.spent_gpu_s == oracle.spent_gpu_s == sum(s.gpu_s for s in advice.steps)
 
@@ -89,3 +91,29 @@ def test_points_dominated_by_a_paid_load_of_their_config_cannot_win() -> None:
     missed, met = ("a-id", 512, 128, 16.0, -1.0), ("b-id", 512, 128, 4.0, -1.0)
     out = _dominated(lines, {missed: {"goodput_rps": 0.0}, met: {"goodput_rps": 4.0}}, Slo(tpot_p99_ms=8.0))
     assert out == {("a-id", 512, 128, 64.0, -1.0), ("b-id", 512, 128, 1.0, -1.0)}
+
+
+def test_the_live_path_measures_through_the_runner_and_takes_recorded_rows_for_free() -> None:
+    from vllm_playbooks.advisor.oracle import LiveOracle
+
+    truth = {(r["config_id"], r["concurrency"]): r for r in _clear_winner().to_dict("records")}
+    measured: list[tuple[str, float]] = []
+
+    def runner(line: dict[str, object]) -> dict[str, object]:  # a fake of the live runner: one bench row per call
+        measured.append((str(line["config_id"]), float(line["concurrency"])))  # type: ignore[arg-type]
+        return dict(truth[(line["config_id"], line["concurrency"])])
+
+    rows = _clear_winner()
+    recorded = rows[(rows["engine_label"] == "a") & (rows["concurrency"] == 16)]
+    oracle = LiveOracle(rows, 10_000.0, runner, run_estimate_gpu_s=lambda line: 40.0,
+                        startup_estimate_gpu_s=lambda config: 100.0, recorded=recorded, max_repeats=1)  # fmt: skip
+    advice = advise(oracle, Slo(tpot_p99_ms=8.0), GPU)
+    assert advice.chosen is not None and advice.chosen["point"] == "a @ c16"
+    assert ("a-id", 16.0) not in measured  # recorded on this hardware: revealed, not measured
+    paid = [(p.key[0], p.key[3]) for p in oracle.payments]
+    assert ("a-id", 16.0) in paid and len(measured) == len(paid) - 1
+    assert (
+        oracle.spent_gpu_s
+        == sum(p.gpu_s for p in oracle.payments)
+        == 40.0 * len(measured) + 100.0 * len({c for c, _ in measured})
+    )
