@@ -34,6 +34,14 @@ def test_each_subcommand_declares_its_arguments(command: cli.Command, capsys: py
     (["check-config", "llama-8b-draft-model", "-p", "engines", "[spec-of]"], "error: case llama-8b-draft-model: no engine"),
     (["run", "--case", "llama-8b-draft-model"], "error: the following arguments are required: --gpus"),
     (["reproduce", "nope"], "error: no notebook 'nope'"),
+    (["advise"], "error: give --case (with an SLO) or --evaluate"),
+    (["advise", "--case", "llama-8b-draft-model"], "error: an SLO needs a TPOT p99 bound"),
+    (["advise", "--case", "llama-8b-draft-model", "--slo-tpot-p99-ms", "-3"], "error: the SLO's TPOT p99 bound must be"),
+    (["advise", "--case", "nope", "--slo-tpot-p99-ms", "8"], "error: unknown case 'nope'"),
+    (["advise", "--case", "llama-8b-draft-model", "--slo-tpot-p99-ms", "8", "--budget-gpu-min", "0"],
+     "error: --budget-gpu-min must be positive"),
+    (["advise", "--case", "llama-8b-draft-model", "--slo-tpot-p99-ms", "8", "--mode", "live"],
+     "error: advise --mode live is not wired to the runner yet"),
 ])  # fmt: skip
 def test_bad_input_is_one_line_with_exit_status_2(argv: list[str], error: str,
                                                   capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip

@@ -12,7 +12,7 @@ PACKAGE = ROOT / "vllm_playbooks"
 #: The layers, lowest first: a module's layer is its top-level name under vllm_playbooks.
 LAYERS = (
     ("errors", "files", "paths", "text"), ("hardware", "shapes", "tokenizer"), ("config",), ("engine", "load"), ("results",),
-    ("run",), ("model",), ("analysis",), ("claims",), ("cases",), ("book",), ("cli", "__main__"),
+    ("run",), ("model",), ("analysis",), ("advisor",), ("claims",), ("cases",), ("book",), ("cli", "__main__"),
 )  # fmt: skip
 MAX_LINES = 600
 

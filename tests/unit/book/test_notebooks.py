@@ -112,7 +112,7 @@ def test_parameter_values_are_read_as_yaml() -> None:
 
 def test_reproduce_of_an_unknown_notebook_says_which_exist(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["reproduce", "nope"]) == 2
-    assert "known: batching_calculator, claims_ledger, config_crosscheck, discussion_13834, eagle3_gpt_oss" in capsys.readouterr().err
+    assert "known: advisor, batching_calculator, claims_ledger, config_crosscheck, discussion_13834" in capsys.readouterr().err
 
 
 def test_a_bad_mode_is_refused() -> None:

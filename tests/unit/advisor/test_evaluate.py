@@ -1,0 +1,89 @@
+"""The advisor against recorded grids: each line scores its choice on every row of the grid, the summary says whether
+the issue's targets hold, the stored table is what its command computes, and ``vllm-playbooks advise`` answers."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from tests.unit.advisor.grids import frame, row, startups
+from vllm_playbooks import cli, paths
+from vllm_playbooks.advisor.evaluate import (
+    BUDGET_SHARES,
+    CHECK_FILE,
+    EVALUATION_COLUMNS,
+    TARGETS,
+    evaluate_grid,
+    one_grid,
+    summary,
+)
+from vllm_playbooks.errors import ConfigError
+
+KEY = {"case": "synthetic", "hardware": "nvidia-h200-x1-vllm0.26.0", "model_shape": "llama-3.1-8b", "input_len": 512,
+       "output_len": 128, "load_kind": "concurrency"}  # fmt: skip
+
+
+def _grid() -> pd.DataFrame:
+    loads = (1, 4, 16, 64)
+    a = [row("a", c, t, r) for c, t, r in zip(loads, (5.0, 5.2, 6.6, 12.0), (1.5, 5.8, 18.0, 39.0), strict=True)]
+    b = [row("b", c, t, r) for c, t, r in zip(loads, (5.0, 5.3, 9.0, 20.0), (1.2, 4.0, 10.0, 25.0), strict=True)]
+    return frame(a + b)
+
+
+def test_each_line_scores_the_choice_on_the_whole_grid_within_its_budget() -> None:
+    rows = _grid()
+    lines = pd.DataFrame(evaluate_grid(KEY, rows, startups(rows), budget_share=0.5))
+    assert list(lines["slo_level"]) == ["tight", "medium", "loose"] and set(lines.columns) == set(EVALUATION_COLUMNS)
+    scored = lines[lines["grid_best_goodput_rps"] > 0]
+    assert (scored["goodput_ratio"] == scored["chosen_goodput_rps"] / scored["grid_best_goodput_rps"]).all()
+    assert (lines["gpu_time_share"] <= 0.5 + 1e-9).all()
+    assert lines["gpu_s_grid"].iloc[0] == rows["gpu_s"].sum() + 2 * 100.0
+
+
+def test_the_summary_reads_one_budget_and_checks_every_target() -> None:
+    table = pd.DataFrame({"budget_share": [0.25] * 12 + [0.5], "goodput_ratio": [1.0] * 11 + [0.9, 0.0],
+                          "gpu_time_share": [0.2] * 12 + [0.9]})  # fmt: skip
+    result = summary(table, 0.25)
+    assert result == {"pairs": 12.0, "median_ratio": 1.0, "min_ratio": 0.9, "median_share": 0.2, "targets_met": 1.0}
+    low = table.assign(goodput_ratio=[1.0] * 11 + [0.8, 0.0])
+    assert summary(low, 0.25)["targets_met"] == 0.0 and TARGETS["min_ratio"] == 0.85
+
+
+def test_the_stored_table_is_consistent_with_itself() -> None:
+    table = pd.read_csv(paths.data_dir() / CHECK_FILE)
+    assert list(table.columns) == list(EVALUATION_COLUMNS)
+    assert sorted(table["budget_share"].unique()) == list(BUDGET_SHARES)
+    assert (table["gpu_time_share"] <= table["budget_share"] + 1e-6).all()
+    scored = table[table["grid_best_goodput_rps"] > 0]
+    ratio = scored["chosen_goodput_rps"] / scored["grid_best_goodput_rps"]
+    assert ((scored["goodput_ratio"] - ratio).abs() < 1e-5).all() and (scored["goodput_ratio"] <= 1 + 1e-6).all()
+    assert ((table["gpu_time_share"] - table["gpu_s_spent"] / table["gpu_s_grid"]).abs() < 1e-5).all()
+    assert table.groupby("budget_share").size().min() >= TARGETS["pairs"]
+
+
+@pytest.mark.recorded_data
+def test_one_grid_is_picked_by_its_filters_and_loads_limited_to_the_clients() -> None:
+    with pytest.raises(ConfigError, match="pick one of"):
+        one_grid("deepseek-mtp", None, None, None, None, None, None)
+    with pytest.raises(ConfigError, match="unknown case"):
+        one_grid("nope", None, None, None, None, None, None)
+    key, rows, ups = one_grid("llama-8b-draft-model", None, None, None, None, None, 4.0)
+    assert (
+        key["case"] == "llama-8b-draft-model"
+        and (rows["concurrency"] <= 4).all()
+        and set(ups) == set(rows["config_id"])
+    )
+
+
+@pytest.mark.recorded_data
+def test_advise_answers_with_its_choice_its_trace_and_the_gpu_time(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["advise", "--case", "llama-8b-draft-model", "--slo-tpot-p99-ms", "8", "--max-concurrency", "16",
+                     "--budget-gpu-min", "6"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "SLO TPOT p99 ≤ 8 ms" in out and "recommended: " in out and "runner-up: " in out
+    assert "goodput " in out and "the model predicted " in out
+    assert "paid 1: " in out and "@ c64" not in out  # 64 clients are more than the 16 given
+    spent = float(out.split("stopped: ")[1].split("spent ")[1].split(" of ")[0])
+    assert spent <= 6.0 and not math.isnan(spent)

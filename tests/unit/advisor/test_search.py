@@ -1,0 +1,119 @@
+"""The search: it finds the winner of a grid it may only see through the oracle, stops by its rule (the lead beyond
+the noise band, two configs within noise, the budget, or no point meeting the SLO), and never pays for a config the
+KV calculator says cannot fit."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from tests.unit.advisor.grids import engine_json, frame, row, startups
+from vllm_playbooks.advisor.goodput import Slo
+from vllm_playbooks.advisor.oracle import RecordedOracle
+from vllm_playbooks.advisor.predict import gpu_of_hardware
+from vllm_playbooks.advisor.search import STOP_REASONS, _dominated, advise
+
+GPU = gpu_of_hardware("H200-SXM")
+LOADS = (1, 4, 16, 64)
+
+
+def _config(name: str, tpots: tuple[float, ...], rps: tuple[float, ...], repeats: int = 1, wobble: float = 0.0,
+            **kwargs: object) -> list[dict[str, object]]:  # fmt: skip
+    """One config's rows at ``LOADS``; repeat r scales the throughput by 1 + r·wobble."""
+    return [row(name, c, t, r * (1 + i * wobble), repeat=i, **kwargs)  # type: ignore[arg-type]
+            for c, t, r in zip(LOADS, tpots, rps, strict=True) for i in range(repeats)]  # fmt: skip
+
+
+def _clear_winner() -> pd.DataFrame:
+    return frame(_config("a", (5.0, 5.2, 6.6, 12.0), (1.5, 5.8, 18.0, 39.0))
+                 + _config("b", (5.0, 5.3, 9.0, 20.0), (1.2, 4.0, 10.0, 25.0)))  # fmt: skip
+
+
+def test_it_finds_a_clear_winner_and_stops_on_its_lead() -> None:
+    rows = _clear_winner()
+    oracle = RecordedOracle(rows, startups(rows), budget_gpu_s=10_000.0)
+    advice = advise(oracle, Slo(tpot_p99_ms=8.0), GPU)
+    assert advice.chosen is not None and advice.chosen["point"] == "a @ c16"
+    assert advice.chosen["goodput_rps"] == 18.0 and advice.chosen["max_num_seqs"] == 16
+    assert advice.stop_reason == "lead beyond noise"
+    # b's one paid point missed, and the model, refitted on a's loads, rules out every other point of b beating a
+    assert advice.runner_up is None and [s.measured_goodput_rps for s in advice.steps if s.point.startswith("b")] == [
+        0.0
+    ]
+    assert len(oracle.payments) < len(rows)  # it did not buy the whole grid
+    assert advice.spent_gpu_s == oracle.spent_gpu_s == sum(s.gpu_s for s in advice.steps)
+
+
+def test_two_configs_within_noise_end_within_noise_once_the_repeats_are_spent() -> None:
+    rows = frame(_config("a", (5.0, 5.2, 6.6, 12.0), (1.5, 5.8, 18.0, 39.0), repeats=3, wobble=0.1)
+                 + _config("b", (5.0, 5.2, 6.7, 12.5), (1.5, 5.8, 18.2, 39.0), repeats=3, wobble=0.1))  # fmt: skip
+    oracle = RecordedOracle(rows, startups(rows), budget_gpu_s=100_000.0)
+    advice = advise(oracle, Slo(tpot_p99_ms=8.0), GPU)
+    assert advice.stop_reason == "within noise"
+    assert advice.chosen is not None and advice.runner_up is not None
+    assert {advice.chosen["point"], advice.runner_up["point"]} == {"a @ c16", "b @ c16"}
+    assert advice.chosen["runs"] == 3 and advice.runner_up["runs"] == 3  # repeats paid before calling it a tie
+    assert any(s.why.startswith("repeat") for s in advice.steps)
+
+
+def test_it_stops_at_the_budget_and_never_spends_past_it() -> None:
+    rows = _clear_winner()
+    oracle = RecordedOracle(rows, startups(rows, 100.0), budget_gpu_s=150.0)  # one start-up and one point
+    advice = advise(oracle, Slo(tpot_p99_ms=8.0), GPU)
+    assert advice.stop_reason == "budget"
+    assert len(oracle.payments) == 1 and advice.spent_gpu_s == 140.0 <= advice.budget_gpu_s
+
+
+def test_an_slo_no_point_meets_ends_after_the_likeliest_point_misses() -> None:
+    rows = _clear_winner()
+    oracle = RecordedOracle(rows, startups(rows), budget_gpu_s=10_000.0)
+    advice = advise(oracle, Slo(tpot_p99_ms=1.0), GPU)
+    assert advice.stop_reason == "no point meets the SLO" and advice.chosen is None
+    assert [s.point for s in advice.steps][-1].endswith("@ c1")  # the lowest load: the likeliest to meet it
+    assert advice.stop_reason in STOP_REASONS
+
+
+def test_a_config_the_calculator_says_cannot_fit_is_never_paid_for() -> None:
+    big = engine_json("big", model="llama-3.3-70b")  # BF16 70B: its weights alone exceed one H200's share
+    rows = frame(_clear_winner().to_dict("records")
+                 + _config("big", (3.0, 3.1, 3.2, 3.3), (100.0, 200.0, 300.0, 400.0), engine=big,
+                           model="llama-3.3-70b"))  # fmt: skip
+    oracle = RecordedOracle(rows, startups(rows), budget_gpu_s=10_000.0)
+    advice = advise(oracle, Slo(tpot_p99_ms=8.0), GPU)
+    assert "big-id" in advice.pruned and "exceed" in advice.pruned["big-id"]
+    assert all(p.key[0] != "big-id" for p in oracle.payments)
+    assert advice.chosen is not None and advice.chosen["point"] == "a @ c16"
+
+
+def test_points_dominated_by_a_paid_load_of_their_config_cannot_win() -> None:
+    rows = _clear_winner()
+    lines = {(r["config_id"], 512, 128, float(r["concurrency"]), -1.0): {**r, "load": r["concurrency"]}
+             for r in rows.to_dict("records")}  # fmt: skip
+    missed, met = ("a-id", 512, 128, 16.0, -1.0), ("b-id", 512, 128, 4.0, -1.0)
+    out = _dominated(lines, {missed: {"goodput_rps": 0.0}, met: {"goodput_rps": 4.0}}, Slo(tpot_p99_ms=8.0))
+    assert out == {("a-id", 512, 128, 64.0, -1.0), ("b-id", 512, 128, 1.0, -1.0)}
+
+
+def test_the_live_path_measures_through_the_runner_and_takes_recorded_rows_for_free() -> None:
+    from vllm_playbooks.advisor.oracle import LiveOracle
+
+    truth = {(r["config_id"], r["concurrency"]): r for r in _clear_winner().to_dict("records")}
+    measured: list[tuple[str, float]] = []
+
+    def runner(line: dict[str, object]) -> dict[str, object]:  # a fake of the live runner: one bench row per call
+        measured.append((str(line["config_id"]), float(line["concurrency"])))  # type: ignore[arg-type]
+        return dict(truth[(line["config_id"], line["concurrency"])])
+
+    rows = _clear_winner()
+    recorded = rows[(rows["engine_label"] == "a") & (rows["concurrency"] == 16)]
+    oracle = LiveOracle(rows, 10_000.0, runner, run_estimate_gpu_s=lambda line: 40.0,
+                        startup_estimate_gpu_s=lambda config: 100.0, recorded=recorded, max_repeats=1)  # fmt: skip
+    advice = advise(oracle, Slo(tpot_p99_ms=8.0), GPU)
+    assert advice.chosen is not None and advice.chosen["point"] == "a @ c16"
+    assert ("a-id", 16.0) not in measured  # recorded on this hardware: revealed, not measured
+    paid = [(p.key[0], p.key[3]) for p in oracle.payments]
+    assert ("a-id", 16.0) in paid and len(measured) == len(paid) - 1
+    assert (
+        oracle.spent_gpu_s
+        == sum(p.gpu_s for p in oracle.payments)
+        == 40.0 * len(measured) + 100.0 * len({c for c, _ in measured})
+    )

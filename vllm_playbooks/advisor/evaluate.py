@@ -1,0 +1,267 @@
+"""The advisor against the recorded grids (no GPU), and ``vllm-playbooks advise``.
+
+For every recorded grid on the H200 (``advisor.goodput``: a case, a hardware, a model shape, one pair of lengths and
+one kind of load) and each of its three SLOs (``goodput.slo_levels``: tight, medium, loose), the advisor searches a
+``RecordedOracle`` of that grid with a budget of ``BUDGET_SHARE`` of the grid's recorded GPU time, paying each point's
+recorded GPU time. Its choice is then scored on *all* the grid's rows (medians of every repeat): the goodput ratio is
+the chosen point's goodput over the grid best's, under the same SLO. ``vllm-playbooks advise --evaluate`` writes
+``data/checks/advisor-vs-grid.csv``.
+
+What the evaluation cannot show: the configs are config-only shapes with dummy weights and imposed acceptance, and the
+advisor is scored on the same recorded grids its oracle serves (there is no held-out hardware).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vllm_playbooks import paths
+from vllm_playbooks.advisor.goodput import (
+    GRID_COLUMNS,
+    Slo,
+    grid_best,
+    point_name,
+    point_table,
+    slo_levels,
+    with_goodput,
+    with_grid_columns,
+)
+from vllm_playbooks.advisor.oracle import RecordedOracle, recorded_prices
+from vllm_playbooks.advisor.predict import gpu_of_hardware
+from vllm_playbooks.advisor.search import Advice, advise
+from vllm_playbooks.errors import ConfigError
+from vllm_playbooks.results.replay import replay_case
+from vllm_playbooks.results.stalls import unstalled
+from vllm_playbooks.run.budget import server_time
+from vllm_playbooks.run.plan import list_cases
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+#: The advisor's budget in the evaluation: this share of the grid's recorded GPU time (the issue's quarter)...
+BUDGET_SHARE = 0.25
+#: ...and every budget the evaluation runs, to show what a larger one buys.
+BUDGET_SHARES = (0.25, 0.5)
+#: The issue's targets (#44): median goodput ratio, lowest ratio, median GPU-time share, fewest (case, SLO) pairs.
+TARGETS = {"median_ratio": 0.95, "min_ratio": 0.85, "median_share": 0.25, "pairs": 12}
+#: Where the evaluation is written, under the data folder.
+CHECK_FILE = Path("checks") / "advisor-vs-grid.csv"
+EVALUATION_COLUMNS = (
+    "budget_share", "case", "hardware", "model_shape", "workload", "slo_level", "slo", "slo_tpot_p99_ms", "chosen",
+    "grid_best",
+    "chosen_goodput_rps", "grid_best_goodput_rps", "goodput_ratio", "points_paid", "runs_paid", "gpu_s_spent",
+    "gpu_s_grid", "gpu_time_share", "stop_reason",
+)  # fmt: skip
+
+
+def case_grids(
+    case: str, data: Path | None = None, hardware_contains: str = "h200"
+) -> list[tuple[dict[str, Any], pd.DataFrame, dict[str, float]]]:
+    """The grids of one case on hardware whose key contains ``hardware_contains``: (grid key, its priced rows
+    without stalled runs, its configs' start-up GPU-seconds), one per ``GRID_COLUMNS`` group."""
+    rows = replay_case(case, data)
+    priced, startups = recorded_prices(rows, server_time(case, data))
+    priced = with_grid_columns(unstalled(priced, data))
+    grids = []
+    for values, group in priced.groupby(list(GRID_COLUMNS), sort=True):
+        key = dict(zip(GRID_COLUMNS, values, strict=True))
+        if hardware_contains not in str(key["hardware"]).lower():
+            continue
+        grids.append((key, group.reset_index(drop=True), {c: startups[c] for c in group["config_id"].unique()}))
+    return grids
+
+
+def workload_text(key: dict[str, Any]) -> str:
+    """'230 in / 203 out, closed loop' or '…, request rate'."""
+    kind = "closed loop" if key["load_kind"] == "concurrency" else "request rate"
+    return f"{int(key['input_len'])} in / {int(key['output_len'])} out, {kind}"
+
+
+def _name(point: Any) -> str:
+    return point_name(point["engine_label"], point["concurrency"], point["request_rate_qps"])
+
+
+def score(advice: Advice, points: pd.DataFrame, slo: Slo) -> tuple[str, float]:
+    """The chosen point's name and its goodput on every recorded row of the grid (0 when nothing was chosen)."""
+    if advice.chosen is None:
+        return "none", 0.0
+    scored = with_goodput(points, slo)
+    name = scored.apply(_name, axis=1)
+    return advice.chosen["point"], float(scored.loc[name == advice.chosen["point"], "goodput_rps"].iloc[0])
+
+
+def evaluate_grid(key: dict[str, Any], rows: pd.DataFrame, startups: dict[str, float],
+                  budget_share: float = BUDGET_SHARE) -> list[dict[str, Any]]:  # fmt: skip
+    """One evaluation line per SLO level of one grid, the advisor given ``budget_share`` of the grid's recorded GPU
+    time (see the module's docstring)."""
+    points = point_table(rows)
+    gpu = gpu_of_hardware(str(key["hardware"]))
+    lines = []
+    for level, slo in slo_levels(points):
+        full = RecordedOracle(rows, startups, budget_gpu_s=1.0).full_grid_gpu_s()
+        oracle = RecordedOracle(rows, startups, budget_gpu_s=budget_share * full)
+        advice = advise(oracle, slo, gpu)
+        best = grid_best(points, slo)
+        chosen, chosen_goodput = score(advice, points, slo)
+        best_goodput = float(best["goodput_rps"]) if best is not None else 0.0
+        lines.append({
+            "budget_share": budget_share, "case": key["case"], "hardware": key["hardware"],
+            "model_shape": key["model_shape"],
+            "workload": workload_text(key), "slo_level": level, "slo": slo.label(), "slo_tpot_p99_ms": slo.tpot_p99_ms,
+            "chosen": chosen, "grid_best": _name(best) if best is not None else "none",
+            "chosen_goodput_rps": chosen_goodput, "grid_best_goodput_rps": best_goodput,
+            "goodput_ratio": chosen_goodput / best_goodput if best_goodput > 0 else math.nan,
+            "points_paid": len(oracle.paid_keys()), "runs_paid": len(oracle.payments),
+            "gpu_s_spent": oracle.spent_gpu_s, "gpu_s_grid": full, "gpu_time_share": oracle.spent_gpu_s / full,
+            "stop_reason": advice.stop_reason,
+        })  # fmt: skip
+    return lines
+
+
+def evaluate(cases: list[str] | None = None, data: Path | None = None,
+             budget_shares: tuple[float, ...] = BUDGET_SHARES) -> pd.DataFrame:  # fmt: skip
+    """The evaluation table over every recorded H200 grid of ``cases`` (default: every packaged case), once per
+    budget share."""
+    import pandas as pd
+
+    records = []
+    for case in cases or list_cases():
+        for key, rows, startups in case_grids(case, data):
+            for share in budget_shares:
+                records += evaluate_grid(key, rows, startups, share)
+    return pd.DataFrame(records, columns=list(EVALUATION_COLUMNS))
+
+
+def summary(table: pd.DataFrame, budget_share: float = BUDGET_SHARE) -> dict[str, float]:
+    """Pairs, median and lowest goodput ratio, median GPU-time share of the lines of an evaluation table run with
+    ``budget_share``, and whether the issue's targets (``TARGETS``) are all met (1.0) or not (0.0)."""
+    table = table[(table["budget_share"] - budget_share).abs() < 1e-9]
+    ratios = table["goodput_ratio"].dropna()
+    result = {"pairs": float(len(ratios)), "median_ratio": float(ratios.median()), "min_ratio": float(ratios.min()),
+              "median_share": float(table["gpu_time_share"].median())}  # fmt: skip
+    met = (result["pairs"] >= TARGETS["pairs"] and result["median_ratio"] >= TARGETS["median_ratio"]
+           and result["min_ratio"] >= TARGETS["min_ratio"]
+           and result["median_share"] <= TARGETS["median_share"])  # fmt: skip
+    result["targets_met"] = float(met)
+    return result
+
+
+def read_evaluation(data: Path | None = None) -> pd.DataFrame:
+    """The stored evaluation table (``CHECK_FILE`` under the data folder)."""
+    import pandas as pd
+
+    return pd.read_csv((data or paths.data_dir()) / CHECK_FILE)
+
+
+def one_grid(case: str, hardware: str | None, model_shape: str | None, input_len: int | None, output_len: int | None,
+             load_kind: str | None, max_concurrency: float | None, data: Path | None = None,
+             ) -> tuple[dict[str, Any], pd.DataFrame, dict[str, float]]:  # fmt: skip
+    """The one recorded grid of ``case`` the filters leave (``ConfigError`` naming the choices when none or several
+    do), its loads limited to ``max_concurrency`` clients (closed loop) when given."""
+    if case not in list_cases():
+        raise ConfigError(f"unknown case {case!r}; cases: {', '.join(list_cases())}")
+    wanted = {"hardware": hardware, "model_shape": model_shape, "input_len": input_len, "output_len": output_len,
+              "load_kind": load_kind}  # fmt: skip
+    grids = [g for g in case_grids(case, data, hardware_contains="")
+             if all(v is None or str(g[0][k]) == str(v) for k, v in wanted.items())]  # fmt: skip
+    if len(grids) != 1:
+        choices = "; ".join(f"--hardware {g[0]['hardware']} --model-shape {g[0]['model_shape']} --input-len "
+                            f"{g[0]['input_len']} --output-len {g[0]['output_len']} --load {g[0]['load_kind']}"
+                            for g in case_grids(case, data, hardware_contains=""))  # fmt: skip
+        raise ConfigError(f"{len(grids)} recorded grids of {case} match; pick one of: {choices}")
+    key, rows, startups = grids[0]
+    if max_concurrency is not None:
+        rows = rows[rows["concurrency"].isna() | (rows["concurrency"] <= max_concurrency)].reset_index(drop=True)
+        if rows.empty:
+            raise ConfigError(f"no recorded load of that grid has at most {max_concurrency:g} clients")
+    return key, rows, startups
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``vllm-playbooks advise``'s arguments."""
+    parser.add_argument(
+        "--evaluate",
+        action="store_true",
+        help=f"score the advisor against every recorded H200 grid and write data/{CHECK_FILE}",
+    )
+    parser.add_argument("--case", help="the case whose recorded grid to search (replay: a dry run, no GPU)")
+    parser.add_argument(
+        "--mode",
+        choices=["replay", "live"],
+        default="replay",
+        help="replay: pay recorded GPU time (default); live: measure on this machine (not available yet)",
+    )
+    parser.add_argument("--hardware", help="a recorded hardware key, e.g. nvidia-h200-x1-vllm0.26.0")
+    parser.add_argument("--model-shape", help="the model shape, when the case has several")
+    parser.add_argument("--input-len", type=int)
+    parser.add_argument("--output-len", type=int)
+    parser.add_argument("--load", choices=["concurrency", "rate"], help="closed-loop concurrency or request rates")
+    parser.add_argument("--max-concurrency", type=float, help="your clients: loads above this are not considered")
+    parser.add_argument("--slo-tpot-p99-ms", type=float)
+    parser.add_argument("--slo-ttft-p99-ms", type=float)
+    parser.add_argument(
+        "--budget-gpu-min",
+        type=float,
+        default=None,
+        help=f"GPU-minutes to spend (default: {BUDGET_SHARE * 100:.0f}%% of the grid's recorded GPU time)",
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run ``vllm-playbooks advise``."""
+    if args.evaluate:
+        table = evaluate()
+        out = paths.data_dir() / CHECK_FILE
+        out.parent.mkdir(parents=True, exist_ok=True)
+        table.round(6).to_csv(out, index=False)
+        for share in BUDGET_SHARES:
+            result = summary(table, share)
+            print(
+                f"budget {share:.0%} of each grid: {int(result['pairs'])} (grid, SLO) pairs, median goodput ratio "
+                f"{result['median_ratio']:.3f}, lowest {result['min_ratio']:.3f}, median GPU-time share "
+                f"{result['median_share']:.1%}; targets {'met' if result['targets_met'] else 'not met'}"
+            )
+        print(f"written to {out}")
+        return 0
+    if args.case is None:
+        raise ConfigError("give --case (with an SLO) or --evaluate")
+    slo = Slo(tpot_p99_ms=args.slo_tpot_p99_ms, ttft_p99_ms=args.slo_ttft_p99_ms)
+    if args.budget_gpu_min is not None and not args.budget_gpu_min > 0:
+        raise ConfigError(f"--budget-gpu-min must be positive, got {args.budget_gpu_min}")
+    if args.mode == "live":
+        raise ConfigError("advise --mode live is not wired to the runner yet: use --mode replay (the recorded rows)")
+    key, rows, startups = one_grid(args.case, args.hardware, args.model_shape, args.input_len, args.output_len,
+                                   args.load, args.max_concurrency)  # fmt: skip
+    full = RecordedOracle(rows, startups, budget_gpu_s=1.0).full_grid_gpu_s()
+    budget = args.budget_gpu_min * 60.0 if args.budget_gpu_min is not None else BUDGET_SHARE * full
+    oracle = RecordedOracle(rows, startups, budget_gpu_s=budget)
+    advice = advise(oracle, slo, gpu_of_hardware(str(key["hardware"])))
+    print(advice_text(advice, key, full))
+    return 0
+
+
+def advice_text(advice: Advice, key: dict[str, Any], full_gpu_s: float) -> str:
+    """The command's answer: the chosen point, the runner-up, the points paid for and the GPU time spent."""
+    head = f"{key['case']} on {key['hardware']}, {key['model_shape']}, {workload_text(key)}; SLO {advice.slo.label()}"
+    lines = [head]
+    for what, point in (("recommended", advice.chosen), ("runner-up", advice.runner_up)):
+        if point is None:
+            lines.append(f"{what}: none")
+            continue
+        predicted = next(s.expected_goodput_rps for s in advice.steps if s.point == point["point"] and s.repeat == 0)
+        lines.append(f"{what}: {point['point']} (speculative {point['speculative']}, k={point['k']}, "
+                     f"--max-num-seqs {point['max_num_seqs']}): goodput {point['goodput_rps']:.2f} req/s measured over "
+                     f"{point['runs']} run(s) (the model predicted {predicted:.2f} before measuring it), TPOT p99 "
+                     f"{point['tpot_p99_ms']:.1f} ms")  # fmt: skip
+    for step in advice.steps:
+        lines.append(f"  paid {step.number}: {step.point} r{step.repeat} ({step.why}): "
+                     f"{step.gpu_s / 60:.1f} GPU-min, expected {step.expected_goodput_rps:.2f}, "
+                     f"measured {step.measured_goodput_rps:.2f} req/s")  # fmt: skip
+    lines.append(f"stopped: {advice.stop_reason}; spent {advice.spent_gpu_s / 60:.1f} of "
+                 f"{advice.budget_gpu_s / 60:.1f} GPU-min budget ({advice.spent_gpu_s / full_gpu_s:.0%} of the grid's "
+                 f"{full_gpu_s / 60:.1f})")  # fmt: skip
+    return "\n".join(lines)

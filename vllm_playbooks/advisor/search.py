@@ -1,0 +1,224 @@
+"""The advisor's search: propose with the model, pay for the most informative point, refit, stop.
+
+Each round the model (``advisor.predict``) predicts every point not paid for, with a relative uncertainty u, and
+scores it two ways under the SLO: *expected* goodput (the prediction's requests/s if its p99s meet the SLO, else 0)
+and *optimistic* goodput (requests/s × (1 + u) if p99s / (1 + u) meet it, else 0: the most it could plausibly give).
+The best so far is the paid point of highest measured goodput (medians of its paid repeats). A point *can win* while
+its optimistic goodput exceeds the best's by more than the noise band (``analysis.noise.band_pct`` of the two sides'
+spreads, at least ``MIN_BAND_PCT``); the others are pruned, as are configs the KV calculator says cannot fit.
+
+- Within a config, p99 latencies and throughput rise with the load: a point at or above a paid load that missed the
+  SLO, or below a paid load that met it, cannot win (``_dominated``).
+- Each config offers one point at a time, its *frontier*: the point of highest *likely* goodput, the predicted
+  requests/s times the chance its p99s meet the SLO (the log error taken as normal, with 1 + u as two standard
+  deviations). Among the frontiers that can win, the advisor pays for the one of most possible gain per
+  GPU-second, (optimistic goodput − the best's bar) / price, that the budget affords: a point on a server already
+  started costs no start-up, so settling a started config comes before starting a new one unless the new one could
+  gain much more.
+- When none can, it confirms: while the best point has fewer than ``MIN_CLEAN_REPEATS`` runs it pays for another
+  repeat of it, and when the best config's lead over the runner-up config (measured) is inside the band, a repeat of
+  whichever of the two has fewer runs, while repeats exist (a recorded grid has the repeats it has; a live run can
+  always measure one more).
+- When nothing paid for meets the SLO and no point can, it pays for the point the model finds likeliest to meet it
+  (lowest predicted p99 over its bound), once: if that one misses too, no point will.
+- It stops when the lead is outside the band (``lead beyond noise``), when no repeat is left to separate two configs
+  within noise (``within noise``), when the next point costs more than the budget has left (``budget``), or when no
+  point can meet the SLO (``no point meets the SLO``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from statistics import median
+from typing import TYPE_CHECKING, Any
+
+from vllm_playbooks.advisor.goodput import Slo, given, goodput_rps, point_name
+from vllm_playbooks.advisor.oracle import Oracle, PointKey, point_key
+from vllm_playbooks.advisor.predict import RATIOS, engine_of, priced_catalog, refit
+from vllm_playbooks.analysis.noise import MIN_CLEAN_REPEATS, band_pct, spread_of
+from vllm_playbooks.hardware import Gpu
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+#: Why the search stopped.
+STOP_REASONS = ("lead beyond noise", "within noise", "budget", "no point meets the SLO")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One payment of the search: which point, which repeat, why, what the model expected and what it cost."""
+
+    number: int
+    point: str
+    repeat: int
+    why: str
+    expected_goodput_rps: float
+    optimistic_goodput_rps: float
+    measured_goodput_rps: float
+    gpu_s: float
+    spent_gpu_s: float
+
+
+@dataclass
+class Advice:
+    """The search's answer: the chosen point and the runner-up config's best point (measured medians), the trace."""
+
+    slo: Slo
+    chosen: dict[str, Any] | None
+    runner_up: dict[str, Any] | None
+    stop_reason: str
+    steps: list[Step] = field(default_factory=list)
+    spent_gpu_s: float = 0.0
+    budget_gpu_s: float = 0.0
+    pruned: dict[str, str] = field(default_factory=dict)
+
+    def trace(self) -> pd.DataFrame:
+        """The steps as a table."""
+        import pandas as pd
+
+        return pd.DataFrame([vars(s) for s in self.steps])
+
+
+def _medians(rows: list[dict[str, Any]]) -> dict[str, float]:
+    return {m: float(median(float(r[m]) for r in rows)) for m in RATIOS}
+
+
+def _summary(line: dict[str, Any], rows: list[dict[str, Any]], slo: Slo) -> dict[str, Any]:
+    values = _medians(rows)
+    engine = engine_of(line)
+    concurrency = line["concurrency"]
+    closed = given(concurrency)
+    return {
+        "config_id": line["config_id"], "engine_label": line["engine_label"],
+        "point": point_name(line["engine_label"], concurrency, line["request_rate_qps"]),
+        "speculative": engine.speculative.method if engine.speculative else "none",
+        "k": int(engine.speculative.num_speculative_tokens or 0) if engine.speculative else 0,
+        "max_num_seqs": int(min(concurrency, engine.max_num_seqs)) if closed else engine.max_num_seqs,
+        "runs": len(rows), **values,
+        "goodput_rps": goodput_rps(slo, values["tpot_p99_ms"], values["ttft_p99_ms"], values["request_throughput_rps"]),
+        "spread_pct": spread_of(float(r["request_throughput_rps"]) for r in rows).spread_pct,
+    }  # fmt: skip
+
+
+def _scores(line: dict[str, Any], predicted: dict[str, float], u: float, slo: Slo) -> tuple[float, float, float]:
+    """(expected, optimistic, likely) goodput of one prediction with uncertainty u (see the module's docstring)."""
+    expected = goodput_rps(slo, predicted["tpot_p99_ms"], predicted["ttft_p99_ms"], predicted["request_throughput_rps"])
+    optimistic = goodput_rps(slo, predicted["tpot_p99_ms"] / (1.0 + u), predicted["ttft_p99_ms"] / (1.0 + u),
+                             predicted["request_throughput_rps"] * (1.0 + u))  # fmt: skip
+    sigma = max(math.log(1.0 + u) / 2.0, 1e-6)  # the factor 1 + u taken as two standard deviations of log error
+    chance = 1.0
+    for value, bound in ((predicted["tpot_p99_ms"], slo.tpot_p99_ms), (predicted["ttft_p99_ms"], slo.ttft_p99_ms)):
+        if bound is not None:
+            chance *= 0.5 * (1.0 + math.erf(math.log(bound / value) / (sigma * math.sqrt(2.0))))
+    return expected, optimistic, predicted["request_throughput_rps"] * chance
+
+
+def _dominated(lines: dict[PointKey, dict[str, Any]], paid: dict[PointKey, dict[str, Any]], slo: Slo) -> set[PointKey]:
+    """Points that cannot win, by monotonicity in load within a config (p99 latencies and throughput rise with the
+    load): those at or above a paid load of the same config that missed the SLO, and those below a paid load of the
+    same config that met it (less throughput at no gain)."""
+    out = set()
+    for done, summary in paid.items():
+        missed = summary["goodput_rps"] <= 0
+        at = lines[done]["load"]
+        for key, line in lines.items():
+            if key == done or key[0] != done[0] or (key[3] < 0) != (done[3] < 0):
+                continue
+            if (missed and line["load"] >= at) or (not missed and line["load"] < at):
+                out.add(key)
+    return out
+
+
+def _frontier(keys: list[PointKey], scores: dict[PointKey, tuple[float, float, float]]) -> PointKey:
+    """A config's point to measure next: the one of highest *likely* goodput (predicted requests/s times the chance
+    that its p99s meet the SLO)."""
+    return max(keys, key=lambda k: scores[k][2])
+
+
+def _margin(predicted: dict[str, float], slo: Slo) -> float:
+    bounds = [(predicted["tpot_p99_ms"], slo.tpot_p99_ms), (predicted["ttft_p99_ms"], slo.ttft_p99_ms)]
+    return max(value / bound for value, bound in bounds if bound is not None)
+
+
+def advise(oracle: Oracle, slo: Slo, gpu: Gpu, max_repeats: int = MIN_CLEAN_REPEATS) -> Advice:
+    """Search ``oracle``'s catalog for the point of highest goodput under ``slo``, paying only through ``oracle``
+    and within its budget (see the module's docstring)."""
+    catalog = priced_catalog(oracle.catalog(), gpu)
+    lines = {point_key(line): line for line in catalog.to_dict("records")}
+    pruned = {line["config_id"]: line["pruned"] for line in lines.values() if line["pruned"]}
+    advice = Advice(slo=slo, chosen=None, runner_up=None, stop_reason="", budget_gpu_s=oracle.budget_gpu_s,
+                    pruned=pruned)  # fmt: skip
+    first_scores: dict[PointKey, tuple[float, float, float]] = {}
+    while True:
+        paid = {key: _summary(lines[key], oracle.rows(key), slo) for key in oracle.paid_keys()}
+        fit = refit([(lines[key], {m: s[m] for m in RATIOS}) for key, s in paid.items()], gpu)
+        best_key = max(paid, key=lambda k: paid[k]["goodput_rps"], default=None)
+        best = paid[best_key] if best_key is not None and paid[best_key]["goodput_rps"] > 0 else None
+        rivals = [k for k in paid if best is not None and k[0] != best_key[0] and paid[k]["goodput_rps"] > 0]
+        rival_key = max(rivals, key=lambda k: paid[k]["goodput_rps"], default=None)
+        rival = paid[rival_key] if rival_key is not None else None
+        band = band_pct(*(s["spread_pct"] for s in (best, rival) if s is not None))
+        bar = best["goodput_rps"] * (1 + band / 100.0) if best is not None else 0.0
+        margins, open_points = [], {}
+        dominated = _dominated(lines, paid, slo)
+        for key, line in lines.items():
+            if line["pruned"] or key in dominated:
+                continue
+            base = {m: line[f"prior_{m}"] for m in RATIOS}
+            predicted, u = fit.predict(line["config_id"], line["load"], base, line["family"])
+            margins.append((_margin(predicted, slo), key))
+            if key not in paid:
+                first_scores[key] = _scores(line, predicted, u, slo)
+                open_points.setdefault(key[0], []).append(key)
+        challengers = []
+        for keys in open_points.values():
+            key = _frontier(keys, first_scores)
+            expected, optimistic, _ = first_scores[key]
+            if optimistic > bar:
+                challengers.append(((optimistic - bar) / max(oracle.price(key), 1e-9), expected, key))
+        likeliest = min(margins, default=(0.0, None))[1]
+        challengers.sort(reverse=True)
+        affordable = [c for c in challengers if oracle.price(c[2]) <= oracle.left_gpu_s()]
+        advice.chosen, advice.runner_up = best, rival
+        why, key = "", None
+        if affordable:
+            key = affordable[0][2]
+            why = "its config's predicted frontier: most possible gain per GPU-second"
+        elif challengers:
+            advice.stop_reason = "budget"
+        elif best is None and likeliest is not None and likeliest not in paid:
+            if oracle.price(likeliest) <= oracle.left_gpu_s():
+                key, why = likeliest, "the likeliest point to meet the SLO"
+            else:
+                advice.stop_reason = "budget"
+        elif best is None:
+            advice.stop_reason = "no point meets the SLO"
+        else:
+            decided = rival is None or best["goodput_rps"] > rival["goodput_rps"] * (1 + band / 100.0)
+            sides = [best_key] if decided else sorted((best_key, rival_key), key=oracle.runs_seen)
+            wanted = [k for k in sides if oracle.runs_seen(k) < max_repeats and oracle.repeats_left(k) > 0]
+            if wanted and oracle.price(wanted[0]) <= oracle.left_gpu_s():
+                key = wanted[0]
+                why = "repeat: confirm the best" if decided else "repeat: the lead is within the noise band"
+            elif wanted:
+                advice.stop_reason = "budget"
+            else:
+                advice.stop_reason = "lead beyond noise" if decided else "within noise"
+        if key is None:
+            break
+        cost = oracle.price(key)
+        row = oracle.pay(key)
+        expected, optimistic = (float("nan"), float("nan")) if why.startswith("repeat") else first_scores[key][:2]
+        advice.steps.append(Step(
+            number=len(advice.steps) + 1,
+            point=point_name(lines[key]["engine_label"], lines[key]["concurrency"], lines[key]["request_rate_qps"]),
+            repeat=oracle.runs_seen(key) - 1, why=why, expected_goodput_rps=expected, optimistic_goodput_rps=optimistic,
+            measured_goodput_rps=goodput_rps(slo, float(row["tpot_p99_ms"]), float(row["ttft_p99_ms"]),
+                                             float(row["request_throughput_rps"])),
+            gpu_s=cost, spent_gpu_s=oracle.spent_gpu_s,
+        ))  # fmt: skip
+    advice.spent_gpu_s = oracle.spent_gpu_s
+    return advice
