@@ -10,6 +10,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 MIN_DURATION_S = 30.0
 #: ... and holds at least this many requests per unit of concurrency, whichever gives more requests.
 MIN_REQUESTS_PER_CONCURRENCY = 10
+#: The length spread a closed-loop point gets unless its case names one: each request's input and output lengths
+#: drawn within ±50 % (``--random-range-ratio 0.5``), so that requests do not prefill and finish in lock-step waves
+#: (the book's load-desync case measures what fixed lengths move). Open-loop points keep fixed lengths: their
+#: arrivals are already spread in time.
+CLOSED_LOOP_RANGE_RATIO = 0.5
 
 
 class LoadPoint(BaseModel):
@@ -34,8 +39,17 @@ class LoadPoint(BaseModel):
     )
     random_range_ratio: float = Field(
         0.0, ge=0, lt=1, strict=True,
-        description="--random-range-ratio: 0 fixed lengths; r draws each in [(1-r)·L, (1+r)·L]",
+        description="--random-range-ratio: 0 fixed lengths; r draws each in [(1-r)·L, (1+r)·L]; when not given, "
+        "CLOSED_LOOP_RANGE_RATIO for a closed loop (concurrency alone), 0 with a request rate",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_spread(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("random_range_ratio") is None:
+            closed = data.get("request_rate_qps") is None
+            data = {**data, "random_range_ratio": CLOSED_LOOP_RANGE_RATIO if closed else 0.0}
+        return data
 
     @model_validator(mode="after")
     def _needs_a_load(self) -> LoadPoint:
@@ -59,6 +73,12 @@ class LoadPoint(BaseModel):
         if self.temperature is not None:
             parts.append(f"t{self.temperature:g}")
         return "-".join(parts)
+
+    def longest_request(self) -> int:
+        """The most tokens one request can hold, prompt and output together: vLLM's random dataset draws each length
+        up to ``ceil((1 + r) · L)``."""
+        r = self.random_range_ratio
+        return math.ceil((1 + r) * self.input_len) + math.ceil((1 + r) * self.output_len)
 
     def measured_prompts(self, calibrated_rps: float | None, min_duration_s: float = MIN_DURATION_S) -> int:
         """How many requests the measured run needs to satisfy the duration rule.

@@ -153,7 +153,8 @@ def _loads(spec: dict[str, Any], case: str) -> list[LoadPoint]:
         try:
             point = LoadPoint(**base, **ratio, **combo)
         except ValidationError as error:
-            raise ConfigError(f"case {case}: bad load {combo | ratio}: {error.errors()[0]['msg']}") from None
+            shown = combo if ratio.get("random_range_ratio") in (None, 0.0) else combo | ratio  # fixed lengths: no news
+            raise ConfigError(f"case {case}: bad load {shown}: {error.errors()[0]['msg']}") from None
         if point in points:
             raise ConfigError(f"case {case}: the load {point.slug()} is listed more than once")
         points.append(point)
@@ -252,16 +253,18 @@ def plan_from_dict(spec: dict[str, Any], **overrides: Any) -> CasePlan:
     for engine in engines:
         draft_positions = _draft_positions(engine)
         for load in engine_loads.get(engine.label, loads):
-            if draft_positions is not None and load.input_len + load.output_len > draft_positions:
+            longest = load.longest_request()
+            spread = f" (lengths within ±{100 * load.random_range_ratio:g} %)" if load.random_range_ratio else ""
+            if draft_positions is not None and longest > draft_positions:
                 raise ConfigError(
                     f"case {case}, engine {engine.label}: its draft {engine.speculative.model} has "  # type: ignore[union-attr]
-                    f"max_position_embeddings={draft_positions}, fewer than input_len + output_len = "
-                    f"{load.input_len + load.output_len}; vLLM 0.26 caps the draft's max_model_len there. Use a draft "
-                    "config with more positions or shorter loads."
+                    f"max_position_embeddings={draft_positions}, fewer than the longest request's input + output = "
+                    f"{longest}{spread}; vLLM 0.26 caps the draft's max_model_len there. Use a draft config with more "
+                    "positions or shorter loads."
                 )
-            if load.input_len + load.output_len > engine.max_model_len:
+            if longest > engine.max_model_len:
                 raise ConfigError(
-                    f"case {case}, engine {engine.label}: input_len + output_len = {load.input_len + load.output_len} "
+                    f"case {case}, engine {engine.label}: the longest request's input + output = {longest}{spread} "
                     f"exceeds max_model_len {engine.max_model_len}"
                 )
     gpu_memory = overrides.get("gpu_memory_gib", spec.get("gpu_memory_gib"))

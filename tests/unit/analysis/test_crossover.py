@@ -88,7 +88,7 @@ def test_recorded_chunking_equals_acceptance_length() -> None:
 def test_unmeasured_matches_by_label_and_load() -> None:
     plan = plan_from_dict({"case": "t", "engine_defaults": {"model": "llama-3.1-8b", "max_model_len": 2048},
                            "engines": [{"label": "a"}, {"label": "b"}],
-                           "loads": {"input_len": 8, "output_len": 8, "concurrency": [1, 4]}})  # fmt: skip
+                           "loads": {"input_len": 8, "output_len": 8, "concurrency": [1, 4], "random_range_ratio": 0.0}})  # fmt: skip
     rows = pd.DataFrame({"engine_label": ["a", "a", "b"], "input_len": [8, 8, 8], "output_len": [8, 8, 8],
                          "concurrency": [1.0, 4.0, 4.0], "request_rate_qps": [None, None, None]})  # fmt: skip
     table = unmeasured(plan, rows).set_index("engine_label")

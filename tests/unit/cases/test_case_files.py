@@ -139,7 +139,7 @@ def test_the_short_head_is_refused_for_the_long_profile() -> None:
             engine["speculative"]["model"] = "gpt-oss-120b-eagle3"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with pytest.raises(ConfigError, match="max_position_embeddings=4096, fewer than input_len \\+ output_len = 13203"):
+        with pytest.raises(ConfigError, match="max_position_embeddings=4096, fewer than the longest request's input \\+ output = 13203"):
             plan_from_dict(spec)
         assert len(plan_from_dict(spec, profiles=["chat"]).loads) == 9
 

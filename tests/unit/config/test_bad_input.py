@@ -48,7 +48,7 @@ def test_a_case_name_is_a_plain_folder_name(name: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("changes", "message"), [
     ({"loads": {"concurrency": [1, True, 4]}}, "bad load"),
-    ({"loads": {"concurrency": [1, 1, 4]}}, "the load in8-out8-c1 is listed more than once"),
+    ({"loads": {"concurrency": [1, 1, 4]}}, "the load in8-out8-rr0.5-c1 is listed more than once"),
     ({"loads": {"concurrency": [1, -4]}}, "bad load"),
     ({"loads": {"concurrency": [1.5]}}, "bad load"),
     ({"loads": {"request_rate_qps": [math.nan]}}, "bad load"),
@@ -69,4 +69,5 @@ def test_bad_numbers_and_duplicate_loads_are_refused(changes: dict[str, Any], me
 
 def test_the_same_case_with_good_numbers_passes() -> None:
     plan = plan_from_dict(_case(repeats=2, min_duration_s=30, gpu_memory_gib=139.8))
-    assert [load.slug() for load in plan.loads] == ["in8-out8-c1", "in8-out8-c4"] and plan.repeats == 2
+    # a closed loop that names no length spread draws lengths within ±50 %
+    assert [load.slug() for load in plan.loads] == ["in8-out8-rr0.5-c1", "in8-out8-rr0.5-c4"] and plan.repeats == 2

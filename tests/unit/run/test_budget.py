@@ -18,7 +18,7 @@ from vllm_playbooks.run.plan import plan_from_dict
 PLAN = plan_from_dict({"case": "t", "engine_defaults": {"model": "llama-3.1-8b", "max_model_len": 2048},
                        "engines": [{"label": "a"}, {"label": "b"}, {"label": "c"},
                                    {"label": "big", "model": "llama-3.3-70b"}],
-                       "loads": {"input_len": 8, "output_len": 8, "concurrency": [1, 4, 16]}})  # fmt: skip
+                       "loads": {"input_len": 8, "output_len": 8, "concurrency": [1, 4, 16], "random_range_ratio": 0.0}})  # fmt: skip
 T0 = pd.Timestamp("2026-12-31T23:58:00+00:00")
 
 
@@ -183,7 +183,7 @@ def test_repeats_are_counted_as_runs_not_loads() -> None:
     """Three repeats planned and one recorded at a's c1: two runs of it are left, three of every other load."""
     plan = plan_from_dict({"case": "t", "engine_defaults": {"model": "llama-3.1-8b", "max_model_len": 2048},
                            "engines": [{"label": "a"}], "repeats": 3,
-                           "loads": {"input_len": 8, "output_len": 8, "concurrency": [1, 4]}})  # fmt: skip
+                           "loads": {"input_len": 8, "output_len": 8, "concurrency": [1, 4], "random_range_ratio": 0.0}})  # fmt: skip
     points = budget.point_estimates(plan, _rows(("a", 1, 160)), _servers(("a1", "a", 0, 100)))
     assert points["concurrency"].tolist() == [1, 1, 4, 4, 4]
     assert budget.remaining_time(plan, _rows(("a", 1, 160)), _servers(("a1", "a", 0, 100)))["points"].tolist() == [5]
@@ -249,7 +249,7 @@ def test_a_fresh_machine_pays_the_longest_start_up_once_per_shape_and_every_repe
 def _spec() -> dict:  # type: ignore[type-arg]
     return {"case": "t", "engine_defaults": {"model": "llama-3.1-8b", "max_model_len": 2048},
             "engines": [{"label": "a"}, {"label": "b"}, {"label": "c"}, {"label": "big", "model": "llama-3.3-70b"}],
-            "loads": {"input_len": 8, "output_len": 8, "concurrency": [1, 4, 16]}}  # fmt: skip
+            "loads": {"input_len": 8, "output_len": 8, "concurrency": [1, 4, 16], "random_range_ratio": 0.0}}  # fmt: skip
 
 
 def test_the_quick_check_is_planned_from_the_recorded_runs(

@@ -176,7 +176,8 @@ def test_an_engine_can_carry_its_own_concurrency() -> None:
     plan = plan_from_dict(_two_engine_spec(concurrency=[1, 2]))
     a, b = plan.engines
     assert [l.concurrency for l in plan.loads_for(a)] == [64] and [l.concurrency for l in plan.loads_for(b)] == [1, 2]
-    assert [p.point_id.split("/")[1] for p in plan.points()] == ["in8-out8-c64-r0", "in8-out8-c1-r0", "in8-out8-c2-r0"]
+    assert [p.point_id.split("/")[1] for p in plan.points()] == ["in8-out8-rr0.5-c64-r0", "in8-out8-rr0.5-c1-r0",
+                                                                 "in8-out8-rr0.5-c2-r0"]  # fmt: skip
     assert "concurrency" not in a.resolved()  # a load level, not part of the engine's config or its id
 
 
