@@ -360,9 +360,16 @@ def result_for(claim_id: str, evidence: Evidence | None = None) -> CheckResult:
     """The check of one claim of ``claims.csv`` run on ``evidence`` (default: ``load_evidence()``), for a case page
     that states the same verdict as the ledger: its case module (which registers the check) is imported there."""
     ev = evidence if evidence is not None else load_evidence()
-    for claim in load_claims(published=ev.published, require_checks=False):
+    claim = claim_of(claim_id, ev)
+    return get_check(claim.check)(claim, ev)
+
+
+def claim_of(claim_id: str, evidence: Evidence) -> Claim:
+    """The line of ``claims.csv`` with ``claim_id`` (its sources checked against ``evidence``'s published numbers);
+    ``ConfigError`` where there is none."""
+    for claim in load_claims(published=evidence.published, require_checks=False):
         if claim.claim_id == claim_id:
-            return get_check(claim.check)(claim, ev)
+            return claim
     raise ConfigError(f"no claim {claim_id!r} in {claims_file().name}")
 
 

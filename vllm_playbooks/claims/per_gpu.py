@@ -11,8 +11,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from vllm_playbooks.analysis.runs import REFERENCE_GPU
-from vllm_playbooks.claims.ledger import CheckResult, Evidence, get_check, load_claims, load_evidence
-from vllm_playbooks.errors import ConfigError
+from vllm_playbooks.claims.ledger import CheckResult, Evidence, claim_of, get_check, load_evidence
 from vllm_playbooks.run.budget import gpu_here
 
 if TYPE_CHECKING:
@@ -28,20 +27,26 @@ def results_by_gpu(claim_id: str, rows: pd.DataFrame, evidence: Evidence | None 
     what it says without data ("not measured", or the model's verdict).
     """
     ev = evidence if evidence is not None else load_evidence()
-    matches = [c for c in load_claims(published=ev.published, require_checks=False) if c.claim_id == claim_id]
-    if not matches:
-        raise ConfigError(f"no claim {claim_id!r} in the claims table")
-    claim = matches[0]
+    claim = claim_of(claim_id, ev)
     check = get_check(claim.check)
     shown = set(rows["point_id"].astype(str)) if not rows.empty else set()
-    gpus = sorted(str(name) for name in rows["gpu_name"].unique()) if not rows.empty else [""]
     results = {}
-    for gpu in gpus:
+    for gpu in gpus_in(rows):
         runs = {case: frame[frame["gpu_name"].astype(str) == gpu] for case, frame in ev.runs.items()}
         own = ev.rows(claim.case)
         runs[claim.case] = own[own["point_id"].astype(str).isin(shown) & (own["gpu_name"].astype(str) == gpu)]
         results[gpu] = check(claim, replace(ev, runs=runs))
     return results
+
+
+def gpus_in(rows: pd.DataFrame) -> list[str]:
+    """The GPUs a page's ``rows`` name, in name order; ``[""]`` without rows (one judgement on no rows)."""
+    return sorted(str(name) for name in rows["gpu_name"].unique()) if not rows.empty else [""]
+
+
+def page_gpu(rows: pd.DataFrame, mode: str, here: str | None = None) -> str:
+    """The GPU whose rows give a page's headline numbers: ``headline_gpu`` of the GPUs ``rows`` name."""
+    return headline_gpu(gpus_in(rows), mode, here)
 
 
 def headline_gpu(gpus: list[str], mode: str, here: str | None = None) -> str:

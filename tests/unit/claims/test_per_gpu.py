@@ -74,3 +74,11 @@ def test_an_unknown_claim_is_one_line(evidence: ledger.Evidence) -> None:
 
     with pytest.raises(ConfigError, match="no claim 'no-such-claim'"):
         per_gpu.results_by_gpu("no-such-claim", evidence.rows("discussion-13834"), evidence)
+
+
+@pytest.mark.recorded_data
+def test_a_page_takes_its_numbers_from_the_headline_gpu(with_a_faster_other_gpu: ledger.Evidence) -> None:
+    rows = with_a_faster_other_gpu.rows("discussion-13834")
+    assert per_gpu.gpus_in(rows) == [OTHER, "NVIDIA H200"] and per_gpu.gpus_in(rows.iloc[0:0]) == [""]
+    assert per_gpu.page_gpu(rows, "replay") == "NVIDIA H200"
+    assert per_gpu.page_gpu(rows, "live", here=OTHER) == OTHER
