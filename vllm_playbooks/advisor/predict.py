@@ -18,8 +18,8 @@ or over every measured config when none of its family is.
 Each prediction carries an *uncertainty* u (the truth is taken to lie within a factor 1 + u of it):
 ``PRIOR_UNCERTAINTY`` before any config of its family was measured; for a measured config ``NEAR_UNCERTAINTY`` plus
 ``DISTANCE_UNCERTAINTY`` per unit of |log load| to its nearest measured load; for a config whose family was measured,
-the spread of the family's ratios plus ``OTHER_CONFIG_UNCERTAINTY`` (at least ``PRIOR_UNCERTAINTY`` / (1 + configs
-measured in the family)), plus the same distance term.
+the spread of the family's ratios (of the metrics the SLO bounds, and requests/s) plus ``OTHER_CONFIG_UNCERTAINTY``
+(at least ``PRIOR_UNCERTAINTY`` / (1 + configs measured in the family)), plus the same distance term.
 
 *Pruning* by the calculator: a config whose weights, or one sequence of its max_model_len, do not fit the GPU
 (``config.capacity.check_fits``) is never proposed.
@@ -50,8 +50,10 @@ THEORY = {"bandwidth": 0.7, "compute": 0.5, "overhead_s": 0.0005}
 PRIOR_UNCERTAINTY = 1.5
 #: The smallest relative uncertainty of a refitted prediction of a measured config (at a load next to a measured one).
 NEAR_UNCERTAINTY = 0.05
-#: Added per unit of |log load distance| to the nearest measured load of the same config.
-DISTANCE_UNCERTAINTY = 0.15
+#: Added per unit of |log load distance| to the nearest measured load of the same config. The prior's shape over
+#: the load is rough: carried 4× in load, a config's measured / prior TPOT ratio was off by a factor 1.6 or more in
+#: one case of five on the recorded grids, hence 0.5 (0.15 before, which let one far point rule a config out).
+DISTANCE_UNCERTAINTY = 0.5
 #: The smallest uncertainty of a config not measured yet whose family was, on top of the spread of its family's ratios.
 OTHER_CONFIG_UNCERTAINTY = 0.15
 #: Which metric each ratio refits.
@@ -178,10 +180,11 @@ class Fit:
     ratios: dict[str, list[tuple[float, dict[str, float]]]]
     families: dict[str, str]
 
-    def predict(self, config_id: str, load: float, base: dict[str, float],
-                family: str | None = None) -> tuple[dict[str, float], float]:  # fmt: skip
+    def predict(self, config_id: str, load: float, base: dict[str, float], family: str | None = None,
+                decisive: tuple[str, ...] = RATIOS) -> tuple[dict[str, float], float]:  # fmt: skip
         """The refitted prediction at one point of config ``config_id`` (of ``family``) and its uncertainty u: the
-        truth is taken to lie within a factor 1 + u of it."""
+        truth is taken to lie within a factor 1 + u of it. The spread of other configs' ratios counts over the
+        ``decisive`` metrics only (those the SLO bounds and requests/s: a noisy TTFT p99 does not blur a TPOT SLO)."""
         own = self.ratios.get(config_id)
         kin = [c for c in self.ratios if c != config_id and family is not None and self.families.get(c) == family]
         if own:
@@ -198,7 +201,8 @@ class Fit:
             return dict(base), PRIOR_UNCERTAINTY
         others = [_interpolated(self.ratios[c], load) for c in (kin or list(self.ratios))]
         ratio = {m: math.exp(_median([logs[m] for logs, _ in others])) for m in RATIOS}
-        spread = max((math.exp(max(l[m] for l, _ in others) - min(l[m] for l, _ in others)) - 1) / 2 for m in RATIOS)
+        spread = max((math.exp(max(l[m] for l, _ in others) - min(l[m] for l, _ in others)) - 1) / 2
+                     for m in decisive)  # fmt: skip
         distance = min(d for _, d in others)
         if kin:  # a few configs' ratios understate their spread
             u = max(OTHER_CONFIG_UNCERTAINTY + spread, PRIOR_UNCERTAINTY / (1 + len(kin)))

@@ -1,24 +1,29 @@
-"""The advisor's search: propose with the model, pay for the most informative point, refit, stop.
+"""The advisor's search: propose with the model, pay for the point that can still win, refit, stop.
 
-Each round the model (``advisor.predict``) predicts every point not paid for, with a relative uncertainty u, and
-scores it two ways under the SLO: *expected* goodput (the prediction's requests/s if its p99s meet the SLO, else 0)
-and *optimistic* goodput (requests/s × (1 + u) if p99s / (1 + u) meet it, else 0: the most it could plausibly give).
-The best so far is the paid point of highest measured goodput (medians of its paid repeats). A point *can win* while
-its optimistic goodput exceeds the best's by more than the noise band (``analysis.noise.band_pct`` of the two sides'
-spreads, at least ``MIN_BAND_PCT``); the others are pruned, as are configs the KV calculator says cannot fit.
+Each round the model (``advisor.predict``) predicts every point not paid for, with a relative uncertainty u (the log
+error of its p99s and requests/s taken as normal, 1 + u as two standard deviations). The best so far is the paid point
+of highest measured goodput (medians of its paid repeats); its *bar* is its goodput raised by the noise band
+(``analysis.noise.band_pct`` of the best's and the runner-up's spreads, at least ``MIN_BAND_PCT``). A point *can win*
+while the model gives it at least ``PLAUSIBLE_CHANCE`` of meeting the SLO with more goodput than the bar; its
+*expected gain* is its expected goodput beyond the bar. Configs the KV calculator says cannot fit are never offered.
 
 - Within a config, p99 latencies and throughput rise with the load: a point at or above a paid load that missed the
   SLO, or below a paid load that met it, cannot win (``_dominated``).
-- Each config offers one point at a time, its *frontier*: the point of highest *likely* goodput, the predicted
-  requests/s times the chance its p99s meet the SLO (the log error taken as normal, with 1 + u as two standard
-  deviations). Among the frontiers that can win, the advisor pays for the one of most possible gain per
-  GPU-second, (optimistic goodput − the best's bar) / price, that the budget affords: a point on a server already
-  started costs no start-up, so settling a started config comes before starting a new one unless the new one could
-  gain much more.
-- When none can, it confirms: while the best point has fewer than ``MIN_CLEAN_REPEATS`` runs it pays for another
-  repeat of it, and when the best config's lead over the runner-up config (measured) is inside the band, a repeat of
-  whichever of the two has fewer runs, while repeats exist (a recorded grid has the repeats it has; a live run can
-  always measure one more).
+- The baseline first: until a speculative config is paid for, configs without speculation are offered alone while
+  one of their points can win. Every speculative config is judged against the baseline, and the prior models the
+  speculative methods' overheads worst (it ranks a draft model too well, for one).
+- Started configs before new ones: while a config already started has a point that can win, only started configs
+  are offered. Their points cost no start-up, and settling them raises the bar that rules out long shots before a
+  start-up is paid.
+- Each config offers one point: a started config its point nearest the SLO's edge (predicted p99 closest to the
+  bound: the loads that bracket the SLO), a new config its point at the best point's load when that one can win (the
+  same load on both sides: the comparison the model is least sure of), else its point nearest the edge. Among the
+  offers the advisor pays for the config of most expected gain per GPU-second (its start-up included) that the budget
+  affords.
+- When no point can win, it confirms: while the best point has fewer than ``MIN_CLEAN_REPEATS`` runs it pays for
+  another repeat of it, and when the best config's lead over the runner-up config (measured) is inside the band, a
+  repeat of whichever of the two has fewer runs, while repeats exist (a recorded grid has the repeats it has; a live
+  run can always measure one more).
 - When nothing paid for meets the SLO and no point can, it pays for the point the model finds likeliest to meet it
   (lowest predicted p99 over its bound), once: if that one misses too, no point will.
 - It stops when the lead is outside the band (``lead beyond noise``), when no repeat is left to separate two configs
@@ -29,6 +34,7 @@ spreads, at least ``MIN_BAND_PCT``); the others are pruned, as are configs the K
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from statistics import median
 from typing import TYPE_CHECKING, Any
@@ -43,6 +49,10 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
+#: A point can win while the model gives it at least this chance of beating the best by more than the noise band: one
+#: in ten. Lower, and the search pays for long shots; higher, and it quits while a point it has not measured could
+#: still win (at 0.15 it misses a point 0.4 % inside the SLO on one grid; see the advisor page).
+PLAUSIBLE_CHANCE = 0.1
 #: Why the search stopped.
 STOP_REASONS = ("lead beyond noise", "within noise", "budget", "no point meets the SLO")
 
@@ -103,17 +113,44 @@ def _summary(line: dict[str, Any], rows: list[dict[str, Any]], slo: Slo) -> dict
     }  # fmt: skip
 
 
-def _scores(line: dict[str, Any], predicted: dict[str, float], u: float, slo: Slo) -> tuple[float, float, float]:
-    """(expected, optimistic, likely) goodput of one prediction with uncertainty u (see the module's docstring)."""
-    expected = goodput_rps(slo, predicted["tpot_p99_ms"], predicted["ttft_p99_ms"], predicted["request_throughput_rps"])
-    optimistic = goodput_rps(slo, predicted["tpot_p99_ms"] / (1.0 + u), predicted["ttft_p99_ms"] / (1.0 + u),
-                             predicted["request_throughput_rps"] * (1.0 + u))  # fmt: skip
-    sigma = max(math.log(1.0 + u) / 2.0, 1e-6)  # the factor 1 + u taken as two standard deviations of log error
+def _sigma(u: float) -> float:
+    """The standard deviation of a prediction's log error: the factor 1 + u taken as two of them."""
+    return max(math.log(1.0 + u) / 2.0, 1e-6)
+
+
+def _normal_cdf(z: float) -> float:
+    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
+
+
+def _chance_met(predicted: dict[str, float], u: float, slo: Slo) -> float:
+    """The chance that a point predicted at ``predicted`` with uncertainty u meets every bound of ``slo``."""
     chance = 1.0
     for value, bound in ((predicted["tpot_p99_ms"], slo.tpot_p99_ms), (predicted["ttft_p99_ms"], slo.ttft_p99_ms)):
         if bound is not None:
-            chance *= 0.5 * (1.0 + math.erf(math.log(bound / value) / (sigma * math.sqrt(2.0))))
-    return expected, optimistic, predicted["request_throughput_rps"] * chance
+            chance *= _normal_cdf(math.log(bound / value) / _sigma(u))
+    return chance
+
+
+def _outlook(predicted: dict[str, float], u: float, slo: Slo, bar: float) -> tuple[float, float]:
+    """(chance, expected gain) of one prediction with uncertainty u against ``bar`` (requests/s): the chance that it
+    meets ``slo`` with more goodput than ``bar``, and the expected goodput beyond ``bar`` (0 when it misses the SLO),
+    taking the log errors of its p99s and its requests/s as normal and independent (see the module's docstring)."""
+    met = _chance_met(predicted, u, slo)
+    rps, sigma = predicted["request_throughput_rps"], _sigma(u)
+    if bar <= 0:
+        return met, met * rps * math.exp(sigma**2 / 2)
+    z = math.log(rps / bar) / sigma
+    beyond = rps * math.exp(sigma**2 / 2) * _normal_cdf(z + sigma) - bar * _normal_cdf(z)
+    return met * _normal_cdf(z), met * max(beyond, 0.0)
+
+
+def _scores(predicted: dict[str, float], u: float, slo: Slo) -> tuple[float, float]:
+    """(expected, optimistic) goodput of one prediction with uncertainty u, for the trace: the prediction's requests/s
+    if its p99s meet ``slo``, and requests/s × (1 + u) if its p99s / (1 + u) do (else 0)."""
+    expected = goodput_rps(slo, predicted["tpot_p99_ms"], predicted["ttft_p99_ms"], predicted["request_throughput_rps"])
+    optimistic = goodput_rps(slo, predicted["tpot_p99_ms"] / (1.0 + u), predicted["ttft_p99_ms"] / (1.0 + u),
+                             predicted["request_throughput_rps"] * (1.0 + u))  # fmt: skip
+    return expected, optimistic
 
 
 def _dominated(lines: dict[PointKey, dict[str, Any]], paid: dict[PointKey, dict[str, Any]], slo: Slo) -> set[PointKey]:
@@ -132,15 +169,55 @@ def _dominated(lines: dict[PointKey, dict[str, Any]], paid: dict[PointKey, dict[
     return out
 
 
-def _frontier(keys: list[PointKey], scores: dict[PointKey, tuple[float, float, float]]) -> PointKey:
-    """A config's point to measure next: the one of highest *likely* goodput (predicted requests/s times the chance
-    that its p99s meet the SLO)."""
-    return max(keys, key=lambda k: scores[k][2])
-
-
 def _margin(predicted: dict[str, float], slo: Slo) -> float:
     bounds = [(predicted["tpot_p99_ms"], slo.tpot_p99_ms), (predicted["ttft_p99_ms"], slo.ttft_p99_ms)]
     return max(value / bound for value, bound in bounds if bound is not None)
+
+
+@dataclass(frozen=True)
+class _Offer:
+    """A point that can still win: its expected gain over the bar and its distance to the SLO's edge (|log| of its
+    predicted p99 over the bound)."""
+
+    key: PointKey
+    gain: float
+    edge: float
+
+
+def _challengers(
+    offers: dict[str, list[_Offer]],
+    lines: dict[PointKey, dict[str, Any]],
+    paid: set[PointKey],
+    best_key: PointKey | None,
+    price: Callable[[PointKey], float],
+) -> list[tuple[PointKey, str]]:
+    """The point each config with points that can still win (``offers``, by config id) puts forward, with why, best
+    first: the baseline before speculation, started configs before new ones, and the most expected gain per GPU-second
+    (see the module's docstring)."""
+
+    def started(config: str) -> bool:
+        return any(k[0] == config for k in paid)
+
+    baseline_phase = any(line["family"] != "none" for line in lines.values()) and not any(
+        lines[k]["family"] != "none" for k in paid
+    )
+    if baseline_phase:
+        offers = {c: o for c, o in offers.items() if lines[o[0].key]["family"] == "none"} or offers
+    offers = {c: o for c, o in offers.items() if started(c)} or offers
+    ranked = []
+    for config, offer in offers.items():
+        edge = min(offer, key=lambda o: o.edge).key
+        at_best = [o.key for o in offer if best_key is not None and o.key[1:] == best_key[1:]]
+        if started(config):
+            point, why = edge, "a started config: its point nearest the SLO's edge"
+        elif at_best:
+            point, why = at_best[0], "a new config, at the best point's load"
+        else:
+            point, why = edge, "a new config: its point nearest the SLO's edge"
+        if baseline_phase and lines[point]["family"] == "none":
+            why = f"the baseline first; {why}"
+        ranked.append((max(o.gain for o in offer) / max(price(point), 1e-9), point, why))
+    return [(point, why) for _, point, why in sorted(ranked, key=lambda r: r[0], reverse=True)]
 
 
 def advise(oracle: Oracle, slo: Slo, gpu: Gpu, max_repeats: int = MIN_CLEAN_REPEATS) -> Advice:
@@ -151,7 +228,9 @@ def advise(oracle: Oracle, slo: Slo, gpu: Gpu, max_repeats: int = MIN_CLEAN_REPE
     pruned = {line["config_id"]: line["pruned"] for line in lines.values() if line["pruned"]}
     advice = Advice(slo=slo, chosen=None, runner_up=None, stop_reason="", budget_gpu_s=oracle.budget_gpu_s,
                     pruned=pruned)  # fmt: skip
-    first_scores: dict[PointKey, tuple[float, float, float]] = {}
+    first_scores: dict[PointKey, tuple[float, float]] = {}
+    bounds = (("tpot_p99_ms", slo.tpot_p99_ms), ("ttft_p99_ms", slo.ttft_p99_ms))
+    decisive = (*(m for m, bound in bounds if bound is not None), "request_throughput_rps")
     while True:
         paid = {key: _summary(lines[key], oracle.rows(key), slo) for key in oracle.paid_keys()}
         fit = refit([(lines[key], {m: s[m] for m in RATIOS}) for key, s in paid.items()], gpu)
@@ -162,31 +241,27 @@ def advise(oracle: Oracle, slo: Slo, gpu: Gpu, max_repeats: int = MIN_CLEAN_REPE
         rival = paid[rival_key] if rival_key is not None else None
         band = band_pct(*(s["spread_pct"] for s in (best, rival) if s is not None))
         bar = best["goodput_rps"] * (1 + band / 100.0) if best is not None else 0.0
-        margins, open_points = [], {}
+        margins, offers = [], {}
         dominated = _dominated(lines, paid, slo)
         for key, line in lines.items():
             if line["pruned"] or key in dominated:
                 continue
             base = {m: line[f"prior_{m}"] for m in RATIOS}
-            predicted, u = fit.predict(line["config_id"], line["load"], base, line["family"])
+            predicted, u = fit.predict(line["config_id"], line["load"], base, line["family"], decisive)
             margins.append((_margin(predicted, slo), key))
-            if key not in paid:
-                first_scores[key] = _scores(line, predicted, u, slo)
-                open_points.setdefault(key[0], []).append(key)
-        challengers = []
-        for keys in open_points.values():
-            key = _frontier(keys, first_scores)
-            expected, optimistic, _ = first_scores[key]
-            if optimistic > bar:
-                challengers.append(((optimistic - bar) / max(oracle.price(key), 1e-9), expected, key))
+            if key in paid:
+                continue
+            first_scores[key] = _scores(predicted, u, slo)
+            chance, gain = _outlook(predicted, u, slo, bar)
+            if chance >= PLAUSIBLE_CHANCE:
+                offers.setdefault(key[0], []).append(_Offer(key, gain, abs(math.log(_margin(predicted, slo)))))
+        challengers = _challengers(offers, lines, set(paid), best_key, oracle.price)
         likeliest = min(margins, default=(0.0, None))[1]
-        challengers.sort(reverse=True)
-        affordable = [c for c in challengers if oracle.price(c[2]) <= oracle.left_gpu_s()]
+        affordable = [(key, why) for key, why in challengers if oracle.price(key) <= oracle.left_gpu_s()]
         advice.chosen, advice.runner_up = best, rival
         why, key = "", None
         if affordable:
-            key = affordable[0][2]
-            why = "its config's predicted frontier: most possible gain per GPU-second"
+            key, why = affordable[0]
         elif challengers:
             advice.stop_reason = "budget"
         elif best is None and likeliest is not None and likeliest not in paid:
@@ -211,7 +286,7 @@ def advise(oracle: Oracle, slo: Slo, gpu: Gpu, max_repeats: int = MIN_CLEAN_REPE
             break
         cost = oracle.price(key)
         row = oracle.pay(key)
-        expected, optimistic = (float("nan"), float("nan")) if why.startswith("repeat") else first_scores[key][:2]
+        expected, optimistic = (float("nan"), float("nan")) if why.startswith("repeat") else first_scores[key]
         advice.steps.append(Step(
             number=len(advice.steps) + 1,
             point=point_name(lines[key]["engine_label"], lines[key]["concurrency"], lines[key]["request_rate_qps"]),

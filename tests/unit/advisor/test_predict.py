@@ -78,3 +78,13 @@ def test_the_calculator_refuses_a_config_whose_weights_cannot_fit() -> None:
     assert fits_gpu(big, GPU) is not None and "exceed" in fits_gpu(big, GPU)  # type: ignore[operator]
     assert fits_gpu(engine_of({"engine_config_json": engine_json("a")}), GPU) is None
     assert json.loads(engine_json("a"))["model"] == "llama-3.1-8b"
+
+
+def test_a_noisy_ttft_of_other_configs_does_not_blur_a_tpot_prediction() -> None:
+    measured = [(_line("a", 4), {"tpot_p99_ms": 9.0, "ttft_p99_ms": 30.0, "request_throughput_rps": 5.0}),
+                (_line("b", 4), {"tpot_p99_ms": 9.5, "ttft_p99_ms": 900.0, "request_throughput_rps": 5.1})]  # fmt: skip
+    fit = refit(measured, GPU)
+    base = prior(_line("c", 4), GPU)
+    _, every = fit.predict("c-id", 4.0, base, "none")
+    _, decisive = fit.predict("c-id", 4.0, base, "none", ("tpot_p99_ms", "request_throughput_rps"))
+    assert decisive < 1.0 < every  # the TTFT ratios differ 30×; the TPOT and requests/s ones by a few percent

@@ -5,12 +5,21 @@ KV calculator says cannot fit."""
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from tests.unit.advisor.grids import engine_json, frame, row, startups
 from vllm_playbooks.advisor.goodput import Slo
 from vllm_playbooks.advisor.oracle import RecordedOracle
 from vllm_playbooks.advisor.predict import gpu_of_hardware
-from vllm_playbooks.advisor.search import STOP_REASONS, _dominated, advise
+from vllm_playbooks.advisor.search import (
+    PLAUSIBLE_CHANCE,
+    STOP_REASONS,
+    _challengers,
+    _dominated,
+    _Offer,
+    _outlook,
+    advise,
+)
 
 GPU = gpu_of_hardware("H200-SXM")
 LOADS = (1, 4, 16, 64)
@@ -117,3 +126,46 @@ def test_the_live_path_measures_through_the_runner_and_takes_recorded_rows_for_f
         == sum(p.gpu_s for p in oracle.payments)
         == 40.0 * len(measured) + 100.0 * len({c for c, _ in measured})
     )
+
+
+def _draft_overrated() -> pd.DataFrame:
+    """A 1B draft the prior ranks above speculation off, measured slower than it everywhere (as on the H200 grids)."""
+    draft = engine_json("draft", draft="llama-3.2-1b", k=4, alpha=0.8)
+    return frame(_config("off", (4.9, 5.2, 6.6, 12.2), (1.55, 5.8, 18.1, 39.0))
+                 + _config("draft", (7.7, 7.4, 12.3, 16.7), (1.45, 5.6, 16.5, 35.3), engine=draft))  # fmt: skip
+
+
+def test_the_baseline_is_settled_first_so_a_draft_the_prior_overrates_cannot_hide_it() -> None:
+    rows = _draft_overrated()
+    oracle = RecordedOracle(rows, startups(rows), budget_gpu_s=10_000.0)
+    advice = advise(oracle, Slo(tpot_p99_ms=6.0), GPU)
+    # without the rule: the draft first, both its points missed, and its measured / prior ratio, carried over to
+    # speculation off, ruled that out unmeasured: "no point meets the SLO"
+    assert advice.steps[0].point.startswith("off") and advice.steps[0].why.startswith("the baseline first")
+    assert advice.chosen is not None and advice.chosen["point"] == "off @ c4"
+    assert advice.stop_reason == "lead beyond noise"
+
+
+def test_a_started_config_is_settled_before_a_new_one_and_a_new_one_starts_at_the_best_load() -> None:
+    rows = _clear_winner()
+    lines = {(r["config_id"], 512, 128, float(r["concurrency"]), -1.0): {**r, "family": "none"}
+             for r in rows.to_dict("records")}  # fmt: skip
+    a4, a16 = (("a-id", 512, 128, c, -1.0) for c in (4.0, 16.0))
+    b4, b64 = (("b-id", 512, 128, c, -1.0) for c in (4.0, 64.0))
+    offers = {"a-id": [_Offer(a16, gain=1.0, edge=0.1)], "b-id": [_Offer(b4, 9.0, 0.5), _Offer(b64, 50.0, 0.05)]}
+    price = {a16: 40.0, b4: 140.0, b64: 140.0}.__getitem__
+    assert _challengers(offers, lines, {a4}, a4, price) == [(a16, "a started config: its point nearest the SLO's edge")]
+    (point, why), = _challengers({"b-id": offers["b-id"]}, lines, {a4}, a4, price)
+    assert point == b4 and why == "a new config, at the best point's load"
+
+
+def test_a_point_can_win_only_with_a_plausible_chance_of_beating_the_bar() -> None:
+    slo = Slo(tpot_p99_ms=10.0)
+    at_bound = {"tpot_p99_ms": 10.0, "ttft_p99_ms": 50.0, "request_throughput_rps": 20.0}
+    chance, gain = _outlook(at_bound, 0.5, slo, bar=0.0)
+    assert chance == pytest.approx(0.5) and gain > 0.5 * 20.0  # half a chance to meet it, any goodput beats none
+    far_over = {**at_bound, "tpot_p99_ms": 20.0}  # twice the bound, known within a factor 1.5: a long shot
+    assert _outlook(far_over, 0.5, slo, bar=0.0)[0] < PLAUSIBLE_CHANCE
+    assert _outlook(far_over, 3.0, slo, bar=0.0)[0] > PLAUSIBLE_CHANCE  # unless it is hardly known
+    low_rps = _outlook(at_bound, 0.5, slo, bar=40.0)  # meets it at half the best's goodput
+    assert low_rps[0] < PLAUSIBLE_CHANCE and low_rps[1] < 0.01
