@@ -2,9 +2,10 @@
 
 For every recorded grid on the H200 (``advisor.goodput``: a case, a hardware, a model shape, one pair of lengths and
 one kind of load) and each of its three SLOs (``goodput.slo_levels``: tight, medium, loose), the advisor searches a
-``RecordedOracle`` of that grid with a budget of ``BUDGET_SHARE`` of the grid's recorded GPU time, paying each point's
-recorded GPU time. Its choice is then scored on *all* the grid's rows (medians of every repeat): the goodput ratio is
-the chosen point's goodput over the grid best's, under the same SLO. ``vllm-playbooks advise --evaluate`` writes
+``RecordedOracle`` of that grid with a budget of each of ``BUDGET_SHARES`` of the grid's recorded GPU time, paying
+each point's recorded GPU time; the search stops by its own rule (``advisor.search``) or at the budget. Its choice is
+then scored on *all* the grid's rows (medians of every repeat): the goodput ratio is the chosen point's goodput over
+the grid best's, under the same SLO. ``vllm-playbooks advise --evaluate`` writes
 ``data/checks/advisor-vs-grid.csv``.
 
 What the evaluation cannot show: the configs are config-only shapes with dummy weights and imposed acceptance, and the
@@ -42,11 +43,12 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-#: The advisor's budget in the evaluation: this share of the grid's recorded GPU time (the issue's quarter)...
-BUDGET_SHARE = 0.25
-#: ...and every budget the evaluation runs, to show what a larger one buys.
-BUDGET_SHARES = (0.25, 0.5)
-#: The issue's targets (#44): median goodput ratio, lowest ratio, median GPU-time share, fewest (case, SLO) pairs.
+#: The advisor's budget in the evaluation and the command's default: the grid's whole recorded GPU time, what measuring
+#: every point would cost. The search stops by its own rule, and the evaluation reports what share it spent...
+BUDGET_SHARE = 1.0
+#: ...and every budget the evaluation runs: a strict quarter and half of the grid's GPU time, and the whole.
+BUDGET_SHARES = (0.25, 0.5, 1.0)
+#: The targets: median goodput ratio, lowest ratio, median GPU-time share, fewest (grid, SLO) pairs.
 TARGETS = {"median_ratio": 0.95, "min_ratio": 0.85, "median_share": 0.25, "pairs": 12}
 #: Where the evaluation is written, under the data folder.
 CHECK_FILE = Path("checks") / "advisor-vs-grid.csv"
@@ -138,7 +140,7 @@ def evaluate(cases: list[str] | None = None, data: Path | None = None,
 
 def summary(table: pd.DataFrame, budget_share: float = BUDGET_SHARE) -> dict[str, float]:
     """Pairs, median and lowest goodput ratio, median GPU-time share of the lines of an evaluation table run with
-    ``budget_share``, and whether the issue's targets (``TARGETS``) are all met (1.0) or not (0.0)."""
+    ``budget_share``, and whether the targets (``TARGETS``) are all met (1.0) or not (0.0)."""
     table = table[(table["budget_share"] - budget_share).abs() < 1e-9]
     ratios = table["goodput_ratio"].dropna()
     result = {"pairs": float(len(ratios)), "median_ratio": float(ratios.median()), "min_ratio": float(ratios.min()),
