@@ -9,9 +9,12 @@ while the model gives it at least ``PLAUSIBLE_CHANCE`` of meeting the SLO with m
 
 - Within a config, p99 latencies and throughput rise with the load: a point at or above a paid load that missed the
   SLO, or below a paid load that met it, cannot win (``_dominated``).
+- Only what the budget left affords is offered; the rules below choose among those.
 - The baseline first: until a speculative config is paid for, configs without speculation are offered alone while
-  one of their points can win. Every speculative config is judged against the baseline, and the prior models the
-  speculative methods' overheads worst (it ranks a draft model too well, for one).
+  one of their points can win and the budget left pays for ``PLAN_MARGIN`` times the plan (the baseline's offer, then
+  the best speculative offer, start-ups included). Every speculative config is judged against the baseline, and the
+  prior models the speculative methods' overheads worst (it ranks a draft model too well, for one). On a shorter
+  budget every config is offered, and the one of most expected gain per GPU-second goes first.
 - Started configs before new ones: while a config already started has a point that can win, only started configs
   are offered. Their points cost no start-up, and settling them raises the bar that rules out long shots before a
   start-up is paid.
@@ -20,8 +23,9 @@ while the model gives it at least ``PLAUSIBLE_CHANCE`` of meeting the SLO with m
   same load on both sides: the comparison the model is least sure of), else its point nearest the edge. Among the
   offers the advisor pays for the config of most expected gain per GPU-second (its start-up included) that the budget
   affords.
-- When no point can win, it confirms: while the best point has fewer than ``MIN_CLEAN_REPEATS`` runs it pays for
-  another repeat of it, and when the best config's lead over the runner-up config (measured) is inside the band, a
+- When no point can win, it confirms: while the best point has fewer than ``MIN_CLEAN_REPEATS`` runs and its p99
+  is within the noise band of the SLO's bound (a repeat could move its median over the bound) it pays for another
+  repeat of it, and when the best config's lead over the runner-up config (measured) is inside the band, a
   repeat of whichever of the two has fewer runs, while repeats exist (a recorded grid has the repeats it has; a live
   run can always measure one more).
 - When nothing paid for meets the SLO and no point can, it pays for the point the model finds likeliest to meet it
@@ -53,6 +57,12 @@ if TYPE_CHECKING:
 #: in ten. Lower, and the search pays for long shots; higher, and it quits while a point it has not measured could
 #: still win (at 0.15 it misses a point 0.4 % inside the SLO on one grid; see the advisor page).
 PLAUSIBLE_CHANCE = 0.1
+#: The baseline goes first while the budget left pays for this many times its plan: the baseline's offer and then the
+#: speculative offer of most expected gain per GPU-second, each with its start-up; the half on top pays for the winner's
+#: next point. A shorter budget is spent where the expected gain per GPU-second is highest. At 0.75 a quarter of a grid
+#: still goes to the baseline and misses the winner more often; at 2.25 even a whole small grid skips the baseline once
+#: and picks a draft the prior overrates (see the advisor page).
+PLAN_MARGIN = 1.5
 #: Why the search stopped.
 STOP_REASONS = ("lead beyond noise", "within noise", "budget", "no point meets the SLO")
 
@@ -190,20 +200,16 @@ def _challengers(
     paid: set[PointKey],
     best_key: PointKey | None,
     price: Callable[[PointKey], float],
+    left_gpu_s: float,
 ) -> list[tuple[PointKey, str]]:
     """The point each config with points that can still win (``offers``, by config id) puts forward, with why, best
-    first: the baseline before speculation, started configs before new ones, and the most expected gain per GPU-second
-    (see the module's docstring)."""
+    first, among those the ``left_gpu_s`` GPU-seconds afford: the baseline before speculation while the budget can pay
+    for the baseline-first plan, started configs before new ones, and the most expected gain per GPU-second (see the
+    module's docstring)."""
 
     def started(config: str) -> bool:
         return any(k[0] == config for k in paid)
 
-    baseline_phase = any(line["family"] != "none" for line in lines.values()) and not any(
-        lines[k]["family"] != "none" for k in paid
-    )
-    if baseline_phase:
-        offers = {c: o for c, o in offers.items() if lines[o[0].key]["family"] == "none"} or offers
-    offers = {c: o for c, o in offers.items() if started(c)} or offers
     ranked = []
     for config, offer in offers.items():
         edge = min(offer, key=lambda o: o.edge).key
@@ -214,10 +220,25 @@ def _challengers(
             point, why = at_best[0], "a new config, at the best point's load"
         else:
             point, why = edge, "a new config: its point nearest the SLO's edge"
-        if baseline_phase and lines[point]["family"] == "none":
-            why = f"the baseline first; {why}"
-        ranked.append((max(o.gain for o in offer) / max(price(point), 1e-9), point, why))
-    return [(point, why) for _, point, why in sorted(ranked, key=lambda r: r[0], reverse=True)]
+        if price(point) <= left_gpu_s:
+            ranked.append((max(o.gain for o in offer) / max(price(point), 1e-9), point, why))
+    ranked.sort(key=lambda r: r[0], reverse=True)
+    baseline = [r for r in ranked if lines[r[1]]["family"] == "none"]
+    speculative = [r for r in ranked if lines[r[1]]["family"] != "none"]
+    baseline_phase = any(line["family"] != "none" for line in lines.values()) and not any(
+        lines[k]["family"] != "none" for k in paid
+    )
+    if baseline_phase and baseline and speculative:
+        plan = price(baseline[0][1]) + price(speculative[0][1])
+        if plan * PLAN_MARGIN <= left_gpu_s:
+            ranked = [(score, point, f"the baseline first; {why}") for score, point, why in baseline]
+        else:
+            ranked = [(score, point, f"the budget is short of the baseline-first plan; {why}")
+                      for score, point, why in ranked]  # fmt: skip
+    elif baseline_phase and baseline:
+        ranked = [(score, point, f"the baseline first; {why}") for score, point, why in baseline]
+    ranked = [r for r in ranked if started(r[1][0])] or ranked
+    return [(point, why) for _, point, why in ranked]
 
 
 def advise(oracle: Oracle, slo: Slo, gpu: Gpu, max_repeats: int = MIN_CLEAN_REPEATS) -> Advice:
@@ -255,14 +276,13 @@ def advise(oracle: Oracle, slo: Slo, gpu: Gpu, max_repeats: int = MIN_CLEAN_REPE
             chance, gain = _outlook(predicted, u, slo, bar)
             if chance >= PLAUSIBLE_CHANCE:
                 offers.setdefault(key[0], []).append(_Offer(key, gain, abs(math.log(_margin(predicted, slo)))))
-        challengers = _challengers(offers, lines, set(paid), best_key, oracle.price)
+        challengers = _challengers(offers, lines, set(paid), best_key, oracle.price, oracle.left_gpu_s())
         likeliest = min(margins, default=(0.0, None))[1]
-        affordable = [(key, why) for key, why in challengers if oracle.price(key) <= oracle.left_gpu_s()]
         advice.chosen, advice.runner_up = best, rival
         why, key = "", None
-        if affordable:
-            key, why = affordable[0]
-        elif challengers:
+        if challengers:
+            key, why = challengers[0]
+        elif offers:
             advice.stop_reason = "budget"
         elif best is None and likeliest is not None and likeliest not in paid:
             if oracle.price(likeliest) <= oracle.left_gpu_s():
@@ -273,7 +293,9 @@ def advise(oracle: Oracle, slo: Slo, gpu: Gpu, max_repeats: int = MIN_CLEAN_REPE
             advice.stop_reason = "no point meets the SLO"
         else:
             decided = rival is None or best["goodput_rps"] > rival["goodput_rps"] * (1 + band / 100.0)
-            sides = [best_key] if decided else sorted((best_key, rival_key), key=oracle.runs_seen)
+            near_edge = _margin(best, slo) > 1.0 / (1.0 + band / 100.0)
+            sides = ([best_key] if near_edge else []) if decided else sorted((best_key, rival_key),
+                                                                             key=oracle.runs_seen)  # fmt: skip
             wanted = [k for k in sides if oracle.runs_seen(k) < max_repeats and oracle.repeats_left(k) > 0]
             if wanted and oracle.price(wanted[0]) <= oracle.left_gpu_s():
                 key = wanted[0]

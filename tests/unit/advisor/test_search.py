@@ -12,6 +12,7 @@ from vllm_playbooks.advisor.goodput import Slo
 from vllm_playbooks.advisor.oracle import RecordedOracle
 from vllm_playbooks.advisor.predict import gpu_of_hardware
 from vllm_playbooks.advisor.search import (
+    PLAN_MARGIN,
     PLAUSIBLE_CHANCE,
     STOP_REASONS,
     _challengers,
@@ -154,9 +155,37 @@ def test_a_started_config_is_settled_before_a_new_one_and_a_new_one_starts_at_th
     b4, b64 = (("b-id", 512, 128, c, -1.0) for c in (4.0, 64.0))
     offers = {"a-id": [_Offer(a16, gain=1.0, edge=0.1)], "b-id": [_Offer(b4, 9.0, 0.5), _Offer(b64, 50.0, 0.05)]}
     price = {a16: 40.0, b4: 140.0, b64: 140.0}.__getitem__
-    assert _challengers(offers, lines, {a4}, a4, price) == [(a16, "a started config: its point nearest the SLO's edge")]
-    (point, why), = _challengers({"b-id": offers["b-id"]}, lines, {a4}, a4, price)
+    assert _challengers(offers, lines, {a4}, a4, price, 10_000.0) == [
+        (a16, "a started config: its point nearest the SLO's edge")
+    ]
+    (point, why), = _challengers({"b-id": offers["b-id"]}, lines, {a4}, a4, price, 10_000.0)
     assert point == b4 and why == "a new config, at the best point's load"
+
+
+def test_a_budget_short_of_the_baseline_plan_goes_to_the_speculative_offer_of_most_gain_per_gpu_second() -> None:
+    off, spec = ("off-id", 512, 128, 4.0, -1.0), ("spec-id", 512, 128, 4.0, -1.0)
+    lines = {off: {"family": "none"}, spec: {"family": "mtp"}}
+    offers = {"off-id": [_Offer(off, gain=1.0, edge=0.1)], "spec-id": [_Offer(spec, gain=10.0, edge=0.1)]}
+    price = {off: 140.0, spec: 140.0}.__getitem__
+    plan = 140.0 + 140.0
+    roomy = _challengers(offers, lines, set(), None, price, PLAN_MARGIN * plan)
+    assert [k for k, _ in roomy] == [off] and roomy[0][1].startswith("the baseline first")
+    short = _challengers(offers, lines, set(), None, price, PLAN_MARGIN * plan - 1.0)
+    assert [k for k, _ in short] == [spec, off] and short[0][1].startswith("the budget is short")
+    # a baseline the budget cannot afford no longer ends the search with nothing paid for
+    dear = {off: 500.0, spec: 140.0}.__getitem__
+    assert [k for k, _ in _challengers(offers, lines, set(), None, dear, 300.0)] == [spec]
+
+
+def test_the_best_is_repeated_to_confirm_it_only_while_its_p99_is_within_noise_of_the_bound() -> None:
+    rows = frame(_config("a", (5.0, 5.2, 6.6, 12.0), (1.5, 5.8, 18.0, 39.0), repeats=3)
+                 + _config("b", (5.0, 5.3, 9.0, 20.0), (1.2, 4.0, 10.0, 25.0), repeats=3))  # fmt: skip
+    far = advise(RecordedOracle(rows, startups(rows), budget_gpu_s=10_000.0), Slo(tpot_p99_ms=8.0), GPU)
+    assert far.chosen is not None and far.chosen["point"] == "a @ c16" and far.chosen["runs"] == 1  # 6.6 ms of 8
+    assert not any(s.why.startswith("repeat") for s in far.steps)
+    near = advise(RecordedOracle(rows, startups(rows), budget_gpu_s=10_000.0), Slo(tpot_p99_ms=6.8), GPU)
+    assert near.chosen is not None and near.chosen["point"] == "a @ c16" and near.chosen["runs"] == 3  # 6.6 of 6.8
+    assert near.stop_reason == "lead beyond noise"
 
 
 def test_a_point_can_win_only_with_a_plausible_chance_of_beating_the_bar() -> None:
