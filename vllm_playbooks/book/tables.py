@@ -1,6 +1,7 @@
 """Tables for people: the columns a page shows, named in words with units, numbers rounded, no index, blanks.
 
-``for_people`` is for the tables a page chooses (headers named one by one); ``people_html`` is what every other
+``for_people`` is for the tables a page chooses (headers named one by one); ``in_words`` does the same but keeps a
+DataFrame, so a long table still folds; ``people_html`` is what every other
 DataFrame a page displays turns into (``use_people_tables``, called when ``vllm_playbooks`` is imported in a notebook
 kernel): no index, numbers rounded by their size, blanks for missing values, underscores read as spaces, and at most
 ``SHOWN_ROWS`` rows with the rest in a collapsed section.
@@ -8,7 +9,7 @@ kernel): no index, numbers rounded by their size, blanks for missing values, und
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -33,6 +34,15 @@ def for_people(frame: pd.DataFrame, columns: Mapping[str, str], decimals: Mappin
         elif pd.api.types.is_float_dtype(shown[name]):
             formats[name] = f"{{:,.{places.get(name, 1)}f}}"
     return shown.style.hide(axis="index").format(formats, na_rep="")
+
+
+def in_words(frame: pd.DataFrame, columns: Mapping[str, str], percent: Iterable[str] = ()) -> pd.DataFrame:
+    """``frame``'s ``columns`` (name → header in words), in that order, renamed, with the ``percent`` columns (shares
+    as fractions) multiplied by 100; a named index is kept. Displayed in a notebook, it renders as ``people_html``."""
+    shown = frame[list(columns)].copy()
+    for name in percent:
+        shown[name] = 100 * shown[name]
+    return shown.rename(columns=dict(columns))
 
 
 def places_for(values: pd.Series) -> int:
