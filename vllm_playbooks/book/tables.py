@@ -55,13 +55,19 @@ def places_for(values: pd.Series) -> int:
 
 
 def people_html(frame: pd.DataFrame) -> str:
-    """Any displayed DataFrame as HTML for people: a named index becomes columns, a default one is dropped; column
+    """Any displayed DataFrame as HTML for people: a named index, or one of labels (not integers), becomes columns
+    (an unnamed one under a blank header), an unnamed integer one (row numbers) is dropped; column
     names with underscores read as words; floats rounded by ``places_for``; missing cells blank; rows past
     ``SHOWN_ROWS`` in a collapsed ``<details>`` section below the first ones."""
     import pandas as pd
 
-    flat = frame.reset_index() if any(name is not None for name in frame.index.names) else frame
-    flat = flat.copy()
+    labelled = any(name is not None for name in frame.index.names)
+    if labelled or not pd.api.types.is_integer_dtype(frame.index):  # row labels (named, or words): shown
+        flat = frame.reset_index()
+        if not labelled:
+            flat = flat.rename(columns={flat.columns[0]: ""})
+    else:  # a row number: dropped
+        flat = frame.copy()
     flat.columns = [" ".join(str(part) for part in name if str(part)) if isinstance(name, tuple) else str(name)
                     for name in flat.columns]
     flat = flat.rename(columns=lambda name: name.replace("_", " "))

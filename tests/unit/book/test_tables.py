@@ -44,6 +44,14 @@ def test_in_words_keeps_the_named_columns_in_order_in_words_and_shares_in_percen
     assert "calibrated on" in people_html(shown)
 
 
+def test_row_labels_stay_and_row_numbers_go() -> None:
+    labelled = pd.DataFrame({"value": [1.5, 2.5]}, index=["carried", "calibrated"])
+    html = people_html(labelled)
+    assert ">carried<" in html and ">calibrated<" in html and 'class="row_heading' not in html
+    filtered = pd.DataFrame({"value": [1.5, 2.5, 3.5]}).iloc[[0, 2]]  # a filtered frame keeps its row numbers
+    assert ">2<" not in people_html(filtered) and ">index<" not in people_html(filtered)
+
+
 def test_places_follow_the_size_of_a_column() -> None:
     assert [places_for(pd.Series(v)) for v in ([150.0], [15.0], [1.5], [0.15], [float("nan")])] == [0, 1, 2, 3, 0]
 
