@@ -59,6 +59,8 @@ COMMANDS = (
             "vllm_playbooks.run.crosscheck:add_arguments", "vllm_playbooks.run.crosscheck:main"),
     Command("migrate", "move recorded points to their identity (hardware, config id) and rebuild their tables",
             "vllm_playbooks.run.migrate:add_arguments", "vllm_playbooks.run.migrate:main"),
+    Command("import-runs", "add the points measured in another data folder to this one, each as a new repeat",
+            "vllm_playbooks.run.importing:add_arguments", "vllm_playbooks.run.importing:main"),
     Command("compress", "gzip the plain /metrics scrapes and server logs left in recorded folders",
             "vllm_playbooks.results.textfiles:add_arguments", "vllm_playbooks.results.textfiles:main"),
     Command("build-tokenizer", "for maintainers: rebuild the bundled tokenizer the load generator uses",
