@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from vllm_playbooks.errors import PlaybookError
 
@@ -95,14 +97,24 @@ def build_parser(chosen: str | None = None) -> OneLineParser:
     return parser
 
 
+def one_line_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                     file: Any = None, line: str | None = None) -> None:  # fmt: skip
+    """Show a warning as ``warning: <message>`` on standard error, without the source line Python adds."""
+    print(f"warning: {message}", file=sys.stderr if file is None else file)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one subcommand; ``PlaybookError`` becomes ``error: …`` and exit status 2, Ctrl-C exit status 130."""
+    """Run one subcommand; ``PlaybookError`` becomes ``error: …`` and exit status 2, Ctrl-C exit status 130; a
+    warning is one line, ``warning: …``, each message once."""
     args = list(sys.argv[1:] if argv is None else argv)
     chosen = next((a for a in args if not a.startswith("-")), None)
     by_name = {command.name: command for command in COMMANDS}
     opts = build_parser(chosen if chosen in by_name else None).parse_args(args)
     try:
-        return int(_function(by_name[opts.command].main)(opts))
+        with warnings.catch_warnings():
+            warnings.simplefilter("once")
+            warnings.showwarning = one_line_warning
+            return int(_function(by_name[opts.command].main)(opts))
     except PlaybookError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
