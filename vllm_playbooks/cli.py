@@ -105,14 +105,13 @@ def one_line_warning(message: Warning | str, category: type[Warning], filename: 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand; ``PlaybookError`` becomes ``error: …`` and exit status 2, Ctrl-C exit status 130; a
-    warning is one line, ``warning: …``, each message once."""
+    warning is one line, ``warning: …``."""
     args = list(sys.argv[1:] if argv is None else argv)
     chosen = next((a for a in args if not a.startswith("-")), None)
     by_name = {command.name: command for command in COMMANDS}
     opts = build_parser(chosen if chosen in by_name else None).parse_args(args)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("once")
+        with warnings.catch_warnings():  # the filters stay as they are (-W, PYTHONWARNINGS); only the form changes
             warnings.showwarning = one_line_warning
             return int(_function(by_name[opts.command].main)(opts))
     except PlaybookError as error:
