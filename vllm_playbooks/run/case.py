@@ -286,11 +286,7 @@ def run_case(
 
     data = data if data is not None else paths.data_dir()
     case_dir = store.case_dir(plan.case, data)
-    check_writable(case_dir)
-    for line in stop_leftovers(case_dir / SERVERS_FILE):
-        _say(line)
-    sync_rows(plan.case, data)
-    provenance = collect_provenance(paths.find_repo_root() if data == paths.data_dir() else None)
+    provenance = open_case_folder(plan.case, data)
     recorded = {p.relative_to(raw.raw_root(case_dir)).as_posix() for p in raw.finished_points(case_dir)}
     done = recorded_here(plan, recorded, provenance)
     if not resume and done:
@@ -312,6 +308,19 @@ def run_case(
                     gpu_sampler)  # fmt: skip
     bar.close()
     return report
+
+
+def open_case_folder(case: str, data: Path) -> Provenance:
+    """What a live run does in ``case``'s data folder before it measures: refuse a folder it cannot write
+    (``check_writable``), stop the servers an earlier run left running (``engine.leftovers``), bring ``runs.csv`` up
+    to date with the raw point folders (``sync_rows``); returns this machine's provenance, which every point it
+    records carries."""
+    case_dir = store.case_dir(case, data)
+    check_writable(case_dir)
+    for line in stop_leftovers(case_dir / SERVERS_FILE):
+        _say(line)
+    sync_rows(case, data)
+    return collect_provenance(paths.find_repo_root() if data == paths.data_dir() else None)
 
 
 def recorded_here(plan: CasePlan, point_ids: set[str], provenance: Provenance) -> set[str]:
@@ -370,46 +379,83 @@ def _run_groups(
     gpu_sampler: SamplerFactory | None = nvml_sampler,
 ) -> None:
     case_dir = store.case_dir(plan.case, data)
-    logs = case_dir / "logs"
     for engine, group in groupby(todo, key=lambda p: p.engine):
         points = list(group)
         config_id, hardware = engine.config_id(), hardware_of(engine, provenance)
-        log_path = logs / f"{config_id}-{utc_now().replace(':', '')}.log"
-        client = bench or InProcessBench(log_path.with_suffix(".bench.log"))
-        def make(port: int, engine: EngineConfig = engine, log_path: Path = log_path) -> VllmServer:
-            return server_factory(engine.server_argv(LOOPBACK, port, python), log_path, port, env=engine.env,
-                                  health_timeout_s=health_timeout_s, record=case_dir / SERVERS_FILE)  # fmt: skip
-
+        lifetime = EngineServer(engine, case_dir, bench, server_factory, python, health_timeout_s)
         try:
-            server = start_on_free_port(make, say=_say)
-            try:
+            with lifetime as server:
                 report.server_startup_s[config_id] = server.startup_s or 0.0
                 for index, point in enumerate(points):
                     try:
-                        measure_point(point, plan, server, client, provenance, data, gpu_sampler)
+                        measure_point(point, plan, server, lifetime.bench, provenance, data, gpu_sampler)
                         report.measured.append(f"{hardware}/{point.point_id}")
                     except StorageError:
                         raise
                     except (PlaybookError, OSError, KeyError, ValueError, RuntimeError) as error:
-                        _fail(case_dir, point, error, report, log_path, hardware)
+                        record_failed_point(case_dir, point, error, report, lifetime.log_path, hardware)
                         if not server.alive():
                             died = RuntimeError("server died earlier in this config")
                             for rest in points[index + 1 :]:
-                                _fail(case_dir, rest, died, report, log_path, hardware)
+                                record_failed_point(case_dir, rest, died, report, lifetime.log_path, hardware)
                             break
                     bar.update(1)
-            finally:
-                server.stop()
         except StorageError:
             raise
         except PlaybookError as error:
             for point in points:
                 recorded_id = f"{hardware}/{point.point_id}"
                 if recorded_id not in report.measured and recorded_id not in report.failed:
-                    _fail(case_dir, point, error, report, log_path, hardware)
+                    record_failed_point(case_dir, point, error, report, lifetime.log_path, hardware)
                     bar.update(1)
+
+
+class EngineServer:
+    """One server lifetime of one engine config, as the runner keeps it: its log ``logs/<config id>-<launch>.log``
+    in the case folder, its load generator (``bench``, default vLLM's ``bench serve`` in-process, its console output
+    beside the server's log), started on a free port and listed in the case folder's record of running servers
+    (``engine.leftovers``). ``stop`` stops the server's process group and compresses both logs; ``with`` starts the
+    server, gives it, and stops it whatever ends the block (an error, Ctrl-C)."""
+
+    def __init__(self, engine: EngineConfig, case_dir: Path, bench: BenchClient | None = None,
+                 server_factory: ServerFactory = VllmServer, python: str | None = None,
+                 health_timeout_s: float = 900.0) -> None:  # fmt: skip
+        self.engine = engine
+        self.case_dir = case_dir
+        self.log_path = case_dir / "logs" / f"{engine.config_id()}-{utc_now().replace(':', '')}.log"
+        self.bench: BenchClient = bench or InProcessBench(self.log_path.with_suffix(".bench.log"))
+        self.server: VllmServer | None = None
+        self._server_factory = server_factory
+        self._python = python
+        self._health_timeout_s = health_timeout_s
+
+    def _make(self, port: int) -> VllmServer:
+        return self._server_factory(self.engine.server_argv(LOOPBACK, port, self._python), self.log_path, port,
+                                    env=self.engine.env, health_timeout_s=self._health_timeout_s,
+                                    record=self.case_dir / SERVERS_FILE)  # fmt: skip
+
+    def start(self) -> VllmServer:
+        """Start the server on a free port and wait until it is healthy (``ServerError`` otherwise, its log kept)."""
+        try:
+            self.server = start_on_free_port(self._make, say=_say)
+        except BaseException:
+            self.stop()
+            raise
+        return self.server
+
+    def stop(self) -> None:
+        """Stop the server (when one was started) and compress its logs; safe to call more than once."""
+        try:
+            if self.server is not None:
+                self.server.stop()
         finally:
-            _store_logs(log_path)
+            _store_logs(self.log_path)
+
+    def __enter__(self) -> VllmServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
 
 
 def _say(line: str) -> None:
@@ -426,8 +472,10 @@ def _store_logs(server_log: Path) -> None:
                 compress_file(log)
 
 
-def _fail(case_dir: Path, point: PlannedPoint, error: BaseException, report: RunReport, log: Path,
-          hardware: str) -> None:  # fmt: skip
+def record_failed_point(case_dir: Path, point: PlannedPoint, error: BaseException, report: RunReport, log: Path,
+                        hardware: str) -> None:  # fmt: skip
+    """Note ``point`` as failed in ``report`` and keep its error beside the finished points
+    (``raw/<hardware>/<point id>.failure.json``, naming the server log ``log``): the next run measures it again."""
     message, recorded_id = f"{type(error).__name__}: {error}", f"{hardware}/{point.point_id}"
     report.failed[recorded_id] = message
     raw.record_failure(case_dir, recorded_id, message, {"server_log": str(log)})
