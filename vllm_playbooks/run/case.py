@@ -13,7 +13,6 @@ import json
 import math
 import os
 import signal
-import sys
 import tempfile
 import threading
 from collections.abc import Callable, Collection, Iterable, Iterator
@@ -27,9 +26,9 @@ from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.engine.gpu_sampler import GpuSampler, gpu_at_hand, nvml_sampler
 from vllm_playbooks.engine.leftovers import SERVERS_FILE, stop_leftovers
 from vllm_playbooks.engine.metrics import parse_metrics, scrape
-from vllm_playbooks.engine.server import LOOPBACK, VllmServer, start_on_free_port
+from vllm_playbooks.engine.server import VllmServer
 from vllm_playbooks.errors import ConfigError, PlaybookError, ServerError, StorageError
-from vllm_playbooks.load.bench import BenchClient, InProcessBench, bench_argv
+from vllm_playbooks.load.bench import BenchClient, bench_argv
 from vllm_playbooks.results import raw, store
 from vllm_playbooks.results.identity import engine_gpus, hardware_key
 from vllm_playbooks.results.provenance import Provenance, collect_provenance, query_gpus, utc_now
@@ -37,15 +36,12 @@ from vllm_playbooks.results.replay import replay_case, sync_rows
 from vllm_playbooks.results.schema import RUN_COLUMNS, RunRow
 from vllm_playbooks.results.stalls import STALL_S, STALL_SHARE, gaps_between, mark_stalled
 from vllm_playbooks.results.store import append_run_row, load_run_rows, rows_to_frame
-from vllm_playbooks.results.textfiles import compress_file
+from vllm_playbooks.run.engine_server import EngineServer, ServerFactory, say
 from vllm_playbooks.run.plan import CasePlan, PlannedPoint, load_plan, overrides_for, quiet_plan
 from vllm_playbooks.shapes import resolve_model, vllm_path
 
 if TYPE_CHECKING:
     import pandas as pd
-
-
-ServerFactory = Callable[..., VllmServer]
 
 
 #: Builds the sampler for one measured run: (number of GPUs the engine uses, the server's environment) → sampler.
@@ -318,7 +314,7 @@ def open_case_folder(case: str, data: Path) -> Provenance:
     case_dir = store.case_dir(case, data)
     check_writable(case_dir)
     for line in stop_leftovers(case_dir / SERVERS_FILE):
-        _say(line)
+        say(line)
     sync_rows(case, data)
     return collect_provenance(paths.find_repo_root() if data == paths.data_dir() else None)
 
@@ -408,68 +404,6 @@ def _run_groups(
                 if recorded_id not in report.measured and recorded_id not in report.failed:
                     record_failed_point(case_dir, point, error, report, lifetime.log_path, hardware)
                     bar.update(1)
-
-
-class EngineServer:
-    """One server lifetime of one engine config, as the runner keeps it: its log ``logs/<config id>-<launch>.log``
-    in the case folder, its load generator (``bench``, default vLLM's ``bench serve`` in-process, its console output
-    beside the server's log), started on a free port and listed in the case folder's record of running servers
-    (``engine.leftovers``). ``stop`` stops the server's process group and compresses both logs; ``with`` starts the
-    server, gives it, and stops it whatever ends the block (an error, Ctrl-C)."""
-
-    def __init__(self, engine: EngineConfig, case_dir: Path, bench: BenchClient | None = None,
-                 server_factory: ServerFactory = VllmServer, python: str | None = None,
-                 health_timeout_s: float = 900.0) -> None:  # fmt: skip
-        self.engine = engine
-        self.case_dir = case_dir
-        self.log_path = case_dir / "logs" / f"{engine.config_id()}-{utc_now().replace(':', '')}.log"
-        self.bench: BenchClient = bench or InProcessBench(self.log_path.with_suffix(".bench.log"))
-        self.server: VllmServer | None = None
-        self._server_factory = server_factory
-        self._python = python
-        self._health_timeout_s = health_timeout_s
-
-    def _make(self, port: int) -> VllmServer:
-        return self._server_factory(self.engine.server_argv(LOOPBACK, port, self._python), self.log_path, port,
-                                    env=self.engine.env, health_timeout_s=self._health_timeout_s,
-                                    record=self.case_dir / SERVERS_FILE)  # fmt: skip
-
-    def start(self) -> VllmServer:
-        """Start the server on a free port and wait until it is healthy (``ServerError`` otherwise, its log kept)."""
-        try:
-            self.server = start_on_free_port(self._make, say=_say)
-        except BaseException:
-            self.stop()
-            raise
-        return self.server
-
-    def stop(self) -> None:
-        """Stop the server (when one was started) and compress its logs; safe to call more than once."""
-        try:
-            if self.server is not None:
-                self.server.stop()
-        finally:
-            _store_logs(self.log_path)
-
-    def __enter__(self) -> VllmServer:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-
-def _say(line: str) -> None:
-    """One line for the person running the case (standard error, beside the progress bar)."""
-    print(line, file=sys.stderr, flush=True)
-
-
-def _store_logs(server_log: Path) -> None:
-    """Compress a stopped server's log and its load generator's (``textfiles``); a log never opened is skipped, and
-    one that cannot be compressed (a full disk) is kept as it is."""
-    for log in (server_log, server_log.with_suffix(".bench.log")):
-        if log.exists():
-            with contextlib.suppress(OSError):
-                compress_file(log)
 
 
 def record_failed_point(case_dir: Path, point: PlannedPoint, error: BaseException, report: RunReport, log: Path,

@@ -368,7 +368,7 @@ def test_live_mode_needs_a_gpu_before_any_work(monkeypatch: pytest.MonkeyPatch) 
 def test_one_engine_servers_lifetime_is_started_listed_stopped_and_its_log_kept(data: Path) -> None:
     from vllm_playbooks.engine.leftovers import SERVERS_FILE, read_record
     from vllm_playbooks.errors import ServerError
-    from vllm_playbooks.run.case import EngineServer
+    from vllm_playbooks.run.engine_server import EngineServer
 
     case_dir = data / "runs" / CASE
     engine, other = small_plan().engines
