@@ -180,9 +180,14 @@ def read_trace(path: Path) -> LiveTrace:
 
 
 def latest_trace(case: str, data: Path | None = None) -> LiveTrace | None:
-    """The most recently started live search of ``case`` (by its trace's name, the start time), None without one."""
+    """The most recently started live search of ``case`` (by its trace's name, the start time), None without one.
+
+    It lists the case's folder rather than testing whether the trace folder exists: the book's execution cache
+    (``book.cache``) records what a page lists, not what it only looked for, so a page run before the first live
+    search runs again once there is one."""
     folder = trace_folder(case, data)
-    paths = sorted(folder.glob(f"*{TRACE_SUFFIX}")) if folder.is_dir() else []
+    entries = {p.name for p in folder.parent.iterdir()} if folder.parent.is_dir() else set()
+    paths = sorted(folder.glob(f"*{TRACE_SUFFIX}")) if TRACE_FOLDER in entries else []
     return read_trace(paths[-1]) if paths else None
 
 

@@ -53,3 +53,20 @@ def test_the_latest_search_is_shown_and_without_one_the_page_says_so(tmp_path: P
     assert text.startswith("A live search of c (m, 1 in / 1 out, closed loop) on h, started 2026-12-06T08:00:00")
     assert "it stopped: did not finish: interrupted." in text and table is not None and table.empty
     assert first.path.exists()
+
+
+def test_a_page_that_found_no_trace_lists_the_case_folder_so_the_first_trace_makes_it_run_again(tmp_path: Path) -> None:
+    """The book's cache records what a page's kernel opens or lists (``book.cache.record_reads``), not what it only
+    looked for: a page whose run found no trace must have listed the folder a first trace appears in."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    (tmp_path / "runs" / "c").mkdir(parents=True)
+    log = tmp_path / "reads.log"
+    script = ("import sys; from pathlib import Path; from vllm_playbooks.book.cache import record_reads; "
+              "from vllm_playbooks.advisor.trace import latest_trace; data = Path(sys.argv[1]); "
+              "record_reads(Path(sys.argv[2]), data); assert latest_trace('c', data) is None")  # fmt: skip
+    subprocess.run([sys.executable, "-c", script, str(tmp_path), str(log)], cwd=ROOT, check=True)
+    assert "dir\truns/c" in log.read_text().splitlines()
