@@ -8,7 +8,7 @@ prints); then that vLLM and a GPU are here (``run.case``'s checks, as ``run`` ma
 Then ``advise_live`` prepares the case folder as the runner does (``run.case.open_case_folder``), takes the rows
 recorded on this machine's hardware as measured (free; ``use_recorded``), and runs the search (``advisor.search``)
 over a ``LiveOracle`` whose measuring function is ``LiveMeasure``: it starts a config's server
-(``run.case.EngineServer``), keeps it while the next point is of the same config, measures one point with the
+(``run.engine_server.EngineServer``), keeps it while the next point is of the same config, measures one point with the
 runner's ``measure_point`` (raw folder, row, provenance and hardware key as ``vllm-playbooks run`` writes them, as the
 next repeat of that point on this hardware), and stops the server when the search moves to another config, ends,
 fails or is interrupted. The search's trace goes to ``data/runs/<case>/advisor/`` (``advisor.trace``).
@@ -208,7 +208,8 @@ def recorded_rows(grid: LiveGrid, provenance: Provenance, data: Path | None = No
     runs that stalled (``results.stalls``): what a live search counts as measured."""
     case = str(grid.key["case"])
     rows = store.load_runs(case, data)
-    prefixes = {_recorded_prefix(hardware_of(engine, provenance), engine, load) for engine, load in grid.points.values()}
+    prefixes = {_recorded_prefix(hardware_of(engine, provenance), engine, load)
+                for engine, load in grid.points.values()}  # fmt: skip
     mine = rows[[raw.split_point_id(pid)[0] in prefixes for pid in rows["point_id"]]] if len(rows) else rows
     return unstalled(mine, data).reset_index(drop=True) if len(mine) else mine
 
@@ -225,12 +226,12 @@ def next_repeat(case_dir: Path, hardware: str, engine: EngineConfig, load: LoadP
 class LiveMeasure:
     """The live search's measuring function: a catalog line of ``grid`` in, the row the runner recorded for it out.
 
-    It starts the line's config's server (``run.case.EngineServer``) unless that server is already up, stopping the
-    one up before; measures the point with ``run.case.measure_point`` as the next repeat of that point on this
-    hardware (``next_repeat``); and keeps the server for the next line. ``close``, or the end of a ``with`` block
-    whatever ends it, stops the server. A point that fails, or whose server does not start, is kept as a failure file
-    beside the recorded points (as the runner keeps one) and ends the search (``PlaybookError``). ``report`` lists the
-    points measured and failed (``run.case.RunReport``)."""
+    It starts the line's config's server (``run.engine_server.EngineServer``) unless that server is already up,
+    stopping the one up before; measures the point with ``run.case.measure_point`` as the next repeat of that point
+    on this hardware (``next_repeat``); and keeps the server for the next line. ``close``, or the end of a ``with``
+    block whatever ends it, stops the server. A point that fails, or whose server does not start, is kept as a failure
+    file beside the recorded points (as the runner keeps one) and ends the search (``PlaybookError``). ``report`` lists
+    the points measured and failed (``run.case.RunReport``)."""
 
     def __init__(self, plan: CasePlan, grid: LiveGrid, provenance: Provenance, data: Path, *,
                  bench: BenchClient | None = None, server_factory: ServerFactory = VllmServer,
