@@ -41,7 +41,7 @@ def test_each_subcommand_declares_its_arguments(command: cli.Command, capsys: py
     (["advise", "--case", "llama-8b-draft-model", "--slo-tpot-p99-ms", "8", "--budget-gpu-min", "0"],
      "error: --budget-gpu-min must be positive"),
     (["advise", "--case", "llama-8b-draft-model", "--slo-tpot-p99-ms", "8", "--mode", "live"],
-     "error: advise --mode live is not wired to the runner yet"),
+     "error: a live search needs --budget-gpu-min"),
 ])  # fmt: skip
 def test_bad_input_is_one_line_with_exit_status_2(argv: list[str], error: str,
                                                   capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
