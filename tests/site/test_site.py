@@ -162,6 +162,10 @@ def _index_column(html: Path) -> tuple[str, str]:
     return _insert_into_case_page(html, table), "shows a pandas index"
 
 
+def _object_repr(html: Path) -> tuple[str, str]:
+    return _insert_into_case_page(html, "<p>&lt;IPython.core.display.Markdown object&gt;</p>"), "an output with no HTML"
+
+
 def _tall_page(html: Path) -> tuple[str, str]:
     return _insert_into_case_page(html, f'<div style="height:{sitecheck.MAX_PAGE_HEIGHT_PX}px"></div>'), "page height"
 
@@ -171,9 +175,9 @@ def _tall_page(html: Path) -> tuple[str, str]:
 @browser
 @pytest.mark.parametrize(
     "breakage", [_remove_image, _blank_png, _broken_link, _broken_fragment, _no_search_index, _no_mathjax,
-                 _missing_cell, _index_column, _tall_page],
+                 _missing_cell, _index_column, _object_repr, _tall_page],
     ids=["removed-image", "blank-png", "broken-link", "broken-fragment", "no-search-index", "no-mathjax",
-         "missing-cell", "index-column", "tall-page"],
+         "missing-cell", "index-column", "object-repr", "tall-page"],
 )  # fmt: skip
 def test_broken_copy_fails_naming_page_and_element(
     site_copy: Path, breakage: Callable[[Path], tuple[str, str]], capsys: pytest.CaptureFixture[str]

@@ -41,7 +41,7 @@ def test_each_subcommand_declares_its_arguments(command: cli.Command, capsys: py
     (["advise", "--case", "llama-8b-draft-model", "--slo-tpot-p99-ms", "8", "--budget-gpu-min", "0"],
      "error: --budget-gpu-min must be positive"),
     (["advise", "--case", "llama-8b-draft-model", "--slo-tpot-p99-ms", "8", "--mode", "live"],
-     "error: advise --mode live is not wired to the runner yet"),
+     "error: a live search needs --budget-gpu-min"),
 ])  # fmt: skip
 def test_bad_input_is_one_line_with_exit_status_2(argv: list[str], error: str,
                                                   capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
@@ -63,3 +63,12 @@ def test_python_dash_m_is_the_same_command_line() -> None:
     done = subprocess.run([sys.executable, "-m", "vllm_playbooks", "check-config", "nope"], cwd=ROOT,
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert done.returncode == 2 and done.stderr.startswith("error: Unknown case 'nope'")
+
+
+@pytest.mark.recorded_data
+def test_a_warning_is_one_line_once(capsys: pytest.CaptureFixture[str]) -> None:
+    """The draft config's advisories come as ``warning: …``, each once, without Python's file and source line."""
+    assert cli.main(["plan", "--case", "llama-8b-draft-model", "--part", "quick", "--fresh"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err and all(line.startswith("warning: ") for line in err), err
+    assert len(err) == len(set(err)) and any("async scheduling off" in line for line in err)

@@ -29,6 +29,7 @@ from vllm_playbooks.advisor.goodput import (
     slo_levels,
     with_goodput,
     with_grid_columns,
+    workload_text,
 )
 from vllm_playbooks.advisor.oracle import RecordedOracle, recorded_prices
 from vllm_playbooks.advisor.predict import gpu_of_hardware
@@ -75,12 +76,6 @@ def case_grids(
             continue
         grids.append((key, group.reset_index(drop=True), {c: startups[c] for c in group["config_id"].unique()}))
     return grids
-
-
-def workload_text(key: dict[str, Any]) -> str:
-    """'230 in / 203 out, closed loop' or '…, request rate'."""
-    kind = "closed loop" if key["load_kind"] == "concurrency" else "request rate"
-    return f"{int(key['input_len'])} in / {int(key['output_len'])} out, {kind}"
 
 
 def _name(point: Any) -> str:
@@ -190,14 +185,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help=f"score the advisor against every recorded H200 grid and write data/{CHECK_FILE}",
     )
-    parser.add_argument("--case", help="the case whose recorded grid to search (replay: a dry run, no GPU)")
+    parser.add_argument("--case", help="the case whose grid to search (live: a packaged case or your own case file)")
     parser.add_argument(
         "--mode",
         choices=["replay", "live"],
         default="replay",
-        help="replay: pay recorded GPU time (default); live: measure on this machine (not available yet)",
+        help="replay: pay recorded GPU time, no GPU (default); live: measure on this machine's GPU with the runner, "
+        "rows recorded as `vllm-playbooks run` records them, the search's trace in data/runs/<case>/advisor/",
     )
-    parser.add_argument("--hardware", help="a recorded hardware key, e.g. nvidia-h200-x1-vllm0.26.0")
+    parser.add_argument("--hardware", help="replay: a recorded hardware key, e.g. nvidia-h200-x1-vllm0.26.0")
     parser.add_argument("--model-shape", help="the model shape, when the case has several")
     parser.add_argument("--input-len", type=int)
     parser.add_argument("--output-len", type=int)
@@ -209,8 +205,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--budget-gpu-min",
         type=float,
         default=None,
-        help=f"GPU-minutes to spend (default: {BUDGET_SHARE * 100:.0f}%% of the grid's recorded GPU time)",
+        help=f"GPU-minutes to spend (replay default: {BUDGET_SHARE * 100:.0f}%% of the grid's recorded GPU time; "
+        "live: required, charged at `vllm-playbooks plan`'s estimates)",
     )
+    parser.add_argument("--gpus", help="live: the GPU group the servers use, e.g. 0, or 0,1 for TP=2 (default: the "
+                                       "GPUs this process sees)")  # fmt: skip
+    parser.add_argument("--ignore-recorded", action="store_true",
+                        help="live: measure every run the search pays for, even one recorded on this hardware before "
+                             "(a search from scratch; its runs are added as further repeats)")  # fmt: skip
 
 
 def main(args: argparse.Namespace) -> int:
@@ -235,7 +237,11 @@ def main(args: argparse.Namespace) -> int:
     if args.budget_gpu_min is not None and not args.budget_gpu_min > 0:
         raise ConfigError(f"--budget-gpu-min must be positive, got {args.budget_gpu_min}")
     if args.mode == "live":
-        raise ConfigError("advise --mode live is not wired to the runner yet: use --mode replay (the recorded rows)")
+        from vllm_playbooks.advisor.live import live_main
+
+        return live_main(args, slo)
+    if args.gpus is not None or args.ignore_recorded:
+        raise ConfigError("--gpus and --ignore-recorded are for --mode live")
     key, rows, startups = one_grid(args.case, args.hardware, args.model_shape, args.input_len, args.output_len,
                                    args.load, args.max_concurrency)  # fmt: skip
     full = RecordedOracle(rows, startups, budget_gpu_s=1.0).full_grid_gpu_s()

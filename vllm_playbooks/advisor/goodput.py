@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks.errors import ConfigError
 
@@ -117,3 +117,10 @@ def point_name(engine_label: str, concurrency: float, rate: float) -> str:
     if given(rate):
         return f"{engine_label} @ {rate:g} req/s"
     return f"{engine_label} @ c{int(concurrency)}"
+
+
+def workload_text(key: dict[str, Any]) -> str:
+    """A grid's workload in words (``key`` holds ``GRID_COLUMNS``' lengths and load kind): '230 in / 203 out, closed
+    loop' or '…, request rate'."""
+    kind = "closed loop" if key["load_kind"] == "concurrency" else "request rate"
+    return f"{int(key['input_len'])} in / {int(key['output_len'])} out, {kind}"

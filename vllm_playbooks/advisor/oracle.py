@@ -193,7 +193,10 @@ class RecordedOracle(Oracle):
 class LiveOracle(Oracle):
     """Measuring through ``measure`` (the live runner: a catalog line in, one bench row out). ``recorded`` rows of the
     same hardware count as measured: revealed first, for no GPU time. Prices are estimates: ``run_estimate_gpu_s`` of
-    a catalog line and ``startup_estimate_gpu_s`` of a config id (``run.budget``'s, in the live command)."""
+    a catalog line and ``startup_estimate_gpu_s`` of a config id (``run.budget``'s, in the live command).
+
+    One server runs at a time: measuring a point of another config stops the one up, so a config measured before
+    pays its start-up again when the search comes back to it."""
 
     def __init__(self, catalog: pd.DataFrame, budget_gpu_s: float, measure: Callable[[dict[str, Any]], dict[str, Any]],
                  run_estimate_gpu_s: Callable[[dict[str, Any]], float], startup_estimate_gpu_s: Callable[[str], float],
@@ -228,6 +231,14 @@ class LiveOracle(Oracle):
         if self._free(key):
             return dict(self._recorded[key][self.runs_seen(key)])
         return dict(self._measure_fn(dict(self._lines[key])))
+
+    def pay(self, key: PointKey) -> dict[str, Any]:
+        """As ``Oracle.pay``; after a point is measured its config's server is the only one up."""
+        measured = not self._free(key)
+        row = super().pay(key)
+        if measured:
+            self._started = {key[0]}
+        return row
 
 
 def recorded_prices(rows: pd.DataFrame, servers: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, float]]:

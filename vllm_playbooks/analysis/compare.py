@@ -21,6 +21,9 @@ PAIRING_COLUMNS = (
     "request_rate_qps", "tensor_parallel_size", "pipeline_parallel_size", "max_num_seqs", "max_num_batched_tokens",
     "gpu_name",
 )  # fmt: skip
+#: The pairing columns that name a configuration's setting and workload but not its load: a side measured once
+#: borrows the widest spread its configuration showed, in this setting, at another load (``borrowed_spread``).
+SETTING_COLUMNS = tuple(c for c in PAIRING_COLUMNS if c not in ("concurrency", "request_rate_qps"))
 #: Pairing columns a frame built by hand may leave out: it then compares as one case with fixed lengths.
 _OPTIONAL_PAIRING = {"case": "—", "random_range_ratio": 0.0}
 
@@ -80,7 +83,9 @@ def versus_baseline(df: pd.DataFrame, metric: str = "output_tok_s", extra: Seque
     Repeated runs of a point (same engine label and ``PAIRING_COLUMNS``) are repeats, never separate points: each side
     enters as the median of its runs, with ``…_runs`` (how many) and ``…_spread_pct`` (``analysis.noise``: highest −
     lowest over the median, 0 for one run). ``band_pct`` is the band the comparison uses (``noise.band_pct``) and
-    ``effect`` what the change is called: gain, loss, or within noise. ``ratio`` is speculative / baseline and
+    ``effect`` what the change is called: gain, loss, or within noise. A side measured once has no spread of its own:
+    ``borrowed_spread_pct`` is the widest spread its configuration showed in the same setting at another load
+    (``borrowed_spread``; 0 where it has none), and the band is at least that. ``ratio`` is speculative / baseline and
     ``change_pct`` the change in percent; for latencies a ratio below 1 is the better result, for throughputs above 1.
     ``extra`` names further columns of the speculative rows to carry along (numbers as the median of the runs, for
     example ``acceptance_rate``). The baseline rows are ``is_baseline``'s: a spec-off control that forces a model
@@ -96,6 +101,8 @@ def versus_baseline(df: pd.DataFrame, metric: str = "output_tok_s", extra: Seque
     described = [c for c in dict.fromkeys(described) if c in filled.columns and c not in keys]
     spec = _median_of_runs(filled[filled["spec_method"] != "none"], [*keys, "engine_label"], metric, "speculative",
                            described)  # fmt: skip
+    base["baseline_borrowed_pct"] = borrowed_spread(base, list(SETTING_COLUMNS), "baseline")
+    spec["speculative_borrowed_pct"] = borrowed_spread(spec, [*SETTING_COLUMNS, "engine_label"], "speculative")
     merged = spec.merge(base, on=keys, how="inner")
     missing = pd.Series([None] * len(merged), index=merged.index, dtype="object")
     out = pd.DataFrame(
@@ -121,17 +128,35 @@ def versus_baseline(df: pd.DataFrame, metric: str = "output_tok_s", extra: Seque
             "speculative_runs": merged["speculative_runs"].astype(int),
             "baseline_spread_pct": merged["baseline_spread_pct"].astype(float),
             "speculative_spread_pct": merged["speculative_spread_pct"].astype(float),
+            "borrowed_spread_pct": merged[["baseline_borrowed_pct", "speculative_borrowed_pct"]].max(axis=1),
         }
     )
     out["ratio"] = out["speculative"] / out["baseline"]
     out["change_pct"] = 100.0 * (out["ratio"] - 1.0)
-    out["band_pct"] = [band_pct(a, b) for a, b in zip(out["baseline_spread_pct"], out["speculative_spread_pct"],
-                                                      strict=True)]  # fmt: skip
+    out["band_pct"] = [band_pct(a, b, c) for a, b, c in zip(out["baseline_spread_pct"], out["speculative_spread_pct"],
+                                                            out["borrowed_spread_pct"], strict=True)]  # fmt: skip
     speedups = out["ratio"] if higher_is_better(metric) else 1.0 / out["ratio"]
     out["effect"] = [str(effect_of_speedup(s, b)) for s, b in zip(speedups, out["band_pct"], strict=True)]
     out["load"] = [load_text(c, r) for c, r in zip(out["concurrency"], out["request_rate_qps"], strict=True)]
     order = ["engine_label", "input_len", "random_range_ratio", "request_rate_qps", "concurrency"]
     return out.sort_values(order, na_position="last").reset_index(drop=True)
+
+
+def borrowed_spread(sides: pd.DataFrame, setting: list[str], name: str) -> list[float]:
+    """For each line of ``sides`` (``_median_of_runs``' lines of one side, ``name``), the spread a line measured once
+    is taken to have: the widest ``…_spread_pct`` of the lines of the same ``setting`` (a configuration in one setting
+    and workload) measured at least twice, at other loads; 0 for a line measured more than once, or whose setting has
+    no repeated line. A host-sensitive configuration that varies by 40 % at one load is not trusted to 5 % at the next
+    on the strength of one run."""
+    runs = sides[f"{name}_runs"]
+    if sides.empty:
+        return []
+    widest = sides[runs >= 2].groupby(setting, dropna=False)[f"{name}_spread_pct"].max()
+    lookup = {k if isinstance(k, tuple) else (k,): float(v) for k, v in widest.items()}
+    out = []
+    for line, measured_runs in zip(sides[setting].itertuples(index=False, name=None), runs, strict=True):
+        out.append(lookup.get(tuple(line), 0.0) if measured_runs < 2 else 0.0)
+    return out
 
 
 def with_pairing_columns(df: pd.DataFrame) -> pd.DataFrame:

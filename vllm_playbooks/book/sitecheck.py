@@ -20,6 +20,8 @@ What fails the check, each failure naming its page and element:
 - a formula (Sphinx's ``.math`` elements) still showing its TeX source ``\\(…\\)`` or ``\\[…\\]`` after
   ``MATH_WAIT_S`` seconds: MathJax (served from ``mathjax/``) did not load or did not typeset it;
 - a screenshot (the index page and every page under ``book/executed/``) that is all one colour;
+- page text that is a Python object's repr (``<IPython.core.display.Markdown object>``, ``<… object at 0x…>``):
+  an output that has no HTML or Markdown form, shown as its repr instead;
 - a table cell that reads ``NaN``, ``nan``, ``None``, ``<NA>`` or ``NaT``, or a table whose body rows start with a
   header cell (a pandas index shown);
 - a page listed under a sidebar caption of ``HEIGHT_CAPTIONS`` (the case pages, the claims ledger) whose rendered
@@ -92,6 +94,11 @@ MAX_SCREENSHOT_HEIGHT = 16000
 #: five screens, with their collapsed sections closed.
 HEIGHT_CAPTIONS = ("Cases", "Claims")
 MAX_PAGE_HEIGHT_PX = 9000
+#: Runs in the page: the reprs of Python objects in the page's visible text (an output shown as its repr).
+_REPRS_JS = r"""
+const text = (document.querySelector("main") || document.body).innerText || "";
+return text.match(/<[A-Za-z_][\w.]* object(?: at 0x[0-9a-fA-F]+)?>/g) || [];
+"""
 #: What a table cell must never read: missing values as pandas prints them.
 MISSING_CELL_TEXTS = ("NaN", "nan", "None", "<NA>", "NaT")
 
@@ -408,6 +415,7 @@ class SiteChecker:
             self._check_images(driver, base, page)
             self._check_math(driver, page)
             self._check_tables(driver, page)
+            self._check_reprs(driver, page)
             if page in self._measured:
                 self._check_height(driver, page)
         if screenshot and self.screenshots is not None:
@@ -432,6 +440,11 @@ class SiteChecker:
                 self.fail(page, f"table {number}", f"cell(s) read {sorted(set(table['missing']))}: show a blank")
             if table["index"]:
                 self.fail(page, f"table {number}", "shows a pandas index: hide it (book.tables)")
+
+    def _check_reprs(self, driver: WebDriver, page: str) -> None:
+        reprs = driver.execute_script(_REPRS_JS)
+        if reprs:
+            self.fail(page, "page text", f"shows {sorted(set(reprs))}: an output with no HTML or Markdown form")
 
     def _check_height(self, driver: WebDriver, page: str) -> None:
         driver.execute_script(_UNSCROLL_JS)

@@ -1,6 +1,7 @@
 """Tables for people: the columns a page shows, named in words with units, numbers rounded, no index, blanks.
 
-``for_people`` is for the tables a page chooses (headers named one by one); ``people_html`` is what every other
+``for_people`` is for the tables a page chooses (headers named one by one); ``in_words`` does the same but keeps a
+DataFrame, so a long table still folds; ``people_html`` is what every other
 DataFrame a page displays turns into (``use_people_tables``, called when ``vllm_playbooks`` is imported in a notebook
 kernel): no index, numbers rounded by their size, blanks for missing values, underscores read as spaces, and at most
 ``SHOWN_ROWS`` rows with the rest in a collapsed section.
@@ -8,7 +9,7 @@ kernel): no index, numbers rounded by their size, blanks for missing values, und
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -35,6 +36,15 @@ def for_people(frame: pd.DataFrame, columns: Mapping[str, str], decimals: Mappin
     return shown.style.hide(axis="index").format(formats, na_rep="")
 
 
+def in_words(frame: pd.DataFrame, columns: Mapping[str, str], percent: Iterable[str] = ()) -> pd.DataFrame:
+    """``frame``'s ``columns`` (name → header in words), in that order, renamed, with the ``percent`` columns (shares
+    as fractions) multiplied by 100; a named index is kept. Displayed in a notebook, it renders as ``people_html``."""
+    shown = frame[list(columns)].copy()
+    for name in percent:
+        shown[name] = 100 * shown[name]
+    return shown.rename(columns=dict(columns))
+
+
 def places_for(values: pd.Series) -> int:
     """Decimal places that keep about three significant digits of a float column's typical (median absolute) size:
     0 from 100 up, 1 from 10, 2 from 1, 3 below."""
@@ -45,13 +55,19 @@ def places_for(values: pd.Series) -> int:
 
 
 def people_html(frame: pd.DataFrame) -> str:
-    """Any displayed DataFrame as HTML for people: a named index becomes columns, a default one is dropped; column
+    """Any displayed DataFrame as HTML for people: a named index, or one of labels (not integers), becomes columns
+    (an unnamed one under a blank header), an unnamed integer one (row numbers) is dropped; column
     names with underscores read as words; floats rounded by ``places_for``; missing cells blank; rows past
     ``SHOWN_ROWS`` in a collapsed ``<details>`` section below the first ones."""
     import pandas as pd
 
-    flat = frame.reset_index() if any(name is not None for name in frame.index.names) else frame
-    flat = flat.copy()
+    labelled = any(name is not None for name in frame.index.names)
+    if labelled or not pd.api.types.is_integer_dtype(frame.index):  # row labels (named, or words): shown
+        flat = frame.reset_index()
+        if not labelled:
+            flat = flat.rename(columns={flat.columns[0]: ""})
+    else:  # a row number: dropped
+        flat = frame.copy()
     flat.columns = [" ".join(str(part) for part in name if str(part)) if isinstance(name, tuple) else str(name)
                     for name in flat.columns]
     flat = flat.rename(columns=lambda name: name.replace("_", " "))

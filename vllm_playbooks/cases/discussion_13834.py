@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, speedup_pairs, percent_change, check
 from vllm_playbooks.claims.reference import published_value
@@ -107,6 +108,28 @@ def report_acceptance(rows: pd.DataFrame, published: pd.DataFrame) -> dict[str, 
     measured = float(same["acceptance_rate"].astype(float).median()) if len(same) else None
     return {"alpha": alpha, "k": k, "rate_expected": acceptance_rate_of_alpha(alpha, k), "rate_measured": measured,
             "rows": len(same)}  # fmt: skip
+
+
+def a100_table(carried: Mapping[str, float], calibrated: Mapping[str, float]) -> pd.DataFrame:
+    """``predict_13834_a100``'s two predictions (H200 parameters carried; calibrated on the report's spec-off point)
+    and the report's numbers, one line each, with headers in words: output tok/s off and on, its change, TPOT off
+    and on, and the bandwidth efficiency and fixed time per forward the prediction used (blank for the report)."""
+    import pandas as pd
+
+    def line(label: str, off: float, on: float, values: Mapping[str, float] | None) -> dict[str, Any]:
+        return {"A100, Discussion #13834's setup": label, "output tok/s, speculation off": off,
+                "output tok/s, speculation on": on, "change (%)": 100.0 * (on / off - 1.0),
+                "TPOT off (ms)": values["tpot_ms_off"] if values else None,
+                "TPOT on (ms)": values["tpot_ms_on"] if values else None,
+                "HBM bandwidth efficiency": values["bandwidth_efficiency"] if values else None,
+                "fixed time per forward t0 (ms)": values["overhead_ms"] if values else None}  # fmt: skip
+
+    return pd.DataFrame([
+        line("predicted, H200 parameters carried", carried["output_tok_s_off"], carried["output_tok_s_on"], carried),
+        line("predicted, calibrated on the report's spec-off point", calibrated["output_tok_s_off"],
+             calibrated["output_tok_s_on"], calibrated),
+        line("reported", carried["reported_output_tok_s_off"], carried["reported_output_tok_s_on"], None),
+    ])  # fmt: skip
 
 
 def predict_13834_a100(fit: EfficiencyFit, concurrency: int = 32, alpha: float | None = None,

@@ -297,6 +297,29 @@ LEDGER_COLUMNS = [
 EXPORT_COLUMNS = [
     "claim_id", "verdict", "re_measured", "hardware", "points", "min_clean_repeats", "spread_pct", "band_pct"
 ]
+#: What a data verdict carries beside its word when it rests on fewer than ``MIN_CLEAN_REPEATS`` clean runs of one of
+#: its points, and when its check does not count the runs of the points it compares.
+NOT_RE_MEASURED = "not re-measured"
+REPEATS_NOT_COUNTED = "repeats not counted"
+
+
+def re_measured(verdict: str, min_clean_repeats: int | None) -> bool | None:
+    """Whether a data verdict rests on at least ``MIN_CLEAN_REPEATS`` clean runs of every point it compares; None for
+    a verdict that compares no recorded points (model only, not measured yet) or whose check does not count runs."""
+    if verdict not in {str(v) for v in DATA_VERDICTS} or min_clean_repeats is None:
+        return None
+    return min_clean_repeats >= MIN_CLEAN_REPEATS
+
+
+def verdict_label(verdict: str, min_clean_repeats: int | None) -> str:
+    """The verdict as the ledger shows it: its word, then "(not re-measured)" when a data verdict rests on fewer than
+    ``MIN_CLEAN_REPEATS`` clean runs of a point, or "(repeats not counted)" when its check does not count them, so a
+    verdict from single runs never passes for a settled one."""
+    if verdict not in {str(v) for v in DATA_VERDICTS}:
+        return verdict
+    if min_clean_repeats is None:
+        return f"{verdict} ({REPEATS_NOT_COUNTED})"
+    return verdict if re_measured(verdict, min_clean_repeats) else f"{verdict} ({NOT_RE_MEASURED})"
 
 
 def noise_of(pairs: pd.DataFrame | None) -> dict[str, Any]:
@@ -317,11 +340,16 @@ def noise_of(pairs: pd.DataFrame | None) -> dict[str, Any]:
 
 def ledger_export(ledger: pd.DataFrame) -> pd.DataFrame:
     """The ledger in ``EXPORT_COLUMNS``: one row per claim, as ``vllm-playbooks ledger --format csv`` prints it. The
-    verdict is one word of the book's vocabulary (``Verdict``); ``re_measured`` says whether every point a data verdict
-    rests on has ``MIN_CLEAN_REPEATS`` clean runs (blank for the other verdicts)."""
+    verdict is a word of the book's vocabulary (``Verdict``), followed by "(not re-measured)" where a data verdict
+    rests on fewer than ``MIN_CLEAN_REPEATS`` clean runs of a point (``verdict_label``); ``re_measured`` says the same
+    as a boolean (blank for the verdicts that compare no recorded points)."""
     out = ledger.rename(columns={"claim": "claim_id"}).astype({"points": int, "min_clean_repeats": "Int64"})
-    data = out["verdict"].isin([str(v) for v in DATA_VERDICTS]) & out["min_clean_repeats"].notna()
-    out["re_measured"] = (out["min_clean_repeats"] >= MIN_CLEAN_REPEATS).where(data).astype("boolean")
+    import pandas as pd
+
+    fewest = [None if pd.isna(n) else int(n) for n in out["min_clean_repeats"]]
+    out["re_measured"] = pd.array([re_measured(v, n) for v, n in zip(out["verdict"], fewest, strict=True)],
+                                  dtype="boolean")  # fmt: skip
+    out["verdict"] = [verdict_label(v, n) for v, n in zip(out["verdict"], fewest, strict=True)]
     return out[EXPORT_COLUMNS]
 
 
@@ -385,18 +413,30 @@ def _cell(text: str) -> str:
 
 
 def ledger_markdown(ledger: pd.DataFrame) -> str:
-    """The ledger as MyST Markdown: a summary table, then each claim's published numbers, our rows and the model in a
-    collapsed section of its own."""
+    """The ledger as MyST Markdown: a summary table, then each claim's published numbers, our rows, the noise its
+    verdict rests on and the model in a collapsed section of its own. A verdict is shown with ``verdict_label``."""
+    import pandas as pd
+
+    def label(r: Any) -> str:
+        return verdict_label(r.verdict, None if pd.isna(r.min_clean_repeats) else int(r.min_clean_repeats))
+
     lines = ["| claim | source | verdict | model's verdict |", "|---|---|---|---|"]
     for r in ledger.itertuples():
         links = ", ".join(f"[{_link_label(u)}]({u})" for u in r.source_urls.split())
         marker = " **[secondary]**" if r.source_kind == "secondary only" else ""
-        lines.append(f"| **{r.claim}**: {_cell(r.text)} | {links}{marker} | **{r.verdict}** | {_cell(r.model_verdict)} |")
+        lines.append(f"| **{r.claim}**: {_cell(r.text)} | {links}{marker} | **{label(r)}** | {_cell(r.model_verdict)} |")
     for r in ledger.itertuples():  # the numbers behind each verdict, one collapsed section per claim
+        noise = None
+        if r.points and not pd.isna(r.min_clean_repeats):
+            spread = ("no spread yet (single runs)" if r.spread_pct == 0 and r.min_clean_repeats < 2
+                      else f"widest spread {r.spread_pct:.1f} %")  # fmt: skip
+            noise = (f"- *Noise:* {int(r.points)} compared point{'s' if r.points != 1 else ''} on {r.hardware}; the "
+                     f"fewest clean runs of a point: {int(r.min_clean_repeats)}; {spread}; band {r.band_pct:.1f} %")
         lines += [
-            "", f":::{{dropdown}} {r.claim}: {r.verdict}", f"{_cell(r.text)} ({r.case}; sources: {r.source_kind})", "",
+            "", f":::{{dropdown}} {r.claim}: {label(r)}", f"{_cell(r.text)} ({r.case}; sources: {r.source_kind})", "",
             f"- *Published:* {_cell(r.published)}",
             f"- *Our rows:* {_cell(r.measured)} → **{r.verdict}**",
+            *([noise] if noise else []),
             f"- *Model says:* {_cell(r.model_says)}" + (f" → {r.model_verdict}" if r.model_verdict else ""), ":::",
         ]  # fmt: skip
     return "\n".join(lines)

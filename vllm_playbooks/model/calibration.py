@@ -344,6 +344,12 @@ def prediction_table(rows: Iterable[Any], fit: EfficiencyFit, gpu: Gpu | str | N
     return pd.DataFrame(records)
 
 
+#: The columns of ``whatif_curve`` with their headers in words (``book.tables.in_words``).
+CURVE_COLUMNS = {"engine_label": "configuration", "concurrency": "concurrency", "tpot_mean_ms": "TPOT (ms)",
+                 "tpot_ms_low": "TPOT low (ms)", "tpot_ms_high": "TPOT high (ms)", "output_tok_s": "output tok/s",
+                 "output_tok_s_low": "output tok/s low", "output_tok_s_high": "output tok/s high"}  # fmt: skip
+
+
 def whatif_curve(
     fit: EfficiencyFit, gpu: Gpu | str, model: str, concurrencies: Iterable[int], input_len: int, output_len: int,
     kv_cache_dtype: str = "auto", draft_model: str | None = None, k: int = 0, alpha: float | None = None,

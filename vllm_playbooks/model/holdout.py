@@ -207,8 +207,35 @@ def calibration_holdout(
 
 
 
+#: Each parameter of ``parameter_table`` in words (its ``name`` column).
+PARAMETER_WORDS = {
+    "bandwidth_efficiency": "HBM bandwidth efficiency, 16-bit weights",
+    "quantized_bandwidth_efficiency": "HBM bandwidth efficiency, 4-bit weights",
+    "compute_efficiency": "tensor-core efficiency",
+    "overhead_ms": "fixed time per forward t0 (ms)",
+    "moe_layer_overhead_ms": "fixed time per MoE layer (ms)",
+    "draft_overhead_ms": "draft's fixed time per step t_d (ms)",
+}
+#: The columns a page shows of ``parameter_table``, ``holdout_summary`` and ``leave_one_case_out`` (or
+#: ``calibration_holdout``) and of a summary per number of calibration points, with their headers in words
+#: (``book.tables.in_words``); ``SUMMARY_SHARES`` are shares (fractions) a page shows in percent.
+PARAMETER_COLUMNS = {"name": "parameter", "value": "fitted value", "low": "lower bound", "high": "upper bound",
+                     "at_bound": "on a bound", "provenance": "fitted on"}  # fmt: skip
+SUMMARY_COLUMNS = {"case": "case", "points": "points", "median_abs_tpot_error": "median |TPOT error| (%)",
+                   "max_abs_tpot_error": "worst |TPOT error| (%)", "coverage": "inside the interval (%)",
+                   "folds_at_bound": "folds with a parameter on a bound"}  # fmt: skip
+POINT_COLUMNS = {"held_out": "case held out", "model_shape": "model", "draft_model": "draft", "k": "k",
+                 "imposed_alpha": "acceptance α", "concurrency": "concurrency",
+                 "tpot_ms_measured": "measured TPOT (ms)", "tpot_ms_predicted": "predicted TPOT (ms)",
+                 "tpot_rel_error": "error (%)", "tpot_ms_low": "interval low (ms)",
+                 "tpot_ms_high": "interval high (ms)", "inside": "inside the interval"}  # fmt: skip
+CALIBRATION_COLUMNS = {"points": "points predicted", "median_abs_tpot_error": "median |TPOT error| (%)",
+                       "max_abs_tpot_error": "worst |TPOT error| (%)", "coverage": "inside the interval (%)"}  # fmt: skip
+SUMMARY_SHARES = ("median_abs_tpot_error", "max_abs_tpot_error", "coverage")
+
+
 def parameter_table(fit: EfficiencyFit) -> pd.DataFrame:
-    """The fit's parameters, one line each: ``value`` (efficiencies as fractions of the GPU's peak, times in ms), the
+    """The fit's parameters, one line each: ``parameter`` (its key), ``name`` (in words), ``value`` (efficiencies as fractions of the GPU's peak, times in ms), the
     ``low`` and ``high`` bounds it was fitted within, ``at_bound`` and ``provenance`` (where it comes from, the same
     for every line but t_d's, which is fitted on the speculation-on rows)."""
     import pandas as pd
@@ -217,12 +244,13 @@ def parameter_table(fit: EfficiencyFit) -> pd.DataFrame:
     records = []
     for name, (low, high) in bounds.items():
         scale = 1000.0 if name.endswith("_s") else 1.0
-        records.append({"parameter": name.removesuffix("_s") + ("_ms" if scale > 1 else ""),
+        key = name.removesuffix("_s") + ("_ms" if scale > 1 else "")
+        records.append({"parameter": key, "name": PARAMETER_WORDS[key],
                         "value": scale * getattr(fit, name), "low": scale * low, "high": scale * high,
                         "at_bound": name in fit.at_bound, "provenance": fit.provenance})  # fmt: skip
     if fit.speculation is not None:
-        records.append({"parameter": "draft_overhead_ms", "value": 1000.0 * fit.draft_overhead_s, "low": 0.0,
-                        "high": math.inf, "at_bound": fit.draft_overhead_s == 0.0,
+        records.append({"parameter": "draft_overhead_ms", "name": PARAMETER_WORDS["draft_overhead_ms"],
+                        "value": 1000.0 * fit.draft_overhead_s, "low": 0.0, "high": math.inf, "at_bound": fit.draft_overhead_s == 0.0,
                         "provenance": f"fitted on {fit.speculation.rows_used} speculation-on points "
                                       f"({', '.join(fit.speculation.groups)}), the rest held fixed"})  # fmt: skip
     return pd.DataFrame(records)

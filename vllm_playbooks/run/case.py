@@ -13,7 +13,6 @@ import json
 import math
 import os
 import signal
-import sys
 import tempfile
 import threading
 from collections.abc import Callable, Collection, Iterable, Iterator
@@ -27,9 +26,9 @@ from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.engine.gpu_sampler import GpuSampler, gpu_at_hand, nvml_sampler
 from vllm_playbooks.engine.leftovers import SERVERS_FILE, stop_leftovers
 from vllm_playbooks.engine.metrics import parse_metrics, scrape
-from vllm_playbooks.engine.server import LOOPBACK, VllmServer, start_on_free_port
+from vllm_playbooks.engine.server import VllmServer
 from vllm_playbooks.errors import ConfigError, PlaybookError, ServerError, StorageError
-from vllm_playbooks.load.bench import BenchClient, InProcessBench, bench_argv
+from vllm_playbooks.load.bench import BenchClient, bench_argv
 from vllm_playbooks.results import raw, store
 from vllm_playbooks.results.identity import engine_gpus, hardware_key
 from vllm_playbooks.results.provenance import Provenance, collect_provenance, query_gpus, utc_now
@@ -37,15 +36,12 @@ from vllm_playbooks.results.replay import replay_case, sync_rows
 from vllm_playbooks.results.schema import RUN_COLUMNS, RunRow
 from vllm_playbooks.results.stalls import STALL_S, STALL_SHARE, gaps_between, mark_stalled
 from vllm_playbooks.results.store import append_run_row, load_run_rows, rows_to_frame
-from vllm_playbooks.results.textfiles import compress_file
+from vllm_playbooks.run.engine_server import EngineServer, ServerFactory, say
 from vllm_playbooks.run.plan import CasePlan, PlannedPoint, load_plan, overrides_for, quiet_plan
 from vllm_playbooks.shapes import resolve_model, vllm_path
 
 if TYPE_CHECKING:
     import pandas as pd
-
-
-ServerFactory = Callable[..., VllmServer]
 
 
 #: Builds the sampler for one measured run: (number of GPUs the engine uses, the server's environment) → sampler.
@@ -286,11 +282,7 @@ def run_case(
 
     data = data if data is not None else paths.data_dir()
     case_dir = store.case_dir(plan.case, data)
-    check_writable(case_dir)
-    for line in stop_leftovers(case_dir / SERVERS_FILE):
-        _say(line)
-    sync_rows(plan.case, data)
-    provenance = collect_provenance(paths.find_repo_root() if data == paths.data_dir() else None)
+    provenance = open_case_folder(plan.case, data)
     recorded = {p.relative_to(raw.raw_root(case_dir)).as_posix() for p in raw.finished_points(case_dir)}
     done = recorded_here(plan, recorded, provenance)
     if not resume and done:
@@ -312,6 +304,19 @@ def run_case(
                     gpu_sampler)  # fmt: skip
     bar.close()
     return report
+
+
+def open_case_folder(case: str, data: Path) -> Provenance:
+    """What a live run does in ``case``'s data folder before it measures: refuse a folder it cannot write
+    (``check_writable``), stop the servers an earlier run left running (``engine.leftovers``), bring ``runs.csv`` up
+    to date with the raw point folders (``sync_rows``); returns this machine's provenance, which every point it
+    records carries."""
+    case_dir = store.case_dir(case, data)
+    check_writable(case_dir)
+    for line in stop_leftovers(case_dir / SERVERS_FILE):
+        say(line)
+    sync_rows(case, data)
+    return collect_provenance(paths.find_repo_root() if data == paths.data_dir() else None)
 
 
 def recorded_here(plan: CasePlan, point_ids: set[str], provenance: Provenance) -> set[str]:
@@ -370,64 +375,41 @@ def _run_groups(
     gpu_sampler: SamplerFactory | None = nvml_sampler,
 ) -> None:
     case_dir = store.case_dir(plan.case, data)
-    logs = case_dir / "logs"
     for engine, group in groupby(todo, key=lambda p: p.engine):
         points = list(group)
         config_id, hardware = engine.config_id(), hardware_of(engine, provenance)
-        log_path = logs / f"{config_id}-{utc_now().replace(':', '')}.log"
-        client = bench or InProcessBench(log_path.with_suffix(".bench.log"))
-        def make(port: int, engine: EngineConfig = engine, log_path: Path = log_path) -> VllmServer:
-            return server_factory(engine.server_argv(LOOPBACK, port, python), log_path, port, env=engine.env,
-                                  health_timeout_s=health_timeout_s, record=case_dir / SERVERS_FILE)  # fmt: skip
-
+        lifetime = EngineServer(engine, case_dir, bench, server_factory, python, health_timeout_s)
         try:
-            server = start_on_free_port(make, say=_say)
-            try:
+            with lifetime as server:
                 report.server_startup_s[config_id] = server.startup_s or 0.0
                 for index, point in enumerate(points):
                     try:
-                        measure_point(point, plan, server, client, provenance, data, gpu_sampler)
+                        measure_point(point, plan, server, lifetime.bench, provenance, data, gpu_sampler)
                         report.measured.append(f"{hardware}/{point.point_id}")
                     except StorageError:
                         raise
                     except (PlaybookError, OSError, KeyError, ValueError, RuntimeError) as error:
-                        _fail(case_dir, point, error, report, log_path, hardware)
+                        record_failed_point(case_dir, point, error, report, lifetime.log_path, hardware)
                         if not server.alive():
                             died = RuntimeError("server died earlier in this config")
                             for rest in points[index + 1 :]:
-                                _fail(case_dir, rest, died, report, log_path, hardware)
+                                record_failed_point(case_dir, rest, died, report, lifetime.log_path, hardware)
                             break
                     bar.update(1)
-            finally:
-                server.stop()
         except StorageError:
             raise
         except PlaybookError as error:
             for point in points:
                 recorded_id = f"{hardware}/{point.point_id}"
                 if recorded_id not in report.measured and recorded_id not in report.failed:
-                    _fail(case_dir, point, error, report, log_path, hardware)
+                    record_failed_point(case_dir, point, error, report, lifetime.log_path, hardware)
                     bar.update(1)
-        finally:
-            _store_logs(log_path)
 
 
-def _say(line: str) -> None:
-    """One line for the person running the case (standard error, beside the progress bar)."""
-    print(line, file=sys.stderr, flush=True)
-
-
-def _store_logs(server_log: Path) -> None:
-    """Compress a stopped server's log and its load generator's (``textfiles``); a log never opened is skipped, and
-    one that cannot be compressed (a full disk) is kept as it is."""
-    for log in (server_log, server_log.with_suffix(".bench.log")):
-        if log.exists():
-            with contextlib.suppress(OSError):
-                compress_file(log)
-
-
-def _fail(case_dir: Path, point: PlannedPoint, error: BaseException, report: RunReport, log: Path,
-          hardware: str) -> None:  # fmt: skip
+def record_failed_point(case_dir: Path, point: PlannedPoint, error: BaseException, report: RunReport, log: Path,
+                        hardware: str) -> None:  # fmt: skip
+    """Note ``point`` as failed in ``report`` and keep its error beside the finished points
+    (``raw/<hardware>/<point id>.failure.json``, naming the server log ``log``): the next run measures it again."""
     message, recorded_id = f"{type(error).__name__}: {error}", f"{hardware}/{point.point_id}"
     report.failed[recorded_id] = message
     raw.record_failure(case_dir, recorded_id, message, {"server_log": str(log)})

@@ -109,3 +109,21 @@ def test_recorded_prices_are_wall_times_times_gpus_with_one_median_start_up_per_
     priced, ups = recorded_prices(rows.drop(columns=["gpu_s"]), servers)
     assert list(priced["gpu_s"]) == [60.0, 60.0]  # ready at 00:01; each point ends a minute after the one before
     assert ups == {"a-id": 80.0}
+
+
+def test_the_live_oracle_runs_one_server_at_a_time_so_coming_back_to_a_config_starts_it_again() -> None:
+    rows = _grid()
+
+    def measure(line: dict[str, object]) -> dict[str, object]:
+        return {**line, "tpot_p99_ms": 9.0, "ttft_p99_ms": 60.0, "request_throughput_rps": 2.0, "hardware": HARDWARE}
+
+    oracle = LiveOracle(rows, 5000.0, measure, run_estimate_gpu_s=lambda line: 40.0,
+                        startup_estimate_gpu_s=lambda config: 120.0, recorded=rows.iloc[[3]])  # fmt: skip
+    a1, a16, b1 = (point_key(rows.iloc[i].to_dict()) for i in (0, 2, 3))
+    oracle.pay(a1)
+    assert oracle.price(a16) == 40.0  # a's server is up
+    oracle.pay(b1)  # recorded: no server started or stopped
+    assert oracle.price(a16) == 40.0 and oracle.price(b1) == 40.0 + 120.0
+    oracle.pay(b1)  # measured: b's server replaces a's
+    assert oracle.price(a16) == 40.0 + 120.0 and oracle.price(b1) == 40.0
+    assert [p.startup_gpu_s for p in oracle.payments] == [120.0, 0.0, 120.0]

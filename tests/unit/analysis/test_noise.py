@@ -57,3 +57,19 @@ def test_a_second_run_of_a_speculative_point_is_a_repeat_not_a_second_point() ->
     paired = compare.versus_baseline(pd.concat([rows, again], ignore_index=True))
     assert len(paired) == 1 and paired.iloc[0]["speculative"] == pytest.approx(140.0)
     assert paired.iloc[0]["speculative_runs"] == 2
+
+
+def test_a_point_measured_once_borrows_the_widest_spread_its_config_showed_at_another_load() -> None:
+    """The speculative config's three runs at concurrency 4 lie 40 % apart; measured once at 16, its −9 % there is
+    within that noise, not a loss. Another config's spread is not borrowed, and without repeats the floor stays."""
+    rows = _rows([100, 100], [100, 91], [4, 16])
+    at_4 = rows[(rows.engine_label == "on") & (rows.concurrency == 4)]
+    repeats = [at_4.assign(output_tok_s=v) for v in (80.0, 120.0)]  # on at 4: 100, 80, 120 → spread 40 %
+    other = [at_4.assign(engine_label="other", output_tok_s=v) for v in (50.0, 150.0)]  # spread 100 %, not "on"'s
+    paired = compare.versus_baseline(pd.concat([rows, *repeats, *other], ignore_index=True))
+    on = paired[paired.engine_label == "on"].set_index("concurrency")
+    assert on.loc[16, "speculative_runs"] == 1 and on.loc[16, "borrowed_spread_pct"] == pytest.approx(40.0)
+    assert on.loc[16, "band_pct"] == pytest.approx(40.0) and on.loc[16, "effect"] == "within noise"
+    assert on.loc[4, "borrowed_spread_pct"] == 0.0 and on.loc[4, "band_pct"] == pytest.approx(40.0)  # its own runs
+    single = compare.versus_baseline(rows).set_index("concurrency")
+    assert single.loc[16, "effect"] == "loss" and single.loc[16, "band_pct"] == MIN_BAND_PCT

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from vllm_playbooks.book.tables import SHOWN_ROWS, for_people, people_html, places_for
+from vllm_playbooks.book.tables import SHOWN_ROWS, for_people, in_words, people_html, places_for
 
 
 def test_a_table_for_people_has_words_rounded_numbers_and_no_index() -> None:
@@ -33,6 +33,23 @@ def test_a_named_index_becomes_columns_and_long_tables_fold() -> None:
     assert "concurrency" in html and 'class="row_heading' not in html
     assert html.count("<table") == 2 and f"All {SHOWN_ROWS + 3} rows" in html
     assert "<details>" not in people_html(frame.head(SHOWN_ROWS))
+
+
+def test_in_words_keeps_the_named_columns_in_order_in_words_and_shares_in_percent() -> None:
+    frame = pd.DataFrame({"case": ["a", "b"], "coverage": [0.8, 0.25], "hidden": [1, 2]},
+                         index=pd.Index([1, 2], name="calibrated on"))  # fmt: skip
+    shown = in_words(frame, {"coverage": "inside (%)", "case": "case"}, percent=["coverage"])
+    assert list(shown.columns) == ["inside (%)", "case"] and shown["inside (%)"].tolist() == [80.0, 25.0]
+    assert shown.index.name == "calibrated on" and frame["coverage"].tolist() == [0.8, 0.25]  # the input is untouched
+    assert "calibrated on" in people_html(shown)
+
+
+def test_row_labels_stay_and_row_numbers_go() -> None:
+    labelled = pd.DataFrame({"value": [1.5, 2.5]}, index=["carried", "calibrated"])
+    html = people_html(labelled)
+    assert ">carried<" in html and ">calibrated<" in html and 'class="row_heading' not in html
+    filtered = pd.DataFrame({"value": [1.5, 2.5, 3.5]}).iloc[[0, 2]]  # a filtered frame keeps its row numbers
+    assert ">2<" not in people_html(filtered) and ">index<" not in people_html(filtered)
 
 
 def test_places_follow_the_size_of_a_column() -> None:

@@ -582,25 +582,46 @@ def test_the_export_states_the_noise_each_verdict_rests_on(ledger: pd.DataFrame)
     judged = export[export["min_clean_repeats"].notna()]
     assert not judged.empty
     assert (judged["band_pct"] >= judged["spread_pct"]).all() and (judged["band_pct"] >= 5.0).all()
-    for row in judged.itertuples():  # a verdict on fewer than three clean runs of a point says so
+    for row in judged.itertuples():  # a verdict on fewer than three clean runs of a point says so, in its own column
         assert row.re_measured == (row.min_clean_repeats >= 3), row
+        assert row.verdict.endswith("(not re-measured)") == (row.min_clean_repeats < 3), row
     assert export["re_measured"].isna().sum() == len(export) - len(judged)
 
 
 @pytest.mark.recorded_data
 def test_the_ledger_and_its_export_speak_the_one_verdict_vocabulary(ledger: pd.DataFrame) -> None:
     words = {str(v) for v in claims_verdict.Verdict}
-    assert set(ledger["verdict"]) <= words and set(claims_ledger.ledger_export(ledger)["verdict"]) <= words
+    exported = claims_ledger.ledger_export(ledger)["verdict"].str.replace(r" \((not re-measured|repeats not counted)\)$",
+                                                                         "", regex=True)  # fmt: skip
+    assert set(ledger["verdict"]) <= words and set(exported) <= words
     assert set(ledger["model_verdict"]) - {""} <= words
 
 
-def test_the_export_says_each_verdict_in_one_word_and_re_measurement_apart() -> None:
-    ledger = pd.DataFrame({"claim": ["a", "b", "c"], "verdict": ["reproduced", "reproduced", "model only"],
-                           "min_clean_repeats": [1, 3, None], "points": [2, 1, 0], "hardware": ["G", "G", ""],
-                           "spread_pct": [1.0, 2.0, None], "band_pct": [5.0, 5.0, None]})  # fmt: skip
+def test_a_verdict_on_single_runs_says_so_in_the_verdict_column() -> None:
+    ledger = pd.DataFrame({"claim": ["a", "b", "c", "d"], "min_clean_repeats": [1, 3, None, None],
+                           "verdict": ["reproduced", "reproduced", "model only", "direction only"],
+                           "points": [2, 1, 0, 0], "hardware": ["G", "G", "", ""],
+                           "spread_pct": [0.0, 2.0, None, None], "band_pct": [5.0, 5.0, None, None]})  # fmt: skip
     export = claims_ledger.ledger_export(ledger)
-    assert export["verdict"].tolist() == ["reproduced", "reproduced", "model only"]
-    assert export["re_measured"].tolist()[:2] == [False, True] and pd.isna(export["re_measured"].iloc[2])
+    assert export["verdict"].tolist() == ["reproduced (not re-measured)", "reproduced", "model only",
+                                          "direction only (repeats not counted)"]  # fmt: skip
+    assert export["re_measured"].tolist()[:2] == [False, True] and export["re_measured"].iloc[2:].isna().all()
+
+
+def test_the_ledger_page_marks_single_runs_and_states_their_noise() -> None:
+    base = {"case": "c", "text": "t", "sources": "s", "source_urls": "https://example.org/x", "source_kind": "primary",
+            "published": "p", "measured": "m", "rows": 2, "model_says": "", "model_verdict": ""}  # fmt: skip
+    ledger = pd.DataFrame([
+        {**base, "claim": "once", "verdict": "reproduced", "points": 2, "hardware": "G", "min_clean_repeats": 1,
+         "spread_pct": 0.0, "band_pct": 5.0},
+        {**base, "claim": "thrice", "verdict": "reproduced", "points": 1, "hardware": "G", "min_clean_repeats": 3,
+         "spread_pct": 7.5, "band_pct": 7.5},
+    ])  # fmt: skip
+    text = claims_ledger.ledger_markdown(ledger)
+    assert "| **reproduced (not re-measured)** |" in text and "| **reproduced** |" in text
+    assert ":::{dropdown} once: reproduced (not re-measured)" in text
+    assert "2 compared points on G; the fewest clean runs of a point: 1; no spread yet (single runs); band 5.0 %" in text
+    assert "1 compared point on G; the fewest clean runs of a point: 3; widest spread 7.5 %; band 7.5 %" in text
 
 
 def test_noise_of_takes_the_fewest_runs_and_the_widest_spread() -> None:

@@ -54,6 +54,7 @@ def test_fit_recovers_physical_efficiencies_and_names_none_at_a_bound() -> None:
     table = holdout.parameter_table(fit).set_index("parameter")
     assert table.loc["overhead_ms", "value"] == pytest.approx(1000 * fit.overhead_s)
     assert not table.at_bound.any() and (table.low <= table.value).all() and (table.value <= table.high).all()
+    assert table.loc["overhead_ms", "name"] == "fixed time per forward t0 (ms)" and table["name"].is_unique
 
 
 def test_an_unphysical_optimum_stops_at_the_bound_and_says_so() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import pandas as pd
 import pytest
 
 from vllm_playbooks.analysis import kbest, whatif
@@ -150,6 +151,11 @@ def test_a100_prediction_spec_is_slower(calibration: tuple[list, fits.Efficiency
     assert result["reported_output_tok_s_on"] == 68.19
     assert result["output_tok_s_on"] < result["output_tok_s_off"]
     assert math.isfinite(result["tpot_ms_on"])
+    table = discussion_13834.a100_table(result, result).set_index("A100, Discussion #13834's setup")
+    assert table.loc["reported", "output tok/s, speculation on"] == 68.19
+    assert table.loc["reported", "change (%)"] == pytest.approx(100 * (68.19 / 95.43 - 1))
+    assert pd.isna(table.loc["reported", "TPOT on (ms)"])  # the report gives no TPOT: blank, not invented
+    assert table.iloc[0]["HBM bandwidth efficiency"] == result["bandwidth_efficiency"]
 
 
 @pytest.mark.recorded_data

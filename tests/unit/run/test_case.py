@@ -363,3 +363,25 @@ def test_live_mode_needs_a_gpu_before_any_work(monkeypatch: pytest.MonkeyPatch) 
 
     monkeypatch.setattr(case, "query_gpus", lambda: ("NVIDIA H200", 1, "570", 143771))
     case.require_gpu()
+
+
+def test_one_engine_servers_lifetime_is_started_listed_stopped_and_its_log_kept(data: Path) -> None:
+    from vllm_playbooks.engine.leftovers import SERVERS_FILE, read_record
+    from vllm_playbooks.errors import ServerError
+    from vllm_playbooks.run.engine_server import EngineServer
+
+    case_dir = data / "runs" / CASE
+    engine, other = small_plan().engines
+    lifetime = EngineServer(engine, case_dir, FakeBench(), factory())
+    with lifetime as server:
+        assert server.healthy() and len(read_record(case_dir / SERVERS_FILE)) == 1
+        assert lifetime.log_path.name.startswith(f"{engine.config_id()}-")
+    assert not server.alive() and read_record(case_dir / SERVERS_FILE) == []
+    assert not lifetime.log_path.exists() and lifetime.log_path.with_name(lifetime.log_path.name + ".gz").exists()
+    lifetime.stop()  # a second stop does nothing
+
+    broken = EngineServer(other, case_dir, FakeBench(), factory("--exit-at-start", "1"))
+    with pytest.raises(ServerError, match="exited with code 1"):
+        broken.start()
+    assert broken.log_path.with_name(broken.log_path.name + ".gz").exists()  # its log is kept, compressed
+    assert read_record(case_dir / SERVERS_FILE) == []

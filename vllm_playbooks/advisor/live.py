@@ -1,0 +1,389 @@
+"""``vllm-playbooks advise --mode live``: the advisor's search on this machine's GPU, measuring through the live runner.
+
+Before any GPU work the command checks the case's plan and the grid the filters pick (``live_grid``: one model shape,
+one pair of lengths, one kind of load), the SLO, the budget, the GPU group, and that every point of the grid has a
+price (``live_prices``: ``run.budget``'s estimates from the case's recorded runs, the ones ``vllm-playbooks plan``
+prints); then that vLLM and a GPU are here (``run.case``'s checks, as ``run`` makes them).
+
+Then ``advise_live`` prepares the case folder as the runner does (``run.case.open_case_folder``), takes the rows
+recorded on this machine's hardware as measured (free; ``use_recorded``), and runs the search (``advisor.search``)
+over a ``LiveOracle`` whose measuring function is ``LiveMeasure``: it starts a config's server
+(``run.engine_server.EngineServer``), keeps it while the next point is of the same config, measures one point with the
+runner's ``measure_point`` (raw folder, row, provenance and hardware key as ``vllm-playbooks run`` writes them, as the
+next repeat of that point on this hardware), and stops the server when the search moves to another config, ends,
+fails or is interrupted. The search's trace goes to ``data/runs/<case>/advisor/`` (``advisor.trace``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vllm_playbooks import paths
+from vllm_playbooks.advisor.goodput import Slo, given, point_name
+from vllm_playbooks.advisor.oracle import CATALOG_COLUMNS, LiveOracle, PointKey, point_key
+from vllm_playbooks.advisor.predict import gpu_of_hardware
+from vllm_playbooks.advisor.search import Advice, advise
+from vllm_playbooks.advisor.trace import TraceWriter, read_trace, trace_text
+from vllm_playbooks.config.engine import EngineConfig
+from vllm_playbooks.config.load import LoadPoint
+from vllm_playbooks.config.spec_detection import SpeculativeConfigWarning
+from vllm_playbooks.engine.gpu_sampler import nvml_sampler
+from vllm_playbooks.engine.server import VllmServer
+from vllm_playbooks.errors import ConfigError, PlaybookError, StorageError
+from vllm_playbooks.load.bench import BenchClient
+from vllm_playbooks.results import raw, store
+from vllm_playbooks.results.identity import engine_gpus
+from vllm_playbooks.results.provenance import Provenance, utc_now
+from vllm_playbooks.results.stalls import unstalled
+from vllm_playbooks.run.budget import point_estimates, server_time
+from vllm_playbooks.run.case import (
+    RunReport,
+    SamplerFactory,
+    hardware_of,
+    live_overrides,
+    live_summary,
+    measure_point,
+    open_case_folder,
+    record_failed_point,
+    require_gpu,
+    require_vllm,
+    sigterm_as_interrupt,
+)
+from vllm_playbooks.run.engine_server import EngineServer, ServerFactory
+from vllm_playbooks.run.parallel import assign_engines, check_group_sizes
+from vllm_playbooks.run.plan import CasePlan, PlannedPoint, quiet_plan
+from vllm_playbooks.shapes import resolve_model
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def catalog_line(engine: EngineConfig, load: LoadPoint) -> dict[str, Any]:
+    """A planned point as the advisor's catalog holds it (``CATALOG_COLUMNS``), spelled as its recorded row will be."""
+    return {
+        "config_id": engine.config_id(), "engine_label": engine.label, "model_shape": resolve_model(engine.model).name,
+        "engine_config_json": json.dumps(engine.resolved(), sort_keys=True), "max_num_seqs": engine.max_num_seqs,
+        "input_len": load.input_len, "output_len": load.output_len,
+        "concurrency": float(load.concurrency) if load.concurrency is not None else math.nan,
+        "request_rate_qps": load.request_rate_qps if load.request_rate_qps is not None else math.nan,
+    }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LiveGrid:
+    """The points a live search chooses from: one model shape, one pair of lengths and one kind of load of a case's
+    plan (``key``: case, model shape, input and output lengths, load kind), each with its engine config and load."""
+
+    key: dict[str, Any]
+    points: dict[PointKey, tuple[EngineConfig, LoadPoint]]
+
+    def catalog(self) -> pd.DataFrame:
+        """The grid's points as the oracle's catalog (``CATALOG_COLUMNS``), in plan order."""
+        import pandas as pd
+
+        return pd.DataFrame([catalog_line(e, load) for e, load in self.points.values()], columns=list(CATALOG_COLUMNS))
+
+    def engines(self) -> list[EngineConfig]:
+        """The grid's engine configs, in plan order."""
+        return list({engine.config_id(): engine for engine, _ in self.points.values()}.values())
+
+
+def _grid_choice(key: tuple[str, int, int, str]) -> str:
+    shape, input_len, output_len, kind = key
+    return f"--model-shape {shape} --input-len {input_len} --output-len {output_len} --load {kind}"
+
+
+def live_grid(plan: CasePlan, model_shape: str | None = None, input_len: int | None = None,
+              output_len: int | None = None, load_kind: str | None = None,
+              max_concurrency: float | None = None) -> LiveGrid:  # fmt: skip
+    """The one grid of ``plan`` the filters leave (``None``: any), its closed-loop loads limited to
+    ``max_concurrency`` clients when given. ``ConfigError`` naming the choices when none or several are left, when
+    two planned loads of one engine config differ only in what the advisor does not tell apart (length spread,
+    burstiness, seed, temperature), or when an engine config leaves ``max_num_seqs`` unset (the model needs it)."""
+    unset = [engine.label for engine in plan.engines if engine.max_num_seqs is None]
+    if unset:
+        raise ConfigError(f"case {plan.case}: the advisor's model needs each engine config's max_num_seqs, and "
+                          f"{', '.join(unset)} leave(s) it to vLLM's default: set it in the case file")  # fmt: skip
+    grids: dict[tuple[str, int, int, str], dict[PointKey, tuple[EngineConfig, LoadPoint]]] = {}
+    for engine in plan.engines:
+        for load in plan.loads_for(engine):
+            line = catalog_line(engine, load)
+            kind = "rate" if given(line["request_rate_qps"]) else "concurrency"
+            points = grids.setdefault((line["model_shape"], load.input_len, load.output_len, kind), {})
+            if point_key(line) in points:
+                raise ConfigError(f"case {plan.case}: {engine.label} is planned twice at {load.slug()} (loads that "
+                                  "differ only in length spread, burstiness, seed or temperature); the advisor "
+                                  "searches one load per point: give a case file with one of them")  # fmt: skip
+            points[point_key(line)] = (engine, load)
+    wanted = (model_shape, input_len, output_len, load_kind)
+    chosen = [key for key in grids if all(w is None or str(w) == str(k) for w, k in zip(wanted, key, strict=True))]
+    if len(chosen) != 1:
+        choices = "; ".join(_grid_choice(key) for key in grids)
+        raise ConfigError(f"{len(chosen)} planned grids of {plan.case} match; pick one of: {choices}")
+    points = {key: (engine, load) for key, (engine, load) in grids[chosen[0]].items()
+              if max_concurrency is None or load.concurrency is None or load.concurrency <= max_concurrency}  # fmt: skip
+    if not points:
+        raise ConfigError(f"no planned load of that grid has at most {max_concurrency:g} clients")
+    shape, ins, outs, kind = chosen[0]
+    key = {"case": plan.case, "model_shape": shape, "input_len": ins, "output_len": outs, "load_kind": kind}
+    return LiveGrid(key=key, points=points)
+
+
+@dataclass(frozen=True)
+class LivePrices:
+    """What the live search is charged before it measures: each point's estimated GPU-seconds (``run_gpu_s``) and
+    each config's server start-up (``startup_gpu_s``), both times the GPUs the config uses."""
+
+    run_gpu_s: dict[PointKey, float]
+    startup_gpu_s: dict[str, float]
+
+    def run_estimate(self, line: dict[str, Any]) -> float:
+        """GPU-seconds one run of the catalog line ``line`` is charged."""
+        return self.run_gpu_s[point_key(line)]
+
+    def startup_estimate(self, config_id: str) -> float:
+        """GPU-seconds a start-up of ``config_id``'s server is charged."""
+        return self.startup_gpu_s[config_id]
+
+    def grid_gpu_s(self) -> float:
+        """What one run of every point costs, one start-up per config included."""
+        return sum(self.run_gpu_s.values()) + sum(self.startup_gpu_s.values())
+
+
+def live_prices(plan: CasePlan, grid: LiveGrid, data: Path | None = None) -> LivePrices:
+    """The grid's prices from ``run.budget``'s estimates (what ``vllm-playbooks plan`` prints): a point's run is the
+    longest wall time recorded at its load on its model shape, a start-up the longest recorded for the shape (a
+    machine without compile caches), each times the GPUs the config uses. ``ConfigError`` naming the points that
+    have no estimate (a shape or load never recorded): the search needs a price to keep to its budget."""
+    measured = store.load_runs(plan.case, data)
+    with warnings.catch_warnings():  # a recorded config's advisories say nothing about its time
+        warnings.simplefilter("ignore", SpeculativeConfigWarning)
+        servers = server_time(plan.case, data)
+    every_point = point_estimates(plan, measured, servers, recorded=measured.iloc[:0])
+
+    def load_of(row: Any) -> tuple[int, int, float, float]:
+        return (int(row.input_len), int(row.output_len), _or_missing(row.concurrency),
+                _or_missing(row.request_rate_qps))  # fmt: skip
+
+    estimates = {(row.engine_label, *load_of(row)): (row.startup_s, row.wall_s) for row in every_point.itertuples()}
+    run_gpu_s, startup_gpu_s, missing = {}, {}, []
+    for key, (engine, load) in grid.points.items():
+        startup, wall = estimates[(engine.label, *key[1:])]
+        if math.isnan(startup) or math.isnan(wall):
+            missing.append(point_name(engine.label, _or_missing(load.concurrency), _or_missing(load.request_rate_qps)))
+            continue
+        run_gpu_s[key] = float(wall) * engine_gpus(engine)
+        startup_gpu_s[engine.config_id()] = float(startup) * engine_gpus(engine)
+    if missing:
+        raise ConfigError(f"no GPU-time estimate for {', '.join(missing)}: its model shape never started, or never ran "
+                          f"at that load, in the recorded runs of {plan.case} (`vllm-playbooks plan --case "
+                          f"{plan.case} --fresh` shows the same gaps); a live search needs a price for every point to "
+                          "keep to its budget")  # fmt: skip
+    return LivePrices(run_gpu_s=run_gpu_s, startup_gpu_s=startup_gpu_s)
+
+
+def _or_missing(value: float | None) -> float:
+    return -1.0 if value is None or value != value else float(value)
+
+
+def _recorded_prefix(hardware: str, engine: EngineConfig, load: LoadPoint) -> str:
+    """The point id of ``engine`` at ``load`` on ``hardware`` without its repeat (``raw.split_point_id``'s first
+    part): what every recorded repeat of that point shares."""
+    return f"{hardware}/{engine.config_id()}/{load.slug()}"
+
+
+def recorded_rows(grid: LiveGrid, provenance: Provenance, data: Path | None = None) -> pd.DataFrame:
+    """The rows of ``grid``'s points recorded on the hardware each config has on the machine ``provenance``
+    describes (its GPU model, the GPUs the config uses, the vLLM version), at exactly the planned load, without the
+    runs that stalled (``results.stalls``): what a live search counts as measured."""
+    case = str(grid.key["case"])
+    rows = store.load_runs(case, data)
+    prefixes = {_recorded_prefix(hardware_of(engine, provenance), engine, load)
+                for engine, load in grid.points.values()}  # fmt: skip
+    mine = rows[[raw.split_point_id(pid)[0] in prefixes for pid in rows["point_id"]]] if len(rows) else rows
+    return unstalled(mine, data).reset_index(drop=True) if len(mine) else mine
+
+
+def next_repeat(case_dir: Path, hardware: str, engine: EngineConfig, load: LoadPoint) -> int:
+    """The repeat index the next run of ``engine`` at ``load`` on ``hardware`` is recorded under: one past every
+    repeat with a point folder (0 for the first), so no recorded folder is ever reused."""
+    folder, slug = raw.raw_root(case_dir) / hardware / engine.config_id(), load.slug()
+    names = [p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")] if folder.is_dir() else []
+    repeats = [raw.split_point_id(name)[1] for name in names if raw.split_point_id(name)[0] == slug]
+    return max(repeats, default=-1) + 1
+
+
+class LiveMeasure:
+    """The live search's measuring function: a catalog line of ``grid`` in, the row the runner recorded for it out.
+
+    It starts the line's config's server (``run.engine_server.EngineServer``) unless that server is already up,
+    stopping the one up before; measures the point with ``run.case.measure_point`` as the next repeat of that point
+    on this hardware (``next_repeat``); and keeps the server for the next line. ``close``, or the end of a ``with``
+    block whatever ends it, stops the server. A point that fails, or whose server does not start, is kept as a failure
+    file beside the recorded points (as the runner keeps one) and ends the search (``PlaybookError``). ``report`` lists
+    the points measured and failed (``run.case.RunReport``)."""
+
+    def __init__(self, plan: CasePlan, grid: LiveGrid, provenance: Provenance, data: Path, *,
+                 bench: BenchClient | None = None, server_factory: ServerFactory = VllmServer,
+                 python: str | None = None, health_timeout_s: float = 900.0,
+                 gpu_sampler: SamplerFactory | None = nvml_sampler) -> None:  # fmt: skip
+        self.plan, self.grid, self.provenance, self.data = plan, grid, provenance, data
+        self.case_dir = store.case_dir(plan.case, data)
+        self.report = RunReport()
+        self._bench, self._server_factory, self._python = bench, server_factory, python
+        self._health_timeout_s, self._gpu_sampler = health_timeout_s, gpu_sampler
+        self._lifetime: EngineServer | None = None
+
+    def __call__(self, line: dict[str, Any]) -> dict[str, Any]:
+        engine, load = self.grid.points[point_key(line)]
+        hardware = hardware_of(engine, self.provenance)
+        point = PlannedPoint(engine, load, next_repeat(self.case_dir, hardware, engine, load))
+        try:
+            server, bench = self._server_for(engine)
+            row = measure_point(point, self.plan, server, bench, self.provenance, self.data, self._gpu_sampler)
+        except StorageError:
+            raise
+        except (PlaybookError, OSError, KeyError, ValueError, RuntimeError) as error:
+            log = self._lifetime.log_path if self._lifetime is not None else self.case_dir / "logs"
+            record_failed_point(self.case_dir, point, error, self.report, log, hardware)
+            raise PlaybookError(f"point {hardware}/{point.point_id} failed ({type(error).__name__}: {error}); the "
+                                "points measured before it are recorded, and its error is kept beside them") from error
+        self.report.measured.append(row.point_id)
+        return row.model_dump()
+
+    def _server_for(self, engine: EngineConfig) -> tuple[VllmServer, BenchClient]:
+        """The running server of ``engine`` and its load generator, the server started (after stopping the one up)
+        unless it is up already."""
+        running = self._lifetime
+        if running is not None and running.engine == engine and running.server is not None and running.server.alive():
+            return running.server, running.bench
+        self.close()
+        self._lifetime = EngineServer(engine, self.case_dir, self._bench, self._server_factory, self._python,
+                                      self._health_timeout_s)  # fmt: skip
+        server = self._lifetime.start()
+        self.report.server_startup_s[engine.config_id()] = server.startup_s or 0.0
+        return server, self._lifetime.bench
+
+    def close(self) -> None:
+        """Stop the server that is up, if any."""
+        lifetime, self._lifetime = self._lifetime, None
+        if lifetime is not None:
+            lifetime.stop()
+
+    def __enter__(self) -> LiveMeasure:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class TracedLiveOracle(LiveOracle):
+    """A ``LiveOracle`` that writes each payment to the search's trace as soon as its row is in
+    (``TraceWriter.payment``), with the GPU-seconds the GPUs were actually held for it: the wall time of the
+    measurement, a server's stop and start included, times the GPUs its config uses (0 for a recorded row)."""
+
+    def __init__(self, catalog: pd.DataFrame, budget_gpu_s: float, measure: Callable[[dict[str, Any]], dict[str, Any]],
+                 prices: LivePrices, trace: TraceWriter, slo: Slo, recorded: pd.DataFrame | None = None) -> None:  # fmt: skip
+        super().__init__(catalog, budget_gpu_s, measure, prices.run_estimate, prices.startup_estimate, recorded)
+        self._trace, self._slo = trace, slo
+
+    def pay(self, key: PointKey) -> dict[str, Any]:
+        """As ``LiveOracle.pay``, then the payment's line in the trace."""
+        recorded = self._free(key)
+        started = time.monotonic()
+        row = super().pay(key)
+        held = 0.0 if recorded else (time.monotonic() - started) * self.gpus(key[0])
+        payment, line = self.payments[-1], self._lines[key]
+        self._trace.payment(
+            number=len(self.payments), point=point_name(line["engine_label"], line["concurrency"],
+                                                        line["request_rate_qps"]),
+            repeat=payment.repeat, recorded=recorded, row=row, gpu_s=payment.gpu_s,
+            startup_gpu_s=payment.startup_gpu_s, held_gpu_s=held, spent_gpu_s=self.spent_gpu_s, slo=self._slo,
+        )  # fmt: skip
+        return row
+
+
+@dataclass
+class LiveSearch:
+    """A finished live search: its advice, its trace file and the runner's report of what it measured."""
+
+    advice: Advice
+    trace: Path
+    report: RunReport
+
+
+def advise_live(plan: CasePlan, grid: LiveGrid, slo: Slo, budget_gpu_s: float, prices: LivePrices, *,
+                data: Path | None = None, use_recorded: bool = True, bench: BenchClient | None = None,
+                server_factory: ServerFactory = VllmServer, python: str | None = None,
+                health_timeout_s: float = 900.0, gpu_sampler: SamplerFactory | None = nvml_sampler) -> LiveSearch:  # fmt: skip
+    """Search ``grid`` for the point of most goodput under ``slo`` on this machine, spending at most
+    ``budget_gpu_s`` GPU-seconds of ``prices``' estimates (see the module's docstring). ``use_recorded``: rows
+    recorded on this hardware count as measured (False: every run the search pays for is measured, as further
+    repeats). ``bench``, ``server_factory``, ``python``, ``health_timeout_s`` and ``gpu_sampler`` are the runner's
+    (``run.case.run_case``). Ctrl-C, SIGTERM or a point that fails stop the server and end the trace with the reason,
+    then propagate."""
+    data = data if data is not None else paths.data_dir()
+    provenance = open_case_folder(plan.case, data)
+    hardware = sorted({hardware_of(engine, provenance) for engine in grid.engines()})
+    gpu = gpu_of_hardware(hardware[0])
+    recorded = recorded_rows(grid, provenance, data) if use_recorded else None
+    started_at = utc_now()
+    trace = TraceWriter.create(plan.case, started_at, data)
+    trace.search(case=plan.case, grid=grid.key, hardware=hardware, slo=slo, budget_gpu_s=budget_gpu_s,
+                 points=len(grid.points), grid_gpu_s=prices.grid_gpu_s(), recorded_count=use_recorded,
+                 started_at=started_at)  # fmt: skip
+    with sigterm_as_interrupt(), LiveMeasure(plan, grid, provenance, data, bench=bench, server_factory=server_factory,
+                                             python=python, health_timeout_s=health_timeout_s,
+                                             gpu_sampler=gpu_sampler) as measure:  # fmt: skip
+        oracle = TracedLiveOracle(grid.catalog(), budget_gpu_s, measure, prices, trace, slo, recorded)
+        try:
+            advice = advise(oracle, slo, gpu)
+        except KeyboardInterrupt:
+            _end_quietly(trace, "interrupted (Ctrl-C or SIGTERM); the runs paid for are recorded")
+            raise
+        except PlaybookError as error:
+            _end_quietly(trace, str(error))
+            raise
+    trace.advice(advice)
+    return LiveSearch(advice=advice, trace=trace.path, report=measure.report)
+
+
+def _end_quietly(trace: TraceWriter, reason: str) -> None:
+    """End the trace with ``reason``; a trace that cannot be written (a full disk) does not hide the error itself."""
+    with contextlib.suppress(OSError):
+        trace.stopped(reason)
+
+
+def live_main(args: argparse.Namespace, slo: Slo) -> int:
+    """``vllm-playbooks advise --mode live``: the checks (see the module's docstring), then the search; prints its
+    trace in words (``advisor.trace.trace_text``), the rows it added and where its trace is."""
+    if args.hardware is not None:
+        raise ConfigError("--hardware picks recorded rows to replay; a live search measures on this machine's GPU")
+    if args.budget_gpu_min is None:
+        raise ConfigError("a live search needs --budget-gpu-min: the GPU-minutes it may spend")
+    plan, _ = quiet_plan(args.case)
+    grid = live_grid(plan, args.model_shape, args.input_len, args.output_len, args.load, args.max_concurrency)
+    if args.gpus is not None:
+        engines = grid.engines()
+        check_group_sizes(engines, assign_engines([e.label for e in engines], [args.gpus]))
+    prices = live_prices(plan, grid)
+    require_vllm()
+    if args.gpus is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = args.gpus
+    require_gpu()
+    quiet_plan(args.case, **live_overrides({}))  # a config that cannot fit the GPU at hand is refused here
+    search = advise_live(plan, grid, slo, args.budget_gpu_min * 60.0, prices, use_recorded=not args.ignore_recorded)
+    print(trace_text(read_trace(search.trace)))
+    print(live_summary(search.report, store.load_runs(plan.case), store.case_dir(plan.case)))
+    print(f"trace: {search.trace}")
+    return 0

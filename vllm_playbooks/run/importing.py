@@ -1,0 +1,131 @@
+"""Bring the points measured in another data folder (another clone, another machine) into this one.
+
+``vllm-playbooks import-runs SOURCE [--case CASE ...]``: SOURCE is a data folder (it holds ``runs/<case>/``), such
+as the one ``VLLM_PLAYBOOKS_DATA_DIR`` pointed at while a case was measured there. Every finished point folder of a
+case in SOURCE becomes a repeat of its point here: at its own repeat number when that is free, else at the next free
+one (the folder's name gives a point its repeat, as after ``vllm-playbooks migrate``; its files are copied as they
+are). A point whose ``bench.json`` is already here under any repeat is skipped, so importing twice adds nothing.
+Server logs come along under their own names, then the rows are appended from the raw files. Nothing recorded is
+overwritten, and a point whose files name another hardware or config than its folder is refused before anything is
+copied.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vllm_playbooks import paths
+from vllm_playbooks.errors import ConfigError, SchemaError
+from vllm_playbooks.results import raw
+from vllm_playbooks.results.replay import sync_rows
+from vllm_playbooks.results.store import case_dir
+from vllm_playbooks.results.textfiles import read_text
+
+#: The suffix of a point folder while it is copied in (its leading dot hides it from ``raw.finished_points``).
+STAGING = ".importing"
+
+
+@dataclass
+class Imported:
+    """What importing one case did: the ids of the points added (``renumbered``: those that took another repeat
+    number than they had in the source) and of those skipped because their measurement was already here."""
+
+    added: list[str] = field(default_factory=list)
+    renumbered: list[str] = field(default_factory=list)
+    already_here: list[str] = field(default_factory=list)
+    logs: int = 0
+
+
+def measurement_digest(point_dir: Path) -> str:
+    """A fingerprint of one point's measurement: the SHA-256 of its ``bench.json`` text (plain or gzipped)."""
+    return hashlib.sha256(read_text(point_dir / raw.BENCH_FILE).encode()).hexdigest()
+
+
+def _checked_points(source_case: Path) -> list[Path]:
+    """The finished points of a source case, each checked to lie where its files say it belongs."""
+    points = raw.finished_points(source_case)
+    for point in points:
+        hardware, config_id = raw.point_identity(point)
+        if (point.parent.parent.name, point.parent.name) != (hardware, config_id):
+            raise SchemaError(f"{point}: its files say {hardware}/{config_id}; run `vllm-playbooks migrate` on the "
+                              "source folder first")  # fmt: skip
+    return points
+
+
+def _free_repeat(target_root: Path, point_id: str) -> str:
+    """``point_id`` if its folder is free under ``target_root``, else the same point at the next free repeat."""
+    if not (target_root / point_id).exists():
+        return point_id
+    stem, _ = raw.split_point_id(point_id)
+    folder, load = stem.rsplit("/", 1)
+    taken = [raw.split_point_id(p.name)[1] for p in (target_root / folder).glob(f"{load}-r*")]
+    return f"{stem}-r{max(taken) + 1}"
+
+
+def import_case(case: str, source: Path, data: Path) -> Imported:
+    """Import one case's points and server logs from the data folder ``source`` into ``data`` (see the module's
+    docstring); return what was added and skipped."""
+    src, dst = case_dir(case, source), case_dir(case, data)
+    if not raw.finished_points(src):
+        raise ConfigError(f"{source} holds no measured point of {case} (looked in {raw.raw_root(src)})")
+    points = _checked_points(src)
+    target_root = raw.raw_root(dst)
+    here = {measurement_digest(p) for p in raw.finished_points(dst)}
+    result = Imported()
+    for point in points:
+        pid = point.relative_to(raw.raw_root(src)).as_posix()
+        digest = measurement_digest(point)
+        if digest in here:
+            result.already_here.append(pid)
+            continue
+        new_id = _free_repeat(target_root, pid)
+        target = target_root / new_id
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = target.with_name(f".{target.name}{STAGING}")
+        if staging.exists():  # left by an import that was stopped: its copy may be partial
+            shutil.rmtree(staging)
+        shutil.copytree(point, staging)
+        staging.rename(target)
+        here.add(digest)
+        result.added.append(new_id)
+        if new_id != pid:
+            result.renumbered.append(new_id)
+    if (src / "logs").is_dir():
+        (dst / "logs").mkdir(parents=True, exist_ok=True)
+        for log in sorted((src / "logs").iterdir()):
+            if log.is_file() and not (dst / "logs" / log.name).exists():
+                shutil.copy2(log, dst / "logs" / log.name)
+                result.logs += 1
+    sync_rows(case, data)
+    return result
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``SOURCE`` and ``--case``."""
+    parser.add_argument("source", type=Path, help="a data folder holding runs/<case>/ (another clone's data/, or the "
+                                                  "folder VLLM_PLAYBOOKS_DATA_DIR named while measuring)")  # fmt: skip
+    parser.add_argument("--case", nargs="+", default=None, help="the cases to import (default: every case in SOURCE)")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Import the cases and print, per case, what was added, renumbered and already here."""
+    source, data = args.source.resolve(), paths.data_dir().resolve()
+    if not (source / "runs").is_dir():
+        raise ConfigError(f"{args.source} is not a data folder: it has no runs/ folder")
+    if source == data:
+        raise ConfigError(f"{args.source} is this data folder: import from another one")
+    cases = args.case or sorted(p.name for p in (source / "runs").iterdir() if p.is_dir())
+    missing = [case for case in cases if not case_dir(case, source).is_dir()]
+    if missing:
+        raise ConfigError(f"{args.source} has no runs of {', '.join(missing)}")
+    for case in cases:
+        done = import_case(case, source, data)
+        print(f"{case}: {len(done.added)} point(s) added ({len(done.renumbered)} at a new repeat number), "
+              f"{len(done.already_here)} already here, {done.logs} server log(s)")
+        for pid in done.added:
+            print(f"  + {pid}")
+    return 0
