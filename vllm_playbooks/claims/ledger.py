@@ -311,7 +311,7 @@ def re_measured(verdict: str, min_clean_repeats: int | None) -> bool | None:
     return min_clean_repeats >= MIN_CLEAN_REPEATS
 
 
-def verdict_label(verdict: str, min_clean_repeats: int | None) -> str:
+def ledger_verdict(verdict: str, min_clean_repeats: int | None) -> str:
     """The verdict as the ledger shows it: its word, then "(not re-measured)" when a data verdict rests on fewer than
     ``MIN_CLEAN_REPEATS`` clean runs of a point, or "(repeats not counted)" when its check does not count them, so a
     verdict from single runs never passes for a settled one."""
@@ -341,7 +341,7 @@ def noise_of(pairs: pd.DataFrame | None) -> dict[str, Any]:
 def ledger_export(ledger: pd.DataFrame) -> pd.DataFrame:
     """The ledger in ``EXPORT_COLUMNS``: one row per claim, as ``vllm-playbooks ledger --format csv`` prints it. The
     verdict is a word of the book's vocabulary (``Verdict``), followed by "(not re-measured)" where a data verdict
-    rests on fewer than ``MIN_CLEAN_REPEATS`` clean runs of a point (``verdict_label``); ``re_measured`` says the same
+    rests on fewer than ``MIN_CLEAN_REPEATS`` clean runs of a point (``ledger_verdict``); ``re_measured`` says the same
     as a boolean (blank for the verdicts that compare no recorded points)."""
     out = ledger.rename(columns={"claim": "claim_id"}).astype({"points": int, "min_clean_repeats": "Int64"})
     import pandas as pd
@@ -349,7 +349,7 @@ def ledger_export(ledger: pd.DataFrame) -> pd.DataFrame:
     fewest = [None if pd.isna(n) else int(n) for n in out["min_clean_repeats"]]
     out["re_measured"] = pd.array([re_measured(v, n) for v, n in zip(out["verdict"], fewest, strict=True)],
                                   dtype="boolean")  # fmt: skip
-    out["verdict"] = [verdict_label(v, n) for v, n in zip(out["verdict"], fewest, strict=True)]
+    out["verdict"] = ledger_verdicts(ledger)
     return out[EXPORT_COLUMNS]
 
 
@@ -412,13 +412,23 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("$", "\\$") or "—"
 
 
-def ledger_markdown(ledger: pd.DataFrame) -> str:
-    """The ledger as MyST Markdown: a summary table, then each claim's published numbers, our rows, the noise its
-    verdict rests on and the model in a collapsed section of its own. A verdict is shown with ``verdict_label``."""
+def ledger_verdicts(ledger: pd.DataFrame) -> list[str]:
+    """Each claim's verdict as the ledger shows it (``ledger_verdict``), in the ledger's order."""
     import pandas as pd
 
+    return [ledger_verdict(v, None if pd.isna(n) else int(n))
+            for v, n in zip(ledger["verdict"], ledger["min_clean_repeats"], strict=True)]  # fmt: skip
+
+
+def ledger_markdown(ledger: pd.DataFrame) -> str:
+    """The ledger as MyST Markdown: a summary table, then each claim's published numbers, our rows, the noise its
+    verdict rests on and the model in a collapsed section of its own. A verdict is shown with ``ledger_verdict``."""
+    import pandas as pd
+
+    labels = dict(zip(ledger["claim"], ledger_verdicts(ledger), strict=True))
+
     def label(r: Any) -> str:
-        return verdict_label(r.verdict, None if pd.isna(r.min_clean_repeats) else int(r.min_clean_repeats))
+        return labels[r.claim]
 
     lines = ["| claim | source | verdict | model's verdict |", "|---|---|---|---|"]
     for r in ledger.itertuples():
