@@ -20,6 +20,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.faults.conftest import CASE, PARALLEL, PLANNED, WORKER, Runner, row_ids, tree_digest, wait_until
+from vllm_playbooks.results import raw
 
 pytestmark = pytest.mark.faults
 
@@ -208,7 +209,8 @@ def test_sigkill_of_the_parallel_parent_stops_workers_and_the_next_run_merges_th
     assert finished >= 1 and not row_ids(runner.case_dir / "runs.csv")  # nothing merged yet
     # a merge killed half-way left a stale copy of one point: it must not block that point's merge
     worker_points = sorted((runner.tmp / "tmp").glob(f"{CASE}-parallel-*/gpus*/runs/{CASE}/raw/*/*/*/point.json"))
-    stale = runner.case_dir / "raw" / worker_points[0].parent.parent.name / f".{worker_points[0].parent.name}.merging"
+    point = worker_points[0].parent
+    stale = runner.case_dir / "raw" / point.parent.parent.name / point.parent.name / f".{point.name}{raw.COPYING}"
     stale.mkdir(parents=True)
     (stale / "point.json").write_text("{")
     code, err = runner.run(PARALLEL, FAULT_BENCH_S="0.02")

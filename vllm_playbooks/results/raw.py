@@ -101,6 +101,38 @@ def record_failure(case_dir: Path, pid: str, error: str, detail: dict[str, Any])
     return path
 
 
+#: The suffix of a point folder while ``copy_point`` copies it (its leading dot hides it from ``finished_points``).
+COPYING = ".copying"
+
+
+def copy_point(point_dir: Path, target: Path) -> None:
+    """Copy a finished point folder to ``target`` (which must not exist) in one step: into a hidden staging folder
+    beside it, then renamed, so a copy stopped half-way never counts as a point; a staging folder left by a stopped
+    copy is replaced."""
+    if target.exists():
+        raise SchemaError(f"{target}: a recorded point is never replaced")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.with_name(f".{target.name}{COPYING}")
+    if staging.exists():
+        shutil.rmtree(staging)
+    shutil.copytree(point_dir, staging)
+    staging.rename(target)
+
+
+def copy_new_logs(source_case_dir: Path, case_dir: Path) -> int:
+    """Copy the server logs of ``source_case_dir/logs`` that ``case_dir/logs`` lacks (by name); return how many."""
+    logs = source_case_dir / "logs"
+    if not logs.is_dir():
+        return 0
+    (case_dir / "logs").mkdir(parents=True, exist_ok=True)
+    copied = 0
+    for log in sorted(logs.iterdir()):
+        if log.is_file() and not (case_dir / "logs" / log.name).exists():
+            shutil.copy2(log, case_dir / "logs" / log.name)
+            copied += 1
+    return copied
+
+
 def finished_points(case_dir: Path) -> list[Path]:
     """Every complete point folder of a case, in a stable order."""
     root = raw_root(case_dir)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,10 +23,6 @@ from vllm_playbooks.results import raw
 from vllm_playbooks.results.replay import sync_rows
 from vllm_playbooks.results.store import case_dir
 from vllm_playbooks.results.textfiles import read_text
-
-#: The suffix of a point folder while it is copied in (its leading dot hides it from ``raw.finished_points``).
-STAGING = ".importing"
-
 
 @dataclass
 class Imported:
@@ -83,23 +78,12 @@ def import_case(case: str, source: Path, data: Path) -> Imported:
             result.already_here.append(pid)
             continue
         new_id = _free_repeat(target_root, pid)
-        target = target_root / new_id
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = target.with_name(f".{target.name}{STAGING}")
-        if staging.exists():  # left by an import that was stopped: its copy may be partial
-            shutil.rmtree(staging)
-        shutil.copytree(point, staging)
-        staging.rename(target)
+        raw.copy_point(point, target_root / new_id)
         here.add(digest)
         result.added.append(new_id)
         if new_id != pid:
             result.renumbered.append(new_id)
-    if (src / "logs").is_dir():
-        (dst / "logs").mkdir(parents=True, exist_ok=True)
-        for log in sorted((src / "logs").iterdir()):
-            if log.is_file() and not (dst / "logs" / log.name).exists():
-                shutil.copy2(log, dst / "logs" / log.name)
-                result.logs += 1
+    result.logs = raw.copy_new_logs(src, dst)
     sync_rows(case, data)
     return result
 

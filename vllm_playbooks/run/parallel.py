@@ -96,21 +96,10 @@ def merge_into(case: str, source: Path, data: Path) -> list[str]:
 
     src, dst = case_dir(case, source), case_dir(case, data)
     for point in raw.finished_points(src):
-        relative = point.relative_to(raw.raw_root(src))
-        target = raw.raw_root(dst) / relative
+        target = raw.raw_root(dst) / point.relative_to(raw.raw_root(src))
         if not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            staging = target.with_name(f".{target.name}.merging")
-            if staging.exists():  # left by a merge that was killed: its copy may be partial
-                shutil.rmtree(staging)
-            shutil.copytree(point, staging)
-            staging.rename(target)
-    logs = src / "logs"
-    if logs.is_dir():
-        (dst / "logs").mkdir(parents=True, exist_ok=True)
-        for log in logs.iterdir():
-            if not (dst / "logs" / log.name).exists():
-                shutil.copy2(log, dst / "logs" / log.name)
+            raw.copy_point(point, target)
+    raw.copy_new_logs(src, dst)
     return sync_rows(case, data) if raw.finished_points(dst) else []
 
 
