@@ -57,7 +57,8 @@ def _free_repeat(target_root: Path, point_id: str) -> str:
         return point_id
     stem, _ = raw.split_point_id(point_id)
     folder, load = stem.rsplit("/", 1)
-    taken = [raw.split_point_id(p.name)[1] for p in (target_root / folder).glob(f"{load}-r*")]
+    repeats = (raw.split_point_id(p.name) for p in (target_root / folder).glob(f"{load}-r*"))
+    taken = [repeat for name, repeat in repeats if name == load]
     return f"{stem}-r{max(taken) + 1}"
 
 
