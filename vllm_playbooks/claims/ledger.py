@@ -343,10 +343,10 @@ def ledger_export(ledger: pd.DataFrame) -> pd.DataFrame:
     verdict is a word of the book's vocabulary (``Verdict``), followed by "(not re-measured)" where a data verdict
     rests on fewer than ``MIN_CLEAN_REPEATS`` clean runs of a point (``ledger_verdict``); ``re_measured`` says the same
     as a boolean (blank for the verdicts that compare no recorded points)."""
-    out = ledger.rename(columns={"claim": "claim_id"}).astype({"points": int, "min_clean_repeats": "Int64"})
     import pandas as pd
 
-    fewest = [None if pd.isna(n) else int(n) for n in out["min_clean_repeats"]]
+    out = ledger.rename(columns={"claim": "claim_id"}).astype({"points": int, "min_clean_repeats": "Int64"})
+    fewest = _fewest_runs(ledger)
     out["re_measured"] = pd.array([re_measured(v, n) for v, n in zip(out["verdict"], fewest, strict=True)],
                                   dtype="boolean")  # fmt: skip
     out["verdict"] = ledger_verdicts(ledger)
@@ -412,12 +412,16 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("$", "\\$") or "—"
 
 
-def ledger_verdicts(ledger: pd.DataFrame) -> list[str]:
-    """Each claim's verdict as the ledger shows it (``ledger_verdict``), in the ledger's order."""
+def _fewest_runs(ledger: pd.DataFrame) -> list[int | None]:
+    """Each claim's ``min_clean_repeats`` as a whole number, None where its check counts none."""
     import pandas as pd
 
-    return [ledger_verdict(v, None if pd.isna(n) else int(n))
-            for v, n in zip(ledger["verdict"], ledger["min_clean_repeats"], strict=True)]  # fmt: skip
+    return [None if pd.isna(n) else int(n) for n in ledger["min_clean_repeats"]]
+
+
+def ledger_verdicts(ledger: pd.DataFrame) -> list[str]:
+    """Each claim's verdict as the ledger shows it (``ledger_verdict``), in the ledger's order."""
+    return [ledger_verdict(v, n) for v, n in zip(ledger["verdict"], _fewest_runs(ledger), strict=True)]
 
 
 def ledger_markdown(ledger: pd.DataFrame) -> str:
@@ -425,16 +429,13 @@ def ledger_markdown(ledger: pd.DataFrame) -> str:
     verdict rests on and the model in a collapsed section of its own. A verdict is shown with ``ledger_verdict``."""
     import pandas as pd
 
-    labels = dict(zip(ledger["claim"], ledger_verdicts(ledger), strict=True))
-
-    def label(r: Any) -> str:
-        return labels[r.claim]
-
+    shown = dict(zip(ledger["claim"], ledger_verdicts(ledger), strict=True))
     lines = ["| claim | source | verdict | model's verdict |", "|---|---|---|---|"]
     for r in ledger.itertuples():
         links = ", ".join(f"[{_link_label(u)}]({u})" for u in r.source_urls.split())
         marker = " **[secondary]**" if r.source_kind == "secondary only" else ""
-        lines.append(f"| **{r.claim}**: {_cell(r.text)} | {links}{marker} | **{label(r)}** | {_cell(r.model_verdict)} |")
+        lines.append(f"| **{r.claim}**: {_cell(r.text)} | {links}{marker} | **{shown[r.claim]}** | "
+                     f"{_cell(r.model_verdict)} |")
     for r in ledger.itertuples():  # the numbers behind each verdict, one collapsed section per claim
         noise = None
         if r.points and not pd.isna(r.min_clean_repeats):
@@ -443,7 +444,8 @@ def ledger_markdown(ledger: pd.DataFrame) -> str:
             noise = (f"- *Noise:* {int(r.points)} compared point{'s' if r.points != 1 else ''} on {r.hardware}; the "
                      f"fewest clean runs of a point: {int(r.min_clean_repeats)}; {spread}; band {r.band_pct:.1f} %")
         lines += [
-            "", f":::{{dropdown}} {r.claim}: {label(r)}", f"{_cell(r.text)} ({r.case}; sources: {r.source_kind})", "",
+            "", f":::{{dropdown}} {r.claim}: {shown[r.claim]}",
+            f"{_cell(r.text)} ({r.case}; sources: {r.source_kind})", "",
             f"- *Published:* {_cell(r.published)}",
             f"- *Our rows:* {_cell(r.measured)} → **{r.verdict}**",
             *([noise] if noise else []),
