@@ -149,14 +149,9 @@ def borrowed_spread(sides: pd.DataFrame, setting: list[str], name: str) -> list[
     no repeated line. A host-sensitive configuration that varies by 40 % at one load is not trusted to 5 % at the next
     on the strength of one run."""
     runs = sides[f"{name}_runs"]
-    if sides.empty:
-        return []
-    widest = sides[runs >= 2].groupby(setting, dropna=False)[f"{name}_spread_pct"].max()
-    lookup = {k if isinstance(k, tuple) else (k,): float(v) for k, v in widest.items()}
-    out = []
-    for line, measured_runs in zip(sides[setting].itertuples(index=False, name=None), runs, strict=True):
-        out.append(lookup.get(tuple(line), 0.0) if measured_runs < 2 else 0.0)
-    return out
+    repeated = sides[f"{name}_spread_pct"].astype(float).where(runs >= 2)
+    widest = repeated.groupby([sides[c] for c in setting], dropna=False).transform("max").fillna(0.0)
+    return widest.where(runs < 2, 0.0).tolist()
 
 
 def with_pairing_columns(df: pd.DataFrame) -> pd.DataFrame:
