@@ -43,6 +43,8 @@ from vllm_playbooks.run.plan import list_cases
 if TYPE_CHECKING:
     import pandas as pd
 
+    from vllm_playbooks.advisor.trace import LiveTrace
+
 
 #: The advisor's budget in the evaluation and the command's default: the grid's whole recorded GPU time, what measuring
 #: every point would cost. The search stops by its own rule, and the evaluation reports what share it spent...
@@ -176,6 +178,31 @@ def one_grid(case: str, hardware: str | None, model_shape: str | None, input_len
         if rows.empty:
             raise ConfigError(f"no recorded load of that grid has at most {max_concurrency:g} clients")
     return key, rows, startups
+
+
+def live_versus_grid(trace: LiveTrace, data: Path | None = None) -> dict[str, Any]:
+    """A live search's choice against its grid's best under the same SLO, both scored on every row recorded for that
+    grid on the search's hardware (medians of all repeats, the search's own runs among them): ``chosen`` and
+    ``grid_best`` (point names, or 'nothing'), ``chosen_goodput_rps``, ``grid_best_goodput_rps``, their runs and
+    ``goodput_ratio`` (NaN when no point meets the SLO or the search chose nothing)."""
+    grid, hardware = trace.search["grid"], trace.search["hardware"][0]
+    _, rows, _ = one_grid(trace.search["case"], hardware, grid["model_shape"], grid["input_len"], grid["output_len"],
+                          grid["load_kind"], None, data)  # fmt: skip
+    slo = Slo(**trace.search["slo"])
+    points = with_goodput(point_table(rows), slo)
+    best = grid_best(points, slo)
+    chosen_name = trace.end["chosen"]["point"] if trace.finished and trace.end and trace.end["chosen"] else None
+    matches = points[points.apply(_name, axis=1) == chosen_name]
+    chosen = matches.iloc[0] if chosen_name is not None and not matches.empty else None
+    ratio = float(chosen["goodput_rps"] / best["goodput_rps"]) if chosen is not None and best is not None else math.nan
+    return {
+        "chosen": chosen_name or "nothing",
+        "chosen_goodput_rps": float(chosen["goodput_rps"]) if chosen is not None else 0.0,
+        "chosen_runs": int(chosen["runs"]) if chosen is not None else 0,
+        "grid_best": _name(best) if best is not None else "nothing",
+        "grid_best_goodput_rps": float(best["goodput_rps"]) if best is not None else 0.0,
+        "grid_best_runs": int(best["runs"]) if best is not None else 0, "goodput_ratio": ratio,
+    }  # fmt: skip
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -13,8 +13,10 @@ batch rate × latency (solved by fixed-point iteration) and completes the rate, 
 point of a config with measured points takes its config's ratios interpolated in log load between its measured loads
 (flat beyond them, but moved there by its family's trend over load: the median change, between its nearest measured
 load and this one, of the ratios of the family's other configs measured at several loads); a config not measured yet
-takes the median over the measured configs of its *family* (its speculative method) of their ratios at the same load,
-or over every measured config when none of its family is.
+takes the median over the measured configs of its *family* (its speculative method) of their ratios at the same load;
+when none of its family is measured, a speculative config takes them from the measured configs without speculation
+(what the GPU and the engine do for every config), and otherwise keeps its prior: one method's own overheads never
+carry over to another method, nor to the baseline (a slow draft model's ratios once ruled out the baseline itself).
 Each prediction carries an *uncertainty* u (the truth is taken to lie within a factor 1 + u of it):
 ``PRIOR_UNCERTAINTY`` before any config of its family was measured; for a measured config ``NEAR_UNCERTAINTY`` plus
 ``DISTANCE_UNCERTAINTY`` per unit of |log load| to its nearest measured load; for a config whose family was measured,
@@ -161,10 +163,14 @@ def _interpolated(points: list[tuple[float, dict[str, float]]], load: float) -> 
     return {m: (1 - w) * math.log(low[m]) + w * math.log(high[m]) for m in RATIOS}, distance
 
 
+#: The family of the configs without speculation.
+BASELINE_FAMILY = "none"
+
+
 def family_of(engine: EngineConfig) -> str:
     """A config's family for the refit: its speculative method ('none' without speculation). Ratios carry over
     between configs of one family; vLLM runs each method with its own overheads the prior does not model."""
-    return engine.speculative.method if engine.speculative is not None else "none"
+    return engine.speculative.method if engine.speculative is not None else BASELINE_FAMILY
 
 
 def _median(values: list[float]) -> float:
@@ -197,9 +203,11 @@ class Fit:
                     logs[m] += _median([_interpolated(self.ratios[c], load)[0][m]
                                         - _interpolated(self.ratios[c], nearest)[0][m] for c in shaped])  # fmt: skip
             return {m: base[m] * math.exp(logs[m]) for m in RATIOS}, NEAR_UNCERTAINTY + DISTANCE_UNCERTAINTY * distance
-        if not self.ratios:
+        baseline = [c for c in self.ratios if family not in (None, BASELINE_FAMILY)
+                    and self.families.get(c) == BASELINE_FAMILY]  # fmt: skip
+        if not (kin or baseline):
             return dict(base), PRIOR_UNCERTAINTY
-        others = [_interpolated(self.ratios[c], load) for c in (kin or list(self.ratios))]
+        others = [_interpolated(self.ratios[c], load) for c in (kin or baseline)]
         ratio = {m: math.exp(_median([logs[m] for logs, _ in others])) for m in RATIOS}
         spread = max((math.exp(max(l[m] for l, _ in others) - min(l[m] for l, _ in others)) - 1) / 2
                      for m in decisive)  # fmt: skip

@@ -30,8 +30,9 @@ while the model gives it at least ``PLAUSIBLE_CHANCE`` of meeting the SLO with m
   run can always measure one more).
 - When nothing paid for meets the SLO and no point can, it pays for the point the model finds likeliest to meet it
   (lowest predicted p99 over its bound), once: if that one misses too, no point will.
-- It stops when the lead is outside the band (``lead beyond noise``), when no repeat is left to separate two configs
-  within noise (``within noise``), when the next point costs more than the budget has left (``budget``), or when no
+- It stops when the lead over the runner-up config is outside the band (``lead beyond noise``), when the model
+  leaves no other point that can win and no other config met the SLO (``nothing else can win``: no measured lead,
+  the model's word), when no repeat is left to separate two configs within noise (``within noise``), when the next point costs more than the budget has left (``budget``), or when no
   point can meet the SLO (``no point meets the SLO``).
 """
 
@@ -45,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks.advisor.goodput import Slo, given, goodput_rps, point_name
 from vllm_playbooks.advisor.oracle import Oracle, PointKey, point_key
-from vllm_playbooks.advisor.predict import RATIOS, engine_of, priced_catalog, refit
+from vllm_playbooks.advisor.predict import BASELINE_FAMILY, RATIOS, engine_of, priced_catalog, refit
 from vllm_playbooks.analysis.noise import MIN_CLEAN_REPEATS, band_pct, spread_of
 from vllm_playbooks.hardware import Gpu
 
@@ -64,7 +65,7 @@ PLAUSIBLE_CHANCE = 0.1
 #: and picks a draft the prior overrates (see the advisor page).
 PLAN_MARGIN = 1.5
 #: Why the search stopped.
-STOP_REASONS = ("lead beyond noise", "within noise", "budget", "no point meets the SLO")
+STOP_REASONS = ("lead beyond noise", "nothing else can win", "within noise", "budget", "no point meets the SLO")
 
 
 @dataclass(frozen=True)
@@ -223,10 +224,10 @@ def _challengers(
         if price(point) <= left_gpu_s:
             ranked.append((max(o.gain for o in offer) / max(price(point), 1e-9), point, why))
     ranked.sort(key=lambda r: r[0], reverse=True)
-    baseline = [r for r in ranked if lines[r[1]]["family"] == "none"]
-    speculative = [r for r in ranked if lines[r[1]]["family"] != "none"]
-    baseline_phase = any(line["family"] != "none" for line in lines.values()) and not any(
-        lines[k]["family"] != "none" for k in paid
+    baseline = [r for r in ranked if lines[r[1]]["family"] == BASELINE_FAMILY]
+    speculative = [r for r in ranked if lines[r[1]]["family"] != BASELINE_FAMILY]
+    baseline_phase = any(line["family"] != BASELINE_FAMILY for line in lines.values()) and not any(
+        lines[k]["family"] != BASELINE_FAMILY for k in paid
     )
     if baseline_phase and baseline and speculative:
         plan = price(baseline[0][1]) + price(speculative[0][1])
@@ -303,7 +304,8 @@ def advise(oracle: Oracle, slo: Slo, gpu: Gpu, max_repeats: int = MIN_CLEAN_REPE
             elif wanted:
                 advice.stop_reason = "budget"
             else:
-                advice.stop_reason = "lead beyond noise" if decided else "within noise"
+                lead = "lead beyond noise" if rival is not None else "nothing else can win"
+                advice.stop_reason = lead if decided else "within noise"
         if key is None:
             break
         cost = oracle.price(key)

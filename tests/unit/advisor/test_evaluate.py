@@ -16,9 +16,11 @@ from vllm_playbooks.advisor.evaluate import (
     EVALUATION_COLUMNS,
     TARGETS,
     evaluate_grid,
+    live_versus_grid,
     one_grid,
     summary,
 )
+from vllm_playbooks.advisor.trace import latest_trace
 from vllm_playbooks.errors import ConfigError
 
 KEY = {"case": "synthetic", "hardware": "nvidia-h200-x1-vllm0.26.0", "model_shape": "llama-3.1-8b", "input_len": 512,
@@ -87,3 +89,15 @@ def test_advise_answers_with_its_choice_its_trace_and_the_gpu_time(capsys: pytes
     assert "paid 1: " in out and "@ c64" not in out  # 64 clients are more than the 16 given
     spent = float(out.split("stopped: ")[1].split("spent ")[1].split(" of ")[0])
     assert spent <= 6.0 and not math.isnan(spent)
+
+
+@pytest.mark.recorded_data
+def test_the_recorded_live_search_is_scored_against_its_grid_best_on_every_recorded_run() -> None:
+    trace = latest_trace("llama-8b-draft-model")
+    assert trace is not None and trace.search["slo"]["tpot_p99_ms"] == 7.6
+    scored = live_versus_grid(trace)
+    # its one run of the draft at c1 met 7.6 ms; the median of all the point's recorded runs does not
+    assert scored["chosen"] == trace.end["chosen"]["point"] == "draft-1b-k4-a0.8 @ c1"  # type: ignore[index]
+    assert scored["chosen_runs"] > trace.end["chosen"]["runs"] == 1 and scored["chosen_goodput_rps"] == 0.0  # type: ignore[index]
+    assert scored["grid_best"] == "spec-off @ c16" and scored["grid_best_runs"] >= 3
+    assert scored["grid_best_goodput_rps"] > 15.0 and scored["goodput_ratio"] == 0.0

@@ -73,6 +73,20 @@ def test_an_unmeasured_config_borrows_its_family_else_keeps_the_prior_uncertaint
     assert refit([], GPU).predict("b-id", 4.0, base, "none") == (base, PRIOR_UNCERTAINTY)
 
 
+def test_one_methods_overheads_carry_over_neither_to_the_baseline_nor_to_another_method() -> None:
+    draft = _line("d", 4, engine_json("d", draft="llama-3.2-1b", k=4, alpha=0.8))
+    slow = {m: v * factor for (m, v), factor in zip(prior(draft, GPU).items(), (3.0, 3.0, 1 / 3), strict=True)}
+    fit = refit([(draft, slow)], GPU)
+    base = prior(_line("off", 4), GPU)
+    # the draft ran 3x slower than its prior; the baseline, unmeasured, keeps its own prior
+    assert fit.predict("off-id", 4.0, base, "none") == (base, PRIOR_UNCERTAINTY)
+    assert fit.predict("e-id", 4.0, base, "eagle3") == (base, PRIOR_UNCERTAINTY)
+    # once the baseline is measured, a method with nothing of its own measured takes the baseline's ratios
+    off = {m: v * 1.2 for m, v in base.items()}
+    spec, _ = refit([(draft, slow), (_line("off", 4), off)], GPU).predict("e-id", 4.0, base, "eagle3")
+    assert spec == pytest.approx(off)
+
+
 def test_the_calculator_refuses_a_config_whose_weights_cannot_fit() -> None:
     big = engine_of({"engine_config_json": engine_json("big", model="llama-3.3-70b")})
     assert fits_gpu(big, GPU) is not None and "exceed" in fits_gpu(big, GPU)  # type: ignore[operator]

@@ -44,8 +44,9 @@ def test_it_finds_a_clear_winner_and_stops_on_its_lead() -> None:
     advice = advise(oracle, Slo(tpot_p99_ms=8.0), GPU)
     assert advice.chosen is not None and advice.chosen["point"] == "a @ c16"
     assert advice.chosen["goodput_rps"] == 18.0 and advice.chosen["max_num_seqs"] == 16
-    assert advice.stop_reason == "lead beyond noise"
-    # b's one paid point missed, and the model, refitted on a's loads, rules out every other point of b beating a
+    # b's one paid point missed, and the model, refitted on a's loads, rules out every other point of b beating a:
+    # no other config met the SLO, so there is no measured lead to call beyond noise
+    assert advice.stop_reason == "nothing else can win"
     assert advice.runner_up is None and [s.measured_goodput_rps for s in advice.steps if s.point.startswith("b")] == [
         0.0
     ]
@@ -144,7 +145,7 @@ def test_the_baseline_is_settled_first_so_a_draft_the_prior_overrates_cannot_hid
     # speculation off, ruled that out unmeasured: "no point meets the SLO"
     assert advice.steps[0].point.startswith("off") and advice.steps[0].why.startswith("the baseline first")
     assert advice.chosen is not None and advice.chosen["point"] == "off @ c4"
-    assert advice.stop_reason == "lead beyond noise"
+    assert advice.stop_reason == "nothing else can win"  # the draft met the SLO nowhere: no measured runner-up
 
 
 def test_a_started_config_is_settled_before_a_new_one_and_a_new_one_starts_at_the_best_load() -> None:
@@ -185,7 +186,7 @@ def test_the_best_is_repeated_to_confirm_it_only_while_its_p99_is_within_noise_o
     assert not any(s.why.startswith("repeat") for s in far.steps)
     near = advise(RecordedOracle(rows, startups(rows), budget_gpu_s=10_000.0), Slo(tpot_p99_ms=6.8), GPU)
     assert near.chosen is not None and near.chosen["point"] == "a @ c16" and near.chosen["runs"] == 3  # 6.6 of 6.8
-    assert near.stop_reason == "lead beyond noise"
+    assert near.stop_reason == "nothing else can win"  # b's paid point missed: the model rules out the rest of b
 
 
 def test_a_point_can_win_only_with_a_plausible_chance_of_beating_the_bar() -> None:
