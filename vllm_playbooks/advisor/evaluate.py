@@ -33,7 +33,7 @@ from vllm_playbooks.advisor.goodput import (
 )
 from vllm_playbooks.advisor.oracle import RecordedOracle, recorded_prices
 from vllm_playbooks.advisor.predict import gpu_of_hardware
-from vllm_playbooks.advisor.search import Advice, advise
+from vllm_playbooks.advisor.search import BASELINE_UNMEASURED, Advice, advise
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.results.replay import replay_case
 from vllm_playbooks.results.stalls import unstalled
@@ -296,6 +296,8 @@ def advice_text(advice: Advice, key: dict[str, Any], full_gpu_s: float) -> str:
         lines.append(f"  paid {step.number}: {step.point} r{step.repeat} ({step.why}): "
                      f"{step.gpu_s / 60:.1f} GPU-min, expected {step.expected_goodput_rps:.2f}, "
                      f"measured {step.measured_goodput_rps:.2f} req/s")  # fmt: skip
+    if advice.baseline_unmeasured:
+        lines.append(f"warning: {BASELINE_UNMEASURED}")
     lines.append(f"stopped: {advice.stop_reason}; spent {advice.spent_gpu_s / 60:.1f} of "
                  f"{advice.budget_gpu_s / 60:.1f} GPU-min budget ({advice.spent_gpu_s / full_gpu_s:.0%} of the grid's "
                  f"{full_gpu_s / 60:.1f})")  # fmt: skip

@@ -64,6 +64,9 @@ PLAUSIBLE_CHANCE = 0.1
 #: still goes to the baseline and misses the winner more often; at 2.25 even a whole small grid skips the baseline once
 #: and picks a draft the prior overrates (see the advisor page).
 PLAN_MARGIN = 1.5
+#: What the answer says when it chose a speculative point without speculation off measured.
+BASELINE_UNMEASURED = ("speculation off was never measured, so nothing measured stands beside this recommendation; "
+                       "a budget that pays for the baseline first (a larger --budget-gpu-min) settles it")
 #: Why the search stopped.
 STOP_REASONS = ("lead beyond noise", "nothing else can win", "within noise", "budget", "no point meets the SLO")
 
@@ -95,6 +98,9 @@ class Advice:
     spent_gpu_s: float = 0.0
     budget_gpu_s: float = 0.0
     pruned: dict[str, str] = field(default_factory=dict)
+    #: a speculative point was chosen while speculation off, in the grid, was never paid for: the recommendation has
+    #: no measured baseline beside it (a budget short of the baseline-first plan)
+    baseline_unmeasured: bool = False
 
     def trace(self) -> pd.DataFrame:
         """The steps as a table."""
@@ -320,4 +326,8 @@ def advise(oracle: Oracle, slo: Slo, gpu: Gpu, max_repeats: int = MIN_CLEAN_REPE
             gpu_s=cost, spent_gpu_s=oracle.spent_gpu_s,
         ))  # fmt: skip
     advice.spent_gpu_s = oracle.spent_gpu_s
+    paid_families = {lines[key]["family"] for key in oracle.paid_keys()}
+    has_baseline = any(line["family"] == BASELINE_FAMILY and not line["pruned"] for line in lines.values())
+    advice.baseline_unmeasured = (has_baseline and BASELINE_FAMILY not in paid_families and advice.chosen is not None
+                                  and advice.chosen["speculative"] != "none")  # fmt: skip
     return advice

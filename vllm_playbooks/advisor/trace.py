@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks.advisor.goodput import Slo, goodput_rps, workload_text
+from vllm_playbooks.advisor.search import BASELINE_UNMEASURED
 from vllm_playbooks.errors import SchemaError
 from vllm_playbooks.results.provenance import utc_now
 from vllm_playbooks.results.store import case_dir
@@ -123,7 +124,7 @@ class TraceWriter:
         self._append("advice", {
             "steps": [dataclasses.asdict(step) for step in advice.steps], "chosen": advice.chosen,
             "runner_up": advice.runner_up, "stop_reason": advice.stop_reason, "spent_gpu_s": advice.spent_gpu_s,
-            "pruned": advice.pruned, "finished_at": utc_now(),
+            "pruned": advice.pruned, "baseline_unmeasured": advice.baseline_unmeasured, "finished_at": utc_now(),
         })  # fmt: skip
 
     def stopped(self, reason: str) -> None:
@@ -240,6 +241,8 @@ def trace_summary(trace: LiveTrace) -> str:
     if trace.finished and trace.end is not None:
         text += (f" It recommends {_point_text(trace.end['chosen'])}; runner-up: "
                  f"{_point_text(trace.end['runner_up'])}.")  # fmt: skip
+        if trace.end.get("baseline_unmeasured"):
+            text += f" Warning: {BASELINE_UNMEASURED}."
     return text
 
 

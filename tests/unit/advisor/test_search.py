@@ -11,7 +11,9 @@ from tests.unit.advisor.grids import engine_json, frame, row, startups
 from vllm_playbooks.advisor.goodput import Slo
 from vllm_playbooks.advisor.oracle import RecordedOracle
 from vllm_playbooks.advisor.predict import gpu_of_hardware
+from vllm_playbooks.advisor.evaluate import advice_text
 from vllm_playbooks.advisor.search import (
+    BASELINE_UNMEASURED,
     PLAN_MARGIN,
     PLAUSIBLE_CHANCE,
     STOP_REASONS,
@@ -141,11 +143,25 @@ def test_the_baseline_is_settled_first_so_a_draft_the_prior_overrates_cannot_hid
     rows = _draft_overrated()
     oracle = RecordedOracle(rows, startups(rows), budget_gpu_s=10_000.0)
     advice = advise(oracle, Slo(tpot_p99_ms=6.0), GPU)
-    # without the rule: the draft first, both its points missed, and its measured / prior ratio, carried over to
-    # speculation off, ruled that out unmeasured: "no point meets the SLO"
+    # without the rule the draft goes first, and a budget spent on its misses may never reach speculation off
     assert advice.steps[0].point.startswith("off") and advice.steps[0].why.startswith("the baseline first")
     assert advice.chosen is not None and advice.chosen["point"] == "off @ c4"
     assert advice.stop_reason == "nothing else can win"  # the draft met the SLO nowhere: no measured runner-up
+
+
+def test_a_budget_short_of_the_baseline_warns_that_its_choice_has_no_measured_baseline_beside_it() -> None:
+    rows = _draft_overrated()
+    key = {"case": "synthetic", "hardware": "nvidia-h200-x1-vllm0.26.0", "model_shape": "llama-3.1-8b",
+           "input_len": 512, "output_len": 128, "load_kind": "concurrency"}  # fmt: skip
+    short = advise(RecordedOracle(rows, startups(rows), budget_gpu_s=300.0), Slo(tpot_p99_ms=8.0), GPU)
+    assert short.steps[0].why.startswith("the budget is short of the baseline-first plan")
+    assert short.chosen is not None and short.chosen["point"].startswith("draft") and short.baseline_unmeasured
+    assert f"warning: {BASELINE_UNMEASURED}" in advice_text(short, key, 1000.0)
+    # a little more budget: the draft's measured overheads do not rule out speculation off, which is then measured
+    more = advise(RecordedOracle(rows, startups(rows), budget_gpu_s=400.0), Slo(tpot_p99_ms=8.0), GPU)
+    assert more.steps[0].point.startswith("draft") and more.steps[-1].point.startswith("off")
+    assert more.chosen is not None and more.chosen["point"] == "off @ c4" and not more.baseline_unmeasured
+    assert "warning" not in advice_text(more, key, 1000.0)
 
 
 def test_a_started_config_is_settled_before_a_new_one_and_a_new_one_starts_at_the_best_load() -> None:

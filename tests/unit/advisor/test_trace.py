@@ -9,7 +9,15 @@ from pathlib import Path
 import numpy as np
 
 from vllm_playbooks.advisor.goodput import Slo
-from vllm_playbooks.advisor.trace import TraceWriter, latest_trace, live_section, read_trace, trace_steps
+from vllm_playbooks.advisor.search import BASELINE_UNMEASURED, Advice
+from vllm_playbooks.advisor.trace import (
+    TraceWriter,
+    latest_trace,
+    live_section,
+    read_trace,
+    trace_steps,
+    trace_summary,
+)
 
 SLO = Slo(tpot_p99_ms=8.0)
 ROW = {"point_id": "h/a-id/in1-out1-c4-r0", "tpot_p99_ms": np.float64(7.5), "ttft_p99_ms": 50.0,
@@ -70,3 +78,14 @@ def test_a_page_that_found_no_trace_lists_the_case_folder_so_the_first_trace_mak
               "record_reads(Path(sys.argv[2]), data); assert latest_trace('c', data) is None")  # fmt: skip
     subprocess.run([sys.executable, "-c", script, str(tmp_path), str(log)], cwd=ROOT, check=True)
     assert "dir\truns/c" in log.read_text().splitlines()
+
+
+def test_a_finished_search_that_never_measured_the_baseline_says_so(tmp_path: Path) -> None:
+    chosen = {"point": "draft @ c1", "goodput_rps": 1.5, "runs": 1}
+    for unmeasured in (True, False):
+        trace = _started(tmp_path, f"2026-12-0{7 if unmeasured else 8}T08:00:00+00:00")
+        trace.advice(Advice(slo=SLO, chosen=chosen, runner_up=None, stop_reason="budget",
+                            baseline_unmeasured=unmeasured))  # fmt: skip
+        summary = trace_summary(read_trace(trace.path))
+        assert summary.endswith("runner-up: nothing.") != unmeasured
+        assert (BASELINE_UNMEASURED in summary) == unmeasured
