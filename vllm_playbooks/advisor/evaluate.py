@@ -193,7 +193,7 @@ def live_versus_grid(trace: LiveTrace, data: Path | None = None) -> dict[str, An
     best = grid_best(points, slo)
     chosen_name = trace.end["chosen"]["point"] if trace.finished and trace.end and trace.end["chosen"] else None
     matches = points[points.apply(_name, axis=1) == chosen_name]
-    chosen = matches.iloc[0] if chosen_name is not None and not matches.empty else None
+    chosen = matches.iloc[0] if not matches.empty else None
     ratio = float(chosen["goodput_rps"] / best["goodput_rps"]) if chosen is not None and best is not None else math.nan
     return {
         "chosen": chosen_name or "nothing",

@@ -32,8 +32,9 @@ while the model gives it at least ``PLAUSIBLE_CHANCE`` of meeting the SLO with m
   (lowest predicted p99 over its bound), once: if that one misses too, no point will.
 - It stops when the lead over the runner-up config is outside the band (``lead beyond noise``), when the model
   leaves no other point that can win and no other config met the SLO (``nothing else can win``: no measured lead,
-  the model's word), when no repeat is left to separate two configs within noise (``within noise``), when the next point costs more than the budget has left (``budget``), or when no
-  point can meet the SLO (``no point meets the SLO``).
+  the model's word), when no repeat is left to separate two configs within noise (``within noise``), when the next
+  point costs more than the budget has left (``budget``), or when no point can meet the SLO (``no point meets the
+  SLO``).
 """
 
 from __future__ import annotations
@@ -61,8 +62,9 @@ PLAUSIBLE_CHANCE = 0.1
 #: The baseline goes first while the budget left pays for this many times its plan: the baseline's offer and then the
 #: speculative offer of most expected gain per GPU-second, each with its start-up; the half on top pays for the winner's
 #: next point. A shorter budget is spent where the expected gain per GPU-second is highest. At 0.75 a quarter of a grid
-#: still goes to the baseline and misses the winner more often; at 2.25 even a whole small grid skips the baseline once
-#: and picks a draft the prior overrates (see the advisor page).
+#: still goes to the baseline and misses the winner more often; at 2.25 even a whole small grid counts as too short for
+#: the baseline once, and the search picks the MTP config the prior ranks best over speculation off (see the advisor
+#: page).
 PLAN_MARGIN = 1.5
 #: What the answer says when it chose a speculative point without speculation off measured.
 BASELINE_UNMEASURED = ("speculation off was never measured, so nothing measured stands beside this recommendation; "
