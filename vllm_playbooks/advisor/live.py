@@ -217,10 +217,7 @@ def recorded_rows(grid: LiveGrid, provenance: Provenance, data: Path | None = No
 def next_repeat(case_dir: Path, hardware: str, engine: EngineConfig, load: LoadPoint) -> int:
     """The repeat index the next run of ``engine`` at ``load`` on ``hardware`` is recorded under: one past every
     repeat with a point folder (0 for the first), so no recorded folder is ever reused."""
-    folder, slug = raw.raw_root(case_dir) / hardware / engine.config_id(), load.slug()
-    names = [p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")] if folder.is_dir() else []
-    repeats = [raw.split_point_id(name)[1] for name in names if raw.split_point_id(name)[0] == slug]
-    return max(repeats, default=-1) + 1
+    return raw.next_repeat(raw.raw_root(case_dir) / hardware / engine.config_id(), load.slug())
 
 
 class LiveMeasure:

@@ -54,6 +54,16 @@ def split_point_id(pid: str) -> tuple[str, int]:
     return point, int(repeat)
 
 
+def next_repeat(config_folder: Path, load_slug: str) -> int:
+    """The repeat index the next run of one point is recorded under: one past every repeat of the point folders
+    ``<load_slug>-r<repeat>`` in ``config_folder`` (``raw/<hardware>/<config id>``), 0 for the first. Only folders
+    of exactly that load count: failure files and unfinished (dot) folders beside them do not."""
+    names = [p.name for p in config_folder.iterdir() if p.is_dir() and not p.name.startswith(".")] \
+        if config_folder.is_dir() else []  # fmt: skip
+    repeats = [repeat for load, repeat in map(split_point_id, names) if load == load_slug]
+    return max(repeats, default=-1) + 1
+
+
 def raw_root(case_dir: Path) -> Path:
     """``<case dir>/raw``."""
     return case_dir / "raw"

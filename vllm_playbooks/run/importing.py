@@ -57,9 +57,7 @@ def _free_repeat(target_root: Path, point_id: str) -> str:
         return point_id
     stem, _ = raw.split_point_id(point_id)
     folder, load = stem.rsplit("/", 1)
-    repeats = (raw.split_point_id(p.name) for p in (target_root / folder).glob(f"{load}-r*"))
-    taken = [repeat for name, repeat in repeats if name == load]
-    return f"{stem}-r{max(taken) + 1}"
+    return f"{stem}-r{raw.next_repeat(target_root / folder, load)}"
 
 
 def import_case(case: str, source: Path, data: Path) -> Imported:
