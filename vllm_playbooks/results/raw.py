@@ -58,8 +58,9 @@ def next_repeat(config_folder: Path, load_slug: str) -> int:
     """The repeat index the next run of one point is recorded under: one past every repeat of the point folders
     ``<load_slug>-r<repeat>`` in ``config_folder`` (``raw/<hardware>/<config id>``), 0 for the first. Only folders
     of exactly that load count: failure files and unfinished (dot) folders beside them do not."""
-    names = [p.name for p in config_folder.iterdir() if p.is_dir() and not p.name.startswith(".")] \
-        if config_folder.is_dir() else []  # fmt: skip
+    if not config_folder.is_dir():
+        return 0
+    names = [p.name for p in config_folder.iterdir() if p.is_dir() and not p.name.startswith(".")]
     repeats = [repeat for load, repeat in map(split_point_id, names) if load == load_slug]
     return max(repeats, default=-1) + 1
 
