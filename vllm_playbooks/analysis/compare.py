@@ -5,7 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from vllm_playbooks.analysis.noise import MIN_BAND_PCT, Effect, band_pct, effect_of_speedup, spread_of
+from vllm_playbooks.analysis.noise import (
+    MIN_BAND_PCT,
+    MIN_CLEAN_REPEATS,
+    Effect,
+    band_pct,
+    effect_of_speedup,
+    spread_of,
+)
 from vllm_playbooks.config.engine import cudagraph_mode_forced_by
 from vllm_playbooks.config.speculative import SpeculativeConfig
 from vllm_playbooks.model.speculative import tokens_per_step_from_rates
@@ -21,8 +28,8 @@ PAIRING_COLUMNS = (
     "request_rate_qps", "tensor_parallel_size", "pipeline_parallel_size", "max_num_seqs", "max_num_batched_tokens",
     "gpu_name",
 )  # fmt: skip
-#: The pairing columns that name a configuration's setting and workload but not its load: a side measured once
-#: borrows the widest spread its configuration showed, in this setting, at another load (``borrowed_spread``).
+#: The pairing columns that name a configuration's setting and workload but not its load: a side measured fewer than
+#: three times borrows the widest spread its configuration showed in this setting (``borrowed_spread``).
 SETTING_COLUMNS = tuple(c for c in PAIRING_COLUMNS if c not in ("concurrency", "request_rate_qps"))
 #: Pairing columns a frame built by hand may leave out: it then compares as one case with fixed lengths.
 _OPTIONAL_PAIRING = {"case": "—", "random_range_ratio": 0.0}
@@ -83,10 +90,11 @@ def versus_baseline(df: pd.DataFrame, metric: str = "output_tok_s", extra: Seque
     Repeated runs of a point (same engine label and ``PAIRING_COLUMNS``) are repeats, never separate points: each side
     enters as the median of its runs, with ``…_runs`` (how many) and ``…_spread_pct`` (``analysis.noise``: highest −
     lowest over the median, 0 for one run). ``band_pct`` is the band the comparison uses (``noise.band_pct``) and
-    ``effect`` what the change is called: gain, loss, or within noise. A side measured once has no spread of its own:
-    ``borrowed_spread_pct`` is the widest spread its configuration showed in the same setting at another load
-    (``borrowed_spread``; 0 where it has none), and the band is at least that. ``ratio`` is speculative / baseline and
-    ``change_pct`` the change in percent; for latencies a ratio below 1 is the better result, for throughputs above 1.
+    ``effect`` what the change is called: gain, loss, or within noise. A side measured fewer than ``MIN_CLEAN_REPEATS``
+    times has no trustworthy spread of its own: ``borrowed_spread_pct`` is the widest spread its configuration showed
+    in the same setting (``borrowed_spread``; 0 where it has none), and the band is at least that. ``ratio`` is
+    speculative / baseline and ``change_pct`` the change in percent; for latencies a ratio below 1 is the better
+    result, for throughputs above 1.
     ``extra`` names further columns of the speculative rows to carry along (numbers as the median of the runs, for
     example ``acceptance_rate``). The baseline rows are ``is_baseline``'s: a spec-off control that forces a model
     runner or a CUDA-graph mode is neither a baseline nor compared here. Pass rows without stalls.
@@ -143,15 +151,16 @@ def versus_baseline(df: pd.DataFrame, metric: str = "output_tok_s", extra: Seque
 
 
 def borrowed_spread(sides: pd.DataFrame, setting: list[str], name: str) -> list[float]:
-    """For each line of ``sides`` (``_median_of_runs``' lines of one side, ``name``), the spread a line measured once
-    is taken to have: the widest ``…_spread_pct`` of the lines of the same ``setting`` (a configuration in one setting
-    and workload) measured at least twice, at other loads; 0 for a line measured more than once, or whose setting has
-    no repeated line. A host-sensitive configuration that varies by 40 % at one load is not trusted to 5 % at the next
-    on the strength of one run."""
+    """For each line of ``sides`` (``_median_of_runs``' lines of one side, ``name``), the spread a line measured fewer
+    than ``MIN_CLEAN_REPEATS`` times is taken to have at least: the widest ``…_spread_pct`` of the lines of the same
+    ``setting`` (a configuration in one setting and workload) measured at least twice, at any load; 0 for a line
+    measured ``MIN_CLEAN_REPEATS`` times or more, or whose setting has no repeated line. A host-sensitive
+    configuration that varies by 40 % at one load is not trusted to 5 % at the next on the strength of one run, or
+    of two that happened to agree."""
     runs = sides[f"{name}_runs"]
     repeated = sides[f"{name}_spread_pct"].astype(float).where(runs >= 2)
     widest = repeated.groupby([sides[c] for c in setting], dropna=False).transform("max").fillna(0.0)
-    return widest.where(runs < 2, 0.0).tolist()
+    return widest.where(runs < MIN_CLEAN_REPEATS, 0.0).tolist()
 
 
 def with_pairing_columns(df: pd.DataFrame) -> pd.DataFrame:

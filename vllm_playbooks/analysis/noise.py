@@ -3,10 +3,11 @@
 A point measured several times has a *spread*: how far its clean runs lie apart, (highest − lowest) / median. A
 comparison of two points (speculation against its baseline, one config against another) uses the median of each
 side's runs and a *band*: the larger of the two sides' spreads, and at least ``MIN_BAND_PCT``. A difference inside
-the band is "within noise"; only one larger than the band is a gain or a loss. A side measured once has no spread
-of its own: it borrows the widest spread its configuration showed in the same setting at another load
-(``analysis.compare.borrowed_spread``), and only where there is none does the floor alone guard it. Such a point is an
-anecdote, and pages say how many runs a verdict rests on.
+the band is "within noise"; only one larger than the band is a gain or a loss. A side measured fewer than
+``MIN_CLEAN_REPEATS`` times has no spread to trust (none for one run, a lucky one for two that agree): its band is at
+least the widest spread its configuration showed in the same setting (``analysis.compare.borrowed_spread``), and only
+where there is none does the floor alone guard it. Such a point is an anecdote, and pages say how many runs a verdict
+rests on.
 
 Three other margins live here too, because they are choices a reader should find in one place, but they are not
 noise: ``SIZE_TOLERANCE`` (how close a measured ratio must come to a claimed one to count as the same size) and

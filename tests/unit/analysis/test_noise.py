@@ -73,3 +73,18 @@ def test_a_point_measured_once_borrows_the_widest_spread_its_config_showed_at_an
     assert on.loc[4, "borrowed_spread_pct"] == 0.0 and on.loc[4, "band_pct"] == pytest.approx(40.0)  # its own runs
     single = compare.versus_baseline(rows).set_index("concurrency")
     assert single.loc[16, "effect"] == "loss" and single.loc[16, "band_pct"] == MIN_BAND_PCT
+
+
+def test_two_runs_that_agree_still_borrow_the_spread_their_config_showed_at_another_load() -> None:
+    """Two runs at 16 that lie 1 % apart do not make the config's 40 % spread at 4 go away: fewer than three runs
+    borrow it, three or more stand on their own."""
+    rows = _rows([100, 100], [100, 91], [4, 16])
+    at_4 = rows[(rows.engine_label == "on") & (rows.concurrency == 4)]
+    at_16 = rows[(rows.engine_label == "on") & (rows.concurrency == 16)]
+    repeats = [at_4.assign(output_tok_s=v) for v in (80.0, 120.0)] + [at_16.assign(output_tok_s=91.9)]
+    on = compare.versus_baseline(pd.concat([rows, *repeats], ignore_index=True)).set_index("concurrency")
+    assert on.loc[16, "speculative_runs"] == 2 and on.loc[16, "speculative_spread_pct"] < 1.5
+    assert on.loc[16, "borrowed_spread_pct"] == pytest.approx(40.0) and on.loc[16, "effect"] == "within noise"
+    third = compare.versus_baseline(pd.concat([rows, *repeats, at_16.assign(output_tok_s=91.5)], ignore_index=True))
+    settled = third.set_index("concurrency").loc[16]
+    assert settled["speculative_runs"] == 3 and settled["borrowed_spread_pct"] == 0.0 and settled["effect"] == "loss"
