@@ -16,7 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=FORMATS, default="markdown",
                         help="markdown: as the ledger page; csv: one row per claim with the noise its verdict rests on "
                              "(claim_id, verdict, re_measured, hardware, points, min_clean_repeats, spread_pct, "
-                             "band_pct)")  # fmt: skip
+                             "band_pct, deciding_part)")  # fmt: skip
 
 
 def main(args: argparse.Namespace) -> int:

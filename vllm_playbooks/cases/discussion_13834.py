@@ -26,7 +26,8 @@ def spec_slower_at_reported_load(claim: Claim, ev: Evidence) -> CheckResult:
 
     The report's load is what its own numbers imply by Little's law (``cases.discussion_13834.implied_13834``: streams in flight =
     output tok/s × ITL). The check takes the recorded pair with the report's k and acceptance whose concurrency is
-    nearest that load, within ``LOAD_FACTOR``, and judges its output-throughput ratio against the reported one. The
+    nearest that load, within ``LOAD_FACTOR``, among the points the case's deciding part measures
+    (``Evidence.deciding_rows``), and judges its output-throughput ratio against the reported one. The
     model: the H200-fitted roofline moved to the A100's peaks (``cases.discussion_13834.predict_13834_a100``) at that load.
     """
 
@@ -35,7 +36,7 @@ def spec_slower_at_reported_load(claim: Claim, ev: Evidence) -> CheckResult:
     streams = float(implied_13834(ev.sources(claim))["streams_in_flight_spec_off"])
     claimed = on / off
     published = f"{off:g} → {on:g} output tok/s ({percent_change(claimed)}), k={k}, acceptance {alpha:g}, ≈{streams:.0f} streams"
-    pairs = speedup_pairs(ev.rows(claim.case), "output_tok_s")
+    pairs = speedup_pairs(ev.deciding_rows(claim), "output_tok_s")
     pairs = pairs[(pairs["k"] == k) & (pairs["imposed_alpha"].astype(float).sub(alpha).abs() < 1e-9)]
     pairs = pairs[pairs["concurrency"].notna()]
     near = pairs[(pairs["concurrency"] >= streams / LOAD_FACTOR) & (pairs["concurrency"] <= streams * LOAD_FACTOR)]

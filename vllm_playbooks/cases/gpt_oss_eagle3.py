@@ -57,10 +57,12 @@ def _with_length_profile(case: str, rows: pd.DataFrame) -> pd.DataFrame:
 def gain_up_to_concurrency(claim: Claim, ev: Evidence) -> CheckResult:
     """Red Hat, gpt-oss-120B + EAGLE3: output-throughput gains held up to the concurrency the article names.
 
-    Measured: recorded ``eagle3`` rows up to the claimed concurrency, judged against the published gain range. Each
-    EAGLE3 config on each length profile is judged over its loads, and only where some row is within ``LOAD_FACTOR``
-    of the claimed concurrency (a profile measured only at low load says nothing on where the gain ends); the best
-    such verdict stands (the source chose its own config). Model: the roofline models dense decoders only.
+    Measured: the recorded ``eagle3`` rows up to the claimed concurrency among the points the case's deciding part
+    measures (``Evidence.deciding_rows``: k=3 on the chat profile at the claimed concurrency), judged against the
+    published gain range. Each EAGLE3 config on each length profile is judged over its loads, and only where some row
+    is within ``LOAD_FACTOR`` of the claimed concurrency (a profile measured only at low load says nothing on where
+    the gain ends); the best such verdict stands (the source chose its own config). Model: the roofline models dense
+    decoders only.
     """
 
     import pandas as pd
@@ -69,7 +71,7 @@ def gain_up_to_concurrency(claim: Claim, ev: Evidence) -> CheckResult:
     low = 1 + ev.value(claim, "output-throughput-gain-low") / 100
     high = 1 + ev.value(claim, "output-throughput-gain-high") / 100
     published = f"gains up to {top:g} concurrent requests; output throughput {percent_change(low)} to {percent_change(high)}"
-    pairs = speedup_pairs(ev.rows(claim.case), "output_tok_s")
+    pairs = speedup_pairs(ev.deciding_rows(claim), "output_tok_s")
     pairs = pairs[(pairs["spec_method"] == "eagle3") & pairs["concurrency"].notna() & (pairs["concurrency"] <= top)]
     if pairs.empty or pairs["concurrency"].max() < top / LOAD_FACTOR:
         so_far = f" (highest so far: {pairs['concurrency'].max():g})" if not pairs.empty else ""
@@ -99,9 +101,10 @@ def gain_up_to_concurrency(claim: Claim, ev: Evidence) -> CheckResult:
 def best_draft_tokens(claim: Claim, ev: Evidence) -> CheckResult:
     """Red Hat (via summaries): 2–3 draft tokens are best for gpt-oss + EAGLE3; 4 adds overhead (−8 %, the blog).
 
-    Measured: at each load (length profile, concurrency, imposed α) with recorded ``eagle3`` rows at k = 4 and at
-    least one other k, the best k by output throughput must be in the claimed range and k = 4 a loss against it, of
-    about the claimed size. Model: the k maximising ``model.speculative.speedup`` for α in ``ALPHA_SWEEP`` with
+    Measured: at each load (length profile, concurrency, imposed α) of the points the case's deciding part measures
+    (``Evidence.deciding_rows``: k = 2 to 5 on the chat profile at concurrency 1 and 200) with recorded ``eagle3``
+    rows at k = 4 and at least one other k, the best k by output throughput must be in the claimed range and k = 4 a
+    loss against it, of about the claimed size. Model: the k maximising ``model.speculative.speedup`` for α in ``ALPHA_SWEEP`` with
     c = head layers / target layers.
     """
 
@@ -110,7 +113,7 @@ def best_draft_tokens(claim: Claim, ev: Evidence) -> CheckResult:
     k_low, k_high = int(ev.value(claim, "draft-tokens-best-low")), int(ev.value(claim, "draft-tokens-best-high"))
     four = 1 + ev.value(claim, "output-throughput-change-4-tokens") / 100
     published = f"best at {k_low}–{k_high} draft tokens; 4 tokens {percent_change(four)} against the best"
-    rows = ev.rows(claim.case)
+    rows = ev.deciding_rows(claim)
     spec = rows[(rows["spec_method"] == "eagle3") & rows["concurrency"].notna()].copy()
     verdicts, notes, judged = [], [], []
     if not spec.empty:

@@ -18,12 +18,14 @@ from vllm_playbooks.config.capacity import kv_budget
 from vllm_playbooks.errors import ConfigError, SchemaError
 from vllm_playbooks.model.calibration import EfficiencyFit, fit_efficiency
 from vllm_playbooks.results.engine_steps import step_summary
+from vllm_playbooks.results.raw import split_point_id
 from vllm_playbooks.results.replay import replay_case
 from vllm_playbooks.results.schema import RUN_COLUMNS
 from vllm_playbooks.results.server_logs import parse_log_name, read_startup, server_logs
 from vllm_playbooks.results.stalls import unstalled
 from vllm_playbooks.results.store import load_reference, load_runs, runs_file
 from vllm_playbooks.run.budget import engine_for_log
+from vllm_playbooks.run.plan import deciding_part, deciding_points
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -85,6 +87,9 @@ class Evidence:
     fit: EfficiencyFit | None = None
     #: Per case, the engine steps of its rows (``results.engine_steps.step_summary``), where read from raw files.
     engine_steps: Mapping[str, pd.DataFrame] = field(default_factory=dict)
+    #: Per claim id, the points its verdict rests on, as (engine label, load slug): those of the part of its case
+    #: that decides it (``run.plan.deciding_points``). A claim not named rests on all its case's rows.
+    deciding: Mapping[str, frozenset[tuple[str, str]]] = field(default_factory=dict)
 
     def rows(self, case: str) -> pd.DataFrame:
         """The recorded rows of ``case`` (an empty frame with the schema's columns when none are recorded)."""
@@ -93,6 +98,17 @@ class Evidence:
 
         frame = self.runs.get(case)
         return frame if frame is not None else pd.DataFrame(columns=RUN_COLUMNS)
+
+    def deciding_rows(self, claim: Claim) -> pd.DataFrame:
+        """The recorded rows of ``claim``'s case at the points its verdict rests on (``deciding``), on any hardware
+        and in every repeat; all the case's rows where ``deciding`` does not name the claim."""
+        rows = self.rows(claim.case)
+        points = self.deciding.get(claim.claim_id)
+        if points is None or rows.empty:
+            return rows
+        # a recorded point id ends in <load slug>-r<repeat>
+        loads = rows["point_id"].astype(str).map(lambda pid: split_point_id(pid.rsplit("/", 1)[-1])[0])
+        return rows[[key in points for key in zip(rows["engine_label"].astype(str), loads, strict=True)]]
 
     def all_rows(self) -> pd.DataFrame:
         """Every recorded row of every case, in one frame."""
@@ -243,7 +259,8 @@ def load_evidence(data: Path | None = None) -> Evidence:
     """Read everything the checks need from ``data`` (default: the repository's ``data/``): the published numbers,
     every case's rows rebuilt from their raw files (replay, as the case pages do) less the stalled ones, which the
     pages leave out of their verdicts too (``results.stalls``), the start-ups, and the roofline fit on the H200 rows
-    of ``analysis.whatif.CALIBRATION_CASES`` that ``analysis.whatif.calibrates`` (None with fewer than three without speculation)."""
+    of ``analysis.whatif.CALIBRATION_CASES`` that ``analysis.whatif.calibrates`` (None with fewer than three without speculation),
+    and the points each claim's verdict rests on (``Evidence.deciding``, from the case files' deciding parts)."""
 
     folder = data if data is not None else paths.data_dir()
     published = load_reference(path=folder / "reference" / "published.csv")
@@ -260,7 +277,11 @@ def load_evidence(data: Path | None = None) -> Evidence:
         fit = fit_efficiency(calibration, "H200-SXM", draft_overhead=any(r["num_speculative_tokens"] for r in calibration))
 
     steps = {case: step_summary(frame, folder) for case, frame in runs.items()}
-    return Evidence(published=published, runs=runs, startups=recorded_startups(folder), fit=fit, engine_steps=steps)
+    claims = load_claims(folder / "reference" / "claims.csv", published=published, require_checks=False)
+    deciding = {claim.claim_id: points for claim in claims
+                if (points := deciding_points(claim.case, claim.claim_id)) is not None}  # fmt: skip
+    return Evidence(published=published, runs=runs, startups=recorded_startups(folder), fit=fit, engine_steps=steps,
+                    deciding=deciding)  # fmt: skip
 
 
 def speedup_pairs(rows: pd.DataFrame, metric: str, extra: Iterable[str] = ()) -> pd.DataFrame:
@@ -291,11 +312,14 @@ def model_error(function: Callable[[], Any]) -> str | None:
 LEDGER_COLUMNS = [
     "claim", "case", "text", "sources", "source_urls", "source_kind", "published", "measured", "rows", "verdict",
     "model_says", "model_verdict", "hardware", "points", "min_clean_repeats", "spread_pct", "band_pct",
+    "deciding_part",
 ]  # fmt: skip
 #: The machine-readable export (``vllm-playbooks ledger --format csv``): one row per claim, the same numbers the
-#: ledger page shows; ``verdict`` says where a data verdict rests on fewer than ``MIN_CLEAN_REPEATS`` runs of a point.
+#: ledger page shows; ``verdict`` says where a data verdict rests on fewer than ``MIN_CLEAN_REPEATS`` runs of a point,
+#: ``deciding_part`` names the part of the claim's case that measures the points its verdict rests on (blank: none).
 EXPORT_COLUMNS = [
-    "claim_id", "verdict", "re_measured", "hardware", "points", "min_clean_repeats", "spread_pct", "band_pct"
+    "claim_id", "verdict", "re_measured", "hardware", "points", "min_clean_repeats", "spread_pct", "band_pct",
+    "deciding_part",
 ]
 #: What a data verdict carries beside its word when it rests on fewer than ``MIN_CLEAN_REPEATS`` clean runs of one of
 #: its points, and when its check does not count the runs of the points it compares.
@@ -379,7 +403,7 @@ def build_ledger(evidence: Evidence | None = None, claims: list[Claim] | None = 
             "source_kind": source_kind(sources["secondary_only"]), "published": result.published,
             "measured": result.measured, "rows": result.rows, "verdict": str(result.verdict),
             "model_says": result.model_says, "model_verdict": str(result.model_verdict) if result.model_verdict else "",
-            **noise_of(result.pairs),
+            **noise_of(result.pairs), "deciding_part": deciding_part(claim.case, claim.claim_id) or "",
         })  # fmt: skip
     return pd.DataFrame(records, columns=LEDGER_COLUMNS)
 
@@ -449,6 +473,8 @@ def ledger_markdown(ledger: pd.DataFrame) -> str:
             f"- *Published:* {_cell(r.published)}",
             f"- *Our rows:* {_cell(r.measured)} → **{r.verdict}**",
             *([noise] if noise else []),
+            *([f"- *Re-measure:* `vllm-playbooks run --case {r.case} --part {r.deciding_part}` measures the points "
+               "this verdict rests on, three runs of each"] if r.deciding_part else []),
             f"- *Model says:* {_cell(r.model_says)}" + (f" → {r.model_verdict}" if r.model_verdict else ""), ":::",
         ]  # fmt: skip
     return "\n".join(lines)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import math
 import re
@@ -352,33 +353,57 @@ def _load_profiles(
 QUICK_PART = "quick"
 
 
-def _named_parts(case: str) -> list[tuple[str, dict[str, Any], str | None]]:
-    """Every entry of the case's ``parts``: (name, overrides, note), checked; ``quick`` included."""
+@dataclass(frozen=True)
+class NamedPart:
+    """One entry of a case's ``parts``: its ``name``, the ``overrides`` it passes to ``load_plan``, its ``note`` (what
+    it decides, what it needs) and ``decides``: the claims of ``data/reference/claims.csv`` whose verdict rests on
+    exactly its points. A part that decides claims, like ``quick``, overlaps the grid and is not one of the parts that
+    cover it."""
+
+    name: str
+    overrides: dict[str, Any]
+    note: str | None = None
+    decides: tuple[str, ...] = ()
+
+    @property
+    def covers_grid(self) -> bool:
+        """Whether the part is one of the parts that measure the grid once between them."""
+        return self.name != QUICK_PART and not self.decides
+
+
+def named_parts(case: str) -> list[NamedPart]:
+    """Every entry of the case's ``parts``, checked, in the case file's order; ``quick`` and the deciding parts
+    included."""
     out = []
     for item in _case_yaml(case).get("parts") or []:
         item = dict(item)
         name = item.pop("name", None)
         note = item.pop("note", None)
+        decides = item.pop("decides", None) or []
         if not name:
             raise ConfigError(f"case {case}: every part needs a 'name'")
+        if not isinstance(decides, list) or not all(isinstance(c, str) and c for c in decides):
+            raise ConfigError(f"case {case}, part {name}: 'decides' is a list of claim ids, got {decides!r}")
         unknown = set(item) - set(OVERRIDE_KEYS)
         if unknown:
             raise ConfigError(f"case {case}, part {name}: unknown override(s) {sorted(unknown)}")
-        out.append((str(name), item, None if note is None else str(note)))
+        out.append(NamedPart(str(name), item, None if note is None else str(note), tuple(decides)))
     return out
 
 
 def case_parts(case: str) -> list[tuple[str, dict[str, Any]]]:
     """The parts that cover the case's grid: (name, overrides) in the order a GPU session should run them; each
     part's overrides go to ``load_plan`` as they are (``load_part`` does that). A case without such parts has one,
-    ``all``, with none. The ``quick`` part is not among them (``part_overrides`` finds it)."""
-    parts = [(name, overrides) for name, overrides, _ in _named_parts(case) if name != QUICK_PART]
+    ``all``, with none. ``quick`` and the parts that decide a claim are not among them (``part_overrides`` finds
+    them)."""
+    parts = [(part.name, part.overrides) for part in named_parts(case) if part.covers_grid]
     return parts or [("all", {})]
 
 
 def part_overrides(case: str, part: str) -> dict[str, Any]:
-    """The overrides of one part by name: one of ``case_parts`` or ``quick``; ``ConfigError`` naming the known ones."""
-    parts = dict(case_parts(case)) | {name: overrides for name, overrides, _ in _named_parts(case)}
+    """The overrides of one part by name: one of ``case_parts``, ``quick`` or a deciding part; ``ConfigError`` naming
+    the known ones."""
+    parts = dict(case_parts(case)) | {named.name: named.overrides for named in named_parts(case)}
     if part not in parts:
         raise ConfigError(f"case {case}: no part {part!r}; known: {', '.join(parts)}")
     return dict(parts[part])
@@ -387,7 +412,27 @@ def part_overrides(case: str, part: str) -> dict[str, Any]:
 def part_note(case: str, part: str) -> str | None:
     """The ``note`` of one of the case's parts (what it decides, what it needs), or ``None`` without one."""
     part_overrides(case, part)  # refuses an unknown part
-    return next((note for name, _, note in _named_parts(case) if name == part), None)
+    return next((named.note for named in named_parts(case) if named.name == part), None)
+
+
+def deciding_part(case: str, claim_id: str) -> str | None:
+    """The part of packaged case ``case`` that measures the points ``claim_id``'s verdict rests on, or None where
+    none does (or ``case`` is no packaged case, like the rules of thumb)."""
+    if case not in list_cases():
+        return None
+    return next((named.name for named in named_parts(case) if claim_id in named.decides), None)
+
+
+@functools.cache
+def deciding_points(case: str, claim_id: str) -> frozenset[tuple[str, str]] | None:
+    """The points ``claim_id``'s verdict rests on, as (engine label, load slug): those of its deciding part
+    (``deciding_part``), or None where no part decides it. Labels, not config ids, name the engines, so a re-run
+    with another model or other engine flags under the case's labels is judged at the same points."""
+    part = deciding_part(case, claim_id)
+    if part is None:
+        return None
+    plan, _ = quiet_plan(case, **part_overrides(case, part))
+    return frozenset((point.engine.label, point.load.slug()) for point in plan.points())
 
 
 def load_part(case: str, part: str, **overrides: Any) -> CasePlan:

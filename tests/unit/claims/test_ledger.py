@@ -267,7 +267,7 @@ MTP = "deepseek-mtp"
 def test_mtp_speedup_at_the_reported_acceptance(claims, published, on: float, rate: float, expected) -> None:  # type: ignore[no-untyped-def]
     rows = [
         _row(MTP, "off", 1, 100.0, tpot_mean_ms=10.0, model_shape="deepseek-v3-reduced"),
-        _row(MTP, "mtp", 1, 150.0, k=1, method="mtp", tpot_mean_ms=on, acceptance_rate=rate,
+        _row(MTP, "mtp", 1, 150.0, k=1, method="mtp", tpot_mean_ms=on, imposed_alpha=rate, acceptance_rate=rate,
              model_shape="deepseek-v3-reduced"),
     ]  # fmt: skip
     check = claims_ledger.get_check("mtp_speedup_at_acceptance")
@@ -345,6 +345,30 @@ def test_eagle3_the_best_config_stands(claims, published) -> None:  # type: igno
     rows = _eagle_rows({1: 1.15, 200: 1.11}) + _eagle_rows({1: 1.15, 200: 0.8}, k=4, label="eagle3-k4")
     result = claims_ledger.get_check("gain_up_to_concurrency")(claims["gpt-oss-eagle3-200-concurrent"], _evidence(published, EAGLE, rows))
     assert result.verdict is V.REPRODUCED
+
+
+def test_a_verdict_rests_on_its_deciding_points_only(claims, published) -> None:  # type: ignore[no-untyped-def]
+    rows = _eagle_rows({128: 0.9, 200: 1.11})
+    for row in rows:
+        row["point_id"] = f"gpu/{row['engine_label']}/c{int(row['concurrency'])}-r0"
+    claim, check = claims["gpt-oss-eagle3-200-concurrent"], claims_ledger.get_check("gain_up_to_concurrency")
+    assert check(claim, _evidence(published, EAGLE, rows)).verdict is V.NOT_REPRODUCED  # every load: 128's loss counts
+    deciding = {claim.claim_id: frozenset({("off", "c200"), ("eagle3-k3", "c200")})}
+    result = check(claim, _evidence(published, EAGLE, rows, deciding=deciding))
+    assert result.verdict is V.REPRODUCED and result.measured == "eagle3-k3: +11.0 % at 200" and result.rows == 1
+
+
+@pytest.mark.recorded_data
+def test_the_recorded_evidence_names_the_deciding_points_of_the_claims_a_part_decides() -> None:
+    from vllm_playbooks.run.plan import deciding_points
+
+    evidence = claims_ledger.load_evidence()
+    assert set(evidence.deciding) >= {"discussion-13834-slower", "gpt-oss-eagle3-200-concurrent"}
+    assert evidence.deciding["gpt-oss-eagle3-200-concurrent"] == deciding_points(EAGLE, "gpt-oss-eagle3-200-concurrent")
+    claim = claims_ledger.claim_of("gpt-oss-eagle3-200-concurrent", evidence)
+    decided = evidence.deciding_rows(claim)
+    assert set(decided["concurrency"]) == {200} and set(decided["engine_label"]) == {"spec-off", "eagle3-k3-a0.71"}
+    assert len(decided) < len(evidence.rows(EAGLE))
 
 
 def _on_long_profile(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -601,8 +625,10 @@ def test_a_verdict_on_single_runs_says_so_in_the_verdict_column() -> None:
     ledger = pd.DataFrame({"claim": ["a", "b", "c", "d"], "min_clean_repeats": [1, 3, None, None],
                            "verdict": ["reproduced", "reproduced", "model only", "direction only"],
                            "points": [2, 1, 0, 0], "hardware": ["G", "G", "", ""],
-                           "spread_pct": [0.0, 2.0, None, None], "band_pct": [5.0, 5.0, None, None]})  # fmt: skip
+                           "spread_pct": [0.0, 2.0, None, None], "band_pct": [5.0, 5.0, None, None],
+                           "deciding_part": ["quick", "", "", ""]})  # fmt: skip
     export = claims_ledger.ledger_export(ledger)
+    assert export["deciding_part"].tolist() == ["quick", "", "", ""]
     assert export["verdict"].tolist() == ["reproduced (not re-measured)", "reproduced", "model only",
                                           "direction only (repeats not counted)"]  # fmt: skip
     assert export["re_measured"].tolist()[:2] == [False, True] and export["re_measured"].iloc[2:].isna().all()
@@ -613,11 +639,12 @@ def test_the_ledger_page_marks_single_runs_and_states_their_noise() -> None:
             "published": "p", "measured": "m", "rows": 2, "model_says": "", "model_verdict": ""}  # fmt: skip
     ledger = pd.DataFrame([
         {**base, "claim": "once", "verdict": "reproduced", "points": 2, "hardware": "G", "min_clean_repeats": 1,
-         "spread_pct": 0.0, "band_pct": 5.0},
+         "spread_pct": 0.0, "band_pct": 5.0, "deciding_part": "quick"},
         {**base, "claim": "thrice", "verdict": "reproduced", "points": 1, "hardware": "G", "min_clean_repeats": 3,
-         "spread_pct": 7.5, "band_pct": 7.5},
+         "spread_pct": 7.5, "band_pct": 7.5, "deciding_part": ""},
     ])  # fmt: skip
     text = claims_ledger.ledger_markdown(ledger)
+    assert text.count("*Re-measure:*") == 1 and "`vllm-playbooks run --case c --part quick` measures the points" in text
     assert "| **reproduced (not re-measured)** |" in text and "| **reproduced** |" in text
     assert ":::{dropdown} once: reproduced (not re-measured)" in text
     assert "2 compared points on G; the fewest clean runs of a point: 1; no spread yet (single runs); band 5.0 %" in text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -285,8 +286,6 @@ def test_notebook_overrides_start_from_a_part() -> None:
 @pytest.mark.parametrize("case", ["llama-8b-draft-model", "load-desync", "discussion-13834", "gpt-oss-eagle3",
                                   "deepseek-mtp", "pp-27462"])  # fmt: skip
 def test_every_case_has_a_quick_check_with_the_repeats_a_difference_needs(case: str) -> None:
-    import warnings
-
     from vllm_playbooks.analysis.noise import MIN_CLEAN_REPEATS
     from vllm_playbooks.run.plan import QUICK_PART, case_parts, load_part, part_note
 
@@ -322,6 +321,45 @@ def test_a_part_note_is_not_an_override(tmp_path: Path) -> None:
                    "parts:\n  - {name: one, engines: [a], note: just a}\n  - {name: two}\n")  # fmt: skip
     assert case_parts(str(own)) == [("one", {"engines": ["a"]}), ("two", {})]
     assert part_note(str(own), "one") == "just a" and part_note(str(own), "two") is None
+
+
+def test_a_deciding_part_measures_claims_of_its_case_three_times_off_the_grid() -> None:
+    from vllm_playbooks.analysis.noise import MIN_CLEAN_REPEATS
+    from vllm_playbooks.claims.ledger import load_claims
+    from vllm_playbooks.run.plan import case_parts, deciding_part, deciding_points, load_part, named_parts
+
+    claims = {claim.claim_id: claim for claim in load_claims(require_checks=False)}
+    decided = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for case in list_cases():
+            for part in named_parts(case):
+                if not part.decides:
+                    continue
+                assert not part.covers_grid and part.name not in dict(case_parts(case))
+                plan = load_part(case, part.name)
+                assert plan.repeats >= MIN_CLEAN_REPEATS and len(plan.engines) >= 2, part.name
+                for claim_id in part.decides:
+                    assert claims[claim_id].case == case and deciding_part(case, claim_id) == part.name
+                    assert deciding_points(case, claim_id) == {(p.engine.label, p.load.slug()) for p in plan.points()}
+                    decided.append(claim_id)
+    assert len(decided) == len(set(decided)) >= 5  # one part per claim
+    assert deciding_part("rules-of-thumb", "rule-acceptance-bands") is None  # no case file: all its rows decide
+    assert deciding_points("gpt-oss-eagle3", "no-such-claim") is None
+
+
+def test_a_part_decides_a_list_of_claim_ids(tmp_path: Path) -> None:
+    from vllm_playbooks.run.plan import case_parts, named_parts
+
+    own = tmp_path / "own.yaml"
+    own.write_text("case: own\nengines: [{label: a, model: llama-3.1-8b}]\nloads: {concurrency: [1]}\n"
+                   "parts:\n  - {name: one, engines: [a]}\n  - {name: check, decides: [claim-a], repeats: 3}\n")  # fmt: skip
+    assert [part.decides for part in named_parts(str(own))] == [(), ("claim-a",)]
+    assert case_parts(str(own)) == [("one", {"engines": ["a"]})]
+    own.write_text("case: own\nengines: [{label: a, model: llama-3.1-8b}]\nloads: {concurrency: [1]}\n"
+                   "parts:\n  - {name: check, decides: claim-a}\n")  # fmt: skip
+    with pytest.raises(ConfigError, match="part check: 'decides' is a list of claim ids, got 'claim-a'"):
+        named_parts(str(own))
 
 
 def test_lists_given_as_text_are_read() -> None:
