@@ -75,6 +75,12 @@ class CheckResult:
         if self.verdict is Verdict.MODEL_ONLY and self.model_verdict is None:
             raise ValueError("a 'model only' verdict needs the model's verdict")
 
+    @property
+    def shown(self) -> str:
+        """The verdict as the ledger and the case pages show it (``ledger_verdict``): its word, followed by "(not
+        re-measured)" where a point it compares has fewer than ``MIN_CLEAN_REPEATS`` clean runs."""
+        return ledger_verdict(str(self.verdict), noise_of(self.pairs)["min_clean_repeats"])
+
 
 @dataclass(frozen=True)
 class Evidence:

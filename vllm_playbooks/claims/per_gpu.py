@@ -65,12 +65,13 @@ def page_result(results: dict[str, CheckResult], mode: str, here: str | None = N
 
 
 def verdict_table(by_claim: dict[str, dict[str, CheckResult]]) -> pd.DataFrame:
-    """One row per claim and GPU (``results_by_gpu`` of each claim id): ``claim``, ``gpu``, ``verdict``, ``measured``
+    """One row per claim and GPU (``results_by_gpu`` of each claim id): ``claim``, ``gpu``, ``verdict`` (as shown:
+    ``CheckResult.shown``), ``measured``
     (what that GPU's rows show) and ``rows`` (how many the verdict rests on), for a page whose rows come from more
     than one GPU."""
     import pandas as pd
 
-    records = [{"claim": claim, "gpu": gpu, "verdict": str(result.verdict), "measured": result.measured,
+    records = [{"claim": claim, "gpu": gpu, "verdict": result.shown, "measured": result.measured,
                 "rows": result.rows} for claim, results in by_claim.items() for gpu, result in results.items()]  # fmt: skip
     return pd.DataFrame(records, columns=["claim", "gpu", "verdict", "measured", "rows"])
 

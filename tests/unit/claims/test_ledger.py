@@ -634,6 +634,19 @@ def test_a_verdict_on_single_runs_says_so_in_the_verdict_column() -> None:
     assert export["re_measured"].tolist()[:2] == [False, True] and export["re_measured"].iloc[2:].isna().all()
 
 
+def test_a_result_is_shown_as_the_ledger_shows_it() -> None:
+    def pairs(runs: int) -> pd.DataFrame:
+        return pd.DataFrame({"gpu_name": ["G"], "baseline_runs": [3], "speculative_runs": [runs],
+                             "baseline_spread_pct": [1.0], "speculative_spread_pct": [2.0], "band_pct": [5.0]})  # fmt: skip
+
+    once = claims_ledger.CheckResult("p", "m", V.REPRODUCED, rows=1, pairs=pairs(1))
+    thrice = claims_ledger.CheckResult("p", "m", V.REPRODUCED, rows=1, pairs=pairs(3))
+    uncounted = claims_ledger.CheckResult("p", "m", V.DIRECTION_ONLY, rows=1)
+    assert once.shown == "reproduced (not re-measured)" and thrice.shown == "reproduced"
+    assert uncounted.shown == "direction only (repeats not counted)"
+    assert claims_ledger.CheckResult("p", "", V.NOT_MEASURED).shown == "not measured yet"
+
+
 def test_the_ledger_page_marks_single_runs_and_states_their_noise() -> None:
     base = {"case": "c", "text": "t", "sources": "s", "source_urls": "https://example.org/x", "source_kind": "primary",
             "published": "p", "measured": "m", "rows": 2, "model_says": "", "model_verdict": ""}  # fmt: skip
