@@ -86,8 +86,8 @@ def mtp_speedup_at_acceptance(claim: Claim, ev: Evidence) -> CheckResult:
         measured, verdict, rows = "no recorded MTP row at that acceptance yet", Verdict.NOT_MEASURED, 0
     else:
         measured = "; ".join(
-            f"concurrency {int(r['concurrency'])}, acceptance {r['acceptance_rate']:.2f}: {r['speedup']:.2f}× "
-            f"({r['engine_label']})" for _, r in lowest.iterrows()
+            f"concurrency {int(r['concurrency'])}, acceptance {float(r['imposed_alpha']):.2f} imposed "
+            f"({r['acceptance_rate']:.2f} measured): {r['speedup']:.2f}× ({r['engine_label']})" for _, r in lowest.iterrows()
         )
         verdict = combine(judge(float(s), claimed, band_pct=b) for s, b in zip(lowest["speedup"], lowest["band_pct"],
                                                                                 strict=True))  # fmt: skip
