@@ -9,7 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vllm_playbooks.analysis.compare import load_text
+from vllm_playbooks.analysis.noise import MIN_CLEAN_REPEATS
 from vllm_playbooks.errors import ConfigError
+from vllm_playbooks.results.raw import split_point_id
+from vllm_playbooks.results.stalls import unstalled
 from vllm_playbooks.text import and_list
 
 if TYPE_CHECKING:
@@ -86,6 +89,27 @@ def overlapping_points(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(records, columns=["point_id", "engine_label", "load", "beside"])
 
 
+def set_aside_overlapped(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` (clean runs: ``usable_runs``) without the runs that overlapped another run in time
+    (``overlapping_points``) at points that have at least ``MIN_CLEAN_REPEATS`` runs that ran alone. Such a point is
+    compared under one condition, alone on its host, as its baseline usually was; its overlapped runs stay recorded
+    and listed on the page. A point with fewer runs that ran alone keeps every run."""
+    overlapped = set(overlapping_points(df)["point_id"])
+    if not overlapped:
+        return df
+    points = df["point_id"].astype(str).map(lambda pid: split_point_id(pid)[0])
+    alone = points[~df["point_id"].isin(overlapped)].value_counts()
+    settled = points.map(lambda point: alone.get(point, 0) >= MIN_CLEAN_REPEATS)
+    return df[~(df["point_id"].isin(overlapped) & settled)]
+
+
+def usable_runs(df: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
+    """The runs of ``df`` that verdicts and comparisons use: without stalled runs (``results.stalls.unstalled``,
+    read from ``data``'s raw scrapes where ``df`` has no ``stalled`` column), and without the overlapped runs of
+    points measured often enough alone (``set_aside_overlapped``)."""
+    return set_aside_overlapped(unstalled(df, data))
+
+
 #: Above this many overlapping points, ``overlap_note`` counts them per configuration instead of listing each pair.
 OVERLAPS_LISTED = 8
 
@@ -103,9 +127,19 @@ def overlap_note(df: pd.DataFrame) -> str:
         per_config = rows["engine_label"].value_counts(sort=False).items()
         counts = ", ".join(f"`{label}` {count}" for label, count in per_config)
         return (f"{opening}; by configuration: {counts}. The table below names what each ran beside; the others ran "
-                "alone.")  # fmt: skip
+                f"alone.{_set_aside_sentence(df)}")  # fmt: skip
     listed = "; ".join(f"`{r.engine_label}` at {r.load} beside {r.beside}" for r in rows.itertuples())
-    return f"{opening}: {listed}. The others ran alone."
+    return f"{opening}: {listed}. The others ran alone.{_set_aside_sentence(df)}"
+
+
+def _set_aside_sentence(df: pd.DataFrame) -> str:
+    """' N of them are left out of the comparisons …' where ``set_aside_overlapped`` leaves runs out, else ''."""
+    left_out = len(df) - len(set_aside_overlapped(df))
+    if not left_out:
+        return ""
+    return (f" {left_out} of them {'is' if left_out == 1 else 'are'} left out of the comparisons and verdicts: "
+            f"{'its point was' if left_out == 1 else 'their points were'} measured at least {MIN_CLEAN_REPEATS} "
+            "times alone.")  # fmt: skip
 
 
 def duration_rule_breaches(df: pd.DataFrame, min_duration_s: float = 30.0) -> pd.DataFrame:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks import paths
 from vllm_playbooks.analysis.compare import higher_is_better, versus_baseline
+from vllm_playbooks.analysis.runs import usable_runs
 from vllm_playbooks.analysis.noise import MIN_CLEAN_REPEATS
 from vllm_playbooks.analysis.whatif import CALIBRATION_CASES, calibrates
 from vllm_playbooks.claims.verdict import DATA_VERDICTS, Verdict
@@ -22,7 +23,6 @@ from vllm_playbooks.results.raw import split_point_id
 from vllm_playbooks.results.replay import replay_case
 from vllm_playbooks.results.schema import RUN_COLUMNS
 from vllm_playbooks.results.server_logs import parse_log_name, read_startup, server_logs
-from vllm_playbooks.results.stalls import unstalled
 from vllm_playbooks.results.store import load_reference, load_runs, runs_file
 from vllm_playbooks.run.budget import engine_for_log
 from vllm_playbooks.run.plan import deciding_part, deciding_points
@@ -263,8 +263,9 @@ def is_missing(value: Any) -> bool:
 
 def load_evidence(data: Path | None = None) -> Evidence:
     """Read everything the checks need from ``data`` (default: the repository's ``data/``): the published numbers,
-    every case's rows rebuilt from their raw files (replay, as the case pages do) less the stalled ones, which the
-    pages leave out of their verdicts too (``results.stalls``), the start-ups, and the roofline fit on the H200 rows
+    every case's rows rebuilt from their raw files (replay, as the case pages do) as the verdicts use them
+    (``analysis.runs.usable_runs``: no stalled runs, no overlapped runs of points measured often enough alone), the
+    start-ups, and the roofline fit on the H200 rows
     of ``analysis.whatif.CALIBRATION_CASES`` that ``analysis.whatif.calibrates`` (None with fewer than three without speculation),
     and the points each claim's verdict rests on (``Evidence.deciding``, from the case files' deciding parts)."""
 
@@ -272,7 +273,7 @@ def load_evidence(data: Path | None = None) -> Evidence:
     published = load_reference(path=folder / "reference" / "published.csv")
     runs_root = folder / "runs"
     cases = sorted(p.name for p in runs_root.iterdir() if p.is_dir()) if runs_root.is_dir() else []
-    runs = {case: unstalled(replay_case(case, folder), folder) for case in cases if runs_file(case, folder).exists()}
+    runs = {case: usable_runs(replay_case(case, folder), folder) for case in cases if runs_file(case, folder).exists()}
     fit = None
     calibration = [
         r for case in CALIBRATION_CASES if case in runs for r in _records(runs[case])

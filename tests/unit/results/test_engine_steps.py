@@ -150,6 +150,31 @@ def test_overlap_needs_the_windows_to_intersect() -> None:
         ["x", "y at concurrency 2"], ["y", "x at concurrency 1"]]
 
 
+def _repeats(label: str, starts: list[int], other: str | None = None) -> list[dict[str, object]]:
+    """Runs of one point ``label`` at concurrency 32, 60 s each, starting at the given minutes of one day; ``other``
+    adds one run of another point beside the first."""
+    rows = [{"point_id": f"gpu/{label}/c32-r{i}", "engine_label": label, "concurrency": 32, "request_rate_qps": None,
+             "duration_s": 60.0, "measured_at": f"2026-01-01T00:{minute + 1:02d}:00+00:00"}
+            for i, minute in enumerate(starts)]  # fmt: skip
+    if other is not None:
+        rows.append({**rows[0], "point_id": f"gpu/{other}/c32-r0", "engine_label": other})
+    return rows
+
+
+def test_overlapped_runs_leave_the_comparisons_once_their_point_ran_three_times_alone() -> None:
+    settled = pd.DataFrame(_repeats("draft", [0, 10, 20, 30], other="beside"))  # r0 overlapped, r1-r3 alone
+    kept = runs.set_aside_overlapped(settled)
+    # draft's overlapped run leaves; "beside" ran once, overlapped, and keeps its only run
+    assert kept.point_id.tolist() == [*(f"gpu/draft/c32-r{i}" for i in (1, 2, 3)), "gpu/beside/c32-r0"]
+    assert runs.set_aside_overlapped(kept).equals(kept)
+    note = runs.overlap_note(settled)
+    assert note.endswith("The others ran alone. 1 of them is left out of the comparisons and verdicts: its point was "
+                         "measured at least 3 times alone.")  # fmt: skip
+    short = pd.DataFrame(_repeats("draft", [0, 10, 20], other="beside"))  # only two runs alone: every run counts
+    assert len(runs.set_aside_overlapped(short)) == len(short)
+    assert runs.overlap_note(short).endswith("The others ran alone.")
+
+
 def test_the_step_figure_draws_only_buckets_some_step_fell_in(pp_rows: pd.DataFrame) -> None:
 
     rows = pp_rows[pp_rows.engine_label.isin(["8b-pp1-mns64", "8b-pp2-mns64"])]
