@@ -31,9 +31,10 @@ from vllm_playbooks.advisor.goodput import (
     with_grid_columns,
     workload_text,
 )
-from vllm_playbooks.advisor.oracle import RecordedOracle, recorded_prices
+from vllm_playbooks.advisor.oracle import RecordedOracle, point_key, recorded_prices
 from vllm_playbooks.advisor.predict import gpu_of_hardware
 from vllm_playbooks.advisor.search import BASELINE_UNMEASURED, Advice, advise
+from vllm_playbooks.analysis.compare import is_baseline
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.results.replay import replay_case
 from vllm_playbooks.results.stalls import unstalled
@@ -59,7 +60,7 @@ EVALUATION_COLUMNS = (
     "budget_share", "case", "hardware", "model_shape", "workload", "slo_level", "slo", "slo_tpot_p99_ms", "chosen",
     "grid_best",
     "chosen_goodput_rps", "grid_best_goodput_rps", "goodput_ratio", "points_paid", "runs_paid", "gpu_s_spent",
-    "gpu_s_grid", "gpu_time_share", "stop_reason",
+    "gpu_s_grid", "gpu_time_share", "gpu_s_floor", "floor_share", "stop_reason",
 )  # fmt: skip
 
 
@@ -93,6 +94,29 @@ def score(advice: Advice, points: pd.DataFrame, slo: Slo) -> tuple[str, float]:
     return advice.chosen["point"], float(scored.loc[name == advice.chosen["point"], "goodput_rps"].iloc[0])
 
 
+def floor_gpu_s(rows: pd.DataFrame, startups: dict[str, float], best: pd.Series) -> float:
+    """What a search that knew the answer would still pay on ``rows`` (one grid's priced rows): one run of the grid
+    best ``best`` (a ``point_table`` line) with its server's start-up and, where the best is speculative, one run of
+    the baseline at the same load with its start-up (a speculative answer is only known against its baseline). A
+    share of the grid below this one's is out of any search's reach."""
+    oracle = RecordedOracle(rows, startups, budget_gpu_s=RecordedOracle(rows, startups, 1.0).full_grid_gpu_s())
+    oracle.pay(point_key(best))
+    best_rows = rows[rows["config_id"] == best["config_id"]]
+    if is_baseline(best_rows).all():
+        return oracle.spent_gpu_s
+    same_load = (rows["concurrency"].fillna(-1) == _unset(best["concurrency"])) & (
+        rows["request_rate_qps"].fillna(-1) == _unset(best["request_rate_qps"]))  # fmt: skip
+    baseline = rows[is_baseline(rows) & same_load]
+    if not baseline.empty:
+        oracle.pay(point_key(baseline.iloc[0]))
+    return oracle.spent_gpu_s
+
+
+def _unset(value: Any) -> float:
+    """A load column's value, -1 where the point does not use it (NaN)."""
+    return -1.0 if value is None or math.isnan(float(value)) else float(value)
+
+
 def evaluate_grid(key: dict[str, Any], rows: pd.DataFrame, startups: dict[str, float],
                   budget_share: float = BUDGET_SHARE) -> list[dict[str, Any]]:  # fmt: skip
     """One evaluation line per SLO level of one grid, the advisor given ``budget_share`` of the grid's recorded GPU
@@ -107,6 +131,7 @@ def evaluate_grid(key: dict[str, Any], rows: pd.DataFrame, startups: dict[str, f
         best = grid_best(points, slo)
         chosen, chosen_goodput = score(advice, points, slo)
         best_goodput = float(best["goodput_rps"]) if best is not None else 0.0
+        floor = floor_gpu_s(rows, startups, best) if best is not None else math.nan
         lines.append({
             "budget_share": budget_share, "case": key["case"], "hardware": key["hardware"],
             "model_shape": key["model_shape"],
@@ -116,6 +141,7 @@ def evaluate_grid(key: dict[str, Any], rows: pd.DataFrame, startups: dict[str, f
             "goodput_ratio": chosen_goodput / best_goodput if best_goodput > 0 else math.nan,
             "points_paid": len(oracle.paid_keys()), "runs_paid": len(oracle.payments),
             "gpu_s_spent": oracle.spent_gpu_s, "gpu_s_grid": full, "gpu_time_share": oracle.spent_gpu_s / full,
+            "gpu_s_floor": floor, "floor_share": floor / full,
             "stop_reason": advice.stop_reason,
         })  # fmt: skip
     return lines
@@ -136,12 +162,14 @@ def evaluate(cases: list[str] | None = None, data: Path | None = None,
 
 
 def summary(table: pd.DataFrame, budget_share: float = BUDGET_SHARE) -> dict[str, float]:
-    """Pairs, median and lowest goodput ratio, median GPU-time share of the lines of an evaluation table run with
-    ``budget_share``, and whether the targets (``TARGETS``) are all met (1.0) or not (0.0)."""
+    """Pairs, median and lowest goodput ratio, median GPU-time share and median floor share (``floor_gpu_s``) of the
+    lines of an evaluation table run with ``budget_share``, and whether the targets (``TARGETS``) are all met (1.0) or
+    not (0.0)."""
     table = table[(table["budget_share"] - budget_share).abs() < 1e-9]
     ratios = table["goodput_ratio"].dropna()
     result = {"pairs": float(len(ratios)), "median_ratio": float(ratios.median()), "min_ratio": float(ratios.min()),
-              "median_share": float(table["gpu_time_share"].median())}  # fmt: skip
+              "median_share": float(table["gpu_time_share"].median()),
+              "median_floor_share": float(table["floor_share"].median())}  # fmt: skip
     met = (result["pairs"] >= TARGETS["pairs"] and result["median_ratio"] >= TARGETS["median_ratio"]
            and result["min_ratio"] >= TARGETS["min_ratio"]
            and result["median_share"] <= TARGETS["median_share"])  # fmt: skip
@@ -254,7 +282,8 @@ def main(args: argparse.Namespace) -> int:
             print(
                 f"budget {share:.0%} of each grid: {int(result['pairs'])} (grid, SLO) pairs, median goodput ratio "
                 f"{result['median_ratio']:.3f}, lowest {result['min_ratio']:.3f}, median GPU-time share "
-                f"{result['median_share']:.1%}; targets {'met' if result['targets_met'] else 'not met'}"
+                f"{result['median_share']:.1%} (knowing the answer: {result['median_floor_share']:.1%}); targets "
+                f"{'met' if result['targets_met'] else 'not met'}"
             )
         print(f"written to {out}")
         return 0

@@ -8,7 +8,7 @@ import math
 import pandas as pd
 import pytest
 
-from tests.unit.advisor.grids import frame, row, startups
+from tests.unit.advisor.grids import engine_json, frame, row, startups
 from vllm_playbooks import cli, paths
 from vllm_playbooks.advisor.evaluate import (
     BUDGET_SHARES,
@@ -16,10 +16,12 @@ from vllm_playbooks.advisor.evaluate import (
     EVALUATION_COLUMNS,
     TARGETS,
     evaluate_grid,
+    floor_gpu_s,
     live_versus_grid,
     one_grid,
     summary,
 )
+from vllm_playbooks.advisor.goodput import point_table
 from vllm_playbooks.advisor.trace import latest_trace
 from vllm_playbooks.errors import ConfigError
 
@@ -44,11 +46,27 @@ def test_each_line_scores_the_choice_on_the_whole_grid_within_its_budget() -> No
     assert lines["gpu_s_grid"].iloc[0] == rows["gpu_s"].sum() + 2 * 100.0
 
 
+def test_the_floor_is_one_run_of_the_best_and_one_of_its_baseline_with_their_start_ups() -> None:
+    draft = engine_json("d", draft="llama-3.2-1b", k=4)
+    rows = frame([row("off", 16, 6.0, 10.0, gpu_s=30.0), row("off", 64, 9.0, 20.0, gpu_s=50.0),
+                  row("d", 16, 5.0, 12.0, gpu_s=40.0, engine=draft), row("d", 16, 5.1, 12.2, gpu_s=45.0, repeat=1,
+                                                                       engine=draft)])  # fmt: skip
+    points = point_table(rows)
+    best_draft = points[(points["engine_label"] == "d")].iloc[0]
+    # the draft's first run and start-up, and speculation off at the same load (c16), not its dearer c64
+    assert floor_gpu_s(rows, startups(rows), best_draft) == 100.0 + 40.0 + 100.0 + 30.0
+    best_off = points[(points["engine_label"] == "off") & (points["concurrency"] == 64)].iloc[0]
+    assert floor_gpu_s(rows, startups(rows), best_off) == 100.0 + 50.0  # speculation off needs no baseline
+    lines = pd.DataFrame(evaluate_grid(KEY, rows, startups(rows), budget_share=1.0))
+    assert (lines["floor_share"] == lines["gpu_s_floor"] / lines["gpu_s_grid"]).all()
+
+
 def test_the_summary_reads_one_budget_and_checks_every_target() -> None:
     table = pd.DataFrame({"budget_share": [0.25] * 12 + [0.5], "goodput_ratio": [1.0] * 11 + [0.9, 0.0],
-                          "gpu_time_share": [0.2] * 12 + [0.9]})  # fmt: skip
+                          "gpu_time_share": [0.2] * 12 + [0.9], "floor_share": [0.1] * 13})  # fmt: skip
     result = summary(table, 0.25)
-    assert result == {"pairs": 12.0, "median_ratio": 1.0, "min_ratio": 0.9, "median_share": 0.2, "targets_met": 1.0}
+    assert result == {"pairs": 12.0, "median_ratio": 1.0, "min_ratio": 0.9, "median_share": 0.2,
+                      "median_floor_share": 0.1, "targets_met": 1.0}  # fmt: skip
     low = table.assign(goodput_ratio=[1.0] * 11 + [0.8, 0.0])
     assert summary(low, 0.25)["targets_met"] == 0.0 and TARGETS["min_ratio"] == 0.85
 
