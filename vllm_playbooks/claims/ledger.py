@@ -410,7 +410,8 @@ def build_ledger(evidence: Evidence | None = None, claims: list[Claim] | None = 
             "source_kind": source_kind(sources["secondary_only"]), "published": result.published,
             "measured": result.measured, "rows": result.rows, "verdict": str(result.verdict),
             "model_says": result.model_says, "model_verdict": str(result.model_verdict) if result.model_verdict else "",
-            **noise_of(result.pairs), "deciding_part": deciding_part(claim.case, claim.claim_id) or "",
+            **noise_of(result.pairs),
+            "deciding_part": (deciding_part(claim.case, claim.claim_id) or "") if claim.claim_id in ev.deciding else "",
         })  # fmt: skip
     return pd.DataFrame(records, columns=LEDGER_COLUMNS)
 
@@ -480,8 +481,8 @@ def ledger_markdown(ledger: pd.DataFrame) -> str:
             f"- *Published:* {_cell(r.published)}",
             f"- *Our rows:* {_cell(r.measured)} → **{r.verdict}**",
             *([noise] if noise else []),
-            *([f"- *Re-measure:* `vllm-playbooks run --case {r.case} --part {r.deciding_part}` measures the points "
-               "this verdict rests on, three runs of each"] if r.deciding_part else []),
+            *([f"- *Re-measure:* `vllm-playbooks run --case {r.case} --part {r.deciding_part}` measures again the "
+               "points this verdict rests on"] if r.deciding_part else []),
             f"- *Model says:* {_cell(r.model_says)}" + (f" → {r.model_verdict}" if r.model_verdict else ""), ":::",
         ]  # fmt: skip
     return "\n".join(lines)

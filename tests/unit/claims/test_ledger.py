@@ -610,6 +610,11 @@ def test_the_export_states_the_noise_each_verdict_rests_on(ledger: pd.DataFrame)
         assert row.re_measured == (row.min_clean_repeats >= 3), row
         assert row.verdict.endswith("(not re-measured)") == (row.min_clean_repeats < 3), row
     assert export["re_measured"].isna().sum() == len(export) - len(judged)
+    parts = export.set_index("claim_id")["deciding_part"]
+    assert parts["gpt-oss-eagle3-200-concurrent"] == "quick" and parts["gpt-oss-eagle3-draft-tokens"] == "decide-draft-tokens"
+    assert parts["rule-acceptance-bands"] == ""  # no part decides it: it rests on every recorded row
+    hand_made = claims_ledger.build_ledger(claims_ledger.Evidence(published=claims_ledger.load_evidence().published))
+    assert (hand_made["deciding_part"] == "").all()  # evidence that names no deciding points names no part either
 
 
 @pytest.mark.recorded_data
@@ -657,7 +662,7 @@ def test_the_ledger_page_marks_single_runs_and_states_their_noise() -> None:
          "spread_pct": 7.5, "band_pct": 7.5, "deciding_part": ""},
     ])  # fmt: skip
     text = claims_ledger.ledger_markdown(ledger)
-    assert text.count("*Re-measure:*") == 1 and "`vllm-playbooks run --case c --part quick` measures the points" in text
+    assert text.count("*Re-measure:*") == 1 and "`vllm-playbooks run --case c --part quick` measures again the points" in text
     assert "| **reproduced (not re-measured)** |" in text and "| **reproduced** |" in text
     assert ":::{dropdown} once: reproduced (not re-measured)" in text
     assert "2 compared points on G; the fewest clean runs of a point: 1; no spread yet (single runs); band 5.0 %" in text
