@@ -257,13 +257,18 @@ def describe_fresh_time(table: pd.DataFrame) -> str:
 
 
 def quick_check_time(case: str, data: Path | None = None) -> str:
-    """How long the case's ``quick`` part takes on a machine without compile caches (``fresh_time``), and on what
-    the recorded runs it is estimated from were measured: 'about 14 minutes (14 GPU-minutes, start-ups included) on
+    """How long the case's ``quick`` part takes on a machine without compile caches (``part_time``)."""
+    return part_time(case, QUICK_PART, data)
+
+
+def part_time(case: str, part: str, data: Path | None = None) -> str:
+    """How long one part of a case takes on a machine without compile caches (``fresh_time``), and on what the
+    recorded runs it is estimated from were measured: 'about 14 minutes (14 GPU-minutes, start-ups included) on
     NVIDIA H200 (1 GPU per server), vLLM 0.26.0'."""
     import warnings
 
     try:
-        plan, _ = quiet_plan(case, **part_overrides(case, QUICK_PART))
+        plan, _ = quiet_plan(case, **part_overrides(case, part))
     except ConfigError as error:
         return f"no estimate ({error})"
     measured = load_runs(plan.case, data)

@@ -264,6 +264,16 @@ def test_the_quick_check_is_planned_from_the_recorded_runs(
 
 
 @pytest.mark.recorded_data
+def test_any_part_is_timed_like_the_quick_check() -> None:
+    assert budget.part_time("gpt-oss-eagle3", "quick") == budget.quick_check_time("gpt-oss-eagle3")
+    sweep = budget.part_time("gpt-oss-eagle3", "decide-draft-tokens")  # four servers: dearer than the quick check's two
+    assert sweep.startswith("about ") and sweep.endswith("on NVIDIA H200 (1 GPU per server), vLLM 0.26.0")
+    minutes = [int(text.split()[1]) for text in (sweep, budget.quick_check_time("gpt-oss-eagle3"))]
+    assert minutes[0] > minutes[1]
+    assert budget.part_time("gpt-oss-eagle3", "nope").startswith("no estimate (case gpt-oss-eagle3: no part 'nope'")
+
+
+@pytest.mark.recorded_data
 def test_the_quick_check_time_names_the_hardware_it_is_estimated_from() -> None:
     text = budget.quick_check_time("llama-8b-draft-model")
     pattern = r"about \d+ minutes \(\d+ GPU-minutes, start-ups included\) on .+ \(1 GPU per server\), vLLM .+"
