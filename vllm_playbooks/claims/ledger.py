@@ -456,6 +456,11 @@ def ledger_verdicts(ledger: pd.DataFrame) -> list[str]:
     return [ledger_verdict(v, n) for v, n in zip(ledger["verdict"], _fewest_runs(ledger), strict=True)]
 
 
+def remeasure_command(case: str, part: str) -> str:
+    """The command that measures one part of ``case`` on this machine's first GPU: for a claim, its deciding part."""
+    return f"vllm-playbooks run --case {case} --gpus 0 --part {part}"
+
+
 def ledger_markdown(ledger: pd.DataFrame) -> str:
     """The ledger as MyST Markdown: a summary table, then each claim's published numbers, our rows, the noise its
     verdict rests on and the model in a collapsed section of its own. A verdict is shown with ``ledger_verdict``."""
@@ -481,8 +486,8 @@ def ledger_markdown(ledger: pd.DataFrame) -> str:
             f"- *Published:* {_cell(r.published)}",
             f"- *Our rows:* {_cell(r.measured)} → **{r.verdict}**",
             *([noise] if noise else []),
-            *([f"- *Re-measure:* `vllm-playbooks run --case {r.case} --part {r.deciding_part}` measures again the "
-               "points this verdict rests on"] if r.deciding_part else []),
+            *([f"- *Re-measure:* `{remeasure_command(r.case, r.deciding_part)}` measures again the points this "
+               "verdict rests on"] if r.deciding_part else []),
             f"- *Model says:* {_cell(r.model_says)}" + (f" → {r.model_verdict}" if r.model_verdict else ""), ":::",
         ]  # fmt: skip
     return "\n".join(lines)

@@ -662,7 +662,7 @@ def test_the_ledger_page_marks_single_runs_and_states_their_noise() -> None:
          "spread_pct": 7.5, "band_pct": 7.5, "deciding_part": ""},
     ])  # fmt: skip
     text = claims_ledger.ledger_markdown(ledger)
-    assert text.count("*Re-measure:*") == 1 and "`vllm-playbooks run --case c --part quick` measures again the points" in text
+    assert text.count("*Re-measure:*") == 1 and "`vllm-playbooks run --case c --gpus 0 --part quick` measures again the points" in text
     assert "| **reproduced (not re-measured)** |" in text and "| **reproduced** |" in text
     assert ":::{dropdown} once: reproduced (not re-measured)" in text
     assert "2 compared points on G; the fewest clean runs of a point: 1; no spread yet (single runs); band 5.0 %" in text
