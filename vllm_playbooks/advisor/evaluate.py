@@ -99,22 +99,16 @@ def floor_gpu_s(rows: pd.DataFrame, startups: dict[str, float], best: pd.Series)
     best ``best`` (a ``point_table`` line) with its server's start-up and, where the best is speculative, one run of
     the baseline at the same load with its start-up (a speculative answer is only known against its baseline). A
     share of the grid below this one's is out of any search's reach."""
-    oracle = RecordedOracle(rows, startups, budget_gpu_s=RecordedOracle(rows, startups, 1.0).full_grid_gpu_s())
-    oracle.pay(point_key(best))
-    best_rows = rows[rows["config_id"] == best["config_id"]]
-    if is_baseline(best_rows).all():
+    oracle = RecordedOracle(rows, startups, budget_gpu_s=math.inf)  # what it costs, not what a budget allows
+    best_key = point_key(best)
+    oracle.pay(best_key)
+    if is_baseline(rows[rows["config_id"] == best["config_id"]]).all():
         return oracle.spent_gpu_s
-    same_load = (rows["concurrency"].fillna(-1) == _unset(best["concurrency"])) & (
-        rows["request_rate_qps"].fillna(-1) == _unset(best["request_rate_qps"]))  # fmt: skip
-    baseline = rows[is_baseline(rows) & same_load]
-    if not baseline.empty:
-        oracle.pay(point_key(baseline.iloc[0]))
+    baselines = rows[is_baseline(rows)]
+    same_load = [key for key in map(point_key, baselines.to_dict("records")) if key[1:] == best_key[1:]]
+    if same_load:
+        oracle.pay(same_load[0])
     return oracle.spent_gpu_s
-
-
-def _unset(value: Any) -> float:
-    """A load column's value, -1 where the point does not use it (NaN)."""
-    return -1.0 if value is None or math.isnan(float(value)) else float(value)
 
 
 def evaluate_grid(key: dict[str, Any], rows: pd.DataFrame, startups: dict[str, float],
