@@ -94,7 +94,11 @@ def set_aside_overlapped(df: pd.DataFrame) -> pd.DataFrame:
     (``overlapping_points``) at points that have at least ``MIN_CLEAN_REPEATS`` runs that ran alone. Such a point is
     compared under one condition, alone on its host, as its baseline usually was; its overlapped runs stay recorded
     and listed on the page. A point with fewer runs that ran alone keeps every run."""
-    overlapped = set(overlapping_points(df)["point_id"])
+    return _without_settled(df, set(overlapping_points(df)["point_id"]))
+
+
+def _without_settled(df: pd.DataFrame, overlapped: set[str]) -> pd.DataFrame:
+    """``set_aside_overlapped`` with the overlapped runs' point ids given."""
     if not overlapped:
         return df
     points = df["point_id"].astype(str).map(lambda pid: split_point_id(pid)[0])
@@ -127,14 +131,15 @@ def overlap_note(df: pd.DataFrame) -> str:
         per_config = rows["engine_label"].value_counts(sort=False).items()
         counts = ", ".join(f"`{label}` {count}" for label, count in per_config)
         return (f"{opening}; by configuration: {counts}. The table below names what each ran beside; the others ran "
-                f"alone.{_set_aside_sentence(df)}")  # fmt: skip
+                f"alone.{_set_aside_sentence(df, rows)}")  # fmt: skip
     listed = "; ".join(f"`{r.engine_label}` at {r.load} beside {r.beside}" for r in rows.itertuples())
-    return f"{opening}: {listed}. The others ran alone.{_set_aside_sentence(df)}"
+    return f"{opening}: {listed}. The others ran alone.{_set_aside_sentence(df, rows)}"
 
 
-def _set_aside_sentence(df: pd.DataFrame) -> str:
-    """' N of them are left out of the comparisons …' where ``set_aside_overlapped`` leaves runs out, else ''."""
-    left_out = len(df) - len(set_aside_overlapped(df))
+def _set_aside_sentence(df: pd.DataFrame, overlapping: pd.DataFrame) -> str:
+    """' N of them are left out of the comparisons …' where ``set_aside_overlapped`` leaves runs out, else '';
+    ``overlapping``: ``overlapping_points(df)``."""
+    left_out = len(df) - len(_without_settled(df, set(overlapping["point_id"])))
     if not left_out:
         return ""
     return (f" {left_out} of them {'is' if left_out == 1 else 'are'} left out of the comparisons and verdicts: "
