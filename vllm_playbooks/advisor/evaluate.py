@@ -15,6 +15,7 @@ advisor is scored on the same recorded grids its oracle serves (there is no held
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,8 +34,10 @@ from vllm_playbooks.advisor.goodput import (
 )
 from vllm_playbooks.advisor.oracle import RecordedOracle, point_key, recorded_prices
 from vllm_playbooks.advisor.predict import gpu_of_hardware
+from vllm_playbooks.advisor.scenarios import acceptance_scenarios, label_matches, scenario_text
 from vllm_playbooks.advisor.search import BASELINE_UNMEASURED, Advice, advise
 from vllm_playbooks.analysis.compare import is_baseline
+from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.results.replay import replay_case
 from vllm_playbooks.results.stalls import unstalled
@@ -57,7 +60,7 @@ TARGETS = {"median_ratio": 0.95, "min_ratio": 0.85, "median_share": 0.25, "pairs
 #: Where the evaluation is written, under the data folder.
 CHECK_FILE = Path("checks") / "advisor-vs-grid.csv"
 EVALUATION_COLUMNS = (
-    "budget_share", "case", "hardware", "model_shape", "workload", "slo_level", "slo", "slo_tpot_p99_ms", "chosen",
+    "budget_share", "case", "hardware", "model_shape", "acceptance", "workload", "slo_level", "slo", "slo_tpot_p99_ms", "chosen",
     "grid_best",
     "chosen_goodput_rps", "grid_best_goodput_rps", "goodput_ratio", "points_paid", "runs_paid", "gpu_s_spent",
     "gpu_s_grid", "gpu_time_share", "gpu_s_floor", "floor_share", "stop_reason",
@@ -68,7 +71,9 @@ def case_grids(
     case: str, data: Path | None = None, hardware_contains: str = "h200"
 ) -> list[tuple[dict[str, Any], pd.DataFrame, dict[str, float]]]:
     """The grids of one case on hardware whose key contains ``hardware_contains``: (grid key, its priced rows
-    without stalled runs, its configs' start-up GPU-seconds), one per ``GRID_COLUMNS`` group."""
+    without stalled runs, its configs' start-up GPU-seconds), one per ``GRID_COLUMNS`` group and acceptance scenario
+    (``advisor.scenarios``: a grid that imposes several acceptances is several grids; the key's ``acceptance`` names
+    the scenario)."""
     rows = replay_case(case, data)
     priced, startups = recorded_prices(rows, server_time(case, data))
     priced = with_grid_columns(unstalled(priced, data))
@@ -77,7 +82,12 @@ def case_grids(
         key = dict(zip(GRID_COLUMNS, values, strict=True))
         if hardware_contains not in str(key["hardware"]).lower():
             continue
-        grids.append((key, group.reset_index(drop=True), {c: startups[c] for c in group["config_id"].unique()}))
+        engines = dict(zip(group["config_id"], group["engine_config_json"].map(
+            lambda text: EngineConfig.model_validate(json.loads(text))), strict=True))  # fmt: skip
+        for scenario in acceptance_scenarios(engines):
+            rows_in = group[group["config_id"].isin(scenario.config_ids)].reset_index(drop=True)
+            grids.append(({**key, "acceptance": scenario.label}, rows_in,
+                          {c: startups[c] for c in rows_in["config_id"].unique()}))  # fmt: skip
     return grids
 
 
@@ -128,7 +138,7 @@ def evaluate_grid(key: dict[str, Any], rows: pd.DataFrame, startups: dict[str, f
         floor = floor_gpu_s(rows, startups, best) if best is not None else math.nan
         lines.append({
             "budget_share": budget_share, "case": key["case"], "hardware": key["hardware"],
-            "model_shape": key["model_shape"],
+            "model_shape": key["model_shape"], "acceptance": key["acceptance"],
             "workload": workload_text(key), "slo_level": level, "slo": slo.label(), "slo_tpot_p99_ms": slo.tpot_p99_ms,
             "chosen": chosen, "grid_best": _name(best) if best is not None else "none",
             "chosen_goodput_rps": chosen_goodput, "grid_best_goodput_rps": best_goodput,
@@ -179,20 +189,22 @@ def read_evaluation(data: Path | None = None) -> pd.DataFrame:
 
 
 def one_grid(case: str, hardware: str | None, model_shape: str | None, input_len: int | None, output_len: int | None,
-             load_kind: str | None, max_concurrency: float | None, data: Path | None = None,
-             ) -> tuple[dict[str, Any], pd.DataFrame, dict[str, float]]:  # fmt: skip
-    """The one recorded grid of ``case`` the filters leave (``ConfigError`` naming the choices when none or several
-    do), its loads limited to ``max_concurrency`` clients (closed loop) when given."""
+             load_kind: str | None, max_concurrency: float | None, data: Path | None = None, *,
+             acceptance: str | None = None) -> tuple[dict[str, Any], pd.DataFrame, dict[str, float]]:  # fmt: skip
+    """The one recorded grid of ``case`` the filters leave (``acceptance``: a scenario's label, see
+    ``scenarios.label_matches``; ``ConfigError`` naming the choices when none or several do), its loads limited to
+    ``max_concurrency`` clients (closed loop) when given."""
     if case not in list_cases():
         raise ConfigError(f"unknown case {case!r}; cases: {', '.join(list_cases())}")
     wanted = {"hardware": hardware, "model_shape": model_shape, "input_len": input_len, "output_len": output_len,
               "load_kind": load_kind}  # fmt: skip
-    grids = [g for g in case_grids(case, data, hardware_contains="")
-             if all(v is None or str(g[0][k]) == str(v) for k, v in wanted.items())]  # fmt: skip
+    every = case_grids(case, data, hardware_contains="")
+    grids = [g for g in every if all(v is None or str(g[0][k]) == str(v) for k, v in wanted.items())
+             and (acceptance is None or label_matches(g[0]["acceptance"], acceptance))]  # fmt: skip
     if len(grids) != 1:
         choices = "; ".join(f"--hardware {g[0]['hardware']} --model-shape {g[0]['model_shape']} --input-len "
-                            f"{g[0]['input_len']} --output-len {g[0]['output_len']} --load {g[0]['load_kind']}"
-                            for g in case_grids(case, data, hardware_contains=""))  # fmt: skip
+                            f"{g[0]['input_len']} --output-len {g[0]['output_len']} --load {g[0]['load_kind']} "
+                            f"--acceptance '{g[0]['acceptance']}'" for g in every)  # fmt: skip
         raise ConfigError(f"{len(grids)} recorded grids of {case} match; pick one of: {choices}")
     key, rows, startups = grids[0]
     if max_concurrency is not None:
@@ -209,7 +221,7 @@ def live_versus_grid(trace: LiveTrace, data: Path | None = None) -> dict[str, An
     ``goodput_ratio`` (NaN when no point meets the SLO or the search chose nothing)."""
     grid, hardware = trace.search["grid"], trace.search["hardware"][0]
     _, rows, _ = one_grid(trace.search["case"], hardware, grid["model_shape"], grid["input_len"], grid["output_len"],
-                          grid["load_kind"], None, data)  # fmt: skip
+                          grid["load_kind"], None, data, acceptance=grid.get("acceptance"))  # fmt: skip
     slo = Slo(**trace.search["slo"])
     points = with_goodput(point_table(rows), slo)
     best = grid_best(points, slo)
@@ -247,6 +259,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input-len", type=int)
     parser.add_argument("--output-len", type=int)
     parser.add_argument("--load", choices=["concurrency", "rate"], help="closed-loop concurrency or request rates")
+    parser.add_argument("--acceptance", help="the acceptance scenario, when the case imposes several: its "
+                                             "first-position acceptance rate, e.g. 0.71")  # fmt: skip
     parser.add_argument("--max-concurrency", type=float, help="your clients: loads above this are not considered")
     parser.add_argument("--slo-tpot-p99-ms", type=float)
     parser.add_argument("--slo-ttft-p99-ms", type=float)
@@ -293,7 +307,7 @@ def main(args: argparse.Namespace) -> int:
     if args.gpus is not None or args.ignore_recorded:
         raise ConfigError("--gpus and --ignore-recorded are for --mode live")
     key, rows, startups = one_grid(args.case, args.hardware, args.model_shape, args.input_len, args.output_len,
-                                   args.load, args.max_concurrency)  # fmt: skip
+                                   args.load, args.max_concurrency, acceptance=args.acceptance)  # fmt: skip
     full = RecordedOracle(rows, startups, budget_gpu_s=1.0).full_grid_gpu_s()
     budget = args.budget_gpu_min * 60.0 if args.budget_gpu_min is not None else BUDGET_SHARE * full
     oracle = RecordedOracle(rows, startups, budget_gpu_s=budget)
@@ -304,7 +318,8 @@ def main(args: argparse.Namespace) -> int:
 
 def advice_text(advice: Advice, key: dict[str, Any], full_gpu_s: float) -> str:
     """The command's answer: the chosen point, the runner-up, the points paid for and the GPU time spent."""
-    head = f"{key['case']} on {key['hardware']}, {key['model_shape']}, {workload_text(key)}; SLO {advice.slo.label()}"
+    head = (f"{key['case']} on {key['hardware']}, {key['model_shape']}{scenario_text(key['acceptance'])}, "
+            f"{workload_text(key)}; SLO {advice.slo.label()}")
     lines = [head]
     for what, point in (("recommended", advice.chosen), ("runner-up", advice.runner_up)):
         if point is None:

@@ -32,6 +32,7 @@ from vllm_playbooks import paths
 from vllm_playbooks.advisor.goodput import Slo, given, point_name
 from vllm_playbooks.advisor.oracle import CATALOG_COLUMNS, LiveOracle, PointKey, point_key
 from vllm_playbooks.advisor.predict import gpu_of_hardware
+from vllm_playbooks.advisor.scenarios import acceptance_scenarios, label_matches
 from vllm_playbooks.advisor.search import Advice, advise
 from vllm_playbooks.advisor.trace import TraceWriter, read_trace, trace_text
 from vllm_playbooks.config.engine import EngineConfig
@@ -98,35 +99,44 @@ class LiveGrid:
         return list({engine.config_id(): engine for engine, _ in self.points.values()}.values())
 
 
-def _grid_choice(key: tuple[str, int, int, str]) -> str:
-    shape, input_len, output_len, kind = key
-    return f"--model-shape {shape} --input-len {input_len} --output-len {output_len} --load {kind}"
+def _grid_choice(key: tuple[str, int, int, str, str]) -> str:
+    shape, input_len, output_len, kind, acceptance = key
+    return (f"--model-shape {shape} --input-len {input_len} --output-len {output_len} --load {kind} "
+            f"--acceptance '{acceptance}'")  # fmt: skip
 
 
 def live_grid(plan: CasePlan, model_shape: str | None = None, input_len: int | None = None,
               output_len: int | None = None, load_kind: str | None = None,
-              max_concurrency: float | None = None) -> LiveGrid:  # fmt: skip
-    """The one grid of ``plan`` the filters leave (``None``: any), its closed-loop loads limited to
-    ``max_concurrency`` clients when given. ``ConfigError`` naming the choices when none or several are left, when
-    two planned loads of one engine config differ only in what the advisor does not tell apart (length spread,
-    burstiness, seed, temperature), or when an engine config leaves ``max_num_seqs`` unset (the model needs it)."""
+              max_concurrency: float | None = None, acceptance: str | None = None) -> LiveGrid:  # fmt: skip
+    """The one grid of ``plan`` the filters leave (``None``: any; ``acceptance``: an acceptance scenario's label,
+    ``advisor.scenarios``), its closed-loop loads limited to ``max_concurrency`` clients when given. ``ConfigError``
+    naming the choices when none or several are left, when two planned loads of one engine config differ only in
+    what the advisor does not tell apart (length spread, burstiness, seed, temperature), or when an engine config
+    leaves ``max_num_seqs`` unset (the model needs it)."""
     unset = [engine.label for engine in plan.engines if engine.max_num_seqs is None]
     if unset:
         raise ConfigError(f"case {plan.case}: the advisor's model needs each engine config's max_num_seqs, and "
                           f"{', '.join(unset)} leave(s) it to vLLM's default: set it in the case file")  # fmt: skip
-    grids: dict[tuple[str, int, int, str], dict[PointKey, tuple[EngineConfig, LoadPoint]]] = {}
+    by_workload: dict[tuple[str, int, int, str], dict[PointKey, tuple[EngineConfig, LoadPoint]]] = {}
     for engine in plan.engines:
         for load in plan.loads_for(engine):
             line = catalog_line(engine, load)
             kind = "rate" if given(line["request_rate_qps"]) else "concurrency"
-            points = grids.setdefault((line["model_shape"], load.input_len, load.output_len, kind), {})
+            points = by_workload.setdefault((line["model_shape"], load.input_len, load.output_len, kind), {})
             if point_key(line) in points:
                 raise ConfigError(f"case {plan.case}: {engine.label} is planned twice at {load.slug()} (loads that "
                                   "differ only in length spread, burstiness, seed or temperature); the advisor "
                                   "searches one load per point: give a case file with one of them")  # fmt: skip
             points[point_key(line)] = (engine, load)
+    grids: dict[tuple[str, int, int, str, str], dict[PointKey, tuple[EngineConfig, LoadPoint]]] = {}
+    for workload, points in by_workload.items():
+        engines = {engine.config_id(): engine for engine, _ in points.values()}
+        for scenario in acceptance_scenarios(engines):
+            grids[(*workload, scenario.label)] = {key: point for key, point in points.items()
+                                                  if key[0] in scenario.config_ids}  # fmt: skip
     wanted = (model_shape, input_len, output_len, load_kind)
-    chosen = [key for key in grids if all(w is None or str(w) == str(k) for w, k in zip(wanted, key, strict=True))]
+    chosen = [key for key in grids if all(w is None or str(w) == str(k) for w, k in zip(wanted, key, strict=False))
+              and (acceptance is None or label_matches(key[4], acceptance))]  # fmt: skip
     if len(chosen) != 1:
         choices = "; ".join(_grid_choice(key) for key in grids)
         raise ConfigError(f"{len(chosen)} planned grids of {plan.case} match; pick one of: {choices}")
@@ -134,8 +144,9 @@ def live_grid(plan: CasePlan, model_shape: str | None = None, input_len: int | N
               if max_concurrency is None or load.concurrency is None or load.concurrency <= max_concurrency}  # fmt: skip
     if not points:
         raise ConfigError(f"no planned load of that grid has at most {max_concurrency:g} clients")
-    shape, ins, outs, kind = chosen[0]
-    key = {"case": plan.case, "model_shape": shape, "input_len": ins, "output_len": outs, "load_kind": kind}
+    shape, ins, outs, kind, label = chosen[0]
+    key = {"case": plan.case, "model_shape": shape, "input_len": ins, "output_len": outs, "load_kind": kind,
+           "acceptance": label}  # fmt: skip
     return LiveGrid(key=key, points=points)
 
 
@@ -369,7 +380,8 @@ def live_main(args: argparse.Namespace, slo: Slo) -> int:
     if args.budget_gpu_min is None:
         raise ConfigError("a live search needs --budget-gpu-min: the GPU-minutes it may spend")
     plan, _ = quiet_plan(args.case)
-    grid = live_grid(plan, args.model_shape, args.input_len, args.output_len, args.load, args.max_concurrency)
+    grid = live_grid(plan, args.model_shape, args.input_len, args.output_len, args.load, args.max_concurrency,
+                     args.acceptance)
     if args.gpus is not None:
         engines = grid.engines()
         check_group_sizes(engines, assign_engines([e.label for e in engines], [args.gpus]))

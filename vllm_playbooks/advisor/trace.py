@@ -4,9 +4,9 @@
 one JSON object a line, each appended and synced to disk as it happens and never rewritten, so a search stopped half
 way keeps what it paid for. The lines, by their ``record``:
 
-- ``search``: the case, the grid (model shape, lengths, kind of load), the hardware keys, the SLO, the budget, the
-  points in the grid and what measuring each once would cost by the same estimates, whether rows recorded on this
-  hardware counted as measured, when it started;
+- ``search``: the case, the grid (model shape, acceptance scenario, lengths, kind of load), the hardware keys, the
+  SLO, the budget, the points in the grid and what measuring each once would cost by the same estimates, whether rows
+  recorded on this hardware counted as measured, when it started;
 - ``payment``: one per run paid for, as soon as its row is in: the point, its repeat, whether it was recorded before
   (free) or measured now, its row's id, the GPU-seconds charged (the estimate, start-up included), the GPU-seconds
   the GPUs were actually held for it (a server start included), the budget spent so far, its p99s, throughput and
@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks.advisor.goodput import Slo, goodput_rps, workload_text
+from vllm_playbooks.advisor.scenarios import scenario_text
 from vllm_playbooks.advisor.search import BASELINE_UNMEASURED
 from vllm_playbooks.errors import SchemaError
 from vllm_playbooks.results.provenance import utc_now
@@ -231,7 +232,8 @@ def trace_summary(trace: LiveTrace) -> str:
     measured = [p for p in trace.payments if not p["recorded"]]
     charged = trace.payments[-1]["spent_gpu_s"] if trace.payments else 0.0
     held = sum(p["held_gpu_s"] for p in trace.payments)
-    text = (f"A live search of {search['case']} ({grid['model_shape']}, {workload_text(grid)}) on "
+    text = (f"A live search of {search['case']} ({grid['model_shape']}{scenario_text(grid.get('acceptance'))}, "
+            f"{workload_text(grid)}) on "
             f"{', '.join(search['hardware'])}, started {search['started_at']}: SLO {search['slo_label']}, budget "
             f"{search['budget_gpu_s'] / 60:.1f} GPU-minutes (each of the grid's {search['points']} points once: "
             f"{search['grid_gpu_s'] / 60:.1f}). It paid for {len(trace.payments)} run(s), "

@@ -26,7 +26,7 @@ from vllm_playbooks.advisor.trace import latest_trace
 from vllm_playbooks.errors import ConfigError
 
 KEY = {"case": "synthetic", "hardware": "nvidia-h200-x1-vllm0.26.0", "model_shape": "llama-3.1-8b", "input_len": 512,
-       "output_len": 128, "load_kind": "concurrency"}  # fmt: skip
+       "output_len": 128, "load_kind": "concurrency", "acceptance": "none imposed"}  # fmt: skip
 
 
 def _grid() -> pd.DataFrame:

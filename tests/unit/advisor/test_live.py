@@ -236,20 +236,26 @@ def test_a_point_that_fails_ends_the_search_and_is_kept_as_a_failure(case_file: 
     assert trace is not None and "bench serve failed" in trace.stop_reason and trace.payments == []
 
 
-def test_the_grid_is_one_shape_lengths_and_load_kind_of_the_plan() -> None:
+def test_the_grid_is_one_shape_lengths_load_kind_and_acceptance_scenario_of_the_plan() -> None:
     plan = load_plan("gpt-oss-eagle3")
-    with pytest.raises(ConfigError, match="2 planned grids of gpt-oss-eagle3 match; pick one of: --model-shape "
-                                          "gpt-oss-120b --input-len 230"):  # fmt: skip
+    with pytest.raises(ConfigError, match="6 planned grids of gpt-oss-eagle3 match; pick one of: --model-shape "
+                                          "gpt-oss-120b --input-len 230 --output-len 203 --load concurrency "
+                                          "--acceptance '0.61'"):  # fmt: skip
         live.live_grid(plan)
-    chat = live.live_grid(plan, input_len=230)
+    with pytest.raises(ConfigError, match="3 planned grids"):  # three acceptances imposed on the chat profile
+        live.live_grid(plan, input_len=230)
+    chat = live.live_grid(plan, input_len=230, acceptance="0.710")
     assert chat.key == {"case": "gpt-oss-eagle3", "model_shape": "gpt-oss-120b", "input_len": 230, "output_len": 203,
-                        "load_kind": "concurrency"}  # fmt: skip
-    assert len(chat.points) == 7 * 9 and len(chat.engines()) == 7
+                        "load_kind": "concurrency", "acceptance": "0.71"}  # fmt: skip
+    # speculation off and k = 2..5 at α 0.71: the k=3 configs at α 0.61 and 0.81 are other models, not other choices
+    assert sorted(e.label for e in chat.engines()) == ["eagle3-k2-a0.71", "eagle3-k3-a0.71", "eagle3-k4-a0.71",
+                                                       "eagle3-k5-a0.71", "spec-off"]  # fmt: skip
+    assert len(chat.points) == 5 * 9
     catalog = chat.catalog()
     assert set(catalog["concurrency"]) == {1, 2, 4, 8, 16, 32, 64, 128, 200}
     assert catalog["request_rate_qps"].isna().all()
-    few = live.live_grid(plan, input_len=230, max_concurrency=8)
-    assert set(few.catalog()["concurrency"]) == {1, 2, 4, 8}
+    few = live.live_grid(plan, input_len=230, acceptance="0.81", max_concurrency=8)
+    assert set(few.catalog()["concurrency"]) == {1, 2, 4, 8} and len(few.engines()) == 2
     with pytest.raises(ConfigError, match="0 planned grids"):
         live.live_grid(plan, input_len=231)
 
@@ -287,7 +293,7 @@ def _advise(*argv: str) -> list[str]:
              H200), "--hardware picks recorded rows to replay"),
     (_advise("--case", "no-such-case", "--slo-tpot-p99-ms", "8", "--budget-gpu-min", "20"), "Unknown case"),
     (_advise("--case", "gpt-oss-eagle3", "--slo-tpot-p99-ms", "8", "--budget-gpu-min", "20"),
-     "2 planned grids of gpt-oss-eagle3 match"),
+     "6 planned grids of gpt-oss-eagle3 match"),
     (_advise("--case", "llama-8b-draft-model", "--slo-tpot-p99-ms", "8", "--budget-gpu-min", "20", "--gpus", "0,0"),
      "GPU groups must name distinct GPUs"),
     (_advise("--case", "pp-27462", "--model-shape", "llama-3.1-8b", "--slo-tpot-p99-ms", "8", "--budget-gpu-min",

@@ -152,7 +152,7 @@ def test_the_baseline_is_settled_first_so_a_draft_the_prior_overrates_cannot_hid
 def test_a_budget_short_of_the_baseline_warns_that_its_choice_has_no_measured_baseline_beside_it() -> None:
     rows = _draft_overrated()
     key = {"case": "synthetic", "hardware": "nvidia-h200-x1-vllm0.26.0", "model_shape": "llama-3.1-8b",
-           "input_len": 512, "output_len": 128, "load_kind": "concurrency"}  # fmt: skip
+           "input_len": 512, "output_len": 128, "load_kind": "concurrency", "acceptance": "none imposed"}  # fmt: skip
     short = advise(RecordedOracle(rows, startups(rows), budget_gpu_s=300.0), Slo(tpot_p99_ms=8.0), GPU)
     assert short.steps[0].why.startswith("the budget is short of the baseline-first plan")
     assert short.chosen is not None and short.chosen["point"].startswith("draft") and short.baseline_unmeasured
