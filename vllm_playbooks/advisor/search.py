@@ -9,6 +9,12 @@ while the model gives it at least ``PLAUSIBLE_CHANCE`` of meeting the SLO with m
 
 - Within a config, p99 latencies and throughput rise with the load: a point at or above a paid load that missed the
   SLO, or below a paid load that met it, cannot win (``_dominated``).
+- Below its misses, a started config is walked down by measurement, not ruled out by the model: while it has met the
+  SLO at none of its paid points, its next load down can win whenever its predicted throughput could beat the bar,
+  whatever latency the model gives it (``_below_misses``). The model's shape over load is the least reliable thing it
+  has: on the 70B AWQ grid (#13834) speculation off's TPOT p99 rose 6.3× from 1 to 64 clients and the prior's 1.5×,
+  so one miss at 64 clients, carried down, ruled out its 4 clients, the grid's best. Each step costs one run and no
+  start-up.
 - Only what the budget left affords is offered; the rules below choose among those.
 - The baseline first: until a speculative config is paid for, configs without speculation are offered alone while
   one of their points can win and the budget left pays for ``PLAN_MARGIN`` times the plan (the baseline's offer, then
@@ -188,6 +194,22 @@ def _dominated(lines: dict[PointKey, dict[str, Any]], paid: dict[PointKey, dict[
     return out
 
 
+def _below_misses(lines: dict[PointKey, dict[str, Any]], paid: dict[PointKey, dict[str, Any]],
+                  dominated: set[PointKey]) -> set[PointKey]:
+    """For each started config that met the SLO at none of its paid points, per kind of load, its next load down:
+    the highest load neither paid for nor dominated (every such load lies below the config's lowest miss)."""
+    out = set()
+    for config in {key[0] for key in paid}:
+        if any(summary["goodput_rps"] > 0 for key, summary in paid.items() if key[0] == config):
+            continue
+        for rate in (True, False):
+            below = [key for key, line in lines.items() if key[0] == config and (key[4] >= 0) == rate
+                     and key not in paid and key not in dominated and not line["pruned"]]  # fmt: skip
+            if below:
+                out.add(max(below, key=lambda key: lines[key]["load"]))
+    return out
+
+
 def _margin(predicted: dict[str, float], slo: Slo) -> float:
     bounds = [(predicted["tpot_p99_ms"], slo.tpot_p99_ms), (predicted["ttft_p99_ms"], slo.ttft_p99_ms)]
     return max(value / bound for value, bound in bounds if bound is not None)
@@ -273,6 +295,7 @@ def advise(oracle: Oracle, slo: Slo, gpu: Gpu, max_repeats: int = MIN_CLEAN_REPE
         bar = best["goodput_rps"] * (1 + band / 100.0) if best is not None else 0.0
         margins, offers = [], {}
         dominated = _dominated(lines, paid, slo)
+        next_down = _below_misses(lines, paid, dominated)
         for key, line in lines.items():
             if line["pruned"] or key in dominated:
                 continue
@@ -283,6 +306,9 @@ def advise(oracle: Oracle, slo: Slo, gpu: Gpu, max_repeats: int = MIN_CLEAN_REPE
                 continue
             first_scores[key] = _scores(predicted, u, slo)
             chance, gain = _outlook(predicted, u, slo, bar)
+            if key in next_down:  # its latency is left to the measurement; its throughput must still beat the bar
+                rps_chance = _normal_cdf(math.log(predicted["request_throughput_rps"] / bar) / _sigma(u)) if bar else 1.0
+                chance = max(chance, rps_chance)
             if chance >= PLAUSIBLE_CHANCE:
                 offers.setdefault(key[0], []).append(_Offer(key, gain, abs(math.log(_margin(predicted, slo)))))
         challengers = _challengers(offers, lines, set(paid), best_key, oracle.price, oracle.left_gpu_s())

@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 
 from tests.unit.advisor.grids import engine_json, frame, row, startups
-from vllm_playbooks.advisor.goodput import Slo
+from vllm_playbooks.advisor.goodput import Slo, grid_best, point_table, slo_levels
 from vllm_playbooks.advisor.oracle import RecordedOracle
 from vllm_playbooks.advisor.predict import gpu_of_hardware
-from vllm_playbooks.advisor.evaluate import advice_text
+from vllm_playbooks.advisor.evaluate import advice_text, one_grid
 from vllm_playbooks.advisor.search import (
     BASELINE_UNMEASURED,
     PLAN_MARGIN,
@@ -162,6 +162,29 @@ def test_a_budget_short_of_the_baseline_warns_that_its_choice_has_no_measured_ba
     assert more.steps[0].point.startswith("draft") and more.steps[-1].point.startswith("off")
     assert more.chosen is not None and more.chosen["point"] == "off @ c4" and not more.baseline_unmeasured
     assert "warning" not in advice_text(more, key, 1000.0)
+
+
+def test_below_its_misses_a_config_is_walked_down_by_measurement_not_ruled_out_by_the_model() -> None:
+    # the recorded #13834 grid at acceptance 0.5: the 70B AWQ baseline's TPOT p99 rises 6× over the loads, the
+    # prior's 1.5×, so the prior puts 64 clients nearest the bound, and that miss carried down by the prior's shape
+    # ruled out every lower load of speculation off; the search then settled on the draft at 1 client (0.32 req/s)
+    key, rows, ups = one_grid("discussion-13834", None, None, None, None, "concurrency", None, acceptance="0.5")
+    slo = dict(slo_levels(point_table(rows)))["tight"]
+    advice = advise(RecordedOracle(rows, ups, budget_gpu_s=10_000.0), slo, gpu_of_hardware(key["hardware"]))
+    assert advice.steps[0].point == "spec-off-v1-runner @ c64" and advice.steps[0].measured_goodput_rps == 0
+    assert advice.chosen is not None and advice.chosen["point"] == "spec-off @ c4"
+    best = grid_best(point_table(rows), slo)
+    assert best is not None and best["engine_label"] == "spec-off" and best["concurrency"] == 4
+
+
+def test_the_walk_down_stops_where_no_lower_load_could_beat_the_best_throughput() -> None:
+    awq = "llama-3.3-70b-awq"
+    rows = frame(_config("off", (22.0, 26.3, 48.4, 138.6), (0.33, 1.08, 2.48, 3.55), model=awq)
+                 + _config("slow", (60.0, 70.0, 90.0, 150.0), (0.05, 0.1, 0.2, 0.3), model=awq))  # fmt: skip
+    advice = advise(RecordedOracle(rows, startups(rows), budget_gpu_s=10_000.0), Slo(tpot_p99_ms=30.0), GPU)
+    slow = [s.point for s in advice.steps if s.point.startswith("slow")]
+    assert advice.chosen is not None and advice.chosen["point"] == "off @ c4"
+    assert len(slow) <= 1  # one miss, and nothing below it could carry more than 1.08 req/s
 
 
 def test_a_started_config_is_settled_before_a_new_one_and_a_new_one_starts_at_the_best_load() -> None:
