@@ -6,7 +6,8 @@ one kind of load) and each of its three SLOs (``goodput.slo_levels``: tight, med
 each point's recorded GPU time; the search stops by its own rule (``advisor.search``) or at the budget. Its choice is
 then scored on *all* the grid's rows (medians of every repeat): the goodput ratio is the chosen point's goodput over
 the grid best's, under the same SLO. ``vllm-playbooks advise --evaluate`` writes
-``data/checks/advisor-vs-grid.csv``.
+``data/checks/advisor-vs-grid.csv``; ``vllm-playbooks advise --sensitivity`` runs it again with each of the search's
+constants moved by ±50 % (``SENSITIVITY``) and writes ``data/checks/advisor-sensitivity.csv``.
 
 What the evaluation cannot show: the configs are config-only shapes with dummy weights and imposed acceptance, and the
 advisor is scored on the same recorded grids its oracle serves (there is no held-out hardware).
@@ -35,7 +36,7 @@ from vllm_playbooks.advisor.goodput import (
 from vllm_playbooks.advisor.oracle import RecordedOracle, point_key, recorded_prices
 from vllm_playbooks.advisor.predict import gpu_of_hardware
 from vllm_playbooks.advisor.scenarios import acceptance_scenarios, label_matches, scenario_text
-from vllm_playbooks.advisor.search import BASELINE_UNMEASURED, Advice, advise
+from vllm_playbooks.advisor.search import BASELINE_UNMEASURED, Advice, Knobs, advise
 from vllm_playbooks.analysis.compare import is_baseline
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.errors import ConfigError
@@ -59,9 +60,27 @@ BUDGET_SHARES = (0.25, 0.5, 1.0)
 TARGETS = {"median_ratio": 0.95, "min_ratio": 0.85, "median_share": 0.25, "pairs": 12}
 #: Where the evaluation is written, under the data folder.
 CHECK_FILE = Path("checks") / "advisor-vs-grid.csv"
+#: The search's constants moved by ±50 % one at a time, and its baseline-first rule dropped (an infinite margin: no
+#: budget pays for the plan), each name with the knobs it runs (``sensitivity``).
+SENSITIVITY = (
+    ("as set", Knobs()),
+    ("no baseline-first rule", Knobs(plan_margin=math.inf)),
+    ("PLAN_MARGIN × 0.5", Knobs(plan_margin=0.5 * Knobs().plan_margin)),
+    ("PLAN_MARGIN × 1.5", Knobs(plan_margin=1.5 * Knobs().plan_margin)),
+    ("PLAUSIBLE_CHANCE × 0.5", Knobs(plausible_chance=0.5 * Knobs().plausible_chance)),
+    ("PLAUSIBLE_CHANCE × 1.5", Knobs(plausible_chance=1.5 * Knobs().plausible_chance)),
+    ("DISTANCE_UNCERTAINTY × 0.5", Knobs(distance_uncertainty=0.5 * Knobs().distance_uncertainty)),
+    ("DISTANCE_UNCERTAINTY × 1.5", Knobs(distance_uncertainty=1.5 * Knobs().distance_uncertainty)),
+)
+#: Where the sensitivity table is written, under the data folder.
+SENSITIVITY_FILE = Path("checks") / "advisor-sensitivity.csv"
+SENSITIVITY_COLUMNS = (
+    "variant", "plausible_chance", "plan_margin", "distance_uncertainty", "budget_share", "pairs", "median_ratio",
+    "min_ratio", "median_share", "below_min_ratio", "pairs_below_min_ratio",
+)  # fmt: skip
 EVALUATION_COLUMNS = (
-    "budget_share", "case", "hardware", "model_shape", "acceptance", "workload", "slo_level", "slo", "slo_tpot_p99_ms", "chosen",
-    "grid_best",
+    "budget_share", "case", "hardware", "model_shape", "acceptance", "workload", "grid_configs", "slo_level", "slo",
+    "slo_tpot_p99_ms", "chosen", "grid_best",
     "chosen_goodput_rps", "grid_best_goodput_rps", "goodput_ratio", "points_paid", "runs_paid", "gpu_s_spent",
     "gpu_s_grid", "gpu_time_share", "gpu_s_floor", "floor_share", "stop_reason",
 )  # fmt: skip
@@ -122,16 +141,16 @@ def floor_gpu_s(rows: pd.DataFrame, startups: dict[str, float], best: pd.Series)
 
 
 def evaluate_grid(key: dict[str, Any], rows: pd.DataFrame, startups: dict[str, float],
-                  budget_share: float = BUDGET_SHARE) -> list[dict[str, Any]]:  # fmt: skip
+                  budget_share: float = BUDGET_SHARE, knobs: Knobs = Knobs()) -> list[dict[str, Any]]:  # fmt: skip
     """One evaluation line per SLO level of one grid, the advisor given ``budget_share`` of the grid's recorded GPU
-    time (see the module's docstring)."""
+    time and searching with ``knobs`` (see the module's docstring)."""
     points = point_table(rows)
     gpu = gpu_of_hardware(str(key["hardware"]))
     lines = []
     for level, slo in slo_levels(points):
         full = RecordedOracle(rows, startups, budget_gpu_s=1.0).full_grid_gpu_s()
         oracle = RecordedOracle(rows, startups, budget_gpu_s=budget_share * full)
-        advice = advise(oracle, slo, gpu)
+        advice = advise(oracle, slo, gpu, knobs=knobs)
         best = grid_best(points, slo)
         chosen, chosen_goodput = score(advice, points, slo)
         best_goodput = float(best["goodput_rps"]) if best is not None else 0.0
@@ -139,7 +158,8 @@ def evaluate_grid(key: dict[str, Any], rows: pd.DataFrame, startups: dict[str, f
         lines.append({
             "budget_share": budget_share, "case": key["case"], "hardware": key["hardware"],
             "model_shape": key["model_shape"], "acceptance": key["acceptance"],
-            "workload": workload_text(key), "slo_level": level, "slo": slo.label(), "slo_tpot_p99_ms": slo.tpot_p99_ms,
+            "workload": workload_text(key), "grid_configs": rows["config_id"].nunique(), "slo_level": level,
+            "slo": slo.label(), "slo_tpot_p99_ms": slo.tpot_p99_ms,
             "chosen": chosen, "grid_best": _name(best) if best is not None else "none",
             "chosen_goodput_rps": chosen_goodput, "grid_best_goodput_rps": best_goodput,
             "goodput_ratio": chosen_goodput / best_goodput if best_goodput > 0 else math.nan,
@@ -152,17 +172,51 @@ def evaluate_grid(key: dict[str, Any], rows: pd.DataFrame, startups: dict[str, f
 
 
 def evaluate(cases: list[str] | None = None, data: Path | None = None,
-             budget_shares: tuple[float, ...] = BUDGET_SHARES) -> pd.DataFrame:  # fmt: skip
+             budget_shares: tuple[float, ...] = BUDGET_SHARES, knobs: Knobs = Knobs()) -> pd.DataFrame:  # fmt: skip
     """The evaluation table over every recorded H200 grid of ``cases`` (default: every packaged case), once per
-    budget share."""
+    budget share, the search run with ``knobs``."""
     import pandas as pd
 
     records = []
     for case in cases or list_cases():
         for key, rows, startups in case_grids(case, data):
             for share in budget_shares:
-                records += evaluate_grid(key, rows, startups, share)
+                records += evaluate_grid(key, rows, startups, share, knobs)
     return pd.DataFrame(records, columns=list(EVALUATION_COLUMNS))
+
+
+def pair_name(line: Any) -> str:
+    """One (grid, SLO) pair of an evaluation table in words: case, model shape, acceptance, workload and SLO level."""
+    return (f"{line['case']} {line['model_shape']}{scenario_text(str(line['acceptance']))}, {line['workload']}, "
+            f"{line['slo_level']} SLO")  # fmt: skip
+
+
+def sensitivity(cases: list[str] | None = None, data: Path | None = None) -> pd.DataFrame:
+    """The evaluation under each of ``SENSITIVITY``'s knobs: per variant and budget share, ``summary``'s numbers,
+    how many pairs fall below the lowest goodput ratio the targets allow, and which."""
+    import pandas as pd
+
+    records = []
+    for name, knobs in SENSITIVITY:
+        table = evaluate(cases, data, knobs=knobs)
+        for share in BUDGET_SHARES:
+            result = summary(table, share)
+            part = table[(table["budget_share"] - share).abs() < 1e-9]
+            below = part[part["goodput_ratio"] < TARGETS["min_ratio"]]
+            records.append({
+                "variant": name, **vars(knobs), "budget_share": share, "pairs": int(result["pairs"]),
+                "median_ratio": result["median_ratio"], "min_ratio": result["min_ratio"],
+                "median_share": result["median_share"], "below_min_ratio": len(below),
+                "pairs_below_min_ratio": "; ".join(pair_name(line) for _, line in below.iterrows()),
+            })  # fmt: skip
+    return pd.DataFrame(records, columns=list(SENSITIVITY_COLUMNS))
+
+
+def read_sensitivity(data: Path | None = None) -> pd.DataFrame:
+    """The stored sensitivity table (``SENSITIVITY_FILE`` under the data folder)."""
+    import pandas as pd
+
+    return pd.read_csv((data or paths.data_dir()) / SENSITIVITY_FILE, keep_default_na=False)
 
 
 def summary(table: pd.DataFrame, budget_share: float = BUDGET_SHARE) -> dict[str, float]:
@@ -185,7 +239,7 @@ def read_evaluation(data: Path | None = None) -> pd.DataFrame:
     """The stored evaluation table (``CHECK_FILE`` under the data folder)."""
     import pandas as pd
 
-    return pd.read_csv((data or paths.data_dir()) / CHECK_FILE)
+    return pd.read_csv((data or paths.data_dir()) / CHECK_FILE, dtype={"acceptance": str})
 
 
 def one_grid(case: str, hardware: str | None, model_shape: str | None, input_len: int | None, output_len: int | None,
@@ -246,6 +300,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help=f"score the advisor against every recorded H200 grid and write data/{CHECK_FILE}",
     )
+    parser.add_argument(
+        "--sensitivity",
+        action="store_true",
+        help="run the evaluation with each of the search's constants moved by ±50 %% and write "
+        f"data/{SENSITIVITY_FILE}",
+    )
     parser.add_argument("--case", help="the case whose grid to search (live: a packaged case or your own case file)")
     parser.add_argument(
         "--mode",
@@ -295,8 +355,18 @@ def main(args: argparse.Namespace) -> int:
             )
         print(f"written to {out}")
         return 0
+    if args.sensitivity:
+        table = sensitivity()
+        out = paths.data_dir() / SENSITIVITY_FILE
+        out.parent.mkdir(parents=True, exist_ok=True)
+        table.round(6).to_csv(out, index=False)
+        for line in table[table["budget_share"] == BUDGET_SHARE].itertuples():
+            print(f"{line.variant}: whole-grid budget, median share {line.median_share:.1%}, lowest ratio "
+                  f"{line.min_ratio:.3f}, {line.below_min_ratio} pair(s) below {TARGETS['min_ratio']}")
+        print(f"written to {out}")
+        return 0
     if args.case is None:
-        raise ConfigError("give --case (with an SLO) or --evaluate")
+        raise ConfigError("give --case (with an SLO), --evaluate or --sensitivity")
     slo = Slo(tpot_p99_ms=args.slo_tpot_p99_ms, ttft_p99_ms=args.slo_ttft_p99_ms)
     if args.budget_gpu_min is not None and not args.budget_gpu_min > 0:
         raise ConfigError(f"--budget-gpu-min must be positive, got {args.budget_gpu_min}")

@@ -185,6 +185,7 @@ class Fit:
 
     ratios: dict[str, list[tuple[float, dict[str, float]]]]
     families: dict[str, str]
+    distance_uncertainty: float = DISTANCE_UNCERTAINTY
 
     def predict(self, config_id: str, load: float, base: dict[str, float], family: str | None = None,
                 decisive: tuple[str, ...] = RATIOS) -> tuple[dict[str, float], float]:  # fmt: skip
@@ -202,7 +203,8 @@ class Fit:
                 for m in RATIOS:
                     logs[m] += _median([_interpolated(self.ratios[c], load)[0][m]
                                         - _interpolated(self.ratios[c], nearest)[0][m] for c in shaped])  # fmt: skip
-            return {m: base[m] * math.exp(logs[m]) for m in RATIOS}, NEAR_UNCERTAINTY + DISTANCE_UNCERTAINTY * distance
+            u = NEAR_UNCERTAINTY + self.distance_uncertainty * distance
+            return {m: base[m] * math.exp(logs[m]) for m in RATIOS}, u
         baseline = [c for c in self.ratios if family not in (None, BASELINE_FAMILY)
                     and self.families.get(c) == BASELINE_FAMILY]  # fmt: skip
         if not (kin or baseline):
@@ -216,11 +218,13 @@ class Fit:
             u = max(OTHER_CONFIG_UNCERTAINTY + spread, PRIOR_UNCERTAINTY / (1 + len(kin)))
         else:
             u = PRIOR_UNCERTAINTY
-        return {m: base[m] * ratio[m] for m in RATIOS}, u + DISTANCE_UNCERTAINTY * distance
+        return {m: base[m] * ratio[m] for m in RATIOS}, u + self.distance_uncertainty * distance
 
 
-def refit(measured: list[tuple[Any, dict[str, float]]], gpu: Gpu) -> Fit:
-    """A ``Fit`` from (catalog line, measured medians of ``RATIOS``) pairs."""
+def refit(measured: list[tuple[Any, dict[str, float]]], gpu: Gpu,
+          distance_uncertainty: float = DISTANCE_UNCERTAINTY) -> Fit:  # fmt: skip
+    """A ``Fit`` from (catalog line, measured medians of ``RATIOS``) pairs, its uncertainty growing by
+    ``distance_uncertainty`` per unit of |log load| away from what was measured."""
     ratios: dict[str, list[tuple[float, dict[str, float]]]] = {}
     families: dict[str, str] = {}
     for line, values in measured:
@@ -229,7 +233,7 @@ def refit(measured: list[tuple[Any, dict[str, float]]], gpu: Gpu) -> Fit:
         config_id = str(line["config_id"] if isinstance(line, dict) else line.config_id)
         ratios.setdefault(config_id, []).append((load_of(line), ratio))
         families[config_id] = family_of(engine_of(line))
-    return Fit(ratios, families)
+    return Fit(ratios, families, distance_uncertainty)
 
 
 def fits_gpu(engine: EngineConfig, gpu: Gpu) -> str | None:

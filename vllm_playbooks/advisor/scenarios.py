@@ -70,7 +70,8 @@ def _within(shorter: Profile, longer: Profile) -> bool:
 
 
 def _first(profile: Profile) -> str:
-    return f"{float(profile[1]):g}" if profile[0] == "rates" else f"length {float(profile[1]):g}"  # type: ignore[arg-type]
+    value = float(profile[1])  # type: ignore[arg-type]
+    return f"{value:g}" if profile[0] == "rates" else f"length {value:g}"
 
 
 def _whole(profile: Profile) -> str:

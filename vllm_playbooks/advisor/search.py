@@ -53,7 +53,14 @@ from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks.advisor.goodput import Slo, given, goodput_rps, point_name
 from vllm_playbooks.advisor.oracle import Oracle, PointKey, point_key
-from vllm_playbooks.advisor.predict import BASELINE_FAMILY, RATIOS, engine_of, priced_catalog, refit
+from vllm_playbooks.advisor.predict import (
+    BASELINE_FAMILY,
+    DISTANCE_UNCERTAINTY,
+    RATIOS,
+    engine_of,
+    priced_catalog,
+    refit,
+)
 from vllm_playbooks.analysis.noise import MIN_CLEAN_REPEATS, band_pct, spread_of
 from vllm_playbooks.hardware import Gpu
 
@@ -63,20 +70,28 @@ if TYPE_CHECKING:
 
 #: A point can win while the model gives it at least this chance of beating the best by more than the noise band: one
 #: in ten. Lower, and the search pays for long shots; higher, and it quits while a point it has not measured could
-#: still win (at 0.15 it misses a point 0.4 % inside the SLO on one grid; see the advisor page).
+#: still win (what ±50 % does to the evaluation: ``vllm-playbooks advise --sensitivity``, on the advisor page).
 PLAUSIBLE_CHANCE = 0.1
 #: The baseline goes first while the budget left pays for this many times its plan: the baseline's offer and then the
 #: speculative offer of most expected gain per GPU-second, each with its start-up; the half on top pays for the winner's
-#: next point. A shorter budget is spent where the expected gain per GPU-second is highest. At 0.75 a quarter of a grid
-#: still goes to the baseline and misses the winner more often; at 2.25 even a whole small grid counts as too short for
-#: the baseline once, and the search picks the MTP config the prior ranks best over speculation off (see the advisor
-#: page).
+#: next point. A shorter budget is spent where the expected gain per GPU-second is highest. Lower, and a quarter of a
+#: grid still goes to the baseline and misses the winner more often; higher, and even a whole small grid can count as
+#: too short for the baseline, so the search picks the speculative config the prior ranks best over speculation off.
 PLAN_MARGIN = 1.5
 #: What the answer says when it chose a speculative point without speculation off measured.
 BASELINE_UNMEASURED = ("speculation off was never measured, so nothing measured stands beside this recommendation; "
                        "a budget that pays for the baseline first (a larger --budget-gpu-min) settles it")
 #: Why the search stopped.
 STOP_REASONS = ("lead beyond noise", "nothing else can win", "within noise", "budget", "no point meets the SLO")
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The search's tunable constants (the module's defaults; ``advisor.evaluate.SENSITIVITY`` moves them)."""
+
+    plausible_chance: float = PLAUSIBLE_CHANCE
+    plan_margin: float = PLAN_MARGIN
+    distance_uncertainty: float = DISTANCE_UNCERTAINTY
 
 
 @dataclass(frozen=True)
@@ -232,6 +247,7 @@ def _challengers(
     best_key: PointKey | None,
     price: Callable[[PointKey], float],
     left_gpu_s: float,
+    plan_margin: float = PLAN_MARGIN,
 ) -> list[tuple[PointKey, str]]:
     """The point each config with points that can still win (``offers``, by config id) puts forward, with why, best
     first, among those the ``left_gpu_s`` GPU-seconds afford: the baseline before speculation while the budget can pay
@@ -261,7 +277,7 @@ def _challengers(
     )
     if baseline_phase and baseline and speculative:
         plan = price(baseline[0][1]) + price(speculative[0][1])
-        if plan * PLAN_MARGIN <= left_gpu_s:
+        if plan * plan_margin <= left_gpu_s:
             ranked = [(score, point, f"the baseline first; {why}") for score, point, why in baseline]
         else:
             ranked = [(score, point, f"the budget is short of the baseline-first plan; {why}")
@@ -272,9 +288,9 @@ def _challengers(
     return [(point, why) for _, point, why in ranked]
 
 
-def advise(oracle: Oracle, slo: Slo, gpu: Gpu, max_repeats: int = MIN_CLEAN_REPEATS) -> Advice:
+def advise(oracle: Oracle, slo: Slo, gpu: Gpu, max_repeats: int = MIN_CLEAN_REPEATS, knobs: Knobs = Knobs()) -> Advice:
     """Search ``oracle``'s catalog for the point of highest goodput under ``slo``, paying only through ``oracle``
-    and within its budget (see the module's docstring)."""
+    and within its budget (see the module's docstring), with ``knobs``' constants."""
     catalog = priced_catalog(oracle.catalog(), gpu)
     lines = {point_key(line): line for line in catalog.to_dict("records")}
     pruned = {line["config_id"]: line["pruned"] for line in lines.values() if line["pruned"]}
@@ -285,7 +301,8 @@ def advise(oracle: Oracle, slo: Slo, gpu: Gpu, max_repeats: int = MIN_CLEAN_REPE
     decisive = (*(m for m, bound in bounds if bound is not None), "request_throughput_rps")
     while True:
         paid = {key: _summary(lines[key], oracle.rows(key), slo) for key in oracle.paid_keys()}
-        fit = refit([(lines[key], {m: s[m] for m in RATIOS}) for key, s in paid.items()], gpu)
+        fit = refit([(lines[key], {m: s[m] for m in RATIOS}) for key, s in paid.items()], gpu,
+                    knobs.distance_uncertainty)
         best_key = max(paid, key=lambda k: paid[k]["goodput_rps"], default=None)
         best = paid[best_key] if best_key is not None and paid[best_key]["goodput_rps"] > 0 else None
         rivals = [k for k in paid if best is not None and k[0] != best_key[0] and paid[k]["goodput_rps"] > 0]
@@ -307,11 +324,12 @@ def advise(oracle: Oracle, slo: Slo, gpu: Gpu, max_repeats: int = MIN_CLEAN_REPE
             first_scores[key] = _scores(predicted, u, slo)
             chance, gain = _outlook(predicted, u, slo, bar)
             if key in next_down:  # its latency is left to the measurement; its throughput must still beat the bar
-                rps_chance = _normal_cdf(math.log(predicted["request_throughput_rps"] / bar) / _sigma(u)) if bar else 1.0
-                chance = max(chance, rps_chance)
-            if chance >= PLAUSIBLE_CHANCE:
+                rps = predicted["request_throughput_rps"]
+                chance = max(chance, _normal_cdf(math.log(rps / bar) / _sigma(u)) if bar > 0 else 1.0)
+            if chance >= knobs.plausible_chance:
                 offers.setdefault(key[0], []).append(_Offer(key, gain, abs(math.log(_margin(predicted, slo)))))
-        challengers = _challengers(offers, lines, set(paid), best_key, oracle.price, oracle.left_gpu_s())
+        challengers = _challengers(offers, lines, set(paid), best_key, oracle.price, oracle.left_gpu_s(),
+                                   knobs.plan_margin)
         likeliest = min(margins, default=(0.0, None))[1]
         advice.chosen, advice.runner_up = best, rival
         why, key = "", None

@@ -14,11 +14,17 @@ from vllm_playbooks.advisor.evaluate import (
     BUDGET_SHARES,
     CHECK_FILE,
     EVALUATION_COLUMNS,
+    SENSITIVITY,
+    SENSITIVITY_COLUMNS,
     TARGETS,
+    evaluate,
     evaluate_grid,
     floor_gpu_s,
     live_versus_grid,
     one_grid,
+    read_evaluation,
+    read_sensitivity,
+    sensitivity,
     summary,
 )
 from vllm_playbooks.advisor.goodput import point_table
@@ -43,7 +49,7 @@ def test_each_line_scores_the_choice_on_the_whole_grid_within_its_budget() -> No
     scored = lines[lines["grid_best_goodput_rps"] > 0]
     assert (scored["goodput_ratio"] == scored["chosen_goodput_rps"] / scored["grid_best_goodput_rps"]).all()
     assert (lines["gpu_time_share"] <= 0.5 + 1e-9).all()
-    assert lines["gpu_s_grid"].iloc[0] == rows["gpu_s"].sum() + 2 * 100.0
+    assert lines["gpu_s_grid"].iloc[0] == rows["gpu_s"].sum() + 2 * 100.0 and (lines["grid_configs"] == 2).all()
 
 
 def test_the_floor_is_one_run_of_the_best_and_one_of_its_baseline_with_their_start_ups() -> None:
@@ -81,6 +87,13 @@ def test_the_stored_table_is_consistent_with_itself() -> None:
     assert ((scored["goodput_ratio"] - ratio).abs() < 1e-5).all() and (scored["goodput_ratio"] <= 1 + 1e-6).all()
     assert ((table["gpu_time_share"] - table["gpu_s_spent"] / table["gpu_s_grid"]).abs() < 1e-5).all()
     assert table.groupby("budget_share").size().min() >= TARGETS["pairs"]
+    # one acceptance per grid: the EAGLE-3 case's three imposed acceptances are three grids of each workload, each
+    # with speculation off beside its own configs
+    eagle = table[(table["case"] == "gpt-oss-eagle3") & (table["budget_share"] == 1.0)]
+    eagle = eagle.assign(acceptance=eagle["acceptance"].astype(str))
+    configs = eagle.groupby(["acceptance", "workload"])["grid_configs"].first().to_dict()
+    assert sorted({a for a, _ in configs}) == ["0.61", "0.71", "0.81"] and len(configs) == 6
+    assert all(n == (5 if a == "0.71" else 2) for (a, _), n in configs.items())
 
 
 @pytest.mark.recorded_data
@@ -119,3 +132,29 @@ def test_the_recorded_live_search_is_scored_against_its_grid_best_on_every_recor
     assert scored["chosen_runs"] > trace.end["chosen"]["runs"] == 1 and scored["chosen_goodput_rps"] == 0.0  # type: ignore[index]
     assert scored["grid_best"] == "spec-off @ c16" and scored["grid_best_runs"] >= 3
     assert scored["grid_best_goodput_rps"] > 15.0 and scored["goodput_ratio"] == 0.0
+
+
+@pytest.mark.recorded_data
+def test_the_sensitivity_table_runs_each_knob_and_its_first_variant_is_the_evaluation_as_set() -> None:
+    table = sensitivity(["llama-8b-draft-model"])
+    assert list(table.columns) == list(SENSITIVITY_COLUMNS)
+    assert list(table["variant"].unique()) == [name for name, _ in SENSITIVITY] and len(table) == 8 * 3
+    as_set = summary(evaluate(["llama-8b-draft-model"]), 1.0)
+    whole = table[(table["variant"] == "as set") & (table["budget_share"] == 1.0)].iloc[0]
+    assert whole["median_share"] == as_set["median_share"] and whole["min_ratio"] == as_set["min_ratio"]
+    dropped = table[table["variant"] == "no baseline-first rule"]
+    assert (dropped["plan_margin"] == math.inf).all()
+    listed = table["pairs_below_min_ratio"].map(lambda text: len(text.split("; ")) if text else 0)
+    assert (listed == table["below_min_ratio"]).all()
+
+
+def test_the_stored_sensitivity_table_starts_from_the_stored_evaluation() -> None:
+    stored = read_sensitivity()
+    assert list(stored.columns) == list(SENSITIVITY_COLUMNS)
+    assert list(stored["variant"].unique()) == [name for name, _ in SENSITIVITY]
+    evaluation = read_evaluation()
+    for share in BUDGET_SHARES:  # regenerate both files together: advise --evaluate, then advise --sensitivity
+        line = stored[(stored["variant"] == "as set") & (stored["budget_share"] == share)].iloc[0]
+        result = summary(evaluation, share)
+        assert line["pairs"] == result["pairs"] and abs(line["median_share"] - result["median_share"]) < 1e-5
+        assert abs(line["min_ratio"] - result["min_ratio"]) < 1e-5

@@ -4,6 +4,8 @@ KV calculator says cannot fit."""
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import pytest
 
@@ -14,6 +16,7 @@ from vllm_playbooks.advisor.predict import gpu_of_hardware
 from vllm_playbooks.advisor.evaluate import advice_text, one_grid
 from vllm_playbooks.advisor.search import (
     BASELINE_UNMEASURED,
+    Knobs,
     PLAN_MARGIN,
     PLAUSIBLE_CHANCE,
     STOP_REASONS,
@@ -147,6 +150,16 @@ def test_the_baseline_is_settled_first_so_a_draft_the_prior_overrates_cannot_hid
     assert advice.steps[0].point.startswith("off") and advice.steps[0].why.startswith("the baseline first")
     assert advice.chosen is not None and advice.chosen["point"] == "off @ c4"
     assert advice.stop_reason == "nothing else can win"  # the draft met the SLO nowhere: no measured runner-up
+
+
+def test_the_knobs_move_the_search_an_infinite_plan_margin_drops_the_baseline_first_rule() -> None:
+    rows = _draft_overrated()
+    as_set = advise(RecordedOracle(rows, startups(rows), budget_gpu_s=10_000.0), Slo(tpot_p99_ms=6.0), GPU)
+    dropped = advise(RecordedOracle(rows, startups(rows), budget_gpu_s=10_000.0), Slo(tpot_p99_ms=6.0), GPU,
+                     knobs=Knobs(plan_margin=math.inf))  # fmt: skip
+    assert as_set.steps[0].why.startswith("the baseline first")
+    assert dropped.steps[0].why.startswith("the budget is short of the baseline-first plan")
+    assert dropped.steps[0].point.startswith("draft")  # the prior overrates the draft
 
 
 def test_a_budget_short_of_the_baseline_warns_that_its_choice_has_no_measured_baseline_beside_it() -> None:
