@@ -12,9 +12,8 @@ while the model gives it at least ``PLAUSIBLE_CHANCE`` of meeting the SLO with m
 - Below its misses, a started config is walked down by measurement, not ruled out by the model: while it has met the
   SLO at none of its paid points, its next load down can win whenever its predicted throughput could beat the bar,
   whatever latency the model gives it (``_below_misses``). The model's shape over load is the least reliable thing it
-  has: on the 70B AWQ grid (#13834) speculation off's TPOT p99 rose 6.3× from 1 to 64 clients and the prior's 1.5×,
-  so one miss at 64 clients, carried down, ruled out its 4 clients, the grid's best. Each step costs one run and no
-  start-up.
+  has: on the #13834 grid at acceptance 0.72 the 2-token draft's miss at 16 clients, carried down, ruled the draft
+  family out at 8 clients, where the 3-token draft is the grid's best. Each step costs one run and no start-up.
 - Only what the budget left affords is offered; the rules below choose among those.
 - The baseline first: until a speculative config is paid for, configs without speculation are offered alone while
   one of their points can win and the budget left pays for ``PLAN_MARGIN`` times the plan (the baseline's offer, then
@@ -26,9 +25,12 @@ while the model gives it at least ``PLAUSIBLE_CHANCE`` of meeting the SLO with m
   start-up is paid.
 - Each config offers one point: a started config its point nearest the SLO's edge (predicted p99 closest to the
   bound: the loads that bracket the SLO), a new config its point at the best point's load when that one can win (the
-  same load on both sides: the comparison the model is least sure of), else its point nearest the edge. Among the
-  offers the advisor pays for the config of most expected gain per GPU-second (its start-up included) that the budget
-  affords.
+  same load on both sides: the comparison the model is least sure of), else, while the model is as unsure of all its
+  loads as the prior is (``PRIOR_UNCERTAINTY`` or more: the prior alone, another method's ratios, or its own method's
+  measured far off), the middle of its loads that can win: under a factor-2.5 uncertainty the edge it predicts is a
+  guess (on the recorded grids often the highest load), and the middle load halves the bracket in one run; else its
+  point nearest the edge. Among the offers the advisor pays for the config of most expected gain per GPU-second (its
+  start-up included) that the budget affords.
 - When no point can win, it confirms: while the best point has fewer than ``MIN_CLEAN_REPEATS`` runs and its p99
   is within the noise band of the SLO's bound (a repeat could move its median over the bound) it pays for another
   repeat of it, and when the best config's lead over the runner-up config (measured) is inside the band, a
@@ -56,6 +58,7 @@ from vllm_playbooks.advisor.oracle import Oracle, PointKey, point_key
 from vllm_playbooks.advisor.predict import (
     BASELINE_FAMILY,
     DISTANCE_UNCERTAINTY,
+    PRIOR_UNCERTAINTY,
     RATIOS,
     engine_of,
     priced_catalog,
@@ -75,8 +78,8 @@ PLAUSIBLE_CHANCE = 0.1
 #: The baseline goes first while the budget left pays for this many times its plan: the baseline's offer and then the
 #: speculative offer of most expected gain per GPU-second, each with its start-up; the half on top pays for the winner's
 #: next point. A shorter budget is spent where the expected gain per GPU-second is highest. Lower, and a quarter of a
-#: grid still goes to the baseline and misses the winner more often; higher, and even a whole small grid can count as
-#: too short for the baseline, so the search picks the speculative config the prior ranks best over speculation off.
+#: grid still goes to the baseline and misses the winner more often; higher, and more budgets count as too short for
+#: the baseline first (what ±50 % does: ``vllm-playbooks advise --sensitivity``, on the advisor page).
 PLAN_MARGIN = 1.5
 #: What the answer says when it chose a speculative point without speculation off measured.
 BASELINE_UNMEASURED = ("speculation off was never measured, so nothing measured stands beside this recommendation; "
@@ -232,12 +235,14 @@ def _margin(predicted: dict[str, float], slo: Slo) -> float:
 
 @dataclass(frozen=True)
 class _Offer:
-    """A point that can still win: its expected gain over the bar and its distance to the SLO's edge (|log| of its
-    predicted p99 over the bound)."""
+    """A point that can still win: its expected gain over the bar, its distance to the SLO's edge (|log| of its
+    predicted p99 over the bound), and whether anything measured places it (False while its prediction rests on the
+    prior alone or on another method's ratios: an uncertainty of ``PRIOR_UNCERTAINTY`` or more)."""
 
     key: PointKey
     gain: float
     edge: float
+    placed: bool = True
 
 
 def _challengers(
@@ -265,6 +270,9 @@ def _challengers(
             point, why = edge, "a started config: its point nearest the SLO's edge"
         elif at_best:
             point, why = at_best[0], "a new config, at the best point's load"
+        elif not any(o.placed for o in offer):
+            ordered = sorted(offer, key=lambda o: lines[o.key]["load"])
+            point, why = ordered[len(ordered) // 2].key, "a new config: its middle load (only the prior places it)"
         else:
             point, why = edge, "a new config: its point nearest the SLO's edge"
         if price(point) <= left_gpu_s:
@@ -327,7 +335,9 @@ def advise(oracle: Oracle, slo: Slo, gpu: Gpu, max_repeats: int = MIN_CLEAN_REPE
                 rps = predicted["request_throughput_rps"]
                 chance = max(chance, _normal_cdf(math.log(rps / bar) / _sigma(u)) if bar > 0 else 1.0)
             if chance >= knobs.plausible_chance:
-                offers.setdefault(key[0], []).append(_Offer(key, gain, abs(math.log(_margin(predicted, slo)))))
+                offers.setdefault(key[0], []).append(
+                    _Offer(key, gain, abs(math.log(_margin(predicted, slo))), placed=u < PRIOR_UNCERTAINTY)
+                )
         challengers = _challengers(offers, lines, set(paid), best_key, oracle.price, oracle.left_gpu_s(),
                                    knobs.plan_margin)
         likeliest = min(margins, default=(0.0, None))[1]
