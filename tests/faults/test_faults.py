@@ -26,14 +26,10 @@ pytestmark = pytest.mark.faults
 
 #: A measured run long enough to be interrupted mid-load.
 SLOW = {"FAULT_BENCH_S": "0.4"}
-#: The parallel runner measures the grid's 6 points on two workers at once: 1.5 s each leaves the signals seconds of
-#: grid to land in after the first row, where 0.4 s left about one, which a loaded two-core machine could use up
-#: (once in CI, the run was done, and exited 0, before the first signal of a double Ctrl-C reached it).
-SLOW_PARALLEL = {"FAULT_BENCH_S": "1.5"}
 
 
 def _interrupted_mid_grid(runner: Runner, args: list[str], **extra: str) -> None:
-    runner.start(args, **{**(SLOW_PARALLEL if args is PARALLEL else SLOW), **extra})
+    runner.start(args, **SLOW, **extra)
     wait_until(lambda: runner.recorded_anywhere() >= 1, 60, "a first point recorded")
 
 
