@@ -60,10 +60,9 @@ def _drafter(engine: EngineConfig) -> tuple[str, str]:
 
 
 def _within(shorter: Profile, longer: Profile) -> bool:
-    """Whether ``shorter`` is ``longer`` or a prefix of it (rates), or the same length (lengths)."""
+    """Whether ``shorter`` is ``longer`` or a prefix of it (rates; a length profile has one value, so only the same
+    length is within another)."""
     if shorter[0] != longer[0] or len(shorter) > len(longer):
-        return False
-    if shorter[0] == "length" and len(shorter) != len(longer):
         return False
     return all(math.isclose(float(a), float(b), abs_tol=RATE_TOLERANCE)  # type: ignore[arg-type]
                for a, b in zip(shorter[1:], longer[1:], strict=False))  # fmt: skip
