@@ -91,3 +91,12 @@ def test_a_label_is_matched_as_text_or_as_a_number_and_said_only_when_imposed() 
     assert label_matches("0.85/0.5343/0.3359", "0.85/0.5343/0.3359") and not label_matches("0.85/0.5343/0.3359", "0.85")
     assert scenario_text("0.71") == ", imposed acceptance 0.71"
     assert scenario_text(NO_IMPOSED) == "" and scenario_text(None) == ""
+
+
+def test_an_imposed_mean_acceptance_length_is_a_profile_of_its_own() -> None:
+    def draft(label: str, length: float) -> EngineConfig:
+        return _engine(label, draft="llama-3.2-1b", method="draft_model", num_speculative_tokens=4,
+                       rejection_sample_method="synthetic", synthetic_acceptance_length=length)  # fmt: skip
+
+    engines = [_engine("off"), draft("len2.5", 2.5), draft("len3", 3.0), draft("len3-again", 3.0)]
+    assert _labels(engines) == {"length 2.5": ["len2.5", "off"], "length 3": ["len3", "len3-again", "off"]}
