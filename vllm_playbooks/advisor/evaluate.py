@@ -16,7 +16,6 @@ advisor is scored on the same recorded grids its oracle serves (there is no held
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,11 +33,10 @@ from vllm_playbooks.advisor.goodput import (
     workload_text,
 )
 from vllm_playbooks.advisor.oracle import RecordedOracle, point_key, recorded_prices
-from vllm_playbooks.advisor.predict import gpu_of_hardware
+from vllm_playbooks.advisor.predict import engine_of, gpu_of_hardware
 from vllm_playbooks.advisor.scenarios import acceptance_scenarios, label_matches, scenario_text
 from vllm_playbooks.advisor.search import BASELINE_UNMEASURED, Advice, Knobs, advise
 from vllm_playbooks.analysis.compare import is_baseline
-from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.results.replay import replay_case
 from vllm_playbooks.results.stalls import unstalled
@@ -101,8 +99,8 @@ def case_grids(
         key = dict(zip(GRID_COLUMNS, values, strict=True))
         if hardware_contains not in str(key["hardware"]).lower():
             continue
-        engines = dict(zip(group["config_id"], group["engine_config_json"].map(
-            lambda text: EngineConfig.model_validate(json.loads(text))), strict=True))  # fmt: skip
+        engines = {line["config_id"]: engine_of(line)
+                   for line in group.drop_duplicates("config_id").to_dict("records")}  # fmt: skip
         for scenario in acceptance_scenarios(engines):
             rows_in = group[group["config_id"].isin(scenario.config_ids)].reset_index(drop=True)
             grids.append(({**key, "acceptance": scenario.label}, rows_in,
@@ -147,8 +145,8 @@ def evaluate_grid(key: dict[str, Any], rows: pd.DataFrame, startups: dict[str, f
     points = point_table(rows)
     gpu = gpu_of_hardware(str(key["hardware"]))
     lines = []
+    full = RecordedOracle(rows, startups, budget_gpu_s=1.0).full_grid_gpu_s()
     for level, slo in slo_levels(points):
-        full = RecordedOracle(rows, startups, budget_gpu_s=1.0).full_grid_gpu_s()
         oracle = RecordedOracle(rows, startups, budget_gpu_s=budget_share * full)
         advice = advise(oracle, slo, gpu, knobs=knobs)
         best = grid_best(points, slo)
@@ -175,13 +173,22 @@ def evaluate(cases: list[str] | None = None, data: Path | None = None,
              budget_shares: tuple[float, ...] = BUDGET_SHARES, knobs: Knobs = Knobs()) -> pd.DataFrame:  # fmt: skip
     """The evaluation table over every recorded H200 grid of ``cases`` (default: every packaged case), once per
     budget share, the search run with ``knobs``."""
+    return _evaluation(_recorded_grids(cases, data), budget_shares, knobs)
+
+
+def _recorded_grids(cases: list[str] | None, data: Path | None) -> list[tuple[dict[str, Any], pd.DataFrame,
+                                                                              dict[str, float]]]:  # fmt: skip
+    """``case_grids`` of every case of ``cases`` (default: every packaged case), in order."""
+    return [grid for case in cases or list_cases() for grid in case_grids(case, data)]
+
+
+def _evaluation(grids: list[tuple[dict[str, Any], pd.DataFrame, dict[str, float]]], budget_shares: tuple[float, ...],
+                knobs: Knobs) -> pd.DataFrame:  # fmt: skip
+    """``evaluate``'s table over ``grids`` (``case_grids``' tuples)."""
     import pandas as pd
 
-    records = []
-    for case in cases or list_cases():
-        for key, rows, startups in case_grids(case, data):
-            for share in budget_shares:
-                records += evaluate_grid(key, rows, startups, share, knobs)
+    records = [line for key, rows, startups in grids for share in budget_shares
+               for line in evaluate_grid(key, rows, startups, share, knobs)]  # fmt: skip
     return pd.DataFrame(records, columns=list(EVALUATION_COLUMNS))
 
 
@@ -196,9 +203,10 @@ def sensitivity(cases: list[str] | None = None, data: Path | None = None) -> pd.
     how many pairs fall below the lowest goodput ratio the targets allow, and which."""
     import pandas as pd
 
+    grids = _recorded_grids(cases, data)  # read and priced once: the knobs move the search only
     records = []
     for name, knobs in SENSITIVITY:
-        table = evaluate(cases, data, knobs=knobs)
+        table = _evaluation(grids, BUDGET_SHARES, knobs)
         for share in BUDGET_SHARES:
             result = summary(table, share)
             part = table[(table["budget_share"] - share).abs() < 1e-9]
