@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks import paths
 from vllm_playbooks.analysis.compare import higher_is_better, versus_baseline
-from vllm_playbooks.analysis.runs import usable_runs
 from vllm_playbooks.analysis.noise import MIN_CLEAN_REPEATS
+from vllm_playbooks.analysis.runs import usable_runs
 from vllm_playbooks.analysis.whatif import CALIBRATION_CASES, calibrates
 from vllm_playbooks.claims.verdict import DATA_VERDICTS, Verdict
 from vllm_playbooks.config.capacity import kv_budget
