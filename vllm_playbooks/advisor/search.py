@@ -20,6 +20,8 @@ while the model gives it at least ``PLAUSIBLE_CHANCE`` of meeting the SLO with m
   the best speculative offer, start-ups included). Every speculative config is judged against the baseline, and the
   prior models the speculative methods' overheads worst (it ranks a draft model too well, for one). On a shorter
   budget every config is offered, and the one of most expected gain per GPU-second goes first.
+  ``baseline_first_gpu_s`` gives the least budget for the baseline first before anything is paid (the live command
+  refuses less).
 - Started configs before new ones: while a config already started has a point that can win, only started configs
   are offered. Their points cost no start-up, and settling them raises the bar that rules out long shots before a
   start-up is paid.
@@ -58,6 +60,7 @@ from vllm_playbooks.advisor.oracle import Oracle, PointKey, point_key
 from vllm_playbooks.advisor.predict import (
     BASELINE_FAMILY,
     DISTANCE_UNCERTAINTY,
+    Fit,
     PRIOR_UNCERTAINTY,
     RATIOS,
     engine_of,
@@ -245,6 +248,59 @@ class _Offer:
     placed: bool = True
 
 
+def _started(config: str, paid: set[PointKey]) -> bool:
+    """Whether a point of ``config`` was paid for (its server was started)."""
+    return any(key[0] == config for key in paid)
+
+
+def _ranked_offers(
+    offers: dict[str, list[_Offer]],
+    lines: dict[PointKey, dict[str, Any]],
+    paid: set[PointKey],
+    best_key: PointKey | None,
+    price: Callable[[PointKey], float],
+    left_gpu_s: float,
+) -> list[tuple[float, PointKey, str]]:
+    """(expected gain per GPU-second, point, why) of the point each config with points that can still win
+    (``offers``, by config id) puts forward, best first, among those the ``left_gpu_s`` GPU-seconds afford (see the
+    module's docstring for which point a config offers)."""
+    ranked = []
+    for config, offer in offers.items():
+        edge = min(offer, key=lambda o: o.edge).key
+        at_best = [o.key for o in offer if best_key is not None and o.key[1:] == best_key[1:]]
+        if _started(config, paid):
+            point, why = edge, "a started config: its point nearest the SLO's edge"
+        elif at_best:
+            point, why = at_best[0], "a new config, at the best point's load"
+        elif not any(o.placed for o in offer):
+            ordered = sorted(offer, key=lambda o: lines[o.key]["load"])
+            point, why = ordered[len(ordered) // 2].key, "a new config: its middle load (only the prior places it)"
+        else:
+            point, why = edge, "a new config: its point nearest the SLO's edge"
+        if price(point) <= left_gpu_s:
+            ranked.append((max(o.gain for o in offer) / max(price(point), 1e-9), point, why))
+    ranked.sort(key=lambda r: r[0], reverse=True)
+    return ranked
+
+
+def _baseline_phase(lines: dict[PointKey, dict[str, Any]], paid: set[PointKey]) -> bool:
+    """Whether the grid has speculative points and none of them was paid for yet."""
+    return any(line["family"] != BASELINE_FAMILY for line in lines.values()) and not any(
+        lines[k]["family"] != BASELINE_FAMILY for k in paid
+    )
+
+
+def _baseline_plan_gpu_s(ranked: list[tuple[float, PointKey, str]], lines: dict[PointKey, dict[str, Any]],
+                         paid: set[PointKey], price: Callable[[PointKey], float]) -> float | None:  # fmt: skip
+    """The price of the baseline-first plan in the baseline phase: the first baseline offer of ``ranked``, then its
+    first speculative one, start-ups included. None outside that phase, or while one side offers nothing."""
+    if not _baseline_phase(lines, paid):
+        return None
+    baseline = [point for _, point, _ in ranked if lines[point]["family"] == BASELINE_FAMILY]
+    speculative = [point for _, point, _ in ranked if lines[point]["family"] != BASELINE_FAMILY]
+    return price(baseline[0]) + price(speculative[0]) if baseline and speculative else None
+
+
 def _challengers(
     offers: dict[str, list[_Offer]],
     lines: dict[PointKey, dict[str, Any]],
@@ -258,42 +314,71 @@ def _challengers(
     first, among those the ``left_gpu_s`` GPU-seconds afford: the baseline before speculation while the budget can pay
     for the baseline-first plan, started configs before new ones, and the most expected gain per GPU-second (see the
     module's docstring)."""
-
-    def started(config: str) -> bool:
-        return any(k[0] == config for k in paid)
-
-    ranked = []
-    for config, offer in offers.items():
-        edge = min(offer, key=lambda o: o.edge).key
-        at_best = [o.key for o in offer if best_key is not None and o.key[1:] == best_key[1:]]
-        if started(config):
-            point, why = edge, "a started config: its point nearest the SLO's edge"
-        elif at_best:
-            point, why = at_best[0], "a new config, at the best point's load"
-        elif not any(o.placed for o in offer):
-            ordered = sorted(offer, key=lambda o: lines[o.key]["load"])
-            point, why = ordered[len(ordered) // 2].key, "a new config: its middle load (only the prior places it)"
-        else:
-            point, why = edge, "a new config: its point nearest the SLO's edge"
-        if price(point) <= left_gpu_s:
-            ranked.append((max(o.gain for o in offer) / max(price(point), 1e-9), point, why))
-    ranked.sort(key=lambda r: r[0], reverse=True)
+    ranked = _ranked_offers(offers, lines, paid, best_key, price, left_gpu_s)
     baseline = [r for r in ranked if lines[r[1]]["family"] == BASELINE_FAMILY]
-    speculative = [r for r in ranked if lines[r[1]]["family"] != BASELINE_FAMILY]
-    baseline_phase = any(line["family"] != BASELINE_FAMILY for line in lines.values()) and not any(
-        lines[k]["family"] != BASELINE_FAMILY for k in paid
-    )
-    if baseline_phase and baseline and speculative:
-        plan = price(baseline[0][1]) + price(speculative[0][1])
-        if plan * plan_margin <= left_gpu_s:
-            ranked = [(score, point, f"the baseline first; {why}") for score, point, why in baseline]
-        else:
-            ranked = [(score, point, f"the budget is short of the baseline-first plan; {why}")
-                      for score, point, why in ranked]  # fmt: skip
-    elif baseline_phase and baseline:
+    plan = _baseline_plan_gpu_s(ranked, lines, paid, price)
+    if plan is not None and plan * plan_margin > left_gpu_s:
+        ranked = [(score, point, f"the budget is short of the baseline-first plan; {why}")
+                  for score, point, why in ranked]  # fmt: skip
+    elif baseline and _baseline_phase(lines, paid):
         ranked = [(score, point, f"the baseline first; {why}") for score, point, why in baseline]
-    ranked = [r for r in ranked if started(r[1][0])] or ranked
+    ranked = [r for r in ranked if _started(r[1][0], paid)] or ranked
     return [(point, why) for _, point, why in ranked]
+
+
+def _decisive(slo: Slo) -> tuple[str, ...]:
+    """The metrics whose predictions decide a point under ``slo``: the p99s it bounds, and requests/s."""
+    bounds = (("tpot_p99_ms", slo.tpot_p99_ms), ("ttft_p99_ms", slo.ttft_p99_ms))
+    return (*(m for m, bound in bounds if bound is not None), "request_throughput_rps")
+
+
+def _offers(
+    lines: dict[PointKey, dict[str, Any]],
+    paid: dict[PointKey, dict[str, Any]],
+    fit: Fit,
+    slo: Slo,
+    bar: float,
+    knobs: Knobs,
+    first_scores: dict[PointKey, tuple[float, float]],
+) -> tuple[dict[str, list[_Offer]], list[tuple[float, PointKey]]]:
+    """One round's offers, by config id: the points not paid for that can still win against ``bar`` (requests/s)
+    under ``fit``'s predictions, and (predicted margin to the SLO's bound, point) of every point neither pruned nor
+    dominated. Records each unpaid point's (expected, optimistic) goodput in ``first_scores``."""
+    margins, offers = [], {}
+    dominated = _dominated(lines, paid, slo)
+    next_down = _below_misses(lines, paid, dominated)
+    for key, line in lines.items():
+        if line["pruned"] or key in dominated:
+            continue
+        base = {m: line[f"prior_{m}"] for m in RATIOS}
+        predicted, u = fit.predict(line["config_id"], line["load"], base, line["family"], _decisive(slo))
+        margins.append((_margin(predicted, slo), key))
+        if key in paid:
+            continue
+        first_scores[key] = _scores(predicted, u, slo)
+        chance, gain = _outlook(predicted, u, slo, bar)
+        if key in next_down:  # its latency is left to the measurement; its throughput must still beat the bar
+            rps = predicted["request_throughput_rps"]
+            chance = max(chance, _normal_cdf(math.log(rps / bar) / _sigma(u)) if bar > 0 else 1.0)
+        if chance >= knobs.plausible_chance:
+            offers.setdefault(key[0], []).append(
+                _Offer(key, gain, abs(math.log(_margin(predicted, slo))), placed=u < PRIOR_UNCERTAINTY)
+            )
+    return offers, margins
+
+
+def baseline_first_gpu_s(oracle: Oracle, slo: Slo, gpu: Gpu, knobs: Knobs = Knobs()) -> float | None:
+    """The least budget with which ``advise`` starts ``oracle``'s grid with speculation off, in GPU-seconds:
+    ``knobs.plan_margin`` times the price of the plan its first round makes (speculation off's offer, then the
+    speculative offer of most expected gain per GPU-second, start-ups included), with no budget in the way. On less,
+    the search starts with the speculative point of most expected gain per GPU-second, and may end with no baseline
+    measured. None where the grid has no speculation off or no speculative config, or the prior gives one of them no
+    point that can win. Reads only ``oracle``'s catalog and prices: nothing is paid."""
+    lines = {point_key(line): line for line in priced_catalog(oracle.catalog(), gpu).to_dict("records")}
+    offers, _ = _offers(lines, {}, refit([], gpu, knobs.distance_uncertainty), slo, 0.0, knobs, {})
+    ranked = _ranked_offers(offers, lines, set(), None, oracle.price, math.inf)
+    plan = _baseline_plan_gpu_s(ranked, lines, set(), oracle.price)
+    return None if plan is None else plan * knobs.plan_margin
 
 
 def advise(oracle: Oracle, slo: Slo, gpu: Gpu, max_repeats: int = MIN_CLEAN_REPEATS, knobs: Knobs = Knobs()) -> Advice:
@@ -305,8 +390,6 @@ def advise(oracle: Oracle, slo: Slo, gpu: Gpu, max_repeats: int = MIN_CLEAN_REPE
     advice = Advice(slo=slo, chosen=None, runner_up=None, stop_reason="", budget_gpu_s=oracle.budget_gpu_s,
                     pruned=pruned)  # fmt: skip
     first_scores: dict[PointKey, tuple[float, float]] = {}
-    bounds = (("tpot_p99_ms", slo.tpot_p99_ms), ("ttft_p99_ms", slo.ttft_p99_ms))
-    decisive = (*(m for m, bound in bounds if bound is not None), "request_throughput_rps")
     while True:
         paid = {key: _summary(lines[key], oracle.rows(key), slo) for key in oracle.paid_keys()}
         fit = refit([(lines[key], {m: s[m] for m in RATIOS}) for key, s in paid.items()], gpu,
@@ -318,26 +401,7 @@ def advise(oracle: Oracle, slo: Slo, gpu: Gpu, max_repeats: int = MIN_CLEAN_REPE
         rival = paid[rival_key] if rival_key is not None else None
         band = band_pct(*(s["spread_pct"] for s in (best, rival) if s is not None))
         bar = best["goodput_rps"] * (1 + band / 100.0) if best is not None else 0.0
-        margins, offers = [], {}
-        dominated = _dominated(lines, paid, slo)
-        next_down = _below_misses(lines, paid, dominated)
-        for key, line in lines.items():
-            if line["pruned"] or key in dominated:
-                continue
-            base = {m: line[f"prior_{m}"] for m in RATIOS}
-            predicted, u = fit.predict(line["config_id"], line["load"], base, line["family"], decisive)
-            margins.append((_margin(predicted, slo), key))
-            if key in paid:
-                continue
-            first_scores[key] = _scores(predicted, u, slo)
-            chance, gain = _outlook(predicted, u, slo, bar)
-            if key in next_down:  # its latency is left to the measurement; its throughput must still beat the bar
-                rps = predicted["request_throughput_rps"]
-                chance = max(chance, _normal_cdf(math.log(rps / bar) / _sigma(u)) if bar > 0 else 1.0)
-            if chance >= knobs.plausible_chance:
-                offers.setdefault(key[0], []).append(
-                    _Offer(key, gain, abs(math.log(_margin(predicted, slo))), placed=u < PRIOR_UNCERTAINTY)
-                )
+        offers, margins = _offers(lines, paid, fit, slo, bar, knobs, first_scores)
         challengers = _challengers(offers, lines, set(paid), best_key, oracle.price, oracle.left_gpu_s(),
                                    knobs.plan_margin)
         likeliest = min(margins, default=(0.0, None))[1]

@@ -25,6 +25,7 @@ from vllm_playbooks.advisor.search import (
     _Offer,
     _outlook,
     advise,
+    baseline_first_gpu_s,
 )
 
 GPU = gpu_of_hardware("H200-SXM")
@@ -175,6 +176,26 @@ def test_a_budget_short_of_the_baseline_warns_that_its_choice_has_no_measured_ba
     assert more.steps[0].point.startswith("draft") and more.steps[-1].point.startswith("off")
     assert more.chosen is not None and more.chosen["point"] == "off @ c4" and not more.baseline_unmeasured
     assert "warning" not in advice_text(more, key, 1000.0)
+
+
+def test_the_least_budget_for_the_baseline_first_is_where_the_search_starts_with_speculation_off() -> None:
+    rows = _draft_overrated()
+    slo = Slo(tpot_p99_ms=8.0)
+    needed = baseline_first_gpu_s(RecordedOracle(rows, startups(rows), budget_gpu_s=1.0), slo, GPU)
+    assert needed is not None and 300.0 < needed < 10_000.0  # the 300 GPU-s above are short of it
+
+    def first_step(budget_gpu_s: float) -> str:
+        return advise(RecordedOracle(rows, startups(rows), budget_gpu_s=budget_gpu_s), slo, GPU).steps[0].why
+
+    assert first_step(needed).startswith("the baseline first")
+    assert first_step(needed - 1.0).startswith("the budget is short of the baseline-first plan")
+    # the plan's margin scales it; a grid without speculation off (or without speculation) has no such plan
+    assert baseline_first_gpu_s(RecordedOracle(rows, startups(rows), 1.0), slo, GPU,
+                                Knobs(plan_margin=2 * PLAN_MARGIN)) == pytest.approx(2 * needed)  # fmt: skip
+    drafts = rows[rows["engine_label"] == "draft"]
+    offs = rows[rows["engine_label"] == "off"]
+    assert baseline_first_gpu_s(RecordedOracle(drafts, startups(drafts), 1.0), slo, GPU) is None
+    assert baseline_first_gpu_s(RecordedOracle(offs, startups(offs), 1.0), slo, GPU) is None
 
 
 def test_below_its_misses_a_config_is_walked_down_by_measurement_not_ruled_out_by_the_model() -> None:
