@@ -183,7 +183,8 @@ def test_a_live_advisor_search_against_real_servers(tmp_path: Path, monkeypatch)
                              startup_gpu_s={e.config_id(): 60.0 for e in grid.engines()})  # fmt: skip
     h200 = live.gpu_of_hardware("h200")
     monkeypatch.setattr(live, "gpu_of_hardware", lambda hardware: h200)
-    search = live.advise_live(plan, grid, Slo(tpot_p99_ms=10_000.0), 240.0, prices, data=data, health_timeout_s=300)
+    # the least budget that measures speculation off first: (60 + 30) GPU-s for each side's first point, times 1.5
+    search = live.advise_live(plan, grid, Slo(tpot_p99_ms=10_000.0), 270.0, prices, data=data, health_timeout_s=300)
     trace = read_trace(search.trace)
     assert trace.finished and trace.payments and _vllm_processes() == []
     rows = replay_rows("cpu-e2e-advisor", data)
@@ -192,4 +193,4 @@ def test_a_live_advisor_search_against_real_servers(tmp_path: Path, monkeypatch)
     labels = [p["point"].split(" @ ")[0] for p in trace.payments]
     servers = [p for p in (data / "runs" / "cpu-e2e-advisor" / "logs").iterdir() if ".bench." not in p.name]
     assert len(servers) == 1 + sum(a != b for a, b in zip(labels, labels[1:], strict=False))
-    assert search.advice.spent_gpu_s <= 240.0
+    assert search.advice.spent_gpu_s <= 270.0

@@ -6,7 +6,8 @@ price (``live_prices``: ``run.budget``'s estimates from the case's recorded runs
 prints); then that vLLM and a GPU are here (``run.case``'s checks, as ``run`` makes them).
 
 Then ``advise_live`` prepares the case folder as the runner does (``run.case.open_case_folder``), takes the rows
-recorded on this machine's hardware as measured (free; ``use_recorded``), and runs the search (``advisor.search``)
+recorded on this machine's hardware as measured (free; ``use_recorded``), refuses a budget short of the one with
+which the search measures speculation off first (``require_baseline_first``), and runs the search (``advisor.search``)
 over a ``LiveOracle`` whose measuring function is ``LiveMeasure``: it starts a config's server
 (``run.engine_server.EngineServer``), keeps it while the next point is of the same config, measures one point with the
 runner's ``measure_point`` (raw folder, row, provenance and hardware key as ``vllm-playbooks run`` writes them, as the
@@ -33,7 +34,7 @@ from vllm_playbooks.advisor.goodput import Slo, given, point_name
 from vllm_playbooks.advisor.oracle import CATALOG_COLUMNS, LiveOracle, PointKey, point_key
 from vllm_playbooks.advisor.predict import gpu_of_hardware
 from vllm_playbooks.advisor.scenarios import acceptance_scenarios, label_matches
-from vllm_playbooks.advisor.search import Advice, advise
+from vllm_playbooks.advisor.search import PLAN_MARGIN, Advice, advise, baseline_first_gpu_s
 from vllm_playbooks.advisor.trace import TraceWriter, read_trace, trace_text
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.config.load import LoadPoint
@@ -345,14 +346,16 @@ def advise_live(plan: CasePlan, grid: LiveGrid, slo: Slo, budget_gpu_s: float, p
     hardware = sorted({hardware_of(engine, provenance) for engine in grid.engines()})
     gpu = gpu_of_hardware(hardware[0])
     recorded = recorded_rows(grid, provenance, data) if use_recorded else None
+    measure = LiveMeasure(plan, grid, provenance, data, bench=bench, server_factory=server_factory, python=python,
+                          health_timeout_s=health_timeout_s, gpu_sampler=gpu_sampler)  # fmt: skip
+    unpaid = LiveOracle(grid.catalog(), budget_gpu_s, measure, prices.run_estimate, prices.startup_estimate, recorded)
+    require_baseline_first(baseline_first_gpu_s(unpaid, slo, gpu), budget_gpu_s)
     started_at = utc_now()
     trace = TraceWriter.create(plan.case, started_at, data)
     trace.search(case=plan.case, grid=grid.key, hardware=hardware, slo=slo, budget_gpu_s=budget_gpu_s,
                  points=len(grid.points), grid_gpu_s=prices.grid_gpu_s(), recorded_count=use_recorded,
                  started_at=started_at)  # fmt: skip
-    with sigterm_as_interrupt(), LiveMeasure(plan, grid, provenance, data, bench=bench, server_factory=server_factory,
-                                             python=python, health_timeout_s=health_timeout_s,
-                                             gpu_sampler=gpu_sampler) as measure:  # fmt: skip
+    with sigterm_as_interrupt(), measure:
         oracle = TracedLiveOracle(grid.catalog(), budget_gpu_s, measure, prices, trace, slo, recorded)
         try:
             advice = advise(oracle, slo, gpu)
@@ -364,6 +367,20 @@ def advise_live(plan: CasePlan, grid: LiveGrid, slo: Slo, budget_gpu_s: float, p
             raise
     trace.advice(advice)
     return LiveSearch(advice=advice, trace=trace.path, report=measure.report)
+
+
+def require_baseline_first(needed_gpu_s: float | None, budget_gpu_s: float) -> None:
+    """``ConfigError`` when a live search's budget is short of ``needed_gpu_s``, the least with which it measures
+    speculation off first (``advisor.search.baseline_first_gpu_s``; None: the grid has no such plan): on less it would
+    start with a speculative config and could recommend one with nothing measured beside it."""
+    if needed_gpu_s is None or budget_gpu_s >= needed_gpu_s:
+        return
+    needed_min = math.ceil(needed_gpu_s / 6.0) / 10.0
+    raise ConfigError(f"--budget-gpu-min {budget_gpu_s / 60.0:g} is short of the {needed_min:.1f} GPU-minutes with "
+                      "which the search measures speculation off first (its first point and then a speculative one, "
+                      f"server start-ups included, at this grid's prices, times {PLAN_MARGIN:g}); on less it would "
+                      "start with a speculative config and could recommend one with no baseline measured beside it: "
+                      f"give --budget-gpu-min {needed_min:.1f} or more")  # fmt: skip
 
 
 def _end_quietly(trace: TraceWriter, reason: str) -> None:

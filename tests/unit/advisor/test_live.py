@@ -17,7 +17,7 @@ from tests.conftest import FROZEN, ROOT, FakeBench, fake_server_argv
 from vllm_playbooks import cli
 from vllm_playbooks.advisor import live
 from vllm_playbooks.advisor.goodput import Slo
-from vllm_playbooks.advisor.search import STOP_REASONS
+from vllm_playbooks.advisor.search import PLAN_MARGIN, STOP_REASONS
 from vllm_playbooks.advisor.trace import latest_trace, read_trace, trace_steps
 from vllm_playbooks.engine.leftovers import SERVERS_FILE, read_record
 from vllm_playbooks.engine.server import VllmServer
@@ -345,3 +345,29 @@ def test_the_command_prints_the_advice_the_rows_added_and_the_trace(case_file: P
     assert [line.split(":")[0] for line in out.splitlines() if line.startswith("  paid ")] == [
         f"  paid {n}" for n in range(1, len(trace.payments) + 1)]  # fmt: skip
     assert f"live: {len(trace.payments)} point(s) measured on NVIDIA H200 (1 GPU per server), vLLM 0.26.0" in out
+
+
+def test_a_budget_short_of_the_baseline_first_plan_is_refused_before_a_server_starts(
+    case_file: Path, data: Path, h200: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    servers = Servers()
+    real = live.advise_live
+    monkeypatch.setattr(live, "require_vllm", lambda: None)
+    monkeypatch.setattr(live, "require_gpu", lambda: None)
+    monkeypatch.setattr(live, "live_prices", lambda plan, grid, data=None: _prices(grid))
+    monkeypatch.setattr(live, "advise_live", lambda *a, **k: real(*a, **k, bench=LoadBench(servers),
+                                                                  server_factory=servers, gpu_sampler=None))  # fmt: skip
+    # the plan: speculation off's first point, then n-gram's, each with its start-up, times the margin: 4.5 GPU-min
+    needed_min = PLAN_MARGIN * 2 * (RUN_GPU_S + STARTUP_GPU_S) / 60.0
+    assert needed_min == 4.5
+    assert cli.main(_advise("--case", str(case_file), "--slo-tpot-p99-ms", "6", "--budget-gpu-min", "4.4")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --budget-gpu-min 4.4 is short of the 4.5 GPU-minutes with which the search measures "
+                   "speculation off first (its first point and then a speculative one, server start-ups included, at "
+                   "this grid's prices, times 1.5); on less it would start with a speculative config and could "
+                   "recommend one with no baseline measured beside it: give --budget-gpu-min 4.5 or more"]
+    assert servers.started == [] and latest_trace("live-advice", data) is None  # no server, no trace
+    # that budget is enough: the search starts with speculation off
+    assert cli.main(_advise("--case", str(case_file), "--slo-tpot-p99-ms", "6", "--budget-gpu-min", "4.5")) == 0
+    trace = latest_trace("live-advice", data)
+    assert trace is not None and trace.payments[0]["point"].startswith("spec-off")
