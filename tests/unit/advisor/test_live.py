@@ -325,9 +325,10 @@ def test_without_vllm_or_a_gpu_the_live_search_says_so_before_any_work(monkeypat
     assert started == []
 
 
-def test_the_command_prints_the_advice_the_rows_added_and_the_trace(case_file: Path, data: Path, h200: None,
-                                                                    monkeypatch: pytest.MonkeyPatch,
-                                                                    capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+@pytest.fixture
+def live_command(h200: None, monkeypatch: pytest.MonkeyPatch) -> Servers:
+    """``vllm-playbooks advise --mode live`` as if vLLM and a GPU were here: the search runs against the stand-in
+    server and bench, at the test prices; the servers it started are in the returned factory."""
     servers = Servers()
     real = live.advise_live
     monkeypatch.setattr(live, "require_vllm", lambda: None)
@@ -335,6 +336,11 @@ def test_the_command_prints_the_advice_the_rows_added_and_the_trace(case_file: P
     monkeypatch.setattr(live, "live_prices", lambda plan, grid, data=None: _prices(grid))
     monkeypatch.setattr(live, "advise_live", lambda *a, **k: real(*a, **k, bench=LoadBench(servers),
                                                                   server_factory=servers, gpu_sampler=None))  # fmt: skip
+    return servers
+
+
+def test_the_command_prints_the_advice_the_rows_added_and_the_trace(case_file: Path, data: Path, live_command: Servers,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     assert cli.main(_advise("--case", str(case_file), "--slo-tpot-p99-ms", "6", "--budget-gpu-min", "15")) == 0
     out = capsys.readouterr().out
     trace = latest_trace("live-advice", data)
@@ -348,15 +354,8 @@ def test_the_command_prints_the_advice_the_rows_added_and_the_trace(case_file: P
 
 
 def test_a_budget_short_of_the_baseline_first_plan_is_refused_before_a_server_starts(
-    case_file: Path, data: Path, h200: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    case_file: Path, data: Path, live_command: Servers, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    servers = Servers()
-    real = live.advise_live
-    monkeypatch.setattr(live, "require_vllm", lambda: None)
-    monkeypatch.setattr(live, "require_gpu", lambda: None)
-    monkeypatch.setattr(live, "live_prices", lambda plan, grid, data=None: _prices(grid))
-    monkeypatch.setattr(live, "advise_live", lambda *a, **k: real(*a, **k, bench=LoadBench(servers),
-                                                                  server_factory=servers, gpu_sampler=None))  # fmt: skip
     # the plan: speculation off's first point, then n-gram's, each with its start-up, times the margin: 4.5 GPU-min
     needed_min = PLAN_MARGIN * 2 * (RUN_GPU_S + STARTUP_GPU_S) / 60.0
     assert needed_min == 4.5
@@ -366,7 +365,7 @@ def test_a_budget_short_of_the_baseline_first_plan_is_refused_before_a_server_st
                    "speculation off first (its first point and then a speculative one, server start-ups included, at "
                    "this grid's prices, times 1.5); on less it would start with a speculative config and could "
                    "recommend one with no baseline measured beside it: give --budget-gpu-min 4.5 or more"]
-    assert servers.started == [] and latest_trace("live-advice", data) is None  # no server, no trace
+    assert live_command.started == [] and latest_trace("live-advice", data) is None  # no server, no trace
     # that budget is enough: the search starts with speculation off
     assert cli.main(_advise("--case", str(case_file), "--slo-tpot-p99-ms", "6", "--budget-gpu-min", "4.5")) == 0
     trace = latest_trace("live-advice", data)
