@@ -348,7 +348,8 @@ def advise_live(plan: CasePlan, grid: LiveGrid, slo: Slo, budget_gpu_s: float, p
     recorded = recorded_rows(grid, provenance, data) if use_recorded else None
     measure = LiveMeasure(plan, grid, provenance, data, bench=bench, server_factory=server_factory, python=python,
                           health_timeout_s=health_timeout_s, gpu_sampler=gpu_sampler)  # fmt: skip
-    unpaid = LiveOracle(grid.catalog(), budget_gpu_s, measure, prices.run_estimate, prices.startup_estimate, recorded)
+    catalog = grid.catalog()
+    unpaid = LiveOracle(catalog, budget_gpu_s, measure, prices.run_estimate, prices.startup_estimate, recorded)
     require_baseline_first(baseline_first_gpu_s(unpaid, slo, gpu), budget_gpu_s)
     started_at = utc_now()
     trace = TraceWriter.create(plan.case, started_at, data)
@@ -356,7 +357,7 @@ def advise_live(plan: CasePlan, grid: LiveGrid, slo: Slo, budget_gpu_s: float, p
                  points=len(grid.points), grid_gpu_s=prices.grid_gpu_s(), recorded_count=use_recorded,
                  started_at=started_at)  # fmt: skip
     with sigterm_as_interrupt(), measure:
-        oracle = TracedLiveOracle(grid.catalog(), budget_gpu_s, measure, prices, trace, slo, recorded)
+        oracle = TracedLiveOracle(catalog, budget_gpu_s, measure, prices, trace, slo, recorded)
         try:
             advice = advise(oracle, slo, gpu)
         except KeyboardInterrupt:

@@ -291,11 +291,9 @@ def _baseline_phase(lines: dict[PointKey, dict[str, Any]], paid: set[PointKey]) 
 
 
 def _baseline_plan_gpu_s(ranked: list[tuple[float, PointKey, str]], lines: dict[PointKey, dict[str, Any]],
-                         paid: set[PointKey], price: Callable[[PointKey], float]) -> float | None:  # fmt: skip
-    """The price of the baseline-first plan in the baseline phase: the first baseline offer of ``ranked``, then its
-    first speculative one, start-ups included. None outside that phase, or while one side offers nothing."""
-    if not _baseline_phase(lines, paid):
-        return None
+                         price: Callable[[PointKey], float]) -> float | None:  # fmt: skip
+    """The price of the baseline-first plan: the first baseline offer of ``ranked``, then its first speculative one,
+    start-ups included. None while one side offers nothing."""
     baseline = [point for _, point, _ in ranked if lines[point]["family"] == BASELINE_FAMILY]
     speculative = [point for _, point, _ in ranked if lines[point]["family"] != BASELINE_FAMILY]
     return price(baseline[0]) + price(speculative[0]) if baseline and speculative else None
@@ -315,13 +313,14 @@ def _challengers(
     for the baseline-first plan, started configs before new ones, and the most expected gain per GPU-second (see the
     module's docstring)."""
     ranked = _ranked_offers(offers, lines, paid, best_key, price, left_gpu_s)
-    baseline = [r for r in ranked if lines[r[1]]["family"] == BASELINE_FAMILY]
-    plan = _baseline_plan_gpu_s(ranked, lines, paid, price)
-    if plan is not None and plan * plan_margin > left_gpu_s:
-        ranked = [(score, point, f"the budget is short of the baseline-first plan; {why}")
-                  for score, point, why in ranked]  # fmt: skip
-    elif baseline and _baseline_phase(lines, paid):
-        ranked = [(score, point, f"the baseline first; {why}") for score, point, why in baseline]
+    if _baseline_phase(lines, paid):
+        baseline = [r for r in ranked if lines[r[1]]["family"] == BASELINE_FAMILY]
+        plan = _baseline_plan_gpu_s(ranked, lines, price)
+        if plan is not None and plan * plan_margin > left_gpu_s:
+            ranked = [(score, point, f"the budget is short of the baseline-first plan; {why}")
+                      for score, point, why in ranked]  # fmt: skip
+        elif baseline:
+            ranked = [(score, point, f"the baseline first; {why}") for score, point, why in baseline]
     ranked = [r for r in ranked if _started(r[1][0], paid)] or ranked
     return [(point, why) for _, point, why in ranked]
 
@@ -345,13 +344,14 @@ def _offers(
     under ``fit``'s predictions, and (predicted margin to the SLO's bound, point) of every point neither pruned nor
     dominated. Records each unpaid point's (expected, optimistic) goodput in ``first_scores``."""
     margins, offers = [], {}
+    decisive = _decisive(slo)
     dominated = _dominated(lines, paid, slo)
     next_down = _below_misses(lines, paid, dominated)
     for key, line in lines.items():
         if line["pruned"] or key in dominated:
             continue
         base = {m: line[f"prior_{m}"] for m in RATIOS}
-        predicted, u = fit.predict(line["config_id"], line["load"], base, line["family"], _decisive(slo))
+        predicted, u = fit.predict(line["config_id"], line["load"], base, line["family"], decisive)
         margins.append((_margin(predicted, slo), key))
         if key in paid:
             continue
@@ -377,7 +377,7 @@ def baseline_first_gpu_s(oracle: Oracle, slo: Slo, gpu: Gpu, knobs: Knobs = Knob
     lines = {point_key(line): line for line in priced_catalog(oracle.catalog(), gpu).to_dict("records")}
     offers, _ = _offers(lines, {}, refit([], gpu, knobs.distance_uncertainty), slo, 0.0, knobs, {})
     ranked = _ranked_offers(offers, lines, set(), None, oracle.price, math.inf)
-    plan = _baseline_plan_gpu_s(ranked, lines, set(), oracle.price)
+    plan = _baseline_plan_gpu_s(ranked, lines, oracle.price)  # nothing paid: the baseline phase, if any
     return None if plan is None else plan * knobs.plan_margin
 
 
