@@ -13,6 +13,7 @@ from vllm_playbooks.analysis.compare import (
     versus_baseline,
     winning_levels,
 )
+from vllm_playbooks.analysis.runs import REFERENCE_GPU
 from vllm_playbooks.cases.discussion_13834 import implied_13834
 from vllm_playbooks.config.capacity import (
     budget_table,
@@ -63,10 +64,11 @@ class Solution:
 
 
 def case_rows(case: str, gpu_name: str | None = None) -> pd.DataFrame:
-    """A case's recorded rows (replayed from the raw files), those of one GPU when ``gpu_name`` is given.
+    """A case's recorded rows (replayed from the raw files), those of one GPU.
 
-    A live run adds rows from the learner's GPU next to ours, and rows of different GPUs must not be mixed: with
-    rows from more than one GPU, ``gpu_name`` is required.
+    Rows of different GPUs must not be mixed. Without ``gpu_name`` the rows are those of the only GPU that has some,
+    or, where several have (a live run adds the learner's next to ours), the reference GPU's
+    (``analysis.runs.REFERENCE_GPU``), as on the case pages; several GPUs without the reference need ``gpu_name``.
     """
 
     rows = results_for(case, "replay")
@@ -74,9 +76,11 @@ def case_rows(case: str, gpu_name: str | None = None) -> pd.DataFrame:
         raise ConfigError(f"no recorded rows for case {case!r} in data/runs/{case}/: run it live first")
     gpus = sorted(str(g) for g in rows["gpu_name"].unique())
     if gpu_name is None:
-        if len(gpus) > 1:
+        if len(gpus) == 1:
+            return rows
+        if REFERENCE_GPU not in gpus:
             raise ConfigError(f"case {case}: rows from several GPUs {gpus}; set gpu_name to the one to answer for")
-        return rows
+        gpu_name = REFERENCE_GPU
     picked = rows[rows["gpu_name"] == gpu_name]
     if picked.empty:
         raise ConfigError(f"case {case}: no rows measured on {gpu_name!r}; recorded GPUs: {gpus}")
