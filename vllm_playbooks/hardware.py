@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from vllm_playbooks import paths
 from vllm_playbooks.errors import ConfigError, SchemaError
 
-__all__ = ["Gpu", "get_gpu", "hardware_file", "list_gpus", "load_gpus"]
+__all__ = ["Gpu", "as_gpu", "datasheet_gpu", "get_gpu", "hardware_file", "list_gpus", "load_gpus", "measured_on"]
 
 _COLUMNS = (
     "gpu", "memory_gb", "hbm_bandwidth_tb_s", "bf16_dense_tflops", "fp8_dense_tflops", "source_url", "source_title",
@@ -127,3 +127,27 @@ def get_gpu(name: str) -> Gpu:
 
 def as_gpu(gpu: Gpu | str) -> Gpu:
     return get_gpu(gpu) if isinstance(gpu, str) else gpu
+
+
+#: The datasheet row each GPU family's token in a lower-cased GPU name or hardware key stands for.
+_FAMILY_TOKENS = (("H200-SXM", "h200"), ("H100-SXM", "h100"), ("A100-80GB", "a100"), ("B200", "b200"), ("MI300X", "mi300x"))
+
+
+def datasheet_gpu(name: str) -> Gpu:
+    """The datasheet row of a GPU named as nvidia-smi names it ('NVIDIA H100 80GB HBM3'), as a hardware key names it
+    ('nvidia-h200-x1-vllm0.26.0') or as the datasheet does ('H200-SXM'): the family's one row, so an H100 PCIe reads
+    as the H100-SXM; ``ConfigError`` for a family the table lacks."""
+    lowered = name.lower()
+    for row, token in _FAMILY_TOKENS:
+        if token in lowered:
+            return get_gpu(row)
+    return get_gpu(name)
+
+
+def measured_on(gpu_name: str, gpu: Gpu | str) -> bool:
+    """Whether a recorded row's ``gpu_name`` (as nvidia-smi names it) is of the datasheet GPU ``gpu``; False for a GPU
+    the table lacks (a CPU-only run among them)."""
+    try:
+        return datasheet_gpu(gpu_name).name == as_gpu(gpu).name
+    except ConfigError:
+        return False

@@ -181,8 +181,8 @@ def test_a_live_advisor_search_against_real_servers(tmp_path: Path, monkeypatch)
     grid = live.live_grid(plan)
     prices = live.LivePrices(run_gpu_s=dict.fromkeys(grid.points, 30.0),
                              startup_gpu_s={e.config_id(): 60.0 for e in grid.engines()})  # fmt: skip
-    h200 = live.gpu_of_hardware("h200")
-    monkeypatch.setattr(live, "gpu_of_hardware", lambda hardware: h200)
+    h200 = live.datasheet_gpu("h200")
+    monkeypatch.setattr(live, "datasheet_gpu", lambda hardware: h200)
     # the least budget that measures speculation off first: (60 + 30) GPU-s for each side's first point, times 1.5
     search = live.advise_live(plan, grid, Slo(tpot_p99_ms=10_000.0), 270.0, prices, data=data, health_timeout_s=300)
     trace = read_trace(search.trace)

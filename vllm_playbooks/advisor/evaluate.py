@@ -33,11 +33,13 @@ from vllm_playbooks.advisor.goodput import (
     workload_text,
 )
 from vllm_playbooks.advisor.oracle import RecordedOracle, point_key, recorded_prices
-from vllm_playbooks.advisor.predict import engine_of, gpu_of_hardware
+from vllm_playbooks.advisor.predict import engine_of
 from vllm_playbooks.advisor.scenarios import acceptance_scenarios, label_matches, scenario_text
 from vllm_playbooks.advisor.search import BASELINE_UNMEASURED, Advice, Knobs, advise
 from vllm_playbooks.analysis.compare import is_baseline
+from vllm_playbooks.analysis.runs import REFERENCE_GPU
 from vllm_playbooks.errors import ConfigError
+from vllm_playbooks.hardware import datasheet_gpu
 from vllm_playbooks.results.replay import replay_case
 from vllm_playbooks.results.stalls import unstalled
 from vllm_playbooks.run.budget import server_time
@@ -143,7 +145,7 @@ def evaluate_grid(key: dict[str, Any], rows: pd.DataFrame, startups: dict[str, f
     """One evaluation line per SLO level of one grid, the advisor given ``budget_share`` of the grid's recorded GPU
     time and searching with ``knobs`` (see the module's docstring)."""
     points = point_table(rows)
-    gpu = gpu_of_hardware(str(key["hardware"]))
+    gpu = datasheet_gpu(str(key["hardware"]))
     lines = []
     full = RecordedOracle(rows, startups, budget_gpu_s=1.0).full_grid_gpu_s()
     for level, slo in slo_levels(points):
@@ -255,7 +257,8 @@ def one_grid(case: str, hardware: str | None, model_shape: str | None, input_len
              acceptance: str | None = None) -> tuple[dict[str, Any], pd.DataFrame, dict[str, float]]:  # fmt: skip
     """The one recorded grid of ``case`` the filters leave (``acceptance``: a scenario's label, see
     ``scenarios.label_matches``; ``ConfigError`` naming the choices when none or several do), its loads limited to
-    ``max_concurrency`` clients (closed loop) when given."""
+    ``max_concurrency`` clients (closed loop) when given. Without ``hardware``, grids that differ only in their
+    hardware leave the reference GPU's (``analysis.runs.REFERENCE_GPU``), as the case pages show it."""
     if case not in list_cases():
         raise ConfigError(f"unknown case {case!r}; cases: {', '.join(list_cases())}")
     wanted = {"hardware": hardware, "model_shape": model_shape, "input_len": input_len, "output_len": output_len,
@@ -263,6 +266,9 @@ def one_grid(case: str, hardware: str | None, model_shape: str | None, input_len
     every = case_grids(case, data, hardware_contains="")
     grids = [g for g in every if all(v is None or str(g[0][k]) == str(v) for k, v in wanted.items())
              and (acceptance is None or label_matches(g[0]["acceptance"], acceptance))]  # fmt: skip
+    if hardware is None and len(grids) > 1:
+        on_reference = [g for g in grids if set(g[1]["gpu_name"]) == {REFERENCE_GPU}]
+        grids = on_reference if len(on_reference) == 1 else grids
     if len(grids) != 1:
         choices = "; ".join(f"--hardware {g[0]['hardware']} --model-shape {g[0]['model_shape']} --input-len "
                             f"{g[0]['input_len']} --output-len {g[0]['output_len']} --load {g[0]['load_kind']} "
@@ -389,7 +395,7 @@ def main(args: argparse.Namespace) -> int:
     full = RecordedOracle(rows, startups, budget_gpu_s=1.0).full_grid_gpu_s()
     budget = args.budget_gpu_min * 60.0 if args.budget_gpu_min is not None else BUDGET_SHARE * full
     oracle = RecordedOracle(rows, startups, budget_gpu_s=budget)
-    advice = advise(oracle, slo, gpu_of_hardware(str(key["hardware"])))
+    advice = advise(oracle, slo, datasheet_gpu(str(key["hardware"])))
     print(advice_text(advice, key, full))
     return 0
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from vllm_playbooks import paths
 from vllm_playbooks.advisor.goodput import Slo, given, point_name
 from vllm_playbooks.advisor.oracle import CATALOG_COLUMNS, LiveOracle, PointKey, point_key
-from vllm_playbooks.advisor.predict import gpu_of_hardware
+from vllm_playbooks.hardware import datasheet_gpu
 from vllm_playbooks.advisor.scenarios import acceptance_scenarios, label_matches
 from vllm_playbooks.advisor.search import PLAN_MARGIN, Advice, advise, baseline_first_gpu_s
 from vllm_playbooks.advisor.trace import TraceWriter, read_trace, trace_text
@@ -344,7 +344,7 @@ def advise_live(plan: CasePlan, grid: LiveGrid, slo: Slo, budget_gpu_s: float, p
     data = data if data is not None else paths.data_dir()
     provenance = open_case_folder(plan.case, data)
     hardware = sorted({hardware_of(engine, provenance) for engine in grid.engines()})
-    gpu = gpu_of_hardware(hardware[0])
+    gpu = datasheet_gpu(hardware[0])
     recorded = recorded_rows(grid, provenance, data) if use_recorded else None
     measure = LiveMeasure(plan, grid, provenance, data, bench=bench, server_factory=server_factory, python=python,
                           health_timeout_s=health_timeout_s, gpu_sampler=gpu_sampler)  # fmt: skip

@@ -38,7 +38,7 @@ from vllm_playbooks.advisor.goodput import given
 from vllm_playbooks.config.capacity import GIB, check_fits
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.errors import CapacityError
-from vllm_playbooks.hardware import Gpu, as_gpu
+from vllm_playbooks.hardware import Gpu
 from vllm_playbooks.model.roofline import forward_cost
 from vllm_playbooks.model.speculative import expected_tokens_per_step, tokens_per_step_from_rates
 
@@ -60,16 +60,6 @@ DISTANCE_UNCERTAINTY = 0.5
 OTHER_CONFIG_UNCERTAINTY = 0.15
 #: Which metric each ratio refits.
 RATIOS = ("tpot_p99_ms", "ttft_p99_ms", "request_throughput_rps")
-
-
-def gpu_of_hardware(hardware: str) -> Gpu:
-    """The datasheet GPU of a hardware key ('nvidia-h200-x1-vllm0.26.0') or a GPU name ('H200-SXM')."""
-    lowered = hardware.lower()
-    for name, token in (("H200-SXM", "h200"), ("H100-SXM", "h100"), ("A100-80GB", "a100"), ("B200", "b200"),
-                        ("MI300X", "mi300x")):  # fmt: skip
-        if token in lowered:
-            return as_gpu(name)
-    return as_gpu(hardware)
 
 
 def engine_of(line: Any) -> EngineConfig:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks.analysis.compare import is_control, recorded_speculative
+from vllm_playbooks.hardware import Gpu, measured_on
 from vllm_playbooks.model.calibration import _get
 from vllm_playbooks.results.replay import replay_rows
 from vllm_playbooks.results.schema import RUN_COLUMNS
@@ -43,28 +44,26 @@ def calibrates(row: Any) -> bool:
     return not scheduled and not is_control(config)
 
 
-def calibration_rows() -> list[Any]:
-    """Every recorded H200 row (spec off and on) of ``CALIBRATION_CASES``, rebuilt from the raw files, that
+def calibration_rows(gpu: Gpu | str = "H200-SXM") -> list[Any]:
+    """Every recorded row (spec off and on) of ``CALIBRATION_CASES`` measured on ``gpu`` (a datasheet row; the
+    reference H200 by default: a fit is of one GPU, so rows of others stay out), rebuilt from the raw files, that
     ``calibrates`` and did not stall (``results.stalls``: the pages and the claims ledger leave stalled rows out too)."""
 
     keep = []
     for case in CALIBRATION_CASES:
         rows = replay_rows(case)
         stalled = mark_stalled(rows_to_frame(rows, RUN_COLUMNS))["stalled"].astype(bool).tolist()
-        keep += [row for row, stall in zip(rows, stalled, strict=True) if not stall and calibrates(row)]
+        keep += [row for row, stall in zip(rows, stalled, strict=True)
+                 if not stall and measured_on(row.gpu_name, gpu) and calibrates(row)]  # fmt: skip
     return keep
 
 
-def measured_overlay(gpu: str, model: str, draft_model: str | None = None, k: int = 0) -> pd.DataFrame:
-    """Recorded H200 rows of ``model`` (spec off, and with ``draft_model`` at ``k``) to draw beside a prediction;
-    empty for any other GPU, since every recorded row is from the H200."""
-    import pandas as pd
+def measured_overlay(gpu: Gpu | str, model: str, draft_model: str | None = None, k: int = 0) -> pd.DataFrame:
+    """Recorded rows of ``model`` on ``gpu`` (spec off, and with ``draft_model`` at ``k``) to draw beside a prediction;
+    empty for a GPU without such rows."""
 
-
-    if gpu != "H200-SXM":
-        return pd.DataFrame(columns=RUN_COLUMNS)
     keep = [
-        r for r in calibration_rows()
+        r for r in calibration_rows(gpu)
         if r.model_shape == model and (r.spec_method == "none" or (r.draft_model == draft_model and r.num_speculative_tokens == k))
     ]  # fmt: skip
     return rows_to_frame(keep, RUN_COLUMNS)

@@ -17,6 +17,7 @@ from vllm_playbooks.analysis.whatif import CALIBRATION_CASES, calibrates
 from vllm_playbooks.claims.verdict import DATA_VERDICTS, Verdict
 from vllm_playbooks.config.capacity import kv_budget
 from vllm_playbooks.errors import ConfigError, SchemaError
+from vllm_playbooks.hardware import measured_on
 from vllm_playbooks.model.calibration import EfficiencyFit, fit_efficiency
 from vllm_playbooks.results.engine_steps import step_summary
 from vllm_playbooks.results.raw import split_point_id
@@ -277,7 +278,7 @@ def load_evidence(data: Path | None = None) -> Evidence:
     fit = None
     calibration = [
         r for case in CALIBRATION_CASES if case in runs for r in _records(runs[case])
-        if "H200" in str(r["gpu_name"]) and calibrates(r)
+        if measured_on(str(r["gpu_name"]), "H200-SXM") and calibrates(r)
     ]  # fmt: skip
     if sum(not r["num_speculative_tokens"] for r in calibration) >= 3:
         # the roofline on the speculation-off rows, the per-draft-forward overhead on the speculation-on rows

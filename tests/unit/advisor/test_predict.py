@@ -13,21 +13,17 @@ from vllm_playbooks.advisor.predict import (
     RATIOS,
     engine_of,
     fits_gpu,
-    gpu_of_hardware,
     prior,
     refit,
 )
+from vllm_playbooks.hardware import datasheet_gpu
 
-GPU = gpu_of_hardware("nvidia-h200-x1-vllm0.26.0")
+GPU = datasheet_gpu("nvidia-h200-x1-vllm0.26.0")
 
 
 def _line(config: str, concurrency: float, engine: str | None = None, rate: float = math.nan) -> dict[str, object]:
     return {**row(config, 1 if math.isnan(concurrency) else int(concurrency), 1.0, 1.0, engine=engine),
             "concurrency": concurrency, "request_rate_qps": rate}  # fmt: skip
-
-
-def test_the_hardware_key_names_its_datasheet_gpu() -> None:
-    assert GPU.name == "H200-SXM" and gpu_of_hardware("H100-SXM").name == "H100-SXM"
 
 
 def test_the_prior_slows_each_token_and_serves_more_requests_as_the_batch_grows() -> None:

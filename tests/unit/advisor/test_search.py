@@ -12,7 +12,7 @@ import pytest
 from tests.unit.advisor.grids import engine_json, frame, row, startups
 from vllm_playbooks.advisor.goodput import Slo, grid_best, point_table, slo_levels
 from vllm_playbooks.advisor.oracle import RecordedOracle
-from vllm_playbooks.advisor.predict import gpu_of_hardware
+from vllm_playbooks.hardware import datasheet_gpu
 from vllm_playbooks.advisor.evaluate import advice_text, one_grid
 from vllm_playbooks.advisor.search import (
     BASELINE_UNMEASURED,
@@ -28,7 +28,7 @@ from vllm_playbooks.advisor.search import (
     baseline_first_gpu_s,
 )
 
-GPU = gpu_of_hardware("H200-SXM")
+GPU = datasheet_gpu("H200-SXM")
 LOADS = (1, 4, 16, 64)
 
 
@@ -205,7 +205,7 @@ def test_below_its_misses_a_config_is_walked_down_by_measurement_not_ruled_out_b
     # bound); without the walk the search settled on speculation off at 4 clients (half the goodput)
     key, rows, ups = one_grid("discussion-13834", None, None, None, None, "concurrency", None, acceptance="0.72")
     slo = dict(slo_levels(point_table(rows)))["tight"]
-    advice = advise(RecordedOracle(rows, ups, budget_gpu_s=10_000.0), slo, gpu_of_hardware(key["hardware"]))
+    advice = advise(RecordedOracle(rows, ups, budget_gpu_s=10_000.0), slo, datasheet_gpu(key["hardware"]))
     points = [s.point for s in advice.steps]
     first_miss = points.index("draft3b-k2-a0.72 @ c16")
     assert advice.steps[first_miss].measured_goodput_rps == 0 and points[first_miss + 1] == "draft3b-k2-a0.72 @ c8"

@@ -27,8 +27,10 @@ PUBLISHED = ROOT / "data" / "reference" / "published.csv"
 
 
 def _runs_csv(case: str) -> pd.DataFrame:
-    """The recorded table read as plain CSV (not through the replay machinery the solutions use)."""
-    return pd.read_csv(data_dir() / "runs" / case / "runs.csv")
+    """The reference GPU's rows of the recorded table, read as plain CSV (not through the replay machinery the
+    solutions use, which answer for that GPU too)."""
+    rows = pd.read_csv(data_dir() / "runs" / case / "runs.csv")
+    return rows[rows.gpu_name == REFERENCE_GPU]
 
 
 def _stop_paying_by_hand(metric: str, higher_is_better: bool) -> tuple[int | str, list[int]]:

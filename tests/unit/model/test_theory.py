@@ -13,7 +13,7 @@ from vllm_playbooks.analysis.compare import is_control
 from vllm_playbooks.cases import discussion_13834, gpt_oss_eagle3
 from vllm_playbooks.config.sizes import weight_bytes
 from vllm_playbooks.errors import ConfigError
-from vllm_playbooks.hardware import get_gpu, list_gpus, load_gpus
+from vllm_playbooks.hardware import datasheet_gpu, get_gpu, list_gpus, load_gpus, measured_on
 from vllm_playbooks.model import calibration as fits
 from vllm_playbooks.model import roofline, speculative
 from vllm_playbooks.results.replay import replay_rows
@@ -107,6 +107,21 @@ def test_hardware_table_rows_have_https_sources() -> None:
         assert gpu.hbm_bandwidth_tb_s > 0 and gpu.bf16_dense_tflops > 0
     assert get_gpu("A100-80GB").fp8_dense_tflops is None  # Ampere: no FP8 tensor cores
     assert get_gpu("H200-SXM").ridge_point_bf16 == pytest.approx(989.4 / 4.8)
+
+
+@pytest.mark.parametrize(
+    ("name", "row"),
+    [("nvidia-h200-x1-vllm0.26.0", "H200-SXM"), ("NVIDIA H100 80GB HBM3", "H100-SXM"), ("NVIDIA H200", "H200-SXM"),
+     ("H100-SXM", "H100-SXM"), ("NVIDIA A100-SXM4-80GB", "A100-80GB"), ("AMD Instinct MI300X", "MI300X")],
+)  # fmt: skip
+def test_a_recorded_gpu_name_or_hardware_key_reads_as_its_datasheet_row(name: str, row: str) -> None:
+    assert datasheet_gpu(name).name == row
+
+
+def test_rows_are_measured_on_their_own_gpu_only() -> None:
+    assert measured_on("NVIDIA H200", "H200-SXM") and measured_on("NVIDIA H100 80GB HBM3", get_gpu("H100-SXM"))
+    assert not measured_on("NVIDIA H100 80GB HBM3", "H200-SXM") and not measured_on("NVIDIA H200", "H100-SXM")
+    assert not measured_on("cpu", "H200-SXM") and not measured_on("Tesla V100-SXM2-32GB", "H200-SXM")
 
 
 def test_unknown_gpu_refused() -> None:
