@@ -186,6 +186,9 @@ def test_whatif_curve_on_the_h200_reproduces_the_fit_and_overlays_measured_rows(
     assert off_c1 == pytest.approx(row.tpot_mean_ms, rel=0.15)
     assert (curve.output_tok_s == curve.concurrency * 1000 / curve.tpot_mean_ms).all()
     assert whatif.measured_overlay("A100-80GB", "llama-3.1-8b").empty
+    h100 = whatif.measured_overlay("H100-SXM", "llama-3.1-8b", "llama-3.2-1b", 4)
+    assert len(h100) == _recorded_row_count(lambda row: _overlaid(row, "H100")) > 0
+    assert set(h100.gpu_name) == {"NVIDIA H100 80GB HBM3"}
 
 
 @pytest.mark.parametrize(("alpha", "k"), [(0.8, 4), (0.72, 5), (0.5, 1)])
@@ -462,11 +465,12 @@ def test_zero_draft_overhead_reproduces_the_old_predictions(calibration: tuple[l
     assert discussion_13834.predict_13834_a100(with_term)["output_tok_s_on"] < discussion_13834.predict_13834_a100(fit)["output_tok_s_on"]
 
 
-def _overlaid(row: dict[str, str]) -> bool:
-    """A runs.csv row of the 8B shape on the H200, speculation off or with the 1B draft at k = 4."""
+def _overlaid(row: dict[str, str], gpu: str = "H200") -> bool:
+    """A runs.csv row of the 8B shape on the GPU whose name holds ``gpu``, speculation off or with the 1B draft at
+    k = 4."""
     drafted = row["draft_model"] == "llama-3.2-1b" and row["num_speculative_tokens"] == "4"
-    on_h200 = "H200" in row["gpu_name"] and row["model_shape"] == "llama-3.1-8b"
-    return on_h200 and (row["spec_method"] == "none" or drafted)
+    on_gpu = gpu in row["gpu_name"] and row["model_shape"] == "llama-3.1-8b"
+    return on_gpu and (row["spec_method"] == "none" or drafted)
 
 
 def _recorded_row_count(keep: Callable[[dict[str, str]], bool] = lambda row: True) -> int:
