@@ -207,6 +207,26 @@ def calibration_holdout(
 
 
 
+def other_gpu_check(fit: EfficiencyFit, rows: Iterable[Any], gpu: Gpu | str) -> pd.DataFrame:
+    """``fit`` (of another GPU) predicting the recorded points of ``gpu``: every point of ``rows`` (rows measured on
+    ``gpu``, repeats as medians) with ``fit``'s parameters carried over unchanged (``parameters`` 'carried'), then
+    with the GPU's own calibrated on up to three of its points without speculation, spread over the concurrencies
+    (``calibrate_on_gpu``), predicting the points it was not calibrated on (``parameters`` 'calibrated'). One line
+    per predicted point, in ``leave_one_case_out``'s columns (``held_out``: the GPU's name)."""
+    import pandas as pd
+
+    device = as_gpu(gpu)
+    points = median_points(rows)
+    chosen = _spread(points, min(3, sum(not _is_speculative(p) for p in points)))
+    if not chosen:
+        raise ValueError(f"no point without speculation to calibrate {device.name} on")
+    calibrated = calibrate_on_gpu(fit, chosen, device)
+    records = [{**_record(p, fit, device, device.name), "parameters": "carried"} for p in points]
+    records += [{**_record(p, calibrated, device, device.name), "parameters": "calibrated"}
+                for p in points if p not in chosen]  # fmt: skip
+    return pd.DataFrame(records)
+
+
 #: Each parameter of ``parameter_table`` in words (its ``name`` column).
 PARAMETER_WORDS = {
     "bandwidth_efficiency": "HBM bandwidth efficiency, 16-bit weights",
@@ -231,6 +251,10 @@ POINT_COLUMNS = {"held_out": "case held out", "model_shape": "model", "draft_mod
                  "tpot_ms_high": "interval high (ms)", "inside": "inside the interval"}  # fmt: skip
 CALIBRATION_COLUMNS = {"points": "points predicted", "median_abs_tpot_error": "median |TPOT error| (%)",
                        "max_abs_tpot_error": "worst |TPOT error| (%)", "coverage": "inside the interval (%)"}  # fmt: skip
+#: The columns a page shows of ``other_gpu_check``, with their headers in words.
+OTHER_GPU_COLUMNS = {"parameters": "parameters", "case": "case", "model_shape": "model", "draft_model": "draft",
+                     "k": "k", "concurrency": "concurrency", "tpot_ms_measured": "measured TPOT (ms)",
+                     "tpot_ms_predicted": "predicted TPOT (ms)", "tpot_rel_error": "error (%)"}  # fmt: skip
 SUMMARY_SHARES = ("median_abs_tpot_error", "max_abs_tpot_error", "coverage")
 
 

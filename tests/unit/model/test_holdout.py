@@ -112,6 +112,22 @@ def test_calibrating_on_another_gpu_refits_its_scale_and_fixed_time() -> None:
     assert (check[check.case != "b"].tpot_rel_error.abs() < 0.05).all()
 
 
+def test_another_gpus_points_are_predicted_carried_then_calibrated_on_its_points_without_speculation() -> None:
+    slower = fits.EfficiencyFit(**{**TRUTH.__dict__, "gpu": "A100-80GB", "bandwidth_efficiency": 0.56,
+                                   "quantized_bandwidth_efficiency": 0.28, "compute_efficiency": 0.6,
+                                   "overhead_s": 3e-3})  # fmt: skip
+    a100 = _rows(slower, "x", "llama-3.1-8b", "A100-80GB")  # four points without speculation, c = 1, 4, 16, 64
+    check = holdout.other_gpu_check(TRUTH, a100 + a100[:1], "A100-80GB")  # a repeat counts once
+    carried, calibrated = check[check.parameters == "carried"], check[check.parameters == "calibrated"]
+    assert list(carried.concurrency) == [1, 4, 16, 64] and set(check.held_out) == {"A100-80GB"}
+    # carried, the H200's efficiencies on the A100 are too high: every TPOT comes out short
+    assert (carried.tpot_rel_error < -0.05).all()
+    # calibrated on three points spread over the loads (1, 16, 64), the one left out is predicted closely
+    assert list(calibrated.concurrency) == [4] and abs(calibrated.tpot_rel_error.item()) < 0.03
+    with pytest.raises(ValueError, match="no point without speculation"):
+        holdout.other_gpu_check(TRUTH, [{**a100[0], "num_speculative_tokens": 2, "imposed_alpha": 0.8}], "A100-80GB")
+
+
 def test_issue_43_inputs_are_refused_with_clear_errors() -> None:
     with pytest.raises(CapacityError, match="weights"):  # bf16 70B on one 80 GB GPU
         fits.whatif_curve(TRUTH, "A100-80GB", "llama-3.3-70b", [1, 8], 1024, 128)
