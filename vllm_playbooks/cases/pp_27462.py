@@ -12,6 +12,7 @@ from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, check
 from vllm_playbooks.claims.verdict import Verdict
 from vllm_playbooks.config.load import MIN_DURATION_S, MIN_REQUESTS_PER_CONCURRENCY
 from vllm_playbooks.errors import ConfigError
+from vllm_playbooks.hardware import Gpu, measured_on
 from vllm_playbooks.model.calibration import EfficiencyFit
 from vllm_playbooks.model.pipeline import layout, microbatch_size, predicted_throughput, with_layout
 from vllm_playbooks.results import raw
@@ -94,10 +95,11 @@ DEFAULT_STARTUP_S = 120.0
 SWEEP_CONCURRENCY = (32, 64, 128, 256, 512, 1024)
 
 
-def recorded_startup_s(data: Any = None) -> dict[str, float]:
+def recorded_startup_s(data: Any = None, gpu: Gpu | str = "H200-SXM") -> dict[str, float]:
     """Median seconds from launching a server to its first health check, per model shape, over every recorded point
-    of every case (``point.json``'s ``server_startup_s``, once per server lifetime); what ``planned_grid`` should
-    assume in place of ``STARTUP_S`` for the shapes it covers."""
+    on ``gpu`` (the reference H200's by default, the GPU the grid is planned for) of every case (``point.json``'s
+    ``server_startup_s``, once per server lifetime); what ``planned_grid`` should assume in place of ``STARTUP_S``
+    for the shapes it covers."""
     import json
     import statistics
 
@@ -108,7 +110,7 @@ def recorded_startup_s(data: Any = None) -> dict[str, float]:
         for point_dir in raw.finished_points(case_dir):
             point = json.loads((point_dir / raw.POINT_FILE).read_text(encoding="utf-8"))
             seconds = point.get("server_startup_s")
-            if seconds:
+            if seconds and measured_on(point_dir.parent.parent.name, gpu):  # raw/<hardware>/<config>/<load>
                 seen.setdefault(point["model_shape"], {})[(point["config_id"], float(seconds))] = None
     return {model: statistics.median(s for _, s in lifetimes) for model, lifetimes in sorted(seen.items())}
 

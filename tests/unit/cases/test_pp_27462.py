@@ -345,7 +345,7 @@ def test_recorded_start_ups_are_medians_over_server_lifetimes(tmp_path: Path) ->
     lifetimes: dict[str, set[tuple[str, float]]] = {}  # per shape, each server (config, start-up) once
     for path in (data_dir() / "runs").glob(f"*/raw/*/*/*/{raw.POINT_FILE}"):
         point = json.loads(path.read_text(encoding="utf-8"))
-        if point.get("server_startup_s"):
+        if point.get("server_startup_s") and path.parent.parent.parent.name.startswith("nvidia-h200-"):
             server = (point["config_id"], float(point["server_startup_s"]))
             lifetimes.setdefault(point["model_shape"], set()).add(server)
     # a shape never started (the bf16 70B so far) has no entry: the plan assumes STARTUP_S for it
@@ -353,14 +353,18 @@ def test_recorded_start_ups_are_medians_over_server_lifetimes(tmp_path: Path) ->
     for shape, seconds in lifetimes.items():
         assert measured[shape] == statistics.median(s for _, s in seconds), shape
     case = tmp_path / "runs" / "c"
-    for config, load, seconds in [("a", "x", 100.0), ("a", "y", 100.0), ("b", "x", 40.0), ("c", "x", 70.0)]:
-        point = case / "raw" / "gpu-x1-vllm0" / config / load
+    for hardware, config, load, seconds in [("nvidia-h200-x1-vllm0", "a", "x", 100.0), ("nvidia-h200-x1-vllm0", "a", "y", 100.0),
+                                            ("nvidia-h200-x1-vllm0", "b", "x", 40.0), ("nvidia-h200-x1-vllm0", "c", "x", 70.0),
+                                            ("nvidia-h100-80gb-hbm3-x1-vllm0", "d", "x", 500.0)]:  # fmt: skip
+        point = case / "raw" / hardware / config / load
         point.mkdir(parents=True)
         for name in raw.REQUIRED_FILES:
             (point / name).write_text("{}")
         (point / raw.POINT_FILE).write_text(json.dumps({"model_shape": "m", "config_id": config,
                                                          "server_startup_s": seconds}))  # fmt: skip
-    assert pp_27462.recorded_startup_s(tmp_path) == {"m": 70.0}  # a's one lifetime counts once: median(100, 40, 70)
+    # a's one lifetime counts once: median(100, 40, 70); the H100's server counts for the H100 only
+    assert pp_27462.recorded_startup_s(tmp_path) == {"m": 70.0}
+    assert pp_27462.recorded_startup_s(tmp_path, "H100-SXM") == {"m": 500.0}
 
 
 @pytest.mark.recorded_data
