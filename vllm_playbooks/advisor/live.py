@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 from vllm_playbooks import paths
 from vllm_playbooks.advisor.goodput import Slo, given, point_name
 from vllm_playbooks.advisor.oracle import CATALOG_COLUMNS, LiveOracle, PointKey, point_key
-from vllm_playbooks.hardware import datasheet_gpu
 from vllm_playbooks.advisor.scenarios import acceptance_scenarios, label_matches
 from vllm_playbooks.advisor.search import PLAN_MARGIN, Advice, advise, baseline_first_gpu_s
 from vllm_playbooks.advisor.trace import TraceWriter, read_trace, trace_text
@@ -42,6 +41,7 @@ from vllm_playbooks.config.spec_detection import SpeculativeConfigWarning
 from vllm_playbooks.engine.gpu_sampler import nvml_sampler
 from vllm_playbooks.engine.server import VllmServer
 from vllm_playbooks.errors import ConfigError, PlaybookError, StorageError
+from vllm_playbooks.hardware import datasheet_gpu
 from vllm_playbooks.load.bench import BenchClient
 from vllm_playbooks.results import raw, store
 from vllm_playbooks.results.identity import engine_gpus

@@ -206,7 +206,6 @@ def calibration_holdout(
     return pd.concat(tables, ignore_index=True)
 
 
-
 def other_gpu_check(fit: EfficiencyFit, rows: Iterable[Any], gpu: Gpu | str) -> pd.DataFrame:
     """``fit`` (of another GPU) predicting the recorded points of ``gpu``: every point of ``rows`` (rows measured on
     ``gpu``, repeats as medians) with ``fit``'s parameters carried over unchanged (``parameters`` 'carried'), then
