@@ -5,14 +5,14 @@ from __future__ import annotations
 import csv
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks import paths
 from vllm_playbooks.analysis.compare import higher_is_better, versus_baseline
 from vllm_playbooks.analysis.noise import MIN_CLEAN_REPEATS
-from vllm_playbooks.analysis.runs import usable_runs
+from vllm_playbooks.analysis.runs import REFERENCE_GPU, usable_runs
 from vllm_playbooks.analysis.whatif import CALIBRATION_CASES, calibrates
 from vllm_playbooks.claims.verdict import DATA_VERDICTS, Verdict
 from vllm_playbooks.config.capacity import kv_budget
@@ -116,6 +116,21 @@ class Evidence:
         # a recorded point id ends in <load slug>-r<repeat>
         loads = rows["point_id"].astype(str).map(lambda pid: split_point_id(pid.rsplit("/", 1)[-1])[0])
         return rows[[key in points for key in zip(rows["engine_label"].astype(str), loads, strict=True)]]
+
+    def deciding_gpus(self, claim: Claim) -> list[str]:
+        """The GPUs whose recorded rows hold points ``claim``'s verdict rests on (``deciding_rows``), the reference GPU
+        (``analysis.runs.REFERENCE_GPU``) first, the others in name order; empty for a claim that names no deciding
+        points, whose check weighs every GPU's rows at once."""
+        if claim.claim_id not in self.deciding:
+            return []
+        gpus = sorted(set(self.deciding_rows(claim)["gpu_name"].astype(str)))
+        return sorted(gpus, key=lambda gpu: gpu != REFERENCE_GPU)
+
+    def on_gpu(self, gpu: str) -> Evidence:
+        """This evidence with every case's rows narrowed to those measured on ``gpu`` (the published numbers, the
+        start-ups and the roofline fit unchanged): what a claim is judged on for one GPU."""
+        narrowed = {case: frame[frame["gpu_name"].astype(str) == gpu] for case, frame in self.runs.items()}
+        return replace(self, runs=narrowed)
 
     def all_rows(self) -> pd.DataFrame:
         """Every recorded row of every case, in one frame."""
@@ -322,8 +337,8 @@ LEDGER_COLUMNS = [
     "model_says", "model_verdict", "hardware", "points", "min_clean_repeats", "spread_pct", "band_pct",
     "deciding_part",
 ]  # fmt: skip
-#: The machine-readable export (``vllm-playbooks ledger --format csv``): one row per claim, the same numbers the
-#: ledger page shows; ``verdict`` says where a data verdict rests on fewer than ``MIN_CLEAN_REPEATS`` runs of a point,
+#: The machine-readable export (``vllm-playbooks ledger --format csv``): one row per claim and GPU it is judged on
+#: (``build_ledger``), the same numbers the ledger page shows; ``verdict`` says where a data verdict rests on fewer than ``MIN_CLEAN_REPEATS`` runs of a point,
 #: ``deciding_part`` names the part of the claim's case that measures the points its verdict rests on (blank: none).
 EXPORT_COLUMNS = [
     "claim_id", "verdict", "re_measured", "hardware", "points", "min_clean_repeats", "spread_pct", "band_pct",
@@ -371,10 +386,11 @@ def noise_of(pairs: pd.DataFrame | None) -> dict[str, Any]:
 
 
 def ledger_export(ledger: pd.DataFrame) -> pd.DataFrame:
-    """The ledger in ``EXPORT_COLUMNS``: one row per claim, as ``vllm-playbooks ledger --format csv`` prints it. The
-    verdict is a word of the book's vocabulary (``Verdict``), followed by "(not re-measured)" where a data verdict
-    rests on fewer than ``MIN_CLEAN_REPEATS`` clean runs of a point (``ledger_verdict``); ``re_measured`` says the same
-    as a boolean (blank for the verdicts that compare no recorded points)."""
+    """The ledger in ``EXPORT_COLUMNS``: one row per line of the ledger (a claim, on a GPU where it is judged per GPU),
+    as ``vllm-playbooks ledger --format csv`` prints it. The verdict is a word of the book's vocabulary (``Verdict``),
+    followed by "(not re-measured)" where a data verdict rests on fewer than ``MIN_CLEAN_REPEATS`` clean runs of a
+    point (``ledger_verdict``); ``re_measured`` says the same as a boolean (blank for the verdicts that compare no
+    recorded points)."""
     import pandas as pd
 
     out = ledger.rename(columns={"claim": "claim_id"}).astype({"points": int, "min_clean_repeats": "Int64"})
@@ -395,15 +411,27 @@ def source_kind(flags: Iterable[bool]) -> str:
     return "primary and secondary"
 
 
+def judged_per_gpu(claim: Claim, evidence: Evidence) -> list[tuple[str, CheckResult]]:
+    """``claim``'s check, once per GPU of ``Evidence.deciding_gpus`` on that GPU's rows alone, the reference GPU
+    first: no GPU's rows move another's verdict. A claim without deciding points (a rule of thumb weighed on every
+    recorded row), or with none of them recorded yet, is checked once on all the evidence, under the GPU ``""``."""
+    check = get_check(claim.check)
+    gpus = evidence.deciding_gpus(claim)
+    if not gpus:
+        return [("", check(claim, evidence))]
+    return [(gpu, check(claim, evidence.on_gpu(gpu))) for gpu in gpus]
+
+
 def build_ledger(evidence: Evidence | None = None, claims: list[Claim] | None = None) -> pd.DataFrame:
-    """One line per claim, its check run on ``evidence`` (default: ``load_evidence()``), in ``LEDGER_COLUMNS``."""
+    """One line per claim and GPU it is judged on (``judged_per_gpu``: the reference GPU's line first, one line for a
+    claim judged on every GPU's rows at once), its check run on ``evidence`` (default: ``load_evidence()``), in
+    ``LEDGER_COLUMNS``. ``hardware`` names the GPU a line was judged on, else the GPUs of the points it compares."""
     import pandas as pd
 
     ev = evidence if evidence is not None else load_evidence()
     items = claims if claims is not None else load_claims(published=ev.published)
     records = []
-    for claim in items:
-        result = get_check(claim.check)(claim, ev)
+    for claim, (gpu, result) in ((c, judged) for c in items for judged in judged_per_gpu(c, ev)):
         sources = ev.sources(claim)
         records.append({
             "claim": claim.claim_id, "case": claim.case, "text": claim.text, "sources": " ".join(claim.sources),
@@ -411,18 +439,24 @@ def build_ledger(evidence: Evidence | None = None, claims: list[Claim] | None = 
             "source_kind": source_kind(sources["secondary_only"]), "published": result.published,
             "measured": result.measured, "rows": result.rows, "verdict": str(result.verdict),
             "model_says": result.model_says, "model_verdict": str(result.model_verdict) if result.model_verdict else "",
-            **noise_of(result.pairs),
+            **noise_of(result.pairs), **({"hardware": gpu} if gpu else {}),
             "deciding_part": (deciding_part(claim.case, claim.claim_id) or "") if claim.claim_id in ev.deciding else "",
         })  # fmt: skip
     return pd.DataFrame(records, columns=LEDGER_COLUMNS)
 
 
+def headline_lines(ledger: pd.DataFrame) -> pd.DataFrame:
+    """One line per claim of ``build_ledger``'s ledger: its first, the reference GPU's where a claim is judged per
+    GPU (what the book's key findings and the re-measure commands state)."""
+    return ledger.drop_duplicates("claim", keep="first")
+
+
 def result_for(claim_id: str, evidence: Evidence | None = None) -> CheckResult:
     """The check of one claim of ``claims.csv`` run on ``evidence`` (default: ``load_evidence()``), for a case page
-    that states the same verdict as the ledger: its case module (which registers the check) is imported there."""
+    that states the same verdict as the ledger's first line of that claim (``judged_per_gpu``): its case module (which
+    registers the check) is imported there."""
     ev = evidence if evidence is not None else load_evidence()
-    claim = claim_of(claim_id, ev)
-    return get_check(claim.check)(claim, ev)
+    return judged_per_gpu(claim_of(claim_id, ev), ev)[0][1]
 
 
 def claim_of(claim_id: str, evidence: Evidence) -> Claim:
@@ -463,18 +497,21 @@ def remeasure_command(case: str, part: str) -> str:
 
 
 def ledger_markdown(ledger: pd.DataFrame) -> str:
-    """The ledger as MyST Markdown: a summary table, then each claim's published numbers, our rows, the noise its
-    verdict rests on and the model in a collapsed section of its own. A verdict is shown with ``ledger_verdict``."""
+    """The ledger as MyST Markdown: a summary table, then each line's published numbers, our rows, the noise its
+    verdict rests on and the model in a collapsed section of its own. A verdict is shown with ``ledger_verdict``; the
+    lines of a claim judged on more than one GPU each name their GPU."""
     import pandas as pd
 
-    shown = dict(zip(ledger["claim"], ledger_verdicts(ledger), strict=True))
+    shown = ledger_verdicts(ledger)
+    per_gpu = ledger["claim"].duplicated(keep=False)  # a claim judged on more than one GPU: each line names its GPU
+    on_gpu = [f" on {r.hardware}" if several else "" for r, several in zip(ledger.itertuples(), per_gpu, strict=True)]
     lines = ["| claim | source | verdict | model's verdict |", "|---|---|---|---|"]
-    for r in ledger.itertuples():
+    for r, verdict, gpu in zip(ledger.itertuples(), shown, on_gpu, strict=True):
         links = ", ".join(f"[{_link_label(u)}]({u})" for u in r.source_urls.split())
         marker = " **[secondary]**" if r.source_kind == "secondary only" else ""
-        lines.append(f"| **{r.claim}**: {_cell(r.text)} | {links}{marker} | **{shown[r.claim]}** | "
+        lines.append(f"| **{r.claim}**: {_cell(r.text)} | {links}{marker} | **{verdict}**{gpu} | "
                      f"{_cell(r.model_verdict)} |")
-    for r in ledger.itertuples():  # the numbers behind each verdict, one collapsed section per claim
+    for r, verdict, gpu in zip(ledger.itertuples(), shown, on_gpu, strict=True):  # one collapsed section per line
         noise = None
         if r.points and not pd.isna(r.min_clean_repeats):
             spread = ("no spread yet (single runs)" if r.spread_pct == 0 and r.min_clean_repeats < 2
@@ -482,7 +519,7 @@ def ledger_markdown(ledger: pd.DataFrame) -> str:
             noise = (f"- *Noise:* {int(r.points)} compared point{'s' if r.points != 1 else ''} on {r.hardware}; the "
                      f"fewest clean runs of a point: {int(r.min_clean_repeats)}; {spread}; band {r.band_pct:.1f} %")
         lines += [
-            "", f":::{{dropdown}} {r.claim}: {shown[r.claim]}",
+            "", f":::{{dropdown}} {r.claim}{gpu}: {verdict}",
             f"{_cell(r.text)} ({r.case}; sources: {r.source_kind})", "",
             f"- *Published:* {_cell(r.published)}",
             f"- *Our rows:* {_cell(r.measured)} → **{r.verdict}**",

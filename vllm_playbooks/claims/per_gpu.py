@@ -32,10 +32,10 @@ def results_by_gpu(claim_id: str, rows: pd.DataFrame, evidence: Evidence | None 
     shown = set(rows["point_id"].astype(str)) if not rows.empty else set()
     results = {}
     for gpu in gpus_in(rows):
-        runs = {case: frame[frame["gpu_name"].astype(str) == gpu] for case, frame in ev.runs.items()}
-        own = ev.rows(claim.case)
-        runs[claim.case] = own[own["point_id"].astype(str).isin(shown) & (own["gpu_name"].astype(str) == gpu)]
-        results[gpu] = check(claim, replace(ev, runs=runs))
+        narrowed = ev.on_gpu(gpu)
+        own = narrowed.rows(claim.case)
+        results[gpu] = check(claim, replace(narrowed, runs={**narrowed.runs,
+                                                            claim.case: own[own["point_id"].astype(str).isin(shown)]}))
     return results
 
 

@@ -108,7 +108,7 @@ def test_the_case_page_verdict_is_the_ledgers_and_reads_its_point() -> None:
     register_checks()
     evidence = claims_ledger.load_evidence()  # what the page and the ledger page each read
     result = claims_ledger.result_for("discussion-13834-slower", evidence)
-    table = claims_ledger.build_ledger(evidence).set_index("claim")
+    table = claims_ledger.headline_lines(claims_ledger.build_ledger(evidence)).set_index("claim")
     assert str(result.verdict) == table.loc["discussion-13834-slower", "verdict"]
     published = load_reference("discussion-13834")
     implied = discussion_13834.implied_13834(published)

@@ -87,7 +87,8 @@ def _evidence(published: pd.DataFrame, case: str, rows: list[dict[str, Any]], **
 
 @pytest.mark.recorded_data
 def test_the_ledger_covers_every_claim_in_the_file(claims: dict[str, claims_ledger.Claim], ledger: pd.DataFrame) -> None:
-    assert ledger.claim.tolist() == list(claims)
+    assert ledger.claim.drop_duplicates().tolist() == list(claims)  # in the file's order, a claim's lines together
+    assert claims_ledger.headline_lines(ledger).claim.tolist() == list(claims)
     assert set(ledger.verdict) <= {str(v) for v in V}
     assert set(ledger.model_verdict) <= {"", *(str(v) for v in claims_verdict.DATA_VERDICTS)}
     assert (ledger.published.str.len() > 0).all()
@@ -108,7 +109,7 @@ def test_every_case_and_the_rules_have_a_claim(claims: dict[str, claims_ledger.C
 
 @pytest.mark.recorded_data
 def test_source_urls_and_kinds_come_from_published(ledger: pd.DataFrame) -> None:
-    line = ledger.set_index("claim")
+    line = claims_ledger.headline_lines(ledger).set_index("claim")
     assert line.loc["discussion-13834-slower", "source_kind"] == "secondary only"
     assert line.loc["deepseek-v3-mtp-speedup", "source_kind"] == "primary"
     assert line.loc["rule-acceptance-bands", "source_kind"] == "primary and secondary"
@@ -618,6 +619,18 @@ def test_the_export_states_the_noise_each_verdict_rests_on(ledger: pd.DataFrame)
 
 
 @pytest.mark.recorded_data
+@pytest.mark.recorded_data
+def test_a_quick_check_on_another_gpu_is_a_line_of_its_own(ledger: pd.DataFrame) -> None:
+    """The discussion-13834 quick check ran three times per point on an H100: its line says so, beside the H200's."""
+    export = claims_ledger.ledger_export(ledger)
+    lines = export[export["claim_id"] == "discussion-13834-slower"]
+    assert lines["hardware"].iloc[0] == "NVIDIA H200"  # the reference GPU's line first
+    h100 = lines.set_index("hardware").loc["NVIDIA H100 80GB HBM3"]
+    assert h100["re_measured"] and h100["min_clean_repeats"] >= 3 and h100["band_pct"] >= h100["spread_pct"]
+    assert not h100["verdict"].endswith("(not re-measured)")
+    assert export.groupby("claim_id")["hardware"].nunique().max() == lines["hardware"].nunique()  # no GPU twice
+
+
 def test_the_ledger_and_its_export_speak_the_one_verdict_vocabulary(ledger: pd.DataFrame) -> None:
     words = {str(v) for v in claims_verdict.Verdict}
     exported = claims_ledger.ledger_export(ledger)["verdict"].str.replace(r" \((not re-measured|repeats not counted)\)$",

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 import vllm_playbooks.cases.discussion_13834  # noqa: F401 (registers the claim's check)
+from vllm_playbooks.cases import register_checks
 from vllm_playbooks.claims import ledger, per_gpu
 from vllm_playbooks.claims.verdict import Verdict
 
@@ -22,13 +23,15 @@ def evidence() -> ledger.Evidence:
 
 @pytest.fixture(scope="module")
 def with_a_faster_other_gpu(evidence: ledger.Evidence) -> ledger.Evidence:
-    """The recorded 13834 rows once more as another GPU's, where every speculative point ran twice as fast: on that
-    GPU speculation gains, so its verdict must differ from the reference's."""
-    own = evidence.rows("discussion-13834")
+    """The reference GPU's recorded 13834 rows, and the same rows once more as another GPU's, where every speculative
+    point ran twice as fast: on that GPU speculation gains, so its verdict must differ from the reference's. Rows of
+    any other recorded GPU are left out (every case's), so the test holds as GPUs are added."""
+    reference = evidence.on_gpu("NVIDIA H200")
+    own = reference.rows("discussion-13834")
     other = own.assign(gpu_name=OTHER, point_id="other/" + own["point_id"].astype(str))
     speculative = other["num_speculative_tokens"].astype(float) > 0
     other.loc[speculative, "output_tok_s"] = other.loc[speculative, "output_tok_s"] * 2
-    return replace(evidence, runs={**evidence.runs, "discussion-13834": pd.concat([own, other], ignore_index=True)})
+    return replace(reference, runs={**reference.runs, "discussion-13834": pd.concat([own, other], ignore_index=True)})
 
 
 @pytest.mark.recorded_data
@@ -37,9 +40,11 @@ def test_each_gpu_is_judged_on_its_own_rows(with_a_faster_other_gpu: ledger.Evid
     rows = with_a_faster_other_gpu.rows("discussion-13834")
     results = per_gpu.results_by_gpu(CLAIM, rows, with_a_faster_other_gpu)
     assert set(results) == {"NVIDIA H200", OTHER}
-    reference = ledger.result_for(CLAIM, evidence)
+    reference = ledger.result_for(CLAIM, evidence.on_gpu("NVIDIA H200"))
     assert results["NVIDIA H200"].measured == reference.measured
     assert results["NVIDIA H200"].verdict is reference.verdict
+    # the ledger's verdict on both GPUs' rows is the reference's, though the other GPU's name sorts first
+    assert ledger.result_for(CLAIM, with_a_faster_other_gpu).measured == reference.measured
     assert results[OTHER].verdict is Verdict.NOT_REPRODUCED  # twice as fast with speculation: not slower
     table = per_gpu.verdict_table({CLAIM: results})
     assert table["gpu"].tolist() == [OTHER, "NVIDIA H200"] and table["rows"].min() >= 1  # in name order
@@ -82,3 +87,27 @@ def test_a_page_takes_its_numbers_from_the_headline_gpu(with_a_faster_other_gpu:
     assert per_gpu.gpus_in(rows) == [OTHER, "NVIDIA H200"] and per_gpu.gpus_in(rows.iloc[0:0]) == [""]
     assert per_gpu.page_gpu(rows, "replay") == "NVIDIA H200"
     assert per_gpu.page_gpu(rows, "live", here=OTHER) == OTHER
+
+
+@pytest.mark.recorded_data
+def test_the_ledger_judges_a_claim_on_each_gpu_the_reference_first(with_a_faster_other_gpu: ledger.Evidence) -> None:
+    claim = ledger.claim_of(CLAIM, with_a_faster_other_gpu)
+    assert with_a_faster_other_gpu.deciding_gpus(claim) == ["NVIDIA H200", OTHER]
+    lines = ledger.build_ledger(with_a_faster_other_gpu, [claim])
+    assert lines["claim"].tolist() == [CLAIM, CLAIM] and lines["hardware"].tolist() == ["NVIDIA H200", OTHER]
+    by_gpu = per_gpu.results_by_gpu(CLAIM, with_a_faster_other_gpu.rows("discussion-13834"), with_a_faster_other_gpu)
+    assert lines["verdict"].tolist() == [str(by_gpu["NVIDIA H200"].verdict), str(by_gpu[OTHER].verdict)]
+    assert lines["verdict"].iloc[1] == "not reproduced" != lines["verdict"].iloc[0]
+    assert ledger.headline_lines(lines)["hardware"].tolist() == ["NVIDIA H200"]
+    text = ledger.ledger_markdown(lines)
+    assert f":::{{dropdown}} {CLAIM} on {OTHER}: not reproduced" in text
+    assert text.count("** on NVIDIA H200 |") == 1 and text.count(f"** on {OTHER} |") == 1
+    alone = ledger.ledger_markdown(ledger.headline_lines(lines))  # a claim on one GPU names none
+    assert "** on NVIDIA H200 |" not in alone and f":::{{dropdown}} {CLAIM}: " in alone
+
+
+def test_a_claim_judged_on_every_row_at_once_is_one_line(evidence: ledger.Evidence) -> None:
+    register_checks()
+    claim = ledger.claim_of("rule-acceptance-bands", evidence)
+    assert evidence.deciding_gpus(claim) == []
+    assert [gpu for gpu, _ in ledger.judged_per_gpu(claim, evidence)] == [""]
