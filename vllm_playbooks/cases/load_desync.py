@@ -8,7 +8,7 @@ called against the band of ``analysis.noise``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks.analysis.compare import is_baseline, versus_baseline
 from vllm_playbooks.analysis.noise import Effect, band_pct, effect_of_speedup, spread_of
@@ -100,6 +100,34 @@ def gain_shift(gains: pd.DataFrame) -> pd.DataFrame:
                         "gain_varied_pct": v["change_pct"], "shift_pts": shift, "band_pct": band,
                         "beyond_noise": abs(shift) > band})  # fmt: skip
     return pd.DataFrame(records)
+
+
+def at_top_load(rows: pd.DataFrame, metrics: tuple[str, ...] = METRICS) -> dict[str, Any] | None:
+    """What the page's opening states of one GPU's ``rows`` (clean runs), at the highest concurrency where speculation
+    off and the draft both ran with both length modes: ``concurrency``; per metric of ``metrics``, speculation off's
+    change with varied lengths (``<metric>_change_pct``) and where it lies against its band (``<metric>_moved``, as
+    ``shape_effect``); per length mode (``fixed``, ``varied``), the draft's change of output throughput against
+    speculation off (``gain_<mode>_pct``) and its effect (``effect_<mode>``, as ``gain_by_shape``). None where no
+    concurrency has all four."""
+    if rows.empty:
+        return None
+    gains = gain_by_shape(rows)
+    complete = gains.groupby("concurrency")["lengths"].nunique()
+    if not (complete == 2).any():
+        return None
+    top = int(complete[complete == 2].index.max())
+    off = baseline_label(rows)
+    summary: dict[str, Any] = {"concurrency": top}
+    for metric in metrics:
+        table = shape_effect(rows, metric)
+        line = table[(table["engine_label"] == off) & (table["concurrency"] == top)].iloc[0]
+        summary[f"{metric}_change_pct"], summary[f"{metric}_moved"] = float(line["change_pct"]), str(line["moved"])
+    at_top = gains[gains["concurrency"] == top]
+    fixed = at_top["lengths"] == "fixed"
+    for mode, lines in (("fixed", at_top[fixed]), ("varied", at_top[~fixed])):
+        line = lines.iloc[0]
+        summary[f"gain_{mode}_pct"], summary[f"effect_{mode}"] = float(line["change_pct"]), str(line["effect"])
+    return summary
 
 
 def runs_left(plan: CasePlan, rows: pd.DataFrame) -> pd.DataFrame:

@@ -65,6 +65,23 @@ def test_the_gain_under_each_shape_and_how_far_the_shape_moves_it() -> None:
     assert bool(load_desync.gain_shift(load_desync.gain_by_shape(steady)).iloc[0]["beyond_noise"])
 
 
+def test_the_opening_reads_the_top_load_of_one_gpus_rows() -> None:
+    rows = pd.concat([ROWS, _rows({("spec-off", 64, 0.0): [4000.0] * 3, ("spec-off", 64, 0.5): [4400.0] * 3,
+                                   ("draft", 64, 0.0): [3000.0] * 3, ("draft", 64, 0.5): [3900.0] * 3})])  # fmt: skip
+    summary = load_desync.at_top_load(rows, metrics=("output_tok_s", "tpot_p50_ms"))
+    assert summary["concurrency"] == 64  # the highest load, not the first
+    assert summary["output_tok_s_change_pct"] == pytest.approx(10.0) and summary["output_tok_s_moved"] == "higher"
+    assert summary["tpot_p50_ms_moved"] == "lower"
+    assert summary["gain_fixed_pct"] == pytest.approx(-25.0) and summary["effect_fixed"] == "loss"
+    assert summary["gain_varied_pct"] == pytest.approx(100 * (3900 / 4400 - 1)) and summary["effect_varied"] == "loss"
+    # a top load without the draft's varied lengths is not the page's top load; without any complete load, nothing
+    dropped = (rows["concurrency"] == 64) & (rows["engine_label"] == "draft") & (rows["random_range_ratio"] > 0)
+    partial = rows[~dropped]
+    assert load_desync.at_top_load(partial, metrics=("output_tok_s",))["concurrency"] == 16
+    assert load_desync.at_top_load(partial[partial["random_range_ratio"] == 0]) is None
+    assert load_desync.at_top_load(rows.iloc[0:0]) is None
+
+
 def test_the_points_left_are_those_with_fewer_runs_than_planned() -> None:
     plan = load_plan("load-desync", engines=["spec-off"], concurrency=[16])
     assert load_desync.runs_left(plan, ROWS).empty  # both length modes of spec-off at 16 have three runs
