@@ -72,9 +72,26 @@ def test_the_stored_calibration_and_check_are_what_the_logs_give_now(startups, s
     pd.testing.assert_frame_equal(kv_check(startups, calibration), stored, check_dtype=False)
 
 
-def test_dense_configs_are_within_2_percent(stored: pd.DataFrame) -> None:
-    dense = stored[stored["family"].str.startswith(("LlamaForCausalLM", "MiMoForCausalLM"))]
+def test_dense_configs_are_within_2_percent_on_the_h200(startups, stored) -> None:  # type: ignore[no-untyped-def]
+    """On the H200's pools (139.8 GiB); a smaller GPU's pool makes the same GiB a larger share (the next test)."""
+    memory = {(s.case, s.start.log): s.start.total_memory_gib for s in startups}
+    on_h200 = pd.Series([memory.get((r.case, r.log), 0.0) > 100 for r in stored.itertuples()], stored.index)
+    dense = stored[stored["family"].str.startswith(("LlamaForCausalLM", "MiMoForCausalLM")) & on_h200]
     assert len(dense) and dense["error_pct"].abs().max() <= 2.0
+
+
+def test_a_dense_configs_error_is_the_same_gib_on_every_gpu(startups, stored) -> None:  # type: ignore[no-untyped-def]
+    """The 70B-AWQ servers logged the same overheads on an H100 as on an H200, and our estimate misses their KV cache
+    by the same number of tokens on both (what our weights miss, ``tests.unit.config.test_capacity``): an offset of
+    the model, not of the GPU, which the H100's smaller pool turns into a larger share."""
+    memory = {(s.case, s.start.log): s.start.total_memory_gib for s in startups}
+    spec_off = stored[stored["config"].str.startswith("spec-off-f13eb06360")]
+    gpus = spec_off.assign(memory=[memory[(r.case, r.log)] for r in spec_off.itertuples()])
+    missed = (gpus["predicted_kv_tokens"] - gpus["logged_kv_tokens"]).groupby(gpus["memory"] > 100).agg(["min", "max"])
+    assert set(missed.index) == {True, False}  # both GPUs' start-ups are recorded
+    assert missed.values.max() - missed.values.min() <= 32  # two 16-token blocks of rounding
+    shares = gpus.groupby(gpus["memory"] > 100)["error_pct"].max()
+    assert shares[False] > 2 * shares[True]
 
 
 def test_the_moe_starts_of_issue_43_are_no_longer_overstated_by_10_to_51_percent(stored: pd.DataFrame) -> None:

@@ -282,11 +282,16 @@ def test_calculator_check_table_covers_every_log() -> None:
     assert large.kv_tokens_error_pct.abs().max() < large.kv_tokens_error_uncalibrated_pct.abs().max()
     assert (moe[moe.model == "deepseek-v3-v2lite-scale"].kv_tokens_error_pct.abs() < 10).all()
     assert ((table.weights_gib_ours / table.weights_gib_vllm - 1).abs() < 0.05).all()  # per GPU under TP and PP too
-    # with vLLM's logged overheads in place of ours, our weights and KV bytes per token give every start-up's KV
-    # tokens within 2.5 %
+    # with vLLM's logged overheads in place of ours, what is left of each start-up's KV error is our weights' error
+    # (in GiB, on any GPU: the same GiB are a larger share of a smaller pool), within 0.2 GiB of rounding and
+    # pipeline stages; those weights lie within 1 GiB of what vLLM loaded
     assert (large.cudagraph_gib_vllm > 1).all()
     logged = table.dropna(subset=["kv_tokens_error_with_vllm_overheads_pct"])
-    assert len(logged) == len(table) and logged.kv_tokens_error_with_vllm_overheads_pct.abs().max() < 2.5
+    assert len(logged) == len(table)
+    kv_error_gib = (logged.kv_tokens_vllm * logged.kv_tokens_error_with_vllm_overheads_pct / 100
+                    * logged.kv_bytes_per_token_ours / GIB)  # fmt: skip
+    weights_error_gib = logged.weights_gib_ours - logged.weights_gib_vllm
+    assert (kv_error_gib + weights_error_gib).abs().max() < 0.2 and weights_error_gib.abs().max() < 1.0
     note = overheads_note(table)
     assert note.startswith("**Where the MoE budgets go.** `deepseek-v3-reduced`: KV tokens off by ")
     for model, rows in moe.groupby("model"):  # each MoE shape's logged activation peaks beside ours, lowest to highest
