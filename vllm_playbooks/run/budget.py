@@ -134,10 +134,11 @@ def gpu_time_note(servers: pd.DataFrame, gpu: str = "GPU") -> str:
 def point_walls(measured: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
     """Each recorded row's wall time (``wall_s``) with its engine label and load: from the later of its server's ready
     time (the latest ``servers`` row of the same engine label launched before the row's end) and the end of the row
-    before it on that server, to the row's own end (``measured_at``). Rows without a ready server are left out."""
+    before it on that server, to the row's own end (``measured_at``); ``log`` names that server and ``gpu_name`` the
+    row's GPU (blank where the rows name none). Rows without a ready server are left out."""
     import pandas as pd
 
-    columns = ["engine_label", "model_shape", *LOAD, "measured_at", "wall_s"]
+    columns = ["engine_label", "model_shape", *LOAD, "measured_at", "wall_s", "log", "gpu_name"]
     ready = servers[servers["startup_s"].notna()].assign(
         ready_at=lambda t: pd.to_datetime(t["launched_at"], utc=True) + pd.to_timedelta(t["startup_s"], unit="s"))
     records = []
@@ -152,8 +153,8 @@ def point_walls(measured: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
             since = max(server["ready_at"], previous.get(server["log"], server["ready_at"]))
             previous[server["log"]] = row.end
             records.append({"engine_label": label, "model_shape": row.model_shape, **{c: getattr(row, c) for c in LOAD},
-                            "measured_at": row.end,
-                            "wall_s": (row.end - since).total_seconds()})  # fmt: skip
+                            "measured_at": row.end, "wall_s": (row.end - since).total_seconds(),
+                            "log": server["log"], "gpu_name": str(getattr(row, "gpu_name", ""))})  # fmt: skip
     return pd.DataFrame(records, columns=columns)
 
 
@@ -245,6 +246,20 @@ def fresh_time(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame) ->
     return pd.DataFrame(records, columns=columns)
 
 
+def fresh_time_per_gpu(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """``fresh_time`` once per GPU of ``measured``, in name order, from that GPU's rows and the servers they ran on (a
+    server is the GPU's whose rows it measured: ``point_walls``; one that measured nothing is left out); only the GPUs
+    whose recorded runs time every point of ``plan``."""
+    walls = point_walls(measured, servers)
+    tables = {}
+    for gpu, rows in measured.groupby("gpu_name", sort=True):
+        logs = set(walls.loc[walls["gpu_name"] == str(gpu), "log"])
+        table = fresh_time(plan, rows, servers[servers["log"].isin(logs)])
+        if not table["total_s"].isna().any():
+            tables[str(gpu)] = table
+    return tables
+
+
 def describe_fresh_time(table: pd.DataFrame) -> str:
     """One line on a ``fresh_time`` table: points, servers and the estimated wall minutes and GPU-minutes, or which
     configs have no estimate."""
@@ -262,9 +277,10 @@ def quick_check_time(case: str, data: Path | None = None) -> str:
 
 
 def part_time(case: str, part: str, data: Path | None = None) -> str:
-    """How long one part of a case takes on a machine without compile caches (``fresh_time``), and on what the
-    recorded runs it is estimated from were measured: 'about 14 minutes (14 GPU-minutes, start-ups included) on
-    NVIDIA H200 (1 GPU per server), vLLM 0.26.0'."""
+    """How long one part of a case takes on a machine without compile caches (``fresh_time``), per GPU whose recorded
+    runs time all of it (``fresh_time_per_gpu``), each named as its rows name it: 'about 14 minutes (14 GPU-minutes,
+    start-ups included) on NVIDIA H200 (1 GPU per server), vLLM 0.26.0'; clauses joined by '; '. Where no one GPU's
+    runs time every point, one estimate from the runs of every GPU, naming them all."""
     import warnings
 
     try:
@@ -272,13 +288,17 @@ def part_time(case: str, part: str, data: Path | None = None) -> str:
     except ConfigError as error:
         return f"no estimate ({error})"
     measured = load_runs(plan.case, data)
+    servers = server_time(case, data)
     with warnings.catch_warnings():  # a start-up's advisories say nothing about its time
         warnings.simplefilter("ignore", SpeculativeConfigWarning)
-        table = fresh_time(plan, measured, server_time(case, data))
-    if table["total_s"].isna().any():
+        tables = fresh_time_per_gpu(plan, measured, servers)
+        sources = {gpu: measured[measured["gpu_name"] == gpu] for gpu in tables}
+        if not tables:
+            tables, sources = {"": fresh_time(plan, measured, servers)}, {"": measured}
+    if tables.get("") is not None and tables[""]["total_s"].isna().any():
         return "no estimate yet (a shape or load of it was never measured)"
-    return (f"about {table['total_s'].sum() / 60:.0f} minutes ({table['gpu_minutes'].sum():.0f} GPU-minutes, "
-            f"start-ups included) on {hardware_in_words(measured)}")
+    return "; ".join(f"about {table['total_s'].sum() / 60:.0f} minutes ({table['gpu_minutes'].sum():.0f} GPU-minutes, "
+                     f"start-ups included) on {hardware_in_words(sources[gpu])}" for gpu, table in tables.items())
 
 
 def remaining_time(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame, margin: float = 1.25,
@@ -452,9 +472,14 @@ def plan_main(args: argparse.Namespace) -> int:
     if note:
         print(f"{args.part}: {note}")
     if args.fresh:
-        table = fresh_time(plan, measured, servers)
+        per_gpu = fresh_time_per_gpu(plan, measured, servers)
+        own = args.hardware in per_gpu  # a GPU whose own runs time the whole plan: its estimate alone
+        table = per_gpu[args.hardware] if own else fresh_time(plan, measured, servers)
+        source = measured[measured["gpu_name"] == args.hardware] if own else measured
         print(table.to_string(index=False, float_format="{:.0f}".format))
-        print(f"{describe_fresh_time(table)}; from the runs recorded on {hardware_in_words(measured)}")
+        print(f"{describe_fresh_time(table)}; from the runs recorded on {hardware_in_words(source)}")
+        for gpu, gpu_table in per_gpu.items() if not own and len(per_gpu) > 1 else ():
+            print(f"from {gpu}'s runs alone: {describe_fresh_time(gpu_table)}")
         return 0
     gpu = args.hardware or gpu_here()
     if gpu is None:

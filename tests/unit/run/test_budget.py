@@ -246,6 +246,23 @@ def test_a_fresh_machine_pays_the_longest_start_up_once_per_shape_and_every_repe
         "3 points on 1 server: ≈ 9 min wall, 9 GPU-minutes, start-ups included")
 
 
+def test_each_gpu_gets_its_own_fresh_estimate_from_its_own_servers() -> None:
+    servers = _servers(("a1", "a", 0, 100), ("a2", "a", 2000, 40))
+    rows = pd.concat([
+        _rows(("a", 1, 160), ("a", 4, 200), ("a", 16, 500)).assign(gpu_name="X"),  # on a1, ready at 100: 60, 40, 300
+        _rows(("a", 1, 2070), ("a", 4, 2080), ("a", 16, 2140)).assign(gpu_name="Y"),  # on a2, ready at 2040: 30, 10, 60
+    ], ignore_index=True)  # fmt: skip
+    plan = plan_from_dict({**_spec(), "engines": [{"label": "a"}], "repeats": 1})
+    tables = budget.fresh_time_per_gpu(plan, rows, servers)
+    assert list(tables) == ["X", "Y"]
+    assert tables["X"][["startup_s", "points_s"]].values.tolist() == [[100.0, 400.0]]
+    assert tables["Y"][["startup_s", "points_s"]].values.tolist() == [[40.0, 100.0]]
+    assert budget.fresh_time(plan, rows, servers)["total_s"].tolist() == [500.0]  # pooled: every GPU's longest
+    # a GPU whose runs miss a load of the plan gets no estimate of its own
+    partial = rows[~((rows["gpu_name"] == "Y") & (rows["concurrency"] == 16))]
+    assert list(budget.fresh_time_per_gpu(plan, partial, servers)) == ["X"]
+
+
 def _spec() -> dict:  # type: ignore[type-arg]
     return {"case": "t", "engine_defaults": {"model": "llama-3.1-8b", "max_model_len": 2048},
             "engines": [{"label": "a"}, {"label": "b"}, {"label": "c"}, {"label": "big", "model": "llama-3.3-70b"}],
@@ -275,6 +292,21 @@ def test_any_part_is_timed_like_the_quick_check() -> None:
 
 @pytest.mark.recorded_data
 def test_the_quick_check_time_names_the_hardware_it_is_estimated_from() -> None:
+    """One estimate per GPU whose runs time the whole check (the H100's and the H200's), each naming its GPU."""
     text = budget.quick_check_time("llama-8b-draft-model")
-    pattern = r"about \d+ minutes \(\d+ GPU-minutes, start-ups included\) on .+ \(1 GPU per server\), vLLM .+"
-    assert re.fullmatch(pattern, text), text
+    pattern = r"about \d+ minutes \(\d+ GPU-minutes, start-ups included\) on [^;]+ \(1 GPU per server\), vLLM [^;]+"
+    clauses = text.split("; ")
+    assert all(re.fullmatch(pattern, clause) for clause in clauses), text
+    assert [clause.split(" on ")[1].split(" (")[0] for clause in clauses] == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
+
+
+@pytest.mark.recorded_data
+def test_plan_fresh_estimates_from_the_named_gpus_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["plan", "--case", "load-desync", "--part", "quick", "--fresh"]) == 0
+    pooled = capsys.readouterr().out
+    assert "from NVIDIA H200's runs alone: 12 points on 2 servers" in pooled
+    assert "from NVIDIA H100 80GB HBM3's runs alone: 12 points on 2 servers" in pooled
+    assert cli.main(["plan", "--case", "load-desync", "--part", "quick", "--fresh", "--hardware", "NVIDIA H200"]) == 0
+    own = capsys.readouterr().out
+    assert own.rstrip().endswith("from the runs recorded on NVIDIA H200 (1 GPU per server), vLLM 0.26.0")
+    assert "runs alone" not in own
