@@ -338,8 +338,9 @@ LEDGER_COLUMNS = [
     "deciding_part",
 ]  # fmt: skip
 #: The machine-readable export (``vllm-playbooks ledger --format csv``): one row per claim and GPU it is judged on
-#: (``build_ledger``), the same numbers the ledger page shows; ``verdict`` says where a data verdict rests on fewer than ``MIN_CLEAN_REPEATS`` runs of a point,
-#: ``deciding_part`` names the part of the claim's case that measures the points its verdict rests on (blank: none).
+#: (``build_ledger``), the same numbers the ledger page shows; ``verdict`` says where a data verdict rests on fewer
+#: than ``MIN_CLEAN_REPEATS`` runs of a point, ``deciding_part`` names the part of the claim's case that measures the
+#: points its verdict rests on (blank: none).
 EXPORT_COLUMNS = [
     "claim_id", "verdict", "re_measured", "hardware", "points", "min_clean_repeats", "spread_pct", "band_pct",
     "deciding_part",

@@ -293,10 +293,10 @@ def part_time(case: str, part: str, data: Path | None = None) -> str:
         warnings.simplefilter("ignore", SpeculativeConfigWarning)
         tables = fresh_time_per_gpu(plan, measured, servers)
         sources = {gpu: measured[measured["gpu_name"] == gpu] for gpu in tables}
-        if not tables:
+        if not tables:  # no one GPU's runs time the whole part: every GPU's together
             tables, sources = {"": fresh_time(plan, measured, servers)}, {"": measured}
-    if tables.get("") is not None and tables[""]["total_s"].isna().any():
-        return "no estimate yet (a shape or load of it was never measured)"
+            if tables[""]["total_s"].isna().any():
+                return "no estimate yet (a shape or load of it was never measured)"
     return "; ".join(f"about {table['total_s'].sum() / 60:.0f} minutes ({table['gpu_minutes'].sum():.0f} GPU-minutes, "
                      f"start-ups included) on {hardware_in_words(sources[gpu])}" for gpu, table in tables.items())
 
