@@ -1,0 +1,40 @@
+"""Case pages executed on another GPU's rows alone: what a re-run in a data folder of its own, holding only a quick
+check, shows. The book's H100 rows are such a quick check (no grid, no schedule, no control runs)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+NOTEBOOKS = Path(__file__).resolve().parents[3] / "notebooks"
+OTHER_GPU = "NVIDIA H100 80GB HBM3"
+
+
+def _glued(notebook: nbformat.NotebookNode, name: str, kind: str = "text/plain") -> str:
+    """What a page glued under ``name``, as ``kind`` (papermill records plain text as a repr)."""
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            if output.get("metadata", {}).get("scrapbook", {}).get("name") == name:
+                return str(output["data"][f"application/papermill.record/{kind}"]).strip("'\"")
+    raise KeyError(name)
+
+
+@pytest.mark.recorded_data
+@pytest.mark.parametrize("page", ["discussion_13834", "load_desync"])
+def test_a_case_page_runs_on_a_quick_checks_rows_alone(page: str, tmp_path: Path) -> None:
+    import papermill
+
+    out = tmp_path / f"{page}.ipynb"
+    papermill.execute_notebook(str(NOTEBOOKS / f"{page}.ipynb"), str(out), parameters={"hardware": OTHER_GPU},
+                               cwd=str(NOTEBOOKS), progress_bar=False)  # fmt: skip
+    executed = nbformat.read(out, as_version=4)
+    assert _glued(executed, "rows_hardware") == f"{OTHER_GPU} (1 GPU per server), vLLM 0.26.0"
+    if page == "discussion_13834":  # the rule's parts a quick check cannot give say so instead of failing
+        assert all(re.fullmatch(r"—|\d+", _glued(executed, part)) for part in ("gains_up_to", "loses_from"))
+        assert "no schedule was measured on this GPU" in _glued(executed, "schedule_shortfall")
+    else:  # the opening is the H100's own, and the reference GPU's rows become another GPU's paragraph
+        assert re.fullmatch(r"[+-]\d+\.\d %", _glued(executed, "gain_varied"))
+        assert _glued(executed, "other_gpus_paragraphs", "text/markdown").startswith("**On NVIDIA H200.**")
