@@ -10,10 +10,18 @@ def and_list(items: list[str], sep: str = ", ", last: str = " and ") -> str:
     return items[0] if len(items) == 1 else sep.join(items[:-1]) + last + items[-1]
 
 
-def percent_range(values: Iterable[float]) -> str:
+#: What a page says where the rows it was given hold none of the values a range is made of (a quick check's rows,
+#: say, for a range over the whole grid).
+NOT_IN_ROWS = "not in these rows"
+
+
+def percent_range(values: Iterable[float], when_empty: str | None = None) -> str:
     """Fractions as a percentage range with one decimal: '10.8-11.0 %'; signed where the range reaches below zero
-    ('-4.8 to +36.0 %'); one value when both ends agree."""
+    ('-4.8 to +36.0 %'); one value when both ends agree. No values: ``when_empty`` (e.g. ``NOT_IN_ROWS``), or
+    ``ValueError`` where it is None."""
     values = list(values)
+    if not values and when_empty is not None:
+        return when_empty
     low, high = min(values), max(values)
     if f"{100 * low:.1f}" == f"{100 * high:.1f}":
         return f"{100 * low:.1f} %"
@@ -22,7 +30,11 @@ def percent_range(values: Iterable[float]) -> str:
     return f"{100 * low:.1f}-{100 * high:.1f} %"
 
 
-def ratio_range(values: Iterable[float]) -> str:
-    """Speed-ups as a range with two decimals: '1.73-2.17×' ('1.50×' when they agree)."""
+def ratio_range(values: Iterable[float], when_empty: str | None = None) -> str:
+    """Speed-ups as a range with two decimals: '1.73-2.17×' ('1.50×' when they agree). No values: ``when_empty``, or
+    ``ValueError`` where it is None."""
+    values = list(values)
+    if not values and when_empty is not None:
+        return when_empty
     low, high = (f"{v:.2f}" for v in (min(values), max(values)))
     return f"{low}×" if low == high else f"{low}-{high}×"

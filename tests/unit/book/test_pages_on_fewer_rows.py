@@ -1,5 +1,6 @@
-"""Case pages executed on another GPU's rows alone: what a re-run in a data folder of its own, holding only a quick
-check, shows. The book's H100 rows are such a quick check (no grid, no schedule, no control runs)."""
+"""Case pages executed on fewer rows than the book's grid: another GPU's quick check alone (what a re-run in a data
+folder of its own shows; the book's H100 rows are such a quick check, with no grid, schedule or control runs), and
+each case's quick part alone (what `make reproduce CASE=<page> PARAMS="-p part quick"` executes after measuring)."""
 
 from __future__ import annotations
 
@@ -38,3 +39,18 @@ def test_a_case_page_runs_on_a_quick_checks_rows_alone(page: str, tmp_path: Path
     else:  # the opening is the H100's own, and the reference GPU's rows become another GPU's paragraph
         assert re.fullmatch(r"[+-]\d+\.\d %", _glued(executed, "gain_varied"))
         assert _glued(executed, "other_gpus_paragraphs", "text/markdown").startswith("**On NVIDIA H200.**")
+
+
+@pytest.mark.recorded_data
+@pytest.mark.parametrize("page", ["discussion_13834", "llama_8b_draft_model", "load_desync", "mtp_deepseek",
+                                  "eagle3_gpt_oss", "pp_27462"])  # fmt: skip
+def test_a_case_page_runs_on_its_quick_part_alone(page: str, tmp_path: Path) -> None:
+    """What `make reproduce CASE=<page> PARAMS="-p part quick"` executes after measuring: the page on the quick
+    part's points only. A range or a rule over the grid that those rows cannot give says so instead of failing."""
+    import papermill
+
+    out = tmp_path / f"{page}.ipynb"
+    papermill.execute_notebook(str(NOTEBOOKS / f"{page}.ipynb"), str(out), parameters={"part": "quick"},
+                               cwd=str(NOTEBOOKS), progress_bar=False)  # fmt: skip
+    executed = nbformat.read(out, as_version=4)
+    assert "NVIDIA H200" in _glued(executed, "rows_hardware")
