@@ -32,7 +32,7 @@ from vllm_playbooks.advisor.goodput import (
     with_grid_columns,
     workload_text,
 )
-from vllm_playbooks.advisor.oracle import RecordedOracle, point_key, recorded_prices
+from vllm_playbooks.advisor.oracle import RecordedOracle, point_key, prices_per_hardware
 from vllm_playbooks.advisor.predict import engine_of
 from vllm_playbooks.advisor.scenarios import acceptance_scenarios, label_matches, scenario_text
 from vllm_playbooks.advisor.search import BASELINE_UNMEASURED, Advice, Knobs, advise
@@ -93,14 +93,20 @@ def case_grids(
     without stalled runs, its configs' start-up GPU-seconds), one per ``GRID_COLUMNS`` group and acceptance scenario
     (``advisor.scenarios``: a grid that imposes several acceptances is several grids; the key's ``acceptance`` names
     the scenario)."""
-    rows = replay_case(case, data)
-    priced, startups = recorded_prices(rows, server_time(case, data))
-    priced = with_grid_columns(unstalled(priced, data))
+    grids = []
+    for hardware, (priced, startups) in prices_per_hardware(replay_case(case, data), server_time(case, data)).items():
+        if hardware_contains not in hardware.lower():
+            continue
+        grids += _hardware_grids(with_grid_columns(unstalled(priced, data)), startups)
+    return grids
+
+
+def _hardware_grids(priced: pd.DataFrame,
+                    startups: dict[str, float]) -> list[tuple[dict[str, Any], pd.DataFrame, dict[str, float]]]:  # fmt: skip
+    """``case_grids``' tuples of one hardware's priced rows and its configs' start-ups."""
     grids = []
     for values, group in priced.groupby(list(GRID_COLUMNS), sort=True):
         key = dict(zip(GRID_COLUMNS, values, strict=True))
-        if hardware_contains not in str(key["hardware"]).lower():
-            continue
         engines = {line["config_id"]: engine_of(line)
                    for line in group.drop_duplicates("config_id").to_dict("records")}  # fmt: skip
         for scenario in acceptance_scenarios(engines):

@@ -11,7 +11,8 @@ recorded on the same hardware count as measured and cost nothing.
 
 Prices are GPU-seconds: a row's wall time (``run.budget.point_walls``: from the end of the point before it on its
 server, or the server's ready time, to its own end; its duration where no server log covers it) and a config's
-start-up (the median of its recorded start-ups, else its shape's), times the GPUs its engine uses.
+start-up (the median of its recorded start-ups, else its shape's), times the GPUs its engine uses. A grid is priced
+from its own hardware's servers (``prices_per_hardware``): an H100's start-ups never price an H200 grid.
 """
 
 from __future__ import annotations
@@ -241,9 +242,24 @@ class LiveOracle(Oracle):
         return row
 
 
+def prices_per_hardware(rows: pd.DataFrame,
+                        servers: pd.DataFrame) -> dict[str, tuple[pd.DataFrame, dict[str, float]]]:  # fmt: skip
+    """``recorded_prices`` once per hardware of ``rows`` (one case's recorded rows, its ``hardware`` column), each from
+    its own servers among ``servers`` (the case's server logs, ``run.budget.server_time``): a server ran on the
+    hardware of the row measured nearest in time to its launch (``run.budget.nearest_rows``)."""
+    from vllm_playbooks.run.budget import nearest_rows
+
+    if rows.empty:
+        return {}
+    rows = rows.reset_index(drop=True)
+    server_hardware = rows["hardware"].loc[nearest_rows(rows, servers)].to_numpy()
+    return {str(hardware): recorded_prices(on_hardware.reset_index(drop=True), servers[server_hardware == hardware])
+            for hardware, on_hardware in rows.groupby("hardware", sort=True)}  # fmt: skip
+
+
 def recorded_prices(rows: pd.DataFrame, servers: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, float]]:
-    """``rows`` (one case's recorded rows) with ``gpu_s`` (each row's recorded GPU time), and each config's start-up
-    GPU-seconds, from the case's server logs (``run.budget.server_time``)."""
+    """``rows`` (one hardware's recorded rows of one case) with ``gpu_s`` (each row's recorded GPU time), and each
+    config's start-up GPU-seconds, from ``servers`` (that hardware's server logs: ``prices_per_hardware``)."""
     import pandas as pd
 
     from vllm_playbooks.run.budget import point_walls

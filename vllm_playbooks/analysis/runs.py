@@ -183,6 +183,7 @@ def summarize_runs(rows: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
     import pandas as pd
 
     from vllm_playbooks.results.raw import split_point_id
+    from vllm_playbooks.run.budget import nearest_rows
 
     if rows.empty:
         return pd.DataFrame(columns=RECORDED_COLUMNS)
@@ -196,11 +197,7 @@ def summarize_runs(rows: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
     line_of = dict(zip(table.index, table.groupby(keys, sort=False).ngroup(), strict=True))
     minutes: dict[int, float] = {}
     starts: dict[int, int] = {}
-    for server in servers.itertuples():
-        launched = pd.Timestamp(server.launched_at)
-        launched = launched.tz_localize("UTC") if launched.tzinfo is None else launched
-        same = table[table["gpus_per_server"] == server.gpus]
-        nearest = ((same if len(same) else table)["at"] - launched).abs().idxmin()
+    for server, nearest in zip(servers.itertuples(), nearest_rows(table, servers), strict=True):
         line = line_of[nearest]
         minutes[line] = minutes.get(line, 0.0) + float(server.gpu_minutes)
         starts[line] = starts.get(line, 0) + 1

@@ -131,6 +131,23 @@ def gpu_time_note(servers: pd.DataFrame, gpu: str = "GPU") -> str:
             "to the last logged line), so installing vLLM and a machine's idle time between runs are not in it.")
 
 
+def nearest_rows(rows: pd.DataFrame, servers: pd.DataFrame) -> list[object]:
+    """For each server of ``servers`` (``server_time``), in order, the index of the row of ``rows`` (one case's
+    recorded rows) measured nearest in time to its launch among the rows with as many GPUs (``gpu_count``) as the
+    server used (among all rows when none has): the row whose hardware the server is taken to have run on. A server
+    stopped before its first point has one too. ``rows`` must not be empty."""
+    import pandas as pd
+
+    at = pd.to_datetime(rows["measured_at"], utc=True)
+    nearest = []
+    for server in servers.itertuples():
+        launched = pd.Timestamp(server.launched_at)
+        launched = launched.tz_localize("UTC") if launched.tzinfo is None else launched
+        same = at[rows["gpu_count"].astype(int) == server.gpus]
+        nearest.append(((same if len(same) else at) - launched).abs().idxmin())
+    return nearest
+
+
 def point_walls(measured: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
     """Each recorded row's wall time (``wall_s``) with its engine label and load: from the later of its server's ready
     time (the latest ``servers`` row of the same engine label launched before the row's end) and the end of the row

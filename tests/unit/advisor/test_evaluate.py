@@ -97,6 +97,19 @@ def test_the_stored_table_is_consistent_with_itself() -> None:
 
 
 @pytest.mark.recorded_data
+def test_the_stored_table_is_what_the_evaluation_gives_on_the_recorded_runs_of_a_case_measured_on_two_gpus() -> None:
+    # discussion-13834 has H100 runs and start-ups beside the H200's: pooled, they moved the H200 grids' prices
+    stored = read_evaluation()
+    stored = stored[stored["case"] == "discussion-13834"].reset_index(drop=True)
+    fresh = evaluate(["discussion-13834"]).reset_index(drop=True)
+    assert len(stored) == len(fresh) > 0
+    for column in ("chosen", "grid_best", "stop_reason", "points_paid", "runs_paid"):
+        assert list(stored[column]) == list(fresh[column]), column
+    for column in ("gpu_s_spent", "gpu_s_grid", "gpu_s_floor", "goodput_ratio"):
+        assert ((stored[column] - fresh[column]).abs() <= 1e-5 * fresh[column].abs() + 1e-9).all(), column
+
+
+@pytest.mark.recorded_data
 def test_one_grid_is_picked_by_its_filters_and_loads_limited_to_the_clients() -> None:
     with pytest.raises(ConfigError, match="pick one of"):
         one_grid("deepseek-mtp", None, None, None, None, None, None)

@@ -15,6 +15,7 @@ from vllm_playbooks.advisor.oracle import (
     RecordedOracle,
     UnpaidPointError,
     point_key,
+    prices_per_hardware,
     recorded_prices,
 )
 
@@ -109,6 +110,24 @@ def test_recorded_prices_are_wall_times_times_gpus_with_one_median_start_up_per_
     priced, ups = recorded_prices(rows.drop(columns=["gpu_s"]), servers)
     assert list(priced["gpu_s"]) == [60.0, 60.0]  # ready at 00:01; each point ends a minute after the one before
     assert ups == {"a-id": 80.0}
+
+
+def test_each_hardware_is_priced_from_its_own_servers_a_server_stopped_before_its_first_point_included() -> None:
+    h100 = "nvidia-h100-80gb-hbm3-x1-vllm0.26.0"
+    rows = frame([row("a", 1, 5.0, 1.5), {**row("a", 4, 5.0, 1.5), "hardware": h100}]).drop(columns=["gpu_s"])
+    rows = rows.assign(duration_s=[30.0, 31.0], gpu_count=[1, 1],
+                       measured_at=["2026-12-01T00:02:00+00:00", "2026-12-02T00:03:00+00:00"])
+    servers = pd.DataFrame({"log": ["on-h200", "on-h100", "stopped-on-h100"], "engine_label": ["a", "a", "a"],
+                            "gpus": [1, 1, 1],
+                            "launched_at": pd.to_datetime(["2026-12-01T00:00:00+00:00", "2026-12-02T00:00:00+00:00",
+                                                           "2026-12-02T00:10:00+00:00"]),
+                            "startup_s": [60.0, 150.0, 170.0], "held_s": [200.0] * 3,
+                            "gpu_minutes": [1.0] * 3})  # fmt: skip
+    prices = prices_per_hardware(rows, servers)
+    assert sorted(prices) == sorted([HARDWARE, h100])
+    assert prices[HARDWARE][1] == {"a-id": 60.0} and prices[h100][1] == {"a-id": 160.0}
+    assert list(prices[HARDWARE][0]["gpu_s"]) == [60.0] and list(prices[h100][0]["gpu_s"]) == [30.0]
+    assert recorded_prices(rows, servers)[1] == {"a-id": 150.0}  # pooled, the other GPU's start-ups move the price
 
 
 def test_the_live_oracle_runs_one_server_at_a_time_so_coming_back_to_a_config_starts_it_again() -> None:
