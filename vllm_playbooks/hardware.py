@@ -17,7 +17,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from vllm_playbooks import paths
 from vllm_playbooks.errors import ConfigError, SchemaError
 
-__all__ = ["Gpu", "as_gpu", "datasheet_gpu", "get_gpu", "hardware_file", "list_gpus", "load_gpus", "measured_on"]
+__all__ = [
+    "REFERENCE_DATASHEET", "REFERENCE_GPU", "Gpu", "as_gpu", "datasheet_gpu", "get_gpu", "hardware_file", "list_gpus",
+    "load_gpus", "measured_on",
+]  # fmt: skip
+
+#: The GPU the book's own rows were measured on, as its rows name it (nvidia-smi's name): what a case page, the
+#: ledger's first line and the advisor's evaluation read unless asked for another...
+REFERENCE_GPU = "NVIDIA H200"
+#: ...and its datasheet row: the GPU a model calibrated on the book's rows (efficiencies, the what-if, the roofline
+#: checks) describes unless given another.
+REFERENCE_DATASHEET = "H200-SXM"
 
 _COLUMNS = (
     "gpu", "memory_gb", "hbm_bandwidth_tb_s", "bf16_dense_tflops", "fp8_dense_tflops", "source_url", "source_title",

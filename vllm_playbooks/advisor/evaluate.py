@@ -37,9 +37,8 @@ from vllm_playbooks.advisor.predict import engine_of
 from vllm_playbooks.advisor.scenarios import acceptance_scenarios, label_matches, scenario_text
 from vllm_playbooks.advisor.search import BASELINE_UNMEASURED, Advice, Knobs, advise
 from vllm_playbooks.analysis.compare import is_baseline
-from vllm_playbooks.analysis.runs import REFERENCE_GPU
 from vllm_playbooks.errors import ConfigError
-from vllm_playbooks.hardware import datasheet_gpu
+from vllm_playbooks.hardware import REFERENCE_GPU, datasheet_gpu
 from vllm_playbooks.results.replay import replay_case
 from vllm_playbooks.results.stalls import unstalled
 from vllm_playbooks.run.budget import server_time
@@ -264,7 +263,7 @@ def one_grid(case: str, hardware: str | None, model_shape: str | None, input_len
     """The one recorded grid of ``case`` the filters leave (``acceptance``: a scenario's label, see
     ``scenarios.label_matches``; ``ConfigError`` naming the choices when none or several do), its loads limited to
     ``max_concurrency`` clients (closed loop) when given. Without ``hardware``, grids that differ only in their
-    hardware leave the reference GPU's (``analysis.runs.REFERENCE_GPU``), as the case pages show it."""
+    hardware leave the reference GPU's (``hardware.REFERENCE_GPU``), as the case pages show it."""
     if case not in list_cases():
         raise ConfigError(f"unknown case {case!r}; cases: {', '.join(list_cases())}")
     wanted = {"hardware": hardware, "model_shape": model_shape, "input_len": input_len, "output_len": output_len,

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from vllm_playbooks.analysis.compare import load_text
 from vllm_playbooks.analysis.noise import MIN_CLEAN_REPEATS
 from vllm_playbooks.errors import ConfigError
+from vllm_playbooks.hardware import REFERENCE_GPU
 from vllm_playbooks.results.raw import split_point_id
 from vllm_playbooks.results.stalls import unstalled
 from vllm_playbooks.text import and_list
@@ -19,8 +20,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-#: The GPU the book's own rows were measured on: what a case page shows unless asked for another.
-REFERENCE_GPU = "NVIDIA H200"
 #: The ``hardware`` value that puts every recorded GPU's rows side by side.
 ALL_HARDWARE = "all"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks.analysis.compare import is_control, recorded_speculative
-from vllm_playbooks.hardware import Gpu, measured_on
+from vllm_playbooks.hardware import REFERENCE_DATASHEET, Gpu, measured_on
 from vllm_playbooks.model.calibration import _get
 from vllm_playbooks.results.replay import replay_rows
 from vllm_playbooks.results.schema import RUN_COLUMNS
@@ -44,7 +44,7 @@ def calibrates(row: Any) -> bool:
     return not scheduled and not is_control(config)
 
 
-def calibration_rows(gpu: Gpu | str = "H200-SXM") -> list[Any]:
+def calibration_rows(gpu: Gpu | str = REFERENCE_DATASHEET) -> list[Any]:
     """Every recorded row (spec off and on) of ``CALIBRATION_CASES`` measured on ``gpu`` (a datasheet row; the
     reference H200 by default: a fit is of one GPU, so rows of others stay out), rebuilt from the raw files, that
     ``calibrates`` and did not stall (``results.stalls``: the pages and the claims ledger leave stalled rows out too)."""

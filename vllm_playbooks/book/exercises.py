@@ -13,7 +13,6 @@ from vllm_playbooks.analysis.compare import (
     versus_baseline,
     winning_levels,
 )
-from vllm_playbooks.analysis.runs import REFERENCE_GPU
 from vllm_playbooks.cases.discussion_13834 import implied_13834
 from vllm_playbooks.config.capacity import (
     budget_table,
@@ -24,6 +23,7 @@ from vllm_playbooks.config.capacity import (
 )
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.errors import CapacityError, ConfigError, PlaybookError
+from vllm_playbooks.hardware import REFERENCE_GPU
 from vllm_playbooks.model.speculative import expected_tokens_per_step
 from vllm_playbooks.results.engine_steps import step_summary
 from vllm_playbooks.results.store import load_reference
@@ -68,7 +68,7 @@ def case_rows(case: str, gpu_name: str | None = None) -> pd.DataFrame:
 
     Rows of different GPUs must not be mixed. Without ``gpu_name`` the rows are those of the only GPU that has some,
     or, where several have (a live run adds the learner's next to ours), the reference GPU's
-    (``analysis.runs.REFERENCE_GPU``), as on the case pages; several GPUs without the reference need ``gpu_name``.
+    (``hardware.REFERENCE_GPU``), as on the case pages; several GPUs without the reference need ``gpu_name``.
     """
 
     rows = results_for(case, "replay")

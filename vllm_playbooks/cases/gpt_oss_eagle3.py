@@ -14,7 +14,7 @@ from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, model_err
 from vllm_playbooks.claims.reference import published_value, published_values
 from vllm_playbooks.claims.verdict import LOAD_FACTOR, Effect, Verdict, best, combine, effect, judge
 from vllm_playbooks.errors import ConfigError
-from vllm_playbooks.hardware import Gpu
+from vllm_playbooks.hardware import REFERENCE_DATASHEET, Gpu
 from vllm_playbooks.model.calibration import EfficiencyFit, cost_time_s, speculation_prediction
 from vllm_playbooks.model.steps import moe_layers_run
 from vllm_playbooks.model.roofline import decode_step_flops, forward_cost
@@ -184,7 +184,7 @@ def eagle3_alpha(published: pd.DataFrame) -> float:
 
 
 def routing_signature(
-    measured: pd.DataFrame, model_shape: str, fit: EfficiencyFit, gpu: Gpu | str = "H200-SXM",
+    measured: pd.DataFrame, model_shape: str, fit: EfficiencyFit, gpu: Gpu | str = REFERENCE_DATASHEET,
     low: int = 1, high: int = 16, input_len: int | None = None,
 ) -> pd.DataFrame:
     """How spec-off TPOT grows from concurrency ``low`` to ``high``, measured and as predicted under uniform and under
@@ -220,7 +220,7 @@ def routing_signature(
 def eagle3_predictions(
     target: str, draft: str, alphas: Iterable[float], ks: Iterable[int],
     batches: Iterable[int] | Mapping[str, Iterable[int]], profiles: Mapping[str, tuple[int, int]], fit: EfficiencyFit,
-    gpu: Gpu | str = "H200-SXM",
+    gpu: Gpu | str = REFERENCE_DATASHEET,
 ) -> pd.DataFrame:
     """``speculation_prediction`` for a draft head at i.i.d. acceptance α (rates α, α², …) over k, batch and length
     profile, in the measured tables' columns: profile, k, imposed_alpha, concurrency (= batch), speedup and

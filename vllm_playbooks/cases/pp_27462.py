@@ -12,7 +12,7 @@ from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, check
 from vllm_playbooks.claims.verdict import Verdict
 from vllm_playbooks.config.load import MIN_DURATION_S, MIN_REQUESTS_PER_CONCURRENCY
 from vllm_playbooks.errors import ConfigError
-from vllm_playbooks.hardware import Gpu, measured_on
+from vllm_playbooks.hardware import REFERENCE_DATASHEET, Gpu, measured_on
 from vllm_playbooks.model.calibration import EfficiencyFit
 from vllm_playbooks.model.pipeline import layout, microbatch_size, predicted_throughput, with_layout
 from vllm_playbooks.results import raw
@@ -95,7 +95,7 @@ DEFAULT_STARTUP_S = 120.0
 SWEEP_CONCURRENCY = (32, 64, 128, 256, 512, 1024)
 
 
-def recorded_startup_s(data: Any = None, gpu: Gpu | str = "H200-SXM") -> dict[str, float]:
+def recorded_startup_s(data: Any = None, gpu: Gpu | str = REFERENCE_DATASHEET) -> dict[str, float]:
     """Median seconds from launching a server to its first health check, per model shape, over every recorded point
     on ``gpu`` (the reference H200's by default, the GPU the grid is planned for) of every case (``point.json``'s
     ``server_startup_s``, once per server lifetime); what ``planned_grid`` should assume in place of ``STARTUP_S``

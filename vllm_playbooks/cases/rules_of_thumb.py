@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks.analysis.schedule import scheduled_off
 from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, is_missing, model_error, speedup_pairs, percent_change, check
-from vllm_playbooks.claims.verdict import LOAD_FACTOR, ROOFLINE_GPU, Effect, Verdict, combine, effect
+from vllm_playbooks.claims.verdict import LOAD_FACTOR, Effect, Verdict, combine, effect
 from vllm_playbooks.config.capacity import GIB, batch_defaults, check_fits
-from vllm_playbooks.hardware import get_gpu
+from vllm_playbooks.hardware import REFERENCE_DATASHEET, get_gpu
 from vllm_playbooks.model.roofline import compute_bound_batch
 from vllm_playbooks.model.speculative import acceptance_rate_of_alpha, break_even_alpha, draft_cost_from_tpot
 from vllm_playbooks.results.stalls import describe_load
@@ -111,8 +111,9 @@ def compute_bound_batch_check(claim: Claim, ev: Evidence) -> CheckResult:
     """Rule of thumb: from about 64 sequences per step, plain decoding nears the roofline's ridge (compute-bound).
 
     Model only: for every recorded (target shape, KV dtype, mean context) the batch at which a plain decode step turns
-    compute-bound on ``ROOFLINE_GPU`` (``model.roofline.compute_bound_batch``), and for speculative configs the verify step's
-    (k + 1 query tokens). The rule holds if every plain-decode batch lies within ``LOAD_FACTOR`` of the claimed one.
+    compute-bound on the reference GPU (``hardware.REFERENCE_DATASHEET``; ``model.roofline.compute_bound_batch``), and
+    for speculative configs the verify step's (k + 1 query tokens). The rule holds if every plain-decode batch lies
+    within ``LOAD_FACTOR`` of the claimed one.
     """
 
     claimed = ev.value(claim, "compute-bound-batch-size")
@@ -125,20 +126,22 @@ def compute_bound_batch_check(claim: Claim, ev: Evidence) -> CheckResult:
     notes, agree = [], []
     for (shape_name, kv, context), ks in sorted(configs.items()):
         error = model_error(
-            lambda n=shape_name, kv=kv, ctx=context: compute_bound_batch(resolve_model(n), ROOFLINE_GPU, ctx, kv)
+            lambda n=shape_name, kv=kv, ctx=context: compute_bound_batch(resolve_model(n), REFERENCE_DATASHEET, ctx, kv)
         )
         if error:
             notes.append(f"{shape_name}: not modelled ({error})")
             continue
         shape = resolve_model(shape_name)
-        plain = compute_bound_batch(shape, ROOFLINE_GPU, context, kv)
+        plain = compute_bound_batch(shape, REFERENCE_DATASHEET, context, kv)
         agree.append(plain is not None and claimed / LOAD_FACTOR <= plain <= claimed * LOAD_FACTOR)
         words = f"{plain:,}" if plain is not None else "never (KV reads grow as fast as the FLOPs)"
         verify = "".join(
-            f", verify k={k}: {compute_bound_batch(shape, ROOFLINE_GPU, context, kv, q=k + 1)}" for k in sorted(ks) if k
+            f", verify k={k}: {compute_bound_batch(shape, REFERENCE_DATASHEET, context, kv, q=k + 1)}"
+            for k in sorted(ks) if k
         )
         notes.append(f"{shape_name} ({kv} KV, {context:g} tokens of context): decode {words}{verify}")
-    model_says = f"batch at which a step turns compute-bound on {ROOFLINE_GPU}: " + "; ".join(notes) if notes else ""
+    on = f"batch at which a step turns compute-bound on {REFERENCE_DATASHEET}: "
+    model_says = on + "; ".join(notes) if notes else ""
     if agree:
         model_verdict = Verdict.REPRODUCED if all(agree) else Verdict.NOT_REPRODUCED
     else:

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 from vllm_playbooks import paths
 from vllm_playbooks.analysis.compare import higher_is_better, versus_baseline
 from vllm_playbooks.analysis.noise import MIN_CLEAN_REPEATS
-from vllm_playbooks.analysis.runs import REFERENCE_GPU, usable_runs
+from vllm_playbooks.analysis.runs import usable_runs
 from vllm_playbooks.analysis.whatif import CALIBRATION_CASES, calibrates
 from vllm_playbooks.claims.verdict import DATA_VERDICTS, Verdict
 from vllm_playbooks.config.capacity import kv_budget
 from vllm_playbooks.errors import ConfigError, SchemaError
-from vllm_playbooks.hardware import measured_on
+from vllm_playbooks.hardware import REFERENCE_DATASHEET, REFERENCE_GPU, measured_on
 from vllm_playbooks.model.calibration import EfficiencyFit, fit_efficiency
 from vllm_playbooks.results.engine_steps import step_summary
 from vllm_playbooks.results.raw import split_point_id
@@ -119,7 +119,7 @@ class Evidence:
 
     def deciding_gpus(self, claim: Claim) -> list[str]:
         """The GPUs whose recorded rows hold points ``claim``'s verdict rests on (``deciding_rows``), the reference GPU
-        (``analysis.runs.REFERENCE_GPU``) first, the others in name order; empty for a claim that names no deciding
+        (``hardware.REFERENCE_GPU``) first, the others in name order; empty for a claim that names no deciding
         points, whose check weighs every GPU's rows at once."""
         if claim.claim_id not in self.deciding:
             return []
@@ -293,11 +293,12 @@ def load_evidence(data: Path | None = None) -> Evidence:
     fit = None
     calibration = [
         r for case in CALIBRATION_CASES if case in runs for r in _records(runs[case])
-        if measured_on(str(r["gpu_name"]), "H200-SXM") and calibrates(r)
+        if measured_on(str(r["gpu_name"]), REFERENCE_DATASHEET) and calibrates(r)
     ]  # fmt: skip
     if sum(not r["num_speculative_tokens"] for r in calibration) >= 3:
         # the roofline on the speculation-off rows, the per-draft-forward overhead on the speculation-on rows
-        fit = fit_efficiency(calibration, "H200-SXM", draft_overhead=any(r["num_speculative_tokens"] for r in calibration))
+        drafts = any(r["num_speculative_tokens"] for r in calibration)
+        fit = fit_efficiency(calibration, REFERENCE_DATASHEET, draft_overhead=drafts)
 
     steps = {case: step_summary(frame, folder) for case, frame in runs.items()}
     claims = load_claims(folder / "reference" / "claims.csv", published=published, require_checks=False)

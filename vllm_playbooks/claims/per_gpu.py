@@ -2,7 +2,7 @@
 
 A page that shows rows of several GPUs (``-p hardware all``, or a live run beside the reference rows) states one
 verdict per GPU, and heads with the one of the GPU it is about: in live mode the GPU it just ran on, else the
-reference GPU (``analysis.runs.REFERENCE_GPU``), else the first GPU its rows name.
+reference GPU (``hardware.REFERENCE_GPU``), else the first GPU its rows name.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from vllm_playbooks.analysis.runs import REFERENCE_GPU
 from vllm_playbooks.claims.ledger import CheckResult, Evidence, claim_of, get_check, load_evidence
+from vllm_playbooks.hardware import REFERENCE_GPU
 from vllm_playbooks.run.budget import gpu_here
 
 if TYPE_CHECKING:

@@ -46,10 +46,6 @@ DATA_VERDICTS = (Verdict.REPRODUCED, Verdict.DIRECTION_ONLY, Verdict.NOT_REPRODU
 LOAD_FACTOR = 2.0
 
 
-#: The GPU whose peaks the roofline checks use: every row recorded so far comes from an H200.
-ROOFLINE_GPU = "H200-SXM"
-
-
 def effect(speedup: float, band_pct: float = MIN_BAND_PCT) -> Effect:
     """The effect of a speed-up (a ratio where above 1 is better): ``GAIN`` above 1 + band, ``LOSS`` below 1 − band,
     ``NONE`` (within noise) between; ``band_pct`` is the comparison's band (``analysis.noise.band_pct``)."""

@@ -16,7 +16,7 @@ from vllm_playbooks.config.capacity import GIB, check_fits
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.config.speculative import SpeculativeConfig
 from vllm_playbooks.errors import ConfigError
-from vllm_playbooks.hardware import Gpu, as_gpu
+from vllm_playbooks.hardware import REFERENCE_DATASHEET, Gpu, as_gpu
 from vllm_playbooks.model.roofline import ForwardCost, forward_cost
 from vllm_playbooks.model.speculative import tokens_per_step_from_rates
 from vllm_playbooks.model.steps import _Forward, _forward, _get, _row_terms, median_points, moe_layers_run
@@ -487,8 +487,8 @@ def engine_prediction_configs(
 
 
 def prediction_frame(
-    configs: Mapping[str, Mapping[str, Any]], batches: Iterable[int], fit: EfficiencyFit, gpu: Gpu | str = "H200-SXM",
-    draft_fixed_cost_s: float | None = None,
+    configs: Mapping[str, Mapping[str, Any]], batches: Iterable[int], fit: EfficiencyFit,
+    gpu: Gpu | str = REFERENCE_DATASHEET, draft_fixed_cost_s: float | None = None,
 ) -> pd.DataFrame:
     """``speculation_prediction`` for each named config (its keyword arguments) at each batch, as one table;
     ``draft_fixed_cost_s`` applies to every config that does not set its own."""

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vllm_playbooks.hardware import Gpu, as_gpu
+from vllm_playbooks.hardware import REFERENCE_DATASHEET, Gpu, as_gpu
 from vllm_playbooks.model.calibration import (
     EFFICIENCY_BOUNDS,
     MOE_LAYER_OVERHEAD_BOUNDS_S,
@@ -72,7 +72,7 @@ def _with_intervals(table: pd.DataFrame, quantile: float) -> pd.DataFrame:
 
 
 def leave_one_case_out(
-    rows: Iterable[Any], gpu: Gpu | str = "H200-SXM", quantile: float = INTERVAL_QUANTILE
+    rows: Iterable[Any], gpu: Gpu | str = REFERENCE_DATASHEET, quantile: float = INTERVAL_QUANTILE
 ) -> pd.DataFrame:
     """Every case predicted by a model fitted without it: all four roofline parameters and the draft overhead t_d
     refitted on the other cases' rows (``fit_efficiency(..., draft_overhead=True)``), repeats as medians
@@ -178,7 +178,7 @@ def _spread(points: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
 
 
 def calibration_holdout(
-    rows: Iterable[Any], gpu: Gpu | str = "H200-SXM", calibration_points: Sequence[int] = (1, 2, 3),
+    rows: Iterable[Any], gpu: Gpu | str = REFERENCE_DATASHEET, calibration_points: Sequence[int] = (1, 2, 3),
     quantile: float = INTERVAL_QUANTILE,
 ) -> pd.DataFrame:
     """The check of ``calibrate_on_gpu``: each case in turn plays a GPU the model has not seen. The model is fitted

@@ -99,7 +99,8 @@ def test_the_runs_command_prints_the_table_and_refuses_an_unknown_case(capsys: p
 
 
 def test_a_page_shows_the_reference_gpus_rows_unless_asked_for_another_or_all() -> None:
-    from vllm_playbooks.analysis.runs import REFERENCE_GPU, rows_on_hardware, with_hardware_series
+    from vllm_playbooks.analysis.runs import rows_on_hardware, with_hardware_series
+    from vllm_playbooks.hardware import REFERENCE_GPU
     from vllm_playbooks.errors import ConfigError
 
     rows = pd.DataFrame({"engine_label": ["a", "a", "b"], "gpu_name": [REFERENCE_GPU, "NVIDIA L40S", "NVIDIA L40S"]})

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import ROOT
-from vllm_playbooks.analysis.runs import REFERENCE_GPU
+from vllm_playbooks.hardware import REFERENCE_GPU
 from vllm_playbooks.book import exercises, workshop
 from vllm_playbooks.book.notebooks import check_notebook, default_parameters
 from vllm_playbooks.config import capacity

@@ -13,7 +13,15 @@ from vllm_playbooks.analysis.compare import is_control
 from vllm_playbooks.cases import discussion_13834, gpt_oss_eagle3
 from vllm_playbooks.config.sizes import weight_bytes
 from vllm_playbooks.errors import ConfigError
-from vllm_playbooks.hardware import datasheet_gpu, get_gpu, list_gpus, load_gpus, measured_on
+from vllm_playbooks.hardware import (
+    REFERENCE_DATASHEET,
+    REFERENCE_GPU,
+    datasheet_gpu,
+    get_gpu,
+    list_gpus,
+    load_gpus,
+    measured_on,
+)
 from vllm_playbooks.model import calibration as fits
 from vllm_playbooks.model import roofline, speculative
 from vllm_playbooks.results.replay import replay_rows
@@ -122,6 +130,11 @@ def test_rows_are_measured_on_their_own_gpu_only() -> None:
     assert measured_on("NVIDIA H200", "H200-SXM") and measured_on("NVIDIA H100 80GB HBM3", get_gpu("H100-SXM"))
     assert not measured_on("NVIDIA H100 80GB HBM3", "H200-SXM") and not measured_on("NVIDIA H200", "H100-SXM")
     assert not measured_on("cpu", "H200-SXM") and not measured_on("Tesla V100-SXM2-32GB", "H200-SXM")
+
+
+def test_the_reference_gpus_rows_are_of_its_datasheet_row_and_no_other() -> None:
+    assert datasheet_gpu(REFERENCE_GPU).name == REFERENCE_DATASHEET
+    assert [row for row in list_gpus() if measured_on(REFERENCE_GPU, row)] == [REFERENCE_DATASHEET]
 
 
 def test_unknown_gpu_refused() -> None:
