@@ -256,10 +256,11 @@ def step_factors(df: pd.DataFrame, profiles: Mapping[str, tuple[int, int]], engi
     times longer each step took (``step_cost_x``). ``df`` needs ``steps_per_1k_tokens`` and ``ms_per_step``
     (``results.engine_steps.with_step_times``). Output throughput is tokens over wall time, and wall time is steps
     times time per step, so 1 + gain = fewer_steps_x / step_cost_x: speculation pays exactly where it saves more
-    steps than each of them costs."""
+    steps than each of them costs. Each GPU's runs are paired with its own (one row per GPU where ``df`` holds
+    several)."""
     import pandas as pd
 
-    keys = ["profile", "concurrency"]
+    keys = ["profile", "concurrency", "gpu_name"]
     parts = []
     for metric, prefix in (("steps_per_1k_tokens", "steps_per_1k"), ("ms_per_step", "ms_per_step")):
         table = gain_table(df, profiles, metric)
@@ -273,7 +274,7 @@ def step_factors(df: pd.DataFrame, profiles: Mapping[str, tuple[int, int]], engi
         return pd.DataFrame(columns=list(STEP_FACTOR_COLUMNS))
     out["fewer_steps_x"] = out["steps_per_1k_off"] / out["steps_per_1k_spec"]
     out["step_cost_x"] = out["ms_per_step_spec"] / out["ms_per_step_off"]
-    return out[list(STEP_FACTOR_COLUMNS)].sort_values(keys).reset_index(drop=True)
+    return out.sort_values(keys)[list(STEP_FACTOR_COLUMNS)].reset_index(drop=True)
 
 
 def step_cost_by_alpha(
