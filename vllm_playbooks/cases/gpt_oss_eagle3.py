@@ -19,10 +19,13 @@ from vllm_playbooks.model.calibration import EfficiencyFit, cost_time_s, specula
 from vllm_playbooks.model.steps import moe_layers_run
 from vllm_playbooks.model.roofline import decode_step_flops, forward_cost
 from vllm_playbooks.model.speculative import fit_iid_alpha, speedup
+from vllm_playbooks.results.server_logs import kv_tokens_of_rows
 from vllm_playbooks.run.plan import load_plan
 from vllm_playbooks.shapes import get_shape, resolve_model
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import pandas as pd
 
 
@@ -275,6 +278,46 @@ def step_factors(df: pd.DataFrame, profiles: Mapping[str, tuple[int, int]], engi
     out["fewer_steps_x"] = out["steps_per_1k_off"] / out["steps_per_1k_spec"]
     out["step_cost_x"] = out["ms_per_step_spec"] / out["ms_per_step_off"]
     return out.sort_values(keys)[list(STEP_FACTOR_COLUMNS)].reset_index(drop=True)
+
+
+#: The columns of ``kv_pressure``.
+KV_PRESSURE_COLUMNS = ("gpu_name", "engine_label", "concurrency", "runs", "kv_cache_tokens", "tokens_needed",
+                       "preemptions_per_run")
+
+
+def kv_pressure(
+    df: pd.DataFrame, profiles: Mapping[str, tuple[int, int]], engine: str, profile: str = "chat",
+    data: Path | None = None,
+) -> pd.DataFrame:
+    """Whether the KV cache held the load, per GPU, for speculation off and ``engine`` at the highest concurrency of
+    ``profile`` that both measured on that GPU: the KV-cache tokens vLLM logged at start-up (the smallest pool of
+    the servers that measured those runs: ``results.server_logs.kv_tokens_of_rows``, NA without their logs), the
+    most tokens the load can hold at once (``tokens_needed``: concurrency × (input + output) tokens) and the
+    preemptions a run (mean over its ``runs``). A pool below the need makes vLLM preempt and recompute requests, and a
+    gain measured there is partly capacity (a drafter that leaves more cache), not fewer steps."""
+    import pandas as pd
+
+    rows = with_profile(df, profiles)
+    rows = rows[(rows["profile"] == profile) & ((rows["engine_label"] == engine) | is_baseline(rows))].copy()
+    if rows.empty:
+        return pd.DataFrame(columns=list(KV_PRESSURE_COLUMNS))
+    rows["kv_cache_tokens"] = kv_tokens_of_rows(rows, data)
+    records = []
+    for gpu, on_gpu in rows.groupby("gpu_name", sort=True):
+        both = on_gpu.groupby("concurrency")["engine_label"].nunique()
+        if not (both >= 2).any():
+            continue
+        top = on_gpu[on_gpu["concurrency"] == both[both >= 2].index.max()]
+        for _, runs in sorted(top.groupby("engine_label"), key=lambda group: not is_baseline(group[1]).all()):
+            label = runs["engine_label"].iloc[0]
+            input_len, output_len = profiles[profile]
+            records.append({
+                "gpu_name": gpu, "engine_label": label, "concurrency": int(runs["concurrency"].iloc[0]),
+                "runs": len(runs), "kv_cache_tokens": runs["kv_cache_tokens"].min(),
+                "tokens_needed": int(runs["concurrency"].iloc[0]) * (input_len + output_len),
+                "preemptions_per_run": float(runs["num_preemptions"].mean()),
+            })  # fmt: skip
+    return pd.DataFrame(records, columns=list(KV_PRESSURE_COLUMNS)).astype({"kv_cache_tokens": "Int64"})
 
 
 def step_cost_by_alpha(

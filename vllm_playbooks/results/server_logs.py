@@ -233,3 +233,20 @@ def logged_running(logs: Path, config_id: str, start: dt.datetime, end: dt.datet
     if log is None:
         return []
     return [running for at, running in running_samples(log) if start <= at <= end]
+
+
+def kv_tokens_of_rows(rows: pd.DataFrame, data: Path | None = None) -> pd.Series:
+    """The KV-cache tokens vLLM logged at the start-up of the server that measured each of ``rows`` (recorded rows
+    of any cases: ``server_log_of`` their ``case``'s logs, ``config_id`` and ``measured_at``), indexed like
+    ``rows``; NA where no log of a started server is found (rows imported without their logs)."""
+    import pandas as pd
+
+    base = data if data is not None else paths.data_dir()
+    tokens: dict[Path, int | None] = {}
+    values = []
+    for case, config_id, measured_at in zip(rows["case"], rows["config_id"], rows["measured_at"], strict=True):
+        log = server_log_of(case_dir(str(case), base) / "logs", str(config_id), dt.datetime.fromisoformat(str(measured_at)))
+        if log is not None and log not in tokens:
+            tokens[log] = read_startup(log).kv_cache_tokens if has_started(log) else None
+        values.append(tokens[log] if log is not None else None)
+    return pd.Series(values, index=rows.index, dtype="Int64", name="kv_cache_tokens")
