@@ -264,14 +264,14 @@ def fresh_time(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame) ->
 
 
 def fresh_time_per_gpu(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """``fresh_time`` once per GPU of ``measured``, in name order, from that GPU's rows and the servers they ran on (a
-    server is the GPU's whose rows it measured: ``point_walls``; one that measured nothing is left out); only the GPUs
-    whose recorded runs time every point of ``plan``."""
-    walls = point_walls(measured, servers)
+    """``fresh_time`` once per GPU of ``measured``, in name order, from that GPU's rows and the servers that ran on it
+    (each server on the GPU of the row measured nearest its launch: ``nearest_rows``, the rule every reader of server
+    logs uses); only the GPUs whose recorded runs time every point of ``plan``."""
+    server_gpu = (measured["gpu_name"].loc[nearest_rows(measured, servers)].astype(str).to_numpy()
+                  if not measured.empty else [])  # fmt: skip
     tables = {}
     for gpu, rows in measured.groupby("gpu_name", sort=True):
-        logs = set(walls.loc[walls["gpu_name"] == str(gpu), "log"])
-        table = fresh_time(plan, rows, servers[servers["log"].isin(logs)])
+        table = fresh_time(plan, rows, servers[server_gpu == str(gpu)])
         if not table["total_s"].isna().any():
             tables[str(gpu)] = table
     return tables

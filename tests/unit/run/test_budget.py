@@ -247,16 +247,21 @@ def test_a_fresh_machine_pays_the_longest_start_up_once_per_shape_and_every_repe
 
 
 def test_each_gpu_gets_its_own_fresh_estimate_from_its_own_servers() -> None:
-    servers = _servers(("a1", "a", 0, 100), ("a2", "a", 2000, 40))
+    servers = _servers(("a1", "a", 0, 100), ("a2", "a", 2000, 40)).assign(gpus=1)
     rows = pd.concat([
         _rows(("a", 1, 160), ("a", 4, 200), ("a", 16, 500)).assign(gpu_name="X"),  # on a1, ready at 100: 60, 40, 300
         _rows(("a", 1, 2070), ("a", 4, 2080), ("a", 16, 2140)).assign(gpu_name="Y"),  # on a2, ready at 2040: 30, 10, 60
-    ], ignore_index=True)  # fmt: skip
+    ], ignore_index=True).assign(gpu_count=1)  # fmt: skip
     plan = plan_from_dict({**_spec(), "engines": [{"label": "a"}], "repeats": 1})
     tables = budget.fresh_time_per_gpu(plan, rows, servers)
     assert list(tables) == ["X", "Y"]
     assert tables["X"][["startup_s", "points_s"]].values.tolist() == [[100.0, 400.0]]
     assert tables["Y"][["startup_s", "points_s"]].values.tolist() == [[40.0, 100.0]]
+    # a server that started on Y's machine and measured nothing still times a start-up there: the GPU of the row
+    # measured nearest its launch, as every reader of server logs places it
+    stopped = pd.concat([servers, _servers(("a3", "a", 2200, 90)).assign(gpus=1)], ignore_index=True)
+    assert budget.fresh_time_per_gpu(plan, rows, stopped)["Y"]["startup_s"].tolist() == [90.0]
+    assert budget.fresh_time_per_gpu(plan, rows, stopped)["X"]["startup_s"].tolist() == [100.0]
     assert budget.fresh_time(plan, rows, servers)["total_s"].tolist() == [500.0]  # pooled: every GPU's longest
     # a GPU whose runs miss a load of the plan gets no estimate of its own
     partial = rows[~((rows["gpu_name"] == "Y") & (rows["concurrency"] == 16))]
