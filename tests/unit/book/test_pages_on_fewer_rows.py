@@ -54,3 +54,32 @@ def test_a_case_page_runs_on_its_quick_part_alone(page: str, tmp_path: Path) -> 
                                cwd=str(NOTEBOOKS), progress_bar=False)  # fmt: skip
     executed = nbformat.read(out, as_version=4)
     assert "NVIDIA H200" in _glued(executed, "rows_hardware")
+
+
+@pytest.mark.recorded_data
+@pytest.mark.parametrize("page", ["llama_8b_draft_model", "eagle3_gpt_oss"])
+def test_a_page_showing_every_gpu_heads_with_the_reference_gpus_rows_alone(page: str, tmp_path: Path) -> None:
+    """`-p hardware all` puts the H100's rows beside the H200's; the opening's numbers stay the H200's, and the H100
+    gets its own paragraph instead of being mixed into them."""
+    import papermill
+
+    from vllm_playbooks.analysis import compare
+    from vllm_playbooks.analysis.runs import rows_on_hardware
+    from vllm_playbooks.run.case import results_for
+
+    out = tmp_path / f"{page}.ipynb"
+    papermill.execute_notebook(str(NOTEBOOKS / f"{page}.ipynb"), str(out), parameters={"hardware": "all"},
+                               cwd=str(NOTEBOOKS), progress_bar=False)  # fmt: skip
+    executed = nbformat.read(out, as_version=4)
+    assert OTHER_GPU in _glued(executed, "rows_hardware")  # the page shows both GPUs' rows
+    if page == "llama_8b_draft_model":
+        reference = rows_on_hardware(results_for("llama-8b-draft-model", "replay"), "NVIDIA H200", "replay")
+        assert _glued(executed, "lead_gpu") == "NVIDIA H200"
+        assert _glued(executed, "loads") == str(len(compare.versus_baseline(reference, "output_tok_s")))
+        assert _glued(executed, "other_gpus") == OTHER_GPU
+    else:
+        sentences = [output["data"]["text/markdown"] for cell in executed.cells for output in cell.get("outputs", [])
+                     if "changed output throughput against speculation off" in output.get("data", {}).get(
+                         "text/markdown", "")]  # fmt: skip
+        assert sentences and all(s.startswith("On NVIDIA H200,") and OTHER_GPU not in s for s in sentences)
+        assert _glued(executed, "other_gpus_paragraphs", "text/markdown").startswith(f"**On {OTHER_GPU}.**")
