@@ -302,6 +302,7 @@ def kv_pressure(
     if rows.empty:
         return pd.DataFrame(columns=list(KV_PRESSURE_COLUMNS))
     rows["kv_cache_tokens"] = kv_tokens_of_rows(rows, data)
+    input_len, output_len = profiles[profile]
     records = []
     for gpu, on_gpu in rows.groupby("gpu_name", sort=True):
         both = on_gpu.groupby("concurrency")["engine_label"].nunique()
@@ -310,7 +311,6 @@ def kv_pressure(
         top = on_gpu[on_gpu["concurrency"] == both[both >= 2].index.max()]
         for _, runs in sorted(top.groupby("engine_label"), key=lambda group: not is_baseline(group[1]).all()):
             label = runs["engine_label"].iloc[0]
-            input_len, output_len = profiles[profile]
             records.append({
                 "gpu_name": gpu, "engine_label": label, "concurrency": int(runs["concurrency"].iloc[0]),
                 "runs": len(runs), "kv_cache_tokens": runs["kv_cache_tokens"].min(),

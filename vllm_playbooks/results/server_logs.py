@@ -245,7 +245,8 @@ def kv_tokens_of_rows(rows: pd.DataFrame, data: Path | None = None) -> pd.Series
     tokens: dict[Path, int | None] = {}
     values = []
     for case, config_id, measured_at in zip(rows["case"], rows["config_id"], rows["measured_at"], strict=True):
-        log = server_log_of(case_dir(str(case), base) / "logs", str(config_id), dt.datetime.fromisoformat(str(measured_at)))
+        at = dt.datetime.fromisoformat(str(measured_at))
+        log = server_log_of(case_dir(str(case), base) / "logs", str(config_id), at)
         if log is not None and log not in tokens:
             tokens[log] = read_startup(log).kv_cache_tokens if has_started(log) else None
         values.append(tokens[log] if log is not None else None)

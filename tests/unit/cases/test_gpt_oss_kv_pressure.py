@@ -28,7 +28,8 @@ def _server_log(logs: Path, config_id: str, launched: str, kv_tokens: int) -> No
 def _row(gpu: str, label: str, concurrency: int, measured_at: str, preemptions: int) -> dict[str, object]:
     return {"case": CASE, "gpu_name": gpu, "engine_label": label, "config_id": f"{label}-0123456789",
             "spec_method": "none" if label == "spec-off" else "eagle3", "concurrency": concurrency,
-            "input_len": 230, "output_len": 203, "measured_at": measured_at, "num_preemptions": preemptions}  # fmt: skip
+            "input_len": 230, "output_len": 203, "measured_at": measured_at,
+            "num_preemptions": preemptions}  # fmt: skip
 
 
 def _recorded(tmp_path: Path) -> pd.DataFrame:
