@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -385,12 +386,22 @@ def results_with_sweep(
     if mode != "live" or not sweep_concurrency or not sweep_model:
         return df
 
-    best = best_pp_setting(df, sweep_model, steps=step_summary(df, run_kwargs.get("data")))
+    here = rows_of_newest_gpu(df)  # the grid just measured: this machine's rows, never another GPU's recorded ones
+    best = best_pp_setting(here, sweep_model, steps=step_summary(here, run_kwargs.get("data")))
     if best is None:
         raise ConfigError(f"no saturated PP=2 row of {sweep_model} was recorded, so there is no setting to sweep")
     rest = {k: v for k, v in overrides.items() if k not in ("engines", "concurrency", "request_rate_qps")}
     run_case(load_plan(case, engines=[best], concurrency=list(sweep_concurrency), **rest), **run_kwargs).raise_for_failures()
     return replay_case(case)
+
+
+def rows_of_newest_gpu(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``df`` measured on the GPU model (``gpu_name``) of its newest row (``measured_at``): after a live
+    run, the rows of this machine's GPU, so that rows recorded on another GPU never choose what it measures next."""
+    if df.empty:
+        return df
+    newest = df.loc[df["measured_at"].map(dt.datetime.fromisoformat).idxmax(), "gpu_name"]
+    return df[df["gpu_name"] == newest]
 
 
 def select_engines(case: str, engines: Sequence[str] | None = None,

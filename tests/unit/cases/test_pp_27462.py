@@ -385,3 +385,16 @@ def test_measured_beside_predicted() -> None:
     grid = pd.DataFrame({"engine_label": ["a", "b"], "predicted_output_tok_s": [1000.0, 5.0]})
     out = pp_27462.measured_vs_predicted(measured, grid)
     assert out.prediction_error_pct.tolist() == [25.0] and out.predicted_output_tok_s.tolist() == [1000.0]
+
+
+def test_the_sweep_setting_comes_from_the_gpu_that_measured_last() -> None:
+    # a faster PP=2 setting recorded on another GPU earlier must not choose what this machine sweeps
+    ours = STARVING.assign(gpu_name="NVIDIA A100-SXM4-80GB", measured_at="2026-12-06T10:00:00+00:00")
+    recorded = pd.DataFrame([_row("pp2-64", "llama-3.1-8b", 1, 2, 64, 99_999.0)]).assign(
+        gpu_name="NVIDIA H200", measured_at="2026-11-30T10:00:00+00:00")
+    rows = pd.concat([recorded, ours], ignore_index=True)
+    assert pp_27462.best_pp_setting(rows, "llama-3.1-8b") == "pp2-64"
+    here = pp_27462.rows_of_newest_gpu(rows)
+    assert set(here["gpu_name"]) == {"NVIDIA A100-SXM4-80GB"} and len(here) == len(STARVING)
+    assert pp_27462.best_pp_setting(here, "llama-3.1-8b") == "pp2-256"
+    assert pp_27462.rows_of_newest_gpu(rows.iloc[0:0]).empty
