@@ -14,12 +14,16 @@ import argparse
 import ast
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks import paths
 from vllm_playbooks.book import cache
 from vllm_playbooks.errors import CapacityError, ConfigError, PlaybookError, SchemaError, ServerError
 from vllm_playbooks.run.plan import parse_parameter_pairs
+
+if TYPE_CHECKING:
+    import pandas as pd
+
 
 PARAMETERS_TAG = "parameters"
 CHECK_TAG = "nbval-check-output"
@@ -326,7 +330,8 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
 def check_parameters(source: Path, parameters: dict[str, Any]) -> None:
     """Refuse, before a kernel starts, what a case notebook would refuse in its first cells: unknown parameter names,
     and for a notebook with a ``case`` parameter, the case, part, filters and values as ``run.case.results_for``
-    checks them (replay: every filter value against the recorded rows; live: vLLM and a GPU too). ``ConfigError``."""
+    checks them (replay: every filter value against the recorded rows; live: vLLM and a GPU too), and the GPU a
+    ``hardware`` parameter names (``_check_hardware``). ``ConfigError``."""
     from vllm_playbooks.run.case import checked_choice, results_for
     from vllm_playbooks.run.plan import OVERRIDE_KEYS
 
@@ -339,9 +344,25 @@ def check_parameters(source: Path, parameters: dict[str, Any]) -> None:
         return
     overrides = {key: values[key] for key in OVERRIDE_KEYS if key in values}
     if values.get("mode") == "replay":
-        results_for(values["case"], "replay", overrides, values.get("part"))
+        shown = results_for(values["case"], "replay", overrides, values.get("part"))
     else:
         checked_choice(values["case"], values.get("mode", "live"), overrides, values.get("part"))
+        shown = None
+    if values.get("hardware") is not None:
+        _check_hardware(values["case"], str(values["hardware"]), values.get("mode", "live"), shown)
+
+
+def _check_hardware(case: str, hardware: str, mode: str, shown: pd.DataFrame | None) -> None:
+    """A page's ``hardware`` parameter: ``"all"``, a GPU that the rows it would show name (``shown``; in live mode,
+    None: every recorded row of the case), or in live mode the GPU here. ``ConfigError`` naming the recorded GPUs."""
+    from vllm_playbooks.analysis.runs import ALL_HARDWARE, rows_on_hardware
+    from vllm_playbooks.results.store import load_runs
+    from vllm_playbooks.run.budget import gpu_here
+    from vllm_playbooks.run.plan import load_plan
+
+    if hardware == ALL_HARDWARE or (mode == "live" and hardware == gpu_here()):
+        return
+    rows_on_hardware(shown if shown is not None else load_runs(load_plan(case).case), hardware, "replay")
 
 
 #: The error classes of ``vllm_playbooks.errors`` by name, as a kernel reports them (``PapermillExecutionError.ename``).

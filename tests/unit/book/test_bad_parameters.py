@@ -38,7 +38,9 @@ BAD = [
     ("mtp_deepseek", ["engines", '["mimo-spec-off"]'], "no recorded row at engine ['mimo-spec-off']"),
     ("mtp_deepseek", ["load_format", "auto"], "unknown parameter(s) ['load_format']"),
     ("discussion_13834", ["concurrency", "[64]"], "no recorded row at concurrency [64]; recorded: [1]"),
+    ("discussion_13834", ["hardware", "NVIDIA H20"], "no rows recorded on hardware 'NVIDIA H20'; recorded: NVIDIA"),
     ("pp_27462", ["concurrency", "[100]"], "no recorded row at concurrency [100]; recorded: [64, 128, 256, 512]"),
+    ("pp_27462", ["hardware", "NVIDIA A100-SXM4-80GB"], "no rows recorded on hardware 'NVIDIA A100-SXM4-80GB'"),
 ]
 
 
