@@ -248,6 +248,9 @@ def kv_tokens_of_rows(rows: pd.DataFrame, data: Path | None = None) -> pd.Series
         at = dt.datetime.fromisoformat(str(measured_at))
         log = server_log_of(case_dir(str(case), base) / "logs", str(config_id), at)
         if log is not None and log not in tokens:
-            tokens[log] = read_startup(log).kv_cache_tokens if has_started(log) else None
+            try:
+                tokens[log] = read_startup(log).kv_cache_tokens
+            except SchemaError:  # a server stopped or failed during start-up: no pool
+                tokens[log] = None
         values.append(tokens[log] if log is not None else None)
     return pd.Series(values, index=rows.index, dtype="Int64", name="kv_cache_tokens")

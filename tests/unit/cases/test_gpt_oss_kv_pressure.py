@@ -68,3 +68,11 @@ def test_the_pools_stand_beside_the_load_at_the_top_concurrency_both_engines_mea
     assert by_engine.loc["spec-off", "tokens_needed"] == 200 * (230 + 203)
     assert by_engine.loc["spec-off", "preemptions_per_run"] == 133.5
     assert by_engine.loc["eagle3-k3", "preemptions_per_run"] == 0
+
+
+def test_a_server_that_never_finished_starting_has_no_pool(tmp_path: Path) -> None:
+    rows = _recorded(tmp_path)
+    logs = tmp_path / "runs" / CASE / "logs"
+    (logs / "spec-off-0123456789-2026-12-05T220900+0000.log").write_text("INFO starting\n", encoding="utf-8")
+    # the H100's spec-off runs at 22:10-22:12 now fall to that later launch, which logged no KV cache
+    assert kv_tokens_of_rows(rows, tmp_path).isna().tolist() == [False, True, True, True, False]
