@@ -130,6 +130,33 @@ def copy_point(point_dir: Path, target: Path) -> None:
     staging.rename(target)
 
 
+def failure_records(case_dir: Path) -> list[dict[str, Any]]:
+    """Every failure a case keeps (``record_failure``), each as its file says (``point_id``, ``error`` and the
+    runner's detail, e.g. ``server_log``), in point-id order."""
+    root = raw_root(case_dir)
+    if not root.is_dir():
+        return []
+    files = sorted(root.glob(f"*/*/*{FAILURE_SUFFIX}"))
+    return [json.loads(path.read_text(encoding="utf-8")) for path in files]
+
+
+def copy_new_failures(source_case_dir: Path, case_dir: Path) -> int:
+    """Copy the failures that ``source_case_dir`` keeps into ``case_dir`` where that point has neither a failure nor a
+    finished folder there (a point measured since needs no retry); return how many were copied."""
+    source_root, root = raw_root(source_case_dir), raw_root(case_dir)
+    if not source_root.is_dir():
+        return 0
+    copied = 0
+    for path in sorted(source_root.glob(f"*/*/*{FAILURE_SUFFIX}")):
+        target = root / path.relative_to(source_root)
+        if target.exists() or (target.parent / target.name.removesuffix(FAILURE_SUFFIX) / POINT_FILE).exists():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+        copied += 1
+    return copied
+
+
 def copy_new_logs(source_case_dir: Path, case_dir: Path) -> int:
     """Copy the server logs of ``source_case_dir/logs`` that ``case_dir/logs`` lacks (by name); return how many."""
     logs = source_case_dir / "logs"

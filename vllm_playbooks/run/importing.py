@@ -5,7 +5,9 @@ as the one ``VLLM_PLAYBOOKS_DATA_DIR`` pointed at while a case was measured ther
 case in SOURCE becomes a repeat of its point here: at its own repeat number when that is free, else at the next free
 one (the folder's name gives a point its repeat, as after ``vllm-playbooks migrate``; its files are copied as they
 are). A point whose ``bench.json`` is already here under any repeat is skipped, so importing twice adds nothing.
-Server logs come along under their own names, then the rows are appended from the raw files. Nothing recorded is
+Server logs come along under their own names, and so do the failures the source keeps for points not measured here
+(a server that did not start leaves one per point it was to measure, naming its log); then the rows are appended from
+the raw files. Nothing recorded is
 overwritten, and a point whose files name another hardware or config than its folder is refused before anything is
 copied.
 """
@@ -33,6 +35,7 @@ class Imported:
     renumbered: list[str] = field(default_factory=list)
     already_here: list[str] = field(default_factory=list)
     logs: int = 0
+    failures: int = 0
 
 
 def measurement_digest(point_dir: Path) -> str:
@@ -64,8 +67,8 @@ def import_case(case: str, source: Path, data: Path) -> Imported:
     """Import one case's points and server logs from the data folder ``source`` into ``data`` (see the module's
     docstring); return what was added and skipped."""
     src, dst = case_dir(case, source), case_dir(case, data)
-    if not raw.finished_points(src):
-        raise ConfigError(f"{source} holds no measured point of {case} (looked in {raw.raw_root(src)})")
+    if not raw.finished_points(src) and not raw.failure_records(src):
+        raise ConfigError(f"{source} holds no measured or failed point of {case} (looked in {raw.raw_root(src)})")
     points = _checked_points(src)
     target_root = raw.raw_root(dst)
     here = {measurement_digest(p) for p in raw.finished_points(dst)}
@@ -82,6 +85,7 @@ def import_case(case: str, source: Path, data: Path) -> Imported:
         result.added.append(new_id)
         if new_id != pid:
             result.renumbered.append(new_id)
+    result.failures = raw.copy_new_failures(src, dst)
     result.logs = raw.copy_new_logs(src, dst)
     sync_rows(case, data)
     return result
@@ -108,7 +112,7 @@ def main(args: argparse.Namespace) -> int:
     for case in cases:
         done = import_case(case, source, data)
         print(f"{case}: {len(done.added)} point(s) added ({len(done.renumbered)} at a new repeat number), "
-              f"{len(done.already_here)} already here, {done.logs} server log(s)")
+              f"{len(done.already_here)} already here, {done.failures} failure(s), {done.logs} server log(s)")
         for pid in done.added:
             print(f"  + {pid}")
     return 0

@@ -70,6 +70,22 @@ def test_points_and_logs_go_into_an_empty_folder_at_their_own_ids(tmp_path: Path
 
 
 @pytest.mark.recorded_data
+def test_the_failures_of_a_run_whose_server_did_not_start_are_imported_with_its_log(tmp_path: Path) -> None:
+    r0, _ = _first_repeats()
+    source = tmp_path / "source"
+    case_root = source / "runs" / CASE
+    pid = f"{r0.relative_to(raw.raw_root(RECORDED)).parent.as_posix()}/in1-out1-c1-r0"
+    raw.record_failure(case_root, pid, "ServerError: exited before it was healthy", {"server_log": "/m/s.log"})
+    (case_root / "logs").mkdir(parents=True)
+    (case_root / "logs" / "s.log").write_text("ValueError: no memory\n")
+    data = tmp_path / "data"
+    done = import_case(CASE, source, data)
+    assert done.added == [] and done.failures == 1 and done.logs == 1
+    assert raw.failure_records(data / "runs" / CASE)[0]["point_id"] == pid
+    assert import_case(CASE, source, data).failures == 0  # nothing twice
+
+
+@pytest.mark.recorded_data
 def test_a_misplaced_point_is_refused_before_anything_is_copied(tmp_path: Path) -> None:
     r0, _ = _first_repeats()
     source = tmp_path / "source" / "runs" / CASE / "raw" / "nvidia-a100-x1-vllm0.26.0" / r0.parent.name / r0.name

@@ -110,6 +110,22 @@ def test_merge_copies_points_and_logs_and_rebuilds_rows(tmp_path: Path) -> None:
 
 
 @pytest.mark.recorded_data
+def test_merge_keeps_the_failures_of_points_not_measured_and_drops_those_measured_since(tmp_path: Path) -> None:
+    worker, data = tmp_path / "worker", tmp_path / "data"
+    measured = _copy_points(RECORDED, worker, "spec-off")[0]
+    config = measured.rsplit("/", 1)[0]
+    failed = f"{config}/in1-out1-c1-r0"  # a point whose server did not start
+    for pid in (failed, measured):  # the second: a failure kept before the point was measured on another worker
+        raw.record_failure(tmp_path / "elsewhere" / CASE, pid, "ServerError: exited", {"server_log": "/tmp/x.log"})
+    shutil.copytree(raw.raw_root(tmp_path / "elsewhere" / CASE), raw.raw_root(worker / "runs" / CASE),
+                    dirs_exist_ok=True)  # fmt: skip
+    merge_into(CASE, worker, data)
+    kept = raw.failure_records(data / "runs" / CASE)
+    assert [record["point_id"] for record in kept] == [failed]
+    assert kept[0]["server_log"] == "/tmp/x.log"
+
+
+@pytest.mark.recorded_data
 def test_workers_get_their_gpus_and_own_folders_and_their_points_are_merged(tmp_path: Path) -> None:
     # A stand-in for the worker: records which GPUs and data folder it got, and "measures" by copying recorded points.
     stub = tmp_path / "worker.py"
