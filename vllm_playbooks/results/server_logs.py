@@ -132,6 +132,55 @@ def read_startup(log: Path) -> StartupMemory:
     )
 
 
+#: The first exception a log names at level ERROR: the root cause of a failed start-up (what follows only says the
+#: engine stopped; a warning that quotes an exception's name is not one).
+_FIRST_ERROR = re.compile(r" ERROR \d\d-\d\d [0-9:]+ \[[^]]+\] ([A-Z]\w*(?:Error|Exception)): (.+)$", re.MULTILINE)
+
+
+#: What vLLM 0.26 says when it sets the CUDA-graph estimate aside: the utilization asked for, and what it amounts to.
+_UTILIZATION_WITHOUT_GRAPHS = re.compile(
+    r"--gpu-memory-utilization=([0-9.]+) is equivalent to --gpu-memory-utilization=([0-9.]+) without CUDA graph"
+)
+
+
+@dataclass(frozen=True)
+class FailedStartup:
+    """What the log of a server that did not start says: the first error, and the memory figures vLLM logged before
+    it (None where it logged none)."""
+
+    log: str
+    #: The first exception and its first sentence, e.g. "ValueError: No available memory for the cache blocks".
+    error: str | None
+    weights_gib: float | None
+    cudagraph_estimate_gib: float | None
+    #: Negative where the weights, activations and CUDA graphs left nothing of the memory asked for.
+    available_kv_gib: float | None
+    gpu_memory_utilization: float | None
+    #: The utilization that remains for weights, activations and the KV cache once the CUDA-graph estimate is set aside.
+    utilization_without_cudagraphs: float | None
+
+
+def read_failed_startup(log: Path) -> FailedStartup:
+    """Parse the log of a server that did not start (one without the KV-cache lines: ``has_started``)."""
+    text = read_text(log)
+    error = _FIRST_ERROR.search(text)
+    utilization = _UTILIZATION_WITHOUT_GRAPHS.search(text)
+
+    def first(pattern: str) -> float | None:
+        match = re.search(pattern, text)
+        return _number(match.group(1)) if match else None
+
+    return FailedStartup(
+        log=plain_name(log),
+        error=f"{error.group(1)}: {error.group(2).split('. ')[0].rstrip('.')}" if error else None,
+        weights_gib=first(rf"Model loading took {_FLOAT} GiB"),
+        cudagraph_estimate_gib=first(_PATTERNS["cudagraph_estimate_gib"]),
+        available_kv_gib=first(rf"Available KV cache memory: (-?[0-9][0-9,]*\.?[0-9]*) GiB"),
+        gpu_memory_utilization=float(utilization.group(1)) if utilization else None,
+        utilization_without_cudagraphs=float(utilization.group(2)) if utilization else None,
+    )
+
+
 def all_server_logs(case_dir: Path) -> list[Path]:
     return server_log_files(case_dir / "logs")
 
