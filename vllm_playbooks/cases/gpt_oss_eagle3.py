@@ -19,7 +19,7 @@ from vllm_playbooks.model.calibration import EfficiencyFit, cost_time_s, specula
 from vllm_playbooks.model.steps import moe_layers_run
 from vllm_playbooks.model.roofline import decode_step_flops, forward_cost
 from vllm_playbooks.model.speculative import fit_iid_alpha, speedup
-from vllm_playbooks.results.server_logs import kv_tokens_of_rows
+from vllm_playbooks.results.server_logs import startup_memory_of_rows
 from vllm_playbooks.run.plan import load_plan
 from vllm_playbooks.shapes import get_shape, resolve_model
 
@@ -291,7 +291,7 @@ def kv_pressure(
 ) -> pd.DataFrame:
     """Whether the KV cache held the load, per GPU, for speculation off and ``engine`` at the highest concurrency of
     ``profile`` that both measured on that GPU: the KV-cache tokens vLLM logged at start-up (the smallest pool of
-    the servers that measured those runs: ``results.server_logs.kv_tokens_of_rows``, NA without their logs), the
+    the servers that measured those runs: ``results.server_logs.startup_memory_of_rows``, NA without their logs), the
     most tokens the load can hold at once (``tokens_needed``: concurrency × (input + output) tokens) and the
     preemptions a run (mean over its ``runs``). A pool below the need makes vLLM preempt and recompute requests, and a
     gain measured there is partly capacity (a drafter that leaves more cache), not fewer steps."""
@@ -307,7 +307,7 @@ def kv_pressure(
     if not tops:
         return pd.DataFrame(columns=list(KV_PRESSURE_COLUMNS))
     top = pd.concat(tops)
-    top = top.assign(kv_cache_tokens=kv_tokens_of_rows(top, data))  # only the runs shown: one log read per server
+    top = top.assign(kv_cache_tokens=startup_memory_of_rows(top, data)["kv_cache_tokens"])  # only the runs shown: one log read per server
     input_len, output_len = profiles[profile]
     records = []
     for gpu, on_gpu in top.groupby("gpu_name", sort=True):

@@ -284,22 +284,26 @@ def logged_running(logs: Path, config_id: str, start: dt.datetime, end: dt.datet
     return [running for at, running in running_samples(log) if start <= at <= end]
 
 
-def kv_tokens_of_rows(rows: pd.DataFrame, data: Path | None = None) -> pd.Series:
-    """The KV-cache tokens vLLM logged at the start-up of the server that measured each of ``rows`` (recorded rows
-    of any cases: ``server_log_of`` their ``case``'s logs, ``config_id`` and ``measured_at``), indexed like
-    ``rows``; NA where no log of a started server is found (rows imported without their logs)."""
+def startup_memory_of_rows(rows: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
+    """What vLLM logged at the start-up of the server that measured each of ``rows`` (recorded rows of any cases:
+    ``server_log_of`` their ``case``'s logs, ``config_id`` and ``measured_at``), indexed like ``rows``: its
+    ``kv_cache_tokens`` and ``cudagraph_estimate_gib`` (the memory it set aside for CUDA graphs); NA where no log of a
+    started server is found (rows imported without their logs). Each log is read once."""
     import pandas as pd
 
     base = data if data is not None else paths.data_dir()
-    tokens: dict[Path, int | None] = {}
-    values = []
+    startups: dict[Path, StartupMemory | None] = {}
+    tokens, graphs = [], []
     for case, config_id, measured_at in zip(rows["case"], rows["config_id"], rows["measured_at"], strict=True):
         at = dt.datetime.fromisoformat(str(measured_at))
         log = server_log_of(case_dir(str(case), base) / "logs", str(config_id), at)
-        if log is not None and log not in tokens:
+        if log is not None and log not in startups:
             try:
-                tokens[log] = read_startup(log).kv_cache_tokens
+                startups[log] = read_startup(log)
             except SchemaError:  # a server stopped or failed during start-up: no pool
-                tokens[log] = None
-        values.append(tokens[log] if log is not None else None)
-    return pd.Series(values, index=rows.index, dtype="Int64", name="kv_cache_tokens")
+                startups[log] = None
+        startup = startups[log] if log is not None else None
+        tokens.append(startup.kv_cache_tokens if startup else None)
+        graphs.append(startup.cudagraph_estimate_gib if startup else None)
+    return pd.DataFrame({"kv_cache_tokens": pd.array(tokens, dtype="Int64"),
+                         "cudagraph_estimate_gib": pd.array(graphs, dtype="Float64")}, index=rows.index)  # fmt: skip

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from vllm_playbooks.cases.gpt_oss_eagle3 import kv_pressure
-from vllm_playbooks.results.server_logs import kv_tokens_of_rows
+from vllm_playbooks.results.server_logs import startup_memory_of_rows
 
 CASE = "gpt-oss-eagle3"
 PROFILES = {"chat": (230, 203)}
@@ -18,6 +18,7 @@ def _server_log(logs: Path, config_id: str, launched: str, kv_tokens: int) -> No
     lines = [
         "INFO 12-05 22:06:30 [gpu_worker.py:1] Free memory on device (79.1/79.2 GiB) on startup. Desired GPU memory "
         "utilization is (0.9, 71.3 GiB).",
+        f"INFO 12-05 22:06:30 [gpu_model_runner.py:1] Estimated CUDA graph memory: {kv_tokens / 1e5:.2f} GiB total",
         "INFO 12-05 22:06:30 [gpu_worker.py:1] Available KV cache memory: 3.70 GiB",
         f"INFO 12-05 22:06:30 [kv_cache_utils.py:1] GPU KV cache size: {kv_tokens:,} tokens",
         "INFO 12-05 22:06:30 [kv_cache_utils.py:1] Maximum concurrency for 16,384 tokens per request: 3.28x",
@@ -49,13 +50,15 @@ def _recorded(tmp_path: Path) -> pd.DataFrame:
 
 def test_each_row_reads_the_pool_of_the_server_of_its_config_that_ran_it(tmp_path: Path) -> None:
     rows = _recorded(tmp_path)
-    assert kv_tokens_of_rows(rows, tmp_path).tolist() == [79_793, 53_773, 53_773, 53_773, 847_977]
+    startups = startup_memory_of_rows(rows, tmp_path)
+    assert startups["kv_cache_tokens"].tolist() == [79_793, 53_773, 53_773, 53_773, 847_977]
+    assert startups["cudagraph_estimate_gib"].tolist() == [0.80, 0.54, 0.54, 0.54, 8.48]  # each from its own log
 
 
 def test_a_row_without_its_servers_log_has_no_pool(tmp_path: Path) -> None:
     rows = _recorded(tmp_path)
     rows.loc[1, "measured_at"] = "2026-12-05T21:00:00+00:00"  # before any server of its config was launched
-    assert kv_tokens_of_rows(rows, tmp_path).isna().tolist() == [False, True, False, False, False]
+    assert startup_memory_of_rows(rows, tmp_path)["kv_cache_tokens"].isna().tolist() == [False, True, False, False, False]
 
 
 def test_the_pools_stand_beside_the_load_at_the_top_concurrency_both_engines_measured(tmp_path: Path) -> None:
@@ -75,4 +78,4 @@ def test_a_server_that_never_finished_starting_has_no_pool(tmp_path: Path) -> No
     logs = tmp_path / "runs" / CASE / "logs"
     (logs / "spec-off-0123456789-2026-12-05T220900+0000.log").write_text("INFO starting\n", encoding="utf-8")
     # the H100's spec-off runs at 22:10-22:12 now fall to that later launch, which logged no KV cache
-    assert kv_tokens_of_rows(rows, tmp_path).isna().tolist() == [False, True, True, True, False]
+    assert startup_memory_of_rows(rows, tmp_path)["kv_cache_tokens"].isna().tolist() == [False, True, True, True, False]
