@@ -29,6 +29,7 @@ from vllm_playbooks.config.load import LoadPoint
 from vllm_playbooks.config.spec_detection import SpeculativeConfigWarning
 from vllm_playbooks.engine.gpu_sampler import gpu_at_hand
 from vllm_playbooks.errors import ConfigError, SchemaError
+from vllm_playbooks.results.failed_starts import failed_starts
 from vllm_playbooks.results.identity import engine_gpus, hardware_key
 from vllm_playbooks.results.provenance import package_version
 from vllm_playbooks.results.replay import replay_rows
@@ -459,6 +460,34 @@ def describe_hardware_plan(table: pd.DataFrame, case: str, gpu_name: str, vllm_v
     return f"{head}\nEstimated: {estimate} (times recorded on any GPU; a slower GPU takes longer)."
 
 
+def failed_before(plan: CasePlan, table: pd.DataFrame, failed: pd.DataFrame, gpu_name: str, vllm_version: str
+                  ) -> list[str]:  # fmt: skip
+    """One line per engine config of ``plan`` that ``table`` (``hardware_plan``) still has to measure and whose server
+    did not start on that hardware before (``failed``: ``results.failed_starts.failed_starts``, the latest try): its
+    error and the memory its log counted, so that no GPU time goes to a start-up that fails the same way."""
+    import pandas as pd
+
+    lines = []
+    for engine in plan.engines:
+        todo = table.loc[table["engine_label"] == engine.label, "to_measure"]
+        if todo.empty or not int(todo.iloc[0]):
+            continue
+        key = hardware_key(gpu_name, engine_gpus(engine), vllm_version)
+        tries = failed[(failed["hardware"] == key) & (failed["config_id"] == engine.config_id())]
+        if tries.empty:
+            continue
+        latest = tries.sort_values("log").iloc[-1]  # log names end in their launch time
+        memory = [f"{name} {latest[column]:.2f} GiB" for name, column in
+                  [("CUDA graphs estimated at", "cudagraph_estimate_gib"), ("KV-cache memory left", "available_kv_gib")]
+                  if pd.notna(latest[column])]  # fmt: skip
+        if pd.notna(latest["gpu_memory_utilization"]):
+            memory.append(f"--gpu-memory-utilization {latest['gpu_memory_utilization']:g}")
+        lines.append(f"note: {engine.label} did not start on this hardware before: {latest['error'] or 'no error logged'}"
+                     f" ({'; '.join([*memory, 'log ' + latest['log']])}); it is likely to fail the same way unless its "
+                     "memory settings change")  # fmt: skip
+    return lines
+
+
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     """The case, a part of it, the hardware, the margin, the data folder, and a budget in seconds."""
     parser.add_argument("--case", required=True, help="a packaged case's name, or the path of your own case file")
@@ -517,6 +546,8 @@ def plan_main(args: argparse.Namespace) -> int:
     table = hardware_plan(plan, measured, servers, gpu, version, args.margin)
     print(table.to_string(index=False, float_format="{:.0f}".format))
     print(describe_hardware_plan(table, plan.case, gpu, version))
+    for line in failed_before(plan, table, failed_starts(plan.case, args.data), gpu, version):
+        print(line)
     return 0
 
 

@@ -315,3 +315,30 @@ def test_plan_fresh_estimates_from_the_named_gpus_runs(capsys: pytest.CaptureFix
     own = capsys.readouterr().out
     assert own.rstrip().endswith("from the runs recorded on NVIDIA H200 (1 GPU per server), vLLM 0.26.0")
     assert "runs alone" not in own
+
+
+def test_the_plan_warns_of_an_engine_whose_server_did_not_start_on_this_hardware_before() -> None:
+    from vllm_playbooks.results.failed_starts import FAILED_START_COLUMNS
+    from vllm_playbooks.results.identity import hardware_key
+
+    plan = plan_from_dict(_spec())
+    engines = {engine.label: engine for engine in plan.engines}
+    h100 = hardware_key("NVIDIA H100 80GB HBM3", 1, "0.26.0")
+
+    def failure(label: str, hardware: str, log: str, estimate: float) -> dict[str, object]:
+        record = dict.fromkeys(FAILED_START_COLUMNS)
+        record.update(hardware=hardware, config_id=engines[label].config_id(), engine_label=label, log=log,
+                      error="ValueError: No available memory for the cache blocks", cudagraph_estimate_gib=estimate,
+                      available_kv_gib=-2.59, gpu_memory_utilization=0.9)  # fmt: skip
+        return record
+
+    failed = pd.DataFrame([
+        failure("a", h100, "a-2026-12-06T021537+0000.log", 9.40),
+        failure("a", h100, "a-2026-12-06T031537+0000.log", 9.45),  # tried again: the latest is named
+        failure("b", hardware_key("NVIDIA H200", 1, "0.26.0"), "b-2026-12-06T021537+0000.log", 9.45),  # other GPU
+        failure("c", h100, "c-2026-12-06T021537+0000.log", 7.94),  # nothing left to measure: no note
+    ])  # fmt: skip
+    table = pd.DataFrame({"engine_label": ["a", "b", "c", "big"], "to_measure": [3, 3, 0, 3]})
+    lines = budget.failed_before(plan, table, failed, "NVIDIA H100 80GB HBM3", "0.26.0")
+    assert len(lines) == 1 and lines[0].startswith("note: a did not start on this hardware before: ValueError")
+    assert "9.45 GiB" in lines[0] and "a-2026-12-06T031537+0000.log" in lines[0] and "-2.59 GiB" in lines[0]
