@@ -25,6 +25,8 @@ args, _ = parser.parse_known_args()
 
 if args.exit_at_start is not None:
     print("fake server: failing at start-up as asked", flush=True)
+    print("(EngineCore pid=1) ERROR 12-06 02:18:07 [core.py:1330] ValueError: No available memory for the cache "
+          "blocks. Try increasing `gpu_memory_utilization` when initializing the engine.", flush=True)
     sys.exit(args.exit_at_start)
 if args.ignore_sigterm:
     import signal

@@ -34,6 +34,8 @@ from vllm_playbooks.results.identity import engine_gpus, hardware_key
 from vllm_playbooks.results.provenance import Provenance, collect_provenance, query_gpus, utc_now
 from vllm_playbooks.results.replay import replay_case, sync_rows
 from vllm_playbooks.results.schema import RUN_COLUMNS, RunRow
+from vllm_playbooks.results.server_logs import has_started, read_failed_startup
+from vllm_playbooks.results.textfiles import stored_path
 from vllm_playbooks.results.stalls import STALL_S, STALL_SHARE, gaps_between, mark_stalled
 from vllm_playbooks.results.store import append_run_row, load_run_rows, rows_to_frame
 from vllm_playbooks.run.engine_server import EngineServer, ServerFactory, say
@@ -409,8 +411,14 @@ def _run_groups(
 def record_failed_point(case_dir: Path, point: PlannedPoint, error: BaseException, report: RunReport, log: Path,
                         hardware: str) -> None:  # fmt: skip
     """Note ``point`` as failed in ``report`` and keep its error beside the finished points
-    (``raw/<hardware>/<point id>.failure.json``, naming the server log ``log``): the next run measures it again."""
+    (``raw/<hardware>/<point id>.failure.json``, naming the server log ``log``): the next run measures it again. A
+    server that did not start has the first error its log names put in front (``read_failed_startup``), so that the
+    one line a failure gets says why."""
     message, recorded_id = f"{type(error).__name__}: {error}", f"{hardware}/{point.point_id}"
+    if isinstance(error, ServerError) and stored_path(log) is not None and not has_started(log):
+        cause = read_failed_startup(log).error
+        if cause:
+            message = f"{type(error).__name__} ({cause}): {error}"
     report.failed[recorded_id] = message
     raw.record_failure(case_dir, recorded_id, message, {"server_log": str(log)})
 

@@ -119,6 +119,9 @@ def test_server_that_never_starts_fails_its_points_only(data: Path) -> None:
     )
     assert len(report.failed) == 4 and "exited with code 1" in next(iter(report.failed.values()))
     assert replay_rows(CASE, data) == []
+    # the one line each failure gets names the root cause the server logged
+    with pytest.raises(PlaybookError, match=r"ServerError \(ValueError: No available memory for the cache blocks\)"):
+        report.raise_for_failures()
 
 
 def test_a_short_run_is_measured_again_with_a_longer_one(data: Path) -> None:
