@@ -20,6 +20,7 @@ from vllm_playbooks.errors import ConfigError, SchemaError
 from vllm_playbooks.hardware import REFERENCE_DATASHEET, REFERENCE_GPU, measured_on
 from vllm_playbooks.model.calibration import EfficiencyFit, fit_efficiency
 from vllm_playbooks.results.engine_steps import step_summary
+from vllm_playbooks.results.failed_starts import failed_starts
 from vllm_playbooks.results.raw import split_point_id
 from vllm_playbooks.results.replay import replay_case
 from vllm_playbooks.results.schema import RUN_COLUMNS
@@ -97,6 +98,8 @@ class Evidence:
     #: Per claim id, the points its verdict rests on, as (engine label, load slug): those of the part of its case
     #: that decides it (``run.plan.deciding_points``). A claim not named rests on all its case's rows.
     deciding: Mapping[str, frozenset[tuple[str, str]]] = field(default_factory=dict)
+    #: Per case, the servers that did not start (``results.failed_starts.failed_starts``).
+    failed_starts: Mapping[str, pd.DataFrame] = field(default_factory=dict)
 
     def rows(self, case: str) -> pd.DataFrame:
         """The recorded rows of ``case`` (an empty frame with the schema's columns when none are recorded)."""
@@ -125,6 +128,19 @@ class Evidence:
             return []
         gpus = sorted(set(self.deciding_rows(claim)["gpu_name"].astype(str)))
         return sorted(gpus, key=lambda gpu: gpu != REFERENCE_GPU)
+
+    def not_started(self, claim: Claim, gpu: str) -> list[str]:
+        """The engines of the points ``claim``'s verdict rests on (``deciding``) whose server did not start on ``gpu``
+        (a kept failure on the hardware of that GPU's rows) and that have no row there, in label order."""
+        points, failed = self.deciding.get(claim.claim_id), self.failed_starts.get(claim.case)
+        if not points or failed is None or failed.empty:
+            return []
+        rows = self.rows(claim.case)
+        on_gpu = rows[rows["gpu_name"].astype(str) == gpu]
+        labels = {label for label, _ in points}
+        hardware = set(on_gpu["hardware"].astype(str))
+        stopped = failed[failed["hardware"].isin(hardware) & failed["engine_label"].isin(labels)]
+        return sorted(set(stopped["engine_label"]) - set(on_gpu["engine_label"].astype(str)))
 
     def on_gpu(self, gpu: str) -> Evidence:
         """This evidence with every case's rows narrowed to those measured on ``gpu`` (the published numbers, the
@@ -304,8 +320,9 @@ def load_evidence(data: Path | None = None) -> Evidence:
     claims = load_claims(folder / "reference" / "claims.csv", published=published, require_checks=False)
     deciding = {claim.claim_id: points for claim in claims
                 if (points := deciding_points(claim.case, claim.claim_id)) is not None}  # fmt: skip
+    failed = {case: failed_starts(case, folder) for case in runs}
     return Evidence(published=published, runs=runs, startups=recorded_startups(folder), fit=fit, engine_steps=steps,
-                    deciding=deciding)  # fmt: skip
+                    deciding=deciding, failed_starts=failed)  # fmt: skip
 
 
 def speedup_pairs(rows: pd.DataFrame, metric: str, extra: Iterable[str] = ()) -> pd.DataFrame:
@@ -413,6 +430,15 @@ def source_kind(flags: Iterable[bool]) -> str:
     return "primary and secondary"
 
 
+def noting_not_started(result: CheckResult, engines: list[str]) -> CheckResult:
+    """``result`` with the engines whose server did not start on its GPU (``Evidence.not_started``) named after what
+    it measured: a comparison on that GPU could not include them."""
+    if not engines:
+        return result
+    measured = f"{result.measured}; " if result.measured else ""
+    return replace(result, measured=f"{measured}did not start on this GPU: {', '.join(engines)}")
+
+
 def judged_per_gpu(claim: Claim, evidence: Evidence) -> list[tuple[str, CheckResult]]:
     """``claim``'s check, once per GPU of ``Evidence.deciding_gpus`` on that GPU's rows alone, the reference GPU
     first: no GPU's rows move another's verdict. A claim without deciding points (a rule of thumb weighed on every
@@ -421,7 +447,8 @@ def judged_per_gpu(claim: Claim, evidence: Evidence) -> list[tuple[str, CheckRes
     gpus = evidence.deciding_gpus(claim)
     if not gpus:
         return [("", check(claim, evidence))]
-    return [(gpu, check(claim, evidence.on_gpu(gpu))) for gpu in gpus]
+    return [(gpu, noting_not_started(check(claim, evidence.on_gpu(gpu)), evidence.not_started(claim, gpu)))
+            for gpu in gpus]  # fmt: skip
 
 
 def build_ledger(evidence: Evidence | None = None, claims: list[Claim] | None = None) -> pd.DataFrame:

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from vllm_playbooks.claims.ledger import CheckResult, Evidence, claim_of, get_check, load_evidence
+from vllm_playbooks.claims.ledger import (CheckResult, Evidence, claim_of, get_check, load_evidence,
+                                         noting_not_started)
 from vllm_playbooks.hardware import REFERENCE_GPU
 from vllm_playbooks.run.budget import gpu_here
 
@@ -34,8 +35,9 @@ def results_by_gpu(claim_id: str, rows: pd.DataFrame, evidence: Evidence | None 
     for gpu in gpus_in(rows):
         narrowed = ev.on_gpu(gpu)
         own = narrowed.rows(claim.case)
-        results[gpu] = check(claim, replace(narrowed, runs={**narrowed.runs,
-                                                            claim.case: own[own["point_id"].astype(str).isin(shown)]}))
+        judged = check(claim, replace(narrowed, runs={**narrowed.runs,
+                                                      claim.case: own[own["point_id"].astype(str).isin(shown)]}))
+        results[gpu] = noting_not_started(judged, ev.not_started(claim, gpu))
     return results
 
 

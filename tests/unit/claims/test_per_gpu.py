@@ -111,3 +111,27 @@ def test_a_claim_judged_on_every_row_at_once_is_one_line(evidence: ledger.Eviden
     claim = ledger.claim_of("rule-acceptance-bands", evidence)
     assert evidence.deciding_gpus(claim) == []
     assert [gpu for gpu, _ in ledger.judged_per_gpu(claim, evidence)] == [""]
+
+
+@pytest.mark.recorded_data
+def test_a_deciding_engine_that_did_not_start_on_a_gpu_is_named_in_that_gpus_result(
+    with_a_faster_other_gpu: ledger.Evidence,
+) -> None:
+    from vllm_playbooks.results.failed_starts import FAILED_START_COLUMNS
+
+    claim = ledger.claim_of(CLAIM, with_a_faster_other_gpu)
+    speculative = sorted({label for label, _ in with_a_faster_other_gpu.deciding[CLAIM] if label != "spec-off"})
+    rows = with_a_faster_other_gpu.rows("discussion-13834")
+    other = (rows["gpu_name"] == OTHER) & rows["engine_label"].isin(speculative)
+    rows = rows[~other].copy()  # on the other GPU the speculative servers did not start: no rows
+    rows.loc[rows["gpu_name"] == OTHER, "hardware"] = "other-x1-vllm0.26.0"
+    failed = pd.DataFrame([{**dict.fromkeys(FAILED_START_COLUMNS), "hardware": hardware, "engine_label": label}
+                           for label in speculative
+                           for hardware in ("other-x1-vllm0.26.0", "nvidia-h200-x1-vllm0.26.0")])  # fmt: skip
+    evidence = replace(with_a_faster_other_gpu, runs={**with_a_faster_other_gpu.runs, "discussion-13834": rows},
+                       failed_starts={"discussion-13834": failed})  # fmt: skip
+    assert evidence.not_started(claim, OTHER) == speculative
+    assert evidence.not_started(claim, "NVIDIA H200") == []  # it failed there once too, and then measured its rows
+    results = per_gpu.results_by_gpu(CLAIM, rows, evidence)
+    assert results[OTHER].measured.endswith(f"did not start on this GPU: {', '.join(speculative)}")
+    assert "did not start" not in results["NVIDIA H200"].measured
