@@ -157,6 +157,19 @@ def copy_new_failures(source_case_dir: Path, case_dir: Path) -> int:
     return copied
 
 
+def drop_measured_failures(case_dir: Path) -> int:
+    """Remove the failures of points that have a finished folder now (measured elsewhere and copied in, as
+    ``write_point`` removes them when it measures one here); return how many."""
+    root = raw_root(case_dir)
+    if not root.is_dir():
+        return 0
+    measured = [path for path in root.glob(f"*/*/*{FAILURE_SUFFIX}")
+                if (path.parent / path.name.removesuffix(FAILURE_SUFFIX) / POINT_FILE).exists()]  # fmt: skip
+    for path in measured:
+        path.unlink()
+    return len(measured)
+
+
 def copy_new_logs(source_case_dir: Path, case_dir: Path) -> int:
     """Copy the server logs of ``source_case_dir/logs`` that ``case_dir/logs`` lacks (by name); return how many."""
     logs = source_case_dir / "logs"

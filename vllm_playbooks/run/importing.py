@@ -85,6 +85,7 @@ def import_case(case: str, source: Path, data: Path) -> Imported:
         result.added.append(new_id)
         if new_id != pid:
             result.renumbered.append(new_id)
+    raw.drop_measured_failures(dst)
     result.failures = raw.copy_new_failures(src, dst)
     result.logs = raw.copy_new_logs(src, dst)
     sync_rows(case, data)

@@ -93,13 +93,14 @@ def check_group_sizes(plan_engines: Sequence[Any], assignment: dict[str, list[st
 def merge_into(case: str, source: Path, data: Path) -> list[str]:
     """Copy the finished raw points, the failures (``raw.copy_new_failures``) and server logs of ``case`` that
     ``source`` (a worker's data folder) holds and ``data`` lacks, then append their rows; return the ids of the rows
-    added. Recorded points are never overwritten."""
+    added. Recorded points are never overwritten; a failure kept for a point that is now measured is removed."""
 
     src, dst = case_dir(case, source), case_dir(case, data)
     for point in raw.finished_points(src):
         target = raw.raw_root(dst) / point.relative_to(raw.raw_root(src))
         if not target.exists():
             raw.copy_point(point, target)
+    raw.drop_measured_failures(dst)
     raw.copy_new_failures(src, dst)
     raw.copy_new_logs(src, dst)
     return sync_rows(case, data) if raw.finished_points(dst) else []

@@ -123,6 +123,11 @@ def test_merge_keeps_the_failures_of_points_not_measured_and_drops_those_measure
     kept = raw.failure_records(data / "runs" / CASE)
     assert [record["point_id"] for record in kept] == [failed]
     assert kept[0]["server_log"] == "/tmp/x.log"
+    # the failed point, measured later by another worker: its failure goes once its folder is merged
+    recorded = raw.raw_root(RECORDED) / measured
+    shutil.copytree(recorded, raw.raw_root(tmp_path / "later" / "runs" / CASE) / failed)
+    merge_into(CASE, tmp_path / "later", data)
+    assert raw.failure_records(data / "runs" / CASE) == []
 
 
 @pytest.mark.recorded_data
