@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from vllm_playbooks import paths
 from vllm_playbooks.results import raw
-from vllm_playbooks.results.server_logs import read_failed_startup, unstarted_server_logs
+from vllm_playbooks.results.server_logs import has_started, read_failed_startup, server_log_files
 from vllm_playbooks.results.store import case_dir
 from vllm_playbooks.results.textfiles import plain_name
 
@@ -37,17 +37,20 @@ def failed_starts(case: str, data: Path | None = None) -> pd.DataFrame:
     import pandas as pd
 
     folder = case_dir(case, data if data is not None else paths.data_dir())
-    unstarted = {plain_name(log): log for log in unstarted_server_logs(folder)}
+    logs = {plain_name(log): log for log in server_log_files(folder / "logs")}
+    unstarted: dict[str, bool] = {}  # only the logs a failure names are read, each once
     points: dict[tuple[str, str, str], int] = {}
     for record in raw.failure_records(folder):
         name = plain_name(Path(str(record.get("server_log", ""))))  # a path on the machine that measured
-        if name in unstarted:
+        if name in logs and name not in unstarted:
+            unstarted[name] = not has_started(logs[name])
+        if unstarted.get(name):
             hardware, config_id = str(record["point_id"]).split("/")[:2]
             key = (hardware, config_id, name)
             points[key] = points.get(key, 0) + 1
     records = []
     for (hardware, config_id, name), count in sorted(points.items()):
-        startup = read_failed_startup(unstarted[name])
+        startup = read_failed_startup(logs[name])
         records.append({
             "hardware": hardware, "config_id": config_id, "engine_label": config_id.rsplit("-", 1)[0], "log": name,
             "points": count, "error": startup.error, "weights_gib": startup.weights_gib,
