@@ -140,6 +140,11 @@ def failure_records(case_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(path.read_text(encoding="utf-8")) for path in files]
 
 
+def _is_measured(failure: Path) -> bool:
+    """Whether the point a failure file stands for has a finished folder beside it."""
+    return (failure.parent / failure.name.removesuffix(FAILURE_SUFFIX) / POINT_FILE).exists()
+
+
 def copy_new_failures(source_case_dir: Path, case_dir: Path) -> int:
     """Copy the failures that ``source_case_dir`` keeps into ``case_dir`` where that point has neither a failure nor a
     finished folder there (a point measured since needs no retry); return how many were copied."""
@@ -149,7 +154,7 @@ def copy_new_failures(source_case_dir: Path, case_dir: Path) -> int:
     copied = 0
     for path in sorted(source_root.glob(f"*/*/*{FAILURE_SUFFIX}")):
         target = root / path.relative_to(source_root)
-        if target.exists() or (target.parent / target.name.removesuffix(FAILURE_SUFFIX) / POINT_FILE).exists():
+        if target.exists() or _is_measured(target):
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, target)
@@ -163,8 +168,7 @@ def drop_measured_failures(case_dir: Path) -> int:
     root = raw_root(case_dir)
     if not root.is_dir():
         return 0
-    measured = [path for path in root.glob(f"*/*/*{FAILURE_SUFFIX}")
-                if (path.parent / path.name.removesuffix(FAILURE_SUFFIX) / POINT_FILE).exists()]  # fmt: skip
+    measured = [path for path in root.glob(f"*/*/*{FAILURE_SUFFIX}") if _is_measured(path)]
     for path in measured:
         path.unlink()
     return len(measured)

@@ -7,9 +7,8 @@ one (the folder's name gives a point its repeat, as after ``vllm-playbooks migra
 are). A point whose ``bench.json`` is already here under any repeat is skipped, so importing twice adds nothing.
 Server logs come along under their own names, and so do the failures the source keeps for points not measured here
 (a server that did not start leaves one per point it was to measure, naming its log); then the rows are appended from
-the raw files. Nothing recorded is
-overwritten, and a point whose files name another hardware or config than its folder is refused before anything is
-copied.
+the raw files. Nothing recorded is overwritten, and a point whose files name another hardware or config than its
+folder is refused before anything is copied.
 """
 
 from __future__ import annotations
