@@ -60,6 +60,7 @@ from vllm_playbooks.run.case import (
     require_gpu,
     require_vllm,
     sigterm_as_interrupt,
+    startup_cause,
 )
 from vllm_playbooks.run.engine_server import EngineServer, ServerFactory
 from vllm_playbooks.run.parallel import assign_engines, check_group_sizes
@@ -264,7 +265,7 @@ class LiveMeasure:
             raise
         except (PlaybookError, OSError, KeyError, ValueError, RuntimeError) as error:
             log = self._lifetime.log_path if self._lifetime is not None else self.case_dir / "logs"
-            record_failed_point(self.case_dir, point, error, self.report, log, hardware)
+            record_failed_point(self.case_dir, point, error, self.report, log, hardware, startup_cause(error, log))
             raise PlaybookError(f"point {hardware}/{point.point_id} failed ({type(error).__name__}: {error}); the "
                                 "points measured before it are recorded, and its error is kept beside them") from error
         self.report.measured.append(row.point_id)

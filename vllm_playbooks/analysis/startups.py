@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from vllm_playbooks.results.failed_starts import latest_tries
 from vllm_playbooks.results.server_logs import startup_memory_of_rows
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ def startup_memory_by_gpu(
     """
     import pandas as pd
 
+    latest = latest_tries(failed)
     records = []
     for gpu, on_gpu in rows.groupby("gpu_name", sort=True):
         hardware = set(on_gpu["hardware"])
@@ -44,14 +46,13 @@ def startup_memory_by_gpu(
                     "cudagraph_estimate_gib": memory["cudagraph_estimate_gib"].max(),
                 })  # fmt: skip
                 continue
-            tried = failed[failed["hardware"].isin(hardware) & (failed["engine_label"] == label)]
+            tried = latest[latest["hardware"].isin(hardware) & (latest["engine_label"] == label)]
             if not tried.empty:
-                latest = tried.sort_values("log").iloc[-1]  # log names end in their launch time
+                last = tried.iloc[-1]
                 records.append({
                     "gpu_name": gpu, "engine_label": label, "started": False, "runs": 0,
-                    "cudagraph_estimate_gib": latest["cudagraph_estimate_gib"],
-                    "available_kv_gib": latest["available_kv_gib"],
-                    "gpu_memory_utilization": latest["gpu_memory_utilization"], "error": latest["error"],
+                    "cudagraph_estimate_gib": last["cudagraph_estimate_gib"], "available_kv_gib": last["available_kv_gib"],
+                    "gpu_memory_utilization": last["gpu_memory_utilization"], "error": last["error"],
                 })  # fmt: skip
     table = pd.DataFrame(records, columns=list(STARTUP_COLUMNS))
     return table.astype({"kv_cache_tokens": "Int64", "cudagraph_estimate_gib": "Float64", "available_kv_gib": "Float64",

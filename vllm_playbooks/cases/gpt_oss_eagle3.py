@@ -307,7 +307,8 @@ def kv_pressure(
     if not tops:
         return pd.DataFrame(columns=list(KV_PRESSURE_COLUMNS))
     top = pd.concat(tops)
-    top = top.assign(kv_cache_tokens=startup_memory_of_rows(top, data)["kv_cache_tokens"])  # only the runs shown: one log read per server
+    # only the runs shown: one log read per server
+    top = top.assign(kv_cache_tokens=startup_memory_of_rows(top, data)["kv_cache_tokens"])
     input_len, output_len = profiles[profile]
     records = []
     for gpu, on_gpu in top.groupby("gpu_name", sort=True):

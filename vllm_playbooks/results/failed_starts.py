@@ -59,3 +59,9 @@ def failed_starts(case: str, data: Path | None = None) -> pd.DataFrame:
             "utilization_without_cudagraphs": startup.utilization_without_cudagraphs,
         })  # fmt: skip
     return pd.DataFrame(records, columns=list(FAILED_START_COLUMNS))
+
+
+def latest_tries(failed: pd.DataFrame) -> pd.DataFrame:
+    """The latest failed start-up of each engine config on each hardware among ``failed`` (``failed_starts`` rows):
+    log names end in their launch time, so the last in name order."""
+    return failed.sort_values("log").drop_duplicates(["hardware", "config_id"], keep="last")

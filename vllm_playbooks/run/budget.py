@@ -29,7 +29,7 @@ from vllm_playbooks.config.load import LoadPoint
 from vllm_playbooks.config.spec_detection import SpeculativeConfigWarning
 from vllm_playbooks.engine.gpu_sampler import gpu_at_hand
 from vllm_playbooks.errors import ConfigError, SchemaError
-from vllm_playbooks.results.failed_starts import failed_starts
+from vllm_playbooks.results.failed_starts import failed_starts, latest_tries
 from vllm_playbooks.results.identity import engine_gpus, hardware_key
 from vllm_playbooks.results.provenance import package_version
 from vllm_playbooks.results.replay import replay_rows
@@ -467,24 +467,22 @@ def failed_before(plan: CasePlan, table: pd.DataFrame, failed: pd.DataFrame, gpu
     error and the memory its log counted, so that no GPU time goes to a start-up that fails the same way."""
     import pandas as pd
 
+    tries = latest_tries(failed).set_index(["hardware", "config_id"])
     lines = []
     for engine in plan.engines:
         todo = table.loc[table["engine_label"] == engine.label, "to_measure"]
-        if todo.empty or not int(todo.iloc[0]):
+        key = (hardware_key(gpu_name, engine_gpus(engine), vllm_version), engine.config_id())
+        if todo.empty or not int(todo.iloc[0]) or key not in tries.index:
             continue
-        key = hardware_key(gpu_name, engine_gpus(engine), vllm_version)
-        tries = failed[(failed["hardware"] == key) & (failed["config_id"] == engine.config_id())]
-        if tries.empty:
-            continue
-        latest = tries.sort_values("log").iloc[-1]  # log names end in their launch time
+        latest = tries.loc[key]
         memory = [f"{name} {latest[column]:.2f} GiB" for name, column in
                   [("CUDA graphs estimated at", "cudagraph_estimate_gib"), ("KV-cache memory left", "available_kv_gib")]
                   if pd.notna(latest[column])]  # fmt: skip
         if pd.notna(latest["gpu_memory_utilization"]):
             memory.append(f"--gpu-memory-utilization {latest['gpu_memory_utilization']:g}")
-        lines.append(f"note: {engine.label} did not start on this hardware before: {latest['error'] or 'no error logged'}"
-                     f" ({'; '.join([*memory, 'log ' + latest['log']])}); it is likely to fail the same way unless its "
-                     "memory settings change")  # fmt: skip
+        lines.append(f"note: {engine.label} did not start on this hardware before: "
+                     f"{latest['error'] or 'no error logged'} ({'; '.join([*memory, 'log ' + latest['log']])}); it is "
+                     "likely to fail the same way unless its memory settings change")  # fmt: skip
     return lines
 
 

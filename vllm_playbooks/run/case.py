@@ -401,24 +401,33 @@ def _run_groups(
         except StorageError:
             raise
         except PlaybookError as error:
+            cause = startup_cause(error, lifetime.log_path)  # read once for all the points of this server
             for point in points:
                 recorded_id = f"{hardware}/{point.point_id}"
                 if recorded_id not in report.measured and recorded_id not in report.failed:
-                    record_failed_point(case_dir, point, error, report, lifetime.log_path, hardware)
+                    record_failed_point(case_dir, point, error, report, lifetime.log_path, hardware, cause)
                     bar.update(1)
 
 
+def startup_cause(error: BaseException, log: Path) -> str | None:
+    """For a ``ServerError`` of a server that did not start, the first error its log ``log`` names
+    (``read_failed_startup``); None for any other error, or where the log names none."""
+    if not isinstance(error, ServerError):
+        return None
+    found = stored_path(log)
+    if found is None or not found.is_file() or has_started(log):
+        return None
+    return read_failed_startup(log).error
+
+
 def record_failed_point(case_dir: Path, point: PlannedPoint, error: BaseException, report: RunReport, log: Path,
-                        hardware: str) -> None:  # fmt: skip
+                        hardware: str, cause: str | None = None) -> None:  # fmt: skip
     """Note ``point`` as failed in ``report`` and keep its error beside the finished points
     (``raw/<hardware>/<point id>.failure.json``, naming the server log ``log``): the next run measures it again. A
-    server that did not start has the first error its log names put in front (``read_failed_startup``), so that the
-    one line a failure gets says why."""
-    message, recorded_id = f"{type(error).__name__}: {error}", f"{hardware}/{point.point_id}"
-    if isinstance(error, ServerError) and stored_path(log) is not None and not has_started(log):
-        cause = read_failed_startup(log).error
-        if cause:
-            message = f"{type(error).__name__} ({cause}): {error}"
+    ``cause`` (``startup_cause``: why a server did not start) goes in front, so that the one line a failure gets says
+    why."""
+    name, recorded_id = type(error).__name__, f"{hardware}/{point.point_id}"
+    message = f"{name} ({cause}): {error}" if cause else f"{name}: {error}"
     report.failed[recorded_id] = message
     raw.record_failure(case_dir, recorded_id, message, {"server_log": str(log)})
 
