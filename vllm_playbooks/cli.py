@@ -39,7 +39,7 @@ COMMANDS = (
     Command("run", "measure a case's grid on this machine's GPUs: one server per GPU group, resumable, time-limited",
             "vllm_playbooks.run.parallel:add_run_arguments", "vllm_playbooks.run.parallel:run_main"),
     Command("plan", "the points of a case still to measure and the GPU minutes they take, from the recorded runs",
-            "vllm_playbooks.run.budget:add_plan_arguments", "vllm_playbooks.run.budget:plan_main"),
+            "vllm_playbooks.run.hardware_plan:add_plan_arguments", "vllm_playbooks.run.hardware_plan:plan_main"),
     Command("runs", "what was measured, per case and hardware: when, rows, points, the GPU minutes its servers held",
             "vllm_playbooks.analysis.runs:add_arguments", "vllm_playbooks.analysis.runs:main"),
     Command("check-config", "check a case's grid (or your own case file) as the runner would, without a GPU",

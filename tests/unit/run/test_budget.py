@@ -11,52 +11,33 @@ import pandas as pd
 import pytest
 
 from tests.conftest import FROZEN
+from tests.unit.run.grid_rows import GRID_PLAN, grid_spec, run_rows, server_rows
 from vllm_playbooks import cli
 from vllm_playbooks.run import budget
 from vllm_playbooks.run.plan import plan_from_dict
 
-PLAN = plan_from_dict({"case": "t", "engine_defaults": {"model": "llama-3.1-8b", "max_model_len": 2048},
-                       "engines": [{"label": "a"}, {"label": "b"}, {"label": "c"},
-                                   {"label": "big", "model": "llama-3.3-70b"}],
-                       "loads": {"input_len": 8, "output_len": 8, "concurrency": [1, 4, 16], "random_range_ratio": 0.0}})  # fmt: skip
-T0 = pd.Timestamp("2026-12-31T23:58:00+00:00")
-
-
-def _servers(*rows: tuple[str, str, float, float]) -> pd.DataFrame:
-    """(log, engine label, launch in s after T0, start-up s; NaN: never ready)."""
-    return pd.DataFrame([{"log": log, "engine_label": label, "launched_at": T0 + pd.Timedelta(seconds=at),
-                          "startup_s": startup} for log, label, at, startup in rows])  # fmt: skip
-
-
-def _rows(*rows: tuple[str, int, float]) -> pd.DataFrame:
-    """(engine label, concurrency, end in s after T0) as recorded: measured_at an ISO string."""
-    return pd.DataFrame([{"engine_label": label, "model_shape": "llama-3.1-8b", "input_len": 8, "output_len": 8,
-                          "concurrency": float(c),
-                          "request_rate_qps": None, "measured_at": (T0 + pd.Timedelta(seconds=end)).isoformat()}
-                         for label, c, end in rows])  # fmt: skip
-
 
 def test_a_points_wall_runs_from_ready_or_the_point_before_on_its_server() -> None:
-    servers = _servers(("a1", "a", 0, 100), ("a2", "a", 1000, 50), ("never", "b", 0, math.nan))
+    servers = server_rows(("a1", "a", 0, 100), ("a2", "a", 1000, 50), ("never", "b", 0, math.nan))
     # a's first server: ready at 100; c1 ends at 160, c4 at 200. Its second server (ready at 1050) measures c16 at 1300.
     # b never became ready: its row has no server to time it from
-    rows = _rows(("a", 4, 200), ("a", 1, 160), ("a", 16, 1300), ("b", 1, 500))
+    rows = run_rows(("a", 4, 200), ("a", 1, 160), ("a", 16, 1300), ("b", 1, 500))
     walls = budget.point_walls(rows, servers)
     assert walls[["engine_label", "concurrency", "wall_s"]].values.tolist() == [["a", 1, 60.0], ["a", 4, 40.0],
                                                                                 ["a", 16, 250.0]]  # fmt: skip
 
 
 def test_the_rest_of_a_grid_takes_the_longest_recorded_wall_per_load_and_start_up() -> None:
-    servers = _servers(("a1", "a", 0, 100), ("b1", "b", 400, 80), ("b2", "b", 900, 120))
+    servers = server_rows(("a1", "a", 0, 100), ("b1", "b", 400, 80), ("b2", "b", 900, 120))
     # walls: a c1 60, a c4 40, a c16 300; b c1 90 (its second server's point)
-    rows = _rows(("a", 1, 160), ("a", 4, 200), ("a", 16, 500), ("b", 1, 1110))
-    table = budget.remaining_time(PLAN, rows, servers).set_index("engine_label")
+    rows = run_rows(("a", 1, 160), ("a", 4, 200), ("a", 16, 500), ("b", 1, 1110))
+    table = budget.remaining_time(GRID_PLAN, rows, servers).set_index("engine_label")
     assert table.index.tolist() == ["b", "c", "big"]  # a is complete
     assert table.loc["b", "points"] == 2 and table.loc["b", "startup_s"] == 120.0  # the shape's longest start
     assert table.loc["b", "points_s"] == 340.0  # c4 40 + c16 300
     assert table.loc["b", "time_limit_s"] == 580  # 1.25 × 460 = 575, up to 10 s
     assert table.loc["c", "startup_s"] == 120.0 and table.loc["c", "points_s"] == 90.0 + 40.0 + 300.0  # any config's
-    assert budget.remaining_time(PLAN, rows, servers, margin=1.0).set_index("engine_label").loc[
+    assert budget.remaining_time(GRID_PLAN, rows, servers, margin=1.0).set_index("engine_label").loc[
         "b", "time_limit_s"] == 460  # fmt: skip
     # the 70B shape never ran: neither its start-up nor its points are estimated from the 8B's
     assert table.loc["big", "model_shape"] == "llama-3.3-70b" and table.loc["big", "unknown"] == 3
@@ -65,23 +46,23 @@ def test_the_rest_of_a_grid_takes_the_longest_recorded_wall_per_load_and_start_u
 
 def test_a_start_up_is_estimated_as_cold_when_the_config_only_ever_started_warm() -> None:
     # a started first on a fresh machine (400 s: no compile or kernel cache); b after it on the same machine (60 s)
-    servers = _servers(("a1", "a", 0, 400), ("b1", "b", 500, 60))
-    rows = _rows(("a", 1, 460), ("b", 1, 620))
-    table = budget.remaining_time(PLAN, rows, servers).set_index("engine_label")
+    servers = server_rows(("a1", "a", 0, 400), ("b1", "b", 500, 60))
+    rows = run_rows(("a", 1, 460), ("b", 1, 620))
+    table = budget.remaining_time(GRID_PLAN, rows, servers).set_index("engine_label")
     assert table.loc["b", "startup_s"] == 400.0 and table.loc["a", "startup_s"] == 400.0
 
 
 def test_the_rest_of_a_grid_in_words_names_each_server_and_says_when_nothing_is_left() -> None:
-    servers = _servers(("a1", "a", 0, 100), ("b1", "b", 400, 80), ("b2", "b", 900, 120))
-    rows = _rows(("a", 1, 160), ("a", 4, 200), ("a", 16, 500), ("b", 1, 1110))
-    text = budget.describe_remaining_time(budget.remaining_time(PLAN, rows, servers))
+    servers = server_rows(("a1", "a", 0, 100), ("b1", "b", 400, 80), ("b2", "b", 900, 120))
+    rows = run_rows(("a", 1, 160), ("a", 4, 200), ("a", 16, 500), ("b", 1, 1110))
+    text = budget.describe_remaining_time(budget.remaining_time(GRID_PLAN, rows, servers))
     assert text.startswith("8 planned points are left on 3 servers, each started once: ")
     assert "`b` (llama-3.1-8b): 2 points, start-up ≈ 120 s, points ≈ 340 s, `--time-limit-s 580`" in text
     assert "`big` (llama-3.3-70b): 3 points, no estimate (no server of its shape ever became ready)" in text
-    one = budget.remaining_time(PLAN, _rows(("a", 1, 160)), _servers(("a1", "a", 0, 100)))
+    one = budget.remaining_time(GRID_PLAN, run_rows(("a", 1, 160)), server_rows(("a1", "a", 0, 100)))
     assert "`a` (llama-3.1-8b): 2 points, no estimate (2 of its loads never ran on its shape)" in (
         budget.describe_remaining_time(one))  # fmt: skip
-    assert budget.describe_remaining_time(budget.remaining_time(PLAN, rows, servers).iloc[:0]) == (
+    assert budget.describe_remaining_time(budget.remaining_time(GRID_PLAN, rows, servers).iloc[:0]) == (
         "Every planned point is recorded in a run that did not stall: nothing is left to measure.")  # fmt: skip
     last = pd.DataFrame([{"engine_label": "k3", "model_shape": "gpt-oss-120b", "points": 1, "stalled": 0, "unknown": 0,
                           "startup_s": 192.0, "points_s": 387.0, "time_limit_s": 730}])  # fmt: skip
@@ -94,23 +75,23 @@ def test_the_rest_of_a_grid_in_words_names_each_server_and_says_when_nothing_is_
 
 
 def test_a_load_recorded_only_in_stalled_runs_is_left_to_measure_again() -> None:
-    servers = _servers(("a1", "a", 0, 100))
-    rows = _rows(("a", 1, 160), ("a", 4, 200), ("a", 16, 500))
-    assert "a" not in budget.remaining_time(PLAN, rows, servers)["engine_label"].tolist()  # no stalled column
+    servers = server_rows(("a1", "a", 0, 100))
+    rows = run_rows(("a", 1, 160), ("a", 4, 200), ("a", 16, 500))
+    assert "a" not in budget.remaining_time(GRID_PLAN, rows, servers)["engine_label"].tolist()  # no stalled column
     marked = rows.assign(stalled=[False, False, True])  # c16's only run stalled
-    table = budget.remaining_time(PLAN, marked, servers).set_index("engine_label")
+    table = budget.remaining_time(GRID_PLAN, marked, servers).set_index("engine_label")
     assert table.loc["a", "points"] == 1 and table.loc["a", "stalled"] == 1
     assert table.loc["a", "points_s"] == 300.0  # its own stalled run's wall estimates the next
     assert table.loc["b", "stalled"] == 0 and table.loc["b", "points"] == 3
-    both = pd.concat([marked, _rows(("a", 16, 900)).assign(stalled=False)])  # measured again without a stall
-    assert "a" not in budget.remaining_time(PLAN, both, servers)["engine_label"].tolist()
+    both = pd.concat([marked, run_rows(("a", 16, 900)).assign(stalled=False)])  # measured again without a stall
+    assert "a" not in budget.remaining_time(GRID_PLAN, both, servers)["engine_label"].tolist()
 
 
 def test_a_short_budget_takes_the_shortest_points_first_after_the_start_up() -> None:
-    servers = _servers(("a1", "a", 0, 100), ("b1", "b", 400, 80), ("b2", "b", 900, 120))
+    servers = server_rows(("a1", "a", 0, 100), ("b1", "b", 400, 80), ("b2", "b", 900, 120))
     # walls: a c1 60, a c4 40, a c16 300; b c1 90. Start-ups: b 120 (its own), c 120 (any of the 8B's), big unknown
-    rows = _rows(("a", 1, 160), ("a", 4, 200), ("a", 16, 500), ("b", 1, 1110))
-    points = budget.point_estimates(PLAN, rows, servers)
+    rows = run_rows(("a", 1, 160), ("a", 4, 200), ("a", 16, 500), ("b", 1, 1110))
+    points = budget.point_estimates(GRID_PLAN, rows, servers)
     assert points[["engine_label", "concurrency", "wall_s"]].values.tolist()[:5] == [
         ["b", 4, 40.0], ["b", 16, 300.0], ["c", 1, 90.0], ["c", 4, 40.0], ["c", 16, 300.0]]  # fmt: skip
     fit = budget.points_within(points, budget_s=250, margin=1.0)
@@ -122,8 +103,8 @@ def test_a_short_budget_takes_the_shortest_points_first_after_the_start_up() -> 
 
 
 def test_a_load_never_measured_has_no_estimate() -> None:
-    servers = _servers(("a1", "a", 0, 100))
-    table = budget.remaining_time(PLAN, _rows(("a", 1, 160)), servers).set_index("engine_label")
+    servers = server_rows(("a1", "a", 0, 100))
+    table = budget.remaining_time(GRID_PLAN, run_rows(("a", 1, 160)), servers).set_index("engine_label")
     assert table.loc["a", "unknown"] == 2 and math.isnan(table.loc["a", "points_s"])
     assert math.isnan(table.loc["a", "time_limit_s"])
 
@@ -184,53 +165,15 @@ def test_repeats_are_counted_as_runs_not_loads() -> None:
     plan = plan_from_dict({"case": "t", "engine_defaults": {"model": "llama-3.1-8b", "max_model_len": 2048},
                            "engines": [{"label": "a"}], "repeats": 3,
                            "loads": {"input_len": 8, "output_len": 8, "concurrency": [1, 4], "random_range_ratio": 0.0}})  # fmt: skip
-    points = budget.point_estimates(plan, _rows(("a", 1, 160)), _servers(("a1", "a", 0, 100)))
+    points = budget.point_estimates(plan, run_rows(("a", 1, 160)), server_rows(("a1", "a", 0, 100)))
     assert points["concurrency"].tolist() == [1, 1, 4, 4, 4]
-    assert budget.remaining_time(plan, _rows(("a", 1, 160)), _servers(("a1", "a", 0, 100)))["points"].tolist() == [5]
-
-
-def test_rows_of_hardware_are_those_of_the_gpu_and_gpus_each_config_uses() -> None:
-    rows = _rows(("a", 1, 160), ("a", 4, 200), ("b", 1, 300)).assign(
-        hardware=["nvidia-h200-x1-vllm0.26.0", "nvidia-a100-sxm4-80gb-x1-vllm0.26.0", "nvidia-h200-x2-vllm0.26.0"])
-    here = budget.rows_of_hardware(PLAN, rows, "NVIDIA H200", "0.26.0")
-    assert here["concurrency"].tolist() == [1.0]  # b uses one GPU: its row on two is another hardware's
-    assert budget.rows_of_hardware(PLAN, rows, "NVIDIA H200", "0.27.0").empty
-
-
-def test_without_a_gpu_and_without_hardware_the_plan_says_so_in_one_line(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(budget, "gpu_here", lambda: None)
-    assert cli.main(["plan", "--case", "llama-8b-draft-model"]) == 2
-    out = capsys.readouterr().out
-    assert out.count("\n") == 1 and "no GPU" in out and "--hardware" in out
-
-
-@pytest.mark.recorded_data
-def test_the_plan_for_a_gpu_without_rows_lists_every_run_and_for_the_h200_only_what_it_lacks() -> None:
-    from vllm_playbooks.results.stalls import mark_stalled
-    from vllm_playbooks.results.store import load_runs
-    from vllm_playbooks.run.plan import quiet_plan
-
-    plan = quiet_plan("llama-8b-draft-model")[0]
-    measured = mark_stalled(load_runs(plan.case))
-    servers = budget.server_time(plan.case)
-    a100 = budget.hardware_plan(plan, measured, servers, "NVIDIA A100-SXM4-80GB", "0.26.0")
-    assert a100["to_measure"].sum() == len(plan.points()) and a100["recorded"].sum() == 0
-    h200 = budget.hardware_plan(plan, measured, servers, "NVIDIA H200", "0.26.0")
-    usable = measured[(measured["hardware"] == "nvidia-h200-x1-vllm0.26.0") & ~measured["stalled"]]
-    lacking = 0
-    for engine in plan.engines:
-        for load in plan.loads_for(engine):
-            runs = usable[(usable["engine_label"] == engine.label) & (usable["concurrency"] == load.concurrency)]
-            lacking += max(plan.repeats - len(runs), 0)
-    assert h200["to_measure"].sum() == lacking
+    assert budget.remaining_time(plan, run_rows(("a", 1, 160)), server_rows(("a1", "a", 0, 100)))["points"].tolist() == [5]
 
 
 def test_a_fresh_machine_pays_the_longest_start_up_once_per_shape_and_every_repeat() -> None:
-    servers = _servers(("a1", "a", 0, 100), ("b1", "b", 400, 80), ("b2", "b", 900, 120))
-    rows = _rows(("a", 1, 160), ("a", 4, 200), ("a", 16, 500), ("b", 1, 1110))  # walls a: 60, 40, 300; b c1: 90
-    plan = plan_from_dict({**_spec(), "repeats": 3})
+    servers = server_rows(("a1", "a", 0, 100), ("b1", "b", 400, 80), ("b2", "b", 900, 120))
+    rows = run_rows(("a", 1, 160), ("a", 4, 200), ("a", 16, 500), ("b", 1, 1110))  # walls a: 60, 40, 300; b c1: 90
+    plan = plan_from_dict({**grid_spec(), "repeats": 3})
     table = budget.fresh_time(plan, rows, servers).set_index("engine_label")
     assert table["points"].tolist() == [9, 9, 9, 9]  # recorded or not: 3 loads × 3 repeats
     # the first 8B server finds no compile caches (the shape's longest start-up), later ones the shortest
@@ -241,37 +184,31 @@ def test_a_fresh_machine_pays_the_longest_start_up_once_per_shape_and_every_repe
     assert math.isnan(table.loc["big", "total_s"])  # the 70B never ran
     assert budget.describe_fresh_time(table.reset_index()) == (
         "no estimate for big: its shape or one of its loads was never measured")
-    known = budget.fresh_time(plan_from_dict({**_spec(), "engines": [{"label": "a"}]}), rows, servers)
+    known = budget.fresh_time(plan_from_dict({**grid_spec(), "engines": [{"label": "a"}]}), rows, servers)
     assert budget.describe_fresh_time(known) == (
         "3 points on 1 server: ≈ 9 min wall, 9 GPU-minutes, start-ups included")
 
 
 def test_each_gpu_gets_its_own_fresh_estimate_from_its_own_servers() -> None:
-    servers = _servers(("a1", "a", 0, 100), ("a2", "a", 2000, 40)).assign(gpus=1)
+    servers = server_rows(("a1", "a", 0, 100), ("a2", "a", 2000, 40)).assign(gpus=1)
     rows = pd.concat([
-        _rows(("a", 1, 160), ("a", 4, 200), ("a", 16, 500)).assign(gpu_name="X"),  # on a1, ready at 100: 60, 40, 300
-        _rows(("a", 1, 2070), ("a", 4, 2080), ("a", 16, 2140)).assign(gpu_name="Y"),  # on a2, ready at 2040: 30, 10, 60
+        run_rows(("a", 1, 160), ("a", 4, 200), ("a", 16, 500)).assign(gpu_name="X"),  # on a1, ready at 100: 60, 40, 300
+        run_rows(("a", 1, 2070), ("a", 4, 2080), ("a", 16, 2140)).assign(gpu_name="Y"),  # on a2, ready at 2040: 30, 10, 60
     ], ignore_index=True).assign(gpu_count=1)  # fmt: skip
-    plan = plan_from_dict({**_spec(), "engines": [{"label": "a"}], "repeats": 1})
+    plan = plan_from_dict({**grid_spec(), "engines": [{"label": "a"}], "repeats": 1})
     tables = budget.fresh_time_per_gpu(plan, rows, servers)
     assert list(tables) == ["X", "Y"]
     assert tables["X"][["startup_s", "points_s"]].values.tolist() == [[100.0, 400.0]]
     assert tables["Y"][["startup_s", "points_s"]].values.tolist() == [[40.0, 100.0]]
     # a server that started on Y's machine and measured nothing still times a start-up there: the GPU of the row
     # measured nearest its launch, as every reader of server logs places it
-    stopped = pd.concat([servers, _servers(("a3", "a", 2200, 90)).assign(gpus=1)], ignore_index=True)
+    stopped = pd.concat([servers, server_rows(("a3", "a", 2200, 90)).assign(gpus=1)], ignore_index=True)
     assert budget.fresh_time_per_gpu(plan, rows, stopped)["Y"]["startup_s"].tolist() == [90.0]
     assert budget.fresh_time_per_gpu(plan, rows, stopped)["X"]["startup_s"].tolist() == [100.0]
     assert budget.fresh_time(plan, rows, servers)["total_s"].tolist() == [500.0]  # pooled: every GPU's longest
     # a GPU whose runs miss a load of the plan gets no estimate of its own
     partial = rows[~((rows["gpu_name"] == "Y") & (rows["concurrency"] == 16))]
     assert list(budget.fresh_time_per_gpu(plan, partial, servers)) == ["X"]
-
-
-def _spec() -> dict:  # type: ignore[type-arg]
-    return {"case": "t", "engine_defaults": {"model": "llama-3.1-8b", "max_model_len": 2048},
-            "engines": [{"label": "a"}, {"label": "b"}, {"label": "c"}, {"label": "big", "model": "llama-3.3-70b"}],
-            "loads": {"input_len": 8, "output_len": 8, "concurrency": [1, 4, 16], "random_range_ratio": 0.0}}  # fmt: skip
 
 
 def test_the_quick_check_is_planned_from_the_recorded_runs(
@@ -315,30 +252,3 @@ def test_plan_fresh_estimates_from_the_named_gpus_runs(capsys: pytest.CaptureFix
     own = capsys.readouterr().out
     assert own.rstrip().endswith("from the runs recorded on NVIDIA H200 (1 GPU per server), vLLM 0.26.0")
     assert "runs alone" not in own
-
-
-def test_the_plan_warns_of_an_engine_whose_server_did_not_start_on_this_hardware_before() -> None:
-    from vllm_playbooks.results.failed_starts import FAILED_START_COLUMNS
-    from vllm_playbooks.results.identity import hardware_key
-
-    plan = plan_from_dict(_spec())
-    engines = {engine.label: engine for engine in plan.engines}
-    h100 = hardware_key("NVIDIA H100 80GB HBM3", 1, "0.26.0")
-
-    def failure(label: str, hardware: str, log: str, estimate: float) -> dict[str, object]:
-        record = dict.fromkeys(FAILED_START_COLUMNS)
-        record.update(hardware=hardware, config_id=engines[label].config_id(), engine_label=label, log=log,
-                      error="ValueError: No available memory for the cache blocks", cudagraph_estimate_gib=estimate,
-                      available_kv_gib=-2.59, gpu_memory_utilization=0.9)  # fmt: skip
-        return record
-
-    failed = pd.DataFrame([
-        failure("a", h100, "a-2026-12-06T021537+0000.log", 9.40),
-        failure("a", h100, "a-2026-12-06T031537+0000.log", 9.45),  # tried again: the latest is named
-        failure("b", hardware_key("NVIDIA H200", 1, "0.26.0"), "b-2026-12-06T021537+0000.log", 9.45),  # other GPU
-        failure("c", h100, "c-2026-12-06T021537+0000.log", 7.94),  # nothing left to measure: no note
-    ])  # fmt: skip
-    table = pd.DataFrame({"engine_label": ["a", "b", "c", "big"], "to_measure": [3, 3, 0, 3]})
-    lines = budget.failed_before(plan, table, failed, "NVIDIA H100 80GB HBM3", "0.26.0")
-    assert len(lines) == 1 and lines[0].startswith("note: a did not start on this hardware before: ValueError")
-    assert "9.45 GiB" in lines[0] and "a-2026-12-06T031537+0000.log" in lines[0] and "-2.59 GiB" in lines[0]

@@ -1,0 +1,121 @@
+"""What a case still needs on one hardware (``vllm-playbooks plan``): recorded rows counted, failed start-ups and
+engines the KV calculator refuses on that GPU named."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from tests.unit.run.grid_rows import GRID_PLAN, grid_spec, run_rows
+from vllm_playbooks import cli
+from vllm_playbooks.run import budget, hardware_plan
+from vllm_playbooks.run.plan import plan_from_dict
+
+
+def test_rows_of_hardware_are_those_of_the_gpu_and_gpus_each_config_uses() -> None:
+    rows = run_rows(("a", 1, 160), ("a", 4, 200), ("b", 1, 300)).assign(
+        hardware=["nvidia-h200-x1-vllm0.26.0", "nvidia-a100-sxm4-80gb-x1-vllm0.26.0", "nvidia-h200-x2-vllm0.26.0"])
+    here = hardware_plan.rows_of_hardware(GRID_PLAN, rows, "NVIDIA H200", "0.26.0")
+    assert here["concurrency"].tolist() == [1.0]  # b uses one GPU: its row on two is another hardware's
+    assert hardware_plan.rows_of_hardware(GRID_PLAN, rows, "NVIDIA H200", "0.27.0").empty
+
+
+def test_without_a_gpu_and_without_hardware_the_plan_says_so_in_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(hardware_plan, "gpu_here", lambda: None)
+    assert cli.main(["plan", "--case", "llama-8b-draft-model"]) == 2
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "no GPU" in out and "--hardware" in out
+
+
+@pytest.mark.recorded_data
+def test_the_plan_for_a_gpu_without_rows_lists_every_run_and_for_the_h200_only_what_it_lacks() -> None:
+    from vllm_playbooks.results.stalls import mark_stalled
+    from vllm_playbooks.results.store import load_runs
+    from vllm_playbooks.run.plan import quiet_plan
+
+    plan = quiet_plan("llama-8b-draft-model")[0]
+    measured = mark_stalled(load_runs(plan.case))
+    servers = budget.server_time(plan.case)
+    a100 = hardware_plan.hardware_plan(plan, measured, servers, "NVIDIA A100-SXM4-80GB", "0.26.0")
+    assert a100["to_measure"].sum() == len(plan.points()) and a100["recorded"].sum() == 0
+    h200 = hardware_plan.hardware_plan(plan, measured, servers, "NVIDIA H200", "0.26.0")
+    usable = measured[(measured["hardware"] == "nvidia-h200-x1-vllm0.26.0") & ~measured["stalled"]]
+    lacking = 0
+    for engine in plan.engines:
+        for load in plan.loads_for(engine):
+            runs = usable[(usable["engine_label"] == engine.label) & (usable["concurrency"] == load.concurrency)]
+            lacking += max(plan.repeats - len(runs), 0)
+    assert h200["to_measure"].sum() == lacking
+
+
+def test_the_plan_warns_of_an_engine_whose_server_did_not_start_on_this_hardware_before() -> None:
+    from vllm_playbooks.results.failed_starts import FAILED_START_COLUMNS
+    from vllm_playbooks.results.identity import hardware_key
+
+    plan = plan_from_dict(grid_spec())
+    engines = {engine.label: engine for engine in plan.engines}
+    h100 = hardware_key("NVIDIA H100 80GB HBM3", 1, "0.26.0")
+
+    def failure(label: str, hardware: str, log: str, estimate: float) -> dict[str, object]:
+        record = dict.fromkeys(FAILED_START_COLUMNS)
+        record.update(hardware=hardware, config_id=engines[label].config_id(), engine_label=label, log=log,
+                      error="ValueError: No available memory for the cache blocks", cudagraph_estimate_gib=estimate,
+                      available_kv_gib=-2.59, gpu_memory_utilization=0.9)  # fmt: skip
+        return record
+
+    failed = pd.DataFrame([
+        failure("a", h100, "a-2026-12-06T021537+0000.log", 9.40),
+        failure("a", h100, "a-2026-12-06T031537+0000.log", 9.45),  # tried again: the latest is named
+        failure("b", hardware_key("NVIDIA H200", 1, "0.26.0"), "b-2026-12-06T021537+0000.log", 9.45),  # other GPU
+        failure("c", h100, "c-2026-12-06T021537+0000.log", 7.94),  # nothing left to measure: no note
+    ])  # fmt: skip
+    table = pd.DataFrame({"engine_label": ["a", "b", "c", "big"], "to_measure": [3, 3, 0, 3]})
+    lines = hardware_plan.failed_before(plan, table, failed, "NVIDIA H100 80GB HBM3", "0.26.0")
+    assert len(lines) == 1 and lines[0].startswith("note: a did not start on this hardware before: ValueError")
+    assert "9.45 GiB" in lines[0] and "a-2026-12-06T031537+0000.log" in lines[0] and "-2.59 GiB" in lines[0]
+
+
+def test_the_calculator_refuses_only_engines_still_to_measure_that_cannot_fit() -> None:
+    table = pd.DataFrame({"engine_label": ["a", "b", "c", "big"], "to_measure": [3, 0, 3, 3]})
+    refused = hardware_plan.cannot_start(GRID_PLAN, table, 80.0)
+    assert list(refused) == ["big"]  # a 70B in bf16 (~131 GiB of weights) on 80 GiB; the 8B fits
+    assert refused["big"].startswith("engine big: weights") and "0.9 × 80.0 GiB" in refused["big"]
+    assert hardware_plan.cannot_start(GRID_PLAN, table.assign(to_measure=[3, 0, 3, 0]), 80.0) == {}  # none left
+    assert hardware_plan.cannot_start(GRID_PLAN, table, 200.0) == {}  # it fits a bigger GPU
+
+
+def test_the_plan_leaves_out_of_its_estimate_the_servers_that_cannot_start() -> None:
+    table = pd.DataFrame({"engine_label": ["a", "big"], "recorded": [0, 0], "to_measure": [3, 3],
+                          "gpu_minutes": [10.0, 40.0]})  # fmt: skip
+    lines = hardware_plan.describe_hardware_plan(table, "t", "GPU X", "0.26.0", cannot_start={"big"})
+    assert "about 10 GPU-minutes, 1 server start-up(s) included; left out: big, which cannot start" in lines
+    assert "about 50 GPU-minutes, 2 server" in hardware_plan.describe_hardware_plan(table, "t", "GPU X", "0.26.0")
+    nothing = hardware_plan.describe_hardware_plan(table, "t", "GPU X", "0.26.0", cannot_start={"a", "big"})
+    assert nothing.endswith("None of them can run here: a, big cannot start on this GPU (see below).")
+
+
+def test_a_gpus_memory_comes_from_the_gpu_here_then_a_logged_start_up_then_the_datasheet(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from vllm_playbooks.engine.gpu_sampler import GpuAtHand
+
+    monkeypatch.setattr(hardware_plan, "gpu_at_hand", lambda _visible: GpuAtHand("NVIDIA H100 80GB HBM3", 79.646, "d"))
+    monkeypatch.setattr(hardware_plan, "logged_gpu_memory", lambda name, _data: 139.8 if name == "NVIDIA H200" else None)
+    assert hardware_plan.gpu_memory_gib("NVIDIA H100 80GB HBM3") == (79.6, "this machine's GPU")
+    assert hardware_plan.gpu_memory_gib("NVIDIA H200") == (139.8, "vLLM's log of a recorded start-up on it")
+    assert hardware_plan.gpu_memory_gib("NVIDIA A100-SXM4-80GB") == (80.0, "the A100-80GB datasheet")
+    assert hardware_plan.gpu_memory_gib("Acme X1") is None
+
+
+@pytest.mark.recorded_data
+def test_the_plan_names_the_engines_that_cannot_start_on_the_named_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    """The DeepSeek-V3-shaped configs hold more than one 80 GiB GPU in weights alone: the plan for an H100 says so
+    instead of estimating their GPU time (a live run would refuse them at once)."""
+    argv = ["plan", "--case", "deepseek-mtp", "--part", "decide-v3-speedup", "--hardware", "NVIDIA H100 80GB HBM3",
+            "--vllm-version", "0.26.0"]  # fmt: skip
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "None of them can run here" in out
+    assert "note: spec-off cannot start on NVIDIA H100 80GB HBM3 (" in out and "exceed 0.9 ×" in out

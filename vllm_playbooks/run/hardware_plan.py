@@ -1,0 +1,237 @@
+"""What a case still needs on one hardware: ``vllm-playbooks plan``.
+
+For a GPU model and vLLM version, the runs of a case (or one part of it) that its recorded rows lack, repeats
+counted, one line per engine config with the GPU-minutes ``run.budget`` estimates; an engine the KV calculator says
+cannot start on that GPU (its weights, or one full-length sequence, do not fit) is named with the reason and left out
+of the estimate, and one whose server did not start there before is named with the error its log gave. ``--fresh``
+estimates every point as a machine without compile caches measures it; ``--budget-s`` lists what a server started
+now can measure in that many seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Collection
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from vllm_playbooks.config.capacity import budget_is_modelled, check_fits
+from vllm_playbooks.engine.gpu_sampler import gpu_at_hand
+from vllm_playbooks.errors import CapacityError, ConfigError
+from vllm_playbooks.hardware import datasheet_gpu
+from vllm_playbooks.results.failed_starts import failed_starts, latest_tries
+from vllm_playbooks.results.identity import engine_gpus, hardware_key
+from vllm_playbooks.results.server_logs import logged_gpu_memory
+from vllm_playbooks.results.stalls import mark_stalled
+from vllm_playbooks.results.store import load_runs
+from vllm_playbooks.run.budget import (
+    describe_fresh_time,
+    fresh_time,
+    fresh_time_per_gpu,
+    gpu_here,
+    point_estimates,
+    points_within,
+    remaining_time,
+    runs_at_load,
+    server_time,
+    vllm_here,
+)
+from vllm_playbooks.run.case import hardware_in_words
+from vllm_playbooks.run.plan import CasePlan, load_part, load_plan, part_note
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def rows_of_hardware(plan: CasePlan, measured: pd.DataFrame, gpu_name: str, vllm_version: str) -> pd.DataFrame:
+    """The rows of ``measured`` recorded on ``gpu_name`` with ``vllm_version``, each engine config of ``plan`` with
+    the GPUs it uses (``hardware_key``): what a live run on that hardware would skip."""
+    keys = {engine.label: hardware_key(gpu_name, engine_gpus(engine), vllm_version) for engine in plan.engines}
+    if measured.empty:
+        return measured
+    return measured[measured["hardware"] == measured["engine_label"].map(keys)]
+
+
+def hardware_plan(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame, gpu_name: str, vllm_version: str,
+                  margin: float = 1.25) -> pd.DataFrame:  # fmt: skip
+    """What ``plan`` still needs on ``gpu_name`` with ``vllm_version``: one line per engine config with the runs
+    recorded there (``recorded``), the runs to measure (``to_measure``, repeats counted) and their loads, the GPUs a
+    server uses, and ``remaining_time``'s estimates (from the runs recorded on any hardware) with ``gpu_minutes``,
+    start-up included (NaN when unknown)."""
+    import pandas as pd
+
+    here = rows_of_hardware(plan, measured, gpu_name, vllm_version)
+    points = point_estimates(plan, measured, servers, here)
+    times = remaining_time(plan, measured, servers, margin, here).set_index("engine_label")
+    records = []
+    for engine in plan.engines:
+        todo = points[points["engine_label"] == engine.label]
+        mine = here[here["engine_label"] == engine.label] if len(here) else here
+        recorded = sum(int(runs_at_load(mine, load).sum()) for load in plan.loads_for(engine)) if len(mine) else 0
+        loads = pd.Series([_load_name(r) for r in todo.itertuples()]).value_counts(sort=False)
+        row = times.loc[engine.label] if engine.label in times.index else None
+        gpus = engine_gpus(engine)
+        records.append({
+            "engine_label": engine.label, "gpus": gpus, "recorded": recorded, "to_measure": len(todo),
+            "loads": ", ".join(f"{name} ×{n}" if n > 1 else name for name, n in loads.items()) or "—",
+            "startup_s": row["startup_s"] if row is not None else 0.0,
+            "points_s": row["points_s"] if row is not None else 0.0,
+            "time_limit_s": row["time_limit_s"] if row is not None else 0.0,
+            "gpu_minutes": gpus * (row["startup_s"] + row["points_s"]) / 60.0 if row is not None else 0.0,
+        })  # fmt: skip
+    return pd.DataFrame(records)
+
+
+def _load_name(row: object) -> str:
+    """A run's load in a plan line: ``c16``, ``qps4``, with its lengths (``in512-out128-c16``)."""
+    concurrency, rate = getattr(row, "concurrency"), getattr(row, "request_rate_qps")
+    level = f"qps{rate:g}" if rate is not None and rate == rate else f"c{int(concurrency)}"
+    return f"in{getattr(row, 'input_len')}-out{getattr(row, 'output_len')}-{level}"
+
+
+def describe_hardware_plan(table: pd.DataFrame, case: str, gpu_name: str, vllm_version: str,
+                           cannot_start: Collection[str] = ()) -> str:  # fmt: skip
+    """The plan's last lines: runs to measure and recorded on that hardware, and the estimated GPU-minutes of the
+    servers still to start, leaving out those of ``cannot_start`` (engine labels the KV calculator refuses there)."""
+    todo, done = int(table["to_measure"].sum()), int(table["recorded"].sum())
+    head = f"{case} on {gpu_name} (vLLM {vllm_version}): {todo} run(s) to measure, {done} already recorded for this hardware."
+    if not todo:
+        return f"{head}\nNothing left to measure on this hardware."
+    servers = table[(table["to_measure"] > 0) & ~table["engine_label"].isin(list(cannot_start))]
+    left_out = [label for label in table.loc[table["to_measure"] > 0, "engine_label"] if label in cannot_start]
+    if servers.empty:
+        return f"{head}\nNone of them can run here: {', '.join(left_out)} cannot start on this GPU (see below)."
+    unknown = servers["gpu_minutes"].isna().sum()
+    minutes = servers["gpu_minutes"].sum()
+    estimate = (f"about {minutes:.0f} GPU-minutes, {len(servers)} server start-up(s) included"
+                + (f"; no estimate for {unknown} server(s) whose shape or load never ran" if unknown else "")
+                + (f"; left out: {', '.join(left_out)}, which cannot start on this GPU (see below)" if left_out else ""))
+    return f"{head}\nEstimated: {estimate} (times recorded on any GPU; a slower GPU takes longer)."
+
+def gpu_memory_gib(gpu_name: str, data: Path | None = None) -> tuple[float, str] | None:
+    """The memory (GiB, to 0.1) of one GPU called ``gpu_name`` and where the figure comes from: this machine's GPU (NVML) when it is
+    one, else what vLLM logged at a recorded start-up on one (``server_logs.logged_gpu_memory``), else the datasheet's
+    figure (``data/reference/hardware.csv``) read as GiB: an upper bound, as HBM comes in binary sizes and a GPU shows
+    a little less (an H100 "80 GB" 79.6 GiB, an H200 "141 GB" 140.4 GiB), so that an engine ``cannot_start`` refuses
+    on it cannot start there. None for a GPU none of them knows."""
+    here = gpu_at_hand(os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if here is not None and here.name == gpu_name:
+        return round(here.memory_gib, 1), "this machine's GPU"
+    logged = logged_gpu_memory(gpu_name, data)
+    if logged is not None:
+        return round(logged, 1), "vLLM's log of a recorded start-up on it"
+    try:
+        sheet = datasheet_gpu(gpu_name)
+    except ConfigError:
+        return None
+    return sheet.memory_gb, f"the {sheet.name} datasheet"
+
+
+def cannot_start(plan: CasePlan, table: pd.DataFrame, memory_gib: float) -> dict[str, str]:
+    """The engines of ``plan`` that ``table`` (``hardware_plan``) still has to measure and whose weights, activations
+    and CUDA graphs, or one full-length sequence, the KV calculator (``config.capacity.check_fits``) says cannot fit a
+    GPU of ``memory_gib``, each with the calculator's reason: a live run refuses them before any GPU time. Engines
+    whose memory the calculator does not model (``budget_is_modelled``) are not judged."""
+    todo = set(table.loc[table["to_measure"] > 0, "engine_label"])
+    refused = {}
+    for engine in plan.engines:
+        if engine.label in todo and budget_is_modelled(engine):
+            try:
+                check_fits(engine, memory_gib)
+            except CapacityError as error:
+                refused[engine.label] = str(error)
+    return refused
+
+
+def failed_before(plan: CasePlan, table: pd.DataFrame, failed: pd.DataFrame, gpu_name: str, vllm_version: str
+                  ) -> list[str]:  # fmt: skip
+    """One line per engine config of ``plan`` that ``table`` (``hardware_plan``) still has to measure and whose server
+    did not start on that hardware before (``failed``: ``results.failed_starts.failed_starts``, the latest try): its
+    error and the memory its log counted, so that no GPU time goes to a start-up that fails the same way."""
+    import pandas as pd
+
+    tries = latest_tries(failed).set_index(["hardware", "config_id"])
+    lines = []
+    for engine in plan.engines:
+        todo = table.loc[table["engine_label"] == engine.label, "to_measure"]
+        key = (hardware_key(gpu_name, engine_gpus(engine), vllm_version), engine.config_id())
+        if todo.empty or not int(todo.iloc[0]) or key not in tries.index:
+            continue
+        latest = tries.loc[key]
+        memory = [f"{name} {latest[column]:.2f} GiB" for name, column in
+                  [("CUDA graphs estimated at", "cudagraph_estimate_gib"), ("KV-cache memory left", "available_kv_gib")]
+                  if pd.notna(latest[column])]  # fmt: skip
+        if pd.notna(latest["gpu_memory_utilization"]):
+            memory.append(f"--gpu-memory-utilization {latest['gpu_memory_utilization']:g}")
+        lines.append(f"note: {engine.label} did not start on this hardware before: "
+                     f"{latest['error'] or 'no error logged'} ({'; '.join([*memory, 'log ' + latest['log']])}); it is "
+                     "likely to fail the same way unless its memory settings change")  # fmt: skip
+    return lines
+
+
+def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    """The case, a part of it, the hardware, the margin, the data folder, and a budget in seconds."""
+    parser.add_argument("--case", required=True, help="a packaged case's name, or the path of your own case file")
+    parser.add_argument("--part", help="one part of the case's grid (its 'parts:'), e.g. 5-long-sweep")
+    parser.add_argument("--hardware", help='the GPU model as NVML names it, e.g. "NVIDIA H200" (default: this '
+                                           "machine's first GPU)")  # fmt: skip
+    parser.add_argument("--vllm-version", help="the vLLM version (default: the installed one, else the book's)")
+    parser.add_argument("--margin", type=float, default=1.25, help="time_limit_s = margin × the estimate")
+    parser.add_argument("--data", type=Path, help="the data folder (default: the book's data/)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="instead, estimate every point of the plan (or part), recorded or not, as a machine "
+                             "without compile caches measures it: what a quick check costs on your GPU")
+    parser.add_argument("--budget-s", type=float,
+                        help="instead, list the points that a new server per config can measure in this many seconds, "
+                             "shortest first (the order to run them in)")  # fmt: skip
+
+
+def plan_main(args: argparse.Namespace) -> int:
+    """Print what a case (or one part of it) still needs on a hardware, recorded runs counted, and its GPU time;
+    without a GPU here and no ``--hardware``, one line saying so (exit 2). ``--fresh`` needs no hardware: it
+    estimates every point of the plan from the runs recorded on any."""
+    if args.budget_s is not None and not args.budget_s > 0:
+        raise ConfigError(f"--budget-s must be positive, got {args.budget_s:g}")
+    plan = load_part(args.case, args.part) if args.part else load_plan(args.case)
+    measured = mark_stalled(load_runs(plan.case, args.data), args.data)
+    servers = server_time(args.case, args.data)
+    note = part_note(args.case, args.part) if args.part else None
+    if note:
+        print(f"{args.part}: {note}")
+    if args.fresh:
+        per_gpu = fresh_time_per_gpu(plan, measured, servers)
+        own = args.hardware in per_gpu  # a GPU whose own runs time the whole plan: its estimate alone
+        table = per_gpu[args.hardware] if own else fresh_time(plan, measured, servers)
+        source = measured[measured["gpu_name"] == args.hardware] if own else measured
+        print(table.to_string(index=False, float_format="{:.0f}".format))
+        print(f"{describe_fresh_time(table)}; from the runs recorded on {hardware_in_words(source)}")
+        for gpu, gpu_table in per_gpu.items() if not own and len(per_gpu) > 1 else ():
+            print(f"from {gpu}'s runs alone: {describe_fresh_time(gpu_table)}")
+        return 0
+    gpu = args.hardware or gpu_here()
+    if gpu is None:
+        print('plan: no GPU found on this machine (NVML); name the hardware to plan for, e.g. --hardware "NVIDIA H200"')
+        return 2
+    version = args.vllm_version or vllm_here()
+    if args.budget_s is not None:
+        here = rows_of_hardware(plan, measured, gpu, version)
+        points = point_estimates(plan, measured, servers, here)
+        table = points_within(points, args.budget_s, args.margin)
+        if points.empty:
+            print(f"nothing left to measure on {gpu}")
+        elif table.empty:
+            print(f"no point left to measure fits in {args.budget_s:g} s with a server's start-up")
+        else:
+            print(table.to_string(index=False, float_format="{:.0f}".format))
+        return 0
+    table = hardware_plan(plan, measured, servers, gpu, version, args.margin)
+    memory = gpu_memory_gib(gpu, args.data)
+    refused = cannot_start(plan, table, memory[0]) if memory else {}
+    print(table.to_string(index=False, float_format="{:.0f}".format))
+    print(describe_hardware_plan(table, plan.case, gpu, version, refused))
+    for label, reason in refused.items():
+        print(f"note: {label} cannot start on {gpu} ({memory[0]:g} GiB, from {memory[1]}): {reason}")  # type: ignore[index]
+    for line in failed_before(plan, table, failed_starts(plan.case, args.data), gpu, version):
+        print(line)
+    return 0
