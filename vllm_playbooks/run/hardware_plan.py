@@ -11,6 +11,7 @@ now can measure in that many seconds.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from collections.abc import Collection
 from pathlib import Path
@@ -38,7 +39,7 @@ from vllm_playbooks.run.budget import (
     vllm_here,
 )
 from vllm_playbooks.run.case import hardware_in_words
-from vllm_playbooks.run.plan import CasePlan, load_part, load_plan, part_note
+from vllm_playbooks.run.plan import QUICK_PART, CasePlan, load_part, load_plan, part_note, part_overrides, quiet_plan
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -142,6 +143,37 @@ def cannot_start(plan: CasePlan, table: pd.DataFrame, memory_gib: float) -> dict
             except CapacityError as error:
                 refused[engine.label] = str(error)
     return refused
+
+
+def least_gpu_memory_gib(plan: CasePlan) -> float | None:
+    """The least memory per GPU (GiB, rounded up to 0.1) with which the KV calculator (``check_fits``) lets every
+    engine of ``plan`` start: its weights, activations and CUDA graphs within its ``gpu_memory_utilization``, and a KV
+    cache of at least one full-length sequence. None when the calculator models no engine of it
+    (``budget_is_modelled``)."""
+    needs = []
+    for engine in (e for e in plan.engines if budget_is_modelled(e)):
+        low, high = 0.0, 4096.0  # GiB: refused at low, started at high
+        while high - low > 0.05:
+            middle = (low + high) / 2
+            try:
+                check_fits(engine, middle)
+                high = middle
+            except CapacityError:
+                low = middle
+        needs.append(math.ceil(high * 10) / 10)
+    return max(needs) if needs else None
+
+
+def quick_check_memory(case: str) -> str:
+    """The memory per GPU that the servers of a case's quick check need to start, as the KV calculator reckons it
+    (``least_gpu_memory_gib``), for a page: '75.6 GiB'; 'an unknown amount (<why>)' where the case has no quick
+    check or the calculator models none of its engines."""
+    try:
+        plan, _ = quiet_plan(case, **part_overrides(case, QUICK_PART))
+    except ConfigError as error:
+        return f"an unknown amount ({error})"
+    least = least_gpu_memory_gib(plan)
+    return f"{least:.1f} GiB" if least is not None else "an unknown amount (the KV calculator models none of its configs)"
 
 
 def failed_before(plan: CasePlan, table: pd.DataFrame, failed: pd.DataFrame, gpu_name: str, vllm_version: str

@@ -3,6 +3,8 @@ engines the KV calculator refuses on that GPU named."""
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 import pytest
 
@@ -119,3 +121,31 @@ def test_the_plan_names_the_engines_that_cannot_start_on_the_named_gpu(capsys: p
     out = capsys.readouterr().out
     assert "None of them can run here" in out
     assert "note: spec-off cannot start on NVIDIA H100 80GB HBM3 (" in out and "exceed 0.9 ×" in out
+
+
+def test_the_least_memory_is_where_the_calculator_turns_from_refusing_to_starting() -> None:
+    from vllm_playbooks.config.capacity import check_fits
+    from vllm_playbooks.errors import CapacityError
+
+    least = hardware_plan.least_gpu_memory_gib(GRID_PLAN)
+    big = next(engine for engine in GRID_PLAN.engines if engine.label == "big")
+    check_fits(big, least)  # the 70B, the largest config, starts there...
+    with pytest.raises(CapacityError):
+        check_fits(big, least - 0.1)  # ...and not 0.1 GiB below
+    small = plan_from_dict({**grid_spec(), "engines": [{"label": "a"}]})
+    assert hardware_plan.least_gpu_memory_gib(small) < least / 4  # an 8B needs a fraction of a 70B's memory
+
+
+def test_the_quick_checks_memory_reads_as_a_figure_or_says_why_not() -> None:
+    assert re.fullmatch(r"\d+\.\d GiB", hardware_plan.quick_check_memory("llama-8b-draft-model"))
+    assert hardware_plan.quick_check_memory("nope").startswith("an unknown amount (Unknown case 'nope'")
+
+
+@pytest.mark.recorded_data
+def test_the_deepseek_quick_check_needs_more_than_an_h100_and_fits_an_h200() -> None:
+    """Its servers started on the H200; on the H100 a live run refuses them before start-up (memory as vLLM logged
+    it on each)."""
+    from vllm_playbooks.results.server_logs import logged_gpu_memory
+
+    need = float(hardware_plan.quick_check_memory("deepseek-mtp").split()[0])
+    assert logged_gpu_memory("NVIDIA H100 80GB HBM3") < need < logged_gpu_memory("NVIDIA H200")  # type: ignore[operator]
