@@ -5,7 +5,8 @@ counted, one line per engine config with the GPU-minutes ``run.budget`` estimate
 cannot start on that GPU (its weights, or one full-length sequence, do not fit) is named with the reason and left out
 of the estimate, and one whose server did not start there before is named with the error its log gave. ``--fresh``
 estimates every point as a machine without compile caches measures it; ``--budget-s`` lists what a server started
-now can measure in that many seconds.
+now can measure in that many seconds. ``quick_check_memory`` gives a case page the memory per GPU its quick check's
+servers need to start.
 """
 
 from __future__ import annotations
