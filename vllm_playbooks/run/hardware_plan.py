@@ -108,15 +108,17 @@ def describe_hardware_plan(table: pd.DataFrame, case: str, gpu_name: str, vllm_v
     minutes = servers["gpu_minutes"].sum()
     estimate = (f"about {minutes:.0f} GPU-minutes, {len(servers)} server start-up(s) included"
                 + (f"; no estimate for {unknown} server(s) whose shape or load never ran" if unknown else "")
-                + (f"; left out: {', '.join(left_out)}, which cannot start on this GPU (see below)" if left_out else ""))
+                + (f"; left out: {', '.join(left_out)}, which cannot start on this GPU (see below)" if left_out else "")
+                )  # fmt: skip
     return f"{head}\nEstimated: {estimate} (times recorded on any GPU; a slower GPU takes longer)."
 
+
 def gpu_memory_gib(gpu_name: str, data: Path | None = None) -> tuple[float, str] | None:
-    """The memory (GiB, to 0.1) of one GPU called ``gpu_name`` and where the figure comes from: this machine's GPU (NVML) when it is
-    one, else what vLLM logged at a recorded start-up on one (``server_logs.logged_gpu_memory``), else the datasheet's
-    figure (``data/reference/hardware.csv``) read as GiB: an upper bound, as HBM comes in binary sizes and a GPU shows
-    a little less (an H100 "80 GB" 79.6 GiB, an H200 "141 GB" 140.4 GiB), so that an engine ``cannot_start`` refuses
-    on it cannot start there. None for a GPU none of them knows."""
+    """The memory (GiB, to 0.1) of one GPU called ``gpu_name`` and where the figure comes from: this machine's GPU
+    (NVML) when it is one, else what vLLM logged at a recorded start-up on one (``server_logs.logged_gpu_memory``),
+    else the datasheet's figure (``data/reference/hardware.csv``) read as GiB. That is an upper bound, as HBM comes in
+    binary sizes and a GPU shows a little less than its nominal size, so an engine that ``cannot_start`` refuses on it
+    cannot start there. None for a GPU none of them knows."""
     here = gpu_at_hand(os.environ.get("CUDA_VISIBLE_DEVICES"))
     if here is not None and here.name == gpu_name:
         return round(here.memory_gib, 1), "this machine's GPU"
@@ -174,7 +176,9 @@ def quick_check_memory(case: str) -> str:
     except ConfigError as error:
         return f"an unknown amount ({error})"
     least = least_gpu_memory_gib(plan)
-    return f"{least:.1f} GiB" if least is not None else "an unknown amount (the KV calculator models none of its configs)"
+    if least is None:
+        return "an unknown amount (the KV calculator models none of its configs)"
+    return f"{least:.1f} GiB"
 
 
 def failed_before(plan: CasePlan, table: pd.DataFrame, failed: pd.DataFrame, gpu_name: str, vllm_version: str
@@ -263,8 +267,10 @@ def plan_main(args: argparse.Namespace) -> int:
     refused = cannot_start(plan, table, memory[0]) if memory else {}
     print(table.to_string(index=False, float_format="{:.0f}".format))
     print(describe_hardware_plan(table, plan.case, gpu, version, refused))
-    for label, reason in refused.items():
-        print(f"note: {label} cannot start on {gpu} ({memory[0]:g} GiB, from {memory[1]}): {reason}")  # type: ignore[index]
+    if memory:
+        gib, source = memory
+        for label, reason in refused.items():
+            print(f"note: {label} cannot start on {gpu} ({gib:g} GiB, from {source}): {reason}")
     for line in failed_before(plan, table, failed_starts(plan.case, args.data), gpu, version):
         print(line)
     return 0

@@ -104,7 +104,8 @@ def test_a_gpus_memory_comes_from_the_gpu_here_then_a_logged_start_up_then_the_d
     from vllm_playbooks.engine.gpu_sampler import GpuAtHand
 
     monkeypatch.setattr(hardware_plan, "gpu_at_hand", lambda _visible: GpuAtHand("NVIDIA H100 80GB HBM3", 79.646, "d"))
-    monkeypatch.setattr(hardware_plan, "logged_gpu_memory", lambda name, _data: 139.8 if name == "NVIDIA H200" else None)
+    logged = {"NVIDIA H200": 139.8}
+    monkeypatch.setattr(hardware_plan, "logged_gpu_memory", lambda name, _data: logged.get(name))
     assert hardware_plan.gpu_memory_gib("NVIDIA H100 80GB HBM3") == (79.6, "this machine's GPU")
     assert hardware_plan.gpu_memory_gib("NVIDIA H200") == (139.8, "vLLM's log of a recorded start-up on it")
     assert hardware_plan.gpu_memory_gib("NVIDIA A100-SXM4-80GB") == (80.0, "the A100-80GB datasheet")
@@ -148,4 +149,5 @@ def test_the_deepseek_quick_check_needs_more_than_an_h100_and_fits_an_h200() -> 
     from vllm_playbooks.results.server_logs import logged_gpu_memory
 
     need = float(hardware_plan.quick_check_memory("deepseek-mtp").split()[0])
-    assert logged_gpu_memory("NVIDIA H100 80GB HBM3") < need < logged_gpu_memory("NVIDIA H200")  # type: ignore[operator]
+    h100, h200 = logged_gpu_memory("NVIDIA H100 80GB HBM3"), logged_gpu_memory("NVIDIA H200")
+    assert h100 is not None and h200 is not None and h100 < need < h200
