@@ -53,6 +53,8 @@ from vllm_playbooks.errors import CapacityError
 from vllm_playbooks.shapes import ModelShape, resolve_model
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     import pandas as pd
 
 
@@ -330,6 +332,30 @@ def check_fits(engine: EngineConfig, gpu_memory_gib: float, gpu_name: str = "") 
             f"max_model_len={engine.max_model_len}. Lower max_model_len, use fp8 KV cache, or add GPUs."
         )
     return budget
+
+
+def refused_engines(engines: Iterable[EngineConfig], gpu_memory_gib: float) -> dict[str, str]:
+    """The engines of ``engines`` whose memory is modelled (``budget_is_modelled``) and that ``check_fits`` refuses on
+    GPUs of ``gpu_memory_gib`` each, by label, each with the reason; the others are left out."""
+    refused = {}
+    for engine in engines:
+        if budget_is_modelled(engine):
+            try:
+                check_fits(engine, gpu_memory_gib)
+            except CapacityError as error:
+                refused[engine.label] = str(error)
+    return refused
+
+
+def refusal(refused: dict[str, str], engines: Iterable[EngineConfig]) -> CapacityError:
+    """One error for a grid some of whose ``engines`` cannot start (``refused``: ``refused_engines``): the first
+    one's reason, the labels of the others refused, and those that fit, which a run can be limited to."""
+    first, *others = refused
+    fitting = [engine.label for engine in engines if engine.label not in refused]
+    also = f" Also refused there: {', '.join(others)}." if others else ""
+    rest = (f" The other configs fit; to measure only them, pass --engines {' '.join(fitting)} (in a notebook, "
+            f"engines={fitting!r})." if fitting else "")  # fmt: skip
+    return CapacityError(f"{refused[first]}{also}{rest}")
 
 
 def _per_gpu(budget: KVBudget) -> str:

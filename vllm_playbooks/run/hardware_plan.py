@@ -18,9 +18,9 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vllm_playbooks.config.capacity import budget_is_modelled, check_fits
+from vllm_playbooks.config.capacity import budget_is_modelled, refused_engines
 from vllm_playbooks.engine.gpu_sampler import gpu_at_hand
-from vllm_playbooks.errors import CapacityError, ConfigError
+from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.hardware import datasheet_gpu
 from vllm_playbooks.results.failed_starts import failed_starts, latest_tries
 from vllm_playbooks.results.identity import engine_gpus, hardware_key
@@ -138,14 +138,7 @@ def cannot_start(plan: CasePlan, table: pd.DataFrame, memory_gib: float) -> dict
     GPU of ``memory_gib``, each with the calculator's reason: a live run refuses them before any GPU time. Engines
     whose memory the calculator does not model (``budget_is_modelled``) are not judged."""
     todo = set(table.loc[table["to_measure"] > 0, "engine_label"])
-    refused = {}
-    for engine in plan.engines:
-        if engine.label in todo and budget_is_modelled(engine):
-            try:
-                check_fits(engine, memory_gib)
-            except CapacityError as error:
-                refused[engine.label] = str(error)
-    return refused
+    return refused_engines((engine for engine in plan.engines if engine.label in todo), memory_gib)
 
 
 def least_gpu_memory_gib(plan: CasePlan) -> float | None:
@@ -158,11 +151,7 @@ def least_gpu_memory_gib(plan: CasePlan) -> float | None:
         low, high = 0.0, 4096.0  # GiB: refused at low, started at high
         while high - low > 0.05:
             middle = (low + high) / 2
-            try:
-                check_fits(engine, middle)
-                high = middle
-            except CapacityError:
-                low = middle
+            low, high = (middle, high) if refused_engines([engine], middle) else (low, middle)
         needs.append(math.ceil(high * 10) / 10)
     return max(needs) if needs else None
 

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from vllm_playbooks.config.capacity import budget_is_modelled, check_fits
+from vllm_playbooks.config.capacity import refusal, refused_engines
 from vllm_playbooks.config.engine import EngineConfig, check_engine_against_shapes, routing_simulation_problem
 from vllm_playbooks.config.load import MIN_DURATION_S, LoadPoint
 from vllm_playbooks.config.spec_detection import SpeculativeConfigWarning
@@ -271,10 +271,9 @@ def plan_from_dict(spec: dict[str, Any], **overrides: Any) -> CasePlan:
     gpu_memory = overrides.get("gpu_memory_gib", spec.get("gpu_memory_gib"))
     if gpu_memory is not None and not _positive_number(gpu_memory):
         raise ConfigError(f"case {case}: gpu_memory_gib must be a number > 0, got {gpu_memory!r}")
-    if gpu_memory is not None:
-        for engine in engines:
-            if budget_is_modelled(engine):
-                check_fits(engine, float(gpu_memory))
+    refused = refused_engines(engines, float(gpu_memory)) if gpu_memory is not None else {}
+    if refused:
+        raise refusal(refused, engines)
     repeats = overrides.get("repeats", spec.get("repeats", 1))
     min_duration = overrides.get("min_duration_s", spec.get("min_duration_s", MIN_DURATION_S))
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:

@@ -21,6 +21,8 @@ from vllm_playbooks.config.capacity import (
     cudagraph_capture_sizes,
     kv_budget,
     max_capture_size_of,
+    refusal,
+    refused_engines,
 )
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.config.sizes import MOE_ARCHITECTURES, kv_bytes_per_token, weight_bytes
@@ -528,3 +530,19 @@ def test_an_eagle3_head_on_gpt_oss_costs_two_layers_of_kv() -> None:
     layer = off.kv_bytes_per_token // 36
     # the head's own full-attention layer, and the sliding-window layer vLLM pads in to keep groups equal
     assert on.kv_bytes_per_token - off.kv_bytes_per_token == 2 * layer
+
+
+def test_a_grid_with_a_config_too_big_for_the_gpu_is_refused_naming_the_ones_that_fit() -> None:
+    small, big, bigger = (_engine("llama-3.1-8b").model_copy(update={"label": "8b"}),
+                          _engine("llama-3.3-70b").model_copy(update={"label": "70b"}),
+                          _engine("llama-3.3-70b").model_copy(update={"label": "70b-again"}))  # fmt: skip
+    refused = refused_engines([small, big, bigger], 80.0)
+    assert list(refused) == ["70b", "70b-again"] and refused["70b"].startswith("engine 70b: weights (131.4 GiB)")
+    assert refused_engines([small, big], 200.0) == {}
+    error = refusal(refused, [small, big, bigger])
+    assert isinstance(error, CapacityError) and str(error).startswith(refused["70b"])
+    assert "Also refused there: 70b-again." in str(error)
+    assert str(error).endswith("to measure only them, pass --engines 8b (in a notebook, engines=['8b']).")
+    alone = str(refusal({"70b": refused["70b"]}, [big]))
+    assert alone == refused["70b"]  # nothing else to offer
+
