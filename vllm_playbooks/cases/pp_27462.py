@@ -7,7 +7,6 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from vllm_playbooks import paths
 from vllm_playbooks.analysis.noise import THRESHOLD_PCT
 from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, check
 from vllm_playbooks.claims.verdict import Verdict
@@ -20,6 +19,7 @@ from vllm_playbooks.results import raw
 from vllm_playbooks.results.engine_steps import FILL_THRESHOLD, step_summary
 from vllm_playbooks.results.gpu_samples import gpu_summary
 from vllm_playbooks.results.replay import replay_case
+from vllm_playbooks.results.store import recorded_cases, runs_root
 from vllm_playbooks.run.case import results_for, run_case
 from vllm_playbooks.run.plan import CasePlan, load_plan, text_list
 from vllm_playbooks.shapes import resolve_model
@@ -105,10 +105,9 @@ def recorded_startup_s(data: Any = None, gpu: Gpu | str = REFERENCE_DATASHEET) -
     import statistics
 
 
-    runs = (data if data is not None else paths.data_dir()) / "runs"
     seen: dict[str, dict[tuple[str, float], None]] = {}
-    for case_dir in sorted(p for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []:
-        for point_dir in raw.finished_points(case_dir):
+    for case in recorded_cases(data):
+        for point_dir in raw.finished_points(runs_root(data) / case):
             point = json.loads((point_dir / raw.POINT_FILE).read_text(encoding="utf-8"))
             seconds = point.get("server_startup_s")
             if seconds and measured_on(point_dir.parent.parent.name, gpu):  # raw/<hardware>/<config>/<load>

@@ -25,7 +25,7 @@ from vllm_playbooks.results.raw import split_point_id
 from vllm_playbooks.results.replay import replay_case
 from vllm_playbooks.results.schema import RUN_COLUMNS
 from vllm_playbooks.results.server_logs import parse_log_name, read_startup, server_logs
-from vllm_playbooks.results.store import load_reference, load_runs, runs_file
+from vllm_playbooks.results.store import load_reference, load_runs, recorded_cases, runs_file, runs_root
 from vllm_playbooks.run.budget import engine_for_log
 from vllm_playbooks.run.plan import deciding_part, deciding_points
 
@@ -249,9 +249,9 @@ def recorded_startups(data: Path) -> pd.DataFrame:
 
 
     records = []
-    runs = data / "runs"
-    for case_dir in sorted(p for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []:
-        rows = load_runs(case_dir.name, data)
+    for case in recorded_cases(data):
+        case_dir = runs_root(data) / case
+        rows = load_runs(case, data)
         measured_at = pd.to_datetime(rows["measured_at"], utc=True)
         logs = server_logs(case_dir)  # reads every log once to see which servers started
         names = {log: parse_log_name(log.name) for log in logs}
@@ -271,7 +271,7 @@ def recorded_startups(data: Path) -> pd.DataFrame:
             until = min(later) if later else pd.Timestamp.max.tz_localize("UTC")
             mine = rows[(rows["config_id"] == config_id) & (measured_at >= launched) & (measured_at < until)]
             records.append({
-                "case": case_dir.name, "engine_label": engine.label, "engine": engine,
+                "case": case, "engine_label": engine.label, "engine": engine,
                 "total_memory_gib": start.total_memory_gib, "max_num_seqs": resolved.max_num_seqs,
                 "max_model_len": engine.max_model_len, "kv_cache_tokens": start.kv_cache_tokens,
                 "measured_rows": len(mine), "preemptions": int(pd.to_numeric(mine["num_preemptions"]).fillna(0).sum()),
@@ -303,9 +303,8 @@ def load_evidence(data: Path | None = None) -> Evidence:
 
     folder = data if data is not None else paths.data_dir()
     published = load_reference(path=folder / "reference" / "published.csv")
-    runs_root = folder / "runs"
-    cases = sorted(p.name for p in runs_root.iterdir() if p.is_dir()) if runs_root.is_dir() else []
-    runs = {case: usable_runs(replay_case(case, folder), folder) for case in cases if runs_file(case, folder).exists()}
+    runs = {case: usable_runs(replay_case(case, folder), folder) for case in recorded_cases(folder)
+            if runs_file(case, folder).exists()}  # fmt: skip
     fit = None
     calibration = [
         r for case in CALIBRATION_CASES if case in runs for r in _records(runs[case])

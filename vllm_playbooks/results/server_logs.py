@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from vllm_playbooks import paths
 from vllm_playbooks.errors import SchemaError
-from vllm_playbooks.results.store import case_dir, load_runs
+from vllm_playbooks.results.store import case_dir, load_runs, recorded_cases
 from vllm_playbooks.results.textfiles import GZ, plain_name, read_text
 
 if TYPE_CHECKING:
@@ -234,7 +234,7 @@ def server_modes(case: str, data: Path | None = None) -> pd.DataFrame:
     import pandas as pd
 
 
-    folder = case_dir(case, data if data is not None else paths.data_dir())
+    folder = case_dir(case, data)
     records = []
     for log in server_logs(folder) if (folder / "logs").is_dir() else []:
         text = read_text(log)
@@ -313,9 +313,8 @@ def logged_gpu_memory(gpu_name: str, data: Path | None = None) -> float | None:
     """The memory (GiB) of one GPU called ``gpu_name`` (as nvidia-smi names it) as vLLM logged it ("Free memory on
     device (free/total GiB)") at the start-up of the latest server that measured a row on such a GPU, in any case of
     ``data``; None where no row of that GPU has its server's log."""
-    runs = paths.data_dir() / "runs" if data is None else data / "runs"
     latest: list[tuple[str, str, str]] = []  # (measured_at, case, config_id) of every case's latest row on the GPU
-    for case in sorted(p.name for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []:
+    for case in recorded_cases(data):
         rows = load_runs(case, data)
         rows = rows[rows["gpu_name"] == gpu_name] if len(rows) else rows
         if len(rows):

@@ -79,13 +79,24 @@ def rows_to_frame(rows: Sequence[BaseModel], columns: Sequence[str]) -> pd.DataF
     return pd.DataFrame([row.model_dump() for row in rows], columns=list(columns))
 
 
+def runs_root(data: Path | None = None) -> Path:
+    """The folder of every case's measured runs: ``data/runs/`` (the book's data folder unless ``data`` is given)."""
+    return (data if data is not None else paths.data_dir()) / "runs"
+
+
+def recorded_cases(data: Path | None = None) -> list[str]:
+    """The names of the case folders under ``runs_root``, sorted; [] where it does not exist."""
+    root = runs_root(data)
+    return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+
+
 def case_dir(case: str, data: Path | None = None) -> Path:
     """One case's folder of measured runs: ``data/runs/<case>/``; ``SchemaError`` for a name that would lead
     anywhere else (a path, ``..``)."""
-    base = data if data is not None else paths.data_dir()
+    root = runs_root(data)
     if not case or "/" in case or "\\" in case or case in {".", ".."} or case.startswith("."):
-        raise SchemaError(f"case name {case!r} is not a folder name under {base / 'runs'}")
-    return base / "runs" / case
+        raise SchemaError(f"case name {case!r} is not a folder name under {root}")
+    return root / case
 
 
 def runs_file(case: str, data: Path | None = None) -> Path:

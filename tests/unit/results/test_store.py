@@ -116,3 +116,12 @@ def test_crash_during_append_leaves_the_old_file(data: Path, monkeypatch: pytest
         store.append_run_row(make_row(point_id="p2"), data)
     assert path.read_bytes() == before
     assert [p.name for p in path.parent.iterdir() if p.name != ".runs.csv.lock"] == ["runs.csv"]  # no temporary file left
+
+
+def test_recorded_cases_are_the_case_folders_under_runs_sorted(tmp_path: Path) -> None:
+    assert store.recorded_cases(tmp_path) == []  # no runs/ folder yet
+    for name in ("pp-27462", "deepseek-mtp"):
+        (tmp_path / "runs" / name).mkdir(parents=True)
+    (tmp_path / "runs" / "README.md").write_text("not a case", encoding="utf-8")
+    assert store.recorded_cases(tmp_path) == ["deepseek-mtp", "pp-27462"]
+    assert store.case_dir("pp-27462", tmp_path) == store.runs_root(tmp_path) / "pp-27462"
