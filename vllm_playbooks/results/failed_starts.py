@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vllm_playbooks import paths
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.server_logs import has_started, read_failed_startup, server_log_files
 from vllm_playbooks.results.store import case_dir
@@ -36,7 +35,7 @@ def failed_starts(case: str, data: Path | None = None) -> pd.DataFrame:
     failure whose log is missing or shows a server that started (it died later, while measuring)."""
     import pandas as pd
 
-    folder = case_dir(case, data if data is not None else paths.data_dir())
+    folder = case_dir(case, data)
     logs = {plain_name(log): log for log in server_log_files(folder / "logs")}
     unstarted: dict[str, bool] = {}  # only the logs a failure names are read, each once
     points: dict[tuple[str, str, str], int] = {}

@@ -130,14 +130,16 @@ def copy_point(point_dir: Path, target: Path) -> None:
     staging.rename(target)
 
 
+def _failure_files(case_dir: Path) -> list[Path]:
+    """The failure files a case keeps (``raw/<hardware>/<config id>/<point>.failure.json``), in point-id order."""
+    root = raw_root(case_dir)
+    return sorted(root.glob(f"*/*/*{FAILURE_SUFFIX}")) if root.is_dir() else []
+
+
 def failure_records(case_dir: Path) -> list[dict[str, Any]]:
     """Every failure a case keeps (``record_failure``), each as its file says (``point_id``, ``error`` and the
     runner's detail, e.g. ``server_log``), in point-id order."""
-    root = raw_root(case_dir)
-    if not root.is_dir():
-        return []
-    files = sorted(root.glob(f"*/*/*{FAILURE_SUFFIX}"))
-    return [json.loads(path.read_text(encoding="utf-8")) for path in files]
+    return [json.loads(path.read_text(encoding="utf-8")) for path in _failure_files(case_dir)]
 
 
 def _is_measured(failure: Path) -> bool:
@@ -149,10 +151,8 @@ def copy_new_failures(source_case_dir: Path, case_dir: Path) -> int:
     """Copy the failures that ``source_case_dir`` keeps into ``case_dir`` where that point has neither a failure nor a
     finished folder there (a point measured since needs no retry); return how many were copied."""
     source_root, root = raw_root(source_case_dir), raw_root(case_dir)
-    if not source_root.is_dir():
-        return 0
     copied = 0
-    for path in sorted(source_root.glob(f"*/*/*{FAILURE_SUFFIX}")):
+    for path in _failure_files(source_case_dir):
         target = root / path.relative_to(source_root)
         if target.exists() or _is_measured(target):
             continue
@@ -165,10 +165,7 @@ def copy_new_failures(source_case_dir: Path, case_dir: Path) -> int:
 def drop_measured_failures(case_dir: Path) -> int:
     """Remove the failures of points that have a finished folder now (measured elsewhere and copied in, as
     ``write_point`` removes them when it measures one here); return how many."""
-    root = raw_root(case_dir)
-    if not root.is_dir():
-        return 0
-    measured = [path for path in root.glob(f"*/*/*{FAILURE_SUFFIX}") if _is_measured(path)]
+    measured = [path for path in _failure_files(case_dir) if _is_measured(path)]
     for path in measured:
         path.unlink()
     return len(measured)
