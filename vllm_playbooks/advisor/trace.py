@@ -34,7 +34,7 @@ from vllm_playbooks.advisor.scenarios import scenario_text
 from vllm_playbooks.advisor.search import BASELINE_UNMEASURED
 from vllm_playbooks.errors import SchemaError
 from vllm_playbooks.results.provenance import utc_now
-from vllm_playbooks.results.store import case_dir
+from vllm_playbooks.results.store import TRACE_FOLDER, TRACE_SUFFIX, case_dir
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -42,9 +42,6 @@ if TYPE_CHECKING:
     from vllm_playbooks.advisor.search import Advice
 
 
-#: The folder of a case's data folder that holds its live searches' traces.
-TRACE_FOLDER = "advisor"
-TRACE_SUFFIX = ".jsonl"
 #: The columns of ``trace_steps``.
 STEP_COLUMNS = (
     "number", "point", "repeat", "source", "why", "expected_goodput_rps", "optimistic_goodput_rps",

@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 RowT = TypeVar("RowT", bound=BaseModel)
 
 RUNS_FILE = "runs.csv"
+#: The folder of a case's runs that holds the advisor's live-search traces (``advisor.trace``), one file a search.
+TRACE_FOLDER = "advisor"
+TRACE_SUFFIX = ".jsonl"
 
 
 def _describe(error: ValidationError) -> str:

@@ -6,24 +6,29 @@ case in SOURCE becomes a repeat of its point here: at its own repeat number when
 one (the folder's name gives a point its repeat, as after ``vllm-playbooks migrate``; its files are copied as they
 are). A point whose ``bench.json`` is already here under any repeat is skipped, so importing twice adds nothing.
 Server logs come along under their own names, and so do the failures the source keeps for points not measured here
-(a server that did not start leaves one per point it was to measure, naming its log); then the rows are appended from
-the raw files. Nothing recorded is overwritten, and a point whose files name another hardware or config than its
-folder is refused before anything is copied.
+(a server that did not start leaves one per point it was to measure, naming its log), and so do the advisor's
+live-search traces (``advisor/*.jsonl``), each run's ``point_id`` in them changed to where that run lies here; then the
+rows are appended from the raw files. Nothing recorded is overwritten, and a point whose files name another hardware or
+config than its folder is refused before anything is copied.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from vllm_playbooks import paths
 from vllm_playbooks.errors import ConfigError, SchemaError
+from vllm_playbooks.files import atomic_write_text
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.replay import sync_rows
-from vllm_playbooks.results.store import case_dir
+from vllm_playbooks.results.store import TRACE_FOLDER, TRACE_SUFFIX, case_dir
 from vllm_playbooks.results.textfiles import read_text
+
 
 @dataclass
 class Imported:
@@ -35,6 +40,7 @@ class Imported:
     already_here: list[str] = field(default_factory=list)
     logs: int = 0
     failures: int = 0
+    traces: int = 0
 
 
 def measurement_digest(point_dir: Path) -> str:
@@ -70,25 +76,58 @@ def import_case(case: str, source: Path, data: Path) -> Imported:
         raise ConfigError(f"{source} holds no measured or failed point of {case} (looked in {raw.raw_root(src)})")
     points = _checked_points(src)
     target_root = raw.raw_root(dst)
-    here = {measurement_digest(p) for p in raw.finished_points(dst)}
+    here = {measurement_digest(p): p.relative_to(target_root).as_posix() for p in raw.finished_points(dst)}
     result = Imported()
+    lies_here: dict[str, str] = {}  # a source point's id → the id of its measurement here
     for point in points:
         pid = point.relative_to(raw.raw_root(src)).as_posix()
         digest = measurement_digest(point)
         if digest in here:
             result.already_here.append(pid)
+            lies_here[pid] = here[digest]
             continue
         new_id = _free_repeat(target_root, pid)
         raw.copy_point(point, target_root / new_id)
-        here.add(digest)
+        here[digest] = lies_here[pid] = new_id
         result.added.append(new_id)
         if new_id != pid:
             result.renumbered.append(new_id)
     raw.drop_measured_failures(dst)
     result.failures = raw.copy_new_failures(src, dst)
     result.logs = raw.copy_new_logs(src, dst)
+    result.traces = _copy_new_traces(src, dst, lies_here)
     sync_rows(case, data)
     return result
+
+
+def _copy_new_traces(source_case_dir: Path, case_dir: Path, lies_here: dict[str, str]) -> int:
+    """Copy the live-search traces of ``source_case_dir`` that ``case_dir`` lacks (by name), each ``point_id`` in them
+    changed by ``lies_here`` (a source point's id → its id here); return how many were copied."""
+    source = source_case_dir / TRACE_FOLDER
+    if not source.is_dir():
+        return 0
+    target = case_dir / TRACE_FOLDER
+    copied = 0
+    for trace in sorted(source.glob(f"*{TRACE_SUFFIX}")):
+        if (target / trace.name).exists():
+            continue
+        records = [json.loads(line) for line in read_text(trace).splitlines() if line.strip()]
+        target.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(target / trace.name, "".join(
+            json.dumps(_point_ids_moved(record, lies_here), allow_nan=False) + "\n" for record in records))
+        copied += 1
+    return copied
+
+
+def _point_ids_moved(value: Any, lies_here: dict[str, str]) -> Any:
+    """``value`` (a trace record, walked through its dicts and lists) with every ``point_id`` that ``lies_here`` maps
+    changed to its id here."""
+    if isinstance(value, dict):
+        return {key: lies_here.get(item, item) if key == "point_id" and isinstance(item, str)
+                else _point_ids_moved(item, lies_here) for key, item in value.items()}  # fmt: skip
+    if isinstance(value, list):
+        return [_point_ids_moved(item, lies_here) for item in value]
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -112,7 +151,8 @@ def main(args: argparse.Namespace) -> int:
     for case in cases:
         done = import_case(case, source, data)
         print(f"{case}: {len(done.added)} point(s) added ({len(done.renumbered)} at a new repeat number), "
-              f"{len(done.already_here)} already here, {done.failures} failure(s), {done.logs} server log(s)")
+              f"{len(done.already_here)} already here, {done.failures} failure(s), {done.logs} server log(s), "
+              f"{done.traces} live-search trace(s)")
         for pid in done.added:
             print(f"  + {pid}")
     return 0

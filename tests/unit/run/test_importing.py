@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from vllm_playbooks.errors import SchemaError
 from vllm_playbooks.paths import data_dir
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.replay import replay_rows
+from vllm_playbooks.results.store import TRACE_FOLDER
 from vllm_playbooks.run.importing import import_case
 
 CASE = "llama-8b-draft-model"
@@ -67,6 +69,32 @@ def test_points_and_logs_go_into_an_empty_folder_at_their_own_ids(tmp_path: Path
     assert sorted(done.added) == sorted(_point_folders(source / "runs" / CASE)) and done.renumbered == []
     assert done.logs == len(list((RECORDED / "logs").iterdir()))
     assert len(replay_rows(CASE, data)) == 2
+
+
+@pytest.mark.recorded_data
+def test_a_live_search_trace_comes_along_naming_where_its_runs_lie_here(tmp_path: Path) -> None:
+    r0, r1 = _first_repeats()
+    r0_id, r1_id = (p.relative_to(raw.raw_root(RECORDED)).as_posix() for p in (r0, r1))
+    data = _data_with([r0], tmp_path / "data")
+    # the other machine's search measured the point afresh as its r0, and counted the recorded r1 as measured
+    other = tmp_path / "other"
+    shutil.copytree(r1, raw.raw_root(other / "runs" / CASE) / r0_id)
+    shutil.copytree(r0, raw.raw_root(other / "runs" / CASE) / r1_id)
+    records = [{"record": "search", "case": CASE},
+               {"record": "payment", "number": 1, "point_id": r0_id, "tpot_p99_ms": 7.25},
+               {"record": "payment", "number": 2, "point_id": r1_id, "tpot_p99_ms": 6.5},
+               {"record": "advice", "steps": [{"number": 1, "point_id": r0_id}, {"number": 2, "point_id": r1_id}]}]
+    trace = other / "runs" / CASE / TRACE_FOLDER / "2026-12-06T075605+0000.jsonl"
+    trace.parent.mkdir(parents=True)
+    trace.write_text("".join(json.dumps(r) + "\n" for r in records))
+    done = import_case(CASE, other, data)
+    assert done.added == [r1_id] and done.renumbered == [r1_id] and done.already_here == [r1_id] and done.traces == 1
+    copied = [json.loads(line) for line in (data / "runs" / CASE / TRACE_FOLDER / trace.name).read_text().splitlines()]
+    # its fresh run is this folder's r1 now, and its recorded run the r0 it was all along
+    assert [r.get("point_id") for r in copied] == [None, r1_id, r0_id, None]
+    assert [s["point_id"] for s in copied[3]["steps"]] == [r1_id, r0_id]
+    assert copied[1]["tpot_p99_ms"] == 7.25 and copied[0] == records[0]
+    assert import_case(CASE, other, data).traces == 0  # nothing twice
 
 
 @pytest.mark.recorded_data
