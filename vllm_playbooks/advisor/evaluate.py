@@ -24,6 +24,7 @@ from vllm_playbooks import paths
 from vllm_playbooks.advisor.goodput import (
     GRID_COLUMNS,
     Slo,
+    goodput_rps,
     grid_best,
     point_name,
     point_table,
@@ -290,8 +291,11 @@ def one_grid(case: str, hardware: str | None, model_shape: str | None, input_len
 def live_versus_grid(trace: LiveTrace, data: Path | None = None) -> dict[str, Any]:
     """A live search's choice against its grid's best under the same SLO, both scored on every row recorded for that
     grid on the search's hardware (medians of all repeats, the search's own runs among them): ``chosen`` and
-    ``grid_best`` (point names, or 'nothing'), ``chosen_goodput_rps``, ``grid_best_goodput_rps``, their runs and
-    ``goodput_ratio`` (NaN when no point meets the SLO or the search chose nothing)."""
+    ``grid_best`` (point names, or 'nothing'), ``chosen_goodput_rps``, ``grid_best_goodput_rps``, their runs,
+    ``goodput_ratio`` (NaN when no point meets the SLO or the search chose nothing), each side's lowest and highest
+    goodput of a single run (``…_goodput_min_rps``, ``…_goodput_max_rps``; 0 with no runs) and ``within_spread``:
+    whether the choice is the grid best or the two sides' single-run goodputs overlap, so that the grid best's lead is
+    not larger than the measured spread of both."""
     grid, hardware = trace.search["grid"], trace.search["hardware"][0]
     _, rows, _ = one_grid(trace.search["case"], hardware, grid["model_shape"], grid["input_len"], grid["output_len"],
                           grid["load_kind"], None, data, acceptance=grid.get("acceptance"))  # fmt: skip
@@ -302,14 +306,21 @@ def live_versus_grid(trace: LiveTrace, data: Path | None = None) -> dict[str, An
     matches = points[points.apply(_name, axis=1) == chosen_name]
     chosen = matches.iloc[0] if not matches.empty else None
     ratio = float(chosen["goodput_rps"] / best["goodput_rps"]) if chosen is not None and best is not None else math.nan
-    return {
-        "chosen": chosen_name or "nothing",
-        "chosen_goodput_rps": float(chosen["goodput_rps"]) if chosen is not None else 0.0,
-        "chosen_runs": int(chosen["runs"]) if chosen is not None else 0,
-        "grid_best": _name(best) if best is not None else "nothing",
-        "grid_best_goodput_rps": float(best["goodput_rps"]) if best is not None else 0.0,
-        "grid_best_runs": int(best["runs"]) if best is not None else 0, "goodput_ratio": ratio,
-    }  # fmt: skip
+    names = {"chosen": chosen_name or "nothing", "grid_best": _name(best) if best is not None else "nothing"}
+    run_names = rows.apply(_name, axis=1)
+    scored: dict[str, Any] = {"goodput_ratio": ratio}
+    for side, point in (("chosen", chosen), ("grid_best", best)):
+        runs = rows[run_names == names[side]]
+        each = [goodput_rps(slo, r.tpot_p99_ms, r.ttft_p99_ms, r.request_throughput_rps) for r in runs.itertuples()]
+        scored |= {side: names[side], f"{side}_goodput_rps": float(point["goodput_rps"]) if point is not None else 0.0,
+                   f"{side}_runs": int(point["runs"]) if point is not None else 0,
+                   f"{side}_goodput_min_rps": min(each, default=0.0),
+                   f"{side}_goodput_max_rps": max(each, default=0.0)}  # fmt: skip
+    overlap = (scored["chosen_goodput_max_rps"] >= scored["grid_best_goodput_min_rps"]
+               and scored["grid_best_goodput_max_rps"] >= scored["chosen_goodput_min_rps"])  # fmt: skip
+    scored["within_spread"] = chosen is not None and best is not None and (names["chosen"] == names["grid_best"]
+                                                                            or overlap)  # fmt: skip
+    return scored
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
