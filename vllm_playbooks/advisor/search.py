@@ -316,8 +316,9 @@ def _challengers(
     if _baseline_phase(lines, paid):
         baseline = [r for r in ranked if lines[r[1]]["family"] == BASELINE_FAMILY]
         plan = _baseline_plan_gpu_s(ranked, lines, price)
-        if plan is not None and plan * plan_margin > left_gpu_s:
-            ranked = [(score, point, f"the budget is short of the baseline-first plan; {why}")
+        if plan is not None and plan * plan_margin > left_gpu_s:  # a speculative point may now come first: say why
+            ranked = [(score, point, why if lines[point]["family"] == BASELINE_FAMILY
+                       else f"the budget is short of the baseline-first plan; {why}")
                       for score, point, why in ranked]  # fmt: skip
         elif baseline:
             ranked = [(score, point, f"the baseline first; {why}") for score, point, why in baseline]

@@ -178,6 +178,18 @@ def test_a_budget_short_of_the_baseline_warns_that_its_choice_has_no_measured_ba
     assert "warning" not in advice_text(more, key, 1000.0)
 
 
+def test_a_baseline_point_measured_once_the_budget_is_short_of_the_plan_is_not_said_to_be_for_the_shortage() -> None:
+    rows = _draft_overrated()
+    slo = Slo(tpot_p99_ms=6.0)
+    needed = baseline_first_gpu_s(RecordedOracle(rows, startups(rows), budget_gpu_s=1.0), slo, GPU)
+    assert needed is not None
+    steps = advise(RecordedOracle(rows, startups(rows), budget_gpu_s=needed), slo, GPU).steps
+    # two baseline runs leave less than the plan; the third is speculation off again, chosen as the started config
+    assert [s.point for s in steps[:3]] == ["off @ c16", "off @ c1", "off @ c4"]
+    assert steps[2].why.startswith("a started config") and steps[3].point.startswith("draft")
+    assert not any(s.why.startswith("the budget is short") for s in steps if s.point.startswith("off"))
+
+
 def test_the_least_budget_for_the_baseline_first_is_where_the_search_starts_with_speculation_off() -> None:
     rows = _draft_overrated()
     slo = Slo(tpot_p99_ms=8.0)
