@@ -157,7 +157,7 @@ def duration_rule_breaches(df: pd.DataFrame, min_duration_s: float = 30.0) -> pd
 
 
 #: The columns of ``summarize_runs`` and ``recorded_runs``, in order.
-RECORDED_COLUMNS = ["case", "gpu_name", "gpus_per_server", "vllm_version", "host_cpu", "first_measured",
+RECORDED_COLUMNS = ["case", "gpu_name", "gpus_per_server", "vllm_version", "host_cpu", "gpu_cards", "first_measured",
                     "last_measured", "rows", "points", "repeats", "servers", "gpu_minutes"]  # fmt: skip
 #: ``host_cpu`` of rows measured before the runner recorded the host.
 HOST_NOT_RECORDED = "not recorded"
@@ -174,14 +174,16 @@ def _host(cpu: object, count: object) -> str:
 
 def summarize_runs(rows: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
     """One case's recorded rows summed up per hardware: one line per (GPU name, GPUs per server, vLLM version, host
-    CPU) with the first and last measurement date (UTC), the rows, the distinct points among them (an engine config
-    at a load, whatever its repeats), ``repeats`` (rows that are a later run of a point), and the servers whose logs
-    ``servers`` (``run.budget.server_time``) holds with the GPU-minutes they held. A server counts toward the line of
-    the row measured nearest in time to its launch among the rows with as many GPUs as the server used (among all
-    rows when none has), so a server stopped before its first point is counted too. ``rows`` may be empty."""
+    CPU) with ``gpu_cards``, how many GPU cards its rows ran on (from the ``gpu_cards`` column of ``rows``,
+    ``results.replay.with_gpu_cards``; a row with '' adds none), the first and last measurement date (UTC), the rows,
+    the distinct points among them (an engine config at a load, whatever its repeats), ``repeats`` (rows that are a
+    later run of a point), and the servers whose logs ``servers`` (``run.budget.server_time``) holds with the
+    GPU-minutes they held. A server counts toward the line of the row measured nearest in time to its launch among the
+    rows with as many GPUs as the server used (among all rows when none has), so a server stopped before its first
+    point is counted too. ``rows`` may be empty."""
     import pandas as pd
 
-    from vllm_playbooks.results.raw import split_point_id
+    from vllm_playbooks.results.raw import CARD_SEPARATOR, split_point_id
     from vllm_playbooks.run.budget import nearest_rows
 
     if rows.empty:
@@ -203,7 +205,9 @@ def summarize_runs(rows: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
     records = []
     for line, (key, group) in enumerate(table.groupby(keys, sort=False)):
         records.append({
-            **dict(zip(keys, key, strict=True)), "first_measured": group["at"].min().strftime("%Y-%m-%d"),
+            **dict(zip(keys, key, strict=True)),
+            "gpu_cards": len({card for cards in group["gpu_cards"] for card in cards.split(CARD_SEPARATOR) if card}),
+            "first_measured": group["at"].min().strftime("%Y-%m-%d"),
             "last_measured": group["at"].max().strftime("%Y-%m-%d"), "rows": len(group),
             "points": group["point"].nunique(), "repeats": int((group["repeat"] > 0).sum()),
             "servers": starts.get(line, 0), "gpu_minutes": minutes.get(line, 0.0),
@@ -225,10 +229,11 @@ def recorded_runs(cases: Sequence[str] | None = None, data: Path | None = None) 
     table under ``data/runs/``), one line per case and hardware, cases in name order."""
     import pandas as pd
 
+    from vllm_playbooks.results.replay import with_gpu_cards
     from vllm_playbooks.results.store import load_runs
     from vllm_playbooks.run.budget import server_time
 
-    parts = [summarize_runs(load_runs(case, data), server_time(case, data))
+    parts = [summarize_runs(with_gpu_cards(load_runs(case, data), data), server_time(case, data))
              for case in (cases if cases is not None else recorded_cases(data))]  # fmt: skip
     parts = [part for part in parts if not part.empty]
     if not parts:

@@ -193,6 +193,18 @@ def finished_points(case_dir: Path) -> list[Path]:
     return sorted(p.parent for p in root.glob(f"*/*/*/{POINT_FILE}") if not p.parent.name.startswith("."))
 
 
+#: How ``gpu_cards`` joins the cards of a point that ran on several GPUs.
+CARD_SEPARATOR = " + "
+
+
+def gpu_cards(point_dir: Path) -> str:
+    """The GPU cards a point was measured on, each as NVML identifies it (its UUID, which tells two machines of one
+    GPU model apart where their CPU model does not), sorted and joined by ``CARD_SEPARATOR``: from the GPU sampling
+    its ``point.json`` records; '' for a point recorded before the sampler existed."""
+    sampling = read_json(point_dir / POINT_FILE).get("gpu_sampling") or {}
+    return CARD_SEPARATOR.join(sorted(str(d["uuid"]) for d in sampling.get("devices", []) if d.get("uuid")))
+
+
 def point_identity(point_dir: Path) -> tuple[str, str]:
     """(hardware key, config id) of a point, from its ``point.json`` and ``provenance.json`` alone: where its folder
     belongs, whatever folder it is in now."""

@@ -56,3 +56,11 @@ def replay_rows(case: str, data: Path | None = None) -> list[RunRow]:
 def replay_case(case: str, data: Path | None = None) -> pd.DataFrame:
     """A case's measured rows, rebuilt from raw files and checked, as a DataFrame (replay mode: no GPU)."""
     return rows_to_frame(replay_rows(case, data), RUN_COLUMNS)
+
+
+def with_gpu_cards(rows: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
+    """``rows`` (recorded rows: ``case`` and ``point_id``) with ``gpu_cards``, each row's ``raw.gpu_cards`` read from
+    its point folder in ``data`` (default: the book's data folder)."""
+    cards = [raw.gpu_cards(raw.raw_root(store.case_dir(case, data)) / pid)
+             for case, pid in zip(rows["case"], rows["point_id"], strict=True)]  # fmt: skip
+    return rows.assign(gpu_cards=cards)

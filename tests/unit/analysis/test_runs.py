@@ -20,10 +20,10 @@ from vllm_playbooks.results.store import load_runs
 from vllm_playbooks.run.budget import server_time
 
 
-def _row(pid: str, gpus: int, at: str, host: str | None = None) -> dict[str, object]:
+def _row(pid: str, gpus: int, at: str, host: str | None = None, cards: str = "") -> dict[str, object]:
     return {"case": "demo", "point_id": pid, "repeat": int(pid.rsplit("-r", 1)[1]), "gpu_name": "NVIDIA H200",
             "gpu_count": gpus, "vllm_version": "0.26.0", "host_cpu": host, "host_cpu_count": 16 if host else None,
-            "measured_at": at}  # fmt: skip
+            "measured_at": at, "gpu_cards": cards}  # fmt: skip
 
 
 def _server(launched: str, gpus: int, minutes: float) -> dict[str, object]:
@@ -31,11 +31,11 @@ def _server(launched: str, gpus: int, minutes: float) -> dict[str, object]:
 
 
 ROWS = pd.DataFrame([
-    _row("a-1/in1-out1-c1-r0", 1, "2026-11-30T10:00:00+00:00"),
-    _row("a-1/in1-out1-c1-r1", 1, "2026-12-01T23:59:00+00:00"),  # a second run of the same point
-    _row("a-1/in1-out1-c8-r0", 1, "2026-11-30T10:05:00+00:00"),
-    _row("b-2/in1-out1-c1-r0", 2, "2026-11-30T12:00:00+00:00"),  # a TP=2 config, same host
-    _row("a-1/in1-out1-c4-r0", 1, "2026-12-04T15:00:00+00:00", host="Intel(R) Xeon(R) Processor"),
+    _row("a-1/in1-out1-c1-r0", 1, "2026-11-30T10:00:00+00:00", cards="GPU-a"),
+    _row("a-1/in1-out1-c1-r1", 1, "2026-12-01T23:59:00+00:00", cards="GPU-b"),  # a second run, on another machine
+    _row("a-1/in1-out1-c8-r0", 1, "2026-11-30T10:05:00+00:00", cards="GPU-a"),
+    _row("b-2/in1-out1-c1-r0", 2, "2026-11-30T12:00:00+00:00", cards="GPU-a + GPU-c"),  # a TP=2 config, same host
+    _row("a-1/in1-out1-c4-r0", 1, "2026-12-04T15:00:00+00:00", host="Intel(R) Xeon(R) Processor"),  # not sampled
 ])  # fmt: skip
 SERVERS = pd.DataFrame([
     _server("2026-11-30T09:55:00+00:00", 1, 10.0),
@@ -52,13 +52,14 @@ def test_rows_are_summed_up_per_hardware_with_the_gpu_time_of_their_servers() ->
     lines = {(r.gpus_per_server, r.host_cpu): r for r in table.itertuples()}
     assert set(lines) == {(1, HOST_NOT_RECORDED), (2, HOST_NOT_RECORDED), (1, "Intel(R) Xeon(R) Processor, 16 CPUs")}
     one = lines[(1, HOST_NOT_RECORDED)]
-    assert (one.rows, one.points, one.repeats) == (3, 2, 1)
+    assert (one.rows, one.points, one.repeats, one.gpu_cards) == (3, 2, 1, 2)
     assert (one.first_measured, one.last_measured) == ("2026-11-30", "2026-12-01")
     assert (one.servers, one.gpu_minutes) == (3, 15.5)
     two = lines[(2, HOST_NOT_RECORDED)]
-    assert (two.rows, two.points, two.repeats, two.servers, two.gpu_minutes) == (1, 1, 0, 1, 8.0)
+    assert (two.rows, two.points, two.repeats, two.servers, two.gpu_minutes, two.gpu_cards) == (1, 1, 0, 1, 8.0, 2)
     xeon = lines[(1, "Intel(R) Xeon(R) Processor, 16 CPUs")]
     assert (xeon.rows, xeon.servers, xeon.gpu_minutes, xeon.first_measured) == (1, 1, 2.25, "2026-12-04")
+    assert xeon.gpu_cards == 0
     assert table["first_measured"].is_monotonic_increasing
 
 
@@ -87,6 +88,7 @@ def test_the_recorded_cases_add_up_to_their_tables_and_logs() -> None:
         # one line per GPU count a row recorded (PP=1 alone on a GPU, PP=2 and TP=2 over two), host named where known
         assert set(lines["gpus_per_server"]) == set(rows["gpu_count"].astype(int))
         assert (lines["host_cpu"] == HOST_NOT_RECORDED).any() == rows["host_cpu"].isna().any()
+        assert (lines["gpu_cards"] >= 1).all()  # every line's rows were sampled on at least one card
 
 
 @pytest.mark.recorded_data
