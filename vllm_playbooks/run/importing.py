@@ -100,13 +100,13 @@ def import_case(case: str, source: Path, data: Path) -> Imported:
     return result
 
 
-def _copy_new_traces(source_case_dir: Path, case_dir: Path, lies_here: dict[str, str]) -> int:
-    """Copy the live-search traces of ``source_case_dir`` that ``case_dir`` lacks (by name), each ``point_id`` in them
-    changed by ``lies_here`` (a source point's id → its id here); return how many were copied."""
+def _copy_new_traces(source_case_dir: Path, target_case_dir: Path, lies_here: dict[str, str]) -> int:
+    """Copy the live-search traces of ``source_case_dir`` that ``target_case_dir`` lacks (by name), each ``point_id``
+    in them changed by ``lies_here`` (a source point's id → its id here); return how many were copied."""
     source = source_case_dir / TRACE_FOLDER
     if not source.is_dir():
         return 0
-    target = case_dir / TRACE_FOLDER
+    target = target_case_dir / TRACE_FOLDER
     copied = 0
     for trace in sorted(source.glob(f"*{TRACE_SUFFIX}")):
         if (target / trace.name).exists():
