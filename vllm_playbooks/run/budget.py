@@ -173,6 +173,18 @@ def point_walls(measured: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(records, columns=columns)
 
 
+def startups_by_shape(plan: CasePlan, measured: pd.DataFrame,
+                      servers: pd.DataFrame) -> tuple[dict[str, str], pd.Series, pd.Series]:  # fmt: skip
+    """Each engine label's model shape (the configs of ``measured`` and of ``plan``) and, per shape, the longest and
+    the shortest start-up among the ``servers`` that became ready: a server on a machine without compile caches, and
+    one that finds the caches a server of its shape left there before it."""
+    shapes = {**dict(zip(measured["engine_label"], measured["model_shape"], strict=True)),
+              **{engine.label: resolve_model(engine.model).name for engine in plan.engines}}  # fmt: skip
+    started = servers[servers["startup_s"].notna()]
+    startups = started.groupby(started["engine_label"].map(shapes))["startup_s"]
+    return shapes, startups.max(), startups.min()
+
+
 def point_estimates(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame,
                     recorded: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
     """One row per run of ``plan`` still to measure (a load planned with 3 repeats and 1 recorded gives 2 rows): its
@@ -188,10 +200,7 @@ def point_estimates(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFram
     recorded = measured if recorded is None else recorded
     walls = point_walls(measured, servers)
     longest = walls.fillna({c: -1 for c in LOAD}).groupby(["model_shape", *LOAD])["wall_s"].max()
-    shapes = {**dict(zip(measured["engine_label"], measured["model_shape"], strict=True)),
-              **{engine.label: resolve_model(engine.model).name for engine in plan.engines}}  # fmt: skip
-    started = servers[servers["startup_s"].notna()]
-    longest_startup = started.groupby(started["engine_label"].map(shapes))["startup_s"].max()
+    shapes, longest_startup, _ = startups_by_shape(plan, measured, servers)
     stalled = recorded["stalled"].astype(bool) if "stalled" in recorded.columns else pd.Series(False, recorded.index)
     records = []
     for engine in plan.engines:
@@ -238,11 +247,7 @@ def fresh_time(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame) ->
     walls = point_walls(measured, servers).fillna({c: -1 for c in LOAD})
     by_label = walls.groupby(["engine_label", *LOAD])["wall_s"].max()
     by_shape = walls.groupby(["model_shape", *LOAD])["wall_s"].max()
-    shapes = {**dict(zip(measured["engine_label"], measured["model_shape"], strict=True)),
-              **{engine.label: resolve_model(engine.model).name for engine in plan.engines}}  # fmt: skip
-    started = servers[servers["startup_s"].notna()]
-    startups = started.groupby(started["engine_label"].map(shapes))["startup_s"]
-    first, later = startups.max(), startups.min()
+    shapes, first, later = startups_by_shape(plan, measured, servers)
     records, seen = [], set()
     for engine in plan.engines:
         shape, loads = shapes[engine.label], plan.loads_for(engine)

@@ -37,6 +37,7 @@ from vllm_playbooks.run.budget import (
     remaining_time,
     runs_at_load,
     server_time,
+    startups_by_shape,
     vllm_here,
 )
 from vllm_playbooks.run.case import hardware_in_words
@@ -57,15 +58,17 @@ def rows_of_hardware(plan: CasePlan, measured: pd.DataFrame, gpu_name: str, vllm
 
 def hardware_plan(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame, gpu_name: str, vllm_version: str,
                   margin: float = 1.25) -> pd.DataFrame:  # fmt: skip
-    """What ``plan`` still needs on ``gpu_name`` with ``vllm_version``: one line per engine config with the runs
-    recorded there (``recorded``), the runs to measure (``to_measure``, repeats counted) and their loads, the GPUs a
-    server uses, and ``remaining_time``'s estimates (from the runs recorded on any hardware) with ``gpu_minutes``,
-    start-up included (NaN when unknown)."""
+    """What ``plan`` still needs on ``gpu_name`` with ``vllm_version``: one line per engine config with its model
+    shape, the runs recorded there (``recorded``), the runs to measure (``to_measure``, repeats counted) and their
+    loads, the GPUs a server uses, ``remaining_time``'s estimates (from the runs recorded on any hardware) with
+    ``gpu_minutes``, start-up included (NaN when unknown), and ``cached_startup_s``, the shortest start-up recorded for
+    its shape (a server that finds the compile caches of one before it; ``startups_by_shape``)."""
     import pandas as pd
 
     here = rows_of_hardware(plan, measured, gpu_name, vllm_version)
     points = point_estimates(plan, measured, servers, here)
     times = remaining_time(plan, measured, servers, margin, here).set_index("engine_label")
+    shapes, _, shortest_startup = startups_by_shape(plan, measured, servers)
     records = []
     for engine in plan.engines:
         todo = points[points["engine_label"] == engine.label]
@@ -75,9 +78,11 @@ def hardware_plan(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame,
         row = times.loc[engine.label] if engine.label in times.index else None
         gpus = engine_gpus(engine)
         records.append({
-            "engine_label": engine.label, "gpus": gpus, "recorded": recorded, "to_measure": len(todo),
+            "engine_label": engine.label, "model_shape": shapes[engine.label], "gpus": gpus, "recorded": recorded,
+            "to_measure": len(todo),
             "loads": ", ".join(f"{name} ×{n}" if n > 1 else name for name, n in loads.items()) or "—",
             "startup_s": row["startup_s"] if row is not None else 0.0,
+            "cached_startup_s": float(shortest_startup.get(shapes[engine.label], math.nan)),
             "points_s": row["points_s"] if row is not None else 0.0,
             "time_limit_s": row["time_limit_s"] if row is not None else 0.0,
             "gpu_minutes": gpus * (row["startup_s"] + row["points_s"]) / 60.0 if row is not None else 0.0,
@@ -106,11 +111,28 @@ def describe_hardware_plan(table: pd.DataFrame, case: str, gpu_name: str, vllm_v
         return f"{head}\nNone of them can run here: {', '.join(left_out)} cannot start on this GPU (see below)."
     unknown = servers["gpu_minutes"].isna().sum()
     minutes = servers["gpu_minutes"].sum()
+    cached = _one_after_another_gpu_minutes(servers)
     estimate = (f"about {minutes:.0f} GPU-minutes, {len(servers)} server start-up(s) included"
                 + (f"; no estimate for {unknown} server(s) whose shape or load never ran" if unknown else "")
                 + (f"; left out: {', '.join(left_out)}, which cannot start on this GPU (see below)" if left_out else "")
                 )  # fmt: skip
-    return f"{head}\nEstimated: {estimate} (times recorded on any GPU; a slower GPU takes longer)."
+    warm = (f" One after another on one machine, where each later server of a shape finds the compile caches of the "
+            f"one before and starts in the shortest time recorded for its shape: about {cached:.0f} GPU-minutes."
+            if not unknown and round(cached) < round(minutes) else "")  # fmt: skip
+    return f"{head}\nEstimated: {estimate} (times recorded on any GPU; a slower GPU takes longer).{warm}"
+
+
+def _one_after_another_gpu_minutes(servers: pd.DataFrame) -> float:
+    """The GPU-minutes of ``servers`` (``hardware_plan`` lines, in the plan's order, as the runner starts them) on one
+    machine: the first server of each model shape with its start-up as estimated (a machine without compile caches),
+    each later one with the shortest start-up recorded for its shape."""
+    seen: set[str] = set()
+    total = 0.0
+    for row in servers.itertuples():
+        startup = row.cached_startup_s if row.model_shape in seen else row.startup_s
+        seen.add(row.model_shape)
+        total += row.gpus * (startup + row.points_s) / 60.0
+    return total
 
 
 def gpu_memory_gib(gpu_name: str, data: Path | None = None) -> tuple[float, str] | None:

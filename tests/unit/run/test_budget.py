@@ -130,11 +130,12 @@ def test_recorded_walls_and_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
     # two GPUs a server: (118 + 126) s × 2 = 8 GPU-minutes
     assert cli.main(["plan", *frozen, "--part", "3-8b-tp2"]) == 0
     lines = capsys.readouterr().out.splitlines()
+    # beside each start-up, the shortest recorded for the shape (97 s): a server that finds the caches of one before
     assert [line.split() for line in lines[1:5]] == [
-        ["8b-tp2-mns32", "2", "1", "0", "—", "0", "0", "0", "0"],
-        ["8b-tp2-mns64", "2", "1", "0", "—", "0", "0", "0", "0"],
-        ["8b-tp2-mns128", "2", "0", "1", "in128-out256-c256", "118", "NaN", "NaN", "NaN"],
-        ["8b-tp2-mns256", "2", "0", "1", "in128-out256-c512", "118", "126", "310", "8"]]
+        ["8b-tp2-mns32", "llama-3.1-8b", "2", "1", "0", "—", "0", "97", "0", "0", "0"],
+        ["8b-tp2-mns64", "llama-3.1-8b", "2", "1", "0", "—", "0", "97", "0", "0", "0"],
+        ["8b-tp2-mns128", "llama-3.1-8b", "2", "0", "1", "in128-out256-c256", "118", "97", "NaN", "NaN", "NaN"],
+        ["8b-tp2-mns256", "llama-3.1-8b", "2", "0", "1", "in128-out256-c512", "118", "97", "126", "310", "8"]]
     assert lines[-2] == ("pp-27462 on NVIDIA H200 (vLLM 0.26.0): 2 run(s) to measure, 2 already recorded for this "
                          "hardware.")
     assert lines[-1].startswith("Estimated: about 8 GPU-minutes, 2 server start-up(s) included; no estimate for 1 ")
@@ -153,7 +154,7 @@ def test_a_case_with_nothing_recorded_has_no_estimates(tmp_path, capsys: pytest.
         warnings.simplefilter("error", pd.errors.PerformanceWarning)  # no server logs: an empty launch column
         assert cli.main(["plan", "--case", "llama-8b-draft-model", "--data", str(tmp_path), "--hardware", "GPU"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[1].split()[:4] == ["spec-off", "1", "0", "4"] and lines[1].split()[-4:] == ["NaN"] * 4
+    assert lines[1].split()[:5] == ["spec-off", "llama-3.1-8b", "1", "0", "4"] and lines[1].split()[-5:] == ["NaN"] * 5
     # with no estimate, no point can be said to fit
     assert cli.main(["plan", "--case", "llama-8b-draft-model", "--data", str(tmp_path), "--hardware", "GPU",
                      "--budget-s", "1800"]) == 0  # fmt: skip

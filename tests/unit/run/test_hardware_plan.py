@@ -89,8 +89,9 @@ def test_the_calculator_refuses_only_engines_still_to_measure_that_cannot_fit() 
 
 
 def test_the_plan_leaves_out_of_its_estimate_the_servers_that_cannot_start() -> None:
-    table = pd.DataFrame({"engine_label": ["a", "big"], "recorded": [0, 0], "to_measure": [3, 3],
-                          "gpu_minutes": [10.0, 40.0]})  # fmt: skip
+    table = pd.DataFrame({"engine_label": ["a", "big"], "model_shape": ["8b", "70b"], "gpus": [1, 2], "recorded": [0, 0],
+                          "to_measure": [3, 3], "startup_s": [300.0, 900.0], "cached_startup_s": [60.0, 120.0],
+                          "points_s": [300.0, 300.0], "gpu_minutes": [10.0, 40.0]})  # fmt: skip
     lines = hardware_plan.describe_hardware_plan(table, "t", "GPU X", "0.26.0", cannot_start={"big"})
     assert "about 10 GPU-minutes, 1 server start-up(s) included; left out: big, which cannot start" in lines
     assert "about 50 GPU-minutes, 2 server" in hardware_plan.describe_hardware_plan(table, "t", "GPU X", "0.26.0")
@@ -151,3 +152,16 @@ def test_the_deepseek_quick_check_needs_more_than_an_h100_and_fits_an_h200() -> 
     need = float(hardware_plan.quick_check_memory("deepseek-mtp").split()[0])
     h100, h200 = logged_gpu_memory("NVIDIA H100 80GB HBM3"), logged_gpu_memory("NVIDIA H200")
     assert h100 is not None and h200 is not None and h100 < need < h200
+
+
+def test_one_after_another_a_later_server_of_a_shape_is_counted_with_its_shortest_start_up() -> None:
+    table = pd.DataFrame({"engine_label": ["a", "b", "big"], "model_shape": ["8b", "8b", "70b"], "gpus": [1, 1, 2],
+                          "recorded": [0, 0, 0], "to_measure": [3, 3, 3], "startup_s": [300.0, 300.0, 600.0],
+                          "cached_startup_s": [60.0, 60.0, 120.0], "points_s": [300.0, 300.0, 300.0],
+                          "gpu_minutes": [10.0, 10.0, 30.0]})  # fmt: skip
+    lines = hardware_plan.describe_hardware_plan(table, "t", "GPU X", "0.26.0")
+    # a cold; b finds a's caches: (60 + 300) / 60 = 6; big is the first of its shape: 2 × (600 + 300) / 60 = 30
+    assert "about 50 GPU-minutes, 3 server" in lines and lines.endswith("its shape: about 46 GPU-minutes.")
+    # a cannot start: b is the first 8B server on the machine, with no caches to find, and nothing is saved
+    refused = hardware_plan.describe_hardware_plan(table, "t", "GPU X", "0.26.0", cannot_start={"a"})
+    assert "about 40 GPU-minutes, 2 server" in refused and "One after another" not in refused
