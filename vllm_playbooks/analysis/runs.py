@@ -183,7 +183,7 @@ def summarize_runs(rows: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
     point is counted too. ``rows`` may be empty."""
     import pandas as pd
 
-    from vllm_playbooks.results.raw import CARD_SEPARATOR, split_point_id
+    from vllm_playbooks.results.raw import count_cards, split_point_id
     from vllm_playbooks.run.budget import nearest_rows
 
     if rows.empty:
@@ -206,7 +206,7 @@ def summarize_runs(rows: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
     for line, (key, group) in enumerate(table.groupby(keys, sort=False)):
         records.append({
             **dict(zip(keys, key, strict=True)),
-            "gpu_cards": len({card for cards in group["gpu_cards"] for card in cards.split(CARD_SEPARATOR) if card}),
+            "gpu_cards": count_cards(group["gpu_cards"]),
             "first_measured": group["at"].min().strftime("%Y-%m-%d"),
             "last_measured": group["at"].max().strftime("%Y-%m-%d"), "rows": len(group),
             "points": group["point"].nunique(), "repeats": int((group["repeat"] > 0).sum()),

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks.analysis.compare import is_baseline, versus_baseline
 from vllm_playbooks.analysis.noise import Effect, band_pct, effect_of_speedup, spread_of
+from vllm_playbooks.results.raw import count_cards
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -80,6 +81,16 @@ def gain_by_shape(rows: pd.DataFrame, metric: str = "output_tok_s") -> pd.DataFr
     columns = ["engine_label", "concurrency", "lengths", "baseline", "baseline_runs", "baseline_spread_pct",
                "speculative", "speculative_runs", "speculative_spread_pct", "change_pct", "band_pct", "effect"]  # fmt: skip
     return gains[columns].sort_values(["concurrency", "lengths"]).reset_index(drop=True)
+
+
+def with_cards(gains: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
+    """``gains`` (``gain_by_shape`` of ``rows``) with ``cards``: how many GPU cards the runs of both sides of each
+    line ran on (``rows`` carry ``gpu_cards``, ``results.replay.with_gpu_cards``; a run recorded without one adds
+    none). 1: the comparison never left one machine; more: it mixes machines, to which the draft is sensitive."""
+    cards = {(int(concurrency), length_mode(ratio)): count_cards(group["gpu_cards"])
+             for (concurrency, ratio), group in rows.groupby(["concurrency", "random_range_ratio"])}  # fmt: skip
+    return gains.assign(cards=[cards.get((int(c), lengths), 0)
+                               for c, lengths in zip(gains["concurrency"], gains["lengths"], strict=True)])  # fmt: skip
 
 
 def gain_shift(gains: pd.DataFrame) -> pd.DataFrame:

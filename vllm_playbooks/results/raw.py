@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -203,6 +204,11 @@ def gpu_cards(point_dir: Path) -> str:
     its ``point.json`` records; '' for a point recorded before the sampler existed."""
     sampling = read_json(point_dir / POINT_FILE).get("gpu_sampling") or {}
     return CARD_SEPARATOR.join(sorted(str(d["uuid"]) for d in sampling.get("devices", []) if d.get("uuid")))
+
+
+def count_cards(cards: Iterable[str]) -> int:
+    """How many distinct GPU cards a set of runs used, from their ``gpu_cards`` values ('' adds none)."""
+    return len({card for value in cards for card in value.split(CARD_SEPARATOR) if card})
 
 
 def point_identity(point_dir: Path) -> tuple[str, str]:

@@ -65,6 +65,16 @@ def test_the_gain_under_each_shape_and_how_far_the_shape_moves_it() -> None:
     assert bool(load_desync.gain_shift(load_desync.gain_by_shape(steady)).iloc[0]["beyond_noise"])
 
 
+def test_a_gain_says_on_how_many_gpu_cards_its_two_sides_ran() -> None:
+    # fixed lengths: both sides on one card; varied: the draft on another machine's card than speculation off
+    cards = {("spec-off", 0.0): ["GPU-a"] * 3, ("draft", 0.0): ["GPU-a"] * 3, ("spec-off", 0.5): ["GPU-a"] * 3,
+             ("draft", 0.5): ["GPU-b", ""]}  # fmt: skip  # the second draft run was recorded without its card
+    sides = zip(ROWS["engine_label"], ROWS["random_range_ratio"], strict=True)
+    rows = ROWS.assign(gpu_cards=[cards[side].pop(0) for side in sides])
+    gains = load_desync.with_cards(load_desync.gain_by_shape(rows), rows)
+    assert gains.set_index("lengths")["cards"].to_dict() == {"fixed": 1, "±50 %": 2}
+
+
 def test_the_opening_reads_the_top_load_of_one_gpus_rows() -> None:
     rows = pd.concat([ROWS, _rows({("spec-off", 64, 0.0): [4000.0] * 3, ("spec-off", 64, 0.5): [4400.0] * 3,
                                    ("draft", 64, 0.0): [3000.0] * 3, ("draft", 64, 0.5): [3900.0] * 3})])  # fmt: skip

@@ -89,8 +89,8 @@ def test_the_calculator_refuses_only_engines_still_to_measure_that_cannot_fit() 
 
 
 def test_the_plan_leaves_out_of_its_estimate_the_servers_that_cannot_start() -> None:
-    table = pd.DataFrame({"engine_label": ["a", "big"], "model_shape": ["8b", "70b"], "gpus": [1, 2], "recorded": [0, 0],
-                          "to_measure": [3, 3], "startup_s": [300.0, 900.0], "cached_startup_s": [60.0, 120.0],
+    table = pd.DataFrame({"engine_label": ["a", "big"], "model_shape": ["8b", "70b"], "gpus": [1, 2],
+                          "recorded": [0, 0], "to_measure": [3, 3], "startup_s": [300.0, 900.0], "cached_startup_s": [60.0, 120.0],
                           "points_s": [300.0, 300.0], "gpu_minutes": [10.0, 40.0]})  # fmt: skip
     lines = hardware_plan.describe_hardware_plan(table, "t", "GPU X", "0.26.0", cannot_start={"big"})
     assert "about 10 GPU-minutes, 1 server start-up(s) included; left out: big, which cannot start" in lines
