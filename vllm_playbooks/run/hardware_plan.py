@@ -100,7 +100,9 @@ def _load_name(row: object) -> str:
 def describe_hardware_plan(table: pd.DataFrame, case: str, gpu_name: str, vllm_version: str,
                            cannot_start: Collection[str] = ()) -> str:  # fmt: skip
     """The plan's last lines: runs to measure and recorded on that hardware, and the estimated GPU-minutes of the
-    servers still to start, leaving out those of ``cannot_start`` (engine labels the KV calculator refuses there)."""
+    servers still to start, leaving out those of ``cannot_start`` (engine labels the KV calculator refuses there),
+    with every start-up as on a machine without compile caches and, where that is less, with the servers run one after
+    another on one machine (``_one_after_another_gpu_minutes``)."""
     todo, done = int(table["to_measure"].sum()), int(table["recorded"].sum())
     head = f"{case} on {gpu_name} (vLLM {vllm_version}): {todo} run(s) to measure, {done} already recorded for this hardware."
     if not todo:
