@@ -216,25 +216,17 @@ def summarize_runs(rows: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
                                                                       ignore_index=True)  # fmt: skip
 
 
-def recorded_cases(data: Path | None = None) -> list[str]:
-    """The cases with a recorded table under ``data/runs/`` (default: the book's data folder), sorted."""
-    from vllm_playbooks import paths
-
-    root = (data if data is not None else paths.data_dir()) / "runs"
-    return sorted(folder.name for folder in root.iterdir() if (folder / "runs.csv").is_file()) if root.is_dir() else []
-
-
 def recorded_runs(cases: Sequence[str] | None = None, data: Path | None = None) -> pd.DataFrame:
     """What was measured, from the data alone: ``summarize_runs`` of each recorded case (default: every case with a
     table under ``data/runs/``), one line per case and hardware, cases in name order."""
     import pandas as pd
 
     from vllm_playbooks.results.replay import with_gpu_cards
-    from vllm_playbooks.results.store import load_runs
+    from vllm_playbooks.results.store import cases_with_runs, load_runs
     from vllm_playbooks.run.budget import server_time
 
     parts = [summarize_runs(with_gpu_cards(load_runs(case, data), data), server_time(case, data))
-             for case in (cases if cases is not None else recorded_cases(data))]  # fmt: skip
+             for case in (cases if cases is not None else cases_with_runs(data))]  # fmt: skip
     parts = [part for part in parts if not part.empty]
     if not parts:
         return pd.DataFrame(columns=RECORDED_COLUMNS)
@@ -266,8 +258,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     """Print what was measured per case and hardware (``recorded_runs``) and one line of totals."""
     from vllm_playbooks.errors import ConfigError
+    from vllm_playbooks.results.store import cases_with_runs
 
-    known = recorded_cases(args.data)
+    known = cases_with_runs(args.data)
     unknown = [case for case in args.cases if case not in known]
     if unknown:
         raise ConfigError(f"no recorded runs of {', '.join(unknown)}; recorded: {', '.join(known) or 'none'}")

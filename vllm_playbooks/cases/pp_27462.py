@@ -19,7 +19,7 @@ from vllm_playbooks.results import raw
 from vllm_playbooks.results.engine_steps import FILL_THRESHOLD, step_summary
 from vllm_playbooks.results.gpu_samples import gpu_summary
 from vllm_playbooks.results.replay import replay_case
-from vllm_playbooks.results.store import recorded_cases, runs_root
+from vllm_playbooks.results.store import case_dir, recorded_cases
 from vllm_playbooks.run.case import results_for, run_case
 from vllm_playbooks.run.plan import CasePlan, load_plan, text_list
 from vllm_playbooks.shapes import resolve_model
@@ -107,7 +107,7 @@ def recorded_startup_s(data: Any = None, gpu: Gpu | str = REFERENCE_DATASHEET) -
 
     seen: dict[str, dict[tuple[str, float], None]] = {}
     for case in recorded_cases(data):
-        for point_dir in raw.finished_points(runs_root(data) / case):
+        for point_dir in raw.finished_points(case_dir(case, data)):
             point = json.loads((point_dir / raw.POINT_FILE).read_text(encoding="utf-8"))
             seconds = point.get("server_startup_s")
             if seconds and measured_on(point_dir.parent.parent.name, gpu):  # raw/<hardware>/<config>/<load>

@@ -25,7 +25,7 @@ from vllm_playbooks.results.raw import split_point_id
 from vllm_playbooks.results.replay import replay_case
 from vllm_playbooks.results.schema import RUN_COLUMNS
 from vllm_playbooks.results.server_logs import parse_log_name, read_startup, server_logs
-from vllm_playbooks.results.store import load_reference, load_runs, recorded_cases, runs_file, runs_root
+from vllm_playbooks.results.store import case_dir, cases_with_runs, load_reference, load_runs, recorded_cases
 from vllm_playbooks.run.budget import engine_for_log
 from vllm_playbooks.run.plan import deciding_part, deciding_points
 
@@ -250,10 +250,9 @@ def recorded_startups(data: Path) -> pd.DataFrame:
 
     records = []
     for case in recorded_cases(data):
-        case_dir = runs_root(data) / case
         rows = load_runs(case, data)
         measured_at = pd.to_datetime(rows["measured_at"], utc=True)
-        logs = server_logs(case_dir)  # reads every log once to see which servers started
+        logs = server_logs(case_dir(case, data))  # reads every log once to see which servers started
         names = {log: parse_log_name(log.name) for log in logs}
         launches = sorted(name for name in names.values() if name is not None)
         for log in logs:
@@ -303,8 +302,7 @@ def load_evidence(data: Path | None = None) -> Evidence:
 
     folder = data if data is not None else paths.data_dir()
     published = load_reference(path=folder / "reference" / "published.csv")
-    runs = {case: usable_runs(replay_case(case, folder), folder) for case in recorded_cases(folder)
-            if runs_file(case, folder).exists()}  # fmt: skip
+    runs = {case: usable_runs(replay_case(case, folder), folder) for case in cases_with_runs(folder)}
     fit = None
     calibration = [
         r for case in CALIBRATION_CASES if case in runs for r in _records(runs[case])

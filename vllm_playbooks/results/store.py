@@ -93,6 +93,11 @@ def recorded_cases(data: Path | None = None) -> list[str]:
     return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
 
 
+def cases_with_runs(data: Path | None = None) -> list[str]:
+    """The ``recorded_cases`` whose folder holds a recorded table (``runs_file``), sorted."""
+    return [case for case in recorded_cases(data) if runs_file(case, data).is_file()]
+
+
 def case_dir(case: str, data: Path | None = None) -> Path:
     """One case's folder of measured runs: ``data/runs/<case>/``; ``SchemaError`` for a name that would lead
     anywhere else (a path, ``..``)."""

@@ -12,11 +12,10 @@ from vllm_playbooks.analysis.runs import (
     HOST_NOT_RECORDED,
     RECORDED_COLUMNS,
     describe_recorded_runs,
-    recorded_cases,
     recorded_runs,
     summarize_runs,
 )
-from vllm_playbooks.results.store import load_runs
+from vllm_playbooks.results.store import cases_with_runs, load_runs
 from vllm_playbooks.run.budget import server_time
 
 
@@ -65,7 +64,7 @@ def test_rows_are_summed_up_per_hardware_with_the_gpu_time_of_their_servers() ->
 
 def test_nothing_recorded_is_an_empty_table_and_says_so(tmp_path: Path) -> None:
     assert summarize_runs(ROWS.iloc[:0], SERVERS).empty
-    assert recorded_cases(tmp_path) == [] and recorded_runs(data=tmp_path).empty
+    assert cases_with_runs(tmp_path) == [] and recorded_runs(data=tmp_path).empty
     assert describe_recorded_runs(recorded_runs(data=tmp_path)) == "No run is recorded yet."
 
 
@@ -80,7 +79,7 @@ def test_the_sentence_counts_what_the_table_holds() -> None:
 def test_the_recorded_cases_add_up_to_their_tables_and_logs() -> None:
     cases = ["pp-27462", "load-desync"]
     table = recorded_runs(cases)
-    assert set(recorded_cases()) >= set(cases) and list(table["case"].unique()) == cases
+    assert set(cases_with_runs()) >= set(cases) and list(table["case"].unique()) == cases
     for case in cases:
         lines, servers, rows = table[table["case"] == case], server_time(case), load_runs(case)
         assert lines["rows"].sum() == len(rows) and lines["servers"].sum() == len(servers)

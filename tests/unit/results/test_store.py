@@ -125,3 +125,12 @@ def test_recorded_cases_are_the_case_folders_under_runs_sorted(tmp_path: Path) -
     (tmp_path / "runs" / "README.md").write_text("not a case", encoding="utf-8")
     assert store.recorded_cases(tmp_path) == ["deepseek-mtp", "pp-27462"]
     assert store.case_dir("pp-27462", tmp_path) == store.runs_root(tmp_path) / "pp-27462"
+
+
+def test_the_cases_with_runs_are_those_whose_folder_holds_a_table(tmp_path: Path) -> None:
+    assert store.cases_with_runs(tmp_path) == []
+    for name in ("pp-27462", "deepseek-mtp"):
+        (tmp_path / "runs" / name).mkdir(parents=True)
+    store.runs_file("pp-27462", tmp_path).write_text("case\n", encoding="utf-8")
+    assert store.recorded_cases(tmp_path) == ["deepseek-mtp", "pp-27462"]
+    assert store.cases_with_runs(tmp_path) == ["pp-27462"]  # deepseek-mtp has a folder, no table yet
