@@ -211,6 +211,12 @@ def count_cards(cards: Iterable[str]) -> int:
     return len({card for value in cards for card in value.split(CARD_SEPARATOR) if card})
 
 
+def short_cards(cards: str) -> str:
+    """A ``gpu_cards`` value for people: each card's UUID cut to its first 8 hex digits (``GPU-5d0ff3f1``), enough to
+    tell the cards of one book apart, joined by ``CARD_SEPARATOR``."""
+    return CARD_SEPARATOR.join(card[: len("GPU-") + 8] for card in cards.split(CARD_SEPARATOR) if card)
+
+
 def point_identity(point_dir: Path) -> tuple[str, str]:
     """(hardware key, config id) of a point, from its ``point.json`` and ``provenance.json`` alone: where its folder
     belongs, whatever folder it is in now."""

@@ -99,3 +99,32 @@ def test_the_points_left_are_those_with_fewer_runs_than_planned() -> None:
     assert left[["concurrency", "lengths", "runs", "planned"]].values.tolist() == [[64, "fixed", 0, 3],
                                                                                    [64, "±50 %", 0, 3]]
     assert load_desync.baseline_label(ROWS) == "spec-off"
+
+
+def test_a_gain_judged_on_one_card_at_a_time_shows_what_the_machine_moved() -> None:
+    # speculation off is steady on both machines; the draft gains on card b and loses on card a at fixed lengths
+    values = {("spec-off", 16, 0.0): [1900.0, 1910.0, 1920.0, 1930.0], ("draft", 16, 0.0): [1650.0, 1640.0, 2290.0, 2190.0],
+              ("spec-off", 16, 0.5): [1890.0, 1900.0], ("draft", 16, 0.5): [2250.0]}  # fmt: skip
+    cards = {("spec-off", 0.0): ["GPU-aaaaaaaa-1", "GPU-aaaaaaaa-1", "GPU-bbbbbbbb-2", "GPU-bbbbbbbb-2"],
+             ("draft", 0.0): ["GPU-aaaaaaaa-1", "GPU-aaaaaaaa-1", "GPU-bbbbbbbb-2", "GPU-bbbbbbbb-2"],
+             ("spec-off", 0.5): ["GPU-bbbbbbbb-2", ""], ("draft", 0.5): ["GPU-bbbbbbbb-2"]}  # fmt: skip
+    rows = _rows(values)
+    sides = zip(rows["engine_label"], rows["random_range_ratio"], strict=True)
+    rows = rows.assign(gpu_cards=[cards[side].pop(0) for side in sides])
+    by_card = load_desync.gain_by_card(rows).set_index(["lengths", "card"])
+    assert by_card.loc[("fixed", "GPU-aaaaaaaa"), "change_pct"] == pytest.approx(100 * (1645 / 1905 - 1))
+    assert by_card.loc[("fixed", "GPU-aaaaaaaa"), "effect"] == "loss"
+    assert by_card.loc[("fixed", "GPU-bbbbbbbb"), "change_pct"] == pytest.approx(100 * (2240 / 1925 - 1))
+    assert by_card.loc[("fixed", "GPU-bbbbbbbb"), "effect"] == "gain"
+    # all four runs pooled, the two machines cancel out into "within noise"
+    pooled = load_desync.gain_by_shape(rows).set_index("lengths")
+    assert pooled.loc["fixed", "effect"] == "within noise"
+    # the run without its card is left out: card b's ±50 % line rests on one run of each side
+    assert by_card.loc[("±50 %", "GPU-bbbbbbbb"), ["baseline_runs", "speculative_runs"]].tolist() == [1, 1]
+    swings = load_desync.card_swings(load_desync.gain_by_card(rows))
+    assert swings["lengths"].tolist() == ["fixed"]  # the ±50 % point ran on one card only
+    swing = swings.iloc[0]
+    assert (swing["lowest_card"], swing["highest_card"], swing["cards"]) == ("GPU-aaaaaaaa", "GPU-bbbbbbbb", 2)
+    assert (swing["lowest_effect"], swing["highest_effect"]) == ("loss", "gain")
+    assert swing["swing_pts"] == pytest.approx(swing["highest_pct"] - swing["lowest_pct"])
+    assert load_desync.gain_by_card(rows.assign(gpu_cards="")).empty

@@ -39,3 +39,11 @@ def test_recorded_rows_get_the_cards_of_their_point_folders() -> None:
     # the draft's H100 runs came from more than one machine: their cards say so where their CPU model cannot
     h100_draft = rows[(rows["gpu_name"] == "NVIDIA H100 80GB HBM3") & (rows["engine_label"] == "draft-1b-k4-a0.8")]
     assert h100_draft["host_cpu"].nunique() == 1 and h100_draft["gpu_cards"].nunique() >= 2
+
+
+def test_cards_for_people_keep_eight_hex_digits_of_each_uuid() -> None:
+    one = "GPU-5d0ff3f1-9f78-8e41-3cb6-51bcf8c333a6"
+    assert raw.short_cards(one) == "GPU-5d0ff3f1"
+    assert raw.short_cards(f"{one} + GPU-8c146483-6349-097f-d667-89e3b8f27d09") == "GPU-5d0ff3f1 + GPU-8c146483"
+    assert raw.short_cards("") == ""
+    assert raw.count_cards(["GPU-a + GPU-b", "GPU-a", ""]) == 2
