@@ -103,7 +103,8 @@ def test_the_points_left_are_those_with_fewer_runs_than_planned() -> None:
 
 def test_a_gain_judged_on_one_card_at_a_time_shows_what_the_machine_moved() -> None:
     # speculation off is steady on both machines; the draft gains on card b and loses on card a at fixed lengths
-    values = {("spec-off", 16, 0.0): [1900.0, 1910.0, 1920.0, 1930.0], ("draft", 16, 0.0): [1650.0, 1640.0, 2290.0, 2190.0],
+    values = {("spec-off", 16, 0.0): [1900.0, 1910.0, 1920.0, 1930.0],
+              ("draft", 16, 0.0): [1650.0, 1640.0, 2290.0, 2190.0],
               ("spec-off", 16, 0.5): [1890.0, 1900.0], ("draft", 16, 0.5): [2250.0]}  # fmt: skip
     cards = {("spec-off", 0.0): ["GPU-aaaaaaaa-1", "GPU-aaaaaaaa-1", "GPU-bbbbbbbb-2", "GPU-bbbbbbbb-2"],
              ("draft", 0.0): ["GPU-aaaaaaaa-1", "GPU-aaaaaaaa-1", "GPU-bbbbbbbb-2", "GPU-bbbbbbbb-2"],
