@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from vllm_playbooks.analysis.cards import versus_baseline_by_card
 from vllm_playbooks.analysis.compare import is_baseline, versus_baseline
 from vllm_playbooks.analysis.noise import Effect, band_pct, effect_of_speedup, spread_of
-from vllm_playbooks.results.raw import count_cards, short_cards
+from vllm_playbooks.results.raw import count_cards
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -94,42 +95,19 @@ def with_cards(gains: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def gain_by_card(rows: pd.DataFrame, metric: str = "output_tok_s") -> pd.DataFrame:
-    """``gain_by_shape`` on one GPU card's runs at a time (``rows`` carry ``gpu_cards``): a line per card and load
-    where both sides ran on that card, with ``card``, the card's UUID shortened by ``raw.short_cards``. A comparison
-    that never leaves one machine shows what the host adds: where the same load's gain differs from card to card by
-    more than each card's band, the machine moved it. Runs recorded without their card are left out."""
-    import pandas as pd
-
-    carded = rows[rows["gpu_cards"].fillna("") != ""]
-    lines = [gain_by_shape(group, metric).assign(card=short_cards(str(card)))
-             for card, group in carded.groupby("gpu_cards", sort=True)]  # fmt: skip
-    columns = ["card", "concurrency", "lengths", "baseline", "baseline_runs", "speculative", "speculative_runs",
-               "change_pct", "band_pct", "effect"]  # fmt: skip
-    if not lines:
-        return pd.DataFrame(columns=columns)
-    return pd.concat(lines, ignore_index=True)[columns].sort_values(["concurrency", "lengths", "card"],
-                                                                    ignore_index=True)  # fmt: skip
+    """``gain_by_shape`` on one GPU card's runs at a time (``analysis.cards.versus_baseline_by_card``; ``rows`` carry
+    ``gpu_cards``): a line per GPU model, card and load where both sides ran on that card. Runs recorded without their
+    card are left out; ``analysis.cards.card_swings`` with ``CARD_SWING_KEYS`` gives how far the card moved each
+    gain."""
+    by_card = versus_baseline_by_card(rows, metric)
+    by_card["lengths"] = [length_mode(r) for r in by_card["random_range_ratio"]]
+    columns = ["gpu_name", "card", "concurrency", "lengths", "baseline", "baseline_runs", "speculative",
+               "speculative_runs", "change_pct", "band_pct", "effect"]  # fmt: skip
+    return by_card[columns].sort_values(["gpu_name", "concurrency", "lengths", "card"], ignore_index=True)
 
 
-def card_swings(by_card: pd.DataFrame) -> pd.DataFrame:
-    """How far the machine moved the gain: per load of ``gain_by_card`` measured on two cards or more, the cards, the
-    lowest and the highest gain (percent) with the card and the effect of each, and ``swing_pts``, their difference
-    in percentage points; widest first."""
-    import pandas as pd
-
-    records = []
-    for (concurrency, lengths), group in by_card.groupby(["concurrency", "lengths"], sort=True):
-        if len(group) < 2:
-            continue
-        low, high = group.loc[group["change_pct"].idxmin()], group.loc[group["change_pct"].idxmax()]
-        records.append({"concurrency": int(concurrency), "lengths": lengths, "cards": len(group),
-                        "lowest_pct": float(low["change_pct"]), "lowest_card": low["card"],
-                        "lowest_effect": low["effect"], "highest_pct": float(high["change_pct"]),
-                        "highest_card": high["card"], "highest_effect": high["effect"],
-                        "swing_pts": float(high["change_pct"] - low["change_pct"])})  # fmt: skip
-    columns = ["concurrency", "lengths", "cards", "lowest_pct", "lowest_card", "lowest_effect", "highest_pct",
-               "highest_card", "highest_effect", "swing_pts"]  # fmt: skip
-    return pd.DataFrame(records, columns=columns).sort_values("swing_pts", ascending=False, ignore_index=True)
+#: The load whose gain ``analysis.cards.card_swings`` compares from card to card: a GPU model, a concurrency, a shape.
+CARD_SWING_KEYS = ("gpu_name", "concurrency", "lengths")
 
 
 def gain_shift(gains: pd.DataFrame) -> pd.DataFrame:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from vllm_playbooks.analysis import cards
 from vllm_playbooks.cases import load_desync
 from vllm_playbooks.run.plan import load_plan
 
@@ -67,10 +68,10 @@ def test_the_gain_under_each_shape_and_how_far_the_shape_moves_it() -> None:
 
 def test_a_gain_says_on_how_many_gpu_cards_its_two_sides_ran() -> None:
     # fixed lengths: both sides on one card; varied: the draft on another machine's card than speculation off
-    cards = {("spec-off", 0.0): ["GPU-a"] * 3, ("draft", 0.0): ["GPU-a"] * 3, ("spec-off", 0.5): ["GPU-a"] * 3,
+    card_of = {("spec-off", 0.0): ["GPU-a"] * 3, ("draft", 0.0): ["GPU-a"] * 3, ("spec-off", 0.5): ["GPU-a"] * 3,
              ("draft", 0.5): ["GPU-b", ""]}  # fmt: skip  # the second draft run was recorded without its card
     sides = zip(ROWS["engine_label"], ROWS["random_range_ratio"], strict=True)
-    rows = ROWS.assign(gpu_cards=[cards[side].pop(0) for side in sides])
+    rows = ROWS.assign(gpu_cards=[card_of[side].pop(0) for side in sides])
     gains = load_desync.with_cards(load_desync.gain_by_shape(rows), rows)
     assert gains.set_index("lengths")["cards"].to_dict() == {"fixed": 1, "±50 %": 2}
 
@@ -106,12 +107,12 @@ def test_a_gain_judged_on_one_card_at_a_time_shows_what_the_machine_moved() -> N
     values = {("spec-off", 16, 0.0): [1900.0, 1910.0, 1920.0, 1930.0],
               ("draft", 16, 0.0): [1650.0, 1640.0, 2290.0, 2190.0],
               ("spec-off", 16, 0.5): [1890.0, 1900.0], ("draft", 16, 0.5): [2250.0]}  # fmt: skip
-    cards = {("spec-off", 0.0): ["GPU-aaaaaaaa-1", "GPU-aaaaaaaa-1", "GPU-bbbbbbbb-2", "GPU-bbbbbbbb-2"],
+    card_of = {("spec-off", 0.0): ["GPU-aaaaaaaa-1", "GPU-aaaaaaaa-1", "GPU-bbbbbbbb-2", "GPU-bbbbbbbb-2"],
              ("draft", 0.0): ["GPU-aaaaaaaa-1", "GPU-aaaaaaaa-1", "GPU-bbbbbbbb-2", "GPU-bbbbbbbb-2"],
              ("spec-off", 0.5): ["GPU-bbbbbbbb-2", ""], ("draft", 0.5): ["GPU-bbbbbbbb-2"]}  # fmt: skip
     rows = _rows(values)
     sides = zip(rows["engine_label"], rows["random_range_ratio"], strict=True)
-    rows = rows.assign(gpu_cards=[cards[side].pop(0) for side in sides])
+    rows = rows.assign(gpu_cards=[card_of[side].pop(0) for side in sides])
     by_card = load_desync.gain_by_card(rows).set_index(["lengths", "card"])
     assert by_card.loc[("fixed", "GPU-aaaaaaaa"), "change_pct"] == pytest.approx(100 * (1645 / 1905 - 1))
     assert by_card.loc[("fixed", "GPU-aaaaaaaa"), "effect"] == "loss"
@@ -122,7 +123,7 @@ def test_a_gain_judged_on_one_card_at_a_time_shows_what_the_machine_moved() -> N
     assert pooled.loc["fixed", "effect"] == "within noise"
     # the run without its card is left out: card b's ±50 % line rests on one run of each side
     assert by_card.loc[("±50 %", "GPU-bbbbbbbb"), ["baseline_runs", "speculative_runs"]].tolist() == [1, 1]
-    swings = load_desync.card_swings(load_desync.gain_by_card(rows))
+    swings = cards.card_swings(load_desync.gain_by_card(rows), load_desync.CARD_SWING_KEYS)
     assert swings["lengths"].tolist() == ["fixed"]  # the ±50 % point ran on one card only
     swing = swings.iloc[0]
     assert (swing["lowest_card"], swing["highest_card"], swing["cards"]) == ("GPU-aaaaaaaa", "GPU-bbbbbbbb", 2)
