@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from vllm_playbooks.analysis.noise import MIN_CLEAN_REPEATS
 from vllm_playbooks.analysis.schedule import scheduled_off
 from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, is_missing, model_error, speedup_pairs, percent_change, check
 from vllm_playbooks.claims.verdict import LOAD_FACTOR, Effect, Verdict, combine, effect
@@ -56,6 +57,16 @@ def _as_float(value: Any) -> float | None:
     return float(value)
 
 
+def re_measured_pairs(pairs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """The pairs of ``speedup_pairs`` a rule is judged on, and how many were set aside: those with at least
+    ``MIN_CLEAN_REPEATS`` runs of each side where there are any (single runs are anecdotes once repeats exist), else
+    every pair, none set aside."""
+    repeated = pairs[pairs[["baseline_runs", "speculative_runs"]].min(axis=1) >= MIN_CLEAN_REPEATS]
+    if repeated.empty:
+        return pairs, 0
+    return repeated, len(pairs) - len(repeated)
+
+
 @check("acceptance_bands")
 def acceptance_bands(claim: Claim, ev: Evidence) -> CheckResult:
     """Rule of thumb: vLLM's draft acceptance rate below 0.5 is a net loss, 0.5–0.65 breaks even, 0.65 or more helps.
@@ -63,8 +74,11 @@ def acceptance_bands(claim: Claim, ev: Evidence) -> CheckResult:
     Measured: every recorded speculative point of every case with its baseline at the same load; its measured
     acceptance rate (accepted / drafted, the metric the rule names) puts it in a band, and its speed-up must have that
     band's effect (``effect``, within the point's noise band): output throughput in a closed loop, mean TPOT at a
-    request rate (an open loop's throughput is set by the arrivals). Model: per recorded config, the break-even acceptance rate from the draft cost c
-    the TPOTs imply (``_break_even_by_config``); the bands hold if every one falls in the break-even band.
+    request rate (an open loop's throughput is set by the arrivals). Where some points rest on ``MIN_CLEAN_REPEATS``
+    clean runs of each side, the rule is judged on those alone (``re_measured_pairs``) and the text says how many
+    single-run points were set aside and which acceptance rates the judged ones span; where none do, on every point,
+    which the ledger marks as not re-measured. Model: per recorded config, the break-even acceptance rate from the
+    draft cost c the TPOTs imply (``_break_even_by_config``); the bands hold if every one falls in the break-even band.
     """
     loss_below = ev.value(claim, "acceptance-net-loss-below")
     even_low, even_high = ev.value(claim, "acceptance-break-even-low"), ev.value(claim, "acceptance-break-even-high")
@@ -81,19 +95,34 @@ def acceptance_bands(claim: Claim, ev: Evidence) -> CheckResult:
     pairs = pd.concat([speedup_pairs(drafting[~open_loop], "output_tok_s", extra=["acceptance_rate"]),
                        speedup_pairs(drafting[open_loop], "tpot_mean_ms", extra=["acceptance_rate"])],
                       ignore_index=True)  # fmt: skip
-    pairs = pairs[pairs["acceptance_rate"].notna()]
+    every = pairs[pairs["acceptance_rate"].notna()]
+    expected = [Effect.LOSS if rate < loss_below else Effect.GAIN if rate >= helps_from else Effect.NONE
+                for rate in every["acceptance_rate"].astype(float)]  # fmt: skip
+    agrees = pd.Series([effect(float(gain), float(band)) is want for gain, band, want in
+                        zip(every["speedup"], every["band_pct"], expected, strict=True)], index=every.index, dtype=bool)
+    pairs, set_aside = re_measured_pairs(every)
     verdicts, notes = [], []
-    for _, r in pairs.iterrows():
-        rate, speedup = float(r["acceptance_rate"]), float(r["speedup"])
-        expected = Effect.LOSS if rate < loss_below else Effect.GAIN if rate >= helps_from else Effect.NONE
-        agrees = effect(speedup, float(r["band_pct"])) is expected
-        verdicts.append(Verdict.REPRODUCED if agrees else Verdict.NOT_REPRODUCED)
-        if not agrees:
+    for (i, r), wanted in zip(every.iterrows(), expected, strict=True):
+        if i not in pairs.index:
+            continue
+        verdicts.append(Verdict.REPRODUCED if agrees[i] else Verdict.NOT_REPRODUCED)
+        if not agrees[i]:
             load = describe_load(r["request_rate_qps"], r["concurrency"])
-            notes.append(f"{r['case']} at {load}: acceptance {rate:.2f} (expects {expected}) gave {percent_change(speedup)}")
+            if float(r["random_range_ratio"] or 0) > 0:
+                load += f" with lengths ±{100 * float(r['random_range_ratio']):.0f} %"
+            notes.append(f"{r['case']} on {r['gpu_name']} at {load}: acceptance {float(r['acceptance_rate']):.2f} "
+                         f"(expects {wanted}) gave {percent_change(float(r['speedup']))}")  # fmt: skip
     if verdicts:
         against = f"; against it: {'; '.join(notes)}" if notes else ""
-        measured = f"{len(verdicts) - len(notes)} of {len(verdicts)} paired rows behave as their band says{against}"
+        judged = "paired rows"
+        if set_aside:
+            rates = pairs["acceptance_rate"].astype(float)
+            judged = (f"re-measured points (at least {MIN_CLEAN_REPEATS} clean runs a side; acceptance "
+                      f"{rates.min():.2f}–{rates.max():.2f})")  # fmt: skip
+            aside = agrees.drop(pairs.index)
+            against += (f"; set aside: {set_aside} points with fewer clean runs, {int(aside.sum())} of which behave "
+                        f"as their band says")  # fmt: skip
+        measured = f"{len(verdicts) - len(notes)} of {len(verdicts)} {judged} behave as their band says{against}"
     else:
         measured = "no recorded speculative row with a measured acceptance rate yet"
     configs = _break_even_by_config(rows)

@@ -473,6 +473,24 @@ def test_acceptance_bands(claims, published, rate: float, speedup: float, expect
     assert result.verdict is expected and result.rows == 1
 
 
+def test_acceptance_bands_are_judged_on_the_re_measured_points_once_there_are_any(claims, published) -> None:  # type: ignore[no-untyped-def]
+    """A point run three times a side is judged; a single-run point beside it is an anecdote, set aside and counted.
+    Alone, the single run at 0.4 (a 40 % gain where the band expects a loss) would make the rule not reproduced."""
+    spec = dict(k=4, acceptance_rate=0.7, mean_acceptance_length=3.8, draft_model="llama-3.2-1b")
+    repeated = [_row("any", "off", 16, v) for v in (100.0, 101.0, 102.0)]
+    repeated += [_row("any", "spec", 16, v, **spec) for v in (130.0, 131.0, 132.0)]
+    single = [_row("any", "off", 1, 100.0), _row("any", "spec", 1, 140.0, **{**spec, "acceptance_rate": 0.4})]
+    check = claims_ledger.get_check("acceptance_bands")
+    result = check(claims["rule-acceptance-bands"], _evidence(published, "any", repeated + single))
+    assert result.verdict is V.REPRODUCED and result.rows == 1
+    assert "1 of 1 re-measured points" in result.measured and "acceptance 0.70–0.70" in result.measured
+    assert result.measured.endswith("set aside: 1 points with fewer clean runs, 0 of which behave as their band says")
+    assert claims_ledger.noise_of(result.pairs)["min_clean_repeats"] == 3
+    alone = check(claims["rule-acceptance-bands"], _evidence(published, "any", single))  # no repeats: every point
+    assert alone.verdict is V.NOT_REPRODUCED and alone.rows == 1 and "set aside" not in alone.measured
+    assert "any on NVIDIA H200 at concurrency 1: acceptance 0.40 (expects loss) gave +40.0 %" in alone.measured
+
+
 def test_acceptance_bands_model_is_the_draft_cost(claims, published) -> None:  # type: ignore[no-untyped-def]
     # TPOT off 10 ms, on 10·(1 + 4·0.6)/τ ms with τ = 3: c = 0.6, so the break-even rate is 0.6 (inside 0.5-0.65)
     rows = [_row("any", "off", 1, 100.0), _row("any", "spec", 1, 88.0, k=4, acceptance_rate=0.5, mean_acceptance_length=3.0,
@@ -541,8 +559,8 @@ def test_recorded_rows_already_go_against_the_acceptance_bands(frozen_ledger: pd
     # a counter-example: the recorded 70B-AWQ + 3B pair (frozen) gained at an acceptance rate of 0.40
     line = frozen_ledger.set_index("claim").loc["rule-acceptance-bands"]
     assert (line.verdict, line.rows) == ("not reproduced", 1)
-    assert line.measured == ("0 of 1 paired rows behave as their band says; against it: discussion-13834 at "
-                             "concurrency 1: acceptance 0.40 (expects loss) gave +43.4 %")  # fmt: skip
+    assert line.measured == ("0 of 1 paired rows behave as their band says; against it: discussion-13834 on "
+                             "NVIDIA H200 at concurrency 1: acceptance 0.40 (expects loss) gave +43.4 %")  # fmt: skip
 
 
 @pytest.mark.recorded_data
