@@ -25,7 +25,8 @@ def _break_even_by_config(rows: pd.DataFrame) -> list[dict[str, Any]]:
     (``model.speculative.draft_cost_from_tpot``), the break-even α (``model.speculative.break_even_alpha``) and vLLM's acceptance rate at
     that α (``model.speculative.acceptance_rate_of_alpha``, which equals c)."""
 
-    pairs = speedup_pairs(rows, "tpot_mean_ms", extra=["mean_acceptance_length", "model_shape", "draft_model"])
+    extra = ["mean_acceptance_length", "model_shape", "draft_model", "spec_method"]
+    pairs = speedup_pairs(rows, "tpot_mean_ms", extra=extra)
     pairs = pairs[pairs["mean_acceptance_length"].notna() & pairs["concurrency"].notna()]
     out = []
     for (case, label), group in pairs.groupby(["case", "engine_label"], sort=True):
@@ -34,9 +35,14 @@ def _break_even_by_config(rows: pd.DataFrame) -> list[dict[str, Any]]:
         c = draft_cost_from_tpot(first["speculative"], first["baseline"], float(first["mean_acceptance_length"]), k)
         alpha = break_even_alpha(k, c)
         rate = acceptance_rate_of_alpha(alpha, k) if alpha is not None else None
-        out.append({"case": case, "engine_label": label, "target": first["model_shape"], "draft": first["draft_model"],
+        out.append({"case": case, "engine_label": label, "target": first["model_shape"], "draft": _draft_name(first),
                     "k": k, "concurrency": int(first["concurrency"]), "c": c, "alpha": alpha, "rate": rate})  # fmt: skip
     return out
+
+
+def _draft_name(pair: pd.Series) -> str:
+    """The draft of a speculative config: its model, or its method where there is no separate draft model (MTP)."""
+    return str(pair["spec_method"]) if is_missing(pair["draft_model"]) else str(pair["draft_model"])
 
 
 def _describe_break_even(configs: list[dict[str, Any]]) -> str:

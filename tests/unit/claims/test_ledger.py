@@ -502,6 +502,14 @@ def test_acceptance_bands_model_is_the_draft_cost(claims, published) -> None:  #
     assert "break-even acceptance rate 0.20" in result.model_says and result.model_verdict is V.NOT_REPRODUCED
 
 
+def test_acceptance_bands_model_names_a_config_without_draft_model_by_its_method(claims, published) -> None:  # type: ignore[no-untyped-def]
+    rows = [_row("any", "off", 1, 100.0, model_shape="mimo-7b"),
+            _row("any", "mtp", 1, 88.0, k=1, method="mtp", acceptance_rate=0.8, mean_acceptance_length=1.8,
+                 model_shape="mimo-7b", draft_model=None)]  # fmt: skip
+    result = claims_ledger.get_check("acceptance_bands")(claims["rule-acceptance-bands"], _evidence(published, "any", rows))
+    assert result.model_says.startswith("mimo-7b + mtp, k=1: c=") and "nan" not in result.model_says
+
+
 @pytest.mark.parametrize(
     ("shape", "kv", "expected"), [("llama-3.3-70b-awq", "fp8", V.REPRODUCED), ("llama-3.1-8b", "auto", V.NOT_REPRODUCED)]
 )
