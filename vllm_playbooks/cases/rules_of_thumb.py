@@ -223,33 +223,38 @@ def kv_product_fits(claim: Claim, ev: Evidence) -> CheckResult:
 
     minimum = ev.value(claim, "kv-fit-min-ratio")
     published = f"KV-cache tokens ≥ {minimum:g} × max_num_seqs × max_model_len"
-    starts = ev.startups if ev.startups is not None else None
-    verdicts, notes, model_notes = [], [], []
-    for _, s in (starts.iterrows() if starts is not None else iter(())):
-        product = int(s["max_num_seqs"]) * int(s["max_model_len"])
-        ratio = int(s["kv_cache_tokens"]) / product
-        if ratio >= minimum:
-            continue
-        served = int(s["measured_rows"]) > 0
-        if not served:
-            continue
-        verdicts.append(Verdict.REPRODUCED if int(s["preemptions"]) > 0 else Verdict.NOT_REPRODUCED)
-        notes.append(f"{s['case']} {s['engine_label']}: {int(s['kv_cache_tokens']):,} KV tokens for {int(s['max_num_seqs'])} × "
-                     f"{int(s['max_model_len'])} = {product:,} ({ratio:.2f}×); started, {int(s['measured_rows'])} measured row(s), "
-                     f"{int(s['preemptions'])} preemptions")  # fmt: skip
-        budget = check_fits(s["engine"], float(s["total_memory_gib"]))
-        model_notes.append(f"{s['case']} {s['engine_label']}: holds {budget.max_concurrency:.1f} sequences of "
-                           f"{budget.max_model_len} < max_num_seqs {budget.max_num_seqs}, and check_fits lets it start")  # fmt: skip
+    starts = ev.startups
+    if starts is None or starts.empty:
+        return CheckResult(published, "no recorded start-up yet", Verdict.NOT_MEASURED, 0, "", None)
+    product = starts["max_num_seqs"].astype(int) * starts["max_model_len"].astype(int)
+    starts = starts.assign(ratio=starts["kv_cache_tokens"].astype(int) / product)
+    tests = starts[(starts["ratio"] < minimum) & (starts["measured_rows"].astype(int) > 0)]
+    verdicts = [Verdict.REPRODUCED if int(n) > 0 else Verdict.NOT_REPRODUCED for n in tests["preemptions"]]
+    notes, model_notes = [], []
+    for (case, label, gpu), group in tests.groupby(["case", "engine_label", "gpu_name"], sort=True, dropna=False):
+        where = f"{case} {label} on {gpu}"
+        seqs, length = int(group["max_num_seqs"].iloc[0]), int(group["max_model_len"].iloc[0])
+        tokens, ratios = _span(group["kv_cache_tokens"].tolist(), "{:,.0f}"), _span(group["ratio"].tolist(), "{:.2f}")
+        notes.append(f"{where}: {tokens} KV tokens for {seqs} × {length} = {seqs * length:,} ({ratios}×); "
+                     f"{len(group)} start-up(s), {int(group['measured_rows'].sum())} measured row(s), "
+                     f"{int(group['preemptions'].sum())} preemptions")  # fmt: skip
+        held = [check_fits(s["engine"], float(s["total_memory_gib"])).max_concurrency for _, s in group.iterrows()]
+        model_notes.append(f"{where}: holds {_span(held, '{:.1f}')} sequences of {length} < max_num_seqs {seqs}, "
+                           "and check_fits lets it start")  # fmt: skip
     if verdicts:
         measured = "; ".join(notes)
-    elif starts is not None and not starts.empty:
-        measured = f"all {len(starts)} recorded start-ups fit the product, so none tests the rule"
     else:
-        measured = "no recorded start-up yet"
+        measured = f"all {len(starts)} recorded start-ups fit the product, so none tests the rule"
     model_says = ("vLLM 0.26 (capacity.check_fits) refuses only a cache smaller than one max_model_len sequence; "
                   + "; ".join(model_notes)) if model_notes else ""  # fmt: skip
     model_verdict = Verdict.NOT_REPRODUCED if model_notes else None
     return CheckResult(published, measured, combine(verdicts), len(verdicts), model_says, model_verdict)
+
+
+def _span(values: list[float], fmt: str) -> str:
+    """The lowest and highest of ``values`` in ``fmt``, as 'low–high', or one value where they agree in ``fmt``."""
+    low, high = fmt.format(min(values)), fmt.format(max(values))
+    return low if low == high else f"{low}–{high}"
 
 
 _DEFAULTS = re.compile(r"^defaults-(max-num-seqs|max-num-batched-tokens)-(large|small)-(offline|server)$")

@@ -243,8 +243,8 @@ def recorded_startups(data: Path) -> pd.DataFrame:
     """One line per recorded vLLM start-up (server log) of every case: the engine that started, the KV-cache tokens
     vLLM reported, and the rows measured while that server was up (its config's rows measured from its launch until
     the next launch of the same config; none for a server stopped before its first point) with the preemptions they
-    saw. A log without the KV-cache lines (a server that did not start), or whose config has no recorded point, is
-    left out."""
+    saw and the GPU they ran on (None without rows). A log without the KV-cache lines (a server that did not start),
+    or whose config has no recorded point, is left out."""
     import pandas as pd
 
 
@@ -274,9 +274,10 @@ def recorded_startups(data: Path) -> pd.DataFrame:
                 "total_memory_gib": start.total_memory_gib, "max_num_seqs": resolved.max_num_seqs,
                 "max_model_len": engine.max_model_len, "kv_cache_tokens": start.kv_cache_tokens,
                 "measured_rows": len(mine), "preemptions": int(pd.to_numeric(mine["num_preemptions"]).fillna(0).sum()),
+                "gpu_name": mine["gpu_name"].iloc[0] if len(mine) else None,
             })  # fmt: skip
     columns = ["case", "engine_label", "engine", "total_memory_gib", "max_num_seqs", "max_model_len",
-               "kv_cache_tokens", "measured_rows", "preemptions"]  # fmt: skip
+               "kv_cache_tokens", "measured_rows", "preemptions", "gpu_name"]  # fmt: skip
     return pd.DataFrame(records, columns=columns)
 
 

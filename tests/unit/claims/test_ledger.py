@@ -530,11 +530,11 @@ def test_temperature_cannot_be_measured_with_imposed_acceptance(claims, publishe
     assert result.verdict is V.NOT_MEASURED and result.measured.startswith("0 recorded speculative row(s) with earned")
 
 
-def _startups(kv_tokens: int, preemptions: int, rows: int = 3) -> pd.DataFrame:
+def _startups(kv_tokens: int, preemptions: int, rows: int = 3, gpu: str = "NVIDIA H200") -> pd.DataFrame:
     engine = EngineConfig(label="e", model="llama-3.1-8b", max_model_len=2048, max_num_seqs=256)
     return pd.DataFrame([{"case": "any", "engine_label": "e", "engine": engine, "total_memory_gib": 139.8,
                           "max_num_seqs": 256, "max_model_len": 2048, "kv_cache_tokens": kv_tokens,
-                          "measured_rows": rows, "preemptions": preemptions}])  # fmt: skip
+                          "measured_rows": rows, "preemptions": preemptions, "gpu_name": gpu}])  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -546,6 +546,18 @@ def test_kv_fit(claims, published, kv_tokens: int, preemptions: int, rows: int, 
     ev = claims_ledger.Evidence(published=published, startups=_startups(kv_tokens, preemptions, rows))
     result = claims_ledger.get_check("kv_product_fits")(claims["rule-kv-fit"], ev)
     assert result.verdict is expected
+
+
+def test_kv_fit_tells_one_line_per_config_and_gpu_with_every_start_up_judged(claims, published) -> None:  # type: ignore[no-untyped-def]
+    """Two start-ups of one config on one GPU make one line (the span of their caches, their rows summed); a third
+    on another GPU makes its own; each start-up is still one judged point, and one with preemptions agrees."""
+    starts = pd.concat([_startups(200_000, 0), _startups(210_000, 0, rows=2), _startups(100_000, 4, gpu="NVIDIA H100")])
+    result = claims_ledger.get_check("kv_product_fits")(claims["rule-kv-fit"], claims_ledger.Evidence(published=published, startups=starts))
+    assert result.rows == 3 and result.verdict is V.NOT_REPRODUCED
+    assert result.measured == ("any e on NVIDIA H100: 100,000 KV tokens for 256 × 2048 = 524,288 (0.19×); 1 start-up(s), "
+                               "3 measured row(s), 4 preemptions; any e on NVIDIA H200: 200,000–210,000 KV tokens for "
+                               "256 × 2048 = 524,288 (0.38–0.40×); 2 start-up(s), 5 measured row(s), 0 preemptions")  # fmt: skip
+    assert result.model_says.count("any e on NVIDIA H200: holds") == 1
 
 
 def test_batching_defaults_follow_the_table(claims, published) -> None:  # type: ignore[no-untyped-def]
