@@ -107,11 +107,13 @@ def acceptance_bands(claim: Claim, ev: Evidence) -> CheckResult:
     agrees = pd.Series([effect(float(gain), float(band)) is want for gain, band, want in
                         zip(every["speedup"], every["band_pct"], expected, strict=True)], index=every.index, dtype=bool)
     pairs, set_aside = re_measured_pairs(every)
-    verdicts, notes = [], []
+    verdicts, notes, tally = [], [], {want: [0, 0] for want in (Effect.LOSS, Effect.NONE, Effect.GAIN)}
     for (i, r), wanted in zip(every.iterrows(), expected, strict=True):
         if i not in pairs.index:
             continue
         verdicts.append(Verdict.REPRODUCED if agrees[i] else Verdict.NOT_REPRODUCED)
+        tally[wanted][0] += int(agrees[i])
+        tally[wanted][1] += 1
         if not agrees[i]:
             load = describe_load(r["request_rate_qps"], r["concurrency"])
             if float(r["random_range_ratio"] or 0) > 0:
@@ -128,7 +130,9 @@ def acceptance_bands(claim: Claim, ev: Evidence) -> CheckResult:
             aside = agrees.drop(pairs.index)
             against += (f"; set aside: {set_aside} points with fewer clean runs, {int(aside.sum())} of which behave "
                         f"as their band says")  # fmt: skip
-        measured = f"{len(verdicts) - len(notes)} of {len(verdicts)} {judged} behave as their band says{against}"
+        by_band = ", ".join(f"{want} {n_agree} of {n}" for want, (n_agree, n) in tally.items() if n)
+        measured = (f"{len(verdicts) - len(notes)} of {len(verdicts)} {judged} behave as their band says (by the "
+                    f"effect their band expects: {by_band}){against}")  # fmt: skip
     else:
         measured = "no recorded speculative row with a measured acceptance rate yet"
     configs = _break_even_by_config(rows)

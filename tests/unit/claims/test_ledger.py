@@ -484,11 +484,13 @@ def test_acceptance_bands_are_judged_on_the_re_measured_points_once_there_are_an
     result = check(claims["rule-acceptance-bands"], _evidence(published, "any", repeated + single))
     assert result.verdict is V.REPRODUCED and result.rows == 1
     assert "1 of 1 re-measured points" in result.measured and "acceptance 0.70–0.70" in result.measured
+    assert "(by the effect their band expects: gain 1 of 1)" in result.measured  # the single run's band is not counted
     assert result.measured.endswith("set aside: 1 points with fewer clean runs, 0 of which behave as their band says")
     assert claims_ledger.noise_of(result.pairs)["min_clean_repeats"] == 3
     alone = check(claims["rule-acceptance-bands"], _evidence(published, "any", single))  # no repeats: every point
     assert alone.verdict is V.NOT_REPRODUCED and alone.rows == 1 and "set aside" not in alone.measured
     assert "any on NVIDIA H200 at concurrency 1: acceptance 0.40 (expects loss) gave +40.0 %" in alone.measured
+    assert "(by the effect their band expects: loss 0 of 1)" in alone.measured
 
 
 def test_acceptance_bands_model_is_the_draft_cost(claims, published) -> None:  # type: ignore[no-untyped-def]
@@ -579,7 +581,8 @@ def test_recorded_rows_already_go_against_the_acceptance_bands(frozen_ledger: pd
     # a counter-example: the recorded 70B-AWQ + 3B pair (frozen) gained at an acceptance rate of 0.40
     line = frozen_ledger.set_index("claim").loc["rule-acceptance-bands"]
     assert (line.verdict, line.rows) == ("not reproduced", 1)
-    assert line.measured == ("0 of 1 paired rows behave as their band says; against it: discussion-13834 on "
+    assert line.measured == ("0 of 1 paired rows behave as their band says (by the effect their band expects: loss 0 "
+                             "of 1); against it: discussion-13834 on "
                              "NVIDIA H200 at concurrency 1: acceptance 0.40 (expects loss) gave +43.4 %")  # fmt: skip
 
 
