@@ -81,7 +81,18 @@ class CheckResult:
     def shown(self) -> str:
         """The verdict as the ledger and the case pages show it (``ledger_verdict``): its word, followed by "(not
         re-measured)" where a point it compares has fewer than ``MIN_CLEAN_REPEATS`` clean runs."""
-        return ledger_verdict(str(self.verdict), noise_of(self.pairs)["min_clean_repeats"])
+        return ledger_verdict(str(self.verdict), self.fewest_runs)
+
+    @property
+    def fewest_runs(self) -> int | None:
+        """The fewest clean runs of any side of any point this verdict compares; None where it compares none."""
+        return noise_of(self.pairs)["min_clean_repeats"]
+
+    @property
+    def re_measured(self) -> bool | None:
+        """Whether this data verdict rests on at least ``MIN_CLEAN_REPEATS`` clean runs of every point it compares
+        (``re_measured``); None where it compares no recorded points."""
+        return re_measured(str(self.verdict), self.fewest_runs)
 
 
 @dataclass(frozen=True)

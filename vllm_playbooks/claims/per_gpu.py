@@ -81,3 +81,12 @@ def verdict_table(by_claim: dict[str, dict[str, CheckResult]]) -> pd.DataFrame:
 def gpus_of(by_claim: dict[str, dict[str, CheckResult]]) -> int:
     """How many GPUs the verdicts of ``by_claim`` were computed for (a page shows ``verdict_table`` from two on)."""
     return len({gpu for results in by_claim.values() for gpu in results if gpu})
+
+
+def re_measured_elsewhere(results: dict[str, CheckResult], page: str) -> dict[str, CheckResult]:
+    """The other GPUs' results of ``results`` (``results_by_gpu``) that rest on repeated runs, in name order, where the
+    result of ``page`` (the GPU a page heads with) rests on fewer: what a page names beside a verdict that is not
+    re-measured on its own GPU. Empty where ``page``'s verdict is re-measured or compares no recorded points."""
+    if results[page].re_measured is not False:
+        return {}
+    return {gpu: result for gpu, result in sorted(results.items()) if gpu != page and result.re_measured}

@@ -135,3 +135,23 @@ def test_a_deciding_engine_that_did_not_start_on_a_gpu_is_named_in_that_gpus_res
     results = per_gpu.results_by_gpu(CLAIM, rows, evidence)
     assert results[OTHER].measured.endswith(f"did not start on this GPU: {', '.join(speculative)}")
     assert "did not start" not in results["NVIDIA H200"].measured
+
+
+def _result(runs: int | None) -> ledger.CheckResult:
+    """A 'direction only' result resting on ``runs`` runs of each side of one point; no compared point for None."""
+    if runs is None:
+        return ledger.CheckResult("", "", Verdict.MODEL_ONLY, model_verdict=Verdict.REPRODUCED)
+    pairs = pd.DataFrame([{"baseline_runs": runs, "speculative_runs": runs, "baseline_spread_pct": 1.0,
+                           "speculative_spread_pct": 2.0, "band_pct": 5.0}])  # fmt: skip
+    return ledger.CheckResult("", "", Verdict.DIRECTION_ONLY, rows=2 * runs, pairs=pairs)
+
+
+def test_a_single_run_verdict_names_the_gpus_that_re_measured_it() -> None:
+    results = {"NVIDIA H200": _result(1), OTHER: _result(3), "NVIDIA L40S": _result(2), "NVIDIA B200": _result(4)}
+    assert [results[g].re_measured for g in ("NVIDIA H200", OTHER)] == [False, True]
+    assert list(per_gpu.re_measured_elsewhere(results, "NVIDIA H200")) == [OTHER, "NVIDIA B200"]
+    # a re-measured verdict needs no other GPU's beside it, whatever they rest on
+    assert per_gpu.re_measured_elsewhere(results, OTHER) == {}
+    # nor does a verdict that compares no recorded points
+    assert per_gpu.re_measured_elsewhere({**results, "NVIDIA H200": _result(None)}, "NVIDIA H200") == {}
+    assert results[OTHER].fewest_runs == 3 and _result(None).fewest_runs is None
