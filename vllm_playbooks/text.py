@@ -1,4 +1,4 @@
-"""Small generic formatters for page text: lists, percentage ranges."""
+"""Small generic formatters for page text: lists, value, percentage and ratio ranges."""
 
 from __future__ import annotations
 
@@ -38,3 +38,12 @@ def ratio_range(values: Iterable[float], when_empty: str | None = None) -> str:
         return when_empty
     low, high = (f"{v:.2f}" for v in (min(values), max(values)))
     return f"{low}×" if low == high else f"{low}-{high}×"
+
+
+def value_range(values: Iterable[float], fmt: str, dash: str = "–", unit: str = "") -> str:
+    """The lowest and highest of ``values`` in ``fmt`` (e.g. ``"{:,.0f}"``), as 'low–high' followed by ``unit``, or
+    one value where both ends read the same in ``fmt``: ``value_range([3.14, 2.5], "{:.1f}", "-", " GiB")`` gives
+    '2.5-3.1 GiB'. ``ValueError`` without values."""
+    values = list(values)
+    low, high = fmt.format(min(values)), fmt.format(max(values))
+    return (low if low == high else f"{low}{dash}{high}") + unit

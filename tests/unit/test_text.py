@@ -30,3 +30,11 @@ def test_a_range_of_nothing_says_so_only_when_asked() -> None:
         text.percent_range([])
     with pytest.raises(ValueError):
         text.ratio_range([])
+
+
+def test_value_range() -> None:
+    assert text.value_range([3.14, 2.5], "{:.1f}", "-", " GiB") == "2.5-3.1 GiB"
+    assert text.value_range([7_000_000, 1_234_567.4], "{:,.0f}") == "1,234,567–7,000,000"  # an en dash by default
+    assert text.value_range([1.504, 1.496], "{:.2f}", unit="×") == "1.50×"  # both ends read the same: one value
+    with pytest.raises(ValueError):
+        text.value_range([], "{:.1f}")

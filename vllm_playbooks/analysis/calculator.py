@@ -30,6 +30,7 @@ from vllm_playbooks.config.sizes import MOE_ARCHITECTURES
 from vllm_playbooks.results.server_logs import StartupMemory, read_startup, server_logs
 from vllm_playbooks.run.budget import engine_for_log
 from vllm_playbooks.shapes import resolve_model
+from vllm_playbooks.text import value_range
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -93,8 +94,7 @@ def overheads_note(check: pd.DataFrame) -> str:
         return ""
 
     def span(values: pd.Series, unit: str = " GiB", digits: int = 2) -> str:
-        low, high = (f"{v:.{digits}f}" for v in (values.min(), values.max()))
-        return f"{low}{unit}" if low == high else f"{low}-{high}{unit}"
+        return value_range(values, f"{{:.{digits}f}}", "-", unit)
 
     parts = []
     for model, rows in moe.groupby("model", sort=True):

@@ -15,6 +15,7 @@ from vllm_playbooks.model.roofline import compute_bound_batch
 from vllm_playbooks.model.speculative import acceptance_rate_of_alpha, break_even_alpha, draft_cost_from_tpot
 from vllm_playbooks.results.stalls import describe_load
 from vllm_playbooks.shapes import resolve_model
+from vllm_playbooks.text import value_range
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -238,12 +239,13 @@ def kv_product_fits(claim: Claim, ev: Evidence) -> CheckResult:
     for (case, label, gpu), group in tests.groupby(["case", "engine_label", "gpu_name"], sort=True, dropna=False):
         where = f"{case} {label} on {gpu}"
         seqs, length = int(group["max_num_seqs"].iloc[0]), int(group["max_model_len"].iloc[0])
-        tokens, ratios = _span(group["kv_cache_tokens"].tolist(), "{:,.0f}"), _span(group["ratio"].tolist(), "{:.2f}")
+        tokens = value_range(group["kv_cache_tokens"].tolist(), "{:,.0f}")
+        ratios = value_range(group["ratio"].tolist(), "{:.2f}")
         notes.append(f"{where}: {tokens} KV tokens for {seqs} × {length} = {seqs * length:,} ({ratios}×); "
                      f"{len(group)} start-up(s), {int(group['measured_rows'].sum())} measured row(s), "
                      f"{int(group['preemptions'].sum())} preemptions")  # fmt: skip
         held = [check_fits(s["engine"], float(s["total_memory_gib"])).max_concurrency for _, s in group.iterrows()]
-        model_notes.append(f"{where}: holds {_span(held, '{:.1f}')} sequences of {length} < max_num_seqs {seqs}, "
+        model_notes.append(f"{where}: holds {value_range(held, '{:.1f}')} sequences of {length} < max_num_seqs {seqs}, "
                            "and check_fits lets it start")  # fmt: skip
     if verdicts:
         measured = "; ".join(notes)
@@ -253,12 +255,6 @@ def kv_product_fits(claim: Claim, ev: Evidence) -> CheckResult:
                   + "; ".join(model_notes)) if model_notes else ""  # fmt: skip
     model_verdict = Verdict.NOT_REPRODUCED if model_notes else None
     return CheckResult(published, measured, combine(verdicts), len(verdicts), model_says, model_verdict)
-
-
-def _span(values: list[float], fmt: str) -> str:
-    """The lowest and highest of ``values`` in ``fmt``, as 'low–high', or one value where they agree in ``fmt``."""
-    low, high = fmt.format(min(values)), fmt.format(max(values))
-    return low if low == high else f"{low}–{high}"
 
 
 _DEFAULTS = re.compile(r"^defaults-(max-num-seqs|max-num-batched-tokens)-(large|small)-(offline|server)$")
