@@ -84,9 +84,14 @@ class CheckResult:
         return ledger_verdict(str(self.verdict), self.fewest_runs)
 
     @property
+    def noise(self) -> dict[str, Any]:
+        """What the points this verdict compares say of their noise (``noise_of``: runs, largest spread and band)."""
+        return noise_of(self.pairs)
+
+    @property
     def fewest_runs(self) -> int | None:
         """The fewest clean runs of any side of any point this verdict compares; None where it compares none."""
-        return noise_of(self.pairs)["min_clean_repeats"]
+        return self.noise["min_clean_repeats"]
 
     @property
     def re_measured(self) -> bool | None:
@@ -477,7 +482,7 @@ def build_ledger(evidence: Evidence | None = None, claims: list[Claim] | None = 
             "source_kind": source_kind(sources["secondary_only"]), "published": result.published,
             "measured": result.measured, "rows": result.rows, "verdict": str(result.verdict),
             "model_says": result.model_says, "model_verdict": str(result.model_verdict) if result.model_verdict else "",
-            **noise_of(result.pairs), **({"hardware": gpu} if gpu else {}),
+            **result.noise, **({"hardware": gpu} if gpu else {}),
             "deciding_part": (deciding_part(claim.case, claim.claim_id) or "") if claim.claim_id in ev.deciding else "",
         })  # fmt: skip
     return pd.DataFrame(records, columns=LEDGER_COLUMNS)

@@ -155,3 +155,4 @@ def test_a_single_run_verdict_names_the_gpus_that_re_measured_it() -> None:
     # nor does a verdict that compares no recorded points
     assert per_gpu.re_measured_elsewhere({**results, "NVIDIA H200": _result(None)}, "NVIDIA H200") == {}
     assert results[OTHER].fewest_runs == 3 and _result(None).fewest_runs is None
+    assert results[OTHER].noise["spread_pct"] == 2.0 and results[OTHER].noise["band_pct"] == 5.0
