@@ -36,8 +36,7 @@ def ratio_range(values: Iterable[float], when_empty: str | None = None) -> str:
     values = list(values)
     if not values and when_empty is not None:
         return when_empty
-    low, high = (f"{v:.2f}" for v in (min(values), max(values)))
-    return f"{low}×" if low == high else f"{low}-{high}×"
+    return value_range(values, "{:.2f}", "-", "×")
 
 
 def value_range(values: Iterable[float], fmt: str, dash: str = "–", unit: str = "") -> str:
