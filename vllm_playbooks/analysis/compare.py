@@ -23,16 +23,16 @@ if TYPE_CHECKING:
 
 #: Columns that must match for a speculative row and a baseline row to be compared: the same case, engine settings
 #: and load (the spread of its lengths included), on the same GPU. Repeated runs of one point share all of them.
-PAIRING_COLUMNS = (
+MATCH_COLUMNS = (
     "case", "model_shape", "load_format", "input_len", "output_len", "random_range_ratio", "concurrency",
     "request_rate_qps", "tensor_parallel_size", "pipeline_parallel_size", "max_num_seqs", "max_num_batched_tokens",
     "gpu_name",
 )  # fmt: skip
-#: The pairing columns that name a configuration's setting and workload but not its load: a side measured fewer than
+#: The match columns that name a configuration's setting and workload but not its load: a side measured fewer than
 #: three times borrows the widest spread its configuration showed in this setting (``borrowed_spread``).
-SETTING_COLUMNS = tuple(c for c in PAIRING_COLUMNS if c not in ("concurrency", "request_rate_qps"))
-#: Pairing columns a frame built by hand may leave out: it then compares as one case with fixed lengths.
-_OPTIONAL_PAIRING = {"case": "—", "random_range_ratio": 0.0}
+SETTING_COLUMNS = tuple(c for c in MATCH_COLUMNS if c not in ("concurrency", "request_rate_qps"))
+#: Match columns a frame built by hand may leave out: it then compares as one case with fixed lengths.
+_OPTIONAL_MATCH = {"case": "—", "random_range_ratio": 0.0}
 
 
 #: The environment variable that overrides vLLM 0.26's choice of model runner ("0": V1, "1": Model Runner V2).
@@ -87,7 +87,7 @@ def is_baseline(df: pd.DataFrame) -> pd.Series:
 def versus_baseline(df: pd.DataFrame, metric: str = "output_tok_s", extra: Sequence[str] = ()) -> pd.DataFrame:
     """One row per speculative config and load, its ``metric`` beside its baseline's at the same load and settings.
 
-    Repeated runs of a point (same engine label and ``PAIRING_COLUMNS``) are repeats, never separate points: each side
+    Repeated runs of a point (same engine label and ``MATCH_COLUMNS``) are repeats, never separate points: each side
     enters as the median of its runs, with ``…_runs`` (how many) and ``…_spread_pct`` (``analysis.noise``: highest −
     lowest over the median, 0 for one run). ``band_pct`` is the band the comparison uses (``noise.band_pct``) and
     ``effect`` what the change is called: gain, loss, or within noise. A side measured fewer than ``MIN_CLEAN_REPEATS``
@@ -101,8 +101,8 @@ def versus_baseline(df: pd.DataFrame, metric: str = "output_tok_s", extra: Seque
     """
     import pandas as pd
 
-    keys = list(PAIRING_COLUMNS)
-    df = with_pairing_columns(df)
+    keys = list(MATCH_COLUMNS)
+    df = with_match_columns(df)
     filled = df.assign(**{k: df[k].astype("string").fillna("—") for k in keys})
     base = _median_of_runs(filled[is_baseline(df)], keys, metric, "baseline")
     described = ["spec_method", "num_speculative_tokens", "imposed_alpha", "imposed_acceptance_rates", *extra]
@@ -163,9 +163,9 @@ def borrowed_spread(sides: pd.DataFrame, setting: list[str], name: str) -> list[
     return widest.where(runs < MIN_CLEAN_REPEATS, 0.0).tolist()
 
 
-def with_pairing_columns(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with the optional pairing columns it lacks (a frame built by hand: one case, fixed lengths)."""
-    return df.assign(**{k: v for k, v in _OPTIONAL_PAIRING.items() if k not in df.columns})
+def with_match_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with the optional match columns it lacks (a frame built by hand: one case, fixed lengths)."""
+    return df.assign(**{k: v for k, v in _OPTIONAL_MATCH.items() if k not in df.columns})
 
 
 def _median_of_runs(

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vllm_playbooks.analysis.compare import PAIRING_COLUMNS, load_text, with_pairing_columns
+from vllm_playbooks.analysis.compare import MATCH_COLUMNS, load_text, with_match_columns
 from vllm_playbooks.analysis.noise import spread_of
 
 if TYPE_CHECKING:
     import pandas as pd
 
 
-#: What names a repeated load in a ``repeat_spread`` table (the shown part of its pairing key).
+#: What names a repeated load in a ``repeat_spread`` table (the shown part of its match key).
 REPEAT_LOAD_COLUMNS = (
     "engine_label", "model_shape", "input_len", "output_len", "random_range_ratio", "concurrency", "request_rate_qps",
 )  # fmt: skip
@@ -21,16 +21,16 @@ REPEAT_COLUMNS = (*REPEAT_LOAD_COLUMNS, "runs", "values", "lowest", "highest", "
 
 
 def repeat_spread(df: pd.DataFrame, metric: str = "output_tok_s") -> pd.DataFrame:
-    """The loads one engine config ran more than once (same label and ``PAIRING_COLUMNS``): the number of runs,
+    """The loads one engine config ran more than once (same label and ``MATCH_COLUMNS``): the number of runs,
     their values of ``metric`` in the order measured, the lowest and highest, and ``spread_pct``
     (``analysis.noise.spread_of``: highest − lowest over the median, in percent): how far the same engine moved from
     one run to the next on its own. Pass rows without stalls (``results.stalls.unstalled``): a stalled run is not a
     fair repeat."""
     import pandas as pd
 
-    keys = ["engine_label", *PAIRING_COLUMNS]
+    keys = ["engine_label", *MATCH_COLUMNS]
     records = []
-    df = with_pairing_columns(df)
+    df = with_match_columns(df)
     ordered = df.sort_values("measured_at") if "measured_at" in df.columns else df
     for _, group in ordered.groupby(keys, dropna=False, sort=False):
         if len(group) < 2:

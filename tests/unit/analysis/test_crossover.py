@@ -26,7 +26,7 @@ def _rows(off: list[float], on: list[float], levels: list[int], metric: str = "o
         records.append({**base, "engine_label": "on", "spec_method": "draft_model", "num_speculative_tokens": 4,
                         "imposed_alpha": 0.7, "concurrency": c, metric: b})  # fmt: skip
     frame = pd.DataFrame(records)
-    missing = [c for c in compare.PAIRING_COLUMNS if c not in frame]
+    missing = [c for c in compare.MATCH_COLUMNS if c not in frame]
     assert not missing, missing
     return frame
 
