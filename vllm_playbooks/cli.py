@@ -43,7 +43,7 @@ COMMANDS = (
     Command("runs", "what was measured, per case and hardware: when, rows, points, the GPU minutes its servers held",
             "vllm_playbooks.analysis.runs:add_arguments", "vllm_playbooks.analysis.runs:main"),
     Command("check-config", "check a case's grid (or your own case file) as the runner would, without a GPU",
-            "vllm_playbooks.run.plan:add_check_arguments", "vllm_playbooks.run.plan:check_main"),
+            "vllm_playbooks.run.check_config:add_check_arguments", "vllm_playbooks.run.check_config:check_main"),
     Command("ledger", "the claims ledger: every claim, its sources and our verdict (markdown or CSV)",
             "vllm_playbooks.book.ledger:add_arguments", "vllm_playbooks.book.ledger:main"),
     Command("book", "execute the notebooks (papermill, replay mode) whose executed copy is stale: the book's pages",

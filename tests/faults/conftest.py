@@ -30,7 +30,7 @@ def planned_ids(case_file: Path) -> list[str]:
     """The recorded ids of every point of the case file's grid on this machine, in plan order: each point's id under
     the hardware key the runner gives it here (GPU model and count, vLLM version)."""
     from vllm_playbooks.results.provenance import collect_provenance
-    from vllm_playbooks.run.case import hardware_of
+    from vllm_playbooks.run.measure import hardware_of
 
     provenance = collect_provenance()
     return [f"{hardware_of(p.engine, provenance)}/{p.point_id}" for p in load_plan(str(case_file)).points()]

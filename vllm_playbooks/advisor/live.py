@@ -237,11 +237,11 @@ class LiveMeasure:
     """The live search's measuring function: a catalog line of ``grid`` in, the row the runner recorded for it out.
 
     It starts the line's config's server (``run.engine_server.EngineServer``) unless that server is already up,
-    stopping the one up before; measures the point with ``run.case.measure_point`` as the next repeat of that point
+    stopping the one up before; measures the point with ``run.measure.measure_point`` as the next repeat of that point
     on this hardware (``next_repeat``); and keeps the server for the next line. ``close``, or the end of a ``with``
     block whatever ends it, stops the server. A point that fails, or whose server does not start, is kept as a failure
     file beside the recorded points (as the runner keeps one) and ends the search (``PlaybookError``). ``report`` lists
-    the points measured and failed (``run.case.RunReport``)."""
+    the points measured and failed (``run.measure.RunReport``)."""
 
     def __init__(self, plan: CasePlan, grid: LiveGrid, provenance: Provenance, data: Path, *,
                  bench: BenchClient | None = None, server_factory: ServerFactory = VllmServer,

@@ -67,6 +67,14 @@ def spread_of(values: Iterable[float]) -> Spread:
     return Spread(len(ordered), median, ordered[0], ordered[-1])
 
 
+def cross_ratios(references: Iterable[float], values: Iterable[float]) -> list[float]:
+    """Every value over every reference: the ratios two sides' runs give when no run is known to go with another (an
+    unpaired comparison). Their spread holds the drift between the times the two sides were measured, which each
+    side's own spread does not show."""
+    references = [float(r) for r in references]
+    return [float(v) / r for v in values for r in references]
+
+
 def band_pct(*spreads_pct: float) -> float:
     """The band a difference must exceed: the largest spread of the sides compared, at least ``MIN_BAND_PCT``."""
     return max((MIN_BAND_PCT, *spreads_pct))

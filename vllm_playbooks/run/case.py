@@ -1,6 +1,7 @@
 """The two doors: ``run_case`` measures a plan on the GPUs at hand (live), ``replay_case`` rebuilds it from disk.
 
-Live: one server lifetime per engine config, every load level against it; each finished point is written at once
+Live: one server lifetime per engine config, every load level against it (a paired plan alternates its configs
+instead: ``run.paired``); each finished point is written at once
 (raw folder first, then its row), a rerun skips finished points, and a point that fails is kept as a failure file
 (retryable) while every finished point stays.
 """
@@ -9,51 +10,43 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import json
-import math
 import os
 import signal
 import tempfile
 import threading
-from collections.abc import Callable, Collection, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable, Iterator
 from itertools import groupby
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks import paths
-from vllm_playbooks.config.engine import EngineConfig
-from vllm_playbooks.engine.gpu_sampler import GpuSampler, gpu_at_hand, nvml_sampler
+from vllm_playbooks.config.pairing import BY_RESTART, CO_RESIDENT, paired_order, pairing_record
+from vllm_playbooks.engine.gpu_sampler import gpu_at_hand, nvml_sampler
 from vllm_playbooks.engine.leftovers import SERVERS_FILE, stop_leftovers
-from vllm_playbooks.engine.metrics import parse_metrics, scrape
 from vllm_playbooks.engine.server import VllmServer
-from vllm_playbooks.errors import ConfigError, PlaybookError, ServerError, StorageError
-from vllm_playbooks.load.bench import BenchClient, bench_argv
+from vllm_playbooks.errors import ConfigError, PlaybookError, StorageError
+from vllm_playbooks.load.bench import BenchClient
 from vllm_playbooks.results import raw, store
-from vllm_playbooks.results.identity import engine_gpus, hardware_key
+from vllm_playbooks.results.identity import read_json
 from vllm_playbooks.results.provenance import Provenance, collect_provenance, query_gpus, utc_now
 from vllm_playbooks.results.replay import replay_case, sync_rows
-from vllm_playbooks.results.schema import RUN_COLUMNS, RunRow
-from vllm_playbooks.results.server_logs import has_started, read_failed_startup
-from vllm_playbooks.results.textfiles import stored_path
-from vllm_playbooks.results.stalls import STALL_S, STALL_SHARE, gaps_between, mark_stalled
-from vllm_playbooks.results.store import append_run_row, load_run_rows, rows_to_frame
+from vllm_playbooks.results.schema import RUN_COLUMNS
+from vllm_playbooks.results.stalls import mark_stalled
+from vllm_playbooks.results.store import load_run_rows, rows_to_frame
 from vllm_playbooks.run.engine_server import EngineServer, ServerFactory, say
+from vllm_playbooks.run.measure import (
+    RunReport,
+    SamplerFactory,
+    hardware_of,
+    measure_point,
+    record_failed_point,
+    startup_cause,
+)
+from vllm_playbooks.run.paired import run_together
 from vllm_playbooks.run.plan import CasePlan, PlannedPoint, load_plan, overrides_for, quiet_plan
-from vllm_playbooks.shapes import resolve_model, vllm_path
 
 if TYPE_CHECKING:
     import pandas as pd
-
-
-#: Builds the sampler for one measured run: (number of GPUs the engine uses, the server's environment) → sampler.
-SamplerFactory = Callable[[int, dict[str, str]], GpuSampler]
-
-
-def _sampler_for(engine: EngineConfig, factory: SamplerFactory | None) -> GpuSampler | None:
-    if factory is None:
-        return None
-    return factory(engine_gpus(engine), {**os.environ, **engine.env})
 
 
 @contextlib.contextmanager
@@ -77,26 +70,6 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-@dataclass
-class RunReport:
-    """What a live run did, by recorded point id (``<hardware>/<config id>/<load>-r<n>``): points measured, points
-    skipped because they were already recorded on this hardware, failures."""
-
-    measured: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
-    failed: dict[str, str] = field(default_factory=dict)
-    server_startup_s: dict[str, float] = field(default_factory=dict)
-
-    def raise_for_failures(self) -> None:
-        """Raise ``PlaybookError`` naming the failed points (finished ones are already on disk)."""
-        if self.failed:
-            lines = "\n".join(f"- {pid}: {err.splitlines()[0]}" for pid, err in self.failed.items())
-            raise PlaybookError(
-                f"{len(self.failed)} point(s) failed; {len(self.measured)} measured and kept. "
-                f"Rerun the same call to retry only what is missing.\n{lines}"
-            )
-
-
 def require_vllm() -> None:
     """Live mode needs vLLM in this environment; say so before anything starts."""
     if importlib.util.find_spec("vllm") is None:
@@ -104,132 +77,6 @@ def require_vllm() -> None:
             "live mode needs vLLM in this Python environment (pip install -r requirements-gpu.txt); "
             "replay mode needs none"
         )
-
-
-def hardware_of(engine: EngineConfig, provenance: Provenance) -> str:
-    """The hardware key of the points ``engine`` measures on the machine ``provenance`` describes."""
-    return hardware_key(provenance.gpu_name, engine_gpus(engine), provenance.vllm_version)
-
-
-def _point_record(point: PlannedPoint, plan: CasePlan, hardware: str, **extra: Any) -> dict[str, Any]:
-
-    shape = resolve_model(point.engine.model)
-    return {
-        "case": plan.case,
-        "hardware": hardware,
-        "point_id": f"{hardware}/{point.point_id}",
-        "config_id": point.engine.config_id(),
-        "repeat": point.repeat,
-        "model_shape": shape.name,
-        "quantization": shape.quantization,
-        "engine": point.engine.resolved(),
-        "load": point.load.model_dump(mode="json"),
-        **extra,
-    }
-
-
-def measure_point(
-    point: PlannedPoint,
-    plan: CasePlan,
-    server: VllmServer,
-    bench: BenchClient,
-    provenance: Provenance,
-    data: Path,
-    gpu_sampler: SamplerFactory | None = nvml_sampler,
-) -> RunRow:
-    """Calibrate (uncounted warm-up), then measure one load level between two ``/metrics`` scrapes; record it.
-
-    The engine's GPUs are sampled (``gpu_sampler``; ``None``: not at all) from just before the first scrape to just
-    after the second; the samples go into the raw folder as ``gpu_samples.csv`` and ``point.json`` says how it went.
-    """
-    engine, load = point.engine, point.load
-
-    tokenizer = engine.tokenizer_path()
-    model_arg = str(vllm_path(resolve_model(engine.model), create=True))
-    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
-        work = Path(tmp)
-
-        def run(num_prompts: int, filename: str) -> tuple[list[str], str]:
-            argv = bench_argv(
-                load,
-                base_url=server.base_url,
-                model=model_arg,
-                tokenizer=str(tokenizer) if tokenizer else model_arg,
-                num_prompts=num_prompts,
-                result_dir=work,
-                result_filename=filename,
-            )
-            bench(argv)
-            return argv, (work / filename).read_text(encoding="utf-8")
-
-        warmup_prompts = load.warmup_prompts()
-        _, warmup_text = run(warmup_prompts, raw.WARMUP_FILE)
-        warmup = json.loads(warmup_text)
-        rps = warmup["completed"] / warmup["duration"] if warmup.get("duration") else None
-        num_prompts = load.measured_prompts(rps, plan.min_duration_s)
-        remeasured_because: list[str] = []
-        for attempt in (1, 2):
-            sampler = _sampler_for(engine, gpu_sampler)
-            if sampler is not None:
-                sampler.start()
-            try:
-                before = scrape(server.base_url)
-                argv, bench_text = run(num_prompts, raw.BENCH_FILE)
-                after = scrape(server.base_url)
-            finally:
-                if sampler is not None:
-                    sampler.stop()
-            result = json.loads(bench_text)
-            incomplete_run_check(result, num_prompts)
-            duration = float(result["duration"])
-            short = duration < plan.min_duration_s and load.request_rate_qps is None
-            gaps = gaps_between(parse_metrics(before), parse_metrics(after))
-            share = gaps.share_of(result["completed"], result["mean_e2el_ms"]) if gaps is not None else 0.0
-            stalled = share >= STALL_SHARE
-            if attempt == 2 or not (short or stalled):
-                break
-            # Either run becomes more warm-up and the point is measured once more. A short run: the calibration
-            # under-estimated the steady rate (the first requests are the slowest), so the next run gets the count
-            # its own rate asks for. A stalled run (output-token gaps of seconds, results/stalls.py): same count.
-            if short:
-                remeasured_because.append(f"short: {duration:.1f} s < {plan.min_duration_s:g} s")
-                num_prompts = max(num_prompts + 1, math.ceil(num_prompts * 1.1 * plan.min_duration_s / duration))
-            if stalled and gaps is not None:
-                remeasured_because.append(f"stalled: {gaps.stalled} output-token gaps over {STALL_S:g} s, "
-                                          f"at least {share:.1%} of the requests' time")  # fmt: skip
-    hardware = hardware_of(engine, provenance)
-    record = _point_record(
-        point,
-        plan,
-        hardware,
-        num_warmup_prompts=warmup_prompts,
-        measured_at=utc_now(),
-        measurement_attempts=attempt,
-        remeasured_because=remeasured_because,
-        server_argv=server.argv,
-        bench_argv=["vllm", "bench", "serve", *argv],
-        server_startup_s=server.startup_s,
-        gpu_sampling=sampler.record() if sampler is not None else {"status": "disabled", "reason": "no sampler given"},
-    )
-    files = {
-        raw.POINT_FILE: json.dumps(record, indent=2, sort_keys=True),
-        raw.PROVENANCE_FILE: provenance.model_dump_json(indent=2),
-        raw.WARMUP_FILE: warmup_text,
-        raw.BENCH_FILE: bench_text,
-        raw.METRICS_BEFORE: before,
-        raw.METRICS_AFTER: after,
-    }
-    if sampler is not None and sampler.samples:
-        files[raw.GPU_SAMPLES_FILE] = sampler.csv_text()
-    case_dir = store.case_dir(plan.case, data)
-    try:
-        folder = raw.write_point(case_dir, f"{hardware}/{point.point_id}", files)
-        row = raw.row_from_point(folder, data)
-        append_run_row(row, data)
-    except OSError as error:
-        raise StorageError(f"cannot write to {case_dir}: {error.strerror or error}. The points recorded before are "
-                           "kept; make room (or make it writable) and run the same command again") from error
-    return row
 
 
 def check_writable(folder: Path) -> None:
@@ -246,15 +93,6 @@ def check_writable(folder: Path) -> None:
             os.unlink(probe)
     except OSError as error:
         raise StorageError(f"cannot write to {folder}: {error.strerror or error}; nothing was started") from error
-
-
-def incomplete_run_check(result: dict[str, Any], sent: int) -> None:
-    """Refuse a measured run whose requests did not all complete: ``ServerError`` (the point is kept as a failure
-    file and measured again by the next run), never a row of partial or zero throughput."""
-    completed, failed = int(result.get("completed") or 0), int(result.get("failed") or 0)
-    if failed or completed < sent:
-        raise ServerError(f"the measured run completed {completed} of {sent} requests ({failed} failed): not recorded "
-                          "as a point; the next run measures it again")  # fmt: skip
 
 
 def run_case(
@@ -274,6 +112,7 @@ def run_case(
 
     A recorded point whose run stalled (``results.stalls``) is measured once more as the next repeat of the same
     engine config and load (``remeasure_stalled``; the stalled record stays): pages use the repeat that did not stall.
+    A paired plan (``config.pairing``) treats a recorded point measured outside a paired session the same way.
 
     ``bench`` defaults to vLLM's own ``bench serve`` in-process; ``python`` is the interpreter that starts the
     server (default: this one). ``gpu_sampler`` samples the engine's GPUs during each measured run (default: NVML;
@@ -293,6 +132,8 @@ def run_case(
             "overwritten. Use resume=True to add what is missing, or a new case directory."
         )
     stalled = recorded_here(plan, _stalled_point_ids(plan.case, data), provenance) if remeasure_stalled else set()
+    if plan.pairing is not None:  # a paired plan pairs its own runs: one measured on its own is measured again
+        stalled |= recorded_here(plan, _unpaired_point_ids(case_dir), provenance)
     report = RunReport(skipped=[f"{hardware_of(p.engine, provenance)}/{p.point_id}" for p in plan.points()
                                 if p.point_id in done])  # fmt: skip
     todo = points_to_measure(plan, done, stalled)
@@ -300,10 +141,18 @@ def run_case(
         return report
     if bench is None:
         require_vllm()
+    session = utc_now()
+    if plan.pairing is not None:
+        todo = paired_order(todo, plan.pairing)
     bar = tqdm(total=len(todo), desc=plan.case, disable=not progress, unit="point")
     with sigterm_as_interrupt():
-        _run_groups(plan, todo, bench, server_factory, python, health_timeout_s, provenance, data, report, bar,
-                    gpu_sampler)  # fmt: skip
+        if plan.pairing == CO_RESIDENT:
+            run_together(plan, todo, session, bench=bench, server_factory=server_factory, python=python,
+                         health_timeout_s=health_timeout_s, provenance=provenance, data=data, report=report, bar=bar,
+                         gpu_sampler=gpu_sampler)  # fmt: skip
+        else:
+            _run_groups(plan, todo, bench, server_factory, python, health_timeout_s, provenance, data, report, bar,
+                        gpu_sampler, session if plan.pairing == BY_RESTART else None)  # fmt: skip
     bar.close()
     return report
 
@@ -354,6 +203,13 @@ def points_to_measure(plan: CasePlan, done: set[str], stalled: set[str]) -> list
     return todo
 
 
+def _unpaired_point_ids(case_dir: Path) -> set[str]:
+    """Ids of the recorded points in ``case_dir`` measured outside a paired session (no ``pairing`` record)."""
+    root = raw.raw_root(case_dir)
+    return {folder.relative_to(root).as_posix() for folder in raw.finished_points(case_dir)
+            if "pairing" not in read_json(folder / raw.POINT_FILE)}  # fmt: skip
+
+
 def _stalled_point_ids(case: str, data: Path) -> set[str]:
     """Ids of the recorded points of ``case`` whose measured run stalled."""
     rows = load_run_rows(case, data)
@@ -375,8 +231,14 @@ def _run_groups(
     report: RunReport,
     bar: Any,
     gpu_sampler: SamplerFactory | None = nvml_sampler,
+    restart_session: str | None = None,
 ) -> None:
+    """One server lifetime per run of consecutive points of one engine config in ``todo``. ``restart_session``: the
+    session of a paired plan run by restart (``config.pairing.BY_RESTART``), which each point records with its place
+    in ``todo``; ``None`` for a plan that is not paired."""
     case_dir = store.case_dir(plan.case, data)
+    labels = list(dict.fromkeys(point.engine.label for point in todo))
+    positions = {point.point_id: position for position, point in enumerate(todo)}
     for engine, group in groupby(todo, key=lambda p: p.engine):
         points = list(group)
         config_id, hardware = engine.config_id(), hardware_of(engine, provenance)
@@ -386,7 +248,9 @@ def _run_groups(
                 report.server_startup_s[config_id] = server.startup_s or 0.0
                 for index, point in enumerate(points):
                     try:
-                        measure_point(point, plan, server, lifetime.bench, provenance, data, gpu_sampler)
+                        pairing = None if restart_session is None else pairing_record(
+                            BY_RESTART, restart_session, positions[point.point_id], labels)  # fmt: skip
+                        measure_point(point, plan, server, lifetime.bench, provenance, data, gpu_sampler, pairing)
                         report.measured.append(f"{hardware}/{point.point_id}")
                     except StorageError:
                         raise
@@ -407,29 +271,6 @@ def _run_groups(
                 if recorded_id not in report.measured and recorded_id not in report.failed:
                     record_failed_point(case_dir, point, error, report, lifetime.log_path, hardware, cause)
                     bar.update(1)
-
-
-def startup_cause(error: BaseException, log: Path) -> str | None:
-    """For a ``ServerError`` of a server that did not start, the first error its log ``log`` names
-    (``read_failed_startup``); None for any other error, or where the log names none."""
-    if not isinstance(error, ServerError):
-        return None
-    found = stored_path(log)
-    if found is None or not found.is_file() or has_started(log):
-        return None
-    return read_failed_startup(log).error
-
-
-def record_failed_point(case_dir: Path, point: PlannedPoint, error: BaseException, report: RunReport, log: Path,
-                        hardware: str, cause: str | None = None) -> None:  # fmt: skip
-    """Note ``point`` as failed in ``report`` and keep its error beside the finished points
-    (``raw/<hardware>/<point id>.failure.json``, naming the server log ``log``): the next run measures it again. A
-    ``cause`` (``startup_cause``: why a server did not start) goes in front, so that the one line a failure gets says
-    why."""
-    name, recorded_id = type(error).__name__, f"{hardware}/{point.point_id}"
-    message = f"{name} ({cause}): {error}" if cause else f"{name}: {error}"
-    report.failed[recorded_id] = message
-    raw.record_failure(case_dir, recorded_id, message, {"server_log": str(log)})
 
 
 #: Notebook parameters that choose which replayed rows a page shows (besides ``part``, which sets them).

@@ -40,10 +40,10 @@ from vllm_playbooks.engine.leftovers import (
 )
 from vllm_playbooks.errors import ConfigError, PlaybookError
 from vllm_playbooks.results import raw
+from vllm_playbooks.results.identity import engine_gpus
 from vllm_playbooks.results.replay import sync_rows
 from vllm_playbooks.results.store import case_dir
 from vllm_playbooks.run.case import (
-    engine_gpus,
     live_overrides,
     require_gpu,
     require_vllm,
@@ -321,7 +321,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="runs per point in all (default: the case's); the recorded ones count, so 2 adds a "
                              "second run where one is recorded")
     parser.add_argument("--time-limit-s", type=_positive(float), default=None,
-                        help="stop the workers after this many seconds (exit 124), keeping what they finished")  # fmt: skip
+                        help="stop the workers after this many seconds (exit 124), keeping what they finished")
+    parser.add_argument("--paired", action="store_true", default=None,
+                        help="measure the configs in turn on one GPU group (both servers up where they fit, else by "
+                             "restart), so the comparison is made pair by pair (default: the part's choice)")  # fmt: skip
 
 
 def run_main(args: argparse.Namespace) -> int:
@@ -329,9 +332,13 @@ def run_main(args: argparse.Namespace) -> int:
     worker starts); exit 124 when the time limit stopped a worker, 130 on Ctrl-C."""
     report: ParallelReport | None = None
     try:
-        chosen = {"engines": args.engines, "concurrency": args.concurrency, "repeats": args.repeats}
+        chosen = {"engines": args.engines, "concurrency": args.concurrency, "repeats": args.repeats,
+                  "paired": args.paired}  # fmt: skip
         overrides = overrides_for(args.case, args.part, **chosen)
-        load_plan(args.case, **overrides)  # a bad case, part or value first, then what the machine lacks
+        if load_plan(args.case, **overrides).pairing is not None and len(args.gpus) > 1:
+            raise ConfigError(f"a paired run compares its configs on one GPU group; got {len(args.gpus)} "
+                              f"({' '.join(args.gpus)}): give one")  # fmt: skip
+        # a bad case, part or value was refused above; then what the machine lacks
         require_vllm()
         require_gpu()
         overrides = live_overrides(overrides)

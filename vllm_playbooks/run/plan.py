@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import functools
 import itertools
 import math
@@ -18,6 +17,7 @@ from pydantic import ValidationError
 from vllm_playbooks.config.capacity import refusal, refused_engines
 from vllm_playbooks.config.engine import EngineConfig, check_engine_against_shapes, routing_simulation_problem
 from vllm_playbooks.config.load import MIN_DURATION_S, LoadPoint
+from vllm_playbooks.config.pairing import pair_engines
 from vllm_playbooks.config.spec_detection import SpeculativeConfigWarning
 from vllm_playbooks.config.speculative import build_speculative_config
 from vllm_playbooks.errors import ConfigError
@@ -29,6 +29,7 @@ CASES_PACKAGE = "vllm_playbooks.cases"
 CASE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _PLAN_KEYS = {
     "case", "title", "engine_defaults", "engines", "loads", "repeats", "min_duration_s", "gpu_memory_gib", "parts",
+    "paired",
 }  # fmt: skip
 _LOAD_KEYS = {
     "profile", "input_len", "output_len", "concurrency", "request_rate_qps", "burstiness", "seed", "temperature",
@@ -41,7 +42,7 @@ OVERRIDE_KEYS = (
     "model", "draft_model", "load_format", "tokenizer", "engines", "concurrency", "request_rate_qps",
     "input_len", "output_len", "repeats", "min_duration_s", "max_model_len", "gpu_memory_utilization",
     "tensor_parallel_size", "pipeline_parallel_size", "distributed_executor_backend", "gpu_memory_gib", "profiles",
-    "random_range_ratio",
+    "random_range_ratio", "paired",
 )  # fmt: skip
 
 
@@ -78,6 +79,8 @@ class CasePlan:
     profiles: tuple[tuple[str, int, int], ...] = ()
     #: (engine label, its own load levels) for engines that set their own concurrency
     engine_loads: tuple[tuple[str, tuple[LoadPoint, ...]], ...] = ()
+    #: how a paired plan runs its configs (``config.pairing``: together, or by restart); ``None``: not paired
+    pairing: str | None = None
 
     def profile_of(self, load: LoadPoint) -> str | None:
         """The name of the length profile ``load`` belongs to, or ``None`` in a case without named profiles."""
@@ -274,6 +277,13 @@ def plan_from_dict(spec: dict[str, Any], **overrides: Any) -> CasePlan:
     refused = refused_engines(engines, float(gpu_memory)) if gpu_memory is not None else {}
     if refused:
         raise refusal(refused, engines)
+    paired = overrides.get("paired", spec.get("paired", False))
+    if not isinstance(paired, bool):
+        raise ConfigError(f"case {case}: paired must be true or false, got {paired!r}")
+    pairing = None
+    if paired:
+        paired_engines, pairing = pair_engines(engines, None if gpu_memory is None else float(gpu_memory), case)
+        engines = list(paired_engines)
     repeats = overrides.get("repeats", spec.get("repeats", 1))
     min_duration = overrides.get("min_duration_s", spec.get("min_duration_s", MIN_DURATION_S))
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
@@ -289,6 +299,7 @@ def plan_from_dict(spec: dict[str, Any], **overrides: Any) -> CasePlan:
         min_duration_s=min_duration,
         profiles=profiles,
         engine_loads=tuple(engine_loads.items()),
+        pairing=pairing,
     )
 
 
@@ -575,23 +586,3 @@ def parse_parameter_pairs(pairs: list[list[str]] | None) -> dict[str, Any]:
             reason = getattr(error, "problem", None) or str(error).splitlines()[0]
             raise ConfigError(f"parameter {name}: cannot read {value!r} as YAML: {reason}") from None
     return out
-
-
-def add_check_arguments(parser: argparse.ArgumentParser) -> None:
-    """The case (a packaged name or your own case file) and ``-p NAME VALUE`` overrides."""
-    parser.add_argument("case", help="a packaged case's name (e.g. llama-8b-draft-model) or the path of a case file")
-    parser.add_argument("--part", default=None, help="one part of the case's grid (its 'parts:')")
-    parser.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
-                        help=f"an override, its value read as YAML; one of: {', '.join(OVERRIDE_KEYS)}")  # fmt: skip
-
-
-def check_main(args: argparse.Namespace) -> int:
-    """Build the plan as the live runner would (every config, load and KV budget checked), print what it holds and
-    the advisories; a config the runner would refuse raises ``ConfigError`` (exit 2, one line)."""
-    overrides = overrides_for(args.case, args.part, **parse_parameter_pairs(args.parameter))
-    plan, advisories = quiet_plan(args.case, **overrides)
-    for advisory in advisories:
-        print(f"advisory: {advisory}")
-    print(f"{plan.case}: {len(plan.engines)} engine config(s), {len(plan.points())} point(s) to measure; "
-          "every config and load passes the checks the runner makes before a server starts")
-    return 0

@@ -341,7 +341,8 @@ def test_replay_refuses_what_no_recorded_row_holds(frozen_data: Path) -> None:
 def test_the_rows_name_their_hardware_and_a_live_run_says_what_it_did() -> None:
     import pandas as pd
 
-    from vllm_playbooks.run.case import RunReport, hardware_in_words, live_summary
+    from vllm_playbooks.run.case import hardware_in_words, live_summary
+    from vllm_playbooks.run.measure import RunReport
 
     rows = pd.DataFrame({"point_id": ["a/c1-r0", "b/c1-r0", "b/c4-r0"],
                          "gpu_name": ["NVIDIA H200", "NVIDIA A100", "NVIDIA A100"],
