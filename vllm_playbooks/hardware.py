@@ -142,6 +142,7 @@ def as_gpu(gpu: Gpu | str) -> Gpu:
 #: The datasheet row each GPU family's token in a lower-cased GPU name or hardware key stands for.
 _FAMILY_TOKENS = (
     ("H200-SXM", "h200"), ("H100-SXM", "h100"), ("A100-80GB", "a100"), ("B200", "b200"), ("MI300X", "mi300x"),
+    ("L40S", "l40s"),
 )  # fmt: skip
 
 
