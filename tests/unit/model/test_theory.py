@@ -130,6 +130,7 @@ def test_rows_are_measured_on_their_own_gpu_only() -> None:
     assert measured_on("NVIDIA H200", "H200-SXM") and measured_on("NVIDIA H100 80GB HBM3", get_gpu("H100-SXM"))
     assert not measured_on("NVIDIA H100 80GB HBM3", "H200-SXM") and not measured_on("NVIDIA H200", "H100-SXM")
     assert not measured_on("cpu", "H200-SXM") and not measured_on("Tesla V100-SXM2-32GB", "H200-SXM")
+    assert not measured_on("NVIDIA A100-SXM4-40GB", "A100-80GB")  # its name gives another memory size
 
 
 def test_the_reference_gpus_rows_are_of_its_datasheet_row_and_no_other() -> None:

@@ -112,6 +112,7 @@ def test_a_gpus_memory_comes_from_the_gpu_here_then_a_logged_start_up_then_the_d
     assert hardware_plan.gpu_memory_gib("NVIDIA A100-SXM4-80GB") == (80.0, "the A100-80GB datasheet")
     assert hardware_plan.gpu_memory_gib("NVIDIA L40S") == (48.0, "the L40S datasheet")
     assert hardware_plan.gpu_memory_gib("Acme X1") is None
+    assert hardware_plan.gpu_memory_gib("NVIDIA A100-SXM4-40GB") is None  # not read as the 80 GB row
 
 
 @pytest.mark.recorded_data
