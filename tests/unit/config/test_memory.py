@@ -10,9 +10,9 @@ import pytest
 from vllm_playbooks.config.capacity import max_capture_size_of, resolve_batching
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.config.memory import (
+    FALLBACK_FAMILY,
     GIB,
     MIN_GRAPH_BYTES,
-    FALLBACK_FAMILY,
     FamilyCalibration,
     GraphProfile,
     MemoryCalibration,

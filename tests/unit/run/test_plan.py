@@ -367,7 +367,7 @@ def test_a_part_decides_a_list_of_claim_ids(tmp_path: Path) -> None:
 
 def test_a_deciding_part_may_name_an_earlier_shapes_engines(tmp_path: Path) -> None:
     """Its claims rest on its own points and on the earlier engines' rows at its loads; running it runs its own."""
-    from vllm_playbooks.run.plan import deciding_points, load_part, named_parts
+    from vllm_playbooks.run.plan import load_part, named_parts
 
     own = tmp_path / "own.yaml"
     own.write_text("case: own\nengine_defaults: {max_model_len: 1024}\n"
