@@ -8,6 +8,7 @@ efficiencies; never read them as achievable rates.
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -142,17 +143,24 @@ def as_gpu(gpu: Gpu | str) -> Gpu:
 #: The datasheet row each GPU family's token in a lower-cased GPU name or hardware key stands for.
 _FAMILY_TOKENS = (
     ("H200-SXM", "h200"), ("H100-SXM", "h100"), ("A100-80GB", "a100"), ("B200", "b200"), ("MI300X", "mi300x"),
+    ("L40S", "l40s"),
 )  # fmt: skip
 
 
 def datasheet_gpu(name: str) -> Gpu:
     """The datasheet row of a GPU named as nvidia-smi names it ('NVIDIA H100 80GB HBM3'), as a hardware key names it
     ('nvidia-h200-x1-vllm0.26.0') or as the datasheet does ('H200-SXM'): the family's one row, so an H100 PCIe reads
-    as the H100-SXM; ``ConfigError`` for a family the table lacks."""
+    as the H100-SXM; ``ConfigError`` for a family the table lacks, or a name that gives another memory size than its
+    family's row (an A100-SXM4-40GB is no A100-80GB)."""
     lowered = name.lower()
     for row, token in _FAMILY_TOKENS:
         if token in lowered:
-            return get_gpu(row)
+            gpu = get_gpu(row)
+            size = re.search(r"(\d+)\s*gb", lowered)
+            if size and int(size.group(1)) != round(gpu.memory_gb):
+                raise ConfigError(f"{name!r} has {size.group(1)} GB; the {row} row of the hardware table has "
+                                  f"{gpu.memory_gb:g} GB and no row has this part")
+            return gpu
     return get_gpu(name)
 
 

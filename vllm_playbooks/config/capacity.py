@@ -30,11 +30,13 @@ from typing import TYPE_CHECKING, Literal
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.config.memory import (
     GIB,
+    MIN_GRAPH_BYTES,
     MemoryCalibration,
     activation_width_bytes,
     cudagraph_descs,
     graph_profile,
     load_calibration,
+    respecialized_modes,
     uses_v1_runner,
 )
 from vllm_playbooks.config.sizes import (
@@ -166,6 +168,8 @@ class KVBudget:
     kv_bytes_per_token_per_gpu: int = 0
     cudagraph_bytes: int = 0
     calibration_warning: str | None = None
+    #: Why the CUDA-graph reserve is large, where graphs are counted at the respecialized cost (``_graph_note``).
+    cudagraph_note: str | None = None
 
     @property
     def max_concurrency(self) -> float:
@@ -257,18 +261,34 @@ RECORDED = "recorded"
 
 def _overheads(
     engine: EngineConfig, target: ModelShape, batched: int, seqs: int, calibration: MemoryCalibration | None
-) -> tuple[int, int, int, str | None]:
-    """(activation, non-torch, CUDA-graph bytes, warning) vLLM 0.26 takes before the KV cache, per GPU: calibrated
-    per family where a calibration is given (``config.memory``), else the dense activation estimate and no graphs."""
+) -> tuple[int, int, int, str | None, str | None]:
+    """(activation, non-torch, CUDA-graph bytes, warning, graph note) vLLM 0.26 takes before the KV cache, per GPU:
+    calibrated per family where a calibration is given (``config.memory``), else the dense activation estimate and
+    no graphs."""
     if calibration is None:
-        return activation_bytes(target, batched, engine.dtype), round(NON_TORCH_GIB * GIB), 0, None
+        return activation_bytes(target, batched, engine.dtype), round(NON_TORCH_GIB * GIB), 0, None, None
     row, _ = calibration.for_engine(engine)
     activation = round(row.activation_factor * activation_width_bytes(target, batched) / engine.tensor_parallel_size)
-    graphs = 0
+    graphs, note = 0, None
     if uses_v1_runner(engine):
-        graphs = row.cudagraph_bytes(graph_profile(cudagraph_descs(engine, seqs, batched,
-                                                                   max_capture_size_of(engine.model))))
-    return activation, round(row.non_torch_gib * GIB), graphs, calibration.warning(engine)
+        descs = cudagraph_descs(engine, seqs, batched, max_capture_size_of(engine.model))
+        graphs = row.cudagraph_bytes(graph_profile(descs))
+        note = _graph_note(descs, row.cudagraph_respecialized_gib_per_graph)
+    return activation, round(row.non_torch_gib * GIB), graphs, calibration.warning(engine), note
+
+
+def _graph_note(descs: dict[str, list[int]], per_graph_gib: float) -> str | None:
+    """Why a CUDA-graph reserve is large: the modes whose two largest capture sizes differ in integer class
+    (``config.memory.respecialized_modes``), each of whose later graphs vLLM 0.26 counts at the cost its second
+    capture showed; None where no mode does or that cost is vLLM's 1 MiB floor."""
+    modes = respecialized_modes(descs)
+    if not modes or per_graph_gib * GIB <= MIN_GRAPH_BYTES:
+        return None
+    graphs = sum(n for *_, n in modes)
+    sizes = "; ".join(f"{mode} {first} then {second} tokens" for mode, first, second, _ in modes)
+    return (f"{graphs} of its CUDA graphs count {per_graph_gib:.3f} GiB each, {graphs * per_graph_gib:.1f} GiB in all, "
+            f"because the two largest capture sizes of a mode differ in integer class (a multiple of 16 or not: "
+            f"{sizes}) and vLLM 0.26 extrapolates every later graph from the second capture")  # fmt: skip
 
 
 def kv_budget(
@@ -291,7 +311,7 @@ def kv_budget(
     )  # fmt: skip
     weights, per_token = _whole_model(engine, target, drafts, mtp_layers)
     requested = round(engine.gpu_memory_utilization * gpu_memory_gib * GIB)
-    activation, non_torch, graphs, warning = _overheads(engine, target, batched, seqs, calibration)
+    activation, non_torch, graphs, warning, graph_note = _overheads(engine, target, batched, seqs, calibration)
     stages = []
     for stage_weights, stage_per_token in _stages(engine, target, drafts, mtp_layers, (weights, per_token)):
         free = requested - stage_weights - activation - non_torch - graphs
@@ -302,7 +322,7 @@ def kv_budget(
         kv_bytes=kv, kv_bytes_per_token=per_token, kv_tokens=tokens, max_model_len=engine.max_model_len,
         max_num_seqs=seqs, gpus=engine.tensor_parallel_size * engine.pipeline_parallel_size,
         weight_bytes_per_gpu=stage_weights, kv_bytes_per_token_per_gpu=stage_per_token, cudagraph_bytes=graphs,
-        calibration_warning=warning,
+        calibration_warning=warning, cudagraph_note=graph_note,
     )  # fmt: skip
 
 
@@ -323,8 +343,8 @@ def check_fits(engine: EngineConfig, gpu_memory_gib: float, gpu_name: str = "") 
         raise CapacityError(
             f"engine {engine.label}: weights ({_per_gpu(budget)}), activations "
             f"({budget.activation_bytes / GIB:.1f} GiB) and CUDA graphs ({budget.cudagraph_bytes / GIB:.1f} GiB) exceed {engine.gpu_memory_utilization} × {gpu_memory_gib} GiB "
-            f"per GPU. Use more GPUs (tensor_parallel_size or pipeline_parallel_size), a quantized shape, or a larger "
-            f"gpu_memory_utilization."
+            f"per GPU.{f' {_capitalized(budget.cudagraph_note)}.' if budget.cudagraph_note else ''} Use more GPUs "
+            f"(tensor_parallel_size or pipeline_parallel_size), a quantized shape, or a larger gpu_memory_utilization."
         )
     if budget.kv_tokens < engine.max_model_len:
         raise CapacityError(
@@ -356,6 +376,10 @@ def refusal(refused: dict[str, str], engines: Iterable[EngineConfig]) -> Capacit
     rest = (f" The other configs fit; to measure only them, pass --engines {' '.join(fitting)} (in a notebook, "
             f"engines={fitting!r})." if fitting else "")  # fmt: skip
     return CapacityError(f"{refused[first]}{also}{rest}")
+
+
+def _capitalized(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 def _per_gpu(budget: KVBudget) -> str:

@@ -152,6 +152,14 @@ def graph_profile(descs: dict[str, list[int]]) -> GraphProfile:
     return GraphProfile(max((s[0] for s in descs.values() if s), default=0), plain, respecialized)
 
 
+def respecialized_modes(descs: dict[str, list[int]]) -> list[tuple[str, int, int, int]]:
+    """(mode, largest size, second size, graphs after the first) of each mode in ``descs`` (``cudagraph_descs``)
+    whose second capture is of another integer class than its first (``specialization``): the modes whose graphs
+    vLLM 0.26's estimate counts at the respecialized cost instead of 1 MiB (``graph_profile``)."""
+    return [(mode, sizes[0], sizes[1], len(sizes) - 1) for mode, sizes in descs.items()
+            if len(sizes) > 1 and specialization(sizes[1]) != specialization(sizes[0])]  # fmt: skip
+
+
 def activation_width_bytes(shape: ModelShape, tokens: int) -> int:
     """The activation factor's unit: tokens × (hidden + 2 × intermediate) × 2 bytes (16-bit activations)."""
     width = shape.hidden_size + 2 * int(shape.config()["intermediate_size"])
@@ -186,7 +194,9 @@ class MemoryCalibration:
 
     def for_engine(self, engine: EngineConfig) -> tuple[FamilyCalibration, bool]:
         """(the row for ``engine``, whether it is the engine's own family): its family, else the same target without
-        its drafter, else another shape of its architecture without a drafter, else the dense fallback."""
+        its drafter, else the other shape of its architecture with the same drafter fitted on the most logs (a new
+        DeepSeek-V3 shape with MTP takes the MTP row of another: MTP's activation and graphs are in it), else
+        another shape of its architecture without a drafter, else the dense fallback."""
         family = memory_family(engine)
         if family in self.rows:
             return self.rows[family], True
@@ -195,6 +205,11 @@ class MemoryCalibration:
             if candidate in self.rows:
                 return self.rows[candidate], False
         architecture = target.split("/")[0] + "/"
+        drafter = family[len(target):]
+        alike = [r for f, r in self.rows.items() if drafter and f.startswith(architecture) and f.endswith(drafter)
+                 and "@" not in f]  # fmt: skip
+        if alike:
+            return max(alike, key=lambda r: (r.logs, r.family)), False
         same = sorted(f for f in self.rows if f.startswith(architecture) and "+" not in f and "@" not in f)
         return self.rows[same[0] if same else FALLBACK_FAMILY], False
 

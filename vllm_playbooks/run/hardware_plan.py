@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vllm_playbooks.config.capacity import budget_is_modelled, refused_engines
+from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.engine.gpu_sampler import gpu_at_hand
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.hardware import datasheet_gpu
@@ -113,6 +114,8 @@ def describe_hardware_plan(table: pd.DataFrame, case: str, gpu_name: str, vllm_v
         return f"{head}\nNone of them can run here: {', '.join(left_out)} cannot start on this GPU (see below)."
     unknown = servers["gpu_minutes"].isna().sum()
     minutes = servers["gpu_minutes"].sum()
+    if unknown == len(servers):
+        return f"{head}\nNo estimate: the shape or load of every server left to start never ran."
     cached = _one_after_another_gpu_minutes(servers)
     estimate = (f"about {minutes:.0f} GPU-minutes, {len(servers)} server start-up(s) included"
                 + (f"; no estimate for {unknown} server(s) whose shape or load never ran" if unknown else "")
@@ -165,19 +168,70 @@ def cannot_start(plan: CasePlan, table: pd.DataFrame, memory_gib: float) -> dict
     return refused_engines((engine for engine in plan.engines if engine.label in todo), memory_gib)
 
 
+def engine_memory_gib(engine: EngineConfig) -> float | None:
+    """The least memory per GPU (GiB, rounded up to 0.1) with which the KV calculator (``check_fits``) lets ``engine``
+    start: its weights, activations and CUDA graphs within its ``gpu_memory_utilization``, and a KV cache of at least
+    one full-length sequence. None when the calculator does not model it (``budget_is_modelled``)."""
+    if not budget_is_modelled(engine):
+        return None
+    low, high = 0.0, 4096.0  # GiB: refused at low, started at high
+    while high - low > 0.05:
+        middle = (low + high) / 2
+        low, high = (middle, high) if refused_engines([engine], middle) else (low, middle)
+    return math.ceil(high * 10) / 10
+
+
 def least_gpu_memory_gib(plan: CasePlan) -> float | None:
-    """The least memory per GPU (GiB, rounded up to 0.1) with which the KV calculator (``check_fits``) lets every
-    engine of ``plan`` start: its weights, activations and CUDA graphs within its ``gpu_memory_utilization``, and a KV
-    cache of at least one full-length sequence. None when the calculator models no engine of it
-    (``budget_is_modelled``)."""
-    needs = []
-    for engine in (e for e in plan.engines if budget_is_modelled(e)):
-        low, high = 0.0, 4096.0  # GiB: refused at low, started at high
-        while high - low > 0.05:
-            middle = (low + high) / 2
-            low, high = (middle, high) if refused_engines([engine], middle) else (low, middle)
-        needs.append(math.ceil(high * 10) / 10)
+    """The least memory per GPU (GiB, rounded up to 0.1) with which the KV calculator lets every engine of ``plan``
+    start (``engine_memory_gib``); None when the calculator models no engine of it (``budget_is_modelled``)."""
+    needs = [need for engine in plan.engines if (need := engine_memory_gib(engine)) is not None]
     return max(needs) if needs else None
+
+
+def part_fits(plan: CasePlan, memory_gib: float) -> pd.DataFrame:
+    """Whether each engine config of ``plan`` starts on GPUs of ``memory_gib`` each, recorded rows or not: its model
+    shape, the GPUs it uses, the memory per GPU it needs (``engine_memory_gib``), ``fits`` (None where the calculator
+    does not model it) and ``why_not``, the KV calculator's reason where it does not fit."""
+    import pandas as pd
+
+    refused = refused_engines(plan.engines, memory_gib)
+    records = []
+    for engine in plan.engines:
+        needs = engine_memory_gib(engine)
+        records.append({
+            "engine_label": engine.label, "model_shape": Path(engine.model).name, "gpus": engine_gpus(engine),
+            "needs_gib": needs, "fits": None if needs is None else engine.label not in refused,
+            "why_not": refused.get(engine.label, "" if needs is not None else "memory not modelled for this config"),
+        })  # fmt: skip
+    return pd.DataFrame(records)
+
+
+def describe_part_fits(fits: pd.DataFrame, part: str, gpu_name: str, memory_gib: float, source: str,
+                       said: Collection[str] = ()) -> list[str]:  # fmt: skip
+    """The plan's lines on whether a part (or a case) fits ``gpu_name``: one summary, then one line per engine config
+    with the memory per GPU it needs, and why not where it does not fit (unless ``said`` names it: a line above
+    gave the reason)."""
+    counted = fits[fits["fits"].notna()]
+    several = counted[counted["gpus"] > 1]
+    where = f"{gpu_name} ({memory_gib:g} GiB, from {source})"
+    if counted.empty:
+        head = f"{part} on {where}: the KV calculator models none of its configs, so it cannot say whether they fit."
+    elif counted["fits"].astype(bool).all():
+        head = (f"{part} fits {where}: every config starts with at most {counted['needs_gib'].max():.1f} GiB per GPU"
+                + (f" ({', '.join(several['engine_label'])} on {int(several['gpus'].max())} GPUs each)" if len(several)
+                   else " on one GPU") + ".")  # fmt: skip
+    else:
+        head = (f"{part} does not fit {where}: "
+                f"{', '.join(counted.loc[~counted['fits'].astype(bool), 'engine_label'])} cannot start there.")
+    lines = [head]
+    for row in fits.itertuples():
+        need = "memory not modelled" if row.needs_gib is None or row.needs_gib != row.needs_gib else \
+            f"needs {row.needs_gib:.1f} GiB per GPU on {row.gpus} GPU(s)"
+        verdict = "fits" if row.fits is True else "does not fit" if row.fits is False else "not judged"
+        lines.append(f"  {row.engine_label} ({row.model_shape}): {verdict}, {need}"
+                     + ("; why not: see above" if row.engine_label in said else f"; why not: {row.why_not}"
+                        if row.fits is False else ""))  # fmt: skip
+    return lines
 
 
 def quick_check_memory(case: str) -> str:
@@ -284,6 +338,10 @@ def plan_main(args: argparse.Namespace) -> int:
         gib, source = memory
         for label, reason in refused.items():
             print(f"note: {label} cannot start on {gpu} ({gib:g} GiB, from {source}): {reason}")
+        print("\n".join(describe_part_fits(part_fits(plan, gib), args.part or plan.case, gpu, gib, source, refused)))
+    else:
+        print(f"{args.part or plan.case}: the memory of {gpu} is unknown (no GPU of that name here, in a recorded "
+              "start-up or in data/reference/hardware.csv), so whether it fits is not judged")
     for line in failed_before(plan, table, failed_starts(plan.case, args.data), gpu, version):
         print(line)
     return 0

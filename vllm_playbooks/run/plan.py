@@ -367,13 +367,14 @@ QUICK_PART = "quick"
 class NamedPart:
     """One entry of a case's ``parts``: its ``name``, the ``overrides`` it passes to ``load_plan``, its ``note`` (what
     it decides, what it needs) and ``decides``: the claims of ``data/reference/claims.csv`` whose verdict rests on
-    exactly its points. A part that decides claims, like ``quick``, overlaps the grid and is not one of the parts that
-    cover it."""
+    exactly its points (and those of ``earlier_engines``, an earlier shape's labels, at its loads). A part that
+    decides claims, like ``quick``, overlaps the grid and is not one of the parts that cover it."""
 
     name: str
     overrides: dict[str, Any]
     note: str | None = None
     decides: tuple[str, ...] = ()
+    earlier_engines: tuple[str, ...] = ()
 
     @property
     def covers_grid(self) -> bool:
@@ -389,15 +390,16 @@ def named_parts(case: str) -> list[NamedPart]:
         item = dict(item)
         name = item.pop("name", None)
         note = item.pop("note", None)
-        decides = item.pop("decides", None) or []
+        decides, earlier = item.pop("decides", None) or [], item.pop("earlier_engines", None) or []
         if not name:
             raise ConfigError(f"case {case}: every part needs a 'name'")
-        if not isinstance(decides, list) or not all(isinstance(c, str) and c for c in decides):
-            raise ConfigError(f"case {case}, part {name}: 'decides' is a list of claim ids, got {decides!r}")
+        for key, value, what in (("decides", decides, "claim ids"), ("earlier_engines", earlier, "engine labels")):
+            if not isinstance(value, list) or not all(isinstance(c, str) and c for c in value):
+                raise ConfigError(f"case {case}, part {name}: {key!r} is a list of {what}, got {value!r}")
         unknown = set(item) - set(OVERRIDE_KEYS)
         if unknown:
             raise ConfigError(f"case {case}, part {name}: unknown override(s) {sorted(unknown)}")
-        out.append(NamedPart(str(name), item, None if note is None else str(note), tuple(decides)))
+        out.append(NamedPart(str(name), item, None if note is None else str(note), tuple(decides), tuple(earlier)))
     return out
 
 
@@ -435,14 +437,16 @@ def deciding_part(case: str, claim_id: str) -> str | None:
 
 @functools.cache
 def deciding_points(case: str, claim_id: str) -> frozenset[tuple[str, str]] | None:
-    """The points ``claim_id``'s verdict rests on, as (engine label, load slug): those of its deciding part
-    (``deciding_part``), or None where no part decides it. Labels, not config ids, name the engines, so a re-run
-    with another model or other engine flags under the case's labels is judged at the same points."""
+    """The points ``claim_id``'s verdict rests on, as (engine label, load slug): its deciding part's (``deciding_part``)
+    and its ``earlier_engines``' at the part's loads; None where no part decides it. Labels, not config ids, name the
+    engines, so a re-run with another model or engine flags under the case's labels is judged at the same points."""
     part = deciding_part(case, claim_id)
     if part is None:
         return None
-    plan, _ = quiet_plan(case, **part_overrides(case, part))
-    return frozenset((point.engine.label, point.load.slug()) for point in plan.points())
+    named = next(named for named in named_parts(case) if named.name == part)
+    earlier = [{**named.overrides, "engines": list(named.earlier_engines)}] if named.earlier_engines else []
+    return frozenset((point.engine.label, point.load.slug()) for overrides in [named.overrides, *earlier]
+                      for point in quiet_plan(case, **overrides)[0].points())  # fmt: skip
 
 
 def load_part(case: str, part: str, **overrides: Any) -> CasePlan:
@@ -454,7 +458,6 @@ def quiet_plan(case: str, **overrides: Any) -> tuple[CasePlan, list[str]]:
     """``load_plan`` with the speculative advisories collected instead of warned: (plan, distinct advisories), so a
     page can list them as prose rather than print warnings."""
     import warnings
-
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SpeculativeConfigWarning)

@@ -67,7 +67,8 @@ def test_the_mtp_grid() -> None:
     assert labels[:2] == ["spec-off", "mtp-k1-a0.85"]  # the verdict's pair comes first
     assert [load.request_rate_qps for load in plan.loads[:4]] == [1, 2, 4, 8]
     assert [load.concurrency for load in plan.loads[4:]] == [1, 4, 16, 64]
-    assert {e.model for e in plan.engines} == {"deepseek-v3-reduced", "mimo-7b", "deepseek-v3-v2lite-scale"}
+    assert {e.model for e in plan.engines} == {"deepseek-v3-reduced", "mimo-7b", "deepseek-v3-v2lite-scale",
+                                               "deepseek-v3-fit80"}
     # the V2-Lite-scale pair tests why scale decides: speculation off and k = 1 at the verdict's 0.85
     small = {e.label: e for e in plan.engines if e.model == "deepseek-v3-v2lite-scale"}
     assert sorted(small) == ["v2lite-mtp-k1-a0.85", "v2lite-spec-off"]
@@ -91,6 +92,24 @@ def test_mtp_configs_are_what_vllm_expects() -> None:
     assert draft_type_after_override(get_shape("mimo-7b").config()) == ("mimo_mtp", 1)
 
 
+def test_the_80gb_shape_runs_the_quick_and_deciding_parts_and_fits_80_gib() -> None:
+    """The quick and deciding parts of the DeepSeek case run the 16-expert shape, whose k = 1 configs pass the KV
+    check on one 80 GiB GPU; the 32-expert configs stay in the grid and still decide the claims with their rows."""
+    from vllm_playbooks.config.capacity import check_fits
+    from vllm_playbooks.run.plan import deciding_points, load_part
+
+    for part in ("quick", "decide-v3-speedup", "decide-pr12755"):
+        plan = load_part(MTP, part)
+        assert {e.model for e in plan.engines} == {"deepseek-v3-fit80"}, part
+        for engine in plan.engines:
+            budget = check_fits(engine, 79.2)  # an H100 80GB HBM3 as vLLM 0.26 counts it
+            assert budget.kv_tokens >= 64 * (230 + 203), (part, engine.label, budget.kv_tokens)
+    points = deciding_points(MTP, "deepseek-v3-mtp-speedup")
+    assert {label for label, _ in points} == {"fit80-spec-off", "fit80-mtp-k1-a0.85", "fit80-mtp-k1-a0.90",
+                                              "spec-off", "mtp-k1-a0.85", "mtp-k1-a0.90"}  # fmt: skip
+    assert {load for _, load in points} == {"in230-out203-c1"}
+
+
 def test_mtp_acceptance_follows_the_published_rows(published) -> None:  # type: ignore[no-untyped-def]
     plan = _plan(MTP)
     later = deepseek_mtp.mtp_later_conditional(published)
@@ -99,8 +118,9 @@ def test_mtp_acceptance_follows_the_published_rows(published) -> None:  # type: 
             expected = speculative.rates_first_then_constant(0.85, later, engine.num_speculative_tokens)
             assert list(engine.speculative.synthetic_acceptance_rates) == pytest.approx(expected, abs=5e-5)
     alphas = sorted(e.speculative.acceptance_alpha() for e in plan.engines if e.num_speculative_tokens == 1)
-    # 0.81 PR #12755's low end, 0.85-0.90 the report's range; MiMo and the V2-Lite-scale shape at 0.85
-    assert alphas == [0.81, 0.85, 0.85, 0.85, 0.9]
+    # 0.81 PR #12755's low end, 0.85-0.90 the report's range, on the 32- and the 16-expert shape; MiMo and the
+    # V2-Lite-scale shape at 0.85
+    assert alphas == [0.81, 0.81, 0.85, 0.85, 0.85, 0.85, 0.9, 0.9]
     assert all((load.input_len, load.output_len) == gpt_oss_eagle3.chat_profile(published) for load in plan.loads)
 
 
@@ -173,7 +193,7 @@ def test_pages_get_the_plan_quietly_and_the_calls_to_run_it() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         plan, advisories = quiet_plan(MTP)
-    assert len(plan.engines) == 11 and any("runs the same MTP layer" in a for a in advisories)
+    assert len(plan.engines) == 15 and any("runs the same MTP layer" in a for a in advisories)
     calls = part_calls(MTP)
     assert calls.splitlines()[0] == (
         "- **1-verdict** (2 server config(s), 8 points): `run_case(load_plan('deepseek-mtp', "

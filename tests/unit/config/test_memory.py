@@ -10,12 +10,15 @@ import pytest
 from vllm_playbooks.config.capacity import max_capture_size_of, resolve_batching
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.config.memory import (
+    FALLBACK_FAMILY,
     GIB,
     MIN_GRAPH_BYTES,
     FamilyCalibration,
     GraphProfile,
+    MemoryCalibration,
     cudagraph_descs,
     graph_profile,
+    respecialized_modes,
     specialization,
     uses_v1_runner,
 )
@@ -96,3 +99,29 @@ def test_the_estimate_is_the_first_capture_plus_each_graph_extrapolated() -> Non
     cheap = FamilyCalibration(**{**row.__dict__, "cudagraph_respecialized_gib_per_graph": 0.0})
     assert cheap.cudagraph_bytes(profile) == round(1.0 * GIB) + 30 * MIN_GRAPH_BYTES
     assert row.cudagraph_bytes(GraphProfile(0, 0, 0)) == 0
+
+
+def test_respecialized_modes_name_the_sizes_that_change_class() -> None:
+    assert respecialized_modes(_descs(_gpt_oss_eagle3(2))) == [("PIECEWISE", 1008, 993, 80), ("FULL", 768, 753, 65)]
+    assert respecialized_modes(_descs(_gpt_oss_eagle3(3))) == []
+
+
+def _row(family: str, logs: int, factor: float) -> FamilyCalibration:
+    return FamilyCalibration(family=family, logs=logs, activation_factor=factor, cudagraph_first_gib_per_token=0.0,
+                             cudagraph_respecialized_gib_per_graph=0.0, non_torch_gib=0.0,
+                             fallback_error_pct=0.0)  # fmt: skip
+
+
+def test_a_new_shape_with_a_drafter_takes_another_shapes_row_with_that_drafter() -> None:
+    """A DeepSeek-V3 shape no start-up calibrates: with MTP, the MTP row of the architecture fitted on the most logs;
+    without, a row without drafter."""
+    rows = [_row("DeepseekV3ForCausalLM/deepseek-v3-reduced+mtp", 8, 5.8),
+            _row("DeepseekV3ForCausalLM/deepseek-v3-v2lite-scale+mtp", 1, 3.0),
+            _row("DeepseekV3ForCausalLM/deepseek-v3-reduced", 3, 5.2), _row(FALLBACK_FAMILY, 18, 2.2)]  # fmt: skip
+    calibration = MemoryCalibration({r.family: r for r in rows})
+    mtp = build_speculative_config({"method": "mtp", "num_speculative_tokens": 1})
+    with_mtp = EngineConfig(label="m", model="deepseek-v3-fit80", max_model_len=2048, speculative=mtp)
+    assert calibration.for_engine(with_mtp) == (rows[0], False)
+    without = EngineConfig(label="o", model="deepseek-v3-fit80", max_model_len=2048)
+    assert calibration.for_engine(without) == (rows[2], False)
+    assert calibration.warning(with_mtp) is not None

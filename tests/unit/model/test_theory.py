@@ -109,7 +109,7 @@ def test_speculative_tpot() -> None:
 
 def test_hardware_table_rows_have_https_sources() -> None:
     gpus = load_gpus()
-    assert set(gpus) == {"A100-80GB", "H100-SXM", "H200-SXM", "B200", "MI300X"}
+    assert set(gpus) == {"A100-80GB", "H100-SXM", "H200-SXM", "B200", "MI300X", "L40S"}
     for gpu in gpus.values():
         assert gpu.source_url.startswith("https://")
         assert gpu.hbm_bandwidth_tb_s > 0 and gpu.bf16_dense_tflops > 0
@@ -130,6 +130,7 @@ def test_rows_are_measured_on_their_own_gpu_only() -> None:
     assert measured_on("NVIDIA H200", "H200-SXM") and measured_on("NVIDIA H100 80GB HBM3", get_gpu("H100-SXM"))
     assert not measured_on("NVIDIA H100 80GB HBM3", "H200-SXM") and not measured_on("NVIDIA H200", "H100-SXM")
     assert not measured_on("cpu", "H200-SXM") and not measured_on("Tesla V100-SXM2-32GB", "H200-SXM")
+    assert not measured_on("NVIDIA A100-SXM4-40GB", "A100-80GB")  # its name gives another memory size
 
 
 def test_the_reference_gpus_rows_are_of_its_datasheet_row_and_no_other() -> None:
@@ -536,7 +537,7 @@ def test_prediction_configs_come_from_the_plans_speculative_engines() -> None:
 
     mtp, _ = quiet_plan("deepseek-mtp")
     at_085 = fits.engine_prediction_configs(mtp.engines, 400, rates=[0.85])
-    assert sorted(at_085) == ["mimo-mtp-k1-a0.85", "mtp-k1-a0.85", "v2lite-mtp-k1-a0.85"]
+    assert sorted(at_085) == ["fit80-mtp-k1-a0.85", "mimo-mtp-k1-a0.85", "mtp-k1-a0.85", "v2lite-mtp-k1-a0.85"]
     mimo = fits.engine_prediction_configs(mtp.engines, 400, model="mimo-7b")
     assert mimo["mimo-mtp-k3-p0.85"]["rates"][0] == 0.85 and len(mimo["mimo-mtp-k3-p0.85"]["rates"]) == 3
     assert {config["draft"] for config in mimo.values()} == {None}  # MTP drafts with the target's own modules

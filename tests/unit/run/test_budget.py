@@ -123,7 +123,7 @@ def test_recorded_walls_and_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
         ["8b-pp1-mns256", 512, 126.0], ["8b-pp2-mns256", 512, 123.0], ["8b-tp2-mns32", 64, 57.0]]
     frozen = ["--case", "pp-27462", "--data", str(FROZEN), "--hardware", "NVIDIA H200"]
     assert cli.main(["plan", *frozen, "--part", "1-8b-pp1"]) == 0  # its four points are recorded, none stalled
-    assert capsys.readouterr().out.splitlines()[-1] == "Nothing left to measure on this hardware."
+    assert "Nothing left to measure on this hardware." in capsys.readouterr().out.splitlines()
     assert cli.main(["plan", *frozen, "--part", "1-8b-pp1", "--budget-s", "600"]) == 0
     assert capsys.readouterr().out.strip() == "nothing left to measure on NVIDIA H200"
     # caps 128 and 256 left: the longest 8B start-up for each, the longest wall at 512 for cap 256 (none at 256);
@@ -136,9 +136,12 @@ def test_recorded_walls_and_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
         ["8b-tp2-mns64", "llama-3.1-8b", "2", "1", "0", "—", "0", "97", "0", "0", "0"],
         ["8b-tp2-mns128", "llama-3.1-8b", "2", "0", "1", "in128-out256-c256", "118", "97", "NaN", "NaN", "NaN"],
         ["8b-tp2-mns256", "llama-3.1-8b", "2", "0", "1", "in128-out256-c512", "118", "97", "126", "310", "8"]]
-    assert lines[-2] == ("pp-27462 on NVIDIA H200 (vLLM 0.26.0): 2 run(s) to measure, 2 already recorded for this "
-                         "hardware.")
-    assert lines[-1].startswith("Estimated: about 8 GPU-minutes, 2 server start-up(s) included; no estimate for 1 ")
+    head = next(i for i, line in enumerate(lines) if line.startswith("pp-27462 on NVIDIA H200"))
+    assert lines[head] == ("pp-27462 on NVIDIA H200 (vLLM 0.26.0): 2 run(s) to measure, 2 already recorded for this "
+                           "hardware.")
+    assert lines[head + 1].startswith("Estimated: about 8 GPU-minutes, 2 server start-up(s) included; no estimate for 1 ")
+    # then whether the part fits the GPU: every config, measured or not, with the memory per GPU it needs
+    assert lines[head + 2].startswith("3-8b-tp2 fits NVIDIA H200 (") and len(lines) == head + 3 + 4
     # the same runs on another GPU are not recorded there: every run of the part is to measure
     other = [a if a != "NVIDIA H200" else "NVIDIA A100-SXM4-80GB" for a in frozen]
     assert cli.main(["plan", *other, "--part", "3-8b-tp2"]) == 0

@@ -11,7 +11,7 @@ import pytest
 from tests.unit.run.grid_rows import GRID_PLAN, grid_spec, run_rows
 from vllm_playbooks import cli
 from vllm_playbooks.run import budget, hardware_plan
-from vllm_playbooks.run.plan import plan_from_dict
+from vllm_playbooks.run.plan import load_part, plan_from_dict
 
 
 def test_rows_of_hardware_are_those_of_the_gpu_and_gpus_each_config_uses() -> None:
@@ -110,19 +110,62 @@ def test_a_gpus_memory_comes_from_the_gpu_here_then_a_logged_start_up_then_the_d
     assert hardware_plan.gpu_memory_gib("NVIDIA H100 80GB HBM3") == (79.6, "this machine's GPU")
     assert hardware_plan.gpu_memory_gib("NVIDIA H200") == (139.8, "vLLM's log of a recorded start-up on it")
     assert hardware_plan.gpu_memory_gib("NVIDIA A100-SXM4-80GB") == (80.0, "the A100-80GB datasheet")
+    assert hardware_plan.gpu_memory_gib("NVIDIA L40S") == (48.0, "the L40S datasheet")
     assert hardware_plan.gpu_memory_gib("Acme X1") is None
+    assert hardware_plan.gpu_memory_gib("NVIDIA A100-SXM4-40GB") is None  # not read as the 80 GB row
 
 
 @pytest.mark.recorded_data
 def test_the_plan_names_the_engines_that_cannot_start_on_the_named_gpu(capsys: pytest.CaptureFixture[str]) -> None:
-    """The DeepSeek-V3-shaped configs hold more than one 80 GiB GPU in weights alone: the plan for an H100 says so
-    instead of estimating their GPU time (a live run would refuse them at once)."""
-    argv = ["plan", "--case", "deepseek-mtp", "--part", "decide-v3-speedup", "--hardware", "NVIDIA H100 80GB HBM3",
+    """The 32-expert DeepSeek-V3 shape holds more than one 80 GiB GPU in weights alone: the plan for an H100 says so
+    instead of estimating its GPU time (a live run would refuse it at once), and says the part does not fit."""
+    argv = ["plan", "--case", "deepseek-mtp", "--part", "1-verdict", "--hardware", "NVIDIA H100 80GB HBM3",
             "--vllm-version", "0.26.0"]  # fmt: skip
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     assert "None of them can run here" in out
     assert "note: spec-off cannot start on NVIDIA H100 80GB HBM3 (" in out and "exceed 0.9 ×" in out
+    assert "1-verdict does not fit NVIDIA H100 80GB HBM3" in out
+
+
+@pytest.mark.parametrize(("gpu", "memory", "fits"), [
+    ("NVIDIA H100 80GB HBM3", 79.18, True), ("NVIDIA A100-SXM4-80GB", 80.0, True), ("NVIDIA H200", 139.8, True),
+    ("NVIDIA L40S", 48.0, False),
+])  # fmt: skip
+def test_the_deepseek_deciding_parts_fit_one_80_gib_gpu(gpu: str, memory: float, fits: bool) -> None:
+    """The 16-expert shape's configs need 71-77 GiB per GPU (weights 57.6 GiB, 58.7 with the MTP layer): an A100-80GB
+    or H100 80GB starts them, an L40S (48 GB) does not, and says why."""
+    for part in ("decide-v3-speedup", "decide-pr12755", "quick"):
+        table = hardware_plan.part_fits(load_part("deepseek-mtp", part), memory)
+        assert table["fits"].tolist() == [fits] * len(table), (part, gpu)
+        assert table["needs_gib"].between(70.0, 78.0).all() and (table["gpus"] == 1).all()
+        assert (table["why_not"] == "").all() if fits else table["why_not"].str.contains("exceed 0.9 ×").all()
+
+
+def test_a_part_that_does_not_fit_says_which_config_and_how_much_it_needs() -> None:
+    table = hardware_plan.part_fits(load_part("deepseek-mtp", "1-verdict"), 79.18)
+    assert not table["fits"].any() and table["needs_gib"].min() > 100.0  # the 32-expert shape: 95.6 GiB of weights
+    lines = hardware_plan.describe_part_fits(table, "1-verdict", "NVIDIA H100 80GB HBM3", 79.18, "a log")
+    assert lines[0].startswith("1-verdict does not fit") and len(lines) == 1 + len(table)
+    fitting = hardware_plan.part_fits(load_part("deepseek-mtp", "decide-v3-speedup"), 79.18)
+    lines = hardware_plan.describe_part_fits(fitting, "decide-v3-speedup", "NVIDIA H100 80GB HBM3", 79.18, "a log")
+    assert f"at most {fitting['needs_gib'].max():.1f} GiB per GPU" in lines[0]
+
+
+@pytest.mark.recorded_data
+def test_the_eagle3_k2_and_k5_refusals_on_the_h100_name_the_cuda_graph_reserve(capsys: pytest.CaptureFixture[str]) -> None:
+    """k = 2 and k = 5 did not start on the H100: their CUDA-graph estimate (9.45 and 7.94 GiB logged) left no KV
+    cache; the plan says so from the calculator (graphs of another integer class) and from the logged failure."""
+    argv = ["plan", "--case", "gpt-oss-eagle3", "--part", "decide-draft-tokens", "--hardware", "NVIDIA H100 80GB HBM3",
+            "--vllm-version", "0.26.0"]  # fmt: skip
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    for label in ("eagle3-k2-a0.71", "eagle3-k5-a0.71"):
+        refusal = next(line for line in out.splitlines() if line.startswith(f"note: {label} cannot start"))
+        assert "differ in integer class" in refusal
+        assert any(line.startswith(f"note: {label} did not start on this hardware before: ValueError: No available "
+                                   "memory for the cache blocks") for line in out.splitlines())  # fmt: skip
+    assert "decide-draft-tokens does not fit NVIDIA H100 80GB HBM3" in out
 
 
 def test_the_least_memory_is_where_the_calculator_turns_from_refusing_to_starting() -> None:
@@ -144,14 +187,13 @@ def test_the_quick_checks_memory_reads_as_a_figure_or_says_why_not() -> None:
 
 
 @pytest.mark.recorded_data
-def test_the_deepseek_quick_check_needs_more_than_an_h100_and_fits_an_h200() -> None:
-    """Its servers started on the H200; on the H100 a live run refuses them before start-up (memory as vLLM logged
-    it on each)."""
+def test_the_deepseek_quick_check_fits_an_h100_as_vllm_logged_it() -> None:
+    """Its servers run the 16-expert shape: the memory they need lies below the H100's as vLLM logged it."""
     from vllm_playbooks.results.server_logs import logged_gpu_memory
 
     need = float(hardware_plan.quick_check_memory("deepseek-mtp").split()[0])
-    h100, h200 = logged_gpu_memory("NVIDIA H100 80GB HBM3"), logged_gpu_memory("NVIDIA H200")
-    assert h100 is not None and h200 is not None and h100 < need < h200
+    h100 = logged_gpu_memory("NVIDIA H100 80GB HBM3")
+    assert h100 is not None and 70.0 < need < h100
 
 
 def test_one_after_another_a_later_server_of_a_shape_is_counted_with_its_shortest_start_up() -> None:

@@ -341,7 +341,10 @@ def test_a_deciding_part_measures_claims_of_its_case_three_times_off_the_grid() 
                 assert plan.repeats >= MIN_CLEAN_REPEATS and len(plan.engines) >= 2, part.name
                 for claim_id in part.decides:
                     assert claims[claim_id].case == case and deciding_part(case, claim_id) == part.name
-                    assert deciding_points(case, claim_id) == {(p.engine.label, p.load.slug()) for p in plan.points()}
+                    earlier = load_part(case, part.name, engines=list(part.earlier_engines)).points() \
+                        if part.earlier_engines else []
+                    assert deciding_points(case, claim_id) == {(p.engine.label, p.load.slug())
+                                                               for p in [*plan.points(), *earlier]}  # fmt: skip
                     decided.append(claim_id)
     assert len(decided) == len(set(decided)) >= 5  # one part per claim
     assert deciding_part("rules-of-thumb", "rule-acceptance-bands") is None  # no case file: all its rows decide
@@ -359,6 +362,23 @@ def test_a_part_decides_a_list_of_claim_ids(tmp_path: Path) -> None:
     own.write_text("case: own\nengines: [{label: a, model: llama-3.1-8b}]\nloads: {concurrency: [1]}\n"
                    "parts:\n  - {name: check, decides: claim-a}\n")  # fmt: skip
     with pytest.raises(ConfigError, match="part check: 'decides' is a list of claim ids, got 'claim-a'"):
+        named_parts(str(own))
+
+
+def test_a_deciding_part_may_name_an_earlier_shapes_engines(tmp_path: Path) -> None:
+    """Its claims rest on its own points and on the earlier engines' rows at its loads; running it runs its own."""
+    from vllm_playbooks.run.plan import load_part, named_parts
+
+    own = tmp_path / "own.yaml"
+    own.write_text("case: own\nengine_defaults: {max_model_len: 1024}\n"
+                   "engines: [{label: old, model: llama-3.1-8b}, {label: new, model: llama-3.2-1b}]\n"
+                   "loads: {input_len: 8, output_len: 8, concurrency: [1, 4]}\nparts:\n  - {name: all}\n"
+                   "  - {name: check, engines: [new], concurrency: [1], earlier_engines: [old], repeats: 3}\n")  # fmt: skip
+    assert named_parts(str(own))[1].earlier_engines == ("old",)
+    assert [p.engine.label for p in load_part(str(own), "check").points()] == ["new"] * 3
+    own.write_text(own.read_text().replace("repeats: 3}", "repeats: 3, earlier_engines: old}").replace(
+        "earlier_engines: [old], ", ""))
+    with pytest.raises(ConfigError, match="part check: 'earlier_engines' is a list of engine labels, got 'old'"):
         named_parts(str(own))
 
 

@@ -24,11 +24,12 @@ EXPECTED_SHAPES = {
     "gpt-oss-120b-eagle3-131k",
     "deepseek-v3",
     "deepseek-v3-reduced",
+    "deepseek-v3-fit80",
     "deepseek-v3-v2lite-scale",
     "mimo-7b",
     "tiny-llama",
 }
-DEEPSEEK = ["deepseek-v3", "deepseek-v3-reduced", "deepseek-v3-v2lite-scale"]
+DEEPSEEK = ["deepseek-v3", "deepseek-v3-reduced", "deepseek-v3-fit80", "deepseek-v3-v2lite-scale"]
 URL = re.compile(r"https://\S+")
 
 
@@ -217,6 +218,15 @@ def test_deepseek_reduced_differs_from_deepseek_v3_only_in_routed_experts() -> N
     assert full["num_hidden_layers"] == 61 and full["hidden_size"] == 7168
     assert full["quantization_config"]["weight_block_size"] == [128, 128]
     assert get_shape("deepseek-v3-reduced").quantization == "fp8"
+
+
+def test_deepseek_fit80_differs_from_deepseek_v3_only_in_routed_experts() -> None:
+    """The 80 GB shape keeps every dimension of one token's step (8 routed + 1 shared expert of width 2048, MLA,
+    61 layers + MTP) and has 16 routed experts, the fewest its 8 routing groups allow."""
+    full = get_shape("deepseek-v3").config()
+    fit = get_shape("deepseek-v3-fit80").config()
+    assert fit["n_routed_experts"] == 16 == 2 * fit["n_group"]
+    assert {k for k in full.keys() | fit.keys() if full.get(k) != fit.get(k)} == {"n_routed_experts"}
 
 
 def test_deepseek_v2lite_scale_is_bf16_at_v2_lite_size() -> None:
