@@ -84,7 +84,7 @@ def acceptance_bands(claim: Claim, ev: Evidence) -> CheckResult:
     request rate (an open loop's throughput is set by the arrivals). Where some points rest on ``MIN_CLEAN_REPEATS``
     clean runs of each side, the rule is judged on those alone (``re_measured_pairs``) and the text says how many
     single-run points were set aside and which acceptance rates the judged ones span; where none do, on every point,
-    which the ledger marks as not re-measured. Model: per recorded config, the break-even acceptance rate from the
+    whose runs a side (fewer than ``MIN_CLEAN_REPEATS``) the ledger states. Model: per recorded config, the break-even acceptance rate from the
     draft cost c the TPOTs imply (``_break_even_by_config``); the bands hold if every one falls in the break-even band.
     """
     loss_below = ev.value(claim, "acceptance-net-loss-below")

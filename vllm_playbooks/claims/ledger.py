@@ -14,6 +14,7 @@ from vllm_playbooks.analysis.compare import higher_is_better, versus_baseline
 from vllm_playbooks.analysis.noise import MIN_CLEAN_REPEATS
 from vllm_playbooks.analysis.runs import usable_runs
 from vllm_playbooks.analysis.whatif import CALIBRATION_CASES, calibrates
+from vllm_playbooks.claims.lead import lead_gpu
 from vllm_playbooks.claims.verdict import DATA_VERDICTS, Verdict
 from vllm_playbooks.config.capacity import kv_budget
 from vllm_playbooks.errors import ConfigError, SchemaError
@@ -76,12 +77,6 @@ class CheckResult:
             raise ValueError(f"a model verdict is one of {[str(v) for v in DATA_VERDICTS]}, got {self.model_verdict!r}")
         if self.verdict is Verdict.MODEL_ONLY and self.model_verdict is None:
             raise ValueError("a 'model only' verdict needs the model's verdict")
-
-    @property
-    def shown(self) -> str:
-        """The verdict as the ledger and the case pages show it (``ledger_verdict``): its word, followed by "(not
-        re-measured)" where a point it compares has fewer than ``MIN_CLEAN_REPEATS`` clean runs."""
-        return ledger_verdict(str(self.verdict), self.fewest_runs)
 
     @property
     def noise(self) -> dict[str, Any]:
@@ -367,20 +362,17 @@ def model_error(function: Callable[[], Any]) -> str | None:
 LEDGER_COLUMNS = [
     "claim", "case", "text", "sources", "source_urls", "source_kind", "published", "measured", "rows", "verdict",
     "model_says", "model_verdict", "hardware", "points", "min_clean_repeats", "spread_pct", "band_pct",
-    "deciding_part",
+    "deciding_part", "headline",
 ]  # fmt: skip
 #: The machine-readable export (``vllm-playbooks ledger --format csv``): one row per claim and GPU it is judged on
-#: (``build_ledger``), the same numbers the ledger page shows; ``verdict`` says where a data verdict rests on fewer
-#: than ``MIN_CLEAN_REPEATS`` runs of a point, ``deciding_part`` names the part of the claim's case that measures the
-#: points its verdict rests on (blank: none).
+#: (``build_ledger``), the same numbers the ledger page shows. ``verdict`` is a word of ``Verdict`` alone;
+#: ``runs_per_side`` the fewest clean runs of any side of any point it compares (blank where it compares none or its
+#: check does not count them); ``headline`` is true on the line the book leads with (``judged_per_gpu``);
+#: ``deciding_part`` names the part of the claim's case that measures the points its verdict rests on (blank: none).
 EXPORT_COLUMNS = [
-    "claim_id", "verdict", "re_measured", "hardware", "points", "min_clean_repeats", "spread_pct", "band_pct",
+    "claim_id", "hardware", "headline", "verdict", "runs_per_side", "re_measured", "points", "spread_pct", "band_pct",
     "deciding_part",
-]
-#: What a data verdict carries beside its word when it rests on fewer than ``MIN_CLEAN_REPEATS`` clean runs of one of
-#: its points, and when its check does not count the runs of the points it compares.
-NOT_RE_MEASURED = "not re-measured"
-REPEATS_NOT_COUNTED = "repeats not counted"
+]  # fmt: skip
 
 
 def re_measured(verdict: str, min_clean_repeats: int | None) -> bool | None:
@@ -389,17 +381,6 @@ def re_measured(verdict: str, min_clean_repeats: int | None) -> bool | None:
     if verdict not in {str(v) for v in DATA_VERDICTS} or min_clean_repeats is None:
         return None
     return min_clean_repeats >= MIN_CLEAN_REPEATS
-
-
-def ledger_verdict(verdict: str, min_clean_repeats: int | None) -> str:
-    """The verdict as the ledger shows it: its word, then "(not re-measured)" when a data verdict rests on fewer than
-    ``MIN_CLEAN_REPEATS`` clean runs of a point, or "(repeats not counted)" when its check does not count them, so a
-    verdict from single runs never passes for a settled one."""
-    if verdict not in {str(v) for v in DATA_VERDICTS}:
-        return verdict
-    if min_clean_repeats is None:
-        return f"{verdict} ({REPEATS_NOT_COUNTED})"
-    return verdict if re_measured(verdict, min_clean_repeats) else f"{verdict} ({NOT_RE_MEASURED})"
 
 
 def noise_of(pairs: pd.DataFrame | None) -> dict[str, Any]:
@@ -420,17 +401,16 @@ def noise_of(pairs: pd.DataFrame | None) -> dict[str, Any]:
 
 def ledger_export(ledger: pd.DataFrame) -> pd.DataFrame:
     """The ledger in ``EXPORT_COLUMNS``: one row per line of the ledger (a claim, on a GPU where it is judged per GPU),
-    as ``vllm-playbooks ledger --format csv`` prints it. The verdict is a word of the book's vocabulary (``Verdict``),
-    followed by "(not re-measured)" where a data verdict rests on fewer than ``MIN_CLEAN_REPEATS`` clean runs of a
-    point (``ledger_verdict``); ``re_measured`` says the same as a boolean (blank for the verdicts that compare no
-    recorded points)."""
+    as ``vllm-playbooks ledger --format csv`` prints it. The verdict is a word of the book's vocabulary (``Verdict``)
+    and ``runs_per_side`` the runs it rests on; ``re_measured`` says whether those are at least ``MIN_CLEAN_REPEATS``
+    (blank for the verdicts that compare no recorded points)."""
     import pandas as pd
 
-    out = ledger.rename(columns={"claim": "claim_id"}).astype({"points": int, "min_clean_repeats": "Int64"})
+    out = ledger.rename(columns={"claim": "claim_id", "min_clean_repeats": "runs_per_side"})
+    out = out.astype({"points": int, "runs_per_side": "Int64", "headline": bool})
     fewest = _fewest_runs(ledger)
     out["re_measured"] = pd.array([re_measured(v, n) for v, n in zip(out["verdict"], fewest, strict=True)],
                                   dtype="boolean")  # fmt: skip
-    out["verdict"] = ledger_verdicts(ledger)
     return out[EXPORT_COLUMNS]
 
 
@@ -454,21 +434,26 @@ def noting_not_started(result: CheckResult, engines: list[str]) -> CheckResult:
 
 
 def judged_per_gpu(claim: Claim, evidence: Evidence) -> list[tuple[str, CheckResult]]:
-    """``claim``'s check, once per GPU of ``Evidence.deciding_gpus`` on that GPU's rows alone, the reference GPU
-    first: no GPU's rows move another's verdict. A claim without deciding points (a rule of thumb weighed on every
-    recorded row), or with none of them recorded yet, is checked once on all the evidence, under the GPU ``""``."""
+    """``claim``'s check, once per GPU of ``Evidence.deciding_gpus`` on that GPU's rows alone: no GPU's rows move
+    another's verdict. The GPU the book leads with comes first (``claims.lead.lead_gpu``: the most clean runs a side
+    at the compared points; a tie, the reference GPU), the others follow in ``deciding_gpus``' order. A claim without
+    deciding points (a rule of thumb weighed on every recorded row), or with none of them recorded yet, is checked
+    once on all the evidence, under the GPU ``""``."""
     check = get_check(claim.check)
     gpus = evidence.deciding_gpus(claim)
     if not gpus:
         return [("", check(claim, evidence))]
-    return [(gpu, noting_not_started(check(claim, evidence.on_gpu(gpu)), evidence.not_started(claim, gpu)))
-            for gpu in gpus]  # fmt: skip
+    judged = [(gpu, noting_not_started(check(claim, evidence.on_gpu(gpu)), evidence.not_started(claim, gpu)))
+              for gpu in gpus]  # fmt: skip
+    lead = lead_gpu({gpu: result.fewest_runs for gpu, result in judged})
+    return sorted(judged, key=lambda line: line[0] != lead)
 
 
 def build_ledger(evidence: Evidence | None = None, claims: list[Claim] | None = None) -> pd.DataFrame:
-    """One line per claim and GPU it is judged on (``judged_per_gpu``: the reference GPU's line first, one line for a
-    claim judged on every GPU's rows at once), its check run on ``evidence`` (default: ``load_evidence()``), in
-    ``LEDGER_COLUMNS``. ``hardware`` names the GPU a line was judged on, else the GPUs of the points it compares."""
+    """One line per claim and GPU it is judged on (``judged_per_gpu``: the line the book leads with first, marked
+    ``headline``; one line for a claim judged on every GPU's rows at once), its check run on ``evidence`` (default:
+    ``load_evidence()``), in ``LEDGER_COLUMNS``. ``hardware`` names the GPU a line was judged on, else the GPUs of
+    the points it compares."""
     import pandas as pd
 
     ev = evidence if evidence is not None else load_evidence()
@@ -484,20 +469,21 @@ def build_ledger(evidence: Evidence | None = None, claims: list[Claim] | None = 
             "model_says": result.model_says, "model_verdict": str(result.model_verdict) if result.model_verdict else "",
             **result.noise, **({"hardware": gpu} if gpu else {}),
             "deciding_part": (deciding_part(claim.case, claim.claim_id) or "") if claim.claim_id in ev.deciding else "",
+            "headline": not records or records[-1]["claim"] != claim.claim_id,  # judged_per_gpu puts the lead first
         })  # fmt: skip
     return pd.DataFrame(records, columns=LEDGER_COLUMNS)
 
 
 def headline_lines(ledger: pd.DataFrame) -> pd.DataFrame:
-    """One line per claim of ``build_ledger``'s ledger: its first, the reference GPU's where a claim is judged per
-    GPU (what the book's key findings and the re-measure commands state)."""
-    return ledger.drop_duplicates("claim", keep="first")
+    """One line per claim of ``build_ledger``'s ledger: its ``headline`` line, the best-evidenced GPU's where a claim
+    is judged per GPU (what the book's key findings and the re-measure commands state)."""
+    return ledger[ledger["headline"].astype(bool)]
 
 
 def result_for(claim_id: str, evidence: Evidence | None = None) -> CheckResult:
-    """The check of one claim of ``claims.csv`` run on ``evidence`` (default: ``load_evidence()``), for a case page
-    that states the same verdict as the ledger's first line of that claim (``judged_per_gpu``): its case module (which
-    registers the check) is imported there."""
+    """The check of one claim of ``claims.csv`` run on ``evidence`` (default: ``load_evidence()``): the verdict the
+    ledger leads with for that claim (``judged_per_gpu``'s first), for a page that states the same; its case module
+    (which registers the check) is imported there."""
     ev = evidence if evidence is not None else load_evidence()
     return judged_per_gpu(claim_of(claim_id, ev), ev)[0][1]
 
@@ -529,11 +515,6 @@ def _fewest_runs(ledger: pd.DataFrame) -> list[int | None]:
     return [None if pd.isna(n) else int(n) for n in ledger["min_clean_repeats"]]
 
 
-def ledger_verdicts(ledger: pd.DataFrame) -> list[str]:
-    """Each claim's verdict as the ledger shows it (``ledger_verdict``), in the ledger's order."""
-    return [ledger_verdict(v, n) for v, n in zip(ledger["verdict"], _fewest_runs(ledger), strict=True)]
-
-
 def remeasure_command(case: str, part: str) -> str:
     """The command that measures one part of ``case`` on this machine's first GPU: for a claim, its deciding part."""
     return f"vllm-playbooks run --case {case} --gpus 0 --part {part}"
@@ -541,20 +522,19 @@ def remeasure_command(case: str, part: str) -> str:
 
 def ledger_markdown(ledger: pd.DataFrame) -> str:
     """The ledger as MyST Markdown: a summary table, then each line's published numbers, our rows, the noise its
-    verdict rests on and the model in a collapsed section of its own. A verdict is shown with ``ledger_verdict``; the
-    lines of a claim judged on more than one GPU each name their GPU."""
+    verdict rests on and the model in a collapsed section of its own. Each verdict names the GPU and the clean runs a
+    side it rests on; a claim judged on more than one GPU leads with its ``headline`` line, the others below it."""
     import pandas as pd
 
-    shown = ledger_verdicts(ledger)
-    per_gpu = ledger["claim"].duplicated(keep=False)  # a claim judged on more than one GPU: each line names its GPU
-    on_gpu = [f" on {r.hardware}" if several else "" for r, several in zip(ledger.itertuples(), per_gpu, strict=True)]
-    lines = ["| claim | source | verdict | model's verdict |", "|---|---|---|---|"]
-    for r, verdict, gpu in zip(ledger.itertuples(), shown, on_gpu, strict=True):
+    judged = [_judged_on(r) for r in ledger.itertuples()]
+    lines = ["| claim | source | verdict | judged on | model's verdict |", "|---|---|---|---|---|"]
+    for r, on in zip(ledger.itertuples(), judged, strict=True):
         links = ", ".join(f"[{_link_label(u)}]({u})" for u in r.source_urls.split())
         marker = " **[secondary]**" if r.source_kind == "secondary only" else ""
-        lines.append(f"| **{r.claim}**: {_cell(r.text)} | {links}{marker} | **{verdict}**{gpu} | "
-                     f"{_cell(r.model_verdict)} |")
-    for r, verdict, gpu in zip(ledger.itertuples(), shown, on_gpu, strict=True):  # one collapsed section per line
+        claim, verdict = (f"**{r.claim}**: {_cell(r.text)}", f"**{r.verdict}**") if r.headline else (f"↳ {r.claim}",
+                                                                                                     r.verdict)
+        lines.append(f"| {claim} | {links}{marker} | {verdict} | {_cell(on)} | {_cell(r.model_verdict)} |")
+    for r, on in zip(ledger.itertuples(), judged, strict=True):  # one collapsed section per line
         noise = None
         if r.points and not pd.isna(r.min_clean_repeats):
             spread = ("no spread yet (single runs)" if r.spread_pct == 0 and r.min_clean_repeats < 2
@@ -562,7 +542,7 @@ def ledger_markdown(ledger: pd.DataFrame) -> str:
             noise = (f"- *Noise:* {int(r.points)} compared point{'s' if r.points != 1 else ''} on {r.hardware}; the "
                      f"fewest clean runs of a point: {int(r.min_clean_repeats)}; {spread}; band {r.band_pct:.1f} %")
         lines += [
-            "", f":::{{dropdown}} {r.claim}{gpu}: {verdict}",
+            "", f":::{{dropdown}} {r.claim}: {r.verdict}" + (f" ({on})" if on else ""),
             f"{_cell(r.text)} ({r.case}; sources: {r.source_kind})", "",
             f"- *Published:* {_cell(r.published)}",
             f"- *Our rows:* {_cell(r.measured)} → **{r.verdict}**",
@@ -572,3 +552,15 @@ def ledger_markdown(ledger: pd.DataFrame) -> str:
             f"- *Model says:* {_cell(r.model_says)}" + (f" → {r.model_verdict}" if r.model_verdict else ""), ":::",
         ]  # fmt: skip
     return "\n".join(lines)
+
+
+def _judged_on(line: Any) -> str:
+    """What a ledger line's data verdict rests on, in a few words: its GPU(s) and clean runs a side ('' for a verdict
+    on no rows)."""
+    import pandas as pd
+
+    if line.verdict not in {str(v) for v in DATA_VERDICTS}:
+        return ""
+    runs = "runs not counted" if pd.isna(line.min_clean_repeats) else (
+        f"{int(line.min_clean_repeats)} run{'' if int(line.min_clean_repeats) == 1 else 's'} a side")
+    return ", ".join(part for part in (line.hardware, runs) if part)

@@ -1,8 +1,10 @@
-"""A claim's verdict per GPU, from the rows a case page shows: each GPU's rows judged on their own, never mixed.
+"""A claim's verdict per GPU, from the rows a case page judges: each GPU's rows judged on their own, never mixed.
 
-A page that shows rows of several GPUs (``-p hardware all``, or a live run beside the reference rows) states one
-verdict per GPU, and heads with the one of the GPU it is about: in live mode the GPU it just ran on, else the
-reference GPU (``hardware.REFERENCE_GPU``), else the first GPU its rows name.
+A page states one verdict per GPU its rows name and leads with one (``verdict_gpu``): in live mode the GPU it just
+ran on, else the best-evidenced, as the ledger does (``claims.lead``); the others go in one table under it
+(``verdict_table``), which says where one disagrees with the lead beyond their bands. The page's figures and
+numbers come from one GPU's rows (``page_gpu``): in live mode the GPU here, else the reference GPU
+(``hardware.REFERENCE_GPU``), whose rows hold the case's whole grid, else the first GPU its rows name.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from vllm_playbooks.claims.lead import disagree, lead_gpu
 from vllm_playbooks.claims.ledger import (CheckResult, Evidence, claim_of, get_check, load_evidence,
                                          noting_not_started)
 from vllm_playbooks.hardware import REFERENCE_GPU
@@ -47,13 +50,14 @@ def gpus_in(rows: pd.DataFrame) -> list[str]:
 
 
 def page_gpu(rows: pd.DataFrame, mode: str, here: str | None = None) -> str:
-    """The GPU whose rows give a page's headline numbers: ``headline_gpu`` of the GPUs ``rows`` name."""
+    """The GPU whose rows give a page's figures and numbers: ``headline_gpu`` of the GPUs ``rows`` name (its verdict
+    may lead with another GPU's: ``verdict_gpu``)."""
     return headline_gpu(gpus_in(rows), mode, here)
 
 
 def headline_gpu(gpus: list[str], mode: str, here: str | None = None) -> str:
-    """The GPU whose verdict a page states first: in live mode the GPU here (``here``, default NVML's first), else
-    ``REFERENCE_GPU``, where each is among ``gpus``; else the first of ``gpus``."""
+    """The GPU whose rows a page draws and counts from: in live mode the GPU here (``here``, default NVML's first),
+    else ``REFERENCE_GPU`` (every case's whole grid), where each is among ``gpus``; else the first of ``gpus``."""
     if mode == "live":
         here = here if here is not None else gpu_here()
         if here in gpus:
@@ -61,32 +65,54 @@ def headline_gpu(gpus: list[str], mode: str, here: str | None = None) -> str:
     return REFERENCE_GPU if REFERENCE_GPU in gpus else gpus[0]
 
 
+def verdict_gpu(results: dict[str, CheckResult], mode: str, here: str | None = None) -> str:
+    """The GPU whose verdict a page leads with, of ``results_by_gpu``'s GPUs: in live mode the GPU here (``here``,
+    default NVML's first) where it has a result; else the best-evidenced (``claims.lead.lead_gpu``: the most clean
+    runs a side at the compared points, a tie going to the reference GPU), as the ledger leads."""
+    if mode == "live":
+        here = here if here is not None else gpu_here()
+        if here in results:
+            return str(here)
+    return lead_gpu({gpu: result.fewest_runs for gpu, result in results.items()})
+
+
 def page_result(results: dict[str, CheckResult], mode: str, here: str | None = None) -> CheckResult:
-    """The result a page heads with, of ``results_by_gpu``'s GPUs (``headline_gpu``)."""
-    return results[headline_gpu(list(results), mode, here)]
+    """The result a page leads with, of ``results_by_gpu``'s GPUs (``verdict_gpu``)."""
+    return results[verdict_gpu(results, mode, here)]
 
 
-def verdict_table(by_claim: dict[str, dict[str, CheckResult]]) -> pd.DataFrame:
-    """One row per claim and GPU (``results_by_gpu`` of each claim id): ``claim``, ``gpu``, ``verdict`` (as shown:
-    ``CheckResult.shown``), ``measured``
-    (what that GPU's rows show) and ``rows`` (how many the verdict rests on), for a page whose rows come from more
-    than one GPU."""
+#: ``verdict_table``'s columns.
+VERDICT_TABLE_COLUMNS = ["claim", "gpu", "headline", "verdict", "runs_per_side", "spread_pct", "band_pct", "measured",
+                         "rows", "disagrees"]  # fmt: skip
+
+
+def verdict_table(by_claim: dict[str, dict[str, CheckResult]], mode: str = "replay",
+                  here: str | None = None) -> pd.DataFrame:  # fmt: skip
+    """One row per claim and GPU (``results_by_gpu`` of each claim id), each claim's lead first (``verdict_gpu``,
+    ``headline`` true), then its other GPUs in name order: ``verdict`` (the word), ``runs_per_side`` (the fewest clean
+    runs of any side of a compared point; missing where it compares none), the widest ``spread_pct`` and ``band_pct``,
+    ``measured`` (what that GPU's rows show), ``rows`` (how many the verdict rests on) and ``disagrees``: whether
+    that GPU's verdict differs from the lead's beyond both their bands (``claims.lead.disagree``)."""
     import pandas as pd
 
-    records = [{"claim": claim, "gpu": gpu, "verdict": result.shown, "measured": result.measured,
-                "rows": result.rows} for claim, results in by_claim.items() for gpu, result in results.items()]  # fmt: skip
-    return pd.DataFrame(records, columns=["claim", "gpu", "verdict", "measured", "rows"])
+    records = []
+    for claim, results in by_claim.items():
+        lead = verdict_gpu(results, mode, here)
+        first = results[lead]
+        for gpu in sorted(results, key=lambda name: (name != lead, name)):
+            result = results[gpu]
+            records.append({
+                "claim": claim, "gpu": gpu, "headline": gpu == lead, "verdict": str(result.verdict),
+                "runs_per_side": result.fewest_runs, "spread_pct": result.noise["spread_pct"],
+                "band_pct": result.noise["band_pct"], "measured": result.measured, "rows": result.rows,
+                "disagrees": gpu != lead and disagree(str(first.verdict), first.pairs, str(result.verdict),
+                                                      result.pairs),
+            })  # fmt: skip
+    table = pd.DataFrame(records, columns=VERDICT_TABLE_COLUMNS)
+    return table.astype({"runs_per_side": "Int64", "spread_pct": float, "band_pct": float, "headline": bool,
+                         "disagrees": bool})  # fmt: skip
 
 
 def gpus_of(by_claim: dict[str, dict[str, CheckResult]]) -> int:
     """How many GPUs the verdicts of ``by_claim`` were computed for (a page shows ``verdict_table`` from two on)."""
     return len({gpu for results in by_claim.values() for gpu in results if gpu})
-
-
-def re_measured_elsewhere(results: dict[str, CheckResult], page: str) -> dict[str, CheckResult]:
-    """The other GPUs' results of ``results`` (``results_by_gpu``) that rest on repeated runs, in name order, where the
-    result of ``page`` (the GPU a page heads with) rests on fewer: what a page names beside a verdict that is not
-    re-measured on its own GPU. Empty where ``page``'s verdict is re-measured or compares no recorded points."""
-    if results[page].re_measured is not False:
-        return {}
-    return {gpu: result for gpu, result in sorted(results.items()) if gpu != page and result.re_measured}

@@ -645,13 +645,13 @@ def test_a_shape_the_roofline_does_not_model_is_named_not_fatal(claims, publishe
 def test_the_export_states_the_noise_each_verdict_rests_on(ledger: pd.DataFrame) -> None:
     export = claims_ledger.ledger_export(ledger)
     assert list(export.columns) == claims_ledger.EXPORT_COLUMNS and len(export) == len(ledger)
-    judged = export[export["min_clean_repeats"].notna()]
+    judged = export[export["runs_per_side"].notna()]
     assert not judged.empty
     assert (judged["band_pct"] >= judged["spread_pct"]).all() and (judged["band_pct"] >= 5.0).all()
-    for row in judged.itertuples():  # a verdict on fewer than three clean runs of a point says so, in its own column
-        assert row.re_measured == (row.min_clean_repeats >= 3), row
-        assert row.verdict.endswith("(not re-measured)") == (row.min_clean_repeats < 3), row
+    for row in judged.itertuples():  # the runs a verdict rests on, stated beside its word
+        assert row.re_measured == (row.runs_per_side >= 3), row
     assert export["re_measured"].isna().sum() == len(export) - len(judged)
+    assert set(export["verdict"]) <= {str(v) for v in V}  # a word alone: the runs have their own column
     parts = export.drop_duplicates("claim_id").set_index("claim_id")["deciding_part"]  # the same on each GPU's line
     assert parts["gpt-oss-eagle3-200-concurrent"] == "quick" and parts["gpt-oss-eagle3-draft-tokens"] == "decide-draft-tokens"
     assert parts["rule-acceptance-bands"] == ""  # no part decides it: it rests on every recorded row
@@ -665,35 +665,53 @@ def test_a_quick_check_on_another_gpu_is_a_line_of_its_own(ledger: pd.DataFrame)
     """The discussion-13834 quick check ran three times per point on an H100: its line says so, beside the H200's."""
     export = claims_ledger.ledger_export(ledger)
     lines = export[export["claim_id"] == "discussion-13834-slower"]
-    assert lines["hardware"].iloc[0] == "NVIDIA H200"  # the reference GPU's line first
+    assert {"NVIDIA H200", "NVIDIA H100 80GB HBM3"} <= set(lines["hardware"])
     h100 = lines.set_index("hardware").loc["NVIDIA H100 80GB HBM3"]
-    assert h100["re_measured"] and h100["min_clean_repeats"] >= 3 and h100["band_pct"] >= h100["spread_pct"]
-    assert not h100["verdict"].endswith("(not re-measured)")
+    assert h100["re_measured"] and h100["runs_per_side"] >= 3 and h100["band_pct"] >= h100["spread_pct"]
     assert export.groupby("claim_id")["hardware"].nunique().max() == lines["hardware"].nunique()  # no GPU twice
+
+
+@pytest.mark.recorded_data
+def test_no_verdict_leads_on_fewer_runs_than_another_gpu_has(ledger: pd.DataFrame) -> None:
+    """Each claim's first line is its headline, on the GPU with the most clean runs a side (a tie: the reference)."""
+    export = claims_ledger.ledger_export(ledger)
+    assert export.groupby("claim_id", sort=False)["headline"].sum().eq(1).all()
+    assert export.drop_duplicates("claim_id")["headline"].all()  # the headline line comes first
+    runs = export["runs_per_side"].astype("float").fillna(-1)
+    for _, lines in export.assign(runs=runs).groupby("claim_id"):
+        lead = lines[lines["headline"]].iloc[0]
+        assert lead["runs"] == lines["runs"].max(), lines
+        tied = lines[lines["runs"] == lead["runs"]]["hardware"]
+        assert len(tied) == 1 or lead["hardware"] == "NVIDIA H200" or "NVIDIA H200" not in set(tied), lines
+    lead = claims_ledger.headline_lines(ledger)
+    assert lead["claim"].is_unique and len(lead) == ledger["claim"].nunique()
 
 
 def test_the_ledger_and_its_export_speak_the_one_verdict_vocabulary(ledger: pd.DataFrame) -> None:
     words = {str(v) for v in claims_verdict.Verdict}
-    exported = claims_ledger.ledger_export(ledger)["verdict"].str.replace(r" \((not re-measured|repeats not counted)\)$",
-                                                                         "", regex=True)  # fmt: skip
+    exported = claims_ledger.ledger_export(ledger)["verdict"]
     assert set(ledger["verdict"]) <= words and set(exported) <= words
     assert set(ledger["model_verdict"]) - {""} <= words
 
 
-def test_a_verdict_on_single_runs_says_so_in_the_verdict_column() -> None:
-    ledger = pd.DataFrame({"claim": ["a", "b", "c", "d"], "min_clean_repeats": [1, 3, None, None],
+def test_the_export_states_the_runs_a_side_beside_the_verdict() -> None:
+    ledger = pd.DataFrame({"claim": ["a", "a", "c", "d"], "min_clean_repeats": [3, 1, None, None],
                            "verdict": ["reproduced", "reproduced", "model only", "direction only"],
-                           "points": [2, 1, 0, 0], "hardware": ["G", "G", "", ""],
-                           "spread_pct": [0.0, 2.0, None, None], "band_pct": [5.0, 5.0, None, None],
-                           "deciding_part": ["quick", "", "", ""]})  # fmt: skip
+                           "points": [2, 1, 0, 0], "hardware": ["G", "H", "", ""],
+                           "spread_pct": [2.0, 0.0, None, None], "band_pct": [5.0, 5.0, None, None],
+                           "deciding_part": ["quick", "quick", "", ""], "headline": [True, False, True, True]})  # fmt: skip
     export = claims_ledger.ledger_export(ledger)
-    assert export["deciding_part"].tolist() == ["quick", "", "", ""]
-    assert export["verdict"].tolist() == ["reproduced (not re-measured)", "reproduced", "model only",
-                                          "direction only (repeats not counted)"]  # fmt: skip
-    assert export["re_measured"].tolist()[:2] == [False, True] and export["re_measured"].iloc[2:].isna().all()
+    assert list(export.columns) == claims_ledger.EXPORT_COLUMNS
+    assert export["deciding_part"].tolist() == ["quick", "quick", "", ""]
+    assert export["verdict"].tolist() == ["reproduced", "reproduced", "model only", "direction only"]
+    assert export["runs_per_side"].tolist()[:2] == [3, 1] and export["runs_per_side"].iloc[2:].isna().all()
+    assert export["headline"].tolist() == [True, False, True, True]
+    assert export["re_measured"].tolist()[:2] == [True, False] and export["re_measured"].iloc[2:].isna().all()
+    text = export.to_csv(index=False)
+    assert "not re-measured" not in text and "not counted" not in text
 
 
-def test_a_result_is_shown_as_the_ledger_shows_it() -> None:
+def test_a_result_counts_the_fewest_runs_of_a_side() -> None:
     def pairs(runs: int) -> pd.DataFrame:
         return pd.DataFrame({"gpu_name": ["G"], "baseline_runs": [3], "speculative_runs": [runs],
                              "baseline_spread_pct": [1.0], "speculative_spread_pct": [2.0], "band_pct": [5.0]})  # fmt: skip
@@ -701,9 +719,8 @@ def test_a_result_is_shown_as_the_ledger_shows_it() -> None:
     once = claims_ledger.CheckResult("p", "m", V.REPRODUCED, rows=1, pairs=pairs(1))
     thrice = claims_ledger.CheckResult("p", "m", V.REPRODUCED, rows=1, pairs=pairs(3))
     uncounted = claims_ledger.CheckResult("p", "m", V.DIRECTION_ONLY, rows=1)
-    assert once.shown == "reproduced (not re-measured)" and thrice.shown == "reproduced"
-    assert uncounted.shown == "direction only (repeats not counted)"
-    assert claims_ledger.CheckResult("p", "", V.NOT_MEASURED).shown == "not measured yet"
+    assert (once.fewest_runs, once.re_measured) == (1, False) and (thrice.fewest_runs, thrice.re_measured) == (3, True)
+    assert uncounted.fewest_runs is None and uncounted.re_measured is None
 
 
 def test_the_ledger_page_marks_single_runs_and_states_their_noise() -> None:
@@ -711,14 +728,17 @@ def test_the_ledger_page_marks_single_runs_and_states_their_noise() -> None:
             "published": "p", "measured": "m", "rows": 2, "model_says": "", "model_verdict": ""}  # fmt: skip
     ledger = pd.DataFrame([
         {**base, "claim": "once", "verdict": "reproduced", "points": 2, "hardware": "G", "min_clean_repeats": 1,
-         "spread_pct": 0.0, "band_pct": 5.0, "deciding_part": "quick"},
+         "spread_pct": 0.0, "band_pct": 5.0, "deciding_part": "quick", "headline": True},
         {**base, "claim": "thrice", "verdict": "reproduced", "points": 1, "hardware": "G", "min_clean_repeats": 3,
-         "spread_pct": 7.5, "band_pct": 7.5, "deciding_part": ""},
+         "spread_pct": 7.5, "band_pct": 7.5, "deciding_part": "", "headline": True},
+        {**base, "claim": "uncounted", "verdict": "direction only", "points": 0, "hardware": "",
+         "min_clean_repeats": None, "spread_pct": None, "band_pct": None, "deciding_part": "", "headline": True},
     ])  # fmt: skip
     text = claims_ledger.ledger_markdown(ledger)
     assert text.count("*Re-measure:*") == 1 and "`vllm-playbooks run --case c --gpus 0 --part quick` measures again the points" in text
-    assert "| **reproduced (not re-measured)** |" in text and "| **reproduced** |" in text
-    assert ":::{dropdown} once: reproduced (not re-measured)" in text
+    assert "| **reproduced** | G, 1 run a side |" in text and "| **reproduced** | G, 3 runs a side |" in text
+    assert ":::{dropdown} once: reproduced (G, 1 run a side)" in text and "not re-measured" not in text
+    assert "| **direction only** | runs not counted |" in text
     assert "2 compared points on G; the fewest clean runs of a point: 1; no spread yet (single runs); band 5.0 %" in text
     assert "1 compared point on G; the fewest clean runs of a point: 3; widest spread 7.5 %; band 7.5 %" in text
 

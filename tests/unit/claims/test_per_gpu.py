@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -47,7 +48,10 @@ def test_each_gpu_is_judged_on_its_own_rows(with_a_faster_other_gpu: ledger.Evid
     assert ledger.result_for(CLAIM, with_a_faster_other_gpu).measured == reference.measured
     assert results[OTHER].verdict is Verdict.NOT_REPRODUCED  # twice as fast with speculation: not slower
     table = per_gpu.verdict_table({CLAIM: results})
-    assert table["gpu"].tolist() == [OTHER, "NVIDIA H200"] and table["rows"].min() >= 1  # in name order
+    # the same runs on both GPUs: the reference leads; the other, twice as fast, disagrees beyond the bands
+    assert table["gpu"].tolist() == ["NVIDIA H200", OTHER] and table["rows"].min() >= 1
+    assert table["headline"].tolist() == [True, False] and table["disagrees"].tolist() == [False, True]
+    assert (table["runs_per_side"] == results[OTHER].fewest_runs).all()
     assert set(table["claim"]) == {CLAIM} and per_gpu.gpus_of({CLAIM: results}) == 2
 
 
@@ -99,11 +103,12 @@ def test_the_ledger_judges_a_claim_on_each_gpu_the_reference_first(with_a_faster
     assert lines["verdict"].tolist() == [str(by_gpu["NVIDIA H200"].verdict), str(by_gpu[OTHER].verdict)]
     assert lines["verdict"].iloc[1] == "not reproduced" != lines["verdict"].iloc[0]
     assert ledger.headline_lines(lines)["hardware"].tolist() == ["NVIDIA H200"]
+    assert lines["headline"].tolist() == [True, False]
     text = ledger.ledger_markdown(lines)
-    assert f":::{{dropdown}} {CLAIM} on {OTHER}: not reproduced" in text
-    assert text.count("** on NVIDIA H200 |") == 1 and text.count(f"** on {OTHER} |") == 1
-    alone = ledger.ledger_markdown(ledger.headline_lines(lines))  # a claim on one GPU names none
-    assert "** on NVIDIA H200 |" not in alone and f":::{{dropdown}} {CLAIM}: " in alone
+    assert f":::{{dropdown}} {CLAIM}: not reproduced ({OTHER}, " in text
+    assert text.count(f"| **{CLAIM}**: ") == 1 and text.count(f"| ↳ {CLAIM} |") == 1  # the lead's line, then the other
+    alone = ledger.ledger_markdown(ledger.headline_lines(lines))
+    assert f"| ↳ {CLAIM} |" not in alone and f":::{{dropdown}} {CLAIM}: " in alone
 
 
 def test_a_claim_judged_on_every_row_at_once_is_one_line(evidence: ledger.Evidence) -> None:
@@ -137,22 +142,76 @@ def test_a_deciding_engine_that_did_not_start_on_a_gpu_is_named_in_that_gpus_res
     assert "did not start" not in results["NVIDIA H200"].measured
 
 
-def _result(runs: int | None) -> ledger.CheckResult:
-    """A 'direction only' result resting on ``runs`` runs of each side of one point; no compared point for None."""
-    if runs is None:
-        return ledger.CheckResult("", "", Verdict.MODEL_ONLY, model_verdict=Verdict.REPRODUCED)
-    pairs = pd.DataFrame([{"baseline_runs": runs, "speculative_runs": runs, "baseline_spread_pct": 1.0,
-                           "speculative_spread_pct": 2.0, "band_pct": 5.0}])  # fmt: skip
-    return ledger.CheckResult("", "", Verdict.DIRECTION_ONLY, rows=2 * runs, pairs=pairs)
+def _rows(gpu: str, runs: int, change: float) -> list[dict[str, Any]]:
+    """The claim's two deciding points (speculation off and the report's k = 5, α 0.72 at concurrency 32) measured
+    ``runs`` times each on ``gpu``, speculation changing output throughput by ``change`` (a fraction), with a spread
+    of 2 % over the runs of each side."""
+    from vllm_playbooks.results.schema import RUN_COLUMNS
+
+    rows = []
+    for label, k, alpha, value in [("spec-off", 0, None, 400.0), ("draft3b-k5-a0.72", 5, 0.72, 400.0 * (1 + change))]:
+        for run in range(runs):
+            row = dict.fromkeys(RUN_COLUMNS)
+            row.update(
+                case="discussion-13834", engine_label=label, point_id=f"{gpu}/{label}-0/in1240-out128-c32-r{run}",
+                model_shape="llama-3.3-70b-awq", load_format="dummy", spec_method="draft_model" if k else "none",
+                num_speculative_tokens=k, imposed_alpha=alpha, input_len=1240, output_len=128, random_range_ratio=0.0,
+                concurrency=32, tensor_parallel_size=1, pipeline_parallel_size=1, max_num_seqs=256,
+                max_num_batched_tokens=8192, gpu_name=gpu, hardware=gpu, output_tok_s=value * (1 + 0.01 * (run % 3 - 1)),
+            )  # fmt: skip
+            rows.append(row)
+    return rows
 
 
-def test_a_single_run_verdict_names_the_gpus_that_re_measured_it() -> None:
-    results = {"NVIDIA H200": _result(1), OTHER: _result(3), "NVIDIA L40S": _result(2), "NVIDIA B200": _result(4)}
-    assert [results[g].re_measured for g in ("NVIDIA H200", OTHER)] == [False, True]
-    assert list(per_gpu.re_measured_elsewhere(results, "NVIDIA H200")) == [OTHER, "NVIDIA B200"]
-    # a re-measured verdict needs no other GPU's beside it, whatever they rest on
-    assert per_gpu.re_measured_elsewhere(results, OTHER) == {}
-    # nor does a verdict that compares no recorded points
-    assert per_gpu.re_measured_elsewhere({**results, "NVIDIA H200": _result(None)}, "NVIDIA H200") == {}
-    assert results[OTHER].fewest_runs == 3 and _result(None).fewest_runs is None
-    assert results[OTHER].noise["spread_pct"] == 2.0 and results[OTHER].noise["band_pct"] == 5.0
+def _synthetic(published: pd.DataFrame, **by_gpu: tuple[str, int, float]) -> ledger.Evidence:
+    """Evidence of the claim on the GPUs given (a name → (GPU, runs a side, change)), every other case empty."""
+    from vllm_playbooks.run.plan import deciding_points
+
+    rows = [row for gpu, runs, change in by_gpu.values() for row in _rows(gpu, runs, change)]
+    return ledger.Evidence(published=published, runs={"discussion-13834": pd.DataFrame(rows)},
+                           deciding={CLAIM: deciding_points("discussion-13834", CLAIM)})  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def published(evidence: ledger.Evidence) -> pd.DataFrame:
+    return evidence.published
+
+
+def test_the_better_evidenced_gpu_leads_the_ledger_and_the_page(published: pd.DataFrame) -> None:
+    """The reference GPU measured the claim's points once, another GPU three times a side: the other leads, with the
+    same word; the reference's line stays, second."""
+    evidence = _synthetic(published, reference=("NVIDIA H200", 1, -0.06), other=(OTHER, 3, -0.06))
+    lines = ledger.build_ledger(evidence, [ledger.claim_of(CLAIM, evidence)])
+    assert lines["hardware"].tolist() == [OTHER, "NVIDIA H200"] and lines["headline"].tolist() == [True, False]
+    assert lines["min_clean_repeats"].tolist() == [3, 1] and set(lines["verdict"]) == {"direction only"}
+    assert ledger.headline_lines(lines)["hardware"].tolist() == [OTHER]
+    assert ledger.result_for(CLAIM, evidence).fewest_runs == 3
+    export = ledger.ledger_export(lines)
+    assert export["runs_per_side"].tolist() == [3, 1] and export["headline"].tolist() == [True, False]
+    assert export["re_measured"].tolist() == [True, False] and set(export["verdict"]) == {"direction only"}
+    results = per_gpu.results_by_gpu(CLAIM, evidence.rows("discussion-13834"), evidence)
+    assert per_gpu.verdict_gpu(results, "replay") == OTHER and per_gpu.page_result(results, "replay").fewest_runs == 3
+    assert per_gpu.verdict_gpu(results, "live", here="NVIDIA H200") == "NVIDIA H200"  # live: the GPU it just ran on
+    table = per_gpu.verdict_table({CLAIM: results})
+    assert table["gpu"].tolist() == [OTHER, "NVIDIA H200"] and table["runs_per_side"].tolist() == [3, 1]
+    assert not table["disagrees"].any()  # the same word on both
+    # three runs on both: the tie goes to the reference GPU
+    even = _synthetic(published, reference=("NVIDIA H200", 3, -0.06), other=(OTHER, 3, -0.06))
+    assert ledger.build_ledger(even, [ledger.claim_of(CLAIM, even)])["hardware"].tolist() == ["NVIDIA H200", OTHER]
+
+
+def test_gpus_that_disagree_beyond_their_bands_are_both_kept_and_marked(published: pd.DataFrame) -> None:
+    """One run on the reference reproduces the reported -28.5 %; three runs on another GPU show -6 %, a direction
+    only: the three runs lead, and the reference's verdict, beyond both bands, is marked as disagreeing."""
+    evidence = _synthetic(published, reference=("NVIDIA H200", 1, -0.28), other=(OTHER, 3, -0.06))
+    results = per_gpu.results_by_gpu(CLAIM, evidence.rows("discussion-13834"), evidence)
+    assert results["NVIDIA H200"].verdict is Verdict.REPRODUCED and results[OTHER].verdict is Verdict.DIRECTION_ONLY
+    table = per_gpu.verdict_table({CLAIM: results}).set_index("gpu")
+    assert table.loc[OTHER, "headline"] and not table.loc[OTHER, "disagrees"]
+    assert table.loc["NVIDIA H200", "disagrees"] and table.loc["NVIDIA H200", "verdict"] == "reproduced"
+    assert table.loc["NVIDIA H200", "band_pct"] >= 5.0
+    # -23 % against -20 %: either side of the size tolerance's edge, within the bands of each other
+    near = _synthetic(published, reference=("NVIDIA H200", 1, -0.23), other=(OTHER, 3, -0.20))
+    by_gpu = per_gpu.results_by_gpu(CLAIM, near.rows("discussion-13834"), near)
+    assert {str(result.verdict) for result in by_gpu.values()} == {"reproduced", "direction only"}
+    assert not per_gpu.verdict_table({CLAIM: by_gpu})["disagrees"].any()
