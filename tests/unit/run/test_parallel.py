@@ -151,7 +151,8 @@ def test_workers_get_their_gpus_and_own_folders_and_their_points_are_merged(tmp_
     launcher.write_text(f"#!/bin/sh\nexec {sys.executable} {stub} \"$@\"\n")
     launcher.chmod(launcher.stat().st_mode | stat.S_IEXEC)
     data = tmp_path / "data"
-    report = run_on_gpus(CASE, ["0", "1"], data=data, python=str(launcher), workdir=tmp_path, concurrency=[1, 4])
+    report = run_on_gpus(CASE, ["0", "1"], data=data, python=str(launcher), workdir=tmp_path, concurrency=[1, 4],
+                         engines=["spec-off", "draft-1b-k4-a0.8"])
     assert report.assignment == {"0": ["spec-off"], "1": ["draft-1b-k4-a0.8"]}
     assert report.returncodes == {"0": 0, "1": 0}
     seen = {p.name: p.read_text() for p in tmp_path.glob("*/seen-*")}

@@ -19,9 +19,10 @@ from vllm_playbooks.shapes import SHAPES_DIR, TOKENIZER_DIR, VLLM_NAME_MARKERS
 def test_shipped_cases_load() -> None:
     assert {"llama-8b-draft-model", "discussion-13834"} <= set(list_cases())
     plan = load_plan("llama-8b-draft-model")
-    assert [e.label for e in plan.engines] == ["spec-off", "draft-1b-k4-a0.8"]
+    assert [e.label for e in plan.engines] == ["spec-off", "draft-1b-k4-a0.8", "draft-1b-k4-a0.8-async"]
     assert [load.concurrency for load in plan.loads] == [1, 4, 16, 64]
-    assert len(plan.points()) == 8
+    assert len(plan.points()) == 12
+    assert "--async-scheduling" in plan.engines[2].server_argv("127.0.0.1", 8000)
 
 
 def test_server_argv_is_a_list_bound_to_loopback() -> None:
@@ -302,12 +303,13 @@ def test_every_case_has_a_quick_check_with_the_repeats_a_difference_needs(case: 
     assert ("two GPUs" in note) == any(e.tensor_parallel_size * e.pipeline_parallel_size > 1 for e in quick.engines)
 
 
-def test_the_llama_quick_check_is_the_draft_against_spec_off_at_1_and_16() -> None:
+def test_the_llama_quick_check_pairs_both_drafts_with_spec_off_at_1_and_16() -> None:
     from vllm_playbooks.run.plan import load_part, part_overrides
 
     assert part_overrides("llama-8b-draft-model", "quick") == {
-        "engines": ["spec-off", "draft-1b-k4-a0.8"], "concurrency": [1, 16], "repeats": 3}  # fmt: skip
-    assert len(load_part("llama-8b-draft-model", "quick").points()) == 12
+        "engines": ["spec-off", "draft-1b-k4-a0.8", "draft-1b-k4-a0.8-async"], "concurrency": [1, 16], "repeats": 3,
+        "paired": True}  # fmt: skip
+    assert len(load_part("llama-8b-draft-model", "quick").points()) == 18
     assert part_overrides("llama-8b-draft-model", "all") == {}
     with pytest.raises(ConfigError, match="no part 'x'; known: all, quick"):
         part_overrides("llama-8b-draft-model", "x")
