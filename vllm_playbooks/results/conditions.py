@@ -49,12 +49,13 @@ def _gpu_means(point_dir: Path) -> tuple[float | None, float | None]:
             round(statistics.fmean(utils), 1) if utils else None)  # fmt: skip
 
 
-def run_conditions(point_dir: Path) -> dict[str, Any]:
-    """``CONDITION_COLUMNS`` of the point recorded in ``point_dir``, from its ``point.json`` and GPU samples."""
+def run_conditions(point_dir: Path, gpu_samples: bool = True) -> dict[str, Any]:
+    """``CONDITION_COLUMNS`` of the point recorded in ``point_dir``, from its ``point.json`` and (``gpu_samples``) its
+    GPU samples; without them the GPU columns are ``None``."""
     record = read_json(point_dir / raw.POINT_FILE)
     pairing = record.get("pairing") or {}
     host = record.get("host_signals") or {}
-    clock, util = _gpu_means(point_dir)
+    clock, util = _gpu_means(point_dir) if gpu_samples else (None, None)
     return {
         "pair_session": pairing.get("session"),
         "pair_mode": pairing.get("mode"),
@@ -69,13 +70,14 @@ def run_conditions(point_dir: Path) -> dict[str, Any]:
     }
 
 
-def with_run_conditions(rows: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
+def with_run_conditions(rows: pd.DataFrame, data: Path | None = None, gpu_samples: bool = True) -> pd.DataFrame:
     """``rows`` (recorded rows: ``case`` and ``point_id``) with ``CONDITION_COLUMNS`` read from each row's point
-    folder in ``data`` (default: the book's data folder). Where a row already holds one of them (the host's CPU
-    count) the recorded value stays where the folder has none."""
+    folder in ``data`` (default: the book's data folder); ``gpu_samples`` False leaves the GPU samples unread (their
+    columns empty), which spares a page reading every sample file. Where a row already holds one of them (the host's
+    CPU count) the recorded value stays where the folder has none."""
     import pandas as pd
 
-    found = [run_conditions(raw.raw_root(store.case_dir(case, data)) / pid)
+    found = [run_conditions(raw.raw_root(store.case_dir(case, data)) / pid, gpu_samples)
              for case, pid in zip(rows["case"], rows["point_id"], strict=True)]  # fmt: skip
     conditions = pd.DataFrame(found, columns=list(CONDITION_COLUMNS), index=rows.index)
     if "host_cpu_count" in rows.columns:

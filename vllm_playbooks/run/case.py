@@ -27,6 +27,7 @@ from vllm_playbooks.engine.server import VllmServer
 from vllm_playbooks.errors import ConfigError, PlaybookError, StorageError
 from vllm_playbooks.load.bench import BenchClient
 from vllm_playbooks.results import raw, store
+from vllm_playbooks.results.conditions import with_run_conditions
 from vllm_playbooks.results.identity import read_json
 from vllm_playbooks.results.provenance import Provenance, collect_provenance, query_gpus, utc_now
 from vllm_playbooks.results.replay import replay_case, sync_rows
@@ -412,7 +413,8 @@ def results_for(
     """What a case notebook calls: replay the recorded rows, or run the plan live first (``run_case``), then replay.
 
     The checks of ``checked_choice`` come first. The rows returned are those the filter parameters choose
-    (``select_rows``): every row of the case when none is given. Live mode takes ``gpu_memory_gib`` from the GPU at
+    (``select_rows``): every row of the case when none is given, each with its paired session and host readings
+    (``results.conditions``; the GPU samples left unread), so comparisons judge paired runs pair by pair. Live mode takes ``gpu_memory_gib`` from the GPU at
     hand (``live_overrides``) and prints one line: the points measured, on what hardware, the points skipped as
     already recorded on it, and where the rows are.
     """
@@ -425,4 +427,6 @@ def results_for(
         print(live_summary(report, rows, store.case_dir(plan.case, data)))
     else:
         rows = replay_case(plan.case, data)
+    if not rows.empty:
+        rows = with_run_conditions(rows, data, gpu_samples=False)
     return select_rows(rows, plan, overrides)

@@ -23,6 +23,7 @@ from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.engine.gpu_sampler import gpu_at_hand
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.hardware import datasheet_gpu
+from vllm_playbooks.results.conditions import with_run_conditions
 from vllm_playbooks.results.failed_starts import failed_starts, latest_tries
 from vllm_playbooks.results.identity import engine_gpus, hardware_key
 from vllm_playbooks.results.server_logs import logged_gpu_memory
@@ -50,10 +51,13 @@ if TYPE_CHECKING:
 
 def rows_of_hardware(plan: CasePlan, measured: pd.DataFrame, gpu_name: str, vllm_version: str) -> pd.DataFrame:
     """The rows of ``measured`` recorded on ``gpu_name`` with ``vllm_version``, each engine config of ``plan`` with
-    the GPUs it uses (``hardware_key``): what a live run on that hardware would skip."""
+    the GPUs it uses (``hardware_key``): what a live run on that hardware would skip. A paired plan skips only runs
+    measured in a paired session (``pair_session``, ``results.conditions``; rows without the column count as none)."""
     keys = {engine.label: hardware_key(gpu_name, engine_gpus(engine), vllm_version) for engine in plan.engines}
     if measured.empty:
         return measured
+    if plan.pairing is not None:
+        measured = measured[measured["pair_session"].notna()] if "pair_session" in measured else measured.iloc[:0]
     return measured[measured["hardware"] == measured["engine_label"].map(keys)]
 
 
@@ -299,6 +303,8 @@ def plan_main(args: argparse.Namespace) -> int:
         raise ConfigError(f"--budget-s must be positive, got {args.budget_s:g}")
     plan = load_part(args.case, args.part) if args.part else load_plan(args.case)
     measured = mark_stalled(load_runs(plan.case, args.data), args.data)
+    if plan.pairing is not None and not measured.empty:
+        measured = with_run_conditions(measured, args.data, gpu_samples=False)
     servers = server_time(args.case, args.data)
     note = part_note(args.case, args.part) if args.part else None
     if note:

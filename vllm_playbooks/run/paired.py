@@ -3,7 +3,7 @@
 Runs of two configs made minutes apart, each config's repeats in a row, carry whatever changed on the host in between
 (a neighbour on the CPU, a clock that dropped) into the comparison. A paired part (``paired: true`` in a case's part or
 plan) measures the configs in turn instead, at each load and repeat, and the verdict is taken from the ratio within
-each pair (``analysis.paired``), so drift slower than one pair of runs falls out.
+each pair (``analysis.compare.paired_versus``), so drift slower than one pair of runs falls out.
 
 - **Co-resident** (when every config fits on the GPU at its share of ``gpu_memory_utilization``: the KV-budget check
   at ``gpu_memory_utilization / n`` passes): all servers start once, one after the other, and stay up; the runs go

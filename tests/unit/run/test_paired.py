@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import FakeBench, fake_server_argv
+from vllm_playbooks.analysis.compare import paired_versus, versus_baseline
 from vllm_playbooks.analysis.noise import cross_ratios, spread_of
-from vllm_playbooks.analysis.paired import paired_versus
 from vllm_playbooks.config.pairing import BY_RESTART, CO_RESIDENT
 from vllm_playbooks.engine.server import VllmServer
 from vllm_playbooks.results.conditions import with_run_conditions
@@ -122,6 +122,11 @@ def test_under_drift_the_paired_interval_is_at_most_half_the_unpaired_one(data: 
         assert unpaired_spread.spread_pct > 10.0 and unpaired_spread.median < 1.25 * 0.9  # drift between the sides
         assert line.paired_spread_pct <= 0.5 * unpaired_spread.spread_pct
         assert line.unpaired_spread_pct > line.paired_spread_pct  # the paired runs, taken unpaired, spread wider too
+    judged = versus_baseline(with_run_conditions(replay_case(CASE, data), data))
+    assert list(judged["pairs"]) == [3, 3] and list(judged["baseline_runs"]) == [3, 3]
+    assert list(judged["ratio"]) == pytest.approx(list(paired["ratio"]))
+    assert list(judged["band_pct"]) == pytest.approx([max(5.0, s) for s in paired["paired_spread_pct"]])
+    assert list(versus_baseline(unpaired)["pairs"]) == [0, 0]  # judged unpaired, as before
 
 
 def test_a_paired_run_measures_afresh_what_was_recorded_on_its_own_and_pairs_by_turn(data: Path) -> None:
