@@ -3,6 +3,7 @@ wrong one is a ``ConfigError`` naming it, never a traceback from deep inside the
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -11,8 +12,20 @@ import yaml
 
 from vllm_playbooks.errors import ConfigError
 
+#: A case's name names its folder under data/runs (and a packaged case's YAML): a plain name, never a path.
+CASE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 #: The sections of an engine entry (or of ``engine_defaults``) that must be mappings where given.
 _ENGINE_MAPPINGS = ("speculative", "env")
+
+
+def check_packaged_name(case: str) -> None:
+    """Refuse a packaged case name that is not a plain name (``../x``, ``/abs``): a name is looked up among the
+    packaged cases only; a case file of one's own is given by its path ending in ``.yaml``."""
+    if not isinstance(case, str) or not CASE_NAME.match(case):
+        raise ConfigError(
+            f"case {case!r} is not a case name (letters, digits, '-', '_' and '.'); give a case file of your own by "
+            "its path ending in .yaml"
+        )
 
 
 def read_case_file(path: Path, shown: str) -> dict[str, Any]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -15,7 +14,7 @@ import yaml
 from pydantic import ValidationError
 
 from vllm_playbooks.config.capacity import refusal, refused_engines
-from vllm_playbooks.config.case_file import check_structure, read_case_file
+from vllm_playbooks.config.case_file import CASE_NAME, check_packaged_name, check_structure, read_case_file
 from vllm_playbooks.config.engine import EngineConfig, check_engine_against_shapes, routing_simulation_problem
 from vllm_playbooks.config.load import MIN_DURATION_S, LoadPoint
 from vllm_playbooks.config.pairing import pair_engines
@@ -26,8 +25,6 @@ from vllm_playbooks.results.identity import point_key
 from vllm_playbooks.shapes import resolve_model
 
 CASES_PACKAGE = "vllm_playbooks.cases"
-#: A case's name names its folder under data/runs: a plain name, never a path.
-CASE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _PLAN_KEYS = {
     "case", "title", "engine_defaults", "engines", "loads", "repeats", "min_duration_s", "gpu_memory_gib", "parts",
     "paired",
@@ -123,6 +120,7 @@ def _case_yaml(case: str) -> dict[str, Any]:
         if not own.is_file():
             raise ConfigError(f"no case file {case}")
         return read_case_file(own, case)
+    check_packaged_name(case)  # a name, not a path: it never reads YAML outside the package
     path = resources.files(CASES_PACKAGE) / f"{case}.yaml"
     if not path.is_file():
         raise ConfigError(f"Unknown case {case!r}. Known: {', '.join(list_cases())}. Cases live in vllm_playbooks/cases/.")

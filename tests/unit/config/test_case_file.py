@@ -88,3 +88,30 @@ def test_a_case_file_that_is_not_utf8_is_one_line_and_exit_status_2(tmp_path: Pa
 
 def test_the_good_case_still_plans() -> None:
     assert [e.label for e in plan_from_dict(GOOD).engines] == ["off"]
+
+
+@pytest.mark.parametrize("shape", ["relative", "absolute"])
+def test_a_case_name_with_path_segments_loads_no_yaml_outside_the_package(shape: str, tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    import os
+    from importlib import resources
+
+    outside = tmp_path / "x" / "some.yaml"
+    outside.parent.mkdir()
+    text = ("case: some\nengines: [{label: base, model: tiny-llama, max_model_len: 512}]\n"
+            "loads: {input_len: 8, output_len: 8, concurrency: [1]}\n")
+    outside.write_text(text, encoding="utf-8")
+    cases = Path(str(resources.files("vllm_playbooks.cases")))
+    stem = str(outside.with_suffix(""))
+    name = os.path.relpath(stem, cases) if shape == "relative" else stem
+    with pytest.raises(ConfigError):
+        load_plan(name)
+    try:
+        status = cli.main(["check-config", name])
+    except SystemExit as stopped:
+        status = stopped.code  # type: ignore[assignment]
+    err = capsys.readouterr().err
+    assert status == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    assert outside.read_text(encoding="utf-8") == text
+    # the same file given by its path, as a case file of one's own, is read
+    assert [e.label for e in load_plan(str(outside)).engines] == ["base"]
