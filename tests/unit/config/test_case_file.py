@@ -13,11 +13,14 @@ from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.run.plan import load_plan, plan_from_dict
 
 ENGINE = {"label": "off", "model": "tiny-llama", "max_model_len": 512}
-GOOD: dict[str, Any] = {"case": "t", "engines": [ENGINE], "loads": {"input_len": 8, "output_len": 8, "concurrency": [1]}}
+LOADS = {"input_len": 8, "output_len": 8, "concurrency": [1]}
+GOOD: dict[str, Any] = {"case": "t", "engines": [ENGINE], "loads": LOADS}
 
+PAIRS = [["method", "ngram"], ["num_speculative_tokens", 2]]
 #: (id, changes to GOOD): each leaves the case's structure wrong in one place.
 WRONG = [
-    ("speculative-list", {"engines": [{**ENGINE, "speculative": [["method", "ngram"], ["num_speculative_tokens", 2]]}]}),
+    # a list of pairs that dict() would have read as a valid config
+    ("speculative-pairs", {"engines": [{**ENGINE, "speculative": PAIRS}]}),
     ("speculative-list-of-words", {"engines": [{**ENGINE, "speculative": ["ngram", 2]}]}),
     ("default-speculative-list", {"engine_defaults": {"speculative": ["ngram"]}}),
     ("engines-mapping", {"engines": {"off": ENGINE}}),
@@ -74,8 +77,9 @@ def test_a_wrong_case_file_is_one_line_and_exit_status_2(engines: str, tmp_path:
     assert path.read_text(encoding="utf-8") == text
 
 
-def test_a_case_file_that_is_not_utf8_is_one_line_and_exit_status_2(tmp_path: Path,
-                                                                     capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_a_case_file_that_is_not_utf8_is_one_line_and_exit_status_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "mine.yaml"
     data = "case: mine\ntitle: caf\u00e9\n".encode("latin-1") + b"\xff\xfe\n"
     path.write_bytes(data)
@@ -91,8 +95,9 @@ def test_the_good_case_still_plans() -> None:
 
 
 @pytest.mark.parametrize("shape", ["relative", "absolute"])
-def test_a_case_name_with_path_segments_loads_no_yaml_outside_the_package(shape: str, tmp_path: Path,
-                                                                         capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_a_case_name_with_path_segments_loads_no_yaml_outside_the_package(
+    shape: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     import os
     from importlib import resources
 
