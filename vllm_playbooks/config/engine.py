@@ -26,6 +26,8 @@ ROUTING_SIMULATION_ENV = "VLLM_MOE_ROUTING_SIMULATION_STRATEGY"
 ROUTING_SIMULATION_STRATEGIES = ("uniform_random", "normal_routing")
 #: Architectures whose layers route tokens to experts (the shapes this package ships).
 MOE_ARCHITECTURES = frozenset({"DeepseekV3ForCausalLM", "GptOssForCausalLM"})
+#: The variable that lets vLLM 0.26 take a max_model_len above the model's own maximum (``vllm/envs.py``).
+ALLOW_LONG_ENV = "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: The ``vllm serve`` flags that take vLLM's compilation config as a JSON object, e.g.
 #: ``--compilation-config '{"cudagraph_mode": "PIECEWISE"}'`` (also written ``--compilation-config=…``).
@@ -237,7 +239,9 @@ class EngineConfig(BaseModel):
 
 
 def check_engine_against_shapes(engine: EngineConfig) -> None:
-    """Checks that need the model's config: the speculative config against its target, tokenizer vocabulary.
+    """Checks that need the model's config: the speculative config against its target, ``max_model_len`` against
+    the model's maximum (``ModelShape.max_model_len``; ``ALLOW_LONG_ENV`` in the engine's env lifts it), tokenizer
+    vocabulary.
 
     The speculative checks (draft TP, MTP layers and k, the draft's method and vocabulary) are
     ``check_against_target``'s. Raises ``ConfigError`` (an unknown shape or a bad path raises it from the lookup).
@@ -247,6 +251,13 @@ def check_engine_against_shapes(engine: EngineConfig) -> None:
     if engine.speculative is not None:
         check_against_target(
             engine.speculative, target, engine.tensor_parallel_size, target_max_model_len=engine.max_model_len
+        )
+    longest = target.max_model_len()
+    allowed = engine.env.get(ALLOW_LONG_ENV, "0").strip().lower() in ("1", "true")
+    if longest is not None and engine.max_model_len > longest and not allowed:
+        raise ConfigError(
+            f"engine {engine.label}: max_model_len {engine.max_model_len} exceeds {target.name}'s maximum {longest} "
+            f"(from its config.json, as vLLM 0.26 derives it); vLLM refuses it unless env sets {ALLOW_LONG_ENV}: 1"
         )
     if engine.load_format == "dummy" and engine.tokenizer is None:
         size = tokenizer_vocab_size(TOKENIZER_DIR)

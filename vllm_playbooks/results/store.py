@@ -135,7 +135,8 @@ def append_run_row(row: RunRow, data: Path | None = None) -> Path:
     """Append one row to its case's table, atomically: the file is either the old one or the old one plus the row,
     and appenders in other processes wait their turn (``files.file_lock``).
 
-    A row whose ``point_id`` is already in the table is refused: recorded rows are never rewritten.
+    A row whose ``point_id`` is already in the table is refused: recorded rows are never rewritten. A table whose
+    last line lacks its final newline gets one before the row, so the row is never glued onto the last one.
     """
     path = runs_file(row.case, data)
     with file_lock(path):
@@ -144,6 +145,8 @@ def append_run_row(row: RunRow, data: Path | None = None) -> Path:
             known = {r.point_id for r in load_run_rows(row.case, data)}
             if row.point_id in known:
                 raise SchemaError(f"{path}: point {row.point_id} is already recorded; recorded rows are never rewritten.")
+        if existing and not existing.endswith("\n"):  # a last line without its newline: never glue the row on
+            existing += "\n"
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, fieldnames=RUN_COLUMNS, lineterminator="\n")
         if not existing:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -15,6 +14,7 @@ import yaml
 from pydantic import ValidationError
 
 from vllm_playbooks.config.capacity import refusal, refused_engines
+from vllm_playbooks.config.case_file import CASE_NAME, check_packaged_name, check_structure, read_case_file
 from vllm_playbooks.config.engine import EngineConfig, check_engine_against_shapes, routing_simulation_problem
 from vllm_playbooks.config.load import MIN_DURATION_S, LoadPoint
 from vllm_playbooks.config.pairing import pair_engines
@@ -25,8 +25,6 @@ from vllm_playbooks.results.identity import point_key
 from vllm_playbooks.shapes import resolve_model
 
 CASES_PACKAGE = "vllm_playbooks.cases"
-#: A case's name names its folder under data/runs: a plain name, never a path.
-CASE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _PLAN_KEYS = {
     "case", "title", "engine_defaults", "engines", "loads", "repeats", "min_duration_s", "gpu_memory_gib", "parts",
     "paired",
@@ -121,13 +119,8 @@ def _case_yaml(case: str) -> dict[str, Any]:
         own = Path(case)
         if not own.is_file():
             raise ConfigError(f"no case file {case}")
-        try:
-            spec = yaml.safe_load(own.read_text(encoding="utf-8"))
-        except yaml.YAMLError as error:
-            raise ConfigError(f"{case}: not valid YAML ({' '.join(str(error).split())})") from None
-        if not isinstance(spec, dict) or not spec.get("case"):
-            raise ConfigError(f"{case}: a case file is a mapping with a 'case' name (see vllm_playbooks/cases/)")
-        return spec
+        return read_case_file(own, case)
+    check_packaged_name(case)  # a name, not a path: it never reads YAML outside the package
     path = resources.files(CASES_PACKAGE) / f"{case}.yaml"
     if not path.is_file():
         raise ConfigError(f"Unknown case {case!r}. Known: {', '.join(list_cases())}. Cases live in vllm_playbooks/cases/.")
@@ -184,6 +177,7 @@ def load_plan(case: str, **overrides: Any) -> CasePlan:
 
 def plan_from_dict(spec: dict[str, Any], **overrides: Any) -> CasePlan:
     """Build a checked plan from a case mapping (what the YAML holds) and overrides."""
+    check_structure(spec)
     case = spec.get("case", "?")
     if not isinstance(case, str) or not CASE_NAME.match(case):
         raise ConfigError(f"case name {case!r}: use letters, digits, '-', '_' and '.' only (it names a folder under "

@@ -32,6 +32,9 @@ SHAPES_DIR: Path = Path(__file__).resolve().parent
 TOKENIZER_DIR: Path = SHAPES_DIR.parent / "tokenizer"
 
 _CONFIG = "config.json"
+#: The keys vLLM 0.26 reads a model's longest sequence from (``_get_and_verify_max_len``), the smallest winning.
+_LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")  # fmt: skip
 _SOURCE = "SOURCE.md"
 
 #: Substrings vLLM 0.26 looks for in a draft's model string to switch the speculative method
@@ -73,6 +76,26 @@ class ModelShape:
         ``sliding_attention`` and ``full_attention``), ``full_attention`` for every layer it does not list."""
         listed = list(self.config().get("layer_types") or [])[: self.num_hidden_layers]
         return listed + ["full_attention"] * (self.num_hidden_layers - len(listed))
+
+    def max_model_len(self) -> int | None:
+        """The longest ``max_model_len`` vLLM 0.26 allows without ``VLLM_ALLOW_LONG_MAX_MODEL_LEN``
+        (``_get_and_verify_max_len``): the smallest of the config's length keys (``max_position_embeddings``…),
+        scaled by the RoPE factor for RoPE types other than ``su``, ``longrope`` and ``llama3`` (``yarn``: its
+        ``original_max_position_embeddings`` times the factor); ``None`` for a config with no length key."""
+        config = self.config()
+        text = config["text_config"] if isinstance(config.get("text_config"), dict) else config
+        lengths = [text[key] for key in _LENGTH_KEYS if _number(text.get(key))]
+        if not lengths:
+            return None
+        derived = float(text["model_max_length"] if _number(text.get("model_max_length")) else min(lengths))
+        rope = text.get("rope_scaling") or text.get("rope_parameters")
+        if isinstance(rope, dict) and "gemma3" not in self.model_type:
+            rope_type = rope.get("rope_type") or rope.get("type") or "default"
+            factor = rope.get("factor", 1.0) if _number(rope.get("factor")) else 1.0
+            if rope_type not in ("su", "longrope", "llama3"):
+                original = rope.get("original_max_position_embeddings")
+                derived = (original if rope_type == "yarn" and _number(original) else derived) * factor
+        return int(derived)
 
 
 def list_shapes() -> list[str]:
@@ -176,6 +199,10 @@ def _field(config: dict[str, Any], key: str) -> Any:
     if isinstance(nested, dict) and key in nested:
         return nested[key]
     return None
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
 
 
 def _source_line(path: Path) -> str | None:

@@ -53,6 +53,19 @@ def test_a_row_recorded_twice_is_refused_on_load(tmp_path: Path) -> None:
     assert len(table.read_text(encoding="utf-8").splitlines()) == 3
 
 
+def test_a_table_whose_last_line_lacks_its_newline_gets_the_next_row_on_a_line_of_its_own(tmp_path: Path) -> None:
+    append_run_row(_recorded_row(), tmp_path)
+    table = runs_file(CASE, tmp_path)
+    good = table.read_text(encoding="utf-8")
+    table.write_text(good.removesuffix("\n"), encoding="utf-8")  # an editor or a copy dropped the final newline
+    append_run_row(_recorded_row(1), tmp_path)
+    text = table.read_text(encoding="utf-8")
+    assert text.startswith(good) and text.endswith("\n") and len(text.splitlines()) == 3
+    rows = load_run_rows(CASE, tmp_path)
+    assert [r.point_id for r in rows] == [_recorded_row().point_id, _recorded_row(1).point_id]
+    assert rows[0] == _recorded_row() and rows[1] == _recorded_row(1)
+
+
 @pytest.mark.parametrize(("name", "damage"), [
     ("bench.json", lambda p: p.write_text(p.read_text(encoding="utf-8")[:200], encoding="utf-8")),
     ("point.json", lambda p: p.write_text("{}", encoding="utf-8")),

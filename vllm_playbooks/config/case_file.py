@@ -1,0 +1,88 @@
+"""A case file's structure, checked before ``run.plan`` reads it: every section has the type the plan expects, so a
+wrong one is a ``ConfigError`` naming it, never a traceback from deep inside the plan."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vllm_playbooks.errors import ConfigError
+
+#: A case's name names its folder under data/runs (and a packaged case's YAML): a plain name, never a path.
+CASE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+#: The sections of an engine entry (or of ``engine_defaults``) that must be mappings where given.
+_ENGINE_MAPPINGS = ("speculative", "env")
+
+
+def check_packaged_name(case: str) -> None:
+    """Refuse a packaged case name that is not a plain name (``../x``, ``/abs``): a name is looked up among the
+    packaged cases only; a case file of one's own is given by its path ending in ``.yaml``."""
+    if not isinstance(case, str) or not CASE_NAME.match(case):
+        raise ConfigError(
+            f"case {case!r} is not a case name (letters, digits, '-', '_' and '.'); give a case file of your own by "
+            "its path ending in .yaml"
+        )
+
+
+def read_case_file(path: Path, shown: str) -> dict[str, Any]:
+    """The mapping a case file of one's own holds, its structure checked (``check_structure``); ``ConfigError`` for
+    a file that is not UTF-8, not YAML, or not a mapping with a ``case`` name."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{shown}: not UTF-8 text (byte {error.start} cannot be read)") from None
+    except OSError as error:
+        raise ConfigError(f"{shown}: cannot be read ({error.strerror})") from None
+    try:
+        spec = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{shown}: not valid YAML ({' '.join(str(error).split())})") from None
+    if not isinstance(spec, dict) or not spec.get("case"):
+        raise ConfigError(f"{shown}: a case file is a mapping with a 'case' name (see vllm_playbooks/cases/)")
+    check_structure(spec)
+    return spec
+
+
+def check_structure(spec: Any) -> None:
+    """``ConfigError`` unless ``spec`` is a mapping whose ``engine_defaults`` is a mapping, ``engines`` a list of
+    mappings, each one's (and the defaults') ``speculative`` and ``env`` mappings, ``loads`` a mapping or a list of
+    mappings and ``parts`` a list of mappings (each where given)."""
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"a case is a mapping (see vllm_playbooks/cases/), got {_kind(spec)}")
+    case = spec.get("case", "?")
+    defaults = spec.get("engine_defaults")
+    _mapping_or_none(defaults, f"case {case}: engine_defaults")
+    for key in _ENGINE_MAPPINGS:
+        _mapping_or_none((defaults or {}).get(key), f"case {case}: engine_defaults.{key}")
+    engines = spec.get("engines", [])
+    _list_of_mappings(engines, f"case {case}: engines")
+    for number, engine in enumerate(engines, start=1):
+        for key in _ENGINE_MAPPINGS:
+            _mapping_or_none(engine.get(key), f"case {case}, engine {number} ({engine.get('label')!r}): {key}")
+    loads = spec.get("loads")
+    if isinstance(loads, list):
+        _list_of_mappings(loads, f"case {case}: loads")
+    else:
+        _mapping_or_none(loads, f"case {case}: loads (a mapping, or a list of mappings)")
+    _list_of_mappings(spec.get("parts") or [], f"case {case}: parts")
+
+
+def _kind(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}"[:120]
+
+
+def _mapping_or_none(value: Any, what: str) -> None:
+    if value is not None and not isinstance(value, Mapping):
+        raise ConfigError(f"{what} must be a mapping, got {_kind(value)}")
+
+
+def _list_of_mappings(value: Any, what: str) -> None:
+    if not isinstance(value, list):
+        raise ConfigError(f"{what} must be a list of mappings, got {_kind(value)}")
+    bad = [item for item in value if not isinstance(item, Mapping)]
+    if bad:
+        raise ConfigError(f"{what} must be a list of mappings; entry {value.index(bad[0]) + 1} is {_kind(bad[0])}")
