@@ -88,3 +88,17 @@ def test_two_runs_that_agree_still_borrow_the_spread_their_config_showed_at_anot
     third = compare.versus_baseline(pd.concat([rows, *repeats, at_16.assign(output_tok_s=91.5)], ignore_index=True))
     settled = third.set_index("concurrency").loc[16]
     assert settled["speculative_runs"] == 3 and settled["borrowed_spread_pct"] == 0.0 and settled["effect"] == "loss"
+
+
+def test_a_run_is_disturbed_by_steal_load_or_a_slow_gpu_clock_and_not_by_missing_readings() -> None:
+    from vllm_playbooks.analysis.noise import Disturbance, host_disturbances
+
+    calm = host_disturbances(steal_pct=0.5, load_1m_max=3.0, cpu_count=16, sm_clock_mhz=1980, top_sm_clock_mhz=1980)
+    assert calm == ()
+    assert host_disturbances(2.0, 3.0, 16, 1980, 1980) == (Disturbance.STEAL,)
+    assert host_disturbances(0.0, 16.0, 16, 1980, 1980) == (Disturbance.LOAD,)
+    assert host_disturbances(0.0, 1.0, 16, 0.9 * 1980, 1980) == (Disturbance.GPU_CLOCK,)
+    assert host_disturbances(0.0, 1.0, 16, 0.91 * 1980, 1980) == ()
+    assert host_disturbances(5.0, 40.0, 16, 1000, 1980) == tuple(Disturbance)
+    nan = float("nan")
+    assert host_disturbances(None, None, None, None, None) == () == host_disturbances(nan, nan, nan, nan, nan)

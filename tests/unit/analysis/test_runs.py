@@ -113,3 +113,23 @@ def test_a_page_shows_the_reference_gpus_rows_unless_asked_for_another_or_all() 
         rows_on_hardware(rows, "NVIDIA A100")
     assert with_hardware_series(rows)["series"].tolist() == ["a on NVIDIA H200", "a on NVIDIA L40S", "b on NVIDIA L40S"]
     assert with_hardware_series(rows.iloc[1:])["series"].tolist() == ["a", "b"]  # one GPU: the labels alone
+
+
+def test_disturbed_runs_are_marked_and_counted_per_hardware() -> None:
+    import pandas as pd
+
+    from vllm_playbooks.analysis.runs import mark_disturbed, summarize_runs
+
+    rows = pd.DataFrame({
+        "case": "c", "gpu_name": ["H100", "H100", "H100", "H200"], "gpu_count": 1, "vllm_version": "0.26.0",
+        "host_cpu": "Xeon", "host_cpu_count": 16, "gpu_cards": "", "repeat": 0,
+        "point_id": ["h/a/c1-r0", "h/a/c4-r0", "h/a/c16-r0", "g/a/c1-r0"],
+        "measured_at": "2026-12-07T00:00:00+00:00",
+        "host_steal_pct": [0.1, 3.0, None, 0.0], "host_load_1m_max": [2.0, 2.0, 20.0, None],
+        # the H100's clock is held against the H100's best (1980), the H200's against its own
+        "gpu_sm_clock_mhz_mean": [1980.0, 1970.0, 1700.0, 1500.0],
+    })  # fmt: skip
+    marked = mark_disturbed(rows)
+    assert list(marked["disturbed"]) == ["", "CPU steal", "host load, GPU clock", ""]
+    table = summarize_runs(marked, pd.DataFrame(columns=["launched_at", "gpu_minutes", "gpus"]))
+    assert dict(zip(table["gpu_name"], table["disturbed"], strict=True)) == {"H100": 2, "H200": 0}
