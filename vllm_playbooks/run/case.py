@@ -316,14 +316,16 @@ def select_rows(rows: pd.DataFrame, plan: CasePlan, given: Collection[str]) -> p
     """The replayed ``rows`` that the filter parameters named in ``given`` (``ROW_FILTERS``, as applied to ``plan``)
     choose: the plan's engine labels when ``engines`` was given, the plan's load levels (per engine) when a load was
     given. A value that names no recorded row is refused (``ConfigError``, naming the recorded values), and so is a
-    choice that leaves no row; with no filter given every row is kept."""
+    choice that leaves no row; engine labels are refused only where none of them is recorded (a part may name a
+    config no run has measured yet beside recorded ones). With no filter given every row is kept."""
     chosen = set(given) & set(ROW_FILTERS)
     if not chosen:
         return rows
     out = rows
     if "engines" in chosen:
         labels = [engine.label for engine in plan.engines]
-        _refuse_unrecorded(out, "engine_label", labels, plan.case, "engine")
+        if not out["engine_label"].isin(labels).any():  # a part's config not measured yet is left out, not refused
+            _refuse_unrecorded(out, "engine_label", labels, plan.case, "engine")
         out = out[out["engine_label"].isin(labels)]
     if chosen - {"engines"}:
         if "concurrency" in chosen:

@@ -324,6 +324,17 @@ def test_replay_shows_only_the_loads_and_engines_asked_for(frozen_data: Path) ->
         results_for("deepseek-mtp", "replay", part="quick")
 
 
+def test_replay_of_a_part_leaves_out_its_configs_not_measured_yet(data: Path) -> None:
+    """The Llama quick part names speculation off and both drafts; with the first two recorded, replay shows them."""
+    from vllm_playbooks.run.case import results_for
+
+    run_case(small_plan(concurrency=[1, 16]), data=data, bench=FakeBench(), server_factory=factory(), progress=False)
+    quick = results_for(CASE, "replay", part="quick")
+    assert set(quick["engine_label"]) == {"spec-off", "draft-1b-k4-a0.8"} and set(quick["concurrency"]) == {1, 16}
+    with pytest.raises(ConfigError, match=r"no recorded row at engine \['draft-1b-k4-a0.8-async'\]"):
+        results_for(CASE, "replay", {"engines": ["draft-1b-k4-a0.8-async"]})
+
+
 def test_replay_refuses_what_no_recorded_row_holds(frozen_data: Path) -> None:
     from vllm_playbooks.run.case import results_for
 
