@@ -49,20 +49,22 @@ from vllm_playbooks.results.provenance import Provenance, utc_now
 from vllm_playbooks.results.stalls import unstalled
 from vllm_playbooks.run.budget import point_estimates, server_time
 from vllm_playbooks.run.case import (
-    RunReport,
-    SamplerFactory,
-    hardware_of,
     live_overrides,
     live_summary,
-    measure_point,
     open_case_folder,
-    record_failed_point,
     require_gpu,
     require_vllm,
     sigterm_as_interrupt,
-    startup_cause,
 )
 from vllm_playbooks.run.engine_server import EngineServer, ServerFactory
+from vllm_playbooks.run.measure import (
+    RunReport,
+    SamplerFactory,
+    hardware_of,
+    measure_point,
+    record_failed_point,
+    startup_cause,
+)
 from vllm_playbooks.run.parallel import assign_engines, check_group_sizes
 from vllm_playbooks.run.plan import CasePlan, PlannedPoint, quiet_plan
 from vllm_playbooks.shapes import resolve_model

@@ -34,15 +34,8 @@ from vllm_playbooks.results.replay import replay_case, sync_rows
 from vllm_playbooks.results.schema import RUN_COLUMNS
 from vllm_playbooks.results.stalls import mark_stalled
 from vllm_playbooks.results.store import load_run_rows, rows_to_frame
-from vllm_playbooks.run.engine_server import EngineServer, ServerFactory, say
-from vllm_playbooks.run.measure import (
-    RunReport,
-    SamplerFactory,
-    hardware_of,
-    measure_point,
-    record_failed_point,
-    startup_cause,
-)
+from vllm_playbooks.run.engine_server import ServerFactory, say
+from vllm_playbooks.run.measure import LiveRun, RunReport, SamplerFactory, hardware_of, startup_cause
 from vllm_playbooks.run.paired import run_together
 from vllm_playbooks.run.plan import CasePlan, PlannedPoint, load_plan, overrides_for, quiet_plan
 
@@ -142,18 +135,15 @@ def run_case(
         return report
     if bench is None:
         require_vllm()
-    session = utc_now()
     if plan.pairing is not None:
         todo = paired_order(todo, plan.pairing)
     bar = tqdm(total=len(todo), desc=plan.case, disable=not progress, unit="point")
+    run = LiveRun(plan, bench, server_factory, python, health_timeout_s, provenance, data, report, bar, gpu_sampler)
     with sigterm_as_interrupt():
         if plan.pairing == CO_RESIDENT:
-            run_together(plan, todo, session, bench=bench, server_factory=server_factory, python=python,
-                         health_timeout_s=health_timeout_s, provenance=provenance, data=data, report=report, bar=bar,
-                         gpu_sampler=gpu_sampler)  # fmt: skip
+            run_together(run, todo, utc_now())
         else:
-            _run_groups(plan, todo, bench, server_factory, python, health_timeout_s, provenance, data, report, bar,
-                        gpu_sampler, session if plan.pairing == BY_RESTART else None)  # fmt: skip
+            _run_groups(run, todo, utc_now() if plan.pairing == BY_RESTART else None)
     bar.close()
     return report
 
@@ -220,58 +210,37 @@ def _stalled_point_ids(case: str, data: Path) -> set[str]:
     return set(marked.loc[marked["stalled"], "point_id"])
 
 
-def _run_groups(
-    plan: CasePlan,
-    todo: list[PlannedPoint],
-    bench: BenchClient | None,
-    server_factory: ServerFactory,
-    python: str | None,
-    health_timeout_s: float,
-    provenance: Provenance,
-    data: Path,
-    report: RunReport,
-    bar: Any,
-    gpu_sampler: SamplerFactory | None = nvml_sampler,
-    restart_session: str | None = None,
-) -> None:
+def _run_groups(run: LiveRun, todo: list[PlannedPoint], restart_session: str | None = None) -> None:
     """One server lifetime per run of consecutive points of one engine config in ``todo``. ``restart_session``: the
     session of a paired plan run by restart (``config.pairing.BY_RESTART``), which each point records with its place
     in ``todo``; ``None`` for a plan that is not paired."""
-    case_dir = store.case_dir(plan.case, data)
     labels = list(dict.fromkeys(point.engine.label for point in todo))
     positions = {point.point_id: position for position, point in enumerate(todo)}
     for engine, group in groupby(todo, key=lambda p: p.engine):
         points = list(group)
-        config_id, hardware = engine.config_id(), hardware_of(engine, provenance)
-        lifetime = EngineServer(engine, case_dir, bench, server_factory, python, health_timeout_s)
+        config_id, hardware = engine.config_id(), hardware_of(engine, run.provenance)
+        lifetime = run.lifetime(engine)
         try:
             with lifetime as server:
-                report.server_startup_s[config_id] = server.startup_s or 0.0
+                run.report.server_startup_s[config_id] = server.startup_s or 0.0
                 for index, point in enumerate(points):
-                    try:
-                        pairing = None if restart_session is None else pairing_record(
-                            BY_RESTART, restart_session, positions[point.point_id], labels)  # fmt: skip
-                        measure_point(point, plan, server, lifetime.bench, provenance, data, gpu_sampler, pairing)
-                        report.measured.append(f"{hardware}/{point.point_id}")
-                    except StorageError:
-                        raise
-                    except (PlaybookError, OSError, KeyError, ValueError, RuntimeError) as error:
-                        record_failed_point(case_dir, point, error, report, lifetime.log_path, hardware)
-                        if not server.alive():
-                            died = RuntimeError("server died earlier in this config")
-                            for rest in points[index + 1 :]:
-                                record_failed_point(case_dir, rest, died, report, lifetime.log_path, hardware)
-                            break
-                    bar.update(1)
+                    pairing = None if restart_session is None else pairing_record(
+                        BY_RESTART, restart_session, positions[point.point_id], labels)  # fmt: skip
+                    if not run.measure(point, lifetime, server, pairing) and not server.alive():
+                        died = RuntimeError("server died earlier in this config")
+                        for rest in points[index + 1 :]:
+                            run.fail(rest, died, lifetime)
+                        break
+                    run.bar.update(1)
         except StorageError:
             raise
         except PlaybookError as error:
             cause = startup_cause(error, lifetime.log_path)  # read once for all the points of this server
             for point in points:
                 recorded_id = f"{hardware}/{point.point_id}"
-                if recorded_id not in report.measured and recorded_id not in report.failed:
-                    record_failed_point(case_dir, point, error, report, lifetime.log_path, hardware, cause)
-                    bar.update(1)
+                if recorded_id not in run.report.measured and recorded_id not in run.report.failed:
+                    run.fail(point, error, lifetime, cause)
+                    run.bar.update(1)
 
 
 #: Notebook parameters that choose which replayed rows a page shows (besides ``part``, which sets them).
@@ -416,9 +385,9 @@ def results_for(
 
     The checks of ``checked_choice`` come first. The rows returned are those the filter parameters choose
     (``select_rows``): every row of the case when none is given, each with its paired session and host readings
-    (``results.conditions``; the GPU samples left unread), so comparisons judge paired runs pair by pair. Live mode takes ``gpu_memory_gib`` from the GPU at
-    hand (``live_overrides``) and prints one line: the points measured, on what hardware, the points skipped as
-    already recorded on it, and where the rows are.
+    (``results.conditions``; the GPU samples left unread), so comparisons judge paired runs pair by pair. Live mode
+    takes ``gpu_memory_gib`` from the GPU at hand (``live_overrides``) and prints one line: the points measured, on
+    what hardware, the points skipped as already recorded on it, and where the rows are.
     """
     plan, overrides = checked_choice(case, mode, plan_overrides, part)
     data = run_kwargs.get("data")

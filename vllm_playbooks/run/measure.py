@@ -32,6 +32,7 @@ from vllm_playbooks.results.server_logs import has_started, read_failed_startup
 from vllm_playbooks.results.stalls import STALL_S, STALL_SHARE, gaps_between
 from vllm_playbooks.results.store import append_run_row
 from vllm_playbooks.results.textfiles import stored_path
+from vllm_playbooks.run.engine_server import EngineServer, ServerFactory
 from vllm_playbooks.run.plan import CasePlan, PlannedPoint
 from vllm_playbooks.shapes import resolve_model, vllm_path
 
@@ -228,3 +229,56 @@ def record_failed_point(case_dir: Path, point: PlannedPoint, error: BaseExceptio
     message = f"{name} ({cause}): {error}" if cause else f"{name}: {error}"
     report.failed[recorded_id] = message
     raw.record_failure(case_dir, recorded_id, message, {"server_log": str(log)})
+
+
+#: What a failed point is kept for (a failure file) rather than ending the run: the server, the load generator or
+#: the data it returned went wrong. A ``StorageError`` (nothing can be kept) ends the run.
+POINT_ERRORS = (PlaybookError, OSError, KeyError, ValueError, RuntimeError)
+
+
+@dataclass
+class LiveRun:
+    """What every server lifetime of one live run shares: the plan, how its servers start (``lifetime``), where its
+    points go, the machine's provenance, the GPU sampler, the report it fills and its progress bar."""
+
+    plan: CasePlan
+    bench: BenchClient | None
+    server_factory: ServerFactory
+    python: str | None
+    health_timeout_s: float
+    provenance: Provenance
+    data: Path
+    report: RunReport
+    bar: Any
+    gpu_sampler: SamplerFactory | None
+
+    @property
+    def case_dir(self) -> Path:
+        """The case's data folder."""
+        return store.case_dir(self.plan.case, self.data)
+
+    def lifetime(self, engine: EngineConfig) -> EngineServer:
+        """One server lifetime of ``engine``, not started yet."""
+        return EngineServer(engine, self.case_dir, self.bench, self.server_factory, self.python,
+                            self.health_timeout_s)  # fmt: skip
+
+    def measure(self, point: PlannedPoint, lifetime: EngineServer, server: VllmServer,
+                pairing: dict[str, Any] | None = None) -> bool:  # fmt: skip
+        """Measure ``point`` on ``server`` (``measure_point``) and note it in the report; a point that fails
+        (``POINT_ERRORS``) is kept as a failure file instead. True when it was measured."""
+        hardware = hardware_of(point.engine, self.provenance)
+        try:
+            measure_point(point, self.plan, server, lifetime.bench, self.provenance, self.data, self.gpu_sampler,
+                          pairing)  # fmt: skip
+        except StorageError:
+            raise
+        except POINT_ERRORS as error:
+            self.fail(point, error, lifetime)
+            return False
+        self.report.measured.append(f"{hardware}/{point.point_id}")
+        return True
+
+    def fail(self, point: PlannedPoint, error: BaseException, lifetime: EngineServer, cause: str | None = None) -> None:
+        """Keep ``point`` as failed (``record_failed_point``) with the log of the server ``lifetime`` it was on."""
+        hardware = hardware_of(point.engine, self.provenance)
+        record_failed_point(self.case_dir, point, error, self.report, lifetime.log_path, hardware, cause)

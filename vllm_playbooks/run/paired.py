@@ -9,76 +9,47 @@ each pair (``analysis.compare.paired_versus``), so drift slower than one pair of
   at ``gpu_memory_utilization / n`` passes): all servers start once, one after the other, and stay up; the runs go
   A, B, A, B … at each load and repeat, only one server under load at a time.
 - **By restart** (where they do not fit together): each config keeps its whole ``gpu_memory_utilization``; the server
-  of A measures every load of repeat 0, then B's, then B's again for repeat 1, then A's (``config.pairing.paired_order``). Slower
-  (a start-up per switch), and drift within a server lifetime stays in the comparison; pages say which mode a pair
-  used.
+  of A measures every load of repeat 0, then B's, then B's again for repeat 1, then A's
+  (``config.pairing.paired_order``). Slower (a start-up per switch), and drift within a server lifetime stays in the
+  comparison; pages say which mode a pair used.
 
 Each point's ``point.json`` says which paired session it belongs to, in which mode, and its place in the session
-(``config.pairing.pairing_record``); the analysis pairs runs of one session by load and repeat.
+(``config.pairing.pairing_record``); the analysis pairs runs of one session by load and turn.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
 
 from vllm_playbooks.config.pairing import CO_RESIDENT, pairing_record
 from vllm_playbooks.engine.server import VllmServer
 from vllm_playbooks.errors import PlaybookError, StorageError
-from vllm_playbooks.load.bench import BenchClient
-from vllm_playbooks.results import store
-from vllm_playbooks.results.provenance import Provenance
-from vllm_playbooks.run.engine_server import EngineServer, ServerFactory
-from vllm_playbooks.run.measure import (
-    RunReport,
-    SamplerFactory,
-    hardware_of,
-    measure_point,
-    record_failed_point,
-    startup_cause,
-)
-from vllm_playbooks.run.plan import CasePlan, PlannedPoint
+from vllm_playbooks.run.measure import LiveRun, startup_cause
+from vllm_playbooks.run.plan import PlannedPoint
 
 
-def run_together(
-    plan: CasePlan,
-    todo: Sequence[PlannedPoint],
-    session: str,
-    *,
-    bench: BenchClient | None,
-    server_factory: ServerFactory,
-    python: str | None,
-    health_timeout_s: float,
-    provenance: Provenance,
-    data: Path,
-    report: RunReport,
-    bar: Any,
-    gpu_sampler: SamplerFactory | None,
-) -> None:
+def run_together(run: LiveRun, todo: Sequence[PlannedPoint], session: str) -> None:
     """Measure ``todo`` (``paired_order``'s ``CO_RESIDENT`` order) with one server per engine config, all started
     first, one after the other, and kept up to the end. A server that does not start or dies fails its own points
-    (kept as failure files, as ``run.case`` keeps them); the other configs' points are still measured."""
-    case_dir = store.case_dir(plan.case, data)
+    (kept as failure files, as ``run.case`` keeps them); the other configs' points are still measured. Each point
+    records ``session`` and its place in ``todo``."""
     engines = {point.engine.config_id(): point.engine for point in todo}
     labels = [engine.label for engine in engines.values()]
-    lifetimes = {cid: EngineServer(engine, case_dir, bench, server_factory, python, health_timeout_s)
-                 for cid, engine in engines.items()}  # fmt: skip
+    lifetimes = {cid: run.lifetime(engine) for cid, engine in engines.items()}
     servers: dict[str, VllmServer] = {}
 
     def fail_rest(config_id: str, error: BaseException, after: int, cause: str | None = None) -> None:
         for point in todo[after:]:
             if point.engine.config_id() == config_id:
-                hardware = hardware_of(point.engine, provenance)
-                record_failed_point(case_dir, point, error, report, lifetimes[config_id].log_path, hardware, cause)
-                bar.update(1)
+                run.fail(point, error, lifetimes[config_id], cause)
+                run.bar.update(1)
 
     with contextlib.ExitStack() as stack:
         for cid, lifetime in lifetimes.items():
             try:
                 servers[cid] = stack.enter_context(lifetime)
-                report.server_startup_s[cid] = servers[cid].startup_s or 0.0
+                run.report.server_startup_s[cid] = servers[cid].startup_s or 0.0
             except StorageError:
                 raise
             except PlaybookError as error:
@@ -87,16 +58,9 @@ def run_together(
             cid = point.engine.config_id()
             if cid not in servers:
                 continue
-            server, hardware = servers[cid], hardware_of(point.engine, provenance)
-            try:
-                measure_point(point, plan, server, lifetimes[cid].bench, provenance, data, gpu_sampler,
-                              pairing_record(CO_RESIDENT, session, position, labels))  # fmt: skip
-                report.measured.append(f"{hardware}/{point.point_id}")
-            except StorageError:
-                raise
-            except (PlaybookError, OSError, KeyError, ValueError, RuntimeError) as error:
-                record_failed_point(case_dir, point, error, report, lifetimes[cid].log_path, hardware)
-                if not server.alive():
-                    del servers[cid]
-                    fail_rest(cid, RuntimeError("server died earlier in this paired run"), position + 1)
-            bar.update(1)
+            server = servers[cid]
+            pairing = pairing_record(CO_RESIDENT, session, position, labels)
+            if not run.measure(point, lifetimes[cid], server, pairing) and not server.alive():
+                del servers[cid]
+                fail_rest(cid, RuntimeError("server died earlier in this paired run"), position + 1)
+            run.bar.update(1)
