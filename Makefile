@@ -38,7 +38,8 @@ execute: $(STAMP)
 	$(PY) -m vllm_playbooks book --out $(EXECUTED)
 
 html: $(STAMP) $(MATHJAX)
-	$(VENV)/bin/jupyter-book build . -W -n --keep-going
+	$(PY) -m vllm_playbooks toc --out _build/_toc.yml
+	$(VENV)/bin/jupyter-book build . --toc _build/_toc.yml -W -n --keep-going
 
 ## test: unit tests, the notebook pattern, a strict offline book build in a copy of the repository (its notebooks
 ##   replayed there, except those whose executed copy in book/executed is current; their regression-check cells
@@ -65,7 +66,7 @@ test-cpu-e2e:
 	TMPDIR=$(CURDIR)/_build/cpu-e2e-tmp .venv-cpu/bin/python -m pytest -o addopts="" -p no:cacheprovider -ra -m cpu_e2e tests/integration
 
 ## reproduce: run one case notebook in live mode on this machine's GPUs, e.g.
-##   make reproduce CASE=llama_8b_draft_model PARAMS="-p concurrency '[1, 4]'"
+##   make reproduce CASE=llama-8b-draft-model PARAMS="-p concurrency '[1, 4]'"
 reproduce: $(STAMP)
 	@test -n "$(CASE)" || { echo "usage: make reproduce CASE=<notebook name> [PARAMS=\"-p name value ...\"]"; exit 2; }
 	@$(PY) -m vllm_playbooks reproduce $(CASE) $(PARAMS)

@@ -116,7 +116,7 @@ def _build_book(tmp: Path) -> Path:
         cwd=copy, check=True, env=env,
     )  # fmt: skip
     build = subprocess.run(
-        [*offline, str(bindir / "jupyter-book"), "build", ".", "-W", "-n", "--keep-going"],
+        [*offline, str(bindir / "jupyter-book"), "build", ".", "--toc", "_build/_toc.yml", "-W", "-n", "--keep-going"],
         cwd=copy, capture_output=True, text=True, env=env, check=False,
     )  # fmt: skip
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]

@@ -16,16 +16,16 @@ pytestmark = pytest.mark.slow
 
 def test_book_builds_strictly_from_replayed_notebooks(built_book: Path) -> None:
     html = built_book / "_build" / "html"
-    for page in ("book/intro.html", "book/executed/llama_8b_draft_model.html", "book/executed/discussion_13834.html"):
+    for page in ("book/intro.html", "book/executed/llama-8b-draft-model.html", "book/executed/discussion-13834.html"):
         assert (html / page).exists(), page
-    case_page = (html / "book/executed/llama_8b_draft_model.html").read_text()
+    case_page = (html / "book/executed/llama-8b-draft-model.html").read_text()
     assert case_page.count("<img") >= 2
     text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", case_page))
     assert "beat speculation off beyond noise at" in text  # the opening, its numbers glued from the data
     assert "The rule." in text and "The evidence" in text and "Details" in text
     assert len(list((html / "_images").glob("*.png"))) >= 2
-    verdicts = {"mtp_deepseek": "changed mean TPOT against speculation off",
-                "eagle3_gpt_oss": "changed output throughput against speculation off"}  # fmt: skip
+    verdicts = {"deepseek-mtp": "changed mean TPOT against speculation off",
+                "gpt-oss-eagle3": "changed output throughput against speculation off"}  # fmt: skip
     for page, verdict in verdicts.items():  # the MoE pages: a verdict from the rows, the stalls named, scale stated
         text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", (html / f"book/executed/{page}.html").read_text()))
         assert verdict in text and "dummy (random) weights" in text
@@ -48,9 +48,9 @@ def test_replayed_notebook_prints_what_its_check_cells_recorded(built_book: Path
 
 
 def test_the_pp_case_page_renders_with_or_without_rows(built_book: Path) -> None:
-    page = (built_book / "_build" / "html" / "book/executed/pp_27462.html").read_text()
+    page = (built_book / "_build" / "html" / "book/executed/pp-27462.html").read_text()
     text = re.sub(r"<[^>]+>", "", page)  # code blocks are split into highlighted spans
-    assert "Our verdict:" in text and "make reproduce CASE=pp_27462" in text
+    assert "Our verdict:" in text and "make reproduce CASE=pp-27462" in text
     assert page.count("<img") >= 4  # prediction, throughput, utilisation, sweep (a 'not measured yet' panel until rows)
     assert any(head in page for head in ("Not measured yet", "Reproduced", "Direction only", "Not reproduced"))
     assert "config-only shapes with dummy (random) weights" in page

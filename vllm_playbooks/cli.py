@@ -48,6 +48,8 @@ COMMANDS = (
             "vllm_playbooks.book.ledger:add_arguments", "vllm_playbooks.book.ledger:main"),
     Command("book", "execute the notebooks (papermill, replay mode) whose executed copy is stale: the book's pages",
             "vllm_playbooks.book.notebooks:add_book_arguments", "vllm_playbooks.book.notebooks:book_main"),
+    Command("toc", "write the book's table of contents with a page per case folder (what the book build reads)",
+            "vllm_playbooks.book.notebooks:add_toc_arguments", "vllm_playbooks.book.notebooks:toc_main"),
     Command("notebooks", "for contributors: check the notebook pattern, compare/refresh check outputs, strip outputs",
             "vllm_playbooks.book.notebooks:add_notebooks_arguments", "vllm_playbooks.book.notebooks:notebooks_main"),
     Command("site-check", "open the built book in headless Chromium: links, figures, search, screenshots",

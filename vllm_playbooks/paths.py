@@ -38,8 +38,3 @@ def data_dir(start: Path | None = None) -> Path:
 def runs_dir(case: str, start: Path | None = None) -> Path:
     """The folder that holds one case's measured runs: ``data/runs/<case>/``."""
     return data_dir(start) / "runs" / case
-
-
-def reference_file(start: Path | None = None) -> Path:
-    """The published numbers, one row per number: ``data/reference/published.csv``."""
-    return data_dir(start) / "reference" / "published.csv"

@@ -176,7 +176,7 @@ def test_a_new_user_measures_their_own_points_beside_the_reference_rows(tmp_path
     # the page takes the user's own case as its file (a case name alone means one of the book's packaged cases)
     case_file = tmp_path / f"{plan.case}.yaml"
     case_file.write_text(yaml.safe_dump(NEW_USER_CASE))
-    notebook = Path(__file__).resolve().parents[2] / "notebooks" / "llama_8b_draft_model.ipynb"
+    notebook = Path(__file__).resolve().parents[2] / "notebooks" / "llama-8b-draft-model.ipynb"
     executed = tmp_path / "page.ipynb"
     env = {**os.environ, "VLLM_PLAYBOOKS_DATA_DIR": str(data)}
     done = subprocess.run([*papermill, str(notebook), str(executed), "-p", "case", str(case_file), "-p", "hardware",

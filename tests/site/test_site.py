@@ -23,7 +23,7 @@ _missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
 browser = pytest.mark.skipif(
     bool(_missing), reason=f"{' and '.join(_missing)} not installed (bash .ci/site-check-setup.sh installs them)"
 )
-CASE_PAGES = ("book/executed/llama_8b_draft_model.html", "book/executed/discussion_13834.html")
+CASE_PAGES = ("book/executed/llama-8b-draft-model.html", "book/executed/discussion-13834.html")
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks.analysis.compare import is_control, recorded_speculative
+from vllm_playbooks.config.case_file import calibration_cases
 from vllm_playbooks.hardware import REFERENCE_DATASHEET, Gpu, measured_on
 from vllm_playbooks.model.calibration import _get
 from vllm_playbooks.results.replay import replay_rows
@@ -16,10 +17,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-#: The recorded H200 cases the calibration is fitted and checked on (each one a fold of the leave-one-case-out check).
-CALIBRATION_CASES = (
-    "llama-8b-draft-model", "discussion-13834", "load-desync", "pp-27462", "gpt-oss-eagle3", "deepseek-mtp",
-)  # fmt: skip
 #: The speculative methods the step-time model covers: a separate draft model (its forwards are the draft shape's
 #: roofline plus t_d). MTP modules and EAGLE heads run with async scheduling and other fixed costs; their pages model
 #: them with ``model.calibration.speculation_prediction``.
@@ -45,12 +42,13 @@ def calibrates(row: Any) -> bool:
 
 
 def calibration_rows(gpu: Gpu | str = REFERENCE_DATASHEET) -> list[Any]:
-    """Every recorded row (spec off and on) of ``CALIBRATION_CASES`` measured on ``gpu`` (a datasheet row; the
+    """Every recorded row (spec off and on) of the cases that calibrate the what-if
+    (``config.case_file.calibration_cases``) measured on ``gpu`` (a datasheet row; the
     reference H200 by default: a fit is of one GPU, so rows of others stay out), rebuilt from the raw files, that
     ``calibrates`` and did not stall (``results.stalls``: the pages and the claims ledger leave stalled rows out too)."""
 
     keep = []
-    for case in CALIBRATION_CASES:
+    for case in calibration_cases():
         rows = replay_rows(case)
         stalled = mark_stalled(rows_to_frame(rows, RUN_COLUMNS))["stalled"].astype(bool).tolist()
         keep += [row for row, stall in zip(rows, stalled, strict=True)

@@ -110,7 +110,7 @@ def _levels(values: Any) -> str:
 
 
 def stop_paying_solution(
-    case: str = "llama-8b-draft-model",
+    case: str,
     metrics: list[str] | tuple[str, ...] = ("output_tok_s", "tpot_p50_ms"),
     gpu_name: str | None = None,
     engine_label: str | None = None,
@@ -178,7 +178,7 @@ def stop_paying_solution(
 
 
 def chunks_solution(
-    case: str = "llama-8b-draft-model",
+    case: str,
     concurrency: int = 16,
     gpu_name: str | None = None,
     engine_label: str | None = None,
@@ -239,7 +239,7 @@ def break_even_draft_cost(tokens_per_step: float, k: int) -> float:
     return (tokens_per_step - 1.0) / k
 
 
-def tokens_per_step_solution(case: str = "discussion-13834", alpha: float | None = None, k: int | None = None) -> Solution:
+def tokens_per_step_solution(case: str, alpha: float | None = None, k: int | None = None) -> Solution:
     """τ(α, k) for the report's acceptance read as an i.i.d. α, and the break-even draft cost ratio c = (τ − 1)/k.
 
     ``alpha`` and ``k`` default to the reported values in the reference table (``acceptance-rate-author-quoted``
@@ -308,7 +308,7 @@ def _measured_acceptance(case: str, alpha: float, k: int) -> str:
     )
 
 
-def littles_law_solution(case: str = "discussion-13834") -> Solution:
+def littles_law_solution(case: str) -> Solution:
     """Streams decoding at once with speculation off, from the reported numbers: output tok/s × ITL in seconds.
 
     The worked table applies the same law to our own spec-off rows of the case, where the concurrency is known:
@@ -481,7 +481,7 @@ def cuda_graphs_solution(
     )
 
 
-def microbatches_solution(case: str = "pp-27462", engine_label: str = "8b-pp2-mns64") -> Solution:
+def microbatches_solution(case: str, engine_label: str = "8b-pp2-mns64") -> Solution:
     """From vLLM's own counters of one recorded point: the sequences one engine step carried (output tokens / engine
     steps) and the sequences running at once (that × the pipeline parallel size), against ``max_num_seqs``.
 

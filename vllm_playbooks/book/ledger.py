@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from vllm_playbooks.cases import register_checks
+from vllm_playbooks.cases import load_evidence
 from vllm_playbooks.claims.ledger import build_ledger, ledger_export, ledger_markdown
 
 FORMATS = ("markdown", "csv")
@@ -20,9 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Build the ledger from the recorded rows (every case's checks registered) and print it."""
-    register_checks()
-    ledger = build_ledger()
+    """Build the ledger from the recorded rows (with every case's checks) and print it."""
+    ledger = build_ledger(load_evidence())
     if args.format == "csv":
         ledger_export(ledger).to_csv(sys.stdout, index=False)
     else:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks import paths
 from vllm_playbooks.book import cache
+from vllm_playbooks.book.toc import BUILT_TOC, write_book_toc
 from vllm_playbooks.errors import CapacityError, ConfigError, PlaybookError, SchemaError, ServerError
 from vllm_playbooks.run.plan import parse_parameter_pairs
 
@@ -289,6 +290,8 @@ def add_book_arguments(parser: argparse.ArgumentParser) -> None:
                         help="folder for the executed notebooks (default: book/executed)")  # fmt: skip
     parser.add_argument("--force", action="store_true",
                         help="execute every notebook, also those whose executed copy is current")  # fmt: skip
+    parser.add_argument("--toc", type=Path, default=BUILT_TOC,
+                        help=f"where to write the table of contents with the case pages (default: {BUILT_TOC})")
 
 
 def book_main(args: argparse.Namespace) -> int:
@@ -296,7 +299,8 @@ def book_main(args: argparse.Namespace) -> int:
 
     A copy is stale when the notebook, the package's source, the parameters or the data its last run read changed
     (``vllm_playbooks.book.cache``); ``--force`` executes all. Copies whose source notebook is gone are removed.
-    Each notebook gets one line saying whether it was reused or executed, and why.
+    Each notebook gets one line saying whether it was reused or executed, and why. Last, the table of contents with
+    a page per case (``book.toc``) is written to ``args.toc``, where ``jupyter-book build --toc`` reads it.
     """
     sources = list_notebooks()
     names = {source.name for source in sources}
@@ -316,12 +320,24 @@ def book_main(args: argparse.Namespace) -> int:
         execute(source, target, BOOK_PARAMETERS, package=package)
         executed += 1
     print(f"book: {executed} executed, {len(sources) - executed} reused", flush=True)
+    print(f"table of contents: {write_book_toc(paths.find_repo_root(), args.toc)}", flush=True)
+    return 0
+
+
+def add_toc_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--out``: where to write the table of contents."""
+    parser.add_argument("--out", type=Path, default=BUILT_TOC, help=f"where to write it (default: {BUILT_TOC})")
+
+
+def toc_main(args: argparse.Namespace) -> int:
+    """Write the book's table of contents, ``_toc.yml`` with a page per case folder with a notebook (``book.toc``)."""
+    print(f"table of contents: {write_book_toc(paths.find_repo_root(), args.out)}", flush=True)
     return 0
 
 
 def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
     """The notebook, ``--out`` and ``-p NAME VALUE`` parameters."""
-    parser.add_argument("notebook", help="notebook name without .ipynb, e.g. llama_8b_draft_model")
+    parser.add_argument("notebook", help="notebook name without .ipynb, e.g. llama-8b-draft-model")
     parser.add_argument("--out", type=Path, default=None, help="the executed notebook (default: _build/reproduce/)")
     parser.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
                         help="a notebook parameter, its value read as YAML (e.g. -p concurrency '[1, 16]')")  # fmt: skip

@@ -1,4 +1,5 @@
-"""The claims ledger: claims read from data/reference/claims.csv, the evidence they are checked on, the registry of checks, and the ledger table."""
+"""The claims ledger: the claims of every case folder (its ``claims.csv``), the evidence they are checked on, how a
+check is declared (``check``; ``vllm_playbooks.cases.checks`` finds them), and the ledger table."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from vllm_playbooks import paths
 from vllm_playbooks.analysis.compare import higher_is_better, versus_baseline
 from vllm_playbooks.analysis.noise import MIN_CLEAN_REPEATS
 from vllm_playbooks.analysis.runs import usable_runs
-from vllm_playbooks.analysis.whatif import CALIBRATION_CASES, calibrates
+from vllm_playbooks.analysis.whatif import calibrates
 from vllm_playbooks.claims.lead import lead_gpu
 from vllm_playbooks.claims.verdict import DATA_VERDICTS, Verdict
 from vllm_playbooks.config.capacity import kv_budget
+from vllm_playbooks.config.case_file import CLAIMS_FILE, calibration_cases, case_folder, case_names
 from vllm_playbooks.errors import ConfigError, SchemaError
 from vllm_playbooks.hardware import REFERENCE_DATASHEET, REFERENCE_GPU, measured_on
 from vllm_playbooks.model.calibration import EfficiencyFit, fit_efficiency
@@ -34,7 +36,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-CLAIMS_COLUMNS = ("claim", "case", "text", "sources", "check")
+#: The columns of a case folder's ``claims.csv`` (the case is the folder's).
+CLAIMS_COLUMNS = ("claim", "text", "sources", "check")
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,15 @@ class Evidence:
     deciding: Mapping[str, frozenset[tuple[str, str]]] = field(default_factory=dict)
     #: Per case, the servers that did not start (``results.failed_starts.failed_starts``).
     failed_starts: Mapping[str, pd.DataFrame] = field(default_factory=dict)
+    #: The checks of every case, by the name ``claims.csv`` uses (``vllm_playbooks.cases.checks``).
+    checks: Mapping[str, Check] = field(default_factory=dict)
+
+    def check(self, name: str) -> Check:
+        """The check called ``name``; ``ConfigError`` naming the known checks otherwise."""
+        if name not in self.checks:
+            raise ConfigError(f"unknown check {name!r}; known checks: {', '.join(sorted(self.checks)) or 'none'}"
+                              f"{_NO_CHECKS_HINT}")  # fmt: skip
+        return self.checks[name]
 
     def rows(self, case: str) -> pd.DataFrame:
         """The recorded rows of ``case`` (an empty frame with the schema's columns when none are recorded)."""
@@ -185,65 +197,62 @@ class Evidence:
         return float(frame.loc[frame["claim_id"] == claim_id, "value"].iloc[0])
 
 
-CheckFn = Callable[[Claim, Evidence], CheckResult]
+CheckFn = Callable[[Claim, "Evidence"], CheckResult]
+#: Evidence loaded without the cases' checks cannot run one; the cases layer loads it with them.
+_NO_CHECKS_HINT = " (load the evidence with its checks: vllm_playbooks.cases.load_evidence())"
 
 
-#: The registered checks, by the name ``claims.csv`` uses.
-CHECKS: dict[str, CheckFn] = {}
-#: The case modules register their checks when imported (``vllm_playbooks.cases.register_checks`` imports them all).
-_UNREGISTERED_HINT = " (a case's checks are registered by importing its module: vllm_playbooks.cases.register_checks())"
+@dataclass(frozen=True)
+class Check:
+    """A claim's check: ``function`` judges a claim on the evidence; ``name`` is what ``claims.csv`` calls it."""
+
+    name: str
+    function: CheckFn
+
+    def __call__(self, claim: Claim, evidence: Evidence) -> CheckResult:
+        return self.function(claim, evidence)
 
 
-def check(name: str) -> Callable[[CheckFn], CheckFn]:
-    """Register a check under ``name`` (a decorator)."""
+def check(name: str) -> Callable[[CheckFn], Check]:
+    """Declare a case's check under ``name`` (a decorator); ``vllm_playbooks.cases.checks`` finds it in its case's
+    module."""
 
-    def register(function: CheckFn) -> CheckFn:
-        if name in CHECKS:
-            raise ValueError(f"check {name!r} is registered twice")
-        CHECKS[name] = function
-        return function
+    def declare(function: CheckFn) -> Check:
+        return Check(name, function)
 
-    return register
-
-
-def get_check(name: str) -> CheckFn:
-    """The check called ``name``; ``ConfigError`` naming the known checks otherwise."""
-    if name not in CHECKS:
-        raise ConfigError(f"unknown check {name!r}; known checks: {', '.join(sorted(CHECKS))}{_UNREGISTERED_HINT}")
-    return CHECKS[name]
-
-
-def claims_file(start: Path | None = None) -> Path:
-    """``data/reference/claims.csv``."""
-    return paths.data_dir(start) / "reference" / "claims.csv"
+    return declare
 
 
 def load_claims(
-    path: Path | None = None, published: pd.DataFrame | None = None, require_checks: bool = True
+    published: pd.DataFrame | None = None, checks: Mapping[str, Check] | None = None, path: Path | None = None
 ) -> list[Claim]:
-    """The claims, validated: the exact columns, unique ids, a registered check for each (``ConfigError`` otherwise;
-    ``require_checks=False`` leaves that to the running of a claim's check), and, when ``published`` is given, every
-    source present in its case (``SchemaError`` otherwise)."""
-    source = path if path is not None else claims_file()
-    with source.open(newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
-        if tuple(reader.fieldnames or ()) != CLAIMS_COLUMNS:
-            raise SchemaError(f"{source}: columns must be {', '.join(CLAIMS_COLUMNS)}; got {reader.fieldnames}")
-        records = list(reader)
+    """The claims of every case folder (each one's ``claims.csv``), validated: the exact columns, ids unique across
+    cases, a known check for each where ``checks`` is given (``ConfigError`` otherwise), and, when ``published`` is
+    given, every source present in its case (``SchemaError`` otherwise). ``path`` reads one such file alone, as its
+    folder's case."""
+    if path is not None:
+        sources = [(path.parent.name.replace("_", "-"), path)]
+    else:
+        sources = [(case, folder / CLAIMS_FILE) for case in case_names()
+                   if ((folder := case_folder(case)) / CLAIMS_FILE).is_file()]  # fmt: skip
     claims: list[Claim] = []
-    for number, record in enumerate(records, start=1):
-        where = f"{source} row {number} ({record.get('claim')!r})"
-        if any(not (record.get(c) or "").strip() for c in CLAIMS_COLUMNS):
-            raise SchemaError(f"{where}: every column needs a value")
-        if any(c.claim_id == record["claim"] for c in claims):
-            raise SchemaError(f"{where}: claim id appears twice")
-        if require_checks and record["check"] not in CHECKS:
-            raise ConfigError(f"{where}: unknown check {record['check']!r}; known checks: {', '.join(sorted(CHECKS))}"
-                              f"{_UNREGISTERED_HINT}")
-        claims.append(
-            Claim(claim_id=record["claim"], case=record["case"], text=record["text"].strip(),
-                  sources=tuple(record["sources"].split()), check=record["check"])
-        )  # fmt: skip
+    for case, source in sources:
+        with source.open(newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            if tuple(reader.fieldnames or ()) != CLAIMS_COLUMNS:
+                raise SchemaError(f"{source}: columns must be {', '.join(CLAIMS_COLUMNS)}; got {reader.fieldnames}")
+            records = list(reader)
+        for number, record in enumerate(records, start=1):
+            where = f"{source} row {number} ({record.get('claim')!r})"
+            if any(not (record.get(c) or "").strip() for c in CLAIMS_COLUMNS):
+                raise SchemaError(f"{where}: every column needs a value")
+            if any(c.claim_id == record["claim"] for c in claims):
+                raise SchemaError(f"{where}: claim id appears twice")
+            if checks is not None and record["check"] not in checks:
+                raise ConfigError(f"{where}: unknown check {record['check']!r}; known checks: "
+                                  f"{', '.join(sorted(checks))}")  # fmt: skip
+            claims.append(Claim(claim_id=record["claim"], case=case, text=record["text"].strip(),
+                                sources=tuple(record["sources"].split()), check=record["check"]))  # fmt: skip
     if published is not None:
         for claim in claims:
             Evidence(published=published).sources(claim)
@@ -304,20 +313,21 @@ def is_missing(value: Any) -> bool:
     return value is None or (not isinstance(value, str | list | dict) and bool(pd.isna(value)))
 
 
-def load_evidence(data: Path | None = None) -> Evidence:
+def load_evidence(data: Path | None = None, checks: Mapping[str, Check] | None = None) -> Evidence:
     """Read everything the checks need from ``data`` (default: the repository's ``data/``): the published numbers,
     every case's rows rebuilt from their raw files (replay, as the case pages do) as the verdicts use them
     (``analysis.runs.usable_runs``: no stalled runs, no overlapped runs of points measured often enough alone), the
     start-ups, and the roofline fit on the H200 rows
-    of ``analysis.whatif.CALIBRATION_CASES`` that ``analysis.whatif.calibrates`` (None with fewer than three without speculation),
-    and the points each claim's verdict rests on (``Evidence.deciding``, from the case files' deciding parts)."""
+    of the cases that calibrate the what-if (``config.case_file.calibration_cases``) that ``analysis.whatif.calibrates``
+    (None with fewer than three without speculation), the points each claim's verdict rests on (``Evidence.deciding``,
+    from the case files' deciding parts) and ``checks`` (``vllm_playbooks.cases.load_evidence`` gives every case's)."""
 
     folder = data if data is not None else paths.data_dir()
-    published = load_reference(path=folder / "reference" / "published.csv")
+    published = load_reference()
     runs = {case: usable_runs(replay_case(case, folder), folder) for case in cases_with_runs(folder)}
     fit = None
     calibration = [
-        r for case in CALIBRATION_CASES if case in runs for r in _records(runs[case])
+        r for case in calibration_cases() if case in runs for r in _records(runs[case])
         if measured_on(str(r["gpu_name"]), REFERENCE_DATASHEET) and calibrates(r)
     ]  # fmt: skip
     if sum(not r["num_speculative_tokens"] for r in calibration) >= 3:
@@ -326,12 +336,12 @@ def load_evidence(data: Path | None = None) -> Evidence:
         fit = fit_efficiency(calibration, REFERENCE_DATASHEET, draft_overhead=drafts)
 
     steps = {case: step_summary(frame, folder) for case, frame in runs.items()}
-    claims = load_claims(folder / "reference" / "claims.csv", published=published, require_checks=False)
+    claims = load_claims(published=published)
     deciding = {claim.claim_id: points for claim in claims
                 if (points := deciding_points(claim.case, claim.claim_id)) is not None}  # fmt: skip
     failed = {case: failed_starts(case, folder) for case in runs}
     return Evidence(published=published, runs=runs, startups=recorded_startups(folder), fit=fit, engine_steps=steps,
-                    deciding=deciding, failed_starts=failed)  # fmt: skip
+                    deciding=deciding, failed_starts=failed, checks=dict(checks or {}))  # fmt: skip
 
 
 def speedup_pairs(rows: pd.DataFrame, metric: str, extra: Iterable[str] = ()) -> pd.DataFrame:
@@ -439,7 +449,7 @@ def judged_per_gpu(claim: Claim, evidence: Evidence) -> list[tuple[str, CheckRes
     at the compared points; a tie, the reference GPU), the others follow in ``deciding_gpus``' order. A claim without
     deciding points (a rule of thumb weighed on every recorded row), or with none of them recorded yet, is checked
     once on all the evidence, under the GPU ``""``."""
-    check = get_check(claim.check)
+    check = evidence.check(claim.check)
     gpus = evidence.deciding_gpus(claim)
     if not gpus:
         return [("", check(claim, evidence))]
@@ -449,18 +459,17 @@ def judged_per_gpu(claim: Claim, evidence: Evidence) -> list[tuple[str, CheckRes
     return sorted(judged, key=lambda line: line[0] != lead)
 
 
-def build_ledger(evidence: Evidence | None = None, claims: list[Claim] | None = None) -> pd.DataFrame:
-    """One line per claim and GPU it is judged on (``judged_per_gpu``: the line the book leads with first, marked
-    ``headline``; one line for a claim judged on every GPU's rows at once), its check run on ``evidence`` (default:
-    ``load_evidence()``), in ``LEDGER_COLUMNS``. ``hardware`` names the GPU a line was judged on, else the GPUs of
+def build_ledger(evidence: Evidence, claims: list[Claim] | None = None) -> pd.DataFrame:
+    """One line per claim (default: every case's) and GPU it is judged on (``judged_per_gpu``: the line the book leads
+    with first, marked ``headline``; one line for a claim judged on every GPU's rows at once), its check run on
+    ``evidence``, in ``LEDGER_COLUMNS``. ``hardware`` names the GPU a line was judged on, else the GPUs of
     the points it compares."""
     import pandas as pd
 
-    ev = evidence if evidence is not None else load_evidence()
-    items = claims if claims is not None else load_claims(published=ev.published)
+    items = claims if claims is not None else load_claims(published=evidence.published)
     records = []
-    for claim, (gpu, result) in ((c, judged) for c in items for judged in judged_per_gpu(c, ev)):
-        sources = ev.sources(claim)
+    for claim, (gpu, result) in ((c, judged) for c in items for judged in judged_per_gpu(c, evidence)):
+        sources = evidence.sources(claim)
         records.append({
             "claim": claim.claim_id, "case": claim.case, "text": claim.text, "sources": " ".join(claim.sources),
             "source_urls": " ".join(dict.fromkeys(sources["source_url"])),
@@ -468,7 +477,7 @@ def build_ledger(evidence: Evidence | None = None, claims: list[Claim] | None = 
             "measured": result.measured, "rows": result.rows, "verdict": str(result.verdict),
             "model_says": result.model_says, "model_verdict": str(result.model_verdict) if result.model_verdict else "",
             **result.noise, **({"hardware": gpu} if gpu else {}),
-            "deciding_part": (deciding_part(claim.case, claim.claim_id) or "") if claim.claim_id in ev.deciding else "",
+            "deciding_part": (deciding_part(claim.case, claim.claim_id) or "") if claim.claim_id in evidence.deciding else "",
             "headline": not records or records[-1]["claim"] != claim.claim_id,  # judged_per_gpu puts the lead first
         })  # fmt: skip
     return pd.DataFrame(records, columns=LEDGER_COLUMNS)
@@ -480,21 +489,19 @@ def headline_lines(ledger: pd.DataFrame) -> pd.DataFrame:
     return ledger[ledger["headline"].astype(bool)]
 
 
-def result_for(claim_id: str, evidence: Evidence | None = None) -> CheckResult:
-    """The check of one claim of ``claims.csv`` run on ``evidence`` (default: ``load_evidence()``): the verdict the
-    ledger leads with for that claim (``judged_per_gpu``'s first), for a page that states the same; its case module
-    (which registers the check) is imported there."""
-    ev = evidence if evidence is not None else load_evidence()
-    return judged_per_gpu(claim_of(claim_id, ev), ev)[0][1]
+def result_for(claim_id: str, evidence: Evidence) -> CheckResult:
+    """The check of one claim run on ``evidence``: the verdict the ledger leads with for that claim
+    (``judged_per_gpu``'s first), for a page that states the same."""
+    return judged_per_gpu(claim_of(claim_id, evidence), evidence)[0][1]
 
 
 def claim_of(claim_id: str, evidence: Evidence) -> Claim:
     """The line of ``claims.csv`` with ``claim_id`` (its sources checked against ``evidence``'s published numbers);
     ``ConfigError`` where there is none."""
-    for claim in load_claims(published=evidence.published, require_checks=False):
+    for claim in load_claims(published=evidence.published):
         if claim.claim_id == claim_id:
             return claim
-    raise ConfigError(f"no claim {claim_id!r} in {claims_file().name}")
+    raise ConfigError(f"no claim {claim_id!r} in any case's {CLAIMS_FILE}")
 
 
 def _link_label(url: str) -> str:

@@ -13,8 +13,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from vllm_playbooks.claims.lead import disagree, lead_gpu
-from vllm_playbooks.claims.ledger import (CheckResult, Evidence, claim_of, get_check, load_evidence,
-                                         noting_not_started)
+from vllm_playbooks.claims.ledger import CheckResult, Evidence, claim_of, noting_not_started
 from vllm_playbooks.hardware import REFERENCE_GPU
 from vllm_playbooks.run.budget import gpu_here
 
@@ -22,7 +21,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-def results_by_gpu(claim_id: str, rows: pd.DataFrame, evidence: Evidence | None = None) -> dict[str, CheckResult]:
+def results_by_gpu(claim_id: str, rows: pd.DataFrame, evidence: Evidence) -> dict[str, CheckResult]:
     """The check of ``claim_id`` run once per GPU that ``rows`` (a case page's rows, after its filters) name.
 
     Each run sees, of the claim's own case, the recorded rows (stalled runs left out, as in the ledger) whose point
@@ -30,17 +29,16 @@ def results_by_gpu(claim_id: str, rows: pd.DataFrame, evidence: Evidence | None 
     roofline fit are shared. Without rows, one run on no rows of the case, under the key ``""``: the check then says
     what it says without data ("not measured", or the model's verdict).
     """
-    ev = evidence if evidence is not None else load_evidence()
-    claim = claim_of(claim_id, ev)
-    check = get_check(claim.check)
+    claim = claim_of(claim_id, evidence)
+    check = evidence.check(claim.check)
     shown = set(rows["point_id"].astype(str)) if not rows.empty else set()
     results = {}
     for gpu in gpus_in(rows):
-        narrowed = ev.on_gpu(gpu)
+        narrowed = evidence.on_gpu(gpu)
         own = narrowed.rows(claim.case)
         judged = check(claim, replace(narrowed, runs={**narrowed.runs,
                                                       claim.case: own[own["point_id"].astype(str).isin(shown)]}))
-        results[gpu] = noting_not_started(judged, ev.not_started(claim, gpu))
+        results[gpu] = noting_not_started(judged, evidence.not_started(claim, gpu))
     return results
 
 

@@ -1,4 +1,4 @@
-"""Published numbers by claim id (data/reference/published.csv) and the tables a page shows of them."""
+"""Published numbers by claim id (vllm_playbooks/cases/<case>/published.csv) and the tables a page shows of them."""
 
 from __future__ import annotations
 

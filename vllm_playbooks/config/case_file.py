@@ -1,4 +1,12 @@
-"""A case file's structure, checked before ``run.plan`` reads it: every section has the type the plan expects, so a
+"""The case folders and a case file's structure.
+
+A case is one folder of ``vllm_playbooks/cases/``: its grid (``case.yaml``: engine configs × loads, read by
+``run.plan``), the claims it checks (``claims.csv``), the published numbers they rest on (``published.csv``) and its
+Python (``__init__.py``: its checks and what its page computes). Listing the folders finds every case; nothing else
+names one. A case's name is its folder's name with ``-`` for ``_`` (Python's rule for a package name): the name the
+YAML, the notebook, the data folder and the command line use.
+
+A case file's structure is checked before ``run.plan`` reads it: every section has the type the plan expects, so a
 wrong one is a ``ConfigError`` naming it, never a traceback from deep inside the plan."""
 
 from __future__ import annotations
@@ -16,6 +24,53 @@ from vllm_playbooks.errors import ConfigError
 CASE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 #: The sections of an engine entry (or of ``engine_defaults``) that must be mappings where given.
 _ENGINE_MAPPINGS = ("speculative", "env")
+
+
+#: The folder holding one folder per case.
+CASES_DIR = Path(__file__).resolve().parents[1] / "cases"
+#: The files of a case folder: its grid, its claims and the published numbers they rest on (each optional).
+GRID_FILE, CLAIMS_FILE, PUBLISHED_FILE = "case.yaml", "claims.csv", "published.csv"
+
+
+def case_names() -> list[str]:
+    """The name of every case: each folder of ``CASES_DIR`` that is a Python package, ``_`` read as ``-``."""
+    return sorted(folder.name.replace("_", "-") for folder in CASES_DIR.iterdir()
+                  if (folder / "__init__.py").is_file() and not folder.name.startswith("_"))  # fmt: skip
+
+
+def grid_names() -> list[str]:
+    """The cases with a grid to measure (a ``case.yaml``), in name order."""
+    return [case for case in case_names() if (case_folder(case) / GRID_FILE).is_file()]
+
+
+def package_name(case: str) -> str:
+    """The Python package of ``case``'s folder (``discussion-13834`` → ``discussion_13834``)."""
+    return case.replace("-", "_")
+
+
+def case_folder(case: str) -> Path:
+    """The folder of packaged case ``case``; ``ConfigError`` naming the known cases for any other name."""
+    check_packaged_name(case)
+    if case not in case_names():
+        raise ConfigError(f"Unknown case {case!r}. Known: {', '.join(case_names())}. Cases live in "
+                          "vllm_playbooks/cases/<case>/.")  # fmt: skip
+    return CASES_DIR / package_name(case)
+
+
+def grid_file(case: str) -> Path:
+    """The grid of packaged case ``case`` (``<folder>/case.yaml``); ``ConfigError`` for a case without one."""
+    path = case_folder(case) / GRID_FILE
+    if not path.is_file():
+        raise ConfigError(f"case {case!r} has no grid to measure (no {GRID_FILE}); cases with one: "
+                          f"{', '.join(grid_names())}")  # fmt: skip
+    return path
+
+
+def calibration_cases() -> list[str]:
+    """The cases whose rows calibrate the what-if's step-time model: those whose grid sets
+    ``calibrates_whatif: true``."""
+    return [case for case in grid_names()
+            if (yaml.safe_load(grid_file(case).read_text(encoding="utf-8")) or {}).get("calibrates_whatif") is True]
 
 
 def check_packaged_name(case: str) -> None:

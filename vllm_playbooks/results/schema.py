@@ -7,7 +7,6 @@ the book's column table and the loaders' checks all come from these models, so t
 from __future__ import annotations
 
 import math
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -159,7 +158,7 @@ LATENCY_COLUMNS: tuple[str, ...] = tuple(f"{m}_{s}_ms" for m in _LATENCY_METRICS
 class ReferenceRow(_Frozen):
     """One published number, with where it was published and whether only a secondary source states it."""
 
-    case: Literal["discussion-13834", "deepseek-mtp", "gpt-oss-eagle3", "issue-27462", "rules-of-thumb"]
+    case: str = Field(min_length=1, description="the case folder the number belongs to (config.case_file)")
     claim_id: str = Field(min_length=1, description="slug, unique within the case")
     quantity: str = Field(min_length=1, description="what was measured, with its unit suffix")
     setting: str = Field(min_length=1, description="the condition, in words")
@@ -180,3 +179,5 @@ class ReferenceRow(_Frozen):
 
 
 REFERENCE_COLUMNS: list[str] = list(ReferenceRow.model_fields)
+#: The columns of a case folder's ``published.csv``: its case is the folder's.
+PUBLISHED_COLUMNS: list[str] = [c for c in REFERENCE_COLUMNS if c != "case"]

@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from vllm_playbooks import paths
+from vllm_playbooks.config.case_file import PUBLISHED_FILE, case_folder, case_names
 from vllm_playbooks.errors import SchemaError
 from vllm_playbooks.files import atomic_write_text, file_lock
-from vllm_playbooks.results.schema import PROVENANCE_COLUMNS, REFERENCE_COLUMNS, RUN_COLUMNS, ReferenceRow, RunRow
+from vllm_playbooks.results.schema import PROVENANCE_COLUMNS, PUBLISHED_COLUMNS, REFERENCE_COLUMNS, RUN_COLUMNS, ReferenceRow, RunRow
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -157,15 +158,22 @@ def append_run_row(row: RunRow, data: Path | None = None) -> Path:
 
 
 def load_reference(case: str | None = None, path: Path | None = None) -> pd.DataFrame:
-    """Published numbers (``data/reference/published.csv``), validated, optionally for one case."""
-    source = path if path is not None else paths.reference_file()
-    rows = validate_records(read_csv_records(source, REFERENCE_COLUMNS), ReferenceRow, str(source))
-    seen: set[tuple[str, str]] = set()
-    for number, row in enumerate(rows, start=1):
-        key = (row.case, row.claim_id)
-        if key in seen:
-            raise SchemaError(f"{source} row {number}: claim_id {row.claim_id!r} appears twice in case {row.case!r}")
-        seen.add(key)
-    if case is not None:
-        rows = [r for r in rows if r.case == case]
+    """Published numbers, validated: every case folder's ``published.csv`` (``config.case_file``), each row with the
+    case it belongs to, or one case's. ``path`` reads one such file as ``case``'s (default: its folder's case)."""
+    if path is not None:
+        sources = [(case or path.parent.name.replace("_", "-"), path)]
+    else:
+        cases = [case] if case is not None else case_names()
+        sources = [(name, folder / PUBLISHED_FILE) for name in cases
+                   if ((folder := case_folder(name)) / PUBLISHED_FILE).is_file()]  # fmt: skip
+    rows: list[ReferenceRow] = []
+    for name, source in sources:
+        records = [{"case": name, **record} for record in read_csv_records(source, PUBLISHED_COLUMNS)]
+        case_rows = validate_records(records, ReferenceRow, str(source))
+        seen: set[str] = set()
+        for number, row in enumerate(case_rows, start=1):
+            if row.claim_id in seen:
+                raise SchemaError(f"{source} row {number}: claim_id {row.claim_id!r} appears twice in case {name!r}")
+            seen.add(row.claim_id)
+        rows += case_rows
     return rows_to_frame(rows, REFERENCE_COLUMNS)

@@ -6,7 +6,6 @@ import functools
 import itertools
 import math
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from vllm_playbooks.config.capacity import refusal, refused_engines
-from vllm_playbooks.config.case_file import CASE_NAME, check_packaged_name, check_structure, read_case_file
+from vllm_playbooks.config.case_file import CASE_NAME, check_structure, grid_file, grid_names, read_case_file
 from vllm_playbooks.config.engine import EngineConfig, check_engine_against_shapes, routing_simulation_problem
 from vllm_playbooks.config.load import MIN_DURATION_S, LoadPoint
 from vllm_playbooks.config.pairing import pair_engines
@@ -24,10 +23,9 @@ from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.results.identity import point_key
 from vllm_playbooks.shapes import resolve_model
 
-CASES_PACKAGE = "vllm_playbooks.cases"
 _PLAN_KEYS = {
     "case", "title", "engine_defaults", "engines", "loads", "repeats", "min_duration_s", "gpu_memory_gib", "parts",
-    "paired",
+    "paired", "calibrates_whatif", "page_order",
 }  # fmt: skip
 _LOAD_KEYS = {
     "profile", "input_len", "output_len", "concurrency", "request_rate_qps", "burstiness", "seed", "temperature",
@@ -109,8 +107,8 @@ class CasePlan:
 
 
 def list_cases() -> list[str]:
-    """Names of the cases that ship with the package."""
-    return sorted(p.name.removesuffix(".yaml") for p in resources.files(CASES_PACKAGE).iterdir() if p.name.endswith(".yaml"))
+    """Names of the cases that ship with the package and have a grid to measure."""
+    return grid_names()
 
 
 def _case_yaml(case: str) -> dict[str, Any]:
@@ -120,11 +118,7 @@ def _case_yaml(case: str) -> dict[str, Any]:
         if not own.is_file():
             raise ConfigError(f"no case file {case}")
         return read_case_file(own, case)
-    check_packaged_name(case)  # a name, not a path: it never reads YAML outside the package
-    path = resources.files(CASES_PACKAGE) / f"{case}.yaml"
-    if not path.is_file():
-        raise ConfigError(f"Unknown case {case!r}. Known: {', '.join(list_cases())}. Cases live in vllm_playbooks/cases/.")
-    return yaml.safe_load(path.read_text(encoding="utf-8"))
+    return read_case_file(grid_file(case), case)  # a name, never a path: it reads only a packaged case's grid
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -159,7 +153,7 @@ def _loads(spec: dict[str, Any], case: str) -> list[LoadPoint]:
 
 
 def load_plan(case: str, **overrides: Any) -> CasePlan:
-    """Read ``vllm_playbooks/cases/<case>.yaml`` (or a case file of your own, given by its path ending in ``.yaml``),
+    """Read ``vllm_playbooks/cases/<case>/case.yaml`` (or a case file of your own, given by its path ending in ``.yaml``),
     apply overrides, and check every config and load.
 
     ``None`` overrides are ignored, so notebook parameters can default to ``None``. An ``engines`` override keeps
@@ -360,7 +354,7 @@ QUICK_PART = "quick"
 @dataclass(frozen=True)
 class NamedPart:
     """One entry of a case's ``parts``: its ``name``, the ``overrides`` it passes to ``load_plan``, its ``note`` (what
-    it decides, what it needs) and ``decides``: the claims of ``data/reference/claims.csv`` whose verdict rests on
+    it decides, what it needs) and ``decides``: the claims of ``claims.csv`` whose verdict rests on
     exactly its points (and those of ``earlier_engines``, an earlier shape's labels, at its loads). A part that
     decides claims, like ``quick``, overlaps the grid and is not one of the parts that cover it."""
 
@@ -423,7 +417,7 @@ def part_note(case: str, part: str) -> str | None:
 
 def deciding_part(case: str, claim_id: str) -> str | None:
     """The part of packaged case ``case`` that measures the points ``claim_id``'s verdict rests on, or None where
-    none does (or ``case`` is no packaged case, like the rules of thumb)."""
+    none does (or ``case`` has no grid, like the rules of thumb)."""
     if case not in list_cases():
         return None
     return next((named.name for named in named_parts(case) if claim_id in named.decides), None)
@@ -527,7 +521,7 @@ def grid_table(plan: CasePlan, case: str | None = None) -> Any:
 
 def plan_file(case: str) -> Path:
     """Path of a case's YAML (for the book's 'how to re-run' notes)."""
-    return Path(str(resources.files(CASES_PACKAGE) / f"{case}.yaml"))
+    return grid_file(case)
 
 
 def missing_loads(plan: CasePlan, measured: Any) -> dict[str, list[LoadPoint]]:

@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from vllm_playbooks.analysis import compare, crossover, schedule
-from vllm_playbooks.cases import discussion_13834, register_checks
+from vllm_playbooks import cases
+from vllm_playbooks.cases import discussion_13834
 from vllm_playbooks.claims import ledger as claims_ledger
 from vllm_playbooks.run.plan import plan_from_dict, unmeasured
 
@@ -105,8 +106,7 @@ def test_the_case_page_verdict_is_the_ledgers_and_reads_its_point() -> None:
     from vllm_playbooks.results.replay import replay_case
     from vllm_playbooks.results.store import load_reference, runs_file
 
-    register_checks()
-    evidence = claims_ledger.load_evidence()  # what the page and the ledger page each read
+    evidence = cases.load_evidence()  # what the page and the ledger page each read
     result = claims_ledger.result_for("discussion-13834-slower", evidence)
     table = claims_ledger.headline_lines(claims_ledger.build_ledger(evidence)).set_index("claim")
     assert str(result.verdict) == table.loc["discussion-13834-slower", "verdict"]

@@ -18,29 +18,29 @@ from vllm_playbooks import cli
 #: copy of some recorded runs (``tests/fixtures/recorded``): it holds no llama-8b-draft-model rows, deepseek-mtp rows
 #: at 1, 4 and 8 QPS of two engines, discussion-13834 rows at concurrency 1 and pp-27462 rows at each engine's own.
 BAD = [
-    ("llama_8b_draft_model", ["case", "nope"], "Unknown case 'nope'. Known: deepseek-mtp"),
-    ("llama_8b_draft_model", ["engines", '["nope"]'], "no engine config named ['nope']; known: ['spec-off'"),
-    ("llama_8b_draft_model", ["bogus", "1"], "unknown parameter(s) ['bogus']; this notebook takes: mode, case"),
-    ("llama_8b_draft_model", ["mode", "Replay"], "mode must be 'replay' or 'live', got 'Replay'"),
-    ("llama_8b_draft_model", ["concurrency", "[0]"], "bad load {'concurrency': 0}"),
-    ("llama_8b_draft_model", ["concurrency", "[2]"], "no recorded row at concurrency [2]; recorded: none"),
-    ("llama_8b_draft_model", ["concurrency", "[1, 16"], "parameter concurrency: cannot read '[1, 16' as YAML"),
-    ("llama_8b_draft_model", ["model", "nope-shape"], "'nope-shape' is neither a known shape nor an existing"),
-    ("llama_8b_draft_model", ["draft_model", "nope"], "'nope' is neither a known shape nor an existing directory"),
-    ("llama_8b_draft_model", ["min_duration_s", "-1"], "min_duration_s must be a number > 0, got -1"),
-    ("llama_8b_draft_model", ["gpu_memory_gib", "-3"], "gpu_memory_gib must be a number > 0, got -3"),
-    ("llama_8b_draft_model", ["gpu_memory_gib", "8"], "engine spec-off: weights"),
-    ("llama_8b_draft_model", ["part", "nope"], "no part 'nope'; known: all, quick"),
-    ("eagle3_gpt_oss", ["profiles", '["nope"]'], "no load profile named ['nope']; known: ['chat', 'swe']"),
-    ("eagle3_gpt_oss", ["concurrency", '["a"]'], "bad load {'concurrency': 'a'}"),
-    ("eagle3_gpt_oss", ["part", "nope"], "no part 'nope'; known: 1-verdict, 2-k-sweep"),
-    ("mtp_deepseek", ["request_rate_qps", "[3]"], "no recorded row at request rate [3]; recorded: [1, 4, 8]"),
-    ("mtp_deepseek", ["engines", '["mimo-spec-off"]'], "no recorded row at engine ['mimo-spec-off']"),
-    ("mtp_deepseek", ["load_format", "auto"], "unknown parameter(s) ['load_format']"),
-    ("discussion_13834", ["concurrency", "[64]"], "no recorded row at concurrency [64]; recorded: [1]"),
-    ("discussion_13834", ["hardware", "NVIDIA H20"], "no rows recorded on hardware 'NVIDIA H20'; recorded: NVIDIA"),
-    ("pp_27462", ["concurrency", "[100]"], "no recorded row at concurrency [100]; recorded: [64, 128, 256, 512]"),
-    ("pp_27462", ["hardware", "NVIDIA A100-SXM4-80GB"], "no rows recorded on hardware 'NVIDIA A100-SXM4-80GB'"),
+    ("llama-8b-draft-model", ["case", "nope"], "Unknown case 'nope'. Known: deepseek-mtp"),
+    ("llama-8b-draft-model", ["engines", '["nope"]'], "no engine config named ['nope']; known: ['spec-off'"),
+    ("llama-8b-draft-model", ["bogus", "1"], "unknown parameter(s) ['bogus']; this notebook takes: mode, case"),
+    ("llama-8b-draft-model", ["mode", "Replay"], "mode must be 'replay' or 'live', got 'Replay'"),
+    ("llama-8b-draft-model", ["concurrency", "[0]"], "bad load {'concurrency': 0}"),
+    ("llama-8b-draft-model", ["concurrency", "[2]"], "no recorded row at concurrency [2]; recorded: none"),
+    ("llama-8b-draft-model", ["concurrency", "[1, 16"], "parameter concurrency: cannot read '[1, 16' as YAML"),
+    ("llama-8b-draft-model", ["model", "nope-shape"], "'nope-shape' is neither a known shape nor an existing"),
+    ("llama-8b-draft-model", ["draft_model", "nope"], "'nope' is neither a known shape nor an existing directory"),
+    ("llama-8b-draft-model", ["min_duration_s", "-1"], "min_duration_s must be a number > 0, got -1"),
+    ("llama-8b-draft-model", ["gpu_memory_gib", "-3"], "gpu_memory_gib must be a number > 0, got -3"),
+    ("llama-8b-draft-model", ["gpu_memory_gib", "8"], "engine spec-off: weights"),
+    ("llama-8b-draft-model", ["part", "nope"], "no part 'nope'; known: all, quick"),
+    ("gpt-oss-eagle3", ["profiles", '["nope"]'], "no load profile named ['nope']; known: ['chat', 'swe']"),
+    ("gpt-oss-eagle3", ["concurrency", '["a"]'], "bad load {'concurrency': 'a'}"),
+    ("gpt-oss-eagle3", ["part", "nope"], "no part 'nope'; known: 1-verdict, 2-k-sweep"),
+    ("deepseek-mtp", ["request_rate_qps", "[3]"], "no recorded row at request rate [3]; recorded: [1, 4, 8]"),
+    ("deepseek-mtp", ["engines", '["mimo-spec-off"]'], "no recorded row at engine ['mimo-spec-off']"),
+    ("deepseek-mtp", ["load_format", "auto"], "unknown parameter(s) ['load_format']"),
+    ("discussion-13834", ["concurrency", "[64]"], "no recorded row at concurrency [64]; recorded: [1]"),
+    ("discussion-13834", ["hardware", "NVIDIA H20"], "no rows recorded on hardware 'NVIDIA H20'; recorded: NVIDIA"),
+    ("pp-27462", ["concurrency", "[100]"], "no recorded row at concurrency [100]; recorded: [64, 128, 256, 512]"),
+    ("pp-27462", ["hardware", "NVIDIA A100-SXM4-80GB"], "no rows recorded on hardware 'NVIDIA A100-SXM4-80GB'"),
 ]
 
 
@@ -86,7 +86,7 @@ def test_an_error_raised_inside_the_notebook_is_one_line(
     ``ConfigError`` and the command prints its message, not papermill's traceback."""
     before = _digest(frozen_data)
     out_path = tmp_path / "out.ipynb"
-    argv = ["reproduce", "pp_27462", "--out", str(out_path), "-p", "mode", "replay", "-p", "max_num_seqs", "[7]"]
+    argv = ["reproduce", "pp-27462", "--out", str(out_path), "-p", "mode", "replay", "-p", "max_num_seqs", "[7]"]
     assert cli.main(argv) == 2
     out, err = capfd.readouterr()
     line = _one_error_line(out + err)
@@ -96,7 +96,7 @@ def test_an_error_raised_inside_the_notebook_is_one_line(
 
 def test_the_command_line_prints_nothing_but_the_line(frozen_data: Path) -> None:
     done = subprocess.run(  # noqa: S603
-        [sys.executable, "-m", "vllm_playbooks", "reproduce", "llama_8b_draft_model", "-p", "case", "nope"],
+        [sys.executable, "-m", "vllm_playbooks", "reproduce", "llama-8b-draft-model", "-p", "case", "nope"],
         capture_output=True, text=True, cwd=ROOT, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 2 and done.stdout == ""
@@ -108,7 +108,7 @@ def test_live_mode_without_vllm_is_one_line_before_any_work(
 ) -> None:
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
-    assert cli.main(["reproduce", "llama_8b_draft_model", "--out", str(tmp_path / "out.ipynb")]) == 2
+    assert cli.main(["reproduce", "llama-8b-draft-model", "--out", str(tmp_path / "out.ipynb")]) == 2
     out, err = capfd.readouterr()
     assert "live mode needs vLLM in this Python environment" in _one_error_line(out + err)
     assert not (tmp_path / "out.ipynb").exists()
@@ -120,7 +120,7 @@ def test_live_mode_without_a_gpu_is_one_line_before_any_work(
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else real(name, *a))
     monkeypatch.setattr("vllm_playbooks.run.case.query_gpus", lambda: ("cpu", 0, "none", None))
-    assert cli.main(["reproduce", "llama_8b_draft_model", "--out", str(tmp_path / "out.ipynb")]) == 2
+    assert cli.main(["reproduce", "llama-8b-draft-model", "--out", str(tmp_path / "out.ipynb")]) == 2
     out, err = capfd.readouterr()
     assert "live mode needs an NVIDIA GPU, and this machine shows none" in _one_error_line(out + err)
     assert not (tmp_path / "out.ipynb").exists()

@@ -26,7 +26,7 @@ NOTEBOOKS = list_notebooks(ROOT)
 
 
 def test_there_are_case_notebooks() -> None:
-    assert {p.stem for p in NOTEBOOKS} >= {"discussion_13834", "llama_8b_draft_model"}
+    assert {p.stem for p in NOTEBOOKS} >= {"discussion-13834", "llama-8b-draft-model"}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
@@ -112,7 +112,7 @@ def test_parameter_values_are_read_as_yaml() -> None:
 
 def test_reproduce_of_an_unknown_notebook_says_which_exist(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["reproduce", "nope"]) == 2
-    assert "known: advisor, batching_calculator, claims_ledger, config_crosscheck, discussion_13834" in capsys.readouterr().err
+    assert "known: advisor, batching_calculator, claims_ledger, config_crosscheck, deepseek-mtp, discussion-13834" in capsys.readouterr().err
 
 
 def test_a_bad_mode_is_refused() -> None:

@@ -24,7 +24,7 @@ def _glued(notebook: nbformat.NotebookNode, name: str, kind: str = "text/plain")
 
 
 @pytest.mark.recorded_data
-@pytest.mark.parametrize("page", ["discussion_13834", "load_desync"])
+@pytest.mark.parametrize("page", ["discussion-13834", "load-desync"])
 def test_a_case_page_runs_on_a_quick_checks_rows_alone(page: str, tmp_path: Path) -> None:
     import papermill
 
@@ -33,7 +33,7 @@ def test_a_case_page_runs_on_a_quick_checks_rows_alone(page: str, tmp_path: Path
                                cwd=str(NOTEBOOKS), progress_bar=False)  # fmt: skip
     executed = nbformat.read(out, as_version=4)
     assert _glued(executed, "rows_hardware") == f"{OTHER_GPU} (1 GPU per server), vLLM 0.26.0"
-    if page == "discussion_13834":  # the rule's parts a quick check cannot give say so instead of failing
+    if page == "discussion-13834":  # the rule's parts a quick check cannot give say so instead of failing
         assert all(re.fullmatch(r"—|\d+", _glued(executed, part)) for part in ("gains_up_to", "loses_from"))
         assert "no schedule was measured on this GPU" in _glued(executed, "schedule_shortfall")
     else:  # the opening is the H100's own, and the reference GPU's rows become another GPU's paragraph
@@ -42,8 +42,8 @@ def test_a_case_page_runs_on_a_quick_checks_rows_alone(page: str, tmp_path: Path
 
 
 @pytest.mark.recorded_data
-@pytest.mark.parametrize("page", ["discussion_13834", "llama_8b_draft_model", "load_desync", "eagle3_gpt_oss",
-                                  "pp_27462"])  # fmt: skip
+@pytest.mark.parametrize("page", ["discussion-13834", "llama-8b-draft-model", "load-desync", "gpt-oss-eagle3",
+                                  "pp-27462"])  # fmt: skip
 def test_a_case_page_runs_on_its_quick_part_alone(page: str, tmp_path: Path) -> None:
     """What `make reproduce CASE=<page> PARAMS="-p part quick"` executes after measuring: the page on the quick
     part's points only. A range or a rule over the grid that those rows cannot give says so instead of failing.
@@ -59,7 +59,7 @@ def test_a_case_page_runs_on_its_quick_part_alone(page: str, tmp_path: Path) -> 
 
 
 @pytest.mark.recorded_data
-@pytest.mark.parametrize("page", ["llama_8b_draft_model", "eagle3_gpt_oss"])
+@pytest.mark.parametrize("page", ["llama-8b-draft-model", "gpt-oss-eagle3"])
 def test_a_page_showing_every_gpu_heads_with_the_reference_gpus_rows_alone(page: str, tmp_path: Path) -> None:
     """`-p hardware all` puts the H100's rows beside the H200's; the opening's numbers stay the H200's, and the H100
     gets its own paragraph instead of being mixed into them."""
@@ -74,7 +74,7 @@ def test_a_page_showing_every_gpu_heads_with_the_reference_gpus_rows_alone(page:
                                cwd=str(NOTEBOOKS), progress_bar=False)  # fmt: skip
     executed = nbformat.read(out, as_version=4)
     assert OTHER_GPU in _glued(executed, "rows_hardware")  # the page shows both GPUs' rows
-    if page == "llama_8b_draft_model":
+    if page == "llama-8b-draft-model":
         reference = rows_on_hardware(results_for("llama-8b-draft-model", "replay"), "NVIDIA H200", "replay")
         assert _glued(executed, "lead_gpu") == "NVIDIA H200"
         assert _glued(executed, "loads") == str(len(compare.versus_baseline(reference, "output_tok_s")))

@@ -23,7 +23,8 @@ from vllm_playbooks.book.workshop import WrongAnswer
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.paths import data_dir
 
-PUBLISHED = ROOT / "data" / "reference" / "published.csv"
+CASES = ROOT / "vllm_playbooks" / "cases"
+LLAMA, D13834, PP = "llama-8b-draft-model", "discussion-13834", "pp-27462"
 
 
 def _runs_csv(case: str) -> pd.DataFrame:
@@ -63,8 +64,8 @@ def _chunks_by_hand(concurrency: int) -> tuple[float, float]:
 
 
 def _published(case: str, claim_id: str) -> float:
-    with PUBLISHED.open(newline="", encoding="utf-8") as handle:
-        values = [float(r["value"]) for r in csv.DictReader(handle) if r["case"] == case and r["claim_id"] == claim_id]
+    with (CASES / case.replace("-", "_") / "published.csv").open(newline="", encoding="utf-8") as handle:
+        values = [float(r["value"]) for r in csv.DictReader(handle) if r["claim_id"] == claim_id]
     assert len(values) == 1
     return values[0]
 
@@ -79,7 +80,7 @@ def _published(case: str, claim_id: str) -> float:
 def test_stop_paying_matches_a_plain_pairing_of_the_rows(metric: str, higher_is_better: bool) -> None:
     expected, levels = _stop_paying_by_hand(metric, higher_is_better)
     assert levels, "the case has no paired levels"
-    solution = exercises.stop_paying_solution(metrics=[metric])
+    solution = exercises.stop_paying_solution(LLAMA, metrics=[metric])
     assert solution.value == {metric: expected}
     assert sorted(solution.table["concurrency"]) == levels
 
@@ -109,7 +110,7 @@ def test_stop_paying_finds_the_last_winning_level(monkeypatch: pytest.MonkeyPatc
 @pytest.mark.recorded_data
 def test_chunks_estimate_is_mean_itl_over_mean_acceptance_length() -> None:
     expected, over_tpot = _chunks_by_hand(16)
-    solution = exercises.chunks_solution(concurrency=16)
+    solution = exercises.chunks_solution(LLAMA, concurrency=16)
     assert solution.value == pytest.approx(expected, rel=1e-12)
     table = solution.table.set_index("concurrency")
     assert table.loc[16, "per_token_over_tpot"] == pytest.approx(over_tpot)
@@ -123,7 +124,7 @@ def test_chunks_refuses_an_unmeasured_level() -> None:
     missing = next(c for c in range(2, 1000) if c not in levels)
     measured = ", ".join(map(str, levels))
     with pytest.raises(ConfigError, match=rf"no row at concurrency {missing}; measured: {measured}$"):
-        exercises.chunks_solution(concurrency=missing)
+        exercises.chunks_solution(LLAMA, concurrency=missing)
 
 
 @pytest.mark.recorded_data  # the worked explanation reads the recorded acceptance
@@ -133,7 +134,7 @@ def test_tokens_per_step_from_the_reported_acceptance() -> None:
     assert (alpha, k) == (0.72, 5)
     tau = sum(alpha**i for i in range(k + 1))  # 1 + α + … + α^k
     assert tau == pytest.approx(3.0738783232, abs=1e-10)  # by hand: 1 + .72 + .5184 + .373248 + .26873856 + .19349176
-    solution = exercises.tokens_per_step_solution()
+    solution = exercises.tokens_per_step_solution(D13834)
     assert solution.value["tokens_per_step"] == pytest.approx(tau)
     assert solution.value["break_even_c"] == pytest.approx((tau - 1) / k)
     assert solution.value["break_even_c"] == pytest.approx(0.41477566464, abs=1e-10)
@@ -143,7 +144,7 @@ def test_tokens_per_step_from_the_reported_acceptance() -> None:
 
 @pytest.mark.recorded_data  # the worked explanation reads the recorded acceptance
 def test_with_one_draft_token_break_even_is_alpha() -> None:
-    solution = exercises.tokens_per_step_solution(alpha=0.6, k=1)  # book: with k = 1, S > 1 iff α > c
+    solution = exercises.tokens_per_step_solution(D13834, alpha=0.6, k=1)  # book: with k = 1, S > 1 iff α > c
     assert solution.value == pytest.approx({"tokens_per_step": 1.6, "break_even_c": 0.6})
 
 
@@ -152,7 +153,7 @@ def test_littles_law_from_the_reported_numbers() -> None:
     streams = _published("discussion-13834", "output-tok-s-spec-off") * _published("discussion-13834", "itl-ms-spec-off")
     streams /= 1000.0
     assert streams == pytest.approx(31.9451925)  # 95.43 tok/s × 0.33475 s
-    solution = exercises.littles_law_solution()
+    solution = exercises.littles_law_solution(D13834)
     assert solution.value == pytest.approx(streams)
     # on our own rows the request form of the law gives back the concurrency the load generator held
     table = solution.table
@@ -206,7 +207,13 @@ def test_cuda_graph_statement_says_which_batches_run_without_a_graph() -> None:
 
 @pytest.fixture(scope="module")
 def solutions() -> dict[str, exercises.Solution]:
-    return {eid: exercise.solve() for eid, exercise in workshop.EXERCISES.items()}
+    # each exercise solved for the case its notebook's parameters name (those without a case take none)
+    return {eid: exercise.solve(**_case_of(exercise)) for eid, exercise in workshop.EXERCISES.items()}
+
+
+def _case_of(exercise: workshop.Exercise) -> dict[str, str]:
+    params = default_parameters(ROOT / "notebooks" / exercise.notebook)
+    return {"case": params["case"]} if "case" in params else {}
 
 
 @pytest.mark.recorded_data
@@ -319,21 +326,21 @@ def test_rows_of_several_gpus_answer_for_the_reference_or_need_a_gpu_name(monkey
     other.loc[speculative, "tpot_p50_ms"] /= 10
     mixed = pd.concat([reference, other])
     monkeypatch.setattr("vllm_playbooks.book.exercises.results_for", lambda case, mode: reference)
-    reference_answer = exercises.stop_paying_solution().value
+    reference_answer = exercises.stop_paying_solution(LLAMA).value
     monkeypatch.setattr("vllm_playbooks.book.exercises.results_for", lambda case, mode: mixed)
-    assert exercises.stop_paying_solution().value == reference_answer
+    assert exercises.stop_paying_solution(LLAMA).value == reference_answer
     assert exercises.case_rows("llama-8b-draft-model").equals(reference)
     top = int(reference["concurrency"].max())
-    assert exercises.stop_paying_solution(gpu_name="Other GPU").value == {"output_tok_s": top, "tpot_p50_ms": top}
+    assert exercises.stop_paying_solution(LLAMA, gpu_name="Other GPU").value == {"output_tok_s": top, "tpot_p50_ms": top}
     assert reference_answer != {"output_tok_s": top, "tpot_p50_ms": top}
     with pytest.raises(ConfigError, match="no rows measured on 'A100'"):
-        exercises.stop_paying_solution(gpu_name="A100")
+        exercises.stop_paying_solution(LLAMA, gpu_name="A100")
 
     without_reference = pd.concat([other, other.assign(gpu_name="Third GPU")])
     monkeypatch.setattr("vllm_playbooks.book.exercises.results_for", lambda case, mode: without_reference)
     with pytest.raises(ConfigError, match=r"rows from several GPUs \['Other GPU', 'Third GPU'\]; set gpu_name"):
-        exercises.stop_paying_solution()
-    assert exercises.stop_paying_solution(gpu_name="Third GPU").value.keys() == {"output_tok_s", "tpot_p50_ms"}
+        exercises.stop_paying_solution(LLAMA)
+    assert exercises.stop_paying_solution(LLAMA, gpu_name="Third GPU").value.keys() == {"output_tok_s", "tpot_p50_ms"}
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -375,13 +382,13 @@ def test_microbatches_from_the_raw_scrapes_by_hand(frozen_data: Path) -> None:
     before, after = (gzip.decompress((point / f"metrics_{w}.prom.gz").read_bytes()).decode() for w in ("before", "after"))
     steps = _prom_value(after, "vllm:iteration_tokens_total_count") - _prom_value(before, "vllm:iteration_tokens_total_count")
     tokens = _prom_value(after, "vllm:generation_tokens_total") - _prom_value(before, "vllm:generation_tokens_total")
-    solution = exercises.microbatches_solution()
+    solution = exercises.microbatches_solution(PP)
     assert solution.value["sequences_per_step"] == pytest.approx(tokens / steps)
     assert solution.value["running"] == pytest.approx(2 * tokens / steps)
     assert 0.95 * 64 < solution.value["running"] <= 64  # the cap, shared by the two microbatches
     assert set(solution.table.engine_label) == {"8b-pp1-mns64", "8b-pp2-mns64", "8b-tp2-mns64"}
     with pytest.raises(ConfigError, match="no recorded config 'nope'"):
-        exercises.microbatches_solution(engine_label="nope")
+        exercises.microbatches_solution(PP, engine_label="nope")
 
 
 @pytest.mark.slow

@@ -11,8 +11,10 @@ import pandas as pd
 import pytest
 
 from tests.conftest import FROZEN, ROOT
+from vllm_playbooks.config.case_file import calibration_cases
 from vllm_playbooks.analysis import whatif
-from vllm_playbooks.cases import discussion_13834, register_checks
+from vllm_playbooks import cases
+from vllm_playbooks.cases import discussion_13834
 from vllm_playbooks.claims import ledger as claims_ledger
 from vllm_playbooks.claims import verdict as claims_verdict
 from vllm_playbooks.config.engine import EngineConfig
@@ -22,7 +24,7 @@ from vllm_playbooks.paths import data_dir
 from vllm_playbooks.results.schema import RUN_COLUMNS
 from vllm_playbooks.results.store import load_reference
 
-register_checks()  # every case module registers its checks, as for the ledger page
+CHECKS = cases.checks()  # every case's checks, as the ledger page has them
 
 V = claims_verdict.Verdict
 
@@ -40,7 +42,7 @@ def claims(published: pd.DataFrame) -> dict[str, claims_ledger.Claim]:
 @pytest.fixture(scope="module")
 def evidence() -> claims_ledger.Evidence:
     """What the ledger reads from the recorded data (the tests that take it are ``recorded_data``)."""
-    return claims_ledger.load_evidence()
+    return cases.load_evidence()
 
 
 @pytest.fixture(scope="module")
@@ -55,10 +57,8 @@ def frozen_ledger(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
     published numbers: what those runs showed stays put as runs are added to ``data/``."""
     folder = tmp_path_factory.mktemp("frozen-ledger")
     shutil.copytree(FROZEN / "runs", folder / "runs")
-    shutil.copytree(data_dir() / "reference", folder / "reference")
-    evidence = claims_ledger.load_evidence(folder)
-    return claims_ledger.build_ledger(evidence, claims_ledger.load_claims(folder / "reference" / "claims.csv",
-                                                                          evidence.published))  # fmt: skip
+    evidence = cases.load_evidence(folder)
+    return claims_ledger.build_ledger(evidence)
 
 
 def _row(case: str, label: str, concurrency: float | None, value: float, **changes: Any) -> dict[str, Any]:
@@ -104,7 +104,7 @@ def test_every_source_exists_in_published(claims: dict[str, claims_ledger.Claim]
 
 def test_every_case_and_the_rules_have_a_claim(claims: dict[str, claims_ledger.Claim], published: pd.DataFrame) -> None:
     assert {c.case for c in claims.values()} == set(published.case)
-    assert {c.check for c in claims.values()} == set(claims_ledger.CHECKS)
+    assert {c.check for c in claims.values()} == set(CHECKS)
 
 
 @pytest.mark.recorded_data
@@ -117,10 +117,15 @@ def test_source_urls_and_kinds_come_from_published(ledger: pd.DataFrame) -> None
     assert line.loc["issue-27462-pp-starves", "source_urls"] == "https://github.com/vllm-project/vllm/issues/41682"
 
 
-def _claims_file(tmp_path: Path, **changes: str) -> Path:
-    rows = list(csv.DictReader((ROOT / "data" / "reference" / "claims.csv").open(encoding="utf-8")))
+def _claims_file(tmp_path: Path, twice: bool = False, **changes: str) -> Path:
+    """The #13834 case's claims file with its row changed (``twice``: the row listed twice), in a folder named as
+    that case's."""
+    source = ROOT / "vllm_playbooks" / "cases" / "discussion_13834" / "claims.csv"
+    rows = list(csv.DictReader(source.open(encoding="utf-8")))
     rows[0].update(changes)
-    target = tmp_path / "claims.csv"
+    rows = rows * 2 if twice else rows
+    target = tmp_path / "discussion_13834" / "claims.csv"
+    target.parent.mkdir(parents=True)
     with target.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=claims_ledger.CLAIMS_COLUMNS)
         writer.writeheader()
@@ -130,18 +135,20 @@ def _claims_file(tmp_path: Path, **changes: str) -> Path:
 
 def test_an_unknown_check_is_refused_with_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"row 1 .*unknown check 'spec_is_slow'; known checks: acceptance_bands"):
-        claims_ledger.load_claims(_claims_file(tmp_path, check="spec_is_slow"))
-    with pytest.raises(ConfigError, match="unknown check 'nope'"):
-        claims_ledger.get_check("nope")
+        claims_ledger.load_claims(path=_claims_file(tmp_path, check="spec_is_slow"), checks=CHECKS)
+    with pytest.raises(ConfigError, match="unknown check 'nope'; known checks: acceptance_bands"):
+        cases.load_evidence(tmp_path).check("nope")
+    with pytest.raises(ConfigError, match="unknown check 'acceptance_bands'; known checks: none"):
+        claims_ledger.Evidence(published=load_reference()).check("acceptance_bands")  # loaded without the checks
 
 
 def test_a_missing_source_a_duplicate_and_an_empty_cell_are_refused(tmp_path: Path, published: pd.DataFrame) -> None:
     with pytest.raises(SchemaError, match=r"no published row \['output-tok-s-spec-of'\]"):
-        claims_ledger.load_claims(_claims_file(tmp_path, sources="output-tok-s-spec-of"), published=published)
+        claims_ledger.load_claims(published=published, path=_claims_file(tmp_path, sources="output-tok-s-spec-of"))
     with pytest.raises(SchemaError, match="appears twice"):
-        claims_ledger.load_claims(_claims_file(tmp_path, claim="deepseek-v3-mtp-speedup"))
+        claims_ledger.load_claims(path=_claims_file(tmp_path / "twice", twice=True))
     with pytest.raises(SchemaError, match="every column needs a value"):
-        claims_ledger.load_claims(_claims_file(tmp_path, text=" "))
+        claims_ledger.load_claims(path=_claims_file(tmp_path / "empty", text=" "))
 
 
 def test_a_check_may_read_only_its_claims_sources(claims: dict[str, claims_ledger.Claim], published: pd.DataFrame) -> None:
@@ -217,7 +224,7 @@ def _pair_13834(concurrency: int, off: float, on: float, alpha: float = 0.72, k:
 )
 def test_13834_follows_the_rows_at_the_reported_load(claims, published, on: float, expected: claims_verdict.Verdict) -> None:  # type: ignore[no-untyped-def]
     # the report implies ≈ 32 streams; 400 → 292 tok/s is −27 % (reported −28.5 %)
-    result = claims_ledger.get_check("spec_slower_at_reported_load")(
+    result = CHECKS["spec_slower_at_reported_load"](
         claims["discussion-13834-slower"], _evidence(published, CASE_13834, _pair_13834(32, 400.0, on))
     )
     assert result.verdict is expected and result.rows == 1
@@ -225,7 +232,7 @@ def test_13834_follows_the_rows_at_the_reported_load(claims, published, on: floa
 
 
 def test_13834_at_low_load_or_other_settings_is_not_measured_yet(claims, published) -> None:  # type: ignore[no-untyped-def]
-    check = claims_ledger.get_check("spec_slower_at_reported_load")
+    check = CHECKS["spec_slower_at_reported_load"]
     low = check(claims["discussion-13834-slower"], _evidence(published, CASE_13834, _pair_13834(1, 40.0, 60.0)))
     assert low.verdict is V.NOT_MEASURED and "+50.0 % at concurrency 1" in low.measured
     other = check(claims["discussion-13834-slower"], _evidence(published, CASE_13834, _pair_13834(32, 400.0, 292.0, alpha=0.5)))
@@ -234,7 +241,7 @@ def test_13834_at_low_load_or_other_settings_is_not_measured_yet(claims, publish
 
 def test_13834_prefers_the_load_nearest_the_report(claims, published) -> None:  # type: ignore[no-untyped-def]
     rows = _pair_13834(16, 300.0, 330.0) + _pair_13834(32, 400.0, 292.0)
-    result = claims_ledger.get_check("spec_slower_at_reported_load")(claims["discussion-13834-slower"], _evidence(published, CASE_13834, rows))
+    result = CHECKS["spec_slower_at_reported_load"](claims["discussion-13834-slower"], _evidence(published, CASE_13834, rows))
     assert result.verdict is V.REPRODUCED and "concurrency 32" in result.measured
 
 
@@ -242,7 +249,7 @@ def test_13834_prefers_the_load_nearest_the_report(claims, published) -> None:  
 def test_13834_model_line_uses_the_fit(claims, published) -> None:  # type: ignore[no-untyped-def]
 
     fit = calibration.fit_efficiency(whatif.calibration_rows(), "H200-SXM")
-    result = claims_ledger.get_check("spec_slower_at_reported_load")(claims["discussion-13834-slower"],
+    result = CHECKS["spec_slower_at_reported_load"](claims["discussion-13834-slower"],
                                                          claims_ledger.Evidence(published=published, fit=fit))  # fmt: skip
     predicted = discussion_13834.predict_13834_a100(fit, concurrency=32)
     assert f"{predicted['output_tok_s_on']:.0f} output tok/s" in result.model_says
@@ -257,7 +264,7 @@ def test_the_ledgers_fit_is_the_case_pages_fit(evidence: claims_ledger.Evidence)
 
     rows = whatif.calibration_rows()
     assert evidence.fit == calibration.fit_efficiency(rows, "H200-SXM", draft_overhead=True)
-    assert any(not whatif.calibrates(r) for case in whatif.CALIBRATION_CASES for r in replay_rows(case))
+    assert any(not whatif.calibrates(r) for case in calibration_cases() for r in replay_rows(case))
 
 
 MTP = "deepseek-mtp"
@@ -271,7 +278,7 @@ def test_mtp_speedup_at_the_reported_acceptance(claims, published, on: float, ra
         _row(MTP, "mtp", 1, 150.0, k=1, method="mtp", tpot_mean_ms=on, imposed_alpha=rate, acceptance_rate=rate,
              model_shape="deepseek-v3-reduced"),
     ]  # fmt: skip
-    check = claims_ledger.get_check("mtp_speedup_at_acceptance")
+    check = CHECKS["mtp_speedup_at_acceptance"]
     result = check(claims["deepseek-v3-mtp-speedup"], _evidence(published, MTP, rows))
     assert result.verdict is expected
     assert result.model_verdict is V.REPRODUCED  # 1 MTP layer of 61: 1.82-1.87x, within 10 % of 1.8x
@@ -303,7 +310,7 @@ def _qps_rows(speedups: dict[float, float], shape: str = "deepseek-v3-reduced") 
     ],
 )
 def test_mtp_gain_by_qps(claims, published, speedups: dict[float, float], expected) -> None:  # type: ignore[no-untyped-def]
-    check = claims_ledger.get_check("mtp_gain_falls_with_qps")
+    check = CHECKS["mtp_gain_falls_with_qps"]
     result = check(claims["pr12755-mtp-gain-by-qps"], _evidence(published, MTP, _qps_rows(speedups)))
     assert result.verdict is expected
     assert "implies c=0.11" in result.model_says and result.model_verdict is None
@@ -337,14 +344,14 @@ def _eagle_rows(changes: dict[int, float], k: int = 3, label: str = "eagle3-k3")
     ],
 )
 def test_eagle3_gain_up_to_200(claims, published, changes: dict[int, float], expected) -> None:  # type: ignore[no-untyped-def]
-    result = claims_ledger.get_check("gain_up_to_concurrency")(claims["gpt-oss-eagle3-200-concurrent"], _evidence(published, EAGLE, _eagle_rows(changes)))
+    result = CHECKS["gain_up_to_concurrency"](claims["gpt-oss-eagle3-200-concurrent"], _evidence(published, EAGLE, _eagle_rows(changes)))
     assert result.verdict is expected
     assert "dense decoders only" in result.model_says
 
 
 def test_eagle3_the_best_config_stands(claims, published) -> None:  # type: ignore[no-untyped-def]
     rows = _eagle_rows({1: 1.15, 200: 1.11}) + _eagle_rows({1: 1.15, 200: 0.8}, k=4, label="eagle3-k4")
-    result = claims_ledger.get_check("gain_up_to_concurrency")(claims["gpt-oss-eagle3-200-concurrent"], _evidence(published, EAGLE, rows))
+    result = CHECKS["gain_up_to_concurrency"](claims["gpt-oss-eagle3-200-concurrent"], _evidence(published, EAGLE, rows))
     assert result.verdict is V.REPRODUCED
 
 
@@ -352,7 +359,7 @@ def test_a_verdict_rests_on_its_deciding_points_only(claims, published) -> None:
     rows = _eagle_rows({128: 0.9, 200: 1.11})
     for row in rows:
         row["point_id"] = f"gpu/{row['engine_label']}/c{int(row['concurrency'])}-r0"
-    claim, check = claims["gpt-oss-eagle3-200-concurrent"], claims_ledger.get_check("gain_up_to_concurrency")
+    claim, check = claims["gpt-oss-eagle3-200-concurrent"], CHECKS["gain_up_to_concurrency"]
     assert check(claim, _evidence(published, EAGLE, rows)).verdict is V.NOT_REPRODUCED  # every load: 128's loss counts
     deciding = {claim.claim_id: frozenset({("off", "c200"), ("eagle3-k3", "c200")})}
     result = check(claim, _evidence(published, EAGLE, rows, deciding=deciding))
@@ -363,7 +370,7 @@ def test_a_verdict_rests_on_its_deciding_points_only(claims, published) -> None:
 def test_the_recorded_evidence_names_the_deciding_points_of_the_claims_a_part_decides() -> None:
     from vllm_playbooks.run.plan import deciding_points
 
-    evidence = claims_ledger.load_evidence()
+    evidence = cases.load_evidence()
     assert set(evidence.deciding) >= {"discussion-13834-slower", "gpt-oss-eagle3-200-concurrent"}
     assert evidence.deciding["gpt-oss-eagle3-200-concurrent"] == deciding_points(EAGLE, "gpt-oss-eagle3-200-concurrent")
     claim = claims_ledger.claim_of("gpt-oss-eagle3-200-concurrent", evidence)
@@ -380,13 +387,13 @@ def _on_long_profile(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def test_eagle3_judges_each_length_profile_apart(claims, published) -> None:  # type: ignore[no-untyped-def]
     chat = _eagle_rows({1: 1.15, 200: 1.11})
     long = _on_long_profile(_eagle_rows({1: 1.15, 16: 0.95}))  # a loss, but far below 200 concurrent requests
-    result = claims_ledger.get_check("gain_up_to_concurrency")(claims["gpt-oss-eagle3-200-concurrent"], _evidence(published, EAGLE, chat + long))
+    result = CHECKS["gain_up_to_concurrency"](claims["gpt-oss-eagle3-200-concurrent"], _evidence(published, EAGLE, chat + long))
     assert result.verdict is V.REPRODUCED and result.rows == 2
     assert result.measured == "eagle3-k3 (512 in / 128 out): +15.0 % at 1, +11.0 % at 200; eagle3-k3 (swe): +15.0 % at 1, -5.0 % at 16"
     # a profile that stops short of 200 is no evidence that the gain held there
     short_wins = _on_long_profile(_eagle_rows({1: 1.15, 16: 1.12}, k=4, label="eagle3-k4"))
     losing = _eagle_rows({1: 1.15, 200: 0.8})
-    result = claims_ledger.get_check("gain_up_to_concurrency")(claims["gpt-oss-eagle3-200-concurrent"], _evidence(published, EAGLE, losing + short_wins))
+    result = CHECKS["gain_up_to_concurrency"](claims["gpt-oss-eagle3-200-concurrent"], _evidence(published, EAGLE, losing + short_wins))
     assert result.verdict is V.NOT_REPRODUCED
 
 
@@ -394,7 +401,7 @@ def test_eagle3_best_draft_tokens_per_length_profile(claims, published) -> None:
     chat = [_row(EAGLE, f"k{k}", 16, v, k=k, method="eagle3", imposed_alpha=0.7) for k, v in {2: 1100.0, 3: 1150.0, 4: 1058.0}.items()]
     # k=3 alone on the long profile, far slower: pooled with the chat rows it would make k=4 the best at 16
     long = _on_long_profile([_row(EAGLE, "k3", 16, 300.0, k=3, method="eagle3", imposed_alpha=0.7)])
-    result = claims_ledger.get_check("best_draft_tokens")(claims["gpt-oss-eagle3-draft-tokens"], _evidence(published, EAGLE, chat + long))
+    result = CHECKS["best_draft_tokens"](claims["gpt-oss-eagle3-draft-tokens"], _evidence(published, EAGLE, chat + long))
     assert result.verdict is V.REPRODUCED
     assert result.measured == "512 in / 128 out, concurrency 16, α 0.7: best k=3, k=4 -8.0 %"
 
@@ -406,13 +413,13 @@ def test_eagle3_best_draft_tokens_per_length_profile(claims, published) -> None:
 )  # fmt: skip
 def test_eagle3_best_draft_tokens(claims, published, by_k: dict[int, float], expected) -> None:  # type: ignore[no-untyped-def]
     rows = [_row(EAGLE, f"k{k}", 16, v, k=k, method="eagle3", imposed_alpha=0.7) for k, v in by_k.items()]
-    result = claims_ledger.get_check("best_draft_tokens")(claims["gpt-oss-eagle3-draft-tokens"], _evidence(published, EAGLE, rows))
+    result = CHECKS["best_draft_tokens"](claims["gpt-oss-eagle3-draft-tokens"], _evidence(published, EAGLE, rows))
     assert result.verdict is expected
     # at batch 1 with a one-layer head (c = 1/36) the Leviathan optimum lies above 3
     assert result.model_verdict is V.NOT_REPRODUCED and "best k 5 at α 0.6" in result.model_says
 
 
-PP = "issue-27462"
+PP = "pp-27462"
 
 
 def _pp_rows(pp1: float, pp2: float, pp2_at_2n: float) -> list[dict[str, Any]]:
@@ -429,7 +436,7 @@ def _pp_rows(pp1: float, pp2: float, pp2_at_2n: float) -> list[dict[str, Any]]:
      (1000.0, 1100.0, V.NOT_REPRODUCED)],  # the fix does not pay
 )  # fmt: skip
 def test_pp_cap_is_the_pages_comparison(claims, published, pp2: float, pp2_at_2n: float, expected) -> None:  # type: ignore[no-untyped-def]
-    result = claims_ledger.get_check("pp_cap_starves_stages")(claims["issue-27462-pp-starves"],
+    result = CHECKS["pp_cap_starves_stages"](claims["issue-27462-pp-starves"],
                                                   _evidence(published, PP, _pp_rows(1000.0, pp2, pp2_at_2n)))  # fmt: skip
     assert result.verdict is expected and result.rows == 1
     assert "N=64: PP=2 at N" in result.measured
@@ -437,7 +444,7 @@ def test_pp_cap_is_the_pages_comparison(claims, published, pp2: float, pp2_at_2n
 
 def test_pp_cap_leaves_out_a_point_whose_cap_was_not_filled(claims, published) -> None:  # type: ignore[no-untyped-def]
     steps = pd.DataFrame({"point_id": ["a", "b", "c"], "fill": [0.99, 0.99, 0.6]})  # PP=2 at 128 ran 77 of 128
-    result = claims_ledger.get_check("pp_cap_starves_stages")(
+    result = CHECKS["pp_cap_starves_stages"](
         claims["issue-27462-pp-starves"],
         _evidence(published, PP, _pp_rows(1000.0, 1000.0, 1500.0), engine_steps={PP: steps}),
     )
@@ -469,7 +476,7 @@ def test_pp_cap_on_the_recorded_runs(ledger: pd.DataFrame) -> None:
 def test_acceptance_bands(claims, published, rate: float, speedup: float, expected) -> None:  # type: ignore[no-untyped-def]
     rows = [_row("any", "off", 1, 100.0), _row("any", "spec", 1, 100.0 * speedup, k=4, acceptance_rate=rate,
                                               mean_acceptance_length=1 + 4 * rate, draft_model="llama-3.2-1b")]  # fmt: skip
-    result = claims_ledger.get_check("acceptance_bands")(claims["rule-acceptance-bands"], _evidence(published, "any", rows))
+    result = CHECKS["acceptance_bands"](claims["rule-acceptance-bands"], _evidence(published, "any", rows))
     assert result.verdict is expected and result.rows == 1
 
 
@@ -480,7 +487,7 @@ def test_acceptance_bands_are_judged_on_the_re_measured_points_once_there_are_an
     repeated = [_row("any", "off", 16, v) for v in (100.0, 101.0, 102.0)]
     repeated += [_row("any", "spec", 16, v, **spec) for v in (130.0, 131.0, 132.0)]
     single = [_row("any", "off", 1, 100.0), _row("any", "spec", 1, 140.0, **{**spec, "acceptance_rate": 0.4})]
-    check = claims_ledger.get_check("acceptance_bands")
+    check = CHECKS["acceptance_bands"]
     result = check(claims["rule-acceptance-bands"], _evidence(published, "any", repeated + single))
     assert result.verdict is V.REPRODUCED and result.rows == 1
     assert "1 of 1 re-measured points" in result.measured and "acceptance 0.70–0.70" in result.measured
@@ -497,10 +504,10 @@ def test_acceptance_bands_model_is_the_draft_cost(claims, published) -> None:  #
     # TPOT off 10 ms, on 10·(1 + 4·0.6)/τ ms with τ = 3: c = 0.6, so the break-even rate is 0.6 (inside 0.5-0.65)
     rows = [_row("any", "off", 1, 100.0), _row("any", "spec", 1, 88.0, k=4, acceptance_rate=0.5, mean_acceptance_length=3.0,
                                               tpot_mean_ms=10.0 * 3.4 / 3.0, draft_model="llama-3.2-1b")]  # fmt: skip
-    result = claims_ledger.get_check("acceptance_bands")(claims["rule-acceptance-bands"], _evidence(published, "any", rows))
+    result = CHECKS["acceptance_bands"](claims["rule-acceptance-bands"], _evidence(published, "any", rows))
     assert "break-even acceptance rate 0.60" in result.model_says and result.model_verdict is V.REPRODUCED
     cheap = [rows[0], {**rows[1], "tpot_mean_ms": 10.0 * 1.8 / 3.0}]  # c = 0.2: break-even at 0.2, outside the band
-    result = claims_ledger.get_check("acceptance_bands")(claims["rule-acceptance-bands"], _evidence(published, "any", cheap))
+    result = CHECKS["acceptance_bands"](claims["rule-acceptance-bands"], _evidence(published, "any", cheap))
     assert "break-even acceptance rate 0.20" in result.model_says and result.model_verdict is V.NOT_REPRODUCED
 
 
@@ -508,7 +515,7 @@ def test_acceptance_bands_model_names_a_config_without_draft_model_by_its_method
     rows = [_row("any", "off", 1, 100.0, model_shape="mimo-7b"),
             _row("any", "mtp", 1, 88.0, k=1, method="mtp", acceptance_rate=0.8, mean_acceptance_length=1.8,
                  model_shape="mimo-7b", draft_model=None)]  # fmt: skip
-    result = claims_ledger.get_check("acceptance_bands")(claims["rule-acceptance-bands"], _evidence(published, "any", rows))
+    result = CHECKS["acceptance_bands"](claims["rule-acceptance-bands"], _evidence(published, "any", rows))
     assert result.model_says.startswith("mimo-7b + mtp, k=1: c=") and "nan" not in result.model_says
 
 
@@ -517,18 +524,18 @@ def test_acceptance_bands_model_names_a_config_without_draft_model_by_its_method
 )
 def test_compute_bound_batch_is_model_only(claims, published, shape: str, kv: str, expected) -> None:  # type: ignore[no-untyped-def]
     rows = [_row("any", "off", 1, 100.0, model_shape=shape, kv_cache_dtype=kv, input_len=1240, output_len=128)]
-    result = claims_ledger.get_check("compute_bound_batch")(claims["rule-batch-64-compute-bound"], _evidence(published, "any", rows))
+    result = CHECKS["compute_bound_batch"](claims["rule-batch-64-compute-bound"], _evidence(published, "any", rows))
     assert result.verdict is V.MODEL_ONLY and result.model_verdict is expected
 
 
 def test_compute_bound_batch_without_rows_says_so(claims, published) -> None:  # type: ignore[no-untyped-def]
-    result = claims_ledger.get_check("compute_bound_batch")(claims["rule-batch-64-compute-bound"], claims_ledger.Evidence(published=published))
+    result = CHECKS["compute_bound_batch"](claims["rule-batch-64-compute-bound"], claims_ledger.Evidence(published=published))
     assert result.verdict is V.NOT_MEASURED and result.model_verdict is None
 
 
 def test_temperature_cannot_be_measured_with_imposed_acceptance(claims, published) -> None:  # type: ignore[no-untyped-def]
     rows = [_row("any", "off", 1, 100.0), _row("any", "spec", 1, 120.0, k=4, imposed_acceptance_rates="[0.8]")]
-    result = claims_ledger.get_check("temperature_rule")(claims["rule-temperature"], _evidence(published, "any", rows))
+    result = CHECKS["temperature_rule"](claims["rule-temperature"], _evidence(published, "any", rows))
     assert result.verdict is V.NOT_MEASURED and result.measured.startswith("0 recorded speculative row(s) with earned")
 
 
@@ -546,7 +553,7 @@ def _startups(kv_tokens: int, preemptions: int, rows: int = 3, gpu: str = "NVIDI
 )  # fmt: skip
 def test_kv_fit(claims, published, kv_tokens: int, preemptions: int, rows: int, expected) -> None:  # type: ignore[no-untyped-def]
     ev = claims_ledger.Evidence(published=published, startups=_startups(kv_tokens, preemptions, rows))
-    result = claims_ledger.get_check("kv_product_fits")(claims["rule-kv-fit"], ev)
+    result = CHECKS["kv_product_fits"](claims["rule-kv-fit"], ev)
     assert result.verdict is expected
 
 
@@ -554,7 +561,7 @@ def test_kv_fit_tells_one_line_per_config_and_gpu_with_every_start_up_judged(cla
     """Two start-ups of one config on one GPU make one line (the span of their caches, their rows summed); a third
     on another GPU makes its own; each start-up is still one judged point, and one with preemptions agrees."""
     starts = pd.concat([_startups(200_000, 0), _startups(210_000, 0, rows=2), _startups(100_000, 4, gpu="NVIDIA H100")])
-    result = claims_ledger.get_check("kv_product_fits")(claims["rule-kv-fit"], claims_ledger.Evidence(published=published, startups=starts))
+    result = CHECKS["kv_product_fits"](claims["rule-kv-fit"], claims_ledger.Evidence(published=published, startups=starts))
     assert result.rows == 3 and result.verdict is V.NOT_REPRODUCED
     assert result.measured == ("any e on NVIDIA H100: 100,000 KV tokens for 256 × 2048 = 524,288 (0.19×); 1 start-up(s), "
                                "3 measured row(s), 4 preemptions; any e on NVIDIA H200: 200,000–210,000 KV tokens for "
@@ -563,7 +570,7 @@ def test_kv_fit_tells_one_line_per_config_and_gpu_with_every_start_up_judged(cla
 
 
 def test_batching_defaults_follow_the_table(claims, published) -> None:  # type: ignore[no-untyped-def]
-    check, claim = claims_ledger.get_check("batching_defaults_table"), claims["rule-batching-defaults"]
+    check, claim = CHECKS["batching_defaults_table"], claims["rule-batching-defaults"]
     assert check(claim, claims_ledger.Evidence(published=published)).model_verdict is V.REPRODUCED
     wrong = published.copy()
     wrong.loc[wrong.claim_id == "defaults-max-num-seqs-small-server", "value"] = 512.0
@@ -594,10 +601,9 @@ def test_data_verdicts_rest_on_rows(ledger: pd.DataFrame) -> None:
 
 
 def test_with_nothing_recorded_no_claim_gets_a_data_verdict(data: Path) -> None:
-    shutil.copytree(ROOT / "data" / "reference", data / "reference")
-    ev = claims_ledger.load_evidence(data)
+    ev = cases.load_evidence(data)
     assert ev.runs == {} and ev.fit is None and ev.startups.empty
-    ledger = claims_ledger.build_ledger(ev, claims_ledger.load_claims(data / "reference" / "claims.csv", ev.published))
+    ledger = claims_ledger.build_ledger(ev)
     assert set(ledger.verdict) <= {"not measured yet", "model only"}
     assert (ledger.rows == 0).all()
 
@@ -637,7 +643,7 @@ def test_each_startup_counts_only_the_rows_measured_while_it_was_up(tmp_path: Pa
 def test_a_shape_the_roofline_does_not_model_is_named_not_fatal(claims, published) -> None:  # type: ignore[no-untyped-def]
     rows = [_row("any", "off", 1, 100.0, model_shape="gpt-oss-120b"),
             _row("any", "off", 1, 100.0, model_shape="llama-3.3-70b-awq", kv_cache_dtype="fp8", input_len=1240)]  # fmt: skip
-    result = claims_ledger.get_check("compute_bound_batch")(claims["rule-batch-64-compute-bound"], _evidence(published, "any", rows))
+    result = CHECKS["compute_bound_batch"](claims["rule-batch-64-compute-bound"], _evidence(published, "any", rows))
     assert "gpt-oss-120b: not modelled" in result.model_says and result.model_verdict is V.REPRODUCED
 
 
@@ -655,7 +661,7 @@ def test_the_export_states_the_noise_each_verdict_rests_on(ledger: pd.DataFrame)
     parts = export.drop_duplicates("claim_id").set_index("claim_id")["deciding_part"]  # the same on each GPU's line
     assert parts["gpt-oss-eagle3-200-concurrent"] == "quick" and parts["gpt-oss-eagle3-draft-tokens"] == "decide-draft-tokens"
     assert parts["rule-acceptance-bands"] == ""  # no part decides it: it rests on every recorded row
-    hand_made = claims_ledger.build_ledger(claims_ledger.Evidence(published=claims_ledger.load_evidence().published))
+    hand_made = claims_ledger.build_ledger(claims_ledger.Evidence(published=load_reference(), checks=CHECKS))
     assert (hand_made["deciding_part"] == "").all()  # evidence that names no deciding points names no part either
 
 
@@ -758,10 +764,10 @@ def test_acceptance_bands_judge_an_open_loop_by_its_tpot(claims, published) -> N
     off = _row("any", "off", None, 100.0, request_rate_qps=2.0, tpot_mean_ms=15.0)
     spec = _row("any", "spec", None, 100.0, request_rate_qps=2.0, tpot_mean_ms=10.0, k=4, acceptance_rate=0.8,
                 mean_acceptance_length=4.2, draft_model="llama-3.2-1b")  # fmt: skip
-    result = claims_ledger.get_check("acceptance_bands")(claims["rule-acceptance-bands"],
+    result = CHECKS["acceptance_bands"](claims["rule-acceptance-bands"],
                                                          _evidence(published, "any", [off, spec]))  # fmt: skip
     assert result.verdict is V.REPRODUCED and result.rows == 1
     slower = {**spec, "tpot_mean_ms": 16.5}  # a loss at 0.8: against the band
-    result = claims_ledger.get_check("acceptance_bands")(claims["rule-acceptance-bands"],
+    result = CHECKS["acceptance_bands"](claims["rule-acceptance-bands"],
                                                          _evidence(published, "any", [off, slower]))  # fmt: skip
     assert result.verdict is V.NOT_REPRODUCED and "2 QPS" in result.measured

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 import vllm_playbooks.cases.discussion_13834  # noqa: F401 (registers the claim's check)
-from vllm_playbooks.cases import register_checks
+from vllm_playbooks import cases
 from vllm_playbooks.claims import ledger, per_gpu
 from vllm_playbooks.claims.verdict import Verdict
 
@@ -19,7 +19,7 @@ OTHER = "NVIDIA A100-SXM4-80GB"
 
 @pytest.fixture(scope="module")
 def evidence() -> ledger.Evidence:
-    return ledger.load_evidence()
+    return cases.load_evidence()
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +112,6 @@ def test_the_ledger_judges_a_claim_on_each_gpu_the_reference_first(with_a_faster
 
 
 def test_a_claim_judged_on_every_row_at_once_is_one_line(evidence: ledger.Evidence) -> None:
-    register_checks()
     claim = ledger.claim_of("rule-acceptance-bands", evidence)
     assert evidence.deciding_gpus(claim) == []
     assert [gpu for gpu, _ in ledger.judged_per_gpu(claim, evidence)] == [""]
@@ -169,7 +168,7 @@ def _synthetic(published: pd.DataFrame, **by_gpu: tuple[str, int, float]) -> led
 
     rows = [row for gpu, runs, change in by_gpu.values() for row in _rows(gpu, runs, change)]
     return ledger.Evidence(published=published, runs={"discussion-13834": pd.DataFrame(rows)},
-                           deciding={CLAIM: deciding_points("discussion-13834", CLAIM)})  # fmt: skip
+                           deciding={CLAIM: deciding_points("discussion-13834", CLAIM)}, checks=cases.checks())  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 from vllm_playbooks.cases import deepseek_mtp, gpt_oss_eagle3
 from vllm_playbooks.claims import reference
 from vllm_playbooks.errors import SchemaError
-from vllm_playbooks.results.schema import REFERENCE_COLUMNS
+from vllm_playbooks.results.schema import PUBLISHED_COLUMNS
 from vllm_playbooks.results.store import load_reference
 
 BLOG = "juhoplayground.github.io"
@@ -24,7 +24,7 @@ def published():  # type: ignore[no-untyped-def]
 
 
 def test_every_case_has_published_numbers(published) -> None:  # type: ignore[no-untyped-def]
-    assert set(published.case) == {"discussion-13834", "deepseek-mtp", "gpt-oss-eagle3", "issue-27462", "rules-of-thumb"}
+    assert set(published.case) == {"discussion-13834", "deepseek-mtp", "gpt-oss-eagle3", "pp-27462", "rules-of-thumb"}
 
 
 def test_the_collecting_blog_is_never_marked_primary(published) -> None:  # type: ignore[no-untyped-def]
@@ -54,12 +54,14 @@ def test_pr_12755_qps1_speedup_matches_its_tpots(published) -> None:  # type: ig
 
 
 def _copy_with(tmp_path: Path, **changes: str) -> Path:
-    source = Path(__file__).resolve().parents[3] / "data" / "reference" / "published.csv"
+    """The #13834 case's published numbers with the first row changed, in a folder named as that case's."""
+    source = Path(__file__).resolve().parents[3] / "vllm_playbooks" / "cases" / "discussion_13834" / "published.csv"
     rows = list(csv.DictReader(source.open()))
     rows[0].update(changes)
-    target = tmp_path / "published.csv"
+    target = tmp_path / "discussion_13834" / "published.csv"
+    target.parent.mkdir(parents=True)
     with target.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=REFERENCE_COLUMNS)
+        writer = csv.DictWriter(handle, fieldnames=PUBLISHED_COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
     return target

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pandas as pd
 import pytest
 
+from vllm_playbooks.config.case_file import calibration_cases
 from vllm_playbooks.analysis import kbest, whatif
 from vllm_playbooks.analysis.compare import is_control
 from vllm_playbooks.cases import discussion_13834, gpt_oss_eagle3
@@ -153,7 +154,7 @@ def calibration() -> tuple[list, fits.EfficiencyFit]:
 @pytest.mark.recorded_data
 def test_calibration_error_bound(calibration: tuple[list, fits.EfficiencyFit]) -> None:
     rows, fit = calibration
-    recorded = [r for case in whatif.CALIBRATION_CASES for r in replay_rows(case)]
+    recorded = [r for case in calibration_cases() for r in replay_rows(case)]
     scheduled = [r for r in recorded if '"num_speculative_tokens_per_batch_size": null' not in r.engine_config_json
                  and r.spec_method != "none"]  # fmt: skip
     assert scheduled  # batch-size schedules: fixed k and full graphs, as the model takes them, do not hold
@@ -496,7 +497,7 @@ def _recorded_row_count(keep: Callable[[dict[str, str]], bool] = lambda row: Tru
     from vllm_playbooks.results.store import runs_file
 
     total = 0
-    for case in whatif.CALIBRATION_CASES:
+    for case in calibration_cases():
         with runs_file(case).open(newline="") as handle:
             total += sum(1 for row in csv.DictReader(handle)
                          if ("num_speculative_tokens_per_batch_size\": null" in row["engine_config_json"]
@@ -519,7 +520,7 @@ def test_draft_overhead_improves_the_speculative_rows_and_is_physical(
         return "H200" in row["gpu_name"]
 
     stalled = sum(int(mark_stalled(replay_case(case)).query("gpu_name == 'NVIDIA H200'").stalled.sum())
-                  for case in whatif.CALIBRATION_CASES)  # fmt: skip
+                  for case in calibration_cases())  # fmt: skip
     assert _recorded_row_count(on_h200) - stalled <= len(rows) <= _recorded_row_count(on_h200)
     points = fits.median_points(rows)
     with_term = fits.fit_efficiency(rows, "H200-SXM", draft_overhead=True)

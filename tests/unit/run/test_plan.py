@@ -330,7 +330,7 @@ def test_a_deciding_part_measures_claims_of_its_case_three_times_off_the_grid() 
     from vllm_playbooks.claims.ledger import load_claims
     from vllm_playbooks.run.plan import case_parts, deciding_part, deciding_points, load_part, named_parts
 
-    claims = {claim.claim_id: claim for claim in load_claims(require_checks=False)}
+    claims = {claim.claim_id: claim for claim in load_claims()}
     decided = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -349,7 +349,7 @@ def test_a_deciding_part_measures_claims_of_its_case_three_times_off_the_grid() 
                                                                for p in [*plan.points(), *earlier]}  # fmt: skip
                     decided.append(claim_id)
     assert len(decided) == len(set(decided)) >= 5  # one part per claim
-    assert deciding_part("rules-of-thumb", "rule-acceptance-bands") is None  # no case file: all its rows decide
+    assert deciding_part("rules-of-thumb", "rule-acceptance-bands") is None  # no grid: all its rows decide
     assert deciding_points("gpt-oss-eagle3", "no-such-claim") is None
 
 

@@ -138,8 +138,8 @@ def predict_13834_a100(fit: EfficiencyFit, concurrency: int = 32, alpha: float |
     """Out-of-sample: the H200 fit's efficiencies on the A100-80GB peaks, for Discussion #13834's setup.
 
     Llama-3.3-70B AWQ target, Llama-3.2-3B AWQ draft, the report's k and acceptance (read from
-    ``data/reference/published.csv`` where not given), fp8 KV, 1240 in / 128 out, ≈ ``concurrency`` streams. Returns predicted TPOT and output tok/s (closed loop, concurrency × 1000 / TPOT) off
-    and on, beside the reported output tok/s read from ``data/reference/published.csv``. The speculative prediction
+    ``the case's published.csv`` where not given), fp8 KV, 1240 in / 128 out, ≈ ``concurrency`` streams. Returns predicted TPOT and output tok/s (closed loop, concurrency × 1000 / TPOT) off
+    and on, beside the reported output tok/s read from ``the case's published.csv``. The speculative prediction
     includes the fit's per-draft-forward overhead when it has one (``fit_efficiency(..., draft_overhead=True)``).
 
     ``calibrate=False`` carries the H200's efficiencies and fixed times to the A100 unchanged; ``True`` first

@@ -1,5 +1,5 @@
 """Case: DeepSeek MTP — the DeepSeek-V3 report's tokens-per-second gain and vLLM PR #12755's TPOT gain by request rate
-(its checks and page functions; the published numbers are in ``data/reference/published.csv``)."""
+(its checks and page functions; the published numbers are in ``its folder's published.csv``)."""
 
 from __future__ import annotations
 

@@ -77,7 +77,6 @@ def pp_cap_starves_stages(claim: Claim, ev: Evidence) -> CheckResult:
 CASE = "pp-27462"
 
 
-REFERENCE_CASE = "issue-27462"
 
 
 #: A row counts as saturated (the cap binds, not the load) when concurrency ≥ this × max_num_seqs.

@@ -1,5 +1,5 @@
 """Case: the Red Hat gpt-oss EAGLE-3 sweep — gains up to a high concurrency, a best draft length (its checks and page
-functions; the published numbers are in ``data/reference/published.csv``)."""
+functions; the published numbers are in ``its folder's published.csv``)."""
 
 from __future__ import annotations
 
