@@ -1,9 +1,9 @@
 """The book's table of contents: ``_toc.yml`` with its *Cases* part filled from the case folders.
 
 ``_toc.yml`` holds every page but the cases'; its part captioned ``Cases`` lists none. ``book_toc`` adds one chapter
-per case that has a notebook (``notebooks/<case>.ipynb``), in the order of their grids' ``page_order`` (then by
-name), and ``vllm-playbooks book`` writes the result where the build reads it (``jupyter-book build --toc``): a new
-case folder with a notebook is a page of the book without any other file edited.
+per case that has a notebook (``notebooks/<case>.ipynb``), in the order of their grids' ``page_order``, and
+``vllm-playbooks book`` writes the result where the build reads it (``jupyter-book build --toc``): a new case folder
+with a notebook is a page of the book without any other file edited.
 """
 
 from __future__ import annotations
@@ -13,27 +13,19 @@ from typing import Any
 
 import yaml
 
-from vllm_playbooks.config.case_file import GRID_FILE, case_folder, case_names
+from vllm_playbooks.config.case_file import case_names
 from vllm_playbooks.errors import ConfigError
 
 #: The caption of the part of ``_toc.yml`` that ``book_toc`` fills with the case pages.
 CASES_CAPTION = "Cases"
-#: Where a case page goes among the others when its grid sets no ``page_order``.
-DEFAULT_PAGE_ORDER = 100
 #: Where ``vllm-playbooks book`` writes the table the build reads.
 BUILT_TOC = Path("_build") / "_toc.yml"
 
 
 def case_pages(root: Path) -> list[str]:
-    """The cases with a notebook in ``root/notebooks``, by their grid's ``page_order`` (default
-    ``DEFAULT_PAGE_ORDER``; a case without a grid too), then by name."""
-
-    def order(case: str) -> tuple[int, str]:
-        grid = case_folder(case) / GRID_FILE
-        spec = yaml.safe_load(grid.read_text(encoding="utf-8")) if grid.is_file() else None
-        return int((spec or {}).get("page_order", DEFAULT_PAGE_ORDER)), case
-
-    return sorted((case for case in case_names() if (root / "notebooks" / f"{case}.ipynb").is_file()), key=order)
+    """The cases with a notebook in ``root/notebooks``, in the order of their grids' ``page_order``
+    (``config.case_file.case_names``)."""
+    return [case for case in case_names() if (root / "notebooks" / f"{case}.ipynb").is_file()]
 
 
 def book_toc(root: Path) -> dict[str, Any]:

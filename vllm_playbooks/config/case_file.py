@@ -32,14 +32,29 @@ CASES_DIR = Path(__file__).resolve().parents[1] / "cases"
 GRID_FILE, CLAIMS_FILE, PUBLISHED_FILE = "case.yaml", "claims.csv", "published.csv"
 
 
+#: Where a case goes among the others (its page in the book, its claims in the ledger) when its grid sets no
+#: ``page_order``, or it has no grid.
+DEFAULT_PAGE_ORDER = 100
+
+
 def case_names() -> list[str]:
-    """The name of every case: each folder of ``CASES_DIR`` that is a Python package, ``_`` read as ``-``."""
-    return sorted(folder.name.replace("_", "-") for folder in CASES_DIR.iterdir()
-                  if (folder / "__init__.py").is_file() and not folder.name.startswith("_"))  # fmt: skip
+    """The name of every case: each folder of ``CASES_DIR`` that is a Python package, ``_`` read as ``-``; in the
+    order of their grids' ``page_order`` (``DEFAULT_PAGE_ORDER`` where none is set), then by name. That order is the
+    book's (its case pages) and the ledger's (its claims)."""
+    folders = [folder for folder in CASES_DIR.iterdir()
+               if (folder / "__init__.py").is_file() and not folder.name.startswith("_")]  # fmt: skip
+
+    def order(folder: Path) -> tuple[int, str]:
+        grid = folder / GRID_FILE
+        spec = yaml.safe_load(grid.read_text(encoding="utf-8")) if grid.is_file() else None
+        page_order = spec.get("page_order", DEFAULT_PAGE_ORDER) if isinstance(spec, dict) else DEFAULT_PAGE_ORDER
+        return (page_order if isinstance(page_order, int) else DEFAULT_PAGE_ORDER), folder.name
+
+    return [folder.name.replace("_", "-") for folder in sorted(folders, key=order)]
 
 
 def grid_names() -> list[str]:
-    """The cases with a grid to measure (a ``case.yaml``), in name order."""
+    """The cases with a grid to measure (a ``case.yaml``), in ``case_names``' order."""
     return [case for case in case_names() if (case_folder(case) / GRID_FILE).is_file()]
 
 
@@ -51,10 +66,11 @@ def package_name(case: str) -> str:
 def case_folder(case: str) -> Path:
     """The folder of packaged case ``case``; ``ConfigError`` naming the known cases for any other name."""
     check_packaged_name(case)
-    if case not in case_names():
-        raise ConfigError(f"Unknown case {case!r}. Known: {', '.join(case_names())}. Cases live in "
+    folder = CASES_DIR / package_name(case)
+    if "_" in case or not (folder / "__init__.py").is_file() or folder.name.startswith("_"):
+        raise ConfigError(f"Unknown case {case!r}. Known: {', '.join(sorted(case_names()))}. Cases live in "
                           "vllm_playbooks/cases/<case>/.")  # fmt: skip
-    return CASES_DIR / package_name(case)
+    return folder
 
 
 def grid_file(case: str) -> Path:
