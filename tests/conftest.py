@@ -81,17 +81,18 @@ def offline_prefix() -> list[str]:
     return []
 
 
-SITE_TESTS = ROOT / "tests" / "site"
+BOOK_TESTS, SITE_TESTS = ROOT / "tests" / "test_book.py", ROOT / "tests" / "site"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the browser tests (``tests/site/``, tens of seconds each) last.
+    """Run the book tests (tests/test_book.py) first, then the browser tests (``tests/site/``), then the rest.
 
-    ``make test`` runs two pytest-xdist workers, which take tests from the front of this list: the one that gets the
-    book tests (tests/test_book.py) builds the book while the other runs unit tests, and the browser tests, left for
-    the end, are spread over both workers, which share that one build (:func:`built_book`).
+    ``make test`` runs two pytest-xdist workers with ``--dist worksteal``: each starts on one half of this list, in
+    its order, and one that runs out takes tests still waiting on the other. So the worker of the first half builds
+    the book (:func:`built_book`) and checks it in the browser while the other runs unit tests, and whichever is done
+    first takes over unit tests of the other.
     """
-    items.sort(key=lambda item: item.path.is_relative_to(SITE_TESTS))
+    items.sort(key=lambda item: 0 if item.path == BOOK_TESTS else 1 if item.path.is_relative_to(SITE_TESTS) else 2)
 
 
 def _build_book(tmp: Path) -> Path:

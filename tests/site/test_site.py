@@ -1,15 +1,14 @@
-"""The built book in headless Chromium (vllm_playbooks.book.sitecheck): a fresh build passes, broken copies fail.
+"""The built book in headless Chromium (vllm_playbooks.book.sitecheck): a fresh build passes, a broken copy fails.
 
-The book is built here, in a temporary copy of the repository, the way tests/test_book.py builds it (papermill in
-replay mode, then a strict Jupyter Book build, offline where the machine allows), once for the module. The browser
-tests skip only when /usr/bin/chromium or /usr/bin/chromedriver is missing (.ci/site-check-setup.sh installs both).
-"""
+The book is the test run's one build (tests/conftest.py: ``built_book``). A check of the whole book takes tens of
+seconds, so one copy of it is broken in every way at once, each breakage on a page or element of its own; what needs
+no book is checked on a small site written here. The browser tests skip only when /usr/bin/chromium or
+/usr/bin/chromedriver is missing (.ci/site-check-setup.sh installs both)."""
 
 from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -95,33 +94,31 @@ def test_fresh_build_passes_the_site_check(built_site: Path, tmp_path: Path) -> 
     assert re.fullmatch(r"site-check: \d+ pages, \d+ figures, \d+ internal links, search ok", report.summary())
 
 
-def _first_figure(html: Path) -> tuple[str, Path]:
-    """The case page that shows a figure, and that figure's file."""
-    for page in CASE_PAGES:
-        match = re.search(r'<img[^>]+src="((?:\.\./)*_images/[^"]+)"', (html / page).read_text())
-        if match:
-            return page, (html / page).parent / match.group(1)
-    raise AssertionError("no case page shows a figure")
+def _first_figure(html: Path, page: str) -> Path:
+    """The file of the first figure ``page`` shows."""
+    match = re.search(r'<img[^>]+src="((?:\.\./)*_images/[^"]+)"', (html / page).read_text())
+    assert match, f"{page} shows no figure"
+    return (html / page).parent / match.group(1)
 
 
 def _remove_image(html: Path) -> tuple[str, str]:
-    page, figure = _first_figure(html)
-    figure.unlink()
-    return page, "does not load in the browser"
+    _first_figure(html, CASE_PAGES[0]).unlink()
+    return CASE_PAGES[0], "does not load in the browser"
 
 
 def _blank_png(html: Path) -> tuple[str, str]:
-    page, figure = _first_figure(html)
+    figure = _first_figure(html, CASE_PAGES[1])
     with Image.open(figure) as img:
         size = img.size
     Image.new("RGB", size, (255, 255, 255)).save(figure)
-    return page, "is blank: every pixel is one colour"
+    return CASE_PAGES[1], "is blank: every pixel is one colour"
 
 
 def _retarget_link(html: Path, new_target: str) -> str:
+    """Point the first link of book/intro.html that still goes to mtp.html at ``new_target``."""
     page = html / "book" / "intro.html"
     text, count = re.subn(r'href="mtp\.html"', f'href="{new_target}"', page.read_text(), count=1)
-    assert count == 1, "book/intro.html has no link to mtp.html to break"
+    assert count == 1, "book/intro.html has no (more) link to mtp.html to break"
     page.write_text(text)
     return "book/intro.html"
 
@@ -132,11 +129,6 @@ def _broken_link(html: Path) -> tuple[str, str]:
 
 def _broken_fragment(html: Path) -> tuple[str, str]:
     return _retarget_link(html, "mtp.html#no-such-section"), "no element id='no-such-section' on book/mtp.html"
-
-
-def _no_search_index(html: Path) -> tuple[str, str]:
-    (html / "searchindex.js").unlink()
-    return "search.html?q=speculative", "searchindex.js does not exist"
 
 
 def _no_mathjax(html: Path) -> tuple[str, str]:
@@ -170,24 +162,29 @@ def _tall_page(html: Path) -> tuple[str, str]:
     return _insert_into_case_page(html, f'<div style="height:{sitecheck.MAX_PAGE_HEIGHT_PX}px"></div>'), "page height"
 
 
+#: Ways to break a built site, each on a page or element of its own, so that one broken copy holds them all: each
+#: returns the page whose failure line must name it and what that line must say.
+BREAKAGES = (_remove_image, _blank_png, _broken_link, _broken_fragment, _no_mathjax, _missing_cell, _index_column,
+             _object_repr, _tall_page)  # fmt: skip
+
+
 @pytest.mark.site
 @pytest.mark.slow
 @browser
-@pytest.mark.parametrize(
-    "breakage", [_remove_image, _blank_png, _broken_link, _broken_fragment, _no_search_index, _no_mathjax,
-                 _missing_cell, _index_column, _object_repr, _tall_page],
-    ids=["removed-image", "blank-png", "broken-link", "broken-fragment", "no-search-index", "no-mathjax",
-         "missing-cell", "index-column", "object-repr", "tall-page"],
-)  # fmt: skip
-def test_broken_copy_fails_naming_page_and_element(
-    site_copy: Path, breakage: Callable[[Path], tuple[str, str]], capsys: pytest.CaptureFixture[str]
+def test_broken_copy_fails_naming_page_and_element_of_each_breakage(
+    site_copy: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    page, reason = breakage(site_copy)
-    assert cli.main(["site-check", str(site_copy)]) == 1
+    """One check of a copy broken in every way of ``BREAKAGES`` at once (a full check of the book takes tens of
+    seconds), searched for a word no page holds: each breakage, and the empty search, gets its own failure line."""
+    expected = [breakage(site_copy) for breakage in BREAKAGES]
+    expected.append(("search.html?q=zqxjvwk", "#search-results: no result for 'zqxjvwk'"))
+    assert cli.main(["site-check", str(site_copy), "--query", "zqxjvwk"]) == 1
     out = capsys.readouterr()
     failures = [line for line in out.err.splitlines() if line.startswith("site-check FAIL ")]
-    assert any(line.startswith(f"site-check FAIL {page}: ") and reason in line for line in failures), out.err
-    assert "failure(s)" in out.out.splitlines()[-1]
+    for page, reason in expected:
+        assert any(line.startswith(f"site-check FAIL {page}: ") and reason in line for line in failures), reason
+    assert "did not match any documents" in out.err
+    assert out.out.splitlines()[-1].endswith(f"search FAILED, {len(failures)} failure(s)")
 
 
 @pytest.mark.site
@@ -211,10 +208,18 @@ def test_screenshot_starts_at_the_page_left_edge(tmp_path: Path) -> None:
         assert img.convert("RGB").getpixel((20, 20)) == (255, 0, 0)
 
 
+@pytest.mark.site
 @browser
-def test_search_without_result_fails(built_site: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["site-check", str(built_site), "--query", "zqxjvwk"]) == 1
+def test_a_site_without_its_search_index_fails_without_waiting_for_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    site = tmp_path / "html"
+    site.mkdir()
+    for page in ("index.html", "search.html"):  # a search page whose index was never written
+        (site / page).write_text(f"<html><head><title>{page}</title></head><body><p>{page}</p></body></html>")
+    assert cli.main(["site-check", str(site)]) == 1
     out = capsys.readouterr()
-    assert "site-check FAIL search.html?q=zqxjvwk: #search-results: no result for 'zqxjvwk'" in out.err, out.err
-    assert "did not match any documents" in out.err
+    failures = [line for line in out.err.splitlines() if line.startswith("site-check FAIL ")]
+    assert len(failures) == 1 and failures[0].startswith("site-check FAIL search.html?q=speculative: "), out.err
+    assert "searchindex.js does not exist" in failures[0]
     assert out.out.splitlines()[-1].endswith("search FAILED, 1 failure(s)")

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 from vllm_playbooks.paths import DATA_DIR_ENV, data_dir
 from vllm_playbooks.results import raw
@@ -21,6 +23,8 @@ from vllm_playbooks.results.store import case_dir
 #: The case that gets one more repeat, and the new case (copied from it: two points and their servers' logs).
 CASE, NEW_CASE = "llama-8b-draft-model", "grown-llama-8b"
 MARKER = "recorded_data"
+
+pytestmark = pytest.mark.long
 
 #: The recorded_data tests left out of the run on the grown copy, for time: those on the whole ledger build all of its
 #: evidence (some ten seconds on two cores), the time-limit one waits out its limit. None pins a count, verdict or

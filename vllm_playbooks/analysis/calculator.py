@@ -28,7 +28,7 @@ from vllm_playbooks.config.memory import (
 )
 from vllm_playbooks.config.sizes import MOE_ARCHITECTURES
 from vllm_playbooks.results.server_logs import StartupMemory, read_startup, server_logs
-from vllm_playbooks.run.budget import engine_for_log
+from vllm_playbooks.run.budget import engine_for_log, recorded_engine_json
 from vllm_playbooks.shapes import resolve_model
 from vllm_playbooks.text import value_range
 
@@ -53,9 +53,10 @@ def calculator_check(data: Path):  # type: ignore[no-untyped-def]
 
     records = []
     for case_dir in sorted(p for p in (data / "runs").iterdir() if p.is_dir()):
+        recorded = recorded_engine_json(case_dir.name, data)
         for log in server_logs(case_dir):
             start = read_startup(log)
-            engine = engine_for_log(log, data)
+            engine = engine_for_log(log, data, recorded)
             budget = kv_budget(engine, start.total_memory_gib)
             uncalibrated = kv_budget(engine, start.total_memory_gib, calibration=None)
             with_vllm_overheads = float("nan")
@@ -163,11 +164,12 @@ class Startup:
 
 def recorded_startups(data: Path) -> list[Startup]:
     """Every started server of every recorded case, in case and log order."""
-    return [
-        Startup(case_dir.name, read_startup(log), engine_for_log(log, data))
-        for case_dir in sorted(p for p in (data / "runs").iterdir() if p.is_dir())
-        for log in server_logs(case_dir)
-    ]
+    startups = []
+    for case_dir in sorted(p for p in (data / "runs").iterdir() if p.is_dir()):
+        recorded = recorded_engine_json(case_dir.name, data)
+        startups += [Startup(case_dir.name, read_startup(log), engine_for_log(log, data, recorded))
+                     for log in server_logs(case_dir)]  # fmt: skip
+    return startups
 
 
 def _graph_profile(startup: Startup) -> GraphProfile:

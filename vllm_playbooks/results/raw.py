@@ -19,6 +19,7 @@ Replay rebuilds every row from these files alone.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -237,11 +238,56 @@ def _located_identity(point_dir: Path, point: dict[str, Any], prov: Provenance) 
     return pid, config_id, split_point_id(pid)[1]
 
 
+#: Rows rebuilt in this process, by point folder, data folder and :func:`_stored_digest` of the point's files. Replay
+#: rebuilds a case's rows for each question asked of them (the ledger, the start-up table, every page), and parsing a
+#: point's scrapes is most of that; a point whose files changed gets a new key, so this never returns a stale row.
+_ROWS: dict[tuple[str, str, str], RunRow] = {}
+#: The most rows ``_ROWS`` holds; the oldest goes first.
+_ROWS_KEPT = 20_000
+
+
+def _stored_digest(stored: Iterable[Path]) -> str:
+    """A digest of the names and bytes of a point's stored files (a plain file and its ``.gz`` form differ)."""
+    digest = hashlib.blake2b(digest_size=20)
+    for path in stored:
+        data = path.read_bytes()
+        digest.update(f"{path.name}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()
+
+
 def row_from_point(point_dir: Path, data_root: Path) -> RunRow:
-    """Rebuild a row from a raw point folder alone (replay mode, and the live runner after each point)."""
-    missing = [f for f in REQUIRED_FILES if stored_path(point_dir / f) is None]
+    """Rebuild a row from a raw point folder alone (replay mode, and the live runner after each point).
+
+    A point rebuilt before in this process, from files with the same bytes, gives the same row without parsing
+    them again (``_ROWS``).
+    """
+    key = _row_key(point_dir, data_root)
+    if key in _ROWS:
+        return _ROWS[key]
+    row = _parse_point(point_dir, data_root)
+    if key is not None and _row_key(point_dir, data_root) == key:  # its files did not change while it was parsed
+        if len(_ROWS) >= _ROWS_KEPT:
+            del _ROWS[next(iter(_ROWS))]
+        _ROWS[key] = row
+    return row
+
+
+def _row_key(point_dir: Path, data_root: Path) -> tuple[str, str, str] | None:
+    """The ``_ROWS`` key of a point folder; ``SchemaError`` when a required file is missing, None when one cannot be
+    read (its parse says which)."""
+    stored = [stored_path(point_dir / f) for f in REQUIRED_FILES]
+    missing = [f for f, path in zip(REQUIRED_FILES, stored, strict=True) if path is None]
     if missing:
         raise SchemaError(f"{point_dir}: incomplete point folder, missing {', '.join(missing)}")
+    try:
+        return str(point_dir), str(data_root), _stored_digest(p for p in stored if p is not None)
+    except OSError:
+        return None
+
+
+def _parse_point(point_dir: Path, data_root: Path) -> RunRow:
+    """The row of a complete point folder, its files read and parsed."""
     try:
         point = read_json(point_dir / POINT_FILE)
         prov = Provenance.model_validate(read_json(point_dir / PROVENANCE_FILE))

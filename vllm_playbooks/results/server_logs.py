@@ -9,6 +9,7 @@ clock (UTC on the machines the recorded runs used). The runner stores a finished
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING
 from vllm_playbooks import paths
 from vllm_playbooks.errors import SchemaError
 from vllm_playbooks.results.store import case_dir, load_runs, recorded_cases
-from vllm_playbooks.results.textfiles import GZ, plain_name, read_text
+from vllm_playbooks.results.textfiles import GZ, plain_name, read_text, stored, stored_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -255,17 +256,30 @@ def server_modes(case: str, data: Path | None = None) -> pd.DataFrame:
 RUNNING_LINE = re.compile(r"Running: (?P<running>\d+) reqs, Waiting: (?P<waiting>\d+) reqs")
 
 
+#: :func:`running_samples` of the logs read in this process, by stored path and a digest of the stored bytes: every
+#: measured row asks for its server's log, and a server measures many rows. A log that grew gets a new key.
+_SAMPLES: dict[tuple[str, bytes], tuple[tuple[dt.datetime, int], ...]] = {}
+_SAMPLES_MAX = 1024
+
+
 def running_samples(log: Path) -> list[tuple[dt.datetime, int]]:
     """(UTC time, running requests) of every periodic stats line of a server log (``RUNNING_LINE``), in order."""
     parsed = parse_log_name(plain_name(log))
     if parsed is None:
         raise SchemaError(f"{log}: not a server log name (<config id>-<launch time>.log)")
-    samples = []
-    for line in read_text(log).splitlines():
-        running, stamp = RUNNING_LINE.search(line), LINE_STAMP.search(line)
-        if running and stamp:
-            samples.append((stamp_time(stamp["stamp"], parsed[1]), int(running["running"])))
-    return samples
+    found = stored(log)
+    data = found.read_bytes()
+    key = (str(found), hashlib.blake2b(data, digest_size=20).digest())
+    if key not in _SAMPLES:
+        if len(_SAMPLES) >= _SAMPLES_MAX:
+            _SAMPLES.clear()
+        samples = []
+        for line in stored_text(found, data).splitlines():
+            running, stamp = RUNNING_LINE.search(line), LINE_STAMP.search(line)
+            if running and stamp:
+                samples.append((stamp_time(stamp["stamp"], parsed[1]), int(running["running"])))
+        _SAMPLES[key] = tuple(samples)
+    return list(_SAMPLES[key])
 
 
 def server_log_of(logs: Path, config_id: str, at: dt.datetime) -> Path | None:

@@ -41,11 +41,21 @@ def plain_name(path: Path) -> str:
 
 def read_text(path: Path) -> str:
     """The text of a recorded file, given its plain name or its ``.gz`` name (undecodable bytes replaced)."""
+    found = stored(path)
+    return stored_text(found, found.read_bytes())
+
+
+def stored(path: Path) -> Path:
+    """:func:`stored_path`, or ``SchemaError`` naming both forms when neither exists."""
     found = stored_path(path)
     if found is None:
         raise SchemaError(f"{path}: no such recorded file (nor {path.name}{GZ})")
-    data = gzip.decompress(found.read_bytes()) if found.name.endswith(GZ) else found.read_bytes()
-    return data.decode("utf-8", errors="replace")
+    return found
+
+
+def stored_text(found: Path, data: bytes) -> str:
+    """The text of the bytes ``data`` read from the stored file ``found`` (a ``.gz`` name is decompressed)."""
+    return (gzip.decompress(data) if found.name.endswith(GZ) else data).decode("utf-8", errors="replace")
 
 
 def compressed_bytes(text: str) -> bytes:

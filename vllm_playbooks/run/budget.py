@@ -58,15 +58,26 @@ LOAD = ["input_len", "output_len", "concurrency", "request_rate_qps"]
 _READY = "Available routes are"
 
 
-def engine_for_log(log: Path, data: Path):  # type: ignore[no-untyped-def]
+def recorded_engine_json(case: str, data: Path) -> dict[str, str]:
+    """Each config id of ``case``'s recorded points (replayed from their raw files) with its first row's engine config
+    JSON: what :func:`engine_for_log` reads, for a caller that asks about many logs of one case."""
+    found: dict[str, str] = {}
+    for row in replay_rows(case, data):
+        found.setdefault(row.config_id, row.engine_config_json)
+    return found
+
+
+def engine_for_log(log: Path, data: Path, recorded: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
     """The resolved engine config that wrote ``log``: read from a point measured with that config, or, for a server
-    stopped before its first point finished, the packaged case's engine config of the same id."""
+    stopped before its first point finished, the packaged case's engine config of the same id. ``recorded`` is
+    :func:`recorded_engine_json` of the log's case where the caller has it (replaying the case for each log of it
+    was most of the time a case's logs took to read)."""
 
     case = log.parent.parent.name
     config_id = log_name_parts(log)[0]
-    for row in replay_rows(case, data):
-        if row.config_id == config_id:
-            return EngineConfig.model_validate(json.loads(row.engine_config_json))
+    recorded = recorded if recorded is not None else recorded_engine_json(case, data)
+    if config_id in recorded:
+        return EngineConfig.model_validate(json.loads(recorded[config_id]))
     try:
         planned = load_plan(case).engines
     except ConfigError:  # a case file of one's own, not packaged
@@ -90,7 +101,9 @@ def server_time(case: str, data: Path | None = None) -> pd.DataFrame:
     base = data if data is not None else paths.data_dir()
     folder = case_dir(case, base)
     records = []
-    for log in all_server_logs(folder) if (folder / "logs").is_dir() else []:
+    logs = all_server_logs(folder) if (folder / "logs").is_dir() else []
+    recorded = recorded_engine_json(folder.name, base) if logs else {}
+    for log in logs:
         launched = log_name_parts(log)[1]
         ready, last = None, launched
         for line in read_text(log).splitlines():
@@ -104,7 +117,7 @@ def server_time(case: str, data: Path | None = None) -> pd.DataFrame:
             last = max(last, moment)
             if ready is None and _READY in line:
                 ready = moment
-        engine = engine_for_log(log, base)
+        engine = engine_for_log(log, base, recorded)
         gpus, held = engine_gpus(engine), (last - launched).total_seconds()
         records.append({
             "log": plain_name(log), "engine_label": engine.label, "gpus": gpus, "launched_at": launched,

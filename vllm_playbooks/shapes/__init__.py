@@ -103,16 +103,21 @@ def list_shapes() -> list[str]:
     return sorted(p.name for p in SHAPES_DIR.iterdir() if p.is_dir() and (p / _CONFIG).is_file())
 
 
+def _is_shape(name: str) -> bool:
+    """Whether ``name`` is in :func:`list_shapes`, asked of its one folder (a pre-flight check asks thousands of
+    times, and listing every shape's folder each time was most of what it cost)."""
+    return Path(name).name == name and name not in ("", ".", "..") and (SHAPES_DIR / name / _CONFIG).is_file()
+
+
 def get_shape(name: str) -> ModelShape:
     """The packaged shape called ``name``.
 
     Raises ``ConfigError`` listing the known names when there is no such shape, or when its
     ``config.json`` lacks a field a shape must have.
     """
-    known = list_shapes()
-    if name not in known:
+    if not _is_shape(name):
         raise ConfigError(
-            f"Unknown shape {name!r}. Known: {', '.join(known)}. Shapes live in vllm_playbooks/shapes/."
+            f"Unknown shape {name!r}. Known: {', '.join(list_shapes())}. Shapes live in vllm_playbooks/shapes/."
         )
     path = SHAPES_DIR / name
     return _shape_from_dir(name, path, strict=True)
@@ -126,8 +131,8 @@ def resolve_model(model: str | Path) -> ModelShape:
     (``dtype`` for ``torch_dtype``) are looked up there too; a missing dtype reads as ``"auto"``.
     """
     text = str(model)
-    if isinstance(model, str) and text in list_shapes():
-        return get_shape(text)
+    if isinstance(model, str) and _is_shape(text):
+        return _shape_from_dir(text, SHAPES_DIR / text, strict=True)
     path = Path(text).expanduser()
     if not path.exists():
         raise ConfigError(

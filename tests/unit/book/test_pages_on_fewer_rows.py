@@ -1,6 +1,8 @@
 """Case pages executed on fewer rows than the book's grid: another GPU's quick check alone (what a re-run in a data
 folder of its own shows; the book's H100 rows are such a quick check, with no grid, schedule or control runs), and
-each case's quick part alone (what `make reproduce CASE=<page> PARAMS="-p part quick"` executes after measuring)."""
+each case's quick part alone (what `make reproduce CASE=<page> PARAMS="-p part quick"` executes after measuring).
+
+Each test executes a whole case page, tens of seconds: they run in ``make test-long`` (``.ci/run``), not ``make test``."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import pytest
 
 NOTEBOOKS = Path(__file__).resolve().parents[3] / "notebooks"
 OTHER_GPU = "NVIDIA H100 80GB HBM3"
+
+pytestmark = pytest.mark.long
 
 
 def _glued(notebook: nbformat.NotebookNode, name: str, kind: str = "text/plain") -> str:

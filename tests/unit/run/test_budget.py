@@ -256,3 +256,18 @@ def test_plan_fresh_estimates_from_the_named_gpus_runs(capsys: pytest.CaptureFix
     own = capsys.readouterr().out
     assert own.rstrip().endswith("from the runs recorded on NVIDIA H200 (1 GPU per server), vLLM 0.26.0")
     assert "runs alone" not in own
+
+
+def test_a_logs_engine_read_from_its_cases_recorded_configs_is_the_one_its_points_recorded() -> None:
+    from vllm_playbooks.results.server_logs import all_server_logs, log_name_parts
+
+    logs = all_server_logs(FROZEN / "runs" / "pp-27462")
+    recorded = budget.recorded_engine_json("pp-27462", FROZEN)
+    assert logs and {log_name_parts(log)[0] for log in logs} & set(recorded)
+    for log in logs:
+        assert budget.engine_for_log(log, FROZEN, recorded) == budget.engine_for_log(log, FROZEN)
+    config_id = next(log_name_parts(log)[0] for log in logs if log_name_parts(log)[0] in recorded)
+    engine = budget.engine_for_log(logs[0], FROZEN)
+    other = {config_id: engine.model_copy(update={"max_num_seqs": 3}).model_dump_json()}  # what the caller read
+    log = next(log for log in logs if log_name_parts(log)[0] == config_id)
+    assert budget.engine_for_log(log, FROZEN, other).max_num_seqs == 3

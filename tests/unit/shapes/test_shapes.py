@@ -89,6 +89,13 @@ def test_unknown_shape_lists_the_known_names() -> None:
     assert isinstance(info.value, ValueError)
 
 
+@pytest.mark.parametrize("name", ["", ".", "..", "llama-3.1-8b/", "../shapes/llama-3.1-8b", "__pycache__", "tokenizer"])
+def test_a_name_that_is_no_listed_shape_is_not_a_shape(name: str) -> None:
+    assert name not in list_shapes()
+    with pytest.raises(ConfigError, match="Unknown shape"):
+        get_shape(name)
+
+
 def test_resolve_model_takes_a_shape_name() -> None:
     assert resolve_model("llama-3.2-1b") == get_shape("llama-3.2-1b")
 
