@@ -300,7 +300,8 @@ def book_main(args: argparse.Namespace) -> int:
     A copy is stale when the notebook, the package's source, the parameters or the data its last run read changed
     (``vllm_playbooks.book.cache``); ``--force`` executes all. Copies whose source notebook is gone are removed.
     Each notebook gets one line saying whether it was reused or executed, and why. Last, the table of contents with
-    a page per case (``book.toc``) is written to ``args.toc``, where ``jupyter-book build --toc`` reads it.
+    a page per case (``book.toc``) is written to ``args.toc``, where ``jupyter-book build --toc`` reads it (where the
+    repository has a ``_toc.yml``).
     """
     sources = list_notebooks()
     names = {source.name for source in sources}
@@ -320,7 +321,9 @@ def book_main(args: argparse.Namespace) -> int:
         execute(source, target, BOOK_PARAMETERS, package=package)
         executed += 1
     print(f"book: {executed} executed, {len(sources) - executed} reused", flush=True)
-    print(f"table of contents: {write_book_toc(paths.find_repo_root(), args.toc)}", flush=True)
+    root = paths.find_repo_root()
+    if (root / "_toc.yml").is_file():  # a folder of notebooks alone has no book to list them in
+        print(f"table of contents: {write_book_toc(root, args.toc)}", flush=True)
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -162,6 +163,20 @@ def test_the_recorded_live_search_is_scored_against_its_grid_best_on_every_recor
     assert not scored["within_spread"]
 
 
+def _as_searched(data: Path, before: str) -> None:
+    """Leave in ``data`` (a copy of the case's runs) only the points measured before ``before`` (an ISO time): the grid
+    as the search met it, whatever was measured since."""
+    case = data / "runs" / LIVE_CASE
+    table = pd.read_csv(case / RUNS_FILE, dtype=str, keep_default_na=False)
+    later = table["measured_at"] >= before
+    for point_id in table.loc[later, "point_id"]:
+        shutil.rmtree(raw.raw_root(case) / point_id)
+    table[~later].to_csv(case / RUNS_FILE, index=False)
+    for log in (case / "logs").iterdir():  # the servers started since: <config id>-<start time>.log.gz, .bench.log.gz
+        if re.search(r"\d{4}-\d{2}-\d{2}T\d{6}", log.name).group(0) >= before:
+            log.unlink()
+
+
 def _with_draft_c4_tpot_p99(data: Path, values_ms: list[float]) -> None:
     """Set the p99 TPOT of the H100 draft-at-c4 runs in ``data`` (a copy of the case's runs) to ``values_ms`` in turn
     (the last one for any further run), in their ``bench.json`` and their rows alike."""
@@ -185,6 +200,7 @@ def test_a_live_choice_is_within_the_grid_bests_spread_only_while_their_single_r
     assert trace.end is not None and trace.end["chosen"]["point"] == "spec-off @ c4"
     data = tmp_path / "data"
     shutil.copytree(paths.data_dir() / "runs" / LIVE_CASE, data / "runs" / LIVE_CASE)
+    _as_searched(data, "2026-12-07")  # the search ran on 2026-12-06
     # every run of the draft at c4 meets 7.6 ms: it is the grid best, ahead of the choice in every single run
     _with_draft_c4_tpot_p99(data, [6.5])
     scored = live_versus_grid(trace, data)
