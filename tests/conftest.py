@@ -87,10 +87,10 @@ BOOK_TESTS, SITE_TESTS = ROOT / "tests" / "test_book.py", ROOT / "tests" / "site
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Run the book tests (tests/test_book.py) first, then the browser tests (``tests/site/``), then the rest.
 
-    ``make test`` runs two pytest-xdist workers with ``--dist worksteal``: each starts on one half of this list, in
-    its order, and one that runs out takes tests still waiting on the other. So the worker of the first half builds
-    the book (:func:`built_book`) and checks it in the browser while the other runs unit tests, and whichever is done
-    first takes over unit tests of the other.
+    ``make test`` runs pytest-xdist workers with ``--dist worksteal``: each starts on its share of this list, in
+    order, and one that runs out takes tests still waiting on another. So the worker of the first share builds the
+    book (:func:`built_book`) and checks it in the browser while the others run unit tests, and the unit tests left
+    at the end are shared.
     """
     items.sort(key=lambda item: 0 if item.path == BOOK_TESTS else 1 if item.path.is_relative_to(SITE_TESTS) else 2)
 
