@@ -43,17 +43,17 @@ html: $(STAMP) $(MATHJAX)
 
 ## test: unit tests, the notebook pattern, a strict offline book build in a copy of the repository (its notebooks
 ##   replayed there, except those whose executed copy in book/executed is current; their regression-check cells
-##   compared with what the source notebooks stored), and the site check of that build. Two pytest-xdist workers:
-##   one builds the book and checks it in the browser while the other runs unit tests; whichever is done first takes
-##   the other's waiting tests (--dist worksteal).
+##   compared with what the source notebooks stored), and the site check of that build. Four pytest-xdist workers on
+##   two cores (many tests wait on a subprocess or a timeout): one builds the book and checks it in the browser while
+##   the others run unit tests; one that is done takes over tests waiting on another (--dist worksteal).
 test: $(STAMP) $(MATHJAX)
-	$(PY) -m pytest -n 2 --dist worksteal
+	$(PY) -m pytest -n 4 --dist worksteal
 
 ## test-long: the tests too long for `make test` (marker `long`), run by .ci/run: case pages executed whole on fewer
 ##   rows (another GPU's quick check, a case's quick part, every GPU at once), and the recorded-data tests run again
 ##   on a copy of data/ grown by one repeat and one case.
 test-long: $(STAMP)
-	$(PY) -m pytest -n 2 --dist worksteal -o addopts="--strict-markers -ra" -p no:cacheprovider -m long tests/unit
+	$(PY) -m pytest -n 4 --dist worksteal -o addopts="--strict-markers -ra" -p no:cacheprovider -m long tests/unit
 
 ## test-faults: the fault-injection suite (tests/faults): real runs of the command line against the stand-in server,
 ##   killed (SIGKILL, SIGTERM, a double Ctrl-C), their server killed, their port taken, their data folder read-only,

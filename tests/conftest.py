@@ -82,17 +82,21 @@ def offline_prefix() -> list[str]:
 
 
 BOOK_TESTS, SITE_TESTS = ROOT / "tests" / "test_book.py", ROOT / "tests" / "site"
+#: The test that runs the recorded-data tests again on grown data: minutes in one process (``make test-long``).
+GROWN_DATA_TEST = ROOT / "tests" / "unit" / "test_recorded_data_grows.py"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the book tests (tests/test_book.py) first, then the browser tests (``tests/site/``), then the rest.
+    """Run the book tests (tests/test_book.py) and ``GROWN_DATA_TEST`` first, then the browser tests
+    (``tests/site/``), then the rest.
 
-    ``make test`` runs two pytest-xdist workers with ``--dist worksteal``: each starts on one half of this list, in
-    its order, and one that runs out takes tests still waiting on the other. So the worker of the first half builds
-    the book (:func:`built_book`) and checks it in the browser while the other runs unit tests, and whichever is done
-    first takes over unit tests of the other.
+    ``make test`` and ``make test-long`` run pytest-xdist workers with ``--dist worksteal``: each starts on its share
+    of this list, in order, and one that runs out takes tests still waiting on another. So the worker of the first
+    share builds the book (:func:`built_book`) and checks it in the browser while the others run unit tests, the
+    longest test does not start last, and the tests left at the end are shared.
     """
-    items.sort(key=lambda item: 0 if item.path == BOOK_TESTS else 1 if item.path.is_relative_to(SITE_TESTS) else 2)
+    first = (BOOK_TESTS, GROWN_DATA_TEST)
+    items.sort(key=lambda item: 0 if item.path in first else 1 if item.path.is_relative_to(SITE_TESTS) else 2)
 
 
 def _build_book(tmp: Path) -> Path:

@@ -53,8 +53,9 @@ def calculator_check(data: Path):  # type: ignore[no-untyped-def]
 
     records = []
     for case_dir in sorted(p for p in (data / "runs").iterdir() if p.is_dir()):
-        recorded = recorded_engine_json(case_dir.name, data)
-        for log in server_logs(case_dir):
+        logs = server_logs(case_dir)
+        recorded = recorded_engine_json(case_dir.name, data) if logs else {}
+        for log in logs:
             start = read_startup(log)
             engine = engine_for_log(log, data, recorded)
             budget = kv_budget(engine, start.total_memory_gib)
@@ -166,9 +167,9 @@ def recorded_startups(data: Path) -> list[Startup]:
     """Every started server of every recorded case, in case and log order."""
     startups = []
     for case_dir in sorted(p for p in (data / "runs").iterdir() if p.is_dir()):
-        recorded = recorded_engine_json(case_dir.name, data)
-        startups += [Startup(case_dir.name, read_startup(log), engine_for_log(log, data, recorded))
-                     for log in server_logs(case_dir)]  # fmt: skip
+        logs = server_logs(case_dir)
+        recorded = recorded_engine_json(case_dir.name, data) if logs else {}
+        startups += [Startup(case_dir.name, read_startup(log), engine_for_log(log, data, recorded)) for log in logs]
     return startups
 
 
