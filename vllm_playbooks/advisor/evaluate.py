@@ -38,12 +38,12 @@ from vllm_playbooks.advisor.predict import engine_of
 from vllm_playbooks.advisor.scenarios import acceptance_scenarios, label_matches, scenario_text
 from vllm_playbooks.advisor.search import BASELINE_UNMEASURED, Advice, Knobs, advise
 from vllm_playbooks.analysis.compare import is_baseline
+from vllm_playbooks.config.case_file import grid_names
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.hardware import REFERENCE_GPU, datasheet_gpu
 from vllm_playbooks.results.replay import replay_case
 from vllm_playbooks.results.stalls import unstalled
 from vllm_playbooks.run.budget import server_time
-from vllm_playbooks.run.plan import list_cases
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -187,7 +187,7 @@ def evaluate(cases: list[str] | None = None, data: Path | None = None,
 def _recorded_grids(cases: list[str] | None, data: Path | None) -> list[tuple[dict[str, Any], pd.DataFrame,
                                                                               dict[str, float]]]:  # fmt: skip
     """``case_grids`` of every case of ``cases`` (default: every packaged case), in order."""
-    return [grid for case in cases or list_cases() for grid in case_grids(case, data)]
+    return [grid for case in cases or grid_names() for grid in case_grids(case, data)]
 
 
 def _evaluation(grids: list[tuple[dict[str, Any], pd.DataFrame, dict[str, float]]], budget_shares: tuple[float, ...],
@@ -265,8 +265,8 @@ def one_grid(case: str, hardware: str | None, model_shape: str | None, input_len
     ``scenarios.label_matches``; ``ConfigError`` naming the choices when none or several do), its loads limited to
     ``max_concurrency`` clients (closed loop) when given. Without ``hardware``, grids that differ only in their
     hardware leave the reference GPU's (``hardware.REFERENCE_GPU``), as the case pages show it."""
-    if case not in list_cases():
-        raise ConfigError(f"unknown case {case!r}; cases: {', '.join(list_cases())}")
+    if case not in grid_names():
+        raise ConfigError(f"unknown case {case!r}; cases: {', '.join(grid_names())}")
     wanted = {"hardware": hardware, "model_shape": model_shape, "input_len": input_len, "output_len": output_len,
               "load_kind": load_kind}  # fmt: skip
     every = case_grids(case, data, hardware_contains="")

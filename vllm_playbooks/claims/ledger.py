@@ -18,7 +18,7 @@ from vllm_playbooks.analysis.whatif import calibrates
 from vllm_playbooks.claims.lead import lead_gpu
 from vllm_playbooks.claims.verdict import DATA_VERDICTS, Verdict
 from vllm_playbooks.config.capacity import kv_budget
-from vllm_playbooks.config.case_file import CLAIMS_FILE, calibration_cases, case_folder, case_names
+from vllm_playbooks.config.case_file import CLAIMS_FILE, calibration_cases, case_folder, case_names, case_of_folder
 from vllm_playbooks.errors import ConfigError, SchemaError
 from vllm_playbooks.hardware import REFERENCE_DATASHEET, REFERENCE_GPU, measured_on
 from vllm_playbooks.model.calibration import EfficiencyFit, fit_efficiency
@@ -231,7 +231,7 @@ def load_claims(
     given, every source present in its case (``SchemaError`` otherwise). ``path`` reads one such file alone, as its
     folder's case."""
     if path is not None:
-        sources = [(path.parent.name.replace("_", "-"), path)]
+        sources = [(case_of_folder(path.parent), path)]
     else:
         sources = [(case, folder / CLAIMS_FILE) for case in case_names()
                    if ((folder := case_folder(case)) / CLAIMS_FILE).is_file()]  # fmt: skip

@@ -50,7 +50,13 @@ def case_names() -> list[str]:
         page_order = spec.get("page_order", DEFAULT_PAGE_ORDER) if isinstance(spec, dict) else DEFAULT_PAGE_ORDER
         return (page_order if isinstance(page_order, int) else DEFAULT_PAGE_ORDER), folder.name
 
-    return [folder.name.replace("_", "-") for folder in sorted(folders, key=order)]
+    return [case_of_folder(folder) for folder in sorted(folders, key=order)]
+
+
+def case_of_folder(folder: Path) -> str:
+    """The case a folder of ``CASES_DIR`` (or a file's folder named as one) belongs to: its name, ``_`` read as ``-``;
+    ``package_name``'s inverse."""
+    return folder.name.replace("_", "-")
 
 
 def grid_names() -> list[str]:

@@ -11,10 +11,17 @@ from typing import TYPE_CHECKING, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from vllm_playbooks import paths
-from vllm_playbooks.config.case_file import PUBLISHED_FILE, case_folder, case_names
+from vllm_playbooks.config.case_file import PUBLISHED_FILE, case_folder, case_names, case_of_folder
 from vllm_playbooks.errors import SchemaError
 from vllm_playbooks.files import atomic_write_text, file_lock
-from vllm_playbooks.results.schema import PROVENANCE_COLUMNS, PUBLISHED_COLUMNS, REFERENCE_COLUMNS, RUN_COLUMNS, ReferenceRow, RunRow
+from vllm_playbooks.results.schema import (
+    PROVENANCE_COLUMNS,
+    PUBLISHED_COLUMNS,
+    REFERENCE_COLUMNS,
+    RUN_COLUMNS,
+    ReferenceRow,
+    RunRow,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -161,7 +168,7 @@ def load_reference(case: str | None = None, path: Path | None = None) -> pd.Data
     """Published numbers, validated: every case folder's ``published.csv`` (``config.case_file``), each row with the
     case it belongs to, or one case's. ``path`` reads one such file as ``case``'s (default: its folder's case)."""
     if path is not None:
-        sources = [(case or path.parent.name.replace("_", "-"), path)]
+        sources = [(case or case_of_folder(path.parent), path)]
     else:
         cases = [case] if case is not None else case_names()
         sources = [(name, folder / PUBLISHED_FILE) for name in cases

@@ -106,11 +106,6 @@ class CasePlan:
         ]
 
 
-def list_cases() -> list[str]:
-    """Names of the cases that ship with the package and have a grid to measure."""
-    return grid_names()
-
-
 def _case_yaml(case: str) -> dict[str, Any]:
     """A packaged case by name, or a case file of your own by its path (``my-case.yaml``)."""
     if case.endswith((".yaml", ".yml")):
@@ -418,7 +413,7 @@ def part_note(case: str, part: str) -> str | None:
 def deciding_part(case: str, claim_id: str) -> str | None:
     """The part of packaged case ``case`` that measures the points ``claim_id``'s verdict rests on, or None where
     none does (or ``case`` has no grid, like the rules of thumb)."""
-    if case not in list_cases():
+    if case not in grid_names():
         return None
     return next((named.name for named in named_parts(case) if claim_id in named.decides), None)
 

@@ -33,9 +33,9 @@ from vllm_playbooks.advisor.evaluate import (
 )
 from vllm_playbooks.advisor.goodput import point_table
 from vllm_playbooks.advisor.trace import read_trace
+from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.store import RUNS_FILE, TRACE_FOLDER
-from vllm_playbooks.errors import ConfigError
 
 KEY = {"case": "synthetic", "hardware": "nvidia-h200-x1-vllm0.26.0", "model_shape": "llama-3.1-8b", "input_len": 512,
        "output_len": 128, "load_kind": "concurrency", "acceptance": "none imposed"}  # fmt: skip

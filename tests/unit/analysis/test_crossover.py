@@ -7,8 +7,8 @@ import math
 import pandas as pd
 import pytest
 
-from vllm_playbooks.analysis import compare, crossover, schedule
 from vllm_playbooks import cases
+from vllm_playbooks.analysis import compare, crossover, schedule
 from vllm_playbooks.cases import discussion_13834
 from vllm_playbooks.claims import ledger as claims_ledger
 from vllm_playbooks.run.plan import plan_from_dict, unmeasured

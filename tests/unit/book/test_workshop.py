@@ -14,13 +14,13 @@ import pandas as pd
 import pytest
 
 from tests.conftest import ROOT
-from vllm_playbooks.hardware import REFERENCE_GPU
 from vllm_playbooks.book import exercises, workshop
 from vllm_playbooks.book.notebooks import check_notebook, default_parameters
+from vllm_playbooks.book.workshop import WrongAnswer
 from vllm_playbooks.config import capacity
 from vllm_playbooks.config.engine import EngineConfig
-from vllm_playbooks.book.workshop import WrongAnswer
 from vllm_playbooks.errors import ConfigError
+from vllm_playbooks.hardware import REFERENCE_GPU
 from vllm_playbooks.paths import data_dir
 
 CASES = ROOT / "vllm_playbooks" / "cases"

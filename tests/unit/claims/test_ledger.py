@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 
 from tests.conftest import FROZEN, ROOT
-from vllm_playbooks.config.case_file import calibration_cases
-from vllm_playbooks.analysis import whatif
 from vllm_playbooks import cases
+from vllm_playbooks.analysis import whatif
 from vllm_playbooks.cases import discussion_13834
 from vllm_playbooks.claims import ledger as claims_ledger
 from vllm_playbooks.claims import verdict as claims_verdict
+from vllm_playbooks.config.case_file import calibration_cases
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.errors import ConfigError, SchemaError
 from vllm_playbooks.model import calibration

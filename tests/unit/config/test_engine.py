@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
+from vllm_playbooks.config.case_file import grid_names
 from vllm_playbooks.config.engine import EngineConfig, check_engine_against_shapes
 from vllm_playbooks.errors import ConfigError
-from vllm_playbooks.run.plan import list_cases, load_plan, plan_from_dict
+from vllm_playbooks.run.plan import load_plan, plan_from_dict
 from vllm_playbooks.shapes import get_shape, resolve_model
 
 LOADS = {"input_len": 8, "output_len": 8, "concurrency": [1]}
@@ -73,6 +74,6 @@ def test_a_config_without_any_length_key_is_not_limited(tmp_path: Path) -> None:
     assert resolve_model(str(tmp_path)).max_model_len() is None
 
 
-@pytest.mark.parametrize("case", list_cases())
+@pytest.mark.parametrize("case", grid_names())
 def test_every_packaged_case_still_loads(case: str) -> None:
     assert load_plan(case).engines

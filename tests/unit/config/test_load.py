@@ -111,9 +111,10 @@ def test_a_plan_refuses_a_spread_whose_longest_request_does_not_fit() -> None:
 
 
 def test_every_packaged_case_keeps_the_fixed_lengths_its_rows_were_measured_with() -> None:
-    from vllm_playbooks.run.plan import list_cases, load_plan
+    from vllm_playbooks.config.case_file import grid_names
+    from vllm_playbooks.run.plan import load_plan
 
-    for case in list_cases():
+    for case in grid_names():
         ratios = {point.load.random_range_ratio for point in load_plan(case).points()}
         assert 0.0 in ratios, case
         assert ratios <= {0.0} or case == "load-desync", (case, ratios)

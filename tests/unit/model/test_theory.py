@@ -8,10 +8,10 @@ from collections.abc import Callable
 import pandas as pd
 import pytest
 
-from vllm_playbooks.config.case_file import calibration_cases
 from vllm_playbooks.analysis import kbest, whatif
 from vllm_playbooks.analysis.compare import is_control
 from vllm_playbooks.cases import discussion_13834, gpt_oss_eagle3
+from vllm_playbooks.config.case_file import calibration_cases
 from vllm_playbooks.config.sizes import weight_bytes
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.hardware import (

@@ -9,15 +9,16 @@ from typing import Any
 
 import pytest
 
+from vllm_playbooks.config.case_file import grid_names
 from vllm_playbooks.config.engine import EngineConfig, check_engine_against_shapes, cudagraph_mode_forced_by
 from vllm_playbooks.config.speculative import build_speculative_config
 from vllm_playbooks.errors import ConfigError
-from vllm_playbooks.run.plan import list_cases, load_plan, plan_from_dict
+from vllm_playbooks.run.plan import load_plan, plan_from_dict
 from vllm_playbooks.shapes import SHAPES_DIR, TOKENIZER_DIR, VLLM_NAME_MARKERS
 
 
 def test_shipped_cases_load() -> None:
-    assert {"llama-8b-draft-model", "discussion-13834"} <= set(list_cases())
+    assert {"llama-8b-draft-model", "discussion-13834"} <= set(grid_names())
     plan = load_plan("llama-8b-draft-model")
     assert [e.label for e in plan.engines] == ["spec-off", "draft-1b-k4-a0.8", "draft-1b-k4-a0.8-async"]
     assert [load.concurrency for load in plan.loads] == [1, 4, 16, 64]
@@ -334,7 +335,7 @@ def test_a_deciding_part_measures_claims_of_its_case_three_times_off_the_grid() 
     decided = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for case in list_cases():
+        for case in grid_names():
             for part in named_parts(case):
                 if not part.decides:
                     continue

@@ -6,11 +6,11 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, speedup_pairs, percent_change, check
+from vllm_playbooks.analysis.schedule import scheduled_off
+from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, check, percent_change, speedup_pairs
 from vllm_playbooks.claims.reference import published_value
 from vllm_playbooks.claims.verdict import LOAD_FACTOR, Verdict, judge
 from vllm_playbooks.hardware import get_gpu
-from vllm_playbooks.analysis.schedule import scheduled_off
 from vllm_playbooks.model.calibration import EfficiencyFit, predict_tpot_ms
 from vllm_playbooks.model.holdout import calibrate_on_gpu
 from vllm_playbooks.model.speculative import acceptance_rate_of_alpha

@@ -10,15 +10,15 @@ from vllm_playbooks.analysis.compare import is_baseline
 from vllm_playbooks.analysis.noise import MIN_BAND_PCT, band_pct, spread_of
 from vllm_playbooks.analysis.profiles import gain_table, with_profile
 from vllm_playbooks.claims.finding import Finding, gpu_names, published_or_none, split_stalled, stalled_words
-from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, model_error, speedup_pairs, percent_change, check
+from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, check, model_error, percent_change, speedup_pairs
 from vllm_playbooks.claims.reference import published_value, published_values
 from vllm_playbooks.claims.verdict import LOAD_FACTOR, Effect, Verdict, best, combine, effect, judge
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.hardware import REFERENCE_DATASHEET, Gpu
 from vllm_playbooks.model.calibration import EfficiencyFit, cost_time_s, speculation_prediction
-from vllm_playbooks.model.steps import moe_layers_run
 from vllm_playbooks.model.roofline import decode_step_flops, forward_cost
 from vllm_playbooks.model.speculative import fit_iid_alpha, speedup
+from vllm_playbooks.model.steps import moe_layers_run
 from vllm_playbooks.results.server_logs import startup_memory_of_rows
 from vllm_playbooks.run.plan import load_plan
 from vllm_playbooks.shapes import get_shape, resolve_model
