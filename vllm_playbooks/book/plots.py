@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vllm_playbooks.analysis.runs import with_hardware_series
+from vllm_playbooks.book.figure_record import record_figures
 from vllm_playbooks.model.pipeline import with_layout
 
 if TYPE_CHECKING:
@@ -57,12 +58,13 @@ _PAGE_COLORS: dict[str, tuple[float, float, float]] = {}
 
 
 def use_book_style() -> None:
-    """The one seaborn theme of the book (fonts scaled by ``FONT_SCALE``) and a fresh colour per config for this page
-    (``page_colors``)."""
+    """The one seaborn theme of the book (fonts scaled by ``FONT_SCALE``), a fresh colour per config for this page
+    (``page_colors``), and figures saved with the record the site check reads (``figure_record.record_figures``)."""
     import seaborn as sns
 
     sns.set_theme(context="notebook", style="whitegrid", palette="colorblind", font_scale=FONT_SCALE)
     _PAGE_COLORS.clear()
+    record_figures()
 
 
 def page_colors(labels: Iterable[str]) -> dict[str, tuple[float, float, float]]:
