@@ -117,7 +117,9 @@ def record_figures() -> None:
     shell = get_ipython()
     if shell is None:
         return
-    import matplotlib.pyplot  # noqa: F401 - activates the inline backend, which registers its own PNG formatter first
+    import matplotlib.pyplot as plt
     from matplotlib.figure import Figure
+
+    plt.close(plt.figure())  # resolves the inline backend now: it registers its own PNG formatter, which ours replaces
 
     shell.display_formatter.formatters["image/png"].for_type(Figure, figure_png)
