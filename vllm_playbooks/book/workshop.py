@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks.book.exercises import (
     NEVER,
@@ -22,6 +23,10 @@ from vllm_playbooks.book.exercises import (
     tokens_per_step_solution,
 )
 from vllm_playbooks.errors import ConfigError, PlaybookError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pandas.io.formats.style import Styler
 
 #: A float answer counts as right within this relative error, or within ``ABS_TOLERANCE`` (whichever is larger),
 #: so an answer worked out by hand from a rounded table passes.
@@ -157,3 +162,55 @@ def check(exercise_id: str, answer: Any, solution: Solution, hint: str = "") -> 
     if problem is not None:
         raise WrongAnswer(f"not yet: {problem}" + (f" — {hint}" if hint else ""))
     return f"correct: {expected.statement}"
+
+
+def solution_shown(exercise_id: str, answer: Any, solution: Solution, show_solution: bool) -> bool:
+    """Whether an exercise's notebook shows its worked solution: on request (``show_solution``, what the book's
+    build passes), or once ``answer`` passes ``check``; never to a learner who has not answered, or not yet right."""
+    if show_solution:
+        return True
+    if answer is None:
+        return False
+    try:
+        check(exercise_id, answer, solution)
+    except WrongAnswer:
+        return False
+    return True
+
+
+def exact(value: Any) -> str:
+    """A number as the data holds it, for a learner to compute from: 15 significant digits (only a float's binary
+    noise is cut: 0.72 stays 0.72, 1020.56 stays 1020.56), no thousands separator; anything else as ``str``."""
+    if isinstance(value, float | int) and not isinstance(value, bool):
+        return format(value, ".15g")
+    return str(value)
+
+
+def given(frame: pd.DataFrame) -> Styler:
+    """The numbers an exercise gives, as a table without the index whose cells hold ``exact`` values: a learner
+    working from the table gets the answer the check computes (a display format would round 0.72 to 0.7)."""
+    return frame.style.hide(axis="index").format(exact, na_rep="")
+
+
+def answer_forms(solution: Solution) -> set[str]:
+    """The strings in which a reader would recognise ``solution``'s expected answer: each number part as a count
+    (an int) or with two decimals and with three significant digits (a float); a word or ``NEVER`` gives none (one of
+    a few words is not given away by appearing in prose). What the site check and the tests look for."""
+    kinds = solution.kinds if isinstance(solution.kinds, Mapping) else {"": solution.kinds}
+    values = solution.value if isinstance(solution.kinds, Mapping) else {"": solution.value}
+    forms: set[str] = set()
+    for part, kind in kinds.items():
+        value = values[part]
+        if not _is_number(value) or kind == "word":
+            continue
+        if kind == "float":
+            forms |= {f"{value:.2f}", f"{value:.3g}"}
+        else:
+            forms.add(str(int(value)))
+    return forms
+
+
+def mentions(text: str, forms: set[str]) -> list[str]:
+    """The ``forms`` that ``text`` holds as whole numbers (not inside a longer number: 128 is not in 1280 or 0.128,
+    31.95 not in 31.951)."""
+    return sorted(f for f in forms if re.search(rf"(?<![\d.,]){re.escape(f)}(?![\d]|[.,]\d)", text))
