@@ -60,6 +60,9 @@ from selenium.webdriver.chrome.webdriver import WebDriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
+from vllm_playbooks import paths
+from vllm_playbooks.book import answerleaks
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 #: Flags that work for headless Debian Chromium run as root in a container, with a fresh profile added per run.
@@ -376,6 +379,7 @@ class SiteChecker:
             self._measured = self._caption_pages(driver, base)
             for page in pages:
                 self._check_page(driver, base, page, screenshot=page in screenshot_pages)
+            self._check_answer_leaks(driver, base, pages)
             self._check_search(driver, base)
         self._check_links()
         return self.report
@@ -425,13 +429,20 @@ class SiteChecker:
             if is_blank_image(data):
                 self.fail(page, f"screenshot {name}", "the rendered page is a single colour")
 
-    def _caption_pages(self, driver: WebDriver, base: str) -> set[str]:
-        """The site-relative pages the sidebar lists under ``HEIGHT_CAPTIONS``, read from the root page."""
+    def _check_answer_leaks(self, driver: WebDriver, base: str, pages: list[str]) -> None:
+        """No workshop answer where a learner reads before trying (``book.answerleaks``)."""
+        forms = answerleaks.exercise_forms(paths.find_repo_root(self.root) / "notebooks")
+        cases = self._caption_pages(driver, base, ("Cases",))
+        for leak in answerleaks.find_leaks(driver, base, pages, cases, forms):
+            self.fail(leak.page, leak.where, f"shows exercise {leak.exercise}'s answer {', '.join(leak.forms)}")
+
+    def _caption_pages(self, driver: WebDriver, base: str, captions: tuple[str, ...] = HEIGHT_CAPTIONS) -> set[str]:
+        """The site-relative pages the sidebar lists under ``captions``, read from the root page."""
         root = "index.html"
         target = _meta_refresh_target((self.root / root).read_text(encoding="utf-8", errors="replace"))
         driver.get(base + (target.removeprefix("./") if target else root))
         _wait_ready(driver)
-        urls = driver.execute_script(_CAPTION_PAGES_JS, list(HEIGHT_CAPTIONS))
+        urls = driver.execute_script(_CAPTION_PAGES_JS, list(captions))
         return {path for url in urls if (path := _local_path(url.split("#", 1)[0], base)) is not None}
 
     def _check_tables(self, driver: WebDriver, page: str) -> None:

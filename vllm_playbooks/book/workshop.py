@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 import json
-import re
 import math
+import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks.book.exercises import (
@@ -22,6 +24,7 @@ from vllm_playbooks.book.exercises import (
     stop_paying_solution,
     tokens_per_step_solution,
 )
+from vllm_playbooks.book.notebooks import default_parameters
 from vllm_playbooks.errors import ConfigError, PlaybookError
 
 if TYPE_CHECKING:
@@ -45,6 +48,9 @@ class Exercise:
     slug: str
     title: str
     solve: Callable[..., Solution]
+    #: Notebook parameters passed to ``solve`` under another name (exercise 2 asks at ``at_concurrency``; its
+    #: ``concurrency`` is the levels of a live run).
+    renamed: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def notebook(self) -> str:
@@ -56,7 +62,8 @@ EXERCISES: dict[str, Exercise] = {
     e.id: e
     for e in (
         Exercise("stop-paying", 1, "stop_paying", "Where does speculation stop paying?", stop_paying_solution),
-        Exercise("chunks-not-tokens", 2, "chunks_not_tokens", "Chunks are not tokens", chunks_solution),
+        Exercise("chunks-not-tokens", 2, "chunks_not_tokens", "Chunks are not tokens", chunks_solution,
+                 {"at_concurrency": "concurrency"}),
         Exercise("tokens-per-step", 3, "tokens_per_step", "From V0 acceptance to tokens per step",
                  tokens_per_step_solution),
         Exercise("littles-law", 4, "littles_law", "Little's law on the #13834 report", littles_law_solution),
@@ -66,6 +73,16 @@ EXERCISES: dict[str, Exercise] = {
         Exercise("microbatches", 7, "microbatches", "Count the microbatches", microbatches_solution),
     )
 }  # fmt: skip
+
+
+def default_solution(exercise: Exercise, notebooks: Path) -> Solution:
+    """The worked solution of ``exercise`` for its notebook's default parameters (those ``solve`` takes, under their
+    ``renamed`` names): the answer the book's page and a learner's untouched copy expect."""
+    params = default_parameters(notebooks / exercise.notebook)
+    takes = set(inspect.signature(exercise.solve).parameters)
+    inputs = {k: v for k, v in params.items() if k in takes and k not in exercise.renamed.values()}
+    inputs |= {exercise.renamed[k]: v for k, v in params.items() if k in exercise.renamed}
+    return exercise.solve(**inputs)
 
 
 def get_exercise(exercise_id: str) -> Exercise:
@@ -193,9 +210,10 @@ def given(frame: pd.DataFrame) -> Styler:
 
 
 def answer_forms(solution: Solution) -> set[str]:
-    """The strings in which a reader would recognise ``solution``'s expected answer: each number part as a count
-    (an int) or with two decimals and with three significant digits (a float); a word or ``NEVER`` gives none (one of
-    a few words is not given away by appearing in prose). What the site check and the tests look for."""
+    """The strings in which a reader finds ``solution``'s expected answer: each number part as a count (an int), or
+    (a float) with three significant digits and rounded to 0, 1 or 2 decimals wherever that rounding would pass
+    ``check`` (an answer of 31.95 is given away by "≈32" as well); a word or ``NEVER`` gives none (one of a few words
+    is not given away by appearing in prose). What the site check and the tests look for."""
     kinds = solution.kinds if isinstance(solution.kinds, Mapping) else {"": solution.kinds}
     values = solution.value if isinstance(solution.kinds, Mapping) else {"": solution.value}
     forms: set[str] = set()
@@ -204,7 +222,9 @@ def answer_forms(solution: Solution) -> set[str]:
         if not _is_number(value) or kind == "word":
             continue
         if kind == "float":
-            forms |= {f"{value:.2f}", f"{value:.3g}"}
+            forms.add(f"{value:.3g}")
+            forms |= {f"{value:.{places}f}" for places in (0, 1, 2)
+                      if _matches(kind, value, float(f"{value:.{places}f}"))}  # fmt: skip
         else:
             forms.add(str(int(value)))
     return forms
