@@ -62,6 +62,8 @@ from selenium.webdriver.chrome.webdriver import WebDriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
+from vllm_playbooks import paths
+from vllm_playbooks.book import answerleaks
 from vllm_playbooks.book.sitecheck_readers import check_reader_rules
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -103,6 +105,19 @@ return text.match(/<[A-Za-z_][\w.]* object(?: at 0x[0-9a-fA-F]+)?>/g) || [];
 """
 #: What a table cell must never read: missing values as pandas prints them.
 MISSING_CELL_TEXTS = ("NaN", "nan", "None", "<NA>", "NaT")
+
+
+# Runs in the page: the links listed under the sidebar captions named in arguments[0].
+_CAPTION_PAGES_JS = """
+const out = [];
+for (const caption of document.querySelectorAll("p.caption")) {
+  if (!arguments[0].includes(caption.textContent.trim())) continue;
+  let list = caption.nextElementSibling;
+  while (list && list.tagName !== "UL") list = list.nextElementSibling;
+  if (list) for (const a of list.querySelectorAll(":scope > li > a[href]")) out.push(a.href);
+}
+return out;
+"""
 
 # Runs in the page: per table, the cells whose whole text is one of arguments[0], and whether a body row starts
 # with a header cell (the index pandas prints).
@@ -364,6 +379,7 @@ class SiteChecker:
             self._base = base
             for page in pages:
                 self._check_page(driver, base, page, screenshot=page in screenshot_pages)
+            self._check_answer_leaks(driver, base, pages)
             self._check_search(driver, base)
         self._check_links()
         return self.report
@@ -413,6 +429,22 @@ class SiteChecker:
             self.report.screenshots.append(self.screenshots / name)
             if is_blank_image(data):
                 self.fail(page, f"screenshot {name}", "the rendered page is a single colour")
+
+    def _check_answer_leaks(self, driver: WebDriver, base: str, pages: list[str]) -> None:
+        """No workshop answer where a learner reads before trying (``book.answerleaks``)."""
+        forms = answerleaks.exercise_forms(paths.find_repo_root(self.root) / "notebooks")
+        cases = self._caption_pages(driver, base, ("Cases",))
+        for leak in answerleaks.find_leaks(driver, base, pages, cases, forms):
+            self.fail(leak.page, leak.where, f"shows exercise {leak.exercise}'s answer {', '.join(leak.forms)}")
+
+    def _caption_pages(self, driver: WebDriver, base: str, captions: tuple[str, ...]) -> set[str]:
+        """The site-relative pages the sidebar lists under ``captions``, read from the root page."""
+        root = "index.html"
+        target = _meta_refresh_target((self.root / root).read_text(encoding="utf-8", errors="replace"))
+        driver.get(base + (target.removeprefix("./") if target else root))
+        _wait_ready(driver)
+        urls = driver.execute_script(_CAPTION_PAGES_JS, list(captions))
+        return {path for url in urls if (path := _local_path(url.split("#", 1)[0], base)) is not None}
 
     def _check_tables(self, driver: WebDriver, page: str) -> None:
         for number, table in enumerate(driver.execute_script(_TABLES_JS, list(MISSING_CELL_TEXTS)), start=1):
