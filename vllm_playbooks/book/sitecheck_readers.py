@@ -52,11 +52,16 @@ return Array.from(document.images, img => ({
 }));
 """
 
-# Runs in the page: the text a reader reads, as lines: cell outputs, then the prose with code cells, literal blocks
-# and inline code left out (a command such as `make reproduce CASE=x PARAMS=y` is not a print).
+# Runs in the page: the text a reader reads, as lines: cell outputs (their inline code left out; a plain-text output's
+# <pre> kept: that is where a raw print shows), then the prose with code cells, literal blocks and inline code left
+# out (a command such as `make reproduce CASE=x PARAMS=y` is not a print).
 _READER_TEXT_JS = """
 const main = document.querySelector("main") || document.body;
-const outputs = Array.from(main.querySelectorAll(".cell_output"), e => e.textContent || "");
+const outputs = Array.from(main.querySelectorAll(".cell_output"), e => {
+  const copy = e.cloneNode(true);
+  for (const c of copy.querySelectorAll("code")) c.remove();  // inline code in Markdown output (a command) is code
+  return copy.textContent || "";
+});
 const prose = main.cloneNode(true);
 for (const e of prose.querySelectorAll(".cell, pre, code, script, style, .MathJax, .math")) e.remove();
 return outputs.concat([prose.textContent || ""]).join("\\n");
