@@ -349,7 +349,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--evaluate",
         action="store_true",
-        help=f"score the advisor against every recorded H200 grid and write data/{CHECK_FILE}",
+        help="score the advisor and the searches tuners run today (exhaustive sweep, auto_tune.sh, GuideLLM's sweep) "
+        f"against every recorded H200 grid and write data/{CHECK_FILE}",
     )
     parser.add_argument(
         "--sensitivity",
