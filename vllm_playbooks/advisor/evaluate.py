@@ -90,7 +90,8 @@ SENSITIVITY_COLUMNS = (
     "min_ratio", "median_share", "below_min_ratio", "pairs_below_min_ratio",
 )  # fmt: skip
 EVALUATION_COLUMNS = (
-    "budget_share", "policy", "case", "hardware", "model_shape", "acceptance", "workload", "grid_configs", "slo_level", "slo",
+    "budget_share", "policy", "case", "hardware", "model_shape", "acceptance", "workload", "grid_configs", "slo_level",
+    "slo",
     "slo_tpot_p99_ms", "chosen", "grid_best",
     "chosen_goodput_rps", "grid_best_goodput_rps", "goodput_ratio", "answered", "sure", "lead_pct", "band_pct",
     "chosen_runs", "grid_best_runs", "grid_runs_median", "grid_points_repeated", "grid_spread_pct", "tie_by_noise",

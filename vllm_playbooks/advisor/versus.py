@@ -50,7 +50,8 @@ def grid_noise(rows: pd.DataFrame) -> dict[str, float]:
     ``grid_runs_median`` (the median runs per point), ``grid_points_repeated`` (points with two runs or more) and
     ``grid_spread_pct`` (the median over those points of the spread of their requests/s, ``analysis.noise``; NaN when
     no point ran twice)."""
-    filled = rows.assign(concurrency=rows["concurrency"].fillna(-1), request_rate_qps=rows["request_rate_qps"].fillna(-1))
+    filled = rows.assign(concurrency=rows["concurrency"].fillna(-1),
+                         request_rate_qps=rows["request_rate_qps"].fillna(-1))
     runs = [group["request_throughput_rps"] for _, group in filled.groupby(list(POINT_COLUMNS))]
     spreads = [spread_of(values).spread_pct for values in runs if len(values) > 1]
     return {"grid_runs_median": float(median(len(values) for values in runs)),
