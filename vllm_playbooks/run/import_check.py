@@ -89,5 +89,5 @@ def _check_failure(path: Path, pid: str) -> None:
         record: Any = json.loads(path.read_text(encoding="utf-8"))
     except _DAMAGE as error:
         raise SchemaError(f"import refused: failure file {path}: not JSON ({type(error).__name__})") from None
-    if not isinstance(record, dict) or record.get("point_id") != pid or not isinstance(record.get("error"), str):
+    if not raw.is_failure_record(record, pid):
         raise SchemaError(f"import refused: failure file {path}: not a failure record of point {pid}")
