@@ -119,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             warnings.showwarning = one_line_warning
             return int(_function(by_name[opts.command].main)(opts))
     except PlaybookError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print("error: " + " ".join(str(error).splitlines()), file=sys.stderr)  # one line, whatever the message holds
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
