@@ -52,6 +52,9 @@ LEGEND_TITLES = {"engine_label": "configuration", "model_shape": "model shape"}
 #: Scales seaborn's notebook fonts so that a two-panel figure, shrunk to the page's column at a 1400 px window, keeps
 #: its text at 10 px or more.
 FONT_SCALE = 1.3
+#: The width of one panel of a row of small multiples, in inches: three of them and a legend beside stay under the
+#: width at which a page's column (about 770 px) shrinks the figure's smallest text below 10 px.
+PANEL_WIDTH_IN = 3.8
 
 #: The most series one panel draws; more are split into small multiples (``series_groups``), as the site check asks.
 MAX_SERIES = 6
@@ -174,7 +177,7 @@ def metric_grid(df: pd.DataFrame, metrics: Sequence[str], ncols: int | None = No
     groups = series_groups(series["series"])
     if len(groups) > 1:
         palette = page_colors(series["series"])
-        fig, axes = plt.subplots(len(groups), len(metrics), figsize=(5 * len(metrics), 3.4 * len(groups)),
+        fig, axes = plt.subplots(len(groups), len(metrics), figsize=(PANEL_WIDTH_IN * len(metrics), 3.4 * len(groups)),
                                  squeeze=False, sharex=True)  # fmt: skip
         for row, group in zip(axes, groups, strict=True):
             for ax, metric in zip(row, metrics, strict=True):
@@ -184,7 +187,7 @@ def metric_grid(df: pd.DataFrame, metrics: Sequence[str], ncols: int | None = No
         return fig
     ncols = ncols or len(metrics)
     nrows = -(-len(metrics) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(5 * ncols, 3.6 * nrows), squeeze=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(PANEL_WIDTH_IN * ncols, 3.6 * nrows), squeeze=False)
     for ax, metric in zip(axes.flat, metrics, strict=False):
         metric_vs_load(series, metric, hue="series", ax=ax)
     for ax in axes.flat[len(metrics):]:
@@ -422,8 +425,9 @@ def speedup_vs_cost_ratio(tau: float, implied: pd.DataFrame, predicted: pd.DataF
     c = np.linspace(0.0, 1.0, 101)
     ax.plot(c, tau / (1.0 + c), color="black", linewidth=1.2, label=f"τ / (1 + c), τ = {tau:g}")
     ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
-    sns.scatterplot(data=implied, x="implied_c", y=tau / (1.0 + implied["implied_c"]), hue="source", marker="s", s=70,
-                    ax=ax, palette="dark")  # fmt: skip
+    # the published sources in black, told apart by marker: the colours stay for the configs (at most six series)
+    sns.scatterplot(data=implied, x="implied_c", y=tau / (1.0 + implied["implied_c"]), style="source",
+                    markers=["s", "D", "^", "v"][: implied["source"].nunique()], color="black", s=70, ax=ax)
     sns.scatterplot(data=predicted, x="c", y=tau / (1.0 + predicted["c"]), hue="config", style="batch", s=60, ax=ax)
     ax.set_xlabel("draft cost ratio c = T_draft / T_target step")
     ax.set_ylabel("speed-up, k = 1 (×)")

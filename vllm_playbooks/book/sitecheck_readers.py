@@ -40,6 +40,9 @@ RAW_PRINT_PATTERNS = (
 )
 #: Cell classes (myst-nb: ``tag_<tag>``) that hide a cell's output behind a "Show code cell …" toggle.
 HIDING_TAGS = ("tag_hide-cell", "tag_hide-output")
+#: The cell class of a workshop's worked solution (tag ``solution``): folded on purpose, so that a learner opens it
+#: only after trying; its tables are exempt from the rule above.
+SOLUTION_TAG = "tag_solution"
 
 # Runs in the page: every image under the figure folder with its natural and rendered width; an image with no box
 # (inside a closed section) gets the width of the page's main column, where it would open.
@@ -67,11 +70,13 @@ for (const e of prose.querySelectorAll(".cell, pre, code, script, style, .MathJa
 return outputs.concat([prose.textContent || ""]).join("\\n");
 """
 
-# Runs in the page: per table inside a cell whose tags hide its output, the cell's tags and the table's first header.
+# Runs in the page: per table inside a cell whose tags hide its output (arguments[0]), not a workshop's solution
+# (arguments[1]), the cell's tags and the table's first header.
 _HIDDEN_TABLES_JS = """
 return Array.from(document.querySelectorAll("table"))
   .map(t => [t, t.closest(".cell")])
-  .filter(([t, cell]) => cell && arguments[0].some(tag => cell.classList.contains(tag)))
+  .filter(([t, cell]) => cell && arguments[0].some(tag => cell.classList.contains(tag))
+                        && !cell.classList.contains(arguments[1]))
   .map(([t, cell]) => ({tags: Array.from(cell.classList).filter(c => c.startsWith("tag_")).join(" "),
                         header: ((t.querySelector("th") || {}).textContent || "").trim().slice(0, 40)}));
 """
@@ -133,5 +138,5 @@ def check_reader_rules(
             fail(page, f"<img #{number} src={img['src']!r}>", problem)
     for raw in raw_prints(driver.execute_script(_READER_TEXT_JS)):
         fail(page, "page text", f"shows a raw print {raw[:80]!r}: show a sentence or a table")
-    for table in driver.execute_script(_HIDDEN_TABLES_JS, list(HIDING_TAGS)):
+    for table in driver.execute_script(_HIDDEN_TABLES_JS, list(HIDING_TAGS), SOLUTION_TAG):
         fail(page, "table", hidden_table_problem(table["tags"], table["header"]))
