@@ -94,6 +94,7 @@ def _outputs(path: Path) -> str:
 
 
 @pytest.mark.recorded_data
+@pytest.mark.long
 @pytest.mark.parametrize("exercise", list(workshop.EXERCISES.values()), ids=list(workshop.EXERCISES))
 def test_a_right_answer_passes_and_then_shows_the_solution(room: Any, exercise: workshop.Exercise) -> None:
     _, out, graded = room
@@ -104,6 +105,7 @@ def test_a_right_answer_passes_and_then_shows_the_solution(room: Any, exercise: 
 
 
 @pytest.mark.recorded_data
+@pytest.mark.long
 @pytest.mark.parametrize("exercise", list(workshop.EXERCISES.values()), ids=list(workshop.EXERCISES))
 def test_a_wrong_answer_fails_without_the_answer_or_the_solution(room: Any, exercise: workshop.Exercise) -> None:
     _, out, graded = room
@@ -118,6 +120,7 @@ def test_a_wrong_answer_fails_without_the_answer_or_the_solution(room: Any, exer
 
 
 @pytest.mark.recorded_data
+@pytest.mark.long
 def test_the_solution_shows_on_request_and_not_before(room: Any) -> None:
     _, out, graded = room
     solution = _solution(workshop.EXERCISES["littles-law"])
@@ -127,6 +130,7 @@ def test_the_solution_shows_on_request_and_not_before(room: Any) -> None:
 
 
 @pytest.mark.recorded_data
+@pytest.mark.long
 def test_a_broken_notebook_did_not_run(room: Any) -> None:
     _, _, graded = room
     assert graded[("broken", 4)].result == grading.DID_NOT_RUN
@@ -135,6 +139,7 @@ def test_a_broken_notebook_did_not_run(room: Any) -> None:
 
 
 @pytest.mark.recorded_data
+@pytest.mark.long
 def test_the_published_numbers_show_unrounded(room: Any) -> None:
     """Workshop 3 and 4 show the numbers a learner computes from as published (0.72, not 0.7)."""
     _, out, _ = room
@@ -225,6 +230,7 @@ def test_bad_folders_get_one_line(tmp_path: Path, make: Any, message: str) -> No
 
 
 @pytest.mark.recorded_data
+@pytest.mark.long
 def test_the_command_prints_a_row_per_learner_and_exercise(tmp_path: Path) -> None:
     """One right, one wrong and one broken notebook: exit 1 (one did not run), a row each."""
     littles = workshop.EXERCISES["littles-law"]
