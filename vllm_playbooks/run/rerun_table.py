@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING
 
 from vllm_playbooks.config.case_file import grid_names
 from vllm_playbooks.config.spec_detection import SpeculativeConfigWarning
+from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.hardware import datasheet_gpu
 from vllm_playbooks.results.identity import engine_gpus
 from vllm_playbooks.results.store import load_runs
 from vllm_playbooks.run.budget import fresh_time_per_gpu, server_time
-from vllm_playbooks.run.hardware_plan import least_gpu_memory_gib, part_fits
-from vllm_playbooks.run.plan import QUICK_PART, NamedPart, case_parts, named_parts, quiet_plan
+from vllm_playbooks.run.hardware_plan import gpu_memory_gib, least_gpu_memory_gib, part_fits
+from vllm_playbooks.run.plan import QUICK_PART, CasePlan, NamedPart, case_parts, named_parts, quiet_plan
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -31,6 +32,15 @@ if TYPE_CHECKING:
 GPU_MODELS: dict[str, str] = {"A100-80GB": "A100-80GB", "H100": "H100-SXM", "H200": "H200-SXM"}
 #: The GPU whose memory the ``fits`` column judges each part against (its datasheet row; read as GiB, an upper bound).
 FIT_GPU = "A100-80GB"
+
+
+def fit_gpu_memory(data: Path | None = None) -> tuple[float, str]:
+    """The memory (GiB) of ``FIT_GPU`` and where the figure comes from (``hardware_plan.gpu_memory_gib``: this
+    machine's GPU, a recorded start-up on one, else its datasheet row)."""
+    memory = gpu_memory_gib(FIT_GPU, data)
+    if memory is None:  # the datasheet's row is missing: data/reference/hardware.csv was edited
+        raise ConfigError(f"no memory known for {FIT_GPU}: data/reference/hardware.csv needs its row")
+    return memory
 
 
 def table_parts(case: str) -> list[NamedPart]:
@@ -42,24 +52,18 @@ def table_parts(case: str) -> list[NamedPart]:
     return [*quick, *deciding, *(NamedPart(name, overrides) for name, overrides in case_parts(case))]
 
 
-def rerun_table(memory_gib: float, cases: Iterable[str] | None = None, data: Path | None = None) -> pd.DataFrame:
+def part_memory(memory_gib: float, cases: Iterable[str] | None = None) -> pd.DataFrame:
     """One row per part of each case (``table_parts``; every case with a grid by default): ``case``, ``part``, the
     claims it decides (``decides``, comma-separated, '' for none), its ``servers`` (engine configs) and ``points``
     (repeats counted), the most GPUs one server uses (``gpus``), the least memory per GPU with which every server
-    starts (``min_gib``, ``least_gpu_memory_gib``; NaN where the KV calculator models none), ``fits``: whether every
-    server starts on GPUs of ``memory_gib`` (``part_fits``; None where one is not modelled), and ``minutes_<GPU>``
-    for each of ``GPU_MODELS``: the wall minutes on one machine without compile caches, start-ups included, from the
-    runs recorded on that GPU model (NaN where they do not time every point)."""
+    starts (``min_gib``, ``least_gpu_memory_gib``; NaN where the KV calculator models none) and ``fits``: whether every
+    server starts on GPUs of ``memory_gib`` (``part_fits``; None where one is not modelled)."""
     import pandas as pd
 
     records = []
     for case in grid_names() if cases is None else cases:
-        measured, servers = load_runs(case, data), server_time(case, data)
         for part in table_parts(case):
-            with warnings.catch_warnings():  # the speculative advisories say nothing about memory or time
-                warnings.simplefilter("ignore", SpeculativeConfigWarning)
-                plan, _ = quiet_plan(case, **part.overrides)
-                minutes = _minutes_per_model(fresh_time_per_gpu(plan, measured, servers))
+            plan = _plan(case, part)
             least = least_gpu_memory_gib(plan)
             fits = part_fits(plan, memory_gib)["fits"]
             records.append({
@@ -67,9 +71,31 @@ def rerun_table(memory_gib: float, cases: Iterable[str] | None = None, data: Pat
                 "points": len(plan.points()), "gpus": max(engine_gpus(engine) for engine in plan.engines),
                 "min_gib": float("nan") if least is None else least,
                 "fits": None if fits.isna().any() else bool(fits.all()),
-                **{f"minutes_{model}": minutes.get(row, float("nan")) for model, row in GPU_MODELS.items()},
             })  # fmt: skip
     return pd.DataFrame(records)
+
+
+def rerun_table(memory_gib: float, cases: Iterable[str] | None = None, data: Path | None = None) -> pd.DataFrame:
+    """``part_memory``'s rows with, for each of ``GPU_MODELS``, ``minutes_<GPU>``: the part's wall minutes on one
+    machine without compile caches, start-ups included, from the runs recorded on that GPU model in ``data``
+    (``fresh_time_per_gpu``; NaN where they do not time every point of the part)."""
+    import pandas as pd
+
+    table = part_memory(memory_gib, cases)
+    minutes = []
+    for case in dict.fromkeys(table["case"]):
+        measured, servers = load_runs(case, data), server_time(case, data)
+        for part in table_parts(case):
+            with warnings.catch_warnings():  # a start-up's advisories say nothing about its time (as in part_time)
+                warnings.simplefilter("ignore", SpeculativeConfigWarning)
+                per_gpu = _minutes_per_model(fresh_time_per_gpu(_plan(case, part), measured, servers))
+            minutes.append({f"minutes_{model}": per_gpu.get(row, float("nan")) for model, row in GPU_MODELS.items()})
+    return pd.concat([table, pd.DataFrame(minutes, index=table.index)], axis=1)
+
+
+def _plan(case: str, part: NamedPart) -> CasePlan:
+    """The plan of one part, its speculative advisories (which say nothing about memory or time) left out."""
+    return quiet_plan(case, **part.overrides)[0]
 
 
 def _minutes_per_model(tables: dict[str, pd.DataFrame]) -> dict[str, float]:
