@@ -79,8 +79,8 @@ test-cpu-e2e:
 ## reproduce: run one case notebook in live mode on this machine's GPUs, e.g.
 ##   make reproduce CASE=llama-8b-draft-model PARAMS="-p concurrency '[1, 4]'"
 reproduce: $(STAMP)
-	@test -n "$(CASE)" || { echo "usage: make reproduce CASE=<notebook name> [PARAMS=\"-p name value ...\"]"; exit 2; }
-	@$(PY) -m vllm_playbooks reproduce $(CASE) $(PARAMS)
+	@test -n "$(CASE)" || { echo "usage: make reproduce CASE=<case> [PARAMS=\"-p name value ...\"]"; exit 2; }
+	@$(PY) -m vllm_playbooks reproduce --case $(CASE) $(PARAMS)
 
 check-notebooks: $(STAMP)
 	$(PY) -m vllm_playbooks notebooks check

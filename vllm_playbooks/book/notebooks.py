@@ -1,7 +1,7 @@
 """Run the case notebooks with papermill, and check that they follow the book's notebook pattern.
 
 ``vllm-playbooks book`` is what ``make book`` runs (replay mode): it executes the notebooks whose executed copy is
-stale (``vllm_playbooks.book.cache``) and reuses the others; ``vllm-playbooks reproduce <notebook> -p name value …``
+stale (``vllm_playbooks.book.cache``) and reuses the others; ``vllm-playbooks reproduce --case <case> -p name value …``
 is ``make reproduce`` (live mode); ``vllm-playbooks notebooks compare --executed book/executed`` says which
 regression-check cells (tagged ``nbval-check-output``) now print something other than what their source notebook
 recorded, and ``vllm-playbooks notebooks refresh NAME…`` stores what they print now, with a digest of the data the
@@ -350,8 +350,9 @@ def toc_main(args: argparse.Namespace) -> int:
 
 
 def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
-    """The notebook, ``--out`` and ``-p NAME VALUE`` parameters."""
-    parser.add_argument("notebook", help="notebook name without .ipynb, e.g. llama-8b-draft-model")
+    """``--case`` (the notebook), ``--out`` and ``-p NAME VALUE`` parameters."""
+    parser.add_argument("--case", dest="notebook", required=True,
+                        help="the case, as its notebook is named without .ipynb, e.g. llama-8b-draft-model")
     parser.add_argument("--out", type=Path, default=None, help="the executed notebook (default: _build/reproduce/)")
     parser.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
                         help="a notebook parameter, its value read as YAML (e.g. -p concurrency '[1, 16]')")  # fmt: skip

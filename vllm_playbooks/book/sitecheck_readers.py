@@ -57,7 +57,7 @@ return Array.from(document.images, img => ({
 
 # Runs in the page: the text a reader reads, as lines: cell outputs (their inline code left out; a plain-text output's
 # <pre> kept: that is where a raw print shows), then the prose with code cells, literal blocks and inline code left
-# out (a command such as `make reproduce CASE=x PARAMS=y` is not a print).
+# out (a command such as `make reproduce CASE=<case> PARAMS=<params>` is not a print).
 _READER_TEXT_JS = """
 const main = document.querySelector("main") || document.body;
 const outputs = Array.from(main.querySelectorAll(".cell_output"), e => {
