@@ -36,7 +36,8 @@ def bounded_yaml(text: str, shown: str) -> Any:
         _check_events(text, shown)
         return yaml.load(text, Loader=_Loader)  # noqa: S506 (a safe loader: CSafeLoader or SafeLoader)
     except yaml.YAMLError as error:
-        raise ConfigError(f"{shown}: cannot read as YAML ({' '.join(str(error).split())[:300]})") from None
+        start = text if len(text) <= 40 else text[:37] + "..."
+        raise ConfigError(f"{shown}: cannot read {start!r} as YAML ({' '.join(str(error).split())[:300]})") from None
     except RecursionError:  # a depth the event check allows cannot reach this; kept for a loader without LibYAML
         raise ConfigError(f"{shown}: nested deeper than {MAX_DEPTH} levels") from None
 

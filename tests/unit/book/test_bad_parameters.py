@@ -27,7 +27,7 @@ BAD = [
     ("llama-8b-draft-model", ["concurrency", "[1, 16"], "parameter concurrency: cannot read '[1, 16' as YAML"),
     ("llama-8b-draft-model", ["model", "nope-shape"], "'nope-shape' is neither a known shape nor an existing"),
     ("llama-8b-draft-model", ["draft_model", "nope"], "'nope' is neither a known shape nor an existing directory"),
-    ("llama-8b-draft-model", ["min_duration_s", "-1"], "min_duration_s must be a number > 0, got -1"),
+    ("llama-8b-draft-model", ["min_duration_s", "-1"], "min_duration_s must be a number > 0 and <= 86400, got -1"),
     ("llama-8b-draft-model", ["gpu_memory_gib", "-3"], "gpu_memory_gib must be a number > 0, got -3"),
     ("llama-8b-draft-model", ["gpu_memory_gib", "8"], "engine spec-off: weights"),
     ("llama-8b-draft-model", ["part", "nope"], "no part 'nope'; known: all, quick"),
