@@ -6,6 +6,8 @@ STAMP := $(VENV)/.installed
 EXECUTED := book/executed
 CASE ?=
 PARAMS ?=
+# property-based tests of make test-faults: generated inputs per property (3 properties); raise it for a longer run
+HYPOTHESIS_EXAMPLES ?= 700
 # MathJax 2.7 for offline math: the static files of jupyter-server-mathjax (its wheel only, none of its dependencies)
 MATHJAX_PKG := jupyter-server-mathjax==0.2.6
 MATHJAX := _mathjax/mathjax/MathJax.js
@@ -58,10 +60,12 @@ test-long: $(STAMP)
 ## test-faults: the fault-injection suite (tests/faults): real runs of the command line against the stand-in server,
 ##   killed (SIGKILL, SIGTERM, a double Ctrl-C), their server killed, their port taken, their data folder read-only,
 ##   full or damaged; each must leave no process behind, lose or duplicate no row, say so in one line, and the rerun
-##   must finish the grid. Then bad input through the command line: exit 2, one error line, data untouched. Last,
+##   must finish the grid. Property-based tests (HYPOTHESIS_EXAMPLES per property, 700 by default: make test-faults
+##   HYPOTHESIS_EXAMPLES=20000 for a long run) generate case files, parameters and import folders. Then bad input
+##   through the command line: exit 2, one error line, data untouched. Last,
 ##   the runner killed and stopped beside a real vLLM server on the CPU (.venv-cpu, built as for test-cpu-e2e).
 test-faults: $(STAMP)
-	$(PY) -m pytest -n 2 -o addopts="--strict-markers -ra" -p no:cacheprovider -m faults tests/faults
+	HYPOTHESIS_EXAMPLES=$(HYPOTHESIS_EXAMPLES) $(PY) -m pytest -n 2 -o addopts="--strict-markers -ra" -p no:cacheprovider -m faults tests/faults
 	bash .ci/cpu-e2e-venv.sh
 	.venv-cpu/bin/python -m pytest -o addopts="--strict-markers -ra" \
 		-p no:cacheprovider -m faults tests/faults/test_real_server.py
@@ -75,8 +79,8 @@ test-cpu-e2e:
 ## reproduce: run one case notebook in live mode on this machine's GPUs, e.g.
 ##   make reproduce CASE=llama-8b-draft-model PARAMS="-p concurrency '[1, 4]'"
 reproduce: $(STAMP)
-	@test -n "$(CASE)" || { echo "usage: make reproduce CASE=<notebook name> [PARAMS=\"-p name value ...\"]"; exit 2; }
-	@$(PY) -m vllm_playbooks reproduce $(CASE) $(PARAMS)
+	@test -n "$(CASE)" || { echo "usage: make reproduce CASE=<case> [PARAMS=\"-p name value ...\"]"; exit 2; }
+	@$(PY) -m vllm_playbooks reproduce --case $(CASE) $(PARAMS)
 
 check-notebooks: $(STAMP)
 	$(PY) -m vllm_playbooks notebooks check

@@ -54,6 +54,8 @@ COMMANDS = (
             "vllm_playbooks.book.notebooks:add_notebooks_arguments", "vllm_playbooks.book.notebooks:notebooks_main"),
     Command("site-check", "open the built book in headless Chromium: links, figures, search, screenshots",
             "vllm_playbooks.book.sitecheck:add_arguments", "vllm_playbooks.book.sitecheck:main"),
+    Command("workshop", "for workshop hosts: grade every learner notebook in a folder (passed / not yet / did not run)",
+            "vllm_playbooks.book.grading:add_workshop_arguments", "vllm_playbooks.book.grading:workshop_main"),
     Command("advise", "the tuning advisor: the config of most goodput under an SLO, measured within a GPU-time budget",
             "vllm_playbooks.advisor.evaluate:add_arguments", "vllm_playbooks.advisor.evaluate:main"),
     Command("kv-check", "fit the memory calibration on every recorded server log; write it and the KV check",
@@ -117,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             warnings.showwarning = one_line_warning
             return int(_function(by_name[opts.command].main)(opts))
     except PlaybookError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print("error: " + " ".join(str(error).splitlines()), file=sys.stderr)  # one line, whatever the message holds
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

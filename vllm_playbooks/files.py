@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +41,24 @@ def atomic_write_text(path: Path, text: str) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_folder(path.parent)
+
+
+def atomic_copy(source: Path, target: Path) -> None:
+    """Copy file ``source`` to ``target`` atomically (a hidden temporary beside ``target``, fsynced, renamed), its
+    modification time kept: a copy stopped half-way leaves no partial ``target``."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=_hidden(target, ".").name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle, source.open("rb") as read:
+            shutil.copyfileobj(read, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        shutil.copystat(source, tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_folder(target.parent)
 
 
 @contextlib.contextmanager

@@ -76,6 +76,15 @@ BAD_CASE_FILES = [
     ("not-yaml", "case: [unclosed\n"),
     ("not-a-mapping", "- just\n- a list\n"),
     ("empty-file", ""),
+    ("alias-bomb-in-title", _with("title: a case of one's own", "a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
+                                  + "".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 9))
+                                  + "title: *a8")),
+    ("nested-too-deep", GOOD + "title2: " + "[" * 200 + "]" * 200 + "\n"),
+    ("huge-title", _with("title: a case of one's own", "title: " + "x" * 100_000)),
+    ("huge-draft-length", _with("num_speculative_tokens: 2", "num_speculative_tokens: 1.0e+9")),
+    ("billion-repeats", GOOD + "repeats: 1000000000\n"),
+    ("billion-clients", _with("[1, 4]", "[1, 1000000000]")),
+    ("parts-a-number", GOOD + "parts: 7\n"),
 ]
 
 #: Command lines: (id, argv).

@@ -33,7 +33,7 @@ def test_each_subcommand_declares_its_arguments(command: cli.Command, capsys: py
     (["check-config", "llama-8b-draft-model", "-p", "concurrency", "[1, "], "error: parameter concurrency: cannot read"),
     (["check-config", "llama-8b-draft-model", "-p", "engines", "[spec-of]"], "error: case llama-8b-draft-model: no engine"),
     (["run", "--case", "llama-8b-draft-model"], "error: the following arguments are required: --gpus"),
-    (["reproduce", "nope"], "error: no notebook 'nope'"),
+    (["reproduce", "--case", "nope"], "error: no notebook 'nope'"),
     (["advise"], "error: give --case (with an SLO), --evaluate or --sensitivity"),
     (["advise", "--case", "llama-8b-draft-model"], "error: an SLO needs a TPOT p99 bound"),
     (["advise", "--case", "llama-8b-draft-model", "--slo-tpot-p99-ms", "-3"], "error: the SLO's TPOT p99 bound must be"),

@@ -1,12 +1,14 @@
 """The advisor against the recorded grids (no GPU), and ``vllm-playbooks advise``.
 
 For every recorded grid on the H200 (``advisor.goodput``: a case, a hardware, a model shape, one pair of lengths and
-one kind of load) and each of its three SLOs (``goodput.slo_levels``: tight, medium, loose), the advisor searches a
+one kind of load) and each of its three SLOs (``goodput.slo_levels``: tight, medium, loose), the advisor and each
+baseline (``advisor.versus.POLICIES``: the searches tuners run today, ``advisor.baselines``) search a
 ``RecordedOracle`` of that grid with a budget of each of ``BUDGET_SHARES`` of the grid's recorded GPU time, paying
-each point's recorded GPU time; the search stops by its own rule (``advisor.search``) or at the budget. Its choice is
-then scored on *all* the grid's rows (medians of every repeat): the goodput ratio is the chosen point's goodput over
-the grid best's, under the same SLO. ``vllm-playbooks advise --evaluate`` writes
-``data/checks/advisor-vs-grid.csv``; ``vllm-playbooks advise --sensitivity`` runs it again with each of the search's
+each point's recorded GPU time; a search stops by its own rule or at the budget. Its choice is then scored on *all*
+the grid's rows (medians of every repeat): the goodput ratio is the chosen point's goodput over the grid best's, under
+the same SLO, and the scored ratio counts a tie within the grid's run-to-run spread as 1 (``versus.noise_tie``).
+``vllm-playbooks advise --evaluate`` writes ``data/checks/advisor-vs-grid.csv``, one line per (grid, SLO, policy,
+budget); ``vllm-playbooks advise --sensitivity`` runs it again with each of the search's
 constants moved by ±50 % (``SENSITIVITY``) and writes ``data/checks/advisor-sensitivity.csv``.
 
 What the evaluation cannot show: the configs are config-only shapes with dummy weights and imposed acceptance, and the
@@ -36,7 +38,18 @@ from vllm_playbooks.advisor.goodput import (
 from vllm_playbooks.advisor.oracle import RecordedOracle, point_key, prices_per_hardware
 from vllm_playbooks.advisor.predict import engine_of
 from vllm_playbooks.advisor.scenarios import acceptance_scenarios, label_matches, scenario_text
-from vllm_playbooks.advisor.search import BASELINE_UNMEASURED, Advice, Knobs, advise
+from vllm_playbooks.advisor.search import BASELINE_UNMEASURED, Advice, Knobs, advise, min_answer_gpu_s
+from vllm_playbooks.advisor.versus import (
+    ADVISOR,
+    POLICIES,
+    TARGETS,
+    comparison,
+    grid_noise,
+    noise_tie,
+    run_policy,
+    scored_ratio,
+    targets,
+)
 from vllm_playbooks.analysis.compare import is_baseline
 from vllm_playbooks.config.case_file import grid_names
 from vllm_playbooks.errors import ConfigError
@@ -56,8 +69,6 @@ if TYPE_CHECKING:
 BUDGET_SHARE = 1.0
 #: ...and every budget the evaluation runs: a strict quarter and half of the grid's GPU time, and the whole.
 BUDGET_SHARES = (0.25, 0.5, 1.0)
-#: The targets: median goodput ratio, lowest ratio, median GPU-time share, fewest (grid, SLO) pairs.
-TARGETS = {"median_ratio": 0.95, "min_ratio": 0.85, "median_share": 0.25, "pairs": 12}
 #: Where the evaluation is written, under the data folder.
 CHECK_FILE = Path("checks") / "advisor-vs-grid.csv"
 #: The search's constants moved by ±50 % one at a time, and its baseline-first rule dropped (an infinite margin: no
@@ -79,10 +90,13 @@ SENSITIVITY_COLUMNS = (
     "min_ratio", "median_share", "below_min_ratio", "pairs_below_min_ratio",
 )  # fmt: skip
 EVALUATION_COLUMNS = (
-    "budget_share", "case", "hardware", "model_shape", "acceptance", "workload", "grid_configs", "slo_level", "slo",
+    "budget_share", "policy", "case", "hardware", "model_shape", "acceptance", "workload", "grid_configs", "slo_level",
+    "slo",
     "slo_tpot_p99_ms", "chosen", "grid_best",
-    "chosen_goodput_rps", "grid_best_goodput_rps", "goodput_ratio", "points_paid", "runs_paid", "gpu_s_spent",
-    "gpu_s_grid", "gpu_time_share", "gpu_s_floor", "floor_share", "stop_reason",
+    "chosen_goodput_rps", "grid_best_goodput_rps", "goodput_ratio", "answered", "sure", "lead_pct", "band_pct",
+    "chosen_runs", "grid_best_runs", "grid_runs_median", "grid_points_repeated", "grid_spread_pct", "tie_by_noise",
+    "scored_ratio", "points_paid", "runs_paid", "gpu_s_spent", "gpu_minutes", "gpu_s_grid", "gpu_time_share",
+    "gpu_s_floor", "floor_share", "gpu_s_min_answer", "stop_reason",
 )  # fmt: skip
 
 
@@ -120,13 +134,14 @@ def _name(point: Any) -> str:
     return point_name(point["engine_label"], point["concurrency"], point["request_rate_qps"])
 
 
-def score(advice: Advice, points: pd.DataFrame, slo: Slo) -> tuple[str, float]:
-    """The chosen point's name and its goodput on every recorded row of the grid (0 when nothing was chosen)."""
+def score(advice: Advice, points: pd.DataFrame, slo: Slo) -> tuple[str, float, int]:
+    """The chosen point's name, its goodput on every recorded row of the grid and the runs that rest on (0 when
+    nothing was chosen)."""
     if advice.chosen is None:
-        return "none", 0.0
+        return "none", 0.0, 0
     scored = with_goodput(points, slo)
-    name = scored.apply(_name, axis=1)
-    return advice.chosen["point"], float(scored.loc[name == advice.chosen["point"], "goodput_rps"].iloc[0])
+    line = scored[scored.apply(_name, axis=1) == advice.chosen["point"]].iloc[0]
+    return advice.chosen["point"], float(line["goodput_rps"]), int(line["runs"])
 
 
 def floor_gpu_s(rows: pd.DataFrame, startups: dict[str, float], best: pd.Series) -> float:
@@ -147,41 +162,51 @@ def floor_gpu_s(rows: pd.DataFrame, startups: dict[str, float], best: pd.Series)
 
 
 def evaluate_grid(key: dict[str, Any], rows: pd.DataFrame, startups: dict[str, float],
-                  budget_share: float = BUDGET_SHARE, knobs: Knobs = Knobs()) -> list[dict[str, Any]]:  # fmt: skip
-    """One evaluation line per SLO level of one grid, the advisor given ``budget_share`` of the grid's recorded GPU
-    time and searching with ``knobs`` (see the module's docstring)."""
+                  budget_share: float = BUDGET_SHARE, knobs: Knobs = Knobs(),
+                  policy: str = ADVISOR) -> list[dict[str, Any]]:  # fmt: skip
+    """One evaluation line per SLO level of one grid, ``policy`` (one of ``versus.POLICIES``; the advisor searching
+    with ``knobs``) given ``budget_share`` of the grid's recorded GPU time (see the module's docstring)."""
     points = point_table(rows)
     gpu = datasheet_gpu(str(key["hardware"]))
     lines = []
     full = RecordedOracle(rows, startups, budget_gpu_s=1.0).full_grid_gpu_s()
+    noise = grid_noise(rows)
+    least = min_answer_gpu_s(RecordedOracle(rows, startups, budget_gpu_s=1.0), gpu)
     for level, slo in slo_levels(points):
         oracle = RecordedOracle(rows, startups, budget_gpu_s=budget_share * full)
-        advice = advise(oracle, slo, gpu, knobs=knobs)
+        advice = run_policy(policy, oracle, slo, gpu, knobs)
         best = grid_best(points, slo)
-        chosen, chosen_goodput = score(advice, points, slo)
+        chosen, chosen_goodput, chosen_runs = score(advice, points, slo)
         best_goodput = float(best["goodput_rps"]) if best is not None else 0.0
         floor = floor_gpu_s(rows, startups, best) if best is not None else math.nan
+        tie = best is not None and chosen != _name(best) and noise_tie(chosen_goodput, best_goodput,
+                                                                       noise["grid_spread_pct"])  # fmt: skip
+        ratio = chosen_goodput / best_goodput if best_goodput > 0 else math.nan
         lines.append({
-            "budget_share": budget_share, "case": key["case"], "hardware": key["hardware"],
+            "budget_share": budget_share, "policy": policy, "case": key["case"], "hardware": key["hardware"],
             "model_shape": key["model_shape"], "acceptance": key["acceptance"],
             "workload": workload_text(key), "grid_configs": rows["config_id"].nunique(), "slo_level": level,
             "slo": slo.label(), "slo_tpot_p99_ms": slo.tpot_p99_ms,
             "chosen": chosen, "grid_best": _name(best) if best is not None else "none",
             "chosen_goodput_rps": chosen_goodput, "grid_best_goodput_rps": best_goodput,
-            "goodput_ratio": chosen_goodput / best_goodput if best_goodput > 0 else math.nan,
+            "goodput_ratio": ratio, "answered": advice.chosen is not None, "sure": advice.sure,
+            "lead_pct": advice.lead_pct, "band_pct": advice.band_pct, "chosen_runs": chosen_runs,
+            "grid_best_runs": int(best["runs"]) if best is not None else 0, **noise, "tie_by_noise": tie,
+            "scored_ratio": scored_ratio({"tie_by_noise": tie, "goodput_ratio": ratio}),
             "points_paid": len(oracle.paid_keys()), "runs_paid": len(oracle.payments),
-            "gpu_s_spent": oracle.spent_gpu_s, "gpu_s_grid": full, "gpu_time_share": oracle.spent_gpu_s / full,
-            "gpu_s_floor": floor, "floor_share": floor / full,
-            "stop_reason": advice.stop_reason,
+            "gpu_s_spent": oracle.spent_gpu_s, "gpu_minutes": oracle.spent_gpu_s / 60.0, "gpu_s_grid": full,
+            "gpu_time_share": oracle.spent_gpu_s / full, "gpu_s_floor": floor, "floor_share": floor / full,
+            "gpu_s_min_answer": least, "stop_reason": advice.stop_reason,
         })  # fmt: skip
     return lines
 
 
 def evaluate(cases: list[str] | None = None, data: Path | None = None,
-             budget_shares: tuple[float, ...] = BUDGET_SHARES, knobs: Knobs = Knobs()) -> pd.DataFrame:  # fmt: skip
+             budget_shares: tuple[float, ...] = BUDGET_SHARES, knobs: Knobs = Knobs(),
+             policies: tuple[str, ...] = POLICIES) -> pd.DataFrame:  # fmt: skip
     """The evaluation table over every recorded H200 grid of ``cases`` (default: every packaged case), once per
-    budget share, the search run with ``knobs``."""
-    return _evaluation(_recorded_grids(cases, data), budget_shares, knobs)
+    budget share and policy (the advisor's search run with ``knobs``)."""
+    return _evaluation(_recorded_grids(cases, data), budget_shares, knobs, policies)
 
 
 def _recorded_grids(cases: list[str] | None, data: Path | None) -> list[tuple[dict[str, Any], pd.DataFrame,
@@ -191,12 +216,12 @@ def _recorded_grids(cases: list[str] | None, data: Path | None) -> list[tuple[di
 
 
 def _evaluation(grids: list[tuple[dict[str, Any], pd.DataFrame, dict[str, float]]], budget_shares: tuple[float, ...],
-                knobs: Knobs) -> pd.DataFrame:  # fmt: skip
-    """``evaluate``'s table over ``grids`` (``case_grids``' tuples)."""
+                knobs: Knobs, policies: tuple[str, ...] = (ADVISOR,)) -> pd.DataFrame:  # fmt: skip
+    """``evaluate``'s table over ``grids`` (``case_grids``' tuples) for ``policies``."""
     import pandas as pd
 
-    records = [line for key, rows, startups in grids for share in budget_shares
-               for line in evaluate_grid(key, rows, startups, share, knobs)]  # fmt: skip
+    records = [line for key, rows, startups in grids for share in budget_shares for policy in policies
+               for line in evaluate_grid(key, rows, startups, share, knobs, policy)]  # fmt: skip
     return pd.DataFrame(records, columns=list(EVALUATION_COLUMNS))
 
 
@@ -218,7 +243,7 @@ def sensitivity(cases: list[str] | None = None, data: Path | None = None) -> pd.
         for share in BUDGET_SHARES:
             result = summary(table, share)
             part = table[(table["budget_share"] - share).abs() < 1e-9]
-            below = part[part["goodput_ratio"] < TARGETS["min_ratio"]]
+            below = part[part["scored_ratio"] < TARGETS["min_ratio"]]
             records.append({
                 "variant": name, **vars(knobs), "budget_share": share, "pairs": int(result["pairs"]),
                 "median_ratio": result["median_ratio"], "min_ratio": result["min_ratio"],
@@ -235,20 +260,17 @@ def read_sensitivity(data: Path | None = None) -> pd.DataFrame:
     return pd.read_csv((data or paths.data_dir()) / SENSITIVITY_FILE, keep_default_na=False)
 
 
-def summary(table: pd.DataFrame, budget_share: float = BUDGET_SHARE) -> dict[str, float]:
-    """Pairs, median and lowest goodput ratio, median GPU-time share and median floor share (``floor_gpu_s``) of the
-    lines of an evaluation table run with ``budget_share``, and whether the targets (``TARGETS``) are all met (1.0) or
-    not (0.0)."""
-    table = table[(table["budget_share"] - budget_share).abs() < 1e-9]
-    ratios = table["goodput_ratio"].dropna()
-    result = {"pairs": float(len(ratios)), "median_ratio": float(ratios.median()), "min_ratio": float(ratios.min()),
-              "median_share": float(table["gpu_time_share"].median()),
-              "median_floor_share": float(table["floor_share"].median())}  # fmt: skip
-    met = (result["pairs"] >= TARGETS["pairs"] and result["median_ratio"] >= TARGETS["median_ratio"]
-           and result["min_ratio"] >= TARGETS["min_ratio"]
-           and result["median_share"] <= TARGETS["median_share"])  # fmt: skip
-    result["targets_met"] = float(met)
-    return result
+def summary(table: pd.DataFrame, budget_share: float = BUDGET_SHARE, policy: str = ADVISOR) -> dict[str, float]:
+    """Of the lines of an evaluation table run with ``budget_share`` by ``policy``: pairs, the median and lowest
+    scored ratio (ties by noise counted as 1: ``versus.noise_tie``), the median and lowest goodput ratio as measured,
+    the median GPU-time share, the median floor share (``floor_gpu_s``) and the pairs with no answer."""
+    table = table[((table["budget_share"] - budget_share).abs() < 1e-9) & (table["policy"] == policy)]
+    ratios, raw = table["scored_ratio"].dropna(), table["goodput_ratio"].dropna()
+    return {"pairs": float(len(ratios)), "median_ratio": float(ratios.median()), "min_ratio": float(ratios.min()),
+            "median_goodput_ratio": float(raw.median()), "min_goodput_ratio": float(raw.min()),
+            "median_share": float(table["gpu_time_share"].median()),
+            "median_floor_share": float(table["floor_share"].median()),
+            "no_answer": float((~table["answered"].astype(bool)).sum())}  # fmt: skip
 
 
 def read_evaluation(data: Path | None = None) -> pd.DataFrame:
@@ -328,7 +350,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--evaluate",
         action="store_true",
-        help=f"score the advisor against every recorded H200 grid and write data/{CHECK_FILE}",
+        help="score the advisor and the searches tuners run today (exhaustive sweep, auto_tune.sh, GuideLLM's sweep) "
+        f"against every recorded H200 grid and write data/{CHECK_FILE}",
     )
     parser.add_argument(
         "--sensitivity",
@@ -376,13 +399,14 @@ def main(args: argparse.Namespace) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         table.round(6).to_csv(out, index=False)
         for share in BUDGET_SHARES:
-            result = summary(table, share)
-            print(
-                f"budget {share:.0%} of each grid: {int(result['pairs'])} (grid, SLO) pairs, median goodput ratio "
-                f"{result['median_ratio']:.3f}, lowest {result['min_ratio']:.3f}, median GPU-time share "
-                f"{result['median_share']:.1%} (knowing the answer: {result['median_floor_share']:.1%}); targets "
-                f"{'met' if result['targets_met'] else 'not met'}"
-            )
+            print(f"budget {share:.0%} of each grid (ratios with ties by noise counted as ties):")
+            for line in comparison(table, share).itertuples():
+                print(f"  {line.policy}: {line.pairs} (grid, SLO) pairs, median ratio {line.median_ratio:.3f}, worst "
+                      f"{line.worst_ratio:.3f}, median {line.median_gpu_minutes:.1f} GPU-min, {line.no_answer} with "
+                      "no answer")  # fmt: skip
+        met = targets(table, BUDGET_SHARE)
+        print("advisor's targets at the default budget: " + ", ".join(
+            f"{name[:-4]} {'met' if met[name] else 'missed'}" for name in met if name.endswith("_met")))
         print(f"written to {out}")
         return 0
     if args.sensitivity:
@@ -411,7 +435,12 @@ def main(args: argparse.Namespace) -> int:
     full = RecordedOracle(rows, startups, budget_gpu_s=1.0).full_grid_gpu_s()
     budget = args.budget_gpu_min * 60.0 if args.budget_gpu_min is not None else BUDGET_SHARE * full
     oracle = RecordedOracle(rows, startups, budget_gpu_s=budget)
-    advice = advise(oracle, slo, datasheet_gpu(str(key["hardware"])))
+    gpu = datasheet_gpu(str(key["hardware"]))
+    least = min_answer_gpu_s(oracle, gpu)
+    if budget < least:
+        raise ConfigError(f"a budget of {budget / 60:.2f} GPU-min pays for no point of this grid; the smallest budget "
+                          f"that can answer is --budget-gpu-min {math.ceil(least / 60 * 100) / 100:.2f}")
+    advice = advise(oracle, slo, gpu)
     print(advice_text(advice, key, full))
     return 0
 
@@ -434,6 +463,8 @@ def advice_text(advice: Advice, key: dict[str, Any], full_gpu_s: float) -> str:
         lines.append(f"  paid {step.number}: {step.point} r{step.repeat} ({step.why}): "
                      f"{step.gpu_s / 60:.1f} GPU-min, expected {step.expected_goodput_rps:.2f}, "
                      f"measured {step.measured_goodput_rps:.2f} req/s")  # fmt: skip
+    lines.append(f"how sure: {advice.sure}" + ("" if math.isnan(advice.lead_pct) else
+                 f" (measured lead {advice.lead_pct:+.1f} % over the runner-up, noise band {advice.band_pct:.1f} %)"))
     if advice.baseline_unmeasured:
         lines.append(f"warning: {BASELINE_UNMEASURED}")
     lines.append(f"stopped: {advice.stop_reason}; spent {advice.spent_gpu_s / 60:.1f} of "

@@ -40,6 +40,9 @@ while the model gives it at least ``PLAUSIBLE_CHANCE`` of meeting the SLO with m
   run can always measure one more).
 - When nothing paid for meets the SLO and no point can, it pays for the point the model finds likeliest to meet it
   (lowest predicted p99 over its bound), once: if that one misses too, no point will.
+- While nothing paid for meets the SLO and every point that can win costs more than the budget has left, it pays for
+  the point the model finds likeliest to meet the SLO among those the budget affords: an answer from what it measured,
+  never none while the budget pays for one point (``min_answer_gpu_s``: the least budget that does).
 - It stops when the lead over the runner-up config is outside the band (``lead beyond noise``), when the model
   leaves no other point that can win and no other config met the SLO (``nothing else can win``: no measured lead,
   the model's word), when no repeat is left to separate two configs within noise (``within noise``), when the next
@@ -87,6 +90,9 @@ PLAN_MARGIN = 1.5
 #: What the answer says when it chose a speculative point without speculation off measured.
 BASELINE_UNMEASURED = ("speculation off was never measured, so nothing measured stands beside this recommendation; "
                        "a budget that pays for the baseline first (a larger --budget-gpu-min) settles it")
+#: How sure an answer is (``certainty``): the chosen config's measured lead over the runner-up config is beyond the
+#: noise band or within it, no other config met the SLO to compare with, or no point measured met the SLO.
+SURENESS = ("lead beyond noise", "within noise", "not compared", "nothing measured meets the SLO")
 #: Why the search stopped.
 STOP_REASONS = ("lead beyond noise", "nothing else can win", "within noise", "budget", "no point meets the SLO")
 
@@ -130,6 +136,11 @@ class Advice:
     #: a speculative point was chosen while speculation off, in the grid, was never paid for: the recommendation has
     #: no measured baseline beside it (a budget short of the baseline-first plan)
     baseline_unmeasured: bool = False
+    #: how sure the answer is (one of ``SURENESS``), the chosen's measured goodput lead over the runner-up in % and
+    #: the noise band it is judged against in % (both NaN when not compared): ``certainty``
+    sure: str = ""
+    lead_pct: float = math.nan
+    band_pct: float = math.nan
 
     def trace(self) -> pd.DataFrame:
         """The steps as a table."""
@@ -142,7 +153,10 @@ def _medians(rows: list[dict[str, Any]]) -> dict[str, float]:
     return {m: float(median(float(r[m]) for r in rows)) for m in RATIOS}
 
 
-def _summary(line: dict[str, Any], rows: list[dict[str, Any]], slo: Slo) -> dict[str, Any]:
+def point_summary(line: dict[str, Any], rows: list[dict[str, Any]], slo: Slo) -> dict[str, Any]:
+    """What an answer says of one paid point (``line``, a catalog line) from its paid ``rows``: its name, speculative
+    method, k and ``--max-num-seqs``, runs, the medians of its metrics, its goodput under ``slo`` and the spread of its
+    requests/s (``spread_pct``: 0 for one run)."""
     values = _medians(rows)
     engine = engine_of(line)
     concurrency = line["concurrency"]
@@ -157,6 +171,19 @@ def _summary(line: dict[str, Any], rows: list[dict[str, Any]], slo: Slo) -> dict
         "goodput_rps": goodput_rps(slo, values["tpot_p99_ms"], values["ttft_p99_ms"], values["request_throughput_rps"]),
         "spread_pct": spread_of(float(r["request_throughput_rps"]) for r in rows).spread_pct,
     }  # fmt: skip
+
+
+def certainty(chosen: dict[str, Any] | None, runner_up: dict[str, Any] | None) -> tuple[str, float, float]:
+    """How sure an answer of ``chosen`` beside ``runner_up`` (``point_summary``s, or None) is: one of ``SURENESS``,
+    the chosen's goodput lead over the runner-up's in % and the noise band (``band_pct`` of both spreads), NaN for
+    both when there is nothing to compare."""
+    if chosen is None or chosen["goodput_rps"] <= 0:
+        return SURENESS[3], math.nan, math.nan
+    if runner_up is None or runner_up["goodput_rps"] <= 0:
+        return SURENESS[2], math.nan, math.nan
+    lead = 100.0 * (chosen["goodput_rps"] / runner_up["goodput_rps"] - 1.0)
+    band = band_pct(chosen["spread_pct"], runner_up["spread_pct"])
+    return (SURENESS[0] if lead > band else SURENESS[1]), lead, band
 
 
 def _sigma(u: float) -> float:
@@ -382,6 +409,14 @@ def baseline_first_gpu_s(oracle: Oracle, slo: Slo, gpu: Gpu, knobs: Knobs = Knob
     return None if plan is None else plan * knobs.plan_margin
 
 
+def min_answer_gpu_s(oracle: Oracle, gpu: Gpu) -> float:
+    """The least budget with which ``advise`` measures a point of ``oracle``'s grid (its cheapest point of a config
+    that fits ``gpu``, start-up included), in GPU-seconds; infinite when no config fits. On that budget or more it
+    always pays for one point. Reads only the catalog and prices: nothing is paid."""
+    lines = priced_catalog(oracle.catalog(), gpu).to_dict("records")
+    return min((oracle.price(point_key(line)) for line in lines if not line["pruned"]), default=math.inf)
+
+
 def advise(oracle: Oracle, slo: Slo, gpu: Gpu, max_repeats: int = MIN_CLEAN_REPEATS, knobs: Knobs = Knobs()) -> Advice:
     """Search ``oracle``'s catalog for the point of highest goodput under ``slo``, paying only through ``oracle``
     and within its budget (see the module's docstring), with ``knobs``' constants."""
@@ -392,7 +427,7 @@ def advise(oracle: Oracle, slo: Slo, gpu: Gpu, max_repeats: int = MIN_CLEAN_REPE
                     pruned=pruned)  # fmt: skip
     first_scores: dict[PointKey, tuple[float, float]] = {}
     while True:
-        paid = {key: _summary(lines[key], oracle.rows(key), slo) for key in oracle.paid_keys()}
+        paid = {key: point_summary(lines[key], oracle.rows(key), slo) for key in oracle.paid_keys()}
         fit = refit([(lines[key], {m: s[m] for m in RATIOS}) for key, s in paid.items()], gpu,
                     knobs.distance_uncertainty)
         best_key = max(paid, key=lambda k: paid[k]["goodput_rps"], default=None)
@@ -406,15 +441,20 @@ def advise(oracle: Oracle, slo: Slo, gpu: Gpu, max_repeats: int = MIN_CLEAN_REPE
         challengers = _challengers(offers, lines, set(paid), best_key, oracle.price, oracle.left_gpu_s(),
                                    knobs.plan_margin)
         likeliest = min(margins, default=(0.0, None))[1]
+        affordable = [(m, k) for m, k in margins if k not in paid and oracle.price(k) <= oracle.left_gpu_s()]
         advice.chosen, advice.runner_up = best, rival
         why, key = "", None
         if challengers:
             key, why = challengers[0]
+        elif best is None and offers and affordable:  # never an empty answer while the budget pays for a point
+            key, why = min(affordable)[1], "the likeliest point to meet the SLO that the budget affords"
         elif offers:
             advice.stop_reason = "budget"
         elif best is None and likeliest is not None and likeliest not in paid:
             if oracle.price(likeliest) <= oracle.left_gpu_s():
                 key, why = likeliest, "the likeliest point to meet the SLO"
+            elif affordable:
+                key, why = min(affordable)[1], "the likeliest point to meet the SLO that the budget affords"
             else:
                 advice.stop_reason = "budget"
         elif best is None:
@@ -447,6 +487,7 @@ def advise(oracle: Oracle, slo: Slo, gpu: Gpu, max_repeats: int = MIN_CLEAN_REPE
             gpu_s=cost, spent_gpu_s=oracle.spent_gpu_s,
         ))  # fmt: skip
     advice.spent_gpu_s = oracle.spent_gpu_s
+    advice.sure, advice.lead_pct, advice.band_pct = certainty(advice.chosen, advice.runner_up)
     paid_families = {lines[key]["family"] for key in oracle.paid_keys()}
     has_baseline = any(line["family"] == BASELINE_FAMILY and not line["pruned"] for line in lines.values())
     advice.baseline_unmeasured = (has_baseline and BASELINE_FAMILY not in paid_families and advice.chosen is not None

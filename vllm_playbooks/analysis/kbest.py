@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from vllm_playbooks.analysis.noise import MIN_BAND_PCT
+from vllm_playbooks.analysis.noise import MIN_BAND_PCT, Effect, band_pct, effect_of_speedup
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -13,6 +13,22 @@ if TYPE_CHECKING:
 
 #: Concurrency bands for "best k": low, middle and high load, as the EAGLE-3 page reports them.
 BANDS: tuple[tuple[str, int, int], ...] = (("1-8", 1, 8), ("16-64", 16, 64), ("128-200", 128, 200))
+
+
+def best_ks(values: Mapping[int, float], spreads_pct: Mapping[int, float] | None = None) -> list[int]:
+    """The best k by ``values`` (higher is better: a throughput, or 1 + a gain) and every k tied with it, best first.
+
+    The one rule every page and check uses to name a best k: another k ties with the best where the best's value
+    over its value is no gain beyond their band (``noise.effect_of_speedup`` within ``noise.band_pct`` of the two ks'
+    ``spreads_pct``; the floor where none is given). Equal values keep the smaller k first; no values, no k.
+    """
+    spreads = spreads_pct or {}
+    ranked = sorted(values, key=lambda k: (-values[k], k))
+    if not ranked:
+        return []
+    top = ranked[0]
+    return [k for k in ranked if k == top or effect_of_speedup(
+        values[top] / values[k], band_pct(spreads.get(top, 0.0), spreads.get(k, 0.0))) is not Effect.GAIN]
 
 
 def band_means(
@@ -34,26 +50,33 @@ def ks_text(means: pd.Series) -> str:
 
 
 def best_k_by_band(gains: pd.DataFrame, alpha: float, bands: Iterable[tuple[str, int, int]] = BANDS) -> pd.DataFrame:
-    """For each profile and concurrency band, the k with the highest mean gain at the imposed ``alpha``.
+    """For each profile and concurrency band, the k with the highest mean gain at the imposed ``alpha`` and the ks
+    tied with it (``best_ks`` on 1 + the mean gains, each k's band the widest ``band_pct`` of its points in the band).
 
     A band gets a best k only where at least two values of k were measured in it; ``ks`` lists those compared,
-    ``runner_up_k`` is the next best and ``lead_pts`` how many points of gain the best is ahead of it (one run per
-    point: a lead within ``MIN_BAND_PCT`` is not a winner, ``eagle3_rule`` says so). A band without any point of the
-    profile (the long profile stops at concurrency 64) gets no row.
+    ``tied_ks`` the others within noise of the best ('' for none: the best stands alone), ``runner_up_k`` is the next
+    best and ``lead_pts`` how many points of gain the best is ahead of it. A band without any point of the profile
+    (the long profile stops at concurrency 64) gets no row.
     """
     import pandas as pd
 
+    central = gains[(gains["imposed_alpha"] - alpha).abs() < 1e-9]
     records = []
     for profile, name, means in band_means(gains, alpha, bands):
         ranked = len(means) >= 2
+        low, high = next((lo, hi) for n, lo, hi in bands if n == name)
+        points = central[(central["profile"] == profile) & central["concurrency"].between(low, high)]
+        spreads = (points.groupby("k")["band_pct"].max().to_dict() if "band_pct" in points.columns else {})
+        tied = best_ks({int(k): 1 + g / 100 for k, g in means.items()}, {int(k): v for k, v in spreads.items()})
         records.append({
             "profile": profile, "band": name, "ks": ks_text(means),
             "best_k": int(means.index[0]) if ranked else None,
             "best_gain_pct": float(means.iloc[0]) if ranked else None,
+            "tied_ks": ", ".join(str(k) for k in tied[1:]) if ranked else None,
             "runner_up_k": int(means.index[1]) if ranked else None,
             "lead_pts": float(means.iloc[0] - means.iloc[1]) if ranked else None,
         })  # fmt: skip
-    columns = ["profile", "band", "ks", "best_k", "best_gain_pct", "runner_up_k", "lead_pts"]
+    columns = ["profile", "band", "ks", "best_k", "best_gain_pct", "tied_ks", "runner_up_k", "lead_pts"]
     return pd.DataFrame(records, columns=columns)
 
 

@@ -1,7 +1,7 @@
 """Run the case notebooks with papermill, and check that they follow the book's notebook pattern.
 
 ``vllm-playbooks book`` is what ``make book`` runs (replay mode): it executes the notebooks whose executed copy is
-stale (``vllm_playbooks.book.cache``) and reuses the others; ``vllm-playbooks reproduce <notebook> -p name value …``
+stale (``vllm_playbooks.book.cache``) and reuses the others; ``vllm-playbooks reproduce --case <case> -p name value …``
 is ``make reproduce`` (live mode); ``vllm-playbooks notebooks compare --executed book/executed`` says which
 regression-check cells (tagged ``nbval-check-output``) now print something other than what their source notebook
 recorded, and ``vllm-playbooks notebooks refresh NAME…`` stores what they print now, with a digest of the data the
@@ -30,6 +30,9 @@ PARAMETERS_TAG = "parameters"
 CHECK_TAG = "nbval-check-output"
 #: The papermill parameters the book's pages are executed with.
 BOOK_PARAMETERS = {"mode": "replay"}
+#: Parameters the book passes to a page only where its parameters cell has them: a workshop's worked solution is
+#: shown in the book (collapsed), not in a learner's run.
+BOOK_PAGE_PARAMETERS = {"show_solution": True}
 #: Source-notebook metadata (under ``vllm_playbooks``): the data digest its stored check outputs were printed from.
 CHECK_DATA_KEY = "check_outputs_data"
 
@@ -39,6 +42,13 @@ def require_mode(mode: str, live: bool = True) -> None:
     allowed = ("replay", "live") if live else ("replay",)
     if mode not in allowed:
         raise ConfigError(f"mode must be one of {allowed} on this page, got {mode!r}")
+
+
+def book_parameters(source: Path) -> dict[str, Any]:
+    """The papermill parameters the book executes ``source`` with: ``BOOK_PARAMETERS``, and those of
+    ``BOOK_PAGE_PARAMETERS`` that its parameters cell sets."""
+    known = default_parameters(source)
+    return {**BOOK_PARAMETERS, **{k: v for k, v in BOOK_PAGE_PARAMETERS.items() if k in known}}
 
 
 def notebook_dir(root: Path | None = None) -> Path:
@@ -313,12 +323,13 @@ def book_main(args: argparse.Namespace) -> int:
     executed = 0
     for source in sources:
         target = args.out / source.name
-        reason = "--force" if args.force else cache.stale_reason(source, target, BOOK_PARAMETERS, package)
+        parameters = book_parameters(source)
+        reason = "--force" if args.force else cache.stale_reason(source, target, parameters, package)
         if reason is None:
             print(f"reused {source.name}: nothing it depends on changed", flush=True)
             continue
         print(f"papermill {source.name} (replay): {reason}", flush=True)
-        execute(source, target, BOOK_PARAMETERS, package=package)
+        execute(source, target, parameters, package=package)
         executed += 1
     print(f"book: {executed} executed, {len(sources) - executed} reused", flush=True)
     root = paths.find_repo_root()
@@ -339,8 +350,9 @@ def toc_main(args: argparse.Namespace) -> int:
 
 
 def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
-    """The notebook, ``--out`` and ``-p NAME VALUE`` parameters."""
-    parser.add_argument("notebook", help="notebook name without .ipynb, e.g. llama-8b-draft-model")
+    """``--case`` (the notebook), ``--out`` and ``-p NAME VALUE`` parameters."""
+    parser.add_argument("--case", dest="notebook", required=True,
+                        help="the case, as its notebook is named without .ipynb, e.g. llama-8b-draft-model")
     parser.add_argument("--out", type=Path, default=None, help="the executed notebook (default: _build/reproduce/)")
     parser.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
                         help="a notebook parameter, its value read as YAML (e.g. -p concurrency '[1, 16]')")  # fmt: skip
@@ -435,10 +447,11 @@ def _refresh(names: list[str], executed_dir: Path) -> None:
     package = cache.package_digest()
     for name in names:
         source, executed = sources[name], executed_dir / f"{name}.ipynb"
-        reason = cache.stale_reason(source, executed, BOOK_PARAMETERS, package)
+        parameters = book_parameters(source)
+        reason = cache.stale_reason(source, executed, parameters, package)
         if reason is not None:
             print(f"papermill {source.name} (replay): {reason}", flush=True)
-            execute(source, executed, BOOK_PARAMETERS, package=package)
+            execute(source, executed, parameters, package=package)
         changed = store_check_outputs(source, executed)
         print(f"refreshed {source}: {changed} check cell(s) print other text than was stored", flush=True)
 

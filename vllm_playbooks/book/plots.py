@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vllm_playbooks.analysis.runs import with_hardware_series
+from vllm_playbooks.book.figure_record import record_figures
 from vllm_playbooks.model.pipeline import with_layout
 
 if TYPE_CHECKING:
@@ -51,18 +52,25 @@ LEGEND_TITLES = {"engine_label": "configuration", "model_shape": "model shape"}
 #: Scales seaborn's notebook fonts so that a two-panel figure, shrunk to the page's column at a 1400 px window, keeps
 #: its text at 10 px or more.
 FONT_SCALE = 1.3
+#: The width of one panel of a row of small multiples, in inches: three of them and a legend beside stay under the
+#: width at which a page's column (about 770 px) shrinks the figure's smallest text below 10 px.
+PANEL_WIDTH_IN = 3.8
+
+#: The most series one panel draws; more are split into small multiples (``series_groups``), as the site check asks.
+MAX_SERIES = 6
 
 #: The colour each config got on this page so far (``page_colors``): one colour per config across every figure.
 _PAGE_COLORS: dict[str, tuple[float, float, float]] = {}
 
 
 def use_book_style() -> None:
-    """The one seaborn theme of the book (fonts scaled by ``FONT_SCALE``) and a fresh colour per config for this page
-    (``page_colors``)."""
+    """The one seaborn theme of the book (fonts scaled by ``FONT_SCALE``), a fresh colour per config for this page
+    (``page_colors``), and figures saved with the record the site check reads (``figure_record.record_figures``)."""
     import seaborn as sns
 
     sns.set_theme(context="notebook", style="whitegrid", palette="colorblind", font_scale=FONT_SCALE)
     _PAGE_COLORS.clear()
+    record_figures()
 
 
 def page_colors(labels: Iterable[str]) -> dict[str, tuple[float, float, float]]:
@@ -102,9 +110,7 @@ def metric_vs_load(
     sns.lineplot(data=df, x=x, y=y, hue=hue, hue_order=hue_order, palette=palette, marker="o", ax=ax, errorbar=None)
     legend_beside(ax)
     if x == "concurrency":
-        ax.set_xscale("log", base=2)
-        ticks = sorted(df[x].dropna().unique())
-        ax.set_xticks(ticks, [str(int(t)) for t in ticks])
+        _log2_ticks(ax, df[x])
     ax.set_xlabel(LABELS.get(x, x))
     ax.set_ylabel(LABELS.get(y, y))
     return ax
@@ -137,9 +143,29 @@ def legend_beside(target: Axes | Figure) -> None:
     target.legend(handles, labels, title=title, loc="upper left", bbox_to_anchor=(1.0, 0.98), frameon=False)
 
 
+def series_groups(labels: Sequence[str], size: int = MAX_SERIES) -> list[list[str]]:
+    """``labels`` (distinct, in their order) split into as few consecutive groups of at most ``size`` as possible, of
+    sizes that differ by one at most: the panels of small multiples."""
+    names = list(dict.fromkeys(labels))
+    count = -(-len(names) // size) or 1
+    width = -(-len(names) // count)
+    return [names[i:i + width] for i in range(0, len(names), width)] or [[]]
+
+
+def _legends_per_row(axes: Sequence[Sequence[Axes]]) -> None:
+    """Small multiples: each row keeps one legend, beside its last panel."""
+    for row in axes:
+        for ax in row[:-1]:
+            if ax.get_legend() is not None:
+                ax.get_legend().remove()
+        legend_beside(row[-1])
+
+
 def metric_grid(df: pd.DataFrame, metrics: Sequence[str], ncols: int | None = None) -> Figure:
     """One panel per metric against concurrency, the configs of ``df`` as lines (one per config and GPU where the
-    rows come from several), with one legend beside the grid (``legend_beside``). With no rows (a run of other configs), one panel says so instead of failing."""
+    rows come from several), with one legend beside the grid (``legend_beside``). More than ``MAX_SERIES`` lines
+    become small multiples: one row of panels per group of them (``series_groups``), each row with its legend. With
+    no rows (a run of other configs), one panel says so instead of failing."""
     import matplotlib.pyplot as plt
 
     if df.empty:
@@ -147,10 +173,21 @@ def metric_grid(df: pd.DataFrame, metrics: Sequence[str], ncols: int | None = No
         ax.text(0.5, 0.5, "not measured in this run", ha="center", va="center")
         ax.set_axis_off()
         return fig
+    series = with_hardware_series(df)
+    groups = series_groups(series["series"])
+    if len(groups) > 1:
+        palette = page_colors(series["series"])
+        fig, axes = plt.subplots(len(groups), len(metrics), figsize=(PANEL_WIDTH_IN * len(metrics), 3.4 * len(groups)),
+                                 squeeze=False, sharex=True)  # fmt: skip
+        for row, group in zip(axes, groups, strict=True):
+            for ax, metric in zip(row, metrics, strict=True):
+                metric_vs_load(series[series["series"].isin(group)], metric, hue="series", ax=ax, palette=palette)
+        _legends_per_row(axes)
+        fig.tight_layout()
+        return fig
     ncols = ncols or len(metrics)
     nrows = -(-len(metrics) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(6 * ncols, 4 * nrows), squeeze=False)
-    series = with_hardware_series(df)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(PANEL_WIDTH_IN * ncols, 3.6 * nrows), squeeze=False)
     for ax, metric in zip(axes.flat, metrics, strict=False):
         metric_vs_load(series, metric, hue="series", ax=ax)
     for ax in axes.flat[len(metrics):]:
@@ -161,9 +198,12 @@ def metric_grid(df: pd.DataFrame, metrics: Sequence[str], ncols: int | None = No
 
 
 def change_vs_load(comparison: pd.DataFrame, x: str = "concurrency", ax: Axes | None = None) -> Axes:
-    """Percent change of speculation against the baseline per load level, with the break-even line at 0.
+    """Percent change of speculation against the baseline per load level, with the break-even line at 0 and the noise
+    band shaded around it (``band_pct``, the widest of the load's pairs): a point inside it is no change.
 
-    With no pair to compare (only one side measured so far) the axes say so instead of drawing a line.
+    With no pair to compare (only one side measured so far) the axes say so instead of drawing a line. Without ``ax``
+    and with more than ``MAX_SERIES`` lines, the figure gets one panel per group of lines (small multiples, stacked)
+    and the first panel is returned.
     """
     import matplotlib.pyplot as plt
 
@@ -172,12 +212,23 @@ def change_vs_load(comparison: pd.DataFrame, x: str = "concurrency", ax: Axes | 
         ax.text(0.5, 0.5, "no speculative point with a baseline\nat the same load yet", ha="center", va="center")
         ax.set_axis_off()
         return ax
-    ax = metric_vs_load(with_hardware_series(comparison), "change_pct", x=x, hue="series", ax=ax)
-    ax.axhline(0.0, color="black", linewidth=1)
+    series = with_hardware_series(comparison)
+    groups = series_groups(series["series"]) if ax is None else [list(dict.fromkeys(series["series"]))]
+    axes = [ax] if ax is not None else list(plt.subplots(len(groups), 1, figsize=(6.4, 3.6 * len(groups)),
+                                                          sharex=True, squeeze=False)[1][:, 0])  # fmt: skip
+    palette = page_colors(series["series"]) if len(groups) > 1 else None
     metric = comparison["metric"].iloc[0]
-    ax.set_ylabel(LABELS["change_pct"])
-    ax.set_title(LABELS.get(metric, metric))  # the metric in words above the panel
-    return ax
+    for panel, group in zip(axes, groups, strict=True):
+        rows = series[series["series"].isin(group)]
+        metric_vs_load(rows, "change_pct", x=x, hue="series", ax=panel, palette=palette)
+        if "band_pct" in rows:
+            band = rows.groupby(x)["band_pct"].max().sort_index()
+            panel.fill_between(band.index, -band.to_numpy(), band.to_numpy(), color="grey", alpha=0.2, linewidth=0,
+                               label="_noise band")  # fmt: skip
+        panel.axhline(0.0, color="black", linewidth=1)
+        panel.set_ylabel(LABELS["change_pct"])
+    axes[0].set_title(LABELS.get(metric, metric) + (" (grey: noise band)" if "band_pct" in series else ""))
+    return axes[0]
 
 
 def predicted_vs_logged(table: pd.DataFrame, ax: Axes | None = None) -> Axes:
@@ -196,7 +247,6 @@ def predicted_vs_logged(table: pd.DataFrame, ax: Axes | None = None) -> Axes:
     sns.barplot(data=long, y="config", x="kv_tokens", hue="source", orient="h", ax=ax)
     ax.set_ylabel("")
     ax.set_xlabel("KV-cache size (tokens)")
-    ax.tick_params(axis="y", labelsize=8)
     return ax
 
 
@@ -206,9 +256,10 @@ def predicted_with_measured(curve: pd.DataFrame, measured: pd.DataFrame, y: str,
 
     ax = metric_vs_load(curve, y, ax=ax)
     if not measured.empty:
-        sns.scatterplot(data=measured, x="concurrency", y=y, hue="engine_label", marker="X", s=90, ax=ax,
-                        palette="dark", legend="brief")  # fmt: skip
-    ax.set_ylabel(LABELS.get(y, y) + " (lines: model, crosses: measured)")
+        sns.scatterplot(data=measured, x="concurrency", y=y, hue="engine_label", marker="X", s=120, ax=ax,
+                        palette=page_colors(measured["engine_label"]), legend=False, zorder=3)  # fmt: skip
+    ax.set_ylabel(LABELS.get(y, y))
+    ax.set_title("lines: model" + (", crosses: measured" if not measured.empty else " (nothing measured to show)"))
     return ax
 
 
@@ -241,10 +292,31 @@ def _not_measured(ax: Axes | None, what: str) -> Axes:
     return _nothing(ax, f"{what}:\nnot measured yet")
 
 
+#: Two tick labels on a log-2 axis closer than this (in doublings) would print into each other ("128200").
+MIN_LABEL_GAP_LOG2 = 0.8
+
+
+def spaced_labels(ticks: Sequence[float], min_gap_log2: float = MIN_LABEL_GAP_LOG2) -> list[str]:
+    """Labels for sorted log-2 axis ``ticks``: a tick within ``min_gap_log2`` doublings of the last one labelled gets
+    no label (the last tick always keeps its label, taking it from the one before when they crowd)."""
+    import math
+
+    labels = [""] * len(ticks)
+    kept: list[int] = []
+    for i, tick in enumerate(ticks):
+        if not kept or math.log2(tick / ticks[kept[-1]]) >= min_gap_log2:
+            kept.append(i)
+        elif i == len(ticks) - 1 and len(kept) > 1:
+            kept[-1] = i
+    for i in kept:
+        labels[i] = f"{ticks[i]:g}"
+    return labels
+
+
 def _log2_ticks(ax: Axes, values: pd.Series) -> None:
-    ticks = sorted(int(v) for v in values.dropna().unique())
+    ticks = sorted(float(v) for v in values.dropna().unique())
     ax.set_xscale("log", base=2)
-    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.set_xticks(ticks, spaced_labels(ticks))
 
 
 def by_max_num_seqs(frame: pd.DataFrame, y: str, hue: str = "layout", ax: Axes | None = None,
@@ -262,6 +334,7 @@ def by_max_num_seqs(frame: pd.DataFrame, y: str, hue: str = "layout", ax: Axes |
     sns.lineplot(data=data, x="max_num_seqs", y=y, hue=hue, style=hue, markers=True, dashes=False, ax=ax,
                  errorbar=None, hue_order=order, style_order=order, palette=palette)  # fmt: skip
     _log2_ticks(ax, data["max_num_seqs"])
+    legend_beside(ax)
     ax.set_xlabel(LABELS["max_num_seqs"])
     ax.set_ylabel(LABELS.get(y, y))
     ax.set_ylim(bottom=0)
@@ -287,6 +360,7 @@ def gpu_utilization(summary: pd.DataFrame, y: str = "util_mean_pct", ax: Axes | 
     sns.lineplot(data=data, x="max_num_seqs", y=y, hue="layout", style="gpu", markers=True, ax=ax, errorbar=None,
                  hue_order=order, palette=palette, style_order=sorted(data["gpu"].unique()))  # fmt: skip
     _log2_ticks(ax, data["max_num_seqs"])
+    legend_beside(ax)
     ax.set_xlabel(LABELS["max_num_seqs"])
     ax.set_ylabel(LABELS.get(y, y))
     if y.endswith("_pct"):
@@ -323,6 +397,7 @@ def step_shares(histogram: pd.DataFrame, ax: Axes | None = None, title: str | No
     buckets = [_bucket_name(lo, hi) for lo, hi in sorted(used)]
     sns.barplot(data=data, x="bucket", y="step_share", hue="layout", order=buckets, hue_order=order, palette=palette,
                 errorbar=None, ax=ax)  # fmt: skip
+    legend_beside(ax)
     ax.set_xlabel(f"tokens scheduled in the step\n(buckets under {min_share:.0%} of steps left out)")
     ax.set_ylabel("share of engine steps")
     ax.set_ylim(0, 1)
@@ -350,12 +425,13 @@ def speedup_vs_cost_ratio(tau: float, implied: pd.DataFrame, predicted: pd.DataF
     c = np.linspace(0.0, 1.0, 101)
     ax.plot(c, tau / (1.0 + c), color="black", linewidth=1.2, label=f"τ / (1 + c), τ = {tau:g}")
     ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
-    sns.scatterplot(data=implied, x="implied_c", y=tau / (1.0 + implied["implied_c"]), hue="source", marker="s", s=70,
-                    ax=ax, palette="dark")  # fmt: skip
+    # the published sources in black, told apart by marker: the colours stay for the configs (at most six series)
+    sns.scatterplot(data=implied, x="implied_c", y=tau / (1.0 + implied["implied_c"]), style="source",
+                    markers=["s", "D", "^", "v"][: implied["source"].nunique()], color="black", s=70, ax=ax)
     sns.scatterplot(data=predicted, x="c", y=tau / (1.0 + predicted["c"]), hue="config", style="batch", s=60, ax=ax)
     ax.set_xlabel("draft cost ratio c = T_draft / T_target step")
     ax.set_ylabel("speed-up, k = 1 (×)")
-    ax.legend(fontsize=7, loc="upper right")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # beside: inside it hid the points
     return ax
 
 
@@ -400,7 +476,7 @@ def gain_vs_concurrency(
     ax.axhline(0.0, color="black", linewidth=1)
     ax.set_title(title)
     if ax.get_legend() is not None:  # two columns under the axes: inside, it would hide curves near break-even
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize="small", frameon=False)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
     return ax
 
 

@@ -24,8 +24,10 @@ What fails the check, each failure naming its page and element:
   an output that has no HTML or Markdown form, shown as its repr instead;
 - a table cell that reads ``NaN``, ``nan``, ``None``, ``<NA>`` or ``NaT``, or a table whose body rows start with a
   header cell (a pandas index shown);
-- a page listed under a sidebar caption of ``HEIGHT_CAPTIONS`` (the case pages, the claims ledger) whose rendered
-  height, at the window's 1400 px width with every collapsed section closed, is above ``MAX_PAGE_HEIGHT_PX``.
+- a page (``genindex.html`` and ``search.html`` aside) whose rendered height, at the window's 1400 px width with
+  every collapsed section closed, is above ``MAX_PAGE_HEIGHT_PX``;
+- what ``sitecheck_readers`` refuses: figure text under 10 px as rendered, more than 6 series in a panel, raw prints
+  in the page text, a table shown only by opening a code cell.
 
 It prints ``site-check: N pages, M figures, L internal links, search ok`` (L counts ``<a href>`` occurrences that
 resolve to this site, navigation included; M counts distinct ``_images/`` files that pages show) and exits 1 on any
@@ -60,6 +62,11 @@ from selenium.webdriver.chrome.webdriver import WebDriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
+from vllm_playbooks import paths
+from vllm_playbooks.book import answerleaks
+from vllm_playbooks.book.sitecheck_readers import check_reader_rules
+from vllm_playbooks.errors import ConfigError
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 #: Flags that work for headless Debian Chromium run as root in a container, with a fresh profile added per run.
@@ -90,9 +97,7 @@ return Array.from(document.querySelectorAll(".math"))
 FIGURE_DIR = "_images"
 SCREENSHOT_PAGES = ("index.html", "book/executed/*.html")
 MAX_SCREENSHOT_HEIGHT = 16000
-#: Pages listed under these captions of the book's sidebar are measured: a reader should get through them in about
-#: five screens, with their collapsed sections closed.
-HEIGHT_CAPTIONS = ("Cases", "Claims")
+#: Every page is measured: a reader should get through one in about five screens, with its collapsed sections closed.
 MAX_PAGE_HEIGHT_PX = 9000
 #: Runs in the page: the reprs of Python objects in the page's visible text (an output shown as its repr).
 _REPRS_JS = r"""
@@ -101,6 +106,7 @@ return text.match(/<[A-Za-z_][\w.]* object(?: at 0x[0-9a-fA-F]+)?>/g) || [];
 """
 #: What a table cell must never read: missing values as pandas prints them.
 MISSING_CELL_TEXTS = ("NaN", "nan", "None", "<NA>", "NaT")
+
 
 # Runs in the page: the links listed under the sidebar captions named in arguments[0].
 _CAPTION_PAGES_JS = """
@@ -177,7 +183,7 @@ class SiteReport:
     external_links: int = 0
     search_results: int = 0
     screenshots: list[Path] = field(default_factory=list)
-    #: rendered height in px of each measured page (those under ``HEIGHT_CAPTIONS``)
+    #: rendered height in px of each page (``NOT_COUNTED`` aside)
     heights: dict[str, int] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)
 
@@ -354,7 +360,6 @@ class SiteChecker:
         self._ids: dict[str, set[str]] = {}
         self._links: list[_Link] = []
         self._base = ""
-        self._measured: set[str] = set()
 
     def fail(self, page: str, element: str, reason: str) -> None:
         """Record one failure."""
@@ -373,9 +378,9 @@ class SiteChecker:
                 old.unlink()
         with serve(self.root) as base, chromium(self.chromium_path, self.chromedriver_path, self.offline) as driver:
             self._base = base
-            self._measured = self._caption_pages(driver, base)
             for page in pages:
                 self._check_page(driver, base, page, screenshot=page in screenshot_pages)
+            self._check_answer_leaks(driver, base, pages)
             self._check_search(driver, base)
         self._check_links()
         return self.report
@@ -416,7 +421,8 @@ class SiteChecker:
             self._check_math(driver, page)
             self._check_tables(driver, page)
             self._check_reprs(driver, page)
-            if page in self._measured:
+            check_reader_rules(driver, self.root, page, lambda url: _local_path(url, base), self.fail)
+            if page not in NOT_COUNTED:
                 self._check_height(driver, page)
         if screenshot and self.screenshots is not None:
             name = re.sub(r"[^A-Za-z0-9_.-]+", "_", page.removesuffix(".html")) + ".png"
@@ -425,13 +431,25 @@ class SiteChecker:
             if is_blank_image(data):
                 self.fail(page, f"screenshot {name}", "the rendered page is a single colour")
 
-    def _caption_pages(self, driver: WebDriver, base: str) -> set[str]:
-        """The site-relative pages the sidebar lists under ``HEIGHT_CAPTIONS``, read from the root page."""
+    def _check_answer_leaks(self, driver: WebDriver, base: str, pages: list[str]) -> None:
+        """No workshop answer where a learner reads before trying (``book.answerleaks``), the exercises read from the
+        notebooks of the repository holding the site, else of the one the check runs in (a site copied elsewhere)."""
+        try:
+            repo = paths.find_repo_root(self.root)
+        except ConfigError:
+            repo = paths.find_repo_root()
+        forms = answerleaks.exercise_forms(repo / "notebooks")
+        cases = self._caption_pages(driver, base, ("Cases",))
+        for leak in answerleaks.find_leaks(driver, base, pages, cases, forms):
+            self.fail(leak.page, leak.where, f"shows exercise {leak.exercise}'s answer {', '.join(leak.forms)}")
+
+    def _caption_pages(self, driver: WebDriver, base: str, captions: tuple[str, ...]) -> set[str]:
+        """The site-relative pages the sidebar lists under ``captions``, read from the root page."""
         root = "index.html"
         target = _meta_refresh_target((self.root / root).read_text(encoding="utf-8", errors="replace"))
         driver.get(base + (target.removeprefix("./") if target else root))
         _wait_ready(driver)
-        urls = driver.execute_script(_CAPTION_PAGES_JS, list(HEIGHT_CAPTIONS))
+        urls = driver.execute_script(_CAPTION_PAGES_JS, list(captions))
         return {path for url in urls if (path := _local_path(url.split("#", 1)[0], base)) is not None}
 
     def _check_tables(self, driver: WebDriver, page: str) -> None:

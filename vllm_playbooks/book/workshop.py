@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks.book.exercises import (
     NEVER,
@@ -21,7 +24,12 @@ from vllm_playbooks.book.exercises import (
     stop_paying_solution,
     tokens_per_step_solution,
 )
+from vllm_playbooks.book.notebooks import default_parameters
 from vllm_playbooks.errors import ConfigError, PlaybookError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pandas.io.formats.style import Styler
 
 #: A float answer counts as right within this relative error, or within ``ABS_TOLERANCE`` (whichever is larger),
 #: so an answer worked out by hand from a rounded table passes.
@@ -40,6 +48,9 @@ class Exercise:
     slug: str
     title: str
     solve: Callable[..., Solution]
+    #: Notebook parameters passed to ``solve`` under another name (exercise 2 asks at ``at_concurrency``; its
+    #: ``concurrency`` is the levels of a live run).
+    renamed: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def notebook(self) -> str:
@@ -51,7 +62,8 @@ EXERCISES: dict[str, Exercise] = {
     e.id: e
     for e in (
         Exercise("stop-paying", 1, "stop_paying", "Where does speculation stop paying?", stop_paying_solution),
-        Exercise("chunks-not-tokens", 2, "chunks_not_tokens", "Chunks are not tokens", chunks_solution),
+        Exercise("chunks-not-tokens", 2, "chunks_not_tokens", "Chunks are not tokens", chunks_solution,
+                 {"at_concurrency": "concurrency"}),
         Exercise("tokens-per-step", 3, "tokens_per_step", "From V0 acceptance to tokens per step",
                  tokens_per_step_solution),
         Exercise("littles-law", 4, "littles_law", "Little's law on the #13834 report", littles_law_solution),
@@ -61,6 +73,16 @@ EXERCISES: dict[str, Exercise] = {
         Exercise("microbatches", 7, "microbatches", "Count the microbatches", microbatches_solution),
     )
 }  # fmt: skip
+
+
+def default_solution(exercise: Exercise, notebooks: Path) -> Solution:
+    """The worked solution of ``exercise`` for its notebook's default parameters (those ``solve`` takes, under their
+    ``renamed`` names): the answer the book's page and a learner's untouched copy expect."""
+    params = default_parameters(notebooks / exercise.notebook)
+    takes = set(inspect.signature(exercise.solve).parameters)
+    inputs = {k: v for k, v in params.items() if k in takes and k not in exercise.renamed.values()}
+    inputs |= {exercise.renamed[k]: v for k, v in params.items() if k in exercise.renamed}
+    return exercise.solve(**inputs)
 
 
 def get_exercise(exercise_id: str) -> Exercise:
@@ -157,3 +179,58 @@ def check(exercise_id: str, answer: Any, solution: Solution, hint: str = "") -> 
     if problem is not None:
         raise WrongAnswer(f"not yet: {problem}" + (f" — {hint}" if hint else ""))
     return f"correct: {expected.statement}"
+
+
+def solution_shown(exercise_id: str, answer: Any, solution: Solution, show_solution: bool) -> bool:
+    """Whether an exercise's notebook shows its worked solution: on request (``show_solution``, what the book's
+    build passes), or once ``answer`` passes ``check``; never to a learner who has not answered, or not yet right."""
+    if show_solution:
+        return True
+    if answer is None:
+        return False
+    try:
+        check(exercise_id, answer, solution)
+    except WrongAnswer:
+        return False
+    return True
+
+
+def exact(value: Any) -> str:
+    """A number as the data holds it, for a learner to compute from: 15 significant digits (only a float's binary
+    noise is cut: 0.72 stays 0.72, 1020.56 stays 1020.56), no thousands separator; anything else as ``str``."""
+    if isinstance(value, float | int) and not isinstance(value, bool):
+        return format(value, ".15g")
+    return str(value)
+
+
+def given(frame: pd.DataFrame) -> Styler:
+    """The numbers an exercise gives, as a table without the index whose cells hold ``exact`` values: a learner
+    working from the table gets the answer the check computes (a display format would round 0.72 to 0.7)."""
+    return frame.style.hide(axis="index").format(exact, na_rep="")
+
+
+def answer_forms(solution: Solution) -> set[str]:
+    """The strings in which a reader finds ``solution``'s expected answer: each number part as a count (an int), or
+    (a float) with three significant digits and rounded to 0, 1 or 2 decimals wherever that rounding would pass
+    ``check`` (an answer of 31.95 is given away by "≈32" as well); a word or ``NEVER`` gives none (one of a few words
+    is not given away by appearing in prose). What the site check and the tests look for."""
+    kinds = solution.kinds if isinstance(solution.kinds, Mapping) else {"": solution.kinds}
+    values = solution.value if isinstance(solution.kinds, Mapping) else {"": solution.value}
+    forms: set[str] = set()
+    for part, kind in kinds.items():
+        value = values[part]
+        if not _is_number(value) or kind == "word":
+            continue
+        if kind == "float":
+            forms.add(f"{value:.3g}")
+            forms |= {f"{value:.{places}f}" for places in (0, 1, 2)
+                      if _matches(kind, value, float(f"{value:.{places}f}"))}  # fmt: skip
+        else:
+            forms.add(str(int(value)))
+    return forms
+
+
+def mentions(text: str, forms: set[str]) -> list[str]:
+    """The ``forms`` that ``text`` holds as whole numbers (not inside a longer number: 128 is not in 1280 or 0.128,
+    31.95 not in 31.951)."""
+    return sorted(f for f in forms if re.search(rf"(?<![\d.,]){re.escape(f)}(?![\d]|[.,]\d)", text))

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from vllm_playbooks.config.yaml_limits import bounded_yaml, read_bounded
 from vllm_playbooks.errors import ConfigError
 
 #: A case's name names its folder under data/runs (and a packaged case's YAML): a plain name, never a path.
@@ -107,17 +108,8 @@ def check_packaged_name(case: str) -> None:
 
 def read_case_file(path: Path, shown: str) -> dict[str, Any]:
     """The mapping a case file of one's own holds, its structure checked (``check_structure``); ``ConfigError`` for
-    a file that is not UTF-8, not YAML, or not a mapping with a ``case`` name."""
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise ConfigError(f"{shown}: not UTF-8 text (byte {error.start} cannot be read)") from None
-    except OSError as error:
-        raise ConfigError(f"{shown}: cannot be read ({error.strerror})") from None
-    try:
-        spec = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{shown}: not valid YAML ({' '.join(str(error).split())})") from None
+    a file that is not UTF-8, not YAML, beyond ``config.yaml_limits``' bounds, or not a mapping with a ``case`` name."""
+    spec = bounded_yaml(read_bounded(path, shown), shown)
     if not isinstance(spec, dict) or not spec.get("case"):
         raise ConfigError(f"{shown}: a case file is a mapping with a 'case' name (see vllm_playbooks/cases/)")
     check_structure(spec)

@@ -150,6 +150,12 @@ class EngineConfig(BaseModel):
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) < max_num_seqs ({self.max_num_seqs}): "
                 "vLLM refuses this; raise the token budget or lower max_num_seqs"
             )
+        if self.speculative and self.speculative.num_speculative_tokens >= self.max_model_len:
+            raise ValueError(
+                f"num_speculative_tokens {self.speculative.num_speculative_tokens} >= max_model_len "
+                f"{self.max_model_len}: a verify step holds k + 1 tokens of one sequence, which vLLM caps at "
+                "max_model_len"
+            )
         if self.speculative and self.max_num_seqs is not None and self.max_num_batched_tokens is not None:
             self.speculative.max_num_scheduled_tokens(self.max_num_batched_tokens, self.max_num_seqs)
         for arg in self.extra_args:

@@ -15,6 +15,9 @@ MIN_REQUESTS_PER_CONCURRENCY = 10
 #: (the book's load-desync case measures what fixed lengths move). Open-loop points keep fixed lengths: their
 #: arrivals are already spread in time.
 CLOSED_LOOP_RANGE_RATIO = 0.5
+#: The most concurrent clients, and the highest request rate, a load point may ask for: the bench builds its prompts
+#: in memory (``measured_prompts``: 10 per client at least), so a mistyped 10**9 would fill the memory, not a GPU.
+MAX_CONCURRENCY, MAX_RATE_QPS = 65_536, 100_000.0
 
 
 class LoadPoint(BaseModel):
@@ -29,8 +32,10 @@ class LoadPoint(BaseModel):
     # strict: a YAML ``true`` is not a number here, and NaN or infinity is never a load
     input_len: int = Field(ge=1, strict=True, description="prompt tokens")
     output_len: int = Field(ge=1, strict=True, description="output tokens (ignore_eos)")
-    concurrency: int | None = Field(None, ge=1, strict=True, description="--max-concurrency")
-    request_rate_qps: float | None = Field(None, gt=0, strict=True, allow_inf_nan=False, description="--request-rate")
+    concurrency: int | None = Field(None, ge=1, le=MAX_CONCURRENCY, strict=True, description="--max-concurrency")
+    request_rate_qps: float | None = Field(
+        None, gt=0, le=MAX_RATE_QPS, strict=True, allow_inf_nan=False, description="--request-rate"
+    )
     burstiness: float = Field(1.0, gt=0, strict=True, allow_inf_nan=False, description="--burstiness; 1 is Poisson")
     seed: int = Field(0, ge=0, strict=True, description="dataset seed")
     temperature: float | None = Field(

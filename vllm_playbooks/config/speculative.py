@@ -25,6 +25,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from vllm_playbooks.config.spec_detection import SpeculativeConfigWarning, inferred_method
+from vllm_playbooks.config.yaml_limits import bounded_yaml
 from vllm_playbooks.errors import ConfigError
 
 SpecMethod = Literal[
@@ -518,10 +519,7 @@ class SpeculativeConfig(BaseModel):
     @classmethod
     def from_yaml(cls, text: str) -> SpeculativeConfig:
         """Validate YAML: a ``speculative_config:`` (or ``speculative-config:``) key, or the bare mapping."""
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as error:
-            raise ConfigError(f"speculative_config YAML does not parse: {error}") from None
+        data = bounded_yaml(text, "speculative_config")
         if isinstance(data, dict) and len(data) == 1 and next(iter(data)) in _YAML_KEYS:
             data = next(iter(data.values()))
         return cls.from_python(data)

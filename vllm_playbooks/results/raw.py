@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from typing import Any
 from vllm_playbooks.config.speculative import alpha_of_rates
 from vllm_playbooks.engine.metrics import MetricsDelta, diff_metrics, parse_metrics, per_position_json
 from vllm_playbooks.errors import SchemaError
-from vllm_playbooks.files import fsync_folder
+from vllm_playbooks.files import atomic_copy, atomic_write_text, fsync_folder
 from vllm_playbooks.load.bench import BenchNumbers, load_bench_file
 from vllm_playbooks.results.identity import engine_of, point_hardware, read_json
 from vllm_playbooks.results.provenance import Provenance
@@ -109,8 +110,7 @@ def failure_file(case_dir: Path, pid: str) -> Path:
 def record_failure(case_dir: Path, pid: str, error: str, detail: dict[str, Any]) -> Path:
     """Keep a failed point's error beside the finished ones; a later resume tries the point again."""
     path = failure_file(case_dir, pid)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"point_id": pid, "error": error, **detail}, indent=2), encoding="utf-8")
+    atomic_write_text(path, json.dumps({"point_id": pid, "error": error, **detail}, indent=2))
     return path
 
 
@@ -140,8 +140,26 @@ def _failure_files(case_dir: Path) -> list[Path]:
 
 def failure_records(case_dir: Path) -> list[dict[str, Any]]:
     """Every failure a case keeps (``record_failure``), each as its file says (``point_id``, ``error`` and the
-    runner's detail, e.g. ``server_log``), in point-id order."""
-    return [json.loads(path.read_text(encoding="utf-8")) for path in _failure_files(case_dir)]
+    runner's detail, e.g. ``server_log``), in point-id order. A file that is not such a record (empty after a full
+    disk, damaged by hand) is left out with a warning naming it: its point is measured again like any failed one."""
+    records = []
+    for path in _failure_files(case_dir):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            record = None
+        if is_failure_record(record):
+            records.append(record)
+        else:
+            warnings.warn(f"{path}: not a failure record, left out (its point is measured again)", stacklevel=2)
+    return records
+
+
+def is_failure_record(record: Any, pid: str | None = None) -> bool:
+    """Whether ``record`` is what ``record_failure`` writes: a mapping with a ``point_id`` (``pid`` where given) and
+    an ``error``, both text."""
+    return (isinstance(record, dict) and isinstance(record.get("point_id"), str)
+            and isinstance(record.get("error"), str) and pid in (None, record["point_id"]))  # fmt: skip
 
 
 def _is_measured(failure: Path) -> bool:
@@ -158,8 +176,7 @@ def copy_new_failures(source_case_dir: Path, case_dir: Path) -> int:
         target = root / path.relative_to(source_root)
         if target.exists() or _is_measured(target):
             continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, target)
+        atomic_copy(path, target)
         copied += 1
     return copied
 
@@ -182,7 +199,7 @@ def copy_new_logs(source_case_dir: Path, case_dir: Path) -> int:
     copied = 0
     for log in sorted(logs.iterdir()):
         if log.is_file() and not (case_dir / "logs" / log.name).exists():
-            shutil.copy2(log, case_dir / "logs" / log.name)
+            atomic_copy(log, case_dir / "logs" / log.name)
             copied += 1
     return copied
 

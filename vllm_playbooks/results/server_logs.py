@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 
 #: A server log's name: the engine's config id, then the UTC time the runner opened it (bench logs do not match).
-LOG_NAME = re.compile(r"^(?P<config_id>.+)-(?P<started>\d{4}-\d{2}-\d{2}T\d{6}\+0000)\.log$")
+LOG_NAME = re.compile(r"^(?P<config_id>.+)-(?P<started>\d{4}-\d{2}-\d{2}T\d{6}\+0000)(?:-p\d+n\d+)?\.log$")
 
 
 #: The time stamp of one vLLM log line: month, day and time, no year.

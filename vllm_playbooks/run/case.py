@@ -38,6 +38,7 @@ from vllm_playbooks.run.engine_server import ServerFactory, say
 from vllm_playbooks.run.measure import LiveRun, RunReport, SamplerFactory, hardware_of, startup_cause
 from vllm_playbooks.run.paired import run_together
 from vllm_playbooks.run.plan import CasePlan, PlannedPoint, load_plan, overrides_for, quiet_plan
+from vllm_playbooks.run.runner_lock import case_runner_lock
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -392,7 +393,8 @@ def results_for(
     plan, overrides = checked_choice(case, mode, plan_overrides, part)
     data = run_kwargs.get("data")
     if mode == "live":
-        report = run_case(load_plan(case, **live_overrides(overrides)), **run_kwargs)
+        with case_runner_lock(store.case_dir(plan.case, data)):
+            report = run_case(load_plan(case, **live_overrides(overrides)), **run_kwargs)
         report.raise_for_failures()
         rows = replay_case(plan.case, data)
         print(live_summary(report, rows, store.case_dir(plan.case, data)))

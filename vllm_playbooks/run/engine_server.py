@@ -5,6 +5,8 @@ the next point is of the same config."""
 from __future__ import annotations
 
 import contextlib
+import itertools
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +17,9 @@ from vllm_playbooks.engine.server import LOOPBACK, VllmServer, start_on_free_por
 from vllm_playbooks.load.bench import BenchClient, InProcessBench
 from vllm_playbooks.results.provenance import utc_now
 from vllm_playbooks.results.textfiles import compress_file
+
+#: The servers this process has made (a log name holds the count, so two within one second differ).
+_STARTED = itertools.count()
 
 #: Builds the server of one lifetime: (argv, log path, port, **VllmServer's keywords) → server (``VllmServer`` itself,
 #: or a stand-in in tests).
@@ -47,7 +52,9 @@ class EngineServer:
                  health_timeout_s: float = 900.0) -> None:  # fmt: skip
         self.engine = engine
         self.case_dir = case_dir
-        self.log_path = case_dir / "logs" / f"{engine.config_id()}-{utc_now().replace(':', '')}.log"
+        # the second, then this process and its count of servers: two servers never share a log
+        started = f"{utc_now().replace(':', '')}-p{os.getpid()}n{next(_STARTED)}"
+        self.log_path = case_dir / "logs" / f"{engine.config_id()}-{started}.log"
         self.bench: BenchClient = bench or InProcessBench(self.log_path.with_suffix(".bench.log"))
         self.server: VllmServer | None = None
         self._server_factory = server_factory

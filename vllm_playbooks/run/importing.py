@@ -8,8 +8,8 @@ are). A point whose ``bench.json`` is already here under any repeat is skipped, 
 Server logs come along under their own names, and so do the failures the source keeps for points not measured here
 (a server that did not start leaves one per point it was to measure, naming its log), and so do the advisor's
 live-search traces (``advisor/*.jsonl``), each run's ``point_id`` in them changed to where that run lies here; then the
-rows are appended from the raw files. Nothing recorded is overwritten, and a point whose files name another hardware or
-config than its folder is refused before anything is copied.
+rows are appended from the raw files. Nothing recorded is overwritten, and the source is checked whole before anything
+is copied (``run.import_check``: no links, every point complete, of this case, where its files say it belongs).
 """
 
 from __future__ import annotations
@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from vllm_playbooks import paths
-from vllm_playbooks.errors import ConfigError, SchemaError
+from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.files import atomic_write_text
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.replay import sync_rows
 from vllm_playbooks.results.store import TRACE_FOLDER, TRACE_SUFFIX, case_dir
 from vllm_playbooks.results.textfiles import read_text
+from vllm_playbooks.run.import_check import check_case_name, check_source_case
 
 
 @dataclass
@@ -48,17 +49,6 @@ def measurement_digest(point_dir: Path) -> str:
     return hashlib.sha256(read_text(point_dir / raw.BENCH_FILE).encode()).hexdigest()
 
 
-def _checked_points(source_case: Path) -> list[Path]:
-    """The finished points of a source case, each checked to lie where its files say it belongs."""
-    points = raw.finished_points(source_case)
-    for point in points:
-        hardware, config_id = raw.point_identity(point)
-        if (point.parent.parent.name, point.parent.name) != (hardware, config_id):
-            raise SchemaError(f"{point}: its files say {hardware}/{config_id}; run `vllm-playbooks migrate` on the "
-                              "source folder first")  # fmt: skip
-    return points
-
-
 def _free_repeat(target_root: Path, point_id: str) -> str:
     """``point_id`` if its folder is free under ``target_root``, else the same point at the next free repeat."""
     if not (target_root / point_id).exists():
@@ -74,7 +64,8 @@ def import_case(case: str, source: Path, data: Path) -> Imported:
     src, dst = case_dir(case, source), case_dir(case, data)
     if not raw.finished_points(src) and not raw.failure_records(src):
         raise ConfigError(f"{source} holds no measured or failed point of {case} (looked in {raw.raw_root(src)})")
-    points = _checked_points(src)
+    check_source_case(case, src)
+    points = raw.finished_points(src)
     target_root = raw.raw_root(dst)
     here = {measurement_digest(p): p.relative_to(target_root).as_posix() for p in raw.finished_points(dst)}
     result = Imported()
@@ -145,9 +136,13 @@ def main(args: argparse.Namespace) -> int:
     if source == data:
         raise ConfigError(f"{args.source} is this data folder: import from another one")
     cases = args.case or sorted(p.name for p in (source / "runs").iterdir() if p.is_dir())
+    for case in cases:
+        check_case_name(case, args.source)
     missing = [case for case in cases if not case_dir(case, source).is_dir()]
     if missing:
         raise ConfigError(f"{args.source} has no runs of {', '.join(missing)}")
+    for case in cases:  # every case checked whole before the first copy
+        check_source_case(case, case_dir(case, source))
     for case in cases:
         done = import_case(case, source, data)
         print(f"{case}: {len(done.added)} point(s) added ({len(done.renumbered)} at a new repeat number), "

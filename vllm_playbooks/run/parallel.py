@@ -51,6 +51,7 @@ from vllm_playbooks.run.case import (
     sigterm_as_interrupt,
 )
 from vllm_playbooks.run.plan import load_plan, overrides_for
+from vllm_playbooks.run.runner_lock import case_runner_lock
 
 #: The command line's exit status when ``--time-limit-s`` stopped a worker (as coreutils' ``timeout``).
 TIMED_OUT_EXIT = 124
@@ -342,13 +343,14 @@ def run_main(args: argparse.Namespace) -> int:
         require_vllm()
         require_gpu()
         overrides = live_overrides(overrides)
-        report = run_on_gpus(args.case, args.gpus, time_limit_s=args.time_limit_s, **overrides)
+        with case_runner_lock(case_dir(load_plan(args.case, **overrides).case)):
+            report = run_on_gpus(args.case, args.gpus, time_limit_s=args.time_limit_s, **overrides)
         for group, labels in report.assignment.items():
             print(f"GPUs {group}: {', '.join(labels)} → exit {report.returncodes.get(group)}, log {report.logs[group]}")
         print(f"rows added: {len(report.added)}")
         report.raise_for_failures()
     except PlaybookError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print("error: " + " ".join(str(error).splitlines()), file=sys.stderr)
         return TIMED_OUT_EXIT if report is not None and report.timed_out else 2
     except KeyboardInterrupt:
         print(f"{INTERRUPTED}; the points every worker finished were merged", file=sys.stderr)

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from vllm_playbooks.config.capacity import refusal, refused_engines
@@ -19,6 +18,7 @@ from vllm_playbooks.config.load import MIN_DURATION_S, LoadPoint
 from vllm_playbooks.config.pairing import pair_engines
 from vllm_playbooks.config.spec_detection import SpeculativeConfigWarning
 from vllm_playbooks.config.speculative import build_speculative_config
+from vllm_playbooks.config.yaml_limits import bounded_yaml
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.results.identity import point_key
 from vllm_playbooks.shapes import resolve_model
@@ -31,6 +31,9 @@ _LOAD_KEYS = {
     "profile", "input_len", "output_len", "concurrency", "request_rate_qps", "burstiness", "seed", "temperature",
     "random_range_ratio",
 }  # fmt: skip
+#: The most repeats of a point, and the longest measured run a case may ask for (a day): beyond them a plan is a
+#: typing slip (``repeats: 1000000000`` would list a billion points before any check could name it).
+MAX_REPEATS, MAX_DURATION_S = 100, 86_400.0
 #: Load keys an engine entry may set for itself (its own load levels instead of the case's ``loads`` list).
 ENGINE_LOAD_KEYS = ("concurrency",)
 #: What a notebook (papermill parameter) or ``make reproduce`` may change in a case's grid.
@@ -269,10 +272,11 @@ def plan_from_dict(spec: dict[str, Any], **overrides: Any) -> CasePlan:
         engines = list(paired_engines)
     repeats = overrides.get("repeats", spec.get("repeats", 1))
     min_duration = overrides.get("min_duration_s", spec.get("min_duration_s", MIN_DURATION_S))
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ConfigError(f"case {case}: repeats must be a whole number >= 1, got {repeats!r}")
-    if not _positive_number(min_duration):
-        raise ConfigError(f"case {case}: min_duration_s must be a number > 0, got {min_duration!r}")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or not 1 <= repeats <= MAX_REPEATS:
+        raise ConfigError(f"case {case}: repeats must be a whole number from 1 to {MAX_REPEATS}, got {repeats!r}")
+    if not _positive_number(min_duration) or min_duration > MAX_DURATION_S:
+        raise ConfigError(f"case {case}: min_duration_s must be a number > 0 and <= {MAX_DURATION_S:g}, "
+                          f"got {min_duration!r}")  # fmt: skip
     return CasePlan(
         case=case,
         title=str(spec.get("title", case)),
@@ -566,9 +570,5 @@ def parse_parameter_pairs(pairs: list[list[str]] | None) -> dict[str, Any]:
     """``-p name value`` pairs → a dict; values are read as YAML (``4`` → int, ``[1, 4]`` → list, ``null``)."""
     out: dict[str, Any] = {}
     for name, value in pairs or []:
-        try:
-            out[name] = yaml.safe_load(value)
-        except yaml.YAMLError as error:
-            reason = getattr(error, "problem", None) or str(error).splitlines()[0]
-            raise ConfigError(f"parameter {name}: cannot read {value!r} as YAML: {reason}") from None
+        out[name] = bounded_yaml(value, f"parameter {name}")
     return out

@@ -20,7 +20,6 @@ from vllm_playbooks.advisor.evaluate import (
     EVALUATION_COLUMNS,
     SENSITIVITY,
     SENSITIVITY_COLUMNS,
-    TARGETS,
     evaluate,
     evaluate_grid,
     floor_gpu_s,
@@ -33,6 +32,7 @@ from vllm_playbooks.advisor.evaluate import (
 )
 from vllm_playbooks.advisor.goodput import point_table
 from vllm_playbooks.advisor.trace import read_trace
+from vllm_playbooks.advisor.versus import POLICIES, TARGETS
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.store import RUNS_FILE, TRACE_FOLDER
@@ -50,12 +50,33 @@ def _grid() -> pd.DataFrame:
 
 def test_each_line_scores_the_choice_on_the_whole_grid_within_its_budget() -> None:
     rows = _grid()
-    lines = pd.DataFrame(evaluate_grid(KEY, rows, startups(rows), budget_share=0.5))
-    assert list(lines["slo_level"]) == ["tight", "medium", "loose"] and set(lines.columns) == set(EVALUATION_COLUMNS)
-    scored = lines[lines["grid_best_goodput_rps"] > 0]
-    assert (scored["goodput_ratio"] == scored["chosen_goodput_rps"] / scored["grid_best_goodput_rps"]).all()
-    assert (lines["gpu_time_share"] <= 0.5 + 1e-9).all()
-    assert lines["gpu_s_grid"].iloc[0] == rows["gpu_s"].sum() + 2 * 100.0 and (lines["grid_configs"] == 2).all()
+    for policy in POLICIES:
+        lines = pd.DataFrame(evaluate_grid(KEY, rows, startups(rows), budget_share=0.5, policy=policy))
+        assert list(lines["slo_level"]) == ["tight", "medium", "loose"]
+        assert set(lines.columns) == set(EVALUATION_COLUMNS) and (lines["policy"] == policy).all()
+        scored = lines[lines["grid_best_goodput_rps"] > 0]
+        assert (scored["goodput_ratio"] == scored["chosen_goodput_rps"] / scored["grid_best_goodput_rps"]).all()
+        assert (lines["gpu_time_share"] <= 0.5 + 1e-9).all()
+        assert (lines["gpu_minutes"] == lines["gpu_s_spent"] / 60).all()
+        assert lines["gpu_s_grid"].iloc[0] == rows["gpu_s"].sum() + 2 * 100.0 and (lines["grid_configs"] == 2).all()
+        # single runs: no measured spread, so no tie, and every point rests on one run
+        assert not lines["tie_by_noise"].any() and (lines["scored_ratio"] == lines["goodput_ratio"]).all()
+        assert (lines["grid_runs_median"] == 1).all() and lines["grid_spread_pct"].isna().all()
+        assert (lines["answered"] == (lines["chosen"] != "none")).all()
+        assert (lines["gpu_s_min_answer"] == 100.0 + 40.0).all()
+
+
+def test_each_line_states_the_runs_the_grids_points_rest_on_and_their_spread() -> None:
+    # every point ran twice, its requests/s 5 % under and over its median: a spread of 10 %
+    loads = (1, 4, 16, 64)
+    a = [row("a", c, t, r * f, repeat=i) for c, t, r in zip(loads, (5.0, 5.2, 6.6, 12.0), (1.5, 5.8, 18.0, 39.0),
+                                                            strict=True) for i, f in enumerate((0.95, 1.05))]
+    b = [row("b", c, t, r * f, repeat=i) for c, t, r in zip(loads, (5.0, 5.3, 9.0, 20.0), (1.2, 4.0, 10.0, 25.0),
+                                                            strict=True) for i, f in enumerate((0.95, 1.05))]
+    rows = frame(a + b)
+    lines = pd.DataFrame(evaluate_grid(KEY, rows, startups(rows), budget_share=1.0, policy="exhaustive sweep"))
+    assert (lines["grid_runs_median"] == 2).all() and (abs(lines["grid_spread_pct"] - 10.0) < 1e-9).all()
+    assert (lines["chosen_runs"] == 2).all() and (lines["grid_best_runs"] == 2).all()
 
 
 def test_the_floor_is_one_run_of_the_best_and_one_of_its_baseline_with_their_start_ups() -> None:
@@ -73,26 +94,35 @@ def test_the_floor_is_one_run_of_the_best_and_one_of_its_baseline_with_their_sta
     assert (lines["floor_share"] == lines["gpu_s_floor"] / lines["gpu_s_grid"]).all()
 
 
-def test_the_summary_reads_one_budget_and_checks_every_target() -> None:
-    table = pd.DataFrame({"budget_share": [0.25] * 12 + [0.5], "goodput_ratio": [1.0] * 11 + [0.9, 0.0],
-                          "gpu_time_share": [0.2] * 12 + [0.9], "floor_share": [0.1] * 13})  # fmt: skip
+def test_the_summary_reads_one_budget_and_one_policy_and_counts_ties_by_noise() -> None:
+    table = pd.DataFrame({"budget_share": [0.25] * 4 + [0.5], "policy": ["advisor"] * 3 + ["auto_tune.sh"] * 2,
+                          "goodput_ratio": [1.0, 0.9, 0.0, 0.1, 0.2], "scored_ratio": [1.0, 1.0, 0.0, 0.1, 0.2],
+                          "answered": [True, True, False, True, True], "gpu_time_share": [0.2, 0.4, 0.0, 0.9, 0.9],
+                          "floor_share": [0.1] * 5})  # fmt: skip
     result = summary(table, 0.25)
-    assert result == {"pairs": 12.0, "median_ratio": 1.0, "min_ratio": 0.9, "median_share": 0.2,
-                      "median_floor_share": 0.1, "targets_met": 1.0}  # fmt: skip
-    low = table.assign(goodput_ratio=[1.0] * 11 + [0.8, 0.0])
-    assert summary(low, 0.25)["targets_met"] == 0.0 and TARGETS["min_ratio"] == 0.85
+    assert result == {"pairs": 3.0, "median_ratio": 1.0, "min_ratio": 0.0, "median_goodput_ratio": 0.9,
+                      "min_goodput_ratio": 0.0, "median_share": 0.2, "median_floor_share": 0.1,
+                      "no_answer": 1.0}  # fmt: skip
+    assert summary(table, 0.25, "auto_tune.sh")["median_ratio"] == 0.1
 
 
 def test_the_stored_table_is_consistent_with_itself() -> None:
     table = pd.read_csv(paths.data_dir() / CHECK_FILE)
     assert list(table.columns) == list(EVALUATION_COLUMNS)
     assert sorted(table["budget_share"].unique()) == list(BUDGET_SHARES)
+    # one line per (grid, SLO, policy, budget)
+    assert list(table["policy"].unique()) == list(POLICIES)
+    assert not table.duplicated(["budget_share", "policy", "case", "hardware", "model_shape", "acceptance", "workload",
+                                 "slo_level"]).any()  # fmt: skip
+    assert ((table["scored_ratio"] == 1.0) | (table["scored_ratio"] == table["goodput_ratio"])).all()
+    assert (table.loc[table["tie_by_noise"], "scored_ratio"] == 1.0).all()
+    assert (table["answered"] == (table["chosen"] != "none")).all()
     assert (table["gpu_time_share"] <= table["budget_share"] + 1e-6).all()
     scored = table[table["grid_best_goodput_rps"] > 0]
     ratio = scored["chosen_goodput_rps"] / scored["grid_best_goodput_rps"]
     assert ((scored["goodput_ratio"] - ratio).abs() < 1e-5).all() and (scored["goodput_ratio"] <= 1 + 1e-6).all()
     assert ((table["gpu_time_share"] - table["gpu_s_spent"] / table["gpu_s_grid"]).abs() < 1e-5).all()
-    assert table.groupby("budget_share").size().min() >= TARGETS["pairs"]
+    assert table.groupby(["budget_share", "policy"]).size().nunique() == 1
     # one acceptance per grid: the EAGLE-3 case's three imposed acceptances are three grids of each workload, each
     # with speculation off beside its own configs
     eagle = table[(table["case"] == "gpt-oss-eagle3") & (table["budget_share"] == 1.0)]
@@ -109,9 +139,10 @@ def test_the_stored_table_is_what_the_evaluation_gives_on_the_recorded_runs_of_a
     stored = stored[stored["case"] == "discussion-13834"].reset_index(drop=True)
     fresh = evaluate(["discussion-13834"]).reset_index(drop=True)
     assert len(stored) == len(fresh) > 0
-    for column in ("chosen", "grid_best", "stop_reason", "points_paid", "runs_paid"):
+    for column in ("policy", "chosen", "grid_best", "stop_reason", "points_paid", "runs_paid", "answered", "sure",
+                   "tie_by_noise"):
         assert list(stored[column]) == list(fresh[column]), column
-    for column in ("gpu_s_spent", "gpu_s_grid", "gpu_s_floor", "goodput_ratio"):
+    for column in ("gpu_s_spent", "gpu_s_grid", "gpu_s_floor", "goodput_ratio", "scored_ratio"):
         assert ((stored[column] - fresh[column]).abs() <= 1e-5 * fresh[column].abs() + 1e-9).all(), column
 
 
@@ -139,6 +170,20 @@ def test_advise_answers_with_its_choice_its_trace_and_the_gpu_time(capsys: pytes
     assert "paid 1: " in out and "@ c64" not in out  # 64 clients are more than the 16 given
     spent = float(out.split("stopped: ")[1].split("spent ")[1].split(" of ")[0])
     assert spent <= 6.0 and not math.isnan(spent)
+    assert "how sure: " in out
+
+
+@pytest.mark.recorded_data
+def test_advise_refuses_a_budget_short_of_one_point_naming_the_least_that_answers(
+        capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    command = ["advise", "--case", "llama-8b-draft-model", "--slo-tpot-p99-ms", "8", "--max-concurrency", "16"]
+    assert cli.main([*command, "--budget-gpu-min", "0.01"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.strip().splitlines()) == 1
+    least = float(captured.err.split("--budget-gpu-min ")[-1].split()[0])
+    assert captured.err.startswith("error: ") and least > 0.01
+    assert cli.main([*command, "--budget-gpu-min", str(least)]) == 0  # that budget answers
+    assert "paid 1: " in capsys.readouterr().out  # it measured a point
 
 
 LIVE_CASE = "llama-8b-draft-model"

@@ -26,6 +26,8 @@ from vllm_playbooks.advisor.search import (
     _outlook,
     advise,
     baseline_first_gpu_s,
+    certainty,
+    min_answer_gpu_s,
 )
 
 GPU = datasheet_gpu("H200-SXM")
@@ -296,3 +298,37 @@ def test_a_point_can_win_only_with_a_plausible_chance_of_beating_the_bar() -> No
     assert _outlook(far_over, 3.0, slo, bar=0.0)[0] > PLAUSIBLE_CHANCE  # unless it is hardly known
     low_rps = _outlook(at_bound, 0.5, slo, bar=40.0)  # meets it at half the best's goodput
     assert low_rps[0] < PLAUSIBLE_CHANCE and low_rps[1] < 0.01
+
+
+def _dear_high_loads() -> pd.DataFrame:
+    """``_clear_winner``'s numbers, a run at 16 or 64 clients costing 300 or 400 GPU-s, at 1 or 4 clients 40 or 60."""
+    prices = dict(zip(LOADS, (40.0, 60.0, 300.0, 400.0), strict=True))
+    clear = _clear_winner()
+    return clear.assign(gpu_s=clear["concurrency"].map(lambda c: prices[int(c)]))
+
+
+def test_a_budget_that_pays_for_one_point_always_gets_an_answer_from_what_it_measured() -> None:
+    rows = _dear_high_loads()
+    least = min_answer_gpu_s(RecordedOracle(rows, startups(rows), budget_gpu_s=1.0), GPU)
+    assert least == 100.0 + 40.0  # a start-up and the cheapest run
+    short = advise(RecordedOracle(rows, startups(rows), budget_gpu_s=least - 1.0), Slo(tpot_p99_ms=8.0), GPU)
+    assert short.steps == [] and short.chosen is None and short.sure == "nothing measured meets the SLO"
+    for budget in (least, 200.0, 300.0):  # the points that can win (16 clients: 400 GPU-s) are out of reach
+        advice = advise(RecordedOracle(rows, startups(rows), budget_gpu_s=budget), Slo(tpot_p99_ms=8.0), GPU)
+        assert advice.steps[0].point == "a @ c1" and advice.steps[0].why.endswith("that the budget affords")
+        assert advice.chosen is not None and advice.chosen["point"] == "a @ c1" and advice.stop_reason == "budget"
+        assert advice.spent_gpu_s <= budget
+
+
+def test_certainty_weighs_the_measured_lead_against_the_noise_band() -> None:
+    def point(goodput: float, spread: float) -> dict[str, float]:
+        return {"goodput_rps": goodput, "spread_pct": spread}
+
+    sure, lead, band = certainty(point(11.0, 2.0), point(10.0, 0.0))  # 10 % ahead, the band's 5 % floor
+    assert sure == "lead beyond noise" and abs(lead - 10.0) < 1e-9 and band == 5.0
+    sure, lead, band = certainty(point(11.0, 12.0), point(10.0, 0.0))
+    assert sure == "within noise" and abs(lead - 10.0) < 1e-9 and band == 12.0
+    assert certainty(point(11.0, 0.0), None)[0] == "not compared"
+    assert certainty(point(11.0, 0.0), point(0.0, 0.0))[0] == "not compared"
+    sure, lead, band = certainty(None, None)
+    assert sure == "nothing measured meets the SLO" and math.isnan(lead) and math.isnan(band)

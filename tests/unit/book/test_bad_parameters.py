@@ -27,7 +27,7 @@ BAD = [
     ("llama-8b-draft-model", ["concurrency", "[1, 16"], "parameter concurrency: cannot read '[1, 16' as YAML"),
     ("llama-8b-draft-model", ["model", "nope-shape"], "'nope-shape' is neither a known shape nor an existing"),
     ("llama-8b-draft-model", ["draft_model", "nope"], "'nope' is neither a known shape nor an existing directory"),
-    ("llama-8b-draft-model", ["min_duration_s", "-1"], "min_duration_s must be a number > 0, got -1"),
+    ("llama-8b-draft-model", ["min_duration_s", "-1"], "min_duration_s must be a number > 0 and <= 86400, got -1"),
     ("llama-8b-draft-model", ["gpu_memory_gib", "-3"], "gpu_memory_gib must be a number > 0, got -3"),
     ("llama-8b-draft-model", ["gpu_memory_gib", "8"], "engine spec-off: weights"),
     ("llama-8b-draft-model", ["part", "nope"], "no part 'nope'; known: all, quick"),
@@ -69,9 +69,10 @@ def test_a_bad_parameter_is_one_line_and_exit_2(
     notebook: str, parameter: list[str], says: str, frozen_data: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     before = _digest(frozen_data)
-    argv = ["reproduce", notebook, "--out", str(tmp_path / "out.ipynb"), "-p", "mode", "replay", "-p", *parameter]
+    argv = ["reproduce", "--case", notebook, "--out", str(tmp_path / "out.ipynb"),
+            "-p", "mode", "replay", "-p", *parameter]  # fmt: skip
     if parameter[0] == "mode":
-        argv = ["reproduce", notebook, "--out", str(tmp_path / "out.ipynb"), "-p", *parameter]
+        argv = ["reproduce", "--case", notebook, "--out", str(tmp_path / "out.ipynb"), "-p", *parameter]
     assert cli.main(argv) == 2
     out, err = capfd.readouterr()
     assert says in _one_error_line(out + err)
@@ -86,7 +87,8 @@ def test_an_error_raised_inside_the_notebook_is_one_line(
     ``ConfigError`` and the command prints its message, not papermill's traceback."""
     before = _digest(frozen_data)
     out_path = tmp_path / "out.ipynb"
-    argv = ["reproduce", "pp-27462", "--out", str(out_path), "-p", "mode", "replay", "-p", "max_num_seqs", "[7]"]
+    argv = ["reproduce", "--case", "pp-27462", "--out", str(out_path),
+            "-p", "mode", "replay", "-p", "max_num_seqs", "[7]"]  # fmt: skip
     assert cli.main(argv) == 2
     out, err = capfd.readouterr()
     line = _one_error_line(out + err)
@@ -96,7 +98,7 @@ def test_an_error_raised_inside_the_notebook_is_one_line(
 
 def test_the_command_line_prints_nothing_but_the_line(frozen_data: Path) -> None:
     done = subprocess.run(  # noqa: S603
-        [sys.executable, "-m", "vllm_playbooks", "reproduce", "llama-8b-draft-model", "-p", "case", "nope"],
+        [sys.executable, "-m", "vllm_playbooks", "reproduce", "--case", "llama-8b-draft-model", "-p", "case", "nope"],
         capture_output=True, text=True, cwd=ROOT, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 2 and done.stdout == ""
@@ -108,7 +110,7 @@ def test_live_mode_without_vllm_is_one_line_before_any_work(
 ) -> None:
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
-    assert cli.main(["reproduce", "llama-8b-draft-model", "--out", str(tmp_path / "out.ipynb")]) == 2
+    assert cli.main(["reproduce", "--case", "llama-8b-draft-model", "--out", str(tmp_path / "out.ipynb")]) == 2
     out, err = capfd.readouterr()
     assert "live mode needs vLLM in this Python environment" in _one_error_line(out + err)
     assert not (tmp_path / "out.ipynb").exists()
@@ -120,7 +122,7 @@ def test_live_mode_without_a_gpu_is_one_line_before_any_work(
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else real(name, *a))
     monkeypatch.setattr("vllm_playbooks.run.case.query_gpus", lambda: ("cpu", 0, "none", None))
-    assert cli.main(["reproduce", "llama-8b-draft-model", "--out", str(tmp_path / "out.ipynb")]) == 2
+    assert cli.main(["reproduce", "--case", "llama-8b-draft-model", "--out", str(tmp_path / "out.ipynb")]) == 2
     out, err = capfd.readouterr()
     assert "live mode needs an NVIDIA GPU, and this machine shows none" in _one_error_line(out + err)
     assert not (tmp_path / "out.ipynb").exists()

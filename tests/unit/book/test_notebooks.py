@@ -111,7 +111,7 @@ def test_parameter_values_are_read_as_yaml() -> None:
 
 
 def test_reproduce_of_an_unknown_notebook_says_which_exist(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["reproduce", "nope"]) == 2
+    assert cli.main(["reproduce", "--case", "nope"]) == 2
     assert "known: advisor, batching_calculator, claims_ledger, config_crosscheck, deepseek-mtp, discussion-13834" in capsys.readouterr().err
 
 

@@ -116,14 +116,38 @@ def test_one_legend_beside_a_grid_of_the_same_configs() -> None:
 
 def test_a_single_plots_legend_moves_beside_it() -> None:
     ax = plots.change_vs_load(
-        _sweep(11).assign(change_pct=lambda d: d["output_tok_s"] - 40.0, metric="output_tok_s")
+        _sweep(5).assign(change_pct=lambda d: d["output_tok_s"] - 40.0, metric="output_tok_s")
     )
     plots.legend_beside(ax)
     legend = ax.get_legend()
-    assert len(legend.get_texts()) == 11
+    assert len(legend.get_texts()) == 5
     assert (ax.get_title(), ax.get_ylabel()) == ("output throughput (tok/s)", "change vs no speculation (%)")
     ax.figure.canvas.draw()
     assert legend.get_window_extent().x0 > ax.get_window_extent().x1
+
+
+def test_a_change_plot_of_many_lines_becomes_small_multiples_with_the_noise_band() -> None:
+    from vllm_playbooks.book.figure_record import panel_series
+
+    sweep = _sweep(11).assign(change_pct=lambda d: d["output_tok_s"] - 40.0, metric="output_tok_s", band_pct=7.5)
+    ax = plots.change_vs_load(sweep)
+    panels = ax.figure.axes
+    assert [panel_series(panel) for panel in panels] == [6, 5]
+    band = [c for c in ax.collections if c.get_label() == "_noise band"]
+    assert len(band) == 1 and band[0].get_paths()[0].get_extents().y0 == pytest.approx(-7.5)
+    assert "noise band" in ax.get_title()
+
+
+def test_series_groups_are_as_few_and_even_as_possible() -> None:
+    assert plots.series_groups([f"s{i}" for i in range(12)]) == [[f"s{i}" for i in range(6)],
+                                                                  [f"s{i}" for i in range(6, 12)]]  # fmt: skip
+    assert [len(g) for g in plots.series_groups([f"s{i}" for i in range(13)])] == [5, 5, 3]
+    assert plots.series_groups(["a", "b", "a"]) == [["a", "b"]]
+
+
+def test_crowded_log2_ticks_lose_a_label_not_overlap() -> None:
+    assert plots.spaced_labels([1, 2, 4, 128, 200]) == ["1", "2", "4", "", "200"]
+    assert plots.spaced_labels([16, 32, 64, 128, 256]) == ["16", "32", "64", "128", "256"]
 
 
 def test_a_metric_grid_draws_a_panel_per_metric_with_one_legend_beside() -> None:
@@ -162,6 +186,16 @@ def test_the_legend_sits_beside_the_data() -> None:
 
 
 def test_a_grid_keeps_its_panels_wide() -> None:
-    fig = plots.metric_grid(_sweep(11), ["output_tok_s", "tpot_p50_ms"])
+    fig = plots.metric_grid(_sweep(6), ["output_tok_s", "tpot_p50_ms"])
     assert all(ax.get_position().width > 0.3 for ax in fig.axes)  # the legend sits beside the grid, not in it
     assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.axes)
+
+
+def test_a_grid_of_many_lines_gets_a_row_per_group_each_with_its_legend() -> None:
+    from vllm_playbooks.book.figure_record import panel_series
+
+    fig = plots.metric_grid(_sweep(11), ["output_tok_s", "tpot_p50_ms"])
+    assert len(fig.axes) == 4 and [panel_series(ax) for ax in fig.axes] == [6, 6, 5, 5]
+    legends = [ax.get_legend() for ax in fig.axes]
+    assert legends[0] is None and legends[2] is None
+    assert [len(legends[i].get_texts()) for i in (1, 3)] == [6, 5]

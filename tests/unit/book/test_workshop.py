@@ -356,11 +356,15 @@ def test_each_exercise_has_its_notebook(exercise: workshop.Exercise) -> None:
     assert params["mode"] == "replay" and params["answer"] is None
     nb = nbformat.read(path, as_version=4)
     tags = [c.metadata.get("tags", []) for c in nb.cells]
+    assert params["show_solution"] is False  # a learner's run shows no worked solution before the answer passed
     solve = next(i for i, t in enumerate(tags) if "hide-input" in t)
     assert f"exercises.{exercise.solve.__name__}(" in nb.cells[solve].source
-    assert nb.cells[solve - 1].cell_type == "markdown" and "Solution (open after trying)" in nb.cells[solve - 1].source
     checks = [c for c, t in zip(nb.cells, tags, strict=True) if "nbval-check-output" in t]
-    assert len(checks) == 1
+    assert len(checks) == 1 and nb.cells[solve + 1] is checks[0]  # the check runs before anything shows the solution
+    heading, show = nb.cells[solve + 2], nb.cells[solve + 3]
+    assert heading.cell_type == "markdown" and "Solution (open after trying)" in heading.source
+    assert show.source.startswith(f'if workshop.solution_shown("{exercise.id}", answer, solution, show_solution):')
+    assert all("solution." not in c.source for c in nb.cells[:solve] if c.cell_type == "code")
     hint, call = checks[0].source.split("\n")
     assert hint.startswith('hint = "') and len(hint) > 40  # a hint written in the page
     assert call == f'print(workshop.check("{exercise.id}", answer, solution, hint=hint))'

@@ -171,6 +171,7 @@ def test_best_k_by_band() -> None:
     assert best.loc["1-8", "ks"] == "2, 3"
     assert best.loc["1-8", "runner_up_k"] == 2 and best.loc["1-8", "lead_pts"] == pytest.approx(8.0)  # 19 vs 11
     assert best.loc["16-64", "lead_pts"] == pytest.approx(3.0)  # k = 2 +5.0 % against k = 3 +2.0 %
+    assert best.loc["16-64", "tied_ks"] == "3" and best.loc["1-8", "tied_ks"] == ""  # 1.05 / 1.02 within the band
     no_high_band = kbest.best_k_by_band(gains[gains.concurrency <= 64], 0.71)
     assert no_high_band.band.tolist() == ["1-8", "16-64"]  # a band without points gets no row
 

@@ -349,7 +349,7 @@ def test_yaml_with_the_dashed_key_and_a_resolver() -> None:
         (lambda: SpeculativeConfig.from_cli_json("null"), "speculative_config is empty (null)"),
         (lambda: SpeculativeConfig.from_yaml("speculative_config: [1, 2]"), "must be a mapping, got list"),
         (lambda: SpeculativeConfig.from_yaml("method: ngram\nnum_speculative_tokens: 0\n"), "num_speculative_tokens"),
-        (lambda: SpeculativeConfig.from_yaml("a: [b"), "speculative_config YAML does not parse"),
+        (lambda: SpeculativeConfig.from_yaml("a: [b"), "speculative_config: cannot read 'a: [b' as YAML"),
     ],
     ids=["bad-json", "null", "list", "bad-k", "bad-yaml"],
 )

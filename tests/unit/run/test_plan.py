@@ -149,7 +149,7 @@ def test_draft_override_replaces_the_draft_only() -> None:
         ({"loads": {"input_len": 8, "output_len": 8}}, "need a concurrency list"),
         ({"loads": {"input_len": 8, "output_len": 8, "concurrency": [0]}}, "bad load"),
         ({"loads": {"input_len": 8, "output_len": 8, "concurrency": [1], "qps": [1]}}, "unknown load keys"),
-        ({"repeats": 0}, "repeats must be a whole number >= 1"),
+        ({"repeats": 0}, "repeats must be a whole number from 1"),
         ({"surprise": 1}, "unknown keys"),
         ({"engines": [{"label": "x", "model": "llama-3.1-8b", "max_model_len": 2048, "speculative": {"method": "ngram", "num_speculative_tokens": 2, "temperature": 0.5}}]}, "sampling parameters"),
         ({"engines": [{"label": "x", "model": "llama-3.1-8b", "max_model_len": 2048, "max_num_seqs": 0}]}, "max_num_seqs"),

@@ -102,16 +102,49 @@ def mtp_speedup_at_acceptance(claim: Claim, ev: Evidence) -> CheckResult:
 _QPS = re.compile(r"-qps(\d+)$")
 
 
+def fade_by_bound(rows: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
+    """Has one MTP token's TPOT gain faded by the request rate from which vLLM PR #12755 saw none
+    (``pr12755-qps-bound-for-gain``: 8 QPS)? The one rule the ledger's check (``mtp_gain_falls_with_qps``) and the
+    case page use.
+
+    ``rows``: clean runs (``analysis.runs.usable_runs``). Among the k = 1 ``mtp`` pairs against speculation off at
+    DeepSeek-V3's width and depth under Poisson arrivals at or above the bound, it keeps at each rate those whose
+    imposed acceptance α lies nearest the PR's range (``pr12755-acceptance-low``–``-high``; ``acceptance_gap`` 0
+    inside it), and only where 1 + α, the acceptance length Leviathan's model scales the speed-up by, lies within the
+    floor band (``MIN_BAND_PCT``) of the PR's: such an acceptance moves the expected speed-up by less than a
+    difference must exceed to count, so it is at the claim's conditions. ``effect`` is the pair's
+    (``effect_of_speedup`` within its band): the gain has faded at a rate where it is not ``gain``. Empty where no
+    such pair is recorded.
+    """
+    bound = published_value(published, "pr12755-qps-bound-for-gain")
+    low, high = (published_value(published, f"pr12755-acceptance-{end}") / 100 for end in ("low", "high"))
+    pairs = _at_mtp_scale(speedup_pairs(rows, "tpot_mean_ms")) if not rows.empty else rows.iloc[0:0]
+    if pairs.empty:
+        return pairs.assign(acceptance_gap=[], effect=[])
+    pairs = pairs[(pairs["spec_method"] == "mtp") & (pairs["k"] == 1) & pairs["concurrency"].isna()
+                  & (pairs["request_rate_qps"].astype(float) >= bound) & pairs["imposed_alpha"].notna()]  # fmt: skip
+    alpha = pairs["imposed_alpha"].astype(float)
+    near = ((1 + alpha) / (1 + alpha.clip(low, high)) - 1).abs() <= MIN_BAND_PCT / 100
+    pairs = pairs[near].assign(acceptance_gap=(alpha - alpha.clip(low, high)).abs()[near])
+    nearest = pairs.groupby("request_rate_qps")["acceptance_gap"].transform("min")
+    pairs = pairs[pairs["acceptance_gap"] <= nearest + 1e-9]
+    effects = [str(effect(float(s), float(b))) for s, b in zip(pairs["speedup"], pairs["band_pct"], strict=True)]
+    return pairs.assign(effect=effects).sort_values(["request_rate_qps", "engine_label"])
+
+
 @check("mtp_gain_falls_with_qps")
 def mtp_gain_falls_with_qps(claim: Claim, ev: Evidence) -> CheckResult:
     """vLLM PR #12755: one MTP token gave a TPOT speed-up at the low request rates it measured and none at its highest
     (its speed-ups by rate: ``published.csv``).
 
-    Measured: recorded ``mtp`` k = 1 rows at DeepSeek-V3's width and depth at the published request rates, among the
-    points the case's deciding part measures (``Evidence.deciding_rows``: the PR's acceptance at 1 and 8 QPS),
-    judged QPS by QPS against the published speed-up; rows at or above the published bound must show no gain. Model: the Leviathan bound for k = 1 at the PR's acceptance, and the draft cost the QPS 1 speed-up
-    implies; the model has no load term.
+    Measured: below the PR's bound (8 QPS), recorded ``mtp`` k = 1 rows at DeepSeek-V3's width and depth at the
+    published request rates among the points the case's deciding part measures (``Evidence.deciding_rows``: the PR's
+    acceptance at 1 QPS), judged rate by rate against the published speed-up. At and above the bound, the pairs
+    ``fade_by_bound`` keeps (the clean ones nearest the PR's acceptance, whichever part measured them): each must show
+    no gain (judged against the published speed-up where the PR gives one). Model: the Leviathan bound for k = 1 at
+    the PR's acceptance, and the draft cost the QPS 1 speed-up implies; the model has no load term.
     """
+    import pandas as pd
 
     sources = ev.sources(claim)
     claimed = {int(_QPS.search(r["claim_id"]).group(1)): ev.value(claim, r["claim_id"])  # type: ignore[union-attr]
@@ -121,8 +154,11 @@ def mtp_gain_falls_with_qps(claim: Claim, ev: Evidence) -> CheckResult:
     high = ev.value(claim, "pr12755-acceptance-high") / 100
     published = (", ".join(f"{s:g}× at QPS {q}" for q, s in sorted(claimed.items()))
                  + f"; a gain only below QPS {bound:g} (k=1, acceptance {100 * low:g}–{100 * high:g} %)")  # fmt: skip
-    pairs = _at_mtp_scale(speedup_pairs(ev.deciding_rows(claim), "tpot_mean_ms"))
-    pairs = pairs[(pairs["spec_method"] == "mtp") & (pairs["k"] == 1) & pairs["request_rate_qps"].notna()]
+    below = _at_mtp_scale(speedup_pairs(ev.deciding_rows(claim), "tpot_mean_ms"))
+    below = below[(below["spec_method"] == "mtp") & (below["k"] == 1) & below["request_rate_qps"].notna()
+                  & (below["request_rate_qps"].astype(float) < bound)]  # fmt: skip
+    at_bound = fade_by_bound(ev.rows(claim.case), ev.published)
+    pairs = pd.concat([f for f in (below, at_bound) if not f.empty] or [below], ignore_index=True)
     verdicts, notes, judged = [], [], []
     for index, r in pairs.sort_values(["request_rate_qps", "engine_label"]).iterrows():
         qps, speedup, band = float(r["request_rate_qps"]), float(r["speedup"]), float(r["band_pct"])
@@ -133,9 +169,12 @@ def mtp_gain_falls_with_qps(claim: Claim, ev: Evidence) -> CheckResult:
         else:
             continue
         judged.append(index)
-        notes.append(f"{speedup:.2f}× at QPS {qps:g} ({r['engine_label']})")
-    if notes and not (pairs.loc[judged, "request_rate_qps"].astype(float) >= bound).any():
-        notes.append(f"no clean run at QPS {bound:g} or above yet, where the PR saw no gain")
+        gap = float(r.get("acceptance_gap", math.nan))  # NaN below the bound: the deciding part's own acceptance
+        nearest = (f", acceptance {float(r['imposed_alpha']):.2f}: the nearest to the PR's run clean here"
+                   if gap > 0 else "")  # fmt: skip
+        notes.append(f"{speedup:.2f}× at QPS {qps:g} ({r['engine_label']}{nearest})")
+    if notes and at_bound.empty:
+        notes.append(f"no clean run at QPS {bound:g} or above at the PR's acceptance yet, where the PR saw no gain")
     measured = "; ".join(notes) if notes else "no recorded MTP row at the PR's request rates yet"
     c_model, layers = _mtp_cost()
     tops = [speculative.speedup(a, 1, c_model) for a in (low, high)]

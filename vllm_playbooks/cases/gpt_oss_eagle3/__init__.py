@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from vllm_playbooks.analysis.compare import is_baseline
+from vllm_playbooks.analysis.kbest import best_ks
 from vllm_playbooks.analysis.noise import MIN_BAND_PCT, band_pct, spread_of
 from vllm_playbooks.analysis.profiles import gain_table, with_profile
 from vllm_playbooks.claims.finding import Finding, gpu_names, published_or_none, split_stalled, stalled_words
@@ -127,10 +128,11 @@ def best_draft_tokens(claim: Claim, ev: Evidence) -> CheckResult:
             by_k = {int(k): spread_of(g["output_tok_s"]) for k, g in group.groupby("num_speculative_tokens")}
             if 4 not in by_k or len(by_k) < 2:
                 continue
-            best = max(by_k, key=lambda k, by_k=by_k: by_k[k].median)
+            tied = best_ks({k: s.median for k, s in by_k.items()}, {k: s.spread_pct for k, s in by_k.items()})
+            best = tied[0]
             ratio = by_k[4].median / by_k[best].median
             band = band_pct(by_k[4].spread_pct, by_k[best].spread_pct)
-            if k_low <= best <= k_high:
+            if any(k_low <= k <= k_high for k in tied):  # a tie cannot tell which of its ks is best
                 loses = effect(ratio, band) is Effect.LOSS
                 verdicts.append(judge(ratio, four, band_pct=band) if loses else Verdict.NOT_REPRODUCED)
             else:
@@ -141,7 +143,9 @@ def best_draft_tokens(claim: Claim, ev: Evidence) -> CheckResult:
                            "band_pct": band})  # fmt: skip
             alpha_words = f", α {alpha:g}" if alpha >= 0 else ""
             profile_words = f"{profile}, " if several_profiles else ""
-            notes.append(f"{profile_words}concurrency {int(conc)}{alpha_words}: best k={best}, k=4 {percent_change(ratio)}")
+            ties = f" (tied within noise with k={', '.join(str(k) for k in tied[1:])})" if len(tied) > 1 else ""
+            notes.append(f"{profile_words}concurrency {int(conc)}{alpha_words}: best k={best}{ties}, "
+                         f"k=4 {percent_change(ratio)}")  # fmt: skip
     measured = "; ".join(notes) if notes else "no recorded EAGLE3 sweep over k yet"
     target, head = (get_shape(n) for n in EAGLE3_SHAPES)
     c = head.num_hidden_layers / target.num_hidden_layers
