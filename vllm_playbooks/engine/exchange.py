@@ -9,9 +9,10 @@ speak HTTP (``BadStatusLine``), a connection closed or reset without an answer (
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import socket
-import time
+import threading
 import urllib.parse
 from dataclasses import dataclass
 
@@ -40,58 +41,65 @@ class Answer:
     text: str
 
 
-def _read_body(response: http.client.HTTPResponse, sock: socket.socket | None, deadline: float, url: str) -> bytes:
+def _read_body(response: http.client.HTTPResponse, url: str) -> bytes:
     body = bytearray()
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise NoAnswer(f"{url}: no whole answer within the deadline ({len(body)} bytes of the body read)")
-        if sock is not None:
-            sock.settimeout(left)
-        chunk = response.read1(_CHUNK) if not response.isclosed() else b""
-        if not chunk:
-            if response.length:  # Content-Length promised more than came
-                raise http.client.IncompleteRead(bytes(body), response.length)
-            return bytes(body)
+    while chunk := response.read1(_CHUNK):
         body += chunk
         if len(body) > MAX_BODY_BYTES:
             raise BrokenAnswer(f"{url}: the answer is larger than {MAX_BODY_BYTES} bytes")
+    if response.length:  # Content-Length promised more than came
+        raise http.client.IncompleteRead(bytes(body), response.length)
+    return bytes(body)
+
+
+def _why(url: str, error: BaseException) -> ServerError:
+    """The one line an exchange that failed (not by its deadline) ends in."""
+    if isinstance(error, ConnectionRefusedError):
+        return NoAnswer(f"{url}: connection refused ({error.strerror or error})")
+    if isinstance(error, http.client.IncompleteRead):
+        got, more = len(error.partial), error.expected
+        return BrokenAnswer(f"{url}: the answer was cut short ({got} bytes, {more} more promised)")
+    if isinstance(error, http.client.RemoteDisconnected):
+        return BrokenAnswer(f"{url}: the server closed the connection without an answer")
+    if isinstance(error, http.client.BadStatusLine):
+        return BrokenAnswer(f"{url}: the answer is not HTTP (status line {str(error)[:60]!r})")
+    if isinstance(error, UnicodeDecodeError):
+        return BrokenAnswer(f"{url}: the answer is not UTF-8 text")
+    if isinstance(error, OSError):
+        return BrokenAnswer(f"{url}: the connection failed ({type(error).__name__}: {error.strerror or error})")
+    return BrokenAnswer(f"{url}: the answer breaks HTTP ({type(error).__name__}: {str(error)[:80]})")
 
 
 def get(url: str, timeout_s: float) -> Answer:
-    """GET ``url`` (``http://host:port/path``), the whole exchange within ``timeout_s``; ``NoAnswer`` when nothing
-    answered in time, ``BrokenAnswer`` when the answer breaks HTTP, each with one line saying why."""
+    """GET ``url`` (``http://host:port/path``), the whole exchange within ``timeout_s`` (at the deadline a timer
+    shuts the socket down, however slowly bytes still come); ``NoAnswer`` when nothing answered in time,
+    ``BrokenAnswer`` when the answer breaks HTTP, each with one line saying why."""
     parts = urllib.parse.urlsplit(url)
-    deadline = time.monotonic() + timeout_s
     connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout_s)
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        if connection.sock is not None:
+            with contextlib.suppress(OSError):
+                connection.sock.shutdown(socket.SHUT_RDWR)
+
+    timer = threading.Timer(timeout_s, expire)
+    timer.daemon = True
+    timer.start()
     try:
         connection.request("GET", parts.path or "/")
-        sock = connection.sock
-        if sock is not None:
-            sock.settimeout(max(deadline - time.monotonic(), 0.001))
         response = connection.getresponse()
-        body = _read_body(response, sock, deadline, url)
-        text = body.decode("utf-8")
+        text = _read_body(response, url).decode("utf-8")
+        if expired.is_set():  # an answer without a length, shut at the deadline, is not whole
+            raise TimeoutError("the deadline passed")
     except ServerError:
         raise
-    except (TimeoutError, socket.timeout) as error:
-        raise NoAnswer(f"{url}: no answer within {timeout_s:g} s ({error or 'timed out'}); the server hangs") from None
-    except ConnectionRefusedError as error:
-        raise NoAnswer(f"{url}: connection refused ({error.strerror or error})") from None
-    except http.client.IncompleteRead as error:
-        got, expected = len(error.partial), error.expected
-        raise BrokenAnswer(f"{url}: the answer was cut short ({got} bytes, {expected} more promised)") from None
-    except http.client.RemoteDisconnected:
-        raise BrokenAnswer(f"{url}: the server closed the connection without an answer") from None
-    except http.client.BadStatusLine as error:
-        raise BrokenAnswer(f"{url}: the answer is not HTTP (status line {str(error)[:60]!r})") from None
-    except http.client.HTTPException as error:
-        raise BrokenAnswer(f"{url}: the answer breaks HTTP ({type(error).__name__}: {str(error)[:80]})") from None
-    except UnicodeDecodeError:
-        raise BrokenAnswer(f"{url}: the answer is not UTF-8 text") from None
-    except OSError as error:
-        raise BrokenAnswer(f"{url}: the connection failed ({type(error).__name__}: "
-                           f"{error.strerror or error})") from None  # fmt: skip
+    except (http.client.HTTPException, OSError, UnicodeDecodeError) as error:
+        if expired.is_set() or isinstance(error, TimeoutError):
+            raise NoAnswer(f"{url}: no whole answer within {timeout_s:g} s; the server hangs") from None
+        raise _why(url, error) from None
     finally:
+        timer.cancel()
         connection.close()
     return Answer(response.status, response.getheader("Content-Type", "") or "", text)
