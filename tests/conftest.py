@@ -54,7 +54,7 @@ class FakeBench:
         #: the call whose result reports three requests failed (a server that answered some requests with errors)
         self.lose_requests_on_call = lose_requests_on_call
 
-    def __call__(self, argv: list[str]) -> dict[str, Any]:
+    def __call__(self, argv: list[str], timeout_s: float | None = None) -> dict[str, Any]:
         self.calls.append(argv)
         if self.fail_on_call is not None and len(self.calls) == self.fail_on_call:
             raise RuntimeError("bench serve failed (as the test asked)")

@@ -1,6 +1,7 @@
 """A stand-in for `vllm serve` in tests: /health, /metrics with growing spec-decode counters, and a child process.
 
-Options let a test make it crash, never become healthy, or exit at once, so the runner's failure paths run for real.
+Options let a test make it crash, never become healthy, or exit at once, or answer ``/metrics`` or ``/health`` in
+ways that break HTTP or cannot be trusted, so the runner's failure paths run for real.
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ parser.add_argument("--exit-at-start", type=int, default=None, help="exit with t
 parser.add_argument("--ignore-sigterm", action="store_true")
 parser.add_argument("--stall-at-scrapes", type=int, nargs="*", default=[],
                     help="at these /metrics scrapes, 10 more output-token gaps of 2.5-5 s have been observed")
+#: Answers that break HTTP or cannot be trusted (``--bad-metrics``, ``--bad-health``).
+BAD = ("cut", "garbage", "reset", "html", "empty", "no-spec")
+parser.add_argument("--bad-metrics", choices=BAD, default=None, help="answer /metrics so at --bad-metrics-at")
+parser.add_argument("--bad-metrics-at", type=int, default=1, help="the /metrics scrape answered --bad-metrics")
+parser.add_argument("--bad-health", choices=BAD[:3], default=None, help="answer every /health so")
 args, _ = parser.parse_known_args()
 
 if args.exit_at_start is not None:
@@ -51,12 +57,50 @@ def inter_token_histogram(fast: int, stalled: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def spec_lines(n: int) -> str:
+    """The speculative-decoding counters at the ``n``-th scrape."""
+    return (
+        "# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.\n"
+        "# TYPE vllm:spec_decode_num_drafts_total counter\n"
+        f'vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {100 * n}.0\n'
+        "# TYPE vllm:spec_decode_num_draft_tokens_total counter\n"
+        f'vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="m"}} {400 * n}.0\n'
+        "# TYPE vllm:spec_decode_num_accepted_tokens_total counter\n"
+        f'vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="m"}} {236 * n}.0\n'
+        "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter\n"
+        f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="0"}} {80 * n}.0\n'
+        f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="1"}} {64 * n}.0\n'
+        f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="2"}} {51 * n}.0\n'
+        f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="3"}} {41 * n}.0\n'
+    )
+
+
 class Handler(BaseHTTPRequestHandler):
     def log_message(self, *a: object) -> None:
         pass
 
+    def answer_badly(self, how: str) -> bool:
+        """Answer as ``how`` says when it breaks HTTP or is not a scrape (True); False for ``no-spec`` or none."""
+        if how == "reset":  # nothing: the connection is closed without an answer
+            return True
+        if how == "garbage":  # another service on the port
+            self.wfile.write(b"SSH-2.0-OpenSSH_9.6\r\n")
+            return True
+        if how in ("cut", "html", "empty"):
+            body = {"cut": b"# TYPE vllm:num_preemptions_total counter\nvllm:num_pre",
+                    "html": b"<!DOCTYPE html><html><body><h1>502 Bad Gateway</h1></body></html>", "empty": b""}[how]
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html" if how == "html" else "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body) + (4096 if how == "cut" else 0)))
+            self.end_headers()
+            self.wfile.write(body)
+            return True
+        return False
+
     def do_GET(self) -> None:  # noqa: N802
         if self.path == "/health":
+            if args.bad_health and self.answer_badly(args.bad_health):
+                return
             self.send_response(503 if args.never_healthy else 200)
             self.end_headers()
             return
@@ -67,20 +111,12 @@ class Handler(BaseHTTPRequestHandler):
                 state["stalled_gaps"] += 10
             if args.die_after_scrapes and n > args.die_after_scrapes:
                 os._exit(3)
+            bad = args.bad_metrics if n == args.bad_metrics_at else None
+            if bad and self.answer_badly(bad):
+                return
             body = (
-                "# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.\n"
-                "# TYPE vllm:spec_decode_num_drafts_total counter\n"
-                f'vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {100 * n}.0\n'
-                "# TYPE vllm:spec_decode_num_draft_tokens_total counter\n"
-                f'vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="m"}} {400 * n}.0\n'
-                "# TYPE vllm:spec_decode_num_accepted_tokens_total counter\n"
-                f'vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="m"}} {236 * n}.0\n'
-                "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter\n"
-                f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="0"}} {80 * n}.0\n'
-                f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="1"}} {64 * n}.0\n'
-                f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="2"}} {51 * n}.0\n'
-                f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="3"}} {41 * n}.0\n'
-                "# TYPE vllm:num_preemptions_total counter\n"
+                ("" if bad == "no-spec" else spec_lines(n))
+                + "# TYPE vllm:num_preemptions_total counter\n"
                 'vllm:num_preemptions_total{engine="0",model_name="m"} 0.0\n'
                 + inter_token_histogram(100 * n, state["stalled_gaps"])
             ).encode()

@@ -5,6 +5,9 @@ generator replaced (and its workers started through this harness too). Environme
 
 - ``FAULT_BENCH_S``: seconds each bench call takes (it polls the server's ``/health`` meanwhile and fails when the
   server is gone, as a load generator does);
+- ``FAULT_LOAD_FLOOR_S``: the shortest deadline of one bench call (``run.measure.load_deadline_s``; default the
+  runner's own);
+- ``FAULT_HEALTH_TIMEOUT_S``: how long a starting server may take to answer ``/health`` (default the runner's own);
 - ``FAULT_SERVER_ARGS``: extra arguments of the stand-in server (e.g. ``--ignore-sigterm``);
 - ``FAULT_FIRST_PORT``: the port the runner gets first (a test holds it, to see the runner move to another);
 - ``FAULT_FS``: ``readonly`` (every write under the data folder fails with EROFS) or ``full:N`` (writes under the
@@ -22,34 +25,37 @@ import os
 import shlex
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from tests.conftest import FIXTURES, fake_server_argv
 from vllm_playbooks import cli, paths
 from vllm_playbooks.engine import server as server_module
+from vllm_playbooks.engine.exchange import get
 from vllm_playbooks.engine.server import VllmServer
 from vllm_playbooks.errors import ServerError
 from vllm_playbooks.run import case, parallel
 
 
-def slow_bench(argv: list[str]) -> dict[str, Any]:
-    """A ``bench serve`` result after ``FAULT_BENCH_S`` seconds of polling the server (which must stay up)."""
+def slow_bench(argv: list[str], timeout_s: float | None = None) -> dict[str, Any]:
+    """A ``bench serve`` result (its duration the time it took) after ``FAULT_BENCH_S`` seconds of polling the
+    server, which must stay up: as a load generator, it waits for a hung server as long as the run's deadline
+    (``timeout_s``) lets it, and fails at once when the server is gone or answers what breaks HTTP."""
     opt = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
-    deadline = time.monotonic() + float(os.environ.get("FAULT_BENCH_S", "0.2"))
+    began = time.monotonic()
+    done, limit = began + float(os.environ.get("FAULT_BENCH_S", "0.2")), began + (timeout_s or 600.0)
     while True:
         try:
-            with urllib.request.urlopen(f"{opt['--base-url']}/health", timeout=2) as response:  # noqa: S310
-                response.read()
-        except OSError as error:
+            get(f"{opt['--base-url']}/health", max(limit - time.monotonic(), 0.01))
+        except ServerError as error:
             raise ServerError(f"bench serve: the server stopped answering ({error})") from None
-        if time.monotonic() >= deadline:
+        if time.monotonic() >= done:
             break
         time.sleep(0.05)
     result = json.loads((FIXTURES / "h200-draft-c16" / "bench.json").read_text())
     result["num_prompts"] = result["completed"] = int(opt["--num-prompts"])
     result["failed"] = 0
+    result["duration"] = time.monotonic() - began  # the rate the runner plans the measured run's deadline with
     result["max_concurrency"] = int(opt["--max-concurrency"]) if "--max-concurrency" in opt else None
     Path(opt["--result-dir"], opt["--result-filename"]).write_text(json.dumps(result))
     return result
@@ -125,8 +131,10 @@ def worker_argv(case_name: str, labels: Any, overrides: dict[str, Any], python: 
 
 def main(argv: list[str]) -> int:
     """``vllm-playbooks argv…`` with the stand-ins in place."""
+    limits = {name: float(os.environ[env]) for name, env in (("load_floor_s", "FAULT_LOAD_FLOOR_S"),
+              ("health_timeout_s", "FAULT_HEALTH_TIMEOUT_S")) if os.environ.get(env)}  # fmt: skip
     parallel.run_case = functools.partial(case.run_case, bench=slow_bench, server_factory=fake_server,  # type: ignore[assignment]
-                                          gpu_sampler=None)  # fmt: skip
+                                          gpu_sampler=None, **limits)  # fmt: skip
     parallel.worker_argv = worker_argv  # type: ignore[assignment]
     # the stand-in server needs neither vLLM nor a GPU: the checks that live runs make first are skipped
     parallel.require_vllm = parallel.require_gpu = lambda: None  # type: ignore[assignment]

@@ -66,13 +66,15 @@ def start_ticks(pid: int) -> int | None:
 
 def stop_group(pgid: int, grace_s: float, keep: int | None = None) -> None:
     """SIGTERM every process of group ``pgid``, wait up to ``grace_s`` for them to go, then SIGKILL the rest;
-    ``keep`` (the caller's own pid, when it is in the group) is spared."""
+    ``keep`` (the caller's own pid, when it is in the group) is spared. Each signal is followed by SIGCONT, so that
+    a stopped (SIGSTOP) process gets it."""
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
         others = group_members(pgid) - {keep}
-        if keep is None:
-            _signal_group(pgid, sig)
-        for pid in others:
-            _signal(pid, sig)
+        for each in (sig, signal.SIGCONT):
+            if keep is None:
+                _signal_group(pgid, each)
+            for pid in others:
+                _signal(pid, each)
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             if keep is not None:  # the guard reaps its own children; the runner's Popen reaps its guard

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import urllib.request
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from vllm_playbooks.engine.exchange import get
 from vllm_playbooks.errors import ServerError
 
 _DRAFTS = "vllm:spec_decode_num_drafts_total"
@@ -231,12 +231,31 @@ def _histogram_delta(before: Histogram | None, after: Histogram | None) -> Histo
 
 
 def scrape(base_url: str, timeout_s: float = 10.0) -> str:
-    """GET ``<base_url>/metrics`` and return the text."""
+    """GET ``<base_url>/metrics`` within ``timeout_s`` (``engine.exchange.get``) and return the text; ``ServerError``
+    in one line when the exchange breaks or the status is not 200."""
+    answer = get(f"{base_url}/metrics", timeout_s)
+    if answer.status != 200:
+        raise ServerError(f"{base_url}/metrics answered HTTP {answer.status}, not 200")
+    return answer.text
+
+
+def untrusted_scrape(text: str, speculative: bool) -> str | None:
+    """Why the ``/metrics`` text ``text`` cannot be trusted as a vLLM scrape, or None when it can: empty, HTML,
+    not Prometheus text, without a single ``vllm:`` counter, or, where speculation is on (``speculative``), without
+    the speculative-decoding counters (a row would count every draft since start-up, or none)."""
+    if not text.strip():
+        return "it is empty"
+    if text.lstrip().startswith("<"):
+        return "it is HTML, not Prometheus text"
     try:
-        with urllib.request.urlopen(f"{base_url}/metrics", timeout=timeout_s) as response:  # noqa: S310 (loopback)
-            return response.read().decode("utf-8")
-    except OSError as error:
-        raise ServerError(f"could not scrape {base_url}/metrics: {error}") from error
+        snapshot = parse_metrics(text)
+    except (ValueError, KeyError, IndexError, TypeError) as error:
+        return f"it is not Prometheus text ({type(error).__name__}: {str(error)[:80]})"
+    if not any(name.startswith("vllm:") for name in snapshot.totals):
+        return "it holds no vllm: counter"
+    if speculative and any(name not in snapshot.totals for name in (_DRAFTS, _DRAFT_TOKENS, _ACCEPTED)):
+        return "speculation is on but it lacks the speculative-decoding counters"
+    return None
 
 
 def per_position_json(stats: SpecDecodeStats | None) -> str | None:

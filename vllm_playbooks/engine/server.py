@@ -16,19 +16,26 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
 from vllm_playbooks.engine import guard
+from vllm_playbooks.engine.exchange import BrokenAnswer, NoAnswer, get
 from vllm_playbooks.engine.guard import group_members
 from vllm_playbooks.engine.leftovers import forget_server, record_server
 from vllm_playbooks.errors import PortTakenError, ServerError
 
 LOOPBACK = "127.0.0.1"
+#: How long one ``/health`` poll may take, the whole exchange.
+HEALTH_POLL_S = 5.0
+#: Answers to ``/health`` in a row that break HTTP (``engine.exchange.BrokenAnswer``) after which a starting server
+#: is given up: it answers, but not in HTTP.
+BROKEN_HEALTH_ANSWERS = 3
+#: The grace of a stop when a process of the group was stopped (SIGSTOP): it is continued, and what a hung server
+#: has not finished in these seconds is killed.
+STOPPED_GRACE_S = 2.0
 
 
 def free_port(host: str = LOOPBACK) -> int:
@@ -46,15 +53,31 @@ def tail(path: Path, lines: int = 40) -> str:
         return "".join(deque(handle, maxlen=lines))
 
 
+def stopped_members(pgid: int) -> set[int]:
+    """Processes of group ``pgid`` stopped by a signal (state ``T``, SIGSTOP or SIGTSTP), from ``/proc``."""
+    stopped = set()
+    for pid in group_members(pgid):
+        with contextlib.suppress(OSError, IndexError):
+            stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+            if stat.rsplit(")", 1)[1].split()[0] == "T":
+                stopped.add(pid)
+    return stopped
+
+
 def stop_process_group(process: subprocess.Popen[bytes], pgid: int, grace_s: float = 30.0) -> None:
     """SIGTERM the group ``pgid`` (remembered at start: it is stopped even when its leader was already reaped), wait
-    up to ``grace_s`` for all of it to go, then SIGKILL what is left. An interrupt (a second Ctrl-C) during the wait
-    does not abort the stop: it goes straight to SIGKILL, and is raised again once the group is gone."""
+    up to ``grace_s`` for all of it to go, then SIGKILL what is left. A group with a stopped process (SIGSTOP: a hung
+    server) is continued (SIGCONT, so the SIGTERM is delivered) and given ``STOPPED_GRACE_S`` at most. An interrupt
+    (a second Ctrl-C) during the wait does not abort the stop: it goes straight to SIGKILL, and is raised again once
+    the group is gone."""
     interrupted: BaseException | None = None
+    if stopped_members(pgid):
+        grace_s = min(grace_s, STOPPED_GRACE_S)
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
         try:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, sig)
+            for each in (sig, signal.SIGCONT):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pgid, each)
             deadline = time.monotonic() + wait_s
             while time.monotonic() < deadline:
                 if process.poll() is not None and not group_members(pgid):
@@ -175,6 +198,7 @@ class VllmServer:
     def _wait_healthy(self, started: float) -> None:
         assert self.process is not None
         deadline = started + self.health_timeout_s
+        broken: list[str] = []
         while True:
             code = self.process.poll()
             if code is not None:
@@ -185,11 +209,20 @@ class VllmServer:
                     f"vLLM server exited with code {code} before it was healthy. Last lines of {self.log_path}:\n"
                     f"{log_tail}"
                 )
-            if self.healthy():
+            try:
+                healthy = self.health_status() == 200
+            except BrokenAnswer as error:
+                broken.append(str(error))
+                healthy = False
+            else:
+                broken.clear()
+            if healthy:
                 if not self.holds_port():
                     raise PortTakenError(f"port {self.port} answers /health from another process, not the server "
                                          "started here")  # fmt: skip
                 return
+            if len(broken) >= BROKEN_HEALTH_ANSWERS and self.holds_port():
+                raise ServerError(f"the server's /health answers break HTTP ({len(broken)} in a row): {broken[-1]}")
             if time.monotonic() > deadline:
                 raise ServerError(
                     f"vLLM server not healthy after {self.health_timeout_s:.0f} s. Last lines of {self.log_path}:\n"
@@ -205,12 +238,20 @@ class VllmServer:
             return not listening
         return bool(listening & socket_inodes(group_members(self.pgid)))
 
-    def healthy(self) -> bool:
-        """True when ``GET /health`` answers 200."""
+    def health_status(self) -> int | None:
+        """The status ``GET /health`` answers within ``HEALTH_POLL_S``; None when nothing answered in time
+        (``engine.exchange.NoAnswer``); ``BrokenAnswer`` when the answer breaks HTTP."""
         try:
-            with urllib.request.urlopen(f"{self.base_url}/health", timeout=5) as response:
-                return response.status == 200
-        except (urllib.error.URLError, OSError):
+            return get(f"{self.base_url}/health", HEALTH_POLL_S).status
+        except NoAnswer:
+            return None
+
+    def healthy(self) -> bool:
+        """True when ``GET /health`` answers 200 within ``HEALTH_POLL_S``; False for any other answer, none, or one
+        that breaks HTTP."""
+        try:
+            return self.health_status() == 200
+        except ServerError:
             return False
 
     def alive(self) -> bool:

@@ -15,6 +15,7 @@ import contextlib
 import io
 import json
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,9 +73,10 @@ def bench_argv(
 
 
 class BenchClient(Protocol):
-    """Runs one ``vllm bench serve`` invocation and returns its result JSON as a dict."""
+    """Runs one ``vllm bench serve`` invocation and returns its result JSON as a dict; a run not over after
+    ``timeout_s`` seconds (None: no limit) is cancelled and ends in ``ServerError``."""
 
-    def __call__(self, argv: list[str]) -> dict[str, Any]: ...
+    def __call__(self, argv: list[str], timeout_s: float | None = None) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -84,14 +86,15 @@ class InProcessBench:
     Each run executes on an event loop of its own in a daemon thread, so it also works inside a Jupyter kernel whose
     event loop is running. Its console report goes to ``log`` (a file handle) instead of the notebook. An interrupt
     (Ctrl-C, SIGTERM, or a time limit's SIGINT) cancels the run at once: its requests are cancelled and its
-    connections closed within seconds, and the interrupt is raised.
+    connections closed within seconds, and the interrupt is raised. A run still going after ``timeout_s`` (a hung
+    server: vLLM's own client waits hours) is cancelled the same way and ends in ``ServerError``.
     """
 
     log_path: Path | None = None
     #: How long an interrupted run may take to close its connections before the interrupt is raised anyway.
     cancel_grace_s: float = 5.0
 
-    def __call__(self, argv: list[str]) -> dict[str, Any]:
+    def __call__(self, argv: list[str], timeout_s: float | None = None) -> dict[str, Any]:
         from vllm.benchmarks.serve import add_cli_args, main_async  # vLLM is a GPU-side dependency
 
         parser = argparse.ArgumentParser(prog="vllm bench serve")
@@ -112,7 +115,7 @@ class InProcessBench:
         with sink, contextlib.redirect_stdout(sink):
             future = asyncio.run_coroutine_threadsafe(run(), loop)
             try:
-                result = _wait(future)
+                result = _wait(future, timeout_s)
             except SystemExit as error:
                 raise ServerError(f"vllm bench serve exited ({error.code}); see {self.log_path}") from error
             except BaseException:
@@ -129,12 +132,17 @@ class InProcessBench:
         return result
 
 
-def _wait(future: concurrent.futures.Future[Any]) -> Any:
-    """``future.result()`` in short waits, so that a signal reaches the waiting (main) thread at once."""
+def _wait(future: concurrent.futures.Future[Any], timeout_s: float | None = None) -> Any:
+    """``future.result()`` in short waits, so that a signal reaches the waiting (main) thread at once; after
+    ``timeout_s`` (None: never) ``ServerError``."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while True:
         try:
             return future.result(timeout=0.2)
         except concurrent.futures.TimeoutError:
+            if deadline is not None and time.monotonic() > deadline:
+                raise ServerError(f"vllm bench serve did not end within {timeout_s:.0f} s: the server hangs, or "
+                                  "is far slower than planned") from None
             continue
 
 

@@ -35,7 +35,15 @@ from vllm_playbooks.results.schema import RUN_COLUMNS
 from vllm_playbooks.results.stalls import mark_stalled
 from vllm_playbooks.results.store import load_run_rows, rows_to_frame
 from vllm_playbooks.run.engine_server import ServerFactory, say
-from vllm_playbooks.run.measure import LiveRun, RunReport, SamplerFactory, hardware_of, startup_cause
+from vllm_playbooks.run.measure import (
+    LOAD_DEADLINE_FLOOR_S,
+    LiveRun,
+    RunReport,
+    SamplerFactory,
+    hardware_of,
+    server_gone,
+    startup_cause,
+)
 from vllm_playbooks.run.paired import run_together
 from vllm_playbooks.run.plan import CasePlan, PlannedPoint, load_plan, overrides_for, quiet_plan
 from vllm_playbooks.run.runner_lock import case_runner_lock
@@ -102,6 +110,7 @@ def run_case(
     progress: bool = True,
     gpu_sampler: SamplerFactory | None = nvml_sampler,
     remeasure_stalled: bool = True,
+    load_floor_s: float = LOAD_DEADLINE_FLOOR_S,
 ) -> RunReport:
     """Measure every point of ``plan`` that is not recorded yet; one server per engine config.
 
@@ -112,7 +121,9 @@ def run_case(
     ``bench`` defaults to vLLM's own ``bench serve`` in-process; ``python`` is the interpreter that starts the
     server (default: this one). ``gpu_sampler`` samples the engine's GPUs during each measured run (default: NVML;
     where NVML is missing the point says so and the run goes on; ``None``: no sampling). Returns a report; call
-    ``report.raise_for_failures()`` to fail loudly.
+    ``report.raise_for_failures()`` to fail loudly. ``load_floor_s``: the shortest deadline of one ``bench serve`` run
+    (``run.measure.load_deadline_s``). After a point fails, the rest of its config fails at once when its server died
+    or stopped answering ``/health`` (``run.measure.server_gone``).
     """
     from tqdm.auto import tqdm
 
@@ -139,7 +150,8 @@ def run_case(
     if plan.pairing is not None:
         todo = paired_order(todo, plan.pairing)
     bar = tqdm(total=len(todo), desc=plan.case, disable=not progress, unit="point")
-    run = LiveRun(plan, bench, server_factory, python, health_timeout_s, provenance, data, report, bar, gpu_sampler)
+    run = LiveRun(plan, bench, server_factory, python, health_timeout_s, provenance, data, report, bar, gpu_sampler,
+                  load_floor_s)
     with sigterm_as_interrupt():
         if plan.pairing == CO_RESIDENT:
             run_together(run, todo, utc_now())
@@ -227,8 +239,8 @@ def _run_groups(run: LiveRun, todo: list[PlannedPoint], restart_session: str | N
                 for index, point in enumerate(points):
                     pairing = None if restart_session is None else pairing_record(
                         BY_RESTART, restart_session, positions[point.point_id], labels)  # fmt: skip
-                    if not run.measure(point, lifetime, server, pairing) and not server.alive():
-                        died = RuntimeError("server died earlier in this config")
+                    if not run.measure(point, lifetime, server, pairing) and (gone := server_gone(server)):
+                        died = RuntimeError(gone)
                         for rest in points[index + 1 :]:
                             run.fail(rest, died, lifetime)
                         break

@@ -20,7 +20,7 @@ from typing import Any
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.engine.gpu_sampler import GpuSampler, nvml_sampler
 from vllm_playbooks.engine.host_sampler import HostSampler
-from vllm_playbooks.engine.metrics import parse_metrics, scrape
+from vllm_playbooks.engine.metrics import parse_metrics, scrape, untrusted_scrape
 from vllm_playbooks.engine.server import VllmServer
 from vllm_playbooks.errors import PlaybookError, ServerError, StorageError
 from vllm_playbooks.load.bench import BenchClient, bench_argv
@@ -38,6 +38,28 @@ from vllm_playbooks.shapes import resolve_model, vllm_path
 
 #: Builds the sampler for one measured run: (number of GPUs the engine uses, the server's environment) → sampler.
 SamplerFactory = Callable[[int, dict[str, str]], GpuSampler]
+
+
+#: A load run's deadline is this many times its planned duration ...
+LOAD_DEADLINE_FACTOR = 10.0
+#: ... and never shorter than this (seconds): a warm-up's duration is not known before it runs.
+LOAD_DEADLINE_FLOOR_S = 900.0
+
+
+def load_deadline_s(planned_s: float, floor_s: float = LOAD_DEADLINE_FLOOR_S) -> float:
+    """How long one ``bench serve`` run planned to take ``planned_s`` seconds may run before it is given up as hung:
+    ``LOAD_DEADLINE_FACTOR`` times the plan, at least ``floor_s``."""
+    return max(floor_s, LOAD_DEADLINE_FACTOR * planned_s)
+
+
+def trusted_scrape(base_url: str, speculative: bool, when: str) -> str:
+    """The server's ``/metrics`` text (``scrape``), refused with ``ServerError`` in one line when it cannot be trusted
+    (``untrusted_scrape``): the point then fails and is measured again, instead of a row built on it."""
+    text = scrape(base_url)
+    why = untrusted_scrape(text, speculative)
+    if why is not None:
+        raise ServerError(f"the /metrics scrape {when} the measured run cannot be trusted: {why}; not recorded")
+    return text
 
 
 def _sampler_for(engine: EngineConfig, factory: SamplerFactory | None) -> GpuSampler | None:
@@ -96,6 +118,7 @@ def measure_point(
     data: Path,
     gpu_sampler: SamplerFactory | None = nvml_sampler,
     pairing: dict[str, Any] | None = None,
+    load_floor_s: float = LOAD_DEADLINE_FLOOR_S,
 ) -> RunRow:
     """Calibrate (uncounted warm-up), then measure one load level between two ``/metrics`` scrapes; record it.
 
@@ -104,15 +127,20 @@ def measure_point(
     The host's CPU is read over the same span (``HostSampler``: steal, busy and I/O-wait shares, load, clock) into
     ``point.json``'s ``host_signals``. ``pairing`` (``run.paired.pairing_record``: the paired session, its mode and
     the point's place in it) goes into ``point.json`` as it is; ``None`` for a point measured on its own.
+
+    Each ``bench serve`` run has a deadline (``load_deadline_s``: the warm-up ``load_floor_s``, the measured run ten
+    times its planned duration, at least ``load_floor_s``); a scrape that breaks HTTP or cannot be trusted
+    (``trusted_scrape``) fails the point (``ServerError``) before anything is written.
     """
     engine, load = point.engine, point.load
+    speculative = engine.speculative is not None
 
     tokenizer = engine.tokenizer_path()
     model_arg = str(vllm_path(resolve_model(engine.model), create=True))
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         work = Path(tmp)
 
-        def run(num_prompts: int, filename: str) -> tuple[list[str], str]:
+        def run(num_prompts: int, filename: str, planned_s: float) -> tuple[list[str], str]:
             argv = bench_argv(
                 load,
                 base_url=server.base_url,
@@ -122,11 +150,11 @@ def measure_point(
                 result_dir=work,
                 result_filename=filename,
             )
-            bench(argv)
+            bench(argv, timeout_s=load_deadline_s(planned_s, load_floor_s))
             return argv, (work / filename).read_text(encoding="utf-8")
 
         warmup_prompts = load.warmup_prompts()
-        _, warmup_text = run(warmup_prompts, raw.WARMUP_FILE)
+        _, warmup_text = run(warmup_prompts, raw.WARMUP_FILE, 0.0)
         warmup = json.loads(warmup_text)
         rps = warmup["completed"] / warmup["duration"] if warmup.get("duration") else None
         num_prompts = load.measured_prompts(rps, plan.min_duration_s)
@@ -137,9 +165,10 @@ def measure_point(
                 sampler.start()
             host.start()
             try:
-                before = scrape(server.base_url)
-                argv, bench_text = run(num_prompts, raw.BENCH_FILE)
-                after = scrape(server.base_url)
+                before = trusted_scrape(server.base_url, speculative, "before")
+                argv, bench_text = run(num_prompts, raw.BENCH_FILE, max(num_prompts / rps if rps else 0.0,
+                                                                        plan.min_duration_s))  # fmt: skip
+                after = trusted_scrape(server.base_url, speculative, "after")
             finally:
                 host.stop()
                 if sampler is not None:
@@ -231,6 +260,16 @@ def record_failed_point(case_dir: Path, point: PlannedPoint, error: BaseExceptio
     raw.record_failure(case_dir, recorded_id, message, {"server_log": str(log)})
 
 
+def server_gone(server: VllmServer) -> str | None:
+    """Why the points left on ``server`` cannot be measured after one failed, or None when it still serves: it
+    died, or it no longer answers ``/health`` with 200 in time (hung, stopped, or answering what breaks HTTP)."""
+    if not server.alive():
+        return "server died earlier in this config"
+    if not server.healthy():
+        return "server stopped answering /health earlier in this config"
+    return None
+
+
 #: What a failed point is kept for (a failure file) rather than ending the run: the server, the load generator or
 #: the data it returned went wrong. A ``StorageError`` (nothing can be kept) ends the run.
 POINT_ERRORS = (PlaybookError, OSError, KeyError, ValueError, RuntimeError)
@@ -251,6 +290,8 @@ class LiveRun:
     report: RunReport
     bar: Any
     gpu_sampler: SamplerFactory | None
+    #: The shortest deadline of one ``bench serve`` run (``load_deadline_s``).
+    load_floor_s: float = LOAD_DEADLINE_FLOOR_S
 
     @property
     def case_dir(self) -> Path:
@@ -269,7 +310,7 @@ class LiveRun:
         hardware = hardware_of(point.engine, self.provenance)
         try:
             measure_point(point, self.plan, server, lifetime.bench, self.provenance, self.data, self.gpu_sampler,
-                          pairing)  # fmt: skip
+                          pairing, self.load_floor_s)  # fmt: skip
         except StorageError:
             raise
         except POINT_ERRORS as error:

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from vllm_playbooks.config.pairing import CO_RESIDENT, pairing_record
 from vllm_playbooks.engine.server import VllmServer
 from vllm_playbooks.errors import PlaybookError, StorageError
-from vllm_playbooks.run.measure import LiveRun, startup_cause
+from vllm_playbooks.run.measure import LiveRun, server_gone, startup_cause
 from vllm_playbooks.run.plan import PlannedPoint
 
 
@@ -60,7 +60,7 @@ def run_together(run: LiveRun, todo: Sequence[PlannedPoint], session: str) -> No
                 continue
             server = servers[cid]
             pairing = pairing_record(CO_RESIDENT, session, position, labels)
-            if not run.measure(point, lifetimes[cid], server, pairing) and not server.alive():
+            if not run.measure(point, lifetimes[cid], server, pairing) and (gone := server_gone(server)):
                 del servers[cid]
-                fail_rest(cid, RuntimeError("server died earlier in this paired run"), position + 1)
+                fail_rest(cid, RuntimeError(gone.replace("this config", "this paired run")), position + 1)
             run.bar.update(1)

@@ -76,7 +76,7 @@ class LoadBench(FakeBench):
         super().__init__(**kwargs)
         self.servers, self.interrupt_on_call = servers, interrupt_on_call
 
-    def __call__(self, argv: list[str]) -> dict[str, Any]:
+    def __call__(self, argv: list[str], timeout_s: float | None = None) -> dict[str, Any]:
         if self.interrupt_on_call is not None and len(self.calls) + 1 == self.interrupt_on_call:
             raise KeyboardInterrupt
         result = super().__call__(argv)

@@ -179,7 +179,7 @@ from vllm_playbooks.run.plan import load_plan
 from vllm_playbooks.run.case import run_case
 
 class SlowBench(FakeBench):
-    def __call__(self, argv):
+    def __call__(self, argv, timeout_s=None):
         time.sleep(60)
 
 run_case(load_plan("llama-8b-draft-model", concurrency=[1], engines=["spec-off"]), bench=SlowBench(),

@@ -48,7 +48,7 @@ class DriftingBench(FakeBench):
         self.servers, self.drift, self.speedup = servers, drift, speedup
         self.measured: list[str] = []
 
-    def __call__(self, argv: list[str]) -> dict[str, Any]:
+    def __call__(self, argv: list[str], timeout_s: float | None = None) -> dict[str, Any]:
         result = super().__call__(argv)
         opt = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
         if opt["--result-filename"] != "bench.json":
