@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -79,7 +80,9 @@ def engine_for_log(log: Path, data: Path, recorded: dict[str, str] | None = None
     if config_id in recorded:
         return EngineConfig.model_validate(json.loads(recorded[config_id]))
     try:
-        planned = load_plan(case).engines
+        with warnings.catch_warnings():  # the plan's advisories say nothing about a start-up's time
+            warnings.simplefilter("ignore", SpeculativeConfigWarning)
+            planned = load_plan(case).engines
     except ConfigError:  # a case file of one's own, not packaged
         planned = []
     for engine in planned:
@@ -314,7 +317,6 @@ def part_time(case: str, part: str, data: Path | None = None) -> str:
     runs time all of it (``fresh_time_per_gpu``), each named as its rows name it: 'about 14 minutes (14 GPU-minutes,
     start-ups included) on NVIDIA H200 (1 GPU per server), vLLM 0.26.0'; clauses joined by '; '. Where no one GPU's
     runs time every point, one estimate from the runs of every GPU, naming them all."""
-    import warnings
 
     try:
         plan, _ = quiet_plan(case, **part_overrides(case, part))

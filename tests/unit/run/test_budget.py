@@ -271,3 +271,23 @@ def test_a_logs_engine_read_from_its_cases_recorded_configs_is_the_one_its_point
     other = {config_id: engine.model_copy(update={"max_num_seqs": 3}).model_dump_json()}  # what the caller read
     log = next(log for log in logs if log_name_parts(log)[0] == config_id)
     assert budget.engine_for_log(log, FROZEN, other).max_num_seqs == 3
+
+
+def test_a_log_without_points_reads_its_planned_engine_without_the_plans_advisories(tmp_path: Path) -> None:
+    """A server stopped before its first point (a log, no row) is matched to the packaged plan's engine of its id;
+    reading that plan's other configs must not print their advisories (an MTP k > 1 config warns) on every page that
+    times the case's servers."""
+    from vllm_playbooks.config.spec_detection import SpeculativeConfigWarning
+    from vllm_playbooks.run.plan import load_plan
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SpeculativeConfigWarning)
+        engines = load_plan("deepseek-mtp").engines
+    assert any(e.speculative is not None and e.speculative.num_speculative_tokens > 1 for e in engines)
+    wanted = engines[0]
+    log = tmp_path / "runs" / "deepseek-mtp" / "logs" / f"{wanted.config_id()}-2026-12-07T104134+0000.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SpeculativeConfigWarning)
+        assert budget.engine_for_log(log, tmp_path, recorded={}) == wanted
