@@ -233,3 +233,20 @@ def test_sigterm_or_double_sigint_of_the_parallel_parent_merges_and_stops(runner
     assert merged and len(set(merged)) == len(merged)
     assert not list((runner.tmp / "tmp").glob(f"{CASE}-parallel-*/gpus*/"))  # merged worker folders removed
     runner.rerun_completes(PARALLEL)
+
+
+def test_a_second_run_of_the_same_case_is_refused_while_the_first_measures(runner: Runner) -> None:
+    """Two runs of one case at once: the second is refused in one line naming the first (its pid) before it starts a
+    server, and the first finishes the grid with every point recorded exactly once."""
+    first = runner.start(PARALLEL, **SLOW)
+    wait_until(lambda: runner.recorded_anywhere() >= 1, 60, "a first point recorded")
+    began = time.monotonic()
+    second = subprocess.run([sys.executable, "-m", runner.module, *PARALLEL], cwd=ROOT, capture_output=True, text=True,
+                            env=runner.env(FAULT_BENCH_S="0.02"), timeout=60)  # fmt: skip
+    assert time.monotonic() - began < 15
+    assert second.returncode == 2, second.stderr
+    errors = [line for line in second.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"pid {first.pid}" in errors[0], second.stderr
+    assert first.wait(timeout=120) == 0, runner.stderr()
+    runner.assert_complete()
+    runner.assert_nothing_left()
