@@ -57,13 +57,13 @@ def test_the_pp_case_page_renders_with_or_without_rows(built_book: Path) -> None
 
 
 def test_the_crosscheck_page_shows_the_counts_and_explains_every_difference(built_book: Path) -> None:
-    from vllm_playbooks.run.crosscheck import EXPLANATIONS, comparison_table, count_lines, load_record
+    from vllm_playbooks.run.crosscheck import EXPLANATIONS, comparison_table, count_table, load_record
 
     page = (built_book / "_build" / "html" / "book/executed/config_crosscheck.html").read_text()
     text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", page))
     record = load_record(built_book / "data")
-    for line in count_lines(comparison_table(record)):
-        assert line in text, line
+    for outcome, cases in count_table(comparison_table(record)).itertuples(index=False):
+        assert f"{outcome} {cases}" in text, (outcome, cases)  # the counts' table, a row per outcome
     for label in EXPLANATIONS:
         assert label in text, label
     assert "vllm/v1/spec_decode/draft_model.py" in text and "0.26.0" in text and "machine without a GPU" in text

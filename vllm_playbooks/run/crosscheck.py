@@ -372,11 +372,22 @@ def comparison_table(record: pd.DataFrame | None = None) -> pd.DataFrame:
 
 
 def count_lines(table: pd.DataFrame) -> list[str]:
-    """The page's regression lines: cases, agreements, differences, then each kind of difference."""
+    """The page's regression lines: cases, agreements, differences, then each kind of difference (``count_table``)."""
+    every, agree, differ, *kinds = count_table(table)["cases"]
+    by_kind = (f"{kind}: {n}" for kind, n in zip(EXPLANATION_KINDS, kinds, strict=True))
+    return [f"cases={every} agree={agree} differ={differ}", *by_kind]
+
+
+def count_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The counts ``count_lines`` prints, as a table for the page: ``outcome`` (every case, where the two verdicts
+    agree, where they differ, then each kind of difference) and ``cases``."""
+    import pandas as pd
+
     kinds = table.loc[~table["agree"], "kind"].value_counts()
     agree = int(table["agree"].sum())
-    lines = [f"cases={len(table)} agree={agree} differ={len(table) - agree}"]
-    return lines + [f"{kind}: {int(kinds.get(kind, 0))}" for kind in EXPLANATION_KINDS]
+    records = [("every case", len(table)), ("the verdicts agree", agree), ("they differ", len(table) - agree)]
+    records += [(f"they differ: {kind}", int(kinds.get(kind, 0))) for kind in EXPLANATION_KINDS]
+    return pd.DataFrame(records, columns=["outcome", "cases"])
 
 
 _BAD_CONFIG = re.compile(r"^Bad speculative_config \{.*?\}: ")

@@ -25,6 +25,7 @@ from vllm_playbooks.run.crosscheck import (
     case_by_label,
     comparison_table,
     count_lines,
+    count_table,
     coverage_problems,
     crosscheck_rows,
     disagreements_markdown,
@@ -256,3 +257,11 @@ def test_every_config_vllm_accepts_and_we_refuse_is_explained(record: pd.DataFra
     refused_by_us = record[(record["vllm"] == "accepted") & (record["ours"] == "refused")]
     assert set(refused_by_us["label"]) == set(EXPLANATIONS)
     assert not len(record[(record["vllm"] == "refused") & (record["ours"] == "accepted")])  # no silent pass left
+
+
+def test_the_count_table_adds_up_and_matches_the_regression_lines(record: pd.DataFrame) -> None:
+    table = comparison_table(record)
+    counts = count_table(table).set_index("outcome")["cases"]
+    assert counts["every case"] == len(table) == counts["the verdicts agree"] + counts["they differ"]
+    assert counts[[f"they differ: {kind}" for kind in EXPLANATION_KINDS]].sum() == counts["they differ"]
+    assert count_lines(table)[0] == f"cases={len(table)} agree={counts['the verdicts agree']} differ={counts['they differ']}"
