@@ -11,8 +11,15 @@ from vllm_playbooks.errors import ConfigError
 DATA_DIR_ENV = "VLLM_PLAYBOOKS_DATA_DIR"
 
 
+#: The repository this package was loaded from (an editable install or a clone on ``sys.path``), where it holds the
+#: book's ``_config.yml``: the root ``find_repo_root`` falls back to for a command run from outside any repository.
+PACKAGE_REPO = Path(__file__).resolve().parents[1]
+
+
 def find_repo_root(start: Path | None = None) -> Path:
-    """Walk up from ``start`` (default: the working directory) to the folder holding ``_config.yml``.
+    """Walk up from ``start`` (default: the working directory) to the folder holding ``_config.yml``; from the
+    working directory outside any repository (your own case file in your own folder), the repository the package was
+    loaded from (``PACKAGE_REPO``) where it is one.
 
     Papermill runs a kernel in the caller's directory, nbval in the notebook's folder and the book build in
     the repo root; walking up to the book's config makes all three agree.
@@ -21,6 +28,8 @@ def find_repo_root(start: Path | None = None) -> Path:
     for folder in (here, *here.parents):
         if (folder / "_config.yml").is_file():
             return folder
+    if start is None and (PACKAGE_REPO / "_config.yml").is_file():
+        return PACKAGE_REPO
     raise ConfigError(
         f"No _config.yml found in {here} or any folder above it. Run from inside the repository "
         f"or set {DATA_DIR_ENV} to the data folder."
