@@ -173,6 +173,7 @@ def test_generated_import_folders_are_checked_whole(damages: list[tuple[str, str
         points.append(target)
     must_refuse = False  # a damage the check has to catch (a no-op one need not refuse)
     damaged: set[Path] = set()  # points damaged in a way that must be refused while they still have a point.json
+    failures: dict[Path, bool] = {}  # each failure file written, and whether its last writing left it well-formed
     for damage, name, cut in damages:
         path = points[cut % len(points)] / name
         point_json = path.parent / raw.POINT_FILE
@@ -198,10 +199,11 @@ def test_generated_import_folders_are_checked_whole(damages: list[tuple[str, str
             point_json.write_text(text.replace(old, new, 1))
         elif damage.startswith("failure"):
             record = '{"point_id": "%s", "error": "e"}' % path.parent.relative_to(raw.raw_root(case_root)).as_posix()
-            path.parent.with_name(path.parent.name + raw.FAILURE_SUFFIX).write_text(
-                record if damage == "failure-ok" else record[: cut % len(record)])
-            must_refuse |= damage == "failure-junk"
+            failure = path.parent.with_name(path.parent.name + raw.FAILURE_SUFFIX)
+            failure.write_text(record if damage == "failure-ok" else record[: cut % len(record)])
+            failures[failure] = damage == "failure-ok"  # a later damage of the same file replaces an earlier one
     must_refuse |= any((point / raw.POINT_FILE).is_file() for point in damaged)  # else the folder is no point
+    must_refuse |= not all(failures.values())
     clean = all(damage in ("none", "failure-ok") for damage, _, _ in damages)
     checked = _bounded(lambda: check_source_case(CASE, case_root) or True)
     assert checked is (None if must_refuse else True) or not (must_refuse or clean)

@@ -232,5 +232,5 @@ def answer_forms(solution: Solution) -> set[str]:
 
 def mentions(text: str, forms: set[str]) -> list[str]:
     """The ``forms`` that ``text`` holds as whole numbers (not inside a longer number: 128 is not in 1280 or 0.128,
-    31.95 not in 31.951)."""
-    return sorted(f for f in forms if re.search(rf"(?<![\d.,]){re.escape(f)}(?![\d]|[.,]\d)", text))
+    31.95 not in 31.951; nor inside a name: 64 is not in the config label mns64)."""
+    return sorted(f for f in forms if re.search(rf"(?<![\w.,]){re.escape(f)}(?![\d]|[.,]\d)", text))
