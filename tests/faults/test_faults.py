@@ -29,7 +29,7 @@ SLOW = {"FAULT_BENCH_S": "0.4"}
 
 
 def _interrupted_mid_grid(runner: Runner, args: list[str], **extra: str) -> None:
-    runner.start(args, **{**SLOW, **extra})
+    runner.start(args, **SLOW, **extra)
     wait_until(lambda: runner.recorded_anywhere() >= 1, 60, "a first point recorded")
 
 
@@ -222,8 +222,7 @@ def test_sigkill_of_the_parallel_parent_stops_workers_and_the_next_run_merges_th
 
 @pytest.mark.parametrize("signals", [[signal.SIGTERM], [signal.SIGINT, signal.SIGINT]], ids=["sigterm", "double-sigint"])
 def test_sigterm_or_double_sigint_of_the_parallel_parent_merges_and_stops(runner: Runner, signals: list[int]) -> None:
-    # slower runs than SLOW's: on two loaded cores the rest of the grid could end before the signals arrive
-    _interrupted_mid_grid(runner, PARALLEL, FAULT_BENCH_S="1.5")
+    _interrupted_mid_grid(runner, PARALLEL)
     for sig in signals:
         runner.signal(sig)
         time.sleep(0.3)
