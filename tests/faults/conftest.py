@@ -59,6 +59,12 @@ def processes_tagged(tag: str) -> dict[int, str]:
     return found
 
 
+def _sigint_as_from_a_terminal() -> None:
+    """In the child before it runs: Ctrl-C's SIGINT handled as by a program started from a terminal (a shell starts
+    background jobs with SIGINT ignored, and Python then leaves it ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def wait_until(condition: Callable[[], object], timeout_s: float, what: str) -> None:
     """Poll ``condition`` every 50 ms; fail the test naming ``what`` after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
@@ -127,8 +133,10 @@ class Runner:
         self.runs += 1
         out = (self.tmp / f"out{self.runs}").open("wb")
         err = (self.tmp / f"err{self.runs}").open("wb")
+        # as from a terminal: SIGINT at its default even where this suite runs as a background job (which ignores it)
         self.process = subprocess.Popen([sys.executable, "-m", self.module, *args], cwd=ROOT,
-                                        env=self.env(**extra), stdout=out, stderr=err)  # fmt: skip
+                                        env=self.env(**extra), stdout=out, stderr=err,
+                                        preexec_fn=_sigint_as_from_a_terminal)  # fmt: skip
         return self.process
 
     def run(self, args: list[str], timeout_s: float = 90, **extra: str) -> tuple[int, str]:
