@@ -118,12 +118,18 @@ def _build_book(tmp: Path) -> Path:
     env = {"PATH": f"{bindir}:/usr/bin:/bin", "PYTHONPATH": str(copy), "HOME": str(tmp)}
     subprocess.run(
         [*offline, sys.executable, "-m", "vllm_playbooks", "book", "--out", "book/executed"],
-        cwd=copy, check=True, env=env,
-    )  # fmt: skip
+        cwd=copy,
+        check=True,
+        env=env,
+    )
     build = subprocess.run(
         [*offline, str(bindir / "jupyter-book"), "build", ".", "--toc", "_build/_toc.yml", "-W", "-n", "--keep-going"],
-        cwd=copy, capture_output=True, text=True, env=env, check=False,
-    )  # fmt: skip
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     return copy
 

@@ -24,8 +24,10 @@ def test_book_builds_strictly_from_replayed_notebooks(built_book: Path) -> None:
     assert "beat speculation off beyond noise at" in text  # the opening, its numbers glued from the data
     assert "The rule." in text and "The evidence" in text and "Details" in text
     assert len(list((html / "_images").glob("*.png"))) >= 2
-    verdicts = {"deepseek-mtp": "changed mean TPOT against speculation off",
-                "gpt-oss-eagle3": "changed output throughput against speculation off"}  # fmt: skip
+    verdicts = {
+        "deepseek-mtp": "changed mean TPOT against speculation off",
+        "gpt-oss-eagle3": "changed output throughput against speculation off",
+    }
     for page, verdict in verdicts.items():  # the MoE pages: a verdict from the rows, the stalls named, scale stated
         text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", (html / f"book/executed/{page}.html").read_text()))
         assert verdict in text and "dummy (random) weights" in text

@@ -19,9 +19,17 @@ from vllm_playbooks import paths
 from vllm_playbooks.errors import ConfigError, SchemaError
 
 __all__ = [
-    "REFERENCE_DATASHEET", "REFERENCE_GPU", "Gpu", "as_gpu", "datasheet_gpu", "get_gpu", "hardware_file", "list_gpus",
-    "load_gpus", "measured_on",
-]  # fmt: skip
+    "REFERENCE_DATASHEET",
+    "REFERENCE_GPU",
+    "Gpu",
+    "as_gpu",
+    "datasheet_gpu",
+    "get_gpu",
+    "hardware_file",
+    "list_gpus",
+    "load_gpus",
+    "measured_on",
+]
 
 #: The GPU the book's own rows were measured on, as its rows name it (nvidia-smi's name): what a case page, the
 #: ledger's first line and the advisor's evaluation read unless asked for another...
@@ -31,9 +39,15 @@ REFERENCE_GPU = "NVIDIA H200"
 REFERENCE_DATASHEET = "H200-SXM"
 
 _COLUMNS = (
-    "gpu", "memory_gb", "hbm_bandwidth_tb_s", "bf16_dense_tflops", "fp8_dense_tflops", "source_url", "source_title",
+    "gpu",
+    "memory_gb",
+    "hbm_bandwidth_tb_s",
+    "bf16_dense_tflops",
+    "fp8_dense_tflops",
+    "source_url",
+    "source_title",
     "note",
-)  # fmt: skip
+)
 
 
 @dataclass(frozen=True)
@@ -111,10 +125,15 @@ def load_gpus(path: Path | None = None) -> dict[str, Gpu]:
             if row.gpu in gpus:
                 raise SchemaError(f"{source} row {number}: GPU {row.gpu!r} appears twice")
             gpus[row.gpu] = Gpu(
-                name=row.gpu, memory_gb=row.memory_gb, hbm_bandwidth_tb_s=row.hbm_bandwidth_tb_s,
-                bf16_dense_tflops=row.bf16_dense_tflops, fp8_dense_tflops=row.fp8_dense_tflops,
-                source_url=row.source_url, source_title=row.source_title, note=row.note,
-            )  # fmt: skip
+                name=row.gpu,
+                memory_gb=row.memory_gb,
+                hbm_bandwidth_tb_s=row.hbm_bandwidth_tb_s,
+                bf16_dense_tflops=row.bf16_dense_tflops,
+                fp8_dense_tflops=row.fp8_dense_tflops,
+                source_url=row.source_url,
+                source_title=row.source_title,
+                note=row.note,
+            )
     return gpus
 
 
@@ -142,9 +161,13 @@ def as_gpu(gpu: Gpu | str) -> Gpu:
 
 #: The datasheet row each GPU family's token in a lower-cased GPU name or hardware key stands for.
 _FAMILY_TOKENS = (
-    ("H200-SXM", "h200"), ("H100-SXM", "h100"), ("A100-80GB", "a100"), ("B200", "b200"), ("MI300X", "mi300x"),
+    ("H200-SXM", "h200"),
+    ("H100-SXM", "h100"),
+    ("A100-80GB", "a100"),
+    ("B200", "b200"),
+    ("MI300X", "mi300x"),
     ("L40S", "l40s"),
-)  # fmt: skip
+)
 
 
 def datasheet_gpu(name: str) -> Gpu:
@@ -158,8 +181,10 @@ def datasheet_gpu(name: str) -> Gpu:
             gpu = get_gpu(row)
             size = re.search(r"(\d+)\s*gb", lowered)
             if size and int(size.group(1)) != round(gpu.memory_gb):
-                raise ConfigError(f"{name!r} has {size.group(1)} GB; the {row} row of the hardware table has "
-                                  f"{gpu.memory_gb:g} GB and no row has this part")
+                raise ConfigError(
+                    f"{name!r} has {size.group(1)} GB; the {row} row of the hardware table has "
+                    f"{gpu.memory_gb:g} GB and no row has this part"
+                )
             return gpu
     return get_gpu(name)
 

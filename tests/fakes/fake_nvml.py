@@ -61,8 +61,13 @@ class FakeNvml:
     NVML_CLOCK_SM = NVML_CLOCK_SM
     NVMLError = NVMLError
 
-    def __init__(self, gpus: list[FakeGpu], fail_init: bool = False, fail_after: int | None = None,
-                 on_read: Callable[[int], None] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        gpus: list[FakeGpu],
+        fail_init: bool = False,
+        fail_after: int | None = None,
+        on_read: Callable[[int], None] | None = None,
+    ) -> None:
         self.gpus = gpus
         self.fail_init = fail_init
         self.fail_after = fail_after

@@ -20,8 +20,13 @@ parser.add_argument("--die-after-scrapes", type=int, default=0, help="exit after
 parser.add_argument("--never-healthy", action="store_true")
 parser.add_argument("--exit-at-start", type=int, default=None, help="exit with this code before serving")
 parser.add_argument("--ignore-sigterm", action="store_true")
-parser.add_argument("--stall-at-scrapes", type=int, nargs="*", default=[],
-                    help="at these /metrics scrapes, 10 more output-token gaps of 2.5-5 s have been observed")
+parser.add_argument(
+    "--stall-at-scrapes",
+    type=int,
+    nargs="*",
+    default=[],
+    help="at these /metrics scrapes, 10 more output-token gaps of 2.5-5 s have been observed",
+)
 #: Answers that break HTTP or cannot be trusted (``--bad-metrics``, ``--bad-health``).
 BAD = ("cut", "garbage", "reset", "html", "empty", "no-spec")
 parser.add_argument("--bad-metrics", choices=BAD, default=None, help="answer /metrics so at --bad-metrics-at")
@@ -31,8 +36,11 @@ args, _ = parser.parse_known_args()
 
 if args.exit_at_start is not None:
     print("fake server: failing at start-up as asked", flush=True)
-    print("(EngineCore pid=1) ERROR 12-06 02:18:07 [core.py:1330] ValueError: No available memory for the cache "
-          "blocks. Try increasing `gpu_memory_utilization` when initializing the engine.", flush=True)
+    print(
+        "(EngineCore pid=1) ERROR 12-06 02:18:07 [core.py:1330] ValueError: No available memory for the cache "
+        "blocks. Try increasing `gpu_memory_utilization` when initializing the engine.",
+        flush=True,
+    )
     sys.exit(args.exit_at_start)
 if args.ignore_sigterm:
     import signal
@@ -52,8 +60,10 @@ def inter_token_histogram(fast: int, stalled: int) -> str:
     buckets = {"0.05": fast, "2.5": fast, "5.0": fast + stalled, "+Inf": fast + stalled}
     lines = [f"# TYPE {name} histogram"]
     lines += [f'{name}_bucket{{engine="0",le="{le}",model_name="m"}} {count}.0' for le, count in buckets.items()]
-    lines += [f'{name}_count{{engine="0",model_name="m"}} {fast + stalled}.0',
-              f'{name}_sum{{engine="0",model_name="m"}} {0.02 * fast + 3.0 * stalled}']
+    lines += [
+        f'{name}_count{{engine="0",model_name="m"}} {fast + stalled}.0',
+        f'{name}_sum{{engine="0",model_name="m"}} {0.02 * fast + 3.0 * stalled}',
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -87,8 +97,11 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"SSH-2.0-OpenSSH_9.6\r\n")
             return True
         if how in ("cut", "html", "empty"):
-            body = {"cut": b"# TYPE vllm:num_preemptions_total counter\nvllm:num_pre",
-                    "html": b"<!DOCTYPE html><html><body><h1>502 Bad Gateway</h1></body></html>", "empty": b""}[how]
+            body = {
+                "cut": b"# TYPE vllm:num_preemptions_total counter\nvllm:num_pre",
+                "html": b"<!DOCTYPE html><html><body><h1>502 Bad Gateway</h1></body></html>",
+                "empty": b"",
+            }[how]
             self.send_response(200)
             self.send_header("Content-Type", "text/html" if how == "html" else "text/plain; version=0.0.4")
             self.send_header("Content-Length", str(len(body) + (4096 if how == "cut" else 0)))
@@ -115,8 +128,7 @@ class Handler(BaseHTTPRequestHandler):
             if bad and self.answer_badly(bad):
                 return
             body = (
-                ("" if bad == "no-spec" else spec_lines(n))
-                + "# TYPE vllm:num_preemptions_total counter\n"
+                ("" if bad == "no-spec" else spec_lines(n)) + "# TYPE vllm:num_preemptions_total counter\n"
                 'vllm:num_preemptions_total{engine="0",model_name="m"} 0.0\n'
                 + inter_token_histogram(100 * n, state["stalled_gaps"])
             ).encode()

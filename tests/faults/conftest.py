@@ -125,8 +125,14 @@ class Runner:
     def env(self, **extra: str) -> dict[str, str]:
         """The environment of one run: this test's data folder, TMPDIR and tag, and the fault's settings."""
         (self.tmp / "tmp").mkdir(exist_ok=True)
-        return {**os.environ, "VLLM_PLAYBOOKS_DATA_DIR": str(self.data), "TMPDIR": str(self.tmp / "tmp"),
-                "FAULT_TAG": self.tag, "PYTHONDONTWRITEBYTECODE": "1", **extra}  # fmt: skip
+        return {
+            **os.environ,
+            "VLLM_PLAYBOOKS_DATA_DIR": str(self.data),
+            "TMPDIR": str(self.tmp / "tmp"),
+            "FAULT_TAG": self.tag,
+            "PYTHONDONTWRITEBYTECODE": "1",
+            **extra,
+        }
 
     def start(self, args: list[str], **extra: str) -> subprocess.Popen[bytes]:
         """Start ``python -m <module> args…`` (its stdout and stderr go to files)."""
@@ -134,9 +140,14 @@ class Runner:
         out = (self.tmp / f"out{self.runs}").open("wb")
         err = (self.tmp / f"err{self.runs}").open("wb")
         # as from a terminal: SIGINT at its default even where this suite runs as a background job (which ignores it)
-        self.process = subprocess.Popen([sys.executable, "-m", self.module, *args], cwd=ROOT,
-                                        env=self.env(**extra), stdout=out, stderr=err,
-                                        preexec_fn=_sigint_as_from_a_terminal)  # fmt: skip
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", self.module, *args],
+            cwd=ROOT,
+            env=self.env(**extra),
+            stdout=out,
+            stderr=err,
+            preexec_fn=_sigint_as_from_a_terminal,
+        )
         return self.process
 
     def run(self, args: list[str], timeout_s: float = 90, **extra: str) -> tuple[int, str]:

@@ -125,16 +125,34 @@ def _failing_writes(kind: str, data: Path) -> None:
 
 def worker_argv(case_name: str, labels: Any, overrides: dict[str, Any], python: str | None = None) -> list[str]:
     """A worker of ``vllm-playbooks run``, started through this harness."""
-    return [sys.executable, "-m", "tests.faults.harness", "worker", "--case", case_name, "--engines", *labels,
-            "--overrides", json.dumps(overrides)]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "tests.faults.harness",
+        "worker",
+        "--case",
+        case_name,
+        "--engines",
+        *labels,
+        "--overrides",
+        json.dumps(overrides),
+    ]
 
 
 def main(argv: list[str]) -> int:
     """``vllm-playbooks argv…`` with the stand-ins in place."""
-    limits = {name: float(os.environ[env]) for name, env in (("load_floor_s", "FAULT_LOAD_FLOOR_S"),
-              ("health_timeout_s", "FAULT_HEALTH_TIMEOUT_S")) if os.environ.get(env)}  # fmt: skip
-    parallel.run_case = functools.partial(case.run_case, bench=slow_bench, server_factory=fake_server,  # type: ignore[assignment]
-                                          gpu_sampler=None, **limits)  # fmt: skip
+    limits = {
+        name: float(os.environ[env])
+        for name, env in (("load_floor_s", "FAULT_LOAD_FLOOR_S"), ("health_timeout_s", "FAULT_HEALTH_TIMEOUT_S"))
+        if os.environ.get(env)
+    }
+    parallel.run_case = functools.partial(
+        case.run_case,
+        bench=slow_bench,
+        server_factory=fake_server,  # type: ignore[assignment]
+        gpu_sampler=None,
+        **limits,
+    )
     parallel.worker_argv = worker_argv  # type: ignore[assignment]
     # the stand-in server needs neither vLLM nor a GPU: the checks that live runs make first are skipped
     parallel.require_vllm = parallel.require_gpu = lambda: None  # type: ignore[assignment]

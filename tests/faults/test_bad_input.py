@@ -67,18 +67,30 @@ BAD_CASE_FILES = [
     ("unknown-method", _with("method: ngram", "method: telepathy")),
     ("sampling-in-spec", _with("prompt_lookup_max: 3", "prompt_lookup_max: 3, temperature: 0.5")),
     ("unknown-key", GOOD + "colour: blue\n"),
-    ("no-engines", _with("""engines:
+    (
+        "no-engines",
+        _with(
+            """engines:
   - label: spec-off
   - label: ngram-k2
     speculative: {method: ngram, num_speculative_tokens: 2, prompt_lookup_max: 3}
-""", "engines: []\n")),
+""",
+            "engines: []\n",
+        ),
+    ),
     ("duplicate-labels", _with("label: ngram-k2", "label: spec-off")),
     ("not-yaml", "case: [unclosed\n"),
     ("not-a-mapping", "- just\n- a list\n"),
     ("empty-file", ""),
-    ("alias-bomb-in-title", _with("title: a case of one's own", "a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
-                                  + "".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 9))
-                                  + "title: *a8")),
+    (
+        "alias-bomb-in-title",
+        _with(
+            "title: a case of one's own",
+            "a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
+            + "".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 9))
+            + "title: *a8",
+        ),
+    ),
     ("nested-too-deep", GOOD + "title2: " + "[" * 200 + "]" * 200 + "\n"),
     ("huge-title", _with("title: a case of one's own", "title: " + "x" * 100_000)),
     ("huge-draft-length", _with("num_speculative_tokens: 2", "num_speculative_tokens: 1.0e+9")),
@@ -120,16 +132,24 @@ BAD_COMMANDS = [
     ("advise-live-budget-negative", [*ADVISE_LIVE, "--slo-tpot-p99-ms", "8", "--budget-gpu-min", "-20"]),
     ("advise-live-hardware", [*ADVISE_LIVE, "--slo-tpot-p99-ms", "8", "--budget-gpu-min", "20", "--hardware", "x"]),
     ("advise-live-gpu-twice", [*ADVISE_LIVE, "--slo-tpot-p99-ms", "8", "--budget-gpu-min", "20", "--gpus", "0,0"]),
-    ("advise-live-two-grids", ["advise", "--mode", "live", "--case", "gpt-oss-eagle3", "--slo-tpot-p99-ms", "8",
-                               "--budget-gpu-min", "20"]),
-    ("advise-live-no-such-length", [*ADVISE_LIVE, "--slo-tpot-p99-ms", "8", "--budget-gpu-min", "20",
-                                    "--input-len", "7"]),
+    (
+        "advise-live-two-grids",
+        ["advise", "--mode", "live", "--case", "gpt-oss-eagle3", "--slo-tpot-p99-ms", "8", "--budget-gpu-min", "20"],
+    ),
+    (
+        "advise-live-no-such-length",
+        [*ADVISE_LIVE, "--slo-tpot-p99-ms", "8", "--budget-gpu-min", "20", "--input-len", "7"],
+    ),
 ]
 
 #: check-config FILE and run --case FILE for each bad case file, then the command lines.
-CASES = [pytest.param(["check-config", "{file}"], text, id=f"check-config-file-{name}") for name, text in BAD_CASE_FILES]
-CASES += [pytest.param(["run", "--case", "{file}", "--gpus", "0"], text, id=f"run-file-{name}")
-          for name, text in BAD_CASE_FILES]  # fmt: skip
+CASES = [
+    pytest.param(["check-config", "{file}"], text, id=f"check-config-file-{name}") for name, text in BAD_CASE_FILES
+]
+CASES += [
+    pytest.param(["run", "--case", "{file}", "--gpus", "0"], text, id=f"run-file-{name}")
+    for name, text in BAD_CASE_FILES
+]
 CASES += [pytest.param(argv, None, id=name) for name, argv in BAD_COMMANDS]
 
 
@@ -149,8 +169,9 @@ def test_there_are_at_least_forty_bad_inputs() -> None:
 
 
 @pytest.mark.parametrize(("argv", "case_file"), CASES)
-def test_bad_input_is_refused_in_one_line_and_changes_nothing(argv: list[str], case_file: str | None,
-                                                              data_copy: Path, tmp_path: Path) -> None:  # fmt: skip
+def test_bad_input_is_refused_in_one_line_and_changes_nothing(
+    argv: list[str], case_file: str | None, data_copy: Path, tmp_path: Path
+) -> None:
     if case_file is not None:
         path = tmp_path / "my-case.yaml"
         path.write_text(textwrap.dedent(case_file))
@@ -158,8 +179,9 @@ def test_bad_input_is_refused_in_one_line_and_changes_nothing(argv: list[str], c
     before = tree_stat(data_copy)
     # warnings (advice on valid settings, e.g. what a speculative method turns off) are not what is tested here
     env = {**os.environ, "VLLM_PLAYBOOKS_DATA_DIR": str(data_copy), "TMPDIR": str(tmp_path), "PYTHONWARNINGS": "ignore"}
-    done = subprocess.run([sys.executable, "-m", "vllm_playbooks", *argv], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "vllm_playbooks", *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2, done.stderr
     assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr

@@ -133,8 +133,9 @@ def foreign_server() -> Iterator[int]:
 
 
 @pytest.mark.parametrize("holder", ["plain_listener", "foreign_server"])
-def test_a_taken_port_is_retried_on_another_with_one_line(runner: Runner, holder: str,
-                                                           request: pytest.FixtureRequest) -> None:  # fmt: skip
+def test_a_taken_port_is_retried_on_another_with_one_line(
+    runner: Runner, holder: str, request: pytest.FixtureRequest
+) -> None:
     port = request.getfixturevalue(holder)
     code, err = runner.run(WORKER, FAULT_FIRST_PORT=str(port), FAULT_BENCH_S="0.02")
     assert code == 0, err
@@ -190,9 +191,12 @@ def test_a_truncated_raw_file_is_named_in_one_line_and_nothing_changes(runner: R
 def test_concurrent_runners_appending_to_one_table_lose_no_row(runner: Runner) -> None:
     """Two runners of the same case, one config each, at once: both append to one runs.csv."""
     first = runner.start(["worker", "--case", WORKER[2], "--engines", "spec-off"], FAULT_BENCH_S="0.02")
-    second = subprocess.Popen([sys.executable, "-m", "tests.faults.harness", "worker", "--case", WORKER[2],
-                               "--engines", "ngram-k2"], cwd=ROOT, env=runner.env(FAULT_BENCH_S="0.02"),
-                              stderr=subprocess.DEVNULL)  # fmt: skip
+    second = subprocess.Popen(
+        [sys.executable, "-m", "tests.faults.harness", "worker", "--case", WORKER[2], "--engines", "ngram-k2"],
+        cwd=ROOT,
+        env=runner.env(FAULT_BENCH_S="0.02"),
+        stderr=subprocess.DEVNULL,
+    )
     assert first.wait(timeout=90) == 0 and second.wait(timeout=90) == 0
     runner.assert_complete()
     runner.assert_nothing_left()
@@ -220,7 +224,9 @@ def test_sigkill_of_the_parallel_parent_stops_workers_and_the_next_run_merges_th
     runner.assert_nothing_left()
 
 
-@pytest.mark.parametrize("signals", [[signal.SIGTERM], [signal.SIGINT, signal.SIGINT]], ids=["sigterm", "double-sigint"])
+@pytest.mark.parametrize(
+    "signals", [[signal.SIGTERM], [signal.SIGINT, signal.SIGINT]], ids=["sigterm", "double-sigint"]
+)
 def test_sigterm_or_double_sigint_of_the_parallel_parent_merges_and_stops(runner: Runner, signals: list[int]) -> None:
     _interrupted_mid_grid(runner, PARALLEL)
     for sig in signals:
@@ -241,8 +247,14 @@ def test_a_second_run_of_the_same_case_is_refused_while_the_first_measures(runne
     first = runner.start(PARALLEL, **SLOW)
     wait_until(lambda: runner.recorded_anywhere() >= 1, 60, "a first point recorded")
     began = time.monotonic()
-    second = subprocess.run([sys.executable, "-m", runner.module, *PARALLEL], cwd=ROOT, capture_output=True, text=True,
-                            env=runner.env(FAULT_BENCH_S="0.02"), timeout=60)  # fmt: skip
+    second = subprocess.run(
+        [sys.executable, "-m", runner.module, *PARALLEL],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=runner.env(FAULT_BENCH_S="0.02"),
+        timeout=60,
+    )
     assert time.monotonic() - began < 15
     assert second.returncode == 2, second.stderr
     errors = [line for line in second.stderr.splitlines() if line.startswith("error:")]

@@ -50,20 +50,21 @@ def assert_failed_points(runner: Runner, code: int, failed: list[str], why: str)
     runner.assert_nothing_left()
 
 
-@pytest.mark.parametrize(("mode", "why"), [
-    ("cut", "the answer was cut short"),
-    ("garbage", "the answer is not HTTP"),
-    ("reset", "closed the connection without an answer"),
-    ("html", "it is HTML, not Prometheus text"),
-    ("empty", "it is empty"),
-])  # fmt: skip
-def test_a_metrics_scrape_that_breaks_http_or_is_no_scrape_fails_its_point(runner: Runner, mode: str,
-                                                                           why: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("mode", "why"),
+    [
+        ("cut", "the answer was cut short"),
+        ("garbage", "the answer is not HTTP"),
+        ("reset", "closed the connection without an answer"),
+        ("html", "it is HTML, not Prometheus text"),
+        ("empty", "it is empty"),
+    ],
+)
+def test_a_metrics_scrape_that_breaks_http_or_is_no_scrape_fails_its_point(runner: Runner, mode: str, why: str) -> None:
     """The second scrape of each server (after the first point's measured run) answers badly: that point of each
     config fails, the others are measured on the same server."""
     began = time.monotonic()
-    code, _ = runner.run(WORKER, FAULT_BENCH_S="0.02",
-                         FAULT_SERVER_ARGS=f"--bad-metrics {mode} --bad-metrics-at 2")  # fmt: skip
+    code, _ = runner.run(WORKER, FAULT_BENCH_S="0.02", FAULT_SERVER_ARGS=f"--bad-metrics {mode} --bad-metrics-at 2")
     assert time.monotonic() - began < 30
     assert_failed_points(runner, code, [SPEC_OFF[0], NGRAM[0]], why)
     runner.rerun_completes()
@@ -79,11 +80,14 @@ def test_a_scrape_without_the_spec_counters_fails_a_speculative_point_only(runne
     runner.rerun_completes()
 
 
-@pytest.mark.parametrize(("mode", "why"), [
-    ("cut", "the answer was cut short"),
-    ("garbage", "the answer is not HTTP"),
-    ("reset", "closed the connection without an answer"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("mode", "why"),
+    [
+        ("cut", "the answer was cut short"),
+        ("garbage", "the answer is not HTTP"),
+        ("reset", "closed the connection without an answer"),
+    ],
+)
 def test_a_health_answer_that_breaks_http_fails_the_config_in_seconds(runner: Runner, mode: str, why: str) -> None:
     """A server whose ``/health`` answers break HTTP is given up after three such answers (not the 900 s start-up
     timeout), and every point of its config is kept as a failure."""
@@ -113,8 +117,10 @@ def test_a_stopped_server_fails_its_config_within_the_load_deadline_and_is_kille
     hung = [pid for pid in SPEC_OFF if pid not in recorded]
     assert 1 <= len(hung) <= 2
     assert_failed_points(runner, code, hung, "")
-    assert all(("did not end within" in line or "stopped answering" in line or "no answer within" in line)
-               for line in failures(runner).values()), failures(runner)  # fmt: skip
+    assert all(
+        ("did not end within" in line or "stopped answering" in line or "no answer within" in line)
+        for line in failures(runner).values()
+    ), failures(runner)
     runner.rerun_completes()
 
 

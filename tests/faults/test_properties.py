@@ -35,38 +35,87 @@ from vllm_playbooks.run.plan import load_plan, parse_parameter_pairs
 pytestmark = pytest.mark.faults
 
 EXAMPLES = int(os.environ.get("HYPOTHESIS_EXAMPLES", "700"))
-SETTINGS = settings(max_examples=EXAMPLES, deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])  # fmt: skip
+SETTINGS = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 LIMIT_S, LIMIT_BYTES = 2.0, 200 * 2**20
 CASE = "llama-8b-draft-model"
 #: The figures of this run, printed at its end (the README's Reliability section states them).
 FIGURES: dict[str, Any] = {"inputs": 0, "refused": 0, "slowest_s": 0.0, "peak_mib": 0.0}
 
 GOOD: dict[str, Any] = {
-    "case": "my-case", "title": "a case of one's own",
+    "case": "my-case",
+    "title": "a case of one's own",
     "engine_defaults": {"model": "tiny-llama", "max_model_len": 512},
-    "engines": [{"label": "spec-off"},
-                {"label": "ngram-k2", "speculative": {"method": "ngram", "num_speculative_tokens": 2,
-                                                      "prompt_lookup_max": 3}}],
+    "engines": [
+        {"label": "spec-off"},
+        {"label": "ngram-k2", "speculative": {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3}},
+    ],
     "loads": {"input_len": 64, "output_len": 16, "concurrency": [1, 4]},
-}  # fmt: skip
+}
 
-scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
-                    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=40),
-                    st.sampled_from(["tiny-llama", "ngram", "eagle3", "draft_model", "mtp", "../../etc", "1e9",
-                                     "spec-off", "-1", ".nan", "auto", "dummy"]))  # fmt: skip
-values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                       st.dictionaries(st.text(max_size=12), inner, max_size=4)),
-                      max_leaves=20)  # fmt: skip
-KEYS = ["case", "title", "engine_defaults", "engines", "loads", "repeats", "min_duration_s", "parts", "paired",
-        "gpu_memory_gib", "model", "max_model_len", "speculative", "num_speculative_tokens", "concurrency", "label",
-        "input_len", "output_len", "request_rate_qps", "method", "max_num_seqs", "max_num_batched_tokens"]
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=40),
+    st.sampled_from(
+        [
+            "tiny-llama",
+            "ngram",
+            "eagle3",
+            "draft_model",
+            "mtp",
+            "../../etc",
+            "1e9",
+            "spec-off",
+            "-1",
+            ".nan",
+            "auto",
+            "dummy",
+        ]
+    ),
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=12), inner, max_size=4)),
+    max_leaves=20,
+)
+KEYS = [
+    "case",
+    "title",
+    "engine_defaults",
+    "engines",
+    "loads",
+    "repeats",
+    "min_duration_s",
+    "parts",
+    "paired",
+    "gpu_memory_gib",
+    "model",
+    "max_model_len",
+    "speculative",
+    "num_speculative_tokens",
+    "concurrency",
+    "label",
+    "input_len",
+    "output_len",
+    "request_rate_qps",
+    "method",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+]
 PATHS = [(), ("engine_defaults",), ("loads",), ("engines", 0), ("engines", 1), ("engines", 1, "speculative")]
 
 
 def _bomb(levels: int) -> str:
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"] + [
-        f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, levels)]
+        f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, levels)
+    ]
     return "case: my-case\n" + "\n".join(lines) + f"\ntitle: *a{levels - 1}\n"
 
 
@@ -77,16 +126,27 @@ def case_texts(draw: st.DrawFn) -> str:
     if kind == "raw":
         return draw(st.text(max_size=300))
     if kind == "hostile":
-        return draw(st.sampled_from([
-            _bomb(draw(st.integers(2, 12))), "case: x\nt: " + "[" * draw(st.integers(1, 3000)) + "\n",
-            "case: x\ntitle: " + "y" * draw(st.integers(0, 40_000)) + "\n", "case: x\nt: *nope\n",
-            "case: x\n" + "k: &k [1]\n" * 3 + "\x00", yaml.safe_dump(GOOD) + "\n... \n---\ncase: y\n"]))
+        return draw(
+            st.sampled_from(
+                [
+                    _bomb(draw(st.integers(2, 12))),
+                    "case: x\nt: " + "[" * draw(st.integers(1, 3000)) + "\n",
+                    "case: x\ntitle: " + "y" * draw(st.integers(0, 40_000)) + "\n",
+                    "case: x\nt: *nope\n",
+                    "case: x\n" + "k: &k [1]\n" * 3 + "\x00",
+                    yaml.safe_dump(GOOD) + "\n... \n---\ncase: y\n",
+                ]
+            )
+        )
     spec = yaml.safe_load(yaml.safe_dump(GOOD))
     for _ in range(draw(st.integers(1, 3))):
         where: Any = spec
         for step in draw(st.sampled_from(PATHS)):
-            where = where[step] if isinstance(where, dict | list) and (
-                step in where if isinstance(where, dict) else step < len(where)) else where
+            where = (
+                where[step]
+                if isinstance(where, dict | list) and (step in where if isinstance(where, dict) else step < len(where))
+                else where
+            )
         if isinstance(where, dict):
             where[draw(st.sampled_from(KEYS))] = draw(values)
     return yaml.safe_dump(spec, allow_unicode=True)
@@ -135,14 +195,52 @@ def test_generated_case_files_plan_or_are_refused(text: str, own_file: Path) -> 
     assert plan is None or plan.points()
 
 
-ARG_NAMES = ["concurrency", "engines", "repeats", "max_model_len", "input_len", "output_len", "model", "paired",
-             "min_duration_s", "gpu_memory_utilization", "request_rate_qps", "profiles", "tensor_parallel_size"]
+ARG_NAMES = [
+    "concurrency",
+    "engines",
+    "repeats",
+    "max_model_len",
+    "input_len",
+    "output_len",
+    "model",
+    "paired",
+    "min_duration_s",
+    "gpu_memory_utilization",
+    "request_rate_qps",
+    "profiles",
+    "tensor_parallel_size",
+]
 
 
 @SETTINGS
-@given(pairs=st.lists(st.tuples(st.sampled_from(ARG_NAMES), st.one_of(
-    st.text(max_size=30), st.sampled_from(["[1, 16]", "[0]", "1e9", "1000000000", "[spec-off]", "null", "true",
-                                           "[1, 2, 3", "&a [*a]", "-1", ".inf", "'x'", "{a: 1}"]))), max_size=4))
+@given(
+    pairs=st.lists(
+        st.tuples(
+            st.sampled_from(ARG_NAMES),
+            st.one_of(
+                st.text(max_size=30),
+                st.sampled_from(
+                    [
+                        "[1, 16]",
+                        "[0]",
+                        "1e9",
+                        "1000000000",
+                        "[spec-off]",
+                        "null",
+                        "true",
+                        "[1, 2, 3",
+                        "&a [*a]",
+                        "-1",
+                        ".inf",
+                        "'x'",
+                        "{a: 1}",
+                    ]
+                ),
+            ),
+        ),
+        max_size=4,
+    )
+)
 def test_generated_notebook_parameters_plan_or_are_refused(pairs: list[tuple[str, str]]) -> None:
     def plan() -> Any:
         return load_plan(CASE, **parse_parameter_pairs([list(pair) for pair in pairs]))
@@ -160,10 +258,10 @@ FILES = [raw.POINT_FILE, raw.PROVENANCE_FILE, raw.BENCH_FILE, "metrics_before.pr
 
 
 @SETTINGS
-@given(damages=st.lists(st.tuples(st.sampled_from(DAMAGES), st.sampled_from(FILES), st.integers(0, 4000)),
-                        max_size=3))
-def test_generated_import_folders_are_checked_whole(damages: list[tuple[str, str, int]], recorded_points: list[Path],
-                                                    tmp_path_factory: pytest.TempPathFactory) -> None:  # fmt: skip
+@given(damages=st.lists(st.tuples(st.sampled_from(DAMAGES), st.sampled_from(FILES), st.integers(0, 4000)), max_size=3))
+def test_generated_import_folders_are_checked_whole(
+    damages: list[tuple[str, str, int]], recorded_points: list[Path], tmp_path_factory: pytest.TempPathFactory
+) -> None:
     source = tmp_path_factory.mktemp("source")
     case_root = source / "runs" / CASE
     points = []
@@ -211,11 +309,15 @@ def test_generated_import_folders_are_checked_whole(damages: list[tuple[str, str
 
 
 SAMPLE = [
-    (["check-config", CASE], 0), (["check-config", CASE, "-p", "concurrency", "[1, 1000000000]"], 2),
-    (["check-config", CASE, "-p", "concurrency", "&a [*a, *a]"], 2), (["plan", "--case", "../../x"], 2),
-    (["run", "--case", CASE, "--gpus", "0", "--repeats", "1000000000"], 2), (["import-runs", "/nonexistent"], 2),
-    (["check-config", CASE, "-p", "repeats", "1000000000"], 2), (["runs", "--no-such-flag"], 2),
-]  # fmt: skip
+    (["check-config", CASE], 0),
+    (["check-config", CASE, "-p", "concurrency", "[1, 1000000000]"], 2),
+    (["check-config", CASE, "-p", "concurrency", "&a [*a, *a]"], 2),
+    (["plan", "--case", "../../x"], 2),
+    (["run", "--case", CASE, "--gpus", "0", "--repeats", "1000000000"], 2),
+    (["import-runs", "/nonexistent"], 2),
+    (["check-config", CASE, "-p", "repeats", "1000000000"], 2),
+    (["runs", "--no-such-flag"], 2),
+]
 
 
 @pytest.mark.parametrize(("argv", "code"), SAMPLE)
@@ -225,8 +327,9 @@ def test_the_command_line_keeps_the_contract_end_to_end(argv: list[str], code: i
     before = tree_digest(data)
     env = {**os.environ, "VLLM_PLAYBOOKS_DATA_DIR": str(data), "PYTHONWARNINGS": "ignore"}
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "vllm_playbooks", *argv], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "vllm_playbooks", *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == code, done.stderr
     if code == 2:
         lines = done.stderr.strip().splitlines()
@@ -236,4 +339,3 @@ def test_the_command_line_keeps_the_contract_end_to_end(argv: list[str], code: i
     assert time.perf_counter() - started < 30
     usage = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     assert usage < 1024 * 1024  # KiB: below 1 GiB for the interpreter and pandas
-

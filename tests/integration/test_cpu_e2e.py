@@ -108,8 +108,13 @@ def test_a_paired_run_on_two_real_servers_at_once(tmp_path: Path) -> None:
     from vllm_playbooks.results.conditions import with_run_conditions
     from vllm_playbooks.results.replay import replay_case
 
-    spec = {**CASE, "case": "cpu-e2e-paired", "engines": [{"label": "spec-off"}, *CASE["engines"]], "repeats": 2,
-            "paired": True}  # fmt: skip
+    spec = {
+        **CASE,
+        "case": "cpu-e2e-paired",
+        "engines": [{"label": "spec-off"}, *CASE["engines"]],
+        "repeats": 2,
+        "paired": True,
+    }
     plan = plan_from_dict(spec)
     assert plan.pairing == CO_RESIDENT
     data = tmp_path / "data"
@@ -179,16 +184,40 @@ def test_a_new_user_measures_their_own_points_beside_the_reference_rows(tmp_path
     notebook = Path(__file__).resolve().parents[2] / "notebooks" / "llama-8b-draft-model.ipynb"
     executed = tmp_path / "page.ipynb"
     env = {**os.environ, "VLLM_PLAYBOOKS_DATA_DIR": str(data)}
-    done = subprocess.run([*papermill, str(notebook), str(executed), "-p", "case", str(case_file), "-p", "hardware",
-                           "all", "--cwd", str(notebook.parent)], env=env, capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [
+            *papermill,
+            str(notebook),
+            str(executed),
+            "-p",
+            "case",
+            str(case_file),
+            "-p",
+            "hardware",
+            "all",
+            "--cwd",
+            str(notebook.parent),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     page = json.loads(executed.read_text(encoding="utf-8"))
-    shown = "".join("".join(output.get("text", "")) + json.dumps(output.get("data", {}))
-                    for cell in page["cells"] for output in cell.get("outputs", []))  # fmt: skip
+    shown = "".join(
+        "".join(output.get("text", "")) + json.dumps(output.get("data", {}))
+        for cell in page["cells"]
+        for output in cell.get("outputs", [])
+    )
     assert "**On NVIDIA H200.**" in shown and "**On cpu.**" in shown  # a verdict for each hardware
     # a table is shown directly (text/html) or glued for the page's prose (application/papermill.record/text/html)
-    htmls = [json.dumps(html) for cell in page["cells"] for output in cell.get("outputs", [])
-             for mime, html in output.get("data", {}).items() if mime.endswith("text/html")]  # fmt: skip
+    htmls = [
+        json.dumps(html)
+        for cell in page["cells"]
+        for output in cell.get("outputs", [])
+        for mime, html in output.get("data", {}).items()
+        if mime.endswith("text/html")
+    ]
     tables = [html for html in htmls if ">baseline<" in html and ">speculative<" in html]
     assert tables and "NVIDIA H200" in tables[0] and "cpu" in tables[0]  # the comparison, side by side
 
@@ -203,13 +232,17 @@ def test_a_live_advisor_search_against_real_servers(tmp_path: Path, monkeypatch)
     from vllm_playbooks.advisor.trace import read_trace
 
     data = tmp_path / "data"
-    spec = {**NEW_USER_CASE, "case": "cpu-e2e-advisor",
-            "engine_defaults": {**NEW_USER_CASE["engine_defaults"], "max_num_seqs": 8},
-            "loads": {**NEW_USER_CASE["loads"], "concurrency": [1, 4]}}  # fmt: skip
+    spec = {
+        **NEW_USER_CASE,
+        "case": "cpu-e2e-advisor",
+        "engine_defaults": {**NEW_USER_CASE["engine_defaults"], "max_num_seqs": 8},
+        "loads": {**NEW_USER_CASE["loads"], "concurrency": [1, 4]},
+    }
     plan = plan_from_dict(spec)
     grid = live.live_grid(plan)
-    prices = live.LivePrices(run_gpu_s=dict.fromkeys(grid.points, 30.0),
-                             startup_gpu_s={e.config_id(): 60.0 for e in grid.engines()})  # fmt: skip
+    prices = live.LivePrices(
+        run_gpu_s=dict.fromkeys(grid.points, 30.0), startup_gpu_s={e.config_id(): 60.0 for e in grid.engines()}
+    )
     h200 = live.datasheet_gpu("h200")
     monkeypatch.setattr(live, "datasheet_gpu", lambda hardware: h200)
     # the least budget that measures speculation off first: (60 + 30) GPU-s for each side's first point, times 1.5

@@ -164,8 +164,17 @@ def _tall_page(html: Path) -> tuple[str, str]:
 
 #: Ways to break a built site, each on a page or element of its own, so that one broken copy holds them all: each
 #: returns the page whose failure line must name it and what that line must say.
-BREAKAGES = (_remove_image, _blank_png, _broken_link, _broken_fragment, _no_mathjax, _missing_cell, _index_column,
-             _object_repr, _tall_page)  # fmt: skip
+BREAKAGES = (
+    _remove_image,
+    _blank_png,
+    _broken_link,
+    _broken_fragment,
+    _no_mathjax,
+    _missing_cell,
+    _index_column,
+    _object_repr,
+    _tall_page,
+)
 
 
 @pytest.mark.site

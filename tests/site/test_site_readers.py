@@ -45,7 +45,13 @@ def test_reader_rules_fail_each_breakage_and_pass_the_right_site(tmp_path: Path)
     assert any("smallest text renders at" in r for r in reasons)
     assert any("raw print 'Name: implied, dtype: float64'" in r for r in reasons)
     assert any("'tag_hide-cell' cell" in r for r in reasons)
-    fine = check_site(_site(tmp_path / "fine", 400, "1.97× at 8 QPS <code>run(engines=['a'], qps=[1, 8])</code>",
-                            "tag_hide-cell tag_solution"))  # a command in inline code; a workshop's folded solution
+    fine = check_site(
+        _site(
+            tmp_path / "fine",
+            400,
+            "1.97× at 8 QPS <code>run(engines=['a'], qps=[1, 8])</code>",
+            "tag_hide-cell tag_solution",
+        )
+    )  # a command in inline code; a workshop's folded solution
     others = [f for f in fine.failures if not f.page.startswith("search.html")]  # the small site has no search
     assert not others, "\n".join(map(str, others))

@@ -27,24 +27,41 @@ def test_each_subcommand_declares_its_arguments(command: cli.Command, capsys: py
     assert stopped.value.code == 0 and command.summary in capsys.readouterr().out.replace("\n", " ").replace("  ", " ")
 
 
-@pytest.mark.parametrize(("argv", "error"), [
-    (["frob"], "error: argument COMMAND: invalid choice: 'frob'"),
-    (["check-config", "nope"], "error: Unknown case 'nope'"),
-    (["check-config", "llama-8b-draft-model", "-p", "concurrency", "[1, "], "error: parameter concurrency: cannot read"),
-    (["check-config", "llama-8b-draft-model", "-p", "engines", "[spec-of]"], "error: case llama-8b-draft-model: no engine"),
-    (["run", "--case", "llama-8b-draft-model"], "error: the following arguments are required: --gpus"),
-    (["reproduce", "--case", "nope"], "error: no notebook 'nope'"),
-    (["advise"], "error: give --case (with an SLO), --evaluate or --sensitivity"),
-    (["advise", "--case", "llama-8b-draft-model"], "error: an SLO needs a TPOT p99 bound"),
-    (["advise", "--case", "llama-8b-draft-model", "--slo-tpot-p99-ms", "-3"], "error: the SLO's TPOT p99 bound must be"),
-    (["advise", "--case", "nope", "--slo-tpot-p99-ms", "8"], "error: unknown case 'nope'"),
-    (["advise", "--case", "llama-8b-draft-model", "--slo-tpot-p99-ms", "8", "--budget-gpu-min", "0"],
-     "error: --budget-gpu-min must be positive"),
-    (["advise", "--case", "llama-8b-draft-model", "--slo-tpot-p99-ms", "8", "--mode", "live"],
-     "error: a live search needs --budget-gpu-min"),
-])  # fmt: skip
-def test_bad_input_is_one_line_with_exit_status_2(argv: list[str], error: str,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["frob"], "error: argument COMMAND: invalid choice: 'frob'"),
+        (["check-config", "nope"], "error: Unknown case 'nope'"),
+        (
+            ["check-config", "llama-8b-draft-model", "-p", "concurrency", "[1, "],
+            "error: parameter concurrency: cannot read",
+        ),
+        (
+            ["check-config", "llama-8b-draft-model", "-p", "engines", "[spec-of]"],
+            "error: case llama-8b-draft-model: no engine",
+        ),
+        (["run", "--case", "llama-8b-draft-model"], "error: the following arguments are required: --gpus"),
+        (["reproduce", "--case", "nope"], "error: no notebook 'nope'"),
+        (["advise"], "error: give --case (with an SLO), --evaluate or --sensitivity"),
+        (["advise", "--case", "llama-8b-draft-model"], "error: an SLO needs a TPOT p99 bound"),
+        (
+            ["advise", "--case", "llama-8b-draft-model", "--slo-tpot-p99-ms", "-3"],
+            "error: the SLO's TPOT p99 bound must be",
+        ),
+        (["advise", "--case", "nope", "--slo-tpot-p99-ms", "8"], "error: unknown case 'nope'"),
+        (
+            ["advise", "--case", "llama-8b-draft-model", "--slo-tpot-p99-ms", "8", "--budget-gpu-min", "0"],
+            "error: --budget-gpu-min must be positive",
+        ),
+        (
+            ["advise", "--case", "llama-8b-draft-model", "--slo-tpot-p99-ms", "8", "--mode", "live"],
+            "error: a live search needs --budget-gpu-min",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_with_exit_status_2(
+    argv: list[str], error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     try:
         status = cli.main(argv)
     except SystemExit as stopped:
@@ -60,8 +77,13 @@ def test_check_config_prints_what_the_plan_holds(capsys: pytest.CaptureFixture[s
 
 
 def test_python_dash_m_is_the_same_command_line() -> None:
-    done = subprocess.run([sys.executable, "-m", "vllm_playbooks", "check-config", "nope"], cwd=ROOT,
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "vllm_playbooks", "check-config", "nope"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 2 and done.stderr.startswith("error: Unknown case 'nope'")
 
 

@@ -11,9 +11,20 @@ from tests.conftest import ROOT
 PACKAGE = ROOT / "vllm_playbooks"
 #: The layers, lowest first: a module's layer is its top-level name under vllm_playbooks.
 LAYERS = (
-    ("errors", "files", "paths", "text"), ("hardware", "shapes", "tokenizer"), ("config",), ("engine", "load"), ("results",),
-    ("run",), ("model",), ("analysis",), ("advisor",), ("claims",), ("cases",), ("book",), ("cli", "__main__"),
-)  # fmt: skip
+    ("errors", "files", "paths", "text"),
+    ("hardware", "shapes", "tokenizer"),
+    ("config",),
+    ("engine", "load"),
+    ("results",),
+    ("run",),
+    ("model",),
+    ("analysis",),
+    ("advisor",),
+    ("claims",),
+    ("cases",),
+    ("book",),
+    ("cli", "__main__"),
+)
 MAX_LINES = 600
 
 
@@ -51,7 +62,9 @@ GRAPH = {module: imports_of(path) - {module} for module, path in MODULES.items()
 
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
     """'a -> b' for each import of a module from a layer above its own (the package's __init__ is exempt)."""
-    return [f"{m} -> {d}" for m, deps in graph.items() if m != "vllm_playbooks" for d in sorted(deps) if layer(d) > layer(m)]
+    return [
+        f"{m} -> {d}" for m, deps in graph.items() if m != "vllm_playbooks" for d in sorted(deps) if layer(d) > layer(m)
+    ]
 
 
 def import_circle(graph: dict[str, set[str]]) -> list[str]:
@@ -60,7 +73,7 @@ def import_circle(graph: dict[str, set[str]]) -> list[str]:
 
     def visit(module: str, path: tuple[str, ...]) -> list[str]:
         if module in path:
-            return [*path[path.index(module):], module]
+            return [*path[path.index(module) :], module]
         if module in done:
             return []
         for dep in sorted(graph.get(module, ())):

@@ -74,8 +74,9 @@ def _grow(data: Path) -> tuple[str, list[str]]:
     assert sync_rows(CASE, data) == [added]
 
     new_dir = case_dir(NEW_CASE, data)
-    firsts = [min((r for r in rows if (r.spec_method == "none") is off), key=lambda r: r.measured_at)
-              for off in (True, False)]  # fmt: skip
+    firsts = [
+        min((r for r in rows if (r.spec_method == "none") is off), key=lambda r: r.measured_at) for off in (True, False)
+    ]
     new = [_add_point(data / r.raw_path, new_dir, 0, r.measured_at) for r in firsts]
     (new_dir / "logs").mkdir()
     configs = {r.config_id for r in firsts}
@@ -93,8 +94,11 @@ def test_the_recorded_data_tests_pass_on_more_recorded_data(tmp_path: Path) -> N
     added, new = _grow(data)
     assert len(replay_rows(CASE, data)) == before + 1 and added in {r.point_id for r in replay_rows(CASE, data)}
     assert len(new) == 2 and {r.point_id for r in replay_rows(NEW_CASE, data)} == set(new)
-    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "unit").rglob("test_*.py")
-                   if f"pytest.mark.{MARKER}" in p.read_text(encoding="utf-8"))  # fmt: skip
+    files = sorted(
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "tests" / "unit").rglob("test_*.py")
+        if f"pytest.mark.{MARKER}" in p.read_text(encoding="utf-8")
+    )
     assert "tests/unit/results/test_recorded_data.py" in files
     for test in LEFT_OUT:  # each still names a marked test (pytest would ignore a stale one)
         path, name = test.split("::")
@@ -102,7 +106,11 @@ def test_the_recorded_data_tests_pass_on_more_recorded_data(tmp_path: Path) -> N
     deselect = [arg for test in LEFT_OUT for arg in ("--deselect", test)]
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", MARKER, *deselect, *files],
-        cwd=ROOT, env={**os.environ, DATA_DIR_ENV: str(data)}, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        cwd=ROOT,
+        env={**os.environ, DATA_DIR_ENV: str(data)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     assert " passed" in done.stdout.splitlines()[-1] and "deselected" in done.stdout.splitlines()[-1]

@@ -14,8 +14,10 @@ from tests.conftest import ROOT
 
 DETACHED, WAIT = str(ROOT / "tools" / "run-detached.sh"), str(ROOT / "tools" / "wait-for-run.sh")
 #: Writes a row where the runner records and a worker log where `vllm-playbooks run` puts its workers ($TMPDIR).
-JOB = ('echo r1 >> data/runs/demo/runs.csv && mkdir -p "$TMPDIR/demo-parallel-x" && '
-       'echo "point done" > "$TMPDIR/demo-parallel-x/gpus0.log" && echo "argument: $0" && exit 5')  # fmt: skip
+JOB = (
+    'echo r1 >> data/runs/demo/runs.csv && mkdir -p "$TMPDIR/demo-parallel-x" && '
+    'echo "point done" > "$TMPDIR/demo-parallel-x/gpus0.log" && echo "argument: $0" && exit 5'
+)
 
 
 def _tree(tmp_path: Path) -> Path:
@@ -26,8 +28,9 @@ def _tree(tmp_path: Path) -> Path:
 
 
 def _run(argv: list[str], tree: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", *argv], cwd=tree, env={**os.environ, **env}, capture_output=True, text=True,
-                          timeout=60, check=False)  # fmt: skip
+    return subprocess.run(
+        ["bash", *argv], cwd=tree, env={**os.environ, **env}, capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 def _names(archive: Path) -> set[str]:
@@ -68,7 +71,8 @@ def test_the_wait_says_a_run_is_still_going_and_the_data_folder_is_the_runs(tmp_
 def test_the_wait_ends_at_once_where_no_run_was_started(tmp_path: Path) -> None:
     tree, folder = _tree(tmp_path), tmp_path / "empty"
     folder.mkdir()
-    waited = subprocess.run(["bash", WAIT, str(folder), "60", "demo"], cwd=tree, capture_output=True, text=True,
-                            timeout=10, check=False)  # fmt: skip
+    waited = subprocess.run(
+        ["bash", WAIT, str(folder), "60", "demo"], cwd=tree, capture_output=True, text=True, timeout=10, check=False
+    )
     assert waited.returncode == 3 and "no run was started" in waited.stderr
     assert list(folder.iterdir()) == []

@@ -52,8 +52,9 @@ class _Run:
             self.configs.setdefault(key[0], []).append(key)
         for keys in self.configs.values():
             keys.sort(key=lambda k: self.lines[k]["load"])
-        self.advice = Advice(slo=slo, chosen=None, runner_up=None, stop_reason=BASELINE_STOPS[0],
-                             budget_gpu_s=oracle.budget_gpu_s)  # fmt: skip
+        self.advice = Advice(
+            slo=slo, chosen=None, runner_up=None, stop_reason=BASELINE_STOPS[0], budget_gpu_s=oracle.budget_gpu_s
+        )
 
     def pay(self, key: PointKey, why: str) -> dict[str, Any] | None:
         """Pay for one run of ``key`` (its first; a point paid for already is not paid again) and return its row;
@@ -66,14 +67,21 @@ class _Run:
             return None
         row = self.oracle.pay(key)
         line = self.lines[key]
-        self.advice.steps.append(Step(
-            number=len(self.advice.steps) + 1,
-            point=point_name(line["engine_label"], line["concurrency"], line["request_rate_qps"]), repeat=0, why=why,
-            expected_goodput_rps=math.nan, optimistic_goodput_rps=math.nan,
-            measured_goodput_rps=goodput_rps(self.slo, float(row["tpot_p99_ms"]), float(row["ttft_p99_ms"]),
-                                             float(row["request_throughput_rps"])),
-            gpu_s=cost, spent_gpu_s=self.oracle.spent_gpu_s,
-        ))  # fmt: skip
+        self.advice.steps.append(
+            Step(
+                number=len(self.advice.steps) + 1,
+                point=point_name(line["engine_label"], line["concurrency"], line["request_rate_qps"]),
+                repeat=0,
+                why=why,
+                expected_goodput_rps=math.nan,
+                optimistic_goodput_rps=math.nan,
+                measured_goodput_rps=goodput_rps(
+                    self.slo, float(row["tpot_p99_ms"]), float(row["ttft_p99_ms"]), float(row["request_throughput_rps"])
+                ),
+                gpu_s=cost,
+                spent_gpu_s=self.oracle.spent_gpu_s,
+            )
+        )
         return row
 
     @property

@@ -86,18 +86,57 @@ SENSITIVITY = (
 #: Where the sensitivity table is written, under the data folder.
 SENSITIVITY_FILE = Path("checks") / "advisor-sensitivity.csv"
 SENSITIVITY_COLUMNS = (
-    "variant", "plausible_chance", "plan_margin", "distance_uncertainty", "budget_share", "pairs", "median_ratio",
-    "min_ratio", "median_share", "below_min_ratio", "pairs_below_min_ratio",
-)  # fmt: skip
+    "variant",
+    "plausible_chance",
+    "plan_margin",
+    "distance_uncertainty",
+    "budget_share",
+    "pairs",
+    "median_ratio",
+    "min_ratio",
+    "median_share",
+    "below_min_ratio",
+    "pairs_below_min_ratio",
+)
 EVALUATION_COLUMNS = (
-    "budget_share", "policy", "case", "hardware", "model_shape", "acceptance", "workload", "grid_configs", "slo_level",
+    "budget_share",
+    "policy",
+    "case",
+    "hardware",
+    "model_shape",
+    "acceptance",
+    "workload",
+    "grid_configs",
+    "slo_level",
     "slo",
-    "slo_tpot_p99_ms", "chosen", "grid_best",
-    "chosen_goodput_rps", "grid_best_goodput_rps", "goodput_ratio", "answered", "sure", "lead_pct", "band_pct",
-    "chosen_runs", "grid_best_runs", "grid_runs_median", "grid_points_repeated", "grid_spread_pct", "tie_by_noise",
-    "scored_ratio", "points_paid", "runs_paid", "gpu_s_spent", "gpu_minutes", "gpu_s_grid", "gpu_time_share",
-    "gpu_s_floor", "floor_share", "gpu_s_min_answer", "stop_reason",
-)  # fmt: skip
+    "slo_tpot_p99_ms",
+    "chosen",
+    "grid_best",
+    "chosen_goodput_rps",
+    "grid_best_goodput_rps",
+    "goodput_ratio",
+    "answered",
+    "sure",
+    "lead_pct",
+    "band_pct",
+    "chosen_runs",
+    "grid_best_runs",
+    "grid_runs_median",
+    "grid_points_repeated",
+    "grid_spread_pct",
+    "tie_by_noise",
+    "scored_ratio",
+    "points_paid",
+    "runs_paid",
+    "gpu_s_spent",
+    "gpu_minutes",
+    "gpu_s_grid",
+    "gpu_time_share",
+    "gpu_s_floor",
+    "floor_share",
+    "gpu_s_min_answer",
+    "stop_reason",
+)
 
 
 def case_grids(
@@ -115,18 +154,23 @@ def case_grids(
     return grids
 
 
-def _hardware_grids(priced: pd.DataFrame,
-                    startups: dict[str, float]) -> list[tuple[dict[str, Any], pd.DataFrame, dict[str, float]]]:  # fmt: skip
+def _hardware_grids(
+    priced: pd.DataFrame, startups: dict[str, float]
+) -> list[tuple[dict[str, Any], pd.DataFrame, dict[str, float]]]:
     """``case_grids``' tuples of one hardware's priced rows and its configs' start-ups."""
     grids = []
     for values, group in priced.groupby(list(GRID_COLUMNS), sort=True):
         key = dict(zip(GRID_COLUMNS, values, strict=True))
-        engines = {line["config_id"]: engine_of(line)
-                   for line in group.drop_duplicates("config_id").to_dict("records")}  # fmt: skip
+        engines = {line["config_id"]: engine_of(line) for line in group.drop_duplicates("config_id").to_dict("records")}
         for scenario in acceptance_scenarios(engines):
             rows_in = group[group["config_id"].isin(scenario.config_ids)].reset_index(drop=True)
-            grids.append(({**key, "acceptance": scenario.label}, rows_in,
-                          {c: startups[c] for c in rows_in["config_id"].unique()}))  # fmt: skip
+            grids.append(
+                (
+                    {**key, "acceptance": scenario.label},
+                    rows_in,
+                    {c: startups[c] for c in rows_in["config_id"].unique()},
+                )
+            )
     return grids
 
 
@@ -161,9 +205,14 @@ def floor_gpu_s(rows: pd.DataFrame, startups: dict[str, float], best: pd.Series)
     return oracle.spent_gpu_s
 
 
-def evaluate_grid(key: dict[str, Any], rows: pd.DataFrame, startups: dict[str, float],
-                  budget_share: float = BUDGET_SHARE, knobs: Knobs = Knobs(),
-                  policy: str = ADVISOR) -> list[dict[str, Any]]:  # fmt: skip
+def evaluate_grid(
+    key: dict[str, Any],
+    rows: pd.DataFrame,
+    startups: dict[str, float],
+    budget_share: float = BUDGET_SHARE,
+    knobs: Knobs = Knobs(),
+    policy: str = ADVISOR,
+) -> list[dict[str, Any]]:
     """One evaluation line per SLO level of one grid, ``policy`` (one of ``versus.POLICIES``; the advisor searching
     with ``knobs``) given ``budget_share`` of the grid's recorded GPU time (see the module's docstring)."""
     points = point_table(rows)
@@ -179,56 +228,98 @@ def evaluate_grid(key: dict[str, Any], rows: pd.DataFrame, startups: dict[str, f
         chosen, chosen_goodput, chosen_runs = score(advice, points, slo)
         best_goodput = float(best["goodput_rps"]) if best is not None else 0.0
         floor = floor_gpu_s(rows, startups, best) if best is not None else math.nan
-        tie = best is not None and chosen != _name(best) and noise_tie(chosen_goodput, best_goodput,
-                                                                       noise["grid_spread_pct"])  # fmt: skip
+        tie = (
+            best is not None
+            and chosen != _name(best)
+            and noise_tie(chosen_goodput, best_goodput, noise["grid_spread_pct"])
+        )
         ratio = chosen_goodput / best_goodput if best_goodput > 0 else math.nan
-        lines.append({
-            "budget_share": budget_share, "policy": policy, "case": key["case"], "hardware": key["hardware"],
-            "model_shape": key["model_shape"], "acceptance": key["acceptance"],
-            "workload": workload_text(key), "grid_configs": rows["config_id"].nunique(), "slo_level": level,
-            "slo": slo.label(), "slo_tpot_p99_ms": slo.tpot_p99_ms,
-            "chosen": chosen, "grid_best": _name(best) if best is not None else "none",
-            "chosen_goodput_rps": chosen_goodput, "grid_best_goodput_rps": best_goodput,
-            "goodput_ratio": ratio, "answered": advice.chosen is not None, "sure": advice.sure,
-            "lead_pct": advice.lead_pct, "band_pct": advice.band_pct, "chosen_runs": chosen_runs,
-            "grid_best_runs": int(best["runs"]) if best is not None else 0, **noise, "tie_by_noise": tie,
-            "scored_ratio": scored_ratio({"tie_by_noise": tie, "goodput_ratio": ratio}),
-            "points_paid": len(oracle.paid_keys()), "runs_paid": len(oracle.payments),
-            "gpu_s_spent": oracle.spent_gpu_s, "gpu_minutes": oracle.spent_gpu_s / 60.0, "gpu_s_grid": full,
-            "gpu_time_share": oracle.spent_gpu_s / full, "gpu_s_floor": floor, "floor_share": floor / full,
-            "gpu_s_min_answer": least, "stop_reason": advice.stop_reason,
-        })  # fmt: skip
+        lines.append(
+            {
+                "budget_share": budget_share,
+                "policy": policy,
+                "case": key["case"],
+                "hardware": key["hardware"],
+                "model_shape": key["model_shape"],
+                "acceptance": key["acceptance"],
+                "workload": workload_text(key),
+                "grid_configs": rows["config_id"].nunique(),
+                "slo_level": level,
+                "slo": slo.label(),
+                "slo_tpot_p99_ms": slo.tpot_p99_ms,
+                "chosen": chosen,
+                "grid_best": _name(best) if best is not None else "none",
+                "chosen_goodput_rps": chosen_goodput,
+                "grid_best_goodput_rps": best_goodput,
+                "goodput_ratio": ratio,
+                "answered": advice.chosen is not None,
+                "sure": advice.sure,
+                "lead_pct": advice.lead_pct,
+                "band_pct": advice.band_pct,
+                "chosen_runs": chosen_runs,
+                "grid_best_runs": int(best["runs"]) if best is not None else 0,
+                **noise,
+                "tie_by_noise": tie,
+                "scored_ratio": scored_ratio({"tie_by_noise": tie, "goodput_ratio": ratio}),
+                "points_paid": len(oracle.paid_keys()),
+                "runs_paid": len(oracle.payments),
+                "gpu_s_spent": oracle.spent_gpu_s,
+                "gpu_minutes": oracle.spent_gpu_s / 60.0,
+                "gpu_s_grid": full,
+                "gpu_time_share": oracle.spent_gpu_s / full,
+                "gpu_s_floor": floor,
+                "floor_share": floor / full,
+                "gpu_s_min_answer": least,
+                "stop_reason": advice.stop_reason,
+            }
+        )
     return lines
 
 
-def evaluate(cases: list[str] | None = None, data: Path | None = None,
-             budget_shares: tuple[float, ...] = BUDGET_SHARES, knobs: Knobs = Knobs(),
-             policies: tuple[str, ...] = POLICIES) -> pd.DataFrame:  # fmt: skip
+def evaluate(
+    cases: list[str] | None = None,
+    data: Path | None = None,
+    budget_shares: tuple[float, ...] = BUDGET_SHARES,
+    knobs: Knobs = Knobs(),
+    policies: tuple[str, ...] = POLICIES,
+) -> pd.DataFrame:
     """The evaluation table over every recorded H200 grid of ``cases`` (default: every packaged case), once per
     budget share and policy (the advisor's search run with ``knobs``)."""
     return _evaluation(_recorded_grids(cases, data), budget_shares, knobs, policies)
 
 
-def _recorded_grids(cases: list[str] | None, data: Path | None) -> list[tuple[dict[str, Any], pd.DataFrame,
-                                                                              dict[str, float]]]:  # fmt: skip
+def _recorded_grids(
+    cases: list[str] | None, data: Path | None
+) -> list[tuple[dict[str, Any], pd.DataFrame, dict[str, float]]]:
     """``case_grids`` of every case of ``cases`` (default: every packaged case), in order."""
     return [grid for case in cases or grid_names() for grid in case_grids(case, data)]
 
 
-def _evaluation(grids: list[tuple[dict[str, Any], pd.DataFrame, dict[str, float]]], budget_shares: tuple[float, ...],
-                knobs: Knobs, policies: tuple[str, ...] = (ADVISOR,)) -> pd.DataFrame:  # fmt: skip
+def _evaluation(
+    grids: list[tuple[dict[str, Any], pd.DataFrame, dict[str, float]]],
+    budget_shares: tuple[float, ...],
+    knobs: Knobs,
+    policies: tuple[str, ...] = (ADVISOR,),
+) -> pd.DataFrame:
     """``evaluate``'s table over ``grids`` (``case_grids``' tuples) for ``policies``."""
     import pandas as pd
 
-    records = [line for key, rows, startups in grids for share in budget_shares for policy in policies
-               for line in evaluate_grid(key, rows, startups, share, knobs, policy)]  # fmt: skip
+    records = [
+        line
+        for key, rows, startups in grids
+        for share in budget_shares
+        for policy in policies
+        for line in evaluate_grid(key, rows, startups, share, knobs, policy)
+    ]
     return pd.DataFrame(records, columns=list(EVALUATION_COLUMNS))
 
 
 def pair_name(line: Any) -> str:
     """One (grid, SLO) pair of an evaluation table in words: case, model shape, acceptance, workload and SLO level."""
-    return (f"{line['case']} {line['model_shape']}{scenario_text(str(line['acceptance']))}, {line['workload']}, "
-            f"{line['slo_level']} SLO")  # fmt: skip
+    return (
+        f"{line['case']} {line['model_shape']}{scenario_text(str(line['acceptance']))}, {line['workload']}, "
+        f"{line['slo_level']} SLO"
+    )
 
 
 def sensitivity(cases: list[str] | None = None, data: Path | None = None) -> pd.DataFrame:
@@ -244,12 +335,19 @@ def sensitivity(cases: list[str] | None = None, data: Path | None = None) -> pd.
             result = summary(table, share)
             part = table[(table["budget_share"] - share).abs() < 1e-9]
             below = part[part["scored_ratio"] < TARGETS["min_ratio"]]
-            records.append({
-                "variant": name, **vars(knobs), "budget_share": share, "pairs": int(result["pairs"]),
-                "median_ratio": result["median_ratio"], "min_ratio": result["min_ratio"],
-                "median_share": result["median_share"], "below_min_ratio": len(below),
-                "pairs_below_min_ratio": "; ".join(pair_name(line) for _, line in below.iterrows()),
-            })  # fmt: skip
+            records.append(
+                {
+                    "variant": name,
+                    **vars(knobs),
+                    "budget_share": share,
+                    "pairs": int(result["pairs"]),
+                    "median_ratio": result["median_ratio"],
+                    "min_ratio": result["min_ratio"],
+                    "median_share": result["median_share"],
+                    "below_min_ratio": len(below),
+                    "pairs_below_min_ratio": "; ".join(pair_name(line) for _, line in below.iterrows()),
+                }
+            )
     return pd.DataFrame(records, columns=list(SENSITIVITY_COLUMNS))
 
 
@@ -266,11 +364,16 @@ def summary(table: pd.DataFrame, budget_share: float = BUDGET_SHARE, policy: str
     the median GPU-time share, the median floor share (``floor_gpu_s``) and the pairs with no answer."""
     table = table[((table["budget_share"] - budget_share).abs() < 1e-9) & (table["policy"] == policy)]
     ratios, raw = table["scored_ratio"].dropna(), table["goodput_ratio"].dropna()
-    return {"pairs": float(len(ratios)), "median_ratio": float(ratios.median()), "min_ratio": float(ratios.min()),
-            "median_goodput_ratio": float(raw.median()), "min_goodput_ratio": float(raw.min()),
-            "median_share": float(table["gpu_time_share"].median()),
-            "median_floor_share": float(table["floor_share"].median()),
-            "no_answer": float((~table["answered"].astype(bool)).sum())}  # fmt: skip
+    return {
+        "pairs": float(len(ratios)),
+        "median_ratio": float(ratios.median()),
+        "min_ratio": float(ratios.min()),
+        "median_goodput_ratio": float(raw.median()),
+        "min_goodput_ratio": float(raw.min()),
+        "median_share": float(table["gpu_time_share"].median()),
+        "median_floor_share": float(table["floor_share"].median()),
+        "no_answer": float((~table["answered"].astype(bool)).sum()),
+    }
 
 
 def read_evaluation(data: Path | None = None) -> pd.DataFrame:
@@ -280,27 +383,48 @@ def read_evaluation(data: Path | None = None) -> pd.DataFrame:
     return pd.read_csv((data or paths.data_dir()) / CHECK_FILE, dtype={"acceptance": str})
 
 
-def one_grid(case: str, hardware: str | None, model_shape: str | None, input_len: int | None, output_len: int | None,
-             load_kind: str | None, max_concurrency: float | None, data: Path | None = None, *,
-             acceptance: str | None = None) -> tuple[dict[str, Any], pd.DataFrame, dict[str, float]]:  # fmt: skip
+def one_grid(
+    case: str,
+    hardware: str | None,
+    model_shape: str | None,
+    input_len: int | None,
+    output_len: int | None,
+    load_kind: str | None,
+    max_concurrency: float | None,
+    data: Path | None = None,
+    *,
+    acceptance: str | None = None,
+) -> tuple[dict[str, Any], pd.DataFrame, dict[str, float]]:
     """The one recorded grid of ``case`` the filters leave (``acceptance``: a scenario's label, see
     ``scenarios.label_matches``; ``ConfigError`` naming the choices when none or several do), its loads limited to
     ``max_concurrency`` clients (closed loop) when given. Without ``hardware``, grids that differ only in their
     hardware leave the reference GPU's (``hardware.REFERENCE_GPU``), as the case pages show it."""
     if case not in grid_names():
         raise ConfigError(f"unknown case {case!r}; cases: {', '.join(grid_names())}")
-    wanted = {"hardware": hardware, "model_shape": model_shape, "input_len": input_len, "output_len": output_len,
-              "load_kind": load_kind}  # fmt: skip
+    wanted = {
+        "hardware": hardware,
+        "model_shape": model_shape,
+        "input_len": input_len,
+        "output_len": output_len,
+        "load_kind": load_kind,
+    }
     every = case_grids(case, data, hardware_contains="")
-    grids = [g for g in every if all(v is None or str(g[0][k]) == str(v) for k, v in wanted.items())
-             and (acceptance is None or label_matches(g[0]["acceptance"], acceptance))]  # fmt: skip
+    grids = [
+        g
+        for g in every
+        if all(v is None or str(g[0][k]) == str(v) for k, v in wanted.items())
+        and (acceptance is None or label_matches(g[0]["acceptance"], acceptance))
+    ]
     if hardware is None and len(grids) > 1:
         on_reference = [g for g in grids if set(g[1]["gpu_name"]) == {REFERENCE_GPU}]
         grids = on_reference if len(on_reference) == 1 else grids
     if len(grids) != 1:
-        choices = "; ".join(f"--hardware {g[0]['hardware']} --model-shape {g[0]['model_shape']} --input-len "
-                            f"{g[0]['input_len']} --output-len {g[0]['output_len']} --load {g[0]['load_kind']} "
-                            f"--acceptance '{g[0]['acceptance']}'" for g in every)  # fmt: skip
+        choices = "; ".join(
+            f"--hardware {g[0]['hardware']} --model-shape {g[0]['model_shape']} --input-len "
+            f"{g[0]['input_len']} --output-len {g[0]['output_len']} --load {g[0]['load_kind']} "
+            f"--acceptance '{g[0]['acceptance']}'"
+            for g in every
+        )
         raise ConfigError(f"{len(grids)} recorded grids of {case} match; pick one of: {choices}")
     key, rows, startups = grids[0]
     if max_concurrency is not None:
@@ -319,8 +443,17 @@ def live_versus_grid(trace: LiveTrace, data: Path | None = None) -> dict[str, An
     whether the choice is the grid best or the two sides' single-run goodputs overlap, so that the grid best's lead is
     not larger than the measured spread of both."""
     grid, hardware = trace.search["grid"], trace.search["hardware"][0]
-    _, rows, _ = one_grid(trace.search["case"], hardware, grid["model_shape"], grid["input_len"], grid["output_len"],
-                          grid["load_kind"], None, data, acceptance=grid.get("acceptance"))  # fmt: skip
+    _, rows, _ = one_grid(
+        trace.search["case"],
+        hardware,
+        grid["model_shape"],
+        grid["input_len"],
+        grid["output_len"],
+        grid["load_kind"],
+        None,
+        data,
+        acceptance=grid.get("acceptance"),
+    )
     slo = Slo(**trace.search["slo"])
     points = with_goodput(point_table(rows), slo)
     best = grid_best(points, slo)
@@ -334,14 +467,20 @@ def live_versus_grid(trace: LiveTrace, data: Path | None = None) -> dict[str, An
     for side, point in (("chosen", chosen), ("grid_best", best)):
         runs = rows[run_names == names[side]]
         each = [goodput_rps(slo, r.tpot_p99_ms, r.ttft_p99_ms, r.request_throughput_rps) for r in runs.itertuples()]
-        scored |= {side: names[side], f"{side}_goodput_rps": float(point["goodput_rps"]) if point is not None else 0.0,
-                   f"{side}_runs": int(point["runs"]) if point is not None else 0,
-                   f"{side}_goodput_min_rps": min(each, default=0.0),
-                   f"{side}_goodput_max_rps": max(each, default=0.0)}  # fmt: skip
-    overlap = (scored["chosen_goodput_max_rps"] >= scored["grid_best_goodput_min_rps"]
-               and scored["grid_best_goodput_max_rps"] >= scored["chosen_goodput_min_rps"])  # fmt: skip
-    scored["within_spread"] = chosen is not None and best is not None and (names["chosen"] == names["grid_best"]
-                                                                            or overlap)  # fmt: skip
+        scored |= {
+            side: names[side],
+            f"{side}_goodput_rps": float(point["goodput_rps"]) if point is not None else 0.0,
+            f"{side}_runs": int(point["runs"]) if point is not None else 0,
+            f"{side}_goodput_min_rps": min(each, default=0.0),
+            f"{side}_goodput_max_rps": max(each, default=0.0),
+        }
+    overlap = (
+        scored["chosen_goodput_max_rps"] >= scored["grid_best_goodput_min_rps"]
+        and scored["grid_best_goodput_max_rps"] >= scored["chosen_goodput_min_rps"]
+    )
+    scored["within_spread"] = (
+        chosen is not None and best is not None and (names["chosen"] == names["grid_best"] or overlap)
+    )
     return scored
 
 
@@ -372,8 +511,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input-len", type=int)
     parser.add_argument("--output-len", type=int)
     parser.add_argument("--load", choices=["concurrency", "rate"], help="closed-loop concurrency or request rates")
-    parser.add_argument("--acceptance", help="the acceptance scenario, when the case imposes several: its "
-                                             "first-position acceptance rate, e.g. 0.71")  # fmt: skip
+    parser.add_argument(
+        "--acceptance",
+        help="the acceptance scenario, when the case imposes several: its first-position acceptance rate, e.g. 0.71",
+    )
     parser.add_argument("--max-concurrency", type=float, help="your clients: loads above this are not considered")
     parser.add_argument("--slo-tpot-p99-ms", type=float)
     parser.add_argument("--slo-ttft-p99-ms", type=float)
@@ -384,11 +525,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"GPU-minutes to spend (replay default: {BUDGET_SHARE * 100:.0f}%% of the grid's recorded GPU time; "
         "live: required, charged at `vllm-playbooks plan`'s estimates)",
     )
-    parser.add_argument("--gpus", help="live: the GPU group the servers use, e.g. 0, or 0,1 for TP=2 (default: the "
-                                       "GPUs this process sees)")  # fmt: skip
-    parser.add_argument("--ignore-recorded", action="store_true",
-                        help="live: measure every run the search pays for, even one recorded on this hardware before "
-                             "(a search from scratch; its runs are added as further repeats)")  # fmt: skip
+    parser.add_argument(
+        "--gpus",
+        help="live: the GPU group the servers use, e.g. 0, or 0,1 for TP=2 (default: the GPUs this process sees)",
+    )
+    parser.add_argument(
+        "--ignore-recorded",
+        action="store_true",
+        help="live: measure every run the search pays for, even one recorded on this hardware before "
+        "(a search from scratch; its runs are added as further repeats)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -401,12 +547,16 @@ def main(args: argparse.Namespace) -> int:
         for share in BUDGET_SHARES:
             print(f"budget {share:.0%} of each grid (ratios with ties by noise counted as ties):")
             for line in comparison(table, share).itertuples():
-                print(f"  {line.policy}: {line.pairs} (grid, SLO) pairs, median ratio {line.median_ratio:.3f}, worst "
-                      f"{line.worst_ratio:.3f}, median {line.median_gpu_minutes:.1f} GPU-min, {line.no_answer} with "
-                      "no answer")  # fmt: skip
+                print(
+                    f"  {line.policy}: {line.pairs} (grid, SLO) pairs, median ratio {line.median_ratio:.3f}, worst "
+                    f"{line.worst_ratio:.3f}, median {line.median_gpu_minutes:.1f} GPU-min, {line.no_answer} with "
+                    "no answer"
+                )
         met = targets(table, BUDGET_SHARE)
-        print("advisor's targets at the default budget: " + ", ".join(
-            f"{name[:-4]} {'met' if met[name] else 'missed'}" for name in met if name.endswith("_met")))
+        print(
+            "advisor's targets at the default budget: "
+            + ", ".join(f"{name[:-4]} {'met' if met[name] else 'missed'}" for name in met if name.endswith("_met"))
+        )
         print(f"written to {out}")
         return 0
     if args.sensitivity:
@@ -415,8 +565,10 @@ def main(args: argparse.Namespace) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         table.round(6).to_csv(out, index=False)
         for line in table[table["budget_share"] == BUDGET_SHARE].itertuples():
-            print(f"{line.variant}: whole-grid budget, median share {line.median_share:.1%}, lowest ratio "
-                  f"{line.min_ratio:.3f}, {line.below_min_ratio} pair(s) below {TARGETS['min_ratio']}")
+            print(
+                f"{line.variant}: whole-grid budget, median share {line.median_share:.1%}, lowest ratio "
+                f"{line.min_ratio:.3f}, {line.below_min_ratio} pair(s) below {TARGETS['min_ratio']}"
+            )
         print(f"written to {out}")
         return 0
     if args.case is None:
@@ -430,16 +582,26 @@ def main(args: argparse.Namespace) -> int:
         return live_main(args, slo)
     if args.gpus is not None or args.ignore_recorded:
         raise ConfigError("--gpus and --ignore-recorded are for --mode live")
-    key, rows, startups = one_grid(args.case, args.hardware, args.model_shape, args.input_len, args.output_len,
-                                   args.load, args.max_concurrency, acceptance=args.acceptance)  # fmt: skip
+    key, rows, startups = one_grid(
+        args.case,
+        args.hardware,
+        args.model_shape,
+        args.input_len,
+        args.output_len,
+        args.load,
+        args.max_concurrency,
+        acceptance=args.acceptance,
+    )
     full = RecordedOracle(rows, startups, budget_gpu_s=1.0).full_grid_gpu_s()
     budget = args.budget_gpu_min * 60.0 if args.budget_gpu_min is not None else BUDGET_SHARE * full
     oracle = RecordedOracle(rows, startups, budget_gpu_s=budget)
     gpu = datasheet_gpu(str(key["hardware"]))
     least = min_answer_gpu_s(oracle, gpu)
     if budget < least:
-        raise ConfigError(f"a budget of {budget / 60:.2f} GPU-min pays for no point of this grid; the smallest budget "
-                          f"that can answer is --budget-gpu-min {math.ceil(least / 60 * 100) / 100:.2f}")
+        raise ConfigError(
+            f"a budget of {budget / 60:.2f} GPU-min pays for no point of this grid; the smallest budget "
+            f"that can answer is --budget-gpu-min {math.ceil(least / 60 * 100) / 100:.2f}"
+        )
     advice = advise(oracle, slo, gpu)
     print(advice_text(advice, key, full))
     return 0
@@ -447,27 +609,41 @@ def main(args: argparse.Namespace) -> int:
 
 def advice_text(advice: Advice, key: dict[str, Any], full_gpu_s: float) -> str:
     """The command's answer: the chosen point, the runner-up, the points paid for and the GPU time spent."""
-    head = (f"{key['case']} on {key['hardware']}, {key['model_shape']}{scenario_text(key['acceptance'])}, "
-            f"{workload_text(key)}; SLO {advice.slo.label()}")
+    head = (
+        f"{key['case']} on {key['hardware']}, {key['model_shape']}{scenario_text(key['acceptance'])}, "
+        f"{workload_text(key)}; SLO {advice.slo.label()}"
+    )
     lines = [head]
     for what, point in (("recommended", advice.chosen), ("runner-up", advice.runner_up)):
         if point is None:
             lines.append(f"{what}: none")
             continue
         predicted = next(s.expected_goodput_rps for s in advice.steps if s.point == point["point"] and s.repeat == 0)
-        lines.append(f"{what}: {point['point']} (speculative {point['speculative']}, k={point['k']}, "
-                     f"--max-num-seqs {point['max_num_seqs']}): goodput {point['goodput_rps']:.2f} req/s measured over "
-                     f"{point['runs']} run(s) (the model predicted {predicted:.2f} before measuring it), TPOT p99 "
-                     f"{point['tpot_p99_ms']:.1f} ms")  # fmt: skip
+        lines.append(
+            f"{what}: {point['point']} (speculative {point['speculative']}, k={point['k']}, "
+            f"--max-num-seqs {point['max_num_seqs']}): goodput {point['goodput_rps']:.2f} req/s measured over "
+            f"{point['runs']} run(s) (the model predicted {predicted:.2f} before measuring it), TPOT p99 "
+            f"{point['tpot_p99_ms']:.1f} ms"
+        )
     for step in advice.steps:
-        lines.append(f"  paid {step.number}: {step.point} r{step.repeat} ({step.why}): "
-                     f"{step.gpu_s / 60:.1f} GPU-min, expected {step.expected_goodput_rps:.2f}, "
-                     f"measured {step.measured_goodput_rps:.2f} req/s")  # fmt: skip
-    lines.append(f"how sure: {advice.sure}" + ("" if math.isnan(advice.lead_pct) else
-                 f" (measured lead {advice.lead_pct:+.1f} % over the runner-up, noise band {advice.band_pct:.1f} %)"))
+        lines.append(
+            f"  paid {step.number}: {step.point} r{step.repeat} ({step.why}): "
+            f"{step.gpu_s / 60:.1f} GPU-min, expected {step.expected_goodput_rps:.2f}, "
+            f"measured {step.measured_goodput_rps:.2f} req/s"
+        )
+    lines.append(
+        f"how sure: {advice.sure}"
+        + (
+            ""
+            if math.isnan(advice.lead_pct)
+            else f" (measured lead {advice.lead_pct:+.1f} % over the runner-up, noise band {advice.band_pct:.1f} %)"
+        )
+    )
     if advice.baseline_unmeasured:
         lines.append(f"warning: {BASELINE_UNMEASURED}")
-    lines.append(f"stopped: {advice.stop_reason}; spent {advice.spent_gpu_s / 60:.1f} of "
-                 f"{advice.budget_gpu_s / 60:.1f} GPU-min budget ({advice.spent_gpu_s / full_gpu_s:.0%} of the grid's "
-                 f"{full_gpu_s / 60:.1f})")  # fmt: skip
+    lines.append(
+        f"stopped: {advice.stop_reason}; spent {advice.spent_gpu_s / 60:.1f} of "
+        f"{advice.budget_gpu_s / 60:.1f} GPU-min budget ({advice.spent_gpu_s / full_gpu_s:.0%} of the grid's "
+        f"{full_gpu_s / 60:.1f})"
+    )
     return "\n".join(lines)

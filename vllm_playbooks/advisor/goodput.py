@@ -49,8 +49,9 @@ class Slo:
 
     def met(self, tpot_p99_ms: float, ttft_p99_ms: float) -> bool:
         """Whether p99 latencies of ``tpot_p99_ms`` and ``ttft_p99_ms`` meet every bound set."""
-        return ((self.tpot_p99_ms is None or tpot_p99_ms <= self.tpot_p99_ms)
-                and (self.ttft_p99_ms is None or ttft_p99_ms <= self.ttft_p99_ms))  # fmt: skip
+        return (self.tpot_p99_ms is None or tpot_p99_ms <= self.tpot_p99_ms) and (
+            self.ttft_p99_ms is None or ttft_p99_ms <= self.ttft_p99_ms
+        )
 
     def label(self) -> str:
         """'TPOT p99 ≤ 12.5 ms' and/or 'TTFT p99 ≤ 400 ms'."""
@@ -81,11 +82,17 @@ def point_table(rows: pd.DataFrame) -> pd.DataFrame:
     filled = rows.assign(
         concurrency=rows["concurrency"].fillna(-1), request_rate_qps=rows["request_rate_qps"].fillna(-1)
     )
-    table = filled.groupby(keys, sort=True).agg(
-        engine_label=("engine_label", "first"), model_shape=("model_shape", "first"),
-        max_num_seqs=("max_num_seqs", "first"), runs=("repeat", "size"),
-        **{m: (m, "median") for m in METRIC_COLUMNS},
-    ).reset_index()  # fmt: skip
+    table = (
+        filled.groupby(keys, sort=True)
+        .agg(
+            engine_label=("engine_label", "first"),
+            model_shape=("model_shape", "first"),
+            max_num_seqs=("max_num_seqs", "first"),
+            runs=("repeat", "size"),
+            **{m: (m, "median") for m in METRIC_COLUMNS},
+        )
+        .reset_index()
+    )
     return table.replace({"concurrency": {-1: float("nan")}, "request_rate_qps": {-1: float("nan")}})
 
 

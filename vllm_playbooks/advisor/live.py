@@ -76,12 +76,16 @@ if TYPE_CHECKING:
 def catalog_line(engine: EngineConfig, load: LoadPoint) -> dict[str, Any]:
     """A planned point as the advisor's catalog holds it (``CATALOG_COLUMNS``), spelled as its recorded row will be."""
     return {
-        "config_id": engine.config_id(), "engine_label": engine.label, "model_shape": resolve_model(engine.model).name,
-        "engine_config_json": json.dumps(engine.resolved(), sort_keys=True), "max_num_seqs": engine.max_num_seqs,
-        "input_len": load.input_len, "output_len": load.output_len,
+        "config_id": engine.config_id(),
+        "engine_label": engine.label,
+        "model_shape": resolve_model(engine.model).name,
+        "engine_config_json": json.dumps(engine.resolved(), sort_keys=True),
+        "max_num_seqs": engine.max_num_seqs,
+        "input_len": load.input_len,
+        "output_len": load.output_len,
         "concurrency": float(load.concurrency) if load.concurrency is not None else math.nan,
         "request_rate_qps": load.request_rate_qps if load.request_rate_qps is not None else math.nan,
-    }  # fmt: skip
+    }
 
 
 @dataclass(frozen=True)
@@ -105,13 +109,21 @@ class LiveGrid:
 
 def _grid_choice(key: tuple[str, int, int, str, str]) -> str:
     shape, input_len, output_len, kind, acceptance = key
-    return (f"--model-shape {shape} --input-len {input_len} --output-len {output_len} --load {kind} "
-            f"--acceptance '{acceptance}'")  # fmt: skip
+    return (
+        f"--model-shape {shape} --input-len {input_len} --output-len {output_len} --load {kind} "
+        f"--acceptance '{acceptance}'"
+    )
 
 
-def live_grid(plan: CasePlan, model_shape: str | None = None, input_len: int | None = None,
-              output_len: int | None = None, load_kind: str | None = None,
-              max_concurrency: float | None = None, acceptance: str | None = None) -> LiveGrid:  # fmt: skip
+def live_grid(
+    plan: CasePlan,
+    model_shape: str | None = None,
+    input_len: int | None = None,
+    output_len: int | None = None,
+    load_kind: str | None = None,
+    max_concurrency: float | None = None,
+    acceptance: str | None = None,
+) -> LiveGrid:
     """The one grid of ``plan`` the filters leave (``None``: any; ``acceptance``: an acceptance scenario's label,
     ``advisor.scenarios``), its closed-loop loads limited to ``max_concurrency`` clients when given. ``ConfigError``
     naming the choices when none or several are left, when two planned loads of one engine config differ only in
@@ -119,8 +131,10 @@ def live_grid(plan: CasePlan, model_shape: str | None = None, input_len: int | N
     leaves ``max_num_seqs`` unset (the model needs it)."""
     unset = [engine.label for engine in plan.engines if engine.max_num_seqs is None]
     if unset:
-        raise ConfigError(f"case {plan.case}: the advisor's model needs each engine config's max_num_seqs, and "
-                          f"{', '.join(unset)} leave(s) it to vLLM's default: set it in the case file")  # fmt: skip
+        raise ConfigError(
+            f"case {plan.case}: the advisor's model needs each engine config's max_num_seqs, and "
+            f"{', '.join(unset)} leave(s) it to vLLM's default: set it in the case file"
+        )
     by_workload: dict[tuple[str, int, int, str], dict[PointKey, tuple[EngineConfig, LoadPoint]]] = {}
     for engine in plan.engines:
         for load in plan.loads_for(engine):
@@ -128,29 +142,45 @@ def live_grid(plan: CasePlan, model_shape: str | None = None, input_len: int | N
             kind = "rate" if given(line["request_rate_qps"]) else "concurrency"
             points = by_workload.setdefault((line["model_shape"], load.input_len, load.output_len, kind), {})
             if point_key(line) in points:
-                raise ConfigError(f"case {plan.case}: {engine.label} is planned twice at {load.slug()} (loads that "
-                                  "differ only in length spread, burstiness, seed or temperature); the advisor "
-                                  "searches one load per point: give a case file with one of them")  # fmt: skip
+                raise ConfigError(
+                    f"case {plan.case}: {engine.label} is planned twice at {load.slug()} (loads that "
+                    "differ only in length spread, burstiness, seed or temperature); the advisor "
+                    "searches one load per point: give a case file with one of them"
+                )
             points[point_key(line)] = (engine, load)
     grids: dict[tuple[str, int, int, str, str], dict[PointKey, tuple[EngineConfig, LoadPoint]]] = {}
     for workload, points in by_workload.items():
         engines = {engine.config_id(): engine for engine, _ in points.values()}
         for scenario in acceptance_scenarios(engines):
-            grids[(*workload, scenario.label)] = {key: point for key, point in points.items()
-                                                  if key[0] in scenario.config_ids}  # fmt: skip
+            grids[(*workload, scenario.label)] = {
+                key: point for key, point in points.items() if key[0] in scenario.config_ids
+            }
     wanted = (model_shape, input_len, output_len, load_kind)
-    chosen = [key for key in grids if all(w is None or str(w) == str(k) for w, k in zip(wanted, key, strict=False))
-              and (acceptance is None or label_matches(key[4], acceptance))]  # fmt: skip
+    chosen = [
+        key
+        for key in grids
+        if all(w is None or str(w) == str(k) for w, k in zip(wanted, key, strict=False))
+        and (acceptance is None or label_matches(key[4], acceptance))
+    ]
     if len(chosen) != 1:
         choices = "; ".join(_grid_choice(key) for key in grids)
         raise ConfigError(f"{len(chosen)} planned grids of {plan.case} match; pick one of: {choices}")
-    points = {key: (engine, load) for key, (engine, load) in grids[chosen[0]].items()
-              if max_concurrency is None or load.concurrency is None or load.concurrency <= max_concurrency}  # fmt: skip
+    points = {
+        key: (engine, load)
+        for key, (engine, load) in grids[chosen[0]].items()
+        if max_concurrency is None or load.concurrency is None or load.concurrency <= max_concurrency
+    }
     if not points:
         raise ConfigError(f"no planned load of that grid has at most {max_concurrency:g} clients")
     shape, ins, outs, kind, label = chosen[0]
-    key = {"case": plan.case, "model_shape": shape, "input_len": ins, "output_len": outs, "load_kind": kind,
-           "acceptance": label}  # fmt: skip
+    key = {
+        "case": plan.case,
+        "model_shape": shape,
+        "input_len": ins,
+        "output_len": outs,
+        "load_kind": kind,
+        "acceptance": label,
+    }
     return LiveGrid(key=key, points=points)
 
 
@@ -187,8 +217,12 @@ def live_prices(plan: CasePlan, grid: LiveGrid, data: Path | None = None) -> Liv
     every_point = point_estimates(plan, measured, servers, recorded=measured.iloc[:0])
 
     def load_of(row: Any) -> tuple[int, int, float, float]:
-        return (int(row.input_len), int(row.output_len), _or_missing(row.concurrency),
-                _or_missing(row.request_rate_qps))  # fmt: skip
+        return (
+            int(row.input_len),
+            int(row.output_len),
+            _or_missing(row.concurrency),
+            _or_missing(row.request_rate_qps),
+        )
 
     estimates = {(row.engine_label, *load_of(row)): (row.startup_s, row.wall_s) for row in every_point.itertuples()}
     run_gpu_s, startup_gpu_s, missing = {}, {}, []
@@ -200,10 +234,12 @@ def live_prices(plan: CasePlan, grid: LiveGrid, data: Path | None = None) -> Liv
         run_gpu_s[key] = float(wall) * engine_gpus(engine)
         startup_gpu_s[engine.config_id()] = float(startup) * engine_gpus(engine)
     if missing:
-        raise ConfigError(f"no GPU-time estimate for {', '.join(missing)}: its model shape never started, or never ran "
-                          f"at that load, in the recorded runs of {plan.case} (`vllm-playbooks plan --case "
-                          f"{plan.case} --fresh` shows the same gaps); a live search needs a price for every point to "
-                          "keep to its budget")  # fmt: skip
+        raise ConfigError(
+            f"no GPU-time estimate for {', '.join(missing)}: its model shape never started, or never ran "
+            f"at that load, in the recorded runs of {plan.case} (`vllm-playbooks plan --case "
+            f"{plan.case} --fresh` shows the same gaps); a live search needs a price for every point to "
+            "keep to its budget"
+        )
     return LivePrices(run_gpu_s=run_gpu_s, startup_gpu_s=startup_gpu_s)
 
 
@@ -223,8 +259,9 @@ def recorded_rows(grid: LiveGrid, provenance: Provenance, data: Path | None = No
     runs that stalled (``results.stalls``): what a live search counts as measured."""
     case = str(grid.key["case"])
     rows = store.load_runs(case, data)
-    prefixes = {_recorded_prefix(hardware_of(engine, provenance), engine, load)
-                for engine, load in grid.points.values()}  # fmt: skip
+    prefixes = {
+        _recorded_prefix(hardware_of(engine, provenance), engine, load) for engine, load in grid.points.values()
+    }
     mine = rows[[raw.split_point_id(pid)[0] in prefixes for pid in rows["point_id"]]] if len(rows) else rows
     return unstalled(mine, data).reset_index(drop=True) if len(mine) else mine
 
@@ -245,10 +282,19 @@ class LiveMeasure:
     file beside the recorded points (as the runner keeps one) and ends the search (``PlaybookError``). ``report`` lists
     the points measured and failed (``run.measure.RunReport``)."""
 
-    def __init__(self, plan: CasePlan, grid: LiveGrid, provenance: Provenance, data: Path, *,
-                 bench: BenchClient | None = None, server_factory: ServerFactory = VllmServer,
-                 python: str | None = None, health_timeout_s: float = 900.0,
-                 gpu_sampler: SamplerFactory | None = nvml_sampler) -> None:  # fmt: skip
+    def __init__(
+        self,
+        plan: CasePlan,
+        grid: LiveGrid,
+        provenance: Provenance,
+        data: Path,
+        *,
+        bench: BenchClient | None = None,
+        server_factory: ServerFactory = VllmServer,
+        python: str | None = None,
+        health_timeout_s: float = 900.0,
+        gpu_sampler: SamplerFactory | None = nvml_sampler,
+    ) -> None:
         self.plan, self.grid, self.provenance, self.data = plan, grid, provenance, data
         self.case_dir = store.case_dir(plan.case, data)
         self.report = RunReport()
@@ -268,8 +314,10 @@ class LiveMeasure:
         except (PlaybookError, OSError, KeyError, ValueError, RuntimeError) as error:
             log = self._lifetime.log_path if self._lifetime is not None else self.case_dir / "logs"
             record_failed_point(self.case_dir, point, error, self.report, log, hardware, startup_cause(error, log))
-            raise PlaybookError(f"point {hardware}/{point.point_id} failed ({type(error).__name__}: {error}); the "
-                                "points measured before it are recorded, and its error is kept beside them") from error
+            raise PlaybookError(
+                f"point {hardware}/{point.point_id} failed ({type(error).__name__}: {error}); the "
+                "points measured before it are recorded, and its error is kept beside them"
+            ) from error
         self.report.measured.append(row.point_id)
         return row.model_dump()
 
@@ -280,8 +328,9 @@ class LiveMeasure:
         if running is not None and running.engine == engine and running.server is not None and running.server.alive():
             return running.server, running.bench
         self.close()
-        self._lifetime = EngineServer(engine, self.case_dir, self._bench, self._server_factory, self._python,
-                                      self._health_timeout_s)  # fmt: skip
+        self._lifetime = EngineServer(
+            engine, self.case_dir, self._bench, self._server_factory, self._python, self._health_timeout_s
+        )
         server = self._lifetime.start()
         self.report.server_startup_s[engine.config_id()] = server.startup_s or 0.0
         return server, self._lifetime.bench
@@ -304,8 +353,16 @@ class TracedLiveOracle(LiveOracle):
     (``TraceWriter.payment``), with the GPU-seconds the GPUs were actually held for it: the wall time of the
     measurement, a server's stop and start included, times the GPUs its config uses (0 for a recorded row)."""
 
-    def __init__(self, catalog: pd.DataFrame, budget_gpu_s: float, measure: Callable[[dict[str, Any]], dict[str, Any]],
-                 prices: LivePrices, trace: TraceWriter, slo: Slo, recorded: pd.DataFrame | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        catalog: pd.DataFrame,
+        budget_gpu_s: float,
+        measure: Callable[[dict[str, Any]], dict[str, Any]],
+        prices: LivePrices,
+        trace: TraceWriter,
+        slo: Slo,
+        recorded: pd.DataFrame | None = None,
+    ) -> None:
         super().__init__(catalog, budget_gpu_s, measure, prices.run_estimate, prices.startup_estimate, recorded)
         self._trace, self._slo = trace, slo
 
@@ -317,11 +374,17 @@ class TracedLiveOracle(LiveOracle):
         held = 0.0 if recorded else (time.monotonic() - started) * self.gpus(key[0])
         payment, line = self.payments[-1], self._lines[key]
         self._trace.payment(
-            number=len(self.payments), point=point_name(line["engine_label"], line["concurrency"],
-                                                        line["request_rate_qps"]),
-            repeat=payment.repeat, recorded=recorded, row=row, gpu_s=payment.gpu_s,
-            startup_gpu_s=payment.startup_gpu_s, held_gpu_s=held, spent_gpu_s=self.spent_gpu_s, slo=self._slo,
-        )  # fmt: skip
+            number=len(self.payments),
+            point=point_name(line["engine_label"], line["concurrency"], line["request_rate_qps"]),
+            repeat=payment.repeat,
+            recorded=recorded,
+            row=row,
+            gpu_s=payment.gpu_s,
+            startup_gpu_s=payment.startup_gpu_s,
+            held_gpu_s=held,
+            spent_gpu_s=self.spent_gpu_s,
+            slo=self._slo,
+        )
         return row
 
 
@@ -334,10 +397,21 @@ class LiveSearch:
     report: RunReport
 
 
-def advise_live(plan: CasePlan, grid: LiveGrid, slo: Slo, budget_gpu_s: float, prices: LivePrices, *,
-                data: Path | None = None, use_recorded: bool = True, bench: BenchClient | None = None,
-                server_factory: ServerFactory = VllmServer, python: str | None = None,
-                health_timeout_s: float = 900.0, gpu_sampler: SamplerFactory | None = nvml_sampler) -> LiveSearch:  # fmt: skip
+def advise_live(
+    plan: CasePlan,
+    grid: LiveGrid,
+    slo: Slo,
+    budget_gpu_s: float,
+    prices: LivePrices,
+    *,
+    data: Path | None = None,
+    use_recorded: bool = True,
+    bench: BenchClient | None = None,
+    server_factory: ServerFactory = VllmServer,
+    python: str | None = None,
+    health_timeout_s: float = 900.0,
+    gpu_sampler: SamplerFactory | None = nvml_sampler,
+) -> LiveSearch:
     """Search ``grid`` for the point of most goodput under ``slo`` on this machine, spending at most
     ``budget_gpu_s`` GPU-seconds of ``prices``' estimates (see the module's docstring). ``use_recorded``: rows
     recorded on this hardware count as measured (False: every run the search pays for is measured, as further
@@ -349,16 +423,33 @@ def advise_live(plan: CasePlan, grid: LiveGrid, slo: Slo, budget_gpu_s: float, p
     hardware = sorted({hardware_of(engine, provenance) for engine in grid.engines()})
     gpu = datasheet_gpu(hardware[0])
     recorded = recorded_rows(grid, provenance, data) if use_recorded else None
-    measure = LiveMeasure(plan, grid, provenance, data, bench=bench, server_factory=server_factory, python=python,
-                          health_timeout_s=health_timeout_s, gpu_sampler=gpu_sampler)  # fmt: skip
+    measure = LiveMeasure(
+        plan,
+        grid,
+        provenance,
+        data,
+        bench=bench,
+        server_factory=server_factory,
+        python=python,
+        health_timeout_s=health_timeout_s,
+        gpu_sampler=gpu_sampler,
+    )
     catalog = grid.catalog()
     unpaid = LiveOracle(catalog, budget_gpu_s, measure, prices.run_estimate, prices.startup_estimate, recorded)
     require_baseline_first(baseline_first_gpu_s(unpaid, slo, gpu), budget_gpu_s)
     started_at = utc_now()
     trace = TraceWriter.create(plan.case, started_at, data)
-    trace.search(case=plan.case, grid=grid.key, hardware=hardware, slo=slo, budget_gpu_s=budget_gpu_s,
-                 points=len(grid.points), grid_gpu_s=prices.grid_gpu_s(), recorded_count=use_recorded,
-                 started_at=started_at)  # fmt: skip
+    trace.search(
+        case=plan.case,
+        grid=grid.key,
+        hardware=hardware,
+        slo=slo,
+        budget_gpu_s=budget_gpu_s,
+        points=len(grid.points),
+        grid_gpu_s=prices.grid_gpu_s(),
+        recorded_count=use_recorded,
+        started_at=started_at,
+    )
     with sigterm_as_interrupt(), measure:
         oracle = TracedLiveOracle(catalog, budget_gpu_s, measure, prices, trace, slo, recorded)
         try:
@@ -380,11 +471,13 @@ def require_baseline_first(needed_gpu_s: float | None, budget_gpu_s: float) -> N
     if needed_gpu_s is None or budget_gpu_s >= needed_gpu_s:
         return
     needed_min = math.ceil(needed_gpu_s / 6.0) / 10.0
-    raise ConfigError(f"--budget-gpu-min {budget_gpu_s / 60.0:g} is short of the {needed_min:.1f} GPU-minutes with "
-                      "which the search measures speculation off first (its first point and then a speculative one, "
-                      f"server start-ups included, at this grid's prices, times {PLAN_MARGIN:g}); on less it would "
-                      "start with a speculative config and could recommend one with no baseline measured beside it: "
-                      f"give --budget-gpu-min {needed_min:.1f} or more")  # fmt: skip
+    raise ConfigError(
+        f"--budget-gpu-min {budget_gpu_s / 60.0:g} is short of the {needed_min:.1f} GPU-minutes with "
+        "which the search measures speculation off first (its first point and then a speculative one, "
+        f"server start-ups included, at this grid's prices, times {PLAN_MARGIN:g}); on less it would "
+        "start with a speculative config and could recommend one with no baseline measured beside it: "
+        f"give --budget-gpu-min {needed_min:.1f} or more"
+    )
 
 
 def _end_quietly(trace: TraceWriter, reason: str) -> None:
@@ -401,8 +494,9 @@ def live_main(args: argparse.Namespace, slo: Slo) -> int:
     if args.budget_gpu_min is None:
         raise ConfigError("a live search needs --budget-gpu-min: the GPU-minutes it may spend")
     plan, _ = quiet_plan(args.case)
-    grid = live_grid(plan, args.model_shape, args.input_len, args.output_len, args.load, args.max_concurrency,
-                     args.acceptance)
+    grid = live_grid(
+        plan, args.model_shape, args.input_len, args.output_len, args.load, args.max_concurrency, args.acceptance
+    )
     if args.gpus is not None:
         engines = grid.engines()
         check_group_sizes(engines, assign_engines([e.label for e in engines], [args.gpus]))

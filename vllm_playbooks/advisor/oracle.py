@@ -33,9 +33,16 @@ if TYPE_CHECKING:
 
 #: The columns of the catalog: what a case file says about a point before it is measured.
 CATALOG_COLUMNS = (
-    "config_id", "engine_label", "model_shape", "engine_config_json", "max_num_seqs", "input_len", "output_len",
-    "concurrency", "request_rate_qps",
-)  # fmt: skip
+    "config_id",
+    "engine_label",
+    "model_shape",
+    "engine_config_json",
+    "max_num_seqs",
+    "input_len",
+    "output_len",
+    "concurrency",
+    "request_rate_qps",
+)
 
 PointKey = tuple[str, int, int, float, float]
 
@@ -55,8 +62,13 @@ def _missing(value: Any) -> float:
 def point_key(row: Any) -> PointKey:
     """(config id, input len, output len, concurrency, rate) of a row or catalog line; -1 for the load not used."""
     get = row.get if isinstance(row, dict) else (lambda name: getattr(row, name))
-    return (str(get("config_id")), int(get("input_len")), int(get("output_len")), _missing(get("concurrency")),
-            _missing(get("request_rate_qps")))  # fmt: skip
+    return (
+        str(get("config_id")),
+        int(get("input_len")),
+        int(get("output_len")),
+        _missing(get("concurrency")),
+        _missing(get("request_rate_qps")),
+    )
 
 
 @dataclass
@@ -199,9 +211,16 @@ class LiveOracle(Oracle):
     One server runs at a time: measuring a point of another config stops the one up, so a config measured before
     pays its start-up again when the search comes back to it."""
 
-    def __init__(self, catalog: pd.DataFrame, budget_gpu_s: float, measure: Callable[[dict[str, Any]], dict[str, Any]],
-                 run_estimate_gpu_s: Callable[[dict[str, Any]], float], startup_estimate_gpu_s: Callable[[str], float],
-                 recorded: pd.DataFrame | None = None, max_repeats: int = 3) -> None:  # fmt: skip
+    def __init__(
+        self,
+        catalog: pd.DataFrame,
+        budget_gpu_s: float,
+        measure: Callable[[dict[str, Any]], dict[str, Any]],
+        run_estimate_gpu_s: Callable[[dict[str, Any]], float],
+        startup_estimate_gpu_s: Callable[[str], float],
+        recorded: pd.DataFrame | None = None,
+        max_repeats: int = 3,
+    ) -> None:
         super().__init__(catalog, budget_gpu_s)
         self._lines = {point_key(line): line for line in self._catalog.to_dict("records")}
         self._recorded: dict[PointKey, list[dict[str, Any]]] = {}
@@ -242,8 +261,7 @@ class LiveOracle(Oracle):
         return row
 
 
-def prices_per_hardware(rows: pd.DataFrame,
-                        servers: pd.DataFrame) -> dict[str, tuple[pd.DataFrame, dict[str, float]]]:  # fmt: skip
+def prices_per_hardware(rows: pd.DataFrame, servers: pd.DataFrame) -> dict[str, tuple[pd.DataFrame, dict[str, float]]]:
     """``recorded_prices`` once per hardware of ``rows`` (one case's recorded rows, its ``hardware`` column), each from
     its own servers among ``servers`` (the case's server logs, ``run.budget.server_time``): a server ran on the
     hardware of the row measured nearest in time to its launch (``run.budget.nearest_rows``)."""
@@ -253,8 +271,10 @@ def prices_per_hardware(rows: pd.DataFrame,
         return {}
     rows = rows.reset_index(drop=True)
     server_hardware = rows["hardware"].loc[nearest_rows(rows, servers)].to_numpy()
-    return {str(hardware): recorded_prices(on_hardware.reset_index(drop=True), servers[server_hardware == hardware])
-            for hardware, on_hardware in rows.groupby("hardware", sort=True)}  # fmt: skip
+    return {
+        str(hardware): recorded_prices(on_hardware.reset_index(drop=True), servers[server_hardware == hardware])
+        for hardware, on_hardware in rows.groupby("hardware", sort=True)
+    }
 
 
 def recorded_prices(rows: pd.DataFrame, servers: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, float]]:
@@ -266,8 +286,9 @@ def recorded_prices(rows: pd.DataFrame, servers: pd.DataFrame) -> tuple[pd.DataF
 
     walls = point_walls(rows, servers)
     walls = walls.assign(end=pd.to_datetime(walls["measured_at"], utc=True))[["engine_label", "end", "wall_s"]]
-    keyed = rows.assign(end=pd.to_datetime(rows["measured_at"], utc=True)).merge(walls, on=["engine_label", "end"],
-                                                                                  how="left")  # fmt: skip
+    keyed = rows.assign(end=pd.to_datetime(rows["measured_at"], utc=True)).merge(
+        walls, on=["engine_label", "end"], how="left"
+    )
     gpus = keyed["engine_config_json"].map(lambda j: engine_gpus(EngineConfig.model_validate(json.loads(j))))
     priced = rows.assign(gpu_s=(keyed["wall_s"].fillna(keyed["duration_s"]) * gpus).to_numpy())
     started = servers[servers["startup_s"].notna()]

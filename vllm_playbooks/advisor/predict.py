@@ -107,8 +107,9 @@ def prior(line: Any, gpu: Gpu) -> dict[str, float]:
     get = line.get if isinstance(line, dict) else (lambda name: getattr(line, name))
     engine = engine_of(line)
     n_in, n_out = int(get("input_len")), int(get("output_len"))
-    ttft = 1000.0 * _forward_s(engine.model, 1, n_in, n_in / 2, engine.kv_cache_dtype, "target", gpu,
-                               engine.tensor_parallel_size)  # fmt: skip
+    ttft = 1000.0 * _forward_s(
+        engine.model, 1, n_in, n_in / 2, engine.kv_cache_dtype, "target", gpu, engine.tensor_parallel_size
+    )
     cap = engine.max_num_seqs
     rate = get("request_rate_qps")
     if given(rate):
@@ -177,8 +178,14 @@ class Fit:
     families: dict[str, str]
     distance_uncertainty: float = DISTANCE_UNCERTAINTY
 
-    def predict(self, config_id: str, load: float, base: dict[str, float], family: str | None = None,
-                decisive: tuple[str, ...] = RATIOS) -> tuple[dict[str, float], float]:  # fmt: skip
+    def predict(
+        self,
+        config_id: str,
+        load: float,
+        base: dict[str, float],
+        family: str | None = None,
+        decisive: tuple[str, ...] = RATIOS,
+    ) -> tuple[dict[str, float], float]:
         """The refitted prediction at one point of config ``config_id`` (of ``family``) and its uncertainty u: the
         truth is taken to lie within a factor 1 + u of it. The spread of other configs' ratios counts over the
         ``decisive`` metrics only (those the SLO bounds and requests/s: a noisy TTFT p99 does not blur a TPOT SLO)."""
@@ -191,18 +198,22 @@ class Fit:
             outside = load < min(at for at, _ in own) or load > max(at for at, _ in own)
             if outside and shaped:  # the family's trend over load, from its configs measured at several loads
                 for m in RATIOS:
-                    logs[m] += _median([_interpolated(self.ratios[c], load)[0][m]
-                                        - _interpolated(self.ratios[c], nearest)[0][m] for c in shaped])  # fmt: skip
+                    logs[m] += _median(
+                        [
+                            _interpolated(self.ratios[c], load)[0][m] - _interpolated(self.ratios[c], nearest)[0][m]
+                            for c in shaped
+                        ]
+                    )
             u = NEAR_UNCERTAINTY + self.distance_uncertainty * distance
             return {m: base[m] * math.exp(logs[m]) for m in RATIOS}, u
-        baseline = [c for c in self.ratios if family not in (None, BASELINE_FAMILY)
-                    and self.families.get(c) == BASELINE_FAMILY]  # fmt: skip
+        baseline = [
+            c for c in self.ratios if family not in (None, BASELINE_FAMILY) and self.families.get(c) == BASELINE_FAMILY
+        ]
         if not (kin or baseline):
             return dict(base), PRIOR_UNCERTAINTY
         others = [_interpolated(self.ratios[c], load) for c in (kin or baseline)]
         ratio = {m: math.exp(_median([logs[m] for logs, _ in others])) for m in RATIOS}
-        spread = max((math.exp(max(l[m] for l, _ in others) - min(l[m] for l, _ in others)) - 1) / 2
-                     for m in decisive)  # fmt: skip
+        spread = max((math.exp(max(l[m] for l, _ in others) - min(l[m] for l, _ in others)) - 1) / 2 for m in decisive)
         distance = min(d for _, d in others)
         if kin:  # a few configs' ratios understate their spread
             u = max(OTHER_CONFIG_UNCERTAINTY + spread, PRIOR_UNCERTAINTY / (1 + len(kin)))
@@ -211,8 +222,9 @@ class Fit:
         return {m: base[m] * ratio[m] for m in RATIOS}, u + self.distance_uncertainty * distance
 
 
-def refit(measured: list[tuple[Any, dict[str, float]]], gpu: Gpu,
-          distance_uncertainty: float = DISTANCE_UNCERTAINTY) -> Fit:  # fmt: skip
+def refit(
+    measured: list[tuple[Any, dict[str, float]]], gpu: Gpu, distance_uncertainty: float = DISTANCE_UNCERTAINTY
+) -> Fit:
     """A ``Fit`` from (catalog line, measured medians of ``RATIOS``) pairs, its uncertainty growing by
     ``distance_uncertainty`` per unit of |log load| away from what was measured."""
     ratios: dict[str, list[tuple[float, dict[str, float]]]] = {}
@@ -245,8 +257,15 @@ def priced_catalog(catalog: pd.DataFrame, gpu: Gpu) -> pd.DataFrame:
         if line["config_id"] not in reasons:
             reasons[line["config_id"]] = fits_gpu(engine_of(line), gpu) or ""
         base = prior(line, gpu)
-        records.append({**line, **{f"prior_{m}": v for m, v in base.items()}, "load": load_of(line),
-                        "pruned": reasons[line["config_id"]], "family": family_of(engine_of(line))})  # fmt: skip
+        records.append(
+            {
+                **line,
+                **{f"prior_{m}": v for m, v in base.items()},
+                "load": load_of(line),
+                "pruned": reasons[line["config_id"]],
+                "family": family_of(engine_of(line)),
+            }
+        )
     import pandas as pd
 
     return pd.DataFrame(records)

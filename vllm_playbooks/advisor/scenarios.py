@@ -64,8 +64,10 @@ def _within(shorter: Profile, longer: Profile) -> bool:
     length is within another)."""
     if shorter[0] != longer[0] or len(shorter) > len(longer):
         return False
-    return all(math.isclose(float(a), float(b), abs_tol=RATE_TOLERANCE)  # type: ignore[arg-type]
-               for a, b in zip(shorter[1:], longer[1:], strict=False))  # fmt: skip
+    return all(
+        math.isclose(float(a), float(b), abs_tol=RATE_TOLERANCE)  # type: ignore[arg-type]
+        for a, b in zip(shorter[1:], longer[1:], strict=False)
+    )
 
 
 def _first(profile: Profile) -> str:

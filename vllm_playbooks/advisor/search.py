@@ -88,8 +88,10 @@ PLAUSIBLE_CHANCE = 0.1
 #: the baseline first (what ±50 % does: ``vllm-playbooks advise --sensitivity``, on the advisor page).
 PLAN_MARGIN = 1.5
 #: What the answer says when it chose a speculative point without speculation off measured.
-BASELINE_UNMEASURED = ("speculation off was never measured, so nothing measured stands beside this recommendation; "
-                       "a budget that pays for the baseline first (a larger --budget-gpu-min) settles it")
+BASELINE_UNMEASURED = (
+    "speculation off was never measured, so nothing measured stands beside this recommendation; "
+    "a budget that pays for the baseline first (a larger --budget-gpu-min) settles it"
+)
 #: How sure an answer is (``certainty``): the chosen config's measured lead over the runner-up config is beyond the
 #: noise band or within it, no other config met the SLO to compare with, or no point measured met the SLO.
 SURENESS = ("lead beyond noise", "within noise", "not compared", "nothing measured meets the SLO")
@@ -162,15 +164,17 @@ def point_summary(line: dict[str, Any], rows: list[dict[str, Any]], slo: Slo) ->
     concurrency = line["concurrency"]
     closed = given(concurrency)
     return {
-        "config_id": line["config_id"], "engine_label": line["engine_label"],
+        "config_id": line["config_id"],
+        "engine_label": line["engine_label"],
         "point": point_name(line["engine_label"], concurrency, line["request_rate_qps"]),
         "speculative": engine.speculative.method if engine.speculative else "none",
         "k": int(engine.speculative.num_speculative_tokens or 0) if engine.speculative else 0,
         "max_num_seqs": int(min(concurrency, engine.max_num_seqs)) if closed else engine.max_num_seqs,
-        "runs": len(rows), **values,
+        "runs": len(rows),
+        **values,
         "goodput_rps": goodput_rps(slo, values["tpot_p99_ms"], values["ttft_p99_ms"], values["request_throughput_rps"]),
         "spread_pct": spread_of(float(r["request_throughput_rps"]) for r in rows).spread_pct,
-    }  # fmt: skip
+    }
 
 
 def certainty(chosen: dict[str, Any] | None, runner_up: dict[str, Any] | None) -> tuple[str, float, float]:
@@ -221,8 +225,12 @@ def _scores(predicted: dict[str, float], u: float, slo: Slo) -> tuple[float, flo
     """(expected, optimistic) goodput of one prediction with uncertainty u, for the trace: the prediction's requests/s
     if its p99s meet ``slo``, and requests/s × (1 + u) if its p99s / (1 + u) do (else 0)."""
     expected = goodput_rps(slo, predicted["tpot_p99_ms"], predicted["ttft_p99_ms"], predicted["request_throughput_rps"])
-    optimistic = goodput_rps(slo, predicted["tpot_p99_ms"] / (1.0 + u), predicted["ttft_p99_ms"] / (1.0 + u),
-                             predicted["request_throughput_rps"] * (1.0 + u))  # fmt: skip
+    optimistic = goodput_rps(
+        slo,
+        predicted["tpot_p99_ms"] / (1.0 + u),
+        predicted["ttft_p99_ms"] / (1.0 + u),
+        predicted["request_throughput_rps"] * (1.0 + u),
+    )
     return expected, optimistic
 
 
@@ -242,8 +250,9 @@ def _dominated(lines: dict[PointKey, dict[str, Any]], paid: dict[PointKey, dict[
     return out
 
 
-def _below_misses(lines: dict[PointKey, dict[str, Any]], paid: dict[PointKey, dict[str, Any]],
-                  dominated: set[PointKey]) -> set[PointKey]:
+def _below_misses(
+    lines: dict[PointKey, dict[str, Any]], paid: dict[PointKey, dict[str, Any]], dominated: set[PointKey]
+) -> set[PointKey]:
     """For each started config that met the SLO at none of its paid points, per kind of load, its next load down:
     the highest load neither paid for nor dominated (every such load lies below the config's lowest miss)."""
     out = set()
@@ -251,8 +260,15 @@ def _below_misses(lines: dict[PointKey, dict[str, Any]], paid: dict[PointKey, di
         if any(summary["goodput_rps"] > 0 for key, summary in paid.items() if key[0] == config):
             continue
         for rate in (True, False):
-            below = [key for key, line in lines.items() if key[0] == config and (key[4] >= 0) == rate
-                     and key not in paid and key not in dominated and not line["pruned"]]  # fmt: skip
+            below = [
+                key
+                for key, line in lines.items()
+                if key[0] == config
+                and (key[4] >= 0) == rate
+                and key not in paid
+                and key not in dominated
+                and not line["pruned"]
+            ]
             if below:
                 out.add(max(below, key=lambda key: lines[key]["load"]))
     return out
@@ -317,8 +333,9 @@ def _baseline_phase(lines: dict[PointKey, dict[str, Any]], paid: set[PointKey]) 
     )
 
 
-def _baseline_plan_gpu_s(ranked: list[tuple[float, PointKey, str]], lines: dict[PointKey, dict[str, Any]],
-                         price: Callable[[PointKey], float]) -> float | None:  # fmt: skip
+def _baseline_plan_gpu_s(
+    ranked: list[tuple[float, PointKey, str]], lines: dict[PointKey, dict[str, Any]], price: Callable[[PointKey], float]
+) -> float | None:
     """The price of the baseline-first plan: the first baseline offer of ``ranked``, then its first speculative one,
     start-ups included. None while one side offers nothing."""
     baseline = [point for _, point, _ in ranked if lines[point]["family"] == BASELINE_FAMILY]
@@ -344,9 +361,16 @@ def _challengers(
         baseline = [r for r in ranked if lines[r[1]]["family"] == BASELINE_FAMILY]
         plan = _baseline_plan_gpu_s(ranked, lines, price)
         if plan is not None and plan * plan_margin > left_gpu_s:  # a speculative point may now come first: say why
-            ranked = [(score, point, why if lines[point]["family"] == BASELINE_FAMILY
-                       else f"the budget is short of the baseline-first plan; {why}")
-                      for score, point, why in ranked]  # fmt: skip
+            ranked = [
+                (
+                    score,
+                    point,
+                    why
+                    if lines[point]["family"] == BASELINE_FAMILY
+                    else f"the budget is short of the baseline-first plan; {why}",
+                )
+                for score, point, why in ranked
+            ]
         elif baseline:
             ranked = [(score, point, f"the baseline first; {why}") for score, point, why in baseline]
     ranked = [r for r in ranked if _started(r[1][0], paid)] or ranked
@@ -423,13 +447,15 @@ def advise(oracle: Oracle, slo: Slo, gpu: Gpu, max_repeats: int = MIN_CLEAN_REPE
     catalog = priced_catalog(oracle.catalog(), gpu)
     lines = {point_key(line): line for line in catalog.to_dict("records")}
     pruned = {line["config_id"]: line["pruned"] for line in lines.values() if line["pruned"]}
-    advice = Advice(slo=slo, chosen=None, runner_up=None, stop_reason="", budget_gpu_s=oracle.budget_gpu_s,
-                    pruned=pruned)  # fmt: skip
+    advice = Advice(
+        slo=slo, chosen=None, runner_up=None, stop_reason="", budget_gpu_s=oracle.budget_gpu_s, pruned=pruned
+    )
     first_scores: dict[PointKey, tuple[float, float]] = {}
     while True:
         paid = {key: point_summary(lines[key], oracle.rows(key), slo) for key in oracle.paid_keys()}
-        fit = refit([(lines[key], {m: s[m] for m in RATIOS}) for key, s in paid.items()], gpu,
-                    knobs.distance_uncertainty)
+        fit = refit(
+            [(lines[key], {m: s[m] for m in RATIOS}) for key, s in paid.items()], gpu, knobs.distance_uncertainty
+        )
         best_key = max(paid, key=lambda k: paid[k]["goodput_rps"], default=None)
         best = paid[best_key] if best_key is not None and paid[best_key]["goodput_rps"] > 0 else None
         rivals = [k for k in paid if best is not None and k[0] != best_key[0] and paid[k]["goodput_rps"] > 0]
@@ -438,8 +464,9 @@ def advise(oracle: Oracle, slo: Slo, gpu: Gpu, max_repeats: int = MIN_CLEAN_REPE
         band = band_pct(*(s["spread_pct"] for s in (best, rival) if s is not None))
         bar = best["goodput_rps"] * (1 + band / 100.0) if best is not None else 0.0
         offers, margins = _offers(lines, paid, fit, slo, bar, knobs, first_scores)
-        challengers = _challengers(offers, lines, set(paid), best_key, oracle.price, oracle.left_gpu_s(),
-                                   knobs.plan_margin)
+        challengers = _challengers(
+            offers, lines, set(paid), best_key, oracle.price, oracle.left_gpu_s(), knobs.plan_margin
+        )
         likeliest = min(margins, default=(0.0, None))[1]
         affordable = [(m, k) for m, k in margins if k not in paid and oracle.price(k) <= oracle.left_gpu_s()]
         advice.chosen, advice.runner_up = best, rival
@@ -462,8 +489,9 @@ def advise(oracle: Oracle, slo: Slo, gpu: Gpu, max_repeats: int = MIN_CLEAN_REPE
         else:
             decided = rival is None or best["goodput_rps"] > rival["goodput_rps"] * (1 + band / 100.0)
             near_edge = _margin(best, slo) > 1.0 / (1.0 + band / 100.0)
-            sides = ([best_key] if near_edge else []) if decided else sorted((best_key, rival_key),
-                                                                             key=oracle.runs_seen)  # fmt: skip
+            sides = (
+                ([best_key] if near_edge else []) if decided else sorted((best_key, rival_key), key=oracle.runs_seen)
+            )
             wanted = [k for k in sides if oracle.runs_seen(k) < max_repeats and oracle.repeats_left(k) > 0]
             if wanted and oracle.price(wanted[0]) <= oracle.left_gpu_s():
                 key = wanted[0]
@@ -478,18 +506,29 @@ def advise(oracle: Oracle, slo: Slo, gpu: Gpu, max_repeats: int = MIN_CLEAN_REPE
         cost = oracle.price(key)
         row = oracle.pay(key)
         expected, optimistic = (float("nan"), float("nan")) if why.startswith("repeat") else first_scores[key]
-        advice.steps.append(Step(
-            number=len(advice.steps) + 1,
-            point=point_name(lines[key]["engine_label"], lines[key]["concurrency"], lines[key]["request_rate_qps"]),
-            repeat=oracle.runs_seen(key) - 1, why=why, expected_goodput_rps=expected, optimistic_goodput_rps=optimistic,
-            measured_goodput_rps=goodput_rps(slo, float(row["tpot_p99_ms"]), float(row["ttft_p99_ms"]),
-                                             float(row["request_throughput_rps"])),
-            gpu_s=cost, spent_gpu_s=oracle.spent_gpu_s,
-        ))  # fmt: skip
+        advice.steps.append(
+            Step(
+                number=len(advice.steps) + 1,
+                point=point_name(lines[key]["engine_label"], lines[key]["concurrency"], lines[key]["request_rate_qps"]),
+                repeat=oracle.runs_seen(key) - 1,
+                why=why,
+                expected_goodput_rps=expected,
+                optimistic_goodput_rps=optimistic,
+                measured_goodput_rps=goodput_rps(
+                    slo, float(row["tpot_p99_ms"]), float(row["ttft_p99_ms"]), float(row["request_throughput_rps"])
+                ),
+                gpu_s=cost,
+                spent_gpu_s=oracle.spent_gpu_s,
+            )
+        )
     advice.spent_gpu_s = oracle.spent_gpu_s
     advice.sure, advice.lead_pct, advice.band_pct = certainty(advice.chosen, advice.runner_up)
     paid_families = {lines[key]["family"] for key in oracle.paid_keys()}
     has_baseline = any(line["family"] == BASELINE_FAMILY and not line["pruned"] for line in lines.values())
-    advice.baseline_unmeasured = (has_baseline and BASELINE_FAMILY not in paid_families and advice.chosen is not None
-                                  and advice.chosen["speculative"] != "none")  # fmt: skip
+    advice.baseline_unmeasured = (
+        has_baseline
+        and BASELINE_FAMILY not in paid_families
+        and advice.chosen is not None
+        and advice.chosen["speculative"] != "none"
+    )
     return advice

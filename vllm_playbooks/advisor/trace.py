@@ -44,9 +44,19 @@ if TYPE_CHECKING:
 
 #: The columns of ``trace_steps``.
 STEP_COLUMNS = (
-    "number", "point", "repeat", "source", "why", "expected_goodput_rps", "optimistic_goodput_rps",
-    "measured_goodput_rps", "gpu_s", "held_gpu_s", "spent_gpu_s", "point_id",
-)  # fmt: skip
+    "number",
+    "point",
+    "repeat",
+    "source",
+    "why",
+    "expected_goodput_rps",
+    "optimistic_goodput_rps",
+    "measured_goodput_rps",
+    "gpu_s",
+    "held_gpu_s",
+    "spent_gpu_s",
+    "point_id",
+)
 
 
 def _plain(value: Any) -> Any:
@@ -96,34 +106,88 @@ class TraceWriter:
             handle.flush()
             os.fsync(handle.fileno())
 
-    def search(self, *, case: str, grid: dict[str, Any], hardware: list[str], slo: Slo, budget_gpu_s: float,
-               points: int, grid_gpu_s: float, recorded_count: bool, started_at: str) -> None:  # fmt: skip
+    def search(
+        self,
+        *,
+        case: str,
+        grid: dict[str, Any],
+        hardware: list[str],
+        slo: Slo,
+        budget_gpu_s: float,
+        points: int,
+        grid_gpu_s: float,
+        recorded_count: bool,
+        started_at: str,
+    ) -> None:
         """The first line: what is searched (``points`` points, ``grid_gpu_s`` GPU-seconds to measure each once by
         the estimates, one start-up per config), under which SLO and budget, on which hardware."""
-        self._append("search", {
-            "case": case, "grid": grid, "hardware": hardware, "slo": dataclasses.asdict(slo), "slo_label": slo.label(),
-            "budget_gpu_s": budget_gpu_s, "points": points, "grid_gpu_s": grid_gpu_s, "recorded_count": recorded_count,
-            "started_at": started_at,
-        })  # fmt: skip
+        self._append(
+            "search",
+            {
+                "case": case,
+                "grid": grid,
+                "hardware": hardware,
+                "slo": dataclasses.asdict(slo),
+                "slo_label": slo.label(),
+                "budget_gpu_s": budget_gpu_s,
+                "points": points,
+                "grid_gpu_s": grid_gpu_s,
+                "recorded_count": recorded_count,
+                "started_at": started_at,
+            },
+        )
 
-    def payment(self, *, number: int, point: str, repeat: int, recorded: bool, row: dict[str, Any], gpu_s: float,
-                startup_gpu_s: float, held_gpu_s: float, spent_gpu_s: float, slo: Slo) -> None:  # fmt: skip
+    def payment(
+        self,
+        *,
+        number: int,
+        point: str,
+        repeat: int,
+        recorded: bool,
+        row: dict[str, Any],
+        gpu_s: float,
+        startup_gpu_s: float,
+        held_gpu_s: float,
+        spent_gpu_s: float,
+        slo: Slo,
+    ) -> None:
         """One run paid for, with its row's numbers, as soon as the row is in."""
         tpot, ttft, rps = (float(row[m]) for m in ("tpot_p99_ms", "ttft_p99_ms", "request_throughput_rps"))
-        self._append("payment", {
-            "number": number, "point": point, "repeat": repeat, "recorded": recorded, "point_id": row.get("point_id"),
-            "gpu_s": gpu_s, "startup_gpu_s": startup_gpu_s, "held_gpu_s": held_gpu_s, "spent_gpu_s": spent_gpu_s,
-            "tpot_p99_ms": tpot, "ttft_p99_ms": ttft, "request_throughput_rps": rps,
-            "measured_goodput_rps": goodput_rps(slo, tpot, ttft, rps), "at": utc_now(),
-        })  # fmt: skip
+        self._append(
+            "payment",
+            {
+                "number": number,
+                "point": point,
+                "repeat": repeat,
+                "recorded": recorded,
+                "point_id": row.get("point_id"),
+                "gpu_s": gpu_s,
+                "startup_gpu_s": startup_gpu_s,
+                "held_gpu_s": held_gpu_s,
+                "spent_gpu_s": spent_gpu_s,
+                "tpot_p99_ms": tpot,
+                "ttft_p99_ms": ttft,
+                "request_throughput_rps": rps,
+                "measured_goodput_rps": goodput_rps(slo, tpot, ttft, rps),
+                "at": utc_now(),
+            },
+        )
 
     def advice(self, advice: Advice) -> None:
         """The last line of a finished search: its steps, choice, runner-up and stop reason."""
-        self._append("advice", {
-            "steps": [dataclasses.asdict(step) for step in advice.steps], "chosen": advice.chosen,
-            "runner_up": advice.runner_up, "stop_reason": advice.stop_reason, "spent_gpu_s": advice.spent_gpu_s,
-            "pruned": advice.pruned, "baseline_unmeasured": advice.baseline_unmeasured, "finished_at": utc_now(),
-        })  # fmt: skip
+        self._append(
+            "advice",
+            {
+                "steps": [dataclasses.asdict(step) for step in advice.steps],
+                "chosen": advice.chosen,
+                "runner_up": advice.runner_up,
+                "stop_reason": advice.stop_reason,
+                "spent_gpu_s": advice.spent_gpu_s,
+                "pruned": advice.pruned,
+                "baseline_unmeasured": advice.baseline_unmeasured,
+                "finished_at": utc_now(),
+            },
+        )
 
     def stopped(self, reason: str) -> None:
         """The last line of a search that did not finish, and why."""
@@ -201,14 +265,22 @@ def trace_steps(trace: LiveTrace) -> pd.DataFrame:
     records = []
     for paid in trace.payments:
         step = steps.get(paid["number"], {})
-        records.append({
-            "number": paid["number"], "point": paid["point"], "repeat": paid["repeat"],
-            "source": "recorded" if paid["recorded"] else "measured", "why": step.get("why", ""),
-            "expected_goodput_rps": _number(step.get("expected_goodput_rps")),
-            "optimistic_goodput_rps": _number(step.get("optimistic_goodput_rps")),
-            "measured_goodput_rps": paid["measured_goodput_rps"], "gpu_s": paid["gpu_s"],
-            "held_gpu_s": paid["held_gpu_s"], "spent_gpu_s": paid["spent_gpu_s"], "point_id": paid["point_id"],
-        })  # fmt: skip
+        records.append(
+            {
+                "number": paid["number"],
+                "point": paid["point"],
+                "repeat": paid["repeat"],
+                "source": "recorded" if paid["recorded"] else "measured",
+                "why": step.get("why", ""),
+                "expected_goodput_rps": _number(step.get("expected_goodput_rps")),
+                "optimistic_goodput_rps": _number(step.get("optimistic_goodput_rps")),
+                "measured_goodput_rps": paid["measured_goodput_rps"],
+                "gpu_s": paid["gpu_s"],
+                "held_gpu_s": paid["held_gpu_s"],
+                "spent_gpu_s": paid["spent_gpu_s"],
+                "point_id": paid["point_id"],
+            }
+        )
     return pd.DataFrame(records, columns=list(STEP_COLUMNS))
 
 
@@ -229,17 +301,18 @@ def trace_summary(trace: LiveTrace) -> str:
     measured = [p for p in trace.payments if not p["recorded"]]
     charged = trace.payments[-1]["spent_gpu_s"] if trace.payments else 0.0
     held = sum(p["held_gpu_s"] for p in trace.payments)
-    text = (f"A live search of {search['case']} ({grid['model_shape']}{scenario_text(grid.get('acceptance'))}, "
-            f"{workload_text(grid)}) on "
-            f"{', '.join(search['hardware'])}, started {search['started_at']}: SLO {search['slo_label']}, budget "
-            f"{search['budget_gpu_s'] / 60:.1f} GPU-minutes (each of the grid's {search['points']} points once: "
-            f"{search['grid_gpu_s'] / 60:.1f}). It paid for {len(trace.payments)} run(s), "
-            f"{len(measured)} measured and {len(trace.payments) - len(measured)} recorded before on this hardware, "
-            f"charged {charged / 60:.1f} GPU-minutes by the estimates and held the GPU(s) {held / 60:.1f} GPU-minutes; "
-            f"it stopped: {trace.stop_reason}.")  # fmt: skip
+    text = (
+        f"A live search of {search['case']} ({grid['model_shape']}{scenario_text(grid.get('acceptance'))}, "
+        f"{workload_text(grid)}) on "
+        f"{', '.join(search['hardware'])}, started {search['started_at']}: SLO {search['slo_label']}, budget "
+        f"{search['budget_gpu_s'] / 60:.1f} GPU-minutes (each of the grid's {search['points']} points once: "
+        f"{search['grid_gpu_s'] / 60:.1f}). It paid for {len(trace.payments)} run(s), "
+        f"{len(measured)} measured and {len(trace.payments) - len(measured)} recorded before on this hardware, "
+        f"charged {charged / 60:.1f} GPU-minutes by the estimates and held the GPU(s) {held / 60:.1f} GPU-minutes; "
+        f"it stopped: {trace.stop_reason}."
+    )
     if trace.finished and trace.end is not None:
-        text += (f" It recommends {_point_text(trace.end['chosen'])}; runner-up: "
-                 f"{_point_text(trace.end['runner_up'])}.")  # fmt: skip
+        text += f" It recommends {_point_text(trace.end['chosen'])}; runner-up: {_point_text(trace.end['runner_up'])}."
         if trace.end.get("baseline_unmeasured"):
             text += f" Warning: {BASELINE_UNMEASURED}."
     return text
@@ -250,9 +323,11 @@ def trace_text(trace: LiveTrace) -> str:
     lines = [trace_summary(trace)]
     for step in trace_steps(trace).itertuples():
         expected = "" if math.isnan(step.expected_goodput_rps) else f", expected {step.expected_goodput_rps:.2f}"
-        lines.append(f"  paid {step.number}: {step.point} r{step.repeat} ({step.source}"
-                     f"{'; ' + step.why if step.why else ''}): {step.gpu_s / 60:.1f} GPU-min charged, "
-                     f"{step.held_gpu_s / 60:.1f} held{expected}, measured {step.measured_goodput_rps:.2f} req/s")  # fmt: skip
+        lines.append(
+            f"  paid {step.number}: {step.point} r{step.repeat} ({step.source}"
+            f"{'; ' + step.why if step.why else ''}): {step.gpu_s / 60:.1f} GPU-min charged, "
+            f"{step.held_gpu_s / 60:.1f} held{expected}, measured {step.measured_goodput_rps:.2f} req/s"
+        )
     return "\n".join(lines)
 
 
@@ -261,6 +336,9 @@ def live_section(case: str, data: Path | None = None) -> tuple[str, pd.DataFrame
     sentence saying none is recorded (and no table)."""
     trace = latest_trace(case, data)
     if trace is None:
-        return (f"No live search of {case} is recorded yet: `vllm-playbooks advise --mode live --case {case} …` on "
-                "a GPU records one here.", None)  # fmt: skip
+        return (
+            f"No live search of {case} is recorded yet: `vllm-playbooks advise --mode live --case {case} …` on "
+            "a GPU records one here.",
+            None,
+        )
     return trace_summary(trace), trace_steps(trace)

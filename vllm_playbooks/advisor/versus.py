@@ -50,13 +50,16 @@ def grid_noise(rows: pd.DataFrame) -> dict[str, float]:
     ``grid_runs_median`` (the median runs per point), ``grid_points_repeated`` (points with two runs or more) and
     ``grid_spread_pct`` (the median over those points of the spread of their requests/s, ``analysis.noise``; NaN when
     no point ran twice)."""
-    filled = rows.assign(concurrency=rows["concurrency"].fillna(-1),
-                         request_rate_qps=rows["request_rate_qps"].fillna(-1))
+    filled = rows.assign(
+        concurrency=rows["concurrency"].fillna(-1), request_rate_qps=rows["request_rate_qps"].fillna(-1)
+    )
     runs = [group["request_throughput_rps"] for _, group in filled.groupby(list(POINT_COLUMNS))]
     spreads = [spread_of(values).spread_pct for values in runs if len(values) > 1]
-    return {"grid_runs_median": float(median(len(values) for values in runs)),
-            "grid_points_repeated": float(len(spreads)),
-            "grid_spread_pct": float(median(spreads)) if spreads else math.nan}  # fmt: skip
+    return {
+        "grid_runs_median": float(median(len(values) for values in runs)),
+        "grid_points_repeated": float(len(spreads)),
+        "grid_spread_pct": float(median(spreads)) if spreads else math.nan,
+    }
 
 
 def noise_tie(chosen_goodput: float, best_goodput: float, spread_pct: float) -> bool:
@@ -84,10 +87,17 @@ def comparison(table: pd.DataFrame, budget_share: float) -> pd.DataFrame:
     for policy in [p for p in POLICIES if p in set(part["policy"])]:
         lines = part[part["policy"] == policy]
         ratios = lines["scored_ratio"].dropna()
-        records.append({"policy": policy, "pairs": len(ratios), "median_ratio": float(ratios.median()),
-                        "worst_ratio": float(ratios.min()), "ties_by_noise": int(lines["tie_by_noise"].sum()),
-                        "median_gpu_minutes": float(lines["gpu_minutes"].median()),
-                        "no_answer": int((~lines["answered"].astype(bool)).sum())})  # fmt: skip
+        records.append(
+            {
+                "policy": policy,
+                "pairs": len(ratios),
+                "median_ratio": float(ratios.median()),
+                "worst_ratio": float(ratios.min()),
+                "ties_by_noise": int(lines["tie_by_noise"].sum()),
+                "median_gpu_minutes": float(lines["gpu_minutes"].median()),
+                "no_answer": int((~lines["answered"].astype(bool)).sum()),
+            }
+        )
     return pd.DataFrame(records)
 
 
@@ -101,12 +111,15 @@ def targets(table: pd.DataFrame, budget_share: float) -> dict[str, float]:
     as_good = rivals[rivals["median_ratio"] >= ours["median_ratio"] - 1e-12]
     cheapest = float(as_good["median_gpu_minutes"].min()) if len(as_good) else math.nan
     return {
-        "no_answer": float(ours["no_answer"]), "median_ratio": float(ours["median_ratio"]),
-        "worst_ratio": float(ours["worst_ratio"]), "median_gpu_minutes": float(ours["median_gpu_minutes"]),
+        "no_answer": float(ours["no_answer"]),
+        "median_ratio": float(ours["median_ratio"]),
+        "worst_ratio": float(ours["worst_ratio"]),
+        "median_gpu_minutes": float(ours["median_gpu_minutes"]),
         "cheapest_baseline_gpu_minutes": cheapest,
         "answers_met": float(ours["no_answer"] == 0),
         "median_ratio_met": float(ours["median_ratio"] >= TARGETS["median_ratio"]),
         "worst_ratio_met": float(ours["worst_ratio"] >= TARGETS["min_ratio"]),
-        "gpu_minutes_met": float(math.isnan(cheapest)
-                                 or ours["median_gpu_minutes"] <= TARGETS["gpu_minutes_share"] * cheapest),
-    }  # fmt: skip
+        "gpu_minutes_met": float(
+            math.isnan(cheapest) or ours["median_gpu_minutes"] <= TARGETS["gpu_minutes_share"] * cheapest
+        ),
+    }

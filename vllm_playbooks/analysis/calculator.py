@@ -50,7 +50,6 @@ def calculator_check(data: Path):  # type: ignore[no-untyped-def]
     subtracts vLLM's logged activation, non-torch memory and graph estimate instead of our estimates."""
     import pandas as pd
 
-
     records = []
     for case_dir in sorted(p for p in (data / "runs").iterdir() if p.is_dir()):
         logs = server_logs(case_dir)
@@ -66,24 +65,34 @@ def calculator_check(data: Path):  # type: ignore[no-untyped-def]
                 free = budget.requested_bytes - budget.weight_bytes_per_gpu - overheads * GIB
                 tokens = kv_tokens_fitting(free, budget.kv_bytes_per_token_per_gpu)
                 with_vllm_overheads = 100 * (tokens / start.kv_cache_tokens - 1)
-            records.append({
-                "case": case_dir.name, "engine_label": engine.label, "model": engine.model,
-                "moe": resolve_model(engine.model).architecture in MOE_ARCHITECTURES,
-                "draft": engine.speculative.model if engine.speculative else None,
-                "kv_cache_dtype": engine.kv_cache_dtype, "max_model_len": engine.max_model_len,
-                "tensor_parallel_size": engine.tensor_parallel_size,
-                "pipeline_parallel_size": engine.pipeline_parallel_size,
-                "weights_gib_vllm": start.weights_gib, "weights_gib_ours": budget.weight_bytes_per_gpu / GIB,
-                "kv_tokens_vllm": start.kv_cache_tokens, "kv_tokens_ours": budget.kv_tokens,
-                "kv_tokens_error_pct": 100 * (budget.kv_tokens / start.kv_cache_tokens - 1),
-                "kv_tokens_error_uncalibrated_pct": 100 * (uncalibrated.kv_tokens / start.kv_cache_tokens - 1),
-                "max_concurrency_vllm": start.max_concurrency, "max_concurrency_ours": budget.max_concurrency,
-                "activation_gib_vllm": start.peak_activation_gib, "activation_gib_ours": budget.activation_bytes / GIB,
-                "cudagraph_gib_vllm": start.cudagraph_estimate_gib, "cudagraph_gib_actual": start.cudagraph_actual_gib,
-                "cudagraph_gib_ours": budget.cudagraph_bytes / GIB,
-                "kv_bytes_per_token_ours": budget.kv_bytes_per_token_per_gpu,
-                "kv_tokens_error_with_vllm_overheads_pct": with_vllm_overheads,
-            })  # fmt: skip
+            records.append(
+                {
+                    "case": case_dir.name,
+                    "engine_label": engine.label,
+                    "model": engine.model,
+                    "moe": resolve_model(engine.model).architecture in MOE_ARCHITECTURES,
+                    "draft": engine.speculative.model if engine.speculative else None,
+                    "kv_cache_dtype": engine.kv_cache_dtype,
+                    "max_model_len": engine.max_model_len,
+                    "tensor_parallel_size": engine.tensor_parallel_size,
+                    "pipeline_parallel_size": engine.pipeline_parallel_size,
+                    "weights_gib_vllm": start.weights_gib,
+                    "weights_gib_ours": budget.weight_bytes_per_gpu / GIB,
+                    "kv_tokens_vllm": start.kv_cache_tokens,
+                    "kv_tokens_ours": budget.kv_tokens,
+                    "kv_tokens_error_pct": 100 * (budget.kv_tokens / start.kv_cache_tokens - 1),
+                    "kv_tokens_error_uncalibrated_pct": 100 * (uncalibrated.kv_tokens / start.kv_cache_tokens - 1),
+                    "max_concurrency_vllm": start.max_concurrency,
+                    "max_concurrency_ours": budget.max_concurrency,
+                    "activation_gib_vllm": start.peak_activation_gib,
+                    "activation_gib_ours": budget.activation_bytes / GIB,
+                    "cudagraph_gib_vllm": start.cudagraph_estimate_gib,
+                    "cudagraph_gib_actual": start.cudagraph_actual_gib,
+                    "cudagraph_gib_ours": budget.cudagraph_bytes / GIB,
+                    "kv_bytes_per_token_ours": budget.kv_bytes_per_token_per_gpu,
+                    "kv_tokens_error_with_vllm_overheads_pct": with_vllm_overheads,
+                }
+            )
     return pd.DataFrame(records)
 
 
@@ -102,16 +111,20 @@ def overheads_note(check: pd.DataFrame) -> str:
     for model, rows in moe.groupby("model", sort=True):
         graphs = rows["cudagraph_gib_vllm"].dropna()
         graph = f", and set aside {span(graphs)} for CUDA graphs" if not graphs.empty else ""
-        parts.append(f"`{model}`: KV tokens off by {span(rows['kv_tokens_error_pct'], ' %', 1)} calibrated, "
-                     f"{span(rows['kv_tokens_error_uncalibrated_pct'], ' %', 1)} without; vLLM measured a "
-                     f"{span(rows['activation_gib_vllm'])} activation peak against our "
-                     f"{span(rows['activation_gib_ours'])}{graph}")  # fmt: skip
+        parts.append(
+            f"`{model}`: KV tokens off by {span(rows['kv_tokens_error_pct'], ' %', 1)} calibrated, "
+            f"{span(rows['kv_tokens_error_uncalibrated_pct'], ' %', 1)} without; vLLM measured a "
+            f"{span(rows['activation_gib_vllm'])} activation peak against our "
+            f"{span(rows['activation_gib_ours'])}{graph}"
+        )
     adjusted = check["kv_tokens_error_with_vllm_overheads_pct"].dropna()
     closing = ""
     if not adjusted.empty:
-        closing = (f" With vLLM's logged activation, non-torch memory and CUDA-graph estimate in place of ours, the "
-                   f"calculator's weights and KV bytes per token give the KV tokens of {len(adjusted)} of the "
-                   f"{len(check)} start-ups within {adjusted.abs().max():.1f} %: the gap is those two terms.")  # fmt: skip
+        closing = (
+            f" With vLLM's logged activation, non-torch memory and CUDA-graph estimate in place of ours, the "
+            f"calculator's weights and KV bytes per token give the KV tokens of {len(adjusted)} of the "
+            f"{len(check)} start-ups within {adjusted.abs().max():.1f} %: the gap is those two terms."
+        )
     return "**Where the MoE budgets go.** " + "; ".join(parts) + "." + closing
 
 
@@ -124,30 +137,37 @@ def cudagraph_reserve_note(check: pd.DataFrame, threshold_gib: float = 1.0) -> s
         return ""
     excess = logged["cudagraph_gib_vllm"] - logged["cudagraph_gib_actual"]
     over = logged[excess > threshold_gib]
-    text = (f"**The CUDA-graph reserve is an estimate.** vLLM 0.26 estimates the memory its CUDA graphs will take, "
-            f"takes that from the KV-cache budget, then captures the graphs and logs what their pool took. In "
-            f"{len(over)} of the {len(logged)} start-ups that logged both, the estimate was more than "
-            f"{threshold_gib:g} GiB too high")  # fmt: skip
+    text = (
+        f"**The CUDA-graph reserve is an estimate.** vLLM 0.26 estimates the memory its CUDA graphs will take, "
+        f"takes that from the KV-cache budget, then captures the graphs and logs what their pool took. In "
+        f"{len(over)} of the {len(logged)} start-ups that logged both, the estimate was more than "
+        f"{threshold_gib:g} GiB too high"
+    )
     configs = over.groupby(["model", "engine_label"], sort=True)
     if configs.ngroups != len(over):
         text += f" ({configs.ngroups} configs)" if configs.ngroups > 1 else " (one config)"
     if not over.empty:
-
         cases = []
         for (model, label), rows in configs:
             row = rows.iloc[0]
             lost = row["cudagraph_gib_vllm"] - row["cudagraph_gib_actual"]
             tokens = kv_tokens_fitting(lost * GIB, int(row["kv_bytes_per_token_ours"]))
-            cases.append(f"`{model}` {label} ({row['cudagraph_gib_vllm']:.2f} GiB estimated, "
-                         f"{row['cudagraph_gib_actual']:.2f} GiB taken: {lost:.2f} GiB, about {tokens:,} KV tokens, "
-                         f"left unused)")  # fmt: skip
-        text += (": " + "; ".join(cases) + ". Such a server holds fewer KV tokens than its memory allows; its log "
-                 "names two remedies: a higher `--gpu-memory-utilization`, or "
-                 "`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0`")  # fmt: skip
+            cases.append(
+                f"`{model}` {label} ({row['cudagraph_gib_vllm']:.2f} GiB estimated, "
+                f"{row['cudagraph_gib_actual']:.2f} GiB taken: {lost:.2f} GiB, about {tokens:,} KV tokens, "
+                f"left unused)"
+            )
+        text += (
+            ": " + "; ".join(cases) + ". Such a server holds fewer KV tokens than its memory allows; its log "
+            "names two remedies: a higher `--gpu-memory-utilization`, or "
+            "`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0`"
+        )
     short = logged[excess < 0]
     if not short.empty:
-        text += (f". In {len(short)} the estimate fell short, by up to {-excess.min():.2f} GiB: those graphs took more "
-                 "than was set aside")  # fmt: skip
+        text += (
+            f". In {len(short)} the estimate fell short, by up to {-excess.min():.2f} GiB: those graphs took more "
+            "than was set aside"
+        )
     return text + "."
 
 
@@ -175,15 +195,23 @@ def recorded_startups(data: Path) -> list[Startup]:
 
 def _graph_profile(startup: Startup) -> GraphProfile:
     engine, start = startup.engine, startup.start
-    batched, seqs = resolve_batching(engine.max_model_len, start.total_memory_gib, max_num_seqs=engine.max_num_seqs,
-                                     max_num_batched_tokens=engine.max_num_batched_tokens)  # fmt: skip
+    batched, seqs = resolve_batching(
+        engine.max_model_len,
+        start.total_memory_gib,
+        max_num_seqs=engine.max_num_seqs,
+        max_num_batched_tokens=engine.max_num_batched_tokens,
+    )
     return graph_profile(cudagraph_descs(engine, seqs, batched, max_capture_size_of(engine.model)))
 
 
 def _activation_unit(startup: Startup) -> float:
     engine, start = startup.engine, startup.start
-    batched, _ = resolve_batching(engine.max_model_len, start.total_memory_gib, max_num_seqs=engine.max_num_seqs,
-                                  max_num_batched_tokens=engine.max_num_batched_tokens)  # fmt: skip
+    batched, _ = resolve_batching(
+        engine.max_model_len,
+        start.total_memory_gib,
+        max_num_seqs=engine.max_num_seqs,
+        max_num_batched_tokens=engine.max_num_batched_tokens,
+    )
     return activation_width_bytes(resolve_model(engine.model), batched) / engine.tensor_parallel_size / GIB
 
 
@@ -213,8 +241,9 @@ def respecialized_graph_gib(logs: list[tuple[str, GraphProfile, float]]) -> floa
     import numpy as np
 
     families = sorted({family for family, _, _ in logs})
-    design = np.array([[p.largest * (f == family) for family in families] + [p.respecialized_graphs]
-                       for f, p, _ in logs], dtype=float)  # fmt: skip
+    design = np.array(
+        [[p.largest * (f == family) for family in families] + [p.respecialized_graphs] for f, p, _ in logs], dtype=float
+    )
     floor = MIN_GRAPH_BYTES / GIB
     if not logs or np.linalg.matrix_rank(design) < design.shape[1]:
         return floor
@@ -254,16 +283,23 @@ def fit_calibration(startups: list[Startup]) -> MemoryCalibration:
     for family, members in groups.items():
         members = members or by_target[family]
         names = {memory_family(s.engine) for s in members}
-        activation = [s.start.peak_activation_gib / _activation_unit(s) for s in members
-                      if s.start.peak_activation_gib is not None]  # fmt: skip
+        activation = [
+            s.start.peak_activation_gib / _activation_unit(s)
+            for s in members
+            if s.start.peak_activation_gib is not None
+        ]
         per_graph = respecialized[family.split("/")[0]]
         first = _first_capture_gib_per_token([(p, y) for f, p, y in graph_logs if f in names], per_graph)
         non_torch = [s.start.non_torch_gib for s in members if s.start.non_torch_gib is not None]
         rows[family] = FamilyCalibration(
-            family=family, logs=len(members), activation_factor=_median(activation, 0.0),
-            cudagraph_first_gib_per_token=first, cudagraph_respecialized_gib_per_graph=per_graph,
-            non_torch_gib=_median(non_torch, 0.0), fallback_error_pct=0.0,
-        )  # fmt: skip
+            family=family,
+            logs=len(members),
+            activation_factor=_median(activation, 0.0),
+            cudagraph_first_gib_per_token=first,
+            cudagraph_respecialized_gib_per_graph=per_graph,
+            non_torch_gib=_median(non_torch, 0.0),
+            fallback_error_pct=0.0,
+        )
     return MemoryCalibration(rows)
 
 
@@ -277,8 +313,7 @@ def held_out_calibrations(startups: list[Startup]) -> dict[str, MemoryCalibratio
     whose family was never recorded); the dense fallback family keeps its own logs, the fallback of every other."""
     families = {memory_family(s.engine) for s in startups}
     return {
-        family: fit_calibration([s for s in startups
-                                 if memory_family(s.engine) != family or family == FALLBACK_FAMILY])  # fmt: skip
+        family: fit_calibration([s for s in startups if memory_family(s.engine) != family or family == FALLBACK_FAMILY])
         for family in families
     }
 
@@ -321,13 +356,20 @@ def kv_check(startups: list[Startup], calibration: MemoryCalibration) -> pd.Data
     for s in startups:
         family = memory_family(s.engine)
         predicted = predicted_tokens(s, calibration)
-        records.append({
-            "case": s.case, "config": s.engine.config_id(), "log": s.start.log, "family": family,
-            "predicted_kv_tokens": predicted, "logged_kv_tokens": s.start.kv_cache_tokens,
-            "error_pct": round(100 * (predicted / s.start.kv_cache_tokens - 1), 2),
-            "error_pct_family_held_out": round(
-                100 * (predicted_tokens(s, held_out[family]) / s.start.kv_cache_tokens - 1), 2),
-        })  # fmt: skip
+        records.append(
+            {
+                "case": s.case,
+                "config": s.engine.config_id(),
+                "log": s.start.log,
+                "family": family,
+                "predicted_kv_tokens": predicted,
+                "logged_kv_tokens": s.start.kv_cache_tokens,
+                "error_pct": round(100 * (predicted / s.start.kv_cache_tokens - 1), 2),
+                "error_pct_family_held_out": round(
+                    100 * (predicted_tokens(s, held_out[family]) / s.start.kv_cache_tokens - 1), 2
+                ),
+            }
+        )
     return pd.DataFrame(records)
 
 
@@ -348,6 +390,8 @@ def kv_check_main(args: argparse.Namespace) -> int:
     check = kv_check(startups, calibration)
     check.to_csv(out / KV_CHECK_NAME, index=False)
     worst = check.loc[check["error_pct"].abs().idxmax()]
-    print(f"{len(check)} start-ups, {check['config'].nunique()} configs, {len(calibration.rows)} families; worst KV "
-          f"error {worst['error_pct']:+.2f} % ({worst['config']})")  # fmt: skip
+    print(
+        f"{len(check)} start-ups, {check['config'].nunique()} configs, {len(calibration.rows)} families; worst KV "
+        f"error {worst['error_pct']:+.2f} % ({worst['config']})"
+    )
     return 0

@@ -32,8 +32,10 @@ def versus_baseline_by_card(rows: pd.DataFrame, metric: str = "output_tok_s") ->
     import pandas as pd
 
     carded = rows[rows["gpu_cards"].fillna("") != ""]
-    lines = [versus_baseline(group, metric).assign(card=short_cards(str(card)))
-             for card, group in carded.groupby("gpu_cards", sort=True)]  # fmt: skip
+    lines = [
+        versus_baseline(group, metric).assign(card=short_cards(str(card)))
+        for card, group in carded.groupby("gpu_cards", sort=True)
+    ]
     if not lines:
         return versus_baseline(carded, metric).assign(card=pd.Series(dtype="object"))
     return pd.concat(lines, ignore_index=True)
@@ -51,11 +53,28 @@ def card_swings(by_card: pd.DataFrame, keys: Sequence[str] = SWING_KEYS) -> pd.D
         if len(group) < 2:
             continue
         low, high = group.loc[group["change_pct"].idxmin()], group.loc[group["change_pct"].idxmax()]
-        records.append({**dict(zip(keys, values, strict=True)), "cards": len(group),
-                        "lowest_pct": float(low["change_pct"]), "lowest_card": low["card"],
-                        "lowest_effect": low["effect"], "highest_pct": float(high["change_pct"]),
-                        "highest_card": high["card"], "highest_effect": high["effect"],
-                        "swing_pts": float(high["change_pct"] - low["change_pct"])})  # fmt: skip
-    columns = [*keys, "cards", "lowest_pct", "lowest_card", "lowest_effect", "highest_pct", "highest_card",
-               "highest_effect", "swing_pts"]  # fmt: skip
+        records.append(
+            {
+                **dict(zip(keys, values, strict=True)),
+                "cards": len(group),
+                "lowest_pct": float(low["change_pct"]),
+                "lowest_card": low["card"],
+                "lowest_effect": low["effect"],
+                "highest_pct": float(high["change_pct"]),
+                "highest_card": high["card"],
+                "highest_effect": high["effect"],
+                "swing_pts": float(high["change_pct"] - low["change_pct"]),
+            }
+        )
+    columns = [
+        *keys,
+        "cards",
+        "lowest_pct",
+        "lowest_card",
+        "lowest_effect",
+        "highest_pct",
+        "highest_card",
+        "highest_effect",
+        "swing_pts",
+    ]
     return pd.DataFrame(records, columns=columns).sort_values("swing_pts", ascending=False, ignore_index=True)

@@ -39,10 +39,20 @@ if TYPE_CHECKING:
 #: Columns that must match for a speculative row and a baseline row to be compared: the same case, engine settings
 #: and load (the spread of its lengths included), on the same GPU. Repeated runs of one point share all of them.
 MATCH_COLUMNS = (
-    "case", "model_shape", "load_format", "input_len", "output_len", "random_range_ratio", "concurrency",
-    "request_rate_qps", "tensor_parallel_size", "pipeline_parallel_size", "max_num_seqs", "max_num_batched_tokens",
+    "case",
+    "model_shape",
+    "load_format",
+    "input_len",
+    "output_len",
+    "random_range_ratio",
+    "concurrency",
+    "request_rate_qps",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "max_num_seqs",
+    "max_num_batched_tokens",
     "gpu_name",
-)  # fmt: skip
+)
 #: The match columns that name a configuration's setting and workload but not its load: a side measured fewer than
 #: three times borrows the widest spread its configuration showed in this setting (``borrowed_spread``).
 SETTING_COLUMNS = tuple(c for c in MATCH_COLUMNS if c not in ("concurrency", "request_rate_qps"))
@@ -55,7 +65,7 @@ MODEL_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 
 
 def forced_model_runner(engine_config_json: object) -> str | None:
-    """"V1" or "V2" where a recorded row's engine config (its ``engine_config_json``) forces vLLM's model runner
+    """ "V1" or "V2" where a recorded row's engine config (its ``engine_config_json``) forces vLLM's model runner
     through ``VLLM_USE_V2_MODEL_RUNNER`` in its ``env``; None where vLLM chose (or the row has no config)."""
     import json
 
@@ -72,7 +82,6 @@ def forced_cudagraph_mode(engine_config_json: object) -> str | None:
     ``extra_args`` (``config.engine.cudagraph_mode_forced_by``), e.g. "PIECEWISE"; None where vLLM chose (or the row
     has no config)."""
     import json
-
 
     if not isinstance(engine_config_json, str):
         return None
@@ -125,8 +134,9 @@ def versus_baseline(df: pd.DataFrame, metric: str = "output_tok_s", extra: Seque
     base = _median_of_runs(filled[is_baseline(df)], keys, metric, "baseline")
     described = ["spec_method", "num_speculative_tokens", "imposed_alpha", "imposed_acceptance_rates", *extra]
     described = [c for c in dict.fromkeys(described) if c in filled.columns and c not in keys]
-    spec = _median_of_runs(filled[filled["spec_method"] != "none"], [*keys, "engine_label"], metric, "speculative",
-                           described)  # fmt: skip
+    spec = _median_of_runs(
+        filled[filled["spec_method"] != "none"], [*keys, "engine_label"], metric, "speculative", described
+    )
     base["baseline_borrowed_pct"] = borrowed_spread(base, list(SETTING_COLUMNS), "baseline")
     spec["speculative_borrowed_pct"] = borrowed_spread(spec, [*SETTING_COLUMNS, "engine_label"], "speculative")
     merged = spec.merge(base, on=keys, how="inner")
@@ -158,8 +168,12 @@ def versus_baseline(df: pd.DataFrame, metric: str = "output_tok_s", extra: Seque
         }
     )
     out["ratio"] = out["speculative"] / out["baseline"]
-    out["band_pct"] = [band_pct(a, b, c) for a, b, c in zip(out["baseline_spread_pct"], out["speculative_spread_pct"],
-                                                            out["borrowed_spread_pct"], strict=True)]  # fmt: skip
+    out["band_pct"] = [
+        band_pct(a, b, c)
+        for a, b, c in zip(
+            out["baseline_spread_pct"], out["speculative_spread_pct"], out["borrowed_spread_pct"], strict=True
+        )
+    ]
     out["pairs"] = 0
     if "pair_session" in df.columns and df["pair_session"].notna().any():
         out = _judged_on_pairs(out, df[is_baseline(df) | (df["spec_method"] != "none")], metric)
@@ -182,8 +196,17 @@ def _judged_on_pairs(comparison: pd.DataFrame, rows: pd.DataFrame, metric: str) 
     paired = pd.concat([paired_versus(rows, label, metric) for label in baseline_labels], ignore_index=True)
     if paired.empty:
         return comparison
-    keys = ["engine_label", "case", "model_shape", "gpu_name", "input_len", "output_len", "random_range_ratio",
-            "concurrency", "request_rate_qps"]  # fmt: skip
+    keys = [
+        "engine_label",
+        "case",
+        "model_shape",
+        "gpu_name",
+        "input_len",
+        "output_len",
+        "random_range_ratio",
+        "concurrency",
+        "request_rate_qps",
+    ]
     out = comparison.copy()
     line_of = {tuple(_key(out.loc[i, k]) for k in keys): i for i in out.index}
     for line in paired.itertuples(index=False):
@@ -191,10 +214,18 @@ def _judged_on_pairs(comparison: pd.DataFrame, rows: pd.DataFrame, metric: str) 
         if at is None:
             continue
         out.loc[at, ["baseline", "speculative", "ratio", "band_pct", "pairs"]] = (
-            line.reference, line.value, line.ratio, line.band_pct, line.pairs)  # fmt: skip
+            line.reference,
+            line.value,
+            line.ratio,
+            line.band_pct,
+            line.pairs,
+        )
         out.loc[at, ["baseline_runs", "speculative_runs"]] = line.pairs
         out.loc[at, ["baseline_spread_pct", "speculative_spread_pct", "borrowed_spread_pct"]] = (
-            line.reference_spread_pct, line.value_spread_pct, 0.0)  # fmt: skip
+            line.reference_spread_pct,
+            line.value_spread_pct,
+            0.0,
+        )
     return out
 
 
@@ -241,8 +272,9 @@ def _median_of_runs(
         for column in described:
             numbers = pd.to_numeric(group[column], errors="coerce")
             record[column] = numbers.median() if numbers.notna().any() else group[column].iloc[0]
-        records.append({**record, name: spread.median, f"{name}_runs": spread.runs,
-                        f"{name}_spread_pct": spread.spread_pct})  # fmt: skip
+        records.append(
+            {**record, name: spread.median, f"{name}_runs": spread.runs, f"{name}_spread_pct": spread.spread_pct}
+        )
     columns = [*keys, *described, name, f"{name}_runs", f"{name}_spread_pct"]
     return pd.DataFrame(records, columns=columns)
 
@@ -296,14 +328,22 @@ def acceptance_check(df: pd.DataFrame) -> pd.DataFrame:
     """Measured mean acceptance length beside the one the imposed per-position rates imply (1 + Σ p_i)."""
     import json
 
-
     spec = df[df["imposed_acceptance_rates"].notna()].copy()
     spec["expected_acceptance_length"] = [
         tokens_per_step_from_rates(json.loads(r)) for r in spec["imposed_acceptance_rates"]
     ]
     spec["deviation_pct"] = 100.0 * (spec["mean_acceptance_length"] / spec["expected_acceptance_length"] - 1.0)
-    columns = ["engine_label", "concurrency", "request_rate_qps", "imposed_alpha", "expected_acceptance_length",
-               "mean_acceptance_length", "deviation_pct", "acceptance_rate", "per_position_acceptance"]  # fmt: skip
+    columns = [
+        "engine_label",
+        "concurrency",
+        "request_rate_qps",
+        "imposed_alpha",
+        "expected_acceptance_length",
+        "mean_acceptance_length",
+        "deviation_pct",
+        "acceptance_rate",
+        "per_position_acceptance",
+    ]
     return spec[columns].reset_index(drop=True)
 
 
@@ -328,8 +368,9 @@ def describe_change_by_hardware(comparison: pd.DataFrame) -> str:
     names = sorted(str(n) for n in comparison["gpu_name"].unique()) if not comparison.empty else []
     if len(names) < 2:
         return describe_change(comparison)
-    return "\n\n".join(f"**On {name}.** {describe_change(comparison[comparison['gpu_name'] == name])}"
-                         for name in names)  # fmt: skip
+    return "\n\n".join(
+        f"**On {name}.** {describe_change(comparison[comparison['gpu_name'] == name])}" for name in names
+    )
 
 
 def summary_line(df: pd.DataFrame) -> str:
@@ -383,7 +424,6 @@ def recorded_speculative(engine_config_json: object) -> SpeculativeConfig | None
     the row has no config), validated without repeating its advisories."""
     import json
 
-
     if not isinstance(engine_config_json, str):
         return None
     spec_json = json.loads(engine_config_json).get("speculative")
@@ -392,12 +432,34 @@ def recorded_speculative(engine_config_json: object) -> SpeculativeConfig | None
 
 #: The columns of ``paired_versus``, one line per compared config, load and GPU model.
 PAIRED_COLUMNS = (
-    "engine_label", "reference_label", "case", "model_shape", "gpu_name", "load", "concurrency", "request_rate_qps",
+    "engine_label",
+    "reference_label",
+    "case",
+    "model_shape",
+    "gpu_name",
+    "load",
+    "concurrency",
+    "request_rate_qps",
     "input_len",
-    "output_len", "random_range_ratio", "metric", "pairs", "pair_mode", "reference", "value", "ratio", "change_pct",
-    "ratio_lowest", "ratio_highest", "paired_spread_pct", "band_pct", "effect", "reference_spread_pct",
-    "value_spread_pct", "unpaired_spread_pct", "unpaired_band_pct",
-)  # fmt: skip
+    "output_len",
+    "random_range_ratio",
+    "metric",
+    "pairs",
+    "pair_mode",
+    "reference",
+    "value",
+    "ratio",
+    "change_pct",
+    "ratio_lowest",
+    "ratio_highest",
+    "paired_spread_pct",
+    "band_pct",
+    "effect",
+    "reference_spread_pct",
+    "value_spread_pct",
+    "unpaired_spread_pct",
+    "unpaired_band_pct",
+)
 
 
 def paired_ratios(rows: pd.DataFrame, reference_label: str, metric: str = "output_tok_s") -> pd.DataFrame:
@@ -412,20 +474,25 @@ def paired_ratios(rows: pd.DataFrame, reference_label: str, metric: str = "outpu
     paired = paired[paired["pair_session"].notna()]
     paired = paired.assign(**{k: paired[k].astype("string").fillna("—") for k in MATCH_COLUMNS})
     order = paired["pair_position"].astype(float)
-    paired = paired.assign(turn=order.groupby([paired[k] for k in ["pair_session", *MATCH_COLUMNS, "engine_label"]])
-                           .rank(method="first").astype(int))  # fmt: skip
+    paired = paired.assign(
+        turn=order.groupby([paired[k] for k in ["pair_session", *MATCH_COLUMNS, "engine_label"]])
+        .rank(method="first")
+        .astype(int)
+    )
     reference = paired[paired["engine_label"] == reference_label]
     other = paired[paired["engine_label"] != reference_label]
     merged = other.merge(reference[[*keys, metric]], on=keys, how="inner", suffixes=("", "_reference"))
-    return pd.DataFrame({
-        "engine_label": merged["engine_label"],
-        "reference_label": reference_label,
-        **{k: merged[k] for k in keys},
-        "pair_mode": merged["pair_mode"],
-        "reference": merged[f"{metric}_reference"].astype(float),
-        "value": merged[metric].astype(float),
-        "ratio": merged[metric].astype(float) / merged[f"{metric}_reference"].astype(float),
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "engine_label": merged["engine_label"],
+            "reference_label": reference_label,
+            **{k: merged[k] for k in keys},
+            "pair_mode": merged["pair_mode"],
+            "reference": merged[f"{metric}_reference"].astype(float),
+            "value": merged[metric].astype(float),
+            "ratio": merged[metric].astype(float) / merged[f"{metric}_reference"].astype(float),
+        }
+    )
 
 
 def paired_versus(rows: pd.DataFrame, reference_label: str, metric: str = "output_tok_s") -> pd.DataFrame:
@@ -447,17 +514,35 @@ def paired_versus(rows: pd.DataFrame, reference_label: str, metric: str = "outpu
         unpaired = spread_of(cross_ratios(group["reference"], group["value"]))
         concurrency = pd.to_numeric(key["concurrency"], errors="coerce")
         rate = pd.to_numeric(key["request_rate_qps"], errors="coerce")
-        lines.append({
-            "engine_label": key["engine_label"], "reference_label": reference_label, "case": key["case"],
-            "model_shape": key["model_shape"], "gpu_name": key["gpu_name"],
-            "load": load_text(concurrency, rate), "concurrency": concurrency, "request_rate_qps": rate,
-            "input_len": int(key["input_len"]), "output_len": int(key["output_len"]),
-            "random_range_ratio": float(key["random_range_ratio"]), "metric": metric, "pairs": ratio.runs,
-            "pair_mode": " / ".join(sorted(set(group["pair_mode"].dropna()))),
-            "reference": reference.median, "value": value.median, "ratio": ratio.median,
-            "change_pct": 100.0 * (ratio.median - 1.0), "ratio_lowest": ratio.lowest, "ratio_highest": ratio.highest,
-            "paired_spread_pct": ratio.spread_pct, "band_pct": band, "effect": str(effect_of_speedup(speedup, band)),
-            "reference_spread_pct": reference.spread_pct, "value_spread_pct": value.spread_pct,
-            "unpaired_spread_pct": unpaired.spread_pct, "unpaired_band_pct": band_pct(unpaired.spread_pct),
-        })  # fmt: skip
+        lines.append(
+            {
+                "engine_label": key["engine_label"],
+                "reference_label": reference_label,
+                "case": key["case"],
+                "model_shape": key["model_shape"],
+                "gpu_name": key["gpu_name"],
+                "load": load_text(concurrency, rate),
+                "concurrency": concurrency,
+                "request_rate_qps": rate,
+                "input_len": int(key["input_len"]),
+                "output_len": int(key["output_len"]),
+                "random_range_ratio": float(key["random_range_ratio"]),
+                "metric": metric,
+                "pairs": ratio.runs,
+                "pair_mode": " / ".join(sorted(set(group["pair_mode"].dropna()))),
+                "reference": reference.median,
+                "value": value.median,
+                "ratio": ratio.median,
+                "change_pct": 100.0 * (ratio.median - 1.0),
+                "ratio_lowest": ratio.lowest,
+                "ratio_highest": ratio.highest,
+                "paired_spread_pct": ratio.spread_pct,
+                "band_pct": band,
+                "effect": str(effect_of_speedup(speedup, band)),
+                "reference_spread_pct": reference.spread_pct,
+                "value_spread_pct": value.spread_pct,
+                "unpaired_spread_pct": unpaired.spread_pct,
+                "unpaired_band_pct": band_pct(unpaired.spread_pct),
+            }
+        )
     return pd.DataFrame(lines, columns=list(PAIRED_COLUMNS))

@@ -41,8 +41,14 @@ def crossover(comparison: pd.DataFrame) -> pd.DataFrame:
             parts.append(f"within noise (±{even['band_pct'].max():.0f} %) at {levels}")
         if loses is not None:
             parts.append(f"loses from {loses} stream{'s' if loses > 1 else ''}")
-        records.append({"engine_label": label, "gains_up_to": up_to, "loses_from": loses,
-                        "text": f"{label}: " + "; ".join(parts) + "."})  # fmt: skip
+        records.append(
+            {
+                "engine_label": label,
+                "gains_up_to": up_to,
+                "loses_from": loses,
+                "text": f"{label}: " + "; ".join(parts) + ".",
+            }
+        )
     out = pd.DataFrame(records)
     return out.astype({"gains_up_to": "Int64", "loses_from": "Int64"})
 
@@ -78,4 +84,3 @@ def change_table(comparison: pd.DataFrame) -> pd.DataFrame:
     return comparison.pivot_table(
         index=["engine_label", "k", "imposed_alpha"], columns="concurrency", values="change_pct", aggfunc="first"
     ).round(1)
-

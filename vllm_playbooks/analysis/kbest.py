@@ -27,12 +27,19 @@ def best_ks(values: Mapping[int, float], spreads_pct: Mapping[int, float] | None
     if not ranked:
         return []
     top = ranked[0]
-    return [k for k in ranked if k == top or effect_of_speedup(
-        values[top] / values[k], band_pct(spreads.get(top, 0.0), spreads.get(k, 0.0))) is not Effect.GAIN]
+    return [
+        k
+        for k in ranked
+        if k == top
+        or effect_of_speedup(values[top] / values[k], band_pct(spreads.get(top, 0.0), spreads.get(k, 0.0)))
+        is not Effect.GAIN
+    ]
 
 
 def band_means(
-    gains: pd.DataFrame, alpha: float, bands: Iterable[tuple[str, int, int]],
+    gains: pd.DataFrame,
+    alpha: float,
+    bands: Iterable[tuple[str, int, int]],
 ) -> Iterable[tuple[str, str, pd.Series]]:
     """(profile, band, mean gain in % per k) for each profile and concurrency band with points at the imposed
     ``alpha``; the means are sorted best first (ties keep the smaller k first)."""
@@ -66,22 +73,30 @@ def best_k_by_band(gains: pd.DataFrame, alpha: float, bands: Iterable[tuple[str,
         ranked = len(means) >= 2
         low, high = next((lo, hi) for n, lo, hi in bands if n == name)
         points = central[(central["profile"] == profile) & central["concurrency"].between(low, high)]
-        spreads = (points.groupby("k")["band_pct"].max().to_dict() if "band_pct" in points.columns else {})
+        spreads = points.groupby("k")["band_pct"].max().to_dict() if "band_pct" in points.columns else {}
         tied = best_ks({int(k): 1 + g / 100 for k, g in means.items()}, {int(k): v for k, v in spreads.items()})
-        records.append({
-            "profile": profile, "band": name, "ks": ks_text(means),
-            "best_k": int(means.index[0]) if ranked else None,
-            "best_gain_pct": float(means.iloc[0]) if ranked else None,
-            "tied_ks": ", ".join(str(k) for k in tied[1:]) if ranked else None,
-            "runner_up_k": int(means.index[1]) if ranked else None,
-            "lead_pts": float(means.iloc[0] - means.iloc[1]) if ranked else None,
-        })  # fmt: skip
+        records.append(
+            {
+                "profile": profile,
+                "band": name,
+                "ks": ks_text(means),
+                "best_k": int(means.index[0]) if ranked else None,
+                "best_gain_pct": float(means.iloc[0]) if ranked else None,
+                "tied_ks": ", ".join(str(k) for k in tied[1:]) if ranked else None,
+                "runner_up_k": int(means.index[1]) if ranked else None,
+                "lead_pts": float(means.iloc[0] - means.iloc[1]) if ranked else None,
+            }
+        )
     columns = ["profile", "band", "ks", "best_k", "best_gain_pct", "tied_ks", "runner_up_k", "lead_pts"]
     return pd.DataFrame(records, columns=columns)
 
 
 def claimed_ks_by_band(
-    gains: pd.DataFrame, alpha: float, low: int, high: int, tolerance: float = MIN_BAND_PCT / 100,
+    gains: pd.DataFrame,
+    alpha: float,
+    low: int,
+    high: int,
+    tolerance: float = MIN_BAND_PCT / 100,
     bands: Iterable[tuple[str, int, int]] = BANDS,
 ) -> pd.DataFrame:
     """Whether a claimed best range of draft tokens (``low``-``high``, Red Hat's 2-3) held in each profile and
@@ -99,8 +114,16 @@ def claimed_ks_by_band(
     for profile, name, means in band_means(gains, alpha, bands):
         inside = means[(means.index >= low) & (means.index <= high)]
         outside = means.drop(inside.index)
-        record = {"profile": profile, "band": name, "ks": ks_text(means), "claimed": f"{low}-{high}",
-                  "inside_k": None, "inside_gain_pct": None, "outside_k": None, "outside_gain_pct": None}
+        record = {
+            "profile": profile,
+            "band": name,
+            "ks": ks_text(means),
+            "claimed": f"{low}-{high}",
+            "inside_k": None,
+            "inside_gain_pct": None,
+            "outside_k": None,
+            "outside_gain_pct": None,
+        }
         if not inside.empty:
             record.update(inside_k=int(inside.index[0]), inside_gain_pct=float(inside.iloc[0]))
         if not outside.empty:
@@ -109,8 +132,17 @@ def claimed_ks_by_band(
             record["outcome"] = "not tested"
         else:
             lead = float(inside.iloc[0] - outside.iloc[0])
-            record["outcome"] = ("too close" if abs(lead) <= 100 * tolerance else "held" if lead > 0 else "not held")
+            record["outcome"] = "too close" if abs(lead) <= 100 * tolerance else "held" if lead > 0 else "not held"
         records.append(record)
-    columns = ["profile", "band", "ks", "claimed", "inside_k", "inside_gain_pct", "outside_k", "outside_gain_pct",
-               "outcome"]  # fmt: skip
+    columns = [
+        "profile",
+        "band",
+        "ks",
+        "claimed",
+        "inside_k",
+        "inside_gain_pct",
+        "outside_k",
+        "outside_gain_pct",
+        "outcome",
+    ]
     return pd.DataFrame(records, columns=columns).astype({"inside_k": "Int64", "outside_k": "Int64"})

@@ -62,8 +62,9 @@ def host_disturbances(
     ``top_sm_clock_mhz``; a reading that is missing (``None`` or NaN) shows none."""
 
     nan = float("nan")
-    steal, load, cpus, clock, top = (nan if v is None else float(v)
-                                     for v in (steal_pct, load_1m_max, cpu_count, sm_clock_mhz, top_sm_clock_mhz))
+    steal, load, cpus, clock, top = (
+        nan if v is None else float(v) for v in (steal_pct, load_1m_max, cpu_count, sm_clock_mhz, top_sm_clock_mhz)
+    )
     found = []  # every comparison with NaN (a missing reading) is False
     if steal >= DISTURBED_STEAL_PCT:
         found.append(Disturbance.STEAL)

@@ -29,7 +29,10 @@ def gain_table(df: pd.DataFrame, profiles: Mapping[str, tuple[int, int]], metric
 
 
 def select_gains(
-    gains: pd.DataFrame, alpha: float | None = None, profile: str | None = None, k: int | None = None,
+    gains: pd.DataFrame,
+    alpha: float | None = None,
+    profile: str | None = None,
+    k: int | None = None,
 ) -> pd.DataFrame:
     """Rows of a gain table at one imposed α, profile and/or k (``None``: any); an empty table stays empty."""
     if gains.empty:
@@ -51,15 +54,24 @@ def alpha_band(gains: pd.DataFrame, central: float, k: int = 3) -> pd.DataFrame:
     minus the central one's)."""
     import pandas as pd
 
-    columns = ["profile", "imposed_alpha", "concurrency", "gain_pct", "central_alpha", "central_gain_pct",
-               "difference_pts"]  # fmt: skip
+    columns = [
+        "profile",
+        "imposed_alpha",
+        "concurrency",
+        "gain_pct",
+        "central_alpha",
+        "central_gain_pct",
+        "difference_pts",
+    ]
     rows = select_gains(gains, k=k)
     if rows.empty:
         return pd.DataFrame(columns=columns)
     at_central = (rows["imposed_alpha"].astype(float) - central).abs() < 1e-9
     centre = rows[at_central].set_index(["profile", "concurrency"])["gain_pct"].rename("central_gain_pct")
     band = rows[~at_central].join(centre, on=["profile", "concurrency"])
-    band = band.assign(imposed_alpha=band["imposed_alpha"].astype(float), central_alpha=central,
-                       difference_pts=band["gain_pct"] - band["central_gain_pct"])  # fmt: skip
+    band = band.assign(
+        imposed_alpha=band["imposed_alpha"].astype(float),
+        central_alpha=central,
+        difference_pts=band["gain_pct"] - band["central_gain_pct"],
+    )
     return band[columns].sort_values(["profile", "imposed_alpha", "concurrency"]).reset_index(drop=True)
-

@@ -13,8 +13,14 @@ if TYPE_CHECKING:
 
 #: What names a repeated load in a ``repeat_spread`` table (the shown part of its match key).
 REPEAT_LOAD_COLUMNS = (
-    "engine_label", "model_shape", "input_len", "output_len", "random_range_ratio", "concurrency", "request_rate_qps",
-)  # fmt: skip
+    "engine_label",
+    "model_shape",
+    "input_len",
+    "output_len",
+    "random_range_ratio",
+    "concurrency",
+    "request_rate_qps",
+)
 
 
 REPEAT_COLUMNS = (*REPEAT_LOAD_COLUMNS, "runs", "values", "lowest", "highest", "spread_pct")
@@ -37,9 +43,16 @@ def repeat_spread(df: pd.DataFrame, metric: str = "output_tok_s") -> pd.DataFram
             continue
         values = [float(v) for v in group[metric]]
         first = group.iloc[0]
-        records.append({**{c: first[c] for c in REPEAT_LOAD_COLUMNS}, "runs": len(group), "values": values,
-                        "lowest": min(values), "highest": max(values),
-                        "spread_pct": spread_of(values).spread_pct})  # fmt: skip
+        records.append(
+            {
+                **{c: first[c] for c in REPEAT_LOAD_COLUMNS},
+                "runs": len(group),
+                "values": values,
+                "lowest": min(values),
+                "highest": max(values),
+                "spread_pct": spread_of(values).spread_pct,
+            }
+        )
     return pd.DataFrame(records, columns=list(REPEAT_COLUMNS))
 
 
@@ -52,8 +65,12 @@ def describe_repeat_spread(spread: pd.DataFrame, unit: str = "output tok/s") -> 
     for row in spread.itertuples():
         lengths = f"{int(row.input_len):,} in / {int(row.output_len):,} out"
         values = ", ".join(f"{v:.1f}" for v in row.values[:-1]) + f" and {row.values[-1]:.1f}"
-        loads.append(f"{row.engine_label} at {load_text(row.concurrency, row.request_rate_qps)} ({lengths}) "
-                     f"ran {row.runs} times without a stall: {values} {unit}, {row.spread_pct:.1f} % apart")  # fmt: skip
-    return ("**Repeated runs.** " + "; ".join(loads) + ". Comparisons at such a load use the median of the runs. "
-            "Their spread is how far the same engine moved from one run to the next: a gain difference smaller than it "
-            "is not a measured difference between configs.")
+        loads.append(
+            f"{row.engine_label} at {load_text(row.concurrency, row.request_rate_qps)} ({lengths}) "
+            f"ran {row.runs} times without a stall: {values} {unit}, {row.spread_pct:.1f} % apart"
+        )
+    return (
+        "**Repeated runs.** " + "; ".join(loads) + ". Comparisons at such a load use the median of the runs. "
+        "Their spread is how far the same engine moved from one run to the next: a gain difference smaller than it "
+        "is not a measured difference between configs."
+    )

@@ -35,8 +35,10 @@ def rows_on_hardware(df: pd.DataFrame, hardware: str | None = None, mode: str = 
         return df
     recorded = sorted(str(name) for name in df["gpu_name"].unique())
     if hardware not in recorded:
-        raise ConfigError(f"no rows recorded on hardware {hardware!r}; recorded: {', '.join(recorded)} "
-                          f"(or {ALL_HARDWARE!r} for every one side by side)")  # fmt: skip
+        raise ConfigError(
+            f"no rows recorded on hardware {hardware!r}; recorded: {', '.join(recorded)} "
+            f"(or {ALL_HARDWARE!r} for every one side by side)"
+        )
     return df[df["gpu_name"] == hardware]
 
 
@@ -78,13 +80,21 @@ def overlapping_points(df: pd.DataFrame) -> pd.DataFrame:
     windows = measured_windows(df).reset_index(drop=True)
     records = []
     for i, row in windows.iterrows():
-        others = windows[(windows.index != i) & (windows["started_at"] < row["ended_at"])
-                         & (windows["ended_at"] > row["started_at"])]  # fmt: skip
+        others = windows[
+            (windows.index != i) & (windows["started_at"] < row["ended_at"]) & (windows["ended_at"] > row["started_at"])
+        ]
         if len(others):
-            beside = [f"{o.engine_label} at {load_text(o.concurrency, o.request_rate_qps)}" for o in others.itertuples()]
-            records.append({"point_id": row["point_id"], "engine_label": row["engine_label"],
-                            "load": load_text(row["concurrency"], row["request_rate_qps"]),
-                            "beside": "; ".join(sorted(beside))})  # fmt: skip
+            beside = [
+                f"{o.engine_label} at {load_text(o.concurrency, o.request_rate_qps)}" for o in others.itertuples()
+            ]
+            records.append(
+                {
+                    "point_id": row["point_id"],
+                    "engine_label": row["engine_label"],
+                    "load": load_text(row["concurrency"], row["request_rate_qps"]),
+                    "beside": "; ".join(sorted(beside)),
+                }
+            )
     return pd.DataFrame(records, columns=["point_id", "engine_label", "load", "beside"])
 
 
@@ -124,13 +134,17 @@ def overlap_note(df: pd.DataFrame) -> str:
     rows = overlapping_points(df)
     if rows.empty:
         return f"Each of the {len(df)} points ran alone on its host."
-    opening = (f"{len(rows)} of the {len(df)} points ran at the same time as another point, one server per GPU on the "
-               "same host, sharing its CPUs (so each may have run slower than alone)")  # fmt: skip
+    opening = (
+        f"{len(rows)} of the {len(df)} points ran at the same time as another point, one server per GPU on the "
+        "same host, sharing its CPUs (so each may have run slower than alone)"
+    )
     if len(rows) > OVERLAPS_LISTED:
         per_config = rows["engine_label"].value_counts(sort=False).items()
         counts = ", ".join(f"`{label}` {count}" for label, count in per_config)
-        return (f"{opening}; by configuration: {counts}. The table below names what each ran beside; the others ran "
-                f"alone.{_set_aside_sentence(df, rows)}")  # fmt: skip
+        return (
+            f"{opening}; by configuration: {counts}. The table below names what each ran beside; the others ran "
+            f"alone.{_set_aside_sentence(df, rows)}"
+        )
     listed = "; ".join(f"`{r.engine_label}` at {r.load} beside {r.beside}" for r in rows.itertuples())
     return f"{opening}: {listed}. The others ran alone.{_set_aside_sentence(df, rows)}"
 
@@ -141,9 +155,11 @@ def _set_aside_sentence(df: pd.DataFrame, overlapping: pd.DataFrame) -> str:
     left_out = len(df) - len(_without_settled(df, set(overlapping["point_id"])))
     if not left_out:
         return ""
-    return (f" {left_out} of them {'is' if left_out == 1 else 'are'} left out of the comparisons and verdicts: "
-            f"{'its point was' if left_out == 1 else 'their points were'} measured at least {MIN_CLEAN_REPEATS} "
-            "times alone.")  # fmt: skip
+    return (
+        f" {left_out} of them {'is' if left_out == 1 else 'are'} left out of the comparisons and verdicts: "
+        f"{'its point was' if left_out == 1 else 'their points were'} measured at least {MIN_CLEAN_REPEATS} "
+        "times alone."
+    )
 
 
 def duration_rule_breaches(df: pd.DataFrame, min_duration_s: float = 30.0) -> pd.DataFrame:
@@ -157,8 +173,22 @@ def duration_rule_breaches(df: pd.DataFrame, min_duration_s: float = 30.0) -> pd
 
 
 #: The columns of ``summarize_runs`` and ``recorded_runs``, in order.
-RECORDED_COLUMNS = ["case", "gpu_name", "gpus_per_server", "vllm_version", "host_cpu", "gpu_cards", "first_measured",
-                    "last_measured", "rows", "points", "repeats", "disturbed", "servers", "gpu_minutes"]  # fmt: skip
+RECORDED_COLUMNS = [
+    "case",
+    "gpu_name",
+    "gpus_per_server",
+    "vllm_version",
+    "host_cpu",
+    "gpu_cards",
+    "first_measured",
+    "last_measured",
+    "rows",
+    "points",
+    "repeats",
+    "disturbed",
+    "servers",
+    "gpu_minutes",
+]
 #: ``host_cpu`` of rows measured before the runner recorded the host.
 HOST_NOT_RECORDED = "not recorded"
 
@@ -170,8 +200,10 @@ def mark_disturbed(rows: pd.DataFrame) -> pd.DataFrame:
     import pandas as pd
 
     top = pd.to_numeric(rows["gpu_sm_clock_mhz_mean"], errors="coerce").groupby(rows["gpu_name"]).transform("max")
-    readings = [pd.to_numeric(rows[c], errors="coerce") for c in
-                ("host_steal_pct", "host_load_1m_max", "host_cpu_count", "gpu_sm_clock_mhz_mean")]  # fmt: skip
+    readings = [
+        pd.to_numeric(rows[c], errors="coerce")
+        for c in ("host_steal_pct", "host_load_1m_max", "host_cpu_count", "gpu_sm_clock_mhz_mean")
+    ]
     found = [", ".join(host_disturbances(*values)) for values in zip(*readings, top, strict=True)]
     return rows.assign(disturbed=found)
 
@@ -205,9 +237,10 @@ def summarize_runs(rows: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
     rows = rows.reset_index(drop=True)
     table = rows.assign(
         host_cpu=[_host(cpu, count) for cpu, count in zip(rows["host_cpu"], rows["host_cpu_count"], strict=True)],
-        gpus_per_server=rows["gpu_count"].astype(int), at=pd.to_datetime(rows["measured_at"], utc=True),
+        gpus_per_server=rows["gpu_count"].astype(int),
+        at=pd.to_datetime(rows["measured_at"], utc=True),
         point=[split_point_id(pid)[0] for pid in rows["point_id"]],
-    )  # fmt: skip
+    )
     keys = ["case", "gpu_name", "gpus_per_server", "vllm_version", "host_cpu"]
     line_of = dict(zip(table.index, table.groupby(keys, sort=False).ngroup(), strict=True))
     minutes: dict[int, float] = {}
@@ -218,17 +251,23 @@ def summarize_runs(rows: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
         starts[line] = starts.get(line, 0) + 1
     records = []
     for line, (key, group) in enumerate(table.groupby(keys, sort=False)):
-        records.append({
-            **dict(zip(keys, key, strict=True)),
-            "gpu_cards": count_cards(group["gpu_cards"]),
-            "first_measured": group["at"].min().strftime("%Y-%m-%d"),
-            "last_measured": group["at"].max().strftime("%Y-%m-%d"), "rows": len(group),
-            "points": group["point"].nunique(), "repeats": int((group["repeat"] > 0).sum()),
-            "disturbed": int((group["disturbed"] != "").sum()) if "disturbed" in group else 0,
-            "servers": starts.get(line, 0), "gpu_minutes": minutes.get(line, 0.0),
-        })  # fmt: skip
-    return pd.DataFrame(records, columns=RECORDED_COLUMNS).sort_values(["first_measured", "last_measured"],
-                                                                      ignore_index=True)  # fmt: skip
+        records.append(
+            {
+                **dict(zip(keys, key, strict=True)),
+                "gpu_cards": count_cards(group["gpu_cards"]),
+                "first_measured": group["at"].min().strftime("%Y-%m-%d"),
+                "last_measured": group["at"].max().strftime("%Y-%m-%d"),
+                "rows": len(group),
+                "points": group["point"].nunique(),
+                "repeats": int((group["repeat"] > 0).sum()),
+                "disturbed": int((group["disturbed"] != "").sum()) if "disturbed" in group else 0,
+                "servers": starts.get(line, 0),
+                "gpu_minutes": minutes.get(line, 0.0),
+            }
+        )
+    return pd.DataFrame(records, columns=RECORDED_COLUMNS).sort_values(
+        ["first_measured", "last_measured"], ignore_index=True
+    )
 
 
 def recorded_runs(cases: Sequence[str] | None = None, data: Path | None = None) -> pd.DataFrame:
@@ -246,8 +285,10 @@ def recorded_runs(cases: Sequence[str] | None = None, data: Path | None = None) 
         rows = with_gpu_cards(load_runs(case, data), data)
         return mark_disturbed(with_run_conditions(rows, data)) if not rows.empty else rows
 
-    parts = [summarize_runs(read(case), server_time(case, data))
-             for case in (cases if cases is not None else cases_with_runs(data))]  # fmt: skip
+    parts = [
+        summarize_runs(read(case), server_time(case, data))
+        for case in (cases if cases is not None else cases_with_runs(data))
+    ]
     parts = [part for part in parts if not part.empty]
     if not parts:
         return pd.DataFrame(columns=RECORDED_COLUMNS)
@@ -262,12 +303,14 @@ def describe_recorded_runs(table: pd.DataFrame) -> str:
     gpus = and_list(sorted(table["gpu_name"].unique()))
     versions = and_list(sorted(table["vllm_version"].unique()))
     cases, repeats = table["case"].nunique(), table["repeats"].sum()
-    return (f"{table['rows'].sum()} recorded rows ({table['points'].sum()} distinct points, {repeats} "
-            f"repeat{'s' if repeats != 1 else ''}) of {cases} case{'s' if cases != 1 else ''}, measured from "
-            f"{table['first_measured'].min()} to {table['last_measured'].max()} on {gpus} with vLLM {versions}. The "
-            f"{table['servers'].sum()} server logs recorded with them show {table['gpu_minutes'].sum():.1f} "
-            "GPU-minutes held, from each launch to its last logged line; installing vLLM, idle time between runs and "
-            "servers whose logs were not kept are not counted.")
+    return (
+        f"{table['rows'].sum()} recorded rows ({table['points'].sum()} distinct points, {repeats} "
+        f"repeat{'s' if repeats != 1 else ''}) of {cases} case{'s' if cases != 1 else ''}, measured from "
+        f"{table['first_measured'].min()} to {table['last_measured'].max()} on {gpus} with vLLM {versions}. The "
+        f"{table['servers'].sum()} server logs recorded with them show {table['gpu_minutes'].sum():.1f} "
+        "GPU-minutes held, from each launch to its last logged line; installing vLLM, idle time between runs and "
+        "servers whose logs were not kept are not counted."
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

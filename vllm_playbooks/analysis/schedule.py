@@ -12,7 +12,10 @@ if TYPE_CHECKING:
 
 
 def schedule_outcome(
-    df: pd.DataFrame, schedule_label: str, fixed_label: str, metric: str = "output_tok_s",
+    df: pd.DataFrame,
+    schedule_label: str,
+    fixed_label: str,
+    metric: str = "output_tok_s",
 ) -> pd.DataFrame:
     """What a measured batch-size schedule (``num_speculative_tokens_per_batch_size``) delivered at each concurrency:
     the k its schedule sets there (taking the concurrency as the batch size, the most the server can schedule at
@@ -26,8 +29,17 @@ def schedule_outcome(
     """
     import pandas as pd
 
-    columns = ["gpu_name", "engine_label", "concurrency", "scheduled_k", "num_drafts", metric, "reference_label",
-               "reference", "change_pct"]  # fmt: skip
+    columns = [
+        "gpu_name",
+        "engine_label",
+        "concurrency",
+        "scheduled_k",
+        "num_drafts",
+        metric,
+        "reference_label",
+        "reference",
+        "change_pct",
+    ]
     df = df if "gpu_name" in df else df.assign(gpu_name="")
     rows = df[df["engine_label"] == schedule_label]
     if rows.empty:
@@ -47,12 +59,19 @@ def schedule_outcome(
         reference = float(same[metric].astype(float).median())
         value = float(runs[metric].astype(float).median())
         drafts = runs["num_drafts"].astype(float).median()
-        records.append({
-            "gpu_name": gpu, "engine_label": schedule_label, "concurrency": int(concurrency), "scheduled_k": k,
-            "num_drafts": None if pd.isna(drafts) else round(drafts), metric: value,
-            "reference_label": fixed_label if k else str(same["engine_label"].iloc[0]), "reference": reference,
-            "change_pct": 100.0 * (value / reference - 1.0),
-        })  # fmt: skip
+        records.append(
+            {
+                "gpu_name": gpu,
+                "engine_label": schedule_label,
+                "concurrency": int(concurrency),
+                "scheduled_k": k,
+                "num_drafts": None if pd.isna(drafts) else round(drafts),
+                metric: value,
+                "reference_label": fixed_label if k else str(same["engine_label"].iloc[0]),
+                "reference": reference,
+                "change_pct": 100.0 * (value / reference - 1.0),
+            }
+        )
     return pd.DataFrame(records, columns=columns).astype({"num_drafts": "Int64"})
 
 
@@ -123,10 +142,15 @@ def change_chain(
     records = []
     for number, (label, reference) in enumerate(steps, start=1):
         change = 100.0 * (values.loc[label] / values.loc[reference] - 1.0)
-        records.append({
-            "step": "total" if number == len(steps) else str(number),
-            "server": label, "against": reference, "differs": differs(label, reference), **change.to_dict(),
-        })  # fmt: skip
+        records.append(
+            {
+                "step": "total" if number == len(steps) else str(number),
+                "server": label,
+                "against": reference,
+                "differs": differs(label, reference),
+                **change.to_dict(),
+            }
+        )
     return pd.DataFrame(records).set_index("step")
 
 
@@ -148,6 +172,8 @@ def scheduled_off(df: pd.DataFrame) -> pd.Series:
     if df.empty:
         return pd.Series(dtype=bool)
     return df.apply(
-        lambda row: row["spec_method"] != "none"
-        and schedule_switched_off(row.get("engine_config_json"), row["concurrency"]), axis=1,
+        lambda row: (
+            row["spec_method"] != "none" and schedule_switched_off(row.get("engine_config_json"), row["concurrency"])
+        ),
+        axis=1,
     ).astype(bool)

@@ -15,8 +15,17 @@ if TYPE_CHECKING:
 
 
 #: The columns of ``startup_memory_by_gpu``.
-STARTUP_COLUMNS = ("gpu_name", "engine_label", "started", "runs", "kv_cache_tokens", "cudagraph_estimate_gib",
-                   "available_kv_gib", "gpu_memory_utilization", "error")  # fmt: skip
+STARTUP_COLUMNS = (
+    "gpu_name",
+    "engine_label",
+    "started",
+    "runs",
+    "kv_cache_tokens",
+    "cudagraph_estimate_gib",
+    "available_kv_gib",
+    "gpu_memory_utilization",
+    "error",
+)
 
 
 def startup_memory_by_gpu(
@@ -40,20 +49,38 @@ def startup_memory_by_gpu(
             runs = on_gpu[on_gpu["engine_label"] == label]
             if not runs.empty:
                 memory = startup_memory_of_rows(runs, data)
-                records.append({
-                    "gpu_name": gpu, "engine_label": label, "started": True, "runs": len(runs),
-                    "kv_cache_tokens": memory["kv_cache_tokens"].min(),
-                    "cudagraph_estimate_gib": memory["cudagraph_estimate_gib"].max(),
-                })  # fmt: skip
+                records.append(
+                    {
+                        "gpu_name": gpu,
+                        "engine_label": label,
+                        "started": True,
+                        "runs": len(runs),
+                        "kv_cache_tokens": memory["kv_cache_tokens"].min(),
+                        "cudagraph_estimate_gib": memory["cudagraph_estimate_gib"].max(),
+                    }
+                )
                 continue
             tried = latest[latest["hardware"].isin(hardware) & (latest["engine_label"] == label)]
             if not tried.empty:
                 last = tried.iloc[-1]
-                records.append({
-                    "gpu_name": gpu, "engine_label": label, "started": False, "runs": 0,
-                    "cudagraph_estimate_gib": last["cudagraph_estimate_gib"], "available_kv_gib": last["available_kv_gib"],
-                    "gpu_memory_utilization": last["gpu_memory_utilization"], "error": last["error"],
-                })  # fmt: skip
+                records.append(
+                    {
+                        "gpu_name": gpu,
+                        "engine_label": label,
+                        "started": False,
+                        "runs": 0,
+                        "cudagraph_estimate_gib": last["cudagraph_estimate_gib"],
+                        "available_kv_gib": last["available_kv_gib"],
+                        "gpu_memory_utilization": last["gpu_memory_utilization"],
+                        "error": last["error"],
+                    }
+                )
     table = pd.DataFrame(records, columns=list(STARTUP_COLUMNS))
-    return table.astype({"kv_cache_tokens": "Int64", "cudagraph_estimate_gib": "Float64", "available_kv_gib": "Float64",
-                         "gpu_memory_utilization": "Float64"})  # fmt: skip
+    return table.astype(
+        {
+            "kv_cache_tokens": "Int64",
+            "cudagraph_estimate_gib": "Float64",
+            "available_kv_gib": "Float64",
+            "gpu_memory_utilization": "Float64",
+        }
+    )

@@ -17,9 +17,18 @@ from vllm_playbooks.analysis.noise import spread_of
 POINT = ["gpu_name", "engine_label", "concurrency"]
 #: The columns of ``point_swings``.
 SWING_COLUMNS = [
-    "gpu_name", "engine_label", "concurrency", "runs", "spread_pct", "gpu_busy_pct_low", "gpu_busy_pct_high", "sm_clock_mhz_low",
-    "sm_clock_mhz_high", "host_steal_pct_high", "host_load_1m_high",
-]  # fmt: skip
+    "gpu_name",
+    "engine_label",
+    "concurrency",
+    "runs",
+    "spread_pct",
+    "gpu_busy_pct_low",
+    "gpu_busy_pct_high",
+    "sm_clock_mhz_low",
+    "sm_clock_mhz_high",
+    "host_steal_pct_high",
+    "host_load_1m_high",
+]
 
 
 def point_swings(rows: pd.DataFrame, metric: str = "output_tok_s") -> pd.DataFrame:
@@ -31,14 +40,21 @@ def point_swings(rows: pd.DataFrame, metric: str = "output_tok_s") -> pd.DataFra
         if len(point) < 2:
             continue
         busy, clock = point["gpu_util_pct_mean"].astype(float), point["gpu_sm_clock_mhz_mean"].astype(float)
-        records.append({
-            "gpu_name": gpu, "engine_label": label, "concurrency": int(concurrency), "runs": len(point),
-            "spread_pct": spread_of(point[metric].astype(float)).spread_pct,
-            "gpu_busy_pct_low": busy.min(), "gpu_busy_pct_high": busy.max(),
-            "sm_clock_mhz_low": clock.min(), "sm_clock_mhz_high": clock.max(),
-            "host_steal_pct_high": point["host_steal_pct"].astype(float).max(),
-            "host_load_1m_high": point["host_load_1m_max"].astype(float).max(),
-        })  # fmt: skip
+        records.append(
+            {
+                "gpu_name": gpu,
+                "engine_label": label,
+                "concurrency": int(concurrency),
+                "runs": len(point),
+                "spread_pct": spread_of(point[metric].astype(float)).spread_pct,
+                "gpu_busy_pct_low": busy.min(),
+                "gpu_busy_pct_high": busy.max(),
+                "sm_clock_mhz_low": clock.min(),
+                "sm_clock_mhz_high": clock.max(),
+                "host_steal_pct_high": point["host_steal_pct"].astype(float).max(),
+                "host_load_1m_high": point["host_load_1m_max"].astype(float).max(),
+            }
+        )
     return pd.DataFrame(records, columns=SWING_COLUMNS)
 
 

@@ -30,8 +30,9 @@ def beside_model_by_config(measured: pd.DataFrame, predicted: pd.DataFrame, valu
     names are engine labels), one table with an ``engine_label`` column, in ``predicted``'s order."""
     import pandas as pd
 
-    tables = [beside_model(measured, predicted[predicted["config"] == label], value, label).assign(engine_label=label)
-              for label in dict.fromkeys(predicted["config"])]  # fmt: skip
+    tables = [
+        beside_model(measured, predicted[predicted["config"] == label], value, label).assign(engine_label=label)
+        for label in dict.fromkeys(predicted["config"])
+    ]
     columns = ["engine_label", "concurrency", "measured", "predicted", "measured_minus_predicted"]
     return pd.concat(tables, ignore_index=True)[columns] if tables else pd.DataFrame(columns=columns)
-

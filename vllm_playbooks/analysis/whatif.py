@@ -51,8 +51,11 @@ def calibration_rows(gpu: Gpu | str = REFERENCE_DATASHEET) -> list[Any]:
     for case in calibration_cases():
         rows = replay_rows(case)
         stalled = mark_stalled(rows_to_frame(rows, RUN_COLUMNS))["stalled"].astype(bool).tolist()
-        keep += [row for row, stall in zip(rows, stalled, strict=True)
-                 if not stall and measured_on(row.gpu_name, gpu) and calibrates(row)]  # fmt: skip
+        keep += [
+            row
+            for row, stall in zip(rows, stalled, strict=True)
+            if not stall and measured_on(row.gpu_name, gpu) and calibrates(row)
+        ]
     return keep
 
 
@@ -61,7 +64,9 @@ def measured_overlay(gpu: Gpu | str, model: str, draft_model: str | None = None,
     empty for a GPU without such rows."""
 
     keep = [
-        r for r in calibration_rows(gpu)
-        if r.model_shape == model and (r.spec_method == "none" or (r.draft_model == draft_model and r.num_speculative_tokens == k))
-    ]  # fmt: skip
+        r
+        for r in calibration_rows(gpu)
+        if r.model_shape == model
+        and (r.spec_method == "none" or (r.draft_model == draft_model and r.num_speculative_tokens == k))
+    ]
     return rows_to_frame(keep, RUN_COLUMNS)

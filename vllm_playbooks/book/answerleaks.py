@@ -101,8 +101,9 @@ def _open(driver: WebDriver, url: str) -> dict:
     return driver.execute_script(_SCREEN_JS)
 
 
-def find_leaks(driver: WebDriver, base: str, pages: list[str], case_pages: set[str],
-               exercises: Mapping[str, tuple[int, set[str]]]) -> list[Leak]:  # fmt: skip
+def find_leaks(
+    driver: WebDriver, base: str, pages: list[str], case_pages: set[str], exercises: Mapping[str, tuple[int, set[str]]]
+) -> list[Leak]:
     """Open each exercise page of ``pages`` and every page its links land on (at their anchor; a case page of
     ``case_pages`` also at its top): the leaks of that exercise's answer (``exercises``: page → number and answer
     forms) on their first screens and in the tables they show."""

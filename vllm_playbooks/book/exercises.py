@@ -150,14 +150,18 @@ def stop_paying_solution(
                 f"{metric} ({direction} is better) last beat the baseline at concurrency {max(wins)} "
                 f"(wins at {_levels(wins)} of {levels})"
             )
-        tables.append(group.assign(beat_baseline=group["concurrency"].isin(wins))[
-            ["metric", "concurrency", "baseline", "speculative", "change_pct", "beat_baseline"]
-        ])  # fmt: skip
+        tables.append(
+            group.assign(beat_baseline=group["concurrency"].isin(wins))[
+                ["metric", "concurrency", "baseline", "speculative", "change_pct", "beat_baseline"]
+            ]
+        )
     table = pd.concat(tables, ignore_index=True)
     statement = f"{label} against {baseline} on {gpus}: " + "; ".join(parts)
     changes = " ".join(
         f"{metric}: "
-        + ", ".join(f"{chg:+.1f} % at {int(c)}" for c, chg in zip(group["concurrency"], group["change_pct"], strict=True))
+        + ", ".join(
+            f"{chg:+.1f} % at {int(c)}" for c, chg in zip(group["concurrency"], group["change_pct"], strict=True)
+        )
         + "."
         for metric, group in ((m, comparisons[m][comparisons[m]["engine_label"] == label]) for m in metrics)
     )
@@ -201,8 +205,20 @@ def chunks_solution(
     table["per_token_over_tpot"] = table["per_token_ms"] / table["tpot_mean_ms"]
     table["itl_over_tpot"] = table["itl_mean_ms"] / table["tpot_mean_ms"]
     table["p50_per_token_ms"] = table["itl_p50_ms"] / table["mean_acceptance_length"]
-    table = table[["concurrency", "itl_mean_ms", "mean_acceptance_length", "per_token_ms", "tpot_mean_ms",
-                   "per_token_over_tpot", "itl_over_tpot", "itl_p50_ms", "p50_per_token_ms", "tpot_p50_ms"]]  # fmt: skip
+    table = table[
+        [
+            "concurrency",
+            "itl_mean_ms",
+            "mean_acceptance_length",
+            "per_token_ms",
+            "tpot_mean_ms",
+            "per_token_over_tpot",
+            "itl_over_tpot",
+            "itl_p50_ms",
+            "p50_per_token_ms",
+            "tpot_p50_ms",
+        ]
+    ]
     at = table[table["concurrency"] == concurrency]
     if at.empty:
         raise ConfigError(f"{label}: no row at concurrency {concurrency}; measured: {_levels(table['concurrency'])}")
@@ -255,11 +271,14 @@ def tokens_per_step_solution(case: str, alpha: float | None = None, k: int | Non
 
     table = pd.DataFrame(
         [
-            {"k": j, "tokens_per_step": expected_tokens_per_step(a, j),
-             "break_even_c": break_even_draft_cost(expected_tokens_per_step(a, j), j)}
+            {
+                "k": j,
+                "tokens_per_step": expected_tokens_per_step(a, j),
+                "break_even_c": break_even_draft_cost(expected_tokens_per_step(a, j), j),
+            }
             for j in range(1, n + 1)
         ]
-    )  # fmt: skip
+    )
     statement = (
         f"α = {a:g}, k = {n}: τ = (1 − {a:g}^{n + 1}) / (1 − {a:g}) = {tau:.2f} tokens per verify step; "
         f"S = τ / (k·c + 1) = 1 at c = (τ − 1) / k = {cost:.2f}"
@@ -351,10 +370,14 @@ def _measured_littles_law(case: str) -> pd.DataFrame | None:
     if off.empty:
         return None
     table = off[["gpu_name", "concurrency", "request_throughput_rps", "e2el_mean_ms", "output_tok_s", "tpot_mean_ms"]]
-    return table.assign(
-        requests_in_flight=off["request_throughput_rps"] * off["e2el_mean_ms"] / 1000.0,
-        streams_decoding=off["output_tok_s"] * off["tpot_mean_ms"] / 1000.0,
-    ).sort_values(["gpu_name", "concurrency"]).reset_index(drop=True)
+    return (
+        table.assign(
+            requests_in_flight=off["request_throughput_rps"] * off["e2el_mean_ms"] / 1000.0,
+            streams_decoding=off["output_tok_s"] * off["tpot_mean_ms"] / 1000.0,
+        )
+        .sort_values(["gpu_name", "concurrency"])
+        .reset_index(drop=True)
+    )
 
 
 def max_num_seqs_solution(
@@ -373,15 +396,22 @@ def max_num_seqs_solution(
     fit. Setting max_num_seqs leaves the budget unchanged (the token budget stays at its default), which the
     solution confirms: at that value the cap binds, one more and memory binds.
     """
+
     def engine(max_num_seqs: int | None) -> EngineConfig:
         speculative = (
             {"method": "draft_model", "model": draft_model, "num_speculative_tokens": num_speculative_tokens}
-            if draft_model else None
-        )  # fmt: skip
+            if draft_model
+            else None
+        )
         return EngineConfig(
-            label="workshop", model=model, kv_cache_dtype=kv_cache_dtype, max_model_len=max_model_len,
-            max_num_seqs=max_num_seqs, gpu_memory_utilization=gpu_memory_utilization, speculative=speculative,
-        )  # fmt: skip
+            label="workshop",
+            model=model,
+            kv_cache_dtype=kv_cache_dtype,
+            max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs,
+            gpu_memory_utilization=gpu_memory_utilization,
+            speculative=speculative,
+        )
 
     default = kv_budget(engine(None), gpu_memory_gib, gpu_name)
     tokens, _ = resolve_batching(max_model_len, gpu_memory_gib, gpu_name)
@@ -412,10 +442,15 @@ def max_num_seqs_solution(
     return Solution(
         exercise="size-max-num-seqs",
         inputs={
-            "model": model, "kv_cache_dtype": kv_cache_dtype, "max_model_len": max_model_len,
-            "gpu_memory_gib": gpu_memory_gib, "gpu_name": gpu_name, "gpu_memory_utilization": gpu_memory_utilization,
-            "draft_model": draft_model, "num_speculative_tokens": num_speculative_tokens,
-        },  # fmt: skip
+            "model": model,
+            "kv_cache_dtype": kv_cache_dtype,
+            "max_model_len": max_model_len,
+            "gpu_memory_gib": gpu_memory_gib,
+            "gpu_name": gpu_name,
+            "gpu_memory_utilization": gpu_memory_utilization,
+            "draft_model": draft_model,
+            "num_speculative_tokens": num_speculative_tokens,
+        },
         value={"max_num_seqs": fits, "binding": default.binding},
         kinds={"max_num_seqs": "int", "binding": "word"},
         statement=statement,
@@ -443,7 +478,11 @@ def cuda_graphs_solution(
     """
     k = int(num_speculative_tokens)
     tokens, seqs = resolve_batching(
-        max_model_len, gpu_memory_gib, gpu_name, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens
+        max_model_len,
+        gpu_memory_gib,
+        gpu_name,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
     )
     sizes = cudagraph_capture_sizes(seqs, k, tokens)
     step = 1 + k
@@ -470,9 +509,13 @@ def cuda_graphs_solution(
     return Solution(
         exercise="cuda-graph-sizes",
         inputs={
-            "num_speculative_tokens": k, "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
-            "max_model_len": max_model_len, "gpu_memory_gib": gpu_memory_gib, "gpu_name": gpu_name,
-        },  # fmt: skip
+            "num_speculative_tokens": k,
+            "max_num_seqs": max_num_seqs,
+            "max_num_batched_tokens": max_num_batched_tokens,
+            "max_model_len": max_model_len,
+            "gpu_memory_gib": gpu_memory_gib,
+            "gpu_name": gpu_name,
+        },
         value=graphed,
         kinds="int",
         statement=statement,
@@ -505,8 +548,20 @@ def microbatches_solution(case: str, engine_label: str = "8b-pp2-mns64") -> Solu
         f"max_num_seqs {int(row['max_num_seqs'])}"
     )
     same_cap = steps[steps["max_num_seqs"] == row["max_num_seqs"]]
-    table = same_cap[["engine_label", "pipeline_parallel_size", "tensor_parallel_size", "max_num_seqs", "concurrency",
-                      "engine_steps", "output_tokens", "sequences_per_step", "running_mean", "small_step_frac"]]
+    table = same_cap[
+        [
+            "engine_label",
+            "pipeline_parallel_size",
+            "tensor_parallel_size",
+            "max_num_seqs",
+            "concurrency",
+            "engine_steps",
+            "output_tokens",
+            "sequences_per_step",
+            "running_mean",
+            "small_step_frac",
+        ]
+    ]
     explanation = (
         "Every decoding sequence in a step emits one token, so output tokens / engine steps is the sequences one "
         "step carried. With P pipeline stages, P steps (microbatches) are in flight and each running sequence is "

@@ -93,11 +93,26 @@ def result_of(executed: Any) -> tuple[str, str]:
 def _papermill(source: Path, target: Path, timeout_s: float) -> tuple[bool, str]:
     """Run papermill on ``source`` in replay mode in its own process group, killed after ``timeout_s``; whether it
     finished in time, and the last line of its standard error."""
-    command = [sys.executable, "-m", "papermill", str(source), str(target), "-p", "mode", "replay",
-               "--cwd", str(paths.find_repo_root() / "notebooks"), "-k", "python3", "--no-progress-bar",
-               "--execution-timeout", str(int(timeout_s))]  # fmt: skip
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "papermill",
+        str(source),
+        str(target),
+        "-p",
+        "mode",
+        "replay",
+        "--cwd",
+        str(paths.find_repo_root() / "notebooks"),
+        "-k",
+        "python3",
+        "--no-progress-bar",
+        "--execution-timeout",
+        str(int(timeout_s)),
+    ]
+    process = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         _, stderr = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -141,11 +156,18 @@ def add_workshop_arguments(parser: argparse.ArgumentParser) -> None:
     """``grade DIR [--out DIR] [--timeout-s S]``."""
     sub = parser.add_subparsers(dest="action", required=True, parser_class=type(parser))
     grade = sub.add_parser("grade", help="run every learner notebook in a folder through papermill and grade it")
-    grade.add_argument("folder", type=Path, help="the learners' notebooks: DIR/<learner>/*.ipynb or DIR/<learner>.ipynb")
-    grade.add_argument("--out", type=Path, default=None,
-                       help="keep the executed notebooks here (default: a temporary folder, removed)")  # fmt: skip
-    grade.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S,
-                       help=f"seconds one notebook may run (default {DEFAULT_TIMEOUT_S})")  # fmt: skip
+    grade.add_argument(
+        "folder", type=Path, help="the learners' notebooks: DIR/<learner>/*.ipynb or DIR/<learner>.ipynb"
+    )
+    grade.add_argument(
+        "--out", type=Path, default=None, help="keep the executed notebooks here (default: a temporary folder, removed)"
+    )
+    grade.add_argument(
+        "--timeout-s",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        help=f"seconds one notebook may run (default {DEFAULT_TIMEOUT_S})",
+    )
 
 
 def workshop_main(args: argparse.Namespace) -> int:

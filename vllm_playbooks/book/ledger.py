@@ -13,10 +13,14 @@ FORMATS = ("markdown", "csv")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``--format markdown|csv``."""
-    parser.add_argument("--format", choices=FORMATS, default="markdown",
-                        help="markdown: as the ledger page; csv: one row per claim and GPU it is judged on, with the "
-                             "noise its verdict rests on (claim_id, hardware, headline, verdict, runs_per_side, "
-                             "re_measured, points, spread_pct, band_pct, deciding_part)")  # fmt: skip
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="markdown",
+        help="markdown: as the ledger page; csv: one row per claim and GPU it is judged on, with the "
+        "noise its verdict rests on (claim_id, hardware, headline, verdict, runs_per_side, "
+        "re_measured, points, spread_pct, band_pct, deciding_part)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:

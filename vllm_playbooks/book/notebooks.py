@@ -98,7 +98,7 @@ def check_notebook(path: Path) -> list[str]:
     try:
         params = default_parameters(path)
         if params.get("mode") != "replay":
-            problems.append("the parameters cell must set mode = \"replay\" (the book's default)")
+            problems.append('the parameters cell must set mode = "replay" (the book\'s default)')
     except (ConfigError, ValueError, SyntaxError) as error:
         problems.append(str(error))
     if not any("vllm_playbooks" in c.source for c in code[1:2]):
@@ -107,10 +107,16 @@ def check_notebook(path: Path) -> list[str]:
         if cell.get("outputs") and CHECK_TAG not in _tags(cell):
             problems.append(f"code cell {index} keeps outputs but is not tagged '{CHECK_TAG}'")
         if CHECK_TAG in _tags(cell) and any(o.get("output_type") != "stream" for o in cell.get("outputs", [])):
-            problems.append(f"code cell {index} is tagged '{CHECK_TAG}' but keeps more than printed text "
-                            "(make test compares what a check cell prints): print the numbers")
+            problems.append(
+                f"code cell {index} is tagged '{CHECK_TAG}' but keeps more than printed text "
+                "(make test compares what a check cell prints): print the numbers"
+            )
         try:
-            tree = ast.parse(cell.source) if cell.source.strip() and not cell.source.lstrip().startswith(("%", "!")) else None
+            tree = (
+                ast.parse(cell.source)
+                if cell.source.strip() and not cell.source.lstrip().startswith(("%", "!"))
+                else None
+            )
         except SyntaxError as error:
             problems.append(f"code cell {index} is not valid Python: {error.msg} (line {error.lineno})")
             continue
@@ -162,11 +168,13 @@ def _differences(recorded: Any, ran: Any, source: Path, executed: Path) -> list[
             got_lines = got.get(stream, "").splitlines()
             if want_lines == got_lines:
                 continue
-            line = next((i for i, pair in enumerate(zip(want_lines, got_lines)) if pair[0] != pair[1]),
-                        min(len(want_lines), len(got_lines)))  # fmt: skip
+            line = next(
+                (i for i, pair in enumerate(zip(want_lines, got_lines)) if pair[0] != pair[1]),
+                min(len(want_lines), len(got_lines)),
+            )
             problems.append(
                 f"{source.name}: check cell {cell['id']!r} ({stream}) line {line + 1}: recorded "
-                f"{(want_lines[line:line + 1] or ['<nothing>'])[0]!r}, now {(got_lines[line:line + 1] or ['<nothing>'])[0]!r}"
+                f"{(want_lines[line : line + 1] or ['<nothing>'])[0]!r}, now {(got_lines[line : line + 1] or ['<nothing>'])[0]!r}"
             )
     return problems
 
@@ -211,8 +219,10 @@ def data_changed_note(source: Path, executed: Path) -> str | None:
     if not _data_changed(recorded, ran):
         return None
     differing = len(_differences(recorded, ran, source, executed))
-    return (f"{source.stem}: data changed since its check outputs were stored ({differing} check output(s) differ "
-            f"now): refresh with `vllm-playbooks notebooks refresh {source.stem}`")  # fmt: skip
+    return (
+        f"{source.stem}: data changed since its check outputs were stored ({differing} check output(s) differ "
+        f"now): refresh with `vllm-playbooks notebooks refresh {source.stem}`"
+    )
 
 
 def store_check_outputs(source: Path, executed: Path) -> int:
@@ -246,8 +256,9 @@ def store_check_outputs(source: Path, executed: Path) -> int:
     return changed
 
 
-def execute(source: Path, target: Path, parameters: dict[str, Any], timeout_s: int = 600,
-            package: str | None = None) -> cache.ExecutionRecord:  # fmt: skip
+def execute(
+    source: Path, target: Path, parameters: dict[str, Any], timeout_s: int = 600, package: str | None = None
+) -> cache.ExecutionRecord:
     """Execute ``source`` into ``target`` with papermill; unknown parameter names are refused, not warned about.
 
     The kernel records the data files it opens and the folders it lists; ``target`` keeps the run's execution
@@ -296,12 +307,21 @@ def _finish_executed(path: Path, record: cache.ExecutionRecord) -> None:
 
 def add_book_arguments(parser: argparse.ArgumentParser) -> None:
     """``--out``: the folder the executed notebooks go to; ``--force``: execute every notebook."""
-    parser.add_argument("--out", type=Path, default=Path("book") / "executed",
-                        help="folder for the executed notebooks (default: book/executed)")  # fmt: skip
-    parser.add_argument("--force", action="store_true",
-                        help="execute every notebook, also those whose executed copy is current")  # fmt: skip
-    parser.add_argument("--toc", type=Path, default=BUILT_TOC,
-                        help=f"where to write the table of contents with the case pages (default: {BUILT_TOC})")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("book") / "executed",
+        help="folder for the executed notebooks (default: book/executed)",
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="execute every notebook, also those whose executed copy is current"
+    )
+    parser.add_argument(
+        "--toc",
+        type=Path,
+        default=BUILT_TOC,
+        help=f"where to write the table of contents with the case pages (default: {BUILT_TOC})",
+    )
 
 
 def book_main(args: argparse.Namespace) -> int:
@@ -351,11 +371,21 @@ def toc_main(args: argparse.Namespace) -> int:
 
 def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
     """``--case`` (the notebook), ``--out`` and ``-p NAME VALUE`` parameters."""
-    parser.add_argument("--case", dest="notebook", required=True,
-                        help="the case, as its notebook is named without .ipynb, e.g. llama-8b-draft-model")
+    parser.add_argument(
+        "--case",
+        dest="notebook",
+        required=True,
+        help="the case, as its notebook is named without .ipynb, e.g. llama-8b-draft-model",
+    )
     parser.add_argument("--out", type=Path, default=None, help="the executed notebook (default: _build/reproduce/)")
-    parser.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
-                        help="a notebook parameter, its value read as YAML (e.g. -p concurrency '[1, 16]')")  # fmt: skip
+    parser.add_argument(
+        "-p",
+        "--parameter",
+        nargs=2,
+        action="append",
+        metavar=("NAME", "VALUE"),
+        help="a notebook parameter, its value read as YAML (e.g. -p concurrency '[1, 16]')",
+    )
 
 
 def check_parameters(source: Path, parameters: dict[str, Any]) -> None:
@@ -432,8 +462,12 @@ def add_notebooks_arguments(parser: argparse.ArgumentParser) -> None:
     compare.add_argument("--executed", type=Path, required=True, help="the folder `book` wrote, e.g. book/executed")
     refresh = sub.add_parser("refresh", help="store what the notebooks' check cells print now, with the data digest")
     refresh.add_argument("names", nargs="+", metavar="NAME", help="notebook name without .ipynb")
-    refresh.add_argument("--executed", type=Path, default=Path("book") / "executed",
-                         help="the executed copies, reused while current (default: book/executed)")  # fmt: skip
+    refresh.add_argument(
+        "--executed",
+        type=Path,
+        default=Path("book") / "executed",
+        help="the executed copies, reused while current (default: book/executed)",
+    )
     strip = sub.add_parser("strip", help="strip outputs except regression-check cells")
     strip.add_argument("paths", nargs="+", type=Path)
 
@@ -470,7 +504,9 @@ def notebooks_main(args: argparse.Namespace) -> int:
     if args.action == "compare":
         missing = [p.name for p in list_notebooks() if not (args.executed / p.name).exists()]
         if missing:
-            raise ConfigError(f"{args.executed} lacks {', '.join(missing)}: run `vllm-playbooks book --out {args.executed}`")
+            raise ConfigError(
+                f"{args.executed} lacks {', '.join(missing)}: run `vllm-playbooks book --out {args.executed}`"
+            )
         for note in filter(None, (data_changed_note(p, args.executed / p.name) for p in list_notebooks())):
             print(note, file=sys.stderr)
         changed = [line for p in list_notebooks() for line in changed_check_outputs(p, args.executed / p.name)]

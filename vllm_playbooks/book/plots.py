@@ -129,8 +129,9 @@ def legend_beside(target: Axes | Figure) -> None:
     if not isinstance(target, Figure):
         if target.get_legend() is not None:
             title = target.get_legend().get_title().get_text()
-            sns.move_legend(target, "upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
-                            title=LEGEND_TITLES.get(title, title))
+            sns.move_legend(
+                target, "upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, title=LEGEND_TITLES.get(title, title)
+            )
         return
     legends = [(ax, ax.get_legend()) for ax in target.axes if ax.get_legend() is not None]
     if not legends:
@@ -149,7 +150,7 @@ def series_groups(labels: Sequence[str], size: int = MAX_SERIES) -> list[list[st
     names = list(dict.fromkeys(labels))
     count = -(-len(names) // size) or 1
     width = -(-len(names) // count)
-    return [names[i:i + width] for i in range(0, len(names), width)] or [[]]
+    return [names[i : i + width] for i in range(0, len(names), width)] or [[]]
 
 
 def _legends_per_row(axes: Sequence[Sequence[Axes]]) -> None:
@@ -177,8 +178,13 @@ def metric_grid(df: pd.DataFrame, metrics: Sequence[str], ncols: int | None = No
     groups = series_groups(series["series"])
     if len(groups) > 1:
         palette = page_colors(series["series"])
-        fig, axes = plt.subplots(len(groups), len(metrics), figsize=(PANEL_WIDTH_IN * len(metrics), 3.4 * len(groups)),
-                                 squeeze=False, sharex=True)  # fmt: skip
+        fig, axes = plt.subplots(
+            len(groups),
+            len(metrics),
+            figsize=(PANEL_WIDTH_IN * len(metrics), 3.4 * len(groups)),
+            squeeze=False,
+            sharex=True,
+        )
         for row, group in zip(axes, groups, strict=True):
             for ax, metric in zip(row, metrics, strict=True):
                 metric_vs_load(series[series["series"].isin(group)], metric, hue="series", ax=ax, palette=palette)
@@ -190,7 +196,7 @@ def metric_grid(df: pd.DataFrame, metrics: Sequence[str], ncols: int | None = No
     fig, axes = plt.subplots(nrows, ncols, figsize=(PANEL_WIDTH_IN * ncols, 3.6 * nrows), squeeze=False)
     for ax, metric in zip(axes.flat, metrics, strict=False):
         metric_vs_load(series, metric, hue="series", ax=ax)
-    for ax in axes.flat[len(metrics):]:
+    for ax in axes.flat[len(metrics) :]:
         ax.set_axis_off()
     legend_beside(fig)  # first: the axes' own legends would squeeze the panels in tight_layout
     fig.tight_layout()
@@ -214,8 +220,11 @@ def change_vs_load(comparison: pd.DataFrame, x: str = "concurrency", ax: Axes | 
         return ax
     series = with_hardware_series(comparison)
     groups = series_groups(series["series"]) if ax is None else [list(dict.fromkeys(series["series"]))]
-    axes = [ax] if ax is not None else list(plt.subplots(len(groups), 1, figsize=(6.4, 3.6 * len(groups)),
-                                                          sharex=True, squeeze=False)[1][:, 0])  # fmt: skip
+    axes = (
+        [ax]
+        if ax is not None
+        else list(plt.subplots(len(groups), 1, figsize=(6.4, 3.6 * len(groups)), sharex=True, squeeze=False)[1][:, 0])
+    )
     palette = page_colors(series["series"]) if len(groups) > 1 else None
     metric = comparison["metric"].iloc[0]
     for panel, group in zip(axes, groups, strict=True):
@@ -223,8 +232,9 @@ def change_vs_load(comparison: pd.DataFrame, x: str = "concurrency", ax: Axes | 
         metric_vs_load(rows, "change_pct", x=x, hue="series", ax=panel, palette=palette)
         if "band_pct" in rows:
             band = rows.groupby(x)["band_pct"].max().sort_index()
-            panel.fill_between(band.index, -band.to_numpy(), band.to_numpy(), color="grey", alpha=0.2, linewidth=0,
-                               label="_noise band")  # fmt: skip
+            panel.fill_between(
+                band.index, -band.to_numpy(), band.to_numpy(), color="grey", alpha=0.2, linewidth=0, label="_noise band"
+            )
         panel.axhline(0.0, color="black", linewidth=1)
         panel.set_ylabel(LABELS["change_pct"])
     axes[0].set_title(LABELS.get(metric, metric) + (" (grey: noise band)" if "band_pct" in series else ""))
@@ -237,7 +247,9 @@ def predicted_vs_logged(table: pd.DataFrame, ax: Axes | None = None) -> Axes:
     import seaborn as sns
 
     long = table.melt(
-        id_vars=["case", "engine_label"], value_vars=["kv_tokens_vllm", "kv_tokens_ours"], var_name="source",
+        id_vars=["case", "engine_label"],
+        value_vars=["kv_tokens_vllm", "kv_tokens_ours"],
+        var_name="source",
         value_name="kv_tokens",
     )
     long["config"] = long["case"] + " · " + long["engine_label"]
@@ -256,8 +268,18 @@ def predicted_with_measured(curve: pd.DataFrame, measured: pd.DataFrame, y: str,
 
     ax = metric_vs_load(curve, y, ax=ax)
     if not measured.empty:
-        sns.scatterplot(data=measured, x="concurrency", y=y, hue="engine_label", marker="X", s=120, ax=ax,
-                        palette=page_colors(measured["engine_label"]), legend=False, zorder=3)  # fmt: skip
+        sns.scatterplot(
+            data=measured,
+            x="concurrency",
+            y=y,
+            hue="engine_label",
+            marker="X",
+            s=120,
+            ax=ax,
+            palette=page_colors(measured["engine_label"]),
+            legend=False,
+            zorder=3,
+        )
     ax.set_ylabel(LABELS.get(y, y))
     ax.set_title("lines: model" + (", crosses: measured" if not measured.empty else " (nothing measured to show)"))
     return ax
@@ -275,7 +297,7 @@ def layout_palette(layouts: list[str]) -> tuple[list[str], dict[str, tuple[float
     order = known + sorted(set(layouts) - set(LAYOUT_ORDER))
     colours = sns.color_palette("colorblind", len(LAYOUT_ORDER) + len(order))
     mapping = {lay: colours[i] for i, lay in enumerate(LAYOUT_ORDER)}
-    extra = iter(colours[len(LAYOUT_ORDER):])
+    extra = iter(colours[len(LAYOUT_ORDER) :])
     return order, {lay: mapping[lay] if lay in mapping else next(extra) for lay in order}
 
 
@@ -319,8 +341,9 @@ def _log2_ticks(ax: Axes, values: pd.Series) -> None:
     ax.set_xticks(ticks, spaced_labels(ticks))
 
 
-def by_max_num_seqs(frame: pd.DataFrame, y: str, hue: str = "layout", ax: Axes | None = None,
-                    title: str | None = None) -> Axes:  # fmt: skip
+def by_max_num_seqs(
+    frame: pd.DataFrame, y: str, hue: str = "layout", ax: Axes | None = None, title: str | None = None
+) -> Axes:
     """``y`` against ``--max-num-seqs`` (log-2 axis), one line per ``hue`` (parallel layout); with no rows the axes
     say 'not measured yet' instead of drawing."""
     import matplotlib.pyplot as plt
@@ -331,8 +354,20 @@ def by_max_num_seqs(frame: pd.DataFrame, y: str, hue: str = "layout", ax: Axes |
         return _nothing(ax, f"{title + ': ' if title else ''}not measured yet")
     ax = ax or plt.subplots(figsize=(6.4, 4.0))[1]
     order, palette = layout_palette(list(data[hue].unique()))
-    sns.lineplot(data=data, x="max_num_seqs", y=y, hue=hue, style=hue, markers=True, dashes=False, ax=ax,
-                 errorbar=None, hue_order=order, style_order=order, palette=palette)  # fmt: skip
+    sns.lineplot(
+        data=data,
+        x="max_num_seqs",
+        y=y,
+        hue=hue,
+        style=hue,
+        markers=True,
+        dashes=False,
+        ax=ax,
+        errorbar=None,
+        hue_order=order,
+        style_order=order,
+        palette=palette,
+    )
     _log2_ticks(ax, data["max_num_seqs"])
     legend_beside(ax)
     ax.set_xlabel(LABELS["max_num_seqs"])
@@ -343,8 +378,9 @@ def by_max_num_seqs(frame: pd.DataFrame, y: str, hue: str = "layout", ax: Axes |
     return ax
 
 
-def gpu_utilization(summary: pd.DataFrame, y: str = "util_mean_pct", ax: Axes | None = None,
-                    title: str | None = None) -> Axes:  # fmt: skip
+def gpu_utilization(
+    summary: pd.DataFrame, y: str = "util_mean_pct", ax: Axes | None = None, title: str | None = None
+) -> Axes:
     """Per-GPU utilisation (``gpu_samples.gpu_summary``) against ``--max-num-seqs``: colour = layout, line style =
     the GPU's position in the engine (GPU 0 = the first stage under PP). Points without samples are left out; with
     none at all the axes say so."""
@@ -357,8 +393,19 @@ def gpu_utilization(summary: pd.DataFrame, y: str = "util_mean_pct", ax: Axes | 
     data = data.assign(gpu=[f"GPU {int(g)}" for g in data["gpu"]])
     ax = ax or plt.subplots(figsize=(6.4, 4.0))[1]
     order, palette = layout_palette(list(data["layout"].unique()))
-    sns.lineplot(data=data, x="max_num_seqs", y=y, hue="layout", style="gpu", markers=True, ax=ax, errorbar=None,
-                 hue_order=order, palette=palette, style_order=sorted(data["gpu"].unique()))  # fmt: skip
+    sns.lineplot(
+        data=data,
+        x="max_num_seqs",
+        y=y,
+        hue="layout",
+        style="gpu",
+        markers=True,
+        ax=ax,
+        errorbar=None,
+        hue_order=order,
+        palette=palette,
+        style_order=sorted(data["gpu"].unique()),
+    )
     _log2_ticks(ax, data["max_num_seqs"])
     legend_beside(ax)
     ax.set_xlabel(LABELS["max_num_seqs"])
@@ -376,14 +423,14 @@ def _bucket_name(low: float, high: float) -> str:
     return f"≤ {high:g}" if low == 0 else f"{low + 1:g}–{high:g}"
 
 
-def step_shares(histogram: pd.DataFrame, ax: Axes | None = None, title: str | None = None,
-                min_share: float = 0.01) -> Axes:  # fmt: skip
+def step_shares(
+    histogram: pd.DataFrame, ax: Axes | None = None, title: str | None = None, min_share: float = 0.01
+) -> Axes:
     """Share of engine steps per tokens-per-step bucket (rows of ``results.engine_steps.step_histogram``), one bar
     colour per layout; buckets that hold less than ``min_share`` of the steps of every layout (the few prefill-heavy
     steps) are left out, and the x label says so; with no rows the axes say so."""
     import matplotlib.pyplot as plt
     import seaborn as sns
-
 
     if histogram.empty:
         return _nothing(ax, f"{title + ': ' if title else ''}no step histogram recorded")
@@ -391,12 +438,23 @@ def step_shares(histogram: pd.DataFrame, ax: Axes | None = None, title: str | No
     used = data.groupby(["tokens_above", "tokens_at_most"])["step_share"].max()
     used = used[used >= min_share].index
     data = data[data.set_index(["tokens_above", "tokens_at_most"]).index.isin(used)]
-    data = data.assign(bucket=[_bucket_name(lo, hi) for lo, hi in zip(data.tokens_above, data.tokens_at_most, strict=True)])
+    data = data.assign(
+        bucket=[_bucket_name(lo, hi) for lo, hi in zip(data.tokens_above, data.tokens_at_most, strict=True)]
+    )
     ax = ax or plt.subplots(figsize=(6.4, 4.0))[1]
     order, palette = layout_palette(list(data["layout"].unique()))
     buckets = [_bucket_name(lo, hi) for lo, hi in sorted(used)]
-    sns.barplot(data=data, x="bucket", y="step_share", hue="layout", order=buckets, hue_order=order, palette=palette,
-                errorbar=None, ax=ax)  # fmt: skip
+    sns.barplot(
+        data=data,
+        x="bucket",
+        y="step_share",
+        hue="layout",
+        order=buckets,
+        hue_order=order,
+        palette=palette,
+        errorbar=None,
+        ax=ax,
+    )
     legend_beside(ax)
     ax.set_xlabel(f"tokens scheduled in the step\n(buckets under {min_share:.0%} of steps left out)")
     ax.set_ylabel("share of engine steps")
@@ -414,6 +472,8 @@ def sweep_vs_concurrency(frame: pd.DataFrame, y: str, ax: Axes | None = None, ti
     if title:
         ax.set_title(title)
     return ax
+
+
 def speedup_vs_cost_ratio(tau: float, implied: pd.DataFrame, predicted: pd.DataFrame, ax: Axes | None = None) -> Axes:
     """Leviathan's k = 1 speed-up τ / (1 + c) against the draft cost ratio c, with the c the published speed-ups imply
     (``implied``: source, implied_c) and the c the step model predicts (``predicted``: config, batch, c)."""
@@ -426,8 +486,16 @@ def speedup_vs_cost_ratio(tau: float, implied: pd.DataFrame, predicted: pd.DataF
     ax.plot(c, tau / (1.0 + c), color="black", linewidth=1.2, label=f"τ / (1 + c), τ = {tau:g}")
     ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
     # the published sources in black, told apart by marker: the colours stay for the configs (at most six series)
-    sns.scatterplot(data=implied, x="implied_c", y=tau / (1.0 + implied["implied_c"]), style="source",
-                    markers=["s", "D", "^", "v"][: implied["source"].nunique()], color="black", s=70, ax=ax)
+    sns.scatterplot(
+        data=implied,
+        x="implied_c",
+        y=tau / (1.0 + implied["implied_c"]),
+        style="source",
+        markers=["s", "D", "^", "v"][: implied["source"].nunique()],
+        color="black",
+        s=70,
+        ax=ax,
+    )
     sns.scatterplot(data=predicted, x="c", y=tau / (1.0 + predicted["c"]), hue="config", style="batch", s=60, ax=ax)
     ax.set_xlabel("draft cost ratio c = T_draft / T_target step")
     ax.set_ylabel("speed-up, k = 1 (×)")
@@ -489,7 +557,9 @@ def measured_metric(df: pd.DataFrame, y: str, x: str = "concurrency", ax: Axes |
 
 
 def medians_with_range(
-    spreads: pd.DataFrame, title: str, ax: Axes | None = None,
+    spreads: pd.DataFrame,
+    title: str,
+    ax: Axes | None = None,
     palette: Mapping[str, tuple[float, float, float]] | None = None,
 ) -> Axes:
     """Medians over repeated runs against concurrency, each with a bar from its lowest to its highest run: one colour
@@ -504,8 +574,16 @@ def medians_with_range(
     for (label, lengths), group in spreads.groupby(["engine_label", "lengths"], sort=True):
         group = group.sort_values("concurrency")
         errors = [group["median"] - group["lowest"], group["highest"] - group["median"]]
-        ax.errorbar(group["concurrency"], group["median"], yerr=errors, color=colors[label], capsize=4, marker="o",
-                    linestyle="-" if lengths == "fixed" else "--", label=f"{label}, {lengths} lengths")  # fmt: skip
+        ax.errorbar(
+            group["concurrency"],
+            group["median"],
+            yerr=errors,
+            color=colors[label],
+            capsize=4,
+            marker="o",
+            linestyle="-" if lengths == "fixed" else "--",
+            label=f"{label}, {lengths} lengths",
+        )
     _log2_ticks(ax, spreads["concurrency"])
     ax.set_xlabel(LABELS["concurrency"])
     ax.set_title(title)

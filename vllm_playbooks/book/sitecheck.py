@@ -319,8 +319,13 @@ def _screenshot(driver: WebDriver, target: Path) -> bytes:
     driver.execute_script(_UNSCROLL_JS)
     metrics = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})
     size = metrics.get("cssContentSize") or metrics["contentSize"]
-    clip = {"x": 0, "y": 0, "width": max(1, int(size["width"])), "scale": 1,
-            "height": max(1, min(int(size["height"]), MAX_SCREENSHOT_HEIGHT))}  # fmt: skip
+    clip = {
+        "x": 0,
+        "y": 0,
+        "width": max(1, int(size["width"])),
+        "scale": 1,
+        "height": max(1, min(int(size["height"]), MAX_SCREENSHOT_HEIGHT)),
+    }
     params = {"format": "png", "captureBeyondViewport": True, "clip": clip}
     shot = driver.execute_cdp_cmd("Page.captureScreenshot", params)
     data = base64.b64decode(shot["data"])
@@ -576,8 +581,9 @@ def main(args: argparse.Namespace) -> int:
     """Check the built book; exit 1 when a page fails, 2 when the check could not run."""
     started = time.monotonic()
     try:
-        report = check_site(args.html, args.screenshots, args.query, args.chromium, args.chromedriver,
-                            offline=not args.allow_network)  # fmt: skip
+        report = check_site(
+            args.html, args.screenshots, args.query, args.chromium, args.chromedriver, offline=not args.allow_network
+        )
     except SiteCheckError as exc:
         print(f"error: site-check: {exc}", file=sys.stderr)
         return 2
@@ -587,7 +593,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"site-check: {len(report.screenshots)} screenshots in {args.screenshots}")
     for page, height in sorted(report.heights.items()):
         print(f"site-check: {page} is {height} px high (at most {MAX_PAGE_HEIGHT_PX})")
-    print(f"site-check: {report.external_links} external links not followed, {report.search_results} search results "
-          f"for {args.query!r}, {time.monotonic() - started:.1f} s")  # fmt: skip
+    print(
+        f"site-check: {report.external_links} external links not followed, {report.search_results} search results "
+        f"for {args.query!r}, {time.monotonic() - started:.1f} s"
+    )
     print(report.summary())
     return 0 if report.ok else 1

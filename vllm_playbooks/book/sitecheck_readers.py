@@ -114,14 +114,19 @@ def raw_prints(text: str) -> list[str]:
 
 def hidden_table_problem(tags: str, header: str) -> str:
     """The failure reason for a table inside a cell whose ``tags`` hide its output."""
-    return (f"table (first header {header!r}) is inside a '{tags}' cell: a reader must open code to see it; hide "
-            f"the input (hide-input), not the output")  # fmt: skip
+    return (
+        f"table (first header {header!r}) is inside a '{tags}' cell: a reader must open code to see it; hide "
+        f"the input (hide-input), not the output"
+    )
 
 
 def check_reader_rules(
-    driver: WebDriver, root: Path, page: str, local_path: Callable[[str], str | None],
+    driver: WebDriver,
+    root: Path,
+    page: str,
+    local_path: Callable[[str], str | None],
     fail: Callable[[str, str, str], None],
-) -> None:  # fmt: skip
+) -> None:
     """Run this module's rules on the page open in ``driver``; ``local_path`` maps a URL to its file under ``root``
     (None: not this site), ``fail(page, element, reason)`` records a failure."""
     seen: set[str] = set()

@@ -68,8 +68,10 @@ def people_html(frame: pd.DataFrame) -> str:
             flat = flat.rename(columns={flat.columns[0]: ""})
     else:  # a row number: dropped
         flat = frame.copy()
-    flat.columns = [" ".join(str(part) for part in name if str(part)) if isinstance(name, tuple) else str(name)
-                    for name in flat.columns]
+    flat.columns = [
+        " ".join(str(part) for part in name if str(part)) if isinstance(name, tuple) else str(name)
+        for name in flat.columns
+    ]
     flat = flat.rename(columns=lambda name: name.replace("_", " "))
     flat = flat.loc[:, ~flat.columns.duplicated()]
     formats = {}
@@ -87,8 +89,7 @@ def people_html(frame: pd.DataFrame) -> str:
 
     if len(flat) <= SHOWN_ROWS:
         return html(flat)
-    return (html(flat.head(SHOWN_ROWS)) + f"<details><summary>All {len(flat)} rows</summary>"
-            + html(flat) + "</details>")
+    return html(flat.head(SHOWN_ROWS)) + f"<details><summary>All {len(flat)} rows</summary>" + html(flat) + "</details>"
 
 
 def use_people_tables() -> None:

@@ -34,8 +34,10 @@ def book_toc(root: Path) -> dict[str, Any]:
     toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8"))
     parts = [part for part in toc.get("parts", []) if part.get("caption") == CASES_CAPTION]
     if len(parts) != 1 or parts[0].get("chapters"):
-        raise ConfigError(f"{root / '_toc.yml'}: needs one part captioned {CASES_CAPTION!r} with no chapters (the case "
-                          "pages are added from vllm_playbooks/cases/)")  # fmt: skip
+        raise ConfigError(
+            f"{root / '_toc.yml'}: needs one part captioned {CASES_CAPTION!r} with no chapters (the case "
+            "pages are added from vllm_playbooks/cases/)"
+        )
     parts[0]["chapters"] = [{"file": f"book/executed/{case}"} for case in case_pages(root)]
     return toc
 

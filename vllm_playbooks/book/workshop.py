@@ -62,17 +62,25 @@ EXERCISES: dict[str, Exercise] = {
     e.id: e
     for e in (
         Exercise("stop-paying", 1, "stop_paying", "Where does speculation stop paying?", stop_paying_solution),
-        Exercise("chunks-not-tokens", 2, "chunks_not_tokens", "Chunks are not tokens", chunks_solution,
-                 {"at_concurrency": "concurrency"}),
-        Exercise("tokens-per-step", 3, "tokens_per_step", "From V0 acceptance to tokens per step",
-                 tokens_per_step_solution),
+        Exercise(
+            "chunks-not-tokens",
+            2,
+            "chunks_not_tokens",
+            "Chunks are not tokens",
+            chunks_solution,
+            {"at_concurrency": "concurrency"},
+        ),
+        Exercise(
+            "tokens-per-step", 3, "tokens_per_step", "From V0 acceptance to tokens per step", tokens_per_step_solution
+        ),
         Exercise("littles-law", 4, "littles_law", "Little's law on the #13834 report", littles_law_solution),
-        Exercise("size-max-num-seqs", 5, "max_num_seqs", "Size max_num_seqs for a 70B-AWQ server",
-                 max_num_seqs_solution),
+        Exercise(
+            "size-max-num-seqs", 5, "max_num_seqs", "Size max_num_seqs for a 70B-AWQ server", max_num_seqs_solution
+        ),
         Exercise("cuda-graph-sizes", 6, "cuda_graphs", "CUDA-graph sizes with k", cuda_graphs_solution),
         Exercise("microbatches", 7, "microbatches", "Count the microbatches", microbatches_solution),
     )
-}  # fmt: skip
+}
 
 
 def default_solution(exercise: Exercise, notebooks: Path) -> Solution:
@@ -223,8 +231,9 @@ def answer_forms(solution: Solution) -> set[str]:
             continue
         if kind == "float":
             forms.add(f"{value:.3g}")
-            forms |= {f"{value:.{places}f}" for places in (0, 1, 2)
-                      if _matches(kind, value, float(f"{value:.{places}f}"))}  # fmt: skip
+            forms |= {
+                f"{value:.{places}f}" for places in (0, 1, 2) if _matches(kind, value, float(f"{value:.{places}f}"))
+            }
         else:
             forms.add(str(int(value)))
     return forms

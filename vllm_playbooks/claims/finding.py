@@ -50,5 +50,11 @@ def stalled_words(loads: list[float], unit: str, outcome: str = "left out until 
     ``outcome`` what the verdict does without them."""
     values = ", ".join(f"{v:g}" for v in loads)
     where = f"concurrency {values}" if unit == "concurrency" else f"{values} {unit}"
-    return (f" Measured at {where} too, but runs there stalled (output-token gaps of seconds, see the stall "
-            f"table): {outcome}.") if loads else ""  # fmt: skip
+    return (
+        (
+            f" Measured at {where} too, but runs there stalled (output-token gaps of seconds, see the stall "
+            f"table): {outcome}."
+        )
+        if loads
+        else ""
+    )

@@ -120,14 +120,14 @@ class Evidence:
     def check(self, name: str) -> Check:
         """The check called ``name``; ``ConfigError`` naming the known checks otherwise."""
         if name not in self.checks:
-            raise ConfigError(f"unknown check {name!r}; known checks: {', '.join(sorted(self.checks)) or 'none'}"
-                              f"{_NO_CHECKS_HINT}")  # fmt: skip
+            raise ConfigError(
+                f"unknown check {name!r}; known checks: {', '.join(sorted(self.checks)) or 'none'}{_NO_CHECKS_HINT}"
+            )
         return self.checks[name]
 
     def rows(self, case: str) -> pd.DataFrame:
         """The recorded rows of ``case`` (an empty frame with the schema's columns when none are recorded)."""
         import pandas as pd
-
 
         frame = self.runs.get(case)
         return frame if frame is not None else pd.DataFrame(columns=RUN_COLUMNS)
@@ -233,8 +233,11 @@ def load_claims(
     if path is not None:
         sources = [(case_of_folder(path.parent), path)]
     else:
-        sources = [(case, folder / CLAIMS_FILE) for case in case_names()
-                   if ((folder := case_folder(case)) / CLAIMS_FILE).is_file()]  # fmt: skip
+        sources = [
+            (case, folder / CLAIMS_FILE)
+            for case in case_names()
+            if ((folder := case_folder(case)) / CLAIMS_FILE).is_file()
+        ]
     claims: list[Claim] = []
     for case, source in sources:
         with source.open(newline="", encoding="utf-8") as handle:
@@ -249,10 +252,18 @@ def load_claims(
             if any(c.claim_id == record["claim"] for c in claims):
                 raise SchemaError(f"{where}: claim id appears twice")
             if checks is not None and record["check"] not in checks:
-                raise ConfigError(f"{where}: unknown check {record['check']!r}; known checks: "
-                                  f"{', '.join(sorted(checks))}")  # fmt: skip
-            claims.append(Claim(claim_id=record["claim"], case=case, text=record["text"].strip(),
-                                sources=tuple(record["sources"].split()), check=record["check"]))  # fmt: skip
+                raise ConfigError(
+                    f"{where}: unknown check {record['check']!r}; known checks: {', '.join(sorted(checks))}"
+                )
+            claims.append(
+                Claim(
+                    claim_id=record["claim"],
+                    case=case,
+                    text=record["text"].strip(),
+                    sources=tuple(record["sources"].split()),
+                    check=record["check"],
+                )
+            )
     if published is not None:
         for claim in claims:
             Evidence(published=published).sources(claim)
@@ -266,7 +277,6 @@ def recorded_startups(data: Path) -> pd.DataFrame:
     saw and the GPU they ran on (None without rows). A log without the KV-cache lines (a server that did not start),
     or whose config has no recorded point, is left out."""
     import pandas as pd
-
 
     records = []
     for case in recorded_cases(data):
@@ -289,15 +299,32 @@ def recorded_startups(data: Path) -> pd.DataFrame:
             later = [moment for other, moment in launches if other == config_id and launched < moment]
             until = min(later) if later else pd.Timestamp.max.tz_localize("UTC")
             mine = rows[(rows["config_id"] == config_id) & (measured_at >= launched) & (measured_at < until)]
-            records.append({
-                "case": case, "engine_label": engine.label, "engine": engine,
-                "total_memory_gib": start.total_memory_gib, "max_num_seqs": resolved.max_num_seqs,
-                "max_model_len": engine.max_model_len, "kv_cache_tokens": start.kv_cache_tokens,
-                "measured_rows": len(mine), "preemptions": int(pd.to_numeric(mine["num_preemptions"]).fillna(0).sum()),
-                "gpu_name": mine["gpu_name"].iloc[0] if len(mine) else None,
-            })  # fmt: skip
-    columns = ["case", "engine_label", "engine", "total_memory_gib", "max_num_seqs", "max_model_len",
-               "kv_cache_tokens", "measured_rows", "preemptions", "gpu_name"]  # fmt: skip
+            records.append(
+                {
+                    "case": case,
+                    "engine_label": engine.label,
+                    "engine": engine,
+                    "total_memory_gib": start.total_memory_gib,
+                    "max_num_seqs": resolved.max_num_seqs,
+                    "max_model_len": engine.max_model_len,
+                    "kv_cache_tokens": start.kv_cache_tokens,
+                    "measured_rows": len(mine),
+                    "preemptions": int(pd.to_numeric(mine["num_preemptions"]).fillna(0).sum()),
+                    "gpu_name": mine["gpu_name"].iloc[0] if len(mine) else None,
+                }
+            )
+    columns = [
+        "case",
+        "engine_label",
+        "engine",
+        "total_memory_gib",
+        "max_num_seqs",
+        "max_model_len",
+        "kv_cache_tokens",
+        "measured_rows",
+        "preemptions",
+        "gpu_name",
+    ]
     return pd.DataFrame(records, columns=columns)
 
 
@@ -327,9 +354,12 @@ def load_evidence(data: Path | None = None, checks: Mapping[str, Check] | None =
     runs = {case: usable_runs(replay_case(case, folder), folder) for case in cases_with_runs(folder)}
     fit = None
     calibration = [
-        r for case in calibration_cases() if case in runs for r in _records(runs[case])
+        r
+        for case in calibration_cases()
+        if case in runs
+        for r in _records(runs[case])
         if measured_on(str(r["gpu_name"]), REFERENCE_DATASHEET) and calibrates(r)
-    ]  # fmt: skip
+    ]
     if sum(not r["num_speculative_tokens"] for r in calibration) >= 3:
         # the roofline on the speculation-off rows, the per-draft-forward overhead on the speculation-on rows
         drafts = any(r["num_speculative_tokens"] for r in calibration)
@@ -337,11 +367,22 @@ def load_evidence(data: Path | None = None, checks: Mapping[str, Check] | None =
 
     steps = {case: step_summary(frame, folder) for case, frame in runs.items()}
     claims = load_claims(published=published)
-    deciding = {claim.claim_id: points for claim in claims
-                if (points := deciding_points(claim.case, claim.claim_id)) is not None}  # fmt: skip
+    deciding = {
+        claim.claim_id: points
+        for claim in claims
+        if (points := deciding_points(claim.case, claim.claim_id)) is not None
+    }
     failed = {case: failed_starts(case, folder) for case in runs}
-    return Evidence(published=published, runs=runs, startups=recorded_startups(folder), fit=fit, engine_steps=steps,
-                    deciding=deciding, failed_starts=failed, checks=dict(checks or {}))  # fmt: skip
+    return Evidence(
+        published=published,
+        runs=runs,
+        startups=recorded_startups(folder),
+        fit=fit,
+        engine_steps=steps,
+        deciding=deciding,
+        failed_starts=failed,
+        checks=dict(checks or {}),
+    )
 
 
 def speedup_pairs(rows: pd.DataFrame, metric: str, extra: Iterable[str] = ()) -> pd.DataFrame:
@@ -370,19 +411,43 @@ def model_error(function: Callable[[], Any]) -> str | None:
 
 
 LEDGER_COLUMNS = [
-    "claim", "case", "text", "sources", "source_urls", "source_kind", "published", "measured", "rows", "verdict",
-    "model_says", "model_verdict", "hardware", "points", "min_clean_repeats", "spread_pct", "band_pct",
-    "deciding_part", "headline",
-]  # fmt: skip
+    "claim",
+    "case",
+    "text",
+    "sources",
+    "source_urls",
+    "source_kind",
+    "published",
+    "measured",
+    "rows",
+    "verdict",
+    "model_says",
+    "model_verdict",
+    "hardware",
+    "points",
+    "min_clean_repeats",
+    "spread_pct",
+    "band_pct",
+    "deciding_part",
+    "headline",
+]
 #: The machine-readable export (``vllm-playbooks ledger --format csv``): one row per claim and GPU it is judged on
 #: (``build_ledger``), the same numbers the ledger page shows. ``verdict`` is a word of ``Verdict`` alone;
 #: ``runs_per_side`` the fewest clean runs of any side of any point it compares (blank where it compares none or its
 #: check does not count them); ``headline`` is true on the line the book leads with (``judged_per_gpu``);
 #: ``deciding_part`` names the part of the claim's case that measures the points its verdict rests on (blank: none).
 EXPORT_COLUMNS = [
-    "claim_id", "hardware", "headline", "verdict", "runs_per_side", "re_measured", "points", "spread_pct", "band_pct",
+    "claim_id",
+    "hardware",
+    "headline",
+    "verdict",
+    "runs_per_side",
+    "re_measured",
+    "points",
+    "spread_pct",
+    "band_pct",
     "deciding_part",
-]  # fmt: skip
+]
 
 
 def re_measured(verdict: str, min_clean_repeats: int | None) -> bool | None:
@@ -419,8 +484,9 @@ def ledger_export(ledger: pd.DataFrame) -> pd.DataFrame:
     out = ledger.rename(columns={"claim": "claim_id", "min_clean_repeats": "runs_per_side"})
     out = out.astype({"points": int, "runs_per_side": "Int64", "headline": bool})
     fewest = _fewest_runs(ledger)
-    out["re_measured"] = pd.array([re_measured(v, n) for v, n in zip(out["verdict"], fewest, strict=True)],
-                                  dtype="boolean")  # fmt: skip
+    out["re_measured"] = pd.array(
+        [re_measured(v, n) for v, n in zip(out["verdict"], fewest, strict=True)], dtype="boolean"
+    )
     return out[EXPORT_COLUMNS]
 
 
@@ -453,8 +519,9 @@ def judged_per_gpu(claim: Claim, evidence: Evidence) -> list[tuple[str, CheckRes
     gpus = evidence.deciding_gpus(claim)
     if not gpus:
         return [("", check(claim, evidence))]
-    judged = [(gpu, noting_not_started(check(claim, evidence.on_gpu(gpu)), evidence.not_started(claim, gpu)))
-              for gpu in gpus]  # fmt: skip
+    judged = [
+        (gpu, noting_not_started(check(claim, evidence.on_gpu(gpu)), evidence.not_started(claim, gpu))) for gpu in gpus
+    ]
     lead = lead_gpu({gpu: result.fewest_runs for gpu, result in judged})
     return sorted(judged, key=lambda line: line[0] != lead)
 
@@ -470,16 +537,28 @@ def build_ledger(evidence: Evidence, claims: list[Claim] | None = None) -> pd.Da
     records = []
     for claim, (gpu, result) in ((c, judged) for c in items for judged in judged_per_gpu(c, evidence)):
         sources = evidence.sources(claim)
-        records.append({
-            "claim": claim.claim_id, "case": claim.case, "text": claim.text, "sources": " ".join(claim.sources),
-            "source_urls": " ".join(dict.fromkeys(sources["source_url"])),
-            "source_kind": source_kind(sources["secondary_only"]), "published": result.published,
-            "measured": result.measured, "rows": result.rows, "verdict": str(result.verdict),
-            "model_says": result.model_says, "model_verdict": str(result.model_verdict) if result.model_verdict else "",
-            **result.noise, **({"hardware": gpu} if gpu else {}),
-            "deciding_part": (deciding_part(claim.case, claim.claim_id) or "") if claim.claim_id in evidence.deciding else "",
-            "headline": not records or records[-1]["claim"] != claim.claim_id,  # judged_per_gpu puts the lead first
-        })  # fmt: skip
+        records.append(
+            {
+                "claim": claim.claim_id,
+                "case": claim.case,
+                "text": claim.text,
+                "sources": " ".join(claim.sources),
+                "source_urls": " ".join(dict.fromkeys(sources["source_url"])),
+                "source_kind": source_kind(sources["secondary_only"]),
+                "published": result.published,
+                "measured": result.measured,
+                "rows": result.rows,
+                "verdict": str(result.verdict),
+                "model_says": result.model_says,
+                "model_verdict": str(result.model_verdict) if result.model_verdict else "",
+                **result.noise,
+                **({"hardware": gpu} if gpu else {}),
+                "deciding_part": (deciding_part(claim.case, claim.claim_id) or "")
+                if claim.claim_id in evidence.deciding
+                else "",
+                "headline": not records or records[-1]["claim"] != claim.claim_id,  # judged_per_gpu puts the lead first
+            }
+        )
     return pd.DataFrame(records, columns=LEDGER_COLUMNS)
 
 
@@ -538,26 +617,41 @@ def ledger_markdown(ledger: pd.DataFrame) -> str:
     for r, on in zip(ledger.itertuples(), judged, strict=True):
         links = ", ".join(f"[{_link_label(u)}]({u})" for u in r.source_urls.split())
         marker = " **[secondary]**" if r.source_kind == "secondary only" else ""
-        claim, verdict = (f"**{r.claim}**: {_cell(r.text)}", f"**{r.verdict}**") if r.headline else (f"↳ {r.claim}",
-                                                                                                     r.verdict)
+        claim, verdict = (
+            (f"**{r.claim}**: {_cell(r.text)}", f"**{r.verdict}**") if r.headline else (f"↳ {r.claim}", r.verdict)
+        )
         lines.append(f"| {claim} | {links}{marker} | {verdict} | {_cell(on)} | {_cell(r.model_verdict)} |")
     for r, on in zip(ledger.itertuples(), judged, strict=True):  # one collapsed section per line
         noise = None
         if r.points and not pd.isna(r.min_clean_repeats):
-            spread = ("no spread yet (single runs)" if r.spread_pct == 0 and r.min_clean_repeats < 2
-                      else f"widest spread {r.spread_pct:.1f} %")  # fmt: skip
-            noise = (f"- *Noise:* {int(r.points)} compared point{'s' if r.points != 1 else ''} on {r.hardware}; the "
-                     f"fewest clean runs of a point: {int(r.min_clean_repeats)}; {spread}; band {r.band_pct:.1f} %")
+            spread = (
+                "no spread yet (single runs)"
+                if r.spread_pct == 0 and r.min_clean_repeats < 2
+                else f"widest spread {r.spread_pct:.1f} %"
+            )
+            noise = (
+                f"- *Noise:* {int(r.points)} compared point{'s' if r.points != 1 else ''} on {r.hardware}; the "
+                f"fewest clean runs of a point: {int(r.min_clean_repeats)}; {spread}; band {r.band_pct:.1f} %"
+            )
         lines += [
-            "", f":::{{dropdown}} {r.claim}: {r.verdict}" + (f" ({on})" if on else ""),
-            f"{_cell(r.text)} ({r.case}; sources: {r.source_kind})", "",
+            "",
+            f":::{{dropdown}} {r.claim}: {r.verdict}" + (f" ({on})" if on else ""),
+            f"{_cell(r.text)} ({r.case}; sources: {r.source_kind})",
+            "",
             f"- *Published:* {_cell(r.published)}",
             f"- *Our rows:* {_cell(r.measured)} → **{r.verdict}**",
             *([noise] if noise else []),
-            *([f"- *Re-measure:* `{remeasure_command(r.case, r.deciding_part)}` measures again the points this "
-               "verdict rests on"] if r.deciding_part else []),
-            f"- *Model says:* {_cell(r.model_says)}" + (f" → {r.model_verdict}" if r.model_verdict else ""), ":::",
-        ]  # fmt: skip
+            *(
+                [
+                    f"- *Re-measure:* `{remeasure_command(r.case, r.deciding_part)}` measures again the points this "
+                    "verdict rests on"
+                ]
+                if r.deciding_part
+                else []
+            ),
+            f"- *Model says:* {_cell(r.model_says)}" + (f" → {r.model_verdict}" if r.model_verdict else ""),
+            ":::",
+        ]
     return "\n".join(lines)
 
 
@@ -568,6 +662,9 @@ def _judged_on(line: Any) -> str:
 
     if line.verdict not in {str(v) for v in DATA_VERDICTS}:
         return ""
-    runs = "runs not counted" if pd.isna(line.min_clean_repeats) else (
-        f"{int(line.min_clean_repeats)} run{'' if int(line.min_clean_repeats) == 1 else 's'} a side")
+    runs = (
+        "runs not counted"
+        if pd.isna(line.min_clean_repeats)
+        else (f"{int(line.min_clean_repeats)} run{'' if int(line.min_clean_repeats) == 1 else 's'} a side")
+    )
     return ", ".join(part for part in (line.hardware, runs) if part)

@@ -36,8 +36,9 @@ def results_by_gpu(claim_id: str, rows: pd.DataFrame, evidence: Evidence) -> dic
     for gpu in gpus_in(rows):
         narrowed = evidence.on_gpu(gpu)
         own = narrowed.rows(claim.case)
-        judged = check(claim, replace(narrowed, runs={**narrowed.runs,
-                                                      claim.case: own[own["point_id"].astype(str).isin(shown)]}))
+        judged = check(
+            claim, replace(narrowed, runs={**narrowed.runs, claim.case: own[own["point_id"].astype(str).isin(shown)]})
+        )
         results[gpu] = noting_not_started(judged, evidence.not_started(claim, gpu))
     return results
 
@@ -80,12 +81,23 @@ def page_result(results: dict[str, CheckResult], mode: str, here: str | None = N
 
 
 #: ``verdict_table``'s columns.
-VERDICT_TABLE_COLUMNS = ["claim", "gpu", "headline", "verdict", "runs_per_side", "spread_pct", "band_pct", "measured",
-                         "rows", "disagrees"]  # fmt: skip
+VERDICT_TABLE_COLUMNS = [
+    "claim",
+    "gpu",
+    "headline",
+    "verdict",
+    "runs_per_side",
+    "spread_pct",
+    "band_pct",
+    "measured",
+    "rows",
+    "disagrees",
+]
 
 
-def verdict_table(by_claim: dict[str, dict[str, CheckResult]], mode: str = "replay",
-                  here: str | None = None) -> pd.DataFrame:  # fmt: skip
+def verdict_table(
+    by_claim: dict[str, dict[str, CheckResult]], mode: str = "replay", here: str | None = None
+) -> pd.DataFrame:
     """One row per claim and GPU (``results_by_gpu`` of each claim id), each claim's lead first (``verdict_gpu``,
     ``headline`` true), then its other GPUs in name order: ``verdict`` (the word), ``runs_per_side`` (the fewest clean
     runs of any side of a compared point; missing where it compares none), the widest ``spread_pct`` and ``band_pct``,
@@ -99,16 +111,25 @@ def verdict_table(by_claim: dict[str, dict[str, CheckResult]], mode: str = "repl
         first = results[lead]
         for gpu in sorted(results, key=lambda name: (name != lead, name)):
             result = results[gpu]
-            records.append({
-                "claim": claim, "gpu": gpu, "headline": gpu == lead, "verdict": str(result.verdict),
-                "runs_per_side": result.fewest_runs, "spread_pct": result.noise["spread_pct"],
-                "band_pct": result.noise["band_pct"], "measured": result.measured, "rows": result.rows,
-                "disagrees": gpu != lead and disagree(str(first.verdict), first.pairs, str(result.verdict),
-                                                      result.pairs),
-            })  # fmt: skip
+            records.append(
+                {
+                    "claim": claim,
+                    "gpu": gpu,
+                    "headline": gpu == lead,
+                    "verdict": str(result.verdict),
+                    "runs_per_side": result.fewest_runs,
+                    "spread_pct": result.noise["spread_pct"],
+                    "band_pct": result.noise["band_pct"],
+                    "measured": result.measured,
+                    "rows": result.rows,
+                    "disagrees": gpu != lead
+                    and disagree(str(first.verdict), first.pairs, str(result.verdict), result.pairs),
+                }
+            )
     table = pd.DataFrame(records, columns=VERDICT_TABLE_COLUMNS)
-    return table.astype({"runs_per_side": "Int64", "spread_pct": float, "band_pct": float, "headline": bool,
-                         "disagrees": bool})  # fmt: skip
+    return table.astype(
+        {"runs_per_side": "Int64", "spread_pct": float, "band_pct": float, "headline": bool, "disagrees": bool}
+    )
 
 
 def gpus_of(by_claim: dict[str, dict[str, CheckResult]]) -> int:

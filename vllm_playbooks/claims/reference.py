@@ -31,7 +31,9 @@ def claims_table(published: pd.DataFrame, prefixes: tuple[str, ...] = ()) -> pd.
     ``prefixes`` leaves out rows whose claim_id starts with one of them (sources of imposed settings, shown apart).
     """
     keep = ~published["claim_id"].str.startswith(prefixes) if prefixes else published["claim_id"].notna()
-    return published.loc[keep, ["claim_id", "setting", "value", "unit", "secondary_only", "source_url"]].reset_index(drop=True)
+    return published.loc[keep, ["claim_id", "setting", "value", "unit", "secondary_only", "source_url"]].reset_index(
+        drop=True
+    )
 
 
 def source_link(published: pd.DataFrame, prefixes: tuple[str, ...] = ()) -> str:

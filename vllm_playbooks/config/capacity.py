@@ -60,8 +60,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-
-
 BLOCK_SIZE = 16
 
 
@@ -70,7 +68,9 @@ NON_TORCH_GIB = 0.25
 
 
 def batch_defaults(
-    gpu_memory_gib: float, gpu_name: str = "", context: Literal["server", "offline"] = "server",
+    gpu_memory_gib: float,
+    gpu_name: str = "",
+    context: Literal["server", "offline"] = "server",
     performance_mode: Literal["balanced", "interactivity", "throughput"] = "balanced",
 ) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) vLLM 0.26 picks when neither is set (engine/arg_utils.py).
@@ -89,9 +89,15 @@ def batch_defaults(
 
 
 def resolve_batching(
-    max_model_len: int, gpu_memory_gib: float, gpu_name: str = "", *, max_num_seqs: int | None = None,
-    max_num_batched_tokens: int | None = None, context: Literal["server", "offline"] = "server",
-    performance_mode: Literal["balanced", "interactivity", "throughput"] = "balanced", chunked_prefill: bool = True,
+    max_model_len: int,
+    gpu_memory_gib: float,
+    gpu_name: str = "",
+    *,
+    max_num_seqs: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    context: Literal["server", "offline"] = "server",
+    performance_mode: Literal["balanced", "interactivity", "throughput"] = "balanced",
+    chunked_prefill: bool = True,
 ) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) that vLLM 0.26 ends up with, given what you set.
 
@@ -125,8 +131,13 @@ def max_capture_size_of(model: str) -> int | None:
     return MODEL_MAX_CAPTURE_SIZE.get(resolve_model(model).architecture)
 
 
-def cudagraph_capture_sizes(max_num_seqs: int, num_speculative_tokens: int = 0, max_num_batched_tokens: int = 8192,
-                            full_decode_graphs: bool = True, model_max_capture_size: int | None = None) -> list[int]:  # fmt: skip
+def cudagraph_capture_sizes(
+    max_num_seqs: int,
+    num_speculative_tokens: int = 0,
+    max_num_batched_tokens: int = 8192,
+    full_decode_graphs: bool = True,
+    model_max_capture_size: int | None = None,
+) -> list[int]:
     """Batch sizes vLLM 0.26 captures CUDA graphs for (config/vllm.py, config/compilation.py).
 
     The largest is min(max_num_seqs × (1 + k) × 2, 512), capped at the token budget, unless the model's family fixes
@@ -194,7 +205,9 @@ def _spec_shapes(engine: EngineConfig, target: ModelShape) -> tuple[list[ModelSh
     return [], 0
 
 
-def _whole_model(engine: EngineConfig, target: ModelShape, drafts: list[ModelShape], mtp_layers: int) -> tuple[int, int]:
+def _whole_model(
+    engine: EngineConfig, target: ModelShape, drafts: list[ModelShape], mtp_layers: int
+) -> tuple[int, int]:
     """(weight bytes, KV bytes per token) of everything the engine serves: target, MTP modules, drafts."""
     weights = weight_bytes(target) + (mtp_weight_bytes(target) if mtp_layers else 0)
     per_token = kv_bytes_per_token(target, engine.kv_cache_dtype)
@@ -208,8 +221,13 @@ def _whole_model(engine: EngineConfig, target: ModelShape, drafts: list[ModelSha
 
 
 def _hybrid_kv_per_token(
-    kv_cache_dtype: str, target: ModelShape, drafts: list[ModelShape], mtp_layers: int, partition: list[int],
-    tp: int = 1, draft_tp: int = 1,
+    kv_cache_dtype: str,
+    target: ModelShape,
+    drafts: list[ModelShape],
+    mtp_layers: int,
+    partition: list[int],
+    tp: int = 1,
+    draft_tp: int = 1,
 ) -> list[int] | None:
     """KV bytes per token on one GPU of each pipeline stage (``partition``: the target's layers per stage) when the
     target mixes attention types and every layer, the drafts' included, takes the same bytes per token on its GPU:
@@ -286,15 +304,19 @@ def _graph_note(descs: dict[str, list[int]], per_graph_gib: float) -> str | None
         return None
     graphs = sum(n for *_, n in modes)
     sizes = "; ".join(f"{mode} {first} then {second} tokens" for mode, first, second, _ in modes)
-    return (f"{graphs} of its CUDA graphs count {per_graph_gib:.3f} GiB each, {graphs * per_graph_gib:.1f} GiB in all, "
-            f"because the two largest capture sizes of a mode differ in integer class (a multiple of 16 or not: "
-            f"{sizes}) and vLLM 0.26 extrapolates every later graph from the second capture")  # fmt: skip
+    return (
+        f"{graphs} of its CUDA graphs count {per_graph_gib:.3f} GiB each, {graphs * per_graph_gib:.1f} GiB in all, "
+        f"because the two largest capture sizes of a mode differ in integer class (a multiple of 16 or not: "
+        f"{sizes}) and vLLM 0.26 extrapolates every later graph from the second capture"
+    )
 
 
 def kv_budget(
-    engine: EngineConfig, gpu_memory_gib: float, gpu_name: str = "",
+    engine: EngineConfig,
+    gpu_memory_gib: float,
+    gpu_name: str = "",
     calibration: MemoryCalibration | None | Literal["recorded"] = RECORDED,
-) -> KVBudget:  # fmt: skip
+) -> KVBudget:
     """The KV-cache budget of ``engine`` on GPUs whose framework-visible memory is ``gpu_memory_gib`` each.
 
     Every GPU gets the same number of KV blocks, the fewest any GPU can hold (vLLM takes the minimum over workers).
@@ -306,9 +328,12 @@ def kv_budget(
     target = resolve_model(engine.model)
     drafts, mtp_layers = _spec_shapes(engine, target)
     batched, seqs = resolve_batching(
-        engine.max_model_len, gpu_memory_gib, gpu_name,
-        max_num_seqs=engine.max_num_seqs, max_num_batched_tokens=engine.max_num_batched_tokens,
-    )  # fmt: skip
+        engine.max_model_len,
+        gpu_memory_gib,
+        gpu_name,
+        max_num_seqs=engine.max_num_seqs,
+        max_num_batched_tokens=engine.max_num_batched_tokens,
+    )
     weights, per_token = _whole_model(engine, target, drafts, mtp_layers)
     requested = round(engine.gpu_memory_utilization * gpu_memory_gib * GIB)
     activation, non_torch, graphs, warning, graph_note = _overheads(engine, target, batched, seqs, calibration)
@@ -318,12 +343,22 @@ def kv_budget(
         stages.append((kv_tokens_fitting(free, stage_per_token), free, stage_weights, stage_per_token))
     tokens, kv, stage_weights, stage_per_token = min(stages, key=lambda s: (s[0], s[1]))
     return KVBudget(
-        requested_bytes=requested, weight_bytes=weights, activation_bytes=activation, non_torch_bytes=non_torch,
-        kv_bytes=kv, kv_bytes_per_token=per_token, kv_tokens=tokens, max_model_len=engine.max_model_len,
-        max_num_seqs=seqs, gpus=engine.tensor_parallel_size * engine.pipeline_parallel_size,
-        weight_bytes_per_gpu=stage_weights, kv_bytes_per_token_per_gpu=stage_per_token, cudagraph_bytes=graphs,
-        calibration_warning=warning, cudagraph_note=graph_note,
-    )  # fmt: skip
+        requested_bytes=requested,
+        weight_bytes=weights,
+        activation_bytes=activation,
+        non_torch_bytes=non_torch,
+        kv_bytes=kv,
+        kv_bytes_per_token=per_token,
+        kv_tokens=tokens,
+        max_model_len=engine.max_model_len,
+        max_num_seqs=seqs,
+        gpus=engine.tensor_parallel_size * engine.pipeline_parallel_size,
+        weight_bytes_per_gpu=stage_weights,
+        kv_bytes_per_token_per_gpu=stage_per_token,
+        cudagraph_bytes=graphs,
+        calibration_warning=warning,
+        cudagraph_note=graph_note,
+    )
 
 
 def budget_is_modelled(engine: EngineConfig) -> bool:
@@ -332,7 +367,11 @@ def budget_is_modelled(engine: EngineConfig) -> bool:
     places MoE experts and heads over tensor and pipeline ranks is not modelled)."""
     target = resolve_model(engine.model)
     drafts, _ = _spec_shapes(engine, target)
-    known = DENSE_ARCHITECTURES if engine.tensor_parallel_size * engine.pipeline_parallel_size > 1 else MODELLED_ARCHITECTURES
+    known = (
+        DENSE_ARCHITECTURES
+        if engine.tensor_parallel_size * engine.pipeline_parallel_size > 1
+        else MODELLED_ARCHITECTURES
+    )
     return all(shape.architecture in known for shape in [target, *drafts])
 
 
@@ -373,8 +412,12 @@ def refusal(refused: dict[str, str], engines: Iterable[EngineConfig]) -> Capacit
     first, *others = refused
     fitting = [engine.label for engine in engines if engine.label not in refused]
     also = f" Also refused there: {', '.join(others)}." if others else ""
-    rest = (f" The other configs fit; to measure only them, pass --engines {' '.join(fitting)} (in a notebook, "
-            f"engines={fitting!r})." if fitting else "")  # fmt: skip
+    rest = (
+        f" The other configs fit; to measure only them, pass --engines {' '.join(fitting)} (in a notebook, "
+        f"engines={fitting!r})."
+        if fitting
+        else ""
+    )
     return CapacityError(f"{refused[first]}{also}{rest}")
 
 
@@ -395,8 +438,10 @@ def budget_table(budget: KVBudget) -> pd.DataFrame:
 
     rows = [
         ("requested (gpu_memory_utilization × memory)", budget.requested_bytes / GIB),
-        ("weights (target + draft)" if budget.gpus == 1 else f"weights on the fullest of {budget.gpus} GPUs",
-         budget.weight_bytes_per_gpu / GIB),
+        (
+            "weights (target + draft)" if budget.gpus == 1 else f"weights on the fullest of {budget.gpus} GPUs",
+            budget.weight_bytes_per_gpu / GIB,
+        ),
         ("peak activation (estimate)", budget.activation_bytes / GIB),
         ("non-torch memory (estimate)", budget.non_torch_bytes / GIB),
         ("CUDA-graph reserve (estimate)", budget.cudagraph_bytes / GIB),
@@ -421,5 +466,7 @@ def describe_budget(budget: KVBudget) -> str:
         else f"{budget.kv_bytes / GIB:.1f} GiB on each of {budget.gpus} GPUs, which keep "
         f"{budget.kv_bytes_per_token_per_gpu / 1024:g} KiB of each token"
     )
-    text = f"The KV cache takes {per_token_kib:g} KiB per token and holds {budget.kv_tokens:,} tokens ({where}); {limit}."
+    text = (
+        f"The KV cache takes {per_token_kib:g} KiB per token and holds {budget.kv_tokens:,} tokens ({where}); {limit}."
+    )
     return f"{text} Warning: {budget.calibration_warning}." if budget.calibration_warning else text

@@ -42,8 +42,11 @@ def case_names() -> list[str]:
     """The name of every case: each folder of ``CASES_DIR`` that is a Python package, ``_`` read as ``-``; in the
     order of their grids' ``page_order`` (``DEFAULT_PAGE_ORDER`` where none is set), then by name. That order is the
     book's (its case pages) and the ledger's (its claims)."""
-    folders = [folder for folder in CASES_DIR.iterdir()
-               if (folder / "__init__.py").is_file() and not folder.name.startswith("_")]  # fmt: skip
+    folders = [
+        folder
+        for folder in CASES_DIR.iterdir()
+        if (folder / "__init__.py").is_file() and not folder.name.startswith("_")
+    ]
 
     def order(folder: Path) -> tuple[int, str]:
         grid = folder / GRID_FILE
@@ -75,8 +78,10 @@ def case_folder(case: str) -> Path:
     check_packaged_name(case)
     folder = CASES_DIR / package_name(case)
     if "_" in case or not (folder / "__init__.py").is_file() or folder.name.startswith("_"):
-        raise ConfigError(f"Unknown case {case!r}. Known: {', '.join(sorted(case_names()))}. Cases live in "
-                          "vllm_playbooks/cases/<case>/.")  # fmt: skip
+        raise ConfigError(
+            f"Unknown case {case!r}. Known: {', '.join(sorted(case_names()))}. Cases live in "
+            "vllm_playbooks/cases/<case>/."
+        )
     return folder
 
 
@@ -84,16 +89,20 @@ def grid_file(case: str) -> Path:
     """The grid of packaged case ``case`` (``<folder>/case.yaml``); ``ConfigError`` for a case without one."""
     path = case_folder(case) / GRID_FILE
     if not path.is_file():
-        raise ConfigError(f"case {case!r} has no grid to measure (no {GRID_FILE}); cases with one: "
-                          f"{', '.join(grid_names())}")  # fmt: skip
+        raise ConfigError(
+            f"case {case!r} has no grid to measure (no {GRID_FILE}); cases with one: {', '.join(grid_names())}"
+        )
     return path
 
 
 def calibration_cases() -> list[str]:
     """The cases whose rows calibrate the what-if's step-time model: those whose grid sets
     ``calibrates_whatif: true``."""
-    return [case for case in grid_names()
-            if (yaml.safe_load(grid_file(case).read_text(encoding="utf-8")) or {}).get("calibrates_whatif") is True]
+    return [
+        case
+        for case in grid_names()
+        if (yaml.safe_load(grid_file(case).read_text(encoding="utf-8")) or {}).get("calibrates_whatif") is True
+    ]
 
 
 def check_packaged_name(case: str) -> None:

@@ -211,15 +211,23 @@ class EngineConfig(BaseModel):
         if tokenizer:
             argv += ["--tokenizer", tokenizer]
         argv += [
-            "--load-format", self.load_format,
-            "--dtype", self.dtype,
-            "--kv-cache-dtype", self.kv_cache_dtype,
-            "--max-model-len", str(self.max_model_len),
-            "--gpu-memory-utilization", str(self.gpu_memory_utilization),
-            "--tensor-parallel-size", str(self.tensor_parallel_size),
-            "--pipeline-parallel-size", str(self.pipeline_parallel_size),
-            "--seed", "0",
-        ]  # fmt: skip
+            "--load-format",
+            self.load_format,
+            "--dtype",
+            self.dtype,
+            "--kv-cache-dtype",
+            self.kv_cache_dtype,
+            "--max-model-len",
+            str(self.max_model_len),
+            "--gpu-memory-utilization",
+            str(self.gpu_memory_utilization),
+            "--tensor-parallel-size",
+            str(self.tensor_parallel_size),
+            "--pipeline-parallel-size",
+            str(self.pipeline_parallel_size),
+            "--seed",
+            "0",
+        ]
         if self.max_num_seqs is not None:
             argv += ["--max-num-seqs", str(self.max_num_seqs)]
         if self.max_num_batched_tokens is not None:

@@ -39,11 +39,17 @@ class LoadPoint(BaseModel):
     burstiness: float = Field(1.0, gt=0, strict=True, allow_inf_nan=False, description="--burstiness; 1 is Poisson")
     seed: int = Field(0, ge=0, strict=True, description="dataset seed")
     temperature: float | None = Field(
-        None, ge=0, strict=True, allow_inf_nan=False,
+        None,
+        ge=0,
+        strict=True,
+        allow_inf_nan=False,
         description="--temperature sent with each request; None: the server's default (1.0)",
     )
     random_range_ratio: float = Field(
-        0.0, ge=0, lt=1, strict=True,
+        0.0,
+        ge=0,
+        lt=1,
+        strict=True,
         description="--random-range-ratio: 0 fixed lengths; r draws each in [(1-r)·L, (1+r)·L]; when not given, "
         "CLOSED_LOOP_RANGE_RATIO for a closed loop (concurrency alone), 0 with a request rate",
     )

@@ -41,9 +41,14 @@ CALIBRATION_NAME = "memory-calibration.csv"
 #: Its columns: the family key, what it was fitted on, the three fitted terms, and the KV-token error the fallback
 #: (the dense calibration) shows on that family, which is what an uncalibrated family of its kind may expect.
 CALIBRATION_COLUMNS: tuple[str, ...] = (
-    "family", "logs", "activation_factor", "cudagraph_first_gib_per_token", "cudagraph_respecialized_gib_per_graph",
-    "non_torch_gib", "fallback_error_pct",
-)  # fmt: skip
+    "family",
+    "logs",
+    "activation_factor",
+    "cudagraph_first_gib_per_token",
+    "cudagraph_respecialized_gib_per_graph",
+    "non_torch_gib",
+    "fallback_error_pct",
+)
 
 GIB = 1024**3
 
@@ -88,8 +93,10 @@ def uses_v1_runner(engine: EngineConfig) -> bool:
     forced = engine.env.get("VLLM_USE_V2_MODEL_RUNNER")
     if forced is not None:
         return forced == "0"
-    return (resolve_model(engine.model).architecture not in V2_RUNNER_ARCHITECTURES
-            or engine.spec_method not in V2_RUNNER_METHODS)  # fmt: skip
+    return (
+        resolve_model(engine.model).architecture not in V2_RUNNER_ARCHITECTURES
+        or engine.spec_method not in V2_RUNNER_METHODS
+    )
 
 
 def _capture_sizes(largest: int, step: int) -> list[int]:
@@ -99,8 +106,9 @@ def _capture_sizes(largest: int, step: int) -> list[int]:
     return sizes
 
 
-def cudagraph_descs(engine: EngineConfig, max_num_seqs: int, max_num_batched_tokens: int,
-                    model_max_capture_size: int | None = None) -> dict[str, list[int]]:  # fmt: skip
+def cudagraph_descs(
+    engine: EngineConfig, max_num_seqs: int, max_num_batched_tokens: int, model_max_capture_size: int | None = None
+) -> dict[str, list[int]]:
     """The CUDA graphs vLLM 0.26's V1 runner captures for ``engine``, by mode (``PIECEWISE`` then ``FULL``), each
     mode's token sizes largest first (empty where nothing is captured): mixed prefill-decode (PIECEWISE) graphs up to
     min(max_num_seqs × (1 + k) × 2, 512) tokens (the model's own cap where it sets one, ``model_max_capture_size``),
@@ -156,8 +164,11 @@ def respecialized_modes(descs: dict[str, list[int]]) -> list[tuple[str, int, int
     """(mode, largest size, second size, graphs after the first) of each mode in ``descs`` (``cudagraph_descs``)
     whose second capture is of another integer class than its first (``specialization``): the modes whose graphs
     vLLM 0.26's estimate counts at the respecialized cost instead of 1 MiB (``graph_profile``)."""
-    return [(mode, sizes[0], sizes[1], len(sizes) - 1) for mode, sizes in descs.items()
-            if len(sizes) > 1 and specialization(sizes[1]) != specialization(sizes[0])]  # fmt: skip
+    return [
+        (mode, sizes[0], sizes[1], len(sizes) - 1)
+        for mode, sizes in descs.items()
+        if len(sizes) > 1 and specialization(sizes[1]) != specialization(sizes[0])
+    ]
 
 
 def activation_width_bytes(shape: ModelShape, tokens: int) -> int:
@@ -205,9 +216,12 @@ class MemoryCalibration:
             if candidate in self.rows:
                 return self.rows[candidate], False
         architecture = target.split("/")[0] + "/"
-        drafter = family[len(target):]
-        alike = [r for f, r in self.rows.items() if drafter and f.startswith(architecture) and f.endswith(drafter)
-                 and "@" not in f]  # fmt: skip
+        drafter = family[len(target) :]
+        alike = [
+            r
+            for f, r in self.rows.items()
+            if drafter and f.startswith(architecture) and f.endswith(drafter) and "@" not in f
+        ]
         if alike:
             return max(alike, key=lambda r: (r.logs, r.family)), False
         same = sorted(f for f in self.rows if f.startswith(architecture) and "+" not in f and "@" not in f)
@@ -220,12 +234,17 @@ class MemoryCalibration:
         if own:
             return None
         moe = resolve_model(engine.model).architecture not in V2_RUNNER_ARCHITECTURES
-        kind = [r.fallback_error_pct for r in self.rows.values()
-                if (r.family.split("/")[0] not in V2_RUNNER_ARCHITECTURES) == moe]  # fmt: skip
+        kind = [
+            r.fallback_error_pct
+            for r in self.rows.values()
+            if (r.family.split("/")[0] not in V2_RUNNER_ARCHITECTURES) == moe
+        ]
         worst = max((abs(e) for e in kind), default=float("nan"))
-        return (f"the KV budget of {memory_family(engine)} is not calibrated on a recorded vLLM start-up: it uses "
-                f"the {row.family} calibration, which was off by up to {worst:.0f} % on recorded "
-                f"{'MoE' if moe else 'dense'} families it was not fitted on; leave headroom")  # fmt: skip
+        return (
+            f"the KV budget of {memory_family(engine)} is not calibrated on a recorded vLLM start-up: it uses "
+            f"the {row.family} calibration, which was off by up to {worst:.0f} % on recorded "
+            f"{'MoE' if moe else 'dense'} families it was not fitted on; leave headroom"
+        )
 
 
 def calibration_path(data: Path | None = None) -> Path:
@@ -246,11 +265,14 @@ def load_calibration(data: Path | None = None) -> MemoryCalibration | None:
             return None
         rows = {
             r["family"]: FamilyCalibration(
-                family=r["family"], logs=int(r["logs"]), activation_factor=float(r["activation_factor"]),
+                family=r["family"],
+                logs=int(r["logs"]),
+                activation_factor=float(r["activation_factor"]),
                 cudagraph_first_gib_per_token=float(r["cudagraph_first_gib_per_token"]),
                 cudagraph_respecialized_gib_per_graph=float(r["cudagraph_respecialized_gib_per_graph"]),
-                non_torch_gib=float(r["non_torch_gib"]), fallback_error_pct=float(r["fallback_error_pct"]),
-            )  # fmt: skip
+                non_torch_gib=float(r["non_torch_gib"]),
+                fallback_error_pct=float(r["fallback_error_pct"]),
+            )
             for r in reader
         }
     return MemoryCalibration(rows) if FALLBACK_FAMILY in rows else None

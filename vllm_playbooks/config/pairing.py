@@ -27,15 +27,17 @@ class _Point(Protocol):
 PointT = TypeVar("PointT", bound=_Point)
 
 
-def pair_engines(engines: Sequence[EngineConfig], gpu_memory_gib: float | None,
-                 case: str) -> tuple[tuple[EngineConfig, ...], str]:  # fmt: skip
+def pair_engines(
+    engines: Sequence[EngineConfig], gpu_memory_gib: float | None, case: str
+) -> tuple[tuple[EngineConfig, ...], str]:
     """The engines a paired plan runs and how: each at ``gpu_memory_utilization / n`` and ``CO_RESIDENT`` where the
     KV-budget check passes for all of them at that share of ``gpu_memory_gib`` (or where the GPU's memory is not
     known: a CPU backend sizes its cache by bytes); else unchanged and ``BY_RESTART``. Fewer than two engines:
     ``ConfigError``."""
     if len(engines) < 2:
-        raise ConfigError(f"case {case}: a paired plan compares two or more engine configs, this one has "
-                          f"{len(engines)}")  # fmt: skip
+        raise ConfigError(
+            f"case {case}: a paired plan compares two or more engine configs, this one has {len(engines)}"
+        )
     share = len(engines)
     together = tuple(
         engine.model_copy(update={"gpu_memory_utilization": round(engine.gpu_memory_utilization / share, 4)})

@@ -42,7 +42,16 @@ MXFP4_GROUP = 32
 WeightScheme = Literal["bf16", "fp32", "fp8_block", "mxfp4"]
 
 
-_DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+_DTYPE_BYTES = {
+    "float32": 4,
+    "float": 4,
+    "bfloat16": 2,
+    "float16": 2,
+    "half": 2,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+}
 
 
 def dtype_bytes(dtype: str, shape: ModelShape) -> int:
@@ -172,17 +181,29 @@ class MoeLayout:
     @property
     def moe_layer_params(self) -> int:
         """One MoE layer: attention, every expert (routed and shared) and the router."""
-        return self.attention_params + (self.routed_experts + self.shared_experts) * self.expert_params + self.router_params
+        return (
+            self.attention_params
+            + (self.routed_experts + self.shared_experts) * self.expert_params
+            + self.router_params
+        )
 
     @property
     def moe_layer_bytes(self) -> int:
         """Bytes of one MoE layer, as stored in the checkpoint."""
-        return self.attention_bytes + (self.routed_experts + self.shared_experts) * self.expert_bytes + self.router_bytes
+        return (
+            self.attention_bytes + (self.routed_experts + self.shared_experts) * self.expert_bytes + self.router_bytes
+        )
 
     def main_params(self) -> int:
         """Parameters of the main model (no MTP modules): the published total for DeepSeek-V3 is 671 B."""
         dense = self.dense_layers * (self.attention_params + self.dense_mlp_params)
-        return dense + self.moe_layers * self.moe_layer_params + self.embed_params + self.head_params + self.final_norm_params
+        return (
+            dense
+            + self.moe_layers * self.moe_layer_params
+            + self.embed_params
+            + self.head_params
+            + self.final_norm_params
+        )
 
     def mtp_params(self) -> int:
         """Parameters of the checkpoint's MTP modules (each one MoE layer plus its extras; head and embedding shared)."""
@@ -191,13 +212,25 @@ class MoeLayout:
     def checkpoint_bytes(self) -> int:
         """Bytes of main model and MTP modules in the checkpoint layout (no vLLM-side copies)."""
         dense = self.dense_layers * (self.attention_bytes + self.dense_mlp_bytes)
-        main = dense + self.moe_layers * self.moe_layer_bytes + self.embed_bytes + self.head_bytes + 2 * self.final_norm_params
+        main = (
+            dense
+            + self.moe_layers * self.moe_layer_bytes
+            + self.embed_bytes
+            + self.head_bytes
+            + 2 * self.final_norm_params
+        )
         return main + self.mtp_layers * (self.moe_layer_bytes + self.mtp_extra_bytes)
 
     def served_main_bytes(self) -> int:
         """Bytes vLLM 0.26 holds for the main model without speculation (it skips the MTP modules)."""
         dense = self.dense_layers * (self.attention_bytes + self.dense_mlp_bytes)
-        main = dense + self.moe_layers * self.moe_layer_bytes + self.embed_bytes + self.head_bytes + 2 * self.final_norm_params
+        main = (
+            dense
+            + self.moe_layers * self.moe_layer_bytes
+            + self.embed_bytes
+            + self.head_bytes
+            + 2 * self.final_norm_params
+        )
         return main + self.layers * self.absorbed_bytes_per_layer
 
     def served_mtp_bytes(self) -> int:
@@ -239,17 +272,31 @@ def _deepseek_layout(shape: ModelShape) -> MoeLayout:
     bias = 1 if c.get("topk_method") == "noaux_tc" else 0  # e_score_correction_bias, fp32
     vocab = shape.vocab_size
     return MoeLayout(
-        name=shape.name, layers=shape.num_hidden_layers,
+        name=shape.name,
+        layers=shape.num_hidden_layers,
         moe_layers=shape.num_hidden_layers - int(c.get("first_k_dense_replace") or 0),
-        routed_experts=experts, experts_per_token=int(c["num_experts_per_tok"]),
-        shared_experts=int(c.get("n_shared_experts") or 0), expert_params=expert_params, expert_bytes=expert_bytes,
-        attention_params=attention_params, attention_bytes=attention_bytes, dense_mlp_params=dense_params,
-        dense_mlp_bytes=dense_bytes, router_params=experts * h + bias * experts,
-        router_bytes=2 * experts * h + 4 * bias * experts, embed_params=vocab * h, embed_bytes=2 * vocab * h,
-        head_params=vocab * h, head_bytes=2 * vocab * h, final_norm_params=h,
-        mtp_layers=shape.num_mtp_layers, mtp_extra_params=2 * h * h + 3 * h, mtp_extra_bytes=2 * (2 * h * h + 3 * h),
-        mtp_head_bytes=2 * vocab * h, absorbed_bytes_per_layer=2 * kv_lora * heads * (nope + v),
-    )  # fmt: skip
+        routed_experts=experts,
+        experts_per_token=int(c["num_experts_per_tok"]),
+        shared_experts=int(c.get("n_shared_experts") or 0),
+        expert_params=expert_params,
+        expert_bytes=expert_bytes,
+        attention_params=attention_params,
+        attention_bytes=attention_bytes,
+        dense_mlp_params=dense_params,
+        dense_mlp_bytes=dense_bytes,
+        router_params=experts * h + bias * experts,
+        router_bytes=2 * experts * h + 4 * bias * experts,
+        embed_params=vocab * h,
+        embed_bytes=2 * vocab * h,
+        head_params=vocab * h,
+        head_bytes=2 * vocab * h,
+        final_norm_params=h,
+        mtp_layers=shape.num_mtp_layers,
+        mtp_extra_params=2 * h * h + 3 * h,
+        mtp_extra_bytes=2 * (2 * h * h + 3 * h),
+        mtp_head_bytes=2 * vocab * h,
+        absorbed_bytes_per_layer=2 * kv_lora * heads * (nope + v),
+    )
 
 
 def _gpt_oss_layout(shape: ModelShape) -> MoeLayout:
@@ -265,13 +312,26 @@ def _gpt_oss_layout(shape: ModelShape) -> MoeLayout:
     expert_bytes = linear_bytes(2 * inter, h, scheme) + linear_bytes(h, inter, scheme) + 2 * (2 * inter + h)
     vocab = shape.vocab_size
     return MoeLayout(
-        name=shape.name, layers=shape.num_hidden_layers, moe_layers=shape.num_hidden_layers, routed_experts=experts,
-        experts_per_token=int(c.get("num_experts_per_tok") or c["experts_per_token"]), shared_experts=0,
-        expert_params=expert_params, expert_bytes=expert_bytes, attention_params=attention_params,
-        attention_bytes=2 * attention_params, dense_mlp_params=0, dense_mlp_bytes=0,
-        router_params=experts * h + experts, router_bytes=2 * (experts * h + experts), embed_params=vocab * h,
-        embed_bytes=2 * vocab * h, head_params=vocab * h, head_bytes=2 * vocab * h, final_norm_params=h,
-    )  # fmt: skip
+        name=shape.name,
+        layers=shape.num_hidden_layers,
+        moe_layers=shape.num_hidden_layers,
+        routed_experts=experts,
+        experts_per_token=int(c.get("num_experts_per_tok") or c["experts_per_token"]),
+        shared_experts=0,
+        expert_params=expert_params,
+        expert_bytes=expert_bytes,
+        attention_params=attention_params,
+        attention_bytes=2 * attention_params,
+        dense_mlp_params=0,
+        dense_mlp_bytes=0,
+        router_params=experts * h + experts,
+        router_bytes=2 * (experts * h + experts),
+        embed_params=vocab * h,
+        embed_bytes=2 * vocab * h,
+        head_params=vocab * h,
+        head_bytes=2 * vocab * h,
+        final_norm_params=h,
+    )
 
 
 def moe_layout(shape: ModelShape) -> MoeLayout:
@@ -300,9 +360,12 @@ def eagle3_head_parts(shape: ModelShape) -> dict[str, int]:
     draft_vocab = int(c.get("draft_vocab_size") or shape.vocab_size)
     layer = 2 * h * (heads + 2 * kv_heads) * head_dim + heads * head_dim * h + 3 * h * inter + 4 * h
     return {
-        "layers": layers * layer, "fc": 3 * h * h, "head": draft_vocab * h, "embed": shape.vocab_size * h,
+        "layers": layers * layer,
+        "fc": 3 * h * h,
+        "head": draft_vocab * h,
+        "embed": shape.vocab_size * h,
         "norm": h,
-    }  # fmt: skip
+    }
 
 
 def _linear_bytes_per_weight(shape: ModelShape) -> float:
@@ -329,7 +392,12 @@ def parameter_count(shape: ModelShape, part: Literal["all", "linear", "dense"] =
             f"({', '.join(sorted(MOE_ARCHITECTURES))}) and EAGLE-3 heads"
         )
     c = shape.config()
-    hidden, inter, layers, vocab = shape.hidden_size, int(c["intermediate_size"]), shape.num_hidden_layers, shape.vocab_size
+    hidden, inter, layers, vocab = (
+        shape.hidden_size,
+        int(c["intermediate_size"]),
+        shape.num_hidden_layers,
+        shape.vocab_size,
+    )
     heads = int(c["num_attention_heads"])
     kv_heads = int(c.get("num_key_value_heads") or heads)
     head_dim = int(c.get("head_dim") or hidden // heads)

@@ -12,11 +12,28 @@ from vllm_playbooks.shapes import ModelShape, list_shapes, resolve_model, vllm_p
 #: vLLM 0.26's ``MTPModelTypes`` (config/speculative.py): as a method each is rewritten to ``mtp``; as a draft's
 #: ``model_type`` (after vLLM's ``hf_config_override``) each makes the inferred method ``mtp``.
 MTP_MODEL_TYPES: tuple[str, ...] = (
-    "deepseek_mtp", "mimo_mtp", "mimo_v2_mtp", "glm4_moe_mtp", "glm4_moe_lite_mtp", "glm_ocr_mtp", "ernie_mtp",
-    "nemotron_h_mtp", "exaone_moe_mtp", "exaone4_5_mtp", "qwen3_next_mtp", "qwen3_5_mtp", "longcat_flash_mtp",
-    "minimax_m3_mtp", "bailing_hybrid_mtp", "mtp", "pangu_ultra_moe_mtp", "step3p5_mtp", "hy_v3_mtp", "gemma4_mtp",
+    "deepseek_mtp",
+    "mimo_mtp",
+    "mimo_v2_mtp",
+    "glm4_moe_mtp",
+    "glm4_moe_lite_mtp",
+    "glm_ocr_mtp",
+    "ernie_mtp",
+    "nemotron_h_mtp",
+    "exaone_moe_mtp",
+    "exaone4_5_mtp",
+    "qwen3_next_mtp",
+    "qwen3_5_mtp",
+    "longcat_flash_mtp",
+    "minimax_m3_mtp",
+    "bailing_hybrid_mtp",
+    "mtp",
+    "pangu_ultra_moe_mtp",
+    "step3p5_mtp",
+    "hy_v3_mtp",
+    "gemma4_mtp",
     "inkling_mtp",
-)  # fmt: skip
+)
 
 
 _DSPARK_ARCHITECTURES = frozenset({"Qwen3DSparkModel", "Gemma4DSparkModel"})
@@ -104,8 +121,9 @@ def draft_type_after_override(config: Mapping[str, Any]) -> tuple[str, int | Non
     if model_type in ("longcat_flash", "longcat_flash_ngram", "longcat_flash_mtp"):
         return "longcat_flash_mtp", layers(cfg, default=1)
     if model_type in ("step3p5", "step3p7", "step3p5_mtp") or arch in (
-        "Step3p5ForCausalLM", "Step3p7ForConditionalGeneration"
-    ):  # fmt: skip
+        "Step3p5ForCausalLM",
+        "Step3p7ForConditionalGeneration",
+    ):
         return "step3p5_mtp", layers(text or cfg, default=1)
     if model_type in ("hy_v3", "hy_v3_mtp"):
         return "hy_v3_mtp", layers(cfg)
@@ -115,8 +133,9 @@ def draft_type_after_override(config: Mapping[str, Any]) -> tuple[str, int | Non
     if model_type in ("gemma4_assistant", "gemma4_unified_assistant", "gemma4_mtp"):
         return "gemma4_mtp", 1
     if model_type in ("minimax_m3_vl", "minimax_m3_mtp") or arch in (
-        "MiniMaxM3SparseForConditionalGeneration", "MiniMaxM3MTP"
-    ):  # fmt: skip
+        "MiniMaxM3SparseForConditionalGeneration",
+        "MiniMaxM3MTP",
+    ):
         source = text if model_type == "minimax_m3_vl" and text else cfg
         return "minimax_m3_mtp", layers(source, "num_mtp_modules", default=1)
     return model_type, layers(cfg, "n_predict")

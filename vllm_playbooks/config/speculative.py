@@ -67,12 +67,38 @@ SUFFIX_FIELDS: tuple[str, ...] = (
 
 #: vLLM 0.26's ``QuantizationMethods`` (model_executor/layers/quantization/__init__.py).
 QUANTIZATION_METHODS: tuple[str, ...] = (
-    "awq", "auto_awq", "fp8", "fbgemm_fp8", "fp_quant", "modelopt", "modelopt_fp4", "modelopt_mxfp8",
-    "modelopt_mixed", "auto_gptq", "gptq", "gptq_marlin", "awq_marlin", "humming", "compressed-tensors",
-    "bitsandbytes", "experts_int8", "quark", "moe_wna16", "torchao", "inc", "mxfp4", "gpt_oss_mxfp4",
-    "deepseek_v4_fp8", "online", "fp8_per_tensor", "fp8_per_block", "fp8_per_channel",
-    "int8_per_channel_weight_only", "nvfp4_per_token", "mxfp8",
-)  # fmt: skip
+    "awq",
+    "auto_awq",
+    "fp8",
+    "fbgemm_fp8",
+    "fp_quant",
+    "modelopt",
+    "modelopt_fp4",
+    "modelopt_mxfp8",
+    "modelopt_mixed",
+    "auto_gptq",
+    "gptq",
+    "gptq_marlin",
+    "awq_marlin",
+    "humming",
+    "compressed-tensors",
+    "bitsandbytes",
+    "experts_int8",
+    "quark",
+    "moe_wna16",
+    "torchao",
+    "inc",
+    "mxfp4",
+    "gpt_oss_mxfp4",
+    "deepseek_v4_fp8",
+    "online",
+    "fp8_per_tensor",
+    "fp8_per_block",
+    "fp8_per_channel",
+    "int8_per_channel_weight_only",
+    "nvfp4_per_token",
+    "mxfp8",
+)
 
 
 DraftSampleMethod = Literal["greedy", "probabilistic"]
@@ -158,8 +184,7 @@ class SpeculativeConfig(BaseModel):
     )
     synthetic_acceptance_rates: tuple[float, ...] | None = Field(
         None,
-        description="synthetic only: k unconditional rates p_i = P(first i drafts accepted), in [0, 1], "
-        "non-increasing",
+        description="synthetic only: k unconditional rates p_i = P(first i drafts accepted), in [0, 1], non-increasing",
     )
     synthetic_acceptance_length: float | None = Field(
         None, description="synthetic only: mean acceptance length in [1, k+1] (vLLM turns it into a step schedule)"
@@ -295,9 +320,10 @@ class SpeculativeConfig(BaseModel):
             )
         # A stored config carries every field with its default (``resolved()``): only a changed value is a mistake.
         suffix_set = [
-            name for name in SUFFIX_FIELDS
+            name
+            for name in SUFFIX_FIELDS
             if name in self.model_fields_set and getattr(self, name) != type(self).model_fields[name].default
-        ]  # fmt: skip
+        ]
         if suffix_set and self.method != "suffix":
             raise ValueError(f"{', '.join(suffix_set)} apply to method 'suffix' only, not {self.method!r}")
         if self.method in MODEL_FREE_METHODS:
@@ -418,8 +444,7 @@ class SpeculativeConfig(BaseModel):
             )
         elif method not in ASYNC_SCHEDULING_METHODS:
             out.append(
-                f"method {method!r} turns vLLM 0.26's async scheduling off and refuses an explicit "
-                "--async-scheduling."
+                f"method {method!r} turns vLLM 0.26's async scheduling off and refuses an explicit --async-scheduling."
             )
         slots = self.draft_slots_per_sequence
         if slots:
@@ -477,7 +502,9 @@ class SpeculativeConfig(BaseModel):
         if "synthetic_acceptance_rates" in out:
             out["synthetic_acceptance_rates"] = list(out["synthetic_acceptance_rates"])
         if "num_speculative_tokens_per_batch_size" in out:
-            out["num_speculative_tokens_per_batch_size"] = [list(t) for t in out["num_speculative_tokens_per_batch_size"]]
+            out["num_speculative_tokens_per_batch_size"] = [
+                list(t) for t in out["num_speculative_tokens_per_batch_size"]
+            ]
         if self.model and resolve_model is not None:
             out["model"] = str(resolve_model(self.model))
         return out

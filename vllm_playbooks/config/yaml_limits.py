@@ -88,5 +88,7 @@ def _check_events(text: str, shown: str) -> None:
         frame[1] += nodes
         frame[2] += chars
         if sum(f[1] for f in stack) > MAX_NODES or sum(f[2] for f in stack) > MAX_CHARS:
-            raise ConfigError(f"{shown}: its aliases expand to more than {MAX_NODES} values or {MAX_CHARS // 2**20} "
-                              "MiB of text (an alias bomb?)")  # fmt: skip
+            raise ConfigError(
+                f"{shown}: its aliases expand to more than {MAX_NODES} values or {MAX_CHARS // 2**20} "
+                "MiB of text (an alias bomb?)"
+            )

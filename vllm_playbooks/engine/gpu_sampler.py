@@ -195,7 +195,9 @@ class GpuSampler:
         try:
             return getattr(self._nvml, call)(*args)
         except Exception as error:
-            if (error_type is not None and isinstance(error, error_type)) or type(error).__name__.startswith("NVMLError"):
+            if (error_type is not None and isinstance(error, error_type)) or type(error).__name__.startswith(
+                "NVMLError"
+            ):
                 return None  # this reading is not supported on this GPU or failed once: an empty cell
             raise
 
@@ -207,12 +209,18 @@ class GpuSampler:
             memory = self._read("nvmlDeviceGetMemoryInfo", handle)
             clock = self._read("nvmlDeviceGetClockInfo", handle, clock_sm)
             power = self._read("nvmlDeviceGetPowerUsage", handle)
-            self.samples.append((
-                t, device.gpu, device.nvml_index,
-                None if rates is None else int(rates.gpu), None if rates is None else int(rates.memory),
-                None if memory is None else round(memory.used / MIB, 1), None if clock is None else int(clock),
-                None if power is None else round(power / 1000.0, 1),
-            ))  # fmt: skip
+            self.samples.append(
+                (
+                    t,
+                    device.gpu,
+                    device.nvml_index,
+                    None if rates is None else int(rates.gpu),
+                    None if rates is None else int(rates.memory),
+                    None if memory is None else round(memory.used / MIB, 1),
+                    None if clock is None else int(clock),
+                    None if power is None else round(power / 1000.0, 1),
+                )
+            )
 
     def _run(self) -> None:
         try:

@@ -63,7 +63,9 @@ def read_load_1m(loadavg: Path = Path("/proc/loadavg")) -> float | None:
         return None
 
 
-def read_cpu_mhz(sys_cpu: Path = Path("/sys/devices/system/cpu"), cpuinfo: Path = Path("/proc/cpuinfo")) -> float | None:
+def read_cpu_mhz(
+    sys_cpu: Path = Path("/sys/devices/system/cpu"), cpuinfo: Path = Path("/proc/cpuinfo")
+) -> float | None:
     """The mean current clock of the host's cores in MHz: cpufreq's ``scaling_cur_freq`` (kHz) where the kernel
     exposes it, else the ``cpu MHz`` lines of ``cpuinfo``; ``None`` where neither can be read."""
     readings: list[float] = []
@@ -94,8 +96,12 @@ class HostSampler:
     ``proc`` and ``sys_cpu`` are the roots the readings come from (tests point them at files of their own).
     """
 
-    def __init__(self, interval_s: float = DEFAULT_INTERVAL_S, proc: Path = Path("/proc"),
-                 sys_cpu: Path = Path("/sys/devices/system/cpu")) -> None:  # fmt: skip
+    def __init__(
+        self,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        proc: Path = Path("/proc"),
+        sys_cpu: Path = Path("/sys/devices/system/cpu"),
+    ) -> None:
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
         self.interval_s = interval_s
@@ -157,4 +163,3 @@ class HostSampler:
             "cpu_mhz_min": round(min(self.cpu_mhz), 1) if self.cpu_mhz else None,
             "samples": len(self.load_1m),
         }
-

@@ -81,8 +81,9 @@ def stop_leftovers(path: Path, grace_s: float = 10.0) -> list[str]:
             leader = start_ticks(pid)
             if pgid > 1 and group_members(pgid) and (leader is None or leader == entry.get("started")):
                 stop_group(pgid, grace_s)
-                stopped.append(f"stopped a server left running by an earlier run (process group {pgid}, "
-                               f"port {entry.get('port')})")  # fmt: skip
+                stopped.append(
+                    f"stopped a server left running by an earlier run (process group {pgid}, port {entry.get('port')})"
+                )
         return kept
 
     if path.exists():

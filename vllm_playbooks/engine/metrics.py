@@ -150,8 +150,9 @@ def _parse_snapshot(text: str) -> MetricsSnapshot:
                 per_pos[int(sample.labels["position"])] += sample.value
             else:
                 totals[sample.name] += sample.value
-    return MetricsSnapshot(dict(totals), dict(per_pos), _histogram(families, ITERATION_TOKENS),
-                           _histogram(families, INTER_TOKEN_LATENCY))
+    return MetricsSnapshot(
+        dict(totals), dict(per_pos), _histogram(families, ITERATION_TOKENS), _histogram(families, INTER_TOKEN_LATENCY)
+    )
 
 
 @dataclass(frozen=True)

@@ -218,8 +218,9 @@ class VllmServer:
                 broken.clear()
             if healthy:
                 if not self.holds_port():
-                    raise PortTakenError(f"port {self.port} answers /health from another process, not the server "
-                                         "started here")  # fmt: skip
+                    raise PortTakenError(
+                        f"port {self.port} answers /health from another process, not the server started here"
+                    )
                 return
             if len(broken) >= BROKEN_HEALTH_ANSWERS and self.holds_port():
                 raise ServerError(f"the server's /health answers break HTTP ({len(broken)} in a row): {broken[-1]}")
@@ -271,8 +272,9 @@ class VllmServer:
                         forget_server(self.record, self.process.pid)
 
 
-def start_on_free_port(make: Callable[[int], VllmServer], attempts: int = 3,
-                       say: Callable[[str], None] = print) -> VllmServer:  # fmt: skip
+def start_on_free_port(
+    make: Callable[[int], VllmServer], attempts: int = 3, say: Callable[[str], None] = print
+) -> VllmServer:
     """Start the server ``make(port)`` builds on a free port; when another process takes that port first
     (``PortTakenError``), say so in one line and try another, up to ``attempts`` ports. Returns the started server."""
     for _ in range(attempts - 1):

@@ -41,26 +41,42 @@ def bench_argv(
 ) -> list[str]:
     """The ``vllm bench serve`` arguments for one run (the words after ``vllm bench serve``)."""
     argv = [
-        "--backend", "vllm",
-        "--base-url", base_url,
-        "--endpoint", "/v1/completions",
-        "--model", model,
-        "--tokenizer", tokenizer,
-        "--dataset-name", "random",
-        "--random-input-len", str(load.input_len),
-        "--random-output-len", str(load.output_len),
-        "--random-range-ratio", str(load.random_range_ratio),
+        "--backend",
+        "vllm",
+        "--base-url",
+        base_url,
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        model,
+        "--tokenizer",
+        tokenizer,
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(load.input_len),
+        "--random-output-len",
+        str(load.output_len),
+        "--random-range-ratio",
+        str(load.random_range_ratio),
         "--ignore-eos",
-        "--num-prompts", str(num_prompts),
-        "--seed", str(load.seed),
-        "--burstiness", str(load.burstiness),
-        "--percentile-metrics", ",".join(LATENCY_METRICS),
-        "--metric-percentiles", ",".join(str(p) for p in PERCENTILES),
+        "--num-prompts",
+        str(num_prompts),
+        "--seed",
+        str(load.seed),
+        "--burstiness",
+        str(load.burstiness),
+        "--percentile-metrics",
+        ",".join(LATENCY_METRICS),
+        "--metric-percentiles",
+        ",".join(str(p) for p in PERCENTILES),
         "--disable-tqdm",
         "--save-result",
-        "--result-dir", str(result_dir),
-        "--result-filename", result_filename,
-    ]  # fmt: skip
+        "--result-dir",
+        str(result_dir),
+        "--result-filename",
+        result_filename,
+    ]
     if served_model_name:
         argv += ["--served-model-name", served_model_name]
     if load.request_rate_qps is not None:
@@ -141,8 +157,10 @@ def _wait(future: concurrent.futures.Future[Any], timeout_s: float | None = None
             return future.result(timeout=0.2)
         except concurrent.futures.TimeoutError:
             if deadline is not None and time.monotonic() > deadline:
-                raise ServerError(f"vllm bench serve did not end within {timeout_s:.0f} s: the server hangs, or "
-                                  "is far slower than planned") from None
+                raise ServerError(
+                    f"vllm bench serve did not end within {timeout_s:.0f} s: the server hangs, or "
+                    "is far slower than planned"
+                ) from None
             continue
 
 

@@ -31,9 +31,10 @@ if TYPE_CHECKING:
 #: above 0.9 is physical; the lower bounds only keep the search away from zero. A fitted value on a bound means the
 #: model lacks a term (``EfficiencyFit.at_bound`` names it).
 EFFICIENCY_BOUNDS: dict[str, tuple[float, float]] = {
-    "bandwidth_efficiency": (0.3, 0.9), "quantized_bandwidth_efficiency": (0.05, 0.9),
+    "bandwidth_efficiency": (0.3, 0.9),
+    "quantized_bandwidth_efficiency": (0.05, 0.9),
     "compute_efficiency": (0.2, 0.9),
-}  # fmt: skip
+}
 #: Bounds of the fixed time per forward pass t0 (s): launches, scheduling and the host's share of one engine step.
 OVERHEAD_BOUNDS_S = (0.0, 0.01)
 #: Bounds of the fixed time per MoE layer (s): routing, top-k, token permutation and the grouped expert kernels,
@@ -117,7 +118,10 @@ def _time(f: _Forward, gpu: Gpu, eb: float, eq: float, ef: float, t0: float, tm:
 
 
 def _tpot_ms(
-    terms: tuple[_Forward, _Forward | None, int, float], gpu: Gpu, p: tuple[float, ...], draft_overhead_s: float = 0.0,
+    terms: tuple[_Forward, _Forward | None, int, float],
+    gpu: Gpu,
+    p: tuple[float, ...],
+    draft_overhead_s: float = 0.0,
     verify_overhead_s: float = 0.0,
 ) -> float:
     target, draft, k, tau = terms
@@ -134,6 +138,7 @@ def _off_arrays(terms: list[tuple[_Forward, _Forward | None, int, float]]) -> tu
 def _bounded_lstsq(design: np.ndarray, target: np.ndarray, bounds: list[tuple[float, float]]) -> tuple[float, float]:
     """Least squares of two unknowns within box bounds: the free solution if inside, else the best of the solutions
     with one unknown held on a bound (its other refitted and clipped)."""
+
     def clipped(x: np.ndarray) -> np.ndarray:
         return np.array([min(max(v, lo), hi) for v, (lo, hi) in zip(x, bounds, strict=True)])
 
@@ -182,10 +187,15 @@ def fit_efficiency(rows: Iterable[Any], gpu: Gpu | str, draft_overhead: bool = F
 
     def solve(e: np.ndarray) -> tuple[tuple[float, float], float]:
         eb, eq, ef = e[0], (e[1] if has_quant else e[0]), e[2]
-        roof = np.maximum(dense / (eb * device.bandwidth_bytes_s) + quant / (eq * device.bandwidth_bytes_s),
-                          flops / (ef * device.bf16_flops_s))  # fmt: skip
-        fixed = _bounded_lstsq(np.column_stack([1 / measured, layers / measured]), 1 - roof / measured,
-                               [OVERHEAD_BOUNDS_S, MOE_LAYER_OVERHEAD_BOUNDS_S if has_moe else (0.0, 0.0)])  # fmt: skip
+        roof = np.maximum(
+            dense / (eb * device.bandwidth_bytes_s) + quant / (eq * device.bandwidth_bytes_s),
+            flops / (ef * device.bf16_flops_s),
+        )
+        fixed = _bounded_lstsq(
+            np.column_stack([1 / measured, layers / measured]),
+            1 - roof / measured,
+            [OVERHEAD_BOUNDS_S, MOE_LAYER_OVERHEAD_BOUNDS_S if has_moe else (0.0, 0.0)],
+        )
         return fixed, float(np.mean(((roof + fixed[0] + layers * fixed[1]) / measured - 1) ** 2))
 
     grid = [np.array(p) for p in itertools.product(*(np.linspace(lo, hi, 8) for lo, hi in zip(low, high, strict=True)))]
@@ -204,19 +214,30 @@ def fit_efficiency(rows: Iterable[Any], gpu: Gpu | str, draft_overhead: bool = F
     if not has_quant:
         current[1] = current[0]
     (t0, tm), loss = solve(current)
-    values = {**dict(zip(names, (float(v) for v in current), strict=True)), "overhead_s": t0,
-              "moe_layer_overhead_s": tm}  # fmt: skip
+    values = {
+        **dict(zip(names, (float(v) for v in current), strict=True)),
+        "overhead_s": t0,
+        "moe_layer_overhead_s": tm,
+    }
     bounds = {**EFFICIENCY_BOUNDS, "overhead_s": OVERHEAD_BOUNDS_S, "moe_layer_overhead_s": MOE_LAYER_OVERHEAD_BOUNDS_S}
     unidentified = ({"quantized_bandwidth_efficiency"} if not has_quant else set()) | (
-        {"moe_layer_overhead_s"} if not has_moe else set())  # fmt: skip
-    at_bound = tuple(n for n, v in values.items() if n not in unidentified
-                     and min(abs(v - b) for b in bounds[n]) <= 1e-4 * (bounds[n][1] - bounds[n][0]))  # fmt: skip
+        {"moe_layer_overhead_s"} if not has_moe else set()
+    )
+    at_bound = tuple(
+        n
+        for n, v in values.items()
+        if n not in unidentified and min(abs(v - b) for b in bounds[n]) <= 1e-4 * (bounds[n][1] - bounds[n][0])
+    )
     groups = tuple(sorted({str(p["case"]) for p in off}))
     fit = EfficiencyFit(
-        gpu=device.name, **values, rows_used=len(off), rms_relative_error=math.sqrt(loss), at_bound=at_bound,
+        gpu=device.name,
+        **values,
+        rows_used=len(off),
+        rms_relative_error=math.sqrt(loss),
+        at_bound=at_bound,
         provenance=f"fitted on {len(off)} {device.name} points without speculation ({', '.join(groups)})",
         groups=groups,
-    )  # fmt: skip
+    )
     if draft_overhead:
         fit = fit.with_draft_overhead(fit_draft_overhead(rows, fit, device))
     return fit
@@ -227,7 +248,10 @@ def _is_speculative(row: Any) -> bool:
 
 
 def fit_draft_overhead(
-    rows: Iterable[Any], fit: EfficiencyFit, gpu: Gpu | str | None = None, verify_term: bool = False,
+    rows: Iterable[Any],
+    fit: EfficiencyFit,
+    gpu: Gpu | str | None = None,
+    verify_term: bool = False,
     nonnegative: bool = True,
 ) -> DraftOverheadFit:
     """Fit the per-draft-forward overhead t_d (and, with ``verify_term``, a per-step t_v) on the speculation-on rows.
@@ -280,20 +304,34 @@ def fit_draft_overhead(
         se = math.sqrt(float(cov[active.index(0), active.index(0)]))
     groups = tuple(sorted({str(_get(r, "case")) for r in spec}))
     return DraftOverheadFit(
-        draft_overhead_s=float(solution[0]), verify_overhead_s=float(solution[1]) if verify_term else 0.0,
-        rows_used=len(spec), groups=groups, rms_relative_error=math.sqrt(float(np.mean(residuals**2))),
+        draft_overhead_s=float(solution[0]),
+        verify_overhead_s=float(solution[1]) if verify_term else 0.0,
+        rows_used=len(spec),
+        groups=groups,
+        rms_relative_error=math.sqrt(float(np.mean(residuals**2))),
         draft_overhead_se_s=se,
-    )  # fmt: skip
+    )
 
 
 def _params(fit: EfficiencyFit) -> tuple[float, float, float, float, float]:
-    return (fit.bandwidth_efficiency, fit.quantized_bandwidth_efficiency, fit.compute_efficiency, fit.overhead_s,
-            fit.moe_layer_overhead_s)  # fmt: skip
+    return (
+        fit.bandwidth_efficiency,
+        fit.quantized_bandwidth_efficiency,
+        fit.compute_efficiency,
+        fit.overhead_s,
+        fit.moe_layer_overhead_s,
+    )
 
 
 def forward_time_s(
-    fit: EfficiencyFit, model: str, batch: float, context_len: float, prefill_tokens: float = 0.0,
-    kv_cache_dtype: str = "auto", gpu: Gpu | str | None = None, shards: int = 1,
+    fit: EfficiencyFit,
+    model: str,
+    batch: float,
+    context_len: float,
+    prefill_tokens: float = 0.0,
+    kv_cache_dtype: str = "auto",
+    gpu: Gpu | str | None = None,
+    shards: int = 1,
 ) -> float:
     """Fitted-roofline time (s) of one forward pass: ``batch`` sequences decode one token each over ``context_len``
     tokens of KV, beside ``prefill_tokens`` prompt tokens, with bytes and FLOPs split evenly over ``shards`` GPUs
@@ -306,7 +344,9 @@ def forward_time_s(
     return _time(part, device, *_params(fit))
 
 
-def predict_tpot_ms(row_like: Any, fit: EfficiencyFit, gpu: Gpu | str | None = None, alpha: float | None = None) -> float:
+def predict_tpot_ms(
+    row_like: Any, fit: EfficiencyFit, gpu: Gpu | str | None = None, alpha: float | None = None
+) -> float:
     """Predicted mean TPOT (ms) of a closed-loop row, with or without speculation, on ``gpu`` (default: the fit's).
 
     With speculation: (T_target(B, k+1) + k · (T_draft(B, 1) + t_d) + t_v) / τ, each forward from the same fitted
@@ -333,26 +373,49 @@ def prediction_table(rows: Iterable[Any], fit: EfficiencyFit, gpu: Gpu | str | N
         measured_tpot = float(_get(row, "tpot_mean_ms"))
         batch = int(_get(row, "concurrency"))
         measured_tok = float(_get(row, "output_tok_s"))
-        records.append({
-            "case": _get(row, "case"), "model_shape": _get(row, "model_shape"), "spec_method": _get(row, "spec_method"),
-            "k": int(_get(row, "num_speculative_tokens") or 0), "concurrency": batch,
-            "tpot_ms_measured": measured_tpot, "tpot_ms_predicted": tpot, "tpot_rel_error": tpot / measured_tpot - 1,
-            "output_tok_s_measured": measured_tok, "output_tok_s_predicted": batch * 1000 / tpot,
-            "output_tok_s_from_measured_tpot": batch * 1000 / measured_tpot,
-            "output_tok_s_rel_error": batch * 1000 / tpot / measured_tok - 1,
-        })  # fmt: skip
+        records.append(
+            {
+                "case": _get(row, "case"),
+                "model_shape": _get(row, "model_shape"),
+                "spec_method": _get(row, "spec_method"),
+                "k": int(_get(row, "num_speculative_tokens") or 0),
+                "concurrency": batch,
+                "tpot_ms_measured": measured_tpot,
+                "tpot_ms_predicted": tpot,
+                "tpot_rel_error": tpot / measured_tpot - 1,
+                "output_tok_s_measured": measured_tok,
+                "output_tok_s_predicted": batch * 1000 / tpot,
+                "output_tok_s_from_measured_tpot": batch * 1000 / measured_tpot,
+                "output_tok_s_rel_error": batch * 1000 / tpot / measured_tok - 1,
+            }
+        )
     return pd.DataFrame(records)
 
 
 #: The columns of ``whatif_curve`` with their headers in words (``book.tables.in_words``).
-CURVE_COLUMNS = {"engine_label": "configuration", "concurrency": "concurrency", "tpot_mean_ms": "TPOT (ms)",
-                 "tpot_ms_low": "TPOT low (ms)", "tpot_ms_high": "TPOT high (ms)", "output_tok_s": "output tok/s",
-                 "output_tok_s_low": "output tok/s low", "output_tok_s_high": "output tok/s high"}  # fmt: skip
+CURVE_COLUMNS = {
+    "engine_label": "configuration",
+    "concurrency": "concurrency",
+    "tpot_mean_ms": "TPOT (ms)",
+    "tpot_ms_low": "TPOT low (ms)",
+    "tpot_ms_high": "TPOT high (ms)",
+    "output_tok_s": "output tok/s",
+    "output_tok_s_low": "output tok/s low",
+    "output_tok_s_high": "output tok/s high",
+}
 
 
 def whatif_curve(
-    fit: EfficiencyFit, gpu: Gpu | str, model: str, concurrencies: Iterable[int], input_len: int, output_len: int,
-    kv_cache_dtype: str = "auto", draft_model: str | None = None, k: int = 0, alpha: float | None = None,
+    fit: EfficiencyFit,
+    gpu: Gpu | str,
+    model: str,
+    concurrencies: Iterable[int],
+    input_len: int,
+    output_len: int,
+    kv_cache_dtype: str = "auto",
+    draft_model: str | None = None,
+    k: int = 0,
+    alpha: float | None = None,
     interval_log: float | None = None,
 ) -> pd.DataFrame:
     """Predicted mean TPOT and closed-loop output tok/s against concurrency, without and (if a draft is given) with
@@ -370,28 +433,51 @@ def whatif_curve(
     if draft_model and k and alpha is None:
         raise ConfigError(f"a what-if curve with draft {draft_model!r} and k={k} needs its acceptance alpha (0 to 1)")
 
-    base = {"model_shape": model, "kv_cache_dtype": kv_cache_dtype, "input_len": input_len, "output_len": output_len,
-            "num_speculative_tokens": 0}  # fmt: skip
+    base = {
+        "model_shape": model,
+        "kv_cache_dtype": kv_cache_dtype,
+        "input_len": input_len,
+        "output_len": output_len,
+        "num_speculative_tokens": 0,
+    }
     variants = [("spec off", base)]
     if draft_model and k:
-        variants.append((f"draft k={k} α={alpha:g}", {**base, "num_speculative_tokens": k, "draft_model": draft_model,
-                                                      "imposed_alpha": alpha}))  # fmt: skip
+        variants.append(
+            (
+                f"draft k={k} α={alpha:g}",
+                {**base, "num_speculative_tokens": k, "draft_model": draft_model, "imposed_alpha": alpha},
+            )
+        )
     records = []
     for label, spec in variants:
         for concurrency in concurrencies:
             tpot = predict_tpot_ms({**spec, "concurrency": concurrency}, fit, gpu)
-            record = {"engine_label": label, "concurrency": concurrency, "tpot_mean_ms": tpot,
-                      "output_tok_s": concurrency * 1000 / tpot}  # fmt: skip
+            record = {
+                "engine_label": label,
+                "concurrency": concurrency,
+                "tpot_mean_ms": tpot,
+                "output_tok_s": concurrency * 1000 / tpot,
+            }
             if interval_log is not None:
                 low, high = tpot * math.exp(-interval_log), tpot * math.exp(interval_log)
-                record.update(tpot_ms_low=low, tpot_ms_high=high, output_tok_s_low=concurrency * 1000 / high,
-                              output_tok_s_high=concurrency * 1000 / low)  # fmt: skip
+                record.update(
+                    tpot_ms_low=low,
+                    tpot_ms_high=high,
+                    output_tok_s_low=concurrency * 1000 / high,
+                    output_tok_s_high=concurrency * 1000 / low,
+                )
             records.append(record)
     return pd.DataFrame(records)
 
 
-def check_loadable(gpu: Gpu | str, model: str, max_model_len: int, draft_model: str | None = None, k: int = 0,
-                   kv_cache_dtype: str = "auto") -> None:  # fmt: skip
+def check_loadable(
+    gpu: Gpu | str,
+    model: str,
+    max_model_len: int,
+    draft_model: str | None = None,
+    k: int = 0,
+    kv_cache_dtype: str = "auto",
+) -> None:
     """Raise ``CapacityError`` where ``model`` (with ``draft_model`` at ``k``) cannot load on one ``gpu`` at vLLM's
     default memory share, or holds less than one sequence of ``max_model_len`` tokens: the calculator's
     ``check_fits``, on the GPU's memory as its datasheet gives it (decimal GB)."""
@@ -401,13 +487,15 @@ def check_loadable(gpu: Gpu | str, model: str, max_model_len: int, draft_model: 
         spec = SpeculativeConfig.model_validate(  # quiet: the advisories are vLLM's start-up notes, not this check's
             {"method": "draft_model", "model": draft_model, "num_speculative_tokens": k}, context={"advisories": False}
         )
-    engine = EngineConfig(label="what-if", model=model, max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype,
-                          speculative=spec)  # fmt: skip
+    engine = EngineConfig(
+        label="what-if", model=model, max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype, speculative=spec
+    )
     check_fits(engine, round(device.memory_gb * 1e9 / GIB, 1), device.name)
 
 
-def cost_time_s(cost: ForwardCost, gpu: Gpu | str, fit: EfficiencyFit, tensor_parallel: int = 1,
-                moe_layers: int = 0) -> float:  # fmt: skip
+def cost_time_s(
+    cost: ForwardCost, gpu: Gpu | str, fit: EfficiencyFit, tensor_parallel: int = 1, moe_layers: int = 0
+) -> float:
     """Roofline time of a forward with the fitted H200 efficiencies (BF16 bandwidth efficiency for every byte,
     BF16 compute efficiency for every FLOP, the fitted per-forward overhead and, for ``moe_layers`` MoE layers, the
     fitted time per MoE layer), its work split over ``tensor_parallel`` GPUs. Communication between those GPUs is not
@@ -419,8 +507,15 @@ def cost_time_s(cost: ForwardCost, gpu: Gpu | str, fit: EfficiencyFit, tensor_pa
 
 
 def speculation_prediction(
-    target: str, rates: Iterable[float], batch: int, context_len: float, fit: EfficiencyFit, gpu: Gpu | str,
-    draft: str | None = None, tensor_parallel: int = 1, kv_cache_dtype: str = "auto",
+    target: str,
+    rates: Iterable[float],
+    batch: int,
+    context_len: float,
+    fit: EfficiencyFit,
+    gpu: Gpu | str,
+    draft: str | None = None,
+    tensor_parallel: int = 1,
+    kv_cache_dtype: str = "auto",
     draft_fixed_cost_s: float | None = None,
 ) -> dict[str, float]:
     """Predicted decode-step times and speed-up of speculation with imposed unconditional ``rates`` (k = their count).
@@ -454,16 +549,28 @@ def speculation_prediction(
     draft_step = (time(draft, 1, "draft") if draft else time(target, 1, "mtp")) - fit.overhead_s + fixed
     step = verify + k * draft_step
     return {
-        "batch": batch, "k": k, "tau": tau, "c": draft_step / decode, "decode_ms": 1000 * decode,
-        "verify_ms": 1000 * verify, "draft_ms": 1000 * draft_step, "draft_fixed_cost_ms": 1000 * fixed,
-        "verify_over_decode": verify / decode, "speedup": tau * decode / step, "tpot_off_ms": 1000 * decode,
+        "batch": batch,
+        "k": k,
+        "tau": tau,
+        "c": draft_step / decode,
+        "decode_ms": 1000 * decode,
+        "verify_ms": 1000 * verify,
+        "draft_ms": 1000 * draft_step,
+        "draft_fixed_cost_ms": 1000 * fixed,
+        "verify_over_decode": verify / decode,
+        "speedup": tau * decode / step,
+        "tpot_off_ms": 1000 * decode,
         "tpot_on_ms": 1000 * step / tau,
-    }  # fmt: skip
+    }
 
 
 def engine_prediction_configs(
-    engines: Iterable[EngineConfig], context_len: float, *, model: str | None = None,
-    first_rate: float | None = None, rates: Iterable[float] | None = None,
+    engines: Iterable[EngineConfig],
+    context_len: float,
+    *,
+    model: str | None = None,
+    first_rate: float | None = None,
+    rates: Iterable[float] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """``prediction_frame``'s configs for the speculative engines of a plan, by label: each one's target, drafter
     (none for MTP, which drafts with the target's own modules), imposed per-position acceptance, tensor parallelism
@@ -476,19 +583,28 @@ def engine_prediction_configs(
         if spec is None or spec.synthetic_acceptance_rates is None:
             continue
         imposed = list(spec.synthetic_acceptance_rates)
-        if ((model is not None and engine.model != model) or (first_rate is not None and imposed[0] != first_rate)
-                or (wanted is not None and imposed != wanted)):
+        if (
+            (model is not None and engine.model != model)
+            or (first_rate is not None and imposed[0] != first_rate)
+            or (wanted is not None and imposed != wanted)
+        ):
             continue
         configs[engine.label] = {
-            "target": engine.model, "rates": imposed, "context_len": context_len,
-            "draft": spec.model if spec.method != "mtp" else None, "tensor_parallel": engine.tensor_parallel_size,
-        }  # fmt: skip
+            "target": engine.model,
+            "rates": imposed,
+            "context_len": context_len,
+            "draft": spec.model if spec.method != "mtp" else None,
+            "tensor_parallel": engine.tensor_parallel_size,
+        }
     return configs
 
 
 def prediction_frame(
-    configs: Mapping[str, Mapping[str, Any]], batches: Iterable[int], fit: EfficiencyFit,
-    gpu: Gpu | str = REFERENCE_DATASHEET, draft_fixed_cost_s: float | None = None,
+    configs: Mapping[str, Mapping[str, Any]],
+    batches: Iterable[int],
+    fit: EfficiencyFit,
+    gpu: Gpu | str = REFERENCE_DATASHEET,
+    draft_fixed_cost_s: float | None = None,
 ) -> pd.DataFrame:
     """``speculation_prediction`` for each named config (its keyword arguments) at each batch, as one table;
     ``draft_fixed_cost_s`` applies to every config that does not set its own."""

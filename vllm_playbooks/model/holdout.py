@@ -45,15 +45,24 @@ def _record(point: dict[str, Any], fit: EfficiencyFit, gpu: Gpu, held_out: str) 
     measured = float(point["tpot_mean_ms"])
     predicted = predict_tpot_ms(point, fit, gpu)
     return {
-        "held_out": held_out, "case": point["case"], "model_shape": point["model_shape"],
-        "draft_model": point.get("draft_model"), "k": int(point.get("num_speculative_tokens") or 0),
-        "imposed_alpha": point.get("imposed_alpha"), "concurrency": int(point["concurrency"]),
-        "tpot_ms_measured": measured, "tpot_ms_predicted": predicted, "tpot_rel_error": predicted / measured - 1,
-        "log_error": math.log(predicted / measured), "bandwidth_efficiency": fit.bandwidth_efficiency,
+        "held_out": held_out,
+        "case": point["case"],
+        "model_shape": point["model_shape"],
+        "draft_model": point.get("draft_model"),
+        "k": int(point.get("num_speculative_tokens") or 0),
+        "imposed_alpha": point.get("imposed_alpha"),
+        "concurrency": int(point["concurrency"]),
+        "tpot_ms_measured": measured,
+        "tpot_ms_predicted": predicted,
+        "tpot_rel_error": predicted / measured - 1,
+        "log_error": math.log(predicted / measured),
+        "bandwidth_efficiency": fit.bandwidth_efficiency,
         "quantized_bandwidth_efficiency": fit.quantized_bandwidth_efficiency,
-        "compute_efficiency": fit.compute_efficiency, "overhead_ms": 1000 * fit.overhead_s,
-        "draft_overhead_ms": 1000 * fit.draft_overhead_s, "at_bound": ", ".join(fit.at_bound),
-    }  # fmt: skip
+        "compute_efficiency": fit.compute_efficiency,
+        "overhead_ms": 1000 * fit.overhead_s,
+        "draft_overhead_ms": 1000 * fit.draft_overhead_s,
+        "at_bound": ", ".join(fit.at_bound),
+    }
 
 
 def _with_intervals(table: pd.DataFrame, quantile: float) -> pd.DataFrame:
@@ -62,7 +71,7 @@ def _with_intervals(table: pd.DataFrame, quantile: float) -> pd.DataFrame:
     widths = {
         case: float(np.quantile(table.loc[table.case != case, "log_error"].abs(), quantile))
         for case in table.case.unique()
-    }  # fmt: skip
+    }
     table = table.assign(interval_log=table.case.map(widths))
     return table.assign(
         tpot_ms_low=table.tpot_ms_predicted * np.exp(-table.interval_log),
@@ -104,11 +113,20 @@ def holdout_summary(table: pd.DataFrame) -> pd.DataFrame:
 
     def line(name: str, part: pd.DataFrame) -> dict[str, Any]:
         errors = part.tpot_rel_error.abs()
-        ranges = {f"{c}_{f}": getattr(part[c], f)() for c in (*_EFFICIENCIES, "overhead_ms", "draft_overhead_ms")
-                  for f in ("min", "max")}  # fmt: skip
-        return {"case": name, "points": len(part), "median_abs_tpot_error": float(errors.median()),
-                "max_abs_tpot_error": float(errors.max()), "coverage": float(part.inside.mean()),
-                "folds_at_bound": int((part.groupby("held_out").at_bound.first() != "").sum()), **ranges}  # fmt: skip
+        ranges = {
+            f"{c}_{f}": getattr(part[c], f)()
+            for c in (*_EFFICIENCIES, "overhead_ms", "draft_overhead_ms")
+            for f in ("min", "max")
+        }
+        return {
+            "case": name,
+            "points": len(part),
+            "median_abs_tpot_error": float(errors.median()),
+            "max_abs_tpot_error": float(errors.max()),
+            "coverage": float(part.inside.mean()),
+            "folds_at_bound": int((part.groupby("held_out").at_bound.first() != "").sum()),
+            **ranges,
+        }
 
     return pd.DataFrame([*(line(c, g) for c, g in table.groupby("case", sort=False)), line("all", table)])
 
@@ -158,16 +176,24 @@ def calibrate_on_gpu(fit: EfficiencyFit, rows: Iterable[Any], gpu: Gpu | str) ->
         else:
             steps = [s / 2 for s in steps]
     at_bound = tuple(
-        n for n, e in zip(_EFFICIENCIES, efficiencies * scale, strict=True)
+        n
+        for n, e in zip(_EFFICIENCIES, efficiencies * scale, strict=True)
         if min(abs(e - b) for b in EFFICIENCY_BOUNDS[n]) <= 1e-4
-    ) + (("overhead_s",) if free_t0 and min(abs(t0 - b) for b in OVERHEAD_BOUNDS_S) <= 1e-7 else ())  # fmt: skip
+    ) + (("overhead_s",) if free_t0 and min(abs(t0 - b) for b in OVERHEAD_BOUNDS_S) <= 1e-7 else ())
     measured_here = "the efficiencies' scale and t0" if free_t0 else "the efficiencies' scale"
     carried = "t_d" if free_t0 else "t0 and t_d"
-    provenance = (f"{measured_here} fitted on {len(points)} {device.name} point{'s' * (len(points) > 1)}; the "
-                  f"architecture terms and {carried} carried from {fit.gpu} ({fit.provenance})")  # fmt: skip
+    provenance = (
+        f"{measured_here} fitted on {len(points)} {device.name} point{'s' * (len(points) > 1)}; the "
+        f"architecture terms and {carried} carried from {fit.gpu} ({fit.provenance})"
+    )
     calibrated = candidate(float(scale), float(t0))
-    return replace(calibrated, rows_used=len(points), rms_relative_error=math.sqrt(loss(scale, t0)),
-                   at_bound=at_bound, provenance=provenance)  # fmt: skip
+    return replace(
+        calibrated,
+        rows_used=len(points),
+        rms_relative_error=math.sqrt(loss(scale, t0)),
+        at_bound=at_bound,
+        provenance=provenance,
+    )
 
 
 def _spread(points: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
@@ -178,7 +204,9 @@ def _spread(points: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
 
 
 def calibration_holdout(
-    rows: Iterable[Any], gpu: Gpu | str = REFERENCE_DATASHEET, calibration_points: Sequence[int] = (1, 2, 3),
+    rows: Iterable[Any],
+    gpu: Gpu | str = REFERENCE_DATASHEET,
+    calibration_points: Sequence[int] = (1, 2, 3),
     quantile: float = INTERVAL_QUANTILE,
 ) -> pd.DataFrame:
     """The check of ``calibrate_on_gpu``: each case in turn plays a GPU the model has not seen. The model is fitted
@@ -221,8 +249,9 @@ def other_gpu_check(fit: EfficiencyFit, rows: Iterable[Any], gpu: Gpu | str) -> 
         raise ValueError(f"no point without speculation to calibrate {device.name} on")
     calibrated = calibrate_on_gpu(fit, chosen, device)
     records = [{**_record(p, fit, device, device.name), "parameters": "carried"} for p in points]
-    records += [{**_record(p, calibrated, device, device.name), "parameters": "calibrated"}
-                for p in points if p not in chosen]  # fmt: skip
+    records += [
+        {**_record(p, calibrated, device, device.name), "parameters": "calibrated"} for p in points if p not in chosen
+    ]
     return pd.DataFrame(records)
 
 
@@ -238,22 +267,54 @@ PARAMETER_WORDS = {
 #: The columns a page shows of ``parameter_table``, ``holdout_summary`` and ``leave_one_case_out`` (or
 #: ``calibration_holdout``) and of a summary per number of calibration points, with their headers in words
 #: (``book.tables.in_words``); ``SUMMARY_SHARES`` are shares (fractions) a page shows in percent.
-PARAMETER_COLUMNS = {"name": "parameter", "value": "fitted value", "low": "lower bound", "high": "upper bound",
-                     "at_bound": "on a bound", "provenance": "fitted on"}  # fmt: skip
-SUMMARY_COLUMNS = {"case": "case", "points": "points", "median_abs_tpot_error": "median |TPOT error| (%)",
-                   "max_abs_tpot_error": "worst |TPOT error| (%)", "coverage": "inside the interval (%)",
-                   "folds_at_bound": "folds with a parameter on a bound"}  # fmt: skip
-POINT_COLUMNS = {"held_out": "case held out", "model_shape": "model", "draft_model": "draft", "k": "k",
-                 "imposed_alpha": "acceptance α", "concurrency": "concurrency",
-                 "tpot_ms_measured": "measured TPOT (ms)", "tpot_ms_predicted": "predicted TPOT (ms)",
-                 "tpot_rel_error": "error (%)", "tpot_ms_low": "interval low (ms)",
-                 "tpot_ms_high": "interval high (ms)", "inside": "inside the interval"}  # fmt: skip
-CALIBRATION_COLUMNS = {"points": "points predicted", "median_abs_tpot_error": "median |TPOT error| (%)",
-                       "max_abs_tpot_error": "worst |TPOT error| (%)", "coverage": "inside the interval (%)"}  # fmt: skip
+PARAMETER_COLUMNS = {
+    "name": "parameter",
+    "value": "fitted value",
+    "low": "lower bound",
+    "high": "upper bound",
+    "at_bound": "on a bound",
+    "provenance": "fitted on",
+}
+SUMMARY_COLUMNS = {
+    "case": "case",
+    "points": "points",
+    "median_abs_tpot_error": "median |TPOT error| (%)",
+    "max_abs_tpot_error": "worst |TPOT error| (%)",
+    "coverage": "inside the interval (%)",
+    "folds_at_bound": "folds with a parameter on a bound",
+}
+POINT_COLUMNS = {
+    "held_out": "case held out",
+    "model_shape": "model",
+    "draft_model": "draft",
+    "k": "k",
+    "imposed_alpha": "acceptance α",
+    "concurrency": "concurrency",
+    "tpot_ms_measured": "measured TPOT (ms)",
+    "tpot_ms_predicted": "predicted TPOT (ms)",
+    "tpot_rel_error": "error (%)",
+    "tpot_ms_low": "interval low (ms)",
+    "tpot_ms_high": "interval high (ms)",
+    "inside": "inside the interval",
+}
+CALIBRATION_COLUMNS = {
+    "points": "points predicted",
+    "median_abs_tpot_error": "median |TPOT error| (%)",
+    "max_abs_tpot_error": "worst |TPOT error| (%)",
+    "coverage": "inside the interval (%)",
+}
 #: The columns a page shows of ``other_gpu_check``, with their headers in words.
-OTHER_GPU_COLUMNS = {"parameters": "parameters", "case": "case", "model_shape": "model", "draft_model": "draft",
-                     "k": "k", "concurrency": "concurrency", "tpot_ms_measured": "measured TPOT (ms)",
-                     "tpot_ms_predicted": "predicted TPOT (ms)", "tpot_rel_error": "error (%)"}  # fmt: skip
+OTHER_GPU_COLUMNS = {
+    "parameters": "parameters",
+    "case": "case",
+    "model_shape": "model",
+    "draft_model": "draft",
+    "k": "k",
+    "concurrency": "concurrency",
+    "tpot_ms_measured": "measured TPOT (ms)",
+    "tpot_ms_predicted": "predicted TPOT (ms)",
+    "tpot_rel_error": "error (%)",
+}
 SUMMARY_SHARES = ("median_abs_tpot_error", "max_abs_tpot_error", "coverage")
 
 
@@ -268,12 +329,28 @@ def parameter_table(fit: EfficiencyFit) -> pd.DataFrame:
     for name, (low, high) in bounds.items():
         scale = 1000.0 if name.endswith("_s") else 1.0
         key = name.removesuffix("_s") + ("_ms" if scale > 1 else "")
-        records.append({"parameter": key, "name": PARAMETER_WORDS[key],
-                        "value": scale * getattr(fit, name), "low": scale * low, "high": scale * high,
-                        "at_bound": name in fit.at_bound, "provenance": fit.provenance})  # fmt: skip
+        records.append(
+            {
+                "parameter": key,
+                "name": PARAMETER_WORDS[key],
+                "value": scale * getattr(fit, name),
+                "low": scale * low,
+                "high": scale * high,
+                "at_bound": name in fit.at_bound,
+                "provenance": fit.provenance,
+            }
+        )
     if fit.speculation is not None:
-        records.append({"parameter": "draft_overhead_ms", "name": PARAMETER_WORDS["draft_overhead_ms"],
-                        "value": 1000.0 * fit.draft_overhead_s, "low": 0.0, "high": math.inf, "at_bound": fit.draft_overhead_s == 0.0,
-                        "provenance": f"fitted on {fit.speculation.rows_used} speculation-on points "
-                                      f"({', '.join(fit.speculation.groups)}), the rest held fixed"})  # fmt: skip
+        records.append(
+            {
+                "parameter": "draft_overhead_ms",
+                "name": PARAMETER_WORDS["draft_overhead_ms"],
+                "value": 1000.0 * fit.draft_overhead_s,
+                "low": 0.0,
+                "high": math.inf,
+                "at_bound": fit.draft_overhead_s == 0.0,
+                "provenance": f"fitted on {fit.speculation.rows_used} speculation-on points "
+                f"({', '.join(fit.speculation.groups)}), the rest held fixed",
+            }
+        )
     return pd.DataFrame(records)

@@ -37,16 +37,28 @@ def fix_table(pipeline_parallel_size: int, batches: Iterable[int]) -> pd.DataFra
     """For each wanted per-microbatch batch B: the ``max_num_seqs`` to set, and what setting B itself would give."""
     import pandas as pd
 
-    return pd.DataFrame([
-        {"per_microbatch_batch_wanted": b, "max_num_seqs_to_set": max_num_seqs_for(pipeline_parallel_size, b),
-         "per_microbatch_batch_if_max_num_seqs_is_B": microbatch_size(b, pipeline_parallel_size)}
-        for b in batches
-    ])  # fmt: skip
+    return pd.DataFrame(
+        [
+            {
+                "per_microbatch_batch_wanted": b,
+                "max_num_seqs_to_set": max_num_seqs_for(pipeline_parallel_size, b),
+                "per_microbatch_batch_if_max_num_seqs_is_B": microbatch_size(b, pipeline_parallel_size),
+            }
+            for b in batches
+        ]
+    )
 
 
 def predicted_throughput(
-    fit: EfficiencyFit, model: str, max_num_seqs: int, tensor_parallel_size: int, pipeline_parallel_size: int,
-    input_len: int, output_len: int, kv_cache_dtype: str = "auto", gpu: str | None = None,
+    fit: EfficiencyFit,
+    model: str,
+    max_num_seqs: int,
+    tensor_parallel_size: int,
+    pipeline_parallel_size: int,
+    input_len: int,
+    output_len: int,
+    kv_cache_dtype: str = "auto",
+    gpu: str | None = None,
 ) -> dict[str, float]:
     """Saturated closed loop on the fitted roofline (``model.calibration.forward_time_s``): microbatch b = N / P, one stage step
     ``t = T(b) / (P · TP) + overhead`` (bytes and FLOPs split over the GPUs, the fixed per-step overhead paid by every
@@ -58,14 +70,23 @@ def predicted_throughput(
     p, tp = int(pipeline_parallel_size), int(tensor_parallel_size)
     batch = microbatch_size(max_num_seqs, p)
     context = input_len + output_len / 2
-    step = forward_time_s(fit, model, batch, context, batch * input_len / output_len, kv_cache_dtype, gpu, shards=p * tp)
+    step = forward_time_s(
+        fit, model, batch, context, batch * input_len / output_len, kv_cache_dtype, gpu, shards=p * tp
+    )
     tok_s = batch / step
-    return {"microbatch": batch, "stage_step_ms": 1000 * step, "tpot_ms": 1000 * p * step, "output_tok_s": tok_s,
-            "output_tok_s_per_gpu": tok_s / (p * tp)}  # fmt: skip
+    return {
+        "microbatch": batch,
+        "stage_step_ms": 1000 * step,
+        "tpot_ms": 1000 * p * step,
+        "output_tok_s": tok_s,
+        "output_tok_s_per_gpu": tok_s / (p * tp),
+    }
 
 
 def with_layout(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with a ``layout`` column ('PP=1', 'PP=2', 'TP=2') from its parallel sizes."""
     out = df.copy()
-    out["layout"] = [layout(t, p) for t, p in zip(out["tensor_parallel_size"], out["pipeline_parallel_size"], strict=True)]
+    out["layout"] = [
+        layout(t, p) for t, p in zip(out["tensor_parallel_size"], out["pipeline_parallel_size"], strict=True)
+    ]
     return out

@@ -65,7 +65,9 @@ def compute_bound_batch(
     if margin <= 0:
         return None
     batch = max(1, math.ceil(ridge * weights / margin))
-    while batch > 1 and decode_step_flops(shape, batch - 1, q) >= ridge * decode_step_bytes(shape, batch - 1, context_len, kv_cache_dtype):
+    while batch > 1 and decode_step_flops(shape, batch - 1, q) >= ridge * decode_step_bytes(
+        shape, batch - 1, context_len, kv_cache_dtype
+    ):
         batch -= 1  # float rounding in the closed form
     while decode_step_flops(shape, batch, q) < ridge * decode_step_bytes(shape, batch, context_len, kv_cache_dtype):
         batch += 1
@@ -94,8 +96,10 @@ def kv_read_bytes(shape: ModelShape | str, batch: int, context_len: float, kv_ca
     per_layer = kv_bytes_per_token(shape, kv_cache_dtype, layers=1)
     window = config.get("sliding_window")
     if window:
-        tokens = sum(min(context_len, float(window)) if kind == "sliding_attention" else context_len
-                     for kind in shape.attention_types())  # fmt: skip
+        tokens = sum(
+            min(context_len, float(window)) if kind == "sliding_attention" else context_len
+            for kind in shape.attention_types()
+        )
     else:
         tokens = shape.num_hidden_layers * context_len
     return float(batch * per_layer * tokens)
@@ -110,8 +114,13 @@ class ForwardCost:
 
 
 def forward_cost(
-    shape: ModelShape | str, batch: int, q: int, context_len: float, kv_cache_dtype: str = "auto",
-    role: str = "target", routing: str = "uniform",
+    shape: ModelShape | str,
+    batch: int,
+    q: int,
+    context_len: float,
+    kv_cache_dtype: str = "auto",
+    role: str = "target",
+    routing: str = "uniform",
 ) -> ForwardCost:
     """One forward pass of ``batch`` sequences with ``q`` new tokens each (q = k + 1 when verifying).
 
@@ -132,9 +141,11 @@ def forward_cost(
         m = moe_layout(shape)
         if routing not in ("uniform", "fixed"):
             raise ValueError(f"routing must be uniform or fixed, got {routing!r}")
-        touched = m.experts_per_token if routing == "fixed" else expected_distinct_experts(
-            m.routed_experts, m.experts_per_token, tokens
-        )  # fmt: skip
+        touched = (
+            m.experts_per_token
+            if routing == "fixed"
+            else expected_distinct_experts(m.routed_experts, m.experts_per_token, tokens)
+        )
         experts = touched * m.expert_bytes
         moe_fixed = m.attention_bytes + m.router_bytes + m.shared_experts * m.expert_bytes + m.absorbed_bytes_per_layer
         active_moe = m.attention_params + m.router_params + (m.experts_per_token + m.shared_experts) * m.expert_params
@@ -142,12 +153,15 @@ def forward_cost(
             if m.mtp_layers < 1:
                 raise ValueError(f"{shape.name} has no MTP module")
             weights = moe_fixed + experts + m.mtp_extra_bytes + m.mtp_head_bytes
-            return ForwardCost(weights + batch * context_len * kv_layer,
-                               2.0 * tokens * (active_moe + m.mtp_extra_params + m.head_params))  # fmt: skip
+            return ForwardCost(
+                weights + batch * context_len * kv_layer,
+                2.0 * tokens * (active_moe + m.mtp_extra_params + m.head_params),
+            )
         dense = m.dense_layers * (m.attention_bytes + m.dense_mlp_bytes + m.absorbed_bytes_per_layer)
         weights = dense + m.moe_layers * (moe_fixed + experts) + m.head_bytes
-        return ForwardCost(weights + kv_read_bytes(shape, batch, context_len, kv_cache_dtype),
-                           2.0 * tokens * m.active_params())  # fmt: skip
+        return ForwardCost(
+            weights + kv_read_bytes(shape, batch, context_len, kv_cache_dtype), 2.0 * tokens * m.active_params()
+        )
     if shape.architecture in HEAD_ARCHITECTURES:
         parts = eagle3_head_parts(shape)
         params = parts["layers"] + parts["fc"] + parts["head"] + parts["norm"]
@@ -158,6 +172,4 @@ def forward_cost(
         per_module = mtp_weight_bytes(shape) / shape.num_mtp_layers + head
         params = per_module / dtype_bytes("auto", shape)
         return ForwardCost(per_module + batch * context_len * kv_layer, 2.0 * tokens * params)
-    return ForwardCost(
-        decode_step_bytes(shape, batch, context_len, kv_cache_dtype), decode_step_flops(shape, batch, q)
-    )
+    return ForwardCost(decode_step_bytes(shape, batch, context_len, kv_cache_dtype), decode_step_flops(shape, batch, q))

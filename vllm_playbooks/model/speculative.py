@@ -100,7 +100,11 @@ def alpha_from_acceptance_length(length: float, k: int, tol: float = 1e-12) -> f
 
 
 def speculative_tpot_s(
-    target_verify_s: float, draft_step_s: float, alpha: float, k: int, draft_overhead_s: float = 0.0,
+    target_verify_s: float,
+    draft_step_s: float,
+    alpha: float,
+    k: int,
+    draft_overhead_s: float = 0.0,
     verify_overhead_s: float = 0.0,
 ) -> float:
     """Time per output token with speculation: (T_target(B, k+1) + k · (T_draft(B, 1) + t_d) + t_v) / τ(α, k).

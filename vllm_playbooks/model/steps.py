@@ -50,8 +50,16 @@ def _four_bit_bytes(shape: ModelShape, tokens: float) -> float:
     return 0.0
 
 
-def _forward(shape: ModelShape, batch: float, q: int, context_len: float, kv_dtype: str, prefill_tokens: float,
-             role: str = "target", prefill_share: float = 1.0) -> _Forward:  # fmt: skip
+def _forward(
+    shape: ModelShape,
+    batch: float,
+    q: int,
+    context_len: float,
+    kv_dtype: str,
+    prefill_tokens: float,
+    role: str = "target",
+    prefill_share: float = 1.0,
+) -> _Forward:
     """Bytes and FLOPs of one forward, averaged over steps: ``batch`` sequences of ``q`` new tokens over
     ``context_len`` tokens of KV, beside ``prefill_tokens`` prompt tokens per step on average, which arrive whole in
     a ``prefill_share`` of the steps (``roofline.forward_cost``: MoE layers read the experts the tokens of that step
@@ -105,8 +113,9 @@ def _row_terms(row: Any, alpha: float | None = None) -> tuple[_Forward, _Forward
             raise ConfigError("a speculative row needs its acceptance: mean_acceptance_length, imposed_alpha or alpha")
     context = input_len + output_len / 2
     joins = (batch - 1) * tau / output_len
-    target = _forward(resolve_model(_get(row, "model_shape")), batch, k + 1, context, kv_dtype, joins * input_len,
-                      prefill_share=joins)  # fmt: skip
+    target = _forward(
+        resolve_model(_get(row, "model_shape")), batch, k + 1, context, kv_dtype, joins * input_len, prefill_share=joins
+    )
     draft = None
     if k:
         draft_shape = resolve_model(_get(row, "draft_model"))
@@ -121,9 +130,16 @@ def _missing(value: Any) -> bool:
 
 #: What identifies one measured point: repeats of it are reduced to their median before fitting.
 POINT_COLUMNS = (
-    "case", "model_shape", "kv_cache_dtype", "input_len", "output_len", "concurrency", "num_speculative_tokens",
-    "draft_model", "imposed_alpha",
-)  # fmt: skip
+    "case",
+    "model_shape",
+    "kv_cache_dtype",
+    "input_len",
+    "output_len",
+    "concurrency",
+    "num_speculative_tokens",
+    "draft_model",
+    "imposed_alpha",
+)
 
 
 def median_points(rows: Iterable[Any]) -> list[dict[str, Any]]:

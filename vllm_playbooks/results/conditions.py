@@ -45,8 +45,10 @@ def _gpu_means(point_dir: Path) -> tuple[float | None, float | None]:
             clocks.append(float(line["sm_clock_mhz"]))
         if line.get("util_pct"):
             utils.append(float(line["util_pct"]))
-    return (round(statistics.fmean(clocks), 1) if clocks else None,
-            round(statistics.fmean(utils), 1) if utils else None)  # fmt: skip
+    return (
+        round(statistics.fmean(clocks), 1) if clocks else None,
+        round(statistics.fmean(utils), 1) if utils else None,
+    )
 
 
 def run_conditions(point_dir: Path, gpu_samples: bool = True) -> dict[str, Any]:
@@ -77,8 +79,10 @@ def with_run_conditions(rows: pd.DataFrame, data: Path | None = None, gpu_sample
     CPU count) the recorded value stays where the folder has none."""
     import pandas as pd
 
-    found = [run_conditions(raw.raw_root(store.case_dir(case, data)) / pid, gpu_samples)
-             for case, pid in zip(rows["case"], rows["point_id"], strict=True)]  # fmt: skip
+    found = [
+        run_conditions(raw.raw_root(store.case_dir(case, data)) / pid, gpu_samples)
+        for case, pid in zip(rows["case"], rows["point_id"], strict=True)
+    ]
     conditions = pd.DataFrame(found, columns=list(CONDITION_COLUMNS), index=rows.index)
     if "host_cpu_count" in rows.columns:
         conditions["host_cpu_count"] = conditions["host_cpu_count"].fillna(rows["host_cpu_count"])

@@ -54,13 +54,28 @@ MIN_LOG_SAMPLES = 2
 
 #: Columns of the measured row that ``step_summary`` and ``step_histogram`` repeat.
 ROW_COLUMNS = (
-    "point_id", "engine_label", "model_shape", "tensor_parallel_size", "pipeline_parallel_size", "max_num_seqs",
-    "concurrency", "output_tok_s",
-)  # fmt: skip
+    "point_id",
+    "engine_label",
+    "model_shape",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "max_num_seqs",
+    "concurrency",
+    "output_tok_s",
+)
 SUMMARY_COLUMNS = (
-    "engine_steps", "output_tokens", "tokens_per_step", "sequences_per_step", "running_mean", "batch_allowed",
-    "running_logged", "log_samples", "fill", "fill_source", "small_step_frac",
-)  # fmt: skip
+    "engine_steps",
+    "output_tokens",
+    "tokens_per_step",
+    "sequences_per_step",
+    "running_mean",
+    "batch_allowed",
+    "running_logged",
+    "log_samples",
+    "fill",
+    "fill_source",
+    "small_step_frac",
+)
 
 
 @dataclass(frozen=True)
@@ -88,8 +103,9 @@ class EngineSteps:
 
 def read_engine_steps(point_dir: Path) -> EngineSteps | None:
     """The engine steps of one point from its two scrapes; None when the server did not export the histogram."""
-    delta = diff_metrics(*(parse_metrics(read_text(point_dir / name))
-                           for name in (raw.METRICS_BEFORE, raw.METRICS_AFTER)))  # fmt: skip
+    delta = diff_metrics(
+        *(parse_metrics(read_text(point_dir / name)) for name in (raw.METRICS_BEFORE, raw.METRICS_AFTER))
+    )
     return None if delta.step_tokens is None else EngineSteps(delta.step_tokens, delta.generation_tokens)
 
 
@@ -116,19 +132,30 @@ def step_summary(runs: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
         allowed = min(float(row.concurrency), float(row.max_num_seqs)) if known else math.nan
         record["batch_allowed"] = allowed
         if steps is None or not steps.steps:
-            record.update(engine_steps=math.nan, output_tokens=math.nan, tokens_per_step=math.nan,
-                          sequences_per_step=math.nan, running_mean=math.nan, fill=math.nan, fill_source="",
-                          small_step_frac=math.nan)  # fmt: skip
+            record.update(
+                engine_steps=math.nan,
+                output_tokens=math.nan,
+                tokens_per_step=math.nan,
+                sequences_per_step=math.nan,
+                running_mean=math.nan,
+                fill=math.nan,
+                fill_source="",
+                small_step_frac=math.nan,
+            )
         else:
             tokens_per_sequence = _acceptance_length(getattr(row, "mean_acceptance_length", None))
             per_step = steps.output_tokens / steps.steps / tokens_per_sequence
             running = per_step * int(row.pipeline_parallel_size)
             record.update(
-                engine_steps=steps.steps, output_tokens=round(steps.output_tokens),
-                tokens_per_step=steps.tokens_per_step, sequences_per_step=per_step,
-                running_mean=running, fill=running / allowed if allowed else math.nan, fill_source="counters",
+                engine_steps=steps.steps,
+                output_tokens=round(steps.output_tokens),
+                tokens_per_step=steps.tokens_per_step,
+                sequences_per_step=per_step,
+                running_mean=running,
+                fill=running / allowed if allowed else math.nan,
+                fill_source="counters",
                 small_step_frac=steps.small_step_frac(),
-            )  # fmt: skip
+            )
         logged = _logged_running(row, base)
         record.update(running_logged=statistics.median(logged) if logged else math.nan, log_samples=len(logged))
         if len(logged) >= MIN_LOG_SAMPLES and allowed:
@@ -163,8 +190,14 @@ def step_histogram(runs: pd.DataFrame, data: Path | None = None) -> pd.DataFrame
             continue
         lows = (0.0, *steps.histogram.bounds[:-1])
         for low, high, count in zip(lows, steps.histogram.bounds, steps.histogram.per_bucket, strict=True):
-            records.append({**{name: getattr(row, name) for name in ROW_COLUMNS}, "tokens_above": low,
-                            "tokens_at_most": high, "step_share": count / steps.histogram.count})  # fmt: skip
+            records.append(
+                {
+                    **{name: getattr(row, name) for name in ROW_COLUMNS},
+                    "tokens_above": low,
+                    "tokens_at_most": high,
+                    "step_share": count / steps.histogram.count,
+                }
+            )
     return pd.DataFrame(records, columns=[*ROW_COLUMNS, "tokens_above", "tokens_at_most", "step_share"])
 
 

@@ -22,9 +22,18 @@ if TYPE_CHECKING:
 
 #: The columns of ``failed_starts``.
 FAILED_START_COLUMNS = (
-    "hardware", "config_id", "engine_label", "log", "points", "error", "weights_gib", "cudagraph_estimate_gib",
-    "available_kv_gib", "gpu_memory_utilization", "utilization_without_cudagraphs",
-)  # fmt: skip
+    "hardware",
+    "config_id",
+    "engine_label",
+    "log",
+    "points",
+    "error",
+    "weights_gib",
+    "cudagraph_estimate_gib",
+    "available_kv_gib",
+    "gpu_memory_utilization",
+    "utilization_without_cudagraphs",
+)
 
 
 def failed_starts(case: str, data: Path | None = None) -> pd.DataFrame:
@@ -50,13 +59,21 @@ def failed_starts(case: str, data: Path | None = None) -> pd.DataFrame:
     records = []
     for (hardware, config_id, name), count in sorted(points.items()):
         startup = read_failed_startup(logs[name])
-        records.append({
-            "hardware": hardware, "config_id": config_id, "engine_label": config_id.rsplit("-", 1)[0], "log": name,
-            "points": count, "error": startup.error, "weights_gib": startup.weights_gib,
-            "cudagraph_estimate_gib": startup.cudagraph_estimate_gib, "available_kv_gib": startup.available_kv_gib,
-            "gpu_memory_utilization": startup.gpu_memory_utilization,
-            "utilization_without_cudagraphs": startup.utilization_without_cudagraphs,
-        })  # fmt: skip
+        records.append(
+            {
+                "hardware": hardware,
+                "config_id": config_id,
+                "engine_label": config_id.rsplit("-", 1)[0],
+                "log": name,
+                "points": count,
+                "error": startup.error,
+                "weights_gib": startup.weights_gib,
+                "cudagraph_estimate_gib": startup.cudagraph_estimate_gib,
+                "available_kv_gib": startup.available_kv_gib,
+                "gpu_memory_utilization": startup.gpu_memory_utilization,
+                "utilization_without_cudagraphs": startup.utilization_without_cudagraphs,
+            }
+        )
     return pd.DataFrame(records, columns=list(FAILED_START_COLUMNS))
 
 

@@ -23,16 +23,33 @@ BUSY_THRESHOLD_PCT = 50.0
 
 #: Columns of ``summarize_samples`` (one row per GPU).
 SUMMARY_COLUMNS = (
-    "gpu", "nvml_index", "samples", "sampled_s", "util_mean_pct", "util_p10_pct", "util_p50_pct", "util_p90_pct",
-    "below_threshold_frac", "threshold_pct", "mem_util_mean_pct", "mem_used_max_mib", "sm_clock_mean_mhz",
+    "gpu",
+    "nvml_index",
+    "samples",
+    "sampled_s",
+    "util_mean_pct",
+    "util_p10_pct",
+    "util_p50_pct",
+    "util_p90_pct",
+    "below_threshold_frac",
+    "threshold_pct",
+    "mem_util_mean_pct",
+    "mem_used_max_mib",
+    "sm_clock_mean_mhz",
     "power_mean_w",
-)  # fmt: skip
+)
 
 #: Columns of the measured row that ``gpu_summary`` repeats beside each GPU's summary.
 ROW_COLUMNS = (
-    "point_id", "engine_label", "model_shape", "tensor_parallel_size", "pipeline_parallel_size", "max_num_seqs",
-    "concurrency", "output_tok_s",
-)  # fmt: skip
+    "point_id",
+    "engine_label",
+    "model_shape",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "max_num_seqs",
+    "concurrency",
+    "output_tok_s",
+)
 
 
 def sampling_status(point_dir: Path) -> dict[str, Any]:
@@ -42,7 +59,9 @@ def sampling_status(point_dir: Path) -> dict[str, Any]:
         point = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as error:
         raise SchemaError(f"{path}: {error}") from None
-    return dict(point.get("gpu_sampling") or {"status": "not recorded", "reason": "recorded before GPU sampling existed"})
+    return dict(
+        point.get("gpu_sampling") or {"status": "not recorded", "reason": "recorded before GPU sampling existed"}
+    )
 
 
 def load_gpu_samples(point_dir: Path) -> pd.DataFrame:
@@ -70,22 +89,30 @@ def summarize_samples(samples: pd.DataFrame, threshold_pct: float = BUSY_THRESHO
     rows = []
     for gpu, group in samples.groupby("gpu", sort=True):
         util = group["util_pct"].dropna()
-        rows.append({
-            "gpu": int(gpu), "nvml_index": int(group["nvml_index"].iloc[0]), "samples": len(group),
-            "sampled_s": float(group["t_s"].max() - group["t_s"].min()),
-            "util_mean_pct": util.mean() if len(util) else float("nan"),
-            "util_p10_pct": util.quantile(0.1) if len(util) else float("nan"),
-            "util_p50_pct": util.quantile(0.5) if len(util) else float("nan"),
-            "util_p90_pct": util.quantile(0.9) if len(util) else float("nan"),
-            "below_threshold_frac": float((util < threshold_pct).mean()) if len(util) else float("nan"),
-            "threshold_pct": threshold_pct,
-            "mem_util_mean_pct": group["mem_util_pct"].mean(), "mem_used_max_mib": group["mem_used_mib"].max(),
-            "sm_clock_mean_mhz": group["sm_clock_mhz"].mean(), "power_mean_w": group["power_w"].mean(),
-        })  # fmt: skip
+        rows.append(
+            {
+                "gpu": int(gpu),
+                "nvml_index": int(group["nvml_index"].iloc[0]),
+                "samples": len(group),
+                "sampled_s": float(group["t_s"].max() - group["t_s"].min()),
+                "util_mean_pct": util.mean() if len(util) else float("nan"),
+                "util_p10_pct": util.quantile(0.1) if len(util) else float("nan"),
+                "util_p50_pct": util.quantile(0.5) if len(util) else float("nan"),
+                "util_p90_pct": util.quantile(0.9) if len(util) else float("nan"),
+                "below_threshold_frac": float((util < threshold_pct).mean()) if len(util) else float("nan"),
+                "threshold_pct": threshold_pct,
+                "mem_util_mean_pct": group["mem_util_pct"].mean(),
+                "mem_used_max_mib": group["mem_used_mib"].max(),
+                "sm_clock_mean_mhz": group["sm_clock_mhz"].mean(),
+                "power_mean_w": group["power_w"].mean(),
+            }
+        )
     return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
 
 
-def gpu_summary(runs: pd.DataFrame, data: Path | None = None, threshold_pct: float = BUSY_THRESHOLD_PCT) -> pd.DataFrame:
+def gpu_summary(
+    runs: pd.DataFrame, data: Path | None = None, threshold_pct: float = BUSY_THRESHOLD_PCT
+) -> pd.DataFrame:
     """Per measured row and GPU: the row's identity (``ROW_COLUMNS``), the sampling status and its summary.
 
     A row whose point has no samples (recorded before the sampler, or NVML unavailable) gets one line with its

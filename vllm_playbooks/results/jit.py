@@ -100,13 +100,19 @@ def jit_table(runs: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
                 windows.append((end - dt.timedelta(seconds=float(row.duration_s)), end, row))
             for event in parse_jit_events(read_text(log), started):
                 run = next((point for first, last, point in windows if first <= event.at <= last), None)
-                records.append({
-                    "log": plain_name(log), "at": event.at, "process": event.process, "backend": event.backend,
-                    "kernel": event.kernel, "point_id": None if run is None else run.point_id,
-                    "engine_label": config_rows["engine_label"].iloc[0],
-                    "load": OUTSIDE if run is None else describe_load(run.request_rate_qps, run.concurrency),
-                    "stalled": None if run is None else bool(run.stalled),
-                })  # fmt: skip
+                records.append(
+                    {
+                        "log": plain_name(log),
+                        "at": event.at,
+                        "process": event.process,
+                        "backend": event.backend,
+                        "kernel": event.kernel,
+                        "point_id": None if run is None else run.point_id,
+                        "engine_label": config_rows["engine_label"].iloc[0],
+                        "load": OUTSIDE if run is None else describe_load(run.request_rate_qps, run.concurrency),
+                        "stalled": None if run is None else bool(run.stalled),
+                    }
+                )
     table = pd.DataFrame(records, columns=list(JIT_COLUMNS))
     return table.sort_values(["at", "log"], kind="stable", ignore_index=True)
 
@@ -119,8 +125,10 @@ def jit_note(table: pd.DataFrame) -> str:
     inside = table[table["point_id"].notna()]
     logged = f"vLLM logged {len(table)} kernel JIT compilation{'s' if len(table) > 1 else ''} during inference"
     if inside.empty:
-        found = (f"{logged}, none inside a measured run (all during warm-up, calibration, a run measured again, or "
-                 "between points).")
+        found = (
+            f"{logged}, none inside a measured run (all during warm-up, calibration, a run measured again, or "
+            "between points)."
+        )
     else:
         items = []
         for _, run in inside.groupby("point_id", sort=False):
@@ -130,8 +138,10 @@ def jit_note(table: pd.DataFrame) -> str:
         found = f"{logged}, {len(inside)} inside {'a measured run' if len(inside) == 1 else 'measured runs'}: "
         found += f"{'; '.join(items)}."
         if len(inside) < len(table):
-            found += (f" The other {len(table) - len(inside)} came outside the recorded runs (warm-up, calibration, "
-                      "a run measured again, or between points).")
+            found += (
+                f" The other {len(table) - len(inside)} came outside the recorded runs (warm-up, calibration, "
+                "a run measured again, or between points)."
+            )
     return (
         f"**Kernel compilations.** {found} vLLM logs only the first compilation of each kernel name per server "
         "process (unless its observability setting `jit_monitor_verbose` is on), so later compilations of the same "

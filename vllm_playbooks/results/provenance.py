@@ -69,8 +69,12 @@ def git_sha(repo: Path | None = None) -> str:
         ).stdout.strip()
         dirty = subprocess.run(  # noqa: S603
             ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=repo, capture_output=True, text=True, check=True, timeout=10,
-        ).stdout.strip()  # fmt: skip
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return f"{sha}-dirty" if dirty else sha

@@ -158,8 +158,12 @@ def failure_records(case_dir: Path) -> list[dict[str, Any]]:
 def is_failure_record(record: Any, pid: str | None = None) -> bool:
     """Whether ``record`` is what ``record_failure`` writes: a mapping with a ``point_id`` (``pid`` where given) and
     an ``error``, both text."""
-    return (isinstance(record, dict) and isinstance(record.get("point_id"), str)
-            and isinstance(record.get("error"), str) and pid in (None, record["point_id"]))  # fmt: skip
+    return (
+        isinstance(record, dict)
+        and isinstance(record.get("point_id"), str)
+        and isinstance(record.get("error"), str)
+        and pid in (None, record["point_id"])
+    )
 
 
 def _is_measured(failure: Path) -> bool:
@@ -249,8 +253,10 @@ def _located_identity(point_dir: Path, point: dict[str, Any], prov: Provenance) 
     hardware, config_id = point_hardware(point, prov.model_dump()), engine_of(point).config_id()
     placed = point_dir.parent.parent.name, point_dir.parent.name
     if placed != (hardware, config_id):
-        raise SchemaError(f"{point_dir}: its files say {hardware}/{config_id}, its folder {'/'.join(placed)}; "
-                          "`vllm-playbooks migrate` moves recorded points to where they belong")  # fmt: skip
+        raise SchemaError(
+            f"{point_dir}: its files say {hardware}/{config_id}, its folder {'/'.join(placed)}; "
+            "`vllm-playbooks migrate` moves recorded points to where they belong"
+        )
     pid = "/".join((*placed, point_dir.name))
     return pid, config_id, split_point_id(pid)[1]
 
@@ -320,8 +326,9 @@ def _parse_point(point_dir: Path, data_root: Path) -> RunRow:
         raise SchemaError(f"{point_dir}: a raw file is damaged ({type(error).__name__}: {error})") from None
 
 
-def _row(point_dir: Path, data_root: Path, point: dict[str, Any], prov: Provenance, bench: BenchNumbers,
-         delta: MetricsDelta) -> RunRow:  # fmt: skip
+def _row(
+    point_dir: Path, data_root: Path, point: dict[str, Any], prov: Provenance, bench: BenchNumbers, delta: MetricsDelta
+) -> RunRow:
     """The row of a point whose raw files have been read."""
     engine, load = point["engine"], point["load"]
     spec = engine.get("speculative") or {}

@@ -61,6 +61,8 @@ def replay_case(case: str, data: Path | None = None) -> pd.DataFrame:
 def with_gpu_cards(rows: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
     """``rows`` (recorded rows: ``case`` and ``point_id``) with ``gpu_cards``, each row's ``raw.gpu_cards`` read from
     its point folder in ``data`` (default: the book's data folder)."""
-    cards = [raw.gpu_cards(raw.raw_root(store.case_dir(case, data)) / pid)
-             for case, pid in zip(rows["case"], rows["point_id"], strict=True)]  # fmt: skip
+    cards = [
+        raw.gpu_cards(raw.raw_root(store.case_dir(case, data)) / pid)
+        for case, pid in zip(rows["case"], rows["point_id"], strict=True)
+    ]
     return rows.assign(gpu_cards=cards)

@@ -234,7 +234,6 @@ def server_modes(case: str, data: Path | None = None) -> pd.DataFrame:
     schedule forced it) and ``async_scheduling`` (True/False; None where the log does not say)."""
     import pandas as pd
 
-
     folder = case_dir(case, data)
     records = []
     for log in server_logs(folder) if (folder / "logs").is_dir() else []:
@@ -243,11 +242,16 @@ def server_modes(case: str, data: Path | None = None) -> pd.DataFrame:
         scheduling = _ASYNC_SCHEDULING.findall(text)
         config_id = log_name_parts(log)[0]
         runner = "V2" if _V2_RUNNER in text else "V1" if _V1_RUNNER in text else None
-        records.append({
-            "log": plain_name(log), "config_id": config_id, "engine_label": config_id.rsplit("-", 1)[0],
-            "model_runner": runner, "cudagraph_mode": modes[-1] if modes else None,
-            "async_scheduling": scheduling[-1] == "enabled" if scheduling else None,
-        })  # fmt: skip
+        records.append(
+            {
+                "log": plain_name(log),
+                "config_id": config_id,
+                "engine_label": config_id.rsplit("-", 1)[0],
+                "model_runner": runner,
+                "cudagraph_mode": modes[-1] if modes else None,
+                "async_scheduling": scheduling[-1] == "enabled" if scheduling else None,
+            }
+        )
     columns = ["log", "config_id", "engine_label", "model_runner", "cudagraph_mode", "async_scheduling"]
     return pd.DataFrame(records, columns=columns)
 
@@ -284,8 +288,11 @@ def running_samples(log: Path) -> list[tuple[dt.datetime, int]]:
 
 def server_log_of(logs: Path, config_id: str, at: dt.datetime) -> Path | None:
     """The log of the server of ``config_id`` that ran at ``at``: the latest of its logs opened before it."""
-    opened = [(parsed[1], log) for log in server_log_files(logs)
-              if (parsed := parse_log_name(plain_name(log))) is not None and parsed[0] == config_id and parsed[1] <= at]  # fmt: skip
+    opened = [
+        (parsed[1], log)
+        for log in server_log_files(logs)
+        if (parsed := parse_log_name(plain_name(log))) is not None and parsed[0] == config_id and parsed[1] <= at
+    ]
     return max(opened)[1] if opened else None
 
 
@@ -319,8 +326,13 @@ def startup_memory_of_rows(rows: pd.DataFrame, data: Path | None = None) -> pd.D
         startup = startups[log] if log is not None else None
         tokens.append(startup.kv_cache_tokens if startup else None)
         graphs.append(startup.cudagraph_estimate_gib if startup else None)
-    return pd.DataFrame({"kv_cache_tokens": pd.array(tokens, dtype="Int64"),
-                         "cudagraph_estimate_gib": pd.array(graphs, dtype="Float64")}, index=rows.index)  # fmt: skip
+    return pd.DataFrame(
+        {
+            "kv_cache_tokens": pd.array(tokens, dtype="Int64"),
+            "cudagraph_estimate_gib": pd.array(graphs, dtype="Float64"),
+        },
+        index=rows.index,
+    )
 
 
 def logged_gpu_memory(gpu_name: str, data: Path | None = None) -> float | None:

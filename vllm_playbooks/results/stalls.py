@@ -77,8 +77,7 @@ def gaps_between(before: MetricsSnapshot, after: MetricsSnapshot) -> Gaps | None
 
 def read_gaps(point_dir: Path) -> Gaps | None:
     """The output-token gaps of one recorded point, from its two scrapes."""
-    before, after = (parse_metrics(read_text(point_dir / name))
-                     for name in (raw.METRICS_BEFORE, raw.METRICS_AFTER))  # fmt: skip
+    before, after = (parse_metrics(read_text(point_dir / name)) for name in (raw.METRICS_BEFORE, raw.METRICS_AFTER))
     return gaps_between(before, after)
 
 
@@ -96,9 +95,12 @@ def stall_table(runs: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
         if gaps is None:
             record.update(dict.fromkeys(STALL_COLUMNS, float("nan")))
         else:
-            record.update(token_gaps=round(gaps.histogram.count), stalled_gaps=gaps.stalled,
-                          longest_gap_at_most_s=gaps.longest_at_most_s,
-                          stall_share=gaps.share_of(row.completed, row.e2el_mean_ms))  # fmt: skip
+            record.update(
+                token_gaps=round(gaps.histogram.count),
+                stalled_gaps=gaps.stalled,
+                longest_gap_at_most_s=gaps.longest_at_most_s,
+                stall_share=gaps.share_of(row.completed, row.e2el_mean_ms),
+            )
         records.append(record)
     return pd.DataFrame(records, columns=[*ROW_COLUMNS, *STALL_COLUMNS])
 
@@ -140,8 +142,10 @@ def stall_note(table: pd.DataFrame) -> str:
         again = ", measured again without a stall" if point in clean else ""
         load += f", repeat {repeat}" if repeat else ""
         share = f"≥ {row.stall_share:.1%} of the requests' time"
-        items.append(f"{row.engine_label} at {load} ({row.stalled_gaps:,} gaps, the longest "
-                     f"≤ {row.longest_gap_at_most_s:g} s; {share}{again})")  # fmt: skip
+        items.append(
+            f"{row.engine_label} at {load} ({row.stalled_gaps:,} gaps, the longest "
+            f"≤ {row.longest_gap_at_most_s:g} s; {share}{again})"
+        )
     points = {raw.split_point_id(pid)[0] for pid in stalled["point_id"]}
     redone = len(points & clean)
     waiting = len(points) - redone

@@ -152,7 +152,9 @@ def append_run_row(row: RunRow, data: Path | None = None) -> Path:
         if existing:
             known = {r.point_id for r in load_run_rows(row.case, data)}
             if row.point_id in known:
-                raise SchemaError(f"{path}: point {row.point_id} is already recorded; recorded rows are never rewritten.")
+                raise SchemaError(
+                    f"{path}: point {row.point_id} is already recorded; recorded rows are never rewritten."
+                )
         if existing and not existing.endswith("\n"):  # a last line without its newline: never glue the row on
             existing += "\n"
         buffer = io.StringIO()
@@ -171,8 +173,11 @@ def load_reference(case: str | None = None, path: Path | None = None) -> pd.Data
         sources = [(case or case_of_folder(path.parent), path)]
     else:
         cases = [case] if case is not None else case_names()
-        sources = [(name, folder / PUBLISHED_FILE) for name in cases
-                   if ((folder := case_folder(name)) / PUBLISHED_FILE).is_file()]  # fmt: skip
+        sources = [
+            (name, folder / PUBLISHED_FILE)
+            for name in cases
+            if ((folder := case_folder(name)) / PUBLISHED_FILE).is_file()
+        ]
     rows: list[ReferenceRow] = []
     for name, source in sources:
         records = [{"case": name, **record} for record in read_csv_records(source, PUBLISHED_COLUMNS)]

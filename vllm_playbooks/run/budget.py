@@ -122,11 +122,17 @@ def server_time(case: str, data: Path | None = None) -> pd.DataFrame:
                 ready = moment
         engine = engine_for_log(log, base, recorded)
         gpus, held = engine_gpus(engine), (last - launched).total_seconds()
-        records.append({
-            "log": plain_name(log), "engine_label": engine.label, "gpus": gpus, "launched_at": launched,
-            "startup_s": (ready - launched).total_seconds() if ready is not None else float("nan"),
-            "held_s": held, "gpu_minutes": gpus * held / 60.0,
-        })  # fmt: skip
+        records.append(
+            {
+                "log": plain_name(log),
+                "engine_label": engine.label,
+                "gpus": gpus,
+                "launched_at": launched,
+                "startup_s": (ready - launched).total_seconds() if ready is not None else float("nan"),
+                "held_s": held,
+                "gpu_minutes": gpus * held / 60.0,
+            }
+        )
     columns = ["log", "engine_label", "gpus", "launched_at", "startup_s", "held_s", "gpu_minutes"]
     return pd.DataFrame(records, columns=columns)
 
@@ -139,10 +145,12 @@ def gpu_time_note(servers: pd.DataFrame, gpu: str = "GPU") -> str:
     starting = (servers["startup_s"].fillna(servers["held_s"]) * servers["gpus"]).sum() / 60.0
     unready = int(servers["startup_s"].isna().sum())
     never = f" ({unready} of them never became ready)" if unready else ""
-    return (f"**GPU time.** The {len(servers)} recorded server starts{never} held {gpu}s for "
-            f"{servers['gpu_minutes'].sum():.1f} GPU-minutes, {starting:.1f} of them starting (launch to ready); the "
-            "rest served the measured points, their warm-ups and calibration runs. Read from the server logs (launch "
-            "to the last logged line), so installing vLLM and a machine's idle time between runs are not in it.")
+    return (
+        f"**GPU time.** The {len(servers)} recorded server starts{never} held {gpu}s for "
+        f"{servers['gpu_minutes'].sum():.1f} GPU-minutes, {starting:.1f} of them starting (launch to ready); the "
+        "rest served the measured points, their warm-ups and calibration runs. Read from the server logs (launch "
+        "to the last logged line), so installing vLLM and a machine's idle time between runs are not in it."
+    )
 
 
 def nearest_rows(rows: pd.DataFrame, servers: pd.DataFrame) -> list[object]:
@@ -171,7 +179,8 @@ def point_walls(measured: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
 
     columns = ["engine_label", "model_shape", *LOAD, "measured_at", "wall_s", "log", "gpu_name"]
     ready = servers[servers["startup_s"].notna()].assign(
-        ready_at=lambda t: pd.to_datetime(t["launched_at"], utc=True) + pd.to_timedelta(t["startup_s"], unit="s"))
+        ready_at=lambda t: pd.to_datetime(t["launched_at"], utc=True) + pd.to_timedelta(t["startup_s"], unit="s")
+    )
     records = []
     for label, rows in measured.assign(end=pd.to_datetime(measured["measured_at"])).groupby("engine_label"):
         starts = ready[ready["engine_label"] == label].sort_values("launched_at")
@@ -183,26 +192,38 @@ def point_walls(measured: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
             server = launched.iloc[-1]
             since = max(server["ready_at"], previous.get(server["log"], server["ready_at"]))
             previous[server["log"]] = row.end
-            records.append({"engine_label": label, "model_shape": row.model_shape, **{c: getattr(row, c) for c in LOAD},
-                            "measured_at": row.end, "wall_s": (row.end - since).total_seconds(),
-                            "log": server["log"], "gpu_name": str(getattr(row, "gpu_name", ""))})  # fmt: skip
+            records.append(
+                {
+                    "engine_label": label,
+                    "model_shape": row.model_shape,
+                    **{c: getattr(row, c) for c in LOAD},
+                    "measured_at": row.end,
+                    "wall_s": (row.end - since).total_seconds(),
+                    "log": server["log"],
+                    "gpu_name": str(getattr(row, "gpu_name", "")),
+                }
+            )
     return pd.DataFrame(records, columns=columns)
 
 
-def startups_by_shape(plan: CasePlan, measured: pd.DataFrame,
-                      servers: pd.DataFrame) -> tuple[dict[str, str], pd.Series, pd.Series]:  # fmt: skip
+def startups_by_shape(
+    plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame
+) -> tuple[dict[str, str], pd.Series, pd.Series]:
     """Each engine label's model shape (the configs of ``measured`` and of ``plan``) and, per shape, the longest and
     the shortest start-up among the ``servers`` that became ready: a server on a machine without compile caches, and
     one that finds the caches a server of its shape left there before it."""
-    shapes = {**dict(zip(measured["engine_label"], measured["model_shape"], strict=True)),
-              **{engine.label: resolve_model(engine.model).name for engine in plan.engines}}  # fmt: skip
+    shapes = {
+        **dict(zip(measured["engine_label"], measured["model_shape"], strict=True)),
+        **{engine.label: resolve_model(engine.model).name for engine in plan.engines},
+    }
     started = servers[servers["startup_s"].notna()]
     startups = started.groupby(started["engine_label"].map(shapes))["startup_s"]
     return shapes, startups.max(), startups.min()
 
 
-def point_estimates(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame,
-                    recorded: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
+def point_estimates(
+    plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame, recorded: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """One row per run of ``plan`` still to measure (a load planned with 3 repeats and 1 recorded gives 2 rows): its
     engine label, model shape and load, its config's estimated start-up (``startup_s``: the longest recorded for any
     config of its shape, as on a machine without caches; NaN when no server of the shape ever became ready) and its
@@ -227,14 +248,27 @@ def point_estimates(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFram
             usable = int((~stalled[runs.index]).sum())
             left = max(plan.repeats - usable, 0)
             again = min(len(runs) - usable, left)
-            key = (shape, load.input_len, load.output_len, _or_missing(load.concurrency),
-                   _or_missing(load.request_rate_qps))  # fmt: skip
+            key = (
+                shape,
+                load.input_len,
+                load.output_len,
+                _or_missing(load.concurrency),
+                _or_missing(load.request_rate_qps),
+            )
             for run in range(left):
-                records.append({"engine_label": engine.label, "model_shape": shape, "input_len": load.input_len,
-                                "output_len": load.output_len, "concurrency": load.concurrency,
-                                "request_rate_qps": load.request_rate_qps, "startup_s": startup,
-                                "wall_s": float(longest[key]) if key in longest.index else math.nan,
-                                "stalled": run < again})  # fmt: skip
+                records.append(
+                    {
+                        "engine_label": engine.label,
+                        "model_shape": shape,
+                        "input_len": load.input_len,
+                        "output_len": load.output_len,
+                        "concurrency": load.concurrency,
+                        "request_rate_qps": load.request_rate_qps,
+                        "startup_s": startup,
+                        "wall_s": float(longest[key]) if key in longest.index else math.nan,
+                        "stalled": run < again,
+                    }
+                )
     return pd.DataFrame(records, columns=["engine_label", "model_shape", *LOAD, "startup_s", "wall_s", "stalled"])
 
 
@@ -245,10 +279,13 @@ def runs_at_load(rows: pd.DataFrame, load: LoadPoint) -> pd.Series:
     if rows.empty:
         return pd.Series(False, rows.index, dtype=bool)
     spread = rows["random_range_ratio"].astype(float) if "random_range_ratio" in rows else 0.0
-    return ((rows["input_len"] == load.input_len) & (rows["output_len"] == load.output_len)
-            & (spread == load.random_range_ratio)
-            & rows["concurrency"].map(_or_missing).eq(_or_missing(load.concurrency))
-            & rows["request_rate_qps"].map(_or_missing).eq(_or_missing(load.request_rate_qps)))  # fmt: skip
+    return (
+        (rows["input_len"] == load.input_len)
+        & (rows["output_len"] == load.output_len)
+        & (spread == load.random_range_ratio)
+        & rows["concurrency"].map(_or_missing).eq(_or_missing(load.concurrency))
+        & rows["request_rate_qps"].map(_or_missing).eq(_or_missing(load.request_rate_qps))
+    )
 
 
 def fresh_time(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
@@ -267,17 +304,26 @@ def fresh_time(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame) ->
     records, seen = [], set()
     for engine in plan.engines:
         shape, loads = shapes[engine.label], plan.loads_for(engine)
-        keys = [(load.input_len, load.output_len, _or_missing(load.concurrency), _or_missing(load.request_rate_qps))
-                for load in loads]  # fmt: skip
+        keys = [
+            (load.input_len, load.output_len, _or_missing(load.concurrency), _or_missing(load.request_rate_qps))
+            for load in loads
+        ]
         point_s = [float(by_label.get((engine.label, *key), by_shape.get((shape, *key), math.nan))) for key in keys]
         startup = float((later if shape in seen else first).get(shape, math.nan))
         seen.add(shape)
         points = plan.repeats * sum(point_s)
-        records.append({
-            "engine_label": engine.label, "model_shape": shape, "gpus": engine_gpus(engine),
-            "points": len(loads) * plan.repeats, "startup_s": startup, "points_s": points, "total_s": startup + points,
-            "gpu_minutes": engine_gpus(engine) * (startup + points) / 60.0,
-        })  # fmt: skip
+        records.append(
+            {
+                "engine_label": engine.label,
+                "model_shape": shape,
+                "gpus": engine_gpus(engine),
+                "points": len(loads) * plan.repeats,
+                "startup_s": startup,
+                "points_s": points,
+                "total_s": startup + points,
+                "gpu_minutes": engine_gpus(engine) * (startup + points) / 60.0,
+            }
+        )
     columns = ["engine_label", "model_shape", "gpus", "points", "startup_s", "points_s", "total_s", "gpu_minutes"]
     return pd.DataFrame(records, columns=columns)
 
@@ -286,8 +332,9 @@ def fresh_time_per_gpu(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataF
     """``fresh_time`` once per GPU of ``measured``, in name order, from that GPU's rows and the servers that ran on it
     (each server on the GPU of the row measured nearest its launch: ``nearest_rows``, the rule every reader of server
     logs uses); only the GPUs whose recorded runs time every point of ``plan``."""
-    server_gpu = (measured["gpu_name"].loc[nearest_rows(measured, servers)].astype(str).to_numpy()
-                  if not measured.empty else [])  # fmt: skip
+    server_gpu = (
+        measured["gpu_name"].loc[nearest_rows(measured, servers)].astype(str).to_numpy() if not measured.empty else []
+    )
     tables = {}
     for gpu, rows in measured.groupby("gpu_name", sort=True):
         table = fresh_time(plan, rows, servers[server_gpu == str(gpu)])
@@ -303,8 +350,10 @@ def describe_fresh_time(table: pd.DataFrame) -> str:
     if unknown:
         return f"no estimate for {', '.join(unknown)}: its shape or one of its loads was never measured"
     servers = f"{len(table)} server{'s' if len(table) != 1 else ''}"
-    return (f"{int(table['points'].sum())} points on {servers}: ≈ {table['total_s'].sum() / 60:.0f} min "
-            f"wall, {table['gpu_minutes'].sum():.0f} GPU-minutes, start-ups included")
+    return (
+        f"{int(table['points'].sum())} points on {servers}: ≈ {table['total_s'].sum() / 60:.0f} min "
+        f"wall, {table['gpu_minutes'].sum():.0f} GPU-minutes, start-ups included"
+    )
 
 
 def quick_check_time(case: str, data: Path | None = None) -> str:
@@ -332,12 +381,20 @@ def part_time(case: str, part: str, data: Path | None = None) -> str:
             tables, sources = {"": fresh_time(plan, measured, servers)}, {"": measured}
             if tables[""]["total_s"].isna().any():
                 return "no estimate yet (a shape or load of it was never measured)"
-    return "; ".join(f"about {table['total_s'].sum() / 60:.0f} minutes ({table['gpu_minutes'].sum():.0f} GPU-minutes, "
-                     f"start-ups included) on {hardware_in_words(sources[gpu])}" for gpu, table in tables.items())
+    return "; ".join(
+        f"about {table['total_s'].sum() / 60:.0f} minutes ({table['gpu_minutes'].sum():.0f} GPU-minutes, "
+        f"start-ups included) on {hardware_in_words(sources[gpu])}"
+        for gpu, table in tables.items()
+    )
 
 
-def remaining_time(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame, margin: float = 1.25,
-                   recorded: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
+def remaining_time(
+    plan: CasePlan,
+    measured: pd.DataFrame,
+    servers: pd.DataFrame,
+    margin: float = 1.25,
+    recorded: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """For each engine config of ``plan`` with points still to measure: its model shape, how many points
     (``points``; ``stalled`` of them recorded only in runs that stalled), the estimated start-up (``startup_s``; NaN
     when no server of its shape ever became ready), the points' estimated wall time (``points_s``; NaN when a load
@@ -351,11 +408,18 @@ def remaining_time(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame
         startup = float(rows["startup_s"].iloc[0])
         points = float(rows["wall_s"].sum()) if not unknown else math.nan
         total = startup + points
-        records.append({
-            "engine_label": label, "model_shape": rows["model_shape"].iloc[0], "points": len(rows),
-            "stalled": int(rows["stalled"].sum()), "unknown": unknown, "startup_s": startup, "points_s": points,
-            "time_limit_s": 10 * math.ceil(margin * total / 10) if not math.isnan(total) else math.nan,
-        })  # fmt: skip
+        records.append(
+            {
+                "engine_label": label,
+                "model_shape": rows["model_shape"].iloc[0],
+                "points": len(rows),
+                "stalled": int(rows["stalled"].sum()),
+                "unknown": unknown,
+                "startup_s": startup,
+                "points_s": points,
+                "time_limit_s": 10 * math.ceil(margin * total / 10) if not math.isnan(total) else math.nan,
+            }
+        )
     columns = ["engine_label", "model_shape", "points", "stalled", "unknown", "startup_s", "points_s", "time_limit_s"]
     return pd.DataFrame(records, columns=columns)
 
@@ -374,14 +438,20 @@ def describe_remaining_time(table: pd.DataFrame) -> str:
         elif math.isnan(row.time_limit_s):
             estimate = f"no estimate ({row.unknown} of its loads never ran on its shape)"
         else:
-            estimate = (f"start-up ≈ {row.startup_s:.0f} s, points ≈ {row.points_s:.0f} s, "
-                        f"`--time-limit-s {row.time_limit_s:.0f}`")  # fmt: skip
+            estimate = (
+                f"start-up ≈ {row.startup_s:.0f} s, points ≈ {row.points_s:.0f} s, "
+                f"`--time-limit-s {row.time_limit_s:.0f}`"
+            )
         again = f" ({row.stalled} recorded only in runs that stalled)" if row.stalled else ""
-        servers.append(f"`{row.engine_label}` ({row.model_shape}): {row.points} point{'s' if row.points != 1 else ''}"
-                       f"{again}, {estimate}")  # fmt: skip
+        servers.append(
+            f"`{row.engine_label}` ({row.model_shape}): {row.points} point{'s' if row.points != 1 else ''}"
+            f"{again}, {estimate}"
+        )
     total = int(table["points"].sum())
-    return (f"{total} planned point{'s are' if total != 1 else ' is'} left on {len(table)} "
-            f"server{'s' if len(table) != 1 else ''}, each started once: " + "; ".join(servers) + ".")
+    return (
+        f"{total} planned point{'s are' if total != 1 else ' is'} left on {len(table)} "
+        f"server{'s' if len(table) != 1 else ''}, each started once: " + "; ".join(servers) + "."
+    )
 
 
 def points_within(points: pd.DataFrame, budget_s: float, margin: float = 1.25) -> pd.DataFrame:

@@ -140,8 +140,9 @@ def run_case(
     stalled = recorded_here(plan, _stalled_point_ids(plan.case, data), provenance) if remeasure_stalled else set()
     if plan.pairing is not None:  # a paired plan pairs its own runs: one measured on its own is measured again
         stalled |= recorded_here(plan, _unpaired_point_ids(case_dir), provenance)
-    report = RunReport(skipped=[f"{hardware_of(p.engine, provenance)}/{p.point_id}" for p in plan.points()
-                                if p.point_id in done])  # fmt: skip
+    report = RunReport(
+        skipped=[f"{hardware_of(p.engine, provenance)}/{p.point_id}" for p in plan.points() if p.point_id in done]
+    )
     todo = points_to_measure(plan, done, stalled)
     if not todo:
         return report
@@ -150,8 +151,9 @@ def run_case(
     if plan.pairing is not None:
         todo = paired_order(todo, plan.pairing)
     bar = tqdm(total=len(todo), desc=plan.case, disable=not progress, unit="point")
-    run = LiveRun(plan, bench, server_factory, python, health_timeout_s, provenance, data, report, bar, gpu_sampler,
-                  load_floor_s)
+    run = LiveRun(
+        plan, bench, server_factory, python, health_timeout_s, provenance, data, report, bar, gpu_sampler, load_floor_s
+    )
     with sigterm_as_interrupt():
         if plan.pairing == CO_RESIDENT:
             run_together(run, todo, utc_now())
@@ -197,8 +199,7 @@ def points_to_measure(plan: CasePlan, done: set[str], stalled: set[str]) -> list
         planned = list(group)
         todo.extend(p for p in planned if p.point_id not in done)
         point = raw.split_point_id(planned[0].point_id)[0]
-        recorded = {raw.split_point_id(pid)[1]: pid in stalled for pid in done
-                    if raw.split_point_id(pid)[0] == point}  # fmt: skip
+        recorded = {raw.split_point_id(pid)[1]: pid in stalled for pid in done if raw.split_point_id(pid)[0] == point}
         usable = sum(1 for is_stalled in recorded.values() if not is_stalled)
         planned_missing = sum(1 for p in planned if p.point_id not in done)
         owed = len(planned) - planned_missing - usable
@@ -210,8 +211,11 @@ def points_to_measure(plan: CasePlan, done: set[str], stalled: set[str]) -> list
 def _unpaired_point_ids(case_dir: Path) -> set[str]:
     """Ids of the recorded points in ``case_dir`` measured outside a paired session (no ``pairing`` record)."""
     root = raw.raw_root(case_dir)
-    return {folder.relative_to(root).as_posix() for folder in raw.finished_points(case_dir)
-            if "pairing" not in read_json(folder / raw.POINT_FILE)}  # fmt: skip
+    return {
+        folder.relative_to(root).as_posix()
+        for folder in raw.finished_points(case_dir)
+        if "pairing" not in read_json(folder / raw.POINT_FILE)
+    }
 
 
 def _stalled_point_ids(case: str, data: Path) -> set[str]:
@@ -237,8 +241,11 @@ def _run_groups(run: LiveRun, todo: list[PlannedPoint], restart_session: str | N
             with lifetime as server:
                 run.report.server_startup_s[config_id] = server.startup_s or 0.0
                 for index, point in enumerate(points):
-                    pairing = None if restart_session is None else pairing_record(
-                        BY_RESTART, restart_session, positions[point.point_id], labels)  # fmt: skip
+                    pairing = (
+                        None
+                        if restart_session is None
+                        else pairing_record(BY_RESTART, restart_session, positions[point.point_id], labels)
+                    )
                     if not run.measure(point, lifetime, server, pairing) and (gone := server_gone(server)):
                         died = RuntimeError(gone)
                         for rest in points[index + 1 :]:
@@ -257,8 +264,15 @@ def _run_groups(run: LiveRun, todo: list[PlannedPoint], restart_session: str | N
 
 
 #: Notebook parameters that choose which replayed rows a page shows (besides ``part``, which sets them).
-ROW_FILTERS = ("engines", "concurrency", "request_rate_qps", "profiles", "input_len", "output_len",
-               "random_range_ratio")  # fmt: skip
+ROW_FILTERS = (
+    "engines",
+    "concurrency",
+    "request_rate_qps",
+    "profiles",
+    "input_len",
+    "output_len",
+    "random_range_ratio",
+)
 
 
 def require_gpu() -> None:
@@ -266,9 +280,11 @@ def require_gpu() -> None:
     before anything starts."""
     _, count, _, _ = query_gpus()
     if count == 0:
-        raise ConfigError("live mode needs an NVIDIA GPU, and this machine shows none (NVML: no driver, no "
-                          "nvidia-ml-py or vLLM to read it, or CUDA_VISIBLE_DEVICES hides every GPU); replay mode "
-                          "needs none")  # fmt: skip
+        raise ConfigError(
+            "live mode needs an NVIDIA GPU, and this machine shows none (NVML: no driver, no "
+            "nvidia-ml-py or vLLM to read it, or CUDA_VISIBLE_DEVICES hides every GPU); replay mode "
+            "needs none"
+        )
 
 
 def _load_key(input_len: Any, output_len: Any, concurrency: Any, rate: Any) -> tuple[int, int, float, float]:
@@ -290,8 +306,10 @@ def _refuse_unrecorded(rows: pd.DataFrame, column: str, asked: list[Any], case: 
     recorded = shown(sorted(set(rows[column].dropna())))
     absent = shown(value for value in asked if not (rows[column] == value).any())
     if absent:
-        raise ConfigError(f"case {case}: no recorded row at {what} {absent}; recorded: {recorded or 'none'} "
-                          "(replay shows recorded rows; mode=live measures new ones)")  # fmt: skip
+        raise ConfigError(
+            f"case {case}: no recorded row at {what} {absent}; recorded: {recorded or 'none'} "
+            "(replay shows recorded rows; mode=live measures new ones)"
+        )
 
 
 def select_rows(rows: pd.DataFrame, plan: CasePlan, given: Collection[str]) -> pd.DataFrame:
@@ -314,8 +332,14 @@ def select_rows(rows: pd.DataFrame, plan: CasePlan, given: Collection[str]) -> p
             asked = sorted({load.concurrency for e in plan.engines for load in plan.loads_for(e) if load.concurrency})
             _refuse_unrecorded(out, "concurrency", asked, plan.case, "concurrency")
         if "request_rate_qps" in chosen:
-            asked = sorted({load.request_rate_qps for e in plan.engines for load in plan.loads_for(e)
-                            if load.request_rate_qps is not None})  # fmt: skip
+            asked = sorted(
+                {
+                    load.request_rate_qps
+                    for e in plan.engines
+                    for load in plan.loads_for(e)
+                    if load.request_rate_qps is not None
+                }
+            )
             _refuse_unrecorded(out, "request_rate_qps", asked, plan.case, "request rate")
         planned = {engine.label: plan.loads_for(engine) for engine in plan.engines}
         with_ratio = "random_range_ratio" in chosen
@@ -323,15 +347,19 @@ def select_rows(rows: pd.DataFrame, plan: CasePlan, given: Collection[str]) -> p
         for row in out.itertuples():
             loads = planned.get(row.engine_label, plan.loads)
             key = _load_key(row.input_len, row.output_len, row.concurrency, row.request_rate_qps)
-            keep.append(any(
-                key == _load_key(load.input_len, load.output_len, load.concurrency, load.request_rate_qps)
-                and (not with_ratio or float(row.random_range_ratio) == load.random_range_ratio)
-                for load in loads
-            ))  # fmt: skip
+            keep.append(
+                any(
+                    key == _load_key(load.input_len, load.output_len, load.concurrency, load.request_rate_qps)
+                    and (not with_ratio or float(row.random_range_ratio) == load.random_range_ratio)
+                    for load in loads
+                )
+            )
         out = out[keep]
     if out.empty:
-        raise ConfigError(f"case {plan.case}: no recorded row of the chosen engines at the chosen loads; the recorded "
-                          f"engines are {sorted(set(rows['engine_label']))}")  # fmt: skip
+        raise ConfigError(
+            f"case {plan.case}: no recorded row of the chosen engines at the chosen loads; the recorded "
+            f"engines are {sorted(set(rows['engine_label']))}"
+        )
     return out.reset_index(drop=True)
 
 

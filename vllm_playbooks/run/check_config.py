@@ -11,8 +11,14 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
     """The case (a packaged name or your own case file) and ``-p NAME VALUE`` overrides."""
     parser.add_argument("case", help="a packaged case's name (e.g. llama-8b-draft-model) or the path of a case file")
     parser.add_argument("--part", default=None, help="one part of the case's grid (its 'parts:')")
-    parser.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
-                        help=f"an override, its value read as YAML; one of: {', '.join(OVERRIDE_KEYS)}")  # fmt: skip
+    parser.add_argument(
+        "-p",
+        "--parameter",
+        nargs=2,
+        action="append",
+        metavar=("NAME", "VALUE"),
+        help=f"an override, its value read as YAML; one of: {', '.join(OVERRIDE_KEYS)}",
+    )
 
 
 def check_main(args: argparse.Namespace) -> int:
@@ -22,6 +28,8 @@ def check_main(args: argparse.Namespace) -> int:
     plan, advisories = quiet_plan(args.case, **overrides)
     for advisory in advisories:
         print(f"advisory: {advisory}")
-    print(f"{plan.case}: {len(plan.engines)} engine config(s), {len(plan.points())} point(s) to measure; "
-          "every config and load passes the checks the runner makes before a server starts")
+    print(
+        f"{plan.case}: {len(plan.engines)} engine config(s), {len(plan.points())} point(s) to measure; "
+        "every config and load passes the checks the runner makes before a server starts"
+    )
     return 0

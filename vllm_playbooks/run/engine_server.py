@@ -47,9 +47,15 @@ class EngineServer:
     (``engine.leftovers``). ``stop`` stops the server's process group and compresses both logs; ``with`` starts the
     server, gives it, and stops it whatever ends the block (an error, Ctrl-C)."""
 
-    def __init__(self, engine: EngineConfig, case_dir: Path, bench: BenchClient | None = None,
-                 server_factory: ServerFactory = VllmServer, python: str | None = None,
-                 health_timeout_s: float = 900.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        engine: EngineConfig,
+        case_dir: Path,
+        bench: BenchClient | None = None,
+        server_factory: ServerFactory = VllmServer,
+        python: str | None = None,
+        health_timeout_s: float = 900.0,
+    ) -> None:
         self.engine = engine
         self.case_dir = case_dir
         # the second, then this process and its count of servers: two servers never share a log
@@ -62,9 +68,14 @@ class EngineServer:
         self._health_timeout_s = health_timeout_s
 
     def _make(self, port: int) -> VllmServer:
-        return self._server_factory(self.engine.server_argv(LOOPBACK, port, self._python), self.log_path, port,
-                                    env=self.engine.env, health_timeout_s=self._health_timeout_s,
-                                    record=self.case_dir / SERVERS_FILE)  # fmt: skip
+        return self._server_factory(
+            self.engine.server_argv(LOOPBACK, port, self._python),
+            self.log_path,
+            port,
+            env=self.engine.env,
+            health_timeout_s=self._health_timeout_s,
+            record=self.case_dir / SERVERS_FILE,
+        )
 
     def start(self) -> VllmServer:
         """Start the server on a free port and wait until it is healthy (``ServerError`` otherwise, its log kept)."""

@@ -61,8 +61,14 @@ def rows_of_hardware(plan: CasePlan, measured: pd.DataFrame, gpu_name: str, vllm
     return measured[measured["hardware"] == measured["engine_label"].map(keys)]
 
 
-def hardware_plan(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame, gpu_name: str, vllm_version: str,
-                  margin: float = 1.25) -> pd.DataFrame:  # fmt: skip
+def hardware_plan(
+    plan: CasePlan,
+    measured: pd.DataFrame,
+    servers: pd.DataFrame,
+    gpu_name: str,
+    vllm_version: str,
+    margin: float = 1.25,
+) -> pd.DataFrame:
     """What ``plan`` still needs on ``gpu_name`` with ``vllm_version``: one line per engine config with its model
     shape, the runs recorded there (``recorded``), the runs to measure (``to_measure``, repeats counted) and their
     loads, the GPUs a server uses, ``remaining_time``'s estimates (from the runs recorded on any hardware) with
@@ -82,16 +88,21 @@ def hardware_plan(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame,
         loads = pd.Series([_load_name(r) for r in todo.itertuples()]).value_counts(sort=False)
         row = times.loc[engine.label] if engine.label in times.index else None
         gpus = engine_gpus(engine)
-        records.append({
-            "engine_label": engine.label, "model_shape": shapes[engine.label], "gpus": gpus, "recorded": recorded,
-            "to_measure": len(todo),
-            "loads": ", ".join(f"{name} ×{n}" if n > 1 else name for name, n in loads.items()) or "—",
-            "startup_s": row["startup_s"] if row is not None else 0.0,
-            "cached_startup_s": float(shortest_startup.get(shapes[engine.label], math.nan)),
-            "points_s": row["points_s"] if row is not None else 0.0,
-            "time_limit_s": row["time_limit_s"] if row is not None else 0.0,
-            "gpu_minutes": gpus * (row["startup_s"] + row["points_s"]) / 60.0 if row is not None else 0.0,
-        })  # fmt: skip
+        records.append(
+            {
+                "engine_label": engine.label,
+                "model_shape": shapes[engine.label],
+                "gpus": gpus,
+                "recorded": recorded,
+                "to_measure": len(todo),
+                "loads": ", ".join(f"{name} ×{n}" if n > 1 else name for name, n in loads.items()) or "—",
+                "startup_s": row["startup_s"] if row is not None else 0.0,
+                "cached_startup_s": float(shortest_startup.get(shapes[engine.label], math.nan)),
+                "points_s": row["points_s"] if row is not None else 0.0,
+                "time_limit_s": row["time_limit_s"] if row is not None else 0.0,
+                "gpu_minutes": gpus * (row["startup_s"] + row["points_s"]) / 60.0 if row is not None else 0.0,
+            }
+        )
     return pd.DataFrame(records)
 
 
@@ -102,8 +113,9 @@ def _load_name(row: object) -> str:
     return f"in{getattr(row, 'input_len')}-out{getattr(row, 'output_len')}-{level}"
 
 
-def describe_hardware_plan(table: pd.DataFrame, case: str, gpu_name: str, vllm_version: str,
-                           cannot_start: Collection[str] = ()) -> str:  # fmt: skip
+def describe_hardware_plan(
+    table: pd.DataFrame, case: str, gpu_name: str, vllm_version: str, cannot_start: Collection[str] = ()
+) -> str:
     """The plan's last lines: runs to measure and recorded on that hardware, and the estimated GPU-minutes of the
     servers still to start, leaving out those of ``cannot_start`` (engine labels the KV calculator refuses there),
     with every start-up as on a machine without compile caches and, where that is less, with the servers run one after
@@ -121,13 +133,17 @@ def describe_hardware_plan(table: pd.DataFrame, case: str, gpu_name: str, vllm_v
     if unknown == len(servers):
         return f"{head}\nNo estimate: the shape or load of every server left to start never ran."
     cached = _one_after_another_gpu_minutes(servers)
-    estimate = (f"about {minutes:.0f} GPU-minutes, {len(servers)} server start-up(s) included"
-                + (f"; no estimate for {unknown} server(s) whose shape or load never ran" if unknown else "")
-                + (f"; left out: {', '.join(left_out)}, which cannot start on this GPU (see below)" if left_out else "")
-                )  # fmt: skip
-    warm = (f" One after another on one machine, where each later server of a shape finds the compile caches of the "
-            f"one before and starts in the shortest time recorded for its shape: about {cached:.0f} GPU-minutes."
-            if not unknown and round(cached) < round(minutes) else "")  # fmt: skip
+    estimate = (
+        f"about {minutes:.0f} GPU-minutes, {len(servers)} server start-up(s) included"
+        + (f"; no estimate for {unknown} server(s) whose shape or load never ran" if unknown else "")
+        + (f"; left out: {', '.join(left_out)}, which cannot start on this GPU (see below)" if left_out else "")
+    )
+    warm = (
+        f" One after another on one machine, where each later server of a shape finds the compile caches of the "
+        f"one before and starts in the shortest time recorded for its shape: about {cached:.0f} GPU-minutes."
+        if not unknown and round(cached) < round(minutes)
+        else ""
+    )
     return f"{head}\nEstimated: {estimate} (times recorded on any GPU; a slower GPU takes longer).{warm}"
 
 
@@ -202,16 +218,24 @@ def part_fits(plan: CasePlan, memory_gib: float) -> pd.DataFrame:
     records = []
     for engine in plan.engines:
         needs = engine_memory_gib(engine)
-        records.append({
-            "engine_label": engine.label, "model_shape": Path(engine.model).name, "gpus": engine_gpus(engine),
-            "needs_gib": needs, "fits": None if needs is None else engine.label not in refused,
-            "why_not": refused.get(engine.label, "" if needs is not None else "memory not modelled for this config"),
-        })  # fmt: skip
+        records.append(
+            {
+                "engine_label": engine.label,
+                "model_shape": Path(engine.model).name,
+                "gpus": engine_gpus(engine),
+                "needs_gib": needs,
+                "fits": None if needs is None else engine.label not in refused,
+                "why_not": refused.get(
+                    engine.label, "" if needs is not None else "memory not modelled for this config"
+                ),
+            }
+        )
     return pd.DataFrame(records)
 
 
-def describe_part_fits(fits: pd.DataFrame, part: str, gpu_name: str, memory_gib: float, source: str,
-                       said: Collection[str] = ()) -> list[str]:  # fmt: skip
+def describe_part_fits(
+    fits: pd.DataFrame, part: str, gpu_name: str, memory_gib: float, source: str, said: Collection[str] = ()
+) -> list[str]:
     """The plan's lines on whether a part (or a case) fits ``gpu_name``: one summary, then one line per engine config
     with the memory per GPU it needs, and why not where it does not fit (unless ``said`` names it: a line above
     gave the reason)."""
@@ -221,20 +245,38 @@ def describe_part_fits(fits: pd.DataFrame, part: str, gpu_name: str, memory_gib:
     if counted.empty:
         head = f"{part} on {where}: the KV calculator models none of its configs, so it cannot say whether they fit."
     elif counted["fits"].astype(bool).all():
-        head = (f"{part} fits {where}: every config starts with at most {counted['needs_gib'].max():.1f} GiB per GPU"
-                + (f" ({', '.join(several['engine_label'])} on {int(several['gpus'].max())} GPUs each)" if len(several)
-                   else " on one GPU") + ".")  # fmt: skip
+        head = (
+            f"{part} fits {where}: every config starts with at most {counted['needs_gib'].max():.1f} GiB per GPU"
+            + (
+                f" ({', '.join(several['engine_label'])} on {int(several['gpus'].max())} GPUs each)"
+                if len(several)
+                else " on one GPU"
+            )
+            + "."
+        )
     else:
-        head = (f"{part} does not fit {where}: "
-                f"{', '.join(counted.loc[~counted['fits'].astype(bool), 'engine_label'])} cannot start there.")
+        head = (
+            f"{part} does not fit {where}: "
+            f"{', '.join(counted.loc[~counted['fits'].astype(bool), 'engine_label'])} cannot start there."
+        )
     lines = [head]
     for row in fits.itertuples():
-        need = "memory not modelled" if row.needs_gib is None or row.needs_gib != row.needs_gib else \
-            f"needs {row.needs_gib:.1f} GiB per GPU on {row.gpus} GPU(s)"
+        need = (
+            "memory not modelled"
+            if row.needs_gib is None or row.needs_gib != row.needs_gib
+            else f"needs {row.needs_gib:.1f} GiB per GPU on {row.gpus} GPU(s)"
+        )
         verdict = "fits" if row.fits is True else "does not fit" if row.fits is False else "not judged"
-        lines.append(f"  {row.engine_label} ({row.model_shape}): {verdict}, {need}"
-                     + ("; why not: see above" if row.engine_label in said else f"; why not: {row.why_not}"
-                        if row.fits is False else ""))  # fmt: skip
+        lines.append(
+            f"  {row.engine_label} ({row.model_shape}): {verdict}, {need}"
+            + (
+                "; why not: see above"
+                if row.engine_label in said
+                else f"; why not: {row.why_not}"
+                if row.fits is False
+                else ""
+            )
+        )
     return lines
 
 
@@ -252,8 +294,9 @@ def quick_check_memory(case: str) -> str:
     return f"{least:.1f} GiB"
 
 
-def failed_before(plan: CasePlan, table: pd.DataFrame, failed: pd.DataFrame, gpu_name: str, vllm_version: str
-                  ) -> list[str]:  # fmt: skip
+def failed_before(
+    plan: CasePlan, table: pd.DataFrame, failed: pd.DataFrame, gpu_name: str, vllm_version: str
+) -> list[str]:
     """One line per engine config of ``plan`` that ``table`` (``hardware_plan``) still has to measure and whose server
     did not start on that hardware before (``failed``: ``results.failed_starts.failed_starts``, the latest try): its
     error and the memory its log counted, so that no GPU time goes to a start-up that fails the same way."""
@@ -267,14 +310,21 @@ def failed_before(plan: CasePlan, table: pd.DataFrame, failed: pd.DataFrame, gpu
         if todo.empty or not int(todo.iloc[0]) or key not in tries.index:
             continue
         latest = tries.loc[key]
-        memory = [f"{name} {latest[column]:.2f} GiB" for name, column in
-                  [("CUDA graphs estimated at", "cudagraph_estimate_gib"), ("KV-cache memory left", "available_kv_gib")]
-                  if pd.notna(latest[column])]  # fmt: skip
+        memory = [
+            f"{name} {latest[column]:.2f} GiB"
+            for name, column in [
+                ("CUDA graphs estimated at", "cudagraph_estimate_gib"),
+                ("KV-cache memory left", "available_kv_gib"),
+            ]
+            if pd.notna(latest[column])
+        ]
         if pd.notna(latest["gpu_memory_utilization"]):
             memory.append(f"--gpu-memory-utilization {latest['gpu_memory_utilization']:g}")
-        lines.append(f"note: {engine.label} did not start on this hardware before: "
-                     f"{latest['error'] or 'no error logged'} ({'; '.join([*memory, 'log ' + latest['log']])}); it is "
-                     "likely to fail the same way unless its memory settings change")  # fmt: skip
+        lines.append(
+            f"note: {engine.label} did not start on this hardware before: "
+            f"{latest['error'] or 'no error logged'} ({'; '.join([*memory, 'log ' + latest['log']])}); it is "
+            "likely to fail the same way unless its memory settings change"
+        )
     return lines
 
 
@@ -282,17 +332,24 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     """The case, a part of it, the hardware, the margin, the data folder, and a budget in seconds."""
     parser.add_argument("--case", required=True, help="a packaged case's name, or the path of your own case file")
     parser.add_argument("--part", help="one part of the case's grid (its 'parts:'), e.g. 5-long-sweep")
-    parser.add_argument("--hardware", help='the GPU model as NVML names it, e.g. "NVIDIA H200" (default: this '
-                                           "machine's first GPU)")  # fmt: skip
+    parser.add_argument(
+        "--hardware", help='the GPU model as NVML names it, e.g. "NVIDIA H200" (default: this machine\'s first GPU)'
+    )
     parser.add_argument("--vllm-version", help="the vLLM version (default: the installed one, else the book's)")
     parser.add_argument("--margin", type=float, default=1.25, help="time_limit_s = margin × the estimate")
     parser.add_argument("--data", type=Path, help="the data folder (default: the book's data/)")
-    parser.add_argument("--fresh", action="store_true",
-                        help="instead, estimate every point of the plan (or part), recorded or not, as a machine "
-                             "without compile caches measures it: what a quick check costs on your GPU")
-    parser.add_argument("--budget-s", type=float,
-                        help="instead, list the points that a new server per config can measure in this many seconds, "
-                             "shortest first (the order to run them in)")  # fmt: skip
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="instead, estimate every point of the plan (or part), recorded or not, as a machine "
+        "without compile caches measures it: what a quick check costs on your GPU",
+    )
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        help="instead, list the points that a new server per config can measure in this many seconds, "
+        "shortest first (the order to run them in)",
+    )
 
 
 def plan_main(args: argparse.Namespace) -> int:
@@ -346,8 +403,10 @@ def plan_main(args: argparse.Namespace) -> int:
             print(f"note: {label} cannot start on {gpu} ({gib:g} GiB, from {source}): {reason}")
         print("\n".join(describe_part_fits(part_fits(plan, gib), args.part or plan.case, gpu, gib, source, refused)))
     else:
-        print(f"{args.part or plan.case}: the memory of {gpu} is unknown (no GPU of that name here, in a recorded "
-              "start-up or in data/reference/hardware.csv), so whether it fits is not judged")
+        print(
+            f"{args.part or plan.case}: the memory of {gpu} is unknown (no GPU of that name here, in a recorded "
+            "start-up or in data/reference/hardware.csv), so whether it fits is not judged"
+        )
     for line in failed_before(plan, table, failed_starts(plan.case, args.data), gpu, version):
         print(line)
     return 0

@@ -104,8 +104,10 @@ def _copy_new_traces(source_case_dir: Path, target_case_dir: Path, lies_here: di
             continue
         records = [json.loads(line) for line in read_text(trace).splitlines() if line.strip()]
         target.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(target / trace.name, "".join(
-            json.dumps(_point_ids_moved(record, lies_here), allow_nan=False) + "\n" for record in records))
+        atomic_write_text(
+            target / trace.name,
+            "".join(json.dumps(_point_ids_moved(record, lies_here), allow_nan=False) + "\n" for record in records),
+        )
         copied += 1
     return copied
 
@@ -114,8 +116,12 @@ def _point_ids_moved(value: Any, lies_here: dict[str, str]) -> Any:
     """``value`` (a trace record, walked through its dicts and lists) with every ``point_id`` that ``lies_here`` maps
     changed to its id here."""
     if isinstance(value, dict):
-        return {key: lies_here.get(item, item) if key == "point_id" and isinstance(item, str)
-                else _point_ids_moved(item, lies_here) for key, item in value.items()}  # fmt: skip
+        return {
+            key: lies_here.get(item, item)
+            if key == "point_id" and isinstance(item, str)
+            else _point_ids_moved(item, lies_here)
+            for key, item in value.items()
+        }
     if isinstance(value, list):
         return [_point_ids_moved(item, lies_here) for item in value]
     return value
@@ -123,8 +129,12 @@ def _point_ids_moved(value: Any, lies_here: dict[str, str]) -> Any:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``SOURCE`` and ``--case``."""
-    parser.add_argument("source", type=Path, help="a data folder holding runs/<case>/ (another clone's data/, or the "
-                                                  "folder VLLM_PLAYBOOKS_DATA_DIR named while measuring)")  # fmt: skip
+    parser.add_argument(
+        "source",
+        type=Path,
+        help="a data folder holding runs/<case>/ (another clone's data/, or the "
+        "folder VLLM_PLAYBOOKS_DATA_DIR named while measuring)",
+    )
     parser.add_argument("--case", nargs="+", default=None, help="the cases to import (default: every case in SOURCE)")
 
 
@@ -145,9 +155,11 @@ def main(args: argparse.Namespace) -> int:
         check_source_case(case, case_dir(case, source))
     for case in cases:
         done = import_case(case, source, data)
-        print(f"{case}: {len(done.added)} point(s) added ({len(done.renumbered)} at a new repeat number), "
-              f"{len(done.already_here)} already here, {done.failures} failure(s), {done.logs} server log(s), "
-              f"{done.traces} live-search trace(s)")
+        print(
+            f"{case}: {len(done.added)} point(s) added ({len(done.renumbered)} at a new repeat number), "
+            f"{len(done.already_here)} already here, {done.failures} failure(s), {done.logs} server log(s), "
+            f"{done.traces} live-search trace(s)"
+        )
         for pid in done.added:
             print(f"  + {pid}")
     return 0

@@ -166,8 +166,9 @@ def measure_point(
             host.start()
             try:
                 before = trusted_scrape(server.base_url, speculative, "before")
-                argv, bench_text = run(num_prompts, raw.BENCH_FILE, max(num_prompts / rps if rps else 0.0,
-                                                                        plan.min_duration_s))  # fmt: skip
+                argv, bench_text = run(
+                    num_prompts, raw.BENCH_FILE, max(num_prompts / rps if rps else 0.0, plan.min_duration_s)
+                )
                 after = trusted_scrape(server.base_url, speculative, "after")
             finally:
                 host.stop()
@@ -189,8 +190,10 @@ def measure_point(
                 remeasured_because.append(f"short: {duration:.1f} s < {plan.min_duration_s:g} s")
                 num_prompts = max(num_prompts + 1, math.ceil(num_prompts * 1.1 * plan.min_duration_s / duration))
             if stalled and gaps is not None:
-                remeasured_because.append(f"stalled: {gaps.stalled} output-token gaps over {STALL_S:g} s, "
-                                          f"at least {share:.1%} of the requests' time")  # fmt: skip
+                remeasured_because.append(
+                    f"stalled: {gaps.stalled} output-token gaps over {STALL_S:g} s, "
+                    f"at least {share:.1%} of the requests' time"
+                )
     hardware = hardware_of(engine, provenance)
     record = _point_record(
         point,
@@ -223,8 +226,10 @@ def measure_point(
         row = raw.row_from_point(folder, data)
         append_run_row(row, data)
     except OSError as error:
-        raise StorageError(f"cannot write to {case_dir}: {error.strerror or error}. The points recorded before are "
-                           "kept; make room (or make it writable) and run the same command again") from error
+        raise StorageError(
+            f"cannot write to {case_dir}: {error.strerror or error}. The points recorded before are "
+            "kept; make room (or make it writable) and run the same command again"
+        ) from error
     return row
 
 
@@ -233,8 +238,10 @@ def incomplete_run_check(result: dict[str, Any], sent: int) -> None:
     file and measured again by the next run), never a row of partial or zero throughput."""
     completed, failed = int(result.get("completed") or 0), int(result.get("failed") or 0)
     if failed or completed < sent:
-        raise ServerError(f"the measured run completed {completed} of {sent} requests ({failed} failed): not recorded "
-                          "as a point; the next run measures it again")  # fmt: skip
+        raise ServerError(
+            f"the measured run completed {completed} of {sent} requests ({failed} failed): not recorded "
+            "as a point; the next run measures it again"
+        )
 
 
 def startup_cause(error: BaseException, log: Path) -> str | None:
@@ -248,8 +255,15 @@ def startup_cause(error: BaseException, log: Path) -> str | None:
     return read_failed_startup(log).error
 
 
-def record_failed_point(case_dir: Path, point: PlannedPoint, error: BaseException, report: RunReport, log: Path,
-                        hardware: str, cause: str | None = None) -> None:  # fmt: skip
+def record_failed_point(
+    case_dir: Path,
+    point: PlannedPoint,
+    error: BaseException,
+    report: RunReport,
+    log: Path,
+    hardware: str,
+    cause: str | None = None,
+) -> None:
     """Note ``point`` as failed in ``report`` and keep its error beside the finished points
     (``raw/<hardware>/<point id>.failure.json``, naming the server log ``log``): the next run measures it again. A
     ``cause`` (``startup_cause``: why a server did not start) goes in front, so that the one line a failure gets says
@@ -300,17 +314,26 @@ class LiveRun:
 
     def lifetime(self, engine: EngineConfig) -> EngineServer:
         """One server lifetime of ``engine``, not started yet."""
-        return EngineServer(engine, self.case_dir, self.bench, self.server_factory, self.python,
-                            self.health_timeout_s)  # fmt: skip
+        return EngineServer(engine, self.case_dir, self.bench, self.server_factory, self.python, self.health_timeout_s)
 
-    def measure(self, point: PlannedPoint, lifetime: EngineServer, server: VllmServer,
-                pairing: dict[str, Any] | None = None) -> bool:  # fmt: skip
+    def measure(
+        self, point: PlannedPoint, lifetime: EngineServer, server: VllmServer, pairing: dict[str, Any] | None = None
+    ) -> bool:
         """Measure ``point`` on ``server`` (``measure_point``) and note it in the report; a point that fails
         (``POINT_ERRORS``) is kept as a failure file instead. True when it was measured."""
         hardware = hardware_of(point.engine, self.provenance)
         try:
-            measure_point(point, self.plan, server, lifetime.bench, self.provenance, self.data, self.gpu_sampler,
-                          pairing, self.load_floor_s)  # fmt: skip
+            measure_point(
+                point,
+                self.plan,
+                server,
+                lifetime.bench,
+                self.provenance,
+                self.data,
+                self.gpu_sampler,
+                pairing,
+                self.load_floor_s,
+            )
         except StorageError:
             raise
         except POINT_ERRORS as error:

@@ -155,8 +155,10 @@ def migrate_case(case: str, data: Path | None = None) -> Migration:
             raise SchemaError(f"{table}: columns {unknown} are not in schema {SCHEMA_VERSION}; no migration drops one")
     targets = target_folders(root) if root.is_dir() else {}
     if len(targets) != len(records):
-        raise SchemaError(f"{table}: {len(records)} rows but {len(targets)} raw point folders; rows come from raw "
-                          "folders one to one (vllm_playbooks.results.replay.sync_rows adds missing rows)")  # fmt: skip
+        raise SchemaError(
+            f"{table}: {len(records)} rows but {len(targets)} raw point folders; rows come from raw "
+            "folders one to one (vllm_playbooks.results.replay.sync_rows adds missing rows)"
+        )
     old_ids = {folder: read_json(folder / raw.POINT_FILE)["config_id"] for folder in targets}
     new_path = {f.relative_to(data).as_posix(): t.relative_to(data).as_posix() for f, t in targets.items()}
     report = Migration(rows=len(records), moved=_move_points(root, targets))
@@ -196,6 +198,8 @@ def main(args: argparse.Namespace) -> int:
     for case in cases:
         done = migrate_case(case)
         table = "rebuilt" if done.table_rewritten else "unchanged"
-        print(f"{case}: {done.rows} rows ({table}, schema {SCHEMA_VERSION}), {done.moved} point folders moved, "
-              f"{done.logs_renamed} logs renamed")  # fmt: skip
+        print(
+            f"{case}: {done.rows} rows ({table}, schema {SCHEMA_VERSION}), {done.moved} point folders moved, "
+            f"{done.logs_renamed} logs renamed"
+        )
     return 0

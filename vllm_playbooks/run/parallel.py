@@ -109,8 +109,18 @@ def merge_into(case: str, source: Path, data: Path) -> list[str]:
 
 def worker_argv(case: str, labels: Sequence[str], overrides: dict[str, Any], python: str | None = None) -> list[str]:
     """The command one worker runs: this module's ``worker`` entry with its engine labels and the plan overrides."""
-    return [python or sys.executable, "-m", "vllm_playbooks", "worker", "--case", case,
-            "--engines", *labels, "--overrides", json.dumps(overrides)]  # fmt: skip
+    return [
+        python or sys.executable,
+        "-m",
+        "vllm_playbooks",
+        "worker",
+        "--case",
+        case,
+        "--engines",
+        *labels,
+        "--overrides",
+        json.dumps(overrides),
+    ]
 
 
 @dataclass
@@ -131,8 +141,10 @@ class ParallelReport:
         bad = {group: code for group, code in self.returncodes.items() if code != 0}
         if self.merge_failed:
             detail = "; ".join(f"{folder}: {error}" for folder, error in self.merge_failed.items())
-            raise PlaybookError(f"{len(self.merge_failed)} worker folder(s) could not be merged ({detail}); they are "
-                                "kept, and the next run merges them")  # fmt: skip
+            raise PlaybookError(
+                f"{len(self.merge_failed)} worker folder(s) could not be merged ({detail}); they are "
+                "kept, and the next run merges them"
+            )
         if self.timed_out:
             raise PlaybookError(
                 f"the time limit stopped the workers of GPUs {', '.join(bad) or '(none)'}; the points they finished "
@@ -185,11 +197,19 @@ def run_on_gpus(
                 with report.logs[group].open("wb") as log:
                     workers[group] = subprocess.Popen(
                         worker_argv(case, labels, {k: v for k, v in overrides.items() if k != "engines"}, python),
-                        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=paths.find_repo_root(),
-                        start_new_session=True, preexec_fn=_interrupt_when_parent_dies,  # noqa: PLW1509
-                    )  # fmt: skip
-                entry = {"folder": str(folder), "worker": workers[group].pid,
-                         "worker_started": start_ticks(workers[group].pid), **this_process()}  # fmt: skip
+                        env=env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        cwd=paths.find_repo_root(),
+                        start_new_session=True,
+                        preexec_fn=_interrupt_when_parent_dies,  # noqa: PLW1509
+                    )
+                entry = {
+                    "folder": str(folder),
+                    "worker": workers[group].pid,
+                    "worker_started": start_ticks(workers[group].pid),
+                    **this_process(),
+                }
                 update_record(registry, lambda entries, entry=entry: [*entries, entry])
             _wait_for_workers(workers, report, time_limit_s)
     except KeyboardInterrupt:
@@ -211,8 +231,9 @@ def _interrupt_when_parent_dies() -> None:
     die_with_parent(signal.SIGINT)
 
 
-def _wait_for_workers(workers: dict[str, subprocess.Popen[bytes]], report: ParallelReport,
-                      time_limit_s: float | None) -> None:  # fmt: skip
+def _wait_for_workers(
+    workers: dict[str, subprocess.Popen[bytes]], report: ParallelReport, time_limit_s: float | None
+) -> None:
     deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
     for group, worker in workers.items():
         try:
@@ -250,8 +271,9 @@ def _merge_worker(case: str, folder: Path, data: Path, report: ParallelReport) -
         report.merge_failed[str(folder)] = f"{type(error).__name__}: {error}"
         return []
     shutil.rmtree(folder, ignore_errors=True)
-    update_record(case_dir(case, data) / WORKERS_FILE,
-                  lambda entries: [e for e in entries if e.get("folder") != str(folder)])  # fmt: skip
+    update_record(
+        case_dir(case, data) / WORKERS_FILE, lambda entries: [e for e in entries if e.get("folder") != str(folder)]
+    )
     return added
 
 
@@ -311,21 +333,40 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """The case, the GPU groups, what part of the grid, repeats and a time limit."""
     parser.add_argument("--case", required=True, help="a packaged case's name, or the path of your own case file")
     parser.add_argument("--gpus", nargs="+", required=True, help="GPU groups, e.g. 0 1, or 0,1 2,3 for TP=2")
-    parser.add_argument("--part", default=None,
-                        help="one part of the case's grid (its 'parts:'), e.g. 1-verdict; --engines and "
-                             "--concurrency, when given, replace the part's")
-    parser.add_argument("--engines", nargs="+", default=None,
-                        help="engine labels, dealt over the GPU groups and run in this order (default: every one of "
-                             "the case, in its file's order)")
+    parser.add_argument(
+        "--part",
+        default=None,
+        help="one part of the case's grid (its 'parts:'), e.g. 1-verdict; --engines and "
+        "--concurrency, when given, replace the part's",
+    )
+    parser.add_argument(
+        "--engines",
+        nargs="+",
+        default=None,
+        help="engine labels, dealt over the GPU groups and run in this order (default: every one of "
+        "the case, in its file's order)",
+    )
     parser.add_argument("--concurrency", nargs="+", type=_positive(int), default=None)
-    parser.add_argument("--repeats", type=_positive(int), default=None,
-                        help="runs per point in all (default: the case's); the recorded ones count, so 2 adds a "
-                             "second run where one is recorded")
-    parser.add_argument("--time-limit-s", type=_positive(float), default=None,
-                        help="stop the workers after this many seconds (exit 124), keeping what they finished")
-    parser.add_argument("--paired", action="store_true", default=None,
-                        help="measure the configs in turn on one GPU group (both servers up where they fit, else by "
-                             "restart), so the comparison is made pair by pair (default: the part's choice)")  # fmt: skip
+    parser.add_argument(
+        "--repeats",
+        type=_positive(int),
+        default=None,
+        help="runs per point in all (default: the case's); the recorded ones count, so 2 adds a "
+        "second run where one is recorded",
+    )
+    parser.add_argument(
+        "--time-limit-s",
+        type=_positive(float),
+        default=None,
+        help="stop the workers after this many seconds (exit 124), keeping what they finished",
+    )
+    parser.add_argument(
+        "--paired",
+        action="store_true",
+        default=None,
+        help="measure the configs in turn on one GPU group (both servers up where they fit, else by "
+        "restart), so the comparison is made pair by pair (default: the part's choice)",
+    )
 
 
 def run_main(args: argparse.Namespace) -> int:
@@ -333,12 +374,18 @@ def run_main(args: argparse.Namespace) -> int:
     worker starts); exit 124 when the time limit stopped a worker, 130 on Ctrl-C."""
     report: ParallelReport | None = None
     try:
-        chosen = {"engines": args.engines, "concurrency": args.concurrency, "repeats": args.repeats,
-                  "paired": args.paired}  # fmt: skip
+        chosen = {
+            "engines": args.engines,
+            "concurrency": args.concurrency,
+            "repeats": args.repeats,
+            "paired": args.paired,
+        }
         overrides = overrides_for(args.case, args.part, **chosen)
         if load_plan(args.case, **overrides).pairing is not None and len(args.gpus) > 1:
-            raise ConfigError(f"a paired run compares its configs on one GPU group; got {len(args.gpus)} "
-                              f"({' '.join(args.gpus)}): give one")  # fmt: skip
+            raise ConfigError(
+                f"a paired run compares its configs on one GPU group; got {len(args.gpus)} "
+                f"({' '.join(args.gpus)}): give one"
+            )
         # a bad case, part or value was refused above; then what the machine lacks
         require_vllm()
         require_gpu()

@@ -24,13 +24,30 @@ from vllm_playbooks.results.identity import point_key
 from vllm_playbooks.shapes import resolve_model
 
 _PLAN_KEYS = {
-    "case", "title", "engine_defaults", "engines", "loads", "repeats", "min_duration_s", "gpu_memory_gib", "parts",
-    "paired", "calibrates_whatif", "page_order",
-}  # fmt: skip
+    "case",
+    "title",
+    "engine_defaults",
+    "engines",
+    "loads",
+    "repeats",
+    "min_duration_s",
+    "gpu_memory_gib",
+    "parts",
+    "paired",
+    "calibrates_whatif",
+    "page_order",
+}
 _LOAD_KEYS = {
-    "profile", "input_len", "output_len", "concurrency", "request_rate_qps", "burstiness", "seed", "temperature",
+    "profile",
+    "input_len",
+    "output_len",
+    "concurrency",
+    "request_rate_qps",
+    "burstiness",
+    "seed",
+    "temperature",
     "random_range_ratio",
-}  # fmt: skip
+}
 #: The most repeats of a point, and the longest measured run a case may ask for (a day): beyond them a plan is a
 #: typing slip (``repeats: 1000000000`` would list a billion points before any check could name it).
 MAX_REPEATS, MAX_DURATION_S = 100, 86_400.0
@@ -38,11 +55,27 @@ MAX_REPEATS, MAX_DURATION_S = 100, 86_400.0
 ENGINE_LOAD_KEYS = ("concurrency",)
 #: What a notebook (papermill parameter) or ``make reproduce`` may change in a case's grid.
 OVERRIDE_KEYS = (
-    "model", "draft_model", "load_format", "tokenizer", "engines", "concurrency", "request_rate_qps",
-    "input_len", "output_len", "repeats", "min_duration_s", "max_model_len", "gpu_memory_utilization",
-    "tensor_parallel_size", "pipeline_parallel_size", "distributed_executor_backend", "gpu_memory_gib", "profiles",
-    "random_range_ratio", "paired",
-)  # fmt: skip
+    "model",
+    "draft_model",
+    "load_format",
+    "tokenizer",
+    "engines",
+    "concurrency",
+    "request_rate_qps",
+    "input_len",
+    "output_len",
+    "repeats",
+    "min_duration_s",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "distributed_executor_backend",
+    "gpu_memory_gib",
+    "profiles",
+    "random_range_ratio",
+    "paired",
+)
 
 
 @dataclass(frozen=True)
@@ -132,7 +165,9 @@ def _loads(spec: dict[str, Any], case: str) -> list[LoadPoint]:
     base = {k: spec[k] for k in ("input_len", "output_len", "burstiness", "seed", "temperature") if k in spec}
     concurrencies = _as_list(spec.get("concurrency"))
     rates = _as_list(spec.get("request_rate_qps"))
-    combos: list[dict[str, Any]] = [{"request_rate_qps": r} for r in rates] + [{"concurrency": c} for c in concurrencies]
+    combos: list[dict[str, Any]] = [{"request_rate_qps": r} for r in rates] + [
+        {"concurrency": c} for c in concurrencies
+    ]
     if not combos:
         raise ConfigError(f"case {case}: loads need a concurrency list, a request_rate_qps list, or both")
     # one value or a list: each load level is measured under every length spread given, one after the other
@@ -172,18 +207,26 @@ def plan_from_dict(spec: dict[str, Any], **overrides: Any) -> CasePlan:
     check_structure(spec)
     case = spec.get("case", "?")
     if not isinstance(case, str) or not CASE_NAME.match(case):
-        raise ConfigError(f"case name {case!r}: use letters, digits, '-', '_' and '.' only (it names a folder under "
-                          "data/runs)")  # fmt: skip
+        raise ConfigError(
+            f"case name {case!r}: use letters, digits, '-', '_' and '.' only (it names a folder under data/runs)"
+        )
     unknown = set(spec) - _PLAN_KEYS
     if unknown:
         raise ConfigError(f"case {case}: unknown keys {sorted(unknown)}; known: {sorted(_PLAN_KEYS)}")
     defaults = dict(spec.get("engine_defaults") or {})
     engine_overrides = {
         k: overrides[k]
-        for k in ("load_format", "tokenizer", "max_model_len", "gpu_memory_utilization",
-                  "tensor_parallel_size", "pipeline_parallel_size", "distributed_executor_backend")
+        for k in (
+            "load_format",
+            "tokenizer",
+            "max_model_len",
+            "gpu_memory_utilization",
+            "tensor_parallel_size",
+            "pipeline_parallel_size",
+            "distributed_executor_backend",
+        )
         if k in overrides
-    }  # fmt: skip
+    }
     wanted = _as_list(overrides.get("engines"))
     labels = [e.get("label") for e in spec.get("engines", [])]
     twice = sorted({str(label) for label in labels if labels.count(label) > 1})
@@ -275,8 +318,9 @@ def plan_from_dict(spec: dict[str, Any], **overrides: Any) -> CasePlan:
     if isinstance(repeats, bool) or not isinstance(repeats, int) or not 1 <= repeats <= MAX_REPEATS:
         raise ConfigError(f"case {case}: repeats must be a whole number from 1 to {MAX_REPEATS}, got {repeats!r}")
     if not _positive_number(min_duration) or min_duration > MAX_DURATION_S:
-        raise ConfigError(f"case {case}: min_duration_s must be a number > 0 and <= {MAX_DURATION_S:g}, "
-                          f"got {min_duration!r}")  # fmt: skip
+        raise ConfigError(
+            f"case {case}: min_duration_s must be a number > 0 and <= {MAX_DURATION_S:g}, got {min_duration!r}"
+        )
     return CasePlan(
         case=case,
         title=str(spec.get("title", case)),
@@ -341,7 +385,9 @@ def _load_profiles(
         loads += [point for point in points if point not in loads]
     lengths = [(i, o) for _, i, o in profiles]
     if len(set(lengths)) != len(lengths):
-        raise ConfigError(f"case {case}: two load profiles have the same input and output lengths: {profiles}; select one with profiles=[...]")
+        raise ConfigError(
+            f"case {case}: two load profiles have the same input and output lengths: {profiles}; select one with profiles=[...]"
+        )
     return loads, tuple(profiles)
 
 
@@ -432,8 +478,11 @@ def deciding_points(case: str, claim_id: str) -> frozenset[tuple[str, str]] | No
         return None
     named = next(named for named in named_parts(case) if named.name == part)
     earlier = [{**named.overrides, "engines": list(named.earlier_engines)}] if named.earlier_engines else []
-    return frozenset((point.engine.label, point.load.slug()) for overrides in [named.overrides, *earlier]
-                      for point in quiet_plan(case, **overrides)[0].points())  # fmt: skip
+    return frozenset(
+        (point.engine.label, point.load.slug())
+        for overrides in [named.overrides, *earlier]
+        for point in quiet_plan(case, **overrides)[0].points()
+    )
 
 
 def load_part(case: str, part: str, **overrides: Any) -> CasePlan:
@@ -507,13 +556,22 @@ def grid_table(plan: CasePlan, case: str | None = None) -> Any:
             points = [p for p in plan.points() if p.engine == engine and p.load in loads]
             qps = [f"{l.request_rate_qps:g}" for l in loads if l.request_rate_qps is not None]
             conc = [str(l.concurrency) for l in loads if l.concurrency is not None and l.request_rate_qps is None]
-            records.append({
-                "part": ", ".join(sorted({part_of[p.point_id] for p in points if p.point_id in part_of})),
-                "engine_label": engine.label, "model": engine.model, "method": engine.spec_method,
-                "k": engine.num_speculative_tokens, "imposed_rates": ", ".join(f"{r:.4g}" for r in rates),
-                "profile": profile, "input_len": loads[0].input_len, "output_len": loads[0].output_len,
-                "request_rate_qps": ", ".join(qps), "concurrency": ", ".join(conc), "points": len(points),
-            })  # fmt: skip
+            records.append(
+                {
+                    "part": ", ".join(sorted({part_of[p.point_id] for p in points if p.point_id in part_of})),
+                    "engine_label": engine.label,
+                    "model": engine.model,
+                    "method": engine.spec_method,
+                    "k": engine.num_speculative_tokens,
+                    "imposed_rates": ", ".join(f"{r:.4g}" for r in rates),
+                    "profile": profile,
+                    "input_len": loads[0].input_len,
+                    "output_len": loads[0].output_len,
+                    "request_rate_qps": ", ".join(qps),
+                    "concurrency": ", ".join(conc),
+                    "points": len(points),
+                }
+            )
     table = pd.DataFrame(records)
     return table.sort_values("part", kind="stable").reset_index(drop=True) if case else table
 
@@ -529,11 +587,22 @@ def missing_loads(plan: CasePlan, measured: Any) -> dict[str, list[LoadPoint]]:
     missing = {}
     for engine in plan.engines:
         rows = measured[measured["engine_label"] == engine.label] if len(measured) else measured
-        done = {(int(r.input_len), int(r.output_len), _maybe(r.concurrency), _maybe(r.request_rate_qps),
-                 float(getattr(r, "random_range_ratio", 0.0))) for r in rows.itertuples()}  # fmt: skip
-        missing[engine.label] = [load for load in plan.loads_for(engine)
-                                 if (load.input_len, load.output_len, load.concurrency, load.request_rate_qps,
-                                     load.random_range_ratio) not in done]  # fmt: skip
+        done = {
+            (
+                int(r.input_len),
+                int(r.output_len),
+                _maybe(r.concurrency),
+                _maybe(r.request_rate_qps),
+                float(getattr(r, "random_range_ratio", 0.0)),
+            )
+            for r in rows.itertuples()
+        }
+        missing[engine.label] = [
+            load
+            for load in plan.loads_for(engine)
+            if (load.input_len, load.output_len, load.concurrency, load.request_rate_qps, load.random_range_ratio)
+            not in done
+        ]
     return missing
 
 
@@ -547,10 +616,14 @@ def unmeasured(plan: CasePlan, measured: Any) -> Any:
     records = []
     for engine in plan.engines:
         planned, left = plan.loads_for(engine), missing[engine.label]
-        records.append({
-            "engine_label": engine.label, "planned": len(planned), "measured": len(planned) - len(left),
-            "missing": ", ".join(_short(load) if len(lengths) == 1 else load.slug() for load in left) or "—",
-        })  # fmt: skip
+        records.append(
+            {
+                "engine_label": engine.label,
+                "planned": len(planned),
+                "measured": len(planned) - len(left),
+                "missing": ", ".join(_short(load) if len(lengths) == 1 else load.slug() for load in left) or "—",
+            }
+        )
     return pd.DataFrame(records)
 
 

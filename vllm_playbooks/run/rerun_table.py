@@ -66,12 +66,18 @@ def part_memory(memory_gib: float, cases: Iterable[str] | None = None) -> pd.Dat
             plan = _plan(case, part)
             least = least_gpu_memory_gib(plan)
             fits = part_fits(plan, memory_gib)["fits"]
-            records.append({
-                "case": case, "part": part.name, "decides": ", ".join(part.decides), "servers": len(plan.engines),
-                "points": len(plan.points()), "gpus": max(engine_gpus(engine) for engine in plan.engines),
-                "min_gib": float("nan") if least is None else least,
-                "fits": None if fits.isna().any() else bool(fits.all()),
-            })  # fmt: skip
+            records.append(
+                {
+                    "case": case,
+                    "part": part.name,
+                    "decides": ", ".join(part.decides),
+                    "servers": len(plan.engines),
+                    "points": len(plan.points()),
+                    "gpus": max(engine_gpus(engine) for engine in plan.engines),
+                    "min_gib": float("nan") if least is None else least,
+                    "fits": None if fits.isna().any() else bool(fits.all()),
+                }
+            )
     return pd.DataFrame(records)
 
 

@@ -29,8 +29,10 @@ def case_runner_lock(case_dir: Path) -> Iterator[None]:
         except BlockingIOError:
             handle.seek(0)
             holder = " ".join(handle.read().split()) or "a process that has not named itself yet"
-            raise ConfigError(f"{case_dir} is being measured by another run ({holder}); wait for it to end or stop "
-                              "it, then run again (recorded points are skipped)") from None  # fmt: skip
+            raise ConfigError(
+                f"{case_dir} is being measured by another run ({holder}); wait for it to end or stop "
+                "it, then run again (recorded points are skipped)"
+            ) from None
         try:
             handle.seek(0)
             handle.truncate()

@@ -21,9 +21,15 @@ from typing import Any
 from vllm_playbooks.errors import ConfigError
 
 __all__ = [
-    "SHAPES_DIR", "TOKENIZER_DIR", "VLLM_NAME_MARKERS", "ModelShape", "get_shape", "list_shapes", "resolve_model",
+    "SHAPES_DIR",
+    "TOKENIZER_DIR",
+    "VLLM_NAME_MARKERS",
+    "ModelShape",
+    "get_shape",
+    "list_shapes",
+    "resolve_model",
     "vllm_path",
-]  # fmt: skip
+]
 
 #: The folder holding one sub-folder per shape (``<name>/config.json`` + ``<name>/SOURCE.md``).
 SHAPES_DIR: Path = Path(__file__).resolve().parent
@@ -33,8 +39,17 @@ TOKENIZER_DIR: Path = SHAPES_DIR.parent / "tokenizer"
 
 _CONFIG = "config.json"
 #: The keys vLLM 0.26 reads a model's longest sequence from (``_get_and_verify_max_len``), the smallest winning.
-_LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
-                "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")  # fmt: skip
+_LENGTH_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "model_max_length",
+    "max_target_positions",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
 _SOURCE = "SOURCE.md"
 
 #: Substrings vLLM 0.26 looks for in a draft's model string to switch the speculative method

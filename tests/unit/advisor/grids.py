@@ -13,8 +13,14 @@ from vllm_playbooks.config.speculative import SpeculativeConfig
 HARDWARE = "nvidia-h200-x1-vllm0.26.0"
 
 
-def engine_json(label: str, model: str = "llama-3.1-8b", draft: str | None = None, k: int = 0,
-                alpha: float = 0.8, max_num_seqs: int = 256) -> str:  # fmt: skip
+def engine_json(
+    label: str,
+    model: str = "llama-3.1-8b",
+    draft: str | None = None,
+    k: int = 0,
+    alpha: float = 0.8,
+    max_num_seqs: int = 256,
+) -> str:
     """The engine_config_json of a config: spec off, or a draft model at k with imposed acceptance alpha."""
     spec = None
     if draft:
@@ -26,19 +32,41 @@ def engine_json(label: str, model: str = "llama-3.1-8b", draft: str | None = Non
     return engine.model_dump_json()
 
 
-def row(config: str, concurrency: int, tpot: float, rps: float, *, repeat: int = 0, gpu_s: float = 40.0,
-        ttft: float = 50.0, engine: str | None = None, model: str = "llama-3.1-8b") -> dict[str, Any]:  # fmt: skip
+def row(
+    config: str,
+    concurrency: int,
+    tpot: float,
+    rps: float,
+    *,
+    repeat: int = 0,
+    gpu_s: float = 40.0,
+    ttft: float = 50.0,
+    engine: str | None = None,
+    model: str = "llama-3.1-8b",
+) -> dict[str, Any]:
     """One measured row of ``config`` at closed-loop ``concurrency``."""
     engine = engine or engine_json(config, model=model)
     speculative = json.loads(engine).get("speculative")
     return {
-        "case": "synthetic", "hardware": HARDWARE, "config_id": f"{config}-id", "engine_label": config,
+        "case": "synthetic",
+        "hardware": HARDWARE,
+        "config_id": f"{config}-id",
+        "engine_label": config,
         "spec_method": speculative["method"] if speculative else "none",
-        "model_shape": model, "engine_config_json": engine, "max_num_seqs": 256,
-        "input_len": 512, "output_len": 128, "concurrency": float(concurrency), "request_rate_qps": float("nan"),
-        "repeat": repeat, "measured_at": f"2026-12-01T00:{repeat:02d}:{concurrency % 60:02d}+00:00",
-        "tpot_p99_ms": tpot, "ttft_p99_ms": ttft, "request_throughput_rps": rps, "gpu_s": gpu_s,
-    }  # fmt: skip
+        "model_shape": model,
+        "engine_config_json": engine,
+        "max_num_seqs": 256,
+        "input_len": 512,
+        "output_len": 128,
+        "concurrency": float(concurrency),
+        "request_rate_qps": float("nan"),
+        "repeat": repeat,
+        "measured_at": f"2026-12-01T00:{repeat:02d}:{concurrency % 60:02d}+00:00",
+        "tpot_p99_ms": tpot,
+        "ttft_p99_ms": ttft,
+        "request_throughput_rps": rps,
+        "gpu_s": gpu_s,
+    }
 
 
 def frame(rows: list[dict[str, Any]]) -> pd.DataFrame:

@@ -98,8 +98,17 @@ def test_the_guidellm_sweep_misses_a_best_load_between_its_rates() -> None:
 
 def test_the_guidellm_sweep_lands_request_rates_on_the_nearest_recorded_rate() -> None:
     rates = (1.0, 2.0, 4.0, 8.0)
-    rows = frame([{**row("a", 1, 6.0, min(r, 6.0)), "concurrency": float("nan"), "request_rate_qps": r,
-                   "measured_at": f"2026-12-01T00:00:{i:02d}+00:00"} for i, r in enumerate(rates)])  # fmt: skip
+    rows = frame(
+        [
+            {
+                **row("a", 1, 6.0, min(r, 6.0)),
+                "concurrency": float("nan"),
+                "request_rate_qps": r,
+                "measured_at": f"2026-12-01T00:00:{i:02d}+00:00",
+            }
+            for i, r in enumerate(rates)
+        ]
+    )
     advice = guidellm_sweep(_oracle(rows), Slo(tpot_p99_ms=7.0))
     # throughputs 1 and 6 req/s at the ends: rates 1.6 … 6 land on 2, 4 and 8 req/s; every rate is measured
     assert _paid(advice.steps) == ["a @ 1 req/s", "a @ 8 req/s", "a @ 2 req/s", "a @ 4 req/s"]

@@ -37,8 +37,15 @@ from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.store import RUNS_FILE, TRACE_FOLDER
 
-KEY = {"case": "synthetic", "hardware": "nvidia-h200-x1-vllm0.26.0", "model_shape": "llama-3.1-8b", "input_len": 512,
-       "output_len": 128, "load_kind": "concurrency", "acceptance": "none imposed"}  # fmt: skip
+KEY = {
+    "case": "synthetic",
+    "hardware": "nvidia-h200-x1-vllm0.26.0",
+    "model_shape": "llama-3.1-8b",
+    "input_len": 512,
+    "output_len": 128,
+    "load_kind": "concurrency",
+    "acceptance": "none imposed",
+}
 
 
 def _grid() -> pd.DataFrame:
@@ -69,10 +76,16 @@ def test_each_line_scores_the_choice_on_the_whole_grid_within_its_budget() -> No
 def test_each_line_states_the_runs_the_grids_points_rest_on_and_their_spread() -> None:
     # every point ran twice, its requests/s 5 % under and over its median: a spread of 10 %
     loads = (1, 4, 16, 64)
-    a = [row("a", c, t, r * f, repeat=i) for c, t, r in zip(loads, (5.0, 5.2, 6.6, 12.0), (1.5, 5.8, 18.0, 39.0),
-                                                            strict=True) for i, f in enumerate((0.95, 1.05))]
-    b = [row("b", c, t, r * f, repeat=i) for c, t, r in zip(loads, (5.0, 5.3, 9.0, 20.0), (1.2, 4.0, 10.0, 25.0),
-                                                            strict=True) for i, f in enumerate((0.95, 1.05))]
+    a = [
+        row("a", c, t, r * f, repeat=i)
+        for c, t, r in zip(loads, (5.0, 5.2, 6.6, 12.0), (1.5, 5.8, 18.0, 39.0), strict=True)
+        for i, f in enumerate((0.95, 1.05))
+    ]
+    b = [
+        row("b", c, t, r * f, repeat=i)
+        for c, t, r in zip(loads, (5.0, 5.3, 9.0, 20.0), (1.2, 4.0, 10.0, 25.0), strict=True)
+        for i, f in enumerate((0.95, 1.05))
+    ]
     rows = frame(a + b)
     lines = pd.DataFrame(evaluate_grid(KEY, rows, startups(rows), budget_share=1.0, policy="exhaustive sweep"))
     assert (lines["grid_runs_median"] == 2).all() and (abs(lines["grid_spread_pct"] - 10.0) < 1e-9).all()
@@ -81,9 +94,14 @@ def test_each_line_states_the_runs_the_grids_points_rest_on_and_their_spread() -
 
 def test_the_floor_is_one_run_of_the_best_and_one_of_its_baseline_with_their_start_ups() -> None:
     draft = engine_json("d", draft="llama-3.2-1b", k=4)
-    rows = frame([row("off", 16, 6.0, 10.0, gpu_s=30.0), row("off", 64, 9.0, 20.0, gpu_s=50.0),
-                  row("d", 16, 5.0, 12.0, gpu_s=40.0, engine=draft), row("d", 16, 5.1, 12.2, gpu_s=45.0, repeat=1,
-                                                                       engine=draft)])  # fmt: skip
+    rows = frame(
+        [
+            row("off", 16, 6.0, 10.0, gpu_s=30.0),
+            row("off", 64, 9.0, 20.0, gpu_s=50.0),
+            row("d", 16, 5.0, 12.0, gpu_s=40.0, engine=draft),
+            row("d", 16, 5.1, 12.2, gpu_s=45.0, repeat=1, engine=draft),
+        ]
+    )
     points = point_table(rows)
     best_draft = points[(points["engine_label"] == "d")].iloc[0]
     # the draft's first run and start-up, and speculation off at the same load (c16), not its dearer c64
@@ -95,14 +113,28 @@ def test_the_floor_is_one_run_of_the_best_and_one_of_its_baseline_with_their_sta
 
 
 def test_the_summary_reads_one_budget_and_one_policy_and_counts_ties_by_noise() -> None:
-    table = pd.DataFrame({"budget_share": [0.25] * 4 + [0.5], "policy": ["advisor"] * 3 + ["auto_tune.sh"] * 2,
-                          "goodput_ratio": [1.0, 0.9, 0.0, 0.1, 0.2], "scored_ratio": [1.0, 1.0, 0.0, 0.1, 0.2],
-                          "answered": [True, True, False, True, True], "gpu_time_share": [0.2, 0.4, 0.0, 0.9, 0.9],
-                          "floor_share": [0.1] * 5})  # fmt: skip
+    table = pd.DataFrame(
+        {
+            "budget_share": [0.25] * 4 + [0.5],
+            "policy": ["advisor"] * 3 + ["auto_tune.sh"] * 2,
+            "goodput_ratio": [1.0, 0.9, 0.0, 0.1, 0.2],
+            "scored_ratio": [1.0, 1.0, 0.0, 0.1, 0.2],
+            "answered": [True, True, False, True, True],
+            "gpu_time_share": [0.2, 0.4, 0.0, 0.9, 0.9],
+            "floor_share": [0.1] * 5,
+        }
+    )
     result = summary(table, 0.25)
-    assert result == {"pairs": 3.0, "median_ratio": 1.0, "min_ratio": 0.0, "median_goodput_ratio": 0.9,
-                      "min_goodput_ratio": 0.0, "median_share": 0.2, "median_floor_share": 0.1,
-                      "no_answer": 1.0}  # fmt: skip
+    assert result == {
+        "pairs": 3.0,
+        "median_ratio": 1.0,
+        "min_ratio": 0.0,
+        "median_goodput_ratio": 0.9,
+        "min_goodput_ratio": 0.0,
+        "median_share": 0.2,
+        "median_floor_share": 0.1,
+        "no_answer": 1.0,
+    }
     assert summary(table, 0.25, "auto_tune.sh")["median_ratio"] == 0.1
 
 
@@ -112,8 +144,9 @@ def test_the_stored_table_is_consistent_with_itself() -> None:
     assert sorted(table["budget_share"].unique()) == list(BUDGET_SHARES)
     # one line per (grid, SLO, policy, budget)
     assert list(table["policy"].unique()) == list(POLICIES)
-    assert not table.duplicated(["budget_share", "policy", "case", "hardware", "model_shape", "acceptance", "workload",
-                                 "slo_level"]).any()  # fmt: skip
+    assert not table.duplicated(
+        ["budget_share", "policy", "case", "hardware", "model_shape", "acceptance", "workload", "slo_level"]
+    ).any()
     assert ((table["scored_ratio"] == 1.0) | (table["scored_ratio"] == table["goodput_ratio"])).all()
     assert (table.loc[table["tie_by_noise"], "scored_ratio"] == 1.0).all()
     assert (table["answered"] == (table["chosen"] != "none")).all()
@@ -139,8 +172,17 @@ def test_the_stored_table_is_what_the_evaluation_gives_on_the_recorded_runs_of_a
     stored = stored[stored["case"] == "discussion-13834"].reset_index(drop=True)
     fresh = evaluate(["discussion-13834"]).reset_index(drop=True)
     assert len(stored) == len(fresh) > 0
-    for column in ("policy", "chosen", "grid_best", "stop_reason", "points_paid", "runs_paid", "answered", "sure",
-                   "tie_by_noise"):
+    for column in (
+        "policy",
+        "chosen",
+        "grid_best",
+        "stop_reason",
+        "points_paid",
+        "runs_paid",
+        "answered",
+        "sure",
+        "tie_by_noise",
+    ):
         assert list(stored[column]) == list(fresh[column]), column
     for column in ("gpu_s_spent", "gpu_s_grid", "gpu_s_floor", "goodput_ratio", "scored_ratio"):
         assert ((stored[column] - fresh[column]).abs() <= 1e-5 * fresh[column].abs() + 1e-9).all(), column
@@ -162,8 +204,22 @@ def test_one_grid_is_picked_by_its_filters_and_loads_limited_to_the_clients() ->
 
 @pytest.mark.recorded_data
 def test_advise_answers_with_its_choice_its_trace_and_the_gpu_time(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["advise", "--case", "llama-8b-draft-model", "--slo-tpot-p99-ms", "8", "--max-concurrency", "16",
-                     "--budget-gpu-min", "6"]) == 0  # fmt: skip
+    assert (
+        cli.main(
+            [
+                "advise",
+                "--case",
+                "llama-8b-draft-model",
+                "--slo-tpot-p99-ms",
+                "8",
+                "--max-concurrency",
+                "16",
+                "--budget-gpu-min",
+                "6",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "SLO TPOT p99 ≤ 8 ms" in out and "recommended: " in out and "runner-up: " in out
     assert "goodput " in out and "the model predicted " in out
@@ -175,7 +231,8 @@ def test_advise_answers_with_its_choice_its_trace_and_the_gpu_time(capsys: pytes
 
 @pytest.mark.recorded_data
 def test_advise_refuses_a_budget_short_of_one_point_naming_the_least_that_answers(
-        capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     command = ["advise", "--case", "llama-8b-draft-model", "--slo-tpot-p99-ms", "8", "--max-concurrency", "16"]
     assert cli.main([*command, "--budget-gpu-min", "0.01"]) == 2
     captured = capsys.readouterr()
@@ -189,8 +246,10 @@ def test_advise_refuses_a_budget_short_of_one_point_naming_the_least_that_answer
 LIVE_CASE = "llama-8b-draft-model"
 #: The live searches recorded for LIVE_CASE: on an H200 with a budget short of its baseline-first plan, then on an H100
 #: with one that pays for it.
-H200_SEARCH, H100_SEARCH = (paths.data_dir() / "runs" / LIVE_CASE / TRACE_FOLDER / f"{name}.jsonl"
-                            for name in ("2026-12-05T025439+0000", "2026-12-06T075605+0000"))  # fmt: skip
+H200_SEARCH, H100_SEARCH = (
+    paths.data_dir() / "runs" / LIVE_CASE / TRACE_FOLDER / f"{name}.jsonl"
+    for name in ("2026-12-05T025439+0000", "2026-12-06T075605+0000")
+)
 
 
 @pytest.mark.recorded_data

@@ -35,8 +35,15 @@ def test_an_slo_without_a_positive_bound_is_refused(kwargs: dict[str, float]) ->
 
 
 def test_a_point_is_the_median_of_its_repeats_and_the_grid_best_its_highest_goodput() -> None:
-    rows = frame([row("a", 1, 5.0, 1.0), row("a", 1, 9.0, 3.0, repeat=1), row("a", 1, 6.0, 2.0, repeat=2),
-                  row("a", 16, 7.0, 15.0), row("b", 16, 12.0, 20.0)])  # fmt: skip
+    rows = frame(
+        [
+            row("a", 1, 5.0, 1.0),
+            row("a", 1, 9.0, 3.0, repeat=1),
+            row("a", 1, 6.0, 2.0, repeat=2),
+            row("a", 16, 7.0, 15.0),
+            row("b", 16, 12.0, 20.0),
+        ]
+    )
     points = point_table(rows)
     a1 = points[(points.engine_label == "a") & (points.concurrency == 1)].iloc[0]
     assert (a1.runs, a1.tpot_p99_ms, a1.request_throughput_rps) == (3, 6.0, 2.0)
@@ -48,8 +55,11 @@ def test_a_point_is_the_median_of_its_repeats_and_the_grid_best_its_highest_good
 
 def test_slo_levels_sit_at_the_quartiles_of_the_grid_tpot_p99() -> None:
     rows = frame([row("a", c, t, 1.0) for c, t in ((1, 4.0), (2, 6.0), (4, 8.0), (8, 10.0), (16, 12.0))])
-    assert [(n, s.tpot_p99_ms) for n, s in slo_levels(point_table(rows))] == [("tight", 6.0), ("medium", 8.0),
-                                                                              ("loose", 10.0)]  # fmt: skip
+    assert [(n, s.tpot_p99_ms) for n, s in slo_levels(point_table(rows))] == [
+        ("tight", 6.0),
+        ("medium", 8.0),
+        ("loose", 10.0),
+    ]
 
 
 def test_a_rate_load_is_its_own_kind_of_grid() -> None:

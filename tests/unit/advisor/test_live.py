@@ -84,8 +84,11 @@ class LoadBench(FakeBench):
         c = int(opt["--max-concurrency"])
         spec = self.servers.speculative[int(opt["--base-url"].rsplit(":", 1)[1])]
         tpot = 3.5 + 0.4 * c if spec else 5.0 + 0.25 * c
-        result.update(p99_tpot_ms=tpot, p99_ttft_ms=40.0 + c,
-                      request_throughput=c * (1.9 / (1 + c / 24) if spec else 1.5 / (1 + c / 32)))  # fmt: skip
+        result.update(
+            p99_tpot_ms=tpot,
+            p99_ttft_ms=40.0 + c,
+            request_throughput=c * (1.9 / (1 + c / 24) if spec else 1.5 / (1 + c / 32)),
+        )
         Path(opt["--result-dir"], opt["--result-filename"]).write_text(json.dumps(result))
         return result
 
@@ -101,8 +104,13 @@ def data(data: Path) -> Path:
 def h200(monkeypatch: pytest.MonkeyPatch) -> None:
     """This machine's provenance says one H200 and vLLM 0.26.0 (the hardware key of the recorded grids)."""
     here = runner.collect_provenance
-    monkeypatch.setattr(runner, "collect_provenance", lambda repo=None: here(repo).model_copy(
-        update={"gpu_name": "NVIDIA H200", "gpu_count": 1, "vllm_version": "0.26.0"}))  # fmt: skip
+    monkeypatch.setattr(
+        runner,
+        "collect_provenance",
+        lambda repo=None: here(repo).model_copy(
+            update={"gpu_name": "NVIDIA H200", "gpu_count": 1, "vllm_version": "0.26.0"}
+        ),
+    )
 
 
 @pytest.fixture
@@ -113,19 +121,32 @@ def case_file(tmp_path: Path) -> Path:
 
 
 def _prices(grid: live.LiveGrid) -> live.LivePrices:
-    return live.LivePrices(run_gpu_s=dict.fromkeys(grid.points, RUN_GPU_S),
-                           startup_gpu_s={e.config_id(): STARTUP_GPU_S for e in grid.engines()})  # fmt: skip
+    return live.LivePrices(
+        run_gpu_s=dict.fromkeys(grid.points, RUN_GPU_S),
+        startup_gpu_s={e.config_id(): STARTUP_GPU_S for e in grid.engines()},
+    )
 
 
-def _search(case_file: Path, data: Path, servers: Servers | None = None, bench: LoadBench | None = None,
-            **kwargs: Any) -> tuple[live.LiveSearch, Servers, LoadBench]:  # fmt: skip
+def _search(
+    case_file: Path, data: Path, servers: Servers | None = None, bench: LoadBench | None = None, **kwargs: Any
+) -> tuple[live.LiveSearch, Servers, LoadBench]:
     """A live search of the test grid under ``SLO`` with a budget of 900 GPU-s, against the stand-ins."""
     servers = servers or Servers()
     bench = bench or LoadBench(servers)
     plan = load_plan(str(case_file))
     grid = live.live_grid(plan)
-    search = live.advise_live(plan, grid, SLO, 900.0, _prices(grid), data=data, bench=bench,
-                              server_factory=servers, gpu_sampler=None, **kwargs)  # fmt: skip
+    search = live.advise_live(
+        plan,
+        grid,
+        SLO,
+        900.0,
+        _prices(grid),
+        data=data,
+        bench=bench,
+        server_factory=servers,
+        gpu_sampler=None,
+        **kwargs,
+    )
     return search, servers, bench
 
 
@@ -178,11 +199,18 @@ def test_a_live_search_measures_point_by_point_on_one_server_per_config_and_reco
     assert latest_trace("live-advice", data).path == search.trace  # type: ignore[union-attr]
 
 
-def test_rows_recorded_on_this_hardware_count_as_measured_and_cost_nothing(case_file: Path, data: Path,
-                                                                           h200: None) -> None:  # fmt: skip
+def test_rows_recorded_on_this_hardware_count_as_measured_and_cost_nothing(
+    case_file: Path, data: Path, h200: None
+) -> None:
     servers = Servers()
-    recorded = run_case(load_plan(str(case_file), engines=["spec-off"]), data=data, bench=LoadBench(servers),
-                        server_factory=servers, progress=False, gpu_sampler=None)  # fmt: skip
+    recorded = run_case(
+        load_plan(str(case_file), engines=["spec-off"]),
+        data=data,
+        bench=LoadBench(servers),
+        server_factory=servers,
+        progress=False,
+        gpu_sampler=None,
+    )
     assert len(recorded.measured) == 4
     search, servers, bench = _search(case_file, data)
     trace = read_trace(search.trace)
@@ -200,11 +228,18 @@ def test_rows_recorded_on_this_hardware_count_as_measured_and_cost_nothing(case_
     assert not any(p["recorded"] for p in read_trace(again.trace).payments) and bench.calls
 
 
-def test_rows_of_other_hardware_are_not_taken_as_measured_here(case_file: Path, data: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_rows_of_other_hardware_are_not_taken_as_measured_here(
+    case_file: Path, data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     servers = Servers()
-    run_case(load_plan(str(case_file)), data=data, bench=LoadBench(servers), server_factory=servers,
-             progress=False, gpu_sampler=None).raise_for_failures()  # this machine's own hardware key (no GPU here)
+    run_case(
+        load_plan(str(case_file)),
+        data=data,
+        bench=LoadBench(servers),
+        server_factory=servers,
+        progress=False,
+        gpu_sampler=None,
+    ).raise_for_failures()  # this machine's own hardware key (no GPU here)
     plan = load_plan(str(case_file))
     here = runner.collect_provenance
     h200 = here().model_copy(update={"gpu_name": "NVIDIA H200", "gpu_count": 1, "vllm_version": "0.26.0"})
@@ -238,18 +273,32 @@ def test_a_point_that_fails_ends_the_search_and_is_kept_as_a_failure(case_file: 
 
 def test_the_grid_is_one_shape_lengths_load_kind_and_acceptance_scenario_of_the_plan() -> None:
     plan = load_plan("gpt-oss-eagle3")
-    with pytest.raises(ConfigError, match="6 planned grids of gpt-oss-eagle3 match; pick one of: --model-shape "
-                                          "gpt-oss-120b --input-len 230 --output-len 203 --load concurrency "
-                                          "--acceptance '0.61'"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match="6 planned grids of gpt-oss-eagle3 match; pick one of: --model-shape "
+        "gpt-oss-120b --input-len 230 --output-len 203 --load concurrency "
+        "--acceptance '0.61'",
+    ):
         live.live_grid(plan)
     with pytest.raises(ConfigError, match="3 planned grids"):  # three acceptances imposed on the chat profile
         live.live_grid(plan, input_len=230)
     chat = live.live_grid(plan, input_len=230, acceptance="0.710")
-    assert chat.key == {"case": "gpt-oss-eagle3", "model_shape": "gpt-oss-120b", "input_len": 230, "output_len": 203,
-                        "load_kind": "concurrency", "acceptance": "0.71"}  # fmt: skip
+    assert chat.key == {
+        "case": "gpt-oss-eagle3",
+        "model_shape": "gpt-oss-120b",
+        "input_len": 230,
+        "output_len": 203,
+        "load_kind": "concurrency",
+        "acceptance": "0.71",
+    }
     # speculation off and k = 2..5 at α 0.71: the k=3 configs at α 0.61 and 0.81 are other models, not other choices
-    assert sorted(e.label for e in chat.engines()) == ["eagle3-k2-a0.71", "eagle3-k3-a0.71", "eagle3-k4-a0.71",
-                                                       "eagle3-k5-a0.71", "spec-off"]  # fmt: skip
+    assert sorted(e.label for e in chat.engines()) == [
+        "eagle3-k2-a0.71",
+        "eagle3-k3-a0.71",
+        "eagle3-k4-a0.71",
+        "eagle3-k5-a0.71",
+        "spec-off",
+    ]
     assert len(chat.points) == 5 * 9
     catalog = chat.catalog()
     assert set(catalog["concurrency"]) == {1, 2, 4, 8, 16, 32, 64, 128, 200}
@@ -284,40 +333,74 @@ def _advise(*argv: str) -> list[str]:
     return ["advise", "--mode", "live", *argv]
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (_advise("--case", "llama-8b-draft-model", "--slo-tpot-p99-ms", "8"), "a live search needs --budget-gpu-min"),
-    (_advise("--case", "llama-8b-draft-model", "--budget-gpu-min", "20"), "an SLO needs a TPOT p99 bound"),
-    (_advise("--case", "llama-8b-draft-model", "--slo-tpot-p99-ms", "8", "--budget-gpu-min", "-1"),
-     "--budget-gpu-min must be positive"),
-    (_advise("--case", "llama-8b-draft-model", "--slo-tpot-p99-ms", "8", "--budget-gpu-min", "20", "--hardware",
-             H200), "--hardware picks recorded rows to replay"),
-    (_advise("--case", "no-such-case", "--slo-tpot-p99-ms", "8", "--budget-gpu-min", "20"), "Unknown case"),
-    (_advise("--case", "gpt-oss-eagle3", "--slo-tpot-p99-ms", "8", "--budget-gpu-min", "20"),
-     "6 planned grids of gpt-oss-eagle3 match"),
-    (_advise("--case", "llama-8b-draft-model", "--slo-tpot-p99-ms", "8", "--budget-gpu-min", "20", "--gpus", "0,0"),
-     "GPU groups must name distinct GPUs"),
-    (_advise("--case", "pp-27462", "--model-shape", "llama-3.1-8b", "--slo-tpot-p99-ms", "8", "--budget-gpu-min",
-             "20", "--gpus", "0"), "needs 2 GPUs"),
-    (["advise", "--case", "llama-8b-draft-model", "--slo-tpot-p99-ms", "8", "--ignore-recorded"],
-     "--gpus and --ignore-recorded are for --mode live"),
-])  # fmt: skip
-def test_bad_input_is_one_line_before_anything_starts(argv: list[str], message: str, data: Path,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (_advise("--case", "llama-8b-draft-model", "--slo-tpot-p99-ms", "8"), "a live search needs --budget-gpu-min"),
+        (_advise("--case", "llama-8b-draft-model", "--budget-gpu-min", "20"), "an SLO needs a TPOT p99 bound"),
+        (
+            _advise("--case", "llama-8b-draft-model", "--slo-tpot-p99-ms", "8", "--budget-gpu-min", "-1"),
+            "--budget-gpu-min must be positive",
+        ),
+        (
+            _advise(
+                "--case", "llama-8b-draft-model", "--slo-tpot-p99-ms", "8", "--budget-gpu-min", "20", "--hardware", H200
+            ),
+            "--hardware picks recorded rows to replay",
+        ),
+        (_advise("--case", "no-such-case", "--slo-tpot-p99-ms", "8", "--budget-gpu-min", "20"), "Unknown case"),
+        (
+            _advise("--case", "gpt-oss-eagle3", "--slo-tpot-p99-ms", "8", "--budget-gpu-min", "20"),
+            "6 planned grids of gpt-oss-eagle3 match",
+        ),
+        (
+            _advise(
+                "--case", "llama-8b-draft-model", "--slo-tpot-p99-ms", "8", "--budget-gpu-min", "20", "--gpus", "0,0"
+            ),
+            "GPU groups must name distinct GPUs",
+        ),
+        (
+            _advise(
+                "--case",
+                "pp-27462",
+                "--model-shape",
+                "llama-3.1-8b",
+                "--slo-tpot-p99-ms",
+                "8",
+                "--budget-gpu-min",
+                "20",
+                "--gpus",
+                "0",
+            ),
+            "needs 2 GPUs",
+        ),
+        (
+            ["advise", "--case", "llama-8b-draft-model", "--slo-tpot-p99-ms", "8", "--ignore-recorded"],
+            "--gpus and --ignore-recorded are for --mode live",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_before_anything_starts(
+    argv: list[str], message: str, data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
     assert [p.name for p in data.iterdir()] == ["reference"]  # nothing written, nothing started
 
 
-def test_without_vllm_or_a_gpu_the_live_search_says_so_before_any_work(monkeypatch: pytest.MonkeyPatch,
-                                                                       capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_without_vllm_or_a_gpu_the_live_search_says_so_before_any_work(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     argv = _advise("--case", "llama-8b-draft-model", "--slo-tpot-p99-ms", "8", "--budget-gpu-min", "20")
     started: list[object] = []
     monkeypatch.setattr(live, "advise_live", lambda *a, **k: started.append(a))
     monkeypatch.setattr(runner.importlib.util, "find_spec", lambda name: None)  # no vLLM here
     assert cli.main(argv) == 2
-    assert capsys.readouterr().err.strip() == ("error: live mode needs vLLM in this Python environment (pip install -r "
-                                               "requirements-gpu.txt); replay mode needs none")  # fmt: skip
+    assert capsys.readouterr().err.strip() == (
+        "error: live mode needs vLLM in this Python environment (pip install -r "
+        "requirements-gpu.txt); replay mode needs none"
+    )
     monkeypatch.setattr(live, "require_vllm", lambda: None)
     monkeypatch.setattr(runner, "query_gpus", lambda: ("cpu", 0, "none", None))
     assert cli.main(argv) == 2
@@ -334,13 +417,17 @@ def live_command(h200: None, monkeypatch: pytest.MonkeyPatch) -> Servers:
     monkeypatch.setattr(live, "require_vllm", lambda: None)
     monkeypatch.setattr(live, "require_gpu", lambda: None)
     monkeypatch.setattr(live, "live_prices", lambda plan, grid, data=None: _prices(grid))
-    monkeypatch.setattr(live, "advise_live", lambda *a, **k: real(*a, **k, bench=LoadBench(servers),
-                                                                  server_factory=servers, gpu_sampler=None))  # fmt: skip
+    monkeypatch.setattr(
+        live,
+        "advise_live",
+        lambda *a, **k: real(*a, **k, bench=LoadBench(servers), server_factory=servers, gpu_sampler=None),
+    )
     return servers
 
 
-def test_the_command_prints_the_advice_the_rows_added_and_the_trace(case_file: Path, data: Path, live_command: Servers,
-                                                                    capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_the_command_prints_the_advice_the_rows_added_and_the_trace(
+    case_file: Path, data: Path, live_command: Servers, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert cli.main(_advise("--case", str(case_file), "--slo-tpot-p99-ms", "6", "--budget-gpu-min", "15")) == 0
     out = capsys.readouterr().out
     trace = latest_trace("live-advice", data)
@@ -349,7 +436,8 @@ def test_the_command_prints_the_advice_the_rows_added_and_the_trace(case_file: P
     assert "SLO TPOT p99 ≤ 6 ms, budget 15.0 GPU-minutes (each of the grid's 8 points once: 6.0)" in out
     assert f"it stopped: {trace.stop_reason}." in out
     assert [line.split(":")[0] for line in out.splitlines() if line.startswith("  paid ")] == [
-        f"  paid {n}" for n in range(1, len(trace.payments) + 1)]  # fmt: skip
+        f"  paid {n}" for n in range(1, len(trace.payments) + 1)
+    ]
     assert f"live: {len(trace.payments)} point(s) measured on NVIDIA H200 (1 GPU per server), vLLM 0.26.0" in out
 
 
@@ -361,10 +449,12 @@ def test_a_budget_short_of_the_baseline_first_plan_is_refused_before_a_server_st
     assert needed_min == 4.5
     assert cli.main(_advise("--case", str(case_file), "--slo-tpot-p99-ms", "6", "--budget-gpu-min", "4.4")) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["error: --budget-gpu-min 4.4 is short of the 4.5 GPU-minutes with which the search measures "
-                   "speculation off first (its first point and then a speculative one, server start-ups included, at "
-                   "this grid's prices, times 1.5); on less it would start with a speculative config and could "
-                   "recommend one with no baseline measured beside it: give --budget-gpu-min 4.5 or more"]
+    assert err == [
+        "error: --budget-gpu-min 4.4 is short of the 4.5 GPU-minutes with which the search measures "
+        "speculation off first (its first point and then a speculative one, server start-ups included, at "
+        "this grid's prices, times 1.5); on less it would start with a speculative config and could "
+        "recommend one with no baseline measured beside it: give --budget-gpu-min 4.5 or more"
+    ]
     assert live_command.started == [] and latest_trace("live-advice", data) is None  # no server, no trace
     # that budget is enough: the search starts with speculation off
     assert cli.main(_advise("--case", str(case_file), "--slo-tpot-p99-ms", "6", "--budget-gpu-min", "4.5")) == 0

@@ -21,8 +21,14 @@ from vllm_playbooks.advisor.oracle import (
 
 
 def _grid() -> pd.DataFrame:
-    return frame([row("a", 1, 5.0, 1.5, gpu_s=30.0), row("a", 1, 5.2, 1.4, repeat=1, gpu_s=35.0),
-                  row("a", 16, 7.0, 15.0, gpu_s=50.0), row("b", 1, 4.0, 1.8, gpu_s=60.0)])  # fmt: skip
+    return frame(
+        [
+            row("a", 1, 5.0, 1.5, gpu_s=30.0),
+            row("a", 1, 5.2, 1.4, repeat=1, gpu_s=35.0),
+            row("a", 16, 7.0, 15.0, gpu_s=50.0),
+            row("b", 1, 4.0, 1.8, gpu_s=60.0),
+        ]
+    )
 
 
 def test_rows_of_a_point_not_paid_for_are_refused() -> None:
@@ -89,8 +95,14 @@ def test_the_live_oracle_reveals_recorded_rows_of_the_hardware_for_free_then_mea
         measured.append(line)
         return {**line, "tpot_p99_ms": 9.0, "ttft_p99_ms": 60.0, "request_throughput_rps": 2.0, "hardware": HARDWARE}
 
-    oracle = LiveOracle(rows, 500.0, measure, run_estimate_gpu_s=lambda line: 40.0,
-                        startup_estimate_gpu_s=lambda config: 120.0, recorded=rows.iloc[[0]])  # fmt: skip
+    oracle = LiveOracle(
+        rows,
+        500.0,
+        measure,
+        run_estimate_gpu_s=lambda line: 40.0,
+        startup_estimate_gpu_s=lambda config: 120.0,
+        recorded=rows.iloc[[0]],
+    )
     a1, b1 = point_key(rows.iloc[0].to_dict()), point_key(rows.iloc[3].to_dict())
     assert oracle.price(a1) == 0.0
     assert oracle.pay(a1)["tpot_p99_ms"] == 5.0 and measured == [] and oracle.spent_gpu_s == 0.0
@@ -102,11 +114,17 @@ def test_the_live_oracle_reveals_recorded_rows_of_the_hardware_for_free_then_mea
 def test_recorded_prices_are_wall_times_times_gpus_with_one_median_start_up_per_config() -> None:
     rows = frame([row("a", 1, 5.0, 1.5), row("a", 4, 5.0, 1.5, repeat=1)]).assign(duration_s=[30.0, 31.0])
     rows["measured_at"] = ["2026-12-01T00:02:00+00:00", "2026-12-01T00:03:00+00:00"]
-    servers = pd.DataFrame({"log": ["a1", "a2"], "engine_label": ["a", "a"], "gpus": [1, 1],
-                            "launched_at": pd.to_datetime(["2026-12-01T00:00:00+00:00",
-                                                           "2026-11-30T00:00:00+00:00"]),
-                            "startup_s": [60.0, 100.0], "held_s": [200.0, 200.0],
-                            "gpu_minutes": [1.0, 1.0]})  # fmt: skip
+    servers = pd.DataFrame(
+        {
+            "log": ["a1", "a2"],
+            "engine_label": ["a", "a"],
+            "gpus": [1, 1],
+            "launched_at": pd.to_datetime(["2026-12-01T00:00:00+00:00", "2026-11-30T00:00:00+00:00"]),
+            "startup_s": [60.0, 100.0],
+            "held_s": [200.0, 200.0],
+            "gpu_minutes": [1.0, 1.0],
+        }
+    )
     priced, ups = recorded_prices(rows.drop(columns=["gpu_s"]), servers)
     assert list(priced["gpu_s"]) == [60.0, 60.0]  # ready at 00:01; each point ends a minute after the one before
     assert ups == {"a-id": 80.0}
@@ -115,14 +133,24 @@ def test_recorded_prices_are_wall_times_times_gpus_with_one_median_start_up_per_
 def test_each_hardware_is_priced_from_its_own_servers_a_server_stopped_before_its_first_point_included() -> None:
     h100 = "nvidia-h100-80gb-hbm3-x1-vllm0.26.0"
     rows = frame([row("a", 1, 5.0, 1.5), {**row("a", 4, 5.0, 1.5), "hardware": h100}]).drop(columns=["gpu_s"])
-    rows = rows.assign(duration_s=[30.0, 31.0], gpu_count=[1, 1],
-                       measured_at=["2026-12-01T00:02:00+00:00", "2026-12-02T00:03:00+00:00"])
-    servers = pd.DataFrame({"log": ["on-h200", "on-h100", "stopped-on-h100"], "engine_label": ["a", "a", "a"],
-                            "gpus": [1, 1, 1],
-                            "launched_at": pd.to_datetime(["2026-12-01T00:00:00+00:00", "2026-12-02T00:00:00+00:00",
-                                                           "2026-12-02T00:10:00+00:00"]),
-                            "startup_s": [60.0, 150.0, 170.0], "held_s": [200.0] * 3,
-                            "gpu_minutes": [1.0] * 3})  # fmt: skip
+    rows = rows.assign(
+        duration_s=[30.0, 31.0],
+        gpu_count=[1, 1],
+        measured_at=["2026-12-01T00:02:00+00:00", "2026-12-02T00:03:00+00:00"],
+    )
+    servers = pd.DataFrame(
+        {
+            "log": ["on-h200", "on-h100", "stopped-on-h100"],
+            "engine_label": ["a", "a", "a"],
+            "gpus": [1, 1, 1],
+            "launched_at": pd.to_datetime(
+                ["2026-12-01T00:00:00+00:00", "2026-12-02T00:00:00+00:00", "2026-12-02T00:10:00+00:00"]
+            ),
+            "startup_s": [60.0, 150.0, 170.0],
+            "held_s": [200.0] * 3,
+            "gpu_minutes": [1.0] * 3,
+        }
+    )
     prices = prices_per_hardware(rows, servers)
     assert sorted(prices) == sorted([HARDWARE, h100])
     assert prices[HARDWARE][1] == {"a-id": 60.0} and prices[h100][1] == {"a-id": 160.0}
@@ -136,8 +164,14 @@ def test_the_live_oracle_runs_one_server_at_a_time_so_coming_back_to_a_config_st
     def measure(line: dict[str, object]) -> dict[str, object]:
         return {**line, "tpot_p99_ms": 9.0, "ttft_p99_ms": 60.0, "request_throughput_rps": 2.0, "hardware": HARDWARE}
 
-    oracle = LiveOracle(rows, 5000.0, measure, run_estimate_gpu_s=lambda line: 40.0,
-                        startup_estimate_gpu_s=lambda config: 120.0, recorded=rows.iloc[[3]])  # fmt: skip
+    oracle = LiveOracle(
+        rows,
+        5000.0,
+        measure,
+        run_estimate_gpu_s=lambda line: 40.0,
+        startup_estimate_gpu_s=lambda config: 120.0,
+        recorded=rows.iloc[[3]],
+    )
     a1, a16, b1 = (point_key(rows.iloc[i].to_dict()) for i in (0, 2, 3))
     oracle.pay(a1)
     assert oracle.price(a16) == 40.0  # a's server is up

@@ -22,8 +22,11 @@ GPU = datasheet_gpu("nvidia-h200-x1-vllm0.26.0")
 
 
 def _line(config: str, concurrency: float, engine: str | None = None, rate: float = math.nan) -> dict[str, object]:
-    return {**row(config, 1 if math.isnan(concurrency) else int(concurrency), 1.0, 1.0, engine=engine),
-            "concurrency": concurrency, "request_rate_qps": rate}  # fmt: skip
+    return {
+        **row(config, 1 if math.isnan(concurrency) else int(concurrency), 1.0, 1.0, engine=engine),
+        "concurrency": concurrency,
+        "request_rate_qps": rate,
+    }
 
 
 def test_the_prior_slows_each_token_and_serves_more_requests_as_the_batch_grows() -> None:
@@ -46,8 +49,10 @@ def test_at_a_request_rate_the_prior_serves_no_more_than_the_rate() -> None:
 
 def test_a_refitted_config_predicts_what_was_measured_and_interpolates_between_its_loads() -> None:
     lines = [_line("a", 1), _line("a", 16)]
-    measured = [{"tpot_p99_ms": 5.0, "ttft_p99_ms": 30.0, "request_throughput_rps": 1.5},
-                {"tpot_p99_ms": 8.0, "ttft_p99_ms": 60.0, "request_throughput_rps": 15.0}]  # fmt: skip
+    measured = [
+        {"tpot_p99_ms": 5.0, "ttft_p99_ms": 30.0, "request_throughput_rps": 1.5},
+        {"tpot_p99_ms": 8.0, "ttft_p99_ms": 60.0, "request_throughput_rps": 15.0},
+    ]
     fit = refit(list(zip(lines, measured, strict=True)), GPU)
     at1, u1 = fit.predict("a-id", 1.0, prior(lines[0], GPU), "none")
     assert at1 == pytest.approx(measured[0]) and u1 < 0.1
@@ -91,8 +96,10 @@ def test_the_calculator_refuses_a_config_whose_weights_cannot_fit() -> None:
 
 
 def test_a_noisy_ttft_of_other_configs_does_not_blur_a_tpot_prediction() -> None:
-    measured = [(_line("a", 4), {"tpot_p99_ms": 9.0, "ttft_p99_ms": 30.0, "request_throughput_rps": 5.0}),
-                (_line("b", 4), {"tpot_p99_ms": 9.5, "ttft_p99_ms": 900.0, "request_throughput_rps": 5.1})]  # fmt: skip
+    measured = [
+        (_line("a", 4), {"tpot_p99_ms": 9.0, "ttft_p99_ms": 30.0, "request_throughput_rps": 5.0}),
+        (_line("b", 4), {"tpot_p99_ms": 9.5, "ttft_p99_ms": 900.0, "request_throughput_rps": 5.1}),
+    ]
     fit = refit(measured, GPU)
     base = prior(_line("c", 4), GPU)
     _, every = fit.predict("c-id", 4.0, base, "none")

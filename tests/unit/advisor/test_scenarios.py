@@ -19,8 +19,7 @@ LATER = [0.85, 0.5343, 0.3359]  # 0.85 first, then a constant conditional 0.6286
 def _engine(label: str, target: str = "llama-3.1-8b", draft: str | None = None, **speculative: Any) -> EngineConfig:
     if draft is not None:
         speculative["model"] = draft
-    return EngineConfig(label=label, model=target, max_model_len=2048, max_num_seqs=64,
-                        speculative=speculative or None)  # fmt: skip
+    return EngineConfig(label=label, model=target, max_model_len=2048, max_num_seqs=64, speculative=speculative or None)
 
 
 def _mtp(label: str, k: int, **acceptance: Any) -> EngineConfig:
@@ -65,24 +64,24 @@ def test_iid_and_decaying_rates_with_one_first_rate_are_two_scenarios_named_by_t
 
 def test_speculation_whose_acceptance_is_measured_belongs_to_every_scenario() -> None:
     ngram = _engine("ngram", method="ngram", num_speculative_tokens=3, prompt_lookup_max=4)
-    engines = [_engine("off"), ngram,
-               _engine("d-a0.6", method="draft_model", draft="llama-3.2-1b", num_speculative_tokens=4,
-                       acceptance_alpha=0.6),
-               _engine("d-a0.8", method="draft_model", draft="llama-3.2-1b", num_speculative_tokens=4,
-                       acceptance_alpha=0.8)]  # fmt: skip
+    engines = [
+        _engine("off"),
+        ngram,
+        _engine("d-a0.6", method="draft_model", draft="llama-3.2-1b", num_speculative_tokens=4, acceptance_alpha=0.6),
+        _engine("d-a0.8", method="draft_model", draft="llama-3.2-1b", num_speculative_tokens=4, acceptance_alpha=0.8),
+    ]
     assert imposed_profile(ngram) is None and imposed_profile(engines[0]) is None
     assert _labels(engines) == {"0.6": ["d-a0.6", "ngram", "off"], "0.8": ["d-a0.8", "ngram", "off"]}
     assert _labels(engines[:2]) == {NO_IMPOSED: ["ngram", "off"]}
 
 
 def test_two_drafters_give_one_scenario_per_combination_of_their_acceptances() -> None:
-    engines = [_engine("off"),
-               _engine("d-a0.6", method="draft_model", draft="llama-3.2-1b", num_speculative_tokens=2,
-                       acceptance_alpha=0.6),
-               _engine("d-a0.8", method="draft_model", draft="llama-3.2-1b", num_speculative_tokens=2,
-                       acceptance_alpha=0.8),
-               _engine("n-a0.7", method="ngram", num_speculative_tokens=2, prompt_lookup_max=4,
-                       acceptance_alpha=0.7)]  # fmt: skip
+    engines = [
+        _engine("off"),
+        _engine("d-a0.6", method="draft_model", draft="llama-3.2-1b", num_speculative_tokens=2, acceptance_alpha=0.6),
+        _engine("d-a0.8", method="draft_model", draft="llama-3.2-1b", num_speculative_tokens=2, acceptance_alpha=0.8),
+        _engine("n-a0.7", method="ngram", num_speculative_tokens=2, prompt_lookup_max=4, acceptance_alpha=0.7),
+    ]
     assert _labels(engines) == {"0.6, 0.7": ["d-a0.6", "n-a0.7", "off"], "0.8, 0.7": ["d-a0.8", "n-a0.7", "off"]}
 
 
@@ -95,8 +94,14 @@ def test_a_label_is_matched_as_text_or_as_a_number_and_said_only_when_imposed() 
 
 def test_an_imposed_mean_acceptance_length_is_a_profile_of_its_own() -> None:
     def draft(label: str, length: float) -> EngineConfig:
-        return _engine(label, draft="llama-3.2-1b", method="draft_model", num_speculative_tokens=4,
-                       rejection_sample_method="synthetic", synthetic_acceptance_length=length)  # fmt: skip
+        return _engine(
+            label,
+            draft="llama-3.2-1b",
+            method="draft_model",
+            num_speculative_tokens=4,
+            rejection_sample_method="synthetic",
+            synthetic_acceptance_length=length,
+        )
 
     engines = [_engine("off"), draft("len2.5", 2.5), draft("len3", 3.0), draft("len3-again", 3.0)]
     assert _labels(engines) == {"length 2.5": ["len2.5", "off"], "length 3": ["len3", "len3-again", "off"]}

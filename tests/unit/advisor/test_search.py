@@ -34,16 +34,22 @@ GPU = datasheet_gpu("H200-SXM")
 LOADS = (1, 4, 16, 64)
 
 
-def _config(name: str, tpots: tuple[float, ...], rps: tuple[float, ...], repeats: int = 1, wobble: float = 0.0,
-            **kwargs: object) -> list[dict[str, object]]:  # fmt: skip
+def _config(
+    name: str, tpots: tuple[float, ...], rps: tuple[float, ...], repeats: int = 1, wobble: float = 0.0, **kwargs: object
+) -> list[dict[str, object]]:
     """One config's rows at ``LOADS``; repeat r scales the throughput by 1 + r·wobble."""
-    return [row(name, c, t, r * (1 + i * wobble), repeat=i, **kwargs)  # type: ignore[arg-type]
-            for c, t, r in zip(LOADS, tpots, rps, strict=True) for i in range(repeats)]  # fmt: skip
+    return [
+        row(name, c, t, r * (1 + i * wobble), repeat=i, **kwargs)  # type: ignore[arg-type]
+        for c, t, r in zip(LOADS, tpots, rps, strict=True)
+        for i in range(repeats)
+    ]
 
 
 def _clear_winner() -> pd.DataFrame:
-    return frame(_config("a", (5.0, 5.2, 6.6, 12.0), (1.5, 5.8, 18.0, 39.0))
-                 + _config("b", (5.0, 5.3, 9.0, 20.0), (1.2, 4.0, 10.0, 25.0)))  # fmt: skip
+    return frame(
+        _config("a", (5.0, 5.2, 6.6, 12.0), (1.5, 5.8, 18.0, 39.0))
+        + _config("b", (5.0, 5.3, 9.0, 20.0), (1.2, 4.0, 10.0, 25.0))
+    )
 
 
 def test_it_finds_a_clear_winner_and_stops_on_its_lead() -> None:
@@ -63,8 +69,10 @@ def test_it_finds_a_clear_winner_and_stops_on_its_lead() -> None:
 
 
 def test_two_configs_within_noise_end_within_noise_once_the_repeats_are_spent() -> None:
-    rows = frame(_config("a", (5.0, 5.2, 6.6, 12.0), (1.5, 5.8, 18.0, 39.0), repeats=3, wobble=0.1)
-                 + _config("b", (5.0, 5.2, 6.7, 12.5), (1.5, 5.8, 18.2, 39.0), repeats=3, wobble=0.1))  # fmt: skip
+    rows = frame(
+        _config("a", (5.0, 5.2, 6.6, 12.0), (1.5, 5.8, 18.0, 39.0), repeats=3, wobble=0.1)
+        + _config("b", (5.0, 5.2, 6.7, 12.5), (1.5, 5.8, 18.2, 39.0), repeats=3, wobble=0.1)
+    )
     oracle = RecordedOracle(rows, startups(rows), budget_gpu_s=100_000.0)
     advice = advise(oracle, Slo(tpot_p99_ms=8.0), GPU)
     assert advice.stop_reason == "within noise"
@@ -93,9 +101,10 @@ def test_an_slo_no_point_meets_ends_after_the_likeliest_point_misses() -> None:
 
 def test_a_config_the_calculator_says_cannot_fit_is_never_paid_for() -> None:
     big = engine_json("big", model="llama-3.3-70b")  # BF16 70B: its weights alone exceed one H200's share
-    rows = frame(_clear_winner().to_dict("records")
-                 + _config("big", (3.0, 3.1, 3.2, 3.3), (100.0, 200.0, 300.0, 400.0), engine=big,
-                           model="llama-3.3-70b"))  # fmt: skip
+    rows = frame(
+        _clear_winner().to_dict("records")
+        + _config("big", (3.0, 3.1, 3.2, 3.3), (100.0, 200.0, 300.0, 400.0), engine=big, model="llama-3.3-70b")
+    )
     oracle = RecordedOracle(rows, startups(rows), budget_gpu_s=10_000.0)
     advice = advise(oracle, Slo(tpot_p99_ms=8.0), GPU)
     assert "big-id" in advice.pruned and "exceed" in advice.pruned["big-id"]
@@ -105,8 +114,10 @@ def test_a_config_the_calculator_says_cannot_fit_is_never_paid_for() -> None:
 
 def test_points_dominated_by_a_paid_load_of_their_config_cannot_win() -> None:
     rows = _clear_winner()
-    lines = {(r["config_id"], 512, 128, float(r["concurrency"]), -1.0): {**r, "load": r["concurrency"]}
-             for r in rows.to_dict("records")}  # fmt: skip
+    lines = {
+        (r["config_id"], 512, 128, float(r["concurrency"]), -1.0): {**r, "load": r["concurrency"]}
+        for r in rows.to_dict("records")
+    }
     missed, met = ("a-id", 512, 128, 16.0, -1.0), ("b-id", 512, 128, 4.0, -1.0)
     out = _dominated(lines, {missed: {"goodput_rps": 0.0}, met: {"goodput_rps": 4.0}}, Slo(tpot_p99_ms=8.0))
     assert out == {("a-id", 512, 128, 64.0, -1.0), ("b-id", 512, 128, 1.0, -1.0)}
@@ -124,8 +135,15 @@ def test_the_live_path_measures_through_the_runner_and_takes_recorded_rows_for_f
 
     rows = _clear_winner()
     recorded = rows[(rows["engine_label"] == "a") & (rows["concurrency"] == 16)]
-    oracle = LiveOracle(rows, 10_000.0, runner, run_estimate_gpu_s=lambda line: 40.0,
-                        startup_estimate_gpu_s=lambda config: 100.0, recorded=recorded, max_repeats=1)  # fmt: skip
+    oracle = LiveOracle(
+        rows,
+        10_000.0,
+        runner,
+        run_estimate_gpu_s=lambda line: 40.0,
+        startup_estimate_gpu_s=lambda config: 100.0,
+        recorded=recorded,
+        max_repeats=1,
+    )
     advice = advise(oracle, Slo(tpot_p99_ms=8.0), GPU)
     assert advice.chosen is not None and advice.chosen["point"] == "a @ c16"
     assert ("a-id", 16.0) not in measured  # recorded on this hardware: revealed, not measured
@@ -141,8 +159,10 @@ def test_the_live_path_measures_through_the_runner_and_takes_recorded_rows_for_f
 def _draft_overrated() -> pd.DataFrame:
     """A 1B draft the prior ranks above speculation off, measured slower than it everywhere (as on the H200 grids)."""
     draft = engine_json("draft", draft="llama-3.2-1b", k=4, alpha=0.8)
-    return frame(_config("off", (4.9, 5.2, 6.6, 12.2), (1.55, 5.8, 18.1, 39.0))
-                 + _config("draft", (7.7, 7.4, 12.3, 16.7), (1.45, 5.6, 16.5, 35.3), engine=draft))  # fmt: skip
+    return frame(
+        _config("off", (4.9, 5.2, 6.6, 12.2), (1.55, 5.8, 18.1, 39.0))
+        + _config("draft", (7.7, 7.4, 12.3, 16.7), (1.45, 5.6, 16.5, 35.3), engine=draft)
+    )
 
 
 def test_the_baseline_is_settled_first_so_a_draft_the_prior_overrates_cannot_hide_it() -> None:
@@ -158,8 +178,12 @@ def test_the_baseline_is_settled_first_so_a_draft_the_prior_overrates_cannot_hid
 def test_the_knobs_move_the_search_an_infinite_plan_margin_drops_the_baseline_first_rule() -> None:
     rows = _draft_overrated()
     as_set = advise(RecordedOracle(rows, startups(rows), budget_gpu_s=10_000.0), Slo(tpot_p99_ms=6.0), GPU)
-    dropped = advise(RecordedOracle(rows, startups(rows), budget_gpu_s=10_000.0), Slo(tpot_p99_ms=6.0), GPU,
-                     knobs=Knobs(plan_margin=math.inf))  # fmt: skip
+    dropped = advise(
+        RecordedOracle(rows, startups(rows), budget_gpu_s=10_000.0),
+        Slo(tpot_p99_ms=6.0),
+        GPU,
+        knobs=Knobs(plan_margin=math.inf),
+    )
     assert as_set.steps[0].why.startswith("the baseline first")
     assert dropped.steps[0].why.startswith("the budget is short of the baseline-first plan")
     assert dropped.steps[0].point.startswith("draft")  # the prior overrates the draft
@@ -167,8 +191,15 @@ def test_the_knobs_move_the_search_an_infinite_plan_margin_drops_the_baseline_fi
 
 def test_a_budget_short_of_the_baseline_warns_that_its_choice_has_no_measured_baseline_beside_it() -> None:
     rows = _draft_overrated()
-    key = {"case": "synthetic", "hardware": "nvidia-h200-x1-vllm0.26.0", "model_shape": "llama-3.1-8b",
-           "input_len": 512, "output_len": 128, "load_kind": "concurrency", "acceptance": "none imposed"}  # fmt: skip
+    key = {
+        "case": "synthetic",
+        "hardware": "nvidia-h200-x1-vllm0.26.0",
+        "model_shape": "llama-3.1-8b",
+        "input_len": 512,
+        "output_len": 128,
+        "load_kind": "concurrency",
+        "acceptance": "none imposed",
+    }
     short = advise(RecordedOracle(rows, startups(rows), budget_gpu_s=300.0), Slo(tpot_p99_ms=8.0), GPU)
     assert short.steps[0].why.startswith("the budget is short of the baseline-first plan")
     assert short.chosen is not None and short.chosen["point"].startswith("draft") and short.baseline_unmeasured
@@ -204,8 +235,9 @@ def test_the_least_budget_for_the_baseline_first_is_where_the_search_starts_with
     assert first_step(needed).startswith("the baseline first")
     assert first_step(needed - 1.0).startswith("the budget is short of the baseline-first plan")
     # the plan's margin scales it; a grid without speculation off (or without speculation) has no such plan
-    assert baseline_first_gpu_s(RecordedOracle(rows, startups(rows), 1.0), slo, GPU,
-                                Knobs(plan_margin=2 * PLAN_MARGIN)) == pytest.approx(2 * needed)  # fmt: skip
+    assert baseline_first_gpu_s(
+        RecordedOracle(rows, startups(rows), 1.0), slo, GPU, Knobs(plan_margin=2 * PLAN_MARGIN)
+    ) == pytest.approx(2 * needed)
     drafts = rows[rows["engine_label"] == "draft"]
     offs = rows[rows["engine_label"] == "off"]
     assert baseline_first_gpu_s(RecordedOracle(drafts, startups(drafts), 1.0), slo, GPU) is None
@@ -239,8 +271,10 @@ def test_a_new_config_that_only_the_prior_places_starts_at_its_middle_load() -> 
 
 def test_the_walk_down_stops_where_no_lower_load_could_beat_the_best_throughput() -> None:
     awq = "llama-3.3-70b-awq"
-    rows = frame(_config("off", (22.0, 26.3, 48.4, 138.6), (0.33, 1.08, 2.48, 3.55), model=awq)
-                 + _config("slow", (60.0, 70.0, 90.0, 150.0), (0.05, 0.1, 0.2, 0.3), model=awq))  # fmt: skip
+    rows = frame(
+        _config("off", (22.0, 26.3, 48.4, 138.6), (0.33, 1.08, 2.48, 3.55), model=awq)
+        + _config("slow", (60.0, 70.0, 90.0, 150.0), (0.05, 0.1, 0.2, 0.3), model=awq)
+    )
     advice = advise(RecordedOracle(rows, startups(rows), budget_gpu_s=10_000.0), Slo(tpot_p99_ms=30.0), GPU)
     slow = [s.point for s in advice.steps if s.point.startswith("slow")]
     assert advice.chosen is not None and advice.chosen["point"] == "off @ c4"
@@ -249,8 +283,10 @@ def test_the_walk_down_stops_where_no_lower_load_could_beat_the_best_throughput(
 
 def test_a_started_config_is_settled_before_a_new_one_and_a_new_one_starts_at_the_best_load() -> None:
     rows = _clear_winner()
-    lines = {(r["config_id"], 512, 128, float(r["concurrency"]), -1.0): {**r, "family": "none"}
-             for r in rows.to_dict("records")}  # fmt: skip
+    lines = {
+        (r["config_id"], 512, 128, float(r["concurrency"]), -1.0): {**r, "family": "none"}
+        for r in rows.to_dict("records")
+    }
     a4, a16 = (("a-id", 512, 128, c, -1.0) for c in (4.0, 16.0))
     b4, b64 = (("b-id", 512, 128, c, -1.0) for c in (4.0, 64.0))
     offers = {"a-id": [_Offer(a16, gain=1.0, edge=0.1)], "b-id": [_Offer(b4, 9.0, 0.5), _Offer(b64, 50.0, 0.05)]}
@@ -258,7 +294,7 @@ def test_a_started_config_is_settled_before_a_new_one_and_a_new_one_starts_at_th
     assert _challengers(offers, lines, {a4}, a4, price, 10_000.0) == [
         (a16, "a started config: its point nearest the SLO's edge")
     ]
-    (point, why), = _challengers({"b-id": offers["b-id"]}, lines, {a4}, a4, price, 10_000.0)
+    ((point, why),) = _challengers({"b-id": offers["b-id"]}, lines, {a4}, a4, price, 10_000.0)
     assert point == b4 and why == "a new config, at the best point's load"
 
 
@@ -278,8 +314,10 @@ def test_a_budget_short_of_the_baseline_plan_goes_to_the_speculative_offer_of_mo
 
 
 def test_the_best_is_repeated_to_confirm_it_only_while_its_p99_is_within_noise_of_the_bound() -> None:
-    rows = frame(_config("a", (5.0, 5.2, 6.6, 12.0), (1.5, 5.8, 18.0, 39.0), repeats=3)
-                 + _config("b", (5.0, 5.3, 9.0, 20.0), (1.2, 4.0, 10.0, 25.0), repeats=3))  # fmt: skip
+    rows = frame(
+        _config("a", (5.0, 5.2, 6.6, 12.0), (1.5, 5.8, 18.0, 39.0), repeats=3)
+        + _config("b", (5.0, 5.3, 9.0, 20.0), (1.2, 4.0, 10.0, 25.0), repeats=3)
+    )
     far = advise(RecordedOracle(rows, startups(rows), budget_gpu_s=10_000.0), Slo(tpot_p99_ms=8.0), GPU)
     assert far.chosen is not None and far.chosen["point"] == "a @ c16" and far.chosen["runs"] == 1  # 6.6 ms of 8
     assert not any(s.why.startswith("repeat") for s in far.steps)

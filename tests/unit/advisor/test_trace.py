@@ -20,23 +20,45 @@ from vllm_playbooks.advisor.trace import (
 )
 
 SLO = Slo(tpot_p99_ms=8.0)
-ROW = {"point_id": "h/a-id/in1-out1-c4-r0", "tpot_p99_ms": np.float64(7.5), "ttft_p99_ms": 50.0,
-       "request_throughput_rps": 3.0}  # fmt: skip
+ROW = {
+    "point_id": "h/a-id/in1-out1-c4-r0",
+    "tpot_p99_ms": np.float64(7.5),
+    "ttft_p99_ms": 50.0,
+    "request_throughput_rps": 3.0,
+}
 
 
 def _started(data: Path, at: str = "2026-12-05T10:15:00+00:00") -> TraceWriter:
     trace = TraceWriter.create("c", at, data)
-    trace.search(case="c", grid={"case": "c", "model_shape": "m", "input_len": 1, "output_len": 1,
-                                 "load_kind": "concurrency"}, hardware=["h"], slo=SLO, budget_gpu_s=600.0, points=4,
-                 grid_gpu_s=900.0, recorded_count=True, started_at=at)  # fmt: skip
+    trace.search(
+        case="c",
+        grid={"case": "c", "model_shape": "m", "input_len": 1, "output_len": 1, "load_kind": "concurrency"},
+        hardware=["h"],
+        slo=SLO,
+        budget_gpu_s=600.0,
+        points=4,
+        grid_gpu_s=900.0,
+        recorded_count=True,
+        started_at=at,
+    )
     return trace
 
 
 def test_each_line_is_json_as_it_happens_and_a_line_cut_short_is_left_out(tmp_path: Path) -> None:
     trace = _started(tmp_path)
     assert trace.path == tmp_path / "runs" / "c" / "advisor" / "2026-12-05T101500+0000.jsonl"
-    trace.payment(number=1, point="a @ c4", repeat=0, recorded=False, row=ROW, gpu_s=160.0, startup_gpu_s=120.0,
-                  held_gpu_s=math.nan, spent_gpu_s=160.0, slo=SLO)  # fmt: skip
+    trace.payment(
+        number=1,
+        point="a @ c4",
+        repeat=0,
+        recorded=False,
+        row=ROW,
+        gpu_s=160.0,
+        startup_gpu_s=120.0,
+        held_gpu_s=math.nan,
+        spent_gpu_s=160.0,
+        slo=SLO,
+    )
     lines = trace.path.read_text().splitlines()
     assert [json.loads(line)["record"] for line in lines] == ["search", "payment"]
     paid = json.loads(lines[1])
@@ -73,9 +95,11 @@ def test_a_page_that_found_no_trace_lists_the_case_folder_so_the_first_trace_mak
 
     (tmp_path / "runs" / "c").mkdir(parents=True)
     log = tmp_path / "reads.log"
-    script = ("import sys; from pathlib import Path; from vllm_playbooks.book.cache import record_reads; "
-              "from vllm_playbooks.advisor.trace import latest_trace; data = Path(sys.argv[1]); "
-              "record_reads(Path(sys.argv[2]), data); assert latest_trace('c', data) is None")  # fmt: skip
+    script = (
+        "import sys; from pathlib import Path; from vllm_playbooks.book.cache import record_reads; "
+        "from vllm_playbooks.advisor.trace import latest_trace; data = Path(sys.argv[1]); "
+        "record_reads(Path(sys.argv[2]), data); assert latest_trace('c', data) is None"
+    )
     subprocess.run([sys.executable, "-c", script, str(tmp_path), str(log)], cwd=ROOT, check=True)
     assert "dir\truns/c" in log.read_text().splitlines()
 
@@ -84,8 +108,9 @@ def test_a_finished_search_that_never_measured_the_baseline_says_so(tmp_path: Pa
     chosen = {"point": "draft @ c1", "goodput_rps": 1.5, "runs": 1}
     for unmeasured in (True, False):
         trace = _started(tmp_path, f"2026-12-0{7 if unmeasured else 8}T08:00:00+00:00")
-        trace.advice(Advice(slo=SLO, chosen=chosen, runner_up=None, stop_reason="budget",
-                            baseline_unmeasured=unmeasured))  # fmt: skip
+        trace.advice(
+            Advice(slo=SLO, chosen=chosen, runner_up=None, stop_reason="budget", baseline_unmeasured=unmeasured)
+        )
         summary = trace_summary(read_trace(trace.path))
         assert summary.endswith("runner-up: nothing.") != unmeasured
         assert (BASELINE_UNMEASURED in summary) == unmeasured

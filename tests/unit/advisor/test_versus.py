@@ -21,9 +21,16 @@ def test_a_grid_best_within_the_grids_spread_of_the_choice_is_a_tie() -> None:
 
 
 def test_grid_noise_counts_runs_per_point_and_takes_the_median_spread_of_the_repeated_points() -> None:
-    rows = frame([row("a", 1, 5.0, 10.0), row("a", 1, 5.0, 11.0, repeat=1), row("a", 1, 5.0, 12.0, repeat=2),
-                  row("a", 4, 5.0, 20.0), row("a", 4, 5.0, 22.0, repeat=1),
-                  row("a", 16, 5.0, 30.0)])  # fmt: skip
+    rows = frame(
+        [
+            row("a", 1, 5.0, 10.0),
+            row("a", 1, 5.0, 11.0, repeat=1),
+            row("a", 1, 5.0, 12.0, repeat=2),
+            row("a", 4, 5.0, 20.0),
+            row("a", 4, 5.0, 22.0, repeat=1),
+            row("a", 16, 5.0, 30.0),
+        ]
+    )
     noise = grid_noise(rows)
     # runs 3, 2, 1; spreads (12 − 10) / 11 = 18.2 % and (22 − 20) / 21 = 9.5 %
     assert noise["grid_runs_median"] == 2.0 and noise["grid_points_repeated"] == 2.0
@@ -35,14 +42,24 @@ def _table() -> pd.DataFrame:
     """Four pairs per policy at the whole budget: the advisor cheap and right, the sweep dear and right, auto_tune
     cheap and wrong once, the GuideLLM sweep with no answer once."""
     lines = []
-    numbers = {"advisor": ([1.0, 1.0, 0.9, 1.0], [2.0, 3.0, 4.0, 5.0], [True] * 4),
-               "exhaustive sweep": ([1.0] * 4, [10.0, 10.0, 12.0, 12.0], [True] * 4),
-               "auto_tune.sh": ([1.0, 0.0, 1.0, 1.0], [6.0, 7.0, 8.0, 9.0], [True] * 4),
-               "guidellm sweep": ([1.0, 1.0, 1.0, 0.0], [8.0] * 4, [True, True, True, False])}  # fmt: skip
+    numbers = {
+        "advisor": ([1.0, 1.0, 0.9, 1.0], [2.0, 3.0, 4.0, 5.0], [True] * 4),
+        "exhaustive sweep": ([1.0] * 4, [10.0, 10.0, 12.0, 12.0], [True] * 4),
+        "auto_tune.sh": ([1.0, 0.0, 1.0, 1.0], [6.0, 7.0, 8.0, 9.0], [True] * 4),
+        "guidellm sweep": ([1.0, 1.0, 1.0, 0.0], [8.0] * 4, [True, True, True, False]),
+    }
     for policy, (ratios, minutes, answered) in numbers.items():
         for ratio, minute, answer in zip(ratios, minutes, answered, strict=True):
-            lines.append({"budget_share": 1.0, "policy": policy, "scored_ratio": ratio, "tie_by_noise": ratio == 0.9,
-                          "gpu_minutes": minute, "answered": answer})  # fmt: skip
+            lines.append(
+                {
+                    "budget_share": 1.0,
+                    "policy": policy,
+                    "scored_ratio": ratio,
+                    "tie_by_noise": ratio == 0.9,
+                    "gpu_minutes": minute,
+                    "answered": answer,
+                }
+            )
     return pd.DataFrame(lines)
 
 
@@ -50,8 +67,12 @@ def test_the_comparison_gives_each_policys_ratios_gpu_minutes_and_pairs_with_no_
     table = comparison(_table(), 1.0)
     assert list(table["policy"]) == list(POLICIES)
     ours = table.iloc[0]
-    assert (ours["median_ratio"], ours["worst_ratio"], ours["median_gpu_minutes"], ours["no_answer"]) == (1.0, 0.9,
-                                                                                                          3.5, 0)
+    assert (ours["median_ratio"], ours["worst_ratio"], ours["median_gpu_minutes"], ours["no_answer"]) == (
+        1.0,
+        0.9,
+        3.5,
+        0,
+    )
     assert list(table["no_answer"]) == [0, 0, 0, 1] and list(table["median_gpu_minutes"]) == [3.5, 11.0, 7.5, 8.0]
     assert comparison(_table(), 0.5).empty
 

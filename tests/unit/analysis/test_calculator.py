@@ -53,8 +53,11 @@ def test_every_log_the_check_file_names_is_a_recorded_server_log(stored: pd.Data
     """Each row points at its raw record: the server log under its case's logs/ (a renamed log fails here, where
     the comparisons above would only skip)."""
     logs = data_dir() / "runs"
-    missing = [f"{r.case}/{r.log}" for r in stored.itertuples()
-               if not any((logs / r.case / "logs" / f"{r.log}{gz}").exists() for gz in ("", ".gz"))]  # fmt: skip
+    missing = [
+        f"{r.case}/{r.log}"
+        for r in stored.itertuples()
+        if not any((logs / r.case / "logs" / f"{r.log}{gz}").exists() for gz in ("", ".gz"))
+    ]
     assert not missing, missing
 
 
@@ -169,13 +172,17 @@ def _graph_log(family: str, largest: int, respecialized: int, estimate: float) -
 
 def test_the_respecialized_cost_is_fitted_where_the_logs_separate_it() -> None:
     """0.001 GiB per token of the largest graph (family a), 0.002 (family b) and 0.05 GiB per respecialized graph."""
-    logs = [_graph_log("A/a", 1024, 0, 1.024), _graph_log("A/a", 1008, 145, 1.008 + 7.25),
-            _graph_log("A/b", 1024, 34, 2.048 + 1.7)]  # fmt: skip
+    logs = [
+        _graph_log("A/a", 1024, 0, 1.024),
+        _graph_log("A/a", 1008, 145, 1.008 + 7.25),
+        _graph_log("A/b", 1024, 34, 2.048 + 1.7),
+    ]
     assert respecialized_graph_gib(logs) == pytest.approx(0.05)
     # every log of each family alike: the two terms cannot be told apart, so vLLM's floor of 1 MiB
     assert respecialized_graph_gib([logs[2]]) == MIN_GRAPH_BYTES / GIB
     assert respecialized_graph_gib([_graph_log("A/a", 512, 0, 1.0), _graph_log("A/a", 512, 40, 0.5)]) == (
-        MIN_GRAPH_BYTES / GIB)  # a fit below the floor
+        MIN_GRAPH_BYTES / GIB
+    )  # a fit below the floor
 
 
 def test_an_uncalibrated_architecture_warns_with_the_error_to_expect() -> None:
@@ -192,10 +199,15 @@ def test_an_uncalibrated_architecture_warns_with_the_error_to_expect() -> None:
 
 def test_the_cuda_graph_reserve_grows_with_k_and_drops_without_full_graphs() -> None:
     def spec(k: int, **more: object) -> EngineConfig:
-        return EngineConfig(label="d", model="llama-3.1-8b", max_model_len=2048, max_num_seqs=64,
-                            speculative=build_speculative_config(
-                                {"method": "draft_model", "model": "llama-3.2-1b", "num_speculative_tokens": k,
-                                 **more}))  # fmt: skip
+        return EngineConfig(
+            label="d",
+            model="llama-3.1-8b",
+            max_model_len=2048,
+            max_num_seqs=64,
+            speculative=build_speculative_config(
+                {"method": "draft_model", "model": "llama-3.2-1b", "num_speculative_tokens": k, **more}
+            ),
+        )
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

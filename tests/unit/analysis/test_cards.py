@@ -13,12 +13,27 @@ def _rows(runs: list[tuple[str, str, int, str, float]]) -> pd.DataFrame:
     records = []
     for gpu, label, concurrency, card, value in runs:
         off = label == "spec-off"
-        records.append(dict(engine_label=label, spec_method="none" if off else "draft_model",
-                            num_speculative_tokens=0 if off else 4, imposed_alpha=None if off else 0.8,
-                            concurrency=concurrency, request_rate_qps=None, output_tok_s=value, model_shape="s",
-                            load_format="dummy", input_len=512, output_len=128, tensor_parallel_size=1,
-                            pipeline_parallel_size=1, max_num_seqs=None, max_num_batched_tokens=None, gpu_name=gpu,
-                            gpu_cards=card))  # fmt: skip
+        records.append(
+            dict(
+                engine_label=label,
+                spec_method="none" if off else "draft_model",
+                num_speculative_tokens=0 if off else 4,
+                imposed_alpha=None if off else 0.8,
+                concurrency=concurrency,
+                request_rate_qps=None,
+                output_tok_s=value,
+                model_shape="s",
+                load_format="dummy",
+                input_len=512,
+                output_len=128,
+                tensor_parallel_size=1,
+                pipeline_parallel_size=1,
+                max_num_seqs=None,
+                max_num_batched_tokens=None,
+                gpu_name=gpu,
+                gpu_cards=card,
+            )
+        )
     return pd.DataFrame(records)
 
 
@@ -31,13 +46,15 @@ RUNS = [
     *[("H200", "draft", 16, B, v) for v in (2750.0, 2760.0, 2770.0)],
     ("H200", "draft", 16, "", 2000.0),  # recorded without its card
     # H200, concurrency 1: only card a ran both sides, card b only the draft
-    ("H200", "spec-off", 1, A, 200.0), ("H200", "draft", 1, A, 180.0), ("H200", "draft", 1, B, 210.0),
+    ("H200", "spec-off", 1, A, 200.0),
+    ("H200", "draft", 1, A, 180.0),
+    ("H200", "draft", 1, B, 210.0),
     # H100, concurrency 16: two cards that agree
     *[("H100", "spec-off", 16, C, v) for v in (1800.0, 1810.0, 1820.0)],
     *[("H100", "draft", 16, C, v) for v in (1600.0, 1610.0, 1620.0)],
     *[("H100", "spec-off", 16, A, v) for v in (1790.0, 1800.0, 1810.0)],
     *[("H100", "draft", 16, A, v) for v in (1580.0, 1590.0, 1600.0)],
-]  # fmt: skip
+]
 
 
 def test_each_card_is_judged_on_its_own_runs() -> None:

@@ -15,10 +15,26 @@ def _frame() -> pd.DataFrame:
     rows = []
     for label, method, values in (("off", "none", [100, 400, 900]), ("spec", "draft_model", [150, 432, 800])):
         for c, v in zip([1, 4, 16], values, strict=True):
-            rows.append(dict(engine_label=label, spec_method=method, num_speculative_tokens=0 if method == "none" else 4,
-                             imposed_alpha=None, concurrency=c, request_rate_qps=None, output_tok_s=float(v),
-                             model_shape="s", load_format="dummy", input_len=8, output_len=8, tensor_parallel_size=1,
-                             pipeline_parallel_size=1, max_num_seqs=None, max_num_batched_tokens=None, gpu_name="g"))  # fmt: skip
+            rows.append(
+                dict(
+                    engine_label=label,
+                    spec_method=method,
+                    num_speculative_tokens=0 if method == "none" else 4,
+                    imposed_alpha=None,
+                    concurrency=c,
+                    request_rate_qps=None,
+                    output_tok_s=float(v),
+                    model_shape="s",
+                    load_format="dummy",
+                    input_len=8,
+                    output_len=8,
+                    tensor_parallel_size=1,
+                    pipeline_parallel_size=1,
+                    max_num_seqs=None,
+                    max_num_batched_tokens=None,
+                    gpu_name="g",
+                )
+            )
     return pd.DataFrame(rows)
 
 
@@ -29,7 +45,8 @@ def test_versus_baseline_pairs_the_same_load() -> None:
 
 
 @pytest.mark.parametrize(
-    ("env", "runner"), [({}, None), ({"VLLM_USE_V2_MODEL_RUNNER": "0"}, "V1"), ({"VLLM_USE_V2_MODEL_RUNNER": "1"}, "V2")]
+    ("env", "runner"),
+    [({}, None), ({"VLLM_USE_V2_MODEL_RUNNER": "0"}, "V1"), ({"VLLM_USE_V2_MODEL_RUNNER": "1"}, "V2")],
 )
 def test_forced_model_runner_reads_the_engine_env(env: dict[str, str], runner: str | None) -> None:
     assert compare.forced_model_runner(json.dumps({"label": "x", "env": env})) == runner
@@ -105,20 +122,22 @@ def test_for_latencies_lower_is_better() -> None:
     assert "beat the baseline only at concurrency 16" in compare.describe_change(out)
 
 
-
-
 def test_versus_baseline_carries_extra_columns_of_the_speculative_rows() -> None:
     frame = _frame().assign(acceptance_rate=lambda d: [None if m == "none" else 0.6 for m in d.spec_method])
     out = compare.versus_baseline(frame, extra=["acceptance_rate"])
     assert out.acceptance_rate.tolist() == [0.6, 0.6, 0.6]
     assert "acceptance_rate" not in compare.versus_baseline(frame).columns
+
+
 def test_request_rate_loads_are_named_in_the_sentences() -> None:
     frame = _frame().assign(request_rate_qps=lambda d: d.concurrency.astype(float), concurrency=None)
     out = compare.versus_baseline(frame)
     assert out.load.tolist() == ["1 QPS", "4 QPS", "16 QPS"]
     assert "+50.0 % at 1 QPS" in compare.describe_change(out)
     assert "beat the baseline only at 1 QPS, 4 QPS" in compare.describe_change(out)
-    assert compare.load_text(8, 2.0) == "2 QPS (at most 8 in flight)" and compare.load_text(None, None) == "unbounded load"
+    assert (
+        compare.load_text(8, 2.0) == "2 QPS (at most 8 in flight)" and compare.load_text(None, None) == "unbounded load"
+    )
 
 
 def test_a_load_run_twice_reports_its_spread_and_one_run_reports_none() -> None:
@@ -127,12 +146,14 @@ def test_a_load_run_twice_reports_its_spread_and_one_run_reports_none() -> None:
     both = pd.concat([frame, again], ignore_index=True).assign(measured_at=[f"2026-12-0{i % 9 + 1}" for i in range(7)])
     spread = repeats.repeat_spread(both)
     assert spread[["engine_label", "concurrency", "runs", "lowest", "highest"]].values.tolist() == [
-        ["off", 16, 2, 900.0, 945.0]]  # fmt: skip
+        ["off", 16, 2, 900.0, 945.0]
+    ]
     assert spread["spread_pct"].iloc[0] == pytest.approx(100 * 45 / 922.5)  # highest - lowest over the median
     assert spread["values"].iloc[0] == [900.0, 945.0]  # in the order measured
     text = repeats.describe_repeat_spread(spread)
-    assert ("off at concurrency 16 (8 in / 8 out) ran 2 times without a stall: 900.0 and 945.0 output tok/s, "
-            "4.9 % apart") in text
+    assert (
+        "off at concurrency 16 (8 in / 8 out) ran 2 times without a stall: 900.0 and 945.0 output tok/s, 4.9 % apart"
+    ) in text
     assert repeats.repeat_spread(frame).empty and repeats.describe_repeat_spread(repeats.repeat_spread(frame)) == ""
     # the comparison takes the median of the two baselines: 800 against 922.5
     paired = compare.versus_baseline(both).set_index("concurrency")
@@ -146,9 +167,17 @@ def test_the_verdict_is_computed_for_each_hardware_apart() -> None:
     from vllm_playbooks.analysis.compare import describe_change, describe_change_by_hardware
 
     def comparison(gpu: str, change: float) -> pd.DataFrame:
-        return pd.DataFrame({"engine_label": ["spec"], "concurrency": [1.0], "request_rate_qps": [None],
-                             "change_pct": [change], "metric": ["output_tok_s"], "gpu_name": [gpu],
-                             "effect": ["gain" if change > 0 else "loss"]})  # fmt: skip
+        return pd.DataFrame(
+            {
+                "engine_label": ["spec"],
+                "concurrency": [1.0],
+                "request_rate_qps": [None],
+                "change_pct": [change],
+                "metric": ["output_tok_s"],
+                "gpu_name": [gpu],
+                "effect": ["gain" if change > 0 else "loss"],
+            }
+        )
 
     both = pd.concat([comparison("NVIDIA H200", 40.0), comparison("NVIDIA L40S", -10.0)], ignore_index=True)
     text = describe_change_by_hardware(both)

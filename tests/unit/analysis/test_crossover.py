@@ -15,17 +15,50 @@ from vllm_playbooks.run.plan import plan_from_dict, unmeasured
 
 
 def _rows(off: list[float], on: list[float], levels: list[int], metric: str = "output_tok_s") -> pd.DataFrame:
-    base = {"case": "c", "model_shape": "m", "load_format": "dummy", "gpu_name": "G", "input_len": 100, "output_len": 10,
-            "random_range_ratio": 0.0, "request_rate_qps": None, "dtype": "bfloat16",
-            "kv_cache_dtype": "auto", "quantization": None, "max_num_seqs": 256, "max_num_batched_tokens": 8192,
-            "max_model_len": 4096, "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "temperature": 0.0,
-            "imposed_acceptance_rates": None}  # fmt: skip
+    base = {
+        "case": "c",
+        "model_shape": "m",
+        "load_format": "dummy",
+        "gpu_name": "G",
+        "input_len": 100,
+        "output_len": 10,
+        "random_range_ratio": 0.0,
+        "request_rate_qps": None,
+        "dtype": "bfloat16",
+        "kv_cache_dtype": "auto",
+        "quantization": None,
+        "max_num_seqs": 256,
+        "max_num_batched_tokens": 8192,
+        "max_model_len": 4096,
+        "tensor_parallel_size": 1,
+        "pipeline_parallel_size": 1,
+        "temperature": 0.0,
+        "imposed_acceptance_rates": None,
+    }
     records = []
     for c, a, b in zip(levels, off, on, strict=True):
-        records.append({**base, "engine_label": "off", "spec_method": "none", "num_speculative_tokens": 0,
-                        "imposed_alpha": None, "concurrency": c, metric: a})  # fmt: skip
-        records.append({**base, "engine_label": "on", "spec_method": "draft_model", "num_speculative_tokens": 4,
-                        "imposed_alpha": 0.7, "concurrency": c, metric: b})  # fmt: skip
+        records.append(
+            {
+                **base,
+                "engine_label": "off",
+                "spec_method": "none",
+                "num_speculative_tokens": 0,
+                "imposed_alpha": None,
+                "concurrency": c,
+                metric: a,
+            }
+        )
+        records.append(
+            {
+                **base,
+                "engine_label": "on",
+                "spec_method": "draft_model",
+                "num_speculative_tokens": 4,
+                "imposed_alpha": 0.7,
+                "concurrency": c,
+                metric: b,
+            }
+        )
     frame = pd.DataFrame(records)
     missing = [c for c in compare.MATCH_COLUMNS if c not in frame]
     assert not missing, missing
@@ -78,8 +111,11 @@ def test_recorded_chunking_equals_acceptance_length() -> None:
 
     rows = replay_case("discussion-13834")
     table = pd.read_csv(runs_file("discussion-13834", data_dir()))
-    off = {pid for pid, config, c in zip(table.point_id, table.engine_config_json, table.concurrency, strict=True)
-           if _schedule_k(config, c) == 0}  # fmt: skip
+    off = {
+        pid
+        for pid, config, c in zip(table.point_id, table.engine_config_json, table.concurrency, strict=True)
+        if _schedule_k(config, c) == 0
+    }
     assert set(rows.loc[schedule.scheduled_off(rows), "point_id"]) == off
     table = crossover.itl_artifact(rows[~rows["point_id"].isin(off)])
     assert not table.empty
@@ -87,11 +123,23 @@ def test_recorded_chunking_equals_acceptance_length() -> None:
 
 
 def test_unmeasured_matches_by_label_and_load() -> None:
-    plan = plan_from_dict({"case": "t", "engine_defaults": {"model": "llama-3.1-8b", "max_model_len": 2048},
-                           "engines": [{"label": "a"}, {"label": "b"}],
-                           "loads": {"input_len": 8, "output_len": 8, "concurrency": [1, 4], "random_range_ratio": 0.0}})  # fmt: skip
-    rows = pd.DataFrame({"engine_label": ["a", "a", "b"], "input_len": [8, 8, 8], "output_len": [8, 8, 8],
-                         "concurrency": [1.0, 4.0, 4.0], "request_rate_qps": [None, None, None]})  # fmt: skip
+    plan = plan_from_dict(
+        {
+            "case": "t",
+            "engine_defaults": {"model": "llama-3.1-8b", "max_model_len": 2048},
+            "engines": [{"label": "a"}, {"label": "b"}],
+            "loads": {"input_len": 8, "output_len": 8, "concurrency": [1, 4], "random_range_ratio": 0.0},
+        }
+    )
+    rows = pd.DataFrame(
+        {
+            "engine_label": ["a", "a", "b"],
+            "input_len": [8, 8, 8],
+            "output_len": [8, 8, 8],
+            "concurrency": [1.0, 4.0, 4.0],
+            "request_rate_qps": [None, None, None],
+        }
+    )
     table = unmeasured(plan, rows).set_index("engine_label")
     assert table.loc["a", "missing"] == "—" and table.loc["b", "missing"] == "c1"
     assert table["measured"].tolist() == [2, 1]
@@ -115,12 +163,17 @@ def test_the_case_page_verdict_is_the_ledgers_and_reads_its_point() -> None:
     k = int(published.loc[published.claim_id == "num-speculative-tokens", "value"].item())
     alpha = published.loc[published.claim_id == "acceptance-rate-author-quoted", "value"].item()
     runs = pd.read_csv(runs_file("discussion-13834", data_dir()))
-    paired = runs[(runs.num_speculative_tokens == k) & ((runs.imposed_alpha - alpha).abs() < 1e-9)
-                  & runs.concurrency.isin(runs.loc[runs.spec_method == "none", "concurrency"])]  # fmt: skip
+    paired = runs[
+        (runs.num_speculative_tokens == k)
+        & ((runs.imposed_alpha - alpha).abs() < 1e-9)
+        & runs.concurrency.isin(runs.loc[runs.spec_method == "none", "concurrency"])
+    ]
     streams = implied["streams_in_flight_spec_off"]
     nearest = min(set(paired.concurrency), key=lambda c: abs(math.log(c / streams)))
     assert (result.point["concurrency"], result.point["k"]) == (nearest, k)
-    assert implied["itl_chunking_implied"] == pytest.approx(implied["itl_ratio_on_over_off"] / implied["tpot_ratio_if_closed_loop"])
+    assert implied["itl_chunking_implied"] == pytest.approx(
+        implied["itl_ratio_on_over_off"] / implied["tpot_ratio_if_closed_loop"]
+    )
     with pytest.raises(ConfigError, match="no claim 'nope'"):
         claims_ledger.result_for("nope", evidence)
 
@@ -132,8 +185,14 @@ def _schedule_rows() -> pd.DataFrame:
     from vllm_playbooks.config.speculative import build_speculative_config
 
     frame = _rows([100, 100, 100], [150, 120, 80], [1, 8, 32])
-    spec = build_speculative_config({"method": "draft_model", "model": "llama-3.2-1b", "num_speculative_tokens": 4,
-                                     "num_speculative_tokens_per_batch_size": [[1, 8, 4], [9, 256, 0]]})  # fmt: skip
+    spec = build_speculative_config(
+        {
+            "method": "draft_model",
+            "model": "llama-3.2-1b",
+            "num_speculative_tokens": 4,
+            "num_speculative_tokens_per_batch_size": [[1, 8, 4], [9, 256, 0]],
+        }
+    )
     assert spec is not None
     config = json.dumps({"speculative": spec.model_dump(mode="json")})
     scheduled = frame[frame["engine_label"] == "on"].assign(
@@ -158,8 +217,11 @@ def test_schedule_outcome_compares_with_fixed_k_where_it_drafts_and_with_off_whe
 
 def test_schedule_table_puts_two_schedules_beside_one_reference() -> None:
     rows = _schedule_rows()
-    second = rows[rows["engine_label"] == "sched"].iloc[[0, 2]].assign(engine_label="sched-async",
-                                                                        output_tok_s=[140.0, 95.0])  # fmt: skip
+    second = (
+        rows[rows["engine_label"] == "sched"]
+        .iloc[[0, 2]]
+        .assign(engine_label="sched-async", output_tok_s=[140.0, 95.0])
+    )
     rows = pd.concat([rows, second], ignore_index=True)
     outcomes = pd.concat([schedule.schedule_outcome(rows, label, "on") for label in ("sched", "sched-async")])
     table = schedule.schedule_table(outcomes)
@@ -178,28 +240,48 @@ def test_label_change_compares_two_configs_where_both_ran() -> None:
     assert change["concurrency"].tolist() == [1, 8, 32]
     assert change["change_pct"].round(2).tolist() == [round(-100 * 2 / 150, 2), round(-100 * 20 / 120, 2), 12.5]
     assert compare.label_change_text(change) == (
-        "`sched` against `on` (output_tok_s): within ±5 % at 1 (-1.3 %); -16.7 % at 8, +12.5 % at 32.")
+        "`sched` against `on` (output_tok_s): within ±5 % at 1 (-1.3 %); -16.7 % at 8, +12.5 % at 32."
+    )
     assert compare.label_change_text(compare.label_change(rows, "sched", "not-measured")) == ""
 
 
 def test_change_chain_takes_a_gap_apart_one_logged_difference_at_a_time() -> None:
-    measured = {"off": {8: 200.0, 32: 400.0, 64: 500.0}, "off-v1": {32: 404.0, 64: 505.0},
-                "off-v1-piecewise": {32: 392.0, 64: 495.0}, "sched": {8: 190.0, 32: 356.0, 64: 450.0}}  # fmt: skip
-    rows = pd.DataFrame([{"engine_label": label, "spec_method": "draft_model" if label == "sched" else "none",
-                          "concurrency": c, "output_tok_s": v}
-                         for label, values in measured.items() for c, v in values.items()])  # fmt: skip
-    modes = pd.DataFrame({"engine_label": ["off", "off-v1", "off-v1-piecewise", "sched"],
-                          "model_runner": ["V2", "V1", "V1", "V1"],
-                          "cudagraph_mode": ["FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE", "PIECEWISE", "PIECEWISE"],
-                          "async_scheduling": [True, True, True, None]})  # fmt: skip
+    measured = {
+        "off": {8: 200.0, 32: 400.0, 64: 500.0},
+        "off-v1": {32: 404.0, 64: 505.0},
+        "off-v1-piecewise": {32: 392.0, 64: 495.0},
+        "sched": {8: 190.0, 32: 356.0, 64: 450.0},
+    }
+    rows = pd.DataFrame(
+        [
+            {
+                "engine_label": label,
+                "spec_method": "draft_model" if label == "sched" else "none",
+                "concurrency": c,
+                "output_tok_s": v,
+            }
+            for label, values in measured.items()
+            for c, v in values.items()
+        ]
+    )
+    modes = pd.DataFrame(
+        {
+            "engine_label": ["off", "off-v1", "off-v1-piecewise", "sched"],
+            "model_runner": ["V2", "V1", "V1", "V1"],
+            "cudagraph_mode": ["FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE", "PIECEWISE", "PIECEWISE"],
+            "async_scheduling": [True, True, True, None],
+        }
+    )
     chain = schedule.change_chain(rows, list(measured), modes)
     assert chain.index.tolist() == ["1", "2", "3", "total"]
     assert [c for c in chain.columns if isinstance(c, int)] == [32, 64]  # 8 lacks two of the servers
     assert chain["differs"].tolist() == [
-        "model runner V2 → V1", "CUDA graphs FULL_AND_PIECEWISE → PIECEWISE",
+        "model runner V2 → V1",
+        "CUDA graphs FULL_AND_PIECEWISE → PIECEWISE",
         "speculation none → draft_model; async scheduling on → not logged",
         "speculation none → draft_model; model runner V2 → V1; CUDA graphs FULL_AND_PIECEWISE → PIECEWISE; "
-        "async scheduling on → not logged"]  # fmt: skip
+        "async scheduling on → not logged",
+    ]
     assert chain.loc["1", 32] == pytest.approx(1.0) and chain.loc["3", 64] == pytest.approx(100 * (450 / 495 - 1))
     steps = chain.drop(index="total")
     for level in (32, 64):  # the steps compound to the total

@@ -47,7 +47,9 @@ def test_repeats_turn_a_single_run_gain_into_within_noise() -> None:
     assert repeated.loc[4, "baseline"] == pytest.approx(109.0) and repeated.loc[4, "baseline_runs"] == 2
     assert repeated.loc[4, "band_pct"] == pytest.approx(100 * 18 / 109)
     assert repeated.loc[4, "effect"] == "within noise"
-    assert crossover.crossover(compare.versus_baseline(_rows([100, 100], [150, 115], [1, 4]))).iloc[0]["gains_up_to"] == 4
+    assert (
+        crossover.crossover(compare.versus_baseline(_rows([100, 100], [150, 115], [1, 4]))).iloc[0]["gains_up_to"] == 4
+    )
     assert crossover.crossover(compare.versus_baseline(pd.concat([rows, again]))).iloc[0]["gains_up_to"] == 1
 
 

@@ -20,29 +20,42 @@ from vllm_playbooks.run.budget import server_time
 
 
 def _row(pid: str, gpus: int, at: str, host: str | None = None, cards: str = "") -> dict[str, object]:
-    return {"case": "demo", "point_id": pid, "repeat": int(pid.rsplit("-r", 1)[1]), "gpu_name": "NVIDIA H200",
-            "gpu_count": gpus, "vllm_version": "0.26.0", "host_cpu": host, "host_cpu_count": 16 if host else None,
-            "measured_at": at, "gpu_cards": cards}  # fmt: skip
+    return {
+        "case": "demo",
+        "point_id": pid,
+        "repeat": int(pid.rsplit("-r", 1)[1]),
+        "gpu_name": "NVIDIA H200",
+        "gpu_count": gpus,
+        "vllm_version": "0.26.0",
+        "host_cpu": host,
+        "host_cpu_count": 16 if host else None,
+        "measured_at": at,
+        "gpu_cards": cards,
+    }
 
 
 def _server(launched: str, gpus: int, minutes: float) -> dict[str, object]:
     return {"launched_at": pd.Timestamp(launched), "gpus": gpus, "gpu_minutes": minutes}
 
 
-ROWS = pd.DataFrame([
-    _row("a-1/in1-out1-c1-r0", 1, "2026-11-30T10:00:00+00:00", cards="GPU-a"),
-    _row("a-1/in1-out1-c1-r1", 1, "2026-12-01T23:59:00+00:00", cards="GPU-b"),  # a second run, on another machine
-    _row("a-1/in1-out1-c8-r0", 1, "2026-11-30T10:05:00+00:00", cards="GPU-a"),
-    _row("b-2/in1-out1-c1-r0", 2, "2026-11-30T12:00:00+00:00", cards="GPU-a + GPU-c"),  # a TP=2 config, same host
-    _row("a-1/in1-out1-c4-r0", 1, "2026-12-04T15:00:00+00:00", host="Intel(R) Xeon(R) Processor"),  # not sampled
-])  # fmt: skip
-SERVERS = pd.DataFrame([
-    _server("2026-11-30T09:55:00+00:00", 1, 10.0),
-    _server("2026-11-30T11:55:00+00:00", 2, 8.0),
-    _server("2026-11-30T11:58:00+00:00", 1, 1.5),  # stopped before a point: nearest one-GPU row in time, 10:05
-    _server("2026-12-01T23:50:00+00:00", 1, 4.0),
-    _server("2026-12-04T14:50:00+00:00", 4, 2.25),  # no row with 4 GPUs: the nearest row of any count
-])  # fmt: skip
+ROWS = pd.DataFrame(
+    [
+        _row("a-1/in1-out1-c1-r0", 1, "2026-11-30T10:00:00+00:00", cards="GPU-a"),
+        _row("a-1/in1-out1-c1-r1", 1, "2026-12-01T23:59:00+00:00", cards="GPU-b"),  # a second run, on another machine
+        _row("a-1/in1-out1-c8-r0", 1, "2026-11-30T10:05:00+00:00", cards="GPU-a"),
+        _row("b-2/in1-out1-c1-r0", 2, "2026-11-30T12:00:00+00:00", cards="GPU-a + GPU-c"),  # a TP=2 config, same host
+        _row("a-1/in1-out1-c4-r0", 1, "2026-12-04T15:00:00+00:00", host="Intel(R) Xeon(R) Processor"),  # not sampled
+    ]
+)
+SERVERS = pd.DataFrame(
+    [
+        _server("2026-11-30T09:55:00+00:00", 1, 10.0),
+        _server("2026-11-30T11:55:00+00:00", 2, 8.0),
+        _server("2026-11-30T11:58:00+00:00", 1, 1.5),  # stopped before a point: nearest one-GPU row in time, 10:05
+        _server("2026-12-01T23:50:00+00:00", 1, 4.0),
+        _server("2026-12-04T14:50:00+00:00", 4, 2.25),  # no row with 4 GPUs: the nearest row of any count
+    ]
+)
 
 
 def test_rows_are_summed_up_per_hardware_with_the_gpu_time_of_their_servers() -> None:
@@ -70,9 +83,11 @@ def test_nothing_recorded_is_an_empty_table_and_says_so(tmp_path: Path) -> None:
 
 def test_the_sentence_counts_what_the_table_holds() -> None:
     text = describe_recorded_runs(summarize_runs(ROWS, SERVERS))
-    assert text.startswith("5 recorded rows (4 distinct points, 1 repeat) of 1 case, measured from 2026-11-30 to "
-                           "2026-12-04 on NVIDIA H200 with vLLM 0.26.0. The 5 server logs recorded with them show "
-                           "25.8 GPU-minutes held")  # fmt: skip
+    assert text.startswith(
+        "5 recorded rows (4 distinct points, 1 repeat) of 1 case, measured from 2026-11-30 to "
+        "2026-12-04 on NVIDIA H200 with vLLM 0.26.0. The 5 server logs recorded with them show "
+        "25.8 GPU-minutes held"
+    )
 
 
 @pytest.mark.recorded_data
@@ -108,8 +123,11 @@ def test_a_page_shows_the_reference_gpus_rows_unless_asked_for_another_or_all() 
     assert rows_on_hardware(rows)["gpu_name"].tolist() == [REFERENCE_GPU]
     assert rows_on_hardware(rows, "NVIDIA L40S")["engine_label"].tolist() == ["a", "b"]
     assert len(rows_on_hardware(rows, "all")) == len(rows_on_hardware(rows, mode="live")) == 3
-    with pytest.raises(ConfigError, match=r"^no rows recorded on hardware 'NVIDIA A100'; recorded: NVIDIA H200, "
-                                          r"NVIDIA L40S \(or 'all'"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"^no rows recorded on hardware 'NVIDIA A100'; recorded: NVIDIA H200, "
+        r"NVIDIA L40S \(or 'all'",
+    ):
         rows_on_hardware(rows, "NVIDIA A100")
     assert with_hardware_series(rows)["series"].tolist() == ["a on NVIDIA H200", "a on NVIDIA L40S", "b on NVIDIA L40S"]
     assert with_hardware_series(rows.iloc[1:])["series"].tolist() == ["a", "b"]  # one GPU: the labels alone
@@ -120,15 +138,24 @@ def test_disturbed_runs_are_marked_and_counted_per_hardware() -> None:
 
     from vllm_playbooks.analysis.runs import mark_disturbed, summarize_runs
 
-    rows = pd.DataFrame({
-        "case": "c", "gpu_name": ["H100", "H100", "H100", "H200"], "gpu_count": 1, "vllm_version": "0.26.0",
-        "host_cpu": "Xeon", "host_cpu_count": 16, "gpu_cards": "", "repeat": 0,
-        "point_id": ["h/a/c1-r0", "h/a/c4-r0", "h/a/c16-r0", "g/a/c1-r0"],
-        "measured_at": "2026-12-07T00:00:00+00:00",
-        "host_steal_pct": [0.1, 3.0, None, 0.0], "host_load_1m_max": [2.0, 2.0, 20.0, None],
-        # the H100's clock is held against the H100's best (1980), the H200's against its own
-        "gpu_sm_clock_mhz_mean": [1980.0, 1970.0, 1700.0, 1500.0],
-    })  # fmt: skip
+    rows = pd.DataFrame(
+        {
+            "case": "c",
+            "gpu_name": ["H100", "H100", "H100", "H200"],
+            "gpu_count": 1,
+            "vllm_version": "0.26.0",
+            "host_cpu": "Xeon",
+            "host_cpu_count": 16,
+            "gpu_cards": "",
+            "repeat": 0,
+            "point_id": ["h/a/c1-r0", "h/a/c4-r0", "h/a/c16-r0", "g/a/c1-r0"],
+            "measured_at": "2026-12-07T00:00:00+00:00",
+            "host_steal_pct": [0.1, 3.0, None, 0.0],
+            "host_load_1m_max": [2.0, 2.0, 20.0, None],
+            # the H100's clock is held against the H100's best (1980), the H200's against its own
+            "gpu_sm_clock_mhz_mean": [1980.0, 1970.0, 1700.0, 1500.0],
+        }
+    )
     marked = mark_disturbed(rows)
     assert list(marked["disturbed"]) == ["", "CPU steal", "host load, GPU clock", ""]
     table = summarize_runs(marked, pd.DataFrame(columns=["launched_at", "gpu_minutes", "gpus"]))

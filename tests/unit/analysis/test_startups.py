@@ -26,15 +26,29 @@ def _started_log(logs: Path, config_id: str, launched: str, kv_tokens: int, grap
 
 
 def _row(gpu: str, hardware: str, label: str, measured_at: str) -> dict[str, object]:
-    return {"case": CASE, "gpu_name": gpu, "hardware": hardware, "engine_label": label, "config_id": f"{label}-0123",
-            "measured_at": measured_at}  # fmt: skip
+    return {
+        "case": CASE,
+        "gpu_name": gpu,
+        "hardware": hardware,
+        "engine_label": label,
+        "config_id": f"{label}-0123",
+        "measured_at": measured_at,
+    }
 
 
 def _failed(hardware: str, label: str, launched: str, graphs_gib: float, left_gib: float) -> dict[str, object]:
     record = dict.fromkeys(FAILED_START_COLUMNS)
-    record.update(hardware=hardware, config_id=f"{label}-0123", engine_label=label, log=f"{label}-0123-{launched}.log",
-                  points=2, error="ValueError: No available memory for the cache blocks", cudagraph_estimate_gib=graphs_gib,
-                  available_kv_gib=left_gib, gpu_memory_utilization=0.9)  # fmt: skip
+    record.update(
+        hardware=hardware,
+        config_id=f"{label}-0123",
+        engine_label=label,
+        log=f"{label}-0123-{launched}.log",
+        points=2,
+        error="ValueError: No available memory for the cache blocks",
+        cudagraph_estimate_gib=graphs_gib,
+        available_kv_gib=left_gib,
+        gpu_memory_utilization=0.9,
+    )
     return record
 
 
@@ -43,18 +57,27 @@ def test_each_gpu_lists_the_engines_that_started_and_those_that_did_not(tmp_path
     logs.mkdir(parents=True)
     _started_log(logs, "k3-0123", "2026-12-06T021800+0000", 79_769, 1.17)
     _started_log(logs, "k2-0123", "2026-12-06T030000+0000", 716_682, 9.45)  # on the H200
-    rows = pd.DataFrame([
-        _row("H100", H100, "k3", "2026-12-06T02:20:00+00:00"), _row("H100", H100, "k3", "2026-12-06T02:21:00+00:00"),
-        _row("H200", H200, "k2", "2026-12-06T03:05:00+00:00"),
-    ])  # fmt: skip
-    failed = pd.DataFrame([
-        _failed(H100, "k2", "2026-12-06T021537+0000", 9.40, -2.00),
-        _failed(H100, "k2", "2026-12-06T041537+0000", 9.45, -2.59),  # tried again later: the latest stands
-        _failed(H200, "k5", "2026-12-06T021537+0000", 9.48, -1.00),  # the H200 has no row of k5 either
-    ])  # fmt: skip
+    rows = pd.DataFrame(
+        [
+            _row("H100", H100, "k3", "2026-12-06T02:20:00+00:00"),
+            _row("H100", H100, "k3", "2026-12-06T02:21:00+00:00"),
+            _row("H200", H200, "k2", "2026-12-06T03:05:00+00:00"),
+        ]
+    )
+    failed = pd.DataFrame(
+        [
+            _failed(H100, "k2", "2026-12-06T021537+0000", 9.40, -2.00),
+            _failed(H100, "k2", "2026-12-06T041537+0000", 9.45, -2.59),  # tried again later: the latest stands
+            _failed(H200, "k5", "2026-12-06T021537+0000", 9.48, -1.00),  # the H200 has no row of k5 either
+        ]
+    )
     table = startup_memory_by_gpu(rows, failed, ["k2", "k3", "k5"], tmp_path)
     assert table[["gpu_name", "engine_label", "started", "runs"]].values.tolist() == [
-        ["H100", "k2", False, 0], ["H100", "k3", True, 2], ["H200", "k2", True, 1], ["H200", "k5", False, 0]]
+        ["H100", "k2", False, 0],
+        ["H100", "k3", True, 2],
+        ["H200", "k2", True, 1],
+        ["H200", "k5", False, 0],
+    ]
     h100 = table[table["gpu_name"] == "H100"].set_index("engine_label")
     assert (h100.loc["k2", "cudagraph_estimate_gib"], h100.loc["k2", "available_kv_gib"]) == (9.45, -2.59)
     assert h100.loc["k2", "error"].startswith("ValueError")

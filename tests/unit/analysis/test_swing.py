@@ -12,16 +12,28 @@ from vllm_playbooks.analysis.swing import SWING_COLUMNS, busy_correlation, point
 
 
 def _runs(label: str, concurrency: int, tok_s: list[float], busy: list[float], clock: float = 1980.0) -> list[dict]:
-    return [{"gpu_name": "NVIDIA H100 80GB HBM3", "engine_label": label, "concurrency": concurrency, "output_tok_s": t, "gpu_util_pct_mean": b,
-             "gpu_sm_clock_mhz_mean": clock, "host_steal_pct": 0.01, "host_load_1m_max": 1.1}
-            for t, b in zip(tok_s, busy, strict=True)]  # fmt: skip
+    return [
+        {
+            "gpu_name": "NVIDIA H100 80GB HBM3",
+            "engine_label": label,
+            "concurrency": concurrency,
+            "output_tok_s": t,
+            "gpu_util_pct_mean": b,
+            "gpu_sm_clock_mhz_mean": clock,
+            "host_steal_pct": 0.01,
+            "host_load_1m_max": 1.1,
+        }
+        for t, b in zip(tok_s, busy, strict=True)
+    ]
 
 
 def test_a_swing_that_follows_the_gpu_busy_share_at_a_steady_clock() -> None:
-    rows = pd.DataFrame(_runs("draft", 1, [225.0, 196.0, 223.0], [87.0, 76.0, 86.0])
-                        + _runs("draft", 16, [2381.0, 2280.0, 2433.0], [85.0, 81.0, 87.0])
-                        + _runs("off", 1, [161.7, 161.8, 161.9], [98.4, 98.7, 98.4])
-                        + _runs("lone", 4, [100.0], [90.0]))  # fmt: skip
+    rows = pd.DataFrame(
+        _runs("draft", 1, [225.0, 196.0, 223.0], [87.0, 76.0, 86.0])
+        + _runs("draft", 16, [2381.0, 2280.0, 2433.0], [85.0, 81.0, 87.0])
+        + _runs("off", 1, [161.7, 161.8, 161.9], [98.4, 98.7, 98.4])
+        + _runs("lone", 4, [100.0], [90.0])
+    )
     table = point_swings(rows)
     assert list(table.columns) == SWING_COLUMNS
     assert table[["engine_label", "concurrency"]].values.tolist() == [["draft", 1], ["draft", 16], ["off", 1]]

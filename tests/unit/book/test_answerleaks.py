@@ -20,11 +20,21 @@ def test_leaks_name_the_place_and_the_form() -> None:
 
 def test_linked_pages_keep_the_anchor_and_leave_out_the_page_itself_sources_and_the_workshop_page() -> None:
     page = "book/executed/workshop_6_cuda_graphs.html"
-    links = [BASE + page + "#task", BASE + "book/batching.html#batch-cudagraphs", BASE + "book/batching.html",
-             BASE + "book/batching.html#batch-cudagraphs", BASE + "_sources/book/executed/w.ipynb",
-             BASE + "book/workshop.html", "https://github.com/vllm-project/vllm", BASE + "book/executed/pp-27462.html"]
+    links = [
+        BASE + page + "#task",
+        BASE + "book/batching.html#batch-cudagraphs",
+        BASE + "book/batching.html",
+        BASE + "book/batching.html#batch-cudagraphs",
+        BASE + "_sources/book/executed/w.ipynb",
+        BASE + "book/workshop.html",
+        "https://github.com/vllm-project/vllm",
+        BASE + "book/executed/pp-27462.html",
+    ]
     assert answerleaks.linked_pages(links, BASE, page) == [
-        "book/batching.html#batch-cudagraphs", "book/batching.html", "book/executed/pp-27462.html"]
+        "book/batching.html#batch-cudagraphs",
+        "book/batching.html",
+        "book/executed/pp-27462.html",
+    ]
 
 
 @pytest.mark.recorded_data

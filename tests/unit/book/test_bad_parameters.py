@@ -69,8 +69,18 @@ def test_a_bad_parameter_is_one_line_and_exit_2(
     notebook: str, parameter: list[str], says: str, frozen_data: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     before = _digest(frozen_data)
-    argv = ["reproduce", "--case", notebook, "--out", str(tmp_path / "out.ipynb"),
-            "-p", "mode", "replay", "-p", *parameter]  # fmt: skip
+    argv = [
+        "reproduce",
+        "--case",
+        notebook,
+        "--out",
+        str(tmp_path / "out.ipynb"),
+        "-p",
+        "mode",
+        "replay",
+        "-p",
+        *parameter,
+    ]
     if parameter[0] == "mode":
         argv = ["reproduce", "--case", notebook, "--out", str(tmp_path / "out.ipynb"), "-p", *parameter]
     assert cli.main(argv) == 2
@@ -87,8 +97,19 @@ def test_an_error_raised_inside_the_notebook_is_one_line(
     ``ConfigError`` and the command prints its message, not papermill's traceback."""
     before = _digest(frozen_data)
     out_path = tmp_path / "out.ipynb"
-    argv = ["reproduce", "--case", "pp-27462", "--out", str(out_path),
-            "-p", "mode", "replay", "-p", "max_num_seqs", "[7]"]  # fmt: skip
+    argv = [
+        "reproduce",
+        "--case",
+        "pp-27462",
+        "--out",
+        str(out_path),
+        "-p",
+        "mode",
+        "replay",
+        "-p",
+        "max_num_seqs",
+        "[7]",
+    ]
     assert cli.main(argv) == 2
     out, err = capfd.readouterr()
     line = _one_error_line(out + err)
@@ -99,8 +120,12 @@ def test_an_error_raised_inside_the_notebook_is_one_line(
 def test_the_command_line_prints_nothing_but_the_line(frozen_data: Path) -> None:
     done = subprocess.run(  # noqa: S603
         [sys.executable, "-m", "vllm_playbooks", "reproduce", "--case", "llama-8b-draft-model", "-p", "case", "nope"],
-        capture_output=True, text=True, cwd=ROOT, timeout=120, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 2 and done.stdout == ""
     assert _one_error_line(done.stderr).startswith("error: Unknown case 'nope'")
 
@@ -126,4 +151,3 @@ def test_live_mode_without_a_gpu_is_one_line_before_any_work(
     out, err = capfd.readouterr()
     assert "live mode needs an NVIDIA GPU, and this machine shows none" in _one_error_line(out + err)
     assert not (tmp_path / "out.ipynb").exists()
-

@@ -19,8 +19,10 @@ from vllm_playbooks.book.notebooks import (
 )
 from vllm_playbooks.errors import ConfigError
 
-NOTE = "tiny: data changed since its check outputs were stored ({} check output(s) differ now): refresh with " \
-       "`vllm-playbooks notebooks refresh tiny`"  # fmt: skip
+NOTE = (
+    "tiny: data changed since its check outputs were stored ({} check output(s) differ now): refresh with "
+    "`vllm-playbooks notebooks refresh tiny`"
+)
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:

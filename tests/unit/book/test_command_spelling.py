@@ -10,8 +10,17 @@ from vllm_playbooks.config.case_file import grid_names
 
 ROOT = Path(__file__).resolve().parents[3]
 #: Where a reader or a contributor meets the command (data/ is the runner's, never edited by hand).
-SOURCES = ["README.md", "CONTRIBUTING.md", "Makefile", "book/*.md", "notebooks/*.ipynb", "tools/*",
-           "tests/fixtures/*.md", "vllm_playbooks/**/*.py", "vllm_playbooks/**/*.yaml"]  # fmt: skip
+SOURCES = [
+    "README.md",
+    "CONTRIBUTING.md",
+    "Makefile",
+    "book/*.md",
+    "notebooks/*.ipynb",
+    "tools/*",
+    "tests/fixtures/*.md",
+    "vllm_playbooks/**/*.py",
+    "vllm_playbooks/**/*.yaml",
+]
 #: A case as a command names it: a packaged case, or a placeholder in angle brackets or a make variable.
 CASE = r"(?:<[a-z ]+>|\$\(CASE\)|[a-z0-9_-]+)"
 
@@ -34,13 +43,18 @@ def test_the_rule_finds_each_other_spelling() -> None:
     assert spelling_problems(one_way, cases) == []
     assert spelling_problems("make reproduce CASE=discussion_13834", cases) == ["make reproduce CASE=discussion_13834"]
     assert spelling_problems("vllm-playbooks reproduce discussion-13834 -p part quick", cases) == [
-        "vllm-playbooks reproduce discussion-13834"]
+        "vllm-playbooks reproduce discussion-13834"
+    ]
     assert spelling_problems("papermill notebooks/x.ipynb out.ipynb -p mode live", cases) != []
 
 
 def test_every_source_spells_the_command_one_way() -> None:
     cases = set(grid_names())
-    found = {str(path.relative_to(ROOT)): spelling_problems(path.read_text(encoding="utf-8"), cases)
-             for pattern in SOURCES for path in sorted(ROOT.glob(pattern)) if path.is_file()}  # fmt: skip
+    found = {
+        str(path.relative_to(ROOT)): spelling_problems(path.read_text(encoding="utf-8"), cases)
+        for pattern in SOURCES
+        for path in sorted(ROOT.glob(pattern))
+        if path.is_file()
+    }
     assert len(found) > 30  # the globs still find the sources
     assert {path: problems for path, problems in found.items() if problems} == {}

@@ -94,8 +94,11 @@ def _outputs(path: Path) -> str:
     """Everything a learner's executed notebook shows as text: its cells' outputs, as JSON text, images left out (a
     PNG's base64 holds digit runs such as '32' that no reader sees)."""
     nb = json.loads(path.read_text(encoding="utf-8"))
-    outputs = [{**o, "data": {k: v for k, v in o.get("data", {}).items() if not k.startswith("image/")}}
-               for c in nb["cells"] for o in c.get("outputs", [])]  # fmt: skip
+    outputs = [
+        {**o, "data": {k: v for k, v in o.get("data", {}).items() if not k.startswith("image/")}}
+        for c in nb["cells"]
+        for o in c.get("outputs", [])
+    ]
     return re.sub(r"\\u001b\[[0-9;]*m", "", json.dumps(outputs, ensure_ascii=False))  # a traceback's colours
 
 
@@ -151,8 +154,10 @@ def test_a_broken_notebook_did_not_run(room: Any) -> None:
 def test_the_published_numbers_show_unrounded(room: Any) -> None:
     """Workshop 3 and 4 show the numbers a learner computes from as published (0.72, not 0.7)."""
     _, out, _ = room
-    for exercise, claims in (("tokens-per-step", ["acceptance-rate-author-quoted"]),
-                             ("littles-law", ["output-tok-s-spec-off", "itl-ms-spec-off"])):  # fmt: skip
+    for exercise, claims in (
+        ("tokens-per-step", ["acceptance-rate-author-quoted"]),
+        ("littles-law", ["output-tok-s-spec-off", "itl-ms-spec-off"]),
+    ):
         shown = _outputs(out / "right" / workshop.EXERCISES[exercise].notebook)
         for claim in claims:
             assert f">{workshop.exact(_published('discussion_13834', claim))}<" in shown
@@ -164,7 +169,8 @@ def test_tau_by_hand_agrees_with_the_package() -> None:
     """The by-hand τ a right learner uses is the package's formula at the published acceptance."""
     alpha = _published("discussion_13834", "acceptance-rate-author-quoted")
     assert _by_hand(workshop.EXERCISES["tokens-per-step"])["tokens_per_step"] == pytest.approx(
-        expected_tokens_per_step(alpha, 5))
+        expected_tokens_per_step(alpha, 5)
+    )
 
 
 def test_the_book_shows_the_solution_and_a_learner_run_does_not() -> None:
@@ -228,10 +234,13 @@ def test_a_notebook_over_its_time_is_stopped(tmp_path: Path) -> None:
     assert (row.learner, row.exercise, row.result) == ("dawdle", 6, grading.DID_NOT_RUN)
 
 
-@pytest.mark.parametrize(("make", "message"), [
-    (lambda root: root / "missing", "error: no folder "),
-    (lambda root: root, "error: no notebooks (*.ipynb) in "),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda root: root / "missing", "error: no folder "),
+        (lambda root: root, "error: no notebooks (*.ipynb) in "),
+    ],
+)
 def test_bad_folders_get_one_line(tmp_path: Path, make: Any, message: str) -> None:
     command = [sys.executable, "-m", "vllm_playbooks", "workshop", "grade", str(make(tmp_path))]
     done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)

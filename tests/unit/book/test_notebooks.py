@@ -106,13 +106,19 @@ def test_unknown_papermill_parameter_is_refused_before_running(tmp_path: Path) -
 
 def test_parameter_values_are_read_as_yaml() -> None:
     assert parse_parameter_pairs([["concurrency", "[1, 4]"], ["model", "/m"], ["k", "3"], ["x", "null"]]) == {
-        "concurrency": [1, 4], "model": "/m", "k": 3, "x": None,
-    }  # fmt: skip
+        "concurrency": [1, 4],
+        "model": "/m",
+        "k": 3,
+        "x": None,
+    }
 
 
 def test_reproduce_of_an_unknown_notebook_says_which_exist(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["reproduce", "--case", "nope"]) == 2
-    assert "known: advisor, batching_calculator, claims_ledger, config_crosscheck, deepseek-mtp, discussion-13834" in capsys.readouterr().err
+    assert (
+        "known: advisor, batching_calculator, claims_ledger, config_crosscheck, deepseek-mtp, discussion-13834"
+        in capsys.readouterr().err
+    )
 
 
 def test_a_bad_mode_is_refused() -> None:

@@ -33,8 +33,13 @@ def test_a_case_page_runs_on_a_quick_checks_rows_alone(page: str, tmp_path: Path
     import papermill
 
     out = tmp_path / f"{page}.ipynb"
-    papermill.execute_notebook(str(NOTEBOOKS / f"{page}.ipynb"), str(out), parameters={"hardware": OTHER_GPU},
-                               cwd=str(NOTEBOOKS), progress_bar=False)  # fmt: skip
+    papermill.execute_notebook(
+        str(NOTEBOOKS / f"{page}.ipynb"),
+        str(out),
+        parameters={"hardware": OTHER_GPU},
+        cwd=str(NOTEBOOKS),
+        progress_bar=False,
+    )
     executed = nbformat.read(out, as_version=4)
     assert _glued(executed, "rows_hardware") == f"{OTHER_GPU} (1 GPU per server), vLLM 0.26.0"
     if page == "discussion-13834":  # the rule's parts a quick check cannot give say so instead of failing
@@ -46,8 +51,9 @@ def test_a_case_page_runs_on_a_quick_checks_rows_alone(page: str, tmp_path: Path
 
 
 @pytest.mark.recorded_data
-@pytest.mark.parametrize("page", ["discussion-13834", "llama-8b-draft-model", "load-desync", "gpt-oss-eagle3",
-                                  "pp-27462"])  # fmt: skip
+@pytest.mark.parametrize(
+    "page", ["discussion-13834", "llama-8b-draft-model", "load-desync", "gpt-oss-eagle3", "pp-27462"]
+)
 def test_a_case_page_runs_on_its_quick_part_alone(page: str, tmp_path: Path) -> None:
     """What `make reproduce CASE=<page> PARAMS="-p part quick"` executes after measuring: the page on the quick
     part's points only. A range or a rule over the grid that those rows cannot give says so instead of failing.
@@ -56,8 +62,9 @@ def test_a_case_page_runs_on_its_quick_part_alone(page: str, tmp_path: Path) -> 
     import papermill
 
     out = tmp_path / f"{page}.ipynb"
-    papermill.execute_notebook(str(NOTEBOOKS / f"{page}.ipynb"), str(out), parameters={"part": "quick"},
-                               cwd=str(NOTEBOOKS), progress_bar=False)  # fmt: skip
+    papermill.execute_notebook(
+        str(NOTEBOOKS / f"{page}.ipynb"), str(out), parameters={"part": "quick"}, cwd=str(NOTEBOOKS), progress_bar=False
+    )
     executed = nbformat.read(out, as_version=4)
     assert "NVIDIA H200" in _glued(executed, "rows_hardware")
 
@@ -74,8 +81,13 @@ def test_a_page_showing_every_gpu_heads_with_the_reference_gpus_rows_alone(page:
     from vllm_playbooks.run.case import results_for
 
     out = tmp_path / f"{page}.ipynb"
-    papermill.execute_notebook(str(NOTEBOOKS / f"{page}.ipynb"), str(out), parameters={"hardware": "all"},
-                               cwd=str(NOTEBOOKS), progress_bar=False)  # fmt: skip
+    papermill.execute_notebook(
+        str(NOTEBOOKS / f"{page}.ipynb"),
+        str(out),
+        parameters={"hardware": "all"},
+        cwd=str(NOTEBOOKS),
+        progress_bar=False,
+    )
     executed = nbformat.read(out, as_version=4)
     assert OTHER_GPU in _glued(executed, "rows_hardware")  # the page shows both GPUs' rows
     if page == "llama-8b-draft-model":
@@ -84,8 +96,11 @@ def test_a_page_showing_every_gpu_heads_with_the_reference_gpus_rows_alone(page:
         assert _glued(executed, "loads") == str(len(compare.versus_baseline(reference, "output_tok_s")))
         assert _glued(executed, "other_gpus") == OTHER_GPU
     else:
-        sentences = [output["data"]["text/markdown"] for cell in executed.cells for output in cell.get("outputs", [])
-                     if "changed output throughput against speculation off" in output.get("data", {}).get(
-                         "text/markdown", "")]  # fmt: skip
+        sentences = [
+            output["data"]["text/markdown"]
+            for cell in executed.cells
+            for output in cell.get("outputs", [])
+            if "changed output throughput against speculation off" in output.get("data", {}).get("text/markdown", "")
+        ]
         assert sentences and all(s.startswith("On NVIDIA H200,") and OTHER_GPU not in s for s in sentences)
         assert _glued(executed, "other_gpus_paragraphs", "text/markdown").startswith(f"**On {OTHER_GPU}.**")

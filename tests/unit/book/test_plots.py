@@ -35,8 +35,9 @@ def test_a_metric_without_rows_among_those_chosen_says_so() -> None:
 
 
 def test_measured_curves_are_drawn() -> None:
-    table = pd.DataFrame({"engine_label": ["a", "a"], "request_rate_qps": [1.0, 2.0], "concurrency": [None, None],
-                          "speedup": [1.5, 1.2]})  # fmt: skip
+    table = pd.DataFrame(
+        {"engine_label": ["a", "a"], "request_rate_qps": [1.0, 2.0], "concurrency": [None, None], "speedup": [1.5, 1.2]}
+    )
     ax = plots.speedup_vs_load(table)
     assert len(ax.lines) >= 2 and ax.get_xlabel().startswith("request rate")
     assert "not measured yet" in _texts(plots.speedup_vs_load(table, x="concurrency"))  # no closed-loop rows
@@ -53,16 +54,26 @@ def test_measured_curves_are_drawn() -> None:
 def test_a_config_keeps_its_colour_in_every_panel() -> None:
     import matplotlib.pyplot as plt
 
-    chat = pd.DataFrame({"engine_label": ["k2", "k2", "k4", "k4", "k5", "k5"], "concurrency": [1, 4] * 3,
-                         "gain_pct": [10.0, 5.0, 12.0, 6.0, 14.0, 7.0]})  # fmt: skip
+    chat = pd.DataFrame(
+        {
+            "engine_label": ["k2", "k2", "k4", "k4", "k5", "k5"],
+            "concurrency": [1, 4] * 3,
+            "gain_pct": [10.0, 5.0, 12.0, 6.0, 14.0, 7.0],
+        }
+    )
     swe = chat[chat.engine_label != "k4"]  # without k4, seaborn alone would give k5 k4's colour
     colors = plots.page_colors(chat["engine_label"])
     assert list(colors) == ["k2", "k4", "k5"] and len(set(colors.values())) == 3
     _, axes = plt.subplots(1, 2)
     for ax, gains in zip(axes, [chat, swe], strict=True):
         plots.gain_vs_concurrency(gains, "p", ax=ax, palette=colors)
-    drawn = [{text.get_text(): handle.get_color() for text, handle in
-              zip(ax.get_legend().get_texts(), ax.get_legend().legend_handles, strict=True)} for ax in axes]  # fmt: skip
+    drawn = [
+        {
+            text.get_text(): handle.get_color()
+            for text, handle in zip(ax.get_legend().get_texts(), ax.get_legend().legend_handles, strict=True)
+        }
+        for ax in axes
+    ]
     assert drawn[1]["k5"] == drawn[0]["k5"] == colors["k5"] and "k4" not in drawn[1]
     assert drawn[0]["k4"] != drawn[1]["k5"]
 
@@ -77,14 +88,22 @@ def test_theory_figures() -> None:
 
 
 def test_measured_metric_needs_rows_with_its_load() -> None:
-    rows = pd.DataFrame({"engine_label": ["a"], "concurrency": [None], "request_rate_qps": [1.0], "tpot_mean_ms": [5.0]})
+    rows = pd.DataFrame(
+        {"engine_label": ["a"], "concurrency": [None], "request_rate_qps": [1.0], "tpot_mean_ms": [5.0]}
+    )
     assert "not measured yet" in _texts(plots.measured_metric(rows, "tpot_mean_ms"))
     assert plots.measured_metric(rows, "tpot_mean_ms", x="request_rate_qps").get_ylabel() == "TPOT mean (ms)"
 
 
 def test_predicted_vs_logged_has_one_readable_row_per_config() -> None:
-    table = pd.DataFrame({"case": ["a", "a", "b"], "engine_label": ["x", "y", "x"],
-                          "kv_tokens_vllm": [100, 200, 300], "kv_tokens_ours": [110, 190, 300]})  # fmt: skip
+    table = pd.DataFrame(
+        {
+            "case": ["a", "a", "b"],
+            "engine_label": ["x", "y", "x"],
+            "kv_tokens_vllm": [100, 200, 300],
+            "kv_tokens_ours": [110, 190, 300],
+        }
+    )
     ax = plots.predicted_vs_logged(table)
     assert [t.get_text() for t in ax.get_yticklabels()] == ["a · x", "a · y", "b · x"]
     assert ax.get_xlabel() == "KV-cache size (tokens)" and len(ax.patches) >= 6
@@ -92,9 +111,12 @@ def test_predicted_vs_logged_has_one_readable_row_per_config() -> None:
 
 def _sweep(labels: int) -> pd.DataFrame:
     return pd.DataFrame(
-        [{"engine_label": f"cfg-{i}", "concurrency": c, "output_tok_s": 10.0 * i + c, "tpot_p50_ms": c + i}
-         for i in range(labels) for c in (1, 8, 64)]
-    )  # fmt: skip
+        [
+            {"engine_label": f"cfg-{i}", "concurrency": c, "output_tok_s": 10.0 * i + c, "tpot_p50_ms": c + i}
+            for i in range(labels)
+            for c in (1, 8, 64)
+        ]
+    )
 
 
 def test_one_legend_beside_a_grid_of_the_same_configs() -> None:
@@ -115,9 +137,7 @@ def test_one_legend_beside_a_grid_of_the_same_configs() -> None:
 
 
 def test_a_single_plots_legend_moves_beside_it() -> None:
-    ax = plots.change_vs_load(
-        _sweep(5).assign(change_pct=lambda d: d["output_tok_s"] - 40.0, metric="output_tok_s")
-    )
+    ax = plots.change_vs_load(_sweep(5).assign(change_pct=lambda d: d["output_tok_s"] - 40.0, metric="output_tok_s"))
     plots.legend_beside(ax)
     legend = ax.get_legend()
     assert len(legend.get_texts()) == 5
@@ -139,8 +159,10 @@ def test_a_change_plot_of_many_lines_becomes_small_multiples_with_the_noise_band
 
 
 def test_series_groups_are_as_few_and_even_as_possible() -> None:
-    assert plots.series_groups([f"s{i}" for i in range(12)]) == [[f"s{i}" for i in range(6)],
-                                                                  [f"s{i}" for i in range(6, 12)]]  # fmt: skip
+    assert plots.series_groups([f"s{i}" for i in range(12)]) == [
+        [f"s{i}" for i in range(6)],
+        [f"s{i}" for i in range(6, 12)],
+    ]
     assert [len(g) for g in plots.series_groups([f"s{i}" for i in range(13)])] == [5, 5, 3]
     assert plots.series_groups(["a", "b", "a"]) == [["a", "b"]]
 
@@ -177,8 +199,9 @@ def test_a_config_keeps_its_colour_across_the_figures_of_a_page() -> None:
 
 
 def test_the_legend_sits_beside_the_data() -> None:
-    rows = pd.DataFrame({"engine_label": ["a", "a", "b", "b"], "concurrency": [1, 4, 1, 4],
-                         "output_tok_s": [1.0, 2.0, 1.5, 2.5]})  # fmt: skip
+    rows = pd.DataFrame(
+        {"engine_label": ["a", "a", "b", "b"], "concurrency": [1, 4, 1, 4], "output_tok_s": [1.0, 2.0, 1.5, 2.5]}
+    )
     ax = plots.metric_vs_load(rows, "output_tok_s")
     ax.figure.canvas.draw()
     box = ax.get_legend().get_window_extent().transformed(ax.transAxes.inverted())

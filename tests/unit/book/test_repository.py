@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[3]
 def test_a_configured_url_is_cloned_and_a_missing_or_empty_one_is_named_as_unknown(tmp_path: Path) -> None:
     (tmp_path / "_config.yml").write_text("repository:\n  url: https://github.com/o/r\n", encoding="utf-8")
     assert repository.clone_command(tmp_path) == "git clone https://github.com/o/r"
-    for text in ("title: x\n", "repository:\n  url: \"\"\n"):
+    for text in ("title: x\n", 'repository:\n  url: ""\n'):
         (tmp_path / "_config.yml").write_text(text, encoding="utf-8")
         assert repository.repository_url(tmp_path) is None
         assert repository.clone_command(tmp_path) == "git clone <this repository's URL>"

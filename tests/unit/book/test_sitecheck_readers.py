@@ -30,8 +30,13 @@ def test_raw_prints_are_found_and_prose_is_not() -> None:
         "The speed-up is 1.9× at 8 QPS; x = 3 is fine, so are PP=1, PP=2 and k=1: c=0.13, and a URL ?a=1&b=2.\n"
     )
     found = raw_prints(text)
-    assert found == ["Name: implied, dtype: float64", "configs=122 dense=73 moe=49", "cases=60 agree=54 differ=6",
-                     "engines=['8b-pp2-mns256']", "concurrency=[32]"]
+    assert found == [
+        "Name: implied, dtype: float64",
+        "configs=122 dense=73 moe=49",
+        "cases=60 agree=54 differ=6",
+        "engines=['8b-pp2-mns256']",
+        "concurrency=[32]",
+    ]
     assert raw_prints("dtype: int64\n") == ["dtype: int64"]
     assert raw_prints("A sentence with --max-num-seqs=256 once.") == []
 

@@ -8,10 +8,20 @@ from vllm_playbooks.book.tables import SHOWN_ROWS, for_people, in_words, people_
 
 
 def test_a_table_for_people_has_words_rounded_numbers_and_no_index() -> None:
-    frame = pd.DataFrame({"engine_label": ["off", "k4"], "runs": [3, 2], "change_pct": [1.23456, None],
-                          "tok_s": [2343.6123, 1908.4], "hidden": [1, 2]})  # fmt: skip
-    html = for_people(frame, {"engine_label": "config", "runs": "runs", "change_pct": "change (%)",
-                              "tok_s": "output (tok/s)"}, decimals={"tok_s": 0}).to_html()  # fmt: skip
+    frame = pd.DataFrame(
+        {
+            "engine_label": ["off", "k4"],
+            "runs": [3, 2],
+            "change_pct": [1.23456, None],
+            "tok_s": [2343.6123, 1908.4],
+            "hidden": [1, 2],
+        }
+    )
+    html = for_people(
+        frame,
+        {"engine_label": "config", "runs": "runs", "change_pct": "change (%)", "tok_s": "output (tok/s)"},
+        decimals={"tok_s": 0},
+    ).to_html()
     assert "config" in html and "change (%)" in html and "hidden" not in html and "engine_label" not in html
     assert ">1.2<" in html and ">2,344<" in html and ">1,908<" in html and ">3<" in html
     assert "nan" not in html.lower() and "None" not in html
@@ -19,8 +29,15 @@ def test_a_table_for_people_has_words_rounded_numbers_and_no_index() -> None:
 
 
 def test_any_displayed_table_is_for_people() -> None:
-    frame = pd.DataFrame({"engine_label": ["off", "k4"], "tpot_p50_ms": [12.3456, None], "share": [0.12345, 0.5],
-                          "tok_s": [2343.6123, 1908.4], "ok": [True, False]})  # fmt: skip
+    frame = pd.DataFrame(
+        {
+            "engine_label": ["off", "k4"],
+            "tpot_p50_ms": [12.3456, None],
+            "share": [0.12345, 0.5],
+            "tok_s": [2343.6123, 1908.4],
+            "ok": [True, False],
+        }
+    )
     html = people_html(frame)
     assert "engine label" in html and "tpot p50 ms" in html and "engine_label" not in html
     assert ">12.3<" in html and ">0.123<" in html and ">2,344<" in html and ">True<" in html
@@ -36,8 +53,9 @@ def test_a_named_index_becomes_columns_and_long_tables_fold() -> None:
 
 
 def test_in_words_keeps_the_named_columns_in_order_in_words_and_shares_in_percent() -> None:
-    frame = pd.DataFrame({"case": ["a", "b"], "coverage": [0.8, 0.25], "hidden": [1, 2]},
-                         index=pd.Index([1, 2], name="calibrated on"))  # fmt: skip
+    frame = pd.DataFrame(
+        {"case": ["a", "b"], "coverage": [0.8, 0.25], "hidden": [1, 2]}, index=pd.Index([1, 2], name="calibrated on")
+    )
     shown = in_words(frame, {"coverage": "inside (%)", "case": "case"}, percent=["coverage"])
     assert list(shown.columns) == ["inside (%)", "case"] and shown["inside (%)"].tolist() == [80.0, 25.0]
     assert shown.index.name == "calibrated on" and frame["coverage"].tolist() == [0.8, 0.25]  # the input is untouched
@@ -61,8 +79,10 @@ def test_importing_the_package_in_a_notebook_kernel_sets_tables_for_people() -> 
     import subprocess
     import sys
 
-    code = ("from IPython.testing.globalipapp import start_ipython; shell = start_ipython(); import pandas as pd; "
-            "import vllm_playbooks; html = shell.display_formatter.formatters['text/html']; "
-            "print(html.lookup_by_type(pd.DataFrame).__qualname__)")  # fmt: skip
+    code = (
+        "from IPython.testing.globalipapp import start_ipython; shell = start_ipython(); import pandas as pd; "
+        "import vllm_playbooks; html = shell.display_formatter.formatters['text/html']; "
+        "print(html.lookup_by_type(pd.DataFrame).__qualname__)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["people_html"]

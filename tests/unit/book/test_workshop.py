@@ -39,8 +39,9 @@ def _stop_paying_by_hand(metric: str, higher_is_better: bool) -> tuple[int | str
     both sides ran at. Each side is the median of its runs; the band is the wider side's spread, (highest - lowest) /
     median, and at least 5 % (one run each: 5 %)."""
     rows = _runs_csv("llama-8b-draft-model")
-    sides = {method: rows[rows.spec_method == method].groupby("concurrency")[metric]
-             for method in ("none", "draft_model")}  # fmt: skip
+    sides = {
+        method: rows[rows.spec_method == method].groupby("concurrency")[metric] for method in ("none", "draft_model")
+    }
     medians = {method: side.median() for method, side in sides.items()}
     spreads = {method: 100 * (side.max() - side.min()) / side.median() for method, side in sides.items()}
     levels = sorted(int(c) for c in set(medians["none"].index) & set(medians["draft_model"].index))
@@ -92,11 +93,27 @@ def test_stop_paying_finds_the_last_winning_level(monkeypatch: pytest.MonkeyPatc
         ("spec", "draft_model", [150, 432, 800], [8.0, 13.0, 25.0]),
     ):
         for c, t, p in zip([1, 4, 16], tok_s, tpot, strict=True):
-            rows.append(dict(engine_label=label, spec_method=method, num_speculative_tokens=0 if method == "none" else 4,
-                             imposed_alpha=None, concurrency=c, request_rate_qps=None, output_tok_s=float(t),
-                             tpot_p50_ms=p, model_shape="s", load_format="dummy", input_len=8, output_len=8,
-                             tensor_parallel_size=1, pipeline_parallel_size=1, max_num_seqs=None,
-                             max_num_batched_tokens=None, gpu_name="g"))  # fmt: skip
+            rows.append(
+                dict(
+                    engine_label=label,
+                    spec_method=method,
+                    num_speculative_tokens=0 if method == "none" else 4,
+                    imposed_alpha=None,
+                    concurrency=c,
+                    request_rate_qps=None,
+                    output_tok_s=float(t),
+                    tpot_p50_ms=p,
+                    model_shape="s",
+                    load_format="dummy",
+                    input_len=8,
+                    output_len=8,
+                    tensor_parallel_size=1,
+                    pipeline_parallel_size=1,
+                    max_num_seqs=None,
+                    max_num_batched_tokens=None,
+                    gpu_name="g",
+                )
+            )
     monkeypatch.setattr("vllm_playbooks.book.exercises.results_for", lambda case, mode: pd.DataFrame(rows))
     solution = exercises.stop_paying_solution(case="synthetic")
     # throughput: +50 % at 1, +8 % at 4, -11 % at 16; TPOT: better at 1 only (each beyond the 5 % band)
@@ -150,7 +167,9 @@ def test_with_one_draft_token_break_even_is_alpha() -> None:
 
 @pytest.mark.recorded_data
 def test_littles_law_from_the_reported_numbers() -> None:
-    streams = _published("discussion-13834", "output-tok-s-spec-off") * _published("discussion-13834", "itl-ms-spec-off")
+    streams = _published("discussion-13834", "output-tok-s-spec-off") * _published(
+        "discussion-13834", "itl-ms-spec-off"
+    )
     streams /= 1000.0
     assert streams == pytest.approx(31.9451925)  # 95.43 tok/s × 0.33475 s
     solution = exercises.littles_law_solution(D13834)
@@ -228,14 +247,22 @@ def test_worked_solutions_check_out(solutions: dict[str, exercises.Solution]) ->
 @pytest.mark.parametrize(
     ("eid", "right", "wrong", "message"),
     [
-        ("tokens-per-step", {"tokens_per_step": 3.07, "break_even_c": 0.41},
-         {"tokens_per_step": 3.07, "break_even_c": 0.72}, "not yet: break_even_c does not match"),
+        (
+            "tokens-per-step",
+            {"tokens_per_step": 3.07, "break_even_c": 0.41},
+            {"tokens_per_step": 3.07, "break_even_c": 0.72},
+            "not yet: break_even_c does not match",
+        ),
         ("littles-law", 32, 95.43, "not yet: the answer does not match"),
-        ("size-max-num-seqs", {"max_num_seqs": 27, "binding": "Memory"}, {"max_num_seqs": 256, "binding": "memory"},
-         "not yet: max_num_seqs does not match"),
+        (
+            "size-max-num-seqs",
+            {"max_num_seqs": 27, "binding": "Memory"},
+            {"max_num_seqs": 256, "binding": "memory"},
+            "not yet: max_num_seqs does not match",
+        ),
         ("cuda-graph-sizes", 128, 512, "not yet: the answer does not match"),
     ],
-)  # fmt: skip
+)
 def test_check_accepts_the_right_answer_and_names_what_is_wrong(
     solutions: dict[str, exercises.Solution], eid: str, right: object, wrong: object, message: str
 ) -> None:
@@ -288,7 +315,9 @@ def test_answers_given_as_text_are_read(solutions: dict[str, exercises.Solution]
 
 @pytest.mark.recorded_data
 def test_malformed_answers_get_a_clear_line(solutions: dict[str, exercises.Solution]) -> None:
-    with pytest.raises(WrongAnswer, match="^not yet: expected a dict with keys tokens_per_step, break_even_c, got 3.07$"):
+    with pytest.raises(
+        WrongAnswer, match="^not yet: expected a dict with keys tokens_per_step, break_even_c, got 3.07$"
+    ):
         workshop.check("tokens-per-step", 3.07, solutions["tokens-per-step"])
     with pytest.raises(WrongAnswer, match="^not yet: expected the keys tokens_per_step, break_even_c, got tau$"):
         workshop.check("tokens-per-step", {"tau": 3.07}, solutions["tokens-per-step"])
@@ -331,7 +360,10 @@ def test_rows_of_several_gpus_answer_for_the_reference_or_need_a_gpu_name(monkey
     assert exercises.stop_paying_solution(LLAMA).value == reference_answer
     assert exercises.case_rows("llama-8b-draft-model").equals(reference)
     top = int(reference["concurrency"].max())
-    assert exercises.stop_paying_solution(LLAMA, gpu_name="Other GPU").value == {"output_tok_s": top, "tpot_p50_ms": top}
+    assert exercises.stop_paying_solution(LLAMA, gpu_name="Other GPU").value == {
+        "output_tok_s": top,
+        "tpot_p50_ms": top,
+    }
     assert reference_answer != {"output_tok_s": top, "tpot_p50_ms": top}
     with pytest.raises(ConfigError, match="no rows measured on 'A100'"):
         exercises.stop_paying_solution(LLAMA, gpu_name="A100")
@@ -383,8 +415,12 @@ def test_microbatches_from_the_raw_scrapes_by_hand(frozen_data: Path) -> None:
     """Output tokens / engine steps of the PP=2, cap-64 point, read with a regex from its two scrapes (the frozen
     copy of the recorded #27462 runs)."""
     point = next((frozen_data / "runs" / "pp-27462" / "raw").glob("*/8b-pp2-mns64-*/*"))
-    before, after = (gzip.decompress((point / f"metrics_{w}.prom.gz").read_bytes()).decode() for w in ("before", "after"))
-    steps = _prom_value(after, "vllm:iteration_tokens_total_count") - _prom_value(before, "vllm:iteration_tokens_total_count")
+    before, after = (
+        gzip.decompress((point / f"metrics_{w}.prom.gz").read_bytes()).decode() for w in ("before", "after")
+    )
+    steps = _prom_value(after, "vllm:iteration_tokens_total_count") - _prom_value(
+        before, "vllm:iteration_tokens_total_count"
+    )
     tokens = _prom_value(after, "vllm:generation_tokens_total") - _prom_value(before, "vllm:generation_tokens_total")
     solution = exercises.microbatches_solution(PP)
     assert solution.value["sequences_per_step"] == pytest.approx(tokens / steps)
@@ -406,12 +442,26 @@ def test_papermill_exits_non_zero_on_a_wrong_answer_and_zero_on_a_right_one(tmp_
     right = workshop.EXERCISES["cuda-graph-sizes"].solve().value
 
     def run(answer: object) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "papermill", str(source), str(tmp_path / "out.ipynb"), "-p", "answer",
-                   str(answer), "--cwd", str(source.parent), "-k", "python3"]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "papermill",
+            str(source),
+            str(tmp_path / "out.ipynb"),
+            "-p",
+            "answer",
+            str(answer),
+            "--cwd",
+            str(source.parent),
+            "-k",
+            "python3",
+        ]
         return subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
 
     wrong = run(right * 4)
-    assert wrong.returncode != 0 and "WrongAnswer" in wrong.stderr and "not yet: the answer does not match" in wrong.stderr
+    assert (
+        wrong.returncode != 0 and "WrongAnswer" in wrong.stderr and "not yet: the answer does not match" in wrong.stderr
+    )
     assert f"{right}" not in re.sub(r"\x1b\[[0-9;]*m", "", wrong.stderr).split("not yet:")[1]
     passed = run(right)
     assert passed.returncode == 0, passed.stderr

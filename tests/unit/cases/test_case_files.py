@@ -67,8 +67,12 @@ def test_the_mtp_grid() -> None:
     assert labels[:2] == ["spec-off", "mtp-k1-a0.85"]  # the verdict's pair comes first
     assert [load.request_rate_qps for load in plan.loads[:4]] == [1, 2, 4, 8]
     assert [load.concurrency for load in plan.loads[4:]] == [1, 4, 16, 64]
-    assert {e.model for e in plan.engines} == {"deepseek-v3-reduced", "mimo-7b", "deepseek-v3-v2lite-scale",
-                                               "deepseek-v3-fit80"}
+    assert {e.model for e in plan.engines} == {
+        "deepseek-v3-reduced",
+        "mimo-7b",
+        "deepseek-v3-v2lite-scale",
+        "deepseek-v3-fit80",
+    }
     # the V2-Lite-scale pair tests why scale decides: speculation off and k = 1 at the verdict's 0.85
     small = {e.label: e for e in plan.engines if e.model == "deepseek-v3-v2lite-scale"}
     assert sorted(small) == ["v2lite-mtp-k1-a0.85", "v2lite-spec-off"]
@@ -82,8 +86,12 @@ def test_mtp_configs_are_what_vllm_expects() -> None:
     plan = _plan(MTP)
     engine = next(e for e in plan.engines if e.label == "mtp-k1-a0.85")
     spec = _spec_json(engine)
-    assert spec == {"method": "mtp", "num_speculative_tokens": 1, "rejection_sample_method": "synthetic",
-                    "synthetic_acceptance_rates": [0.85]}  # fmt: skip
+    assert spec == {
+        "method": "mtp",
+        "num_speculative_tokens": 1,
+        "rejection_sample_method": "synthetic",
+        "synthetic_acceptance_rates": [0.85],
+    }
     argv = engine.server_argv("127.0.0.1", 8000, python="python")
     served = argv[argv.index("--model") + 1]
     assert Path(served).name == "deepseek-v3-reduced"
@@ -105,8 +113,14 @@ def test_the_80gb_shape_runs_the_quick_and_deciding_parts_and_fits_80_gib() -> N
             budget = check_fits(engine, 79.2)  # an H100 80GB HBM3 as vLLM 0.26 counts it
             assert budget.kv_tokens >= 64 * (230 + 203), (part, engine.label, budget.kv_tokens)
     points = deciding_points(MTP, "deepseek-v3-mtp-speedup")
-    assert {label for label, _ in points} == {"fit80-spec-off", "fit80-mtp-k1-a0.85", "fit80-mtp-k1-a0.90",
-                                              "spec-off", "mtp-k1-a0.85", "mtp-k1-a0.90"}  # fmt: skip
+    assert {label for label, _ in points} == {
+        "fit80-spec-off",
+        "fit80-mtp-k1-a0.85",
+        "fit80-mtp-k1-a0.90",
+        "spec-off",
+        "mtp-k1-a0.85",
+        "mtp-k1-a0.90",
+    }
     assert {load for _, load in points} == {"in230-out203-c1"}
 
 
@@ -127,15 +141,21 @@ def test_mtp_acceptance_follows_the_published_rows(published) -> None:  # type: 
 def test_the_first_mtp_part_answers_the_verdict() -> None:
     part = _plan(MTP, engines=["spec-off", "mtp-k1-a0.85"], request_rate_qps=[1, 2, 4, 8])
     assert [p.point_id.split("/")[1] for p in part.points()][:4] == [
-        "in230-out203-qps1-r0", "in230-out203-qps2-r0", "in230-out203-qps4-r0", "in230-out203-qps8-r0",
-    ]  # fmt: skip
+        "in230-out203-qps1-r0",
+        "in230-out203-qps2-r0",
+        "in230-out203-qps4-r0",
+        "in230-out203-qps8-r0",
+    ]
     assert len(part.points()) == 8 and all(load.concurrency is None for load in part.loads)
 
 
 def test_the_eagle3_grid(published) -> None:  # type: ignore[no-untyped-def]
     plan = _plan(EAGLE)
     assert [e.label for e in plan.engines][:2] == ["spec-off", "eagle3-k3-a0.71"]
-    assert plan.profiles == (("chat", *gpt_oss_eagle3.chat_profile(published)), ("swe", *gpt_oss_eagle3.long_profile(published)))
+    assert plan.profiles == (
+        ("chat", *gpt_oss_eagle3.chat_profile(published)),
+        ("swe", *gpt_oss_eagle3.long_profile(published)),
+    )
     chat = [load.concurrency for load in plan.loads if plan.profile_of(load) == "chat"]
     assert chat == [1, 2, 4, 8, 16, 32, 64, 128, 200]
     assert sorted({e.num_speculative_tokens for e in plan.engines}) == [0, 2, 3, 4, 5]
@@ -159,7 +179,9 @@ def test_the_short_head_is_refused_for_the_long_profile() -> None:
             engine["speculative"]["model"] = "gpt-oss-120b-eagle3"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with pytest.raises(ConfigError, match="max_position_embeddings=4096, fewer than the longest request's input \\+ output = 13203"):
+        with pytest.raises(
+            ConfigError, match="max_position_embeddings=4096, fewer than the longest request's input \\+ output = 13203"
+        ):
             plan_from_dict(spec)
         assert len(plan_from_dict(spec, profiles=["chat"]).loads) == 9
 

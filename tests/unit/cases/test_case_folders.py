@@ -64,12 +64,16 @@ def test_the_cases_page_order_sets_the_table_of_contents() -> None:
 
 SYNTHETIC = "synthetic-case"
 GRID = {
-    "case": SYNTHETIC, "title": "A synthetic case", "page_order": 50,
+    "case": SYNTHETIC,
+    "title": "A synthetic case",
+    "page_order": 50,
     "engine_defaults": {"model": "llama-3.1-8b", "max_model_len": 2048, "max_num_seqs": 16},
-    "engines": [{"label": "spec-off"}, {"label": "ngram-k3", "speculative": {"method": "ngram", "num_speculative_tokens": 3,
-                                                                             "prompt_lookup_max": 4}}],
+    "engines": [
+        {"label": "spec-off"},
+        {"label": "ngram-k3", "speculative": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}},
+    ],
     "loads": [{"input_len": 256, "output_len": 64, "concurrency": [1, 4]}],
-}  # fmt: skip
+}
 CHECK = '''"""A synthetic case: one check that says what its claim's published number is."""
 from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, check
 
@@ -95,24 +99,62 @@ def _add_synthetic_case(repo: Path) -> None:
     folder.mkdir()
     (folder / "__init__.py").write_text(CHECK, encoding="utf-8")
     (folder / "case.yaml").write_text(yaml.safe_dump(GRID, sort_keys=False), encoding="utf-8")
-    (folder / "published.csv").write_text(_csv(
-        ["claim_id", "quantity", "setting", "value", "unit", "source_url", "source_title", "source_date",
-         "secondary_only", "note"],
-        {"claim_id": "synthetic-gain", "quantity": "speedup", "setting": "ngram k=3", "value": "1.5", "unit": "x",
-         "source_url": "https://example.org/synthetic", "source_title": "A synthetic source", "source_date": "2026-12",
-         "secondary_only": "false", "note": ""}), encoding="utf-8")  # fmt: skip
-    (folder / "claims.csv").write_text(_csv(
-        ["claim", "text", "sources", "check"],
-        {"claim": "synthetic-claim", "text": "ngram speculation gains 1.5x.", "sources": "synthetic-gain",
-         "check": "synthetic_claim_holds"}), encoding="utf-8")  # fmt: skip
+    (folder / "published.csv").write_text(
+        _csv(
+            [
+                "claim_id",
+                "quantity",
+                "setting",
+                "value",
+                "unit",
+                "source_url",
+                "source_title",
+                "source_date",
+                "secondary_only",
+                "note",
+            ],
+            {
+                "claim_id": "synthetic-gain",
+                "quantity": "speedup",
+                "setting": "ngram k=3",
+                "value": "1.5",
+                "unit": "x",
+                "source_url": "https://example.org/synthetic",
+                "source_title": "A synthetic source",
+                "source_date": "2026-12",
+                "secondary_only": "false",
+                "note": "",
+            },
+        ),
+        encoding="utf-8",
+    )
+    (folder / "claims.csv").write_text(
+        _csv(
+            ["claim", "text", "sources", "check"],
+            {
+                "claim": "synthetic-claim",
+                "text": "ngram speculation gains 1.5x.",
+                "sources": "synthetic-gain",
+                "check": "synthetic_claim_holds",
+            },
+        ),
+        encoding="utf-8",
+    )
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# A synthetic case")])
     nbformat.write(notebook, repo / "notebooks" / f"{SYNTHETIC}.ipynb")
 
 
 def _command(repo: Path, *args: str) -> str:
     env = {**os.environ, "PYTHONPATH": str(repo), "VLLM_PLAYBOOKS_DATA_DIR": str(repo / "data")}
-    done = subprocess.run([sys.executable, "-m", "vllm_playbooks", *args], cwd=repo, env=env, capture_output=True,
-                          text=True, timeout=300, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "vllm_playbooks", *args],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return done.stdout
 

@@ -21,23 +21,43 @@ CLAIM = "pr12755-mtp-gain-by-qps"
 def _row(label: str, alpha: float | None, qps: int, tpot_ms: float) -> dict[str, Any]:
     row: dict[str, Any] = dict.fromkeys(RUN_COLUMNS)
     row.update(
-        case="deepseek-mtp", engine_label=label, model_shape="deepseek-v3-reduced", load_format="dummy",
-        kv_cache_dtype="auto", spec_method="none" if alpha is None else "mtp",
-        num_speculative_tokens=0 if alpha is None else 1, imposed_alpha=alpha, input_len=230, output_len=203,
-        concurrency=None, request_rate_qps=qps, tensor_parallel_size=1, pipeline_parallel_size=1, max_num_seqs=128,
-        max_num_batched_tokens=8192, gpu_name="NVIDIA H200", tpot_mean_ms=tpot_ms, output_tok_s=1000 / tpot_ms,
+        case="deepseek-mtp",
+        engine_label=label,
+        model_shape="deepseek-v3-reduced",
+        load_format="dummy",
+        kv_cache_dtype="auto",
+        spec_method="none" if alpha is None else "mtp",
+        num_speculative_tokens=0 if alpha is None else 1,
+        imposed_alpha=alpha,
+        input_len=230,
+        output_len=203,
+        concurrency=None,
+        request_rate_qps=qps,
+        tensor_parallel_size=1,
+        pipeline_parallel_size=1,
+        max_num_seqs=128,
+        max_num_batched_tokens=8192,
+        gpu_name="NVIDIA H200",
+        tpot_mean_ms=tpot_ms,
+        output_tok_s=1000 / tpot_ms,
         point_id=f"h200/{label}-0/in230-out203-qps{qps}-r0",
-    )  # fmt: skip
+    )
     return row
 
 
 def _rows() -> pd.DataFrame:
     """Spec off at 50 ms; the PR's acceptance (0.81) measured clean at 1 QPS only (1.63×, as the PR); at 8 QPS, 0.85
     halves TPOT (2×) and 0.95, outside the floor band of the PR's acceptance length, shows no gain."""
-    return pd.DataFrame([
-        _row("spec-off", None, 1, 50.0), _row("spec-off", None, 8, 50.0), _row("mtp-k1-a0.81", 0.81, 1, 50 / 1.63),
-        _row("mtp-k1-a0.85", 0.85, 8, 25.0), _row("mtp-k1-a0.95", 0.95, 8, 50.0),
-    ], columns=RUN_COLUMNS)  # fmt: skip
+    return pd.DataFrame(
+        [
+            _row("spec-off", None, 1, 50.0),
+            _row("spec-off", None, 8, 50.0),
+            _row("mtp-k1-a0.81", 0.81, 1, 50 / 1.63),
+            _row("mtp-k1-a0.85", 0.85, 8, 25.0),
+            _row("mtp-k1-a0.95", 0.95, 8, 50.0),
+        ],
+        columns=RUN_COLUMNS,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -58,10 +78,19 @@ def test_fade_rests_on_the_nearest_acceptance_within_the_floor_band(published: p
 
 def test_the_ledger_judges_the_fade_on_that_rule(published: pd.DataFrame) -> None:
     # the deciding part names the PR's acceptance at 1 and 8 QPS; 8 QPS has no clean run of it (as recorded)
-    deciding = {CLAIM: frozenset({("spec-off", "in230-out203-qps1"), ("mtp-k1-a0.81", "in230-out203-qps1"),
-                                  ("spec-off", "in230-out203-qps8"), ("mtp-k1-a0.81", "in230-out203-qps8")})}
-    evidence = ledger.Evidence(published=published, runs={"deepseek-mtp": _rows()}, deciding=deciding,
-                               checks=cases.checks())  # fmt: skip
+    deciding = {
+        CLAIM: frozenset(
+            {
+                ("spec-off", "in230-out203-qps1"),
+                ("mtp-k1-a0.81", "in230-out203-qps1"),
+                ("spec-off", "in230-out203-qps8"),
+                ("mtp-k1-a0.81", "in230-out203-qps8"),
+            }
+        )
+    }
+    evidence = ledger.Evidence(
+        published=published, runs={"deepseek-mtp": _rows()}, deciding=deciding, checks=cases.checks()
+    )
     result = evidence.check("mtp_gain_falls_with_qps")(ledger.claim_of(CLAIM, evidence), evidence)
     assert result.rows == 2  # 1 QPS at the PR's acceptance, 8 QPS at the nearest one
     assert result.verdict is Verdict.NOT_REPRODUCED  # a 2× gain where the PR saw none (it was 'direction only')

@@ -27,10 +27,18 @@ def _server_log(logs: Path, config_id: str, launched: str, kv_tokens: int) -> No
 
 
 def _row(gpu: str, label: str, concurrency: int, measured_at: str, preemptions: int) -> dict[str, object]:
-    return {"case": CASE, "gpu_name": gpu, "engine_label": label, "config_id": f"{label}-0123456789",
-            "spec_method": "none" if label == "spec-off" else "eagle3", "concurrency": concurrency,
-            "input_len": 230, "output_len": 203, "measured_at": measured_at,
-            "num_preemptions": preemptions}  # fmt: skip
+    return {
+        "case": CASE,
+        "gpu_name": gpu,
+        "engine_label": label,
+        "config_id": f"{label}-0123456789",
+        "spec_method": "none" if label == "spec-off" else "eagle3",
+        "concurrency": concurrency,
+        "input_len": 230,
+        "output_len": 203,
+        "measured_at": measured_at,
+        "num_preemptions": preemptions,
+    }
 
 
 def _recorded(tmp_path: Path) -> pd.DataFrame:
@@ -39,13 +47,15 @@ def _recorded(tmp_path: Path) -> pd.DataFrame:
     _server_log(logs, "spec-off-0123456789", "2026-12-05T220600+0000", 53_773)  # the H100's server
     _server_log(logs, "spec-off-0123456789", "2026-12-05T230000+0000", 847_977)  # a later one, on the H200
     _server_log(logs, "eagle3-k3-0123456789", "2026-12-05T221400+0000", 79_793)
-    return pd.DataFrame([
-        _row("H100", "eagle3-k3", 200, "2026-12-05T22:18:00+00:00", 0),
-        _row("H100", "spec-off", 200, "2026-12-05T22:10:00+00:00", 134),
-        _row("H100", "spec-off", 200, "2026-12-05T22:11:00+00:00", 133),
-        _row("H100", "spec-off", 16, "2026-12-05T22:12:00+00:00", 0),
-        _row("H200", "spec-off", 200, "2026-12-05T23:05:00+00:00", 0),
-    ])  # fmt: skip
+    return pd.DataFrame(
+        [
+            _row("H100", "eagle3-k3", 200, "2026-12-05T22:18:00+00:00", 0),
+            _row("H100", "spec-off", 200, "2026-12-05T22:10:00+00:00", 134),
+            _row("H100", "spec-off", 200, "2026-12-05T22:11:00+00:00", 133),
+            _row("H100", "spec-off", 16, "2026-12-05T22:12:00+00:00", 0),
+            _row("H200", "spec-off", 200, "2026-12-05T23:05:00+00:00", 0),
+        ]
+    )
 
 
 def test_each_row_reads_the_pool_of_the_server_of_its_config_that_ran_it(tmp_path: Path) -> None:
@@ -58,14 +68,22 @@ def test_each_row_reads_the_pool_of_the_server_of_its_config_that_ran_it(tmp_pat
 def test_a_row_without_its_servers_log_has_no_pool(tmp_path: Path) -> None:
     rows = _recorded(tmp_path)
     rows.loc[1, "measured_at"] = "2026-12-05T21:00:00+00:00"  # before any server of its config was launched
-    assert startup_memory_of_rows(rows, tmp_path)["kv_cache_tokens"].isna().tolist() == [False, True, False, False, False]
+    assert startup_memory_of_rows(rows, tmp_path)["kv_cache_tokens"].isna().tolist() == [
+        False,
+        True,
+        False,
+        False,
+        False,
+    ]
 
 
 def test_the_pools_stand_beside_the_load_at_the_top_concurrency_both_engines_measured(tmp_path: Path) -> None:
     table = kv_pressure(_recorded(tmp_path), PROFILES, "eagle3-k3", data=tmp_path)
     # the H200 measured speculation off alone: no pair, no line
     assert table[["gpu_name", "engine_label", "concurrency", "runs"]].values.tolist() == [
-        ["H100", "spec-off", 200, 2], ["H100", "eagle3-k3", 200, 1]]  # speculation off first
+        ["H100", "spec-off", 200, 2],
+        ["H100", "eagle3-k3", 200, 1],
+    ]  # speculation off first
     by_engine = table.set_index("engine_label")
     assert by_engine.loc["spec-off", "kv_cache_tokens"] == 53_773
     assert by_engine.loc["spec-off", "tokens_needed"] == 200 * (230 + 203)

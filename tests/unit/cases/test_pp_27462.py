@@ -38,7 +38,10 @@ CASE = pp_27462.CASE
 def test_the_grid_is_three_layouts_of_the_8b_and_two_of_the_70b() -> None:
     plan = load_plan(CASE)
     assert len(plan.engines) == 20 and len(plan.points()) == 20
-    seen = {(e.model, pipeline.layout(e.tensor_parallel_size, e.pipeline_parallel_size), e.max_num_seqs) for e in plan.engines}
+    seen = {
+        (e.model, pipeline.layout(e.tensor_parallel_size, e.pipeline_parallel_size), e.max_num_seqs)
+        for e in plan.engines
+    }
     caps = (32, 64, 128, 256)
     assert seen == {("llama-3.1-8b", lay, n) for lay in ("PP=1", "PP=2", "TP=2") for n in caps} | {
         ("llama-3.3-70b", lay, n) for lay in ("PP=2", "TP=2") for n in caps
@@ -66,8 +69,15 @@ def test_a_fixed_concurrency_and_the_ray_executor_are_one_override_away() -> Non
 def test_select_engines_by_cap() -> None:
     assert pp_27462.select_engines(CASE) is None
     assert pp_27462.select_engines(CASE, max_num_seqs=[64]) == [
-        "8b-pp1-mns64", "8b-pp2-mns64", "8b-tp2-mns64", "70b-pp2-mns64", "70b-tp2-mns64"]  # fmt: skip
-    assert pp_27462.select_engines(CASE, engines=["8b-pp1-mns32", "8b-pp1-mns64"], max_num_seqs=[64]) == ["8b-pp1-mns64"]
+        "8b-pp1-mns64",
+        "8b-pp2-mns64",
+        "8b-tp2-mns64",
+        "70b-pp2-mns64",
+        "70b-tp2-mns64",
+    ]
+    assert pp_27462.select_engines(CASE, engines=["8b-pp1-mns32", "8b-pp1-mns64"], max_num_seqs=[64]) == [
+        "8b-pp1-mns64"
+    ]
     with pytest.raises(ConfigError, match=r"no engine has max_num_seqs in \[48\]"):
         pp_27462.select_engines(CASE, max_num_seqs=[48])
 
@@ -89,7 +99,11 @@ def test_microbatch_and_the_fix() -> None:
 
 def test_layout_names() -> None:
     assert [pipeline.layout(1, 1), pipeline.layout(1, 2), pipeline.layout(2, 1), pipeline.layout(2, 2)] == [
-        "PP=1", "PP=2", "TP=2", "TP=2 PP=2"]  # fmt: skip
+        "PP=1",
+        "PP=2",
+        "TP=2",
+        "TP=2 PP=2",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -100,8 +114,13 @@ def fit() -> calibration.EfficiencyFit:
 @pytest.mark.recorded_data
 def test_one_gpu_prediction_is_the_closed_loop_roofline(fit: calibration.EfficiencyFit) -> None:
     pred = pipeline.predicted_throughput(fit, "llama-3.1-8b", 64, 1, 1, 128, 256)
-    row = {"model_shape": "llama-3.1-8b", "concurrency": 64, "input_len": 128, "output_len": 256,
-           "num_speculative_tokens": 0}  # fmt: skip
+    row = {
+        "model_shape": "llama-3.1-8b",
+        "concurrency": 64,
+        "input_len": 128,
+        "output_len": 256,
+        "num_speculative_tokens": 0,
+    }
     assert pred["tpot_ms"] == pytest.approx(calibration.predict_tpot_ms(row, fit))
     assert pred["output_tok_s"] == pytest.approx(64 * 1000 / pred["tpot_ms"])
 
@@ -148,24 +167,38 @@ def test_planned_grid_counts_each_server_start_once(fit: calibration.EfficiencyF
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def _row(label: str, model: str, tp: int, pp: int, n: int, tok_s: float, concurrency: int | None = None) -> dict[str, Any]:
+def _row(
+    label: str, model: str, tp: int, pp: int, n: int, tok_s: float, concurrency: int | None = None
+) -> dict[str, Any]:
     c = concurrency if concurrency is not None else 2 * n
-    return {"point_id": f"{label}-x/in128-out256-c{c}-r0", "engine_label": label, "model_shape": model,
-            "tensor_parallel_size": tp, "pipeline_parallel_size": pp, "max_num_seqs": n, "concurrency": c,
-            "output_tok_s": tok_s, "tpot_p50_ms": 10.0, "gpu_name": "NVIDIA H200", "gpu_count": 2,
-            "raw_path": f"runs/{CASE}/raw/{label}-x/in128-out256-c{c}-r0"}  # fmt: skip
+    return {
+        "point_id": f"{label}-x/in128-out256-c{c}-r0",
+        "engine_label": label,
+        "model_shape": model,
+        "tensor_parallel_size": tp,
+        "pipeline_parallel_size": pp,
+        "max_num_seqs": n,
+        "concurrency": c,
+        "output_tok_s": tok_s,
+        "tpot_p50_ms": 10.0,
+        "gpu_name": "NVIDIA H200",
+        "gpu_count": 2,
+        "raw_path": f"runs/{CASE}/raw/{label}-x/in128-out256-c{c}-r0",
+    }
 
 
-def _frame(pp1: dict[int, float], pp2: dict[int, float], tp2: dict[int, float] | None = None,
-           model: str = "llama-3.1-8b") -> pd.DataFrame:  # fmt: skip
+def _frame(
+    pp1: dict[int, float], pp2: dict[int, float], tp2: dict[int, float] | None = None, model: str = "llama-3.1-8b"
+) -> pd.DataFrame:
     rows = [_row(f"pp1-{n}", model, 1, 1, n, v) for n, v in pp1.items()]
     rows += [_row(f"pp2-{n}", model, 1, 2, n, v) for n, v in pp2.items()]
     rows += [_row(f"tp2-{n}", model, 2, 1, n, v) for n, v in (tp2 or {}).items()]
     return pd.DataFrame(rows)
 
 
-STARVING = _frame(pp1={32: 1000, 64: 1900, 128: 3400}, pp2={32: 1050, 64: 2000, 128: 3700, 256: 6500},
-                  tp2={32: 1800, 64: 3500})  # fmt: skip
+STARVING = _frame(
+    pp1={32: 1000, 64: 1900, 128: 3400}, pp2={32: 1050, 64: 2000, 128: 3700, 256: 6500}, tp2={32: 1800, 64: 3500}
+)
 
 
 def test_saturated_keeps_rows_at_twice_the_cap_and_takes_medians() -> None:
@@ -226,7 +259,9 @@ def test_best_setting_and_the_sweep_call() -> None:
     assert pp_27462.best_pp_setting(STARVING, "llama-3.1-8b") == "pp2-256"
     assert pp_27462.best_pp_setting(STARVING, "llama-3.3-70b") is None
     call = pp_27462.sweep_call("8b-pp2-mns256", [32, 64])
-    assert call == "run_case(load_plan('pp-27462', engines=['8b-pp2-mns256'], concurrency=[32, 64])).raise_for_failures()"
+    assert (
+        call == "run_case(load_plan('pp-27462', engines=['8b-pp2-mns256'], concurrency=[32, 64])).raise_for_failures()"
+    )
     rows = pd.concat([STARVING, pd.DataFrame([_row("pp2-256", "llama-3.1-8b", 1, 2, 256, 100.0, concurrency=32)])])
     assert pp_27462.sweep_rows(rows, "pp2-256").concurrency.tolist() == [32, 512]
     assert pp_27462.sweep_rows(rows, None).empty
@@ -241,7 +276,10 @@ def test_measurement_status_from_the_rows() -> None:
     row["point_id"] = planned.point_id
     extra = _row("8b-pp1-mns32", "llama-3.1-8b", 1, 1, 32, 900.0, concurrency=8)
     status = pp_27462.measurement_status(pd.DataFrame([row, extra]), plan)
-    assert status == "1 of the 20 planned points are recorded, and 1 more point(s) (the concurrency sweep), on NVIDIA H200 ×2."
+    assert (
+        status
+        == "1 of the 20 planned points are recorded, and 1 more point(s) (the concurrency sweep), on NVIDIA H200 ×2."
+    )
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -255,17 +293,35 @@ def test_live_runs_the_grid_then_sweeps_the_best_pp2_setting(data: Path, monkeyp
     monkeypatch.setattr(runner, "require_gpu", lambda: None)  # the stand-in servers need no GPU
     engines = ["8b-pp1-mns32", "8b-pp2-mns32"]
     df = pp_27462.results_with_sweep(
-        CASE, "live", {"engines": engines, "min_duration_s": 0.001}, sweep_concurrency=[4], sweep_model="llama-3.1-8b",
-        bench=FakeBench(), server_factory=factory(), progress=False, gpu_sampler=None,
-    )  # fmt: skip
+        CASE,
+        "live",
+        {"engines": engines, "min_duration_s": 0.001},
+        sweep_concurrency=[4],
+        sweep_model="llama-3.1-8b",
+        bench=FakeBench(),
+        server_factory=factory(),
+        progress=False,
+        gpu_sampler=None,
+    )
     assert sorted(zip(df.engine_label, df.concurrency, strict=True)) == [
-        ("8b-pp1-mns32", 64), ("8b-pp2-mns32", 4), ("8b-pp2-mns32", 64)]  # fmt: skip
+        ("8b-pp1-mns32", 64),
+        ("8b-pp2-mns32", 4),
+        ("8b-pp2-mns32", 64),
+    ]
     replay = pp_27462.results_with_sweep(CASE, "replay", {"engines": engines}, [4], "llama-3.1-8b")
     assert len(replay) == 3
     with pytest.raises(ConfigError, match="no saturated PP=2 row of llama-3.3-70b"):
-        pp_27462.results_with_sweep(CASE, "live", {"engines": ["8b-pp1-mns32"], "min_duration_s": 0.001}, [4],
-                                    "llama-3.3-70b", bench=FakeBench(), server_factory=factory(), progress=False,
-                                    gpu_sampler=None)  # fmt: skip
+        pp_27462.results_with_sweep(
+            CASE,
+            "live",
+            {"engines": ["8b-pp1-mns32"], "min_duration_s": 0.001},
+            [4],
+            "llama-3.3-70b",
+            bench=FakeBench(),
+            server_factory=factory(),
+            progress=False,
+            gpu_sampler=None,
+        )
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -293,11 +349,21 @@ def test_figures_without_rows_say_not_measured() -> None:
 
 
 def test_gpu_figure_one_line_per_gpu_and_layout() -> None:
-    summary = pd.DataFrame([
-        {"layout": lay, "gpu": g, "max_num_seqs": n, "util_mean_pct": u}
-        for lay, g, n, u in [("PP=2", 0, 32, 60.0), ("PP=2", 1, 32, 55.0), ("PP=2", 0, 64, 80.0), ("PP=2", 1, 64, 75.0),
-                             ("TP=2", 0, 32, 90.0), ("TP=2", 1, 32, 90.0), ("TP=2", 0, 64, 95.0), ("TP=2", 1, 64, float("nan"))]
-    ])  # fmt: skip
+    summary = pd.DataFrame(
+        [
+            {"layout": lay, "gpu": g, "max_num_seqs": n, "util_mean_pct": u}
+            for lay, g, n, u in [
+                ("PP=2", 0, 32, 60.0),
+                ("PP=2", 1, 32, 55.0),
+                ("PP=2", 0, 64, 80.0),
+                ("PP=2", 1, 64, 75.0),
+                ("TP=2", 0, 32, 90.0),
+                ("TP=2", 1, 32, 90.0),
+                ("TP=2", 0, 64, 95.0),
+                ("TP=2", 1, 64, float("nan")),
+            ]
+        ]
+    )
     ax = plots.gpu_utilization(summary)
     drawn = [line for line in ax.get_lines() if len(line.get_xdata()) > 0]
     assert len(drawn) >= 4 and ax.get_ylim() == (0.0, 105.0)
@@ -324,7 +390,9 @@ def test_a_layout_keeps_its_colour_across_figures() -> None:
     full_order, full = plots.layout_palette(["PP=1", "PP=2", "TP=2"])
     assert order == ["PP=2", "TP=2"] and full_order == ["PP=1", "PP=2", "TP=2"]
     assert palette["PP=2"] == full["PP=2"] and palette["TP=2"] == full["TP=2"] != full["PP=2"]
-    ax = plots.by_max_num_seqs(pp_27462.saturated(_frame(pp1={}, pp2={32: 1.0, 64: 2.0}, tp2={32: 2.0})), "output_tok_s")
+    ax = plots.by_max_num_seqs(
+        pp_27462.saturated(_frame(pp1={}, pp2={32: 1.0, 64: 2.0}, tp2={32: 2.0})), "output_tok_s"
+    )
     colours = {t.get_text(): h.get_color() for t, h in zip(ax.get_legend().get_texts(), ax.get_legend().legend_handles)}
     assert matplotlib.colors.to_rgb(colours["PP=2"]) == pytest.approx(full["PP=2"])
     plt.close("all")
@@ -334,7 +402,10 @@ def test_verdict_label_is_the_head_of_the_verdict() -> None:
     for frame in (STARVING, STARVING.iloc[0:0], _frame(pp1={32: 1000}, pp2={32: 1900, 64: 1950})):
         comparison = pp_27462.pp_comparison(frame)
         assert pp_27462.verdict(comparison).startswith(pp_27462.verdict_label(comparison))
-    assert pp_27462.verdict_label(pp_27462.pp_comparison(_frame(pp1={32: 1000}, pp2={32: 1900, 64: 1950}))) == "Not reproduced"
+    assert (
+        pp_27462.verdict_label(pp_27462.pp_comparison(_frame(pp1={32: 1000}, pp2={32: 1900, 64: 1950})))
+        == "Not reproduced"
+    )
 
 
 @pytest.mark.recorded_data
@@ -353,15 +424,20 @@ def test_recorded_start_ups_are_medians_over_server_lifetimes(tmp_path: Path) ->
     for shape, seconds in lifetimes.items():
         assert measured[shape] == statistics.median(s for _, s in seconds), shape
     case = tmp_path / "runs" / "c"
-    for hardware, config, load, seconds in [("nvidia-h200-x1-vllm0", "a", "x", 100.0), ("nvidia-h200-x1-vllm0", "a", "y", 100.0),
-                                            ("nvidia-h200-x1-vllm0", "b", "x", 40.0), ("nvidia-h200-x1-vllm0", "c", "x", 70.0),
-                                            ("nvidia-h100-80gb-hbm3-x1-vllm0", "d", "x", 500.0)]:  # fmt: skip
+    for hardware, config, load, seconds in [
+        ("nvidia-h200-x1-vllm0", "a", "x", 100.0),
+        ("nvidia-h200-x1-vllm0", "a", "y", 100.0),
+        ("nvidia-h200-x1-vllm0", "b", "x", 40.0),
+        ("nvidia-h200-x1-vllm0", "c", "x", 70.0),
+        ("nvidia-h100-80gb-hbm3-x1-vllm0", "d", "x", 500.0),
+    ]:
         point = case / "raw" / hardware / config / load
         point.mkdir(parents=True)
         for name in raw.REQUIRED_FILES:
             (point / name).write_text("{}")
-        (point / raw.POINT_FILE).write_text(json.dumps({"model_shape": "m", "config_id": config,
-                                                         "server_startup_s": seconds}))  # fmt: skip
+        (point / raw.POINT_FILE).write_text(
+            json.dumps({"model_shape": "m", "config_id": config, "server_startup_s": seconds})
+        )
     # a's one lifetime counts once: median(100, 40, 70); the H100's server counts for the H100 only
     assert pp_27462.recorded_startup_s(tmp_path) == {"m": 70.0}
     assert pp_27462.recorded_startup_s(tmp_path, "H100-SXM") == {"m": 500.0}
@@ -380,8 +456,9 @@ def test_the_models_verdict_comes_from_the_same_comparison(fit: calibration.Effi
 
 
 def test_measured_beside_predicted() -> None:
-    measured = pd.DataFrame({"model_shape": ["m"], "engine_label": ["a"], "layout": ["PP=2"], "max_num_seqs": [64],
-                             "output_tok_s": [800.0]})  # fmt: skip
+    measured = pd.DataFrame(
+        {"model_shape": ["m"], "engine_label": ["a"], "layout": ["PP=2"], "max_num_seqs": [64], "output_tok_s": [800.0]}
+    )
     grid = pd.DataFrame({"engine_label": ["a", "b"], "predicted_output_tok_s": [1000.0, 5.0]})
     out = pp_27462.measured_vs_predicted(measured, grid)
     assert out.prediction_error_pct.tolist() == [25.0] and out.predicted_output_tok_s.tolist() == [1000.0]
@@ -391,7 +468,8 @@ def test_the_sweep_setting_comes_from_the_gpu_that_measured_last() -> None:
     # a faster PP=2 setting recorded on another GPU earlier must not choose what this machine sweeps
     ours = STARVING.assign(gpu_name="NVIDIA A100-SXM4-80GB", measured_at="2026-12-06T10:00:00+00:00")
     recorded = pd.DataFrame([_row("pp2-64", "llama-3.1-8b", 1, 2, 64, 99_999.0)]).assign(
-        gpu_name="NVIDIA H200", measured_at="2026-11-30T10:00:00+00:00")
+        gpu_name="NVIDIA H200", measured_at="2026-11-30T10:00:00+00:00"
+    )
     rows = pd.concat([recorded, ours], ignore_index=True)
     assert pp_27462.best_pp_setting(rows, "llama-3.1-8b") == "pp2-64"
     here = pp_27462.rows_of_newest_gpu(rows)

@@ -16,12 +16,24 @@ PROFILES = {"chat": (230, 203), "swe": (13000, 203)}
 
 def _row(label: str, k: int, **load: Any) -> dict[str, Any]:
     return dict(
-        engine_label=label, spec_method="none" if k == 0 else "mtp", num_speculative_tokens=k,
-        imposed_alpha=None if k == 0 else 0.85, imposed_acceptance_rates=None, model_shape="deepseek-v3-reduced",
-        load_format="dummy", input_len=load.pop("input_len", 230), output_len=203, tensor_parallel_size=1,
-        pipeline_parallel_size=1, max_num_seqs=128, max_num_batched_tokens=8192, gpu_name="NVIDIA H200",
-        concurrency=load.pop("concurrency", None), request_rate_qps=load.pop("request_rate_qps", None), **load,
-    )  # fmt: skip
+        engine_label=label,
+        spec_method="none" if k == 0 else "mtp",
+        num_speculative_tokens=k,
+        imposed_alpha=None if k == 0 else 0.85,
+        imposed_acceptance_rates=None,
+        model_shape="deepseek-v3-reduced",
+        load_format="dummy",
+        input_len=load.pop("input_len", 230),
+        output_len=203,
+        tensor_parallel_size=1,
+        pipeline_parallel_size=1,
+        max_num_seqs=128,
+        max_num_batched_tokens=8192,
+        gpu_name="NVIDIA H200",
+        concurrency=load.pop("concurrency", None),
+        request_rate_qps=load.pop("request_rate_qps", None),
+        **load,
+    )
 
 
 def _mtp(off: list[float], on: list[float], rates: tuple[int, ...] = (1, 2, 4, 8)) -> pd.DataFrame:
@@ -86,10 +98,12 @@ def test_mtp_holds_to_the_last_clean_rate(published) -> None:  # type: ignore[no
 
 def _k_rows() -> pd.DataFrame:
     rows = [_row("spec-off", 0, concurrency=c, tpot_mean_ms=30.0) for c in (1, 64)]
-    for label, k, rates, tpots in (("mtp-k1-a0.85", 1, "[0.85]", (20.0, 25.0)),
-                                   ("mtp-k1-a0.9", 1, "[0.9]", (10.0, 10.0)),  # another acceptance: not compared
-                                   ("mtp-k2-p0.85", 2, "[0.85, 0.5]", (15.0, 24.0)),
-                                   ("mtp-k3-p0.85", 3, "[0.85, 0.5, 0.3]", (12.0, 26.0))):  # fmt: skip
+    for label, k, rates, tpots in (
+        ("mtp-k1-a0.85", 1, "[0.85]", (20.0, 25.0)),
+        ("mtp-k1-a0.9", 1, "[0.9]", (10.0, 10.0)),  # another acceptance: not compared
+        ("mtp-k2-p0.85", 2, "[0.85, 0.5]", (15.0, 24.0)),
+        ("mtp-k3-p0.85", 3, "[0.85, 0.5, 0.3]", (12.0, 26.0)),
+    ):
         for c, tpot in zip((1, 64), tpots, strict=True):
             rows.append(_row(label, k, concurrency=c, tpot_mean_ms=tpot) | {"imposed_acceptance_rates": rates})
     return pd.DataFrame(rows)
@@ -105,8 +119,9 @@ def test_best_k_by_load_compares_at_one_first_position_acceptance() -> None:
     assert none.empty and list(none.columns) == list(best.columns)
 
 
-def _eagle(gains: dict[int, float], label: str = "eagle3-k3-a0.71", k: int = 3, alpha: float = 0.71,
-           input_len: int = 230) -> list[dict[str, Any]]:  # fmt: skip
+def _eagle(
+    gains: dict[int, float], label: str = "eagle3-k3-a0.71", k: int = 3, alpha: float = 0.71, input_len: int = 230
+) -> list[dict[str, Any]]:
     rows = []
     for c, gain in gains.items():
         rows.append(_row("spec-off", 0, concurrency=c, input_len=input_len, output_tok_s=1000.0))
@@ -134,7 +149,9 @@ def test_eagle3_names_a_loss_below_a_top_it_holds_at(published) -> None:  # type
     assert verdict.status == "gain holds to 64"
     assert verdict.sentence.endswith("It did not hold at every load below that: -7.8 % at 16.")
     steady = pd.DataFrame(_eagle({1: 36.0, 16: 1.0, 64: 21.4}, input_len=13000))  # within the tolerance: no dip named
-    assert "did not hold" not in gpt_oss_eagle3.eagle3_verdict(steady, PROFILES, published, profile="swe", top=64).sentence
+    assert (
+        "did not hold" not in gpt_oss_eagle3.eagle3_verdict(steady, PROFILES, published, profile="swe", top=64).sentence
+    )
 
 
 def test_eagle3_leaves_a_stalled_concurrency_out(published) -> None:  # type: ignore[no-untyped-def]
@@ -152,12 +169,14 @@ def test_eagle3_leaves_a_stalled_concurrency_out(published) -> None:  # type: ig
 
 
 def test_second_profile_note_says_where_k3_paid_and_lost(published) -> None:  # type: ignore[no-untyped-def]
-    long = gpt_oss_eagle3.eagle3_verdict(pd.DataFrame(_eagle({1: 36.0, 4: 2.0, 16: -7.8}, input_len=13000)), PROFILES,
-                                   published, profile="swe", top=64)  # fmt: skip
+    long = gpt_oss_eagle3.eagle3_verdict(
+        pd.DataFrame(_eagle({1: 36.0, 4: 2.0, 16: -7.8}, input_len=13000)), PROFILES, published, profile="swe", top=64
+    )
     assert long.status == "incomplete" and "on the swe profile by +36.0 % at 1" in long.sentence
     assert "Red Hat reported" in long.sentence
-    uncited = gpt_oss_eagle3.eagle3_verdict(pd.DataFrame(_eagle({1: 36.0}, input_len=13000)), PROFILES, published,
-                                      profile="swe", top=64, cite_report=False)  # fmt: skip
+    uncited = gpt_oss_eagle3.eagle3_verdict(
+        pd.DataFrame(_eagle({1: 36.0}, input_len=13000)), PROFILES, published, profile="swe", top=64, cite_report=False
+    )
     assert "Red Hat" not in uncited.sentence
 
 
@@ -216,24 +235,34 @@ def _k_sweep(gains_by_k: dict[int, dict[int, float]], input_len: int = 230) -> p
 
 
 def test_claimed_ks_by_band_sets_the_best_inside_the_range_against_the_best_outside() -> None:
-    gains = _k_sweep({2: {1: 30.0, 16: 20.0, 128: 40.0}, 3: {1: 31.0, 16: 25.0, 128: 35.0},
-                      4: {1: 29.0, 16: 40.0, 128: 20.0}})  # fmt: skip
+    gains = _k_sweep(
+        {2: {1: 30.0, 16: 20.0, 128: 40.0}, 3: {1: 31.0, 16: 25.0, 128: 35.0}, 4: {1: 29.0, 16: 40.0, 128: 20.0}}
+    )
     long = _k_sweep({2: {1: 30.0}, 3: {1: 20.0}}, input_len=13000)
     claimed = kbest.claimed_ks_by_band(pd.concat([gains, long]), 0.71, 2, 3).set_index(["profile", "band"])
-    assert claimed["outcome"].to_dict() == {("chat", "1-8"): "too close", ("chat", "16-64"): "not held",
-                                            ("chat", "128-200"): "held", ("swe", "1-8"): "not tested"}  # fmt: skip
+    assert claimed["outcome"].to_dict() == {
+        ("chat", "1-8"): "too close",
+        ("chat", "16-64"): "not held",
+        ("chat", "128-200"): "held",
+        ("swe", "1-8"): "not tested",
+    }
     assert claimed.loc[("chat", "1-8"), ["inside_k", "outside_k"]].tolist() == [3, 4]  # 31 vs 29: within 5 points
     assert claimed.loc[("chat", "128-200"), ["inside_gain_pct", "outside_gain_pct"]].tolist() == pytest.approx(
-        [40.0, 20.0])
+        [40.0, 20.0]
+    )
     assert pd.isna(claimed.loc[("swe", "1-8"), "outside_k"])  # k = 2 and 3 alone cannot show 2-3 is best
-    assert kbest.claimed_ks_by_band(gains, 0.71, 2, 3, tolerance=0.01).set_index("band").loc[
-        "1-8", "outcome"] == "held"  # 2 points ahead counts with a 1-point tolerance
+    assert (
+        kbest.claimed_ks_by_band(gains, 0.71, 2, 3, tolerance=0.01).set_index("band").loc["1-8", "outcome"] == "held"
+    )  # 2 points ahead counts with a 1-point tolerance
 
 
 def test_alpha_band_sets_each_alpha_beside_the_central_one(published) -> None:  # type: ignore[no-untyped-def]
-    rows = (_eagle({1: 30.0, 64: 20.0, 200: 10.0}) + _eagle({1: 12.0, 64: 2.0}, "eagle3-k3-a0.61", alpha=0.61)
-            + _eagle({1: 40.0, 8: 35.0}, "eagle3-k3-a0.81", alpha=0.81)
-            + _eagle({1: 50.0}, "eagle3-k2-a0.81", 2, 0.81))  # another k: not in k = 3's band
+    rows = (
+        _eagle({1: 30.0, 64: 20.0, 200: 10.0})
+        + _eagle({1: 12.0, 64: 2.0}, "eagle3-k3-a0.61", alpha=0.61)
+        + _eagle({1: 40.0, 8: 35.0}, "eagle3-k3-a0.81", alpha=0.81)
+        + _eagle({1: 50.0}, "eagle3-k2-a0.81", 2, 0.81)
+    )  # another k: not in k = 3's band
     gains = profiles.gain_table(pd.DataFrame(rows), PROFILES)
     band = profiles.alpha_band(gains, 0.71)
     assert band[["imposed_alpha", "concurrency"]].values.tolist() == [[0.61, 1], [0.61, 64], [0.81, 1], [0.81, 8]]
@@ -259,8 +288,9 @@ def test_measurements_beside_the_model() -> None:
     table = versus_model.beside_model(gains, model, "gain_pct", "eagle3-k3-a0.71")
     assert table.concurrency.tolist() == [1.0, 64.0] and table.predicted.tolist() == [-10.0, 25.0]
     assert table.measured_minus_predicted.tolist() == pytest.approx([40.0, -5.0])
-    speedups = deepseek_mtp.tpot_speedups(_mtp([50, 50], [25, 40], rates=(1, 2)).assign(
-        concurrency=[1, 4, 1, 4], request_rate_qps=None))  # fmt: skip
+    speedups = deepseek_mtp.tpot_speedups(
+        _mtp([50, 50], [25, 40], rates=(1, 2)).assign(concurrency=[1, 4, 1, 4], request_rate_qps=None)
+    )
     batch_model = pd.DataFrame({"batch": [1, 4], "speedup": [1.5, 1.5]})
     table = versus_model.beside_model(speedups, batch_model, "speedup", "mtp-k1-a0.85")
     assert table.measured.tolist() == pytest.approx([2.0, 1.25]) and table.predicted.tolist() == [1.5, 1.5]
@@ -268,12 +298,17 @@ def test_measurements_beside_the_model() -> None:
 
 def test_measurements_beside_the_model_for_each_configuration() -> None:
     rows = _mtp([50, 50], [25, 40], rates=(1, 2)).assign(concurrency=[1, 4, 1, 4], request_rate_qps=None)
-    k2 = rows[rows.engine_label == "mtp-k1-a0.85"].assign(engine_label="mtp-k2-p0.85", num_speculative_tokens=2,
-                                                          tpot_mean_ms=[20.0, 50.0])  # fmt: skip
+    k2 = rows[rows.engine_label == "mtp-k1-a0.85"].assign(
+        engine_label="mtp-k2-p0.85", num_speculative_tokens=2, tpot_mean_ms=[20.0, 50.0]
+    )
     speedups = deepseek_mtp.tpot_speedups(pd.concat([rows, k2], ignore_index=True))
-    predicted = pd.DataFrame({"config": ["mtp-k2-p0.85", "mtp-k2-p0.85", "mtp-k1-a0.85", "mtp-k1-a0.85",
-                                         "not-measured", "not-measured"],
-                              "batch": [1, 4] * 3, "speedup": [2.6, 1.0, 1.9, 1.3, 1.5, 1.5]})  # fmt: skip
+    predicted = pd.DataFrame(
+        {
+            "config": ["mtp-k2-p0.85", "mtp-k2-p0.85", "mtp-k1-a0.85", "mtp-k1-a0.85", "not-measured", "not-measured"],
+            "batch": [1, 4] * 3,
+            "speedup": [2.6, 1.0, 1.9, 1.3, 1.5, 1.5],
+        }
+    )
     table = versus_model.beside_model_by_config(speedups, predicted, "speedup")
     # in the model's order; a configuration without measurements has no rows
     assert table.engine_label.tolist() == ["mtp-k2-p0.85"] * 2 + ["mtp-k1-a0.85"] * 2
@@ -283,14 +318,19 @@ def test_measurements_beside_the_model_for_each_configuration() -> None:
 def _band_rows() -> pd.DataFrame:
     """Spec off at 20 ms; k = 1 at α 0.81 and 0.90 (acceptance lengths 1.81 and 1.90) at 1 QPS and concurrency 1,
     0.81 alone at concurrency 64."""
-    rows = [_row("spec-off", 0, tpot_mean_ms=20.0, **load)
-            for load in ({"request_rate_qps": 1}, {"concurrency": 1}, {"concurrency": 64})]  # fmt: skip
-    for label, alpha, length, tpots in (("mtp-k1-a0.81", 0.81, 1.81, {1: 12.0, "c1": 15.0, "c64": 18.0}),
-                                        ("mtp-k1-a0.90", 0.90, 1.90, {1: 12.0 * 1.81 / 1.90, "c1": 15.0})):  # fmt: skip
+    rows = [
+        _row("spec-off", 0, tpot_mean_ms=20.0, **load)
+        for load in ({"request_rate_qps": 1}, {"concurrency": 1}, {"concurrency": 64})
+    ]
+    for label, alpha, length, tpots in (
+        ("mtp-k1-a0.81", 0.81, 1.81, {1: 12.0, "c1": 15.0, "c64": 18.0}),
+        ("mtp-k1-a0.90", 0.90, 1.90, {1: 12.0 * 1.81 / 1.90, "c1": 15.0}),
+    ):
         for key, tpot in tpots.items():
             load = {"request_rate_qps": key} if key == 1 else {"concurrency": int(key[1:])}
-            rows.append(_row(label, 1, tpot_mean_ms=tpot, mean_acceptance_length=length, **load)
-                        | {"imposed_alpha": alpha})  # fmt: skip
+            rows.append(
+                _row(label, 1, tpot_mean_ms=tpot, mean_acceptance_length=length, **load) | {"imposed_alpha": alpha}
+            )
     return pd.DataFrame(rows)
 
 
@@ -303,12 +343,21 @@ def test_acceptance_band_compares_the_ends_at_each_load() -> None:
 
 def _draft_cost_case() -> tuple[pd.DataFrame, pd.DataFrame]:
     rows = [_row("spec-off", 0, concurrency=c, tpot_mean_ms=5.0) for c in (1, 16)]
-    rows += [_row("mtp-k1-a0.85", 1, concurrency=1, tpot_mean_ms=3.0, mean_acceptance_length=1.85),
-             _row("mtp-k1-a0.85", 1, concurrency=16, tpot_mean_ms=4.0, mean_acceptance_length=1.85),
-             _row("mtp-k3-p0.85", 3, concurrency=1, tpot_mean_ms=2.5, mean_acceptance_length=2.7),
-             _row("mtp-k1-a0.85", 1, request_rate_qps=1, tpot_mean_ms=3.0, mean_acceptance_length=1.85)]  # fmt: skip
-    predicted = pd.DataFrame({"config": ["mtp-k1-a0.85", "mtp-k1-a0.85", "mtp-k3-p0.85"], "batch": [1, 16, 1],
-                              "c": [0.4, 0.38, 0.4], "draft_ms": [2.0, 2.1, 2.0], "draft_fixed_cost_ms": 1.7})  # fmt: skip
+    rows += [
+        _row("mtp-k1-a0.85", 1, concurrency=1, tpot_mean_ms=3.0, mean_acceptance_length=1.85),
+        _row("mtp-k1-a0.85", 1, concurrency=16, tpot_mean_ms=4.0, mean_acceptance_length=1.85),
+        _row("mtp-k3-p0.85", 3, concurrency=1, tpot_mean_ms=2.5, mean_acceptance_length=2.7),
+        _row("mtp-k1-a0.85", 1, request_rate_qps=1, tpot_mean_ms=3.0, mean_acceptance_length=1.85),
+    ]
+    predicted = pd.DataFrame(
+        {
+            "config": ["mtp-k1-a0.85", "mtp-k1-a0.85", "mtp-k3-p0.85"],
+            "batch": [1, 16, 1],
+            "c": [0.4, 0.38, 0.4],
+            "draft_ms": [2.0, 2.1, 2.0],
+            "draft_fixed_cost_ms": 1.7,
+        }
+    )
     return deepseek_mtp.k_sweep(pd.DataFrame(rows), "deepseek-v3-reduced"), predicted
 
 
@@ -327,27 +376,46 @@ def test_the_draft_cost_a_measured_pair_implies() -> None:
 
 
 def test_predictions_with_another_draft_fixed_cost_side_by_side() -> None:
-    before = pd.DataFrame({"config": ["a", "a", "b"], "batch": [1, 8, 1], "draft_fixed_cost_ms": 1.7,
-                           "c": [0.6, 0.3, 0.4], "speedup": [1.0, 1.2, 1.3]})  # fmt: skip
+    before = pd.DataFrame(
+        {
+            "config": ["a", "a", "b"],
+            "batch": [1, 8, 1],
+            "draft_fixed_cost_ms": 1.7,
+            "c": [0.6, 0.3, 0.4],
+            "speedup": [1.0, 1.2, 1.3],
+        }
+    )
     after = before.assign(draft_fixed_cost_ms=0.2, c=[0.1, 0.05, 0.1], speedup=[1.4, 1.5, 1.6])
     change = deepseek_mtp.fixed_cost_change(before, after)
-    assert change.columns.tolist() == ["config", "batch", "draft_fixed_cost_ms_before", "c_before", "speedup_before",
-                                       "draft_fixed_cost_ms_after", "c_after", "speedup_after"]  # fmt: skip
+    assert change.columns.tolist() == [
+        "config",
+        "batch",
+        "draft_fixed_cost_ms_before",
+        "c_before",
+        "speedup_before",
+        "draft_fixed_cost_ms_after",
+        "c_after",
+        "speedup_after",
+    ]
 
 
 def _scale_case() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     small, rate = {"model_shape": "small"}, {"imposed_acceptance_rates": "[0.85]"}
     rows = [_row("spec-off", 0, concurrency=c, tpot_mean_ms=t) for c, t in ((1, 10.0), (16, 20.0))]
-    rows += [_row("big-k1", 1, concurrency=1, tpot_mean_ms=6.0, mean_acceptance_length=2.0) | rate,
-             _row("big-k1", 1, concurrency=16, tpot_mean_ms=12.5, mean_acceptance_length=2.0) | rate,
-             _row("big-k1", 1, request_rate_qps=1, tpot_mean_ms=6.0, mean_acceptance_length=2.0) | rate,
-             _row("big-k1-a0.9", 1, concurrency=1, tpot_mean_ms=5.0, mean_acceptance_length=2.0)
-             | {"imposed_acceptance_rates": "[0.9]"},
-             _row("small-off", 0, concurrency=1, tpot_mean_ms=3.0) | small,
-             _row("small-k1", 1, concurrency=1, tpot_mean_ms=2.25, mean_acceptance_length=2.0) | small | rate]  # fmt: skip
+    rows += [
+        _row("big-k1", 1, concurrency=1, tpot_mean_ms=6.0, mean_acceptance_length=2.0) | rate,
+        _row("big-k1", 1, concurrency=16, tpot_mean_ms=12.5, mean_acceptance_length=2.0) | rate,
+        _row("big-k1", 1, request_rate_qps=1, tpot_mean_ms=6.0, mean_acceptance_length=2.0) | rate,
+        _row("big-k1-a0.9", 1, concurrency=1, tpot_mean_ms=5.0, mean_acceptance_length=2.0)
+        | {"imposed_acceptance_rates": "[0.9]"},
+        _row("small-off", 0, concurrency=1, tpot_mean_ms=3.0) | small,
+        _row("small-k1", 1, concurrency=1, tpot_mean_ms=2.25, mean_acceptance_length=2.0) | small | rate,
+    ]
     model = {"config": ["big-k1", "big-k1", "small-k1"], "batch": [1, 16, 1], "tau": 2.0}
-    before = pd.DataFrame(model | {"tpot_off_ms": [10.0, 20.0, 3.0], "tpot_on_ms": [6.5, 12.0, 2.5],
-                                   "speedup": [10 / 6.5, 20 / 12.0, 3 / 2.5]})  # fmt: skip
+    before = pd.DataFrame(
+        model
+        | {"tpot_off_ms": [10.0, 20.0, 3.0], "tpot_on_ms": [6.5, 12.0, 2.5], "speedup": [10 / 6.5, 20 / 12.0, 3 / 2.5]}
+    )
     after = before.assign(tpot_on_ms=[5.5, 11.0, 1.75], speedup=[10 / 5.5, 20 / 11.0, 3 / 1.75])
     return deepseek_mtp.tpot_speedups(pd.DataFrame(rows)), before, after
 
@@ -361,8 +429,11 @@ def test_added_step_time_is_tpot_times_acceptance_length_less_the_spec_off_step(
     assert every.added_ms_before.isna().all() and every.speedup_after.isna().all()
     assert sorted(every.position_1_rate) == [0.85, 0.85, 0.85, 0.9]
     # with them, their configs only; closed loop only, by concurrency, the longer step first
-    assert list(zip(table.engine_label, table.concurrency, strict=True)) == [("big-k1", 1), ("small-k1", 1),
-                                                                             ("big-k1", 16)]  # fmt: skip
+    assert list(zip(table.engine_label, table.concurrency, strict=True)) == [
+        ("big-k1", 1),
+        ("small-k1", 1),
+        ("big-k1", 16),
+    ]
     assert table.step_on_ms.tolist() == pytest.approx([12.0, 4.5, 25.0])
     assert table.added_ms.tolist() == pytest.approx([2.0, 1.5, 5.0])
     assert table.added_share.tolist() == pytest.approx([0.2, 0.5, 0.25])
@@ -374,16 +445,36 @@ def test_added_step_time_is_tpot_times_acceptance_length_less_the_spec_off_step(
 
 def _k3_steps(ms: dict[tuple[float, int], float]) -> pd.DataFrame:
     """EAGLE-3 k = 3 rows with a step time per (imposed α, concurrency), and one k = 2 row that must be ignored."""
-    rows = [{**_row(f"eagle3-k3-a{a}", 3, concurrency=c, ms_per_step=t, point_id=f"k3-a{a}/c{c}"),
-             "spec_method": "eagle3", "imposed_alpha": a} for (a, c), t in ms.items()]  # fmt: skip
-    rows.append({**_row("eagle3-k2-a0.71", 2, concurrency=1, ms_per_step=99.0, point_id="k2/c1"),
-                 "spec_method": "eagle3", "imposed_alpha": 0.71})  # fmt: skip
+    rows = [
+        {
+            **_row(f"eagle3-k3-a{a}", 3, concurrency=c, ms_per_step=t, point_id=f"k3-a{a}/c{c}"),
+            "spec_method": "eagle3",
+            "imposed_alpha": a,
+        }
+        for (a, c), t in ms.items()
+    ]
+    rows.append(
+        {
+            **_row("eagle3-k2-a0.71", 2, concurrency=1, ms_per_step=99.0, point_id="k2/c1"),
+            "spec_method": "eagle3",
+            "imposed_alpha": 0.71,
+        }
+    )
     return pd.DataFrame(rows)
 
 
 def test_step_cost_by_alpha_spreads_the_alpha_runs_of_one_k() -> None:
-    rows = _k3_steps({(0.61, 1): 11.0, (0.71, 1): 11.22, (0.81, 1): 11.11, (0.61, 64): 38.0, (0.71, 64): 42.75,
-                      (0.81, 64): 41.8, (0.61, 200): 80.0})  # fmt: skip
+    rows = _k3_steps(
+        {
+            (0.61, 1): 11.0,
+            (0.71, 1): 11.22,
+            (0.81, 1): 11.11,
+            (0.61, 64): 38.0,
+            (0.71, 64): 42.75,
+            (0.81, 64): 41.8,
+            (0.61, 200): 80.0,
+        }
+    )
     table = gpt_oss_eagle3.step_cost_by_alpha(rows, PROFILES, overlapped=["k3-a0.71/c64"]).set_index("concurrency")
     assert table.index.tolist() == [1, 64]  # 200 has one α only; the k = 2 row is not k = 3
     assert table.spread_pct.tolist() == pytest.approx([2.0, 12.5])

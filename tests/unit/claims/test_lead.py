@@ -34,9 +34,20 @@ def test_no_gpu_has_no_lead() -> None:
 
 def _pairs(change_pct: float, band_pct: float = 5.0, concurrency: int = 200, label: str = "spec") -> pd.DataFrame:
     """One compared point as ``versus_baseline`` gives it: its change and its band."""
-    return pd.DataFrame([{"engine_label": label, "input_len": 1024, "output_len": 128, "random_range_ratio": 0.0,
-                          "concurrency": concurrency, "request_rate_qps": None, "change_pct": change_pct,
-                          "band_pct": band_pct}])  # fmt: skip
+    return pd.DataFrame(
+        [
+            {
+                "engine_label": label,
+                "input_len": 1024,
+                "output_len": 128,
+                "random_range_ratio": 0.0,
+                "concurrency": concurrency,
+                "request_rate_qps": None,
+                "change_pct": change_pct,
+                "band_pct": band_pct,
+            }
+        ]
+    )
 
 
 def test_changes_further_apart_than_the_wider_band_are_beyond_the_bands() -> None:
@@ -47,7 +58,9 @@ def test_changes_further_apart_than_the_wider_band_are_beyond_the_bands() -> Non
     # only a point both compare counts: another load, or another config, tells nothing
     assert lead.beyond_bands(_pairs(10.0), _pairs(50.0, concurrency=32)) is None
     assert lead.beyond_bands(_pairs(10.0), _pairs(50.0, label="other")) is None
-    assert lead.beyond_bands(None, _pairs(1.0)) is None and lead.beyond_bands(_pairs(1.0), _pairs(1.0).iloc[0:0]) is None
+    assert (
+        lead.beyond_bands(None, _pairs(1.0)) is None and lead.beyond_bands(_pairs(1.0), _pairs(1.0).iloc[0:0]) is None
+    )
 
 
 def test_two_gpus_disagree_only_where_their_words_differ_beyond_the_bands() -> None:

@@ -66,12 +66,25 @@ def _row(case: str, label: str, concurrency: float | None, value: float, **chang
     row: dict[str, Any] = dict.fromkeys(RUN_COLUMNS)
     k = changes.pop("k", 0)
     row.update(
-        case=case, engine_label=label, model_shape="llama-3.1-8b", load_format="dummy", kv_cache_dtype="auto",
-        spec_method=changes.pop("method", "draft_model") if k else "none", num_speculative_tokens=k,
-        input_len=512, output_len=128, concurrency=concurrency, request_rate_qps=None, tensor_parallel_size=1,
-        pipeline_parallel_size=1, max_num_seqs=256, max_num_batched_tokens=8192, gpu_name="NVIDIA H200",
-        output_tok_s=value, tpot_mean_ms=1000.0 / value,
-    )  # fmt: skip
+        case=case,
+        engine_label=label,
+        model_shape="llama-3.1-8b",
+        load_format="dummy",
+        kv_cache_dtype="auto",
+        spec_method=changes.pop("method", "draft_model") if k else "none",
+        num_speculative_tokens=k,
+        input_len=512,
+        output_len=128,
+        concurrency=concurrency,
+        request_rate_qps=None,
+        tensor_parallel_size=1,
+        pipeline_parallel_size=1,
+        max_num_seqs=256,
+        max_num_batched_tokens=8192,
+        gpu_name="NVIDIA H200",
+        output_tok_s=value,
+        tpot_mean_ms=1000.0 / value,
+    )
     row.update(changes)
     return row
 
@@ -86,7 +99,9 @@ def _evidence(published: pd.DataFrame, case: str, rows: list[dict[str, Any]], **
 
 
 @pytest.mark.recorded_data
-def test_the_ledger_covers_every_claim_in_the_file(claims: dict[str, claims_ledger.Claim], ledger: pd.DataFrame) -> None:
+def test_the_ledger_covers_every_claim_in_the_file(
+    claims: dict[str, claims_ledger.Claim], ledger: pd.DataFrame
+) -> None:
     assert ledger.claim.drop_duplicates().tolist() == list(claims)  # in the file's order, a claim's lines together
     assert claims_ledger.headline_lines(ledger).claim.tolist() == list(claims)
     assert set(ledger.verdict) <= {str(v) for v in V}
@@ -151,7 +166,9 @@ def test_a_missing_source_a_duplicate_and_an_empty_cell_are_refused(tmp_path: Pa
         claims_ledger.load_claims(path=_claims_file(tmp_path / "empty", text=" "))
 
 
-def test_a_check_may_read_only_its_claims_sources(claims: dict[str, claims_ledger.Claim], published: pd.DataFrame) -> None:
+def test_a_check_may_read_only_its_claims_sources(
+    claims: dict[str, claims_ledger.Claim], published: pd.DataFrame
+) -> None:
     ev = claims_ledger.Evidence(published=published)
     with pytest.raises(SchemaError, match="does not list as a source"):
         ev.value(claims["deepseek-v3-mtp-speedup"], "pr12755-speedup-qps1")
@@ -179,7 +196,9 @@ def test_every_verdict_has_a_meaning_on_the_page() -> None:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("speedup", "expected"), [(1.06, "gain"), (1.05, "within noise"), (0.96, "within noise"), (0.94, "loss")])
+@pytest.mark.parametrize(
+    ("speedup", "expected"), [(1.06, "gain"), (1.05, "within noise"), (0.96, "within noise"), (0.94, "loss")]
+)
 def test_effect_has_a_break_even_band(speedup: float, expected: str) -> None:
     assert claims_verdict.effect(speedup) == expected
 
@@ -222,7 +241,9 @@ def _pair_13834(concurrency: int, off: float, on: float, alpha: float = 0.72, k:
 @pytest.mark.parametrize(
     ("on", "expected"), [(292.0, V.REPRODUCED), (200.0, V.DIRECTION_ONLY), (520.0, V.NOT_REPRODUCED)]
 )
-def test_13834_follows_the_rows_at_the_reported_load(claims, published, on: float, expected: claims_verdict.Verdict) -> None:  # type: ignore[no-untyped-def]
+def test_13834_follows_the_rows_at_the_reported_load(
+    claims, published, on: float, expected: claims_verdict.Verdict
+) -> None:  # type: ignore[no-untyped-def]
     # the report implies ≈ 32 streams; 400 → 292 tok/s is −27 % (reported −28.5 %)
     result = CHECKS["spec_slower_at_reported_load"](
         claims["discussion-13834-slower"], _evidence(published, CASE_13834, _pair_13834(32, 400.0, on))
@@ -235,13 +256,17 @@ def test_13834_at_low_load_or_other_settings_is_not_measured_yet(claims, publish
     check = CHECKS["spec_slower_at_reported_load"]
     low = check(claims["discussion-13834-slower"], _evidence(published, CASE_13834, _pair_13834(1, 40.0, 60.0)))
     assert low.verdict is V.NOT_MEASURED and "+50.0 % at concurrency 1" in low.measured
-    other = check(claims["discussion-13834-slower"], _evidence(published, CASE_13834, _pair_13834(32, 400.0, 292.0, alpha=0.5)))
+    other = check(
+        claims["discussion-13834-slower"], _evidence(published, CASE_13834, _pair_13834(32, 400.0, 292.0, alpha=0.5))
+    )
     assert other.verdict is V.NOT_MEASURED and other.model_verdict is None  # no fit given: no model line
 
 
 def test_13834_prefers_the_load_nearest_the_report(claims, published) -> None:  # type: ignore[no-untyped-def]
     rows = _pair_13834(16, 300.0, 330.0) + _pair_13834(32, 400.0, 292.0)
-    result = CHECKS["spec_slower_at_reported_load"](claims["discussion-13834-slower"], _evidence(published, CASE_13834, rows))
+    result = CHECKS["spec_slower_at_reported_load"](
+        claims["discussion-13834-slower"], _evidence(published, CASE_13834, rows)
+    )
     assert result.verdict is V.REPRODUCED and "concurrency 32" in result.measured
 
 
@@ -249,11 +274,14 @@ def test_13834_prefers_the_load_nearest_the_report(claims, published) -> None:  
 def test_13834_model_line_uses_the_fit(claims, published) -> None:  # type: ignore[no-untyped-def]
 
     fit = calibration.fit_efficiency(whatif.calibration_rows(), "H200-SXM")
-    result = CHECKS["spec_slower_at_reported_load"](claims["discussion-13834-slower"],
-                                                         claims_ledger.Evidence(published=published, fit=fit))  # fmt: skip
+    result = CHECKS["spec_slower_at_reported_load"](
+        claims["discussion-13834-slower"], claims_ledger.Evidence(published=published, fit=fit)
+    )
     predicted = discussion_13834.predict_13834_a100(fit, concurrency=32)
     assert f"{predicted['output_tok_s_on']:.0f} output tok/s" in result.model_says
-    assert result.model_verdict is claims_verdict.judge(predicted["output_tok_s_on"] / predicted["output_tok_s_off"], 68.19 / 95.43)
+    assert result.model_verdict is claims_verdict.judge(
+        predicted["output_tok_s_on"] / predicted["output_tok_s_off"], 68.19 / 95.43
+    )
 
 
 @pytest.mark.recorded_data
@@ -270,14 +298,25 @@ def test_the_ledgers_fit_is_the_case_pages_fit(evidence: claims_ledger.Evidence)
 MTP = "deepseek-mtp"
 
 
-@pytest.mark.parametrize(("on", "rate", "expected"), [(5.6, 0.87, V.REPRODUCED), (11.0, 0.87, V.NOT_REPRODUCED),
-                                                      (5.6, 0.60, V.NOT_MEASURED)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("on", "rate", "expected"), [(5.6, 0.87, V.REPRODUCED), (11.0, 0.87, V.NOT_REPRODUCED), (5.6, 0.60, V.NOT_MEASURED)]
+)
 def test_mtp_speedup_at_the_reported_acceptance(claims, published, on: float, rate: float, expected) -> None:  # type: ignore[no-untyped-def]
     rows = [
         _row(MTP, "off", 1, 100.0, tpot_mean_ms=10.0, model_shape="deepseek-v3-reduced"),
-        _row(MTP, "mtp", 1, 150.0, k=1, method="mtp", tpot_mean_ms=on, imposed_alpha=rate, acceptance_rate=rate,
-             model_shape="deepseek-v3-reduced"),
-    ]  # fmt: skip
+        _row(
+            MTP,
+            "mtp",
+            1,
+            150.0,
+            k=1,
+            method="mtp",
+            tpot_mean_ms=on,
+            imposed_alpha=rate,
+            acceptance_rate=rate,
+            model_shape="deepseek-v3-reduced",
+        ),
+    ]
     check = CHECKS["mtp_speedup_at_acceptance"]
     result = check(claims["deepseek-v3-mtp-speedup"], _evidence(published, MTP, rows))
     assert result.verdict is expected
@@ -294,8 +333,20 @@ def _qps_rows(speedups: dict[float, float], shape: str = "deepseek-v3-reduced") 
     rows = []
     for qps, speedup in speedups.items():
         rows.append(_row(MTP, "off", None, 100.0, request_rate_qps=qps, tpot_mean_ms=50.0, model_shape=shape))
-        rows.append(_row(MTP, "mtp", None, 100.0, k=1, method="mtp", request_rate_qps=qps, tpot_mean_ms=50.0 / speedup,
-                         model_shape=shape, imposed_alpha=0.81))  # fmt: skip  # the PR's acceptance
+        rows.append(
+            _row(
+                MTP,
+                "mtp",
+                None,
+                100.0,
+                k=1,
+                method="mtp",
+                request_rate_qps=qps,
+                tpot_mean_ms=50.0 / speedup,
+                model_shape=shape,
+                imposed_alpha=0.81,
+            )
+        )  # the PR's acceptance
     return rows
 
 
@@ -344,14 +395,18 @@ def _eagle_rows(changes: dict[int, float], k: int = 3, label: str = "eagle3-k3")
     ],
 )
 def test_eagle3_gain_up_to_200(claims, published, changes: dict[int, float], expected) -> None:  # type: ignore[no-untyped-def]
-    result = CHECKS["gain_up_to_concurrency"](claims["gpt-oss-eagle3-200-concurrent"], _evidence(published, EAGLE, _eagle_rows(changes)))
+    result = CHECKS["gain_up_to_concurrency"](
+        claims["gpt-oss-eagle3-200-concurrent"], _evidence(published, EAGLE, _eagle_rows(changes))
+    )
     assert result.verdict is expected
     assert "dense decoders only" in result.model_says
 
 
 def test_eagle3_the_best_config_stands(claims, published) -> None:  # type: ignore[no-untyped-def]
     rows = _eagle_rows({1: 1.15, 200: 1.11}) + _eagle_rows({1: 1.15, 200: 0.8}, k=4, label="eagle3-k4")
-    result = CHECKS["gain_up_to_concurrency"](claims["gpt-oss-eagle3-200-concurrent"], _evidence(published, EAGLE, rows))
+    result = CHECKS["gain_up_to_concurrency"](
+        claims["gpt-oss-eagle3-200-concurrent"], _evidence(published, EAGLE, rows)
+    )
     assert result.verdict is V.REPRODUCED
 
 
@@ -387,30 +442,47 @@ def _on_long_profile(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def test_eagle3_judges_each_length_profile_apart(claims, published) -> None:  # type: ignore[no-untyped-def]
     chat = _eagle_rows({1: 1.15, 200: 1.11})
     long = _on_long_profile(_eagle_rows({1: 1.15, 16: 0.95}))  # a loss, but far below 200 concurrent requests
-    result = CHECKS["gain_up_to_concurrency"](claims["gpt-oss-eagle3-200-concurrent"], _evidence(published, EAGLE, chat + long))
+    result = CHECKS["gain_up_to_concurrency"](
+        claims["gpt-oss-eagle3-200-concurrent"], _evidence(published, EAGLE, chat + long)
+    )
     assert result.verdict is V.REPRODUCED and result.rows == 2
-    assert result.measured == "eagle3-k3 (512 in / 128 out): +15.0 % at 1, +11.0 % at 200; eagle3-k3 (swe): +15.0 % at 1, -5.0 % at 16"
+    assert (
+        result.measured
+        == "eagle3-k3 (512 in / 128 out): +15.0 % at 1, +11.0 % at 200; eagle3-k3 (swe): +15.0 % at 1, -5.0 % at 16"
+    )
     # a profile that stops short of 200 is no evidence that the gain held there
     short_wins = _on_long_profile(_eagle_rows({1: 1.15, 16: 1.12}, k=4, label="eagle3-k4"))
     losing = _eagle_rows({1: 1.15, 200: 0.8})
-    result = CHECKS["gain_up_to_concurrency"](claims["gpt-oss-eagle3-200-concurrent"], _evidence(published, EAGLE, losing + short_wins))
+    result = CHECKS["gain_up_to_concurrency"](
+        claims["gpt-oss-eagle3-200-concurrent"], _evidence(published, EAGLE, losing + short_wins)
+    )
     assert result.verdict is V.NOT_REPRODUCED
 
 
 def test_eagle3_best_draft_tokens_per_length_profile(claims, published) -> None:  # type: ignore[no-untyped-def]
-    chat = [_row(EAGLE, f"k{k}", 16, v, k=k, method="eagle3", imposed_alpha=0.7) for k, v in {2: 1100.0, 3: 1150.0, 4: 1058.0}.items()]
+    chat = [
+        _row(EAGLE, f"k{k}", 16, v, k=k, method="eagle3", imposed_alpha=0.7)
+        for k, v in {2: 1100.0, 3: 1150.0, 4: 1058.0}.items()
+    ]
     # k=3 alone on the long profile, far slower: pooled with the chat rows it would make k=4 the best at 16
     long = _on_long_profile([_row(EAGLE, "k3", 16, 300.0, k=3, method="eagle3", imposed_alpha=0.7)])
-    result = CHECKS["best_draft_tokens"](claims["gpt-oss-eagle3-draft-tokens"], _evidence(published, EAGLE, chat + long))
+    result = CHECKS["best_draft_tokens"](
+        claims["gpt-oss-eagle3-draft-tokens"], _evidence(published, EAGLE, chat + long)
+    )
     assert result.verdict is V.REPRODUCED
-    assert result.measured == "512 in / 128 out, concurrency 16, α 0.7: best k=3 (tied within noise with k=2), k=4 -8.0 %"
+    assert (
+        result.measured == "512 in / 128 out, concurrency 16, α 0.7: best k=3 (tied within noise with k=2), k=4 -8.0 %"
+    )
 
 
 @pytest.mark.parametrize(
     ("by_k", "expected"),
-    [({2: 1100.0, 3: 1150.0, 4: 1058.0}, V.REPRODUCED), ({2: 1100.0, 3: 1150.0, 4: 1200.0}, V.NOT_REPRODUCED),
-     ({2: 1100.0, 3: 1150.0}, V.NOT_MEASURED)],
-)  # fmt: skip
+    [
+        ({2: 1100.0, 3: 1150.0, 4: 1058.0}, V.REPRODUCED),
+        ({2: 1100.0, 3: 1150.0, 4: 1200.0}, V.NOT_REPRODUCED),
+        ({2: 1100.0, 3: 1150.0}, V.NOT_MEASURED),
+    ],
+)
 def test_eagle3_best_draft_tokens(claims, published, by_k: dict[int, float], expected) -> None:  # type: ignore[no-untyped-def]
     rows = [_row(EAGLE, f"k{k}", 16, v, k=k, method="eagle3", imposed_alpha=0.7) for k, v in by_k.items()]
     result = CHECKS["best_draft_tokens"](claims["gpt-oss-eagle3-draft-tokens"], _evidence(published, EAGLE, rows))
@@ -424,20 +496,25 @@ PP = "pp-27462"
 
 def _pp_rows(pp1: float, pp2: float, pp2_at_2n: float) -> list[dict[str, Any]]:
     """PP=1 and PP=2 at cap 64 and PP=2 at 128, each at concurrency twice its cap (the #27462 page's grid)."""
-    return [_row(PP, "pp1-64", 128, pp1, max_num_seqs=64, point_id="a"),
-            _row(PP, "pp2-64", 128, pp2, pipeline_parallel_size=2, max_num_seqs=64, point_id="b"),
-            _row(PP, "pp2-128", 256, pp2_at_2n, pipeline_parallel_size=2, max_num_seqs=128, point_id="c")]  # fmt: skip
+    return [
+        _row(PP, "pp1-64", 128, pp1, max_num_seqs=64, point_id="a"),
+        _row(PP, "pp2-64", 128, pp2, pipeline_parallel_size=2, max_num_seqs=64, point_id="b"),
+        _row(PP, "pp2-128", 256, pp2_at_2n, pipeline_parallel_size=2, max_num_seqs=128, point_id="c"),
+    ]
 
 
 @pytest.mark.parametrize(
     ("pp2", "pp2_at_2n", "expected"),
-    [(1000.0, 1500.0, V.REPRODUCED),  # two stages at N give one GPU's throughput; at 2N they gain
-     (1500.0, 1800.0, V.NOT_REPRODUCED),  # two stages at N already gain 50 %: no starvation
-     (1000.0, 1100.0, V.NOT_REPRODUCED)],  # the fix does not pay
-)  # fmt: skip
+    [
+        (1000.0, 1500.0, V.REPRODUCED),  # two stages at N give one GPU's throughput; at 2N they gain
+        (1500.0, 1800.0, V.NOT_REPRODUCED),  # two stages at N already gain 50 %: no starvation
+        (1000.0, 1100.0, V.NOT_REPRODUCED),
+    ],  # the fix does not pay
+)
 def test_pp_cap_is_the_pages_comparison(claims, published, pp2: float, pp2_at_2n: float, expected) -> None:  # type: ignore[no-untyped-def]
-    result = CHECKS["pp_cap_starves_stages"](claims["issue-27462-pp-starves"],
-                                                  _evidence(published, PP, _pp_rows(1000.0, pp2, pp2_at_2n)))  # fmt: skip
+    result = CHECKS["pp_cap_starves_stages"](
+        claims["issue-27462-pp-starves"], _evidence(published, PP, _pp_rows(1000.0, pp2, pp2_at_2n))
+    )
     assert result.verdict is expected and result.rows == 1
     assert "N=64: PP=2 at N" in result.measured
 
@@ -470,12 +547,29 @@ def test_pp_cap_on_the_recorded_runs(ledger: pd.DataFrame) -> None:
 
 @pytest.mark.parametrize(
     ("rate", "speedup", "expected"),
-    [(0.4, 0.8, V.REPRODUCED), (0.4, 1.4, V.NOT_REPRODUCED), (0.6, 1.02, V.REPRODUCED), (0.6, 0.8, V.NOT_REPRODUCED),
-     (0.7, 1.3, V.REPRODUCED), (0.7, 0.9, V.NOT_REPRODUCED)],
-)  # fmt: skip
+    [
+        (0.4, 0.8, V.REPRODUCED),
+        (0.4, 1.4, V.NOT_REPRODUCED),
+        (0.6, 1.02, V.REPRODUCED),
+        (0.6, 0.8, V.NOT_REPRODUCED),
+        (0.7, 1.3, V.REPRODUCED),
+        (0.7, 0.9, V.NOT_REPRODUCED),
+    ],
+)
 def test_acceptance_bands(claims, published, rate: float, speedup: float, expected) -> None:  # type: ignore[no-untyped-def]
-    rows = [_row("any", "off", 1, 100.0), _row("any", "spec", 1, 100.0 * speedup, k=4, acceptance_rate=rate,
-                                              mean_acceptance_length=1 + 4 * rate, draft_model="llama-3.2-1b")]  # fmt: skip
+    rows = [
+        _row("any", "off", 1, 100.0),
+        _row(
+            "any",
+            "spec",
+            1,
+            100.0 * speedup,
+            k=4,
+            acceptance_rate=rate,
+            mean_acceptance_length=1 + 4 * rate,
+            draft_model="llama-3.2-1b",
+        ),
+    ]
     result = CHECKS["acceptance_bands"](claims["rule-acceptance-bands"], _evidence(published, "any", rows))
     assert result.verdict is expected and result.rows == 1
 
@@ -502,8 +596,20 @@ def test_acceptance_bands_are_judged_on_the_re_measured_points_once_there_are_an
 
 def test_acceptance_bands_model_is_the_draft_cost(claims, published) -> None:  # type: ignore[no-untyped-def]
     # TPOT off 10 ms, on 10·(1 + 4·0.6)/τ ms with τ = 3: c = 0.6, so the break-even rate is 0.6 (inside 0.5-0.65)
-    rows = [_row("any", "off", 1, 100.0), _row("any", "spec", 1, 88.0, k=4, acceptance_rate=0.5, mean_acceptance_length=3.0,
-                                              tpot_mean_ms=10.0 * 3.4 / 3.0, draft_model="llama-3.2-1b")]  # fmt: skip
+    rows = [
+        _row("any", "off", 1, 100.0),
+        _row(
+            "any",
+            "spec",
+            1,
+            88.0,
+            k=4,
+            acceptance_rate=0.5,
+            mean_acceptance_length=3.0,
+            tpot_mean_ms=10.0 * 3.4 / 3.0,
+            draft_model="llama-3.2-1b",
+        ),
+    ]
     result = CHECKS["acceptance_bands"](claims["rule-acceptance-bands"], _evidence(published, "any", rows))
     assert "break-even acceptance rate 0.60" in result.model_says and result.model_verdict is V.REPRODUCED
     cheap = [rows[0], {**rows[1], "tpot_mean_ms": 10.0 * 1.8 / 3.0}]  # c = 0.2: break-even at 0.2, outside the band
@@ -512,15 +618,28 @@ def test_acceptance_bands_model_is_the_draft_cost(claims, published) -> None:  #
 
 
 def test_acceptance_bands_model_names_a_config_without_draft_model_by_its_method(claims, published) -> None:  # type: ignore[no-untyped-def]
-    rows = [_row("any", "off", 1, 100.0, model_shape="mimo-7b"),
-            _row("any", "mtp", 1, 88.0, k=1, method="mtp", acceptance_rate=0.8, mean_acceptance_length=1.8,
-                 model_shape="mimo-7b", draft_model=None)]  # fmt: skip
+    rows = [
+        _row("any", "off", 1, 100.0, model_shape="mimo-7b"),
+        _row(
+            "any",
+            "mtp",
+            1,
+            88.0,
+            k=1,
+            method="mtp",
+            acceptance_rate=0.8,
+            mean_acceptance_length=1.8,
+            model_shape="mimo-7b",
+            draft_model=None,
+        ),
+    ]
     result = CHECKS["acceptance_bands"](claims["rule-acceptance-bands"], _evidence(published, "any", rows))
     assert result.model_says.startswith("mimo-7b + mtp, k=1: c=") and "nan" not in result.model_says
 
 
 @pytest.mark.parametrize(
-    ("shape", "kv", "expected"), [("llama-3.3-70b-awq", "fp8", V.REPRODUCED), ("llama-3.1-8b", "auto", V.NOT_REPRODUCED)]
+    ("shape", "kv", "expected"),
+    [("llama-3.3-70b-awq", "fp8", V.REPRODUCED), ("llama-3.1-8b", "auto", V.NOT_REPRODUCED)],
 )
 def test_compute_bound_batch_is_model_only(claims, published, shape: str, kv: str, expected) -> None:  # type: ignore[no-untyped-def]
     rows = [_row("any", "off", 1, 100.0, model_shape=shape, kv_cache_dtype=kv, input_len=1240, output_len=128)]
@@ -529,7 +648,9 @@ def test_compute_bound_batch_is_model_only(claims, published, shape: str, kv: st
 
 
 def test_compute_bound_batch_without_rows_says_so(claims, published) -> None:  # type: ignore[no-untyped-def]
-    result = CHECKS["compute_bound_batch"](claims["rule-batch-64-compute-bound"], claims_ledger.Evidence(published=published))
+    result = CHECKS["compute_bound_batch"](
+        claims["rule-batch-64-compute-bound"], claims_ledger.Evidence(published=published)
+    )
     assert result.verdict is V.NOT_MEASURED and result.model_verdict is None
 
 
@@ -541,16 +662,33 @@ def test_temperature_cannot_be_measured_with_imposed_acceptance(claims, publishe
 
 def _startups(kv_tokens: int, preemptions: int, rows: int = 3, gpu: str = "NVIDIA H200") -> pd.DataFrame:
     engine = EngineConfig(label="e", model="llama-3.1-8b", max_model_len=2048, max_num_seqs=256)
-    return pd.DataFrame([{"case": "any", "engine_label": "e", "engine": engine, "total_memory_gib": 139.8,
-                          "max_num_seqs": 256, "max_model_len": 2048, "kv_cache_tokens": kv_tokens,
-                          "measured_rows": rows, "preemptions": preemptions, "gpu_name": gpu}])  # fmt: skip
+    return pd.DataFrame(
+        [
+            {
+                "case": "any",
+                "engine_label": "e",
+                "engine": engine,
+                "total_memory_gib": 139.8,
+                "max_num_seqs": 256,
+                "max_model_len": 2048,
+                "kv_cache_tokens": kv_tokens,
+                "measured_rows": rows,
+                "preemptions": preemptions,
+                "gpu_name": gpu,
+            }
+        ]
+    )
 
 
 @pytest.mark.parametrize(
     ("kv_tokens", "preemptions", "rows", "expected"),
-    [(200_000, 0, 3, V.NOT_REPRODUCED), (200_000, 7, 3, V.REPRODUCED), (600_000, 0, 3, V.NOT_MEASURED),
-     (200_000, 0, 0, V.NOT_MEASURED)],
-)  # fmt: skip
+    [
+        (200_000, 0, 3, V.NOT_REPRODUCED),
+        (200_000, 7, 3, V.REPRODUCED),
+        (600_000, 0, 3, V.NOT_MEASURED),
+        (200_000, 0, 0, V.NOT_MEASURED),
+    ],
+)
 def test_kv_fit(claims, published, kv_tokens: int, preemptions: int, rows: int, expected) -> None:  # type: ignore[no-untyped-def]
     ev = claims_ledger.Evidence(published=published, startups=_startups(kv_tokens, preemptions, rows))
     result = CHECKS["kv_product_fits"](claims["rule-kv-fit"], ev)
@@ -561,11 +699,15 @@ def test_kv_fit_tells_one_line_per_config_and_gpu_with_every_start_up_judged(cla
     """Two start-ups of one config on one GPU make one line (the span of their caches, their rows summed); a third
     on another GPU makes its own; each start-up is still one judged point, and one with preemptions agrees."""
     starts = pd.concat([_startups(200_000, 0), _startups(210_000, 0, rows=2), _startups(100_000, 4, gpu="NVIDIA H100")])
-    result = CHECKS["kv_product_fits"](claims["rule-kv-fit"], claims_ledger.Evidence(published=published, startups=starts))
+    result = CHECKS["kv_product_fits"](
+        claims["rule-kv-fit"], claims_ledger.Evidence(published=published, startups=starts)
+    )
     assert result.rows == 3 and result.verdict is V.NOT_REPRODUCED
-    assert result.measured == ("any e on NVIDIA H100: 100,000 KV tokens for 256 × 2048 = 524,288 (0.19×); 1 start-up(s), "
-                               "3 measured row(s), 4 preemptions; any e on NVIDIA H200: 200,000–210,000 KV tokens for "
-                               "256 × 2048 = 524,288 (0.38–0.40×); 2 start-up(s), 5 measured row(s), 0 preemptions")  # fmt: skip
+    assert result.measured == (
+        "any e on NVIDIA H100: 100,000 KV tokens for 256 × 2048 = 524,288 (0.19×); 1 start-up(s), "
+        "3 measured row(s), 4 preemptions; any e on NVIDIA H200: 200,000–210,000 KV tokens for "
+        "256 × 2048 = 524,288 (0.38–0.40×); 2 start-up(s), 5 measured row(s), 0 preemptions"
+    )
     assert result.model_says.count("any e on NVIDIA H200: holds") == 1
 
 
@@ -588,9 +730,11 @@ def test_recorded_rows_already_go_against_the_acceptance_bands(frozen_ledger: pd
     # a counter-example: the recorded 70B-AWQ + 3B pair (frozen) gained at an acceptance rate of 0.40
     line = frozen_ledger.set_index("claim").loc["rule-acceptance-bands"]
     assert (line.verdict, line.rows) == ("not reproduced", 1)
-    assert line.measured == ("0 of 1 paired rows behave as their band says (by the effect their band expects: loss 0 "
-                             "of 1); against it: discussion-13834 on "
-                             "NVIDIA H200 at concurrency 1: acceptance 0.40 (expects loss) gave +43.4 %")  # fmt: skip
+    assert line.measured == (
+        "0 of 1 paired rows behave as their band says (by the effect their band expects: loss 0 "
+        "of 1); against it: discussion-13834 on "
+        "NVIDIA H200 at concurrency 1: acceptance 0.40 (expects loss) gave +43.4 %"
+    )
 
 
 @pytest.mark.recorded_data
@@ -632,7 +776,9 @@ def test_each_startup_counts_only_the_rows_measured_while_it_was_up(tmp_path: Pa
     case = claims_ledger.recorded_startups(tmp_path)
     rows = pd.read_csv(data_dir() / "runs" / "discussion-13834" / "runs.csv")
     # every server of this case started and logged its KV cache, so each row belongs to exactly one start-up
-    assert case.groupby("engine_label")["measured_rows"].sum().to_dict() == rows["engine_label"].value_counts().to_dict()
+    assert (
+        case.groupby("engine_label")["measured_rows"].sum().to_dict() == rows["engine_label"].value_counts().to_dict()
+    )
     # a config started more than once: no one start-up holds the rows measured while another was up
     again = case[case.groupby("engine_label")["measured_rows"].transform(lambda n: (n > 0).sum() > 1)]
     assert not again.empty
@@ -641,8 +787,10 @@ def test_each_startup_counts_only_the_rows_measured_while_it_was_up(tmp_path: Pa
 
 
 def test_a_shape_the_roofline_does_not_model_is_named_not_fatal(claims, published) -> None:  # type: ignore[no-untyped-def]
-    rows = [_row("any", "off", 1, 100.0, model_shape="gpt-oss-120b"),
-            _row("any", "off", 1, 100.0, model_shape="llama-3.3-70b-awq", kv_cache_dtype="fp8", input_len=1240)]  # fmt: skip
+    rows = [
+        _row("any", "off", 1, 100.0, model_shape="gpt-oss-120b"),
+        _row("any", "off", 1, 100.0, model_shape="llama-3.3-70b-awq", kv_cache_dtype="fp8", input_len=1240),
+    ]
     result = CHECKS["compute_bound_batch"](claims["rule-batch-64-compute-bound"], _evidence(published, "any", rows))
     assert "gpt-oss-120b: not modelled" in result.model_says and result.model_verdict is V.REPRODUCED
 
@@ -659,7 +807,10 @@ def test_the_export_states_the_noise_each_verdict_rests_on(ledger: pd.DataFrame)
     assert export["re_measured"].isna().sum() == len(export) - len(judged)
     assert set(export["verdict"]) <= {str(v) for v in V}  # a word alone: the runs have their own column
     parts = export.drop_duplicates("claim_id").set_index("claim_id")["deciding_part"]  # the same on each GPU's line
-    assert parts["gpt-oss-eagle3-200-concurrent"] == "quick" and parts["gpt-oss-eagle3-draft-tokens"] == "decide-draft-tokens"
+    assert (
+        parts["gpt-oss-eagle3-200-concurrent"] == "quick"
+        and parts["gpt-oss-eagle3-draft-tokens"] == "decide-draft-tokens"
+    )
     assert parts["rule-acceptance-bands"] == ""  # no part decides it: it rests on every recorded row
     hand_made = claims_ledger.build_ledger(claims_ledger.Evidence(published=load_reference(), checks=CHECKS))
     assert (hand_made["deciding_part"] == "").all()  # evidence that names no deciding points names no part either
@@ -701,11 +852,19 @@ def test_the_ledger_and_its_export_speak_the_one_verdict_vocabulary(ledger: pd.D
 
 
 def test_the_export_states_the_runs_a_side_beside_the_verdict() -> None:
-    ledger = pd.DataFrame({"claim": ["a", "a", "c", "d"], "min_clean_repeats": [3, 1, None, None],
-                           "verdict": ["reproduced", "reproduced", "model only", "direction only"],
-                           "points": [2, 1, 0, 0], "hardware": ["G", "H", "", ""],
-                           "spread_pct": [2.0, 0.0, None, None], "band_pct": [5.0, 5.0, None, None],
-                           "deciding_part": ["quick", "quick", "", ""], "headline": [True, False, True, True]})  # fmt: skip
+    ledger = pd.DataFrame(
+        {
+            "claim": ["a", "a", "c", "d"],
+            "min_clean_repeats": [3, 1, None, None],
+            "verdict": ["reproduced", "reproduced", "model only", "direction only"],
+            "points": [2, 1, 0, 0],
+            "hardware": ["G", "H", "", ""],
+            "spread_pct": [2.0, 0.0, None, None],
+            "band_pct": [5.0, 5.0, None, None],
+            "deciding_part": ["quick", "quick", "", ""],
+            "headline": [True, False, True, True],
+        }
+    )
     export = claims_ledger.ledger_export(ledger)
     assert list(export.columns) == claims_ledger.EXPORT_COLUMNS
     assert export["deciding_part"].tolist() == ["quick", "quick", "", ""]
@@ -719,8 +878,16 @@ def test_the_export_states_the_runs_a_side_beside_the_verdict() -> None:
 
 def test_a_result_counts_the_fewest_runs_of_a_side() -> None:
     def pairs(runs: int) -> pd.DataFrame:
-        return pd.DataFrame({"gpu_name": ["G"], "baseline_runs": [3], "speculative_runs": [runs],
-                             "baseline_spread_pct": [1.0], "speculative_spread_pct": [2.0], "band_pct": [5.0]})  # fmt: skip
+        return pd.DataFrame(
+            {
+                "gpu_name": ["G"],
+                "baseline_runs": [3],
+                "speculative_runs": [runs],
+                "baseline_spread_pct": [1.0],
+                "speculative_spread_pct": [2.0],
+                "band_pct": [5.0],
+            }
+        )
 
     once = claims_ledger.CheckResult("p", "m", V.REPRODUCED, rows=1, pairs=pairs(1))
     thrice = claims_ledger.CheckResult("p", "m", V.REPRODUCED, rows=1, pairs=pairs(3))
@@ -730,31 +897,90 @@ def test_a_result_counts_the_fewest_runs_of_a_side() -> None:
 
 
 def test_the_ledger_page_marks_single_runs_and_states_their_noise() -> None:
-    base = {"case": "c", "text": "t", "sources": "s", "source_urls": "https://example.org/x", "source_kind": "primary",
-            "published": "p", "measured": "m", "rows": 2, "model_says": "", "model_verdict": ""}  # fmt: skip
-    ledger = pd.DataFrame([
-        {**base, "claim": "once", "verdict": "reproduced", "points": 2, "hardware": "G", "min_clean_repeats": 1,
-         "spread_pct": 0.0, "band_pct": 5.0, "deciding_part": "quick", "headline": True},
-        {**base, "claim": "thrice", "verdict": "reproduced", "points": 1, "hardware": "G", "min_clean_repeats": 3,
-         "spread_pct": 7.5, "band_pct": 7.5, "deciding_part": "", "headline": True},
-        {**base, "claim": "uncounted", "verdict": "direction only", "points": 0, "hardware": "",
-         "min_clean_repeats": None, "spread_pct": None, "band_pct": None, "deciding_part": "", "headline": True},
-    ])  # fmt: skip
+    base = {
+        "case": "c",
+        "text": "t",
+        "sources": "s",
+        "source_urls": "https://example.org/x",
+        "source_kind": "primary",
+        "published": "p",
+        "measured": "m",
+        "rows": 2,
+        "model_says": "",
+        "model_verdict": "",
+    }
+    ledger = pd.DataFrame(
+        [
+            {
+                **base,
+                "claim": "once",
+                "verdict": "reproduced",
+                "points": 2,
+                "hardware": "G",
+                "min_clean_repeats": 1,
+                "spread_pct": 0.0,
+                "band_pct": 5.0,
+                "deciding_part": "quick",
+                "headline": True,
+            },
+            {
+                **base,
+                "claim": "thrice",
+                "verdict": "reproduced",
+                "points": 1,
+                "hardware": "G",
+                "min_clean_repeats": 3,
+                "spread_pct": 7.5,
+                "band_pct": 7.5,
+                "deciding_part": "",
+                "headline": True,
+            },
+            {
+                **base,
+                "claim": "uncounted",
+                "verdict": "direction only",
+                "points": 0,
+                "hardware": "",
+                "min_clean_repeats": None,
+                "spread_pct": None,
+                "band_pct": None,
+                "deciding_part": "",
+                "headline": True,
+            },
+        ]
+    )
     text = claims_ledger.ledger_markdown(ledger)
-    assert text.count("*Re-measure:*") == 1 and "`vllm-playbooks run --case c --gpus 0 --part quick` measures again the points" in text
+    assert (
+        text.count("*Re-measure:*") == 1
+        and "`vllm-playbooks run --case c --gpus 0 --part quick` measures again the points" in text
+    )
     assert "| **reproduced** | G, 1 run a side |" in text and "| **reproduced** | G, 3 runs a side |" in text
     assert ":::{dropdown} once: reproduced (G, 1 run a side)" in text and "not re-measured" not in text
     assert "| **direction only** | runs not counted |" in text
-    assert "2 compared points on G; the fewest clean runs of a point: 1; no spread yet (single runs); band 5.0 %" in text
+    assert (
+        "2 compared points on G; the fewest clean runs of a point: 1; no spread yet (single runs); band 5.0 %" in text
+    )
     assert "1 compared point on G; the fewest clean runs of a point: 3; widest spread 7.5 %; band 7.5 %" in text
 
 
 def test_noise_of_takes_the_fewest_runs_and_the_widest_spread() -> None:
-    pairs = pd.DataFrame({"gpu_name": ["G", "G"], "baseline_runs": [3, 2], "speculative_runs": [4, 3],
-                          "baseline_spread_pct": [1.0, 8.0], "speculative_spread_pct": [2.0, 3.0],
-                          "band_pct": [5.0, 8.0]})  # fmt: skip
-    assert claims_ledger.noise_of(pairs) == {"hardware": "G", "points": 2, "min_clean_repeats": 2, "spread_pct": 8.0,
-                                             "band_pct": 8.0}  # fmt: skip
+    pairs = pd.DataFrame(
+        {
+            "gpu_name": ["G", "G"],
+            "baseline_runs": [3, 2],
+            "speculative_runs": [4, 3],
+            "baseline_spread_pct": [1.0, 8.0],
+            "speculative_spread_pct": [2.0, 3.0],
+            "band_pct": [5.0, 8.0],
+        }
+    )
+    assert claims_ledger.noise_of(pairs) == {
+        "hardware": "G",
+        "points": 2,
+        "min_clean_repeats": 2,
+        "spread_pct": 8.0,
+        "band_pct": 8.0,
+    }
     assert claims_ledger.noise_of(None)["points"] == 0
 
 
@@ -762,12 +988,20 @@ def test_acceptance_bands_judge_an_open_loop_by_its_tpot(claims, published) -> N
     """At a request rate the offered load sets the throughput: the speed-up is the TPOT's (here 1.5× faster at an
     acceptance of 0.8, a gain as the band expects), even though output throughput did not move."""
     off = _row("any", "off", None, 100.0, request_rate_qps=2.0, tpot_mean_ms=15.0)
-    spec = _row("any", "spec", None, 100.0, request_rate_qps=2.0, tpot_mean_ms=10.0, k=4, acceptance_rate=0.8,
-                mean_acceptance_length=4.2, draft_model="llama-3.2-1b")  # fmt: skip
-    result = CHECKS["acceptance_bands"](claims["rule-acceptance-bands"],
-                                                         _evidence(published, "any", [off, spec]))  # fmt: skip
+    spec = _row(
+        "any",
+        "spec",
+        None,
+        100.0,
+        request_rate_qps=2.0,
+        tpot_mean_ms=10.0,
+        k=4,
+        acceptance_rate=0.8,
+        mean_acceptance_length=4.2,
+        draft_model="llama-3.2-1b",
+    )
+    result = CHECKS["acceptance_bands"](claims["rule-acceptance-bands"], _evidence(published, "any", [off, spec]))
     assert result.verdict is V.REPRODUCED and result.rows == 1
     slower = {**spec, "tpot_mean_ms": 16.5}  # a loss at 0.8: against the band
-    result = CHECKS["acceptance_bands"](claims["rule-acceptance-bands"],
-                                                         _evidence(published, "any", [off, slower]))  # fmt: skip
+    result = CHECKS["acceptance_bands"](claims["rule-acceptance-bands"], _evidence(published, "any", [off, slower]))
     assert result.verdict is V.NOT_REPRODUCED and "2 QPS" in result.measured

@@ -36,8 +36,9 @@ def with_a_faster_other_gpu(evidence: ledger.Evidence) -> ledger.Evidence:
 
 
 @pytest.mark.recorded_data
-def test_each_gpu_is_judged_on_its_own_rows(with_a_faster_other_gpu: ledger.Evidence,
-                                            evidence: ledger.Evidence) -> None:  # fmt: skip
+def test_each_gpu_is_judged_on_its_own_rows(
+    with_a_faster_other_gpu: ledger.Evidence, evidence: ledger.Evidence
+) -> None:
     rows = with_a_faster_other_gpu.rows("discussion-13834")
     results = per_gpu.results_by_gpu(CLAIM, rows, with_a_faster_other_gpu)
     assert set(results) == {"NVIDIA H200", OTHER}
@@ -129,11 +130,18 @@ def test_a_deciding_engine_that_did_not_start_on_a_gpu_is_named_in_that_gpus_res
     other = (rows["gpu_name"] == OTHER) & rows["engine_label"].isin(speculative)
     rows = rows[~other].copy()  # on the other GPU the speculative servers did not start: no rows
     rows.loc[rows["gpu_name"] == OTHER, "hardware"] = "other-x1-vllm0.26.0"
-    failed = pd.DataFrame([{**dict.fromkeys(FAILED_START_COLUMNS), "hardware": hardware, "engine_label": label}
-                           for label in speculative
-                           for hardware in ("other-x1-vllm0.26.0", "nvidia-h200-x1-vllm0.26.0")])  # fmt: skip
-    evidence = replace(with_a_faster_other_gpu, runs={**with_a_faster_other_gpu.runs, "discussion-13834": rows},
-                       failed_starts={"discussion-13834": failed})  # fmt: skip
+    failed = pd.DataFrame(
+        [
+            {**dict.fromkeys(FAILED_START_COLUMNS), "hardware": hardware, "engine_label": label}
+            for label in speculative
+            for hardware in ("other-x1-vllm0.26.0", "nvidia-h200-x1-vllm0.26.0")
+        ]
+    )
+    evidence = replace(
+        with_a_faster_other_gpu,
+        runs={**with_a_faster_other_gpu.runs, "discussion-13834": rows},
+        failed_starts={"discussion-13834": failed},
+    )
     assert evidence.not_started(claim, OTHER) == speculative
     assert evidence.not_started(claim, "NVIDIA H200") == []  # it failed there once too, and then measured its rows
     results = per_gpu.results_by_gpu(CLAIM, rows, evidence)
@@ -152,12 +160,26 @@ def _rows(gpu: str, runs: int, change: float) -> list[dict[str, Any]]:
         for run in range(runs):
             row = dict.fromkeys(RUN_COLUMNS)
             row.update(
-                case="discussion-13834", engine_label=label, point_id=f"{gpu}/{label}-0/in1240-out128-c32-r{run}",
-                model_shape="llama-3.3-70b-awq", load_format="dummy", spec_method="draft_model" if k else "none",
-                num_speculative_tokens=k, imposed_alpha=alpha, input_len=1240, output_len=128, random_range_ratio=0.0,
-                concurrency=32, tensor_parallel_size=1, pipeline_parallel_size=1, max_num_seqs=256,
-                max_num_batched_tokens=8192, gpu_name=gpu, hardware=gpu, output_tok_s=value * (1 + 0.01 * (run % 3 - 1)),
-            )  # fmt: skip
+                case="discussion-13834",
+                engine_label=label,
+                point_id=f"{gpu}/{label}-0/in1240-out128-c32-r{run}",
+                model_shape="llama-3.3-70b-awq",
+                load_format="dummy",
+                spec_method="draft_model" if k else "none",
+                num_speculative_tokens=k,
+                imposed_alpha=alpha,
+                input_len=1240,
+                output_len=128,
+                random_range_ratio=0.0,
+                concurrency=32,
+                tensor_parallel_size=1,
+                pipeline_parallel_size=1,
+                max_num_seqs=256,
+                max_num_batched_tokens=8192,
+                gpu_name=gpu,
+                hardware=gpu,
+                output_tok_s=value * (1 + 0.01 * (run % 3 - 1)),
+            )
             rows.append(row)
     return rows
 
@@ -167,8 +189,12 @@ def _synthetic(published: pd.DataFrame, **by_gpu: tuple[str, int, float]) -> led
     from vllm_playbooks.run.plan import deciding_points
 
     rows = [row for gpu, runs, change in by_gpu.values() for row in _rows(gpu, runs, change)]
-    return ledger.Evidence(published=published, runs={"discussion-13834": pd.DataFrame(rows)},
-                           deciding={CLAIM: deciding_points("discussion-13834", CLAIM)}, checks=cases.checks())  # fmt: skip
+    return ledger.Evidence(
+        published=published,
+        runs={"discussion-13834": pd.DataFrame(rows)},
+        deciding={CLAIM: deciding_points("discussion-13834", CLAIM)},
+        checks=cases.checks(),
+    )
 
 
 @pytest.fixture(scope="module")

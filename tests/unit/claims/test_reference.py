@@ -122,19 +122,45 @@ def test_published_row_in_words(published) -> None:  # type: ignore[no-untyped-d
 def test_pr12755_table_beside_ours_at_the_same_rates() -> None:
     import pandas as pd
 
-
     published = load_reference("deepseek-mtp")
     base = {"model_shape": "deepseek-v3-reduced", "concurrency": None}
-    rows = pd.DataFrame([
-        {**base, "engine_label": "spec-off", "spec_method": "none", "request_rate_qps": 1.0, "tpot_mean_ms": 30.0,
-         "acceptance_rate": None},
-        {**base, "engine_label": "mtp-k1-a0.85", "spec_method": "mtp", "request_rate_qps": 1.0, "tpot_mean_ms": 15.0,
-         "acceptance_rate": 0.85},
-        {**base, "engine_label": "mtp-k1-a0.85", "spec_method": "mtp", "request_rate_qps": 8.0, "tpot_mean_ms": 25.0,
-         "acceptance_rate": 0.86},  # its baseline is missing (say, it stalled): no speed-up at 8 QPS
-        {**base, "engine_label": "spec-off", "spec_method": "none", "request_rate_qps": None, "tpot_mean_ms": 9.0,
-         "acceptance_rate": None, "concurrency": 4},  # closed loop: not a Poisson row
-    ])  # fmt: skip
+    rows = pd.DataFrame(
+        [
+            {
+                **base,
+                "engine_label": "spec-off",
+                "spec_method": "none",
+                "request_rate_qps": 1.0,
+                "tpot_mean_ms": 30.0,
+                "acceptance_rate": None,
+            },
+            {
+                **base,
+                "engine_label": "mtp-k1-a0.85",
+                "spec_method": "mtp",
+                "request_rate_qps": 1.0,
+                "tpot_mean_ms": 15.0,
+                "acceptance_rate": 0.85,
+            },
+            {
+                **base,
+                "engine_label": "mtp-k1-a0.85",
+                "spec_method": "mtp",
+                "request_rate_qps": 8.0,
+                "tpot_mean_ms": 25.0,
+                "acceptance_rate": 0.86,
+            },  # its baseline is missing (say, it stalled): no speed-up at 8 QPS
+            {
+                **base,
+                "engine_label": "spec-off",
+                "spec_method": "none",
+                "request_rate_qps": None,
+                "tpot_mean_ms": 9.0,
+                "acceptance_rate": None,
+                "concurrency": 4,
+            },  # closed loop: not a Poisson row
+        ]
+    )
     table = deepseek_mtp.mtp_beside_pr(published, rows).set_index("request_rate_qps")
     assert list(table.index) == [1.0, 2.0, 4.0, 6.0, 8.0]  # every rate the PR published
     assert table.loc[1.0, ["pr_tpot_off_ms", "pr_tpot_mtp_ms", "pr_speedup"]].tolist() == [55.47, 33.99, 1.63]
@@ -145,10 +171,16 @@ def test_pr12755_table_beside_ours_at_the_same_rates() -> None:
 
 
 def test_source_link_names_each_source_once_in_order() -> None:
-    frame = pd.DataFrame({
-        "claim_id": ["a-1", "a-2", "b-1"],
-        "source_url": ["https://github.com/x/y/pull/1", "https://github.com/x/y/pull/1", "https://arxiv.org/abs/2/"],
-    })
+    frame = pd.DataFrame(
+        {
+            "claim_id": ["a-1", "a-2", "b-1"],
+            "source_url": [
+                "https://github.com/x/y/pull/1",
+                "https://github.com/x/y/pull/1",
+                "https://arxiv.org/abs/2/",
+            ],
+        }
+    )
     assert reference.source_link(frame) == (
         "[github.com/x/y/pull/1](https://github.com/x/y/pull/1), [arxiv.org/abs/2](https://arxiv.org/abs/2/)"
     )

@@ -64,10 +64,18 @@ def test_dense_weights_from_the_shape() -> None:
 
 
 def _unknown_moe(tmp_path: Path) -> Path:
-    (tmp_path / "config.json").write_text(json.dumps({
-        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "vocab_size": 100,
-        "num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
-    }))  # fmt: skip
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["Qwen3MoeForCausalLM"],
+                "model_type": "qwen3_moe",
+                "vocab_size": 100,
+                "num_hidden_layers": 2,
+                "hidden_size": 64,
+                "intermediate_size": 128,
+            }
+        )
+    )
     return tmp_path
 
 
@@ -195,9 +203,13 @@ def test_cudagraph_sizes_match_what_vllm_profiled(log: Path) -> None:
     text = log.read_text(errors="replace")
     engine = _engine_of(log)
     full = engine.speculative is None or engine.speculative.keeps_full_cudagraphs  # a schedule: PIECEWISE only
-    sizes = cudagraph_capture_sizes(engine.max_num_seqs or 1024, engine.num_speculative_tokens,
-                                    engine.max_num_batched_tokens or 8192, full_decode_graphs=full,
-                                    model_max_capture_size=max_capture_size_of(engine.model))  # fmt: skip
+    sizes = cudagraph_capture_sizes(
+        engine.max_num_seqs or 1024,
+        engine.num_speculative_tokens,
+        engine.max_num_batched_tokens or 8192,
+        full_decode_graphs=full,
+        model_max_capture_size=max_capture_size_of(engine.model),
+    )
     # logged where vLLM estimates CUDA-graph memory; where it also names a PIECEWISE set (mixed prefill-decode
     # batches), that is the set of sizes: the FULL (decode-only) set of some attention backends stops lower
     profiled = re.search(r"PIECEWISE=(\d+) \(largest=(\d+)\)", text) or re.search(r"FULL=(\d+) \(largest=(\d+)\)", text)
@@ -264,7 +276,9 @@ def test_mtp_adds_its_modules_and_their_kv_to_the_budget() -> None:
     from vllm_playbooks.config.speculative import build_speculative_config
 
     base = EngineConfig(label="off", model="deepseek-v3-reduced", max_model_len=4096, max_num_seqs=128)
-    mtp = base.model_copy(update={"speculative": build_speculative_config({"method": "mtp", "num_speculative_tokens": 1})})
+    mtp = base.model_copy(
+        update={"speculative": build_speculative_config({"method": "mtp", "num_speculative_tokens": 1})}
+    )
     off, on = kv_budget(base, 139.8), kv_budget(mtp, 139.8)
     assert on.weight_bytes - off.weight_bytes == mtp_weight_bytes(get_shape("deepseek-v3-reduced"))
     assert on.kv_bytes_per_token == off.kv_bytes_per_token * 62 // 61  # the MTP layer keeps its own MLA cache
@@ -290,8 +304,13 @@ def test_calculator_check_table_covers_every_log() -> None:
     assert (large.cudagraph_gib_vllm > 1).all()
     logged = table.dropna(subset=["kv_tokens_error_with_vllm_overheads_pct"])
     assert len(logged) == len(table)
-    kv_error_gib = (logged.kv_tokens_vllm * logged.kv_tokens_error_with_vllm_overheads_pct / 100
-                    * logged.kv_bytes_per_token_ours / GIB)  # fmt: skip
+    kv_error_gib = (
+        logged.kv_tokens_vllm
+        * logged.kv_tokens_error_with_vllm_overheads_pct
+        / 100
+        * logged.kv_bytes_per_token_ours
+        / GIB
+    )
     weights_error_gib = logged.weights_gib_ours - logged.weights_gib_vllm
     assert (kv_error_gib + weights_error_gib).abs().max() < 0.2 and weights_error_gib.abs().max() < 1.0
     note = overheads_note(table)
@@ -309,12 +328,14 @@ def test_calculator_check_table_covers_every_log() -> None:
 
 def test_cudagraph_reserve_note_counts_the_kv_an_overestimate_leaves_unused() -> None:
     row = {"model": "m", "engine_label": "a", "kv_bytes_per_token_ours": 2**20}  # 1 MiB per token: 1 GiB = 1,024
-    table = pd.DataFrame([
-        {**row, "cudagraph_gib_vllm": 4.0, "cudagraph_gib_actual": 1.0},  # 3 GiB set aside and never used
-        {**row, "cudagraph_gib_vllm": 4.0, "cudagraph_gib_actual": 1.0},  # the same config started again
-        {**row, "engine_label": "b", "cudagraph_gib_vllm": 1.0, "cudagraph_gib_actual": 1.5},  # 0.5 GiB short
-        {**row, "engine_label": "c", "cudagraph_gib_vllm": None, "cudagraph_gib_actual": None},  # not logged
-    ])  # fmt: skip
+    table = pd.DataFrame(
+        [
+            {**row, "cudagraph_gib_vllm": 4.0, "cudagraph_gib_actual": 1.0},  # 3 GiB set aside and never used
+            {**row, "cudagraph_gib_vllm": 4.0, "cudagraph_gib_actual": 1.0},  # the same config started again
+            {**row, "engine_label": "b", "cudagraph_gib_vllm": 1.0, "cudagraph_gib_actual": 1.5},  # 0.5 GiB short
+            {**row, "engine_label": "c", "cudagraph_gib_vllm": None, "cudagraph_gib_actual": None},  # not logged
+        ]
+    )
     note = cudagraph_reserve_note(table)
     assert "In 2 of the 3 start-ups that logged both, the estimate was more than 1 GiB too high (one config): " in note
     assert "`m` a (4.00 GiB estimated, 1.00 GiB taken: 3.00 GiB, about 3,072 KV tokens, left unused)" in note
@@ -401,7 +422,9 @@ def test_tensor_parallelism_halves_all_but_the_norms() -> None:
 
     shape = get_shape("llama-3.1-8b")
     norms = (2 * 32 + 1) * 4096 * 2
-    assert stage_weight_bytes(shape, tensor_parallel_size=2) == [pytest.approx((weight_bytes(shape) - norms) / 2 + norms, abs=1)]
+    assert stage_weight_bytes(shape, tensor_parallel_size=2) == [
+        pytest.approx((weight_bytes(shape) - norms) / 2 + norms, abs=1)
+    ]
 
 
 @pytest.mark.parametrize(("tp", "heads"), [(1, 8), (2, 4), (8, 1), (16, 1)])
@@ -416,15 +439,24 @@ def test_kv_heads_per_gpu_like_vllm(tp: int, heads: int) -> None:
 
 def _engine(model: str, tp: int = 1, pp: int = 1):  # type: ignore[no-untyped-def]
 
-    return EngineConfig(label="x", model=model, max_model_len=1024, max_num_seqs=256, max_num_batched_tokens=8192,
-                        tensor_parallel_size=tp, pipeline_parallel_size=pp)  # fmt: skip
+    return EngineConfig(
+        label="x",
+        model=model,
+        max_model_len=1024,
+        max_num_seqs=256,
+        max_num_batched_tokens=8192,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+    )
 
 
 @pytest.mark.parametrize(("tp", "pp"), [(2, 1), (1, 2)])
 def test_two_gpus_hold_more_than_twice_the_kv_of_one(tp: int, pp: int) -> None:
     one, two = kv_budget(_engine("llama-3.1-8b"), 139.8), kv_budget(_engine("llama-3.1-8b", tp, pp), 139.8)
     assert two.gpus == 2 and two.kv_bytes_per_token_per_gpu == one.kv_bytes_per_token_per_gpu // 2 == 64 * 1024
-    assert two.weight_bytes == one.weight_bytes and two.weight_bytes_per_gpu == pytest.approx(one.weight_bytes / 2, rel=0.01)
+    assert two.weight_bytes == one.weight_bytes and two.weight_bytes_per_gpu == pytest.approx(
+        one.weight_bytes / 2, rel=0.01
+    )
     # each GPU frees half the weights for KV and keeps half of each token: more than twice the tokens
     assert two.kv_tokens > 2 * one.kv_tokens
     assert two.kv_tokens == (two.kv_bytes // (64 * 1024 * BLOCK_SIZE)) * BLOCK_SIZE
@@ -478,14 +510,17 @@ def test_a_started_server_without_a_finished_point_gets_its_engine_from_the_case
     assert (engine.label, engine.tensor_parallel_size, engine.max_num_seqs) == ("8b-tp2-mns128", 2, 128)
 
 
-@pytest.mark.parametrize(("layers", "allocated"), [
-    ({"full_attention": 32}, 32),  # one attention type: no padding
-    ({"sliding_attention": 18, "full_attention": 18}, 36),  # gpt-oss-120b
-    ({"sliding_attention": 18, "full_attention": 19}, 38),  # gpt-oss-120b + an EAGLE-3 head: one sliding pad
-    ({"sliding_attention": 12, "full_attention": 13}, 26),  # vLLM's own example, gpt-oss-20b + EAGLE
-    ({"sliding_attention": 25, "full_attention": 5}, 30),  # 5:1 (Gemma 3): groups of 5, none padded
-    ({"full_attention": 20, "sliding_attention": 30}, 60),  # 30 >= 1.5 x 20: groups of 20, 10 sliding pads
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("layers", "allocated"),
+    [
+        ({"full_attention": 32}, 32),  # one attention type: no padding
+        ({"sliding_attention": 18, "full_attention": 18}, 36),  # gpt-oss-120b
+        ({"sliding_attention": 18, "full_attention": 19}, 38),  # gpt-oss-120b + an EAGLE-3 head: one sliding pad
+        ({"sliding_attention": 12, "full_attention": 13}, 26),  # vLLM's own example, gpt-oss-20b + EAGLE
+        ({"sliding_attention": 25, "full_attention": 5}, 30),  # 5:1 (Gemma 3): groups of 5, none padded
+        ({"full_attention": 20, "sliding_attention": 30}, 60),  # 30 >= 1.5 x 20: groups of 20, 10 sliding pads
+    ],
+)
 def test_hybrid_attention_layers_are_padded_into_equal_groups(layers: dict[str, int], allocated: int) -> None:
     from vllm_playbooks.config.sizes import kv_layers_per_stage, padded_kv_layers
 
@@ -493,15 +528,18 @@ def test_hybrid_attention_layers_are_padded_into_equal_groups(layers: dict[str, 
     assert kv_layers_per_stage([[kind for kind, n in layers.items() for _ in range(n)]]) == [allocated]
 
 
-@pytest.mark.parametrize(("stages", "allocated"), [
-    # vLLM's own example: 2 full + 4 sliding make 3 groups; dealt in turn, each stage holds one layer of each
-    ([["full", "sw", "sw"], ["full", "sw", "sw"]], [3, 3]),
-    # gpt-oss-120b (alternating) on two stages, an EAGLE-3 head on the last: 18 sliding + 19 full, one group each
-    ([["sw", "full"] * 9, ["sw", "full"] * 9 + ["full"]], [18, 20]),
-    # 5 sliding : 1 full (Gemma 3's pattern), 30 layers over two stages: 6 groups of 5, filled unevenly
-    ([(["sw"] * 5 + ["full"]) * 2 + ["sw"] * 3, ["sw"] * 2 + ["full"] + (["sw"] * 5 + ["full"]) * 2], [18, 18]),
-    ([["full"] * 16, ["full"] * 16], [16, 16]),  # one attention type: each stage its own layers
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("stages", "allocated"),
+    [
+        # vLLM's own example: 2 full + 4 sliding make 3 groups; dealt in turn, each stage holds one layer of each
+        ([["full", "sw", "sw"], ["full", "sw", "sw"]], [3, 3]),
+        # gpt-oss-120b (alternating) on two stages, an EAGLE-3 head on the last: 18 sliding + 19 full, one group each
+        ([["sw", "full"] * 9, ["sw", "full"] * 9 + ["full"]], [18, 20]),
+        # 5 sliding : 1 full (Gemma 3's pattern), 30 layers over two stages: 6 groups of 5, filled unevenly
+        ([(["sw"] * 5 + ["full"]) * 2 + ["sw"] * 3, ["sw"] * 2 + ["full"] + (["sw"] * 5 + ["full"]) * 2], [18, 18]),
+        ([["full"] * 16, ["full"] * 16], [16, 16]),  # one attention type: each stage its own layers
+    ],
+)
 def test_pipeline_stages_share_the_whole_models_kv_groups(stages: list[list[str]], allocated: list[int]) -> None:
     from vllm_playbooks.config.sizes import kv_layers_per_stage
 
@@ -533,9 +571,11 @@ def test_an_eagle3_head_on_gpt_oss_costs_two_layers_of_kv() -> None:
 
 
 def test_a_grid_with_a_config_too_big_for_the_gpu_is_refused_naming_the_ones_that_fit() -> None:
-    small, big, bigger = (_engine("llama-3.1-8b").model_copy(update={"label": "8b"}),
-                          _engine("llama-3.3-70b").model_copy(update={"label": "70b"}),
-                          _engine("llama-3.3-70b").model_copy(update={"label": "70b-again"}))  # fmt: skip
+    small, big, bigger = (
+        _engine("llama-3.1-8b").model_copy(update={"label": "8b"}),
+        _engine("llama-3.3-70b").model_copy(update={"label": "70b"}),
+        _engine("llama-3.3-70b").model_copy(update={"label": "70b-again"}),
+    )
     refused = refused_engines([small, big, bigger], 80.0)
     assert list(refused) == ["70b", "70b-again"] and refused["70b"].startswith("engine 70b: weights (131.4 GiB)")
     assert refused_engines([small, big], 200.0) == {}
@@ -545,4 +585,3 @@ def test_a_grid_with_a_config_too_big_for_the_gpu_is_refused_naming_the_ones_tha
     assert str(error).endswith("to measure only them, pass --engines 8b (in a notebook, engines=['8b']).")
     alone = str(refusal({"70b": refused["70b"]}, [big]))
     assert alone == refused["70b"]  # nothing else to offer
-

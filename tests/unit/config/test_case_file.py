@@ -66,11 +66,15 @@ WRONG_FILES = [
 
 
 @pytest.mark.parametrize("engines", [pytest.param(e, id=name) for name, e in WRONG_FILES])
-def test_a_wrong_case_file_is_one_line_and_exit_status_2(engines: str, tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_a_wrong_case_file_is_one_line_and_exit_status_2(
+    engines: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "mine.yaml"
-    text = ("case: mine\nengine_defaults: {model: tiny-llama, max_model_len: 512}\nengines:\n" + engines
-            + "loads: {input_len: 8, output_len: 8, concurrency: [1]}\n")  # fmt: skip
+    text = (
+        "case: mine\nengine_defaults: {model: tiny-llama, max_model_len: 512}\nengines:\n"
+        + engines
+        + "loads: {input_len: 8, output_len: 8, concurrency: [1]}\n"
+    )
     path.write_text(text, encoding="utf-8")
     status, err = _check_config(path, capsys)
     assert status == 2 and err.startswith("error: ") and err.count("\n") == 1, err
@@ -103,8 +107,10 @@ def test_a_case_name_with_path_segments_loads_no_yaml_outside_the_package(
 
     outside = tmp_path / "x" / "some.yaml"
     outside.parent.mkdir()
-    text = ("case: some\nengines: [{label: base, model: tiny-llama, max_model_len: 512}]\n"
-            "loads: {input_len: 8, output_len: 8, concurrency: [1]}\n")
+    text = (
+        "case: some\nengines: [{label: base, model: tiny-llama, max_model_len: 512}]\n"
+        "loads: {input_len: 8, output_len: 8, concurrency: [1]}\n"
+    )
     outside.write_text(text, encoding="utf-8")
     cases = Path(str(resources.files("vllm_playbooks.cases")))
     stem = str(outside.with_suffix(""))

@@ -20,8 +20,11 @@ LOADS = {"input_len": 8, "output_len": 8, "concurrency": [1]}
 
 
 def _case(max_model_len: int, **engine: Any) -> dict[str, Any]:
-    return {"case": "t", "engines": [{"label": "base", "model": "tiny-llama", "max_model_len": max_model_len,
-                                      **engine}], "loads": LOADS}  # fmt: skip
+    return {
+        "case": "t",
+        "engines": [{"label": "base", "model": "tiny-llama", "max_model_len": max_model_len, **engine}],
+        "loads": LOADS,
+    }
 
 
 def test_max_model_len_above_the_shapes_maximum_is_refused() -> None:
@@ -53,13 +56,16 @@ def _folder(tmp_path: Path, **changes: Any) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize(("changes", "limit"), [
-    ({"max_position_embeddings": 1024}, 1024),
-    ({"rope_scaling": {"rope_type": "linear", "factor": 4.0}}, 8192),  # vLLM scales by the factor
-    ({"rope_scaling": {"type": "yarn", "factor": 8.0, "original_max_position_embeddings": 512}}, 4096),
-    ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 512}}, 2048),
-    ({"n_positions": 1024}, 1024),  # the smallest of the keys vLLM reads
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("changes", "limit"),
+    [
+        ({"max_position_embeddings": 1024}, 1024),
+        ({"rope_scaling": {"rope_type": "linear", "factor": 4.0}}, 8192),  # vLLM scales by the factor
+        ({"rope_scaling": {"type": "yarn", "factor": 8.0, "original_max_position_embeddings": 512}}, 4096),
+        ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 512}}, 2048),
+        ({"n_positions": 1024}, 1024),  # the smallest of the keys vLLM reads
+    ],
+)
 def test_the_derived_maximum_follows_vllm(changes: dict[str, Any], limit: int, tmp_path: Path) -> None:
     folder = _folder(tmp_path, **changes)
     assert resolve_model(str(folder)).max_model_len() == limit

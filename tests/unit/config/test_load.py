@@ -63,8 +63,15 @@ def test_the_length_spread_reaches_bench_serve() -> None:
     from vllm_playbooks.load.bench import bench_argv
 
     def ratio_of(load: LoadPoint) -> str:
-        argv = bench_argv(load, base_url="http://x", model="m", tokenizer="t", num_prompts=1,
-                          result_dir=Path("."), result_filename="r.json")  # fmt: skip
+        argv = bench_argv(
+            load,
+            base_url="http://x",
+            model="m",
+            tokenizer="t",
+            num_prompts=1,
+            result_dir=Path("."),
+            result_filename="r.json",
+        )
         return argv[argv.index("--random-range-ratio") + 1]
 
     assert ratio_of(LoadPoint(input_len=8, output_len=8, concurrency=1, random_range_ratio=0.0)) == "0.0"
@@ -74,8 +81,11 @@ def test_the_length_spread_reaches_bench_serve() -> None:
 def test_a_list_of_length_spreads_measures_each_level_under_each() -> None:
     from vllm_playbooks.run.plan import plan_from_dict
 
-    spec = {"case": "t", "engines": [{"label": "off", "model": "llama-3.1-8b", "max_model_len": 2048}],
-            "loads": {"input_len": 512, "output_len": 128, "concurrency": [1, 16], "random_range_ratio": [0.0, 0.5]}}  # fmt: skip
+    spec = {
+        "case": "t",
+        "engines": [{"label": "off", "model": "llama-3.1-8b", "max_model_len": 2048}],
+        "loads": {"input_len": 512, "output_len": 128, "concurrency": [1, 16], "random_range_ratio": [0.0, 0.5]},
+    }
     slugs = [load.slug() for load in plan_from_dict(spec).loads]
     assert slugs == ["in512-out128-c1", "in512-out128-rr0.5-c1", "in512-out128-c16", "in512-out128-rr0.5-c16"]
     fixed = plan_from_dict(spec, random_range_ratio=0.0).loads
@@ -102,12 +112,16 @@ def test_a_plan_refuses_a_spread_whose_longest_request_does_not_fit() -> None:
     from vllm_playbooks.errors import ConfigError
     from vllm_playbooks.run.plan import plan_from_dict
 
-    spec = {"case": "t", "engines": [{"label": "off", "model": "llama-3.1-8b", "max_model_len": 2048}],
-            "loads": {"input_len": 1240, "output_len": 128, "concurrency": [1]}}  # fmt: skip
+    spec = {
+        "case": "t",
+        "engines": [{"label": "off", "model": "llama-3.1-8b", "max_model_len": 2048}],
+        "loads": {"input_len": 1240, "output_len": 128, "concurrency": [1]},
+    }
     with pytest.raises(ConfigError, match=r"longest request's input \+ output = 2052 \(lengths within ±50 %\) exceeds"):
         plan_from_dict(spec)
     assert plan_from_dict({**spec, "loads": {**spec["loads"], "random_range_ratio": 0.0}}).loads[0].slug() == (
-        "in1240-out128-c1")
+        "in1240-out128-c1"
+    )
 
 
 def test_every_packaged_case_keeps_the_fixed_lengths_its_rows_were_measured_with() -> None:

@@ -33,9 +33,16 @@ def _gpt_oss_eagle3(k: int) -> EngineConfig:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         spec = build_speculative_config(
-            {"method": "eagle3", "model": "gpt-oss-120b-eagle3-131k", "num_speculative_tokens": k})
-    return EngineConfig(label=f"k{k}", model="gpt-oss-120b", max_model_len=16384, max_num_seqs=256,
-                        max_num_batched_tokens=8192, speculative=spec)  # fmt: skip
+            {"method": "eagle3", "model": "gpt-oss-120b-eagle3-131k", "num_speculative_tokens": k}
+        )
+    return EngineConfig(
+        label=f"k{k}",
+        model="gpt-oss-120b",
+        max_model_len=16384,
+        max_num_seqs=256,
+        max_num_batched_tokens=8192,
+        speculative=spec,
+    )
 
 
 def _descs(engine: EngineConfig) -> dict[str, list[int]]:
@@ -53,8 +60,12 @@ def test_the_graphs_listed_are_those_every_recorded_v1_start_up_profiled() -> No
                 continue
             engine = engine_for_log(log, data_dir())
             total = read_startup(log).total_memory_gib
-            batched, seqs = resolve_batching(engine.max_model_len, total, max_num_seqs=engine.max_num_seqs,
-                                             max_num_batched_tokens=engine.max_num_batched_tokens)  # fmt: skip
+            batched, seqs = resolve_batching(
+                engine.max_model_len,
+                total,
+                max_num_seqs=engine.max_num_seqs,
+                max_num_batched_tokens=engine.max_num_batched_tokens,
+            )
             descs = cudagraph_descs(engine, seqs, batched, max_capture_size_of(engine.model))
             named = ", ".join(f"{mode}={len(sizes)} (largest={sizes[0]})" for mode, sizes in descs.items())
             assert uses_v1_runner(engine) and named == found.group(1).strip(), log.name
@@ -90,9 +101,15 @@ def test_specialization() -> None:
 
 
 def test_the_estimate_is_the_first_capture_plus_each_graph_extrapolated() -> None:
-    row = FamilyCalibration(family="f", logs=1, activation_factor=0.0, cudagraph_first_gib_per_token=0.001,
-                            cudagraph_respecialized_gib_per_graph=0.05, non_torch_gib=0.0,
-                            fallback_error_pct=0.0)  # fmt: skip
+    row = FamilyCalibration(
+        family="f",
+        logs=1,
+        activation_factor=0.0,
+        cudagraph_first_gib_per_token=0.001,
+        cudagraph_respecialized_gib_per_graph=0.05,
+        non_torch_gib=0.0,
+        fallback_error_pct=0.0,
+    )
     profile = GraphProfile(largest=1000, plain_graphs=10, respecialized_graphs=20)
     assert row.cudagraph_bytes(profile) == round(1.0 * GIB + 20 * 0.05 * GIB) + 10 * MIN_GRAPH_BYTES
     # a respecialized graph never counts under vLLM's 1 MiB floor
@@ -107,17 +124,26 @@ def test_respecialized_modes_name_the_sizes_that_change_class() -> None:
 
 
 def _row(family: str, logs: int, factor: float) -> FamilyCalibration:
-    return FamilyCalibration(family=family, logs=logs, activation_factor=factor, cudagraph_first_gib_per_token=0.0,
-                             cudagraph_respecialized_gib_per_graph=0.0, non_torch_gib=0.0,
-                             fallback_error_pct=0.0)  # fmt: skip
+    return FamilyCalibration(
+        family=family,
+        logs=logs,
+        activation_factor=factor,
+        cudagraph_first_gib_per_token=0.0,
+        cudagraph_respecialized_gib_per_graph=0.0,
+        non_torch_gib=0.0,
+        fallback_error_pct=0.0,
+    )
 
 
 def test_a_new_shape_with_a_drafter_takes_another_shapes_row_with_that_drafter() -> None:
     """A DeepSeek-V3 shape no start-up calibrates: with MTP, the MTP row of the architecture fitted on the most logs;
     without, a row without drafter."""
-    rows = [_row("DeepseekV3ForCausalLM/deepseek-v3-reduced+mtp", 8, 5.8),
-            _row("DeepseekV3ForCausalLM/deepseek-v3-v2lite-scale+mtp", 1, 3.0),
-            _row("DeepseekV3ForCausalLM/deepseek-v3-reduced", 3, 5.2), _row(FALLBACK_FAMILY, 18, 2.2)]  # fmt: skip
+    rows = [
+        _row("DeepseekV3ForCausalLM/deepseek-v3-reduced+mtp", 8, 5.8),
+        _row("DeepseekV3ForCausalLM/deepseek-v3-v2lite-scale+mtp", 1, 3.0),
+        _row("DeepseekV3ForCausalLM/deepseek-v3-reduced", 3, 5.2),
+        _row(FALLBACK_FAMILY, 18, 2.2),
+    ]
     calibration = MemoryCalibration({r.family: r for r in rows})
     mtp = build_speculative_config({"method": "mtp", "num_speculative_tokens": 1})
     with_mtp = EngineConfig(label="m", model="deepseek-v3-fit80", max_model_len=2048, speculative=mtp)

@@ -50,13 +50,25 @@ def _order(mode: str) -> list[tuple[str, str, int]]:
 
 def test_co_resident_runs_alternate_the_configs_at_every_load() -> None:
     assert _order(CO_RESIDENT) == [
-        ("spec", "c1", 0), ("draf", "c1", 0), ("spec", "c16", 0), ("draf", "c16", 0),
-        ("spec", "c1", 1), ("draf", "c1", 1), ("spec", "c16", 1), ("draf", "c16", 1),
-    ]  # fmt: skip
+        ("spec", "c1", 0),
+        ("draf", "c1", 0),
+        ("spec", "c16", 0),
+        ("draf", "c16", 0),
+        ("spec", "c1", 1),
+        ("draf", "c1", 1),
+        ("spec", "c16", 1),
+        ("draf", "c16", 1),
+    ]
 
 
 def test_runs_by_restart_keep_one_config_for_all_loads_of_a_repeat_and_turn_order_each_repeat() -> None:
     assert _order(BY_RESTART) == [
-        ("spec", "c1", 0), ("spec", "c16", 0), ("draf", "c1", 0), ("draf", "c16", 0),
-        ("draf", "c1", 1), ("draf", "c16", 1), ("spec", "c1", 1), ("spec", "c16", 1),
-    ]  # fmt: skip
+        ("spec", "c1", 0),
+        ("spec", "c16", 0),
+        ("draf", "c1", 0),
+        ("draf", "c16", 0),
+        ("draf", "c1", 1),
+        ("draf", "c16", 1),
+        ("spec", "c1", 1),
+        ("spec", "c16", 1),
+    ]

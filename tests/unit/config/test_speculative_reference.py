@@ -54,8 +54,14 @@ def _model_dir(root: Path, name: str, **config: Any) -> Path:
     """A model folder holding only a config.json with the fields resolve_model needs, plus ``config``."""
     folder = root / name
     folder.mkdir(parents=True)
-    body = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 128256,
-            "num_hidden_layers": 2, "hidden_size": 256, **config}  # fmt: skip
+    body = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": 128256,
+        "num_hidden_layers": 2,
+        "hidden_size": 256,
+        **config,
+    }
     (folder / "config.json").write_text(json.dumps(body))
     return folder
 
@@ -79,22 +85,49 @@ BAD_FIELDS: list[tuple[dict[str, Any], str]] = [
     ({**DRAFT, "draft_sample_method": "top_k"}, "draft_sample_method: Input should be 'greedy' or 'probabilistic'"),
     ({**DRAFT, "parallel_drafting": "sometimes"}, "parallel_drafting: Input should be a valid boolean"),
     ({**DRAFT, "enforce_eager": "sometimes"}, "enforce_eager: Input should be a valid boolean"),
-    ({**SUFFIX, "suffix_decoding_max_tree_depth": 0}, "suffix_decoding_max_tree_depth: Input should be greater than or equal to 1"),
-    ({**SUFFIX, "suffix_decoding_max_cached_requests": -1}, "suffix_decoding_max_cached_requests: Input should be greater than or equal to 0"),
-    ({**SUFFIX, "suffix_decoding_max_spec_factor": -0.5}, "suffix_decoding_max_spec_factor: Input should be greater than or equal to 0"),
-    ({**SUFFIX, "suffix_decoding_min_token_prob": 1.5}, "suffix_decoding_min_token_prob: Input should be less than or equal to 1"),
-    ({**SUFFIX, "suffix_decoding_min_token_prob": -0.1}, "suffix_decoding_min_token_prob: Input should be greater than or equal to 0"),
-    ({**NGRAM, "suffix_decoding_min_token_prob": 0.2}, "suffix_decoding_min_token_prob apply to method 'suffix' only, not 'ngram'"),
-    ({**DRAFT, "suffix_decoding_max_tree_depth": 12}, "suffix_decoding_max_tree_depth apply to method 'suffix' only, not 'draft_model'"),
+    (
+        {**SUFFIX, "suffix_decoding_max_tree_depth": 0},
+        "suffix_decoding_max_tree_depth: Input should be greater than or equal to 1",
+    ),
+    (
+        {**SUFFIX, "suffix_decoding_max_cached_requests": -1},
+        "suffix_decoding_max_cached_requests: Input should be greater than or equal to 0",
+    ),
+    (
+        {**SUFFIX, "suffix_decoding_max_spec_factor": -0.5},
+        "suffix_decoding_max_spec_factor: Input should be greater than or equal to 0",
+    ),
+    (
+        {**SUFFIX, "suffix_decoding_min_token_prob": 1.5},
+        "suffix_decoding_min_token_prob: Input should be less than or equal to 1",
+    ),
+    (
+        {**SUFFIX, "suffix_decoding_min_token_prob": -0.1},
+        "suffix_decoding_min_token_prob: Input should be greater than or equal to 0",
+    ),
+    (
+        {**NGRAM, "suffix_decoding_min_token_prob": 0.2},
+        "suffix_decoding_min_token_prob apply to method 'suffix' only, not 'ngram'",
+    ),
+    (
+        {**DRAFT, "suffix_decoding_max_tree_depth": 12},
+        "suffix_decoding_max_tree_depth apply to method 'suffix' only, not 'draft_model'",
+    ),
     ({**NGRAM, "quantization": "fp8"}, "quantization applies to a draft model, and method 'ngram' has none"),
     ({**SUFFIX, "max_model_len": 1024}, "max_model_len applies to a draft model, and method 'suffix' has none"),
     ({**MTP, "parallel_drafting": True}, "parallel_drafting works with eagle, eagle3 and draft_model only, not 'mtp'"),
-    ({**NGRAM, "parallel_drafting": True}, "parallel_drafting works with eagle, eagle3 and draft_model only, not 'ngram'"),
+    (
+        {**NGRAM, "parallel_drafting": True},
+        "parallel_drafting works with eagle, eagle3 and draft_model only, not 'ngram'",
+    ),
     ({**DRAFT, "num_speculative_tokens_per_batch_size": []}, "num_speculative_tokens_per_batch_size must not be empty"),
     ({"num_speculative_tokens": 3}, "give a 'method' or a draft 'model'"),
-    ({"model": "z-lab/Qwen3-8B-DFlash-b16", "num_speculative_tokens": 3}, "runs model 'z-lab/Qwen3-8B-DFlash-b16' as method 'dflash'"),
+    (
+        {"model": "z-lab/Qwen3-8B-DFlash-b16", "num_speculative_tokens": 3},
+        "runs model 'z-lab/Qwen3-8B-DFlash-b16' as method 'dflash'",
+    ),
     ({"model": "my_pkg.MyProposer", "num_speculative_tokens": 3}, "as a custom proposer class (method 'custom_class')"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("spec", "expected"), BAD_FIELDS, ids=[f"field{i}" for i in range(len(BAD_FIELDS))])
@@ -115,8 +148,15 @@ def test_new_fields_take_vllm_defaults() -> None:
 
 
 def test_suffix_fields_and_range_edges_are_accepted_with_suffix() -> None:
-    spec = _quiet({**SUFFIX, "suffix_decoding_max_tree_depth": 1, "suffix_decoding_max_cached_requests": 0,
-                   "suffix_decoding_max_spec_factor": 0.0, "suffix_decoding_min_token_prob": 1.0})  # fmt: skip
+    spec = _quiet(
+        {
+            **SUFFIX,
+            "suffix_decoding_max_tree_depth": 1,
+            "suffix_decoding_max_cached_requests": 0,
+            "suffix_decoding_max_spec_factor": 0.0,
+            "suffix_decoding_min_token_prob": 1.0,
+        }
+    )
     assert spec.suffix_decoding_max_cached_requests == 0 and spec.suffix_decoding_min_token_prob == 1.0
 
 
@@ -223,19 +263,37 @@ def test_override_view_gives_the_mtp_layer_count() -> None:
 # ----------------------------------------------------------------------------------------------------------------
 
 ADVISED: list[tuple[dict[str, Any], str]] = [
-    ({**MTP, "num_speculative_tokens": 3}, r"method 'mtp' with num_speculative_tokens=3 > 1 runs the same MTP layer k times .* acceptance may drop"),
+    (
+        {**MTP, "num_speculative_tokens": 3},
+        r"method 'mtp' with num_speculative_tokens=3 > 1 runs the same MTP layer k times .* acceptance may drop",
+    ),
     (DRAFT, r"method 'draft_model' turns vLLM 0.26's async scheduling off by default; pass --async-scheduling"),
-    (NGRAM, r"method 'ngram' \(the CPU n-gram drafter\) turns vLLM 0.26's async scheduling off .* 'ngram_gpu' keeps it on"),
-    ({"method": "medusa", "model": "llama-3.2-1b", "num_speculative_tokens": 2}, r"method 'medusa' turns vLLM 0.26's async scheduling off"),
+    (
+        NGRAM,
+        r"method 'ngram' \(the CPU n-gram drafter\) turns vLLM 0.26's async scheduling off .* 'ngram_gpu' keeps it on",
+    ),
+    (
+        {"method": "medusa", "model": "llama-3.2-1b", "num_speculative_tokens": 2},
+        r"method 'medusa' turns vLLM 0.26's async scheduling off",
+    ),
     (SUFFIX, r"method 'suffix' turns vLLM 0.26's async scheduling off"),
     (DRAFT, r"reserves 1 token slot\(s\) per sequence .* max_num_batched_tokens - 1 x max_num_seqs"),
     ({**EAGLE3, "parallel_drafting": True}, r"method 'eagle3' with parallel_drafting reserves 2 token slot\(s\)"),
-    ({**DRAFT, "num_speculative_tokens_per_batch_size": [[1, 16, 4], [17, 256, 0]]}, r"forces PIECEWISE CUDA graphs on vLLM 0.26's V1 model runner"),
-    ({**EAGLE3, "enforce_eager": True}, r"enforce_eager=True runs the eagle3 drafter without CUDA graphs .*the target keeps its graphs"),
+    (
+        {**DRAFT, "num_speculative_tokens_per_batch_size": [[1, 16, 4], [17, 256, 0]]},
+        r"forces PIECEWISE CUDA graphs on vLLM 0.26's V1 model runner",
+    ),
+    (
+        {**EAGLE3, "enforce_eager": True},
+        r"enforce_eager=True runs the eagle3 drafter without CUDA graphs .*the target keeps its graphs",
+    ),
     ({**NGRAM, "enforce_eager": True}, r"enforce_eager has no effect with method 'ngram'"),
-    ({**DRAFT, "acceptance_alpha": 0.8, "draft_sample_method": "probabilistic"}, r"'probabilistic' does not change acceptance under rejection_sample_method 'synthetic'"),
+    (
+        {**DRAFT, "acceptance_alpha": 0.8, "draft_sample_method": "probabilistic"},
+        r"'probabilistic' does not change acceptance under rejection_sample_method 'synthetic'",
+    ),
     (SUFFIX, r"method 'suffix' needs the arctic-inference package"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("spec", "pattern"), ADVISED, ids=[f"advice{i}" for i in range(len(ADVISED))])
@@ -296,14 +354,26 @@ def test_scheduler_budget_follows_the_draft_slots() -> None:
 
 ROUND_TRIP: list[dict[str, Any]] = [
     {**DRAFT, "acceptance_alpha": 0.8, "num_speculative_tokens_per_batch_size": [[1, 16, 4], [17, 1024, 0]]},
-    {**EAGLE3, "parallel_drafting": True, "draft_sample_method": "probabilistic", "quantization": "fp8",
-     "max_model_len": 4096, "enforce_eager": True, "draft_tensor_parallel_size": 1},
-    {**SUFFIX, "suffix_decoding_max_tree_depth": 32, "suffix_decoding_max_spec_factor": 2.5,
-     "suffix_decoding_min_token_prob": 0.05, "suffix_decoding_max_cached_requests": 0},
+    {
+        **EAGLE3,
+        "parallel_drafting": True,
+        "draft_sample_method": "probabilistic",
+        "quantization": "fp8",
+        "max_model_len": 4096,
+        "enforce_eager": True,
+        "draft_tensor_parallel_size": 1,
+    },
+    {
+        **SUFFIX,
+        "suffix_decoding_max_tree_depth": 32,
+        "suffix_decoding_max_spec_factor": 2.5,
+        "suffix_decoding_min_token_prob": 0.05,
+        "suffix_decoding_max_cached_requests": 0,
+    },
     {**NGRAM, "prompt_lookup_min": 2, "prompt_lookup_max": 5},
     {"model": "deepseek-v3", "num_speculative_tokens": 2},
     {**MTP, "rejection_sample_method": "synthetic", "synthetic_acceptance_length": 1.5},
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("spec", ROUND_TRIP, ids=["draft", "eagle3", "suffix", "ngram", "inferred-mtp", "mtp-length"])
@@ -367,18 +437,63 @@ def test_parsers_refuse_bad_text(call: Any, expected: str) -> None:
 @pytest.mark.parametrize(
     ("spec", "target", "tp", "expected"),
     [
-        ({**DRAFT, "draft_tensor_parallel_size": 2}, "llama-3.1-8b", 4, "draft_tensor_parallel_size=2 must be 1 or the target's tensor_parallel_size=4"),
-        ({**DRAFT, "draft_tensor_parallel_size": 1}, "llama-3.1-8b", 2, "method 'draft_model' needs draft_tensor_parallel_size equal to the target's tensor_parallel_size=2"),
-        (MTP, "llama-3.1-8b", 1, "method 'mtp' needs a target with MTP layers; llama-3.1-8b has num_nextn_predict_layers=0"),
-        ({**MTP, "model": "llama-3.2-1b"}, "llama-3.1-8b", 1, "method 'mtp' needs a draft with MTP layers; llama-3.2-1b"),
+        (
+            {**DRAFT, "draft_tensor_parallel_size": 2},
+            "llama-3.1-8b",
+            4,
+            "draft_tensor_parallel_size=2 must be 1 or the target's tensor_parallel_size=4",
+        ),
+        (
+            {**DRAFT, "draft_tensor_parallel_size": 1},
+            "llama-3.1-8b",
+            2,
+            "method 'draft_model' needs draft_tensor_parallel_size equal to the target's tensor_parallel_size=2",
+        ),
+        (
+            MTP,
+            "llama-3.1-8b",
+            1,
+            "method 'mtp' needs a target with MTP layers; llama-3.1-8b has num_nextn_predict_layers=0",
+        ),
+        (
+            {**MTP, "model": "llama-3.2-1b"},
+            "llama-3.1-8b",
+            1,
+            "method 'mtp' needs a draft with MTP layers; llama-3.2-1b",
+        ),
         ({**DRAFT, "model": "gpt-oss-20b"}, "llama-3.1-8b", 1, "draft_model needs the target's vocabulary"),
-        ({"method": "mlp_speculator", "model": "llama-3.2-1b", "num_speculative_tokens": 2}, "llama-3.1-8b", 1, "\"Unsupported speculative method: 'mlp_speculator'\""),
-        ({**DRAFT, "parallel_drafting": True}, "llama-3.1-8b", 1, "parallel_drafting needs a draft trained for it: llama-3.2-1b's config.json has no pard_token"),
-        ({**DRAFT, "max_model_len": 4096}, "llama-3.1-8b", 1, "speculative max_model_len=4096 cannot be larger than the target's max_model_len=2048"),
+        (
+            {"method": "mlp_speculator", "model": "llama-3.2-1b", "num_speculative_tokens": 2},
+            "llama-3.1-8b",
+            1,
+            "\"Unsupported speculative method: 'mlp_speculator'\"",
+        ),
+        (
+            {**DRAFT, "parallel_drafting": True},
+            "llama-3.1-8b",
+            1,
+            "parallel_drafting needs a draft trained for it: llama-3.2-1b's config.json has no pard_token",
+        ),
+        (
+            {**DRAFT, "max_model_len": 4096},
+            "llama-3.1-8b",
+            1,
+            "speculative max_model_len=4096 cannot be larger than the target's max_model_len=2048",
+        ),
         (DRAFT, "llama-70b", 1, "'llama-70b' is neither a known shape"),
     ],
-    ids=["draft-tp", "draft-model-tp", "mtp-no-layers", "mtp-draft-no-layers", "vocab", "mlp-mismatch", "pard", "max-len", "unknown"],
-)  # fmt: skip
+    ids=[
+        "draft-tp",
+        "draft-model-tp",
+        "mtp-no-layers",
+        "mtp-draft-no-layers",
+        "vocab",
+        "mlp-mismatch",
+        "pard",
+        "max-len",
+        "unknown",
+    ],
+)
 def test_check_against_target_refusals(spec: dict[str, Any], target: str, tp: int, expected: str) -> None:
     built = _quiet(spec)
     with pytest.raises(ConfigError) as error, warnings.catch_warnings():
@@ -459,6 +574,8 @@ def test_engine_check_delegates_to_check_against_target(tmp_path: Path) -> None:
 
 def test_a_stored_config_validates_again() -> None:
     """Rows store ``resolved()``, every field with its default: reading one back must not trip the field rules."""
-    engine = EngineConfig(label="e", model="llama-3.1-8b", max_model_len=2048, speculative=_quiet({**DRAFT, "acceptance_alpha": 0.7}))
+    engine = EngineConfig(
+        label="e", model="llama-3.1-8b", max_model_len=2048, speculative=_quiet({**DRAFT, "acceptance_alpha": 0.7})
+    )
     again = EngineConfig.model_validate(json.loads(json.dumps(engine.resolved())))
     assert again.config_id() == engine.config_id()

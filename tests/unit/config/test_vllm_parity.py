@@ -59,14 +59,32 @@ def test_gpu_memory_utilization_1_is_accepted_and_above_1_refused() -> None:
 def test_draft_slots_that_use_up_the_token_budget_are_refused() -> None:
     # issue 43's input: 256 batched tokens for 256 sequences, one draft slot each, leaves the scheduler nothing
     with pytest.raises(ValidationError, match="max_num_scheduled_tokens would be 0"):
-        EngineConfig(label="d", model="llama-3.1-8b", max_model_len=2048, max_num_seqs=256,
-                     max_num_batched_tokens=256, speculative=_spec(DRAFT))  # fmt: skip
-    ok = EngineConfig(label="d", model="llama-3.1-8b", max_model_len=2048, max_num_seqs=256,
-                      max_num_batched_tokens=257, speculative=_spec(DRAFT))  # fmt: skip
+        EngineConfig(
+            label="d",
+            model="llama-3.1-8b",
+            max_model_len=2048,
+            max_num_seqs=256,
+            max_num_batched_tokens=256,
+            speculative=_spec(DRAFT),
+        )
+    ok = EngineConfig(
+        label="d",
+        model="llama-3.1-8b",
+        max_model_len=2048,
+        max_num_seqs=256,
+        max_num_batched_tokens=257,
+        speculative=_spec(DRAFT),
+    )
     assert ok.speculative.max_num_scheduled_tokens(257, 256) == 1  # type: ignore[union-attr]
     eagle = _spec({"method": "eagle3", "model": "gpt-oss-120b-eagle3", "num_speculative_tokens": 3})
-    assert EngineConfig(label="e", model="gpt-oss-120b", max_model_len=2048, max_num_seqs=256,
-                        max_num_batched_tokens=256, speculative=eagle)  # fmt: skip
+    assert EngineConfig(
+        label="e",
+        model="gpt-oss-120b",
+        max_model_len=2048,
+        max_num_seqs=256,
+        max_num_batched_tokens=256,
+        speculative=eagle,
+    )
 
 
 def _check_config(tmp_path, engine: str) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
@@ -77,23 +95,34 @@ engines:
 loads:
   - {{input_len: 128, output_len: 64, concurrency: 1}}
 """)
-    return subprocess.run([sys.executable, "-m", "vllm_playbooks", "check-config", str(case)], capture_output=True,
-                          text=True, check=False, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "vllm_playbooks", "check-config", str(case)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
 
 
 def test_check_config_exits_2_with_one_error_line_or_0_with_advisories(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    bad = _check_config(tmp_path, """  - label: d
+    bad = _check_config(
+        tmp_path,
+        """  - label: d
     model: llama-3.1-8b
     max_model_len: 2048
     max_num_seqs: 256
     max_num_batched_tokens: 256
-    speculative: {method: draft_model, model: llama-3.2-1b, num_speculative_tokens: 4}""")
+    speculative: {method: draft_model, model: llama-3.2-1b, num_speculative_tokens: 4}""",
+    )
     assert bad.returncode == 2, bad.stderr
     lines = bad.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "max_num_scheduled_tokens" in lines[0]
-    good = _check_config(tmp_path, """  - label: s
+    good = _check_config(
+        tmp_path,
+        """  - label: s
     model: llama-3.1-8b
     max_model_len: 2048
-    speculative: {method: suffix, num_speculative_tokens: 32}""")
+    speculative: {method: suffix, num_speculative_tokens: 32}""",
+    )
     assert good.returncode == 0, good.stderr
     assert "advisory: method 'suffix' needs the arctic-inference package" in good.stdout

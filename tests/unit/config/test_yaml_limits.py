@@ -57,8 +57,9 @@ def test_the_good_file_loads(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("levels", [6, 9, 12])
-def test_an_alias_bomb_under_a_free_text_field_is_refused_in_bounded_time_and_memory(levels: int,
-                                                                                     tmp_path: Path) -> None:
+def test_an_alias_bomb_under_a_free_text_field_is_refused_in_bounded_time_and_memory(
+    levels: int, tmp_path: Path
+) -> None:
     assert "alias" in _refused_quickly(_bomb(levels), tmp_path)
 
 
@@ -73,13 +74,16 @@ def test_expanded_text_is_bounded_as_well_as_nodes() -> None:
         bounded_yaml(f"a: &s {big}\nb: [{', '.join(['*s'] * copies)}]\n", "t")
 
 
-@pytest.mark.parametrize("text", [
-    "case: x\nt: " + "[" * 40 + "]" * 40 + "\n",
-    "case: x\nt: " + "[" * 5000 + "]" * 5000 + "\n",
-    "case: x\ntitle: " + "a" * (yaml_limits.MAX_SCALAR_CHARS + 1) + "\n",
-    "case: x\n" + "k: [" + ", ".join(["1"] * (yaml_limits.MAX_BYTES // 3)) + "]\n",
-    "case: x\nt: *nowhere\n",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text",
+    [
+        "case: x\nt: " + "[" * 40 + "]" * 40 + "\n",
+        "case: x\nt: " + "[" * 5000 + "]" * 5000 + "\n",
+        "case: x\ntitle: " + "a" * (yaml_limits.MAX_SCALAR_CHARS + 1) + "\n",
+        "case: x\n" + "k: [" + ", ".join(["1"] * (yaml_limits.MAX_BYTES // 3)) + "]\n",
+        "case: x\nt: *nowhere\n",
+    ],
+)
 def test_depth_length_size_and_dangling_aliases_are_refused(text: str, tmp_path: Path) -> None:
     _refused_quickly(text, tmp_path)
 
@@ -104,16 +108,19 @@ def test_parameters_are_bounded_too() -> None:
     assert parse_parameter_pairs([["concurrency", "[1, 4]"]]) == {"concurrency": [1, 4]}
 
 
-@pytest.mark.parametrize(("old", "new"), [
-    ("num_speculative_tokens: 2", "num_speculative_tokens: 1000000000"),
-    ("num_speculative_tokens: 2", "num_speculative_tokens: 1.0e+9"),
-    ("num_speculative_tokens: 2", "num_speculative_tokens: 512"),
-    ("concurrency: [1, 4]", "concurrency: [1, 1000000000]"),
-    ("concurrency: [1, 4]", "request_rate_qps: [1.0e+12]"),
-    ("loads:", "repeats: 1000000000\nloads:"),
-    ("loads:", "min_duration_s: 1.0e+300\nloads:"),
-    ("loads:", "parts: 7\nloads:"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("num_speculative_tokens: 2", "num_speculative_tokens: 1000000000"),
+        ("num_speculative_tokens: 2", "num_speculative_tokens: 1.0e+9"),
+        ("num_speculative_tokens: 2", "num_speculative_tokens: 512"),
+        ("concurrency: [1, 4]", "concurrency: [1, 1000000000]"),
+        ("concurrency: [1, 4]", "request_rate_qps: [1.0e+12]"),
+        ("loads:", "repeats: 1000000000\nloads:"),
+        ("loads:", "min_duration_s: 1.0e+300\nloads:"),
+        ("loads:", "parts: 7\nloads:"),
+    ],
+)
 def test_numbers_beyond_vllm_s_and_the_runner_s_bounds_are_refused(old: str, new: str, tmp_path: Path) -> None:
     assert old in GOOD
     _refused_quickly(GOOD.replace(old, new), tmp_path)
@@ -121,6 +128,9 @@ def test_numbers_beyond_vllm_s_and_the_runner_s_bounds_are_refused(old: str, new
 
 def test_the_largest_draft_length_within_max_model_len_is_taken(tmp_path: Path) -> None:
     path = tmp_path / "my-case.yaml"
-    path.write_text(GOOD.replace("num_speculative_tokens: 2", "num_speculative_tokens: 511")
-                    .replace("input_len: 64, output_len: 16", "input_len: 8, output_len: 8"))  # fmt: skip
+    path.write_text(
+        GOOD.replace("num_speculative_tokens: 2", "num_speculative_tokens: 511").replace(
+            "input_len: 64, output_len: 16", "input_len: 8, output_len: 8"
+        )
+    )
     assert load_plan(str(path), engines=["ngram-k2"]).engines[0].num_speculative_tokens == 511

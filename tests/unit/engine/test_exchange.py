@@ -27,7 +27,7 @@ def _serve(answer: bytes, trickle_s: float | None) -> Iterator[int]:
             conn, _ = listener.accept()
             with conn, contextlib.suppress(OSError):  # the client shuts a trickle down at its deadline
                 conn.recv(4096)
-                for byte in (answer if trickle_s else [answer]):
+                for byte in answer if trickle_s else [answer]:
                     conn.sendall(bytes([byte]) if trickle_s else byte)
                     if trickle_s:
                         time.sleep(trickle_s)
@@ -49,12 +49,16 @@ def test_a_good_answer_is_read_whole(answering: int) -> None:
     assert (answer.status, answer.content_type, answer.text) == (200, "text/plain", "hello")
 
 
-@pytest.mark.parametrize(("answering", "kind", "why"), [
-    (GOOD.replace(b"5\r\n", b"500\r\n"), BrokenAnswer, r"cut short \(5 bytes, 495 more promised\)"),
-    (b"SSH-2.0-OpenSSH_9.6\r\n", BrokenAnswer, "not HTTP"),
-    (b"", BrokenAnswer, "closed the connection without an answer"),
-    (GOOD.replace(b"hello", b"\xff\xfe\xfd\xfc\xfb"), BrokenAnswer, "not UTF-8"),
-], indirect=["answering"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("answering", "kind", "why"),
+    [
+        (GOOD.replace(b"5\r\n", b"500\r\n"), BrokenAnswer, r"cut short \(5 bytes, 495 more promised\)"),
+        (b"SSH-2.0-OpenSSH_9.6\r\n", BrokenAnswer, "not HTTP"),
+        (b"", BrokenAnswer, "closed the connection without an answer"),
+        (GOOD.replace(b"hello", b"\xff\xfe\xfd\xfc\xfb"), BrokenAnswer, "not UTF-8"),
+    ],
+    indirect=["answering"],
+)
 def test_an_answer_that_breaks_http_is_one_line(answering: int, kind: type, why: str) -> None:
     with pytest.raises(kind, match=why) as raised:
         get(f"http://127.0.0.1:{answering}/metrics", 2)
@@ -82,21 +86,26 @@ def test_a_listener_that_never_answers_and_a_closed_port_are_no_answer() -> None
         get(f"http://127.0.0.1:{free_port()}/health", 1.0)
 
 
-SCRAPE = ('# TYPE vllm:num_preemptions_total counter\nvllm:num_preemptions_total{engine="0"} 0.0\n'
-          '# TYPE vllm:spec_decode_num_drafts_total counter\nvllm:spec_decode_num_drafts_total{engine="0"} 4.0\n'
-          '# TYPE vllm:spec_decode_num_draft_tokens_total counter\nvllm:spec_decode_num_draft_tokens_total 16.0\n'
-          '# TYPE vllm:spec_decode_num_accepted_tokens_total counter\nvllm:spec_decode_num_accepted_tokens_total 9.0\n')
+SCRAPE = (
+    '# TYPE vllm:num_preemptions_total counter\nvllm:num_preemptions_total{engine="0"} 0.0\n'
+    '# TYPE vllm:spec_decode_num_drafts_total counter\nvllm:spec_decode_num_drafts_total{engine="0"} 4.0\n'
+    "# TYPE vllm:spec_decode_num_draft_tokens_total counter\nvllm:spec_decode_num_draft_tokens_total 16.0\n"
+    "# TYPE vllm:spec_decode_num_accepted_tokens_total counter\nvllm:spec_decode_num_accepted_tokens_total 9.0\n"
+)
 
 
-@pytest.mark.parametrize(("text", "speculative", "why"), [
-    (SCRAPE, True, None),
-    (SCRAPE.split("# TYPE vllm:spec")[0], False, None),
-    (SCRAPE.split("# TYPE vllm:spec")[0], True, "lacks the speculative-decoding counters"),
-    (" \n", False, "it is empty"),
-    ("<!DOCTYPE html><html></html>", False, "it is HTML"),
-    ("# TYPE vllm:x_total counter\nvllm:x_total{engine=\"0\" 1\n", False, "not Prometheus text"),
-    ("# TYPE other_total counter\nother_total 1.0\n", False, "no vllm: counter"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("text", "speculative", "why"),
+    [
+        (SCRAPE, True, None),
+        (SCRAPE.split("# TYPE vllm:spec")[0], False, None),
+        (SCRAPE.split("# TYPE vllm:spec")[0], True, "lacks the speculative-decoding counters"),
+        (" \n", False, "it is empty"),
+        ("<!DOCTYPE html><html></html>", False, "it is HTML"),
+        ('# TYPE vllm:x_total counter\nvllm:x_total{engine="0" 1\n', False, "not Prometheus text"),
+        ("# TYPE other_total counter\nother_total 1.0\n", False, "no vllm: counter"),
+    ],
+)
 def test_a_scrape_is_trusted_only_as_vllm_prometheus_text(text: str, speculative: bool, why: str | None) -> None:
     found = untrusted_scrape(text, speculative)
     assert found == why if why is None else why in str(found)

@@ -81,7 +81,9 @@ def test_sampler_reads_every_engine_gpu_until_stopped() -> None:
     first = frame[frame.gpu == 0]
     assert set(first.nvml_index) == {1} and set(first.util_pct) <= {0, 10}
     assert set(frame[frame.gpu == 1].util_pct) <= {100, 90}
-    assert first.mem_used_mib.iloc[0] == 71000.0 and first.power_w.iloc[0] == 649.0 and first.sm_clock_mhz.iloc[0] == 1980
+    assert (
+        first.mem_used_mib.iloc[0] == 71000.0 and first.power_w.iloc[0] == 649.0 and first.sm_clock_mhz.iloc[0] == 1980
+    )
     assert frame.t_s.is_monotonic_increasing
     record = sampler.record()
     assert record["status"] == "sampled" and record["reason"] is None
@@ -142,7 +144,9 @@ def test_an_error_mid_run_keeps_the_samples_taken() -> None:
 
 
 def test_summary_of_a_known_sequence() -> None:
-    rows = [(0.1 * i, 0, 0, u, 10, 100.0, 1980, 300.0) for i, u in enumerate([0, 20, 40, 60, 80, 100, 100, 100, 100, 100])]
+    rows = [
+        (0.1 * i, 0, 0, u, 10, 100.0, 1980, 300.0) for i, u in enumerate([0, 20, 40, 60, 80, 100, 100, 100, 100, 100])
+    ]
     rows += [(0.1 * i, 1, 1, 100, 50, 200.0, 1900, None) for i in range(10)]
     summary = summarize_samples(pd.DataFrame(rows, columns=list(SAMPLE_COLUMNS)), threshold_pct=50)
     first, second = summary.iloc[0], summary.iloc[1]
@@ -164,8 +168,9 @@ def _sampler_factory(nvml: FakeNvml) -> Any:
 def test_the_runner_writes_samples_with_the_point_and_rows_replay(data: Path) -> None:
     nvml = two_h200(util0=[100], util1=[30])
     plan = load_plan(CASE, engines=["spec-off"], concurrency=[1], min_duration_s=0.001)
-    run_case(plan, data=data, bench=FakeBench(), server_factory=factory(), progress=False,
-             gpu_sampler=_sampler_factory(nvml))  # fmt: skip
+    run_case(
+        plan, data=data, bench=FakeBench(), server_factory=factory(), progress=False, gpu_sampler=_sampler_factory(nvml)
+    )
     (row,) = replay_rows(CASE, data)
     point_dir = data / row.raw_path
     status = sampling_status(point_dir)
@@ -199,8 +204,11 @@ def test_points_recorded_before_the_sampler_say_so() -> None:
 
     data = data_dir()
     runs = replay_case(CASE, data)
-    before = {row.point_id for row in runs.itertuples()
-              if "gpu_sampling" not in json.loads((data / row.raw_path / "point.json").read_text())}  # fmt: skip
+    before = {
+        row.point_id
+        for row in runs.itertuples()
+        if "gpu_sampling" not in json.loads((data / row.raw_path / "point.json").read_text())
+    }
     summary = gpu_summary(runs, data)
     old = summary[summary.point_id.isin(before)]
     assert before and len(old) == len(before) and set(old.sampling_status) == {"not recorded"}

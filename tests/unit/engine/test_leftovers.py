@@ -50,8 +50,14 @@ def test_a_server_whose_owner_is_gone_is_stopped_and_one_whose_owner_runs_is_not
 def test_a_pid_now_held_by_another_process_is_never_signalled(tmp_path: Path) -> None:
     record = tmp_path / SERVERS_FILE
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
-    entry = {"pid": other.pid, "pgid": other.pid, "port": 1, "started": (start_ticks(other.pid) or 0) - 1,
-             "owner": 1 << 22, "owner_started": 0}  # fmt: skip
+    entry = {
+        "pid": other.pid,
+        "pgid": other.pid,
+        "port": 1,
+        "started": (start_ticks(other.pid) or 0) - 1,
+        "owner": 1 << 22,
+        "owner_started": 0,
+    }
     record.write_text(json.dumps([entry]))
     assert stop_leftovers(record, grace_s=1) == [] and not record.exists()
     assert other.poll() is None and group_members(other.pid)

@@ -47,8 +47,15 @@ def test_delta_matches_what_bench_serve_computed_on_the_same_run() -> None:
     assert json.loads(per_position_json(delta.spec) or "[]") == pytest.approx(list(delta.spec.per_position_rates))
 
 
-@pytest.mark.parametrize("scrape", [DRAFT / "metrics_after.prom", FIXTURES / "h200-spec-off-c16" / "metrics_after.prom",
-                                    FIXTURES / "cpu-ngram-metrics.prom"], ids=["draft", "spec-off", "cpu"])  # fmt: skip
+@pytest.mark.parametrize(
+    "scrape",
+    [
+        DRAFT / "metrics_after.prom",
+        FIXTURES / "h200-spec-off-c16" / "metrics_after.prom",
+        FIXTURES / "cpu-ngram-metrics.prom",
+    ],
+    ids=["draft", "spec-off", "cpu"],
+)
 def test_the_snapshot_reads_only_the_lines_it_needs_and_parses_a_text_once(scrape: Path) -> None:
 
     text = scrape.read_text()
@@ -60,7 +67,8 @@ def test_the_snapshot_reads_only_the_lines_it_needs_and_parses_a_text_once(scrap
     changed = text.replace(sample, sample + "\n" + sample.replace("{", '{extra="1",', 1))  # a second engine's count
     assert parse_metrics(changed) is not parse_metrics(text)
     assert parse_metrics(changed).get("vllm:generation_tokens_total") == 2 * parse_metrics(text).get(
-        "vllm:generation_tokens_total")  # fmt: skip
+        "vllm:generation_tokens_total"
+    )
 
 
 def test_no_spec_counters_without_speculation() -> None:
@@ -87,7 +95,9 @@ def test_real_bench_result_is_read() -> None:
     assert numbers.num_prompts == 550 and numbers.completed == 550 and numbers.failed == 0
     assert numbers.output_tok_s == pytest.approx(2106.1923856633825)
     assert numbers.latency_ms["tpot_p50_ms"] == pytest.approx(6.362684326771654)
-    assert set(numbers.latency_ms) == {f"{m}_{s}_ms" for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "p50", "p90", "p99")}
+    assert set(numbers.latency_ms) == {
+        f"{m}_{s}_ms" for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "p50", "p90", "p99")
+    }
 
 
 def test_missing_percentile_names_the_flag() -> None:
@@ -98,8 +108,14 @@ def test_missing_percentile_names_the_flag() -> None:
 
 
 def test_bench_argv_closed_and_open_loop(tmp_path: Path) -> None:
-    common = dict(base_url="http://127.0.0.1:9", model="/m", tokenizer="/t", num_prompts=50, result_dir=tmp_path,
-                  result_filename="b.json")  # fmt: skip
+    common = dict(
+        base_url="http://127.0.0.1:9",
+        model="/m",
+        tokenizer="/t",
+        num_prompts=50,
+        result_dir=tmp_path,
+        result_filename="b.json",
+    )
     closed = bench_argv(LoadPoint(input_len=512, output_len=128, concurrency=16), **common)
     opts = dict(zip(closed[::2], closed[1::2], strict=False))
     assert "--request-rate" not in closed and closed[closed.index("--max-concurrency") + 1] == "16"
@@ -110,8 +126,9 @@ def test_bench_argv_closed_and_open_loop(tmp_path: Path) -> None:
     assert open_loop[open_loop.index("--request-rate") + 1] == "2.0" and "--max-concurrency" not in open_loop
 
 
-def test_an_interrupt_stops_the_bench_call_without_waiting_for_its_run(monkeypatch: pytest.MonkeyPatch,
-                                                                        tmp_path: Path) -> None:
+def test_an_interrupt_stops_the_bench_call_without_waiting_for_its_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     # The parallel runner's time limit sends SIGINT; a bench run that kept the caller until its end (a minute at
     # concurrency 128 on gpt-oss) let a worker overrun its time limit. The run itself is cancelled (its requests and
     # connections closed), not left going in a thread beside a stopped server.

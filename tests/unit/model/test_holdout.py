@@ -11,15 +11,29 @@ from vllm_playbooks.errors import CapacityError, ConfigError
 from vllm_playbooks.model import calibration as fits
 from vllm_playbooks.model import holdout
 
-TRUTH = fits.EfficiencyFit(gpu="H200-SXM", bandwidth_efficiency=0.7, quantized_bandwidth_efficiency=0.35,
-                           compute_efficiency=0.75, overhead_s=1.5e-3, rows_used=0, rms_relative_error=0.0)  # fmt: skip
+TRUTH = fits.EfficiencyFit(
+    gpu="H200-SXM",
+    bandwidth_efficiency=0.7,
+    quantized_bandwidth_efficiency=0.35,
+    compute_efficiency=0.75,
+    overhead_s=1.5e-3,
+    rows_used=0,
+    rms_relative_error=0.0,
+)
 
 
 def _rows(truth: fits.EfficiencyFit, case: str, model: str, gpu: str = "H200-SXM") -> list[dict]:
     rows = []
     for concurrency in (1, 4, 16, 64):
-        row = {"case": case, "model_shape": model, "kv_cache_dtype": "auto", "input_len": 512, "output_len": 128,
-               "concurrency": concurrency, "num_speculative_tokens": 0}  # fmt: skip
+        row = {
+            "case": case,
+            "model_shape": model,
+            "kv_cache_dtype": "auto",
+            "input_len": 512,
+            "output_len": 128,
+            "concurrency": concurrency,
+            "num_speculative_tokens": 0,
+        }
         rows.append({**row, "tpot_mean_ms": fits.predict_tpot_ms(row, truth, gpu)})
     return rows
 
@@ -67,8 +81,11 @@ def test_an_unphysical_optimum_stops_at_the_bound_and_says_so() -> None:
 
 def test_repeats_count_once_as_their_median() -> None:
     first = SYNTHETIC[0]
-    repeated = [*SYNTHETIC, {**first, "tpot_mean_ms": 2 * first["tpot_mean_ms"]},
-                {**first, "tpot_mean_ms": first["tpot_mean_ms"] / 2}]  # fmt: skip
+    repeated = [
+        *SYNTHETIC,
+        {**first, "tpot_mean_ms": 2 * first["tpot_mean_ms"]},
+        {**first, "tpot_mean_ms": first["tpot_mean_ms"] / 2},
+    ]
     points = fits.median_points(repeated)
     assert len(points) == len(SYNTHETIC) and points[0]["repeats"] == 3
     assert points[0]["tpot_mean_ms"] == pytest.approx(first["tpot_mean_ms"])
@@ -94,9 +111,16 @@ def test_leave_one_case_out_never_sees_the_held_out_case() -> None:
 
 
 def test_calibrating_on_another_gpu_refits_its_scale_and_fixed_time() -> None:
-    slower = fits.EfficiencyFit(**{**TRUTH.__dict__, "gpu": "A100-80GB", "bandwidth_efficiency": 0.56,
-                                   "quantized_bandwidth_efficiency": 0.28, "compute_efficiency": 0.6,
-                                   "overhead_s": 3e-3})  # fmt: skip
+    slower = fits.EfficiencyFit(
+        **{
+            **TRUTH.__dict__,
+            "gpu": "A100-80GB",
+            "bandwidth_efficiency": 0.56,
+            "quantized_bandwidth_efficiency": 0.28,
+            "compute_efficiency": 0.6,
+            "overhead_s": 3e-3,
+        }
+    )
     a100 = _rows(slower, "x", "llama-3.1-8b", "A100-80GB")
     two = holdout.calibrate_on_gpu(TRUTH, [a100[0], a100[3]], "A100-80GB")
     assert two.gpu == "A100-80GB" and two.bandwidth_efficiency == pytest.approx(0.56, rel=0.02)
@@ -113,9 +137,16 @@ def test_calibrating_on_another_gpu_refits_its_scale_and_fixed_time() -> None:
 
 
 def test_another_gpus_points_are_predicted_carried_then_calibrated_on_its_points_without_speculation() -> None:
-    slower = fits.EfficiencyFit(**{**TRUTH.__dict__, "gpu": "A100-80GB", "bandwidth_efficiency": 0.56,
-                                   "quantized_bandwidth_efficiency": 0.28, "compute_efficiency": 0.6,
-                                   "overhead_s": 3e-3})  # fmt: skip
+    slower = fits.EfficiencyFit(
+        **{
+            **TRUTH.__dict__,
+            "gpu": "A100-80GB",
+            "bandwidth_efficiency": 0.56,
+            "quantized_bandwidth_efficiency": 0.28,
+            "compute_efficiency": 0.6,
+            "overhead_s": 3e-3,
+        }
+    )
     a100 = _rows(slower, "x", "llama-3.1-8b", "A100-80GB")  # four points without speculation, c = 1, 4, 16, 64
     check = holdout.other_gpu_check(TRUTH, a100 + a100[:1], "A100-80GB")  # a repeat counts once
     carried, calibrated = check[check.parameters == "carried"], check[check.parameters == "calibrated"]
@@ -131,8 +162,14 @@ def test_another_gpus_points_are_predicted_carried_then_calibrated_on_its_points
 def test_issue_43_inputs_are_refused_with_clear_errors() -> None:
     with pytest.raises(CapacityError, match="weights"):  # bf16 70B on one 80 GB GPU
         fits.whatif_curve(TRUTH, "A100-80GB", "llama-3.3-70b", [1, 8], 1024, 128)
-    draft = {"model_shape": "llama-3.1-8b", "input_len": 512, "output_len": 128, "concurrency": 4,
-             "num_speculative_tokens": 4, "draft_model": "llama-3.2-1b"}  # fmt: skip
+    draft = {
+        "model_shape": "llama-3.1-8b",
+        "input_len": 512,
+        "output_len": 128,
+        "concurrency": 4,
+        "num_speculative_tokens": 4,
+        "draft_model": "llama-3.2-1b",
+    }
     with pytest.raises(ConfigError, match="needs its acceptance"):  # alpha=None for a draft
         fits.predict_tpot_ms(draft, TRUTH, alpha=None)
     with pytest.raises(ConfigError, match="needs its acceptance alpha"):
@@ -173,5 +210,6 @@ def test_the_a100_point_calibrated_on_the_reports_spec_off_number(recorded: list
     # calibrated on the report's spec-off point, it reproduces that point; the speculative one is out of sample
     assert calibrated["output_tok_s_off"] == pytest.approx(calibrated["reported_output_tok_s_off"], rel=0.01)
     assert abs(calibrated["output_tok_s_on"] / calibrated["reported_output_tok_s_on"] - 1) < abs(
-        carried["output_tok_s_on"] / carried["reported_output_tok_s_on"] - 1)
+        carried["output_tok_s_on"] / carried["reported_output_tok_s_on"] - 1
+    )
     assert calibrated["bandwidth_efficiency"] < carried["bandwidth_efficiency"]

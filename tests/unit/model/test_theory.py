@@ -69,7 +69,9 @@ def test_break_even_a1_example() -> None:
 
 @pytest.mark.parametrize(("alpha", "k"), [(0.1, 1), (0.5, 3), (0.72, 5), (0.95, 8)])
 def test_alpha_from_acceptance_length_inverts_tau(alpha: float, k: int) -> None:
-    assert speculative.alpha_from_acceptance_length(speculative.expected_tokens_per_step(alpha, k), k) == pytest.approx(alpha, abs=1e-9)
+    assert speculative.alpha_from_acceptance_length(speculative.expected_tokens_per_step(alpha, k), k) == pytest.approx(
+        alpha, abs=1e-9
+    )
 
 
 def test_alpha_from_acceptance_length_bounds() -> None:
@@ -120,9 +122,15 @@ def test_hardware_table_rows_have_https_sources() -> None:
 
 @pytest.mark.parametrize(
     ("name", "row"),
-    [("nvidia-h200-x1-vllm0.26.0", "H200-SXM"), ("NVIDIA H100 80GB HBM3", "H100-SXM"), ("NVIDIA H200", "H200-SXM"),
-     ("H100-SXM", "H100-SXM"), ("NVIDIA A100-SXM4-80GB", "A100-80GB"), ("AMD Instinct MI300X", "MI300X")],
-)  # fmt: skip
+    [
+        ("nvidia-h200-x1-vllm0.26.0", "H200-SXM"),
+        ("NVIDIA H100 80GB HBM3", "H100-SXM"),
+        ("NVIDIA H200", "H200-SXM"),
+        ("H100-SXM", "H100-SXM"),
+        ("NVIDIA A100-SXM4-80GB", "A100-80GB"),
+        ("AMD Instinct MI300X", "MI300X"),
+    ],
+)
 def test_a_recorded_gpu_name_or_hardware_key_reads_as_its_datasheet_row(name: str, row: str) -> None:
     assert datasheet_gpu(name).name == row
 
@@ -155,8 +163,11 @@ def calibration() -> tuple[list, fits.EfficiencyFit]:
 def test_calibration_error_bound(calibration: tuple[list, fits.EfficiencyFit]) -> None:
     rows, fit = calibration
     recorded = [r for case in calibration_cases() for r in replay_rows(case)]
-    scheduled = [r for r in recorded if '"num_speculative_tokens_per_batch_size": null' not in r.engine_config_json
-                 and r.spec_method != "none"]  # fmt: skip
+    scheduled = [
+        r
+        for r in recorded
+        if '"num_speculative_tokens_per_batch_size": null' not in r.engine_config_json and r.spec_method != "none"
+    ]
     assert scheduled  # batch-size schedules: fixed k and full graphs, as the model takes them, do not hold
     controls = [r for r in recorded if is_control(r.engine_config_json)]
     assert controls  # spec-off forced onto the V1 runner (or a graph mode): the model is of vLLM's choices
@@ -232,8 +243,12 @@ def test_compute_bound_batch_without_context_is_the_ridge() -> None:
     batch = roofline.compute_bound_batch(shape, gpu, 0)
     assert batch == math.ceil(gpu.ridge_point_bf16 * weight_bytes(shape) / roofline.decode_step_flops(shape, 1))
     assert 200 <= batch <= 215
-    assert roofline.decode_step_flops(shape, batch, 1) >= gpu.ridge_point_bf16 * roofline.decode_step_bytes(shape, batch, 0)
-    assert roofline.decode_step_flops(shape, batch - 1, 1) < gpu.ridge_point_bf16 * roofline.decode_step_bytes(shape, batch - 1, 0)
+    assert roofline.decode_step_flops(shape, batch, 1) >= gpu.ridge_point_bf16 * roofline.decode_step_bytes(
+        shape, batch, 0
+    )
+    assert roofline.decode_step_flops(shape, batch - 1, 1) < gpu.ridge_point_bf16 * roofline.decode_step_bytes(
+        shape, batch - 1, 0
+    )
     # verifying k = 4 drafts puts 5 query tokens per sequence: about a fifth of the batch
     assert roofline.compute_bound_batch(shape, gpu, 0, q=5) == pytest.approx(batch / 5, abs=1)
 
@@ -241,10 +256,14 @@ def test_compute_bound_batch_without_context_is_the_ridge() -> None:
 def test_compute_bound_batch_kv_and_4bit() -> None:
     awq, bf16 = get_shape("llama-3.3-70b-awq"), get_shape("llama-3.1-8b")
     # 4-bit weights turn compute-bound several times earlier than BF16 weights
-    assert roofline.compute_bound_batch(awq, "H200-SXM", 0, "fp8") < roofline.compute_bound_batch(bf16, "H200-SXM", 0) / 3
+    assert (
+        roofline.compute_bound_batch(awq, "H200-SXM", 0, "fp8") < roofline.compute_bound_batch(bf16, "H200-SXM", 0) / 3
+    )
     # KV reads grow with the batch: a long enough context keeps a BF16 step memory-bound at any batch
     assert roofline.compute_bound_batch(bf16, "H200-SXM", 2048) is None
     assert roofline.compute_bound_batch(bf16, "H200-SXM", 576) > roofline.compute_bound_batch(bf16, "H200-SXM", 0)
+
+
 def test_iid_alpha_fit_recovers_a_geometric_chain_and_the_published_eagle3_head() -> None:
     assert speculative.fit_iid_alpha([0.8, 0.64, 0.512]) == pytest.approx(0.8, abs=1e-5)
     # RedHatAI/gpt-oss-20b-speculator.eagle3 in vLLM's acceptance-length test: 0.7165, 0.5120, 0.3337 at k = 3
@@ -280,16 +299,24 @@ def test_fewer_experts_make_verification_cheaper_than_at_full_scale() -> None:
     """At batch 8 the reduced shape touches nearly all 32 experts already, so verifying 2 tokens per sequence reads
     little more; the 256-expert model touches many more experts when the tokens double."""
     full = roofline.forward_cost("deepseek-v3", 8, 2, 300).bytes / roofline.forward_cost("deepseek-v3", 8, 1, 300).bytes
-    reduced = roofline.forward_cost("deepseek-v3-reduced", 8, 2, 300).bytes / roofline.forward_cost("deepseek-v3-reduced", 8, 1, 300).bytes
+    reduced = (
+        roofline.forward_cost("deepseek-v3-reduced", 8, 2, 300).bytes
+        / roofline.forward_cost("deepseek-v3-reduced", 8, 1, 300).bytes
+    )
     assert full > 1.3 > reduced > 1.0
     # at batch 1 both read the same active experts: the reduced shape is the full model in cost
-    one = roofline.forward_cost("deepseek-v3", 1, 1, 300).bytes / roofline.forward_cost("deepseek-v3-reduced", 1, 1, 300).bytes
+    one = (
+        roofline.forward_cost("deepseek-v3", 1, 1, 300).bytes
+        / roofline.forward_cost("deepseek-v3-reduced", 1, 1, 300).bytes
+    )
     assert one == pytest.approx(1.0, abs=0.02)
 
 
 def test_mtp_and_head_forwards_are_small_against_their_targets() -> None:
-    assert roofline.forward_cost("deepseek-v3-reduced", 1, 1, 300, role="mtp").bytes < 0.1 * roofline.forward_cost(
-        "deepseek-v3-reduced", 1, 1, 300).bytes  # fmt: skip
+    assert (
+        roofline.forward_cost("deepseek-v3-reduced", 1, 1, 300, role="mtp").bytes
+        < 0.1 * roofline.forward_cost("deepseek-v3-reduced", 1, 1, 300).bytes
+    )
     assert roofline.forward_cost("gpt-oss-120b-eagle3", 1, 1, 300, role="draft").bytes < 1e9
     with pytest.raises(ValueError, match="no MTP module"):
         roofline.forward_cost("gpt-oss-120b", 1, 1, 300, role="mtp")
@@ -305,10 +332,14 @@ def test_scale_decides_the_mtp_payoff_at_batch_one(calibration: tuple[list, fits
     assert small["speedup"] < wide["speedup"] and wide["speedup"] > 1.1
     assert wide["tau"] == pytest.approx(1.85)
     assert wide["tpot_on_ms"] == pytest.approx(wide["tpot_off_ms"] / wide["speedup"])
-    frame = fits.prediction_frame({"r": {"target": "deepseek-v3-reduced", "rates": [0.85], "context_len": 300}}, [1, 8], fit)
+    frame = fits.prediction_frame(
+        {"r": {"target": "deepseek-v3-reduced", "rates": [0.85], "context_len": 300}}, [1, 8], fit
+    )
     assert list(frame.batch) == [1, 8] and frame.speedup.iloc[1] > frame.speedup.iloc[0]
     # the V2-Lite-scale 'no gain' rests on charging the draft forward a whole step's fixed cost
-    cheap = fits.speculation_prediction("deepseek-v3-v2lite-scale", [0.85], 1, 300, fit, "H200-SXM", draft_fixed_cost_s=0.0002)
+    cheap = fits.speculation_prediction(
+        "deepseek-v3-v2lite-scale", [0.85], 1, 300, fit, "H200-SXM", draft_fixed_cost_s=0.0002
+    )
     assert cheap["speedup"] > 1.3 and cheap["c"] < 0.2
 
 
@@ -321,10 +352,18 @@ def test_a_draft_forward_can_carry_its_own_fixed_cost(calibration: tuple[list, f
     assert free["draft_ms"] == pytest.approx(charged["draft_ms"] - 1000 * fit.overhead_s)
     assert free["verify_ms"] == charged["verify_ms"] and free["decode_ms"] == charged["decode_ms"]
     # the step is verify + k drafts: two drafts' fixed costs fewer
-    assert free["tpot_on_ms"] * free["tau"] == pytest.approx(charged["tpot_on_ms"] * charged["tau"] - 2000 * fit.overhead_s)
-    frame = fits.prediction_frame({"a": {"target": "mimo-7b", "rates": [0.85], "context_len": 300},
-                                "b": {"target": "mimo-7b", "rates": [0.85], "context_len": 300,
-                                      "draft_fixed_cost_s": 0.001}}, [1], fit, draft_fixed_cost_s=0.0)  # fmt: skip
+    assert free["tpot_on_ms"] * free["tau"] == pytest.approx(
+        charged["tpot_on_ms"] * charged["tau"] - 2000 * fit.overhead_s
+    )
+    frame = fits.prediction_frame(
+        {
+            "a": {"target": "mimo-7b", "rates": [0.85], "context_len": 300},
+            "b": {"target": "mimo-7b", "rates": [0.85], "context_len": 300, "draft_fixed_cost_s": 0.001},
+        },
+        [1],
+        fit,
+        draft_fixed_cost_s=0.0,
+    )
     assert frame.draft_fixed_cost_ms.tolist() == pytest.approx([0.0, 1.0])  # a config's own value wins
     with pytest.raises(ValueError, match="draft_fixed_cost_s must be >= 0"):
         fits.speculation_prediction("mimo-7b", [0.85], 1, 300, fit, "H200-SXM", draft_fixed_cost_s=-0.001)
@@ -335,7 +374,8 @@ def test_fixed_routing_reads_only_the_chosen_experts() -> None:
     fixed = roofline.forward_cost("gpt-oss-120b", 16, 1, 300, routing="fixed").bytes
     assert fixed < uniform / 5
     assert roofline.forward_cost("gpt-oss-120b", 1, 1, 300, routing="fixed").bytes == pytest.approx(
-        roofline.forward_cost("gpt-oss-120b", 1, 1, 300).bytes)  # one token: the same four experts either way  # fmt: skip
+        roofline.forward_cost("gpt-oss-120b", 1, 1, 300).bytes
+    )  # one token: the same four experts either way
     with pytest.raises(ValueError, match="routing must be"):
         roofline.forward_cost("gpt-oss-120b", 1, 1, 300, routing="zipf")
 
@@ -346,7 +386,9 @@ def test_routing_signature_tells_the_two_routings_apart(calibration: tuple[list,
 
     _, fit = calibration
     base = dict(model_shape="gpt-oss-120b", spec_method="none", request_rate_qps=None, input_len=230, output_len=203)
-    measured = pd.DataFrame([{**base, "concurrency": 1, "tpot_mean_ms": 5.0}, {**base, "concurrency": 16, "tpot_mean_ms": 5.5}])
+    measured = pd.DataFrame(
+        [{**base, "concurrency": 1, "tpot_mean_ms": 5.0}, {**base, "concurrency": 16, "tpot_mean_ms": 5.5}]
+    )
     table = gpt_oss_eagle3.routing_signature(measured, "gpt-oss-120b", fit)
     row = table.iloc[0]
     assert row.measured_growth == pytest.approx(1.1)
@@ -358,8 +400,9 @@ def test_routing_signature_tells_the_two_routings_apart(calibration: tuple[list,
 def test_eagle3_predictions_come_in_the_measured_tables_columns(calibration: tuple[list, fits.EfficiencyFit]) -> None:
 
     _, fit = calibration
-    frame = gpt_oss_eagle3.eagle3_predictions("gpt-oss-120b", "gpt-oss-120b-eagle3-131k", [0.71], [2, 3], [1, 64],
-                                 {"chat": (230, 203)}, fit)  # fmt: skip
+    frame = gpt_oss_eagle3.eagle3_predictions(
+        "gpt-oss-120b", "gpt-oss-120b-eagle3-131k", [0.71], [2, 3], [1, 64], {"chat": (230, 203)}, fit
+    )
     assert len(frame) == 4 and set(frame.profile) == {"chat"}
     assert frame.gain_pct.tolist() == pytest.approx([100 * (s - 1) for s in frame.speedup])
     one = frame[frame.concurrency == 1]
@@ -380,8 +423,15 @@ def test_sliding_window_layers_read_at_most_their_window() -> None:
 @pytest.mark.recorded_data
 def test_eagle3_predictions_take_levels_per_profile(calibration: tuple[list, fits.EfficiencyFit]) -> None:
     _, fit = calibration
-    frame = gpt_oss_eagle3.eagle3_predictions("gpt-oss-120b", "gpt-oss-120b-eagle3-131k", [0.71], [3], {"a": [1, 2], "b": [4]},
-                                 {"a": (230, 203), "b": (13000, 203)}, fit)  # fmt: skip
+    frame = gpt_oss_eagle3.eagle3_predictions(
+        "gpt-oss-120b",
+        "gpt-oss-120b-eagle3-131k",
+        [0.71],
+        [3],
+        {"a": [1, 2], "b": [4]},
+        {"a": (230, 203), "b": (13000, 203)},
+        fit,
+    )
     assert frame.groupby("profile").concurrency.apply(list).to_dict() == {"a": [1, 2], "b": [4]}
 
 
@@ -402,8 +452,15 @@ def _synthetic_rows(draft_s: float, verify_s: float = 0.0) -> list[dict]:
     ):
         for k in (0, *ks):
             for concurrency in (1, 8, 32):
-                row = {"case": case, "model_shape": target, "kv_cache_dtype": kv, "input_len": in_len,
-                       "output_len": 128, "concurrency": concurrency, "num_speculative_tokens": k}  # fmt: skip
+                row = {
+                    "case": case,
+                    "model_shape": target,
+                    "kv_cache_dtype": kv,
+                    "input_len": in_len,
+                    "output_len": 128,
+                    "concurrency": concurrency,
+                    "num_speculative_tokens": k,
+                }
                 if k:
                     row.update(draft_model=draft, imposed_alpha=0.7)
                 rows.append({**row, "tpot_mean_ms": fits.predict_tpot_ms(row, model)})
@@ -413,12 +470,21 @@ def _synthetic_rows(draft_s: float, verify_s: float = 0.0) -> list[dict]:
 def test_speculative_tpot_with_overheads_hand_values() -> None:
     # τ(0.8, 4) = 3.3616; step = 10 ms verify + 4 × (2 ms draft + 1 ms overhead) + 0.5 ms per step = 22.5 ms
     assert speculative.speculative_tpot_s(0.010, 0.002, 0.8, 4, 0.001, 0.0005) == pytest.approx(0.0225 / 3.3616)
-    assert speculative.speculative_tpot_s(0.010, 0.002, 0.8, 4, 0.0, 0.0) == speculative.speculative_tpot_s(0.010, 0.002, 0.8, 4)
+    assert speculative.speculative_tpot_s(0.010, 0.002, 0.8, 4, 0.0, 0.0) == speculative.speculative_tpot_s(
+        0.010, 0.002, 0.8, 4
+    )
     with pytest.raises(ValueError):
         speculative.speculative_tpot_s(0.010, 0.002, 0.8, 4, -0.001)
     # in the calibrated model the terms add (k·t_d + t_v) / τ to a speculative row and nothing to a spec-off row
-    row = {"model_shape": "llama-3.1-8b", "input_len": 512, "output_len": 128, "concurrency": 4,
-           "num_speculative_tokens": 4, "draft_model": "llama-3.2-1b", "imposed_alpha": 0.8}  # fmt: skip
+    row = {
+        "model_shape": "llama-3.1-8b",
+        "input_len": 512,
+        "output_len": 128,
+        "concurrency": 4,
+        "num_speculative_tokens": 4,
+        "draft_model": "llama-3.2-1b",
+        "imposed_alpha": 0.8,
+    }
     with_terms = _SYNTHETIC_FIT.with_draft_overhead(fits.DraftOverheadFit(1.5e-3, 0.4e-3))
     added = fits.predict_tpot_ms(row, with_terms) - fits.predict_tpot_ms(row, _SYNTHETIC_FIT)
     assert added == pytest.approx((4 * 1.5 + 0.4) / 3.3616)  # ms
@@ -463,7 +529,9 @@ def test_zero_draft_overhead_reproduces_the_old_predictions(calibration: tuple[l
     device = get_gpu("H200-SXM")
     for row, predicted in zip(rows, old.tpot_ms_predicted, strict=True):
         target, draft, k, tau = fits._row_terms(row)
-        step = fits._time(target, device, *fits._params(fit)) + (k * fits._time(draft, device, *fits._params(fit)) if k else 0.0)
+        step = fits._time(target, device, *fits._params(fit)) + (
+            k * fits._time(draft, device, *fits._params(fit)) if k else 0.0
+        )
         assert predicted == pytest.approx(1000 * step / tau, rel=1e-12)
     assert discussion_13834.predict_13834_a100(zero) == discussion_13834.predict_13834_a100(fit)
     args = ["H200-SXM", "llama-3.1-8b", [1, 16], 512, 128, "auto", "llama-3.2-1b", 4, 0.8]
@@ -477,7 +545,10 @@ def test_zero_draft_overhead_reproduces_the_old_predictions(calibration: tuple[l
     curve, before = fits.whatif_curve(with_term, *args), fits.whatif_curve(fit, *args)
     on = curve.engine_label != "spec off"
     assert (curve.tpot_mean_ms[on] > before.tpot_mean_ms[on]).all() and curve[~on].equals(before[~on])
-    assert discussion_13834.predict_13834_a100(with_term)["output_tok_s_on"] < discussion_13834.predict_13834_a100(fit)["output_tok_s_on"]
+    assert (
+        discussion_13834.predict_13834_a100(with_term)["output_tok_s_on"]
+        < discussion_13834.predict_13834_a100(fit)["output_tok_s_on"]
+    )
 
 
 def _overlaid(row: dict[str, str], gpu: str = "H200") -> bool:
@@ -499,12 +570,19 @@ def _recorded_row_count(keep: Callable[[dict[str, str]], bool] = lambda row: Tru
     total = 0
     for case in calibration_cases():
         with runs_file(case).open(newline="") as handle:
-            total += sum(1 for row in csv.DictReader(handle)
-                         if ("num_speculative_tokens_per_batch_size\": null" in row["engine_config_json"]
-                             or row["spec_method"] == "none")
-                         and row["spec_method"] in whatif.MODELLED_SPEC_METHODS and row["concurrency"]
-                         and row["tensor_parallel_size"] == row["pipeline_parallel_size"] == "1"
-                         and "VLLM_USE_V2_MODEL_RUNNER" not in row["engine_config_json"] and keep(row))  # fmt: skip
+            total += sum(
+                1
+                for row in csv.DictReader(handle)
+                if (
+                    'num_speculative_tokens_per_batch_size": null' in row["engine_config_json"]
+                    or row["spec_method"] == "none"
+                )
+                and row["spec_method"] in whatif.MODELLED_SPEC_METHODS
+                and row["concurrency"]
+                and row["tensor_parallel_size"] == row["pipeline_parallel_size"] == "1"
+                and "VLLM_USE_V2_MODEL_RUNNER" not in row["engine_config_json"]
+                and keep(row)
+            )
     return total
 
 
@@ -519,8 +597,10 @@ def test_draft_overhead_improves_the_speculative_rows_and_is_physical(
     def on_h200(row: dict[str, str]) -> bool:
         return "H200" in row["gpu_name"]
 
-    stalled = sum(int(mark_stalled(replay_case(case)).query("gpu_name == 'NVIDIA H200'").stalled.sum())
-                  for case in calibration_cases())  # fmt: skip
+    stalled = sum(
+        int(mark_stalled(replay_case(case)).query("gpu_name == 'NVIDIA H200'").stalled.sum())
+        for case in calibration_cases()
+    )
     assert _recorded_row_count(on_h200) - stalled <= len(rows) <= _recorded_row_count(on_h200)
     points = fits.median_points(rows)
     with_term = fits.fit_efficiency(rows, "H200-SXM", draft_overhead=True)

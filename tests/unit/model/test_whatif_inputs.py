@@ -7,8 +7,15 @@ import pytest
 from vllm_playbooks.errors import CapacityError, ConfigError
 from vllm_playbooks.model.calibration import EfficiencyFit, check_loadable, whatif_curve
 
-FIT = EfficiencyFit(gpu="H200-SXM", bandwidth_efficiency=0.8, quantized_bandwidth_efficiency=0.4,
-                    compute_efficiency=0.8, overhead_s=1e-3, rows_used=3, rms_relative_error=0.05)  # fmt: skip
+FIT = EfficiencyFit(
+    gpu="H200-SXM",
+    bandwidth_efficiency=0.8,
+    quantized_bandwidth_efficiency=0.4,
+    compute_efficiency=0.8,
+    overhead_s=1e-3,
+    rows_used=3,
+    rms_relative_error=0.05,
+)
 
 
 def test_bf16_70b_on_one_80_gb_gpu_is_refused_before_predicting() -> None:
@@ -23,8 +30,9 @@ def test_a_draft_without_alpha_is_a_clear_error_not_a_type_error() -> None:
 
 
 def test_a_loadable_config_gets_both_curves() -> None:
-    curve = whatif_curve(FIT, "A100-80GB", "llama-3.1-8b", [1, 8], 1024, 128, draft_model="llama-3.2-1b", k=4,
-                         alpha=0.7)  # fmt: skip
+    curve = whatif_curve(
+        FIT, "A100-80GB", "llama-3.1-8b", [1, 8], 1024, 128, draft_model="llama-3.2-1b", k=4, alpha=0.7
+    )
     assert set(curve["engine_label"]) == {"spec off", "draft k=4 α=0.7"} and (curve["tpot_mean_ms"] > 0).all()
 
 

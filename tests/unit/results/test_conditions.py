@@ -19,11 +19,20 @@ def _point(folder: Path, record: dict, samples: str | None = None) -> Path:
 
 
 def test_a_paired_run_with_host_readings_and_gpu_samples(tmp_path: Path) -> None:
-    record = {"pairing": {"mode": "co-resident", "session": "2026-12-07T05:00:00+00:00", "position": 3},
-              "host_signals": {"cpu_count": 16, "steal_pct": 0.4, "busy_pct": 21.5, "load_1m_max": 3.2,
-                               "cpu_mhz_mean": 2600.0}}  # fmt: skip
-    samples = "t_s,gpu,nvml_index,util_pct,mem_util_pct,mem_used_mib,sm_clock_mhz,power_w\n" \
-              "0.0,0,0,90,40,1000,1980,500\n0.1,0,0,100,40,1000,1960,510\n0.2,0,0,,40,1000,,\n"  # fmt: skip
+    record = {
+        "pairing": {"mode": "co-resident", "session": "2026-12-07T05:00:00+00:00", "position": 3},
+        "host_signals": {
+            "cpu_count": 16,
+            "steal_pct": 0.4,
+            "busy_pct": 21.5,
+            "load_1m_max": 3.2,
+            "cpu_mhz_mean": 2600.0,
+        },
+    }
+    samples = (
+        "t_s,gpu,nvml_index,util_pct,mem_util_pct,mem_used_mib,sm_clock_mhz,power_w\n"
+        "0.0,0,0,90,40,1000,1980,500\n0.1,0,0,100,40,1000,1960,510\n0.2,0,0,,40,1000,,\n"
+    )
     found = run_conditions(_point(tmp_path / "p", record, samples))
     assert set(found) == set(CONDITION_COLUMNS)
     assert (found["pair_mode"], found["pair_position"], found["host_steal_pct"]) == ("co-resident", 3, 0.4)

@@ -26,8 +26,10 @@ BOUNDS = (1, 8, 16, 32, 64, 128)
 
 def _prom(steps: list[int], generated: float, engines: int = 1) -> str:
     """Prometheus text of a server that ran ``steps`` (tokens per step), split over ``engines`` label sets."""
-    lines = ["# HELP vllm:iteration_tokens_total Histogram of number of tokens per engine_step.",
-             "# TYPE vllm:iteration_tokens_total histogram"]  # fmt: skip
+    lines = [
+        "# HELP vllm:iteration_tokens_total Histogram of number of tokens per engine_step.",
+        "# TYPE vllm:iteration_tokens_total histogram",
+    ]
     for engine in range(engines):
         mine = steps[engine::engines]
         for bound in (*BOUNDS, math.inf):
@@ -36,8 +38,11 @@ def _prom(steps: list[int], generated: float, engines: int = 1) -> str:
             lines.append(f'vllm:iteration_tokens_total_bucket{{engine="{engine}",le="{le}"}} {float(count)}')
         lines.append(f'vllm:iteration_tokens_total_count{{engine="{engine}"}} {float(len(mine))}')
         lines.append(f'vllm:iteration_tokens_total_sum{{engine="{engine}"}} {float(sum(mine))}')
-    lines += ["# HELP vllm:generation_tokens_total Generation tokens.", "# TYPE vllm:generation_tokens_total counter",
-              f'vllm:generation_tokens_total{{engine="0"}} {generated}']  # fmt: skip
+    lines += [
+        "# HELP vllm:generation_tokens_total Generation tokens.",
+        "# TYPE vllm:generation_tokens_total counter",
+        f'vllm:generation_tokens_total{{engine="0"}} {generated}',
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -54,8 +59,13 @@ def test_a_histogram_is_summed_over_label_sets_and_differenced() -> None:
 
 
 def test_a_server_without_the_histogram_gives_none() -> None:
-    assert parse_histogram("# TYPE vllm:generation_tokens_total counter\nvllm:generation_tokens_total 5.0\n",
-                           "vllm:iteration_tokens_total") is None  # fmt: skip
+    assert (
+        parse_histogram(
+            "# TYPE vllm:generation_tokens_total counter\nvllm:generation_tokens_total 5.0\n",
+            "vllm:iteration_tokens_total",
+        )
+        is None
+    )
 
 
 def _point(tmp_path: Path, before: str, after: str) -> Path:
@@ -73,9 +83,22 @@ def test_two_stages_with_one_full_and_one_nearly_empty_microbatch(tmp_path: Path
     assert run.small_step_frac() == 0.5
     with pytest.raises(ValueError, match="not a bucket bound"):
         run.small_step_frac(10)
-    row = pd.DataFrame([{"point_id": "p", "engine_label": "pp2-64", "model_shape": "m", "tensor_parallel_size": 1,
-                         "pipeline_parallel_size": 2, "max_num_seqs": 64, "concurrency": 128, "output_tok_s": 1.0,
-                         "raw_path": point.name, "mean_acceptance_length": float("nan")}])  # fmt: skip
+    row = pd.DataFrame(
+        [
+            {
+                "point_id": "p",
+                "engine_label": "pp2-64",
+                "model_shape": "m",
+                "tensor_parallel_size": 1,
+                "pipeline_parallel_size": 2,
+                "max_num_seqs": 64,
+                "concurrency": 128,
+                "output_tok_s": 1.0,
+                "raw_path": point.name,
+                "mean_acceptance_length": float("nan"),
+            }
+        ]
+    )
     summary = step_summary(row, tmp_path.parent).iloc[0]
     assert summary.sequences_per_step == 32.0 and summary.running_mean == 64.0 and summary.fill == 1.0
     shares = step_histogram(row, tmp_path.parent).set_index("tokens_at_most").step_share
@@ -85,9 +108,22 @@ def test_two_stages_with_one_full_and_one_nearly_empty_microbatch(tmp_path: Path
 def test_speculative_rows_count_sequences_not_tokens(tmp_path: Path) -> None:
     """With 3 tokens per sequence and step (acceptance length 3), 30 output tokens per step are 10 sequences."""
     point = _point(tmp_path, _prom([], 0.0), _prom([40] * 10, 300.0))
-    row = pd.DataFrame([{"point_id": "p", "engine_label": "spec", "model_shape": "m", "tensor_parallel_size": 1,
-                         "pipeline_parallel_size": 1, "max_num_seqs": 256, "concurrency": 10, "output_tok_s": 1.0,
-                         "raw_path": point.name, "mean_acceptance_length": 3.0}])  # fmt: skip
+    row = pd.DataFrame(
+        [
+            {
+                "point_id": "p",
+                "engine_label": "spec",
+                "model_shape": "m",
+                "tensor_parallel_size": 1,
+                "pipeline_parallel_size": 1,
+                "max_num_seqs": 256,
+                "concurrency": 10,
+                "output_tok_s": 1.0,
+                "raw_path": point.name,
+                "mean_acceptance_length": 3.0,
+            }
+        ]
+    )
     summary = step_summary(row, tmp_path.parent).iloc[0]
     assert summary.running_mean == 10.0 and summary.batch_allowed == 10.0 and summary.fill == 1.0
 
@@ -135,27 +171,45 @@ def test_a_cap_of_256_counts_as_filled_by_the_servers_own_log(pp_rows: pd.DataFr
 def test_the_one_gpu_points_ran_two_at_a_time(pp_rows: pd.DataFrame) -> None:
     beside = runs.overlapping_points(pp_rows).set_index("engine_label").beside
     assert beside.to_dict() == {
-        "8b-pp1-mns128": "8b-pp1-mns256 at concurrency 512", "8b-pp1-mns256": "8b-pp1-mns128 at concurrency 256",
-        "8b-pp1-mns32": "8b-pp1-mns64 at concurrency 128", "8b-pp1-mns64": "8b-pp1-mns32 at concurrency 64",
-    }  # fmt: skip
+        "8b-pp1-mns128": "8b-pp1-mns256 at concurrency 512",
+        "8b-pp1-mns256": "8b-pp1-mns128 at concurrency 256",
+        "8b-pp1-mns32": "8b-pp1-mns64 at concurrency 128",
+        "8b-pp1-mns64": "8b-pp1-mns32 at concurrency 64",
+    }
 
 
 def test_overlap_needs_the_windows_to_intersect() -> None:
-    rows = pd.DataFrame({"point_id": ["a", "b", "c"], "engine_label": ["x", "y", "z"], "concurrency": [1, 2, 3],
-                         "request_rate_qps": [None] * 3, "duration_s": [60.0, 30.0, 10.0],
-                         "measured_at": ["2026-01-01T00:01:00+00:00", "2026-01-01T00:00:40+00:00",
-                                         "2026-01-01T00:02:00+00:00"]})  # fmt: skip
+    rows = pd.DataFrame(
+        {
+            "point_id": ["a", "b", "c"],
+            "engine_label": ["x", "y", "z"],
+            "concurrency": [1, 2, 3],
+            "request_rate_qps": [None] * 3,
+            "duration_s": [60.0, 30.0, 10.0],
+            "measured_at": ["2026-01-01T00:01:00+00:00", "2026-01-01T00:00:40+00:00", "2026-01-01T00:02:00+00:00"],
+        }
+    )
     # a: 00:00:00-00:01:00, b: 00:00:10-00:00:40 (inside a), c: 00:01:50-00:02:00 (alone)
     assert runs.overlapping_points(rows)[["engine_label", "beside"]].values.tolist() == [
-        ["x", "y at concurrency 2"], ["y", "x at concurrency 1"]]
+        ["x", "y at concurrency 2"],
+        ["y", "x at concurrency 1"],
+    ]
 
 
 def _repeats(label: str, starts: list[int], other: str | None = None) -> list[dict[str, object]]:
     """Runs of one point ``label`` at concurrency 32, 60 s each, starting at the given minutes of one day; ``other``
     adds one run of another point beside the first."""
-    rows = [{"point_id": f"gpu/{label}/c32-r{i}", "engine_label": label, "concurrency": 32, "request_rate_qps": None,
-             "duration_s": 60.0, "measured_at": f"2026-01-01T00:{minute + 1:02d}:00+00:00"}
-            for i, minute in enumerate(starts)]  # fmt: skip
+    rows = [
+        {
+            "point_id": f"gpu/{label}/c32-r{i}",
+            "engine_label": label,
+            "concurrency": 32,
+            "request_rate_qps": None,
+            "duration_s": 60.0,
+            "measured_at": f"2026-01-01T00:{minute + 1:02d}:00+00:00",
+        }
+        for i, minute in enumerate(starts)
+    ]
     if other is not None:
         rows.append({**rows[0], "point_id": f"gpu/{other}/c32-r0", "engine_label": other})
     return rows
@@ -168,8 +222,10 @@ def test_overlapped_runs_leave_the_comparisons_once_their_point_ran_three_times_
     assert kept.point_id.tolist() == [*(f"gpu/draft/c32-r{i}" for i in (1, 2, 3)), "gpu/beside/c32-r0"]
     assert runs.set_aside_overlapped(kept).equals(kept)
     note = runs.overlap_note(settled)
-    assert note.endswith("The others ran alone. 1 of them is left out of the comparisons and verdicts: its point was "
-                         "measured at least 3 times alone.")  # fmt: skip
+    assert note.endswith(
+        "The others ran alone. 1 of them is left out of the comparisons and verdicts: its point was "
+        "measured at least 3 times alone."
+    )
     short = pd.DataFrame(_repeats("draft", [0, 10, 20], other="beside"))  # only two runs alone: every run counts
     assert len(runs.set_aside_overlapped(short)) == len(short)
     assert runs.overlap_note(short).endswith("The others ran alone.")
@@ -214,12 +270,15 @@ def test_the_overlap_note_counts_many_overlapping_points_per_configuration() -> 
 
 
 @pytest.mark.recorded_data
-def test_the_roofline_overestimates_every_measured_point_but_keeps_the_pattern(pp_rows: pd.DataFrame,
-                                                                               pp_steps: pd.DataFrame) -> None:  # fmt: skip
+def test_the_roofline_overestimates_every_measured_point_but_keeps_the_pattern(
+    pp_rows: pd.DataFrame, pp_steps: pd.DataFrame
+) -> None:
     """The frozen #27462 points against the roofline fitted on the recorded calibration rows."""
     from vllm_playbooks.run.plan import load_plan
 
-    grid = pp_27462.planned_grid(load_plan(pp_27462.CASE), calibration.fit_efficiency(whatif.calibration_rows(), "H200-SXM"))
+    grid = pp_27462.planned_grid(
+        load_plan(pp_27462.CASE), calibration.fit_efficiency(whatif.calibration_rows(), "H200-SXM")
+    )
     table = pp_27462.measured_vs_predicted(pp_27462.saturated(pp_rows, steps=pp_steps.reset_index()), grid)
     assert len(table) == 10 and (table.prediction_error_pct > 0).all()
     assert pp_27462.verdict_label(pp_27462.pp_comparison(pp_27462.predicted_rows(grid))) == "Reproduced"

@@ -54,7 +54,8 @@ def test_plan_ledger_and_runs_go_on_past_a_damaged_failure_file(argv: list[str],
     (folder / f"in1-out1-c1-r0{raw.FAILURE_SUFFIX}").write_text("")
     (folder / f"in1-out1-c2-r0{raw.FAILURE_SUFFIX}").write_text("garbage\x00")
     env = {**os.environ, "VLLM_PLAYBOOKS_DATA_DIR": str(data)}
-    done = subprocess.run([sys.executable, "-m", "vllm_playbooks", *argv], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "vllm_playbooks", *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr

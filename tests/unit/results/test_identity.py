@@ -32,13 +32,16 @@ def test_the_driver_and_torch_versions_do_not_separate_points() -> None:
     record = json.loads(next(PREMIGRATION.glob("*/*/point.json")).read_text(encoding="utf-8"))
     base = {"gpu_name": "NVIDIA H200", "vllm_version": "0.26.0"}
     assert point_hardware(record, {**base, "driver_version": "580", "torch_version": "2.11.0"}) == point_hardware(
-        record, {**base, "driver_version": "590", "torch_version": "2.12.0"})
+        record, {**base, "driver_version": "590", "torch_version": "2.12.0"}
+    )
 
 
 def test_two_ids_the_old_code_gave_one_config_are_one_id_now() -> None:
     """The draft config recorded on 2026-11-30 (…-b1d514d62b) and on 2026-12-04 (…-dcc4dba872, after new defaulted
     fields entered the stored speculative config): the same server flags, so the same id, today's runner's."""
-    ids = {engine_of(json.loads(p.read_text(encoding="utf-8"))).config_id() for p in PREMIGRATION.glob("*/*/point.json")}
+    ids = {
+        engine_of(json.loads(p.read_text(encoding="utf-8"))).config_id() for p in PREMIGRATION.glob("*/*/point.json")
+    }
     engine = next(e for e in quiet_plan("llama-8b-draft-model")[0].engines if e.label == "draft-1b-k4-a0.8")
     assert ids == {engine.config_id()}
 
@@ -49,8 +52,10 @@ def test_the_config_id_changes_with_the_servers_flags_and_environment_only() -> 
     base = EngineConfig(**same, max_num_seqs=256)
     assert EngineConfig(**same, max_num_seqs=128).config_id() != base.config_id()
     assert EngineConfig(**same, max_num_seqs=256, env={"X": "1"}).config_id() != base.config_id()
-    assert EngineConfig(**{**same, "label": "other"}, max_num_seqs=256).config_id().split("-")[-1] == (
-        base.config_id().split("-")[-1])  # the label names it; the hash is the server's
+    assert (
+        EngineConfig(**{**same, "label": "other"}, max_num_seqs=256).config_id().split("-")[-1]
+        == (base.config_id().split("-")[-1])
+    )  # the label names it; the hash is the server's
     flags = base.identity()["argv"]
     assert PACKAGED_TOKENIZER in flags and not any(arg.startswith("/") for arg in flags)  # no checkout's path
     assert "--port" not in flags and "--host" not in flags

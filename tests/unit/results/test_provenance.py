@@ -16,8 +16,9 @@ TWO_H200 = [FakeGpu("GPU-aaaa-1111"), FakeGpu("GPU-bbbb-2222")]
     ("visible", "count"),
     [(None, 2), ("0", 1), ("1", 1), ("1,0", 2), ("GPU-bbbb", 1), ("0,7,1", 1)],
 )
-def test_query_gpus_counts_only_the_gpus_cuda_shows(visible: str | None, count: int,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_query_gpus_counts_only_the_gpus_cuda_shows(
+    visible: str | None, count: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     if visible is None:
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     else:
@@ -46,6 +47,8 @@ def test_the_host_cpu_is_the_first_model_name_of_cpuinfo(tmp_path: Path) -> None
     from vllm_playbooks.results.provenance import host_cpu
 
     cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8480C\n"
-                       "processor\t: 1\nmodel name\t: Intel(R) Xeon(R) Platinum 8480C\n")  # fmt: skip
+    cpuinfo.write_text(
+        "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8480C\n"
+        "processor\t: 1\nmodel name\t: Intel(R) Xeon(R) Platinum 8480C\n"
+    )
     assert host_cpu(cpuinfo) == "Intel(R) Xeon(R) Platinum 8480C"

@@ -21,8 +21,13 @@ def _point_with(folder: Path, sampling: dict[str, object] | None) -> Path:
 
 
 def test_a_points_cards_are_the_uuids_its_gpu_sampling_saw_sorted(tmp_path: Path) -> None:
-    two = {"status": "sampled", "devices": [{"gpu": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-bb"},
-                                            {"gpu": 1, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-aa"}]}  # fmt: skip
+    two = {
+        "status": "sampled",
+        "devices": [
+            {"gpu": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-bb"},
+            {"gpu": 1, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-aa"},
+        ],
+    }
     assert raw.gpu_cards(_point_with(tmp_path / "pp2", two)) == "GPU-aa + GPU-bb"
     assert raw.gpu_cards(_point_with(tmp_path / "old", None)) == ""  # recorded before the sampler existed
     assert raw.gpu_cards(_point_with(tmp_path / "none", {"status": "unavailable", "devices": []})) == ""

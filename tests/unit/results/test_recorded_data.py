@@ -97,8 +97,12 @@ def test_a_server_whose_config_forces_a_runner_or_a_graph_mode_ran_so(case: str)
     configs = {row.config_id: row.engine_config_json for row in replay_rows(case, DATA)}
     modes = server_modes(case, DATA)
     modes = modes[modes["config_id"].isin(configs)]
-    runner = modes.assign(forced=modes["config_id"].map(lambda c: forced_model_runner(configs[c]))).dropna(subset="forced")
-    graphs = modes.assign(forced=modes["config_id"].map(lambda c: forced_cudagraph_mode(configs[c]))).dropna(subset="forced")
+    runner = modes.assign(forced=modes["config_id"].map(lambda c: forced_model_runner(configs[c]))).dropna(
+        subset="forced"
+    )
+    graphs = modes.assign(forced=modes["config_id"].map(lambda c: forced_cudagraph_mode(configs[c]))).dropna(
+        subset="forced"
+    )
     if case == "discussion-13834":
         assert "spec-off-v1-runner" in set(runner["engine_label"])
     assert (runner["model_runner"] == runner["forced"]).all(), runner[["log", "model_runner", "forced"]]
@@ -113,8 +117,10 @@ def test_the_v1_runner_control_is_compared_with_spec_off_at_every_load_both_ran(
     from vllm_playbooks.analysis.noise import MIN_BAND_PCT
 
     table = pd.read_csv(runs_file("discussion-13834", DATA))
-    medians = {label: table[table["engine_label"] == label].groupby("concurrency")["output_tok_s"].median()
-               for label in ("spec-off-v1-runner", "spec-off")}  # fmt: skip
+    medians = {
+        label: table[table["engine_label"] == label].groupby("concurrency")["output_tok_s"].median()
+        for label in ("spec-off-v1-runner", "spec-off")
+    }
     levels = sorted(set(medians["spec-off-v1-runner"].index) & set(medians["spec-off"].index))
     change = label_change(replay_case("discussion-13834", DATA), "spec-off-v1-runner", "spec-off")
     assert levels and change["concurrency"].tolist() == levels

@@ -17,8 +17,11 @@ def test_the_memory_comes_from_the_log_of_the_latest_row_on_that_gpu(tmp_path: P
     shutil.copytree(FROZEN / "runs" / "pp-27462", tmp_path / "runs" / "pp-27462")
     rows = load_runs("pp-27462", tmp_path)
     latest = rows.loc[rows["measured_at"].astype(str).idxmax()]
-    log = server_log_of(tmp_path / "runs" / "pp-27462" / "logs", str(latest["config_id"]),
-                        dt.datetime.fromisoformat(str(latest["measured_at"])))  # fmt: skip
+    log = server_log_of(
+        tmp_path / "runs" / "pp-27462" / "logs",
+        str(latest["config_id"]),
+        dt.datetime.fromisoformat(str(latest["measured_at"])),
+    )
     assert log is not None and log.name.endswith(".gz")
     text = gzip.decompress(log.read_bytes()).decode()
     logged = re.compile(r"Free memory on device \(([0-9.]+)/139\.8 GiB\)")  # as every H200 start-up here logged it

@@ -24,18 +24,23 @@ def test_the_recorded_moe_runs_that_stalled_are_found_and_the_dense_ones_did_not
     table = stall_table(replay_case("deepseek-mtp", FROZEN), FROZEN)
     stalled = table[table.stalled_gaps > 0]
     repeats = [int(pid.rsplit("-r", 1)[1]) for pid in stalled.point_id]
-    assert sorted(zip(stalled.engine_label, stalled.request_rate_qps.fillna(0), stalled.concurrency.fillna(0),
-                      repeats)) == [
-        ("mtp-k1-a0.85", 0.0, 64.0, 0), ("mtp-k1-a0.85", 4.0, 0.0, 0),
-        ("spec-off", 4.0, 0.0, 0), ("spec-off", 8.0, 0.0, 0), ("spec-off", 8.0, 0.0, 1),
-    ]  # fmt: skip
+    assert sorted(
+        zip(stalled.engine_label, stalled.request_rate_qps.fillna(0), stalled.concurrency.fillna(0), repeats)
+    ) == [
+        ("mtp-k1-a0.85", 0.0, 64.0, 0),
+        ("mtp-k1-a0.85", 4.0, 0.0, 0),
+        ("spec-off", 4.0, 0.0, 0),
+        ("spec-off", 8.0, 0.0, 0),
+        ("spec-off", 8.0, 0.0, 1),
+    ]
     assert stalled.longest_gap_at_most_s.max() == 10.0 and (table.token_gaps > 0).all()
     assert (stalled.stall_share >= STALL_SHARE).all()
     assert (table[table.stalled_gaps == 0].stall_share == 0).all()  # the runs at 1 QPS and the repeats that ran clean
     # spec-off at 4 QPS: 173 gaps of 2.5-5 s and 73 of 5-7.5 s over 120 requests of 22.41 s mean E2E latency
     share = stalled.set_index("point_id").stall_share
-    assert share["nvidia-h200-x1-vllm0.26.0/spec-off-094a81a93f/in230-out203-qps4-r0"] == pytest.approx((173 * 2.5 + 73 * 5.0) / (120 * 22.412),
-                                                                             rel=1e-3)  # fmt: skip
+    assert share["nvidia-h200-x1-vllm0.26.0/spec-off-094a81a93f/in230-out203-qps4-r0"] == pytest.approx(
+        (173 * 2.5 + 73 * 5.0) / (120 * 22.412), rel=1e-3
+    )
     # dense: the frozen #27462 runs (Llama-3.1-8B on one and two GPUs) had no gap of seconds
     assert (stall_table(replay_case("pp-27462", FROZEN), FROZEN).stalled_gaps == 0).all()
 
@@ -63,9 +68,11 @@ def test_stalled_points_are_named_and_left_out() -> None:
     assert f"spec-off at 8 QPS, repeat 1 (73 gaps, the longest ≤ 5 s; ≥ 5.2% of the requests' time{again}." in note
     # MTP at concurrency 64 and at 4 QPS have no clean run in the copy
     assert "mtp-k1-a0.85 at concurrency 64 (44 gaps, the longest ≤ 7.5 s; ≥ 5.0% of the requests' time);" in note
-    assert note.endswith("2 of their 4 points were measured again without a stall and count through that run, 2 "
-                         "wait for one.")  # fmt: skip
+    assert note.endswith(
+        "2 of their 4 points were measured again without a stall and count through that run, 2 wait for one."
+    )
     assert stall_note(stall_table(replay_case("pp-27462", FROZEN), FROZEN)) == ""
     # gpt-oss-eagle3's one stalled run (spec off at concurrency 128) was measured again without a stall
     assert stall_note(stall_table(replay_case("gpt-oss-eagle3", FROZEN), FROZEN)).endswith(
-        "left out of the verdict; the point was measured again without a stall and counts through that run.")  # fmt: skip
+        "left out of the verdict; the point was measured again without a stall and counts through that run."
+    )

@@ -16,16 +16,44 @@ from vllm_playbooks.results.schema import PROVENANCE_COLUMNS, RUN_COLUMNS, RunRo
 def make_row(**changes: object) -> RunRow:
     """A valid row (values are test values, not measurements)."""
     base: dict[str, object] = dict(
-        case="unit", hardware="nvidia-h200-x1-vllm0.26.0", point_id="nvidia-h200-x1-vllm0.26.0/cfg-1/in8-out8-c1-r0",
-        config_id="cfg-1", engine_label="cfg", model_shape="tiny-llama",
-        load_format="dummy", dtype="auto", kv_cache_dtype="auto", spec_method="none", num_speculative_tokens=0,
-        max_model_len=64, tensor_parallel_size=1, pipeline_parallel_size=1, gpu_memory_utilization=0.9,
-        engine_config_json="{}", concurrency=1, burstiness=1.0, input_len=8, output_len=8, num_prompts=10,
-        num_warmup_prompts=8, duration_s=1.5, completed=10, failed=0, request_throughput_rps=6.6, output_tok_s=53.0,
-        total_tok_s=106.0, gpu_name="NVIDIA H200", gpu_count=1, driver_version="580.0", vllm_version="0.26.0",
-        torch_version="2.11.0", measured_at="2026-11-30T10:00:00+00:00", git_sha="abc", raw_path="runs/unit/raw/x",
+        case="unit",
+        hardware="nvidia-h200-x1-vllm0.26.0",
+        point_id="nvidia-h200-x1-vllm0.26.0/cfg-1/in8-out8-c1-r0",
+        config_id="cfg-1",
+        engine_label="cfg",
+        model_shape="tiny-llama",
+        load_format="dummy",
+        dtype="auto",
+        kv_cache_dtype="auto",
+        spec_method="none",
+        num_speculative_tokens=0,
+        max_model_len=64,
+        tensor_parallel_size=1,
+        pipeline_parallel_size=1,
+        gpu_memory_utilization=0.9,
+        engine_config_json="{}",
+        concurrency=1,
+        burstiness=1.0,
+        input_len=8,
+        output_len=8,
+        num_prompts=10,
+        num_warmup_prompts=8,
+        duration_s=1.5,
+        completed=10,
+        failed=0,
+        request_throughput_rps=6.6,
+        output_tok_s=53.0,
+        total_tok_s=106.0,
+        gpu_name="NVIDIA H200",
+        gpu_count=1,
+        driver_version="580.0",
+        vllm_version="0.26.0",
+        torch_version="2.11.0",
+        measured_at="2026-11-30T10:00:00+00:00",
+        git_sha="abc",
+        raw_path="runs/unit/raw/x",
         **{f"{m}_{s}_ms": 1.0 for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "p50", "p90", "p99")},
-    )  # fmt: skip
+    )
     base.update(changes)
     return RunRow(**base)
 
@@ -115,7 +143,9 @@ def test_crash_during_append_leaves_the_old_file(data: Path, monkeypatch: pytest
     with pytest.raises(OSError, match="disk gone"):
         store.append_run_row(make_row(point_id="p2"), data)
     assert path.read_bytes() == before
-    assert [p.name for p in path.parent.iterdir() if p.name != ".runs.csv.lock"] == ["runs.csv"]  # no temporary file left
+    assert [p.name for p in path.parent.iterdir() if p.name != ".runs.csv.lock"] == [
+        "runs.csv"
+    ]  # no temporary file left
 
 
 def test_recorded_cases_are_the_case_folders_under_runs_sorted(tmp_path: Path) -> None:

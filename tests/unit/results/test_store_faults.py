@@ -66,12 +66,15 @@ def test_a_table_whose_last_line_lacks_its_newline_gets_the_next_row_on_a_line_o
     assert rows[0] == _recorded_row() and rows[1] == _recorded_row(1)
 
 
-@pytest.mark.parametrize(("name", "damage"), [
-    ("bench.json", lambda p: p.write_text(p.read_text(encoding="utf-8")[:200], encoding="utf-8")),
-    ("point.json", lambda p: p.write_text("{}", encoding="utf-8")),
-    ("metrics_after.prom.gz", lambda p: p.write_bytes(p.read_bytes()[:100])),
-    ("provenance.json", lambda p: p.write_text('{"gpu_name": ""}', encoding="utf-8")),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "damage"),
+    [
+        ("bench.json", lambda p: p.write_text(p.read_text(encoding="utf-8")[:200], encoding="utf-8")),
+        ("point.json", lambda p: p.write_text("{}", encoding="utf-8")),
+        ("metrics_after.prom.gz", lambda p: p.write_bytes(p.read_bytes()[:100])),
+        ("provenance.json", lambda p: p.write_text('{"gpu_name": ""}', encoding="utf-8")),
+    ],
+)
 def test_a_damaged_raw_file_is_named_not_a_bare_error(tmp_path: Path, name: str, damage) -> None:  # type: ignore[no-untyped-def]
     row = _recorded_row()
     source = FROZEN / row.raw_path
@@ -86,6 +89,7 @@ def test_a_point_folder_is_written_whole_with_its_files_flushed(tmp_path: Path) 
     files = dict.fromkeys(raw.REQUIRED_FILES, "x")
     target = raw.write_point(tmp_path, "cfg/in8-out8-c1-r0", files)
     assert sorted(p.name for p in target.iterdir()) == sorted(
-        f"{n}.gz" if n.endswith(".prom") else n for n in raw.REQUIRED_FILES)  # fmt: skip
+        f"{n}.gz" if n.endswith(".prom") else n for n in raw.REQUIRED_FILES
+    )
     assert gzip.decompress((target / "metrics_before.prom.gz").read_bytes()) == b"x"
     assert not [p for p in target.parent.iterdir() if p.name.startswith(".")]  # no staging folder left

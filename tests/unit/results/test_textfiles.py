@@ -50,7 +50,9 @@ def test_compress_tree_takes_scrapes_and_logs_only_and_skips_staging_folders(tmp
         (tmp_path / name).write_text(TEXT, encoding="utf-8")
     written = compress_tree([tmp_path])
     assert sorted(p.relative_to(tmp_path).as_posix() for p in written) == [
-        "logs/s-2026-11-30T100000+0000.log.gz", "p/metrics_before.prom.gz"]  # fmt: skip
+        "logs/s-2026-11-30T100000+0000.log.gz",
+        "p/metrics_before.prom.gz",
+    ]
     assert (tmp_path / "p" / "bench.json").exists() and (tmp_path / ".p.tmp" / "m.prom").exists()
     assert compress_tree([tmp_path]) == []  # already done
 
@@ -63,8 +65,13 @@ def test_the_command_compresses_a_folder_and_refuses_a_missing_one(tmp_path: Pat
 
 
 def test_server_logs_are_listed_plain_or_compressed_but_not_bench_logs(tmp_path: Path) -> None:
-    names = ["b-2026-11-30T100000+0000.log", "a-2026-11-30T100000+0000.log.gz", "a-2026-11-30T100000+0000.bench.log.gz",
-             "b-2026-11-30T100000+0000.bench.log", "notes.txt"]  # fmt: skip
+    names = [
+        "b-2026-11-30T100000+0000.log",
+        "a-2026-11-30T100000+0000.log.gz",
+        "a-2026-11-30T100000+0000.bench.log.gz",
+        "b-2026-11-30T100000+0000.bench.log",
+        "notes.txt",
+    ]
     for name in names:
         (tmp_path / name).write_text("", encoding="utf-8")
     assert [p.name for p in server_log_files(tmp_path)] == names[1::-1]
@@ -81,6 +88,7 @@ def test_a_point_written_compressed_rebuilds_the_row_of_the_recorded_one(tmp_pat
     pid = source.relative_to(raw.raw_root(recorded_case)).as_posix()
     point = raw.write_point(tmp_path / "runs" / "llama-8b-draft-model", pid, files)
     assert sorted(p.name for p in point.iterdir()) == sorted(
-        [raw.POINT_FILE, raw.PROVENANCE_FILE, raw.BENCH_FILE, "metrics_before.prom.gz", "metrics_after.prom.gz"])
+        [raw.POINT_FILE, raw.PROVENANCE_FILE, raw.BENCH_FILE, "metrics_before.prom.gz", "metrics_after.prom.gz"]
+    )
     rewritten, recorded = raw.row_from_point(point, tmp_path), raw.row_from_point(source, paths.data_dir())
     assert rewritten.model_dump(exclude={"raw_path"}) == recorded.model_dump(exclude={"raw_path"})

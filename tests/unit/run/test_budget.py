@@ -23,8 +23,11 @@ def test_a_points_wall_runs_from_ready_or_the_point_before_on_its_server() -> No
     # b never became ready: its row has no server to time it from
     rows = run_rows(("a", 4, 200), ("a", 1, 160), ("a", 16, 1300), ("b", 1, 500))
     walls = budget.point_walls(rows, servers)
-    assert walls[["engine_label", "concurrency", "wall_s"]].values.tolist() == [["a", 1, 60.0], ["a", 4, 40.0],
-                                                                                ["a", 16, 250.0]]  # fmt: skip
+    assert walls[["engine_label", "concurrency", "wall_s"]].values.tolist() == [
+        ["a", 1, 60.0],
+        ["a", 4, 40.0],
+        ["a", 16, 250.0],
+    ]
 
 
 def test_the_rest_of_a_grid_takes_the_longest_recorded_wall_per_load_and_start_up() -> None:
@@ -37,8 +40,10 @@ def test_the_rest_of_a_grid_takes_the_longest_recorded_wall_per_load_and_start_u
     assert table.loc["b", "points_s"] == 340.0  # c4 40 + c16 300
     assert table.loc["b", "time_limit_s"] == 580  # 1.25 × 460 = 575, up to 10 s
     assert table.loc["c", "startup_s"] == 120.0 and table.loc["c", "points_s"] == 90.0 + 40.0 + 300.0  # any config's
-    assert budget.remaining_time(GRID_PLAN, rows, servers, margin=1.0).set_index("engine_label").loc[
-        "b", "time_limit_s"] == 460  # fmt: skip
+    assert (
+        budget.remaining_time(GRID_PLAN, rows, servers, margin=1.0).set_index("engine_label").loc["b", "time_limit_s"]
+        == 460
+    )
     # the 70B shape never ran: neither its start-up nor its points are estimated from the 8B's
     assert table.loc["big", "model_shape"] == "llama-3.3-70b" and table.loc["big", "unknown"] == 3
     assert table.loc["big", ["startup_s", "points_s", "time_limit_s"]].isna().all()
@@ -61,17 +66,34 @@ def test_the_rest_of_a_grid_in_words_names_each_server_and_says_when_nothing_is_
     assert "`big` (llama-3.3-70b): 3 points, no estimate (no server of its shape ever became ready)" in text
     one = budget.remaining_time(GRID_PLAN, run_rows(("a", 1, 160)), server_rows(("a1", "a", 0, 100)))
     assert "`a` (llama-3.1-8b): 2 points, no estimate (2 of its loads never ran on its shape)" in (
-        budget.describe_remaining_time(one))  # fmt: skip
+        budget.describe_remaining_time(one)
+    )
     assert budget.describe_remaining_time(budget.remaining_time(GRID_PLAN, rows, servers).iloc[:0]) == (
-        "Every planned point is recorded in a run that did not stall: nothing is left to measure.")  # fmt: skip
-    last = pd.DataFrame([{"engine_label": "k3", "model_shape": "gpt-oss-120b", "points": 1, "stalled": 0, "unknown": 0,
-                          "startup_s": 192.0, "points_s": 387.0, "time_limit_s": 730}])  # fmt: skip
-    assert budget.describe_remaining_time(last) == ("1 planned point is left on 1 server, each started once: `k3` "
-                                                    "(gpt-oss-120b): 1 point, start-up ≈ 192 s, points ≈ 387 s, "
-                                                    "`--time-limit-s 730`.")  # fmt: skip
+        "Every planned point is recorded in a run that did not stall: nothing is left to measure."
+    )
+    last = pd.DataFrame(
+        [
+            {
+                "engine_label": "k3",
+                "model_shape": "gpt-oss-120b",
+                "points": 1,
+                "stalled": 0,
+                "unknown": 0,
+                "startup_s": 192.0,
+                "points_s": 387.0,
+                "time_limit_s": 730,
+            }
+        ]
+    )
+    assert budget.describe_remaining_time(last) == (
+        "1 planned point is left on 1 server, each started once: `k3` "
+        "(gpt-oss-120b): 1 point, start-up ≈ 192 s, points ≈ 387 s, "
+        "`--time-limit-s 730`."
+    )
     again = last.assign(stalled=1)
     assert "`k3` (gpt-oss-120b): 1 point (1 recorded only in runs that stalled), start-up" in (
-        budget.describe_remaining_time(again))  # fmt: skip
+        budget.describe_remaining_time(again)
+    )
 
 
 def test_a_load_recorded_only_in_stalled_runs_is_left_to_measure_again() -> None:
@@ -93,11 +115,19 @@ def test_a_short_budget_takes_the_shortest_points_first_after_the_start_up() -> 
     rows = run_rows(("a", 1, 160), ("a", 4, 200), ("a", 16, 500), ("b", 1, 1110))
     points = budget.point_estimates(GRID_PLAN, rows, servers)
     assert points[["engine_label", "concurrency", "wall_s"]].values.tolist()[:5] == [
-        ["b", 4, 40.0], ["b", 16, 300.0], ["c", 1, 90.0], ["c", 4, 40.0], ["c", 16, 300.0]]  # fmt: skip
+        ["b", 4, 40.0],
+        ["b", 16, 300.0],
+        ["c", 1, 90.0],
+        ["c", 4, 40.0],
+        ["c", 16, 300.0],
+    ]
     fit = budget.points_within(points, budget_s=250, margin=1.0)
     # c: 120 + 40 (c4) = 160, + 90 (c1) = 250, + 300 (c16) = 550; b: 160, then 460
-    assert fit[["engine_label", "concurrency", "needed_s"]].values.tolist() == [["b", 4, 160.0], ["c", 4, 160.0],
-                                                                                 ["c", 1, 250.0]]  # fmt: skip
+    assert fit[["engine_label", "concurrency", "needed_s"]].values.tolist() == [
+        ["b", 4, 160.0],
+        ["c", 4, 160.0],
+        ["c", 1, 250.0],
+    ]
     assert budget.points_within(points, budget_s=250)["needed_s"].tolist() == [200.0, 200.0]  # × 1.25: c1 no more
     assert budget.points_within(points, budget_s=150, margin=1.0).empty  # not even one point after a start-up
 
@@ -120,7 +150,10 @@ def test_recorded_walls_and_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
     servers = server_time("pp-27462", FROZEN)
     walls = budget.point_walls(load_runs("pp-27462", FROZEN), servers)
     assert walls[["engine_label", "concurrency", "wall_s"]].values.tolist() == [
-        ["8b-pp1-mns256", 512, 126.0], ["8b-pp2-mns256", 512, 123.0], ["8b-tp2-mns32", 64, 57.0]]
+        ["8b-pp1-mns256", 512, 126.0],
+        ["8b-pp2-mns256", 512, 123.0],
+        ["8b-tp2-mns32", 64, 57.0],
+    ]
     frozen = ["--case", "pp-27462", "--data", str(FROZEN), "--hardware", "NVIDIA H200"]
     assert cli.main(["plan", *frozen, "--part", "1-8b-pp1"]) == 0  # its four points are recorded, none stalled
     assert "Nothing left to measure on this hardware." in capsys.readouterr().out.splitlines()
@@ -135,11 +168,15 @@ def test_recorded_walls_and_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
         ["8b-tp2-mns32", "llama-3.1-8b", "2", "1", "0", "—", "0", "97", "0", "0", "0"],
         ["8b-tp2-mns64", "llama-3.1-8b", "2", "1", "0", "—", "0", "97", "0", "0", "0"],
         ["8b-tp2-mns128", "llama-3.1-8b", "2", "0", "1", "in128-out256-c256", "118", "97", "NaN", "NaN", "NaN"],
-        ["8b-tp2-mns256", "llama-3.1-8b", "2", "0", "1", "in128-out256-c512", "118", "97", "126", "310", "8"]]
+        ["8b-tp2-mns256", "llama-3.1-8b", "2", "0", "1", "in128-out256-c512", "118", "97", "126", "310", "8"],
+    ]
     head = next(i for i, line in enumerate(lines) if line.startswith("pp-27462 on NVIDIA H200"))
-    assert lines[head] == ("pp-27462 on NVIDIA H200 (vLLM 0.26.0): 2 run(s) to measure, 2 already recorded for this "
-                           "hardware.")
-    assert lines[head + 1].startswith("Estimated: about 8 GPU-minutes, 2 server start-up(s) included; no estimate for 1 ")
+    assert lines[head] == (
+        "pp-27462 on NVIDIA H200 (vLLM 0.26.0): 2 run(s) to measure, 2 already recorded for this hardware."
+    )
+    assert lines[head + 1].startswith(
+        "Estimated: about 8 GPU-minutes, 2 server start-up(s) included; no estimate for 1 "
+    )
     # then whether the part fits the GPU: every config, measured or not, with the memory per GPU it needs
     assert lines[head + 2].startswith("3-8b-tp2 fits NVIDIA H200 (") and len(lines) == head + 3 + 4
     # the same runs on another GPU are not recorded there: every run of the part is to measure
@@ -159,19 +196,41 @@ def test_a_case_with_nothing_recorded_has_no_estimates(tmp_path, capsys: pytest.
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].split()[:5] == ["spec-off", "llama-3.1-8b", "1", "0", "4"] and lines[1].split()[-5:] == ["NaN"] * 5
     # with no estimate, no point can be said to fit
-    assert cli.main(["plan", "--case", "llama-8b-draft-model", "--data", str(tmp_path), "--hardware", "GPU",
-                     "--budget-s", "1800"]) == 0  # fmt: skip
+    assert (
+        cli.main(
+            [
+                "plan",
+                "--case",
+                "llama-8b-draft-model",
+                "--data",
+                str(tmp_path),
+                "--hardware",
+                "GPU",
+                "--budget-s",
+                "1800",
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.strip() == "no point left to measure fits in 1800 s with a server's start-up"
 
 
 def test_repeats_are_counted_as_runs_not_loads() -> None:
     """Three repeats planned and one recorded at a's c1: two runs of it are left, three of every other load."""
-    plan = plan_from_dict({"case": "t", "engine_defaults": {"model": "llama-3.1-8b", "max_model_len": 2048},
-                           "engines": [{"label": "a"}], "repeats": 3,
-                           "loads": {"input_len": 8, "output_len": 8, "concurrency": [1, 4], "random_range_ratio": 0.0}})  # fmt: skip
+    plan = plan_from_dict(
+        {
+            "case": "t",
+            "engine_defaults": {"model": "llama-3.1-8b", "max_model_len": 2048},
+            "engines": [{"label": "a"}],
+            "repeats": 3,
+            "loads": {"input_len": 8, "output_len": 8, "concurrency": [1, 4], "random_range_ratio": 0.0},
+        }
+    )
     points = budget.point_estimates(plan, run_rows(("a", 1, 160)), server_rows(("a1", "a", 0, 100)))
     assert points["concurrency"].tolist() == [1, 1, 4, 4, 4]
-    assert budget.remaining_time(plan, run_rows(("a", 1, 160)), server_rows(("a1", "a", 0, 100)))["points"].tolist() == [5]
+    assert budget.remaining_time(plan, run_rows(("a", 1, 160)), server_rows(("a1", "a", 0, 100)))[
+        "points"
+    ].tolist() == [5]
 
 
 def test_a_fresh_machine_pays_the_longest_start_up_once_per_shape_and_every_repeat() -> None:
@@ -187,18 +246,27 @@ def test_a_fresh_machine_pays_the_longest_start_up_once_per_shape_and_every_repe
     assert table.loc["a", "gpu_minutes"] == pytest.approx((120.0 + 1200.0) / 60)
     assert math.isnan(table.loc["big", "total_s"])  # the 70B never ran
     assert budget.describe_fresh_time(table.reset_index()) == (
-        "no estimate for big: its shape or one of its loads was never measured")
+        "no estimate for big: its shape or one of its loads was never measured"
+    )
     known = budget.fresh_time(plan_from_dict({**grid_spec(), "engines": [{"label": "a"}]}), rows, servers)
     assert budget.describe_fresh_time(known) == (
-        "3 points on 1 server: ≈ 9 min wall, 9 GPU-minutes, start-ups included")
+        "3 points on 1 server: ≈ 9 min wall, 9 GPU-minutes, start-ups included"
+    )
 
 
 def test_each_gpu_gets_its_own_fresh_estimate_from_its_own_servers() -> None:
     servers = server_rows(("a1", "a", 0, 100), ("a2", "a", 2000, 40)).assign(gpus=1)
-    rows = pd.concat([
-        run_rows(("a", 1, 160), ("a", 4, 200), ("a", 16, 500)).assign(gpu_name="X"),  # on a1, ready at 100: 60, 40, 300
-        run_rows(("a", 1, 2070), ("a", 4, 2080), ("a", 16, 2140)).assign(gpu_name="Y"),  # on a2, ready at 2040: 30, 10, 60
-    ], ignore_index=True).assign(gpu_count=1)  # fmt: skip
+    rows = pd.concat(
+        [
+            run_rows(("a", 1, 160), ("a", 4, 200), ("a", 16, 500)).assign(
+                gpu_name="X"
+            ),  # on a1, ready at 100: 60, 40, 300
+            run_rows(("a", 1, 2070), ("a", 4, 2080), ("a", 16, 2140)).assign(
+                gpu_name="Y"
+            ),  # on a2, ready at 2040: 30, 10, 60
+        ],
+        ignore_index=True,
+    ).assign(gpu_count=1)
     plan = plan_from_dict({**grid_spec(), "engines": [{"label": "a"}], "repeats": 1})
     tables = budget.fresh_time_per_gpu(plan, rows, servers)
     assert list(tables) == ["X", "Y"]

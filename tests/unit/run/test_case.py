@@ -37,8 +37,10 @@ def factory(*extra: str):  # type: ignore[no-untyped-def]
 
 def small_plan(**overrides: Any):  # type: ignore[no-untyped-def]
     """Speculation off and the default draft (unless ``engines`` says otherwise) at concurrency 1 and 4."""
-    return load_plan(CASE, **{"concurrency": [1, 4], "min_duration_s": 0.001,
-                              "engines": ["spec-off", "draft-1b-k4-a0.8"], **overrides})
+    return load_plan(
+        CASE,
+        **{"concurrency": [1, 4], "min_duration_s": 0.001, "engines": ["spec-off", "draft-1b-k4-a0.8"], **overrides},
+    )
 
 
 def test_sweep_writes_every_point_and_replays(data: Path) -> None:
@@ -79,9 +81,12 @@ def test_resume_skips_finished_points(data: Path) -> None:
 def test_server_crash_mid_sweep_keeps_finished_points_and_names_the_failed_one(data: Path) -> None:
     # 2 scrapes per point: the server dies on the third scrape, i.e. during the second point
     report = run_case(
-        small_plan(engines=["spec-off"]), data=data, bench=FakeBench(),
-        server_factory=factory("--die-after-scrapes", "2"), progress=False,
-    )  # fmt: skip
+        small_plan(engines=["spec-off"]),
+        data=data,
+        bench=FakeBench(),
+        server_factory=factory("--die-after-scrapes", "2"),
+        progress=False,
+    )
     assert len(report.measured) == 1 and len(report.failed) == 1
     (failed,) = report.failed
     assert "c4" in failed and "metrics" in report.failed[failed]
@@ -90,13 +95,20 @@ def test_server_crash_mid_sweep_keeps_finished_points_and_names_the_failed_one(d
     with pytest.raises(PlaybookError, match="1 point.s. failed; 1 measured and kept"):
         report.raise_for_failures()
     # the retry measures only what is missing and clears the failure record
-    again = run_case(small_plan(engines=["spec-off"]), data=data, bench=FakeBench(), server_factory=factory(), progress=False)
+    again = run_case(
+        small_plan(engines=["spec-off"]), data=data, bench=FakeBench(), server_factory=factory(), progress=False
+    )
     assert again.measured == [failed] and not raw.failure_file(data / "runs" / CASE, failed).exists()
 
 
 def test_bench_failure_is_recorded_and_the_sweep_goes_on(data: Path) -> None:
-    report = run_case(small_plan(engines=["spec-off"]), data=data, bench=FakeBench(fail_on_call=1),
-                      server_factory=factory(), progress=False)  # fmt: skip
+    report = run_case(
+        small_plan(engines=["spec-off"]),
+        data=data,
+        bench=FakeBench(fail_on_call=1),
+        server_factory=factory(),
+        progress=False,
+    )
     assert len(report.failed) == 1 and len(report.measured) == 1
 
 
@@ -104,8 +116,9 @@ def test_a_run_with_failed_requests_is_a_failure_not_a_row(data: Path) -> None:
     """Call 2 is the first point's measured run (call 1 its calibration): three of its requests failed, so the point
     is kept as a failure file and the next run measures it again; the other point is recorded."""
     plan = small_plan(engines=["spec-off"])
-    report = run_case(plan, data=data, bench=FakeBench(lose_requests_on_call=2), server_factory=factory(),
-                      progress=False)  # fmt: skip
+    report = run_case(
+        plan, data=data, bench=FakeBench(lose_requests_on_call=2), server_factory=factory(), progress=False
+    )
     assert len(report.failed) == 1 and len(report.measured) == 1
     failed = next(iter(report.failed))
     assert "completed" in report.failed[failed] and "3 failed" in report.failed[failed]
@@ -128,12 +141,22 @@ def test_server_that_never_starts_fails_its_points_only(data: Path) -> None:
 
 def test_a_short_run_is_measured_again_with_a_longer_one(data: Path) -> None:
     bench = FakeBench()  # its result always lasts 33.4 s: longer than 30 s, so one attempt
-    run_case(load_plan(CASE, concurrency=[1], engines=["spec-off"]), data=data, bench=bench,
-             server_factory=factory(), progress=False)  # fmt: skip
+    run_case(
+        load_plan(CASE, concurrency=[1], engines=["spec-off"]),
+        data=data,
+        bench=bench,
+        server_factory=factory(),
+        progress=False,
+    )
     assert len(bench.calls) == 2
     bench = FakeBench()
-    run_case(load_plan(CASE, concurrency=[4], engines=["spec-off"], min_duration_s=60), data=data, bench=bench,
-             server_factory=factory(), progress=False)  # fmt: skip
+    run_case(
+        load_plan(CASE, concurrency=[4], engines=["spec-off"], min_duration_s=60),
+        data=data,
+        bench=bench,
+        server_factory=factory(),
+        progress=False,
+    )
     measured = [int(c[c.index("--num-prompts") + 1]) for c in bench.calls[1:]]
     assert len(measured) == 2 and measured[1] > measured[0]
     (row,) = [r for r in replay_rows(CASE, data) if r.concurrency == 4]
@@ -165,7 +188,9 @@ def test_a_crash_between_the_two_writes_is_healed(data: Path) -> None:
 
 
 def test_a_raw_folder_is_never_overwritten(data: Path) -> None:
-    report = run_case(small_plan(engines=["spec-off"]), data=data, bench=FakeBench(), server_factory=factory(), progress=False)
+    report = run_case(
+        small_plan(engines=["spec-off"]), data=data, bench=FakeBench(), server_factory=factory(), progress=False
+    )
     with pytest.raises(SchemaError, match="never overwritten"):
         raw.write_point(data / "runs" / CASE, report.measured[0], dict.fromkeys(raw.REQUIRED_FILES, "x"))
 
@@ -229,8 +254,13 @@ def test_the_engine_env_reaches_the_server_factory(data: Path) -> None:
 def test_a_stalled_run_is_measured_again(data: Path) -> None:
     # scrapes 1 and 2 bracket the first measured run; the stand-in reports 10 gaps of 2.5-5 s at scrape 2
     bench = FakeBench()
-    run_case(load_plan(CASE, concurrency=[1], engines=["spec-off"]), data=data, bench=bench,
-             server_factory=factory("--stall-at-scrapes", "2"), progress=False)  # fmt: skip
+    run_case(
+        load_plan(CASE, concurrency=[1], engines=["spec-off"]),
+        data=data,
+        bench=bench,
+        server_factory=factory("--stall-at-scrapes", "2"),
+        progress=False,
+    )
     assert len(bench.calls) == 3  # warm-up, the stalled run, the run kept
     (row,) = replay_rows(CASE, data)
     point = json.loads((data / row.raw_path / "point.json").read_text())
@@ -239,8 +269,13 @@ def test_a_stalled_run_is_measured_again(data: Path) -> None:
     assert reason.startswith("stalled: 10 output-token gaps over 2.5 s, at least ")
     # a stall in the second run too is kept as measured (two attempts at most): the pages flag it
     bench = FakeBench()
-    run_case(load_plan(CASE, concurrency=[4], engines=["spec-off"]), data=data, bench=bench,
-             server_factory=factory("--stall-at-scrapes", "2", "4"), progress=False)  # fmt: skip
+    run_case(
+        load_plan(CASE, concurrency=[4], engines=["spec-off"]),
+        data=data,
+        bench=bench,
+        server_factory=factory("--stall-at-scrapes", "2", "4"),
+        progress=False,
+    )
     assert len(bench.calls) == 3
     from vllm_playbooks.results.stalls import stall_table
 
@@ -251,11 +286,22 @@ def test_a_stalled_run_is_measured_again(data: Path) -> None:
 
 def test_a_recorded_stalled_point_is_measured_again_as_the_next_repeat(data: Path) -> None:
     # both attempts of the c4 point stall (scrapes 2 and 4): it is recorded as r0, stalled
-    run_case(load_plan(CASE, concurrency=[4], engines=["spec-off"]), data=data, bench=FakeBench(),
-             server_factory=factory("--stall-at-scrapes", "2", "4"), progress=False)  # fmt: skip
+    run_case(
+        load_plan(CASE, concurrency=[4], engines=["spec-off"]),
+        data=data,
+        bench=FakeBench(),
+        server_factory=factory("--stall-at-scrapes", "2", "4"),
+        progress=False,
+    )
     # the next call measures it again as r1 (a server that does not stall), keeps r0, and measures c1 as planned
-    report = run_case(load_plan(CASE, concurrency=[1, 4], engines=["spec-off"]), data=data, bench=FakeBench(),
-                      server_factory=factory(), progress=False)  # fmt: skip
+    report = run_case(
+        load_plan(CASE, concurrency=[1, 4], engines=["spec-off"]),
+        data=data,
+        bench=FakeBench(),
+        server_factory=factory(),
+        progress=False,
+    )
+
     def load_and_repeat(pid: str) -> str:  # ".../in512-out128-c4-r1" -> "c4-r1"
         return "-".join(pid.rsplit("-", 2)[-2:])
 
@@ -264,8 +310,13 @@ def test_a_recorded_stalled_point_is_measured_again_as_the_next_repeat(data: Pat
     ids = sorted(load_and_repeat(row.point_id) for row in replay_rows(CASE, data))
     assert ids == ["c1-r0", "c4-r0", "c4-r1"]
     # a third call has nothing left to do: r1 did not stall
-    again = run_case(load_plan(CASE, concurrency=[1, 4], engines=["spec-off"]), data=data, bench=FakeBench(),
-                     server_factory=factory(), progress=False)  # fmt: skip
+    again = run_case(
+        load_plan(CASE, concurrency=[1, 4], engines=["spec-off"]),
+        data=data,
+        bench=FakeBench(),
+        server_factory=factory(),
+        progress=False,
+    )
     assert again.measured == [] and len(again.skipped) == 2
     # and without remeasure_stalled a stalled record counts as measured
     from vllm_playbooks.run.case import points_to_measure
@@ -292,20 +343,28 @@ def test_rows_of_another_hardware_are_neither_skipped_nor_mixed(data: Path, monk
     from vllm_playbooks.run import case as runner
 
     here = runner.collect_provenance
-    monkeypatch.setattr(runner, "collect_provenance", lambda repo=None: here(repo).model_copy(
-        update={"gpu_name": "NVIDIA H200", "gpu_count": 1, "vllm_version": "0.26.0"}))
+    monkeypatch.setattr(
+        runner,
+        "collect_provenance",
+        lambda repo=None: here(repo).model_copy(
+            update={"gpu_name": "NVIDIA H200", "gpu_count": 1, "vllm_version": "0.26.0"}
+        ),
+    )
     plan = small_plan(engines=["spec-off"])
     h200 = run_case(plan, data=data, bench=FakeBench(), server_factory=factory(), progress=False)
-    assert len(h200.measured) == len(plan.points()) and all(p.startswith("nvidia-h200-x1-vllm0.26.0/")
-                                                             for p in h200.measured)  # fmt: skip
+    assert len(h200.measured) == len(plan.points()) and all(
+        p.startswith("nvidia-h200-x1-vllm0.26.0/") for p in h200.measured
+    )
     monkeypatch.setattr(runner, "collect_provenance", here)
     mine = run_case(plan, data=data, bench=FakeBench(), server_factory=factory(), progress=False)
     assert not mine.skipped and len(mine.measured) == len(plan.points())
     assert not set(mine.measured) & set(h200.measured)
     rows = replay_rows(CASE, data)
     by_hardware = {hw: sorted(r.point_id for r in rows if r.hardware == hw) for hw in {r.hardware for r in rows}}
-    assert by_hardware == {"nvidia-h200-x1-vllm0.26.0": sorted(h200.measured), mine.measured[0].split("/")[0]:
-                           sorted(mine.measured)}  # fmt: skip
+    assert by_hardware == {
+        "nvidia-h200-x1-vllm0.26.0": sorted(h200.measured),
+        mine.measured[0].split("/")[0]: sorted(mine.measured),
+    }
     again = run_case(plan, data=data, bench=FakeBench(), server_factory=factory(), progress=False)
     assert again.measured == [] and sorted(again.skipped) == sorted(mine.measured)
 
@@ -358,16 +417,23 @@ def test_the_rows_name_their_hardware_and_a_live_run_says_what_it_did() -> None:
     from vllm_playbooks.run.case import hardware_in_words, live_summary
     from vllm_playbooks.run.measure import RunReport
 
-    rows = pd.DataFrame({"point_id": ["a/c1-r0", "b/c1-r0", "b/c4-r0"],
-                         "gpu_name": ["NVIDIA H200", "NVIDIA A100", "NVIDIA A100"],
-                         "gpu_count": [1, 2, 2], "vllm_version": ["0.26.0"] * 3})  # fmt: skip
-    assert hardware_in_words(rows) == ("NVIDIA A100 (2 GPUs per server), vLLM 0.26.0; "
-                                 "NVIDIA H200 (1 GPU per server), vLLM 0.26.0")  # fmt: skip
+    rows = pd.DataFrame(
+        {
+            "point_id": ["a/c1-r0", "b/c1-r0", "b/c4-r0"],
+            "gpu_name": ["NVIDIA H200", "NVIDIA A100", "NVIDIA A100"],
+            "gpu_count": [1, 2, 2],
+            "vllm_version": ["0.26.0"] * 3,
+        }
+    )
+    assert hardware_in_words(rows) == (
+        "NVIDIA A100 (2 GPUs per server), vLLM 0.26.0; NVIDIA H200 (1 GPU per server), vLLM 0.26.0"
+    )
     assert hardware_in_words(rows.iloc[:0]) == "no rows"
     report = RunReport(measured=["b/c1-r0", "b/c4-r0"], skipped=["a/c1-r0"])
     assert live_summary(report, rows, Path("/d")) == (
         "live: 2 point(s) measured on NVIDIA A100 (2 GPUs per server), vLLM 0.26.0, 1 already recorded and skipped; "
-        "rows in /d")
+        "rows in /d"
+    )
     nothing = live_summary(RunReport(skipped=["a/c1-r0"]), rows, Path("/d"))
     assert nothing.startswith("live: no point measured, 1 already")
 

@@ -45,7 +45,14 @@ from vllm_playbooks.shapes import SHAPES_DIR, get_shape, vllm_path
 def test_labels_are_unique_and_the_table_covers_the_pitfalls() -> None:
     labels = [c.label for c in CASES]
     assert len(labels) == len(set(labels)) >= 35
-    for pitfall in ("draft-tp-key", "draft-temperature", "draft-tp1-on-tp2", "mtp-k2", "mtp-on-llama", "eagle3-inferred"):
+    for pitfall in (
+        "draft-tp-key",
+        "draft-temperature",
+        "draft-tp1-on-tp2",
+        "mtp-k2",
+        "mtp-on-llama",
+        "eagle3-inferred",
+    ):
         assert pitfall in labels
 
 
@@ -87,8 +94,10 @@ def test_vllm_gets_shape_folders_and_the_mapping_verbatim() -> None:
 
 def test_rows_mark_disagreement() -> None:
     cases = [case_by_label("draft-ok"), case_by_label("draft-temperature")]
-    theirs = {"draft-ok": Verdict(outcome="refused", message="ValueError: x"),
-              "draft-temperature": Verdict(outcome="refused", message="ValueError: y")}  # fmt: skip
+    theirs = {
+        "draft-ok": Verdict(outcome="refused", message="ValueError: x"),
+        "draft-temperature": Verdict(outcome="refused", message="ValueError: y"),
+    }
     rows = crosscheck_rows(cases, theirs)
     assert rows.set_index("label").agree.to_dict() == {"draft-ok": False, "draft-temperature": True}
 
@@ -191,7 +200,9 @@ def test_the_page_tables(record: pd.DataFrame) -> None:
         assert f"`{label}`" in prose
     assert "**stricter by design** (3 cases)" in prose
     # flags are code (not typeset as dashes), a message's own code spans stay code, and its underscores are not emphasis
-    flagged = disagreements_markdown(table.assign(ours="accepted", ours_warnings="refuses an explicit --async-scheduling"))
+    flagged = disagreements_markdown(
+        table.assign(ours="accepted", ours_warnings="refuses an explicit --async-scheduling")
+    )
     assert "an explicit `--async-scheduling`" in flagged
     assert "but `num_speculative_tokens` was not provided" in full
     assert "synthetic\\_acceptance\\_\\* needs" in full
@@ -228,29 +239,43 @@ def test_the_record_matches_the_summary_its_run_printed(tmp_path: Path, record: 
     checks = tmp_path / "checks"
     checks.mkdir()
     record.to_csv(checks / "speculative-config-crosscheck.csv", index=False)
-    assert log_problems(record, tmp_path) == [f"{checks / LOG_NAME} is missing: the recording run's console output belongs beside the table"]
+    assert log_problems(record, tmp_path) == [
+        f"{checks / LOG_NAME} is missing: the recording run's console output belongs beside the table"
+    ]
     log = (data_dir() / "checks" / LOG_NAME).read_text()
-    (checks / LOG_NAME).write_text(log.replace("draft-ok accepted accepted   True", "draft-ok accepted  refused  False"))
+    (checks / LOG_NAME).write_text(
+        log.replace("draft-ok accepted accepted   True", "draft-ok accepted  refused  False")
+    )
     assert log_problems(record, tmp_path) == [
         "draft-ok: the table says ('accepted', 'accepted', 'True'), the log ('accepted', 'refused', 'False')"
     ]
 
 
 #: The inputs issue 43 names: configs vLLM 0.26 accepts that this package refused, and the silent pass.
-ISSUE_43 = ("suffix-k32", "suffix-no-k", "mtp-no-k", "mtp-no-k-model", "draft-k17", "gpu-mem-1",
-            "draft-slots-use-budget", "draft-k-true")  # fmt: skip
+ISSUE_43 = (
+    "suffix-k32",
+    "suffix-no-k",
+    "mtp-no-k",
+    "mtp-no-k-model",
+    "draft-k17",
+    "gpu-mem-1",
+    "draft-slots-use-budget",
+    "draft-k-true",
+)
 
 
 def test_the_inputs_of_issue_43_and_ten_more_are_recorded_and_agree_but_the_boolean_k(record: pd.DataFrame) -> None:
     recorded = record.set_index("label")
     assert set(ISSUE_43) <= set(recorded.index)
-    own = [c.label for c in CASES][[c.label for c in CASES].index("draft-slots-one-left"):]
+    own = [c.label for c in CASES][[c.label for c in CASES].index("draft-slots-one-left") :]
     assert len(own) >= 10 and set(own) <= set(recorded.index)
     for label in (*ISSUE_43, *own):
         row = recorded.loc[label]
         assert bool(row["agree"]) == (label != "draft-k-true"), (label, row["ours"], row["vllm"])
     assert recorded.loc["draft-slots-use-budget", "vllm"] == "refused"  # the silent pass, refused by both now
-    assert recorded.loc["draft-k-true", "vllm"] == "accepted" and EXPLANATIONS["draft-k-true"].kind == "stricter by design"
+    assert (
+        recorded.loc["draft-k-true", "vllm"] == "accepted" and EXPLANATIONS["draft-k-true"].kind == "stricter by design"
+    )
 
 
 def test_every_config_vllm_accepts_and_we_refuse_is_explained(record: pd.DataFrame) -> None:
@@ -264,4 +289,7 @@ def test_the_count_table_adds_up_and_matches_the_regression_lines(record: pd.Dat
     counts = count_table(table).set_index("outcome")["cases"]
     assert counts["every case"] == len(table) == counts["the verdicts agree"] + counts["they differ"]
     assert counts[[f"they differ: {kind}" for kind in EXPLANATION_KINDS]].sum() == counts["they differ"]
-    assert count_lines(table)[0] == f"cases={len(table)} agree={counts['the verdicts agree']} differ={counts['they differ']}"
+    assert (
+        count_lines(table)[0]
+        == f"cases={len(table)} agree={counts['the verdicts agree']} differ={counts['they differ']}"
+    )

@@ -16,7 +16,8 @@ from vllm_playbooks.run.plan import load_part, plan_from_dict
 
 def test_rows_of_hardware_are_those_of_the_gpu_and_gpus_each_config_uses() -> None:
     rows = run_rows(("a", 1, 160), ("a", 4, 200), ("b", 1, 300)).assign(
-        hardware=["nvidia-h200-x1-vllm0.26.0", "nvidia-a100-sxm4-80gb-x1-vllm0.26.0", "nvidia-h200-x2-vllm0.26.0"])
+        hardware=["nvidia-h200-x1-vllm0.26.0", "nvidia-a100-sxm4-80gb-x1-vllm0.26.0", "nvidia-h200-x2-vllm0.26.0"]
+    )
     here = hardware_plan.rows_of_hardware(GRID_PLAN, rows, "NVIDIA H200", "0.26.0")
     assert here["concurrency"].tolist() == [1.0]  # b uses one GPU: its row on two is another hardware's
     assert hardware_plan.rows_of_hardware(GRID_PLAN, rows, "NVIDIA H200", "0.27.0").empty
@@ -62,17 +63,26 @@ def test_the_plan_warns_of_an_engine_whose_server_did_not_start_on_this_hardware
 
     def failure(label: str, hardware: str, log: str, estimate: float) -> dict[str, object]:
         record = dict.fromkeys(FAILED_START_COLUMNS)
-        record.update(hardware=hardware, config_id=engines[label].config_id(), engine_label=label, log=log,
-                      error="ValueError: No available memory for the cache blocks", cudagraph_estimate_gib=estimate,
-                      available_kv_gib=-2.59, gpu_memory_utilization=0.9)  # fmt: skip
+        record.update(
+            hardware=hardware,
+            config_id=engines[label].config_id(),
+            engine_label=label,
+            log=log,
+            error="ValueError: No available memory for the cache blocks",
+            cudagraph_estimate_gib=estimate,
+            available_kv_gib=-2.59,
+            gpu_memory_utilization=0.9,
+        )
         return record
 
-    failed = pd.DataFrame([
-        failure("a", h100, "a-2026-12-06T021537+0000.log", 9.40),
-        failure("a", h100, "a-2026-12-06T031537+0000.log", 9.45),  # tried again: the latest is named
-        failure("b", hardware_key("NVIDIA H200", 1, "0.26.0"), "b-2026-12-06T021537+0000.log", 9.45),  # other GPU
-        failure("c", h100, "c-2026-12-06T021537+0000.log", 7.94),  # nothing left to measure: no note
-    ])  # fmt: skip
+    failed = pd.DataFrame(
+        [
+            failure("a", h100, "a-2026-12-06T021537+0000.log", 9.40),
+            failure("a", h100, "a-2026-12-06T031537+0000.log", 9.45),  # tried again: the latest is named
+            failure("b", hardware_key("NVIDIA H200", 1, "0.26.0"), "b-2026-12-06T021537+0000.log", 9.45),  # other GPU
+            failure("c", h100, "c-2026-12-06T021537+0000.log", 7.94),  # nothing left to measure: no note
+        ]
+    )
     table = pd.DataFrame({"engine_label": ["a", "b", "c", "big"], "to_measure": [3, 3, 0, 3]})
     lines = hardware_plan.failed_before(plan, table, failed, "NVIDIA H100 80GB HBM3", "0.26.0")
     assert len(lines) == 1 and lines[0].startswith("note: a did not start on this hardware before: ValueError")
@@ -89,9 +99,19 @@ def test_the_calculator_refuses_only_engines_still_to_measure_that_cannot_fit() 
 
 
 def test_the_plan_leaves_out_of_its_estimate_the_servers_that_cannot_start() -> None:
-    table = pd.DataFrame({"engine_label": ["a", "big"], "model_shape": ["8b", "70b"], "gpus": [1, 2],
-                          "recorded": [0, 0], "to_measure": [3, 3], "startup_s": [300.0, 900.0], "cached_startup_s": [60.0, 120.0],
-                          "points_s": [300.0, 300.0], "gpu_minutes": [10.0, 40.0]})  # fmt: skip
+    table = pd.DataFrame(
+        {
+            "engine_label": ["a", "big"],
+            "model_shape": ["8b", "70b"],
+            "gpus": [1, 2],
+            "recorded": [0, 0],
+            "to_measure": [3, 3],
+            "startup_s": [300.0, 900.0],
+            "cached_startup_s": [60.0, 120.0],
+            "points_s": [300.0, 300.0],
+            "gpu_minutes": [10.0, 40.0],
+        }
+    )
     lines = hardware_plan.describe_hardware_plan(table, "t", "GPU X", "0.26.0", cannot_start={"big"})
     assert "about 10 GPU-minutes, 1 server start-up(s) included; left out: big, which cannot start" in lines
     assert "about 50 GPU-minutes, 2 server" in hardware_plan.describe_hardware_plan(table, "t", "GPU X", "0.26.0")
@@ -119,8 +139,17 @@ def test_a_gpus_memory_comes_from_the_gpu_here_then_a_logged_start_up_then_the_d
 def test_the_plan_names_the_engines_that_cannot_start_on_the_named_gpu(capsys: pytest.CaptureFixture[str]) -> None:
     """The 32-expert DeepSeek-V3 shape holds more than one 80 GiB GPU in weights alone: the plan for an H100 says so
     instead of estimating its GPU time (a live run would refuse it at once), and says the part does not fit."""
-    argv = ["plan", "--case", "deepseek-mtp", "--part", "1-verdict", "--hardware", "NVIDIA H100 80GB HBM3",
-            "--vllm-version", "0.26.0"]  # fmt: skip
+    argv = [
+        "plan",
+        "--case",
+        "deepseek-mtp",
+        "--part",
+        "1-verdict",
+        "--hardware",
+        "NVIDIA H100 80GB HBM3",
+        "--vllm-version",
+        "0.26.0",
+    ]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     assert "None of them can run here" in out
@@ -128,10 +157,15 @@ def test_the_plan_names_the_engines_that_cannot_start_on_the_named_gpu(capsys: p
     assert "1-verdict does not fit NVIDIA H100 80GB HBM3" in out
 
 
-@pytest.mark.parametrize(("gpu", "memory", "fits"), [
-    ("NVIDIA H100 80GB HBM3", 79.18, True), ("NVIDIA A100-SXM4-80GB", 80.0, True), ("NVIDIA H200", 139.8, True),
-    ("NVIDIA L40S", 48.0, False),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("gpu", "memory", "fits"),
+    [
+        ("NVIDIA H100 80GB HBM3", 79.18, True),
+        ("NVIDIA A100-SXM4-80GB", 80.0, True),
+        ("NVIDIA H200", 139.8, True),
+        ("NVIDIA L40S", 48.0, False),
+    ],
+)
 def test_the_deepseek_deciding_parts_fit_one_80_gib_gpu(gpu: str, memory: float, fits: bool) -> None:
     """The 16-expert shape's configs need 71-77 GiB per GPU (weights 57.6 GiB, 58.7 with the MTP layer): an A100-80GB
     or H100 80GB starts them, an L40S (48 GB) does not, and says why."""
@@ -153,18 +187,34 @@ def test_a_part_that_does_not_fit_says_which_config_and_how_much_it_needs() -> N
 
 
 @pytest.mark.recorded_data
-def test_the_eagle3_k2_and_k5_refusals_on_the_h100_name_the_cuda_graph_reserve(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_eagle3_k2_and_k5_refusals_on_the_h100_name_the_cuda_graph_reserve(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """k = 2 and k = 5 did not start on the H100: their CUDA-graph estimate (9.45 and 7.94 GiB logged) left no KV
     cache; the plan says so from the calculator (graphs of another integer class) and from the logged failure."""
-    argv = ["plan", "--case", "gpt-oss-eagle3", "--part", "decide-draft-tokens", "--hardware", "NVIDIA H100 80GB HBM3",
-            "--vllm-version", "0.26.0"]  # fmt: skip
+    argv = [
+        "plan",
+        "--case",
+        "gpt-oss-eagle3",
+        "--part",
+        "decide-draft-tokens",
+        "--hardware",
+        "NVIDIA H100 80GB HBM3",
+        "--vllm-version",
+        "0.26.0",
+    ]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     for label in ("eagle3-k2-a0.71", "eagle3-k5-a0.71"):
         refusal = next(line for line in out.splitlines() if line.startswith(f"note: {label} cannot start"))
         assert "differ in integer class" in refusal
-        assert any(line.startswith(f"note: {label} did not start on this hardware before: ValueError: No available "
-                                   "memory for the cache blocks") for line in out.splitlines())  # fmt: skip
+        assert any(
+            line.startswith(
+                f"note: {label} did not start on this hardware before: ValueError: No available "
+                "memory for the cache blocks"
+            )
+            for line in out.splitlines()
+        )
     assert "decide-draft-tokens does not fit NVIDIA H100 80GB HBM3" in out
 
 
@@ -197,10 +247,19 @@ def test_the_deepseek_quick_check_fits_an_h100_as_vllm_logged_it() -> None:
 
 
 def test_one_after_another_a_later_server_of_a_shape_is_counted_with_its_shortest_start_up() -> None:
-    table = pd.DataFrame({"engine_label": ["a", "b", "big"], "model_shape": ["8b", "8b", "70b"], "gpus": [1, 1, 2],
-                          "recorded": [0, 0, 0], "to_measure": [3, 3, 3], "startup_s": [300.0, 300.0, 600.0],
-                          "cached_startup_s": [60.0, 60.0, 120.0], "points_s": [300.0, 300.0, 300.0],
-                          "gpu_minutes": [10.0, 10.0, 30.0]})  # fmt: skip
+    table = pd.DataFrame(
+        {
+            "engine_label": ["a", "b", "big"],
+            "model_shape": ["8b", "8b", "70b"],
+            "gpus": [1, 1, 2],
+            "recorded": [0, 0, 0],
+            "to_measure": [3, 3, 3],
+            "startup_s": [300.0, 300.0, 600.0],
+            "cached_startup_s": [60.0, 60.0, 120.0],
+            "points_s": [300.0, 300.0, 300.0],
+            "gpu_minutes": [10.0, 10.0, 30.0],
+        }
+    )
     lines = hardware_plan.describe_hardware_plan(table, "t", "GPU X", "0.26.0")
     # a cold; b finds a's caches: (60 + 300) / 60 = 6; big is the first of its shape: 2 × (600 + 300) / 60 = 30
     assert "about 50 GPU-minutes, 3 server" in lines and lines.endswith("its shape: about 46 GPU-minutes.")

@@ -95,8 +95,19 @@ def _linked_log(point: Path) -> None:
     (logs / "server.log").symlink_to("/etc/passwd")
 
 
-DAMAGES = [_other_case, _no_bench, _truncated_scrape, _junk_bench, _link_out, _bad_label, _point_json_a_list,
-           _junk_failure, _empty_failure, _failure_of_another_point, _linked_log]  # fmt: skip
+DAMAGES = [
+    _other_case,
+    _no_bench,
+    _truncated_scrape,
+    _junk_bench,
+    _link_out,
+    _bad_label,
+    _point_json_a_list,
+    _junk_failure,
+    _empty_failure,
+    _failure_of_another_point,
+    _linked_log,
+]
 
 
 @pytest.mark.parametrize("damage", DAMAGES, ids=[d.__name__.strip("_") for d in DAMAGES])
@@ -119,16 +130,21 @@ def test_the_undamaged_source_imports_every_point(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", [_other_case, _link_out, _bad_label])
-def test_the_command_line_refuses_in_one_line_naming_the_point(damage: Callable[[Path], None],
-                                                              tmp_path: Path) -> None:  # fmt: skip
+def test_the_command_line_refuses_in_one_line_naming_the_point(damage: Callable[[Path], None], tmp_path: Path) -> None:
     source, copies = _source(tmp_path, count=2)
     damage(copies[0])
     data = tmp_path / "data"
     (data / "runs").mkdir(parents=True)
     before = tree_digest(data)
     env = {**os.environ, "VLLM_PLAYBOOKS_DATA_DIR": str(data)}
-    done = subprocess.run([sys.executable, "-m", "vllm_playbooks", "import-runs", str(source)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "vllm_playbooks", "import-runs", str(source)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), done.stderr
     assert copies[0].name in lines[0]
@@ -139,6 +155,12 @@ def test_a_case_name_with_path_segments_is_refused(tmp_path: Path) -> None:
     source, _ = _source(tmp_path, count=1)
     env = {**os.environ, "VLLM_PLAYBOOKS_DATA_DIR": str(tmp_path / "data")}
     (tmp_path / "data" / "runs").mkdir(parents=True)
-    done = subprocess.run([sys.executable, "-m", "vllm_playbooks", "import-runs", str(source), "--case", "../x"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "vllm_playbooks", "import-runs", str(source), "--case", "../x"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and done.stderr.startswith("error: ") and len(done.stderr.strip().splitlines()) == 1

@@ -56,7 +56,8 @@ def test_a_new_measurement_at_a_taken_repeat_number_gets_the_next_free_one(tmp_p
     rows = {row.point_id: row for row in replay_rows(CASE, data)}  # the table agrees with the raw folders
     assert set(rows) == {new_id[:-1] + "0", new_id} and rows[new_id].repeat == 1
     assert (raw.raw_root(data / "runs" / CASE) / new_id / raw.POINT_FILE).read_bytes() == (
-        r1 / raw.POINT_FILE).read_bytes()  # fmt: skip  # the files come as they are
+        r1 / raw.POINT_FILE
+    ).read_bytes()  # the files come as they are
     assert import_case(CASE, other, data).already_here == [r0.relative_to(raw.raw_root(RECORDED)).as_posix()]
 
 
@@ -80,10 +81,12 @@ def test_a_live_search_trace_comes_along_naming_where_its_runs_lie_here(tmp_path
     other = tmp_path / "other"
     shutil.copytree(r1, raw.raw_root(other / "runs" / CASE) / r0_id)
     shutil.copytree(r0, raw.raw_root(other / "runs" / CASE) / r1_id)
-    records = [{"record": "search", "case": CASE},
-               {"record": "payment", "number": 1, "point_id": r0_id, "tpot_p99_ms": 7.25},
-               {"record": "payment", "number": 2, "point_id": r1_id, "tpot_p99_ms": 6.5},
-               {"record": "advice", "steps": [{"number": 1, "point_id": r0_id}, {"number": 2, "point_id": r1_id}]}]
+    records = [
+        {"record": "search", "case": CASE},
+        {"record": "payment", "number": 1, "point_id": r0_id, "tpot_p99_ms": 7.25},
+        {"record": "payment", "number": 2, "point_id": r1_id, "tpot_p99_ms": 6.5},
+        {"record": "advice", "steps": [{"number": 1, "point_id": r0_id}, {"number": 2, "point_id": r1_id}]},
+    ]
     trace = other / "runs" / CASE / TRACE_FOLDER / "2026-12-06T075605+0000.jsonl"
     trace.parent.mkdir(parents=True)
     trace.write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -124,11 +127,14 @@ def test_a_misplaced_point_is_refused_before_anything_is_copied(tmp_path: Path) 
     assert not data.exists()
 
 
-def test_the_command_refuses_a_folder_that_is_not_a_data_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_the_command_refuses_a_folder_that_is_not_a_data_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("VLLM_PLAYBOOKS_DATA_DIR", str(tmp_path / "data"))
     assert cli.main(["import-runs", str(tmp_path)]) == 2
-    assert capsys.readouterr().err.strip().splitlines() == [f"error: {tmp_path} is not a data folder: it has no runs/ folder"]
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: {tmp_path} is not a data folder: it has no runs/ folder"
+    ]
     (tmp_path / "runs").mkdir()
     assert cli.main(["import-runs", str(tmp_path), "--case", CASE]) == 2
     assert capsys.readouterr().err.startswith(f"error: {tmp_path} has no runs of {CASE}")

@@ -36,8 +36,9 @@ def _copy(tmp_path: Path) -> Path:
 
 def _contents(folder: Path) -> list[str]:
     """Every file's content hash under ``folder`` but the tables: what a migration may move and never change."""
-    return sorted(hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*")
-                  if p.is_file() and p.name != "runs.csv")  # fmt: skip
+    return sorted(
+        hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*") if p.is_file() and p.name != "runs.csv"
+    )
 
 
 def _rows(data: Path) -> list[dict[str, str]]:
@@ -59,8 +60,10 @@ def test_two_ids_of_one_config_become_one_with_four_runs_at_concurrency_1(tmp_pa
     c1 = sorted((r["measured_at"], int(r["repeat"])) for r in after if r["concurrency"] == "1")
     assert [repeat for _, repeat in c1] == [0, 1, 2, 3]  # renumbered by the time measured: the old r0 first
     assert c1[0][0].startswith("2026-11-30")
-    assert all(r["point_id"] == f"nvidia-h200-x1-vllm0.26.0/{config_id}/in512-out128-c{r['concurrency']}-r{r['repeat']}"
-               for r in after)  # fmt: skip
+    assert all(
+        r["point_id"] == f"nvidia-h200-x1-vllm0.26.0/{config_id}/in512-out128-c{r['concurrency']}-r{r['repeat']}"
+        for r in after
+    )
     assert {r["raw_path"] for r in after} == {f"runs/{CASE}/raw/{r['point_id']}" for r in after}
     logs = sorted(p.name for p in (data / "runs" / CASE / "logs").iterdir())
     assert logs and all(name.startswith(f"{config_id}-") for name in logs)
@@ -73,8 +76,9 @@ def test_every_measured_value_comes_out_as_the_old_table_had_it(tmp_path: Path) 
     migrate_case(CASE, data)
     for row in _rows(data):
         old = before[row["measured_at"]]
-        assert {c: row[c] for c in old if c not in IDENTITY_COLUMNS} == {c: v for c, v in old.items()
-                                                                          if c not in IDENTITY_COLUMNS}
+        assert {c: row[c] for c in old if c not in IDENTITY_COLUMNS} == {
+            c: v for c, v in old.items() if c not in IDENTITY_COLUMNS
+        }
     assert list(_rows(data)[0]) == RUN_COLUMNS
 
 
@@ -106,7 +110,8 @@ def test_points_recorded_after_a_migration_in_the_old_layout_join_the_migrated_o
     with table.open("a", encoding="utf-8", newline="") as handle:
         old_row = next(csv.DictReader([lines[0], late_line]))
         csv.DictWriter(handle, fieldnames=RUN_COLUMNS, lineterminator="\n").writerow(
-            {c: old_row.get(c, "") for c in RUN_COLUMNS})
+            {c: old_row.get(c, "") for c in RUN_COLUMNS}
+        )
     done = migrate_case(CASE, data)
     assert done.moved == 1 and len(_rows(data)) == len(migrated) + 1
     assert sorted(int(r["repeat"]) for r in _rows(data) if r["concurrency"] == "1") == [0, 1, 2, 3]

@@ -62,15 +62,25 @@ class DriftingBench(FakeBench):
 
 
 def _plan(**overrides: Any):  # type: ignore[no-untyped-def]
-    return load_plan(CASE, **{"engines": ["spec-off", "draft-1b-k4-a0.8"], "concurrency": [1, 16], "repeats": 3,
-                              "min_duration_s": 0.001, "gpu_memory_gib": 79.2, **overrides})
+    return load_plan(
+        CASE,
+        **{
+            "engines": ["spec-off", "draft-1b-k4-a0.8"],
+            "concurrency": [1, 16],
+            "repeats": 3,
+            "min_duration_s": 0.001,
+            "gpu_memory_gib": 79.2,
+            **overrides,
+        },
+    )
 
 
 def _run(data: Path, **overrides: Any) -> tuple[Servers, DriftingBench]:
     servers = Servers()
     bench = DriftingBench(servers)
-    report = run_case(_plan(**overrides), data=data, bench=bench, server_factory=servers, progress=False,
-                      gpu_sampler=None)  # fmt: skip
+    report = run_case(
+        _plan(**overrides), data=data, bench=bench, server_factory=servers, progress=False, gpu_sampler=None
+    )
     assert len(report.measured) == 12 and not report.failed
     return servers, bench
 
@@ -115,8 +125,9 @@ def test_under_drift_the_paired_interval_is_at_most_half_the_unpaired_one(data: 
     assert len(paired) == 2
     for line in paired.itertuples():
         at_load = unpaired[unpaired["concurrency"] == line.concurrency]
-        off, draft = (at_load.loc[at_load["engine_label"] == label, "output_tok_s"]
-                      for label in ("spec-off", "draft-1b-k4-a0.8"))  # fmt: skip
+        off, draft = (
+            at_load.loc[at_load["engine_label"] == label, "output_tok_s"] for label in ("spec-off", "draft-1b-k4-a0.8")
+        )
         unpaired_spread = spread_of(cross_ratios(off, draft))
         assert line.pairs == 3 and line.ratio == pytest.approx(1.25, rel=0.05)
         assert unpaired_spread.spread_pct > 10.0 and unpaired_spread.median < 1.25 * 0.9  # drift between the sides

@@ -42,7 +42,8 @@ def test_the_command_line_refuses_a_machine_without_a_gpu_before_any_worker(
     monkeypatch.setattr(parallel, "run_on_gpus", lambda *a, **k: pytest.fail("a worker started"))
     assert cli.main(["run", "--case", "llama-8b-draft-model", "--gpus", "0", "--part", "quick"]) == 2
     assert _not_warnings(capsys.readouterr().err)[0].startswith(
-        "error: live mode needs an NVIDIA GPU, and this machine shows none")  # fmt: skip
+        "error: live mode needs an NVIDIA GPU, and this machine shows none"
+    )
 
 
 def _not_warnings(err: str) -> list[str]:
@@ -117,8 +118,9 @@ def test_merge_keeps_the_failures_of_points_not_measured_and_drops_those_measure
     failed = f"{config}/in1-out1-c1-r0"  # a point whose server did not start
     for pid in (failed, measured):  # the second: a failure kept before the point was measured on another worker
         raw.record_failure(tmp_path / "elsewhere" / CASE, pid, "ServerError: exited", {"server_log": "/tmp/x.log"})
-    shutil.copytree(raw.raw_root(tmp_path / "elsewhere" / CASE), raw.raw_root(worker / "runs" / CASE),
-                    dirs_exist_ok=True)  # fmt: skip
+    shutil.copytree(
+        raw.raw_root(tmp_path / "elsewhere" / CASE), raw.raw_root(worker / "runs" / CASE), dirs_exist_ok=True
+    )
     merge_into(CASE, worker, data)
     kept = raw.failure_records(data / "runs" / CASE)
     assert [record["point_id"] for record in kept] == [failed]
@@ -148,11 +150,18 @@ def test_workers_get_their_gpus_and_own_folders_and_their_points_are_merged(tmp_
         "        shutil.copytree(point, target)\n"
     )
     launcher = tmp_path / "python"
-    launcher.write_text(f"#!/bin/sh\nexec {sys.executable} {stub} \"$@\"\n")
+    launcher.write_text(f'#!/bin/sh\nexec {sys.executable} {stub} "$@"\n')
     launcher.chmod(launcher.stat().st_mode | stat.S_IEXEC)
     data = tmp_path / "data"
-    report = run_on_gpus(CASE, ["0", "1"], data=data, python=str(launcher), workdir=tmp_path, concurrency=[1, 4],
-                         engines=["spec-off", "draft-1b-k4-a0.8"])
+    report = run_on_gpus(
+        CASE,
+        ["0", "1"],
+        data=data,
+        python=str(launcher),
+        workdir=tmp_path,
+        concurrency=[1, 4],
+        engines=["spec-off", "draft-1b-k4-a0.8"],
+    )
     assert report.assignment == {"0": ["spec-off"], "1": ["draft-1b-k4-a0.8"]}
     assert report.returncodes == {"0": 0, "1": 0}
     seen = {p.name: p.read_text() for p in tmp_path.glob("*/seen-*")}
@@ -168,8 +177,15 @@ def test_a_failed_worker_is_reported_after_its_points_are_merged(tmp_path: Path)
     launcher = tmp_path / "python"
     launcher.write_text("#!/bin/sh\nexit 3\n")
     launcher.chmod(launcher.stat().st_mode | stat.S_IEXEC)
-    report = run_on_gpus(CASE, ["0"], data=tmp_path / "data", python=str(launcher), workdir=tmp_path,
-                         engines=["spec-off"], concurrency=[1])  # fmt: skip
+    report = run_on_gpus(
+        CASE,
+        ["0"],
+        data=tmp_path / "data",
+        python=str(launcher),
+        workdir=tmp_path,
+        engines=["spec-off"],
+        concurrency=[1],
+    )
     assert report.returncodes == {"0": 3} and report.added == []
     with pytest.raises(PlaybookError, match="GPUs 0: exit 3"):
         report.raise_for_failures()
@@ -182,17 +198,35 @@ def test_bad_input_is_refused_before_any_worker(capsys: pytest.CaptureFixture[st
 
 def test_worker_argv_carries_labels_and_overrides() -> None:
     argv = worker_argv("c", ["a", "b"], {"concurrency": [8]}, python="py")
-    assert argv == ["py", "-m", "vllm_playbooks", "worker", "--case", "c", "--engines", "a", "b",
-                    "--overrides", '{"concurrency": [8]}']  # fmt: skip
+    assert argv == [
+        "py",
+        "-m",
+        "vllm_playbooks",
+        "worker",
+        "--case",
+        "c",
+        "--engines",
+        "a",
+        "b",
+        "--overrides",
+        '{"concurrency": [8]}',
+    ]
 
 
 def test_a_case_file_of_ones_own_loads_by_path(tmp_path: Path) -> None:
     import yaml
 
     own = tmp_path / "mine.yaml"
-    own.write_text(yaml.safe_dump({"case": "mine", "engine_defaults": {"model": "llama-3.1-8b", "max_model_len": 2048},
-                                   "engines": [{"label": "off"}], "loads": {"input_len": 8, "output_len": 8,
-                                                                          "concurrency": [1]}}))  # fmt: skip
+    own.write_text(
+        yaml.safe_dump(
+            {
+                "case": "mine",
+                "engine_defaults": {"model": "llama-3.1-8b", "max_model_len": 2048},
+                "engines": [{"label": "off"}],
+                "loads": {"input_len": 8, "output_len": 8, "concurrency": [1]},
+            }
+        )
+    )
     plan = load_plan(str(own))
     assert plan.case == "mine" and [e.label for e in plan.engines] == ["off"]
     with pytest.raises(ConfigError, match="no case file"):
@@ -206,13 +240,15 @@ def _interrupted(*args: object, **kwargs: object) -> None:
     raise KeyboardInterrupt
 
 
-def test_an_interrupt_ends_with_one_line_not_a_traceback(monkeypatch: pytest.MonkeyPatch,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_an_interrupt_ends_with_one_line_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
 
     monkeypatch.setattr(parallel, "run_on_gpus", _interrupted)
     assert cli.main(["run", "--case", CASE, "--gpus", "0", "1"]) == 130
     assert _not_warnings(capsys.readouterr().err) == [
-        f"{parallel.INTERRUPTED}; the points every worker finished were merged"]  # fmt: skip
+        f"{parallel.INTERRUPTED}; the points every worker finished were merged"
+    ]
     monkeypatch.setattr(parallel, "run_case", _interrupted)
     assert cli.main(["worker", "--case", CASE, "--engines", "spec-off"]) == 130
     assert capsys.readouterr().err.strip() == parallel.INTERRUPTED
@@ -233,12 +269,20 @@ def test_the_time_limit_interrupts_the_workers_and_keeps_what_they_finished(tmp_
         "time.sleep(60)\n"
     )
     launcher = tmp_path / "python"
-    launcher.write_text(f"#!/bin/sh\nexec {sys.executable} {stub} \"$@\"\n")
+    launcher.write_text(f'#!/bin/sh\nexec {sys.executable} {stub} "$@"\n')
     launcher.chmod(launcher.stat().st_mode | stat.S_IEXEC)
     data = tmp_path / "data"
     began = time.monotonic()
-    report = run_on_gpus(CASE, ["0"], data=data, python=str(launcher), workdir=tmp_path, time_limit_s=3,
-                         engines=["spec-off"], concurrency=[1])  # fmt: skip
+    report = run_on_gpus(
+        CASE,
+        ["0"],
+        data=data,
+        python=str(launcher),
+        workdir=tmp_path,
+        time_limit_s=3,
+        engines=["spec-off"],
+        concurrency=[1],
+    )
     assert time.monotonic() - began < 30
     assert report.timed_out and report.returncodes == {"0": 130}
     assert len(report.added) == 1 and len(replay_rows(CASE, data)) == 1
@@ -254,8 +298,9 @@ def test_a_time_limit_must_be_a_positive_number(limit: str, capsys: pytest.Captu
     assert stopped.value.code == 2 and err.startswith("error: argument --time-limit-s: ") and err.count("\n") == 1
 
 
-def test_a_part_of_the_grid_is_chosen_by_name(monkeypatch: pytest.MonkeyPatch,
-                                              capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_a_part_of_the_grid_is_chosen_by_name(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
 
     seen: dict[str, object] = {}
 
@@ -266,7 +311,10 @@ def test_a_part_of_the_grid_is_chosen_by_name(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(parallel, "run_on_gpus", record)
     assert cli.main(["run", "--case", "gpt-oss-eagle3", "--gpus", "0", "1", "--part", "1-verdict"]) == 0
     assert seen["engines"] == ["spec-off", "eagle3-k3-a0.71"] and seen["profiles"] == ["chat"]
-    assert cli.main(["run", "--case", "gpt-oss-eagle3", "--gpus", "0", "--part", "1-verdict", "--engines", "spec-off"]) == 0
+    assert (
+        cli.main(["run", "--case", "gpt-oss-eagle3", "--gpus", "0", "--part", "1-verdict", "--engines", "spec-off"])
+        == 0
+    )
     assert seen["engines"] == ["spec-off"] and seen["profiles"] == ["chat"]
     assert cli.main(["run", "--case", "gpt-oss-eagle3", "--gpus", "0", "--part", "9-nothing"]) == 2
     assert "no part '9-nothing'" in capsys.readouterr().err
@@ -277,14 +325,25 @@ def test_repeats_ask_for_a_second_run_of_the_chosen_points(monkeypatch: pytest.M
 
     calls: list[dict[str, object]] = []
 
-    def record(case: str, groups: list[str], *, time_limit_s: float | None,
-               **overrides: object) -> parallel.ParallelReport:  # fmt: skip
+    def record(
+        case: str, groups: list[str], *, time_limit_s: float | None, **overrides: object
+    ) -> parallel.ParallelReport:
         calls.append(overrides)
         return parallel.ParallelReport(assignment={})
 
     monkeypatch.setattr(parallel, "run_on_gpus", record)
-    chosen = ["--case", "gpt-oss-eagle3", "--gpus", "0", "--part", "4-long-verdict", "--engines", "spec-off",
-              "--concurrency", "64"]  # fmt: skip
+    chosen = [
+        "--case",
+        "gpt-oss-eagle3",
+        "--gpus",
+        "0",
+        "--part",
+        "4-long-verdict",
+        "--engines",
+        "spec-off",
+        "--concurrency",
+        "64",
+    ]
     assert cli.main(["run", *chosen, "--repeats", "2"]) == 0 and cli.main(["run", *chosen]) == 0
     tails = [[p.point_id.rsplit("/", 1)[1] for p in load_plan("gpt-oss-eagle3", **o).points()] for o in calls]
     assert tails == [["in13000-out203-c64-r0", "in13000-out203-c64-r1"], ["in13000-out203-c64-r0"]]
@@ -314,8 +373,13 @@ def test_a_worker_started_with_sigint_ignored_still_stops_on_the_interrupt(tmp_p
         "from vllm_playbooks import cli\n"
         "sys.exit(cli.main(['worker', '--case', 'c', '--engines', 'e']))\n"
     )
-    worker = subprocess.Popen([sys.executable, str(stub)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # noqa: PLW1509
+    worker = subprocess.Popen(
+        [sys.executable, str(stub)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )  # noqa: PLW1509
     assert worker.stdout is not None and worker.stdout.readline().strip() == b"measuring"
     worker.send_signal(signal.SIGINT)
     assert worker.wait(timeout=20) == 130

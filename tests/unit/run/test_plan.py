@@ -42,10 +42,17 @@ def test_server_argv_is_a_list_bound_to_loopback() -> None:
 
 
 def test_real_weights_use_the_models_own_tokenizer(tmp_path: Path) -> None:
-    (tmp_path / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 32000,
-        "num_hidden_layers": 2, "hidden_size": 128,
-    }))  # fmt: skip
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "vocab_size": 32000,
+                "num_hidden_layers": 2,
+                "hidden_size": 128,
+            }
+        )
+    )
     engine = EngineConfig(label="mine", model=str(tmp_path), load_format="auto", max_model_len=256)
     argv = engine.server_argv("127.0.0.1", 1)
     assert "--tokenizer" not in argv and argv[argv.index("--model") + 1] == str(tmp_path.resolve())
@@ -68,9 +75,24 @@ def _engine(**kwargs: Any) -> EngineConfig:
     ("kwargs", "expected"),
     [
         ({"model": "llama-70b"}, "'llama-70b' is neither a known shape nor an existing directory"),
-        ({"model": "llama-3.1-8b", "speculative": {"method": "mtp", "num_speculative_tokens": 1}}, "needs a target with MTP layers"),
-        ({"model": "llama-3.1-8b", "speculative": {"method": "draft_model", "model": "gpt-oss-20b", "num_speculative_tokens": 2}}, "needs the target's vocabulary"),
-        ({"model": "llama-3.1-8b", "speculative": {"method": "draft_model", "model": "no-such-draft", "num_speculative_tokens": 2}}, "'no-such-draft' is neither a known shape"),
+        (
+            {"model": "llama-3.1-8b", "speculative": {"method": "mtp", "num_speculative_tokens": 1}},
+            "needs a target with MTP layers",
+        ),
+        (
+            {
+                "model": "llama-3.1-8b",
+                "speculative": {"method": "draft_model", "model": "gpt-oss-20b", "num_speculative_tokens": 2},
+            },
+            "needs the target's vocabulary",
+        ),
+        (
+            {
+                "model": "llama-3.1-8b",
+                "speculative": {"method": "draft_model", "model": "no-such-draft", "num_speculative_tokens": 2},
+            },
+            "'no-such-draft' is neither a known shape",
+        ),
     ],
 )
 def test_shape_checks(kwargs: dict[str, Any], expected: str) -> None:
@@ -79,7 +101,9 @@ def test_shape_checks(kwargs: dict[str, Any], expected: str) -> None:
 
 
 def test_mtp_k_must_divide_by_the_layer_count(tmp_path: Path) -> None:
-    config = json.loads((Path(__file__).resolve().parents[3] / "vllm_playbooks/shapes/deepseek-v3/config.json").read_text())
+    config = json.loads(
+        (Path(__file__).resolve().parents[3] / "vllm_playbooks/shapes/deepseek-v3/config.json").read_text()
+    )
     config["num_nextn_predict_layers"] = 2
     (tmp_path / "config.json").write_text(json.dumps(config))
     ok = _engine(model=str(tmp_path), speculative={"method": "mtp", "num_speculative_tokens": 4})
@@ -92,7 +116,18 @@ def test_mtp_k_must_divide_by_the_layer_count(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "expected"),
     [
-        ({"tensor_parallel_size": 4, "speculative": {"method": "draft_model", "model": "llama-3.2-1b", "num_speculative_tokens": 2, "draft_tensor_parallel_size": 2}}, "must be 1 or the target's"),
+        (
+            {
+                "tensor_parallel_size": 4,
+                "speculative": {
+                    "method": "draft_model",
+                    "model": "llama-3.2-1b",
+                    "num_speculative_tokens": 2,
+                    "draft_tensor_parallel_size": 2,
+                },
+            },
+            "must be 1 or the target's",
+        ),
         ({"max_num_seqs": 256, "max_num_batched_tokens": 128}, "max_num_batched_tokens (128) < max_num_seqs (256)"),
         ({"extra_args": ("--port", "1")}, "extra_args may not set --port"),
         ({"extra_args": ("--compilation-config", "{cudagraph_mode: PIECEWISE}")}, "is not JSON"),
@@ -151,8 +186,23 @@ def test_draft_override_replaces_the_draft_only() -> None:
         ({"loads": {"input_len": 8, "output_len": 8, "concurrency": [1], "qps": [1]}}, "unknown load keys"),
         ({"repeats": 0}, "repeats must be a whole number from 1"),
         ({"surprise": 1}, "unknown keys"),
-        ({"engines": [{"label": "x", "model": "llama-3.1-8b", "max_model_len": 2048, "speculative": {"method": "ngram", "num_speculative_tokens": 2, "temperature": 0.5}}]}, "sampling parameters"),
-        ({"engines": [{"label": "x", "model": "llama-3.1-8b", "max_model_len": 2048, "max_num_seqs": 0}]}, "max_num_seqs"),
+        (
+            {
+                "engines": [
+                    {
+                        "label": "x",
+                        "model": "llama-3.1-8b",
+                        "max_model_len": 2048,
+                        "speculative": {"method": "ngram", "num_speculative_tokens": 2, "temperature": 0.5},
+                    }
+                ]
+            },
+            "sampling parameters",
+        ),
+        (
+            {"engines": [{"label": "x", "model": "llama-3.1-8b", "max_model_len": 2048, "max_num_seqs": 0}]},
+            "max_num_seqs",
+        ),
     ],
 )
 def test_bad_plans_are_refused_before_any_gpu_time(change: dict[str, Any], expected: str) -> None:
@@ -179,8 +229,11 @@ def test_an_engine_can_carry_its_own_concurrency() -> None:
     plan = plan_from_dict(_two_engine_spec(concurrency=[1, 2]))
     a, b = plan.engines
     assert [l.concurrency for l in plan.loads_for(a)] == [64] and [l.concurrency for l in plan.loads_for(b)] == [1, 2]
-    assert [p.point_id.split("/")[1] for p in plan.points()] == ["in8-out8-rr0.5-c64-r0", "in8-out8-rr0.5-c1-r0",
-                                                                 "in8-out8-rr0.5-c2-r0"]  # fmt: skip
+    assert [p.point_id.split("/")[1] for p in plan.points()] == [
+        "in8-out8-rr0.5-c64-r0",
+        "in8-out8-rr0.5-c1-r0",
+        "in8-out8-rr0.5-c2-r0",
+    ]
     assert "concurrency" not in a.resolved()  # a load level, not part of the engine's config or its id
 
 
@@ -209,14 +262,19 @@ def test_engine_levels_are_checked_like_the_case_levels() -> None:
     spec["engines"][1]["label"] = "a"
     with pytest.raises(ConfigError, match=r"engine labels must be unique; repeated: \['a'\]"):
         plan_from_dict(spec)
+
+
 def _moe_plan(**engine: Any) -> dict[str, Any]:
     return {
         "case": "t",
-        "engine_defaults": {"model": "deepseek-v3-reduced", "max_model_len": 2048,
-                            "env": {"VLLM_MOE_ROUTING_SIMULATION_STRATEGY": "uniform_random", "A": "1"}},
+        "engine_defaults": {
+            "model": "deepseek-v3-reduced",
+            "max_model_len": 2048,
+            "env": {"VLLM_MOE_ROUTING_SIMULATION_STRATEGY": "uniform_random", "A": "1"},
+        },
         "engines": [{"label": "x", **engine}],
         "loads": {"input_len": 8, "output_len": 8, "concurrency": [1]},
-    }  # fmt: skip
+    }
 
 
 def test_an_engine_env_adds_to_the_defaults_env() -> None:
@@ -278,15 +336,18 @@ def test_notebook_overrides_start_from_a_part() -> None:
     from vllm_playbooks.run.plan import overrides_for
 
     assert overrides_for("deepseek-mtp", "1-verdict", engines=None, concurrency=None) == {
-        "engines": ["spec-off", "mtp-k1-a0.85"], "request_rate_qps": [1, 2, 4, 8]}  # fmt: skip
+        "engines": ["spec-off", "mtp-k1-a0.85"],
+        "request_rate_qps": [1, 2, 4, 8],
+    }
     assert overrides_for("deepseek-mtp", "1-verdict", engines=["spec-off"])["engines"] == ["spec-off"]
     assert overrides_for("deepseek-mtp", None, gpu_memory_gib=80) == {"gpu_memory_gib": 80}
     with pytest.raises(ConfigError, match="no part 'x'"):
         overrides_for("deepseek-mtp", "x")
 
 
-@pytest.mark.parametrize("case", ["llama-8b-draft-model", "load-desync", "discussion-13834", "gpt-oss-eagle3",
-                                  "deepseek-mtp", "pp-27462"])  # fmt: skip
+@pytest.mark.parametrize(
+    "case", ["llama-8b-draft-model", "load-desync", "discussion-13834", "gpt-oss-eagle3", "deepseek-mtp", "pp-27462"]
+)
 def test_every_case_has_a_quick_check_with_the_repeats_a_difference_needs(case: str) -> None:
     from vllm_playbooks.analysis.noise import MIN_CLEAN_REPEATS
     from vllm_playbooks.run.plan import QUICK_PART, case_parts, load_part, part_note
@@ -308,8 +369,11 @@ def test_the_llama_quick_check_pairs_both_drafts_with_spec_off_at_1_and_16() -> 
     from vllm_playbooks.run.plan import load_part, part_overrides
 
     assert part_overrides("llama-8b-draft-model", "quick") == {
-        "engines": ["spec-off", "draft-1b-k4-a0.8", "draft-1b-k4-a0.8-async"], "concurrency": [1, 16], "repeats": 3,
-        "paired": True}  # fmt: skip
+        "engines": ["spec-off", "draft-1b-k4-a0.8", "draft-1b-k4-a0.8-async"],
+        "concurrency": [1, 16],
+        "repeats": 3,
+        "paired": True,
+    }
     assert len(load_part("llama-8b-draft-model", "quick").points()) == 18
     assert part_overrides("llama-8b-draft-model", "all") == {}
     with pytest.raises(ConfigError, match="no part 'x'; known: all, quick"):
@@ -320,8 +384,10 @@ def test_a_part_note_is_not_an_override(tmp_path: Path) -> None:
     from vllm_playbooks.run.plan import case_parts, part_note
 
     own = tmp_path / "own.yaml"
-    own.write_text("case: own\nengines: [{label: a, model: llama-3.1-8b}]\nloads: {concurrency: [1]}\n"
-                   "parts:\n  - {name: one, engines: [a], note: just a}\n  - {name: two}\n")  # fmt: skip
+    own.write_text(
+        "case: own\nengines: [{label: a, model: llama-3.1-8b}]\nloads: {concurrency: [1]}\n"
+        "parts:\n  - {name: one, engines: [a], note: just a}\n  - {name: two}\n"
+    )
     assert case_parts(str(own)) == [("one", {"engines": ["a"]}), ("two", {})]
     assert part_note(str(own), "one") == "just a" and part_note(str(own), "two") is None
 
@@ -344,10 +410,14 @@ def test_a_deciding_part_measures_claims_of_its_case_three_times_off_the_grid() 
                 assert plan.repeats >= MIN_CLEAN_REPEATS and len(plan.engines) >= 2, part.name
                 for claim_id in part.decides:
                     assert claims[claim_id].case == case and deciding_part(case, claim_id) == part.name
-                    earlier = load_part(case, part.name, engines=list(part.earlier_engines)).points() \
-                        if part.earlier_engines else []
-                    assert deciding_points(case, claim_id) == {(p.engine.label, p.load.slug())
-                                                               for p in [*plan.points(), *earlier]}  # fmt: skip
+                    earlier = (
+                        load_part(case, part.name, engines=list(part.earlier_engines)).points()
+                        if part.earlier_engines
+                        else []
+                    )
+                    assert deciding_points(case, claim_id) == {
+                        (p.engine.label, p.load.slug()) for p in [*plan.points(), *earlier]
+                    }
                     decided.append(claim_id)
     assert len(decided) == len(set(decided)) >= 5  # one part per claim
     assert deciding_part("rules-of-thumb", "rule-acceptance-bands") is None  # no grid: all its rows decide
@@ -358,12 +428,16 @@ def test_a_part_decides_a_list_of_claim_ids(tmp_path: Path) -> None:
     from vllm_playbooks.run.plan import case_parts, named_parts
 
     own = tmp_path / "own.yaml"
-    own.write_text("case: own\nengines: [{label: a, model: llama-3.1-8b}]\nloads: {concurrency: [1]}\n"
-                   "parts:\n  - {name: one, engines: [a]}\n  - {name: check, decides: [claim-a], repeats: 3}\n")  # fmt: skip
+    own.write_text(
+        "case: own\nengines: [{label: a, model: llama-3.1-8b}]\nloads: {concurrency: [1]}\n"
+        "parts:\n  - {name: one, engines: [a]}\n  - {name: check, decides: [claim-a], repeats: 3}\n"
+    )
     assert [part.decides for part in named_parts(str(own))] == [(), ("claim-a",)]
     assert case_parts(str(own)) == [("one", {"engines": ["a"]})]
-    own.write_text("case: own\nengines: [{label: a, model: llama-3.1-8b}]\nloads: {concurrency: [1]}\n"
-                   "parts:\n  - {name: check, decides: claim-a}\n")  # fmt: skip
+    own.write_text(
+        "case: own\nengines: [{label: a, model: llama-3.1-8b}]\nloads: {concurrency: [1]}\n"
+        "parts:\n  - {name: check, decides: claim-a}\n"
+    )
     with pytest.raises(ConfigError, match="part check: 'decides' is a list of claim ids, got 'claim-a'"):
         named_parts(str(own))
 
@@ -373,14 +447,19 @@ def test_a_deciding_part_may_name_an_earlier_shapes_engines(tmp_path: Path) -> N
     from vllm_playbooks.run.plan import load_part, named_parts
 
     own = tmp_path / "own.yaml"
-    own.write_text("case: own\nengine_defaults: {max_model_len: 1024}\n"
-                   "engines: [{label: old, model: llama-3.1-8b}, {label: new, model: llama-3.2-1b}]\n"
-                   "loads: {input_len: 8, output_len: 8, concurrency: [1, 4]}\nparts:\n  - {name: all}\n"
-                   "  - {name: check, engines: [new], concurrency: [1], earlier_engines: [old], repeats: 3}\n")  # fmt: skip
+    own.write_text(
+        "case: own\nengine_defaults: {max_model_len: 1024}\n"
+        "engines: [{label: old, model: llama-3.1-8b}, {label: new, model: llama-3.2-1b}]\n"
+        "loads: {input_len: 8, output_len: 8, concurrency: [1, 4]}\nparts:\n  - {name: all}\n"
+        "  - {name: check, engines: [new], concurrency: [1], earlier_engines: [old], repeats: 3}\n"
+    )
     assert named_parts(str(own))[1].earlier_engines == ("old",)
     assert [p.engine.label for p in load_part(str(own), "check").points()] == ["new"] * 3
-    own.write_text(own.read_text().replace("repeats: 3}", "repeats: 3, earlier_engines: old}").replace(
-        "earlier_engines: [old], ", ""))
+    own.write_text(
+        own.read_text()
+        .replace("repeats: 3}", "repeats: 3, earlier_engines: old}")
+        .replace("earlier_engines: [old], ", "")
+    )
     with pytest.raises(ConfigError, match="part check: 'earlier_engines' is a list of engine labels, got 'old'"):
         named_parts(str(own))
 
@@ -391,6 +470,9 @@ def test_lists_given_as_text_are_read() -> None:
     assert text_list("concurrency", "[1, 16]") == [1, 16] and text_list("engines", "spec-off") == "spec-off"
     assert text_list("concurrency", 4) == 4
     assert overrides_for("llama-8b-draft-model", None, concurrency="[1, 16]", engines='["spec-off"]', model="[x]") == {
-        "concurrency": [1, 16], "engines": ["spec-off"], "model": "[x]"}  # fmt: skip
+        "concurrency": [1, 16],
+        "engines": ["spec-off"],
+        "model": "[x]",
+    }
     with pytest.raises(ConfigError, match="parameter concurrency: cannot read"):
         text_list("concurrency", "[1, 16")

@@ -20,8 +20,18 @@ FIT80 = ["quick", "decide-v3-speedup", "decide-pr12755", "7-fit80"]
 
 def test_the_parts_come_quick_first_then_those_that_decide_then_the_grid_each_once() -> None:
     parts = [part.name for part in rerun_table.table_parts("deepseek-mtp")]
-    assert parts == ["quick", "decide-v3-speedup", "decide-pr12755", "1-verdict", "2-concurrency", "3-acceptance",
-                     "4-k-sweep", "5-mimo", "6-scale", "7-fit80"]  # fmt: skip
+    assert parts == [
+        "quick",
+        "decide-v3-speedup",
+        "decide-pr12755",
+        "1-verdict",
+        "2-concurrency",
+        "3-acceptance",
+        "4-k-sweep",
+        "5-mimo",
+        "6-scale",
+        "7-fit80",
+    ]
     assert [part.name for part in rerun_table.table_parts("discussion-13834")] == ["quick", "all"]  # quick decides
 
 

@@ -19,8 +19,10 @@ from vllm_playbooks.results.server_logs import LOG_NAME
 from vllm_playbooks.run.engine_server import EngineServer
 from vllm_playbooks.run.runner_lock import LOCK_FILE, case_runner_lock
 
-HOLD = "import sys, time; from pathlib import Path; from vllm_playbooks.run.runner_lock import case_runner_lock\n" \
-       "with case_runner_lock(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(60)\n"
+HOLD = (
+    "import sys, time; from pathlib import Path; from vllm_playbooks.run.runner_lock import case_runner_lock\n"
+    "with case_runner_lock(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(60)\n"
+)
 
 
 def _holder(case_dir: Path) -> subprocess.Popen[str]:

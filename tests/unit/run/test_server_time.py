@@ -26,24 +26,33 @@ def _log(folder: Path, label: str, launched: str, lines: list[str]) -> Path:
 
 def test_a_server_held_its_gpus_from_launch_to_its_last_line(tmp_path: Path) -> None:
     # a PP=2 server launched on New Year's Eve: ready 90 s later, last line after midnight
-    _log(tmp_path, "8b-pp2-mns64", "2026-12-31T235800+0000", [
-        "(APIServer pid=1) INFO 12-31 23:58:05 [api_utils.py:345] starting",
-        "(APIServer pid=1) INFO 12-31 23:59:30 [launcher.py:37] Available routes are:",
-        "a line without a time",
-        "(APIServer pid=1) INFO 01-01 00:01:00 [loggers.py:1] Engine 000: Avg prompt throughput",
-    ])  # fmt: skip
+    _log(
+        tmp_path,
+        "8b-pp2-mns64",
+        "2026-12-31T235800+0000",
+        [
+            "(APIServer pid=1) INFO 12-31 23:58:05 [api_utils.py:345] starting",
+            "(APIServer pid=1) INFO 12-31 23:59:30 [launcher.py:37] Available routes are:",
+            "a line without a time",
+            "(APIServer pid=1) INFO 01-01 00:01:00 [loggers.py:1] Engine 000: Avg prompt throughput",
+        ],
+    )
     # a TP=1 server stopped during its start: never ready
     _log(tmp_path, "8b-pp1-mns32", "2026-12-31T235800+0000", ["(APIServer pid=2) INFO 12-31 23:58:40 [x.py:1] loading"])
     table = server_time(CASE, tmp_path).set_index("engine_label")
     assert table.loc["8b-pp2-mns64", "gpus"] == 2 and table.loc["8b-pp1-mns32", "gpus"] == 1
     assert table.loc["8b-pp2-mns64", "startup_s"] == 90.0 and table.loc["8b-pp2-mns64", "held_s"] == 180.0
     assert table.loc["8b-pp2-mns64", "gpu_minutes"] == pytest.approx(2 * 180 / 60)
-    assert table.loc["8b-pp1-mns32", "held_s"] == 40.0 and table.loc["8b-pp1-mns32", "startup_s"] != table.loc[
-        "8b-pp1-mns32", "startup_s"]  # NaN: never became ready  # fmt: skip
+    assert (
+        table.loc["8b-pp1-mns32", "held_s"] == 40.0
+        and table.loc["8b-pp1-mns32", "startup_s"] != table.loc["8b-pp1-mns32", "startup_s"]
+    )  # NaN: never became ready
     note = gpu_time_note(table.reset_index())
     # starting: 90 s × 2 GPUs + 40 s (the whole life of the server that never became ready) = 220 GPU-seconds
-    assert note.startswith("**GPU time.** The 2 recorded server starts (1 of them never became ready) held GPUs for "
-                           "6.7 GPU-minutes, 3.7 of them starting (launch to ready);")  # fmt: skip
+    assert note.startswith(
+        "**GPU time.** The 2 recorded server starts (1 of them never became ready) held GPUs for "
+        "6.7 GPU-minutes, 3.7 of them starting (launch to ready);"
+    )
     assert "installing vLLM and a machine's idle time between runs are not in it" in note
 
 
@@ -59,7 +68,11 @@ def test_the_recorded_servers(tmp_path: Path) -> None:
     ready = table["startup_s"].notna()
     assert (table.loc[ready, "held_s"] >= table.loc[ready, "startup_s"]).all()
     assert table.groupby("engine_label")["gpus"].first().to_dict() == {
-        "8b-pp1-mns256": 1, "8b-pp2-mns256": 2, "8b-tp2-mns128": 2, "8b-tp2-mns32": 2}
+        "8b-pp1-mns256": 1,
+        "8b-pp2-mns256": 2,
+        "8b-tp2-mns128": 2,
+        "8b-tp2-mns32": 2,
+    }
     # the session's time limit stopped this server while it started: held (to its last line, 14:11:59), never ready
     lost = table.loc["8b-pp2-mns256-81631b9c80-2026-11-30T141113+0000.log"]
     assert pd.isna(lost["startup_s"]) and lost["held_s"] == 46.0 and (~ready).sum() == 1
@@ -80,16 +93,26 @@ def test_server_modes_reads_the_runner_cudagraph_mode_and_async_scheduling_a_ser
         "request: 97.66x",
         "(EngineCore pid=3) INFO 12-31 23:58:30 [gpu_worker.py:1] Free memory on device (139.29/139.8 GiB) on "
         "startup. Desired GPU memory utilization is (0.9, 125.82 GiB).",
-    ]  # fmt: skip
-    _log(tmp_path, "8b-pp1-mns32", "2026-12-31T235800+0000", [
-        "(APIServer pid=1) INFO 12-31 23:58:01 [vllm.py:1] Asynchronous scheduling is enabled.",
-        "(EngineCore pid=3) INFO 12-31 23:58:02 [core.py:1] config: 'cudagraph_mode': <CUDAGraphMode.PIECEWISE: 1>, x",
-        "(EngineCore pid=3) INFO 12-31 23:58:02 [gpu_model_runner.py:1] Starting to load model x...",
-        "(EngineCore pid=3) INFO 12-31 23:58:03 [vllm.py:1] Asynchronous scheduling is disabled.", *started,
-    ])  # fmt: skip
+    ]
+    _log(
+        tmp_path,
+        "8b-pp1-mns32",
+        "2026-12-31T235800+0000",
+        [
+            "(APIServer pid=1) INFO 12-31 23:58:01 [vllm.py:1] Asynchronous scheduling is enabled.",
+            "(EngineCore pid=3) INFO 12-31 23:58:02 [core.py:1] config: 'cudagraph_mode': <CUDAGraphMode.PIECEWISE: 1>, x",
+            "(EngineCore pid=3) INFO 12-31 23:58:02 [gpu_model_runner.py:1] Starting to load model x...",
+            "(EngineCore pid=3) INFO 12-31 23:58:03 [vllm.py:1] Asynchronous scheduling is disabled.",
+            *started,
+        ],
+    )
     _log(tmp_path, "8b-pp1-mns64", "2026-12-31T235800+0000", started)
-    _log(tmp_path, "8b-pp1-mns256", "2026-12-31T235800+0000", [
-        "(EngineCore pid=3) INFO 12-31 23:58:02 [gpu_worker.py:1] Using V2 Model Runner", *started])  # fmt: skip
+    _log(
+        tmp_path,
+        "8b-pp1-mns256",
+        "2026-12-31T235800+0000",
+        ["(EngineCore pid=3) INFO 12-31 23:58:02 [gpu_worker.py:1] Using V2 Model Runner", *started],
+    )
     _log(tmp_path, "8b-pp1-mns128", "2026-12-31T235800+0000", ["(APIServer pid=1) INFO 12-31 23:58:01 [x.py:1] x"])
     table = server_modes(CASE, tmp_path).set_index("engine_label")
     assert sorted(table.index) == ["8b-pp1-mns256", "8b-pp1-mns32", "8b-pp1-mns64"]  # the unstarted one has no row

@@ -317,6 +317,8 @@ def test_llama_70b_bf16_does_not_fit_one_h200() -> None:
     # 70.55 B parameters × 2 bytes = 131.4 GiB: above the 139.8 GiB × 0.9 one H200 gives vLLM
     assert weight_bytes(get_shape("llama-3.3-70b")) == 2 * 70_553_706_496
     assert weight_bytes(get_shape("llama-3.3-70b")) / GIB > 0.9 * 139.8
+
+
 def test_vllm_gets_a_path_that_names_only_the_shape(tmp_path: Path) -> None:
     from vllm_playbooks.shapes import VLLM_NAME_MARKERS, vllm_path
 
@@ -328,8 +330,17 @@ def test_vllm_gets_a_path_that_names_only_the_shape(tmp_path: Path) -> None:
     assert vllm_path(shape, create=True) == served  # idempotent
     own = tmp_path / "my-eagle3-model"
     own.mkdir()
-    (own / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-                                                 "vocab_size": 10, "num_hidden_layers": 1, "hidden_size": 8}))
+    (own / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "vocab_size": 10,
+                "num_hidden_layers": 1,
+                "hidden_size": 8,
+            }
+        )
+    )
     assert vllm_path(resolve_model(str(own))) == own.resolve()  # a user's folder is passed as it is
 
 

@@ -56,7 +56,10 @@ def _at_mtp_scale(pairs: pd.DataFrame) -> pd.DataFrame:
     def same(name: object) -> bool:
         shape = get_shape(str(name))
         return (shape.architecture, shape.hidden_size, shape.num_hidden_layers) == (
-            wanted.architecture, wanted.hidden_size, wanted.num_hidden_layers)  # fmt: skip
+            wanted.architecture,
+            wanted.hidden_size,
+            wanted.num_hidden_layers,
+        )
 
     return pairs[pairs["model_shape"].map(same).astype(bool)]
 
@@ -77,7 +80,9 @@ def mtp_speedup_at_acceptance(claim: Claim, ev: Evidence) -> CheckResult:
     low = ev.value(claim, "v3-second-token-acceptance-low") / 100
     high = ev.value(claim, "v3-second-token-acceptance-high") / 100
     claimed = ev.value(claim, "v3-tps-speedup")
-    published = f"{claimed:g}× tokens per second at {100 * low:g}–{100 * high:g} % second-token acceptance (one MTP token)"
+    published = (
+        f"{claimed:g}× tokens per second at {100 * low:g}–{100 * high:g} % second-token acceptance (one MTP token)"
+    )
     pairs = _at_mtp_scale(speedup_pairs(ev.deciding_rows(claim), "tpot_mean_ms", extra=["acceptance_rate"]))
     pairs = pairs[(pairs["spec_method"] == "mtp") & (pairs["k"] == 1) & pairs["concurrency"].notna()]
     pairs = pairs[pairs["imposed_alpha"].astype(float).between(low - 1e-9, high + 1e-9)]
@@ -87,14 +92,18 @@ def mtp_speedup_at_acceptance(claim: Claim, ev: Evidence) -> CheckResult:
     else:
         measured = "; ".join(
             f"concurrency {int(r['concurrency'])}, acceptance {float(r['imposed_alpha']):.2f} imposed "
-            f"({r['acceptance_rate']:.2f} measured): {r['speedup']:.2f}× ({r['engine_label']})" for _, r in lowest.iterrows()
+            f"({r['acceptance_rate']:.2f} measured): {r['speedup']:.2f}× ({r['engine_label']})"
+            for _, r in lowest.iterrows()
         )
-        verdict = combine(judge(float(s), claimed, band_pct=b) for s, b in zip(lowest["speedup"], lowest["band_pct"],
-                                                                                strict=True))  # fmt: skip
+        verdict = combine(
+            judge(float(s), claimed, band_pct=b) for s, b in zip(lowest["speedup"], lowest["band_pct"], strict=True)
+        )
         rows = len(lowest)
     c, layers = _mtp_cost()
     ends = [speedup(a, 1, c) for a in (low, high)]
-    model_says = f"model.speculative.speedup with k=1, c={layers} (MTP layers / target layers): {ends[0]:.2f}–{ends[1]:.2f}×"
+    model_says = (
+        f"model.speculative.speedup with k=1, c={layers} (MTP layers / target layers): {ends[0]:.2f}–{ends[1]:.2f}×"
+    )
     model_verdict = combine(judge(s, claimed) for s in ends)
     return CheckResult(published, measured, verdict, rows, model_says, model_verdict, pairs=lowest if rows else None)
 
@@ -121,8 +130,13 @@ def fade_by_bound(rows: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
     pairs = _at_mtp_scale(speedup_pairs(rows, "tpot_mean_ms")) if not rows.empty else rows.iloc[0:0]
     if pairs.empty:
         return pairs.assign(acceptance_gap=[], effect=[])
-    pairs = pairs[(pairs["spec_method"] == "mtp") & (pairs["k"] == 1) & pairs["concurrency"].isna()
-                  & (pairs["request_rate_qps"].astype(float) >= bound) & pairs["imposed_alpha"].notna()]  # fmt: skip
+    pairs = pairs[
+        (pairs["spec_method"] == "mtp")
+        & (pairs["k"] == 1)
+        & pairs["concurrency"].isna()
+        & (pairs["request_rate_qps"].astype(float) >= bound)
+        & pairs["imposed_alpha"].notna()
+    ]
     alpha = pairs["imposed_alpha"].astype(float)
     near = ((1 + alpha) / (1 + alpha.clip(low, high)) - 1).abs() <= MIN_BAND_PCT / 100
     pairs = pairs[near].assign(acceptance_gap=(alpha - alpha.clip(low, high)).abs()[near])
@@ -147,16 +161,25 @@ def mtp_gain_falls_with_qps(claim: Claim, ev: Evidence) -> CheckResult:
     import pandas as pd
 
     sources = ev.sources(claim)
-    claimed = {int(_QPS.search(r["claim_id"]).group(1)): ev.value(claim, r["claim_id"])  # type: ignore[union-attr]
-               for _, r in sources.iterrows() if _QPS.search(r["claim_id"]) and r["quantity"] == "speedup"}  # fmt: skip
+    claimed = {
+        int(_QPS.search(r["claim_id"]).group(1)): ev.value(claim, r["claim_id"])  # type: ignore[union-attr]
+        for _, r in sources.iterrows()
+        if _QPS.search(r["claim_id"]) and r["quantity"] == "speedup"
+    }
     bound = ev.value(claim, "pr12755-qps-bound-for-gain")
     low = ev.value(claim, "pr12755-acceptance-low") / 100
     high = ev.value(claim, "pr12755-acceptance-high") / 100
-    published = (", ".join(f"{s:g}× at QPS {q}" for q, s in sorted(claimed.items()))
-                 + f"; a gain only below QPS {bound:g} (k=1, acceptance {100 * low:g}–{100 * high:g} %)")  # fmt: skip
+    published = (
+        ", ".join(f"{s:g}× at QPS {q}" for q, s in sorted(claimed.items()))
+        + f"; a gain only below QPS {bound:g} (k=1, acceptance {100 * low:g}–{100 * high:g} %)"
+    )
     below = _at_mtp_scale(speedup_pairs(ev.deciding_rows(claim), "tpot_mean_ms"))
-    below = below[(below["spec_method"] == "mtp") & (below["k"] == 1) & below["request_rate_qps"].notna()
-                  & (below["request_rate_qps"].astype(float) < bound)]  # fmt: skip
+    below = below[
+        (below["spec_method"] == "mtp")
+        & (below["k"] == 1)
+        & below["request_rate_qps"].notna()
+        & (below["request_rate_qps"].astype(float) < bound)
+    ]
     at_bound = fade_by_bound(ev.rows(claim.case), ev.published)
     pairs = pd.concat([f for f in (below, at_bound) if not f.empty] or [below], ignore_index=True)
     verdicts, notes, judged = [], [], []
@@ -170,8 +193,9 @@ def mtp_gain_falls_with_qps(claim: Claim, ev: Evidence) -> CheckResult:
             continue
         judged.append(index)
         gap = float(r.get("acceptance_gap", math.nan))  # NaN below the bound: the deciding part's own acceptance
-        nearest = (f", acceptance {float(r['imposed_alpha']):.2f}: the nearest to the PR's run clean here"
-                   if gap > 0 else "")  # fmt: skip
+        nearest = (
+            f", acceptance {float(r['imposed_alpha']):.2f}: the nearest to the PR's run clean here" if gap > 0 else ""
+        )
         notes.append(f"{speedup:.2f}× at QPS {qps:g} ({r['engine_label']}{nearest})")
     if notes and at_bound.empty:
         notes.append(f"no clean run at QPS {bound:g} or above at the PR's acceptance yet, where the PR saw no gain")
@@ -179,11 +203,20 @@ def mtp_gain_falls_with_qps(claim: Claim, ev: Evidence) -> CheckResult:
     c_model, layers = _mtp_cost()
     tops = [speculative.speedup(a, 1, c_model) for a in (low, high)]
     implied = [(1 + a) / claimed[min(claimed)] - 1 for a in (low, high)]
-    model_says = (f"model.speculative.speedup with k=1, c={layers}: at most {tops[0]:.2f}–{tops[1]:.2f}× at any load; "
-                  f"{claimed[min(claimed)]:g}× at QPS {min(claimed)} implies c={implied[0]:.2f}–{implied[1]:.2f}. "
-                  "The model has no load term, so it cannot say where the gain ends")  # fmt: skip
-    return CheckResult(published, measured, combine(verdicts), len(verdicts), model_says, None,
-                       pairs=pairs.loc[judged] if judged else None)  # fmt: skip
+    model_says = (
+        f"model.speculative.speedup with k=1, c={layers}: at most {tops[0]:.2f}–{tops[1]:.2f}× at any load; "
+        f"{claimed[min(claimed)]:g}× at QPS {min(claimed)} implies c={implied[0]:.2f}–{implied[1]:.2f}. "
+        "The model has no load term, so it cannot say where the gain ends"
+    )
+    return CheckResult(
+        published,
+        measured,
+        combine(verdicts),
+        len(verdicts),
+        model_says,
+        None,
+        pairs=pairs.loc[judged] if judged else None,
+    )
 
 
 def mtp_later_conditional(published: pd.DataFrame, first: float = 0.85, k: int = 7) -> float:
@@ -198,24 +231,35 @@ def implied_mtp(published: pd.DataFrame) -> pd.DataFrame:
     τ = 1 + the published second-token acceptance), one line per end of each published range."""
     import pandas as pd
 
-
     records = []
     for source, low, high, speedup_id in (
-        ("DeepSeek-V3 report §5.4.3", "v3-second-token-acceptance-low", "v3-second-token-acceptance-high", "v3-tps-speedup"),
+        (
+            "DeepSeek-V3 report §5.4.3",
+            "v3-second-token-acceptance-low",
+            "v3-second-token-acceptance-high",
+            "v3-tps-speedup",
+        ),
         ("vLLM PR #12755, QPS 1", "pr12755-acceptance-low", "pr12755-acceptance-high", "pr12755-speedup-qps1"),
-    ):  # fmt: skip
+    ):
         speedup = published_value(published, speedup_id)
         for claim in (low, high):
             acceptance = published_value(published, claim) / 100.0
-            records.append({
-                "source": source, "acceptance": acceptance, "tau": 1.0 + acceptance, "speedup": speedup,
-                "implied_c": implied_draft_cost_ratio(1.0 + acceptance, 1, speedup),
-            })  # fmt: skip
+            records.append(
+                {
+                    "source": source,
+                    "acceptance": acceptance,
+                    "tau": 1.0 + acceptance,
+                    "speedup": speedup,
+                    "implied_c": implied_draft_cost_ratio(1.0 + acceptance, 1, speedup),
+                }
+            )
     return pd.DataFrame(records)
 
 
 def mtp_beside_pr(
-    published: pd.DataFrame, measured: pd.DataFrame, engine: str = "mtp-k1-a0.85",
+    published: pd.DataFrame,
+    measured: pd.DataFrame,
+    engine: str = "mtp-k1-a0.85",
     model_shape: str = "deepseek-v3-reduced",
 ) -> pd.DataFrame:
     """vLLM PR #12755's TPOT table (DeepSeek-R1, TP 8, k = 1) beside ours at the same Poisson request rates: the
@@ -225,8 +269,9 @@ def mtp_beside_pr(
     import pandas as pd
 
     prefix = "pr12755-tpot-ms-qps"
-    rates = sorted({float(cid.removeprefix(prefix).split("-")[0])
-                    for cid in published["claim_id"] if cid.startswith(prefix)})  # fmt: skip
+    rates = sorted(
+        {float(cid.removeprefix(prefix).split("-")[0]) for cid in published["claim_id"] if cid.startswith(prefix)}
+    )
     if not rates:
         raise SchemaError(f"reference table: no rows {prefix}<rate>-baseline")
     poisson = measured[(measured["model_shape"] == model_shape) & measured["request_rate_qps"].notna()]
@@ -239,12 +284,18 @@ def mtp_beside_pr(
         pr_off, pr_on = (published_value(published, f"{prefix}{rate:g}-{kind}") for kind in ("baseline", "mtp"))
         ours_off = off.get(rate, math.nan)
         ours_on = on["tpot_mean_ms"].get(rate, math.nan)
-        records.append({
-            "request_rate_qps": rate, "pr_tpot_off_ms": pr_off, "pr_tpot_mtp_ms": pr_on,
-            "pr_speedup": published_value(published, f"pr12755-speedup-qps{rate:g}"),
-            "ours_tpot_off_ms": ours_off, "ours_tpot_mtp_ms": ours_on, "ours_speedup": ours_off / ours_on,
-            "ours_acceptance_pct": 100.0 * on["acceptance_rate"].get(rate, math.nan),
-        })  # fmt: skip
+        records.append(
+            {
+                "request_rate_qps": rate,
+                "pr_tpot_off_ms": pr_off,
+                "pr_tpot_mtp_ms": pr_on,
+                "pr_speedup": published_value(published, f"pr12755-speedup-qps{rate:g}"),
+                "ours_tpot_off_ms": ours_off,
+                "ours_tpot_mtp_ms": ours_on,
+                "ours_speedup": ours_off / ours_on,
+                "ours_acceptance_pct": 100.0 * on["acceptance_rate"].get(rate, math.nan),
+            }
+        )
     return pd.DataFrame(records)
 
 
@@ -261,8 +312,11 @@ MIN_RATES_JUDGED = 3
 
 
 def mtp_verdict(
-    df: pd.DataFrame, published: pd.DataFrame | None = None, engine: str = "mtp-k1-a0.85",
-    rates: Iterable[float] = (1, 2, 4, 8), tolerance: float = MIN_BAND_PCT / 100,
+    df: pd.DataFrame,
+    published: pd.DataFrame | None = None,
+    engine: str = "mtp-k1-a0.85",
+    rates: Iterable[float] = (1, 2, 4, 8),
+    tolerance: float = MIN_BAND_PCT / 100,
 ) -> Finding:
     """Does MTP at k = 1 lower TPOT at low request rates, and does the gain shrink as the rate grows, as vLLM PR
     #12755 reported (``published.csv``)? Rests on ``engine`` against speculation off, Poisson loads.
@@ -270,11 +324,14 @@ def mtp_verdict(
     clean rates remain (the sentence names it), and keeps the verdict 'incomplete' before."""
     wanted = sorted(float(r) for r in rates)
     df, stalled = split_stalled(df)
-    stalled_rates = stalled_loads(stalled[stalled["concurrency"].isna()] if not stalled.empty else stalled,
-                                   "request_rate_qps", wanted)  # fmt: skip
+    stalled_rates = stalled_loads(
+        stalled[stalled["concurrency"].isna()] if not stalled.empty else stalled, "request_rate_qps", wanted
+    )
     table = tpot_speedups(df) if not df.empty else None
     if table is not None:
-        table = table[(table["engine_label"] == engine) & table["request_rate_qps"].notna() & table["concurrency"].isna()]
+        table = table[
+            (table["engine_label"] == engine) & table["request_rate_qps"].notna() & table["concurrency"].isna()
+        ]
         table = table[table["request_rate_qps"].isin(wanted)].sort_values("request_rate_qps").reset_index(drop=True)
     if table is None or table.empty:
         import pandas as pd
@@ -286,7 +343,9 @@ def mtp_verdict(
             pd.DataFrame(),
         )
     first, last = table.iloc[0], table.iloc[-1]
-    steps = ", ".join(f"{s:.2f}× at {r:g} QPS" for r, s in zip(table["request_rate_qps"], table["speedup"], strict=True))
+    steps = ", ".join(
+        f"{s:.2f}× at {r:g} QPS" for r, s in zip(table["request_rate_qps"], table["speedup"], strict=True)
+    )
     reported = ""
     q1, q8 = published_or_none(published, "pr12755-speedup-qps1"), published_or_none(published, "pr12755-speedup-qps8")
     if q1 is not None and q8 is not None:
@@ -296,9 +355,12 @@ def mtp_verdict(
     unmeasured = [r for r in missing if r not in stalled_rates]
     left_out = [r for r in missing if r in stalled_rates]
     if first["speedup"] <= 1.0 + tolerance:
-        status, tail = "no gain at low load", (
-            f" At the lowest rate measured, {first['request_rate_qps']:g} QPS, MTP did not lower TPOT by more than "
-            f"{100 * tolerance:.0f} %."
+        status, tail = (
+            "no gain at low load",
+            (
+                f" At the lowest rate measured, {first['request_rate_qps']:g} QPS, MTP did not lower TPOT by more than "
+                f"{100 * tolerance:.0f} %."
+            ),
         )
     elif unmeasured or len(table) < MIN_RATES_JUDGED:
         not_yet = f" Not yet measured at {', '.join(f'{r:g}' for r in unmeasured)} QPS." if unmeasured else ""
@@ -307,14 +369,20 @@ def mtp_verdict(
         # every wanted rate measured; those that only stalled are left out while enough clean rates remain
         without = stalled_words(left_out, "QPS", "the trend is judged without them")
         if last["speedup"] < first["speedup"] - tolerance:
-            status, tail = "gain that shrinks with load", (
-                f" The gain shrinks from {first['speedup']:.2f}× to {last['speedup']:.2f}× as the rate grows: the "
-                "direction PR #12755 reported." + without
+            status, tail = (
+                "gain that shrinks with load",
+                (
+                    f" The gain shrinks from {first['speedup']:.2f}× to {last['speedup']:.2f}× as the rate grows: the "
+                    "direction PR #12755 reported." + without
+                ),
             )
         else:
-            status, tail = "gain that holds with load", (
-                f" The gain does not shrink by more than {100 * tolerance:.0f} % up to {last['request_rate_qps']:g} "
-                "QPS, unlike PR #12755's." + without
+            status, tail = (
+                "gain that holds with load",
+                (
+                    f" The gain does not shrink by more than {100 * tolerance:.0f} % up to {last['request_rate_qps']:g} "
+                    "QPS, unlike PR #12755's." + without
+                ),
             )
     return Finding(status, measured + tail + reported, table)
 
@@ -328,8 +396,9 @@ def k_sweep(df: pd.DataFrame, model_shape: str, metric: str = "tpot_mean_ms") ->
 
 def _position_1_rates(table: pd.DataFrame) -> list[float]:
     """The imposed acceptance of draft position 1 of each row (NaN where none was imposed)."""
-    return [json.loads(rates)[0] if isinstance(rates, str) else float("nan")
-            for rates in table["imposed_acceptance_rates"]]  # fmt: skip
+    return [
+        json.loads(rates)[0] if isinstance(rates, str) else float("nan") for rates in table["imposed_acceptance_rates"]
+    ]
 
 
 def best_k_by_load(sweep: pd.DataFrame, first_rate: float = 0.85) -> pd.DataFrame:
@@ -338,8 +407,16 @@ def best_k_by_load(sweep: pd.DataFrame, first_rate: float = 0.85) -> pd.DataFram
     ``first_rate`` is repeated in ``position_1_rate``."""
     import pandas as pd
 
-    columns = ["load", "request_rate_qps", "concurrency", "best_k", "engine_label", "speedup", "k1_speedup",
-               "position_1_rate"]  # fmt: skip
+    columns = [
+        "load",
+        "request_rate_qps",
+        "concurrency",
+        "best_k",
+        "engine_label",
+        "speedup",
+        "k1_speedup",
+        "position_1_rate",
+    ]
     if sweep.empty:  # no MTP row of that shape among the rows chosen (a part of the grid)
         return pd.DataFrame(columns=columns)
     same = sweep[[abs(first - first_rate) < 1e-9 for first in _position_1_rates(sweep)]]
@@ -347,9 +424,18 @@ def best_k_by_load(sweep: pd.DataFrame, first_rate: float = 0.85) -> pd.DataFram
     for load, group in same.groupby("load", sort=False):
         top = group.loc[group["speedup"].idxmax()]
         k1 = group.loc[group["k"] == 1, "speedup"]
-        rows.append({"load": load, "request_rate_qps": top["request_rate_qps"], "concurrency": top["concurrency"],
-                     "best_k": int(top["k"]), "engine_label": top["engine_label"], "speedup": top["speedup"],
-                     "k1_speedup": k1.iloc[0] if len(k1) else float("nan"), "position_1_rate": first_rate})  # fmt: skip
+        rows.append(
+            {
+                "load": load,
+                "request_rate_qps": top["request_rate_qps"],
+                "concurrency": top["concurrency"],
+                "best_k": int(top["k"]),
+                "engine_label": top["engine_label"],
+                "speedup": top["speedup"],
+                "k1_speedup": k1.iloc[0] if len(k1) else float("nan"),
+                "position_1_rate": first_rate,
+            }
+        )
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -357,11 +443,19 @@ def acceptance_band(sweep: pd.DataFrame, k: int = 1) -> pd.DataFrame:
     """The configurations of one ``k`` in a ``k_sweep`` table that differ in their imposed i.i.d. acceptance
     (``imposed_alpha``): one row per load and α with the speed-up and the measured mean acceptance length, request
     rates first, then concurrencies, α ascending within a load."""
-    columns = ["load", "request_rate_qps", "concurrency", "imposed_alpha", "engine_label", "speedup",
-               "mean_acceptance_length"]  # fmt: skip
+    columns = [
+        "load",
+        "request_rate_qps",
+        "concurrency",
+        "imposed_alpha",
+        "engine_label",
+        "speedup",
+        "mean_acceptance_length",
+    ]
     rows = sweep[(sweep["k"] == k) & sweep["imposed_alpha"].notna()][columns].astype({"imposed_alpha": float})
     return rows.sort_values(["request_rate_qps", "concurrency", "imposed_alpha"], na_position="last").reset_index(
-        drop=True)  # fmt: skip
+        drop=True
+    )
 
 
 def draft_cost_beside_model(sweep: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
@@ -377,9 +471,11 @@ def draft_cost_beside_model(sweep: pd.DataFrame, predicted: pd.DataFrame) -> pd.
     """
     import pandas as pd
 
-
-    rows = sweep[sweep["concurrency"].notna() & sweep["request_rate_qps"].isna()
-                 & sweep["engine_label"].isin(set(predicted["config"]))]  # fmt: skip
+    rows = sweep[
+        sweep["concurrency"].notna()
+        & sweep["request_rate_qps"].isna()
+        & sweep["engine_label"].isin(set(predicted["config"]))
+    ]
     records = []
     for row in rows.itertuples():
         model = predicted[(predicted["config"] == row.engine_label) & (predicted["batch"] == row.concurrency)]
@@ -387,13 +483,34 @@ def draft_cost_beside_model(sweep: pd.DataFrame, predicted: pd.DataFrame) -> pd.
             continue
         c = draft_cost_from_tpot(row.speculative, row.baseline, float(row.mean_acceptance_length), int(row.k))
         draft_ms, fixed_ms = float(model["draft_ms"].iloc[0]), float(model["draft_fixed_cost_ms"].iloc[0])
-        records.append({"engine_label": row.engine_label, "k": int(row.k), "concurrency": row.concurrency,
-                        "tau_measured": float(row.mean_acceptance_length), "tpot_off_ms": row.baseline,
-                        "c_measured": c, "c_model": float(model["c"].iloc[0]), "draft_ms_measured": c * row.baseline,
-                        "draft_ms_model": draft_ms, "model_fixed_cost_ms": fixed_ms,
-                        "beyond_reads_ms": c * row.baseline - (draft_ms - fixed_ms)})  # fmt: skip
-    columns = ["engine_label", "k", "concurrency", "tau_measured", "tpot_off_ms", "c_measured", "c_model",
-               "draft_ms_measured", "draft_ms_model", "model_fixed_cost_ms", "beyond_reads_ms"]  # fmt: skip
+        records.append(
+            {
+                "engine_label": row.engine_label,
+                "k": int(row.k),
+                "concurrency": row.concurrency,
+                "tau_measured": float(row.mean_acceptance_length),
+                "tpot_off_ms": row.baseline,
+                "c_measured": c,
+                "c_model": float(model["c"].iloc[0]),
+                "draft_ms_measured": c * row.baseline,
+                "draft_ms_model": draft_ms,
+                "model_fixed_cost_ms": fixed_ms,
+                "beyond_reads_ms": c * row.baseline - (draft_ms - fixed_ms),
+            }
+        )
+    columns = [
+        "engine_label",
+        "k",
+        "concurrency",
+        "tau_measured",
+        "tpot_off_ms",
+        "c_measured",
+        "c_model",
+        "draft_ms_measured",
+        "draft_ms_model",
+        "model_fixed_cost_ms",
+        "beyond_reads_ms",
+    ]
     return pd.DataFrame(records, columns=columns)
 
 
@@ -415,7 +532,9 @@ def fixed_cost_change(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame
 
 
 def added_step_time(
-    sweep: pd.DataFrame, before: pd.DataFrame | None = None, after: pd.DataFrame | None = None,
+    sweep: pd.DataFrame,
+    before: pd.DataFrame | None = None,
+    after: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """What speculation added to an engine step, per closed-loop pair of a ``tpot_speedups`` (or ``k_sweep``) table,
     measured and as two ``model.calibration.prediction_frame`` tables predict it (``before`` and ``after``, e.g. with a whole
@@ -436,24 +555,49 @@ def added_step_time(
         rows = rows[rows["engine_label"].isin(set(before["config"]))]
     records = []
     for row, first_rate in zip(rows.itertuples(), _position_1_rates(rows), strict=True):
-        record = {"gpu_name": getattr(row, "gpu_name", ""), "engine_label": row.engine_label,
-                  "model_shape": row.model_shape, "k": int(row.k),
-                  "position_1_rate": first_rate, "concurrency": row.concurrency, "step_off_ms": row.baseline,
-                  "step_on_ms": row.speculative * row.mean_acceptance_length}  # fmt: skip
+        record = {
+            "gpu_name": getattr(row, "gpu_name", ""),
+            "engine_label": row.engine_label,
+            "model_shape": row.model_shape,
+            "k": int(row.k),
+            "position_1_rate": first_rate,
+            "concurrency": row.concurrency,
+            "step_off_ms": row.baseline,
+            "step_on_ms": row.speculative * row.mean_acceptance_length,
+        }
         record["added_ms"] = record["step_on_ms"] - record["step_off_ms"]
         record["added_share"] = record["added_ms"] / record["step_off_ms"]
         record["speedup"] = row.speedup
         for suffix, predicted in (("before", before), ("after", after)):
-            model = (predicted[(predicted["config"] == row.engine_label) & (predicted["batch"] == row.concurrency)]
-                     if predicted is not None else pd.DataFrame())  # fmt: skip
+            model = (
+                predicted[(predicted["config"] == row.engine_label) & (predicted["batch"] == row.concurrency)]
+                if predicted is not None
+                else pd.DataFrame()
+            )
             found = not model.empty
-            record[f"added_ms_{suffix}"] = (float(model["tpot_on_ms"].iloc[0] * model["tau"].iloc[0]
-                                                  - model["tpot_off_ms"].iloc[0]) if found else float("nan"))  # fmt: skip
+            record[f"added_ms_{suffix}"] = (
+                float(model["tpot_on_ms"].iloc[0] * model["tau"].iloc[0] - model["tpot_off_ms"].iloc[0])
+                if found
+                else float("nan")
+            )
             record[f"speedup_{suffix}"] = float(model["speedup"].iloc[0]) if found else float("nan")
         records.append(record)
-    columns = ["gpu_name", "engine_label", "model_shape", "k", "position_1_rate", "concurrency", "step_off_ms",
-               "step_on_ms", "added_ms", "added_share", "speedup", "added_ms_before", "speedup_before", "added_ms_after",
-               "speedup_after"]  # fmt: skip
+    columns = [
+        "gpu_name",
+        "engine_label",
+        "model_shape",
+        "k",
+        "position_1_rate",
+        "concurrency",
+        "step_off_ms",
+        "step_on_ms",
+        "added_ms",
+        "added_share",
+        "speedup",
+        "added_ms_before",
+        "speedup_before",
+        "added_ms_after",
+        "speedup_after",
+    ]
     table = pd.DataFrame(records, columns=columns)
     return table.sort_values(["concurrency", "step_off_ms"], ascending=[True, False]).reset_index(drop=True)
-

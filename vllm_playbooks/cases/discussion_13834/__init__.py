@@ -41,23 +41,37 @@ def spec_slower_at_reported_load(claim: Claim, ev: Evidence) -> CheckResult:
     pairs = pairs[pairs["concurrency"].notna()]
     near = pairs[(pairs["concurrency"] >= streams / LOAD_FACTOR) & (pairs["concurrency"] <= streams * LOAD_FACTOR)]
     if near.empty:
-        elsewhere = "; ".join(f"{percent_change(s)} at concurrency {int(c)}" for c, s in zip(pairs["concurrency"], pairs["speedup"], strict=True))
-        measured = f"not yet near {streams:.0f} streams; measured so far: {elsewhere}" if elsewhere else "no paired row yet"
+        elsewhere = "; ".join(
+            f"{percent_change(s)} at concurrency {int(c)}"
+            for c, s in zip(pairs["concurrency"], pairs["speedup"], strict=True)
+        )
+        measured = (
+            f"not yet near {streams:.0f} streams; measured so far: {elsewhere}" if elsewhere else "no paired row yet"
+        )
         verdict, rows, point, judged = Verdict.NOT_MEASURED, 0, {}, None
     else:
         nearest = (near["concurrency"].astype(float).map(math.log) - math.log(streams)).abs().idxmin()
         row, judged = near.loc[nearest], near.loc[[nearest]]
-        measured = (f"concurrency {int(row['concurrency'])}: {row['baseline']:.1f} → {row['speculative']:.1f} output tok/s "
-                    f"({percent_change(row['speedup'])})")  # fmt: skip
+        measured = (
+            f"concurrency {int(row['concurrency'])}: {row['baseline']:.1f} → {row['speculative']:.1f} output tok/s "
+            f"({percent_change(row['speedup'])})"
+        )
         verdict, rows = judge(float(row["speedup"]), claimed, band_pct=float(row["band_pct"])), 1
-        point = {"engine_label": str(row["engine_label"]), "concurrency": int(row["concurrency"]), "k": k, "alpha": alpha}
+        point = {
+            "engine_label": str(row["engine_label"]),
+            "concurrency": int(row["concurrency"]),
+            "k": k,
+            "alpha": alpha,
+        }
     model_says, model_verdict = "", None
     if ev.fit is not None:
         load = round(streams)
         a100 = predict_13834_a100(ev.fit, concurrency=load, alpha=alpha, k=k)
         predicted = a100["output_tok_s_on"] / a100["output_tok_s_off"]
-        model_says = (f"H200-fitted roofline on the A100's peaks at {load} streams: {a100['output_tok_s_off']:.0f} → "
-                      f"{a100['output_tok_s_on']:.0f} output tok/s ({percent_change(predicted)})")  # fmt: skip
+        model_says = (
+            f"H200-fitted roofline on the A100's peaks at {load} streams: {a100['output_tok_s_off']:.0f} → "
+            f"{a100['output_tok_s_on']:.0f} output tok/s ({percent_change(predicted)})"
+        )
         model_verdict = judge(predicted, claimed)
     return CheckResult(published, measured, verdict, rows, model_says, model_verdict, point, judged)
 
@@ -73,7 +87,10 @@ def implied_13834(published: pd.DataFrame) -> pd.Series:
     """
     import pandas as pd
 
-    out_off, out_on = published_value(published, "output-tok-s-spec-off"), published_value(published, "output-tok-s-spec-on")
+    out_off, out_on = (
+        published_value(published, "output-tok-s-spec-off"),
+        published_value(published, "output-tok-s-spec-on"),
+    )
     tot_off = published_value(published, "total-tok-s-spec-off")
     itl_off, itl_on = published_value(published, "itl-ms-spec-off"), published_value(published, "itl-ms-spec-on")
     return pd.Series(
@@ -103,12 +120,19 @@ def report_acceptance(rows: pd.DataFrame, published: pd.DataFrame) -> dict[str, 
     alpha = published_value(published, "acceptance-rate-author-quoted")
     k = int(published_value(published, "num-speculative-tokens"))
     drafting = rows[~scheduled_off(rows)] if not rows.empty else rows
-    same = drafting[(drafting["num_speculative_tokens"] == k)
-                    & (drafting["imposed_alpha"].astype(float).sub(alpha).abs() < 1e-9)
-                    & drafting["acceptance_rate"].notna()]  # fmt: skip
+    same = drafting[
+        (drafting["num_speculative_tokens"] == k)
+        & (drafting["imposed_alpha"].astype(float).sub(alpha).abs() < 1e-9)
+        & drafting["acceptance_rate"].notna()
+    ]
     measured = float(same["acceptance_rate"].astype(float).median()) if len(same) else None
-    return {"alpha": alpha, "k": k, "rate_expected": acceptance_rate_of_alpha(alpha, k), "rate_measured": measured,
-            "rows": len(same)}  # fmt: skip
+    return {
+        "alpha": alpha,
+        "k": k,
+        "rate_expected": acceptance_rate_of_alpha(alpha, k),
+        "rate_measured": measured,
+        "rows": len(same),
+    }
 
 
 def a100_table(carried: Mapping[str, float], calibrated: Mapping[str, float]) -> pd.DataFrame:
@@ -118,23 +142,36 @@ def a100_table(carried: Mapping[str, float], calibrated: Mapping[str, float]) ->
     import pandas as pd
 
     def line(label: str, off: float, on: float, values: Mapping[str, float] | None) -> dict[str, Any]:
-        return {"A100, Discussion #13834's setup": label, "output tok/s, speculation off": off,
-                "output tok/s, speculation on": on, "change (%)": 100.0 * (on / off - 1.0),
-                "TPOT off (ms)": values["tpot_ms_off"] if values else None,
-                "TPOT on (ms)": values["tpot_ms_on"] if values else None,
-                "HBM bandwidth efficiency": values["bandwidth_efficiency"] if values else None,
-                "fixed time per forward t0 (ms)": values["overhead_ms"] if values else None}  # fmt: skip
+        return {
+            "A100, Discussion #13834's setup": label,
+            "output tok/s, speculation off": off,
+            "output tok/s, speculation on": on,
+            "change (%)": 100.0 * (on / off - 1.0),
+            "TPOT off (ms)": values["tpot_ms_off"] if values else None,
+            "TPOT on (ms)": values["tpot_ms_on"] if values else None,
+            "HBM bandwidth efficiency": values["bandwidth_efficiency"] if values else None,
+            "fixed time per forward t0 (ms)": values["overhead_ms"] if values else None,
+        }
 
-    return pd.DataFrame([
-        line("predicted, H200 parameters carried", carried["output_tok_s_off"], carried["output_tok_s_on"], carried),
-        line("predicted, calibrated on the report's spec-off point", calibrated["output_tok_s_off"],
-             calibrated["output_tok_s_on"], calibrated),
-        line("reported", carried["reported_output_tok_s_off"], carried["reported_output_tok_s_on"], None),
-    ])  # fmt: skip
+    return pd.DataFrame(
+        [
+            line(
+                "predicted, H200 parameters carried", carried["output_tok_s_off"], carried["output_tok_s_on"], carried
+            ),
+            line(
+                "predicted, calibrated on the report's spec-off point",
+                calibrated["output_tok_s_off"],
+                calibrated["output_tok_s_on"],
+                calibrated,
+            ),
+            line("reported", carried["reported_output_tok_s_off"], carried["reported_output_tok_s_on"], None),
+        ]
+    )
 
 
-def predict_13834_a100(fit: EfficiencyFit, concurrency: int = 32, alpha: float | None = None,
-                       k: int | None = None, calibrate: bool = False) -> dict[str, float]:
+def predict_13834_a100(
+    fit: EfficiencyFit, concurrency: int = 32, alpha: float | None = None, k: int | None = None, calibrate: bool = False
+) -> dict[str, float]:
     """Out-of-sample: the H200 fit's efficiencies on the A100-80GB peaks, for Discussion #13834's setup.
 
     Llama-3.3-70B AWQ target, Llama-3.2-3B AWQ draft, the report's k and acceptance (read from
@@ -152,22 +189,33 @@ def predict_13834_a100(fit: EfficiencyFit, concurrency: int = 32, alpha: float |
     alpha = float(ref["acceptance-rate-author-quoted"]) if alpha is None else alpha
     k = int(ref["num-speculative-tokens"]) if k is None else k
     base = {
-        "model_shape": "llama-3.3-70b-awq", "kv_cache_dtype": "fp8", "concurrency": concurrency, "input_len": 1240,
-        "output_len": 128, "num_speculative_tokens": 0,
-    }  # fmt: skip
+        "model_shape": "llama-3.3-70b-awq",
+        "kv_cache_dtype": "fp8",
+        "concurrency": concurrency,
+        "input_len": 1240,
+        "output_len": 128,
+        "num_speculative_tokens": 0,
+    }
     spec = {**base, "num_speculative_tokens": k, "draft_model": "llama-3.2-3b-awq", "imposed_alpha": alpha}
     a100 = get_gpu("A100-80GB")
     if calibrate:
         streams = round(float(ref["output-tok-s-spec-off"]) * float(ref["itl-ms-spec-off"]) / 1000.0)
-        point = {**base, "case": "discussion-13834 (A100 report)", "concurrency": streams,
-                 "tpot_mean_ms": float(ref["itl-ms-spec-off"])}  # fmt: skip
+        point = {
+            **base,
+            "case": "discussion-13834 (A100 report)",
+            "concurrency": streams,
+            "tpot_mean_ms": float(ref["itl-ms-spec-off"]),
+        }
         fit = calibrate_on_gpu(fit, [point], a100)
     off_ms = predict_tpot_ms(base, fit, a100)
     on_ms = predict_tpot_ms(spec, fit, a100)
     return {
-        "tpot_ms_off": off_ms, "tpot_ms_on": on_ms,
-        "output_tok_s_off": concurrency * 1000 / off_ms, "output_tok_s_on": concurrency * 1000 / on_ms,
+        "tpot_ms_off": off_ms,
+        "tpot_ms_on": on_ms,
+        "output_tok_s_off": concurrency * 1000 / off_ms,
+        "output_tok_s_on": concurrency * 1000 / on_ms,
         "reported_output_tok_s_off": float(ref["output-tok-s-spec-off"]),
         "reported_output_tok_s_on": float(ref["output-tok-s-spec-on"]),
-        "bandwidth_efficiency": fit.bandwidth_efficiency, "overhead_ms": 1000 * fit.overhead_s,
-    }  # fmt: skip
+        "bandwidth_efficiency": fit.bandwidth_efficiency,
+        "overhead_ms": 1000 * fit.overhead_s,
+    }

@@ -52,8 +52,10 @@ def _with_length_profile(case: str, rows: pd.DataFrame) -> pd.DataFrame:
         profiles = {}
     out = with_profile(rows, profiles)
     unnamed = out["profile"].isna()
-    out.loc[unnamed, "profile"] = [f"{int(i)} in / {int(o)} out"
-                                   for i, o in zip(out.loc[unnamed, "input_len"], out.loc[unnamed, "output_len"], strict=True)]  # fmt: skip
+    out.loc[unnamed, "profile"] = [
+        f"{int(i)} in / {int(o)} out"
+        for i, o in zip(out.loc[unnamed, "input_len"], out.loc[unnamed, "output_len"], strict=True)
+    ]
     return out
 
 
@@ -74,7 +76,9 @@ def gain_up_to_concurrency(claim: Claim, ev: Evidence) -> CheckResult:
     top = ev.value(claim, "max-concurrency-with-gain")
     low = 1 + ev.value(claim, "output-throughput-gain-low") / 100
     high = 1 + ev.value(claim, "output-throughput-gain-high") / 100
-    published = f"gains up to {top:g} concurrent requests; output throughput {percent_change(low)} to {percent_change(high)}"
+    published = (
+        f"gains up to {top:g} concurrent requests; output throughput {percent_change(low)} to {percent_change(high)}"
+    )
     pairs = speedup_pairs(ev.deciding_rows(claim), "output_tok_s")
     pairs = pairs[(pairs["spec_method"] == "eagle3") & pairs["concurrency"].notna() & (pairs["concurrency"] <= top)]
     if pairs.empty or pairs["concurrency"].max() < top / LOAD_FACTOR:
@@ -85,15 +89,17 @@ def gain_up_to_concurrency(claim: Claim, ev: Evidence) -> CheckResult:
         pairs = _with_length_profile(claim.case, pairs)
         groups = list(pairs.groupby(["engine_label", "profile"]))
         reaching = [g for _, g in groups if g["concurrency"].max() >= top / LOAD_FACTOR]
-        verdict = best(combine(judge(float(s), low, high, band_pct=b) for s, b in zip(g["speedup"], g["band_pct"],
-                                                                                      strict=True))
-                       for g in reaching)  # fmt: skip
+        verdict = best(
+            combine(judge(float(s), low, high, band_pct=b) for s, b in zip(g["speedup"], g["band_pct"], strict=True))
+            for g in reaching
+        )
         rows = sum(len(g) for g in reaching)
         judged = pd.concat(reaching)
         several_profiles = pairs["profile"].nunique() > 1
         names = [f"{label} ({profile})" if several_profiles else label for (label, profile), _ in groups]
         measured = "; ".join(
-            f"{name}: " + ", ".join(f"{percent_change(s)} at {int(c)}" for c, s in zip(g["concurrency"], g["speedup"], strict=True))
+            f"{name}: "
+            + ", ".join(f"{percent_change(s)} at {int(c)}" for c, s in zip(g["concurrency"], g["speedup"], strict=True))
             for name, (_, g) in zip(names, groups, strict=True)
         )
     error = model_error(lambda: decode_step_flops(get_shape(EAGLE3_SHAPES[0]), 1))
@@ -137,23 +143,33 @@ def best_draft_tokens(claim: Claim, ev: Evidence) -> CheckResult:
                 verdicts.append(judge(ratio, four, band_pct=band) if loses else Verdict.NOT_REPRODUCED)
             else:
                 verdicts.append(Verdict.NOT_REPRODUCED)
-            judged.append({"gpu_name": ", ".join(sorted(set(group["gpu_name"].astype(str)))),
-                           "baseline_runs": by_k[best].runs, "speculative_runs": by_k[4].runs,
-                           "baseline_spread_pct": by_k[best].spread_pct, "speculative_spread_pct": by_k[4].spread_pct,
-                           "band_pct": band})  # fmt: skip
+            judged.append(
+                {
+                    "gpu_name": ", ".join(sorted(set(group["gpu_name"].astype(str)))),
+                    "baseline_runs": by_k[best].runs,
+                    "speculative_runs": by_k[4].runs,
+                    "baseline_spread_pct": by_k[best].spread_pct,
+                    "speculative_spread_pct": by_k[4].spread_pct,
+                    "band_pct": band,
+                }
+            )
             alpha_words = f", α {alpha:g}" if alpha >= 0 else ""
             profile_words = f"{profile}, " if several_profiles else ""
             ties = f" (tied within noise with k={', '.join(str(k) for k in tied[1:])})" if len(tied) > 1 else ""
-            notes.append(f"{profile_words}concurrency {int(conc)}{alpha_words}: best k={best}{ties}, "
-                         f"k=4 {percent_change(ratio)}")  # fmt: skip
+            notes.append(
+                f"{profile_words}concurrency {int(conc)}{alpha_words}: best k={best}{ties}, k=4 {percent_change(ratio)}"
+            )
     measured = "; ".join(notes) if notes else "no recorded EAGLE3 sweep over k yet"
     target, head = (get_shape(n) for n in EAGLE3_SHAPES)
     c = head.num_hidden_layers / target.num_hidden_layers
     best_k = {a: max(MODEL_K_RANGE, key=lambda k, a=a: speedup(a, k, c)) for a in ALPHA_SWEEP}
-    model_says = (f"model.speculative.speedup with c={head.num_hidden_layers}/{target.num_hidden_layers} (head layers / target "
-                  f"layers), verify cost flat in k, k from {MODEL_K_RANGE[0]} to {MODEL_K_RANGE[-1]}: best k "
-                  + ", ".join(f"{k}{' (the largest tried)' if k == MODEL_K_RANGE[-1] else ''} at α {a:g}"
-                              for a, k in best_k.items()))  # fmt: skip
+    model_says = (
+        f"model.speculative.speedup with c={head.num_hidden_layers}/{target.num_hidden_layers} (head layers / target "
+        f"layers), verify cost flat in k, k from {MODEL_K_RANGE[0]} to {MODEL_K_RANGE[-1]}: best k "
+        + ", ".join(
+            f"{k}{' (the largest tried)' if k == MODEL_K_RANGE[-1] else ''} at α {a:g}" for a, k in best_k.items()
+        )
+    )
     model_verdict = Verdict.REPRODUCED if all(k_low <= k <= k_high for k in best_k.values()) else Verdict.NOT_REPRODUCED
     compared = pd.DataFrame(judged) if judged else None  # k = 4 against the best k: their runs, spreads and band
     return CheckResult(published, measured, combine(verdicts), len(verdicts), model_says, model_verdict, pairs=compared)
@@ -181,7 +197,9 @@ def eagle3_rates(published: pd.DataFrame) -> list[float]:
 
 def eagle3_best_draft_tokens(published: pd.DataFrame) -> tuple[int, int]:
     """The draft-token range Red Hat's gpt-oss sweep found best (2-3, via a summary of the article): (low, high)."""
-    return int(published_value(published, "draft-tokens-best-low")), int(published_value(published, "draft-tokens-best-high"))
+    return int(published_value(published, "draft-tokens-best-low")), int(
+        published_value(published, "draft-tokens-best-high")
+    )
 
 
 def eagle3_alpha(published: pd.DataFrame) -> float:
@@ -191,15 +209,19 @@ def eagle3_alpha(published: pd.DataFrame) -> float:
 
 
 def routing_signature(
-    measured: pd.DataFrame, model_shape: str, fit: EfficiencyFit, gpu: Gpu | str = REFERENCE_DATASHEET,
-    low: int = 1, high: int = 16, input_len: int | None = None,
+    measured: pd.DataFrame,
+    model_shape: str,
+    fit: EfficiencyFit,
+    gpu: Gpu | str = REFERENCE_DATASHEET,
+    low: int = 1,
+    high: int = 16,
+    input_len: int | None = None,
 ) -> pd.DataFrame:
     """How spec-off TPOT grows from concurrency ``low`` to ``high``, measured and as predicted under uniform and under
     fixed routing. Uniform routing makes a batch touch many more experts than one sequence does; a measured growth
     near the 'fixed' prediction says the dummy router sent every token to the same experts (what a kernel that ignores
     the routing simulation would do with a degenerate router)."""
     import pandas as pd
-
 
     rows = measured[(measured["model_shape"] == model_shape) & is_baseline(measured)]
     rows = rows[rows["concurrency"].isin([low, high]) & rows["request_rate_qps"].isna()]
@@ -213,20 +235,38 @@ def routing_signature(
         context = float(in_len) + float(out_len) / 2
         predicted = {}
         for routing in ("uniform", "fixed"):
-            times = [cost_time_s(forward_cost(model_shape, b, 1, context, routing=routing), gpu, fit,
-                                 moe_layers=moe_layers_run(resolve_model(model_shape))) for b in (low, high)]  # fmt: skip
+            times = [
+                cost_time_s(
+                    forward_cost(model_shape, b, 1, context, routing=routing),
+                    gpu,
+                    fit,
+                    moe_layers=moe_layers_run(resolve_model(model_shape)),
+                )
+                for b in (low, high)
+            ]
             predicted[routing] = times[1] / times[0]
-        records.append({
-            "input_len": int(in_len), "output_len": int(out_len), "measured_growth": tpot[high] / tpot[low],
-            "predicted_uniform": predicted["uniform"], "predicted_fixed": predicted["fixed"],
-        })  # fmt: skip
-    return pd.DataFrame(records, columns=["input_len", "output_len", "measured_growth", "predicted_uniform",
-                                          "predicted_fixed"])  # fmt: skip
+        records.append(
+            {
+                "input_len": int(in_len),
+                "output_len": int(out_len),
+                "measured_growth": tpot[high] / tpot[low],
+                "predicted_uniform": predicted["uniform"],
+                "predicted_fixed": predicted["fixed"],
+            }
+        )
+    return pd.DataFrame(
+        records, columns=["input_len", "output_len", "measured_growth", "predicted_uniform", "predicted_fixed"]
+    )
 
 
 def eagle3_predictions(
-    target: str, draft: str, alphas: Iterable[float], ks: Iterable[int],
-    batches: Iterable[int] | Mapping[str, Iterable[int]], profiles: Mapping[str, tuple[int, int]], fit: EfficiencyFit,
+    target: str,
+    draft: str,
+    alphas: Iterable[float],
+    ks: Iterable[int],
+    batches: Iterable[int] | Mapping[str, Iterable[int]],
+    profiles: Mapping[str, tuple[int, int]],
+    fit: EfficiencyFit,
     gpu: Gpu | str = REFERENCE_DATASHEET,
 ) -> pd.DataFrame:
     """``speculation_prediction`` for a draft head at i.i.d. acceptance α (rates α, α², …) over k, batch and length
@@ -245,16 +285,31 @@ def eagle3_predictions(
                 rates = [alpha**i for i in range(1, k + 1)]
                 for batch in levels:
                     result = speculation_prediction(target, rates, batch, context, fit, gpu, draft=draft)
-                    records.append({"profile": profile, "engine_label": f"k={k} α={alpha:g}", "k": k,
-                                    "imposed_alpha": alpha, "concurrency": batch, **result,
-                                    "gain_pct": 100.0 * (result["speedup"] - 1.0)})  # fmt: skip
+                    records.append(
+                        {
+                            "profile": profile,
+                            "engine_label": f"k={k} α={alpha:g}",
+                            "k": k,
+                            "imposed_alpha": alpha,
+                            "concurrency": batch,
+                            **result,
+                            "gain_pct": 100.0 * (result["speedup"] - 1.0),
+                        }
+                    )
     return pd.DataFrame(records)
 
 
 STEP_FACTOR_COLUMNS = (
-    "profile", "concurrency", "fewer_steps_x", "step_cost_x", "gain_pct", "steps_per_1k_off", "steps_per_1k_spec",
-    "ms_per_step_off", "ms_per_step_spec",
-)  # fmt: skip
+    "profile",
+    "concurrency",
+    "fewer_steps_x",
+    "step_cost_x",
+    "gain_pct",
+    "steps_per_1k_off",
+    "steps_per_1k_spec",
+    "ms_per_step_off",
+    "ms_per_step_spec",
+)
 
 
 def step_factors(df: pd.DataFrame, profiles: Mapping[str, tuple[int, int]], engine: str) -> pd.DataFrame:
@@ -272,8 +327,11 @@ def step_factors(df: pd.DataFrame, profiles: Mapping[str, tuple[int, int]], engi
     for metric, prefix in (("steps_per_1k_tokens", "steps_per_1k"), ("ms_per_step", "ms_per_step")):
         table = gain_table(df, profiles, metric)
         table = table[table["engine_label"] == engine]
-        parts.append(table[keys + ["baseline", "speculative"]].rename(
-            columns={"baseline": f"{prefix}_off", "speculative": f"{prefix}_spec"}))  # fmt: skip
+        parts.append(
+            table[keys + ["baseline", "speculative"]].rename(
+                columns={"baseline": f"{prefix}_off", "speculative": f"{prefix}_spec"}
+            )
+        )
     gains = gain_table(df, profiles, "output_tok_s")
     gains = gains[gains["engine_label"] == engine][keys + ["gain_pct"]]
     out = parts[0].merge(parts[1], on=keys).merge(gains, on=keys).dropna()
@@ -285,12 +343,22 @@ def step_factors(df: pd.DataFrame, profiles: Mapping[str, tuple[int, int]], engi
 
 
 #: The columns of ``kv_pressure``.
-KV_PRESSURE_COLUMNS = ("gpu_name", "engine_label", "concurrency", "runs", "kv_cache_tokens", "tokens_needed",
-                       "preemptions_per_run")
+KV_PRESSURE_COLUMNS = (
+    "gpu_name",
+    "engine_label",
+    "concurrency",
+    "runs",
+    "kv_cache_tokens",
+    "tokens_needed",
+    "preemptions_per_run",
+)
 
 
 def kv_pressure(
-    df: pd.DataFrame, profiles: Mapping[str, tuple[int, int]], engine: str, profile: str = "chat",
+    df: pd.DataFrame,
+    profiles: Mapping[str, tuple[int, int]],
+    engine: str,
+    profile: str = "chat",
     data: Path | None = None,
 ) -> pd.DataFrame:
     """Whether the KV cache held the load, per GPU, for speculation off and ``engine`` at the highest concurrency of
@@ -318,17 +386,25 @@ def kv_pressure(
     for gpu, on_gpu in top.groupby("gpu_name", sort=True):
         for _, runs in sorted(on_gpu.groupby("engine_label"), key=lambda group: not is_baseline(group[1]).all()):
             label = runs["engine_label"].iloc[0]
-            records.append({
-                "gpu_name": gpu, "engine_label": label, "concurrency": int(runs["concurrency"].iloc[0]),
-                "runs": len(runs), "kv_cache_tokens": runs["kv_cache_tokens"].min(),
-                "tokens_needed": int(runs["concurrency"].iloc[0]) * (input_len + output_len),
-                "preemptions_per_run": float(runs["num_preemptions"].mean()),
-            })  # fmt: skip
+            records.append(
+                {
+                    "gpu_name": gpu,
+                    "engine_label": label,
+                    "concurrency": int(runs["concurrency"].iloc[0]),
+                    "runs": len(runs),
+                    "kv_cache_tokens": runs["kv_cache_tokens"].min(),
+                    "tokens_needed": int(runs["concurrency"].iloc[0]) * (input_len + output_len),
+                    "preemptions_per_run": float(runs["num_preemptions"].mean()),
+                }
+            )
     return pd.DataFrame(records, columns=list(KV_PRESSURE_COLUMNS)).astype({"kv_cache_tokens": "Int64"})
 
 
 def step_cost_by_alpha(
-    df: pd.DataFrame, profiles: Mapping[str, tuple[int, int]], k: int = 3, overlapped: Iterable[str] = (),
+    df: pd.DataFrame,
+    profiles: Mapping[str, tuple[int, int]],
+    k: int = 3,
+    overlapped: Iterable[str] = (),
 ) -> pd.DataFrame:
     """Milliseconds per engine step of the runs at one k and different imposed α, per profile and concurrency.
 
@@ -342,10 +418,24 @@ def step_cost_by_alpha(
     """
     import pandas as pd
 
-    columns = ["profile", "concurrency", "alphas", "alpha_fast", "ms_fast", "alpha_slow", "ms_slow",
-               "spread_pct", "shared_host"]  # fmt: skip
-    rows = df[(df["spec_method"] == "eagle3") & (df["num_speculative_tokens"] == k) & df["imposed_alpha"].notna()
-              & df["ms_per_step"].notna() & df["concurrency"].notna()]  # fmt: skip
+    columns = [
+        "profile",
+        "concurrency",
+        "alphas",
+        "alpha_fast",
+        "ms_fast",
+        "alpha_slow",
+        "ms_slow",
+        "spread_pct",
+        "shared_host",
+    ]
+    rows = df[
+        (df["spec_method"] == "eagle3")
+        & (df["num_speculative_tokens"] == k)
+        & df["imposed_alpha"].notna()
+        & df["ms_per_step"].notna()
+        & df["concurrency"].notna()
+    ]
     rows = with_profile(rows, profiles)
     shared = set(overlapped)
     records = []
@@ -353,14 +443,19 @@ def step_cost_by_alpha(
         if group["imposed_alpha"].nunique() < 2:
             continue
         fastest, slowest = group.loc[group["ms_per_step"].idxmin()], group.loc[group["ms_per_step"].idxmax()]
-        records.append({
-            "profile": profile, "concurrency": int(conc),
-            "alphas": tuple(sorted(float(a) for a in group["imposed_alpha"].unique())),
-            "alpha_fast": float(fastest["imposed_alpha"]), "ms_fast": float(fastest["ms_per_step"]),
-            "alpha_slow": float(slowest["imposed_alpha"]), "ms_slow": float(slowest["ms_per_step"]),
-            "spread_pct": 100 * (float(slowest["ms_per_step"]) / float(fastest["ms_per_step"]) - 1),
-            "shared_host": slowest["point_id"] in shared,
-        })  # fmt: skip
+        records.append(
+            {
+                "profile": profile,
+                "concurrency": int(conc),
+                "alphas": tuple(sorted(float(a) for a in group["imposed_alpha"].unique())),
+                "alpha_fast": float(fastest["imposed_alpha"]),
+                "ms_fast": float(fastest["ms_per_step"]),
+                "alpha_slow": float(slowest["imposed_alpha"]),
+                "ms_slow": float(slowest["ms_per_step"]),
+                "spread_pct": 100 * (float(slowest["ms_per_step"]) / float(fastest["ms_per_step"]) - 1),
+                "shared_host": slowest["point_id"] in shared,
+            }
+        )
     return pd.DataFrame(records, columns=columns)
 
 
@@ -370,8 +465,13 @@ def _gains_at(gains: pd.DataFrame) -> str:
 
 
 def eagle3_verdict(
-    df: pd.DataFrame, profiles: Mapping[str, tuple[int, int]], published: pd.DataFrame | None = None,
-    engine: str = "eagle3-k3-a0.71", profile: str = "chat", top: int = 200, tolerance: float = MIN_BAND_PCT / 100,
+    df: pd.DataFrame,
+    profiles: Mapping[str, tuple[int, int]],
+    published: pd.DataFrame | None = None,
+    engine: str = "eagle3-k3-a0.71",
+    profile: str = "chat",
+    top: int = 200,
+    tolerance: float = MIN_BAND_PCT / 100,
     cite_report: bool = True,
 ) -> Finding:
     """Does EAGLE-3 at k = 3 raise output throughput over speculation off on ``profile``, and does the gain hold up
@@ -396,10 +496,15 @@ def eagle3_verdict(
             pd.DataFrame(),
         )
     steps = _gains_at(gains)
-    measured = (f"On {gpu_names(df)}, {engine} changed output throughput against speculation off on the {profile} profile "
-                f"by {steps} (concurrency).")
+    measured = (
+        f"On {gpu_names(df)}, {engine} changed output throughput against speculation off on the {profile} profile "
+        f"by {steps} (concurrency)."
+    )
     measured += stalled_words([c for c in stalled_at if c not in set(gains["concurrency"])], "concurrency")
-    low, high = published_or_none(published, "output-throughput-gain-low"), published_or_none(published, "output-throughput-gain-high")
+    low, high = (
+        published_or_none(published, "output-throughput-gain-low"),
+        published_or_none(published, "output-throughput-gain-high"),
+    )
     held_to = published_or_none(published, "max-concurrency-with-gain")
     reported = (
         f" Red Hat reported gains that held to {held_to:g} concurrent requests, +{low:g} to +{high:g} % output "
@@ -421,9 +526,11 @@ def eagle3_verdict(
             tail += f" It did not hold at every load below that: {_gains_at(losses)}."
     else:
         last = int(wins["concurrency"].max())
-        status, tail = "gain fades before the top", (
-            f" The last gain above {100 * tolerance:.0f} % was at concurrency {last}; at {top} it was "
-            f"{float(at_top['gain_pct'].iloc[0]):+.1f} %, unlike Red Hat's result."
+        status, tail = (
+            "gain fades before the top",
+            (
+                f" The last gain above {100 * tolerance:.0f} % was at concurrency {last}; at {top} it was "
+                f"{float(at_top['gain_pct'].iloc[0]):+.1f} %, unlike Red Hat's result."
+            ),
         )
     return Finding(status, measured + tail + reported, gains)
-

@@ -39,11 +39,19 @@ def point_spreads(rows: pd.DataFrame, metric: str = "output_tok_s") -> pd.DataFr
     keys = ["engine_label", "concurrency", "random_range_ratio"]
     for (label, concurrency, ratio), group in rows.groupby(keys, sort=True):
         spread = spread_of(group[metric])
-        records.append({
-            "engine_label": label, "concurrency": int(concurrency), "lengths": length_mode(ratio),
-            "random_range_ratio": float(ratio), "runs": spread.runs, "median": spread.median,
-            "lowest": spread.lowest, "highest": spread.highest, "spread_pct": spread.spread_pct,
-        })  # fmt: skip
+        records.append(
+            {
+                "engine_label": label,
+                "concurrency": int(concurrency),
+                "lengths": length_mode(ratio),
+                "random_range_ratio": float(ratio),
+                "runs": spread.runs,
+                "median": spread.median,
+                "lowest": spread.lowest,
+                "highest": spread.highest,
+                "spread_pct": spread.spread_pct,
+            }
+        )
     return pd.DataFrame(records)
 
 
@@ -64,13 +72,23 @@ def shape_effect(rows: pd.DataFrame, metric: str = "output_tok_s") -> pd.DataFra
         change = 100.0 * (v["median"] / f["median"] - 1.0)
         band = band_pct(f["spread_pct"], v["spread_pct"])
         moved = {Effect.GAIN: "higher", Effect.LOSS: "lower", Effect.NONE: "within noise"}[
-            effect_of_speedup(v["median"] / f["median"], band)]
-        records.append({
-            "engine_label": label, "concurrency": int(concurrency), "fixed": f["median"], "fixed_runs": int(f["runs"]),
-            "fixed_spread_pct": f["spread_pct"], "varied": v["median"], "varied_runs": int(v["runs"]),
-            "varied_spread_pct": v["spread_pct"], "change_pct": change, "band_pct": band,
-            "moved": moved,
-        })  # fmt: skip
+            effect_of_speedup(v["median"] / f["median"], band)
+        ]
+        records.append(
+            {
+                "engine_label": label,
+                "concurrency": int(concurrency),
+                "fixed": f["median"],
+                "fixed_runs": int(f["runs"]),
+                "fixed_spread_pct": f["spread_pct"],
+                "varied": v["median"],
+                "varied_runs": int(v["runs"]),
+                "varied_spread_pct": v["spread_pct"],
+                "change_pct": change,
+                "band_pct": band,
+                "moved": moved,
+            }
+        )
     return pd.DataFrame(records)
 
 
@@ -79,8 +97,20 @@ def gain_by_shape(rows: pd.DataFrame, metric: str = "output_tok_s") -> pd.DataFr
     effect), one line per concurrency and length mode."""
     gains = versus_baseline(rows, metric)
     gains["lengths"] = [length_mode(r) for r in gains["random_range_ratio"]]
-    columns = ["engine_label", "concurrency", "lengths", "baseline", "baseline_runs", "baseline_spread_pct",
-               "speculative", "speculative_runs", "speculative_spread_pct", "change_pct", "band_pct", "effect"]  # fmt: skip
+    columns = [
+        "engine_label",
+        "concurrency",
+        "lengths",
+        "baseline",
+        "baseline_runs",
+        "baseline_spread_pct",
+        "speculative",
+        "speculative_runs",
+        "speculative_spread_pct",
+        "change_pct",
+        "band_pct",
+        "effect",
+    ]
     return gains[columns].sort_values(["concurrency", "lengths"]).reset_index(drop=True)
 
 
@@ -88,10 +118,15 @@ def with_cards(gains: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
     """``gains`` (``gain_by_shape`` of ``rows``) with ``cards``: how many GPU cards the runs of both sides of each
     line ran on (``rows`` carry ``gpu_cards``, ``results.replay.with_gpu_cards``; a run recorded without one adds
     none). 1: the comparison never left one machine; more: it mixes machines, to which the draft is sensitive."""
-    cards = {(int(concurrency), length_mode(ratio)): count_cards(group["gpu_cards"])
-             for (concurrency, ratio), group in rows.groupby(["concurrency", "random_range_ratio"])}  # fmt: skip
-    return gains.assign(cards=[cards.get((int(c), lengths), 0)
-                               for c, lengths in zip(gains["concurrency"], gains["lengths"], strict=True)])  # fmt: skip
+    cards = {
+        (int(concurrency), length_mode(ratio)): count_cards(group["gpu_cards"])
+        for (concurrency, ratio), group in rows.groupby(["concurrency", "random_range_ratio"])
+    }
+    return gains.assign(
+        cards=[
+            cards.get((int(c), lengths), 0) for c, lengths in zip(gains["concurrency"], gains["lengths"], strict=True)
+        ]
+    )
 
 
 def gain_by_card(rows: pd.DataFrame, metric: str = "output_tok_s") -> pd.DataFrame:
@@ -101,8 +136,19 @@ def gain_by_card(rows: pd.DataFrame, metric: str = "output_tok_s") -> pd.DataFra
     gain."""
     by_card = versus_baseline_by_card(rows, metric)
     by_card["lengths"] = [length_mode(r) for r in by_card["random_range_ratio"]]
-    columns = ["gpu_name", "card", "concurrency", "lengths", "baseline", "baseline_runs", "speculative",
-               "speculative_runs", "change_pct", "band_pct", "effect"]  # fmt: skip
+    columns = [
+        "gpu_name",
+        "card",
+        "concurrency",
+        "lengths",
+        "baseline",
+        "baseline_runs",
+        "speculative",
+        "speculative_runs",
+        "change_pct",
+        "band_pct",
+        "effect",
+    ]
     return by_card[columns].sort_values(["gpu_name", "concurrency", "lengths", "card"], ignore_index=True)
 
 
@@ -124,9 +170,16 @@ def gain_shift(gains: pd.DataFrame) -> pd.DataFrame:
         f, v = fixed.iloc[0], varied.iloc[0]
         band = band_pct(*(r[c] for r in (f, v) for c in ("baseline_spread_pct", "speculative_spread_pct")))
         shift = v["change_pct"] - f["change_pct"]
-        records.append({"concurrency": int(concurrency), "gain_fixed_pct": f["change_pct"],
-                        "gain_varied_pct": v["change_pct"], "shift_pts": shift, "band_pct": band,
-                        "beyond_noise": abs(shift) > band})  # fmt: skip
+        records.append(
+            {
+                "concurrency": int(concurrency),
+                "gain_fixed_pct": f["change_pct"],
+                "gain_varied_pct": v["change_pct"],
+                "shift_pts": shift,
+                "band_pct": band,
+                "beyond_noise": abs(shift) > band,
+            }
+        )
     return pd.DataFrame(records)
 
 
@@ -170,9 +223,15 @@ def runs_left(plan: CasePlan, rows: pd.DataFrame) -> pd.DataFrame:
         for load in plan.loads_for(engine):
             runs = recorded.get((engine.label, load.concurrency, load.random_range_ratio), 0)
             if runs < plan.repeats:
-                records.append({"engine_label": engine.label, "concurrency": load.concurrency,
-                                "lengths": length_mode(load.random_range_ratio), "runs": runs,
-                                "planned": plan.repeats})  # fmt: skip
+                records.append(
+                    {
+                        "engine_label": engine.label,
+                        "concurrency": load.concurrency,
+                        "lengths": length_mode(load.random_range_ratio),
+                        "runs": runs,
+                        "planned": plan.repeats,
+                    }
+                )
     return pd.DataFrame(records, columns=["engine_label", "concurrency", "lengths", "runs", "planned"])
 
 

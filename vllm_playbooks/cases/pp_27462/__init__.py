@@ -29,8 +29,11 @@ if TYPE_CHECKING:
 
 
 #: The #27462 page's verdict labels (``cases.pp_27462.verdict_label``) as the ledger's verdicts.
-_PAGE_VERDICTS = {"Reproduced": Verdict.REPRODUCED, "Direction only": Verdict.DIRECTION_ONLY,
-                  "Not reproduced": Verdict.NOT_REPRODUCED}  # fmt: skip
+_PAGE_VERDICTS = {
+    "Reproduced": Verdict.REPRODUCED,
+    "Direction only": Verdict.DIRECTION_ONLY,
+    "Not reproduced": Verdict.NOT_REPRODUCED,
+}
 
 
 @check("pp_cap_starves_stages")
@@ -46,7 +49,6 @@ def pp_cap_starves_stages(claim: Claim, ev: Evidence) -> CheckResult:
     """
     import pandas as pd
 
-
     sources = ev.sources(claim)
     published = "; ".join(f"{r['setting']}: {r['value']:g} {r['unit']}" for _, r in sources.iterrows())
     cases = list(dict.fromkeys([claim.case, CASE]))
@@ -57,8 +59,11 @@ def pp_cap_starves_stages(claim: Claim, ev: Evidence) -> CheckResult:
     label = verdict_label(comparison)
     verdict = _PAGE_VERDICTS.get(label, Verdict.NOT_MEASURED)
     judged = comparison.dropna(subset=["pp2_vs_pp1_pct", "pp2_at_2n_vs_pp1_pct"])
-    notes = [f"{r.model_shape} N={int(r.max_num_seqs)}: PP=2 at N {r.pp2_vs_pp1_pct:+.1f} %, at 2N "
-             f"{r.pp2_at_2n_vs_pp1_pct:+.1f} % against PP=1 at N" for r in judged.itertuples()]  # fmt: skip
+    notes = [
+        f"{r.model_shape} N={int(r.max_num_seqs)}: PP=2 at N {r.pp2_vs_pp1_pct:+.1f} %, at 2N "
+        f"{r.pp2_at_2n_vs_pp1_pct:+.1f} % against PP=1 at N"
+        for r in judged.itertuples()
+    ]
     measured = "; ".join(notes) if notes else "no cap N with PP=1 at N, PP=2 at N and PP=2 at 2N all saturated yet"
     if ev.fit is None:
         return CheckResult(published, measured, verdict, len(judged), "no roofline fit (too few recorded rows)", None)
@@ -66,17 +71,20 @@ def pp_cap_starves_stages(claim: Claim, ev: Evidence) -> CheckResult:
     predicted = pp_comparison(predicted_rows(planned_grid(load_plan(CASE), ev.fit)))
     model_label = verdict_label(predicted)
     model_judged = predicted.dropna(subset=["pp2_vs_pp1_pct", "pp2_at_2n_vs_pp1_pct"])
-    model_says = ("model.pipeline.predicted_throughput (the fitted roofline split over the stages, no communication): "
-                  + "; ".join(f"{r.model_shape} N={int(r.max_num_seqs)}: PP=2 at N {r.pp2_vs_pp1_pct:+.1f} %, at 2N "
-                              f"{r.pp2_at_2n_vs_pp1_pct:+.1f} %" for r in model_judged.itertuples()))  # fmt: skip
+    model_says = (
+        "model.pipeline.predicted_throughput (the fitted roofline split over the stages, no communication): "
+        + "; ".join(
+            f"{r.model_shape} N={int(r.max_num_seqs)}: PP=2 at N {r.pp2_vs_pp1_pct:+.1f} %, at 2N "
+            f"{r.pp2_at_2n_vs_pp1_pct:+.1f} %"
+            for r in model_judged.itertuples()
+        )
+    )
     model_verdict = _PAGE_VERDICTS.get(model_label)
     return CheckResult(published, measured, verdict, len(judged), model_says, model_verdict)
 
 
 #: The case this module's page is about, and the published numbers it is compared with.
 CASE = "pp-27462"
-
-
 
 
 #: A row counts as saturated (the cap binds, not the load) when concurrency ≥ this × max_num_seqs.
@@ -103,7 +111,6 @@ def recorded_startup_s(data: Any = None, gpu: Gpu | str = REFERENCE_DATASHEET) -
     import json
     import statistics
 
-
     seen: dict[str, dict[tuple[str, float], None]] = {}
     for case in recorded_cases(data):
         for point_dir in raw.finished_points(case_dir(case, data)):
@@ -129,7 +136,9 @@ def estimated_point_s(load: Any, output_tok_s: float, min_duration_s: float = MI
 
 
 def planned_grid(
-    plan: CasePlan, fit: EfficiencyFit | None = None, gpu: str | None = None,
+    plan: CasePlan,
+    fit: EfficiencyFit | None = None,
+    gpu: str | None = None,
     startup_s: Mapping[str, float] | None = None,
 ) -> pd.DataFrame:
     """The case's points as a table: engine, shape, layout, GPUs, max_num_seqs, microbatch (min(concurrency,
@@ -146,14 +155,22 @@ def planned_grid(
         cap = engine.max_num_seqs or 1
         running = min(cap, load.concurrency or cap)  # below the cap, the load sets how many run
         record: dict[str, Any] = {
-            "engine_label": engine.label, "model_shape": model, "layout": layout(tp, pp), "gpus": tp * pp,
-            "tensor_parallel_size": tp, "pipeline_parallel_size": pp,
-            "max_num_seqs": engine.max_num_seqs, "microbatch": microbatch_size(running, pp),
-            "concurrency": load.concurrency, "input_len": load.input_len, "output_len": load.output_len,
-        }  # fmt: skip
+            "engine_label": engine.label,
+            "model_shape": model,
+            "layout": layout(tp, pp),
+            "gpus": tp * pp,
+            "tensor_parallel_size": tp,
+            "pipeline_parallel_size": pp,
+            "max_num_seqs": engine.max_num_seqs,
+            "microbatch": microbatch_size(running, pp),
+            "concurrency": load.concurrency,
+            "input_len": load.input_len,
+            "output_len": load.output_len,
+        }
         if fit is not None:
-            pred = predicted_throughput(fit, engine.model, running, tp, pp, load.input_len, load.output_len,
-                                        engine.kv_cache_dtype, gpu)  # fmt: skip
+            pred = predicted_throughput(
+                fit, engine.model, running, tp, pp, load.input_len, load.output_len, engine.kv_cache_dtype, gpu
+            )
             record["predicted_output_tok_s"] = pred["output_tok_s"]
             record["predicted_tok_s_per_gpu"] = pred["output_tok_s_per_gpu"]
             record["estimated_point_s"] = estimated_point_s(load, pred["output_tok_s"], plan.min_duration_s)
@@ -185,16 +202,28 @@ def _filled(df: pd.DataFrame, steps: pd.DataFrame | None, fill: float) -> pd.Dat
     return df[~df["point_id"].isin(low)]
 
 
-def saturated(df: pd.DataFrame, factor: float = SATURATION_FACTOR, steps: pd.DataFrame | None = None,
-              fill: float = FILL_THRESHOLD) -> pd.DataFrame:  # fmt: skip
+def saturated(
+    df: pd.DataFrame, factor: float = SATURATION_FACTOR, steps: pd.DataFrame | None = None, fill: float = FILL_THRESHOLD
+) -> pd.DataFrame:
     """Rows that kept the server saturated: closed loop at concurrency ≥ ``factor`` × max_num_seqs and, where
     ``steps`` gives the measured running sequences, a fill of at least ``fill`` (the cap, not the request path, set
     the batch); one line per engine config (the median where an engine has several such rows), with ``layout`` and
     ``output_tok_s_per_gpu``."""
     import pandas as pd
 
-    columns = ["model_shape", "engine_label", "layout", "tensor_parallel_size", "pipeline_parallel_size",
-               "max_num_seqs", "gpus", "rows", "output_tok_s", "output_tok_s_per_gpu", "tpot_p50_ms"]  # fmt: skip
+    columns = [
+        "model_shape",
+        "engine_label",
+        "layout",
+        "tensor_parallel_size",
+        "pipeline_parallel_size",
+        "max_num_seqs",
+        "gpus",
+        "rows",
+        "output_tok_s",
+        "output_tok_s_per_gpu",
+        "tpot_p50_ms",
+    ]
     if df.empty:
         return pd.DataFrame(columns=columns)
     keep = _filled(_offered(df, factor), steps, fill)
@@ -211,14 +240,16 @@ def saturated(df: pd.DataFrame, factor: float = SATURATION_FACTOR, steps: pd.Dat
     return out[columns].sort_values(["model_shape", "layout", "max_num_seqs"]).reset_index(drop=True)
 
 
-def unfilled(df: pd.DataFrame, steps: pd.DataFrame, factor: float = SATURATION_FACTOR,
-             fill: float = FILL_THRESHOLD) -> pd.DataFrame:  # fmt: skip
+def unfilled(
+    df: pd.DataFrame, steps: pd.DataFrame, factor: float = SATURATION_FACTOR, fill: float = FILL_THRESHOLD
+) -> pd.DataFrame:
     """The rows that offered enough load for the cap to bind but ran fewer sequences than it (measured fill below
     ``fill``): left out of the comparison, listed with their measured running sequences."""
     offered = _offered(df, factor)
     rows = steps[steps["point_id"].isin(set(offered["point_id"])) & (steps["fill"] < fill)]
-    return with_layout(rows)[["engine_label", "layout", "max_num_seqs", "concurrency", "running_mean", "fill",
-                              "output_tok_s"]].reset_index(drop=True)  # fmt: skip
+    return with_layout(rows)[
+        ["engine_label", "layout", "max_num_seqs", "concurrency", "running_mean", "fill", "output_tok_s"]
+    ].reset_index(drop=True)
 
 
 def unfilled_note(rows: pd.DataFrame, fill: float = FILL_THRESHOLD) -> str:
@@ -236,16 +267,27 @@ def unfilled_note(rows: pd.DataFrame, fill: float = FILL_THRESHOLD) -> str:
     )
 
 
-def pp_comparison(df: pd.DataFrame, factor: float = SATURATION_FACTOR, steps: pd.DataFrame | None = None,
-                  fill: float = FILL_THRESHOLD) -> pd.DataFrame:  # fmt: skip
+def pp_comparison(
+    df: pd.DataFrame, factor: float = SATURATION_FACTOR, steps: pd.DataFrame | None = None, fill: float = FILL_THRESHOLD
+) -> pd.DataFrame:
     """Per shape and max_num_seqs N, the saturated throughputs (``saturated``) the verdict compares: PP=1 at N,
     PP=2 at N, PP=2 at 2N, TP=2 at N, and PP=2's change in percent against PP=1 and against TP=2 (NaN where a side
     is missing)."""
     import pandas as pd
 
     sat = saturated(df, factor, steps, fill)
-    columns = ["model_shape", "max_num_seqs", "pp1_tok_s", "pp2_tok_s", "pp2_at_2n_tok_s", "tp2_tok_s",
-               "pp2_vs_pp1_pct", "pp2_at_2n_vs_pp1_pct", "pp2_vs_tp2_pct", "pp2_at_2n_vs_tp2_pct"]  # fmt: skip
+    columns = [
+        "model_shape",
+        "max_num_seqs",
+        "pp1_tok_s",
+        "pp2_tok_s",
+        "pp2_at_2n_tok_s",
+        "tp2_tok_s",
+        "pp2_vs_pp1_pct",
+        "pp2_at_2n_vs_pp1_pct",
+        "pp2_vs_tp2_pct",
+        "pp2_at_2n_vs_tp2_pct",
+    ]
     if sat.empty:
         return pd.DataFrame(columns=columns)
     value = {(r.model_shape, r.layout, int(r.max_num_seqs)): float(r.output_tok_s) for r in sat.itertuples()}
@@ -254,11 +296,20 @@ def pp_comparison(df: pd.DataFrame, factor: float = SATURATION_FACTOR, steps: pd
     for model, n in sorted({(m, n) for m, _, n in value}):
         pp1, pp2 = value.get((model, "PP=1", n), nan), value.get((model, "PP=2", n), nan)
         pp2_2n, tp2 = value.get((model, "PP=2", 2 * n), nan), value.get((model, "TP=2", n), nan)
-        records.append({
-            "model_shape": model, "max_num_seqs": n, "pp1_tok_s": pp1, "pp2_tok_s": pp2, "pp2_at_2n_tok_s": pp2_2n,
-            "tp2_tok_s": tp2, "pp2_vs_pp1_pct": 100 * (pp2 / pp1 - 1), "pp2_at_2n_vs_pp1_pct": 100 * (pp2_2n / pp1 - 1),
-            "pp2_vs_tp2_pct": 100 * (pp2 / tp2 - 1), "pp2_at_2n_vs_tp2_pct": 100 * (pp2_2n / tp2 - 1),
-        })  # fmt: skip
+        records.append(
+            {
+                "model_shape": model,
+                "max_num_seqs": n,
+                "pp1_tok_s": pp1,
+                "pp2_tok_s": pp2,
+                "pp2_at_2n_tok_s": pp2_2n,
+                "tp2_tok_s": tp2,
+                "pp2_vs_pp1_pct": 100 * (pp2 / pp1 - 1),
+                "pp2_at_2n_vs_pp1_pct": 100 * (pp2_2n / pp1 - 1),
+                "pp2_vs_tp2_pct": 100 * (pp2 / tp2 - 1),
+                "pp2_at_2n_vs_tp2_pct": 100 * (pp2_2n / tp2 - 1),
+            }
+        )
     return pd.DataFrame(records, columns=columns)
 
 
@@ -278,8 +329,17 @@ def measured_vs_predicted(measured: pd.DataFrame, grid: pd.DataFrame) -> pd.Data
     predicted = grid.groupby("engine_label", as_index=False)["predicted_output_tok_s"].first()
     out = measured.merge(predicted, on="engine_label", how="left")
     out["prediction_error_pct"] = 100 * (out["predicted_output_tok_s"] / out["output_tok_s"] - 1)
-    return out[["model_shape", "engine_label", "layout", "max_num_seqs", "output_tok_s", "predicted_output_tok_s",
-                "prediction_error_pct"]]  # fmt: skip
+    return out[
+        [
+            "model_shape",
+            "engine_label",
+            "layout",
+            "max_num_seqs",
+            "output_tok_s",
+            "predicted_output_tok_s",
+            "prediction_error_pct",
+        ]
+    ]
 
 
 def reproduced_at(row: Any, threshold_pct: float = THRESHOLD_PCT) -> bool | None:
@@ -344,12 +404,16 @@ def tp_sentence(comparison: pd.DataFrame, model: str) -> str:
     return f"{model}: " + "; ".join(clauses) + "."
 
 
-def best_pp_setting(df: pd.DataFrame, model: str, pipeline_parallel_size: int = 2,
-                    steps: pd.DataFrame | None = None) -> str | None:  # fmt: skip
+def best_pp_setting(
+    df: pd.DataFrame, model: str, pipeline_parallel_size: int = 2, steps: pd.DataFrame | None = None
+) -> str | None:
     """The engine label of the fastest saturated PP setting of ``model`` (highest output tok/s), or None."""
     sat = saturated(df, steps=steps)
-    sat = sat[(sat["model_shape"] == model) & (sat["pipeline_parallel_size"] == pipeline_parallel_size)
-              & (sat["tensor_parallel_size"] == 1)]  # fmt: skip
+    sat = sat[
+        (sat["model_shape"] == model)
+        & (sat["pipeline_parallel_size"] == pipeline_parallel_size)
+        & (sat["tensor_parallel_size"] == 1)
+    ]
     if sat.empty:
         return None
     return str(sat.sort_values("output_tok_s", ascending=False)["engine_label"].iloc[0])
@@ -357,10 +421,7 @@ def best_pp_setting(df: pd.DataFrame, model: str, pipeline_parallel_size: int = 
 
 def sweep_call(label: str, concurrency: Sequence[int] = SWEEP_CONCURRENCY, case: str = CASE) -> str:
     """The Python call that runs the concurrency sweep of one engine on a GPU machine."""
-    return (
-        f"run_case(load_plan({case!r}, engines=[{label!r}], concurrency={list(concurrency)!r}))"
-        ".raise_for_failures()"
-    )
+    return f"run_case(load_plan({case!r}, engines=[{label!r}], concurrency={list(concurrency)!r})).raise_for_failures()"
 
 
 def sweep_rows(df: pd.DataFrame, label: str | None) -> pd.DataFrame:
@@ -372,8 +433,12 @@ def sweep_rows(df: pd.DataFrame, label: str | None) -> pd.DataFrame:
 
 
 def results_with_sweep(
-    case: str, mode: str, plan_overrides: Mapping[str, Any] | None = None,
-    sweep_concurrency: Sequence[int] | None = SWEEP_CONCURRENCY, sweep_model: str | None = None, **run_kwargs: Any,
+    case: str,
+    mode: str,
+    plan_overrides: Mapping[str, Any] | None = None,
+    sweep_concurrency: Sequence[int] | None = SWEEP_CONCURRENCY,
+    sweep_model: str | None = None,
+    **run_kwargs: Any,
 ) -> pd.DataFrame:
     """What the page calls. Replay: the recorded rows. Live: the grid (``plan_overrides`` as ``load_plan`` takes
     them), then the concurrency sweep of the fastest PP=2 setting of ``sweep_model`` (none when either is None),
@@ -389,7 +454,9 @@ def results_with_sweep(
     if best is None:
         raise ConfigError(f"no saturated PP=2 row of {sweep_model} was recorded, so there is no setting to sweep")
     rest = {k: v for k, v in overrides.items() if k not in ("engines", "concurrency", "request_rate_qps")}
-    run_case(load_plan(case, engines=[best], concurrency=list(sweep_concurrency), **rest), **run_kwargs).raise_for_failures()
+    run_case(
+        load_plan(case, engines=[best], concurrency=list(sweep_concurrency), **rest), **run_kwargs
+    ).raise_for_failures()
     return replay_case(case)
 
 
@@ -402,8 +469,9 @@ def rows_of_newest_gpu(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["gpu_name"] == newest]
 
 
-def select_engines(case: str, engines: Sequence[str] | None = None,
-                   max_num_seqs: Sequence[int] | None = None) -> list[str] | None:  # fmt: skip
+def select_engines(
+    case: str, engines: Sequence[str] | None = None, max_num_seqs: Sequence[int] | None = None
+) -> list[str] | None:
     """Engine labels of ``case`` to run: ``engines`` (all when None) narrowed to those whose ``max_num_seqs`` is in
     ``max_num_seqs`` (all when None). None when neither narrows anything, as ``load_plan`` expects."""
     if engines is None and max_num_seqs is None:
@@ -418,8 +486,13 @@ def select_engines(case: str, engines: Sequence[str] | None = None,
     return labels
 
 
-def gpu_table(df: pd.DataFrame, data: Any = None, factor: float = SATURATION_FACTOR,
-              steps: pd.DataFrame | None = None, fill: float = FILL_THRESHOLD) -> pd.DataFrame:  # fmt: skip
+def gpu_table(
+    df: pd.DataFrame,
+    data: Any = None,
+    factor: float = SATURATION_FACTOR,
+    steps: pd.DataFrame | None = None,
+    fill: float = FILL_THRESHOLD,
+) -> pd.DataFrame:
     """Per-GPU utilisation summary (``results.gpu_samples.gpu_summary``) of the saturated rows, with ``layout``."""
 
     if df.empty:
@@ -452,8 +525,9 @@ def predicted_best_pp(grid: pd.DataFrame, model: str, pipeline_parallel_size: in
     return str(rows.sort_values("predicted_output_tok_s", ascending=False)["engine_label"].iloc[0])
 
 
-def sweep_engine(df: pd.DataFrame, grid: pd.DataFrame, model: str | None,
-                 steps: pd.DataFrame | None = None) -> str | None:  # fmt: skip
+def sweep_engine(
+    df: pd.DataFrame, grid: pd.DataFrame, model: str | None, steps: pd.DataFrame | None = None
+) -> str | None:
     """The engine the concurrency sweep runs: the fastest saturated PP=2 setting of ``model`` measured, else the one
     the roofline predicts fastest (``predicted_best_pp``); None when ``model`` is None (no sweep)."""
     if model is None:
@@ -461,16 +535,22 @@ def sweep_engine(df: pd.DataFrame, grid: pd.DataFrame, model: str | None,
     return best_pp_setting(df, model, steps=steps) or predicted_best_pp(grid, model)
 
 
-def sweep_grid(case: str, label: str | None, concurrency: Sequence[int] | None, fit: EfficiencyFit | None = None,
-               startup_s: Mapping[str, float] | None = None, **overrides: Any) -> pd.DataFrame:  # fmt: skip
+def sweep_grid(
+    case: str,
+    label: str | None,
+    concurrency: Sequence[int] | None,
+    fit: EfficiencyFit | None = None,
+    startup_s: Mapping[str, float] | None = None,
+    **overrides: Any,
+) -> pd.DataFrame:
     """``planned_grid`` of the sweep (one engine at each concurrency); empty when there is no sweep."""
     import pandas as pd
 
-
     if label is None or not concurrency:
         return pd.DataFrame()
-    return planned_grid(load_plan(case, engines=[label], concurrency=list(concurrency), **overrides), fit,
-                        startup_s=startup_s)
+    return planned_grid(
+        load_plan(case, engines=[label], concurrency=list(concurrency), **overrides), fit, startup_s=startup_s
+    )
 
 
 def sweep_note(label: str | None, concurrency: Sequence[int] | None, recorded: int, case: str = CASE) -> str:

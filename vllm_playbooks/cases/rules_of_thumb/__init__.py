@@ -45,8 +45,19 @@ def _break_even_by_config(rows: pd.DataFrame) -> list[dict[str, Any]]:
         c = draft_cost_from_tpot(first["speculative"], first["baseline"], float(first["mean_acceptance_length"]), k)
         alpha = break_even_alpha(k, c)
         rate = acceptance_rate_of_alpha(alpha, k) if alpha is not None else None
-        out.append({"case": case, "engine_label": label, "target": first["model_shape"], "draft": _draft_name(first),
-                    "k": k, "concurrency": int(first["concurrency"]), "c": c, "alpha": alpha, "rate": rate})  # fmt: skip
+        out.append(
+            {
+                "case": case,
+                "engine_label": label,
+                "target": first["model_shape"],
+                "draft": _draft_name(first),
+                "k": k,
+                "concurrency": int(first["concurrency"]),
+                "c": c,
+                "alpha": alpha,
+                "rate": rate,
+            }
+        )
     return out
 
 
@@ -62,7 +73,9 @@ def _describe_break_even(configs: list[dict[str, Any]]) -> str:
         if cfg["rate"] is None:
             parts.append(f"{where}: c={cfg['c']:.2f}, never breaks even")
         else:
-            parts.append(f"{where}: c={cfg['c']:.2f}, break-even acceptance rate {cfg['rate']:.2f} (α {cfg['alpha']:.2f})")
+            parts.append(
+                f"{where}: c={cfg['c']:.2f}, break-even acceptance rate {cfg['rate']:.2f} (α {cfg['alpha']:.2f})"
+            )
     return "; ".join(parts)
 
 
@@ -99,8 +112,10 @@ def acceptance_bands(claim: Claim, ev: Evidence) -> CheckResult:
     loss_below = ev.value(claim, "acceptance-net-loss-below")
     even_low, even_high = ev.value(claim, "acceptance-break-even-low"), ev.value(claim, "acceptance-break-even-high")
     helps_from = ev.value(claim, "acceptance-helps-from")
-    published = (f"acceptance rate below {loss_below:g}: a net loss; {even_low:g}–{even_high:g}: break-even; "
-                 f"{helps_from:g} or more: helps")  # fmt: skip
+    published = (
+        f"acceptance rate below {loss_below:g}: a net loss; {even_low:g}–{even_high:g}: break-even; "
+        f"{helps_from:g} or more: helps"
+    )
     import pandas as pd
 
     rows = ev.all_rows()
@@ -108,14 +123,26 @@ def acceptance_bands(claim: Claim, ev: Evidence) -> CheckResult:
     # A closed loop's speed-up shows in its output throughput; an open loop's throughput is what its arrival rate
     # offers, so there the speed-up is the baseline's mean TPOT over the speculative one at the same request rate.
     open_loop = drafting["request_rate_qps"].notna()
-    pairs = pd.concat([speedup_pairs(drafting[~open_loop], "output_tok_s", extra=["acceptance_rate"]),
-                       speedup_pairs(drafting[open_loop], "tpot_mean_ms", extra=["acceptance_rate"])],
-                      ignore_index=True)  # fmt: skip
+    pairs = pd.concat(
+        [
+            speedup_pairs(drafting[~open_loop], "output_tok_s", extra=["acceptance_rate"]),
+            speedup_pairs(drafting[open_loop], "tpot_mean_ms", extra=["acceptance_rate"]),
+        ],
+        ignore_index=True,
+    )
     every = pairs[pairs["acceptance_rate"].notna()]
-    expected = [Effect.LOSS if rate < loss_below else Effect.GAIN if rate >= helps_from else Effect.NONE
-                for rate in every["acceptance_rate"].astype(float)]  # fmt: skip
-    agrees = pd.Series([effect(float(gain), float(band)) is want for gain, band, want in
-                        zip(every["speedup"], every["band_pct"], expected, strict=True)], index=every.index, dtype=bool)
+    expected = [
+        Effect.LOSS if rate < loss_below else Effect.GAIN if rate >= helps_from else Effect.NONE
+        for rate in every["acceptance_rate"].astype(float)
+    ]
+    agrees = pd.Series(
+        [
+            effect(float(gain), float(band)) is want
+            for gain, band, want in zip(every["speedup"], every["band_pct"], expected, strict=True)
+        ],
+        index=every.index,
+        dtype=bool,
+    )
     pairs, set_aside = re_measured_pairs(every)
     verdicts, notes, tally = [], [], {want: [0, 0] for want in (Effect.LOSS, Effect.NONE, Effect.GAIN)}
     for (i, r), wanted in zip(every.iterrows(), expected, strict=True):
@@ -128,21 +155,29 @@ def acceptance_bands(claim: Claim, ev: Evidence) -> CheckResult:
             load = describe_load(r["request_rate_qps"], r["concurrency"])
             if float(r["random_range_ratio"] or 0) > 0:
                 load += f" with lengths ±{100 * float(r['random_range_ratio']):.0f} %"
-            notes.append(f"{r['case']} on {r['gpu_name']} at {load}: acceptance {float(r['acceptance_rate']):.2f} "
-                         f"(expects {wanted}) gave {percent_change(float(r['speedup']))}")  # fmt: skip
+            notes.append(
+                f"{r['case']} on {r['gpu_name']} at {load}: acceptance {float(r['acceptance_rate']):.2f} "
+                f"(expects {wanted}) gave {percent_change(float(r['speedup']))}"
+            )
     if verdicts:
         against = f"; against it: {'; '.join(notes)}" if notes else ""
         judged = "paired rows"
         if set_aside:
             rates = pairs["acceptance_rate"].astype(float)
-            judged = (f"re-measured points (at least {MIN_CLEAN_REPEATS} clean runs a side; acceptance "
-                      f"{rates.min():.2f}–{rates.max():.2f})")  # fmt: skip
+            judged = (
+                f"re-measured points (at least {MIN_CLEAN_REPEATS} clean runs a side; acceptance "
+                f"{rates.min():.2f}–{rates.max():.2f})"
+            )
             aside = agrees.drop(pairs.index)
-            against += (f"; set aside: {set_aside} points with fewer clean runs, {int(aside.sum())} of which behave "
-                        f"as their band says")  # fmt: skip
+            against += (
+                f"; set aside: {set_aside} points with fewer clean runs, {int(aside.sum())} of which behave "
+                f"as their band says"
+            )
         by_band = ", ".join(f"{want} {n_agree} of {n}" for want, (n_agree, n) in tally.items() if n)
-        measured = (f"{len(verdicts) - len(notes)} of {len(verdicts)} {judged} behave as their band says (by the "
-                    f"effect their band expects: {by_band}){against}")  # fmt: skip
+        measured = (
+            f"{len(verdicts) - len(notes)} of {len(verdicts)} {judged} behave as their band says (by the "
+            f"effect their band expects: {by_band}){against}"
+        )
     else:
         measured = "no recorded speculative row with a measured acceptance rate yet"
     configs = _break_even_by_config(rows)
@@ -151,8 +186,15 @@ def acceptance_bands(claim: Claim, ev: Evidence) -> CheckResult:
         inside = all(cfg["rate"] is not None and even_low <= cfg["rate"] <= even_high for cfg in configs)
         model_verdict = Verdict.REPRODUCED if inside else Verdict.NOT_REPRODUCED
     model_says = _describe_break_even(configs) if configs else ""
-    return CheckResult(published, measured, combine(verdicts), len(verdicts), model_says, model_verdict,
-                       pairs=pairs if verdicts else None)  # fmt: skip
+    return CheckResult(
+        published,
+        measured,
+        combine(verdicts),
+        len(verdicts),
+        model_says,
+        model_verdict,
+        pairs=pairs if verdicts else None,
+    )
 
 
 @check("compute_bound_batch")
@@ -171,7 +213,9 @@ def compute_bound_batch_check(claim: Claim, ev: Evidence) -> CheckResult:
     configs: dict[tuple[str, str, float], set[int]] = {}
     for _, r in rows.iterrows():
         context = float(r["input_len"]) + float(r["output_len"]) / 2
-        configs.setdefault((str(r["model_shape"]), str(r["kv_cache_dtype"]), context), set()).add(int(r["num_speculative_tokens"]))
+        configs.setdefault((str(r["model_shape"]), str(r["kv_cache_dtype"]), context), set()).add(
+            int(r["num_speculative_tokens"])
+        )
     notes, agree = [], []
     for (shape_name, kv, context), ks in sorted(configs.items()):
         error = model_error(
@@ -186,7 +230,8 @@ def compute_bound_batch_check(claim: Claim, ev: Evidence) -> CheckResult:
         words = f"{plain:,}" if plain is not None else "never (KV reads grow as fast as the FLOPs)"
         verify = "".join(
             f", verify k={k}: {compute_bound_batch(shape, REFERENCE_DATASHEET, context, kv, q=k + 1)}"
-            for k in sorted(ks) if k
+            for k in sorted(ks)
+            if k
         )
         notes.append(f"{shape_name} ({kv} KV, {context:g} tokens of context): decode {words}{verify}")
     on = f"batch at which a step turns compute-bound on {REFERENCE_DATASHEET}: "
@@ -215,13 +260,17 @@ def temperature_rule(claim: Claim, ev: Evidence) -> CheckResult:
     published = f"speculation not recommended above a median temperature of {threshold:g}"
     rows = ev.all_rows()
     earned = rows[(rows["spec_method"] != "none") & rows["imposed_acceptance_rates"].isna()]
-    measured = (f"{len(earned)} recorded speculative row(s) with earned acceptance; every other one imposes its "
-                "acceptance, and no row records a temperature")  # fmt: skip
+    measured = (
+        f"{len(earned)} recorded speculative row(s) with earned acceptance; every other one imposes its "
+        "acceptance, and no row records a temperature"
+    )
     configs = _break_even_by_config(rows)
     model_says = ""
     if configs:
-        model_says = ("no temperature term: temperature matters only through α, and speculation pays while α stays "
-                      "above the break-even: " + _describe_break_even(configs))  # fmt: skip
+        model_says = (
+            "no temperature term: temperature matters only through α, and speculation pays while α stays "
+            "above the break-even: " + _describe_break_even(configs)
+        )
     return CheckResult(published, measured, Verdict.NOT_MEASURED, 0, model_says, None)
 
 
@@ -250,18 +299,28 @@ def kv_product_fits(claim: Claim, ev: Evidence) -> CheckResult:
         seqs, length = int(group["max_num_seqs"].iloc[0]), int(group["max_model_len"].iloc[0])
         tokens = value_range(group["kv_cache_tokens"].tolist(), "{:,.0f}")
         ratios = value_range(group["ratio"].tolist(), "{:.2f}")
-        notes.append(f"{where}: {tokens} KV tokens for {seqs} × {length} = {seqs * length:,} ({ratios}×); "
-                     f"{len(group)} start-up(s), {int(group['measured_rows'].sum())} measured row(s), "
-                     f"{int(group['preemptions'].sum())} preemptions")  # fmt: skip
+        notes.append(
+            f"{where}: {tokens} KV tokens for {seqs} × {length} = {seqs * length:,} ({ratios}×); "
+            f"{len(group)} start-up(s), {int(group['measured_rows'].sum())} measured row(s), "
+            f"{int(group['preemptions'].sum())} preemptions"
+        )
         held = [check_fits(s["engine"], float(s["total_memory_gib"])).max_concurrency for _, s in group.iterrows()]
-        model_notes.append(f"{where}: holds {value_range(held, '{:.1f}')} sequences of {length} < max_num_seqs {seqs}, "
-                           "and check_fits lets it start")  # fmt: skip
+        model_notes.append(
+            f"{where}: holds {value_range(held, '{:.1f}')} sequences of {length} < max_num_seqs {seqs}, "
+            "and check_fits lets it start"
+        )
     if verdicts:
         measured = "; ".join(notes)
     else:
         measured = f"all {len(starts)} recorded start-ups fit the product, so none tests the rule"
-    model_says = ("vLLM 0.26 (capacity.check_fits) refuses only a cache smaller than one max_model_len sequence; "
-                  + "; ".join(model_notes)) if model_notes else ""  # fmt: skip
+    model_says = (
+        (
+            "vLLM 0.26 (capacity.check_fits) refuses only a cache smaller than one max_model_len sequence; "
+            + "; ".join(model_notes)
+        )
+        if model_notes
+        else ""
+    )
     model_verdict = Verdict.NOT_REPRODUCED if model_notes else None
     return CheckResult(published, measured, combine(verdicts), len(verdicts), model_says, model_verdict)
 
@@ -304,11 +363,17 @@ def batching_defaults_table(claim: Claim, ev: Evidence) -> CheckResult:
                 cells += 1
                 if any(d != factor * b for d, b in zip(doubled, base, strict=True)):
                     mismatches.append(f"throughput mode on {name} ({context}): {base} → {doubled}")
-    published = (f"{table} defaults (large-memory and other GPUs × offline and server) and ×{factor:g} in "
-                 "throughput mode")  # fmt: skip
-    model_says = (f"capacity.batch_defaults (vLLM 0.26) for {', '.join(n for ns in DEFAULT_TABLE_GPUS.values() for n in ns)}: "
-                  + (f"{cells - len(mismatches)} of {cells} values agree; " + "; ".join(mismatches) if mismatches
-                     else f"all {cells} values agree"))  # fmt: skip
+    published = (
+        f"{table} defaults (large-memory and other GPUs × offline and server) and ×{factor:g} in throughput mode"
+    )
+    model_says = (
+        f"capacity.batch_defaults (vLLM 0.26) for {', '.join(n for ns in DEFAULT_TABLE_GPUS.values() for n in ns)}: "
+        + (
+            f"{cells - len(mismatches)} of {cells} values agree; " + "; ".join(mismatches)
+            if mismatches
+            else f"all {cells} values agree"
+        )
+    )
     model_verdict = Verdict.NOT_REPRODUCED if mismatches else Verdict.REPRODUCED
     measured = "every recorded run sets max_num_seqs and max_num_batched_tokens itself, so no run shows a default"
     return CheckResult(published, measured, Verdict.MODEL_ONLY, 0, model_says, model_verdict)
