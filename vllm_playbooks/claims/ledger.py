@@ -25,7 +25,7 @@ from vllm_playbooks.model.calibration import EfficiencyFit, fit_efficiency
 from vllm_playbooks.results.engine_steps import step_summary
 from vllm_playbooks.results.failed_starts import failed_starts
 from vllm_playbooks.results.raw import split_point_id
-from vllm_playbooks.results.replay import replay_case
+from vllm_playbooks.results.replay import RECORDED_FOR, replay_case_with_same_points
 from vllm_playbooks.results.schema import RUN_COLUMNS
 from vllm_playbooks.results.server_logs import parse_log_name, read_startup, server_logs
 from vllm_playbooks.results.store import case_dir, cases_with_runs, load_reference, load_runs, recorded_cases
@@ -351,13 +351,13 @@ def load_evidence(data: Path | None = None, checks: Mapping[str, Check] | None =
 
     folder = data if data is not None else paths.data_dir()
     published = load_reference()
-    runs = {case: usable_runs(replay_case(case, folder), folder) for case in cases_with_runs(folder)}
+    runs = {case: usable_runs(replay_case_with_same_points(case, folder), folder) for case in cases_with_runs(folder)}
     fit = None
     calibration = [
         r
         for case in calibration_cases()
         if case in runs
-        for r in _records(runs[case])
+        for r in _records(runs[case][runs[case][RECORDED_FOR] == case])  # its own runs: each row once in the fit
         if measured_on(str(r["gpu_name"]), REFERENCE_DATASHEET) and calibrates(r)
     ]
     if sum(not r["num_speculative_tokens"] for r in calibration) >= 3:

@@ -13,8 +13,9 @@ import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vllm_playbooks.results import raw, store
+from vllm_playbooks.results import raw
 from vllm_playbooks.results.identity import read_json
+from vllm_playbooks.results.replay import point_folders
 from vllm_playbooks.results.textfiles import read_text, stored_path
 
 if TYPE_CHECKING:
@@ -79,10 +80,7 @@ def with_run_conditions(rows: pd.DataFrame, data: Path | None = None, gpu_sample
     CPU count) the recorded value stays where the folder has none."""
     import pandas as pd
 
-    found = [
-        run_conditions(raw.raw_root(store.case_dir(case, data)) / pid, gpu_samples)
-        for case, pid in zip(rows["case"], rows["point_id"], strict=True)
-    ]
+    found = [run_conditions(folder, gpu_samples) for folder in point_folders(rows, data)]
     conditions = pd.DataFrame(found, columns=list(CONDITION_COLUMNS), index=rows.index)
     if "host_cpu_count" in rows.columns:
         conditions["host_cpu_count"] = conditions["host_cpu_count"].fillna(rows["host_cpu_count"])

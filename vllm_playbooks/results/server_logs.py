@@ -315,7 +315,8 @@ def startup_memory_of_rows(rows: pd.DataFrame, data: Path | None = None) -> pd.D
     base = data if data is not None else paths.data_dir()
     startups: dict[Path, StartupMemory | None] = {}
     tokens, graphs = [], []
-    for case, config_id, measured_at in zip(rows["case"], rows["config_id"], rows["measured_at"], strict=True):
+    cases = rows["recorded_for"] if "recorded_for" in rows.columns else rows["case"]  # the folder of its logs
+    for case, config_id, measured_at in zip(cases, rows["config_id"], rows["measured_at"], strict=True):
         at = dt.datetime.fromisoformat(str(measured_at))
         log = server_log_of(case_dir(str(case), base) / "logs", str(config_id), at)
         if log is not None and log not in startups:

@@ -30,7 +30,7 @@ from vllm_playbooks.results import raw, store
 from vllm_playbooks.results.conditions import with_run_conditions
 from vllm_playbooks.results.identity import read_json
 from vllm_playbooks.results.provenance import Provenance, collect_provenance, query_gpus, utc_now
-from vllm_playbooks.results.replay import replay_case, sync_rows
+from vllm_playbooks.results.replay import replay_case, replay_case_with_same_points, sync_rows
 from vllm_playbooks.results.schema import RUN_COLUMNS
 from vllm_playbooks.results.stalls import mark_stalled
 from vllm_playbooks.results.store import load_run_rows, rows_to_frame
@@ -425,7 +425,8 @@ def results_for(
     """What a case notebook calls: replay the recorded rows, or run the plan live first (``run_case``), then replay.
 
     The checks of ``checked_choice`` come first. The rows returned are those the filter parameters choose
-    (``select_rows``): every row of the case when none is given, each with its paired session and host readings
+    (``select_rows``): every row of the case when none is given, with the runs other cases recorded of the same points
+    (``replay_case_with_same_points``), each with its paired session and host readings
     (``results.conditions``; the GPU samples left unread), so comparisons judge paired runs pair by pair. Live mode
     takes ``gpu_memory_gib`` from the GPU at hand (``live_overrides``) and prints one line: the points measured, on
     what hardware, the points skipped as already recorded on it, and where the rows are.
@@ -436,10 +437,8 @@ def results_for(
         with case_runner_lock(store.case_dir(plan.case, data)):
             report = run_case(load_plan(case, **live_overrides(overrides)), **run_kwargs)
         report.raise_for_failures()
-        rows = replay_case(plan.case, data)
-        print(live_summary(report, rows, store.case_dir(plan.case, data)))
-    else:
-        rows = replay_case(plan.case, data)
+        print(live_summary(report, replay_case(plan.case, data), store.case_dir(plan.case, data)))
+    rows = replay_case_with_same_points(plan.case, data)
     if not rows.empty:
         rows = with_run_conditions(rows, data, gpu_samples=False)
     return select_rows(rows, plan, overrides)
