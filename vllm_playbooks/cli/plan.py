@@ -41,15 +41,33 @@ def _table(table: pd.DataFrame) -> str:
     return table.to_string(index=False, float_format="{:.0f}".format)
 
 
+class RenamedToGpu(argparse.Action):
+    """The old spelling ``--hardware`` of ``--gpu``: refused in one line that names the new one (exit 2), since
+    ``--hardware`` elsewhere (``advise``, the recorded rows) names a recorded key, not a GPU model."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        """Stop parsing with ``error: --hardware is now --gpu …``."""
+        parser.error(
+            f"{option_string} is now --gpu, the GPU model as NVML names it, e.g. --gpu {values!r}; "
+            "--hardware names a recorded key (nvidia-h200-x1-vllm0.26.0) in `advise`"
+        )
+
+
 @dataclass(frozen=True)
 class Args:
-    """The case, one part of it, the GPU model (None: this machine's), the vLLM version, the time-limit margin, the
+    """The case, one part of it, the GPU model as NVML names it (None: this machine's), the vLLM version, the time-limit margin, the
     data folder, and the two other questions: ``fresh`` (every point, as a machine without caches) and
     ``budget_s`` (the points a new server measures in that many seconds)."""
 
     case: str
     part: str | None = None
-    hardware: str | None = None
+    gpu: str | None = None
     vllm_version: str | None = None
     margin: float = 1.25
     data: Path | None = None
@@ -58,13 +76,14 @@ class Args:
 
     @classmethod
     def add_cli_args(cls, parser: argparse.ArgumentParser) -> None:
-        """The case, a part of it, the hardware, the margin, the data folder, and a budget in seconds."""
+        """The case, a part of it, the GPU, the margin, the data folder, and a budget in seconds."""
         parser.add_argument("--case", required=True, help="a packaged case's name, or the path of your own case file")
         parser.add_argument("--part", help="one part of the case's grid (its 'parts:'), e.g. 5-long-sweep")
         parser.add_argument(
-            "--hardware",
+            "--gpu",
             help='the GPU model as NVML names it, e.g. "NVIDIA H200" (default: this machine\'s first GPU)',
         )
+        parser.add_argument("--hardware", action=RenamedToGpu, help=argparse.SUPPRESS)
         parser.add_argument("--vllm-version", help="the vLLM version (default: the installed one, else the book's)")
         parser.add_argument("--margin", type=float, default=1.25, help="time_limit_s = margin × the estimate")
         parser.add_argument("--data", type=Path, help="the data folder (default: the book's data/)")
@@ -89,7 +108,7 @@ class Args:
         return cls(
             case=namespace.case,
             part=namespace.part,
-            hardware=namespace.hardware,
+            gpu=namespace.gpu,
             vllm_version=namespace.vllm_version,
             margin=float(namespace.margin),
             data=namespace.data,
@@ -99,12 +118,12 @@ class Args:
 
 
 def print_fresh(args: Args, inputs: PlanInputs) -> None:
-    """``--fresh``: every point of the plan estimated from the runs recorded on ``args.hardware`` where they time the
+    """``--fresh``: every point of the plan estimated from the runs recorded on ``args.gpu`` where they time the
     whole plan, else on every GPU (with each GPU's own estimate after it)."""
     per_gpu = fresh_time_per_gpu(inputs.plan, inputs.measured, inputs.servers)
-    own = args.hardware in per_gpu  # a GPU whose own runs time the whole plan: its estimate alone
-    table = per_gpu[args.hardware] if own else fresh_time(inputs.plan, inputs.measured, inputs.servers)
-    source = inputs.measured[inputs.measured["gpu_name"] == args.hardware] if own else inputs.measured
+    own = args.gpu in per_gpu  # a GPU whose own runs time the whole plan: its estimate alone
+    table = per_gpu[args.gpu] if own else fresh_time(inputs.plan, inputs.measured, inputs.servers)
+    source = inputs.measured[inputs.measured["gpu_name"] == args.gpu] if own else inputs.measured
     print(_table(table))
     print(f"{describe_fresh_time(table)}; from the runs recorded on {hardware_in_words(source)}")
     for gpu, gpu_table in per_gpu.items() if not own and len(per_gpu) > 1 else ():
@@ -149,7 +168,7 @@ def print_hardware_plan(args: Args, inputs: PlanInputs, gpu: str, version: str) 
 
 def run(args: Args) -> int:
     """Print what a case (or one part of it) still needs on a hardware, recorded runs counted, and its GPU time;
-    without a GPU here and no ``--hardware``, one line saying so (exit 2). ``--fresh`` needs no hardware: it
+    without a GPU here and no ``--gpu``, one line saying so (exit 2). ``--fresh`` needs no hardware: it
     estimates every point of the plan from the runs recorded on any."""
     inputs = plan_inputs(args.case, args.part, args.data)
     if inputs.note:
@@ -157,9 +176,9 @@ def run(args: Args) -> int:
     if args.fresh:
         print_fresh(args, inputs)
         return 0
-    gpu = args.hardware or gpu_here()
+    gpu = args.gpu or gpu_here()
     if gpu is None:
-        print('plan: no GPU found on this machine (NVML); name the hardware to plan for, e.g. --hardware "NVIDIA H200"')
+        print('plan: no GPU found on this machine (NVML); name the GPU to plan for, e.g. --gpu "NVIDIA H200"')
         return 2
     version = args.vllm_version or vllm_here()
     if args.budget_s is not None:

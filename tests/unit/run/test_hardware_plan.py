@@ -30,7 +30,7 @@ def test_without_a_gpu_and_without_hardware_the_plan_says_so_in_one_line(
     monkeypatch.setattr(plan_command, "gpu_here", lambda: None)
     assert cli.main(["plan", "--case", "llama-8b-draft-model"]) == 2
     out = capsys.readouterr().out
-    assert out.count("\n") == 1 and "no GPU" in out and "--hardware" in out
+    assert out.count("\n") == 1 and "no GPU" in out and "--gpu" in out
 
 
 @pytest.mark.recorded_data
@@ -146,7 +146,7 @@ def test_the_plan_names_the_engines_that_cannot_start_on_the_named_gpu(capsys: p
         "deepseek-mtp",
         "--part",
         "1-verdict",
-        "--hardware",
+        "--gpu",
         "NVIDIA H100 80GB HBM3",
         "--vllm-version",
         "0.26.0",
@@ -199,7 +199,7 @@ def test_the_eagle3_k2_and_k5_refusals_on_the_h100_name_the_cuda_graph_reserve(
         "gpt-oss-eagle3",
         "--part",
         "decide-draft-tokens",
-        "--hardware",
+        "--gpu",
         "NVIDIA H100 80GB HBM3",
         "--vllm-version",
         "0.26.0",
