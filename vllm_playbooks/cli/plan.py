@@ -61,9 +61,9 @@ class RenamedToGpu(argparse.Action):
 
 @dataclass(frozen=True)
 class Args:
-    """The case, one part of it, the GPU model as NVML names it (None: this machine's), the vLLM version, the time-limit margin, the
-    data folder, and the two other questions: ``fresh`` (every point, as a machine without caches) and
-    ``budget_s`` (the points a new server measures in that many seconds)."""
+    """The case, one part of it, the GPU model as NVML names it (None: this machine's), the vLLM version, the
+    time-limit margin, the data folder, and the two other questions: ``fresh`` (every point, as a machine without
+    caches) and ``budget_s`` (the points a new server measures in that many seconds)."""
 
     case: str
     part: str | None = None
