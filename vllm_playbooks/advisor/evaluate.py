@@ -17,7 +17,6 @@ advisor is scored on the same recorded grids its oracle serves (there is no held
 
 from __future__ import annotations
 
-import argparse
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,17 +37,15 @@ from vllm_playbooks.advisor.goodput import (
 from vllm_playbooks.advisor.oracle import RecordedOracle, point_key, prices_per_hardware
 from vllm_playbooks.advisor.predict import engine_of
 from vllm_playbooks.advisor.scenarios import acceptance_scenarios, label_matches, scenario_text
-from vllm_playbooks.advisor.search import BASELINE_UNMEASURED, Advice, Knobs, advise, min_answer_gpu_s
+from vllm_playbooks.advisor.search import Advice, Knobs, advise, min_answer_gpu_s
 from vllm_playbooks.advisor.versus import (
     ADVISOR,
     POLICIES,
     TARGETS,
-    comparison,
     grid_noise,
     noise_tie,
     run_policy,
     scored_ratio,
-    targets,
 )
 from vllm_playbooks.analysis.compare import is_baseline
 from vllm_playbooks.config.case_file import grid_names
@@ -484,116 +481,47 @@ def live_versus_grid(trace: LiveTrace, data: Path | None = None) -> dict[str, An
     return scored
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``vllm-playbooks advise``'s arguments."""
-    parser.add_argument(
-        "--evaluate",
-        action="store_true",
-        help="score the advisor and the searches tuners run today (exhaustive sweep, auto_tune.sh, GuideLLM's sweep) "
-        f"against every recorded H200 grid and write data/{CHECK_FILE}",
-    )
-    parser.add_argument(
-        "--sensitivity",
-        action="store_true",
-        help="run the evaluation with each of the search's constants moved by ±50 %% and write "
-        f"data/{SENSITIVITY_FILE}",
-    )
-    parser.add_argument("--case", help="the case whose grid to search (live: a packaged case or your own case file)")
-    parser.add_argument(
-        "--mode",
-        choices=["replay", "live"],
-        default="replay",
-        help="replay: pay recorded GPU time, no GPU (default); live: measure on this machine's GPU with the runner, "
-        "rows recorded as `vllm-playbooks run` records them, the search's trace in data/runs/<case>/advisor/",
-    )
-    parser.add_argument("--hardware", help="replay: a recorded hardware key, e.g. nvidia-h200-x1-vllm0.26.0")
-    parser.add_argument("--model-shape", help="the model shape, when the case has several")
-    parser.add_argument("--input-len", type=int)
-    parser.add_argument("--output-len", type=int)
-    parser.add_argument("--load", choices=["concurrency", "rate"], help="closed-loop concurrency or request rates")
-    parser.add_argument(
-        "--acceptance",
-        help="the acceptance scenario, when the case imposes several: its first-position acceptance rate, e.g. 0.71",
-    )
-    parser.add_argument("--max-concurrency", type=float, help="your clients: loads above this are not considered")
-    parser.add_argument("--slo-tpot-p99-ms", type=float)
-    parser.add_argument("--slo-ttft-p99-ms", type=float)
-    parser.add_argument(
-        "--budget-gpu-min",
-        type=float,
-        default=None,
-        help=f"GPU-minutes to spend (replay default: {BUDGET_SHARE * 100:.0f}%% of the grid's recorded GPU time; "
-        "live: required, charged at `vllm-playbooks plan`'s estimates)",
-    )
-    parser.add_argument(
-        "--gpus",
-        help="live: the GPU group the servers use, e.g. 0, or 0,1 for TP=2 (default: the GPUs this process sees)",
-    )
-    parser.add_argument(
-        "--ignore-recorded",
-        action="store_true",
-        help="live: measure every run the search pays for, even one recorded on this hardware before "
-        "(a search from scratch; its runs are added as further repeats)",
-    )
+def write_evaluation() -> tuple[pd.DataFrame, Path]:
+    """Score the advisor and the baselines on every recorded grid (``evaluate``), write the table to ``CHECK_FILE``
+    under the data folder and return it with its path."""
+    table = evaluate()
+    out = paths.data_dir() / CHECK_FILE
+    out.parent.mkdir(parents=True, exist_ok=True)
+    table.round(6).to_csv(out, index=False)
+    return table, out
 
 
-def main(args: argparse.Namespace) -> int:
-    """Run ``vllm-playbooks advise``."""
-    if args.evaluate:
-        table = evaluate()
-        out = paths.data_dir() / CHECK_FILE
-        out.parent.mkdir(parents=True, exist_ok=True)
-        table.round(6).to_csv(out, index=False)
-        for share in BUDGET_SHARES:
-            print(f"budget {share:.0%} of each grid (ratios with ties by noise counted as ties):")
-            for line in comparison(table, share).itertuples():
-                print(
-                    f"  {line.policy}: {line.pairs} (grid, SLO) pairs, median ratio {line.median_ratio:.3f}, worst "
-                    f"{line.worst_ratio:.3f}, median {line.median_gpu_minutes:.1f} GPU-min, {line.no_answer} with "
-                    "no answer"
-                )
-        met = targets(table, BUDGET_SHARE)
-        print(
-            "advisor's targets at the default budget: "
-            + ", ".join(f"{name[:-4]} {'met' if met[name] else 'missed'}" for name in met if name.endswith("_met"))
-        )
-        print(f"written to {out}")
-        return 0
-    if args.sensitivity:
-        table = sensitivity()
-        out = paths.data_dir() / SENSITIVITY_FILE
-        out.parent.mkdir(parents=True, exist_ok=True)
-        table.round(6).to_csv(out, index=False)
-        for line in table[table["budget_share"] == BUDGET_SHARE].itertuples():
-            print(
-                f"{line.variant}: whole-grid budget, median share {line.median_share:.1%}, lowest ratio "
-                f"{line.min_ratio:.3f}, {line.below_min_ratio} pair(s) below {TARGETS['min_ratio']}"
-            )
-        print(f"written to {out}")
-        return 0
-    if args.case is None:
-        raise ConfigError("give --case (with an SLO), --evaluate or --sensitivity")
-    slo = Slo(tpot_p99_ms=args.slo_tpot_p99_ms, ttft_p99_ms=args.slo_ttft_p99_ms)
-    if args.budget_gpu_min is not None and not args.budget_gpu_min > 0:
-        raise ConfigError(f"--budget-gpu-min must be positive, got {args.budget_gpu_min}")
-    if args.mode == "live":
-        from vllm_playbooks.advisor.live import live_main
+def write_sensitivity() -> tuple[pd.DataFrame, Path]:
+    """Run the evaluation with each of the search's constants moved (``sensitivity``), write the table to
+    ``SENSITIVITY_FILE`` under the data folder and return it with its path."""
+    table = sensitivity()
+    out = paths.data_dir() / SENSITIVITY_FILE
+    out.parent.mkdir(parents=True, exist_ok=True)
+    table.round(6).to_csv(out, index=False)
+    return table, out
 
-        return live_main(args, slo)
-    if args.gpus is not None or args.ignore_recorded:
-        raise ConfigError("--gpus and --ignore-recorded are for --mode live")
+
+def advise_replay(
+    case: str,
+    slo: Slo,
+    budget_gpu_s: float | None = None,
+    *,
+    hardware: str | None = None,
+    model_shape: str | None = None,
+    input_len: int | None = None,
+    output_len: int | None = None,
+    load_kind: str | None = None,
+    max_concurrency: float | None = None,
+    acceptance: str | None = None,
+) -> tuple[Advice, dict[str, Any], float]:
+    """The advisor on the one recorded grid the filters leave (``one_grid``), paying recorded GPU time up to
+    ``budget_gpu_s`` (None: ``BUDGET_SHARE`` of the grid's): the advice, the grid's key and the GPU-seconds the
+    whole grid took. ``ConfigError`` where the budget pays for no point of the grid, naming the least that does."""
     key, rows, startups = one_grid(
-        args.case,
-        args.hardware,
-        args.model_shape,
-        args.input_len,
-        args.output_len,
-        args.load,
-        args.max_concurrency,
-        acceptance=args.acceptance,
+        case, hardware, model_shape, input_len, output_len, load_kind, max_concurrency, acceptance=acceptance
     )
     full = RecordedOracle(rows, startups, budget_gpu_s=1.0).full_grid_gpu_s()
-    budget = args.budget_gpu_min * 60.0 if args.budget_gpu_min is not None else BUDGET_SHARE * full
+    budget = budget_gpu_s if budget_gpu_s is not None else BUDGET_SHARE * full
     oracle = RecordedOracle(rows, startups, budget_gpu_s=budget)
     gpu = datasheet_gpu(str(key["hardware"]))
     least = min_answer_gpu_s(oracle, gpu)
@@ -602,48 +530,4 @@ def main(args: argparse.Namespace) -> int:
             f"a budget of {budget / 60:.2f} GPU-min pays for no point of this grid; the smallest budget "
             f"that can answer is --budget-gpu-min {math.ceil(least / 60 * 100) / 100:.2f}"
         )
-    advice = advise(oracle, slo, gpu)
-    print(advice_text(advice, key, full))
-    return 0
-
-
-def advice_text(advice: Advice, key: dict[str, Any], full_gpu_s: float) -> str:
-    """The command's answer: the chosen point, the runner-up, the points paid for and the GPU time spent."""
-    head = (
-        f"{key['case']} on {key['hardware']}, {key['model_shape']}{scenario_text(key['acceptance'])}, "
-        f"{workload_text(key)}; SLO {advice.slo.label()}"
-    )
-    lines = [head]
-    for what, point in (("recommended", advice.chosen), ("runner-up", advice.runner_up)):
-        if point is None:
-            lines.append(f"{what}: none")
-            continue
-        predicted = next(s.expected_goodput_rps for s in advice.steps if s.point == point["point"] and s.repeat == 0)
-        lines.append(
-            f"{what}: {point['point']} (speculative {point['speculative']}, k={point['k']}, "
-            f"--max-num-seqs {point['max_num_seqs']}): goodput {point['goodput_rps']:.2f} req/s measured over "
-            f"{point['runs']} run(s) (the model predicted {predicted:.2f} before measuring it), TPOT p99 "
-            f"{point['tpot_p99_ms']:.1f} ms"
-        )
-    for step in advice.steps:
-        lines.append(
-            f"  paid {step.number}: {step.point} r{step.repeat} ({step.why}): "
-            f"{step.gpu_s / 60:.1f} GPU-min, expected {step.expected_goodput_rps:.2f}, "
-            f"measured {step.measured_goodput_rps:.2f} req/s"
-        )
-    lines.append(
-        f"how sure: {advice.sure}"
-        + (
-            ""
-            if math.isnan(advice.lead_pct)
-            else f" (measured lead {advice.lead_pct:+.1f} % over the runner-up, noise band {advice.band_pct:.1f} %)"
-        )
-    )
-    if advice.baseline_unmeasured:
-        lines.append(f"warning: {BASELINE_UNMEASURED}")
-    lines.append(
-        f"stopped: {advice.stop_reason}; spent {advice.spent_gpu_s / 60:.1f} of "
-        f"{advice.budget_gpu_s / 60:.1f} GPU-min budget ({advice.spent_gpu_s / full_gpu_s:.0%} of the grid's "
-        f"{full_gpu_s / 60:.1f})"
-    )
-    return "\n".join(lines)
+    return advise(oracle, slo, gpu), key, full

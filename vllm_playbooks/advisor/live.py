@@ -17,7 +17,6 @@ fails or is interrupted. The search's trace goes to ``data/runs/<case>/advisor/`
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import math
@@ -34,7 +33,7 @@ from vllm_playbooks.advisor.goodput import Slo, given, point_name
 from vllm_playbooks.advisor.oracle import CATALOG_COLUMNS, LiveOracle, PointKey, point_key
 from vllm_playbooks.advisor.scenarios import acceptance_scenarios, label_matches
 from vllm_playbooks.advisor.search import PLAN_MARGIN, Advice, advise, baseline_first_gpu_s
-from vllm_playbooks.advisor.trace import TraceWriter, read_trace, trace_text
+from vllm_playbooks.advisor.trace import TraceWriter
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.config.load import LoadPoint
 from vllm_playbooks.config.spec_detection import SpeculativeConfigWarning
@@ -50,7 +49,6 @@ from vllm_playbooks.results.stalls import unstalled
 from vllm_playbooks.run.budget import point_estimates, server_time
 from vllm_playbooks.run.case import (
     live_overrides,
-    live_summary,
     open_case_folder,
     require_gpu,
     require_vllm,
@@ -390,8 +388,10 @@ class TracedLiveOracle(LiveOracle):
 
 @dataclass
 class LiveSearch:
-    """A finished live search: its advice, its trace file and the runner's report of what it measured."""
+    """A finished live search: the case its rows are recorded under, its advice, its trace file and the runner's
+    report of what it measured."""
 
+    case: str
     advice: Advice
     trace: Path
     report: RunReport
@@ -461,7 +461,7 @@ def advise_live(
             _end_quietly(trace, str(error))
             raise
     trace.advice(advice)
-    return LiveSearch(advice=advice, trace=trace.path, report=measure.report)
+    return LiveSearch(case=plan.case, advice=advice, trace=trace.path, report=measure.report)
 
 
 def require_baseline_first(needed_gpu_s: float | None, budget_gpu_s: float) -> None:
@@ -486,28 +486,32 @@ def _end_quietly(trace: TraceWriter, reason: str) -> None:
         trace.stopped(reason)
 
 
-def live_main(args: argparse.Namespace, slo: Slo) -> int:
-    """``vllm-playbooks advise --mode live``: the checks (see the module's docstring), then the search; prints its
-    trace in words (``advisor.trace.trace_text``), the rows it added and where its trace is."""
-    if args.hardware is not None:
-        raise ConfigError("--hardware picks recorded rows to replay; a live search measures on this machine's GPU")
-    if args.budget_gpu_min is None:
-        raise ConfigError("a live search needs --budget-gpu-min: the GPU-minutes it may spend")
-    plan, _ = quiet_plan(args.case)
-    grid = live_grid(
-        plan, args.model_shape, args.input_len, args.output_len, args.load, args.max_concurrency, args.acceptance
-    )
-    if args.gpus is not None:
+def search_live(
+    case: str,
+    slo: Slo,
+    budget_gpu_s: float,
+    *,
+    model_shape: str | None = None,
+    input_len: int | None = None,
+    output_len: int | None = None,
+    load_kind: str | None = None,
+    max_concurrency: float | None = None,
+    acceptance: str | None = None,
+    gpus: str | None = None,
+    use_recorded: bool = True,
+) -> LiveSearch:
+    """``vllm-playbooks advise --mode live``: the checks (see the module's docstring: the plan, the grid the filters
+    pick, the GPU group ``gpus`` when given, the prices, vLLM and a GPU), then the search (``advise_live``) spending at
+    most ``budget_gpu_s`` GPU-seconds; ``gpus`` also becomes ``CUDA_VISIBLE_DEVICES`` of this process."""
+    plan, _ = quiet_plan(case)
+    grid = live_grid(plan, model_shape, input_len, output_len, load_kind, max_concurrency, acceptance)
+    if gpus is not None:
         engines = grid.engines()
-        check_group_sizes(engines, assign_engines([e.label for e in engines], [args.gpus]))
+        check_group_sizes(engines, assign_engines([e.label for e in engines], [gpus]))
     prices = live_prices(plan, grid)
     require_vllm()
-    if args.gpus is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = args.gpus
+    if gpus is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpus
     require_gpu()
-    quiet_plan(args.case, **live_overrides({}))  # a config that cannot fit the GPU at hand is refused here
-    search = advise_live(plan, grid, slo, args.budget_gpu_min * 60.0, prices, use_recorded=not args.ignore_recorded)
-    print(trace_text(read_trace(search.trace)))
-    print(live_summary(search.report, store.load_runs(plan.case), store.case_dir(plan.case)))
-    print(f"trace: {search.trace}")
-    return 0
+    quiet_plan(case, **live_overrides({}))  # a config that cannot fit the GPU at hand is refused here
+    return advise_live(plan, grid, slo, budget_gpu_s, prices, use_recorded=use_recorded)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import statistics
 from dataclasses import dataclass
@@ -265,7 +264,8 @@ def fit_calibration(startups: list[Startup]) -> MemoryCalibration:
     activation per unit (``activation_width_bytes``), the median non-torch memory, and the CUDA-graph estimate of
     vLLM 0.26 split as it computes it: GiB per respecialized graph per target architecture
     (``respecialized_graph_gib``), then per family the first capture's GiB per token of the largest graph
-    (``_first_capture_gib_per_token``); an architecture's row (its start-ups with any drafter) backs a drafter not recorded.
+    (``_first_capture_gib_per_token``); an architecture's row (its start-ups with any drafter) backs a drafter not
+    recorded.
     ``fallback_error_pct`` is filled by ``calibrate``."""
     groups: dict[str, list[Startup]] = {}
     by_target: dict[str, list[Startup]] = {}
@@ -373,25 +373,15 @@ def kv_check(startups: list[Startup], calibration: MemoryCalibration) -> pd.Data
     return pd.DataFrame(records)
 
 
-def add_kv_check_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--out``: the folder the two files go to (default: ``data/checks``)."""
-    parser.add_argument("--out", type=Path, default=None, help="folder for the two files (default: data/checks)")
-
-
-def kv_check_main(args: argparse.Namespace) -> int:
-    """Fit the memory calibration on every recorded server log, write it and the KV check beside it, print the worst
-    error."""
+def write_kv_check(out: Path | None = None) -> tuple[pd.DataFrame, MemoryCalibration]:
+    """Fit the memory calibration on every recorded server log and write it (``CALIBRATION_NAME``) and the KV check
+    (``KV_CHECK_NAME``) into ``out`` (default: ``data/checks``); return the check and the calibration."""
     data = paths.data_dir()
-    out = args.out or data / "checks"
-    out.mkdir(parents=True, exist_ok=True)
+    folder = out or data / "checks"
+    folder.mkdir(parents=True, exist_ok=True)
     startups = recorded_startups(data)
     calibration = calibrate(startups)
-    calibration_table(calibration).to_csv(out / CALIBRATION_NAME, index=False)
+    calibration_table(calibration).to_csv(folder / CALIBRATION_NAME, index=False)
     check = kv_check(startups, calibration)
-    check.to_csv(out / KV_CHECK_NAME, index=False)
-    worst = check.loc[check["error_pct"].abs().idxmax()]
-    print(
-        f"{len(check)} start-ups, {check['config'].nunique()} configs, {len(calibration.rows)} families; worst KV "
-        f"error {worst['error_pct']:+.2f} % ({worst['config']})"
-    )
-    return 0
+    check.to_csv(folder / KV_CHECK_NAME, index=False)
+    return check, calibration

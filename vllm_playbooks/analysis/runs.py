@@ -3,7 +3,6 @@ duration rule, and what was measured per case and hardware (``vllm-playbooks run
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -313,23 +312,11 @@ def describe_recorded_runs(table: pd.DataFrame) -> str:
     )
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The cases to list, and the data folder."""
-    parser.add_argument("cases", nargs="*", help="case names (default: every case with recorded runs)")
-    parser.add_argument("--data", type=Path, help="the data folder (default: the book's data/)")
-
-
-def main(args: argparse.Namespace) -> int:
-    """Print what was measured per case and hardware (``recorded_runs``) and one line of totals."""
-    from vllm_playbooks.errors import ConfigError
+def check_cases_recorded(cases: Sequence[str], data: Path | None = None) -> None:
+    """``ConfigError`` naming each of ``cases`` with no recorded runs under ``data`` (default: the book's data/)."""
     from vllm_playbooks.results.store import cases_with_runs
 
-    known = cases_with_runs(args.data)
-    unknown = [case for case in args.cases if case not in known]
+    known = cases_with_runs(data)
+    unknown = [case for case in cases if case not in known]
     if unknown:
         raise ConfigError(f"no recorded runs of {', '.join(unknown)}; recorded: {', '.join(known) or 'none'}")
-    table = recorded_runs(args.cases or None, args.data)
-    if not table.empty:
-        print(table.to_string(index=False, float_format="{:.1f}".format))
-    print(describe_recorded_runs(table))
-    return 0

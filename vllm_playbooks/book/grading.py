@@ -3,12 +3,10 @@ exercise (``vllm-playbooks workshop grade DIR``)."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -150,38 +148,3 @@ def grade_folder(folder: Path, out: Path, timeout_s: float = DEFAULT_TIMEOUT_S) 
     """Every learner notebook under ``folder`` graded (``grade_notebook``), sorted by learner and exercise."""
     graded = [grade_notebook(path, folder, out, timeout_s) for path in learner_notebooks(folder)]
     return sorted(graded, key=lambda g: (g.learner, g.exercise, g.notebook))
-
-
-def add_workshop_arguments(parser: argparse.ArgumentParser) -> None:
-    """``grade DIR [--out DIR] [--timeout-s S]``."""
-    sub = parser.add_subparsers(dest="action", required=True, parser_class=type(parser))
-    grade = sub.add_parser("grade", help="run every learner notebook in a folder through papermill and grade it")
-    grade.add_argument(
-        "folder", type=Path, help="the learners' notebooks: DIR/<learner>/*.ipynb or DIR/<learner>.ipynb"
-    )
-    grade.add_argument(
-        "--out", type=Path, default=None, help="keep the executed notebooks here (default: a temporary folder, removed)"
-    )
-    grade.add_argument(
-        "--timeout-s",
-        type=float,
-        default=DEFAULT_TIMEOUT_S,
-        help=f"seconds one notebook may run (default {DEFAULT_TIMEOUT_S})",
-    )
-
-
-def workshop_main(args: argparse.Namespace) -> int:
-    """Print one row per learner and exercise (learner, exercise, result, detail); exit 1 where any notebook did not
-    run, else 0 (answers not yet right are the room's business, not an error)."""
-    if args.timeout_s <= 0:
-        raise ConfigError(f"--timeout-s must be positive, got {args.timeout_s:g}")
-    folder = args.folder
-    learner_notebooks(folder)  # bad input ends here, before any kernel starts
-    with tempfile.TemporaryDirectory(prefix="workshop-grade-") as tmp:
-        graded = grade_folder(folder, args.out or Path(tmp), args.timeout_s)
-    rows = [("learner", "exercise", "result", "detail")]
-    rows += [(g.learner, str(g.exercise or "-"), g.result, g.detail) for g in graded]
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[3])
-    return 1 if any(g.result == DID_NOT_RUN for g in graded) else 0

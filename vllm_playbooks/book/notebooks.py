@@ -1,8 +1,8 @@
 """Run the case notebooks with papermill, and check that they follow the book's notebook pattern.
 
 ``vllm-playbooks book`` is what ``make book`` runs (replay mode): it executes the notebooks whose executed copy is
-stale (``vllm_playbooks.book.cache``) and reuses the others; ``vllm-playbooks reproduce --case <case> -p name value …``
-is ``make reproduce`` (live mode); ``vllm-playbooks notebooks compare --executed book/executed`` says which
+stale (``vllm_playbooks.book.cache``) and reuses the others; ``vllm-playbooks reproduce --case <case> -p name
+value …`` is ``make reproduce`` (live mode); ``vllm-playbooks notebooks compare --executed book/executed`` says which
 regression-check cells (tagged ``nbval-check-output``) now print something other than what their source notebook
 recorded, and ``vllm-playbooks notebooks refresh NAME…`` stores what they print now, with a digest of the data the
 run read, so that a later comparison on other data says "refresh" instead of failing.
@@ -10,17 +10,13 @@ run read, so that a later comparison on other data says "refresh" instead of fai
 
 from __future__ import annotations
 
-import argparse
 import ast
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks import paths
 from vllm_playbooks.book import cache
-from vllm_playbooks.book.toc import BUILT_TOC, write_book_toc
 from vllm_playbooks.errors import CapacityError, ConfigError, PlaybookError, SchemaError, ServerError
-from vllm_playbooks.run.plan import parse_parameter_pairs
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -174,7 +170,8 @@ def _differences(recorded: Any, ran: Any, source: Path, executed: Path) -> list[
             )
             problems.append(
                 f"{source.name}: check cell {cell['id']!r} ({stream}) line {line + 1}: recorded "
-                f"{(want_lines[line : line + 1] or ['<nothing>'])[0]!r}, now {(got_lines[line : line + 1] or ['<nothing>'])[0]!r}"
+                f"{(want_lines[line : line + 1] or ['<nothing>'])[0]!r}, "
+                f"now {(got_lines[line : line + 1] or ['<nothing>'])[0]!r}"
             )
     return problems
 
@@ -305,89 +302,6 @@ def _finish_executed(path: Path, record: cache.ExecutionRecord) -> None:
     nbformat.write(nb, path)
 
 
-def add_book_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--out``: the folder the executed notebooks go to; ``--force``: execute every notebook."""
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=Path("book") / "executed",
-        help="folder for the executed notebooks (default: book/executed)",
-    )
-    parser.add_argument(
-        "--force", action="store_true", help="execute every notebook, also those whose executed copy is current"
-    )
-    parser.add_argument(
-        "--toc",
-        type=Path,
-        default=BUILT_TOC,
-        help=f"where to write the table of contents with the case pages (default: {BUILT_TOC})",
-    )
-
-
-def book_main(args: argparse.Namespace) -> int:
-    """Execute in replay mode into ``args.out`` every notebook whose executed copy is stale; reuse the others.
-
-    A copy is stale when the notebook, the package's source, the parameters or the data its last run read changed
-    (``vllm_playbooks.book.cache``); ``--force`` executes all. Copies whose source notebook is gone are removed.
-    Each notebook gets one line saying whether it was reused or executed, and why. Last, the table of contents with
-    a page per case (``book.toc``) is written to ``args.toc``, where ``jupyter-book build --toc`` reads it (where the
-    repository has a ``_toc.yml``).
-    """
-    sources = list_notebooks()
-    names = {source.name for source in sources}
-    for old in sorted(args.out.glob("*.ipynb")):
-        if old.name not in names:
-            old.unlink()
-            print(f"removed {old}: no notebooks/{old.name}", flush=True)
-    package = cache.package_digest()
-    executed = 0
-    for source in sources:
-        target = args.out / source.name
-        parameters = book_parameters(source)
-        reason = "--force" if args.force else cache.stale_reason(source, target, parameters, package)
-        if reason is None:
-            print(f"reused {source.name}: nothing it depends on changed", flush=True)
-            continue
-        print(f"papermill {source.name} (replay): {reason}", flush=True)
-        execute(source, target, parameters, package=package)
-        executed += 1
-    print(f"book: {executed} executed, {len(sources) - executed} reused", flush=True)
-    root = paths.find_repo_root()
-    if (root / "_toc.yml").is_file():  # a folder of notebooks alone has no book to list them in
-        print(f"table of contents: {write_book_toc(root, args.toc)}", flush=True)
-    return 0
-
-
-def add_toc_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--out``: where to write the table of contents."""
-    parser.add_argument("--out", type=Path, default=BUILT_TOC, help=f"where to write it (default: {BUILT_TOC})")
-
-
-def toc_main(args: argparse.Namespace) -> int:
-    """Write the book's table of contents, ``_toc.yml`` with a page per case folder with a notebook (``book.toc``)."""
-    print(f"table of contents: {write_book_toc(paths.find_repo_root(), args.out)}", flush=True)
-    return 0
-
-
-def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--case`` (the notebook), ``--out`` and ``-p NAME VALUE`` parameters."""
-    parser.add_argument(
-        "--case",
-        dest="notebook",
-        required=True,
-        help="the case, as its notebook is named without .ipynb, e.g. llama-8b-draft-model",
-    )
-    parser.add_argument("--out", type=Path, default=None, help="the executed notebook (default: _build/reproduce/)")
-    parser.add_argument(
-        "-p",
-        "--parameter",
-        nargs=2,
-        action="append",
-        metavar=("NAME", "VALUE"),
-        help="a notebook parameter, its value read as YAML (e.g. -p concurrency '[1, 16]')",
-    )
-
-
 def check_parameters(source: Path, parameters: dict[str, Any]) -> None:
     """Refuse, before a kernel starts, what a case notebook would refuse in its first cells: unknown parameter names,
     and for a notebook with a ``case`` parameter, the case, part, filters and values as ``run.case.results_for``
@@ -432,90 +346,23 @@ OUR_ERRORS: dict[str, type[PlaybookError]] = {
 }
 
 
-def reproduce_main(args: argparse.Namespace) -> int:
-    """Execute one notebook (live mode unless ``-p mode replay``) after ``check_parameters``; an error of this
-    package raised inside the notebook is raised here again as itself, so the command line prints one line."""
+def reproduce(notebook: str, parameters: dict[str, Any], out: Path | None = None) -> Path:
+    """Execute one case notebook (live mode unless ``parameters`` say ``mode: replay``) after ``check_parameters``
+    into ``out`` (default ``_build/reproduce/<notebook>.ipynb``) and return that path; an error of this package raised
+    inside the notebook is raised here again as itself, so the command line prints one line."""
     from papermill.exceptions import PapermillExecutionError
 
-    source = notebook_dir() / f"{args.notebook}.ipynb"
+    source = notebook_dir() / f"{notebook}.ipynb"
     if not source.exists():
         names = ", ".join(p.stem for p in list_notebooks())
-        raise ConfigError(f"no notebook {args.notebook!r}; known: {names}")
-    params = {"mode": "live", **parse_parameter_pairs(args.parameter)}
+        raise ConfigError(f"no notebook {notebook!r}; known: {names}")
+    params = {"mode": "live", **parameters}
     check_parameters(source, params)
-    out = args.out or Path("_build") / "reproduce" / source.name
+    target = out or Path("_build") / "reproduce" / source.name
     try:
-        execute(source, out, params, timeout_s=3600)
+        execute(source, target, params, timeout_s=3600)
     except PapermillExecutionError as error:
         if error.ename in OUR_ERRORS:
-            raise OUR_ERRORS[error.ename](f"{error.evalue} (executed notebook: {out})") from None
+            raise OUR_ERRORS[error.ename](f"{error.evalue} (executed notebook: {target})") from None
         raise
-    print(f"executed notebook: {out}")
-    return 0
-
-
-def add_notebooks_arguments(parser: argparse.ArgumentParser) -> None:
-    """``check``, ``compare --executed DIR``, ``refresh NAME… [--executed DIR]`` or ``strip PATH…``."""
-    sub = parser.add_subparsers(dest="action", required=True, parser_class=type(parser))
-    sub.add_parser("check", help="check every source notebook against the pattern")
-    compare = sub.add_parser("compare", help="compare the regression-check cells' recorded text with an executed copy")
-    compare.add_argument("--executed", type=Path, required=True, help="the folder `book` wrote, e.g. book/executed")
-    refresh = sub.add_parser("refresh", help="store what the notebooks' check cells print now, with the data digest")
-    refresh.add_argument("names", nargs="+", metavar="NAME", help="notebook name without .ipynb")
-    refresh.add_argument(
-        "--executed",
-        type=Path,
-        default=Path("book") / "executed",
-        help="the executed copies, reused while current (default: book/executed)",
-    )
-    strip = sub.add_parser("strip", help="strip outputs except regression-check cells")
-    strip.add_argument("paths", nargs="+", type=Path)
-
-
-def _refresh(names: list[str], executed_dir: Path) -> None:
-    """Execute each notebook into ``executed_dir`` (reusing a current copy), then store its check outputs."""
-    sources = {p.stem: p for p in list_notebooks()}
-    unknown = [name for name in names if name not in sources]
-    if unknown:
-        raise ConfigError(f"no notebook {', '.join(map(repr, unknown))}; known: {', '.join(sources)}")
-    package = cache.package_digest()
-    for name in names:
-        source, executed = sources[name], executed_dir / f"{name}.ipynb"
-        parameters = book_parameters(source)
-        reason = cache.stale_reason(source, executed, parameters, package)
-        if reason is not None:
-            print(f"papermill {source.name} (replay): {reason}", flush=True)
-            execute(source, executed, parameters, package=package)
-        changed = store_check_outputs(source, executed)
-        print(f"refreshed {source}: {changed} check cell(s) print other text than was stored", flush=True)
-
-
-def notebooks_main(args: argparse.Namespace) -> int:
-    """Run the contributor action: exit 1 where the pattern is broken or a check output is stale.
-
-    ``compare`` also prints, without failing, each notebook whose data changed since its check outputs were stored.
-    """
-    if args.action == "check":
-        bad = {p.name: check_notebook(p) for p in list_notebooks()}
-        for name, problems in bad.items():
-            for problem in problems:
-                print(f"{name}: {problem}", file=sys.stderr)
-        return 1 if any(bad.values()) else 0
-    if args.action == "compare":
-        missing = [p.name for p in list_notebooks() if not (args.executed / p.name).exists()]
-        if missing:
-            raise ConfigError(
-                f"{args.executed} lacks {', '.join(missing)}: run `vllm-playbooks book --out {args.executed}`"
-            )
-        for note in filter(None, (data_changed_note(p, args.executed / p.name) for p in list_notebooks())):
-            print(note, file=sys.stderr)
-        changed = [line for p in list_notebooks() for line in changed_check_outputs(p, args.executed / p.name)]
-        for line in changed:
-            print(line, file=sys.stderr)
-        return 1 if changed else 0
-    if args.action == "refresh":
-        _refresh(args.names, args.executed)
-        return 0
-    for path in args.paths:
-        strip_outputs(path)
-    return 0
+    return target

@@ -36,14 +36,12 @@ failure, 2 when Chromium or chromedriver is missing.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import http.server
 import io
 import os
 import re
 import shutil
-import sys
 import tempfile
 import threading
 import time
@@ -126,7 +124,8 @@ _TABLES_JS = """
 return Array.from(document.querySelectorAll("table"), t => ({
   missing: Array.from(t.querySelectorAll("td, th"), c => (c.textContent || "").trim())
     .filter(text => arguments[0].includes(text)),
-  index: Array.from(t.querySelectorAll("tbody > tr")).some(r => r.firstElementChild && r.firstElementChild.tagName === "TH"),
+  index: Array.from(t.querySelectorAll("tbody > tr"))
+    .some(r => r.firstElementChild && r.firstElementChild.tagName === "TH"),
 }));
 """
 NON_NAVIGATING_SCHEMES = ("mailto", "javascript", "data", "tel", "blob")
@@ -139,7 +138,9 @@ const done = arguments[arguments.length - 1];
   for (const [i, img] of Array.from(document.images).entries()) {
     img.scrollIntoView({block: "center"});
     if (!img.complete) {
-      await new Promise(r => { img.addEventListener("load", r); img.addEventListener("error", r); setTimeout(r, 5000); });
+      await new Promise(r => {
+        img.addEventListener("load", r); img.addEventListener("error", r); setTimeout(r, 5000);
+      });
     }
     out.push({index: i, src: img.getAttribute("src") || "", url: img.currentSrc || img.src || "",
               alt: img.getAttribute("alt") || "", complete: img.complete, width: img.naturalWidth});
@@ -565,37 +566,3 @@ def check_site(
 ) -> SiteReport:
     """Check the built book in ``root`` (``_build/html``); see the module docstring for what is checked."""
     return SiteChecker(root, screenshots, query, chromium_path, chromedriver_path, offline).run()
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The built book, the screenshot folder, the search query, the browser and driver."""
-    parser.add_argument("html", type=Path, help="the built book, e.g. _build/html")
-    parser.add_argument("--screenshots", type=Path, default=None, help="folder for the PNG screenshots")
-    parser.add_argument("--query", default="speculative", help="what to search for (default: speculative)")
-    parser.add_argument("--chromium", type=Path, default=CHROMIUM, help=f"browser binary (default {CHROMIUM})")
-    parser.add_argument("--chromedriver", type=Path, default=CHROMEDRIVER, help=f"driver (default {CHROMEDRIVER})")
-    parser.add_argument("--allow-network", action="store_true", help="let the browser resolve other hosts")
-
-
-def main(args: argparse.Namespace) -> int:
-    """Check the built book; exit 1 when a page fails, 2 when the check could not run."""
-    started = time.monotonic()
-    try:
-        report = check_site(
-            args.html, args.screenshots, args.query, args.chromium, args.chromedriver, offline=not args.allow_network
-        )
-    except SiteCheckError as exc:
-        print(f"error: site-check: {exc}", file=sys.stderr)
-        return 2
-    for failure in report.failures:
-        print(f"site-check FAIL {failure}", file=sys.stderr)
-    if report.screenshots:
-        print(f"site-check: {len(report.screenshots)} screenshots in {args.screenshots}")
-    for page, height in sorted(report.heights.items()):
-        print(f"site-check: {page} is {height} px high (at most {MAX_PAGE_HEIGHT_PX})")
-    print(
-        f"site-check: {report.external_links} external links not followed, {report.search_results} search results "
-        f"for {args.query!r}, {time.monotonic() - started:.1f} s"
-    )
-    print(report.summary())
-    return 0 if report.ok else 1

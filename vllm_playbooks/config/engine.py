@@ -88,8 +88,8 @@ RESERVED_FLAGS = {
 
 def reserved_flag(arg: str) -> str | None:
     """The reserved flag (``RESERVED_FLAGS``) ``arg`` would set in vLLM's argument parser, or None: the exact flag, its
-    ``--flag=value`` form, underscores for dashes (vLLM reads both) and any abbreviation argparse would expand to it
-    (a prefix of at least one letter after ``--``)."""
+    ``--flag=value`` form, underscores for dashes (vLLM reads both) and any abbreviation vLLM's parser would expand
+    to it (a prefix of at least one letter after ``--``)."""
     if not arg.startswith("--") or len(arg) < 3:
         return None
     flag = arg.partition("=")[0].replace("_", "-")

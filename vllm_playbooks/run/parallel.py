@@ -4,8 +4,8 @@ On a machine with more GPUs than one engine config needs, the configs of a grid 
 ``run.case.run_case`` on its own configs with ``CUDA_VISIBLE_DEVICES`` set to its GPU group and its own data folder
 (a copy of the case's recorded runs, so resume works), and nothing is shared but the host's CPUs. When all workers
 are done (or stopped), the raw point folders and server logs they recorded are copied into the case's data folder and
-their rows appended (``results.replay.sync_rows`` rebuilds each row from its raw files), so ``runs.csv`` stays append-only
-and is written by one process.
+their rows appended (``results.replay.sync_rows`` rebuilds each row from its raw files), so ``runs.csv`` stays
+append-only and is written by one process.
 
 ``vllm-playbooks run --case discussion-13834 --gpus 0 1 --engines spec-off draft3b-k3-a0.72``
 (``--time-limit-s 540`` stops the workers in time for a machine you hold for a limited time, keeping every finished
@@ -14,7 +14,6 @@ point; ``--repeats 2`` measures each chosen point a second time when its first r
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -53,12 +52,8 @@ from vllm_playbooks.run.case import (
 from vllm_playbooks.run.plan import load_plan, overrides_for
 from vllm_playbooks.run.runner_lock import case_runner_lock
 
-#: The command line's exit status when ``--time-limit-s`` stopped a worker (as coreutils' ``timeout``).
-TIMED_OUT_EXIT = 124
-#: What a worker, and the parallel runner, print when interrupted (Ctrl-C, or ``timeout -s INT``) instead of a trace.
 #: The record, in the case folder, of the worker folders a run has not merged yet (``merge_leftover_workers``).
 WORKERS_FILE = ".workers.json"
-INTERRUPTED = "interrupted: the servers were stopped and the points finished so far are recorded"
 
 
 def assign_engines(labels: Sequence[str], groups: Sequence[str]) -> dict[str, list[str]]:
@@ -295,111 +290,42 @@ def merge_leftover_workers(case: str, data: Path, report: ParallelReport | None 
     return added
 
 
-def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
-    """A worker's share: the case, its engine labels, the plan overrides as JSON."""
-    parser.add_argument("--case", required=True)
-    parser.add_argument("--engines", nargs="+", required=True)
-    parser.add_argument("--overrides", default="{}")
+def run_worker(case: str, engines: Sequence[str], overrides: dict[str, Any]) -> None:
+    """Run one worker's share: the engine configs ``engines`` of ``load_plan(case, **overrides)``, without progress
+    bars; a failed point raises (``run_case``'s report), an interrupt keeps the points finished."""
+    plan = load_plan(case, engines=list(engines), **overrides)
+    run_case(plan, progress=False).raise_for_failures()
 
 
-def worker_main(args: argparse.Namespace) -> int:
-    """Run one worker's engine configs (exit 130 when interrupted, its finished points kept)."""
-    # A shell without job control starts background commands with SIGINT ignored, and Python then never turns
-    # it into KeyboardInterrupt: the parent's time limit would not stop this worker. Take it back.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    plan = load_plan(args.case, engines=args.engines, **json.loads(args.overrides))
-    try:
-        run_case(plan, progress=False).raise_for_failures()
-    except KeyboardInterrupt:
-        print(INTERRUPTED, file=sys.stderr)
-        return 130
-    return 0
-
-
-def _positive(kind: type) -> Any:
-    """An argparse type: a number of ``kind`` above 0 (NaN and infinity are refused)."""
-
-    def parse(text: str) -> Any:
-        value = kind(text)
-        if not value > 0 or value == float("inf"):
-            raise argparse.ArgumentTypeError(f"must be a number above 0, got {text!r}")
-        return value
-
-    parse.__name__ = kind.__name__
-    return parse
-
-
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """The case, the GPU groups, what part of the grid, repeats and a time limit."""
-    parser.add_argument("--case", required=True, help="a packaged case's name, or the path of your own case file")
-    parser.add_argument("--gpus", nargs="+", required=True, help="GPU groups, e.g. 0 1, or 0,1 2,3 for TP=2")
-    parser.add_argument(
-        "--part",
-        default=None,
-        help="one part of the case's grid (its 'parts:'), e.g. 1-verdict; --engines and "
-        "--concurrency, when given, replace the part's",
-    )
-    parser.add_argument(
-        "--engines",
-        nargs="+",
-        default=None,
-        help="engine labels, dealt over the GPU groups and run in this order (default: every one of "
-        "the case, in its file's order)",
-    )
-    parser.add_argument("--concurrency", nargs="+", type=_positive(int), default=None)
-    parser.add_argument(
-        "--repeats",
-        type=_positive(int),
-        default=None,
-        help="runs per point in all (default: the case's); the recorded ones count, so 2 adds a "
-        "second run where one is recorded",
-    )
-    parser.add_argument(
-        "--time-limit-s",
-        type=_positive(float),
-        default=None,
-        help="stop the workers after this many seconds (exit 124), keeping what they finished",
-    )
-    parser.add_argument(
-        "--paired",
-        action="store_true",
-        default=None,
-        help="measure the configs in turn on one GPU group (both servers up where they fit, else by "
-        "restart), so the comparison is made pair by pair (default: the part's choice)",
-    )
-
-
-def run_main(args: argparse.Namespace) -> int:
-    """Run a case's configs over the GPU groups (after the plan's checks, vLLM and a GPU: ``ConfigError`` before any
-    worker starts); exit 124 when the time limit stopped a worker, 130 on Ctrl-C."""
-    report: ParallelReport | None = None
-    try:
-        chosen = {
-            "engines": args.engines,
-            "concurrency": args.concurrency,
-            "repeats": args.repeats,
-            "paired": args.paired,
-        }
-        overrides = overrides_for(args.case, args.part, **chosen)
-        if load_plan(args.case, **overrides).pairing is not None and len(args.gpus) > 1:
-            raise ConfigError(
-                f"a paired run compares its configs on one GPU group; got {len(args.gpus)} "
-                f"({' '.join(args.gpus)}): give one"
-            )
-        # a bad case, part or value was refused above; then what the machine lacks
-        require_vllm()
-        require_gpu()
-        overrides = live_overrides(overrides)
-        with case_runner_lock(case_dir(load_plan(args.case, **overrides).case)):
-            report = run_on_gpus(args.case, args.gpus, time_limit_s=args.time_limit_s, **overrides)
-        for group, labels in report.assignment.items():
-            print(f"GPUs {group}: {', '.join(labels)} → exit {report.returncodes.get(group)}, log {report.logs[group]}")
-        print(f"rows added: {len(report.added)}")
-        report.raise_for_failures()
-    except PlaybookError as error:
-        print("error: " + " ".join(str(error).splitlines()), file=sys.stderr)
-        return TIMED_OUT_EXIT if report is not None and report.timed_out else 2
-    except KeyboardInterrupt:
-        print(f"{INTERRUPTED}; the points every worker finished were merged", file=sys.stderr)
-        return 130
-    return 0
+def run_parallel(
+    case: str,
+    gpus: Sequence[str],
+    *,
+    part: str | None = None,
+    engines: Sequence[str] | None = None,
+    concurrency: Sequence[int] | None = None,
+    repeats: int | None = None,
+    paired: bool | None = None,
+    time_limit_s: float | None = None,
+) -> ParallelReport:
+    """Run a case (or one ``part`` of it, with the choices given replacing the part's) over the GPU groups ``gpus``
+    (``run_on_gpus``), under the case's runner lock. The plan's checks, then vLLM and a GPU, are checked first:
+    ``ConfigError`` before any worker starts, also for a paired run given more than one group. The report is returned
+    whatever the workers' exit status (``ParallelReport.raise_for_failures`` says what failed)."""
+    chosen = {
+        "engines": None if engines is None else list(engines),
+        "concurrency": None if concurrency is None else list(concurrency),
+        "repeats": repeats,
+        "paired": paired,
+    }
+    overrides = overrides_for(case, part, **chosen)
+    if load_plan(case, **overrides).pairing is not None and len(gpus) > 1:
+        raise ConfigError(
+            f"a paired run compares its configs on one GPU group; got {len(gpus)} ({' '.join(gpus)}): give one"
+        )
+    # a bad case, part or value was refused above; then what the machine lacks
+    require_vllm()
+    require_gpu()
+    overrides = live_overrides(overrides)
+    with case_runner_lock(case_dir(load_plan(case, **overrides).case)):
+        return run_on_gpus(case, gpus, time_limit_s=time_limit_s, **overrides)

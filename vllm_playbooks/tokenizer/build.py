@@ -18,7 +18,6 @@ the repository (``../shared``) or under ``$VLLM_PLAYBOOKS_SHARED_DIR``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from collections.abc import Sequence
@@ -104,22 +103,3 @@ def build_tokenizer(corpus_paths: Sequence[Path | str], out_dir: Path | str, voc
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     (out / "special_tokens_map.json").write_text(json.dumps(special_map, indent=2) + "\n", encoding="utf-8")
     return real_size
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The corpus, the output folder and the vocabulary size."""
-    parser.add_argument(
-        "corpus", nargs="*", type=Path, help="text files (default: shared/research/*.md + ARCHITECTURE.md)"
-    )
-    parser.add_argument("--out", type=Path, default=HERE, help=f"output folder (default: {HERE})")
-    parser.add_argument("--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE)
-
-
-def main(args: argparse.Namespace) -> int:
-    """Rebuild the packaged tokenizer (defaults) or another one (``--out``, ``--vocab-size``)."""
-    corpus = args.corpus or default_corpus()
-    size = build_tokenizer(corpus, args.out, args.vocab_size)
-    print(f"vocab size {size} (asked {args.vocab_size}) from {len(corpus)} files -> {args.out}")
-    for path in corpus:
-        print(f"  {path}")
-    return 0 if size == args.vocab_size else 1

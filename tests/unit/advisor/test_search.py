@@ -10,16 +10,15 @@ import pandas as pd
 import pytest
 
 from tests.unit.advisor.grids import engine_json, frame, row, startups
+from vllm_playbooks.advisor.evaluate import one_grid
 from vllm_playbooks.advisor.goodput import Slo, grid_best, point_table, slo_levels
 from vllm_playbooks.advisor.oracle import RecordedOracle
-from vllm_playbooks.hardware import datasheet_gpu
-from vllm_playbooks.advisor.evaluate import advice_text, one_grid
 from vllm_playbooks.advisor.search import (
     BASELINE_UNMEASURED,
-    Knobs,
     PLAN_MARGIN,
     PLAUSIBLE_CHANCE,
     STOP_REASONS,
+    Knobs,
     _challengers,
     _dominated,
     _Offer,
@@ -29,6 +28,8 @@ from vllm_playbooks.advisor.search import (
     certainty,
     min_answer_gpu_s,
 )
+from vllm_playbooks.cli.advise import advice_text
+from vllm_playbooks.hardware import datasheet_gpu
 
 GPU = datasheet_gpu("H200-SXM")
 LOADS = (1, 4, 16, 64)

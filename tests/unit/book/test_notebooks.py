@@ -10,17 +10,17 @@ import pytest
 
 from tests.conftest import ROOT
 from vllm_playbooks import cli
-from vllm_playbooks.book import notebooks
 from vllm_playbooks.book.notebooks import (
     changed_check_outputs,
     check_notebook,
     default_parameters,
     execute,
     list_notebooks,
-    parse_parameter_pairs,
     require_mode,
 )
+from vllm_playbooks.cli import notebooks as notebooks_command
 from vllm_playbooks.errors import ConfigError
+from vllm_playbooks.run.plan import parse_parameter_pairs
 
 NOTEBOOKS = list_notebooks(ROOT)
 
@@ -191,7 +191,7 @@ def test_compare_lists_the_stale_check_cells_and_fails(
     executed = tmp_path / "executed"
     executed.mkdir()
     ran.rename(executed / source.name)
-    monkeypatch.setattr(notebooks, "list_notebooks", lambda: [source])
+    monkeypatch.setattr(notebooks_command, "list_notebooks", lambda: [source])
     assert cli.main(["notebooks", "compare", "--executed", str(executed)]) == 0
     _, stale = _checked_pair(tmp_path, ["best k 2\n"], ["best k 3\n"])
     stale.rename(executed / source.name)

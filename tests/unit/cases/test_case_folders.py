@@ -169,7 +169,7 @@ def test_a_new_case_folder_and_notebook_appear_in_plan_ledger_and_contents(tmp_p
         shutil.copy(ROOT / name, repo / name)
     _add_synthetic_case(repo)
 
-    plan = _command(repo, "plan", "--case", SYNTHETIC, "--hardware", "NVIDIA H100 80GB HBM3")
+    plan = _command(repo, "plan", "--case", SYNTHETIC, "--gpu", "NVIDIA H100 80GB HBM3")
     assert "spec-off" in plan and "ngram-k3" in plan and "4 run(s) to measure" in plan
     ledger = list(csv.DictReader(io.StringIO(_command(repo, "ledger", "--format", "csv"))))
     line = next(row for row in ledger if row["claim_id"] == "synthetic-claim")

@@ -46,7 +46,7 @@ def test_damaged_failure_files_are_left_out_with_one_warning_each(tmp_path: Path
 
 
 @pytest.mark.recorded_data
-@pytest.mark.parametrize("argv", [["plan", "--case", CASE, "--hardware", "H100"], ["ledger"], ["runs", CASE]])
+@pytest.mark.parametrize("argv", [["plan", "--case", CASE, "--gpu", "H100"], ["ledger"], ["runs", CASE]])
 def test_plan_ledger_and_runs_go_on_past_a_damaged_failure_file(argv: list[str], tmp_path: Path) -> None:
     data = tmp_path / "data"
     shutil.copytree(data_dir(), data)

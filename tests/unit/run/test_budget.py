@@ -154,7 +154,7 @@ def test_recorded_walls_and_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
         ["8b-pp2-mns256", 512, 123.0],
         ["8b-tp2-mns32", 64, 57.0],
     ]
-    frozen = ["--case", "pp-27462", "--data", str(FROZEN), "--hardware", "NVIDIA H200"]
+    frozen = ["--case", "pp-27462", "--data", str(FROZEN), "--gpu", "NVIDIA H200"]
     assert cli.main(["plan", *frozen, "--part", "1-8b-pp1"]) == 0  # its four points are recorded, none stalled
     assert "Nothing left to measure on this hardware." in capsys.readouterr().out.splitlines()
     assert cli.main(["plan", *frozen, "--part", "1-8b-pp1", "--budget-s", "600"]) == 0
@@ -189,10 +189,10 @@ def test_recorded_walls_and_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().err == "error: --budget-s must be positive, got 0\n"
 
 
-def test_a_case_with_nothing_recorded_has_no_estimates(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+def test_a_case_with_nothing_recorded_has_no_estimates(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", pd.errors.PerformanceWarning)  # no server logs: an empty launch column
-        assert cli.main(["plan", "--case", "llama-8b-draft-model", "--data", str(tmp_path), "--hardware", "GPU"]) == 0
+        assert cli.main(["plan", "--case", "llama-8b-draft-model", "--data", str(tmp_path), "--gpu", "GPU"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].split()[:5] == ["spec-off", "llama-3.1-8b", "1", "0", "4"] and lines[1].split()[-5:] == ["NaN"] * 5
     # with no estimate, no point can be said to fit
@@ -204,7 +204,7 @@ def test_a_case_with_nothing_recorded_has_no_estimates(tmp_path, capsys: pytest.
                 "llama-8b-draft-model",
                 "--data",
                 str(tmp_path),
-                "--hardware",
+                "--gpu",
                 "GPU",
                 "--budget-s",
                 "1800",
@@ -320,7 +320,7 @@ def test_plan_fresh_estimates_from_the_named_gpus_runs(capsys: pytest.CaptureFix
     pooled = capsys.readouterr().out
     assert "from NVIDIA H200's runs alone: 12 points on 2 servers" in pooled
     assert "from NVIDIA H100 80GB HBM3's runs alone: 12 points on 2 servers" in pooled
-    assert cli.main(["plan", "--case", "load-desync", "--part", "quick", "--fresh", "--hardware", "NVIDIA H200"]) == 0
+    assert cli.main(["plan", "--case", "load-desync", "--part", "quick", "--fresh", "--gpu", "NVIDIA H200"]) == 0
     own = capsys.readouterr().out
     assert own.rstrip().endswith("from the runs recorded on NVIDIA H200 (1 GPU per server), vLLM 0.26.0")
     assert "runs alone" not in own

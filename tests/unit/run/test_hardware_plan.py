@@ -10,6 +10,7 @@ import pytest
 
 from tests.unit.run.grid_rows import GRID_PLAN, grid_spec, run_rows
 from vllm_playbooks import cli
+from vllm_playbooks.cli import plan as plan_command
 from vllm_playbooks.run import budget, hardware_plan
 from vllm_playbooks.run.plan import load_part, plan_from_dict
 
@@ -26,10 +27,10 @@ def test_rows_of_hardware_are_those_of_the_gpu_and_gpus_each_config_uses() -> No
 def test_without_a_gpu_and_without_hardware_the_plan_says_so_in_one_line(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(hardware_plan, "gpu_here", lambda: None)
+    monkeypatch.setattr(plan_command, "gpu_here", lambda: None)
     assert cli.main(["plan", "--case", "llama-8b-draft-model"]) == 2
     out = capsys.readouterr().out
-    assert out.count("\n") == 1 and "no GPU" in out and "--hardware" in out
+    assert out.count("\n") == 1 and "no GPU" in out and "--gpu" in out
 
 
 @pytest.mark.recorded_data
@@ -145,7 +146,7 @@ def test_the_plan_names_the_engines_that_cannot_start_on_the_named_gpu(capsys: p
         "deepseek-mtp",
         "--part",
         "1-verdict",
-        "--hardware",
+        "--gpu",
         "NVIDIA H100 80GB HBM3",
         "--vllm-version",
         "0.26.0",
@@ -198,7 +199,7 @@ def test_the_eagle3_k2_and_k5_refusals_on_the_h100_name_the_cuda_graph_reserve(
         "gpt-oss-eagle3",
         "--part",
         "decide-draft-tokens",
-        "--hardware",
+        "--gpu",
         "NVIDIA H100 80GB HBM3",
         "--vllm-version",
         "0.26.0",

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from vllm_playbooks import cli
+from vllm_playbooks.cli.run import INTERRUPTED
 from vllm_playbooks.errors import ConfigError, PlaybookError
 from vllm_playbooks.paths import data_dir
 from vllm_playbooks.results import raw
@@ -246,12 +247,10 @@ def test_an_interrupt_ends_with_one_line_not_a_traceback(
 
     monkeypatch.setattr(parallel, "run_on_gpus", _interrupted)
     assert cli.main(["run", "--case", CASE, "--gpus", "0", "1"]) == 130
-    assert _not_warnings(capsys.readouterr().err) == [
-        f"{parallel.INTERRUPTED}; the points every worker finished were merged"
-    ]
+    assert _not_warnings(capsys.readouterr().err) == [f"{INTERRUPTED}; the points every worker finished were merged"]
     monkeypatch.setattr(parallel, "run_case", _interrupted)
     assert cli.main(["worker", "--case", CASE, "--engines", "spec-off"]) == 130
-    assert capsys.readouterr().err.strip() == parallel.INTERRUPTED
+    assert capsys.readouterr().err.strip() == INTERRUPTED
 
 
 @pytest.mark.recorded_data
@@ -378,8 +377,8 @@ def test_a_worker_started_with_sigint_ignored_still_stops_on_the_interrupt(tmp_p
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
-    )  # noqa: PLW1509
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # noqa: PLW1509
+    )
     assert worker.stdout is not None and worker.stdout.readline().strip() == b"measuring"
     worker.send_signal(signal.SIGINT)
     assert worker.wait(timeout=20) == 130

@@ -1,8 +1,10 @@
 """``vllm-playbooks``: one command line for what the book's users do (also ``python -m vllm_playbooks``).
 
-Each subcommand is registered here as (name, summary, the module and functions that implement it): the module's
-``add_…`` function declares its arguments and its ``…main`` function runs it. Only the chosen subcommand's module
-is imported, so ``--help`` stays fast. Bad input ends with one line, ``error: …``, and exit status 2.
+Each subcommand is registered here as (name, summary, its module under ``vllm_playbooks.cli``). A command's module
+holds ``Args``, a frozen dataclass whose ``add_cli_args(parser)`` declares the arguments and whose
+``from_cli_args(namespace)`` turns what was parsed into typed values, and ``run(args) -> int``, which calls the
+library with those values and prints the command's output. Only the chosen subcommand's module is imported, so
+``--help`` stays fast. Bad input ends with one line, ``error: …``, and exit status 2.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from vllm_playbooks.errors import PlaybookError
@@ -26,12 +29,16 @@ DESCRIPTION = (
 
 @dataclass(frozen=True)
 class Command:
-    """A subcommand: its name, a one-line summary, and ``module:add_arguments`` / ``module:main`` of its code."""
+    """A subcommand: its name, a one-line summary, and its module's name under ``vllm_playbooks.cli``."""
 
     name: str
     summary: str
-    arguments: str
-    main: str
+    module: str
+
+    @property
+    def module_name(self) -> str:
+        """The full name of the command's module, e.g. ``vllm_playbooks.cli.plan``."""
+        return f"{__name__}.{self.module}"
 
 
 #: Every subcommand, in the order ``--help`` lists them (what readers and GPU owners use first).
@@ -39,116 +46,97 @@ COMMANDS = (
     Command(
         "reproduce",
         "run one case notebook live on this machine's GPUs and render its page",
-        "vllm_playbooks.book.notebooks:add_reproduce_arguments",
-        "vllm_playbooks.book.notebooks:reproduce_main",
+        "reproduce",
     ),
     Command(
         "run",
         "measure a case's grid on this machine's GPUs: one server per GPU group, resumable, time-limited",
-        "vllm_playbooks.run.parallel:add_run_arguments",
-        "vllm_playbooks.run.parallel:run_main",
+        "run",
     ),
     Command(
         "plan",
         "the points of a case still to measure and the GPU minutes they take, from the recorded runs",
-        "vllm_playbooks.run.hardware_plan:add_plan_arguments",
-        "vllm_playbooks.run.hardware_plan:plan_main",
+        "plan",
     ),
     Command(
         "runs",
         "what was measured, per case and hardware: when, rows, points, the GPU minutes its servers held",
-        "vllm_playbooks.analysis.runs:add_arguments",
-        "vllm_playbooks.analysis.runs:main",
+        "runs",
     ),
     Command(
         "check-config",
         "check a case's grid (or your own case file) as the runner would, without a GPU",
-        "vllm_playbooks.run.check_config:add_check_arguments",
-        "vllm_playbooks.run.check_config:check_main",
+        "check_config",
     ),
     Command(
         "ledger",
         "the claims ledger: every claim, its sources and our verdict (markdown or CSV)",
-        "vllm_playbooks.book.ledger:add_arguments",
-        "vllm_playbooks.book.ledger:main",
+        "ledger",
     ),
     Command(
         "book",
         "execute the notebooks (papermill, replay mode) whose executed copy is stale: the book's pages",
-        "vllm_playbooks.book.notebooks:add_book_arguments",
-        "vllm_playbooks.book.notebooks:book_main",
+        "book",
     ),
     Command(
         "toc",
         "write the book's table of contents with a page per case folder (what the book build reads)",
-        "vllm_playbooks.book.notebooks:add_toc_arguments",
-        "vllm_playbooks.book.notebooks:toc_main",
+        "toc",
     ),
     Command(
         "notebooks",
         "for contributors: check the notebook pattern, compare/refresh check outputs, strip outputs",
-        "vllm_playbooks.book.notebooks:add_notebooks_arguments",
-        "vllm_playbooks.book.notebooks:notebooks_main",
+        "notebooks",
     ),
     Command(
         "site-check",
         "open the built book in headless Chromium: links, figures, search, screenshots",
-        "vllm_playbooks.book.sitecheck:add_arguments",
-        "vllm_playbooks.book.sitecheck:main",
+        "site_check",
     ),
     Command(
         "workshop",
         "for workshop hosts: grade every learner notebook in a folder (passed / not yet / did not run)",
-        "vllm_playbooks.book.grading:add_workshop_arguments",
-        "vllm_playbooks.book.grading:workshop_main",
+        "workshop",
     ),
     Command(
         "advise",
         "the tuning advisor: the config of most goodput under an SLO, measured within a GPU-time budget",
-        "vllm_playbooks.advisor.evaluate:add_arguments",
-        "vllm_playbooks.advisor.evaluate:main",
+        "advise",
     ),
     Command(
         "kv-check",
         "fit the memory calibration on every recorded server log; write it and the KV check",
-        "vllm_playbooks.analysis.calculator:add_kv_check_arguments",
-        "vllm_playbooks.analysis.calculator:kv_check_main",
+        "kv_check",
     ),
     Command(
         "crosscheck",
         "record our speculative_config validation against vLLM's own parser (needs vLLM)",
-        "vllm_playbooks.run.crosscheck:add_arguments",
-        "vllm_playbooks.run.crosscheck:main",
+        "crosscheck",
     ),
     Command(
         "migrate",
         "move recorded points to their identity (hardware, config id) and rebuild their tables",
-        "vllm_playbooks.run.migrate:add_arguments",
-        "vllm_playbooks.run.migrate:main",
+        "migrate",
     ),
     Command(
         "import-runs",
         "add the points measured in another data folder to this one, each as a new repeat",
-        "vllm_playbooks.run.importing:add_arguments",
-        "vllm_playbooks.run.importing:main",
+        "import_runs",
     ),
     Command(
         "compress",
         "gzip the plain /metrics scrapes and server logs left in recorded folders",
-        "vllm_playbooks.results.textfiles:add_arguments",
-        "vllm_playbooks.results.textfiles:main",
+        "compress",
     ),
     Command(
         "build-tokenizer",
         "for maintainers: rebuild the bundled tokenizer the load generator uses",
-        "vllm_playbooks.tokenizer.build:add_arguments",
-        "vllm_playbooks.tokenizer.build:main",
+        "build_tokenizer",
     ),
     Command(
         "worker",
         "internal: one GPU group's share of `run` (started by `run`, not by hand)",
-        "vllm_playbooks.run.parallel:add_worker_arguments",
-        "vllm_playbooks.run.parallel:worker_main",
+        "worker",
     ),
 )
 
@@ -162,9 +150,9 @@ class OneLineParser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def _function(reference: str):  # type: ignore[no-untyped-def]
-    module, _, name = reference.partition(":")
-    return getattr(importlib.import_module(module), name)
+def command_module(command: Command) -> ModuleType:
+    """The command's module (imported now): its ``Args`` and ``run``."""
+    return importlib.import_module(command.module_name)
 
 
 def build_parser(chosen: str | None = None) -> OneLineParser:
@@ -174,7 +162,7 @@ def build_parser(chosen: str | None = None) -> OneLineParser:
     for command in COMMANDS:
         child = sub.add_parser(command.name, help=command.summary, description=command.summary)
         if command.name == chosen:
-            _function(command.arguments)(child)
+            command_module(command).Args.add_cli_args(child)
     return parser
 
 
@@ -200,7 +188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with warnings.catch_warnings():  # the filters stay as they are (-W, PYTHONWARNINGS); only the form changes
             warnings.showwarning = one_line_warning
-            return int(_function(by_name[opts.command].main)(opts))
+            module = command_module(by_name[opts.command])
+            return int(module.run(module.Args.from_cli_args(opts)))
     except PlaybookError as error:
         print("error: " + " ".join(str(error).splitlines()), file=sys.stderr)  # one line, whatever the message holds
         return 2

@@ -41,6 +41,7 @@ def test_each_subcommand_declares_its_arguments(command: cli.Command, capsys: py
             "error: case llama-8b-draft-model: no engine",
         ),
         (["run", "--case", "llama-8b-draft-model"], "error: the following arguments are required: --gpus"),
+        (["plan", "--case", "llama-8b-draft-model", "--hardware", "NVIDIA H200"], "error: --hardware is now --gpu"),
         (["reproduce", "--case", "nope"], "error: no notebook 'nope'"),
         (["advise"], "error: give --case (with an SLO), --evaluate or --sensitivity"),
         (["advise", "--case", "llama-8b-draft-model"], "error: an SLO needs a TPOT p99 bound"),

@@ -1,0 +1,188 @@
+"""``vllm-playbooks plan``: the points of a case still to measure on a GPU and the GPU minutes they take, from the
+recorded runs (``run.hardware_plan``)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Self
+
+from vllm_playbooks.errors import ConfigError
+from vllm_playbooks.results.failed_starts import failed_starts
+from vllm_playbooks.run.budget import (
+    describe_fresh_time,
+    fresh_time,
+    fresh_time_per_gpu,
+    gpu_here,
+    point_estimates,
+    points_within,
+    vllm_here,
+)
+from vllm_playbooks.run.case import hardware_in_words
+from vllm_playbooks.run.hardware_plan import (
+    PlanInputs,
+    cannot_start,
+    describe_hardware_plan,
+    describe_part_fits,
+    failed_before,
+    gpu_memory_gib,
+    hardware_plan,
+    part_fits,
+    plan_inputs,
+    rows_of_hardware,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def _table(table: pd.DataFrame) -> str:
+    return table.to_string(index=False, float_format="{:.0f}".format)
+
+
+class RenamedToGpu(argparse.Action):
+    """The old spelling ``--hardware`` of ``--gpu``: refused in one line that names the new one (exit 2), since
+    ``--hardware`` elsewhere (``advise``, the recorded rows) names a recorded key, not a GPU model."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        """Stop parsing with ``error: --hardware is now --gpu …``."""
+        parser.error(
+            f"{option_string} is now --gpu, the GPU model as NVML names it, e.g. --gpu {values!r}; "
+            "--hardware names a recorded key (nvidia-h200-x1-vllm0.26.0) in `advise`"
+        )
+
+
+@dataclass(frozen=True)
+class Args:
+    """The case, one part of it, the GPU model as NVML names it (None: this machine's), the vLLM version, the
+    time-limit margin, the data folder, and the two other questions: ``fresh`` (every point, as a machine without
+    caches) and ``budget_s`` (the points a new server measures in that many seconds)."""
+
+    case: str
+    part: str | None = None
+    gpu: str | None = None
+    vllm_version: str | None = None
+    margin: float = 1.25
+    data: Path | None = None
+    fresh: bool = False
+    budget_s: float | None = None
+
+    @classmethod
+    def add_cli_args(cls, parser: argparse.ArgumentParser) -> None:
+        """The case, a part of it, the GPU, the margin, the data folder, and a budget in seconds."""
+        parser.add_argument("--case", required=True, help="a packaged case's name, or the path of your own case file")
+        parser.add_argument("--part", help="one part of the case's grid (its 'parts:'), e.g. 5-long-sweep")
+        parser.add_argument(
+            "--gpu",
+            help='the GPU model as NVML names it, e.g. "NVIDIA H200" (default: this machine\'s first GPU)',
+        )
+        parser.add_argument("--hardware", action=RenamedToGpu, help=argparse.SUPPRESS)
+        parser.add_argument("--vllm-version", help="the vLLM version (default: the installed one, else the book's)")
+        parser.add_argument("--margin", type=float, default=1.25, help="time_limit_s = margin × the estimate")
+        parser.add_argument("--data", type=Path, help="the data folder (default: the book's data/)")
+        parser.add_argument(
+            "--fresh",
+            action="store_true",
+            help="instead, estimate every point of the plan (or part), recorded or not, as a machine "
+            "without compile caches measures it: what a quick check costs on your GPU",
+        )
+        parser.add_argument(
+            "--budget-s",
+            type=float,
+            help="instead, list the points that a new server per config can measure in this many seconds, "
+            "shortest first (the order to run them in)",
+        )
+
+    @classmethod
+    def from_cli_args(cls, namespace: argparse.Namespace) -> Self:
+        """The parsed arguments; ``ConfigError`` for a budget that is not positive."""
+        if namespace.budget_s is not None and not namespace.budget_s > 0:
+            raise ConfigError(f"--budget-s must be positive, got {namespace.budget_s:g}")
+        return cls(
+            case=namespace.case,
+            part=namespace.part,
+            gpu=namespace.gpu,
+            vllm_version=namespace.vllm_version,
+            margin=float(namespace.margin),
+            data=namespace.data,
+            fresh=bool(namespace.fresh),
+            budget_s=namespace.budget_s,
+        )
+
+
+def print_fresh(args: Args, inputs: PlanInputs) -> None:
+    """``--fresh``: every point of the plan estimated from the runs recorded on ``args.gpu`` where they time the
+    whole plan, else on every GPU (with each GPU's own estimate after it)."""
+    per_gpu = fresh_time_per_gpu(inputs.plan, inputs.measured, inputs.servers)
+    own = args.gpu in per_gpu  # a GPU whose own runs time the whole plan: its estimate alone
+    table = per_gpu[args.gpu] if own else fresh_time(inputs.plan, inputs.measured, inputs.servers)
+    source = inputs.measured[inputs.measured["gpu_name"] == args.gpu] if own else inputs.measured
+    print(_table(table))
+    print(f"{describe_fresh_time(table)}; from the runs recorded on {hardware_in_words(source)}")
+    for gpu, gpu_table in per_gpu.items() if not own and len(per_gpu) > 1 else ():
+        print(f"from {gpu}'s runs alone: {describe_fresh_time(gpu_table)}")
+
+
+def print_within_budget(args: Args, inputs: PlanInputs, gpu: str, version: str, budget_s: float) -> None:
+    """``--budget-s``: the points left on ``gpu`` that a new server per config measures in ``budget_s`` seconds."""
+    here = rows_of_hardware(inputs.plan, inputs.measured, gpu, version)
+    points = point_estimates(inputs.plan, inputs.measured, inputs.servers, here)
+    table = points_within(points, budget_s, args.margin)
+    if points.empty:
+        print(f"nothing left to measure on {gpu}")
+    elif table.empty:
+        print(f"no point left to measure fits in {budget_s:g} s with a server's start-up")
+    else:
+        print(_table(table))
+
+
+def print_hardware_plan(args: Args, inputs: PlanInputs, gpu: str, version: str) -> None:
+    """What the case (or part) still needs on ``gpu``: the table, its GPU time, whether it fits the GPU's memory and
+    the configs whose server did not start there before."""
+    plan = inputs.plan
+    table = hardware_plan(plan, inputs.measured, inputs.servers, gpu, version, args.margin)
+    memory = gpu_memory_gib(gpu, args.data)
+    refused = cannot_start(plan, table, memory[0]) if memory else {}
+    print(_table(table))
+    print(describe_hardware_plan(table, plan.case, gpu, version, refused))
+    if memory:
+        gib, source = memory
+        for label, reason in refused.items():
+            print(f"note: {label} cannot start on {gpu} ({gib:g} GiB, from {source}): {reason}")
+        print("\n".join(describe_part_fits(part_fits(plan, gib), args.part or plan.case, gpu, gib, source, refused)))
+    else:
+        print(
+            f"{args.part or plan.case}: the memory of {gpu} is unknown (no GPU of that name here, in a recorded "
+            "start-up or in data/reference/hardware.csv), so whether it fits is not judged"
+        )
+    for line in failed_before(plan, table, failed_starts(plan.case, args.data), gpu, version):
+        print(line)
+
+
+def run(args: Args) -> int:
+    """Print what a case (or one part of it) still needs on a hardware, recorded runs counted, and its GPU time;
+    without a GPU here and no ``--gpu``, one line saying so (exit 2). ``--fresh`` needs no hardware: it
+    estimates every point of the plan from the runs recorded on any."""
+    inputs = plan_inputs(args.case, args.part, args.data)
+    if inputs.note:
+        print(f"{args.part}: {inputs.note}")
+    if args.fresh:
+        print_fresh(args, inputs)
+        return 0
+    gpu = args.gpu or gpu_here()
+    if gpu is None:
+        print('plan: no GPU found on this machine (NVML); name the GPU to plan for, e.g. --gpu "NVIDIA H200"')
+        return 2
+    version = args.vllm_version or vllm_here()
+    if args.budget_s is not None:
+        print_within_budget(args, inputs, gpu, version, args.budget_s)
+    else:
+        print_hardware_plan(args, inputs, gpu, version)
+    return 0
