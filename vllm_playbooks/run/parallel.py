@@ -50,6 +50,7 @@ from vllm_playbooks.run.case import (
 )
 from vllm_playbooks.run.importing import merge_into
 from vllm_playbooks.run.plan import load_plan, overrides_for
+from vllm_playbooks.run.ray_grid import RayReport, run_on_ray
 from vllm_playbooks.run.runner_lock import case_runner_lock
 
 #: The command line's exit status when ``--time-limit-s`` stopped a worker (as coreutils' ``timeout``).
@@ -315,7 +316,13 @@ def _positive(kind: type) -> Any:
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """The case, the GPU groups, what part of the grid, repeats and a time limit."""
     parser.add_argument("--case", required=True, help="a packaged case's name, or the path of your own case file")
-    parser.add_argument("--gpus", nargs="+", required=True, help="GPU groups, e.g. 0 1, or 0,1 2,3 for TP=2")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--gpus", nargs="+", help="GPU groups, e.g. 0 1, or 0,1 2,3 for TP=2")
+    where.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="measure on a Ray cluster instead (its head's HOST:PORT, or auto): one task per engine config",
+    )
     parser.add_argument(
         "--part",
         default=None,
@@ -353,9 +360,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_main(args: argparse.Namespace) -> int:
-    """Run a case's configs over the GPU groups (after the plan's checks, vLLM and a GPU: ``ConfigError`` before any
-    worker starts); exit 124 when the time limit stopped a worker, 130 on Ctrl-C."""
-    report: ParallelReport | None = None
+    """Run a case's configs over the GPU groups, or on a Ray cluster with ``--ray`` (``run.ray_grid``), after the
+    plan's checks (and here vLLM and a GPU): ``ConfigError`` before any worker starts; exit 124 when the time limit
+    stopped a worker, 130 on Ctrl-C."""
+    report: ParallelReport | RayReport | None = None
     try:
         chosen = {
             "engines": args.engines,
@@ -364,6 +372,11 @@ def run_main(args: argparse.Namespace) -> int:
             "paired": args.paired,
         }
         overrides = overrides_for(args.case, args.part, **chosen)
+        if args.ray is not None:  # a Ray cluster's nodes measure it (run.ray_grid), not this machine's GPUs
+            report = run_on_ray(args.case, args.ray, time_limit_s=args.time_limit_s, **overrides)
+            print("\n".join(report.lines()))
+            report.raise_for_failures()
+            return 0
         if load_plan(args.case, **overrides).pairing is not None and len(args.gpus) > 1:
             raise ConfigError(
                 f"a paired run compares its configs on one GPU group; got {len(args.gpus)} "
