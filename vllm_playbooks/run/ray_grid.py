@@ -22,7 +22,8 @@ once (its folder is there already), so nothing is recorded twice.
 
 Ctrl-C (or SIGTERM, or ``--time-limit-s``) cancels every task with ``force=True``: Ray kills the task's worker process,
 and the server's guard (``engine.guard``), which the kernel tells when its owner dies, stops the server's process
-group. The points sent so far are merged before the driver exits (130; 124 for the time limit); a rerun measures only
+group; so it does when a node's raylet dies and takes its workers along (``RUNTIME_ENV`` keeps Ray from SIGKILLing
+the guard first). The points sent so far are merged before the driver exits (130; 124 for the time limit); a rerun measures only
 what is missing.
 
 Ray could run one machine's GPU groups too, but ``run --gpus`` keeps its own worker pool (``run.parallel``): Ray is an
@@ -66,6 +67,10 @@ RAY_MISSING = "--ray needs Ray: pip install ray"
 POLL_S = 0.5
 #: How long the driver waits for cancelled tasks to end before it takes the mailbox's last points.
 CANCEL_WAIT_S = 10.0
+#: The environment of this run's Ray workers. A Ray worker that ends (cancelled, or its node's raylet gone) SIGKILLs
+#: its child processes by default, the server's guard among them, which would leave the server running: with this the
+#: guard outlives its owner long enough to stop the server's process group (``engine.guard``).
+RUNTIME_ENV = {"env_vars": {"RAY_kill_child_processes_on_worker_exit": "false"}}
 #: The live runner as a task calls it: (one engine config's plan, data=…, progress=…) → its report.
 Runner = Callable[..., RunReport]
 
@@ -255,7 +260,7 @@ def run_on_ray(
 def _connect(ray: ModuleType, address: str) -> None:
     """Connect this process to the cluster as its driver; ``ConfigError`` in one line when it cannot."""
     try:
-        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True, runtime_env=RUNTIME_ENV)
     except (ConnectionError, ValueError, RuntimeError) as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ConfigError(f"cannot reach the Ray cluster at {address}: {reason}") from None
