@@ -23,8 +23,8 @@ once (its folder is there already), so nothing is recorded twice.
 Ctrl-C (or SIGTERM, or ``--time-limit-s``) cancels every task with ``force=True``: Ray kills the task's worker process,
 and the server's guard (``engine.guard``), which the kernel tells when its owner dies, stops the server's process
 group; so it does when a node's raylet dies and takes its workers along (``RUNTIME_ENV`` keeps Ray from SIGKILLing
-the guard first). The points sent so far are merged before the driver exits (130; 124 for the time limit); a rerun measures only
-what is missing.
+the guard first). The points sent so far are merged before the driver exits (130; 124 for the time limit); a rerun
+measures only what is missing.
 
 Ray could run one machine's GPU groups too, but ``run --gpus`` keeps its own worker pool (``run.parallel``): Ray is an
 optional extra (``requirements-gpu.txt``, ``pip install vllm-playbooks[ray]``), not a dependency of the book, and
