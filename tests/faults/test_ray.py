@@ -142,3 +142,17 @@ def test_a_second_driver_on_the_same_case_is_refused_naming_the_first(
     assert len(second.error_lines()) == 1 and f"pid {first.pid} " in second.error_lines()[0]
     assert first.wait(timeout=180) == 0, runner.stderr()
     runner.assert_complete()
+
+
+def test_the_time_limit_cancels_the_tasks_keeps_their_points_and_exits_124(
+    runner: Runner, cluster: Callable[[float], tuple[Any, Any]]
+) -> None:
+    # a config's three points take six bench calls, 12 s, beside its start-up: no config is done in 12 s (how many
+    # points are, if any, depends on how fast this machine starts workers and servers)
+    made, _ = cluster(2.0)
+    code, err = runner.run([*ray_run(made.address), "--time-limit-s", "12"], timeout_s=120)
+    assert code == 124, err
+    assert [line.split(":")[0] for line in runner.error_lines()] == ["error"]
+    ids = row_ids(runner.case_dir / "runs.csv")
+    assert len(ids) < len(PLANNED) and len(set(ids)) == len(ids) and set(ids) <= set(PLANNED)
+    wait_until(lambda: not servers(runner), 30, "no stand-in server left on any node")

@@ -237,8 +237,8 @@ def run_on_ray(
     """Measure the engine configs of ``load_plan(case, **overrides)`` on the Ray cluster at ``address`` (``auto``:
     the one this machine belongs to), one task per config, and merge what they send into ``data`` (default: the
     repo's data folder). ``runner`` is what each task runs (default ``run.case.run_case``). Refused before any server
-    starts (``ConfigError``): Ray missing, a bad plan, a paired plan, an unwritable data folder, a case another run
-    holds, a cluster that cannot be reached. After ``time_limit_s`` seconds the tasks are cancelled and ``timed_out``
+    starts (``ConfigError``): Ray missing, a bad plan, a paired plan, a cluster that cannot be reached (all before the
+    data folder is touched), a case another run holds, an unwritable data folder. After ``time_limit_s`` seconds the tasks are cancelled and ``timed_out``
     set."""
     ray = require_ray()
     data = data if data is not None else paths.data_dir()
@@ -247,18 +247,25 @@ def run_on_ray(
         raise ConfigError("a paired run compares its configs on one GPU group: run it with --gpus, not --ray")
     folder = case_dir(plan.case, data)
     report = RayReport()
-    with case_runner_lock(folder):
-        check_writable(folder)
-        _connect(ray, address)
-        try:
+    _connect(ray, address)
+    try:
+        with case_runner_lock(folder):
+            check_writable(folder)
             _run_tasks(ray, plan, data, report, runner or run_case, time_limit_s)
-        finally:
-            ray.shutdown()
+    finally:
+        ray.shutdown()
     return report
 
 
-def _connect(ray: ModuleType, address: str) -> None:
-    """Connect this process to the cluster as its driver; ``ConfigError`` in one line when it cannot."""
+def _connect(ray: ModuleType, address: str, timeout_s: float = 5.0) -> None:
+    """Connect this process to the cluster as its driver; ``ConfigError`` in one line when it cannot. A ``HOST:PORT``
+    where nothing answers within ``timeout_s`` is refused at once (``ray.init`` would wait minutes)."""
+    host, colon, port = address.rpartition(":")
+    if colon and port.isdigit() and "://" not in address:
+        try:
+            socket.create_connection((host, int(port)), timeout=timeout_s).close()
+        except OSError as error:
+            raise ConfigError(f"cannot reach the Ray cluster at {address}: {error.strerror or error}") from None
     try:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True, runtime_env=RUNTIME_ENV)
     except (ConnectionError, ValueError, RuntimeError) as error:
