@@ -24,7 +24,8 @@ Ctrl-C (or SIGTERM, or ``--time-limit-s``) cancels every task with ``force=True`
 and the server's guard (``engine.guard``), which the kernel tells when its owner dies, stops the server's process
 group; so it does when a node's raylet dies and takes its workers along (``RUNTIME_ENV`` keeps Ray from SIGKILLing
 the guard first). The points sent so far are merged before the driver exits (130; 124 for the time limit); a rerun
-measures only what is missing.
+measures only what is missing. A driver killed outright (SIGKILL) loses the points that reached the mailbox in its
+last ``POLL_S`` seconds: they are measured again by the rerun, never recorded twice.
 
 Ray could run one machine's GPU groups too, but ``run --gpus`` keeps its own worker pool (``run.parallel``): Ray is an
 optional extra (``requirements-gpu.txt``, ``pip install vllm-playbooks[ray]``), not a dependency of the book, and
@@ -104,6 +105,18 @@ def config_seed(case: str, config_id: str, data: Path) -> bytes:
     starts from, so that it measures only what is missing."""
     points = [point for point in raw.finished_points(case_dir(case, data)) if point.parent.name == config_id]
     return pack(data, points)
+
+
+def check_fits(engines: Iterable[Any], node_gpus: Iterable[float]) -> None:
+    """Refuse (``ConfigError``) an engine config that needs more GPUs (tensor × pipeline parallel size) than any node
+    has: its task could never start. ``node_gpus``: the GPUs of each live node of the cluster."""
+    most = max(node_gpus, default=0.0)
+    for engine in engines:
+        if engine_gpus(engine) > most:
+            raise ConfigError(
+                f"engine {engine.label} needs {engine_gpus(engine)} GPUs of one node (tensor × pipeline parallel "
+                f"size), and the largest node of the cluster has {most:g}"
+            )
 
 
 class Mailbox:
@@ -238,8 +251,8 @@ def run_on_ray(
     the one this machine belongs to), one task per config, and merge what they send into ``data`` (default: the
     repo's data folder). ``runner`` is what each task runs (default ``run.case.run_case``). Refused before any server
     starts (``ConfigError``): Ray missing, a bad plan, a paired plan, a cluster that cannot be reached (all before the
-    data folder is touched), a case another run holds, an unwritable data folder. After ``time_limit_s`` seconds the tasks are cancelled and ``timed_out``
-    set."""
+    data folder is touched), a case another run holds, an unwritable data folder, an engine config wider than every
+    node (``check_fits``). After ``time_limit_s`` seconds the tasks are cancelled and ``timed_out`` set."""
     ray = require_ray()
     data = data if data is not None else paths.data_dir()
     plan = load_plan(case, **overrides)
@@ -276,10 +289,11 @@ def _connect(ray: ModuleType, address: str, timeout_s: float = 5.0) -> None:
 def _run_tasks(
     ray: ModuleType, plan: CasePlan, data: Path, report: RayReport, runner: Runner, time_limit_s: float | None
 ) -> None:
-    """Start the mailbox on this node and one task per engine config; merge what they send until all have ended
-    (cancelled on Ctrl-C, SIGTERM or the time limit)."""
+    """Start the mailbox on this node and one task per engine config (each refused first if no node has its GPUs,
+    ``check_fits``); merge what they send until all have ended (cancelled on Ctrl-C, SIGTERM or the time limit)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    check_fits(plan.engines, [node["Resources"].get("GPU", 0.0) for node in ray.nodes() if node["Alive"]])
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     mailbox = ray.remote(Mailbox).options(num_cpus=0, scheduling_strategy=here).remote()
     task = ray.remote(measure_config)

@@ -13,7 +13,8 @@ from vllm_playbooks.paths import data_dir
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.replay import replay_rows
 from vllm_playbooks.run import ray_grid
-from vllm_playbooks.run.ray_grid import Mailbox, RayReport, config_seed, pack, unpack
+from vllm_playbooks.run.plan import load_plan
+from vllm_playbooks.run.ray_grid import Mailbox, RayReport, check_fits, config_seed, pack, unpack
 
 CASE = "llama-8b-draft-model"
 CASE_FILE = Path(__file__).resolve().parents[2] / "faults" / "faults.yaml"
@@ -97,3 +98,17 @@ def test_the_report_fails_on_a_task_error_a_failed_point_or_the_time_limit() -> 
     ):
         with pytest.raises(ray_grid.PlaybookError):
             report.raise_for_failures()
+
+
+def test_an_engine_wider_than_every_node_is_refused_before_its_task(tmp_path: Path) -> None:
+    case_file = tmp_path / "tp2.yaml"
+    case_file.write_text(
+        CASE_FILE.read_text().replace("  - label: spec-off\n", "  - label: spec-off\n    tensor_parallel_size: 2\n")
+    )
+    engines = load_plan(str(case_file)).engines
+    assert [e.tensor_parallel_size for e in engines] == [2, 1]
+    check_fits(engines, [1.0, 2.0])
+    with pytest.raises(ray_grid.ConfigError, match="spec-off needs 2 GPUs"):
+        check_fits(engines, [1.0, 1.0])
+    with pytest.raises(ray_grid.ConfigError):
+        check_fits(engines, [])
