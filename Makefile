@@ -8,6 +8,8 @@ CASE ?=
 PARAMS ?=
 # property-based tests of make test-faults: generated inputs per property (3 properties); raise it for a longer run
 HYPOTHESIS_EXAMPLES ?= 700
+# Ray for the fault tests of `run --ray` (tests/faults/test_ray.py: a two-node local cluster); not a book dependency
+RAY_PKG := "ray>=2.40"
 # MathJax 2.7 for offline math: the static files of jupyter-server-mathjax (its wheel only, none of its dependencies)
 MATHJAX_PKG := jupyter-server-mathjax==0.2.6
 MATHJAX := _mathjax/mathjax/MathJax.js
@@ -64,7 +66,10 @@ test-long: $(STAMP)
 ##   HYPOTHESIS_EXAMPLES=20000 for a long run) generate case files, parameters and import folders. Then bad input
 ##   through the command line: exit 2, one error line, data untouched. Last,
 ##   the runner killed and stopped beside a real vLLM server on the CPU (.venv-cpu, built as for test-cpu-e2e).
+##   It installs Ray into the venv first (about 80 MB, not a book dependency) for `run --ray` on a local two-node
+##   cluster: the grid on both nodes, a node killed mid-grid, the driver interrupted, a second driver refused.
 test-faults: $(STAMP)
+	$(PY) -m pip install -q $(RAY_PKG)
 	HYPOTHESIS_EXAMPLES=$(HYPOTHESIS_EXAMPLES) $(PY) -m pytest -n 2 -o addopts="--strict-markers -ra" -p no:cacheprovider -m faults tests/faults
 	bash .ci/cpu-e2e-venv.sh
 	.venv-cpu/bin/python -m pytest -o addopts="--strict-markers -ra" \

@@ -1,7 +1,8 @@
 """``vllm-playbooks`` as the fault tests run it: the stand-in server and a stand-in ``bench serve`` that talks to it.
 
 ``python -m tests.faults.harness run|worker …`` is the command line itself, with only the engine and the load
-generator replaced (and its workers started through this harness too). Environment:
+generator replaced (its workers started through this harness too, and its Ray tasks given the same stand-ins).
+Environment:
 
 - ``FAULT_BENCH_S``: seconds each bench call takes (it polls the server's ``/health`` meanwhile and fails when the
   server is gone, as a load generator does);
@@ -34,7 +35,7 @@ from vllm_playbooks.engine import server as server_module
 from vllm_playbooks.engine.exchange import get
 from vllm_playbooks.engine.server import VllmServer
 from vllm_playbooks.errors import ServerError
-from vllm_playbooks.run import case, parallel
+from vllm_playbooks.run import case, parallel, ray_grid
 
 
 def slow_bench(argv: list[str], timeout_s: float | None = None) -> dict[str, Any]:
@@ -154,6 +155,7 @@ def main(argv: list[str]) -> int:
         **limits,
     )
     parallel.worker_argv = worker_argv  # type: ignore[assignment]
+    ray_grid.run_case = parallel.run_case  # what each Ray task runs (pickled: its node imports this harness)
     # the stand-in server needs neither vLLM nor a GPU: the checks that live runs make first are skipped
     parallel.require_vllm = parallel.require_gpu = lambda: None  # type: ignore[assignment]
     _first_port_then_free()

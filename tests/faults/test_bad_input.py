@@ -115,6 +115,8 @@ BAD_COMMANDS = [
     ("run-unknown-part", [*RUN, "--part", "9-nothing"]),
     ("run-unknown-engine", [*RUN, "--engines", "no-such-engine"]),
     ("run-no-case", ["run", "--gpus", "0"]),
+    ("run-gpus-and-ray", [*RUN, "--ray", "auto"]),
+    ("run-ray-nobody-there", ["run", "--case", CASE, "--ray", "127.0.0.1:1"]),
     ("plan-unknown-case", ["plan", "--case", "no-such-case"]),
     ("plan-budget-negative", ["plan", "--case", CASE, "--budget-s", "-1"]),
     ("plan-unknown-part", ["plan", "--case", CASE, "--part", "9-nothing"]),

@@ -1,5 +1,5 @@
-"""``vllm-playbooks run``: measure a case's grid on this machine's GPUs, one server per GPU group, resumable and
-time-limited (``run.parallel``)."""
+"""``vllm-playbooks run``: measure a case's grid on this machine's GPUs, one server per GPU group (``run.parallel``),
+or on a Ray cluster, one task per engine config (``run.ray_grid``); resumable and time-limited."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from typing import Self, TypeVar
 
 from vllm_playbooks.errors import PlaybookError
 from vllm_playbooks.run.parallel import ParallelReport, run_parallel
+from vllm_playbooks.run.plan import overrides_for
+from vllm_playbooks.run.ray_grid import RayReport, run_on_ray
 
 #: The exit status when ``--time-limit-s`` stopped a worker (as coreutils' ``timeout``).
 TIMED_OUT_EXIT = 124
@@ -37,11 +39,13 @@ def positive(kind: type[Number]) -> Callable[[str], Number]:
 
 @dataclass(frozen=True)
 class Args:
-    """The case, the GPU groups, one part of its grid, the engine configs and loads chosen, repeats, a time limit
-    and whether the configs are measured pair by pair (None: the case's or part's choice)."""
+    """The case, where it runs (this machine's GPU groups ``gpus``, or the Ray cluster at ``ray``: one of the two),
+    one part of its grid, the engine configs and loads chosen, repeats, a time limit and whether the configs are
+    measured pair by pair (None: the case's or part's choice)."""
 
     case: str
-    gpus: tuple[str, ...]
+    gpus: tuple[str, ...] | None = None
+    ray: str | None = None
     part: str | None = None
     engines: tuple[str, ...] | None = None
     concurrency: tuple[int, ...] | None = None
@@ -53,7 +57,13 @@ class Args:
     def add_cli_args(cls, parser: argparse.ArgumentParser) -> None:
         """The case, the GPU groups, what part of the grid, repeats and a time limit."""
         parser.add_argument("--case", required=True, help="a packaged case's name, or the path of your own case file")
-        parser.add_argument("--gpus", nargs="+", required=True, help="GPU groups, e.g. 0 1, or 0,1 2,3 for TP=2")
+        where = parser.add_mutually_exclusive_group(required=True)
+        where.add_argument("--gpus", nargs="+", help="GPU groups, e.g. 0 1, or 0,1 2,3 for TP=2")
+        where.add_argument(
+            "--ray",
+            metavar="ADDRESS",
+            help="measure on a Ray cluster instead (its head's HOST:PORT, or auto): one task per engine config",
+        )
         parser.add_argument(
             "--part",
             default=None,
@@ -94,7 +104,8 @@ class Args:
         """The parsed arguments as typed values."""
         return cls(
             case=namespace.case,
-            gpus=tuple(namespace.gpus),
+            gpus=None if namespace.gpus is None else tuple(namespace.gpus),
+            ray=namespace.ray,
             part=namespace.part,
             engines=None if namespace.engines is None else tuple(namespace.engines),
             concurrency=None if namespace.concurrency is None else tuple(namespace.concurrency),
@@ -105,10 +116,21 @@ class Args:
 
 
 def run(args: Args) -> int:
-    """Run the case over the GPU groups (``run.parallel.run_parallel``) and print what each group ran and the rows
-    added; exit 2 on an error (one line), 124 when the time limit stopped a worker, 130 on Ctrl-C."""
-    report: ParallelReport | None = None
+    """Run the case over the GPU groups (``run.parallel.run_parallel``) or the Ray cluster (``run.ray_grid``) and
+    print what each group or task ran and the rows added; exit 2 on an error (one line), 124 when the time limit
+    stopped the run, 130 on Ctrl-C."""
+    report: ParallelReport | RayReport | None = None
     try:
+        if args.ray is not None:
+            lists = {"engines": args.engines, "concurrency": args.concurrency}
+            chosen = {name: None if value is None else list(value) for name, value in lists.items()}
+            chosen["repeats"] = args.repeats
+            overrides = overrides_for(args.case, args.part, paired=args.paired, **chosen)
+            report = run_on_ray(args.case, args.ray, time_limit_s=args.time_limit_s, **overrides)
+            print("\n".join(report.lines()))
+            report.raise_for_failures()
+            return 0
+        assert args.gpus is not None  # the parser asks for --gpus or --ray
         report = run_parallel(
             args.case,
             args.gpus,

@@ -31,6 +31,8 @@ class Provenance(BaseModel):
     #: the host's CPU: the draft_model path does more of each step on the CPU, so hosts can differ (None: not recorded)
     host_cpu: str | None = None
     host_cpu_count: int | None = Field(None, ge=1)
+    #: the node of a Ray cluster that measured it (``run.ray_grid``: host name and Ray node id); None on one machine
+    node: str | None = None
 
 
 def package_version(*names: str) -> str:
@@ -54,6 +56,8 @@ def query_gpus(nvml: Any = None) -> tuple[str, int, str, int | None]:
     return " + ".join(names), len(gpus), gpus[0].driver_version, round(gpus[0].memory_gib * 1024)
 
 
+#: Set by a Ray task (``run.ray_grid``) to the node it runs on, which ``collect_provenance`` records.
+NODE_ENV = "VLLM_PLAYBOOKS_NODE"
 #: Set on machines that receive a copy of the tree without its ``.git`` (e.g. a GPU machine the checkout was copied to).
 GIT_SHA_ENV = "VLLM_PLAYBOOKS_GIT_SHA"
 
@@ -101,7 +105,7 @@ def utc_now() -> str:
 
 
 def collect_provenance(repo: Path | None = None) -> Provenance:
-    """Provenance of this machine and environment, now."""
+    """Provenance of this machine and environment, now (and the Ray node that runs it, ``NODE_ENV``)."""
     import platform
 
     name, count, driver, memory = query_gpus()
@@ -117,4 +121,5 @@ def collect_provenance(repo: Path | None = None) -> Provenance:
         collected_at=utc_now(),
         host_cpu=host_cpu(),
         host_cpu_count=os.cpu_count(),
+        node=os.environ.get(NODE_ENV) or None,
     )

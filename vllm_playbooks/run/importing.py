@@ -10,6 +10,9 @@ Server logs come along under their own names, and so do the failures the source 
 live-search traces (``advisor/*.jsonl``), each run's ``point_id`` in them changed to where that run lies here; then the
 rows are appended from the raw files. Nothing recorded is overwritten, and the source is checked whole before anything
 is copied (``run.import_check``: no links, every point complete, of this case, where its files say it belongs).
+
+``merge_into`` is the runner's own merge: the points its workers (``run.parallel``) or Ray tasks (``run.ray_grid``)
+measured, added under the ids they were measured as.
 """
 
 from __future__ import annotations
@@ -89,6 +92,24 @@ def import_case(case: str, source: Path, data: Path) -> Imported:
     result.traces = _copy_new_traces(src, dst, lies_here)
     sync_rows(case, data)
     return result
+
+
+def merge_into(case: str, source: Path, data: Path) -> list[str]:
+    """Copy the finished raw points, the failures (``raw.copy_new_failures``) and server logs of ``case`` that
+    ``source`` (the data folder of a ``run.parallel`` worker, or what a ``run.ray_grid`` task sent) holds and ``data``
+    lacks, then append their rows; return the ids of the rows added. Unlike ``import_case`` a point is never
+    renumbered: one whose folder is here already is the same measurement, and is skipped. Recorded points are never
+    overwritten; a failure kept for a point that is now measured is removed."""
+
+    src, dst = case_dir(case, source), case_dir(case, data)
+    for point in raw.finished_points(src):
+        target = raw.raw_root(dst) / point.relative_to(raw.raw_root(src))
+        if not target.exists():
+            raw.copy_point(point, target)
+    raw.drop_measured_failures(dst)
+    raw.copy_new_failures(src, dst)
+    raw.copy_new_logs(src, dst)
+    return sync_rows(case, data) if raw.finished_points(dst) else []
 
 
 def _copy_new_traces(source_case_dir: Path, target_case_dir: Path, lies_here: dict[str, str]) -> int:

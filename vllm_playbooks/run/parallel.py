@@ -38,9 +38,7 @@ from vllm_playbooks.engine.leftovers import (
     update_record,
 )
 from vllm_playbooks.errors import ConfigError, PlaybookError
-from vllm_playbooks.results import raw
 from vllm_playbooks.results.identity import engine_gpus
-from vllm_playbooks.results.replay import sync_rows
 from vllm_playbooks.results.store import case_dir
 from vllm_playbooks.run.case import (
     live_overrides,
@@ -49,6 +47,7 @@ from vllm_playbooks.run.case import (
     run_case,
     sigterm_as_interrupt,
 )
+from vllm_playbooks.run.importing import merge_into
 from vllm_playbooks.run.plan import load_plan, overrides_for
 from vllm_playbooks.run.runner_lock import case_runner_lock
 
@@ -84,22 +83,6 @@ def check_group_sizes(plan_engines: Sequence[Any], assignment: dict[str, list[st
                     f"engine {label} needs {need} GPUs (tensor × pipeline parallel size) but GPU group {group!r} has "
                     f"{size}; give groups such as --gpus 0,1 2,3"
                 )
-
-
-def merge_into(case: str, source: Path, data: Path) -> list[str]:
-    """Copy the finished raw points, the failures (``raw.copy_new_failures``) and server logs of ``case`` that
-    ``source`` (a worker's data folder) holds and ``data`` lacks, then append their rows; return the ids of the rows
-    added. Recorded points are never overwritten; a failure kept for a point that is now measured is removed."""
-
-    src, dst = case_dir(case, source), case_dir(case, data)
-    for point in raw.finished_points(src):
-        target = raw.raw_root(dst) / point.relative_to(raw.raw_root(src))
-        if not target.exists():
-            raw.copy_point(point, target)
-    raw.drop_measured_failures(dst)
-    raw.copy_new_failures(src, dst)
-    raw.copy_new_logs(src, dst)
-    return sync_rows(case, data) if raw.finished_points(dst) else []
 
 
 def worker_argv(case: str, labels: Sequence[str], overrides: dict[str, Any], python: str | None = None) -> list[str]:

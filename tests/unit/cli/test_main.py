@@ -40,7 +40,7 @@ def test_each_subcommand_declares_its_arguments(command: cli.Command, capsys: py
             ["check-config", "llama-8b-draft-model", "-p", "engines", "[spec-of]"],
             "error: case llama-8b-draft-model: no engine",
         ),
-        (["run", "--case", "llama-8b-draft-model"], "error: the following arguments are required: --gpus"),
+        (["run", "--case", "llama-8b-draft-model"], "error: one of the arguments --gpus --ray is required"),
         (["plan", "--case", "llama-8b-draft-model", "--hardware", "NVIDIA H200"], "error: --hardware is now --gpu"),
         (["reproduce", "--case", "nope"], "error: no notebook 'nope'"),
         (["advise"], "error: give --case (with an SLO), --evaluate or --sensitivity"),

@@ -52,3 +52,12 @@ def test_the_host_cpu_is_the_first_model_name_of_cpuinfo(tmp_path: Path) -> None
         "processor\t: 1\nmodel name\t: Intel(R) Xeon(R) Platinum 8480C\n"
     )
     assert host_cpu(cpuinfo) == "Intel(R) Xeon(R) Platinum 8480C"
+
+
+def test_the_node_is_recorded_only_where_a_ray_task_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vllm_playbooks.results.provenance import NODE_ENV, collect_provenance
+
+    monkeypatch.delenv(NODE_ENV, raising=False)
+    assert collect_provenance().node is None
+    monkeypatch.setenv(NODE_ENV, "gpu-box-2 ray:abc123")
+    assert collect_provenance().node == "gpu-box-2 ray:abc123"
