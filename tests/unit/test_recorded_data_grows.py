@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from tests.conftest import ROOT
@@ -63,8 +64,6 @@ def _grow(data: Path) -> tuple[str, list[str]]:
     after its last row, and ``NEW_CASE``: the first point of ``CASE`` with speculation off and the first with it on,
     with the logs of those points' servers; the rows are appended by ``sync_rows``. Return the new point's id and the
     new case's point ids."""
-    import pandas as pd
-
     recorded, rows = case_dir(CASE, data), replay_rows(CASE, data)
     last = max((r for r in rows if r.spec_method != "none"), key=lambda r: r.measured_at)
     later = (pd.Timestamp(max(r.measured_at for r in rows)) + pd.Timedelta(days=1)).isoformat()

@@ -56,26 +56,24 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from statistics import median
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import pandas as pd
 
 from vllm_playbooks.advisor.goodput import Slo, given, goodput_rps, point_name
 from vllm_playbooks.advisor.oracle import Oracle, PointKey, point_key
 from vllm_playbooks.advisor.predict import (
     BASELINE_FAMILY,
     DISTANCE_UNCERTAINTY,
-    Fit,
     PRIOR_UNCERTAINTY,
     RATIOS,
+    Fit,
     engine_of,
     priced_catalog,
     refit,
 )
 from vllm_playbooks.analysis.noise import MIN_CLEAN_REPEATS, band_pct, spread_of
 from vllm_playbooks.hardware import Gpu
-
-if TYPE_CHECKING:
-    import pandas as pd
-
 
 #: A point can win while the model gives it at least this chance of beating the best by more than the noise band: one
 #: in ten. Lower, and the search pays for long shots; higher, and it quits while a point it has not measured could
@@ -146,8 +144,6 @@ class Advice:
 
     def trace(self) -> pd.DataFrame:
         """The steps as a table."""
-        import pandas as pd
-
         return pd.DataFrame([vars(s) for s in self.steps])
 
 

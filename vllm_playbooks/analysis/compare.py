@@ -17,7 +17,8 @@ need not agree, since a config with older runs of its own numbers its new ones a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from vllm_playbooks.analysis.noise import (
     MIN_BAND_PCT,
@@ -31,10 +32,6 @@ from vllm_playbooks.analysis.noise import (
 from vllm_playbooks.config.engine import cudagraph_mode_forced_by
 from vllm_playbooks.config.speculative import SpeculativeConfig
 from vllm_playbooks.model.speculative import tokens_per_step_from_rates
-
-if TYPE_CHECKING:
-    import pandas as pd
-
 
 #: Columns that must match for a speculative row and a baseline row to be compared: the same case, engine settings
 #: and load (the spread of its lengths included), on the same GPU. Repeated runs of one point share all of them.
@@ -100,8 +97,6 @@ def is_baseline(df: pd.DataFrame) -> pd.Series:
 
     A spec-off server whose config forces a model runner or a CUDA-graph mode (``is_control``) is a control, not a
     baseline: it is compared by label (``label_change``), never pooled with the baseline rows of the same load."""
-    import pandas as pd
-
     if df.empty:
         return pd.Series(dtype=bool)
     configs = df["engine_config_json"] if "engine_config_json" in df.columns else pd.Series(None, index=df.index)
@@ -126,8 +121,6 @@ def versus_baseline(df: pd.DataFrame, metric: str = "output_tok_s", extra: Seque
     Where ``df`` holds paired runs (``pair_session``, ``results.conditions``) of a line, the line is judged on its
     pairs alone (``_judged_on_pairs``): ``pairs`` says how many (0: judged unpaired, as above).
     """
-    import pandas as pd
-
     keys = list(MATCH_COLUMNS)
     df = with_match_columns(df)
     filled = df.assign(**{k: df[k].astype("string").fillna("—") for k in keys})
@@ -190,8 +183,6 @@ def _judged_on_pairs(comparison: pd.DataFrame, rows: pd.DataFrame, metric: str) 
     (``paired_versus`` against the baseline's label) taken from its pairs: both sides as the medians of their paired
     runs, as many runs a side as pairs, the ratio as the median pair ratio and the band as the pairs' own
     (``paired_spread_pct``, at least ``MIN_BAND_PCT``); ``pairs`` counts them. Other lines are left as they were."""
-    import pandas as pd
-
     baseline_labels = sorted(set(rows.loc[is_baseline(rows), "engine_label"]))
     paired = pd.concat([paired_versus(rows, label, metric) for label in baseline_labels], ignore_index=True)
     if paired.empty:
@@ -263,8 +254,6 @@ def _median_of_runs(
     """One line per ``keys`` group of ``rows``: ``name`` (the median of ``metric`` over its runs), ``name_runs`` and
     ``name_spread_pct`` (``noise.spread_of``); each ``described`` column as the median of its runs where numeric,
     else its first value."""
-    import pandas as pd
-
     records = []
     for values, group in rows.groupby(keys, sort=False, dropna=False):
         spread = spread_of(group[metric].astype(float))
@@ -383,8 +372,6 @@ def summary_line(df: pd.DataFrame) -> str:
 
 def pd_isna(value: object) -> bool:
     """True for None and NaN (pandas' missing values)."""
-    import pandas as pd
-
     return bool(pd.isna(value))
 
 
@@ -467,8 +454,6 @@ def paired_ratios(rows: pd.DataFrame, reference_label: str, metric: str = "outpu
     any other engine label beside the run of ``reference_label`` of the same paired session, match columns and turn;
     with both values of ``metric`` and ``ratio`` (other / reference). Runs not measured in a paired session,
     or without a partner, are left out. Pass rows without stalls."""
-    import pandas as pd
-
     keys = ["pair_session", *MATCH_COLUMNS, "turn"]
     paired = with_match_columns(rows)
     paired = paired[paired["pair_session"].notna()]
@@ -501,8 +486,6 @@ def paired_versus(rows: pd.DataFrame, reference_label: str, metric: str = "outpu
     (``paired_spread_pct``), the band (``noise.band_pct`` of that spread) and what the change is called (``effect``).
     Beside them, each side's own spread, and what the same runs give unpaired: the spread of their cross ratios
     (``unpaired_spread_pct``) and its band. Empty (with ``PAIRED_COLUMNS``) where ``rows`` hold no pair."""
-    import pandas as pd
-
     pairs = paired_ratios(rows, reference_label, metric)
     group_keys = ["engine_label", "gpu_name", *[k for k in MATCH_COLUMNS if k != "gpu_name"]]
     lines = []

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import pandas as pd
 
 from vllm_playbooks.analysis.compare import MATCH_COLUMNS, load_text, with_match_columns
 from vllm_playbooks.analysis.noise import spread_of
-
-if TYPE_CHECKING:
-    import pandas as pd
-
 
 #: What names a repeated load in a ``repeat_spread`` table (the shown part of its match key).
 REPEAT_LOAD_COLUMNS = (
@@ -32,8 +28,6 @@ def repeat_spread(df: pd.DataFrame, metric: str = "output_tok_s") -> pd.DataFram
     (``analysis.noise.spread_of``: highest − lowest over the median, in percent): how far the same engine moved from
     one run to the next on its own. Pass rows without stalls (``results.stalls.unstalled``): a stalled run is not a
     fair repeat."""
-    import pandas as pd
-
     keys = ["engine_label", *MATCH_COLUMNS]
     records = []
     df = with_match_columns(df)

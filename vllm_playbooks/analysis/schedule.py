@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from vllm_playbooks.analysis.compare import is_baseline, pd_isna, recorded_speculative
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 
 def schedule_outcome(
@@ -27,8 +25,6 @@ def schedule_outcome(
     reference_label, reference, change_pct; concurrencies whose reference was not measured are left out; an empty
     table where the schedule was not measured.
     """
-    import pandas as pd
-
     columns = [
         "gpu_name",
         "engine_label",
@@ -81,8 +77,6 @@ def schedule_table(outcomes: pd.DataFrame, metric: str = "output_tok_s") -> pd.D
     reference (its label and ``metric``), then for each schedule, in the order they come, its drafts, ``metric`` and
     change against the reference. Columns are ``(group, field)`` with group "reference" or a schedule's label; a
     concurrency a schedule lacks is empty there."""
-    import pandas as pd
-
     index = ["concurrency", "scheduled_k"]
     if outcomes["gpu_name"].nunique() > 1:
         index = ["gpu_name", *index]
@@ -106,8 +100,6 @@ def change_chain(
     runner, CUDA graphs, async scheduling) and the rows' ``spec_method``; one column per concurrency that every label
     was measured at, holding the change of ``metric`` in percent (medians over repeats). The steps compound: the
     product of their ratios is the total's."""
-    import pandas as pd
-
     if len(labels) < 2:
         raise ValueError(f"a change chain needs at least two labels, got {list(labels)}")
     values = (
@@ -167,8 +159,6 @@ def scheduled_off(df: pd.DataFrame) -> pd.Series:
     """True for each recorded row whose speculative config's batch-size schedule sets k = 0 at its concurrency
     (``schedule_switched_off``): speculation was (nearly) off there, so its acceptance and chunking say nothing about
     drafting. False for every other row, speculative or not, and for request-rate loads."""
-    import pandas as pd
-
     if df.empty:
         return pd.Series(dtype=bool)
     return df.apply(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import pandas as pd
 
 from vllm_playbooks.analysis.compare import is_control, recorded_speculative
 from vllm_playbooks.config.case_file import calibration_cases
@@ -12,10 +14,6 @@ from vllm_playbooks.results.replay import replay_rows
 from vllm_playbooks.results.schema import RUN_COLUMNS
 from vllm_playbooks.results.stalls import mark_stalled
 from vllm_playbooks.results.store import rows_to_frame
-
-if TYPE_CHECKING:
-    import pandas as pd
-
 
 #: The speculative methods the step-time model covers: a separate draft model (its forwards are the draft shape's
 #: roofline plus t_d). MTP modules and EAGLE heads run with async scheduling and other fixed costs; their pages model

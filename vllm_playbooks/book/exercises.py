@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import pandas as pd
 
 from vllm_playbooks.analysis.compare import (
     acceptance_check,
@@ -28,10 +30,6 @@ from vllm_playbooks.model.speculative import expected_tokens_per_step
 from vllm_playbooks.results.engine_steps import step_summary
 from vllm_playbooks.results.store import load_reference
 from vllm_playbooks.run.case import results_for
-
-if TYPE_CHECKING:
-    import pandas as pd
-
 
 #: The word a learner writes for "at no measured level" in exercise 1 (``None`` is accepted as well).
 NEVER = "never"
@@ -133,7 +131,6 @@ def stop_paying_solution(
     label = _one_label(sorted(set(comparisons[metrics[0]]["engine_label"])), engine_label, "speculative")
     baseline = ", ".join(sorted(str(e) for e in rows.loc[is_baseline(rows), "engine_label"].unique()))
     gpus = ", ".join(sorted(str(g) for g in rows["gpu_name"].unique()))
-    import pandas as pd
 
     value: dict[str, int | str] = {}
     parts, tables = [], []
@@ -267,7 +264,6 @@ def tokens_per_step_solution(case: str, alpha: float | None = None, k: int | Non
     n = int(reference_value(published, "num-speculative-tokens")) if k is None else int(k)
     tau = expected_tokens_per_step(a, n)
     cost = break_even_draft_cost(tau, n)
-    import pandas as pd
 
     table = pd.DataFrame(
         [
@@ -488,7 +484,6 @@ def cuda_graphs_solution(
     step = 1 + k
     largest = sizes[-1]
     graphed = largest // step
-    import pandas as pd
 
     table = pd.DataFrame({"capture_size_tokens": sizes, "decode_sequences": [s // step for s in sizes]})
     cap = min(seqs * step * 2, 512, tokens)

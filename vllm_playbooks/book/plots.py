@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+import pandas as pd
+
 from vllm_playbooks.analysis.runs import with_hardware_series
 from vllm_playbooks.book.figure_record import record_figures
 from vllm_playbooks.model.pipeline import with_layout
@@ -11,7 +14,6 @@ from vllm_playbooks.model.pipeline import with_layout
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
-    import pandas as pd
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
@@ -478,7 +480,6 @@ def speedup_vs_cost_ratio(tau: float, implied: pd.DataFrame, predicted: pd.DataF
     """Leviathan's k = 1 speed-up τ / (1 + c) against the draft cost ratio c, with the c the published speed-ups imply
     (``implied``: source, implied_c) and the c the step model predicts (``predicted``: config, batch, c)."""
     import matplotlib.pyplot as plt
-    import numpy as np
     import seaborn as sns
 
     ax = ax or plt.subplots(figsize=(7.0, 4.2))[1]

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
+
 from vllm_playbooks.book.exercises import (
     NEVER,
     AnswerKind,
@@ -28,7 +30,6 @@ from vllm_playbooks.book.notebooks import default_parameters
 from vllm_playbooks.errors import ConfigError, PlaybookError
 
 if TYPE_CHECKING:
-    import pandas as pd
     from pandas.io.formats.style import Styler
 
 #: A float answer counts as right within this relative error, or within ``ABS_TOLERANCE`` (whichever is larger),

@@ -8,7 +8,9 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import pandas as pd
 
 from vllm_playbooks import paths
 from vllm_playbooks.analysis.compare import higher_is_better, versus_baseline
@@ -31,10 +33,6 @@ from vllm_playbooks.results.server_logs import parse_log_name, read_startup, ser
 from vllm_playbooks.results.store import case_dir, cases_with_runs, load_reference, load_runs, recorded_cases
 from vllm_playbooks.run.budget import engine_for_log
 from vllm_playbooks.run.plan import deciding_part, deciding_points
-
-if TYPE_CHECKING:
-    import pandas as pd
-
 
 #: The columns of a case folder's ``claims.csv`` (the case is the folder's).
 CLAIMS_COLUMNS = ("claim", "text", "sources", "check")
@@ -127,8 +125,6 @@ class Evidence:
 
     def rows(self, case: str) -> pd.DataFrame:
         """The recorded rows of ``case`` (an empty frame with the schema's columns when none are recorded)."""
-        import pandas as pd
-
         frame = self.runs.get(case)
         return frame if frame is not None else pd.DataFrame(columns=RUN_COLUMNS)
 
@@ -173,8 +169,6 @@ class Evidence:
 
     def all_rows(self) -> pd.DataFrame:
         """Every recorded row of every case, in one frame."""
-        import pandas as pd
-
         frames = [f for f in self.runs.values() if not f.empty]
         return pd.concat(frames, ignore_index=True) if frames else self.rows("")
 
@@ -276,8 +270,6 @@ def recorded_startups(data: Path) -> pd.DataFrame:
     the next launch of the same config; none for a server stopped before its first point) with the preemptions they
     saw and the GPU they ran on (None without rows). A log without the KV-cache lines (a server that did not start),
     or whose config has no recorded point, is left out."""
-    import pandas as pd
-
     records = []
     for case in recorded_cases(data):
         rows = load_runs(case, data)
@@ -335,8 +327,6 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 def is_missing(value: Any) -> bool:
     """True for None and a missing number (NaN, ``pd.NA``); strings, lists and dicts are values."""
-    import pandas as pd
-
     return value is None or (not isinstance(value, str | list | dict) and bool(pd.isna(value)))
 
 
@@ -479,8 +469,6 @@ def ledger_export(ledger: pd.DataFrame) -> pd.DataFrame:
     as ``vllm-playbooks ledger --format csv`` prints it. The verdict is a word of the book's vocabulary (``Verdict``)
     and ``runs_per_side`` the runs it rests on; ``re_measured`` says whether those are at least ``MIN_CLEAN_REPEATS``
     (blank for the verdicts that compare no recorded points)."""
-    import pandas as pd
-
     out = ledger.rename(columns={"claim": "claim_id", "min_clean_repeats": "runs_per_side"})
     out = out.astype({"points": int, "runs_per_side": "Int64", "headline": bool})
     fewest = _fewest_runs(ledger)
@@ -531,8 +519,6 @@ def build_ledger(evidence: Evidence, claims: list[Claim] | None = None) -> pd.Da
     with first, marked ``headline``; one line for a claim judged on every GPU's rows at once), its check run on
     ``evidence``, in ``LEDGER_COLUMNS``. ``hardware`` names the GPU a line was judged on, else the GPUs of
     the points it compares."""
-    import pandas as pd
-
     items = claims if claims is not None else load_claims(published=evidence.published)
     records = []
     for claim, (gpu, result) in ((c, judged) for c in items for judged in judged_per_gpu(c, evidence)):
@@ -596,8 +582,6 @@ def _cell(text: str) -> str:
 
 def _fewest_runs(ledger: pd.DataFrame) -> list[int | None]:
     """Each claim's ``min_clean_repeats`` as a whole number, None where its check counts none."""
-    import pandas as pd
-
     return [None if pd.isna(n) else int(n) for n in ledger["min_clean_repeats"]]
 
 
@@ -610,8 +594,6 @@ def ledger_markdown(ledger: pd.DataFrame) -> str:
     """The ledger as MyST Markdown: a summary table, then each line's published numbers, our rows, the noise its
     verdict rests on and the model in a collapsed section of its own. Each verdict names the GPU and the clean runs a
     side it rests on; a claim judged on more than one GPU leads with its ``headline`` line, the others below it."""
-    import pandas as pd
-
     judged = [_judged_on(r) for r in ledger.itertuples()]
     lines = ["| claim | source | verdict | judged on | model's verdict |", "|---|---|---|---|---|"]
     for r, on in zip(ledger.itertuples(), judged, strict=True):
@@ -658,8 +640,6 @@ def ledger_markdown(ledger: pd.DataFrame) -> str:
 def _judged_on(line: Any) -> str:
     """What a ledger line's data verdict rests on, in a few words: its GPU(s) and clean runs a side ('' for a verdict
     on no rows)."""
-    import pandas as pd
-
     if line.verdict not in {str(v) for v in DATA_VERDICTS}:
         return ""
     runs = (

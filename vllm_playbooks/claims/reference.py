@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import pandas as pd
 
 from vllm_playbooks.errors import SchemaError
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 
 def published_value(published: pd.DataFrame, claim_id: str) -> float:

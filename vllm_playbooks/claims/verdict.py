@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from enum import StrEnum
-from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from vllm_playbooks.analysis.noise import MIN_BAND_PCT, MIN_CLEAN_REPEATS, SIZE_TOLERANCE, Effect, effect_of_speedup
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 
 class Verdict(StrEnum):

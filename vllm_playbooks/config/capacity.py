@@ -27,6 +27,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+import pandas as pd
+
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.config.memory import (
     GIB,
@@ -56,8 +58,6 @@ from vllm_playbooks.shapes import ModelShape, resolve_model
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
-
-    import pandas as pd
 
 
 BLOCK_SIZE = 16
@@ -434,8 +434,6 @@ def _per_gpu(budget: KVBudget) -> str:
 
 def budget_table(budget: KVBudget) -> pd.DataFrame:
     """The memory split of a budget as a small table (GiB), for a page."""
-    import pandas as pd
-
     rows = [
         ("requested (gpu_memory_utilization × memory)", budget.requested_bytes / GIB),
         (

@@ -8,9 +8,10 @@ import itertools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from vllm_playbooks.config.capacity import GIB, check_fits
 from vllm_playbooks.config.engine import EngineConfig
@@ -21,10 +22,6 @@ from vllm_playbooks.model.roofline import ForwardCost, forward_cost
 from vllm_playbooks.model.speculative import tokens_per_step_from_rates
 from vllm_playbooks.model.steps import _Forward, _forward, _get, _row_terms, median_points, moe_layers_run
 from vllm_playbooks.shapes import resolve_model
-
-if TYPE_CHECKING:
-    import pandas as pd
-
 
 #: Bounds of the fitted efficiencies (fractions of the datasheet peak). A streaming kernel sustains roughly nine
 #: tenths of the HBM peak at best, and dense BF16 matmuls of LLM shapes about as much of the tensor peak, so nothing
@@ -365,8 +362,6 @@ def prediction_table(rows: Iterable[Any], fit: EfficiencyFit, gpu: Gpu | str | N
     time each request waits for its first token, so it overstates throughput where TTFT is a large share of a
     request (``output_tok_s_from_measured_tpot`` shows that approximation applied to the measured TPOT).
     """
-    import pandas as pd
-
     records = []
     for row in rows:
         tpot = predict_tpot_ms(row, fit, gpu)
@@ -426,8 +421,6 @@ def whatif_curve(
     ``check_fits``) a config whose weights, or one sequence of input + output tokens, cannot fit one such GPU.
     ``interval_log`` (a half-width in log TPOT, e.g. ``model.holdout``'s from held-out errors) adds the interval's
     bounds: ``tpot_ms_low``/``tpot_ms_high`` and the output tok/s they give."""
-    import pandas as pd
-
     concurrencies = list(concurrencies)
     check_loadable(gpu, model, input_len + output_len, draft_model if k else None, k, kv_cache_dtype)
     if draft_model and k and alpha is None:
@@ -608,8 +601,6 @@ def prediction_frame(
 ) -> pd.DataFrame:
     """``speculation_prediction`` for each named config (its keyword arguments) at each batch, as one table;
     ``draft_fixed_cost_s`` applies to every config that does not set its own."""
-    import pandas as pd
-
     records = []
     for label, kwargs in configs.items():
         options = {"draft_fixed_cost_s": draft_fixed_cost_s, **kwargs}

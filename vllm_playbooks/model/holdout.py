@@ -8,9 +8,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from vllm_playbooks.hardware import REFERENCE_DATASHEET, Gpu, as_gpu
 from vllm_playbooks.model.calibration import (
@@ -26,9 +27,6 @@ from vllm_playbooks.model.calibration import (
     median_points,
     predict_tpot_ms,
 )
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 #: The share of held-out points the stated interval is meant to hold.
 INTERVAL_QUANTILE = 0.8
@@ -91,8 +89,6 @@ def leave_one_case_out(
     1) and its log, the fold's parameters (and which sat on a bound), and the interval of ``_with_intervals``: its
     half-width comes from the other cases' held-out errors (their ``quantile``), never the case's own, so
     ``inside`` is an out-of-sample coverage check. Needs points of at least two cases."""
-    import pandas as pd
-
     device = as_gpu(gpu)
     points = median_points(rows)
     cases = list(dict.fromkeys(str(p["case"]) for p in points))
@@ -109,7 +105,6 @@ def holdout_summary(table: pd.DataFrame) -> pd.DataFrame:
     """Per held-out case and over all (``case == "all"``): points, median and worst |TPOT error|, the share of
     points inside their interval, and the range of each fitted parameter over the folds (``…_min``, ``…_max``).
     ``table`` is ``leave_one_case_out``'s or ``calibration_holdout``'s."""
-    import pandas as pd
 
     def line(name: str, part: pd.DataFrame) -> dict[str, Any]:
         errors = part.tpot_rel_error.abs()
@@ -215,8 +210,6 @@ def calibration_holdout(
     speculative ones included. One line per predicted point and ``n`` (``calibrated_on``), in
     ``leave_one_case_out``'s columns; the interval's half-width for a case comes from the other cases' errors at the
     same ``n``. Cases with no point left to predict are skipped."""
-    import pandas as pd
-
     device = as_gpu(gpu)
     points = median_points(rows)
     tables = []
@@ -240,8 +233,6 @@ def other_gpu_check(fit: EfficiencyFit, rows: Iterable[Any], gpu: Gpu | str) -> 
     with the GPU's own calibrated on up to three of its points without speculation, spread over the concurrencies
     (``calibrate_on_gpu``), predicting the points it was not calibrated on (``parameters`` 'calibrated'). One line
     per predicted point, in ``leave_one_case_out``'s columns (``held_out``: the GPU's name)."""
-    import pandas as pd
-
     device = as_gpu(gpu)
     points = median_points(rows)
     chosen = _spread(points, min(3, sum(not _is_speculative(p) for p in points)))
@@ -322,8 +313,6 @@ def parameter_table(fit: EfficiencyFit) -> pd.DataFrame:
     """The fit's parameters, one line each: ``parameter`` (its key), ``name`` (in words), ``value`` (efficiencies as fractions of the GPU's peak, times in ms), the
     ``low`` and ``high`` bounds it was fitted within, ``at_bound`` and ``provenance`` (where it comes from, the same
     for every line but t_d's, which is fitted on the speculation-on rows)."""
-    import pandas as pd
-
     bounds = {**EFFICIENCY_BOUNDS, "overhead_s": OVERHEAD_BOUNDS_S, "moe_layer_overhead_s": MOE_LAYER_OVERHEAD_BOUNDS_S}
     records = []
     for name, (low, high) in bounds.items():

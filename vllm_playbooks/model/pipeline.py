@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from vllm_playbooks.model.calibration import EfficiencyFit, forward_time_s
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 
 def layout(tensor_parallel_size: int, pipeline_parallel_size: int) -> str:
@@ -35,8 +33,6 @@ def max_num_seqs_for(pipeline_parallel_size: int, per_microbatch: int) -> int:
 
 def fix_table(pipeline_parallel_size: int, batches: Iterable[int]) -> pd.DataFrame:
     """For each wanted per-microbatch batch B: the ``max_num_seqs`` to set, and what setting B itself would give."""
-    import pandas as pd
-
     return pd.DataFrame(
         [
             {

@@ -11,14 +11,13 @@ import csv
 import io
 import statistics
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import pandas as pd
 
 from vllm_playbooks.results import raw, store
 from vllm_playbooks.results.identity import read_json
 from vllm_playbooks.results.textfiles import read_text, stored_path
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 #: The columns ``with_run_conditions`` adds, each empty where the run did not record it.
 CONDITION_COLUMNS = (
@@ -77,8 +76,6 @@ def with_run_conditions(rows: pd.DataFrame, data: Path | None = None, gpu_sample
     folder in ``data`` (default: the book's data folder); ``gpu_samples`` False leaves the GPU samples unread (their
     columns empty), which spares a page reading every sample file. Where a row already holds one of them (the host's
     CPU count) the recorded value stays where the folder has none."""
-    import pandas as pd
-
     found = [
         run_conditions(raw.raw_root(store.case_dir(case, data)) / pid, gpu_samples)
         for case, pid in zip(rows["case"], rows["point_id"], strict=True)

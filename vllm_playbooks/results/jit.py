@@ -24,15 +24,13 @@ import datetime as dt
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from vllm_playbooks.results.server_logs import parse_log_name, server_log_files, stamp_time
 from vllm_playbooks.results.stalls import describe_load, mark_stalled
 from vllm_playbooks.results.store import case_dir
 from vllm_playbooks.results.textfiles import plain_name, read_text
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 #: One line of vLLM's JIT monitor; verbose mode adds `` (<details>)`` after the kernel name.
 _JIT_LINE = re.compile(
@@ -82,8 +80,6 @@ def jit_table(runs: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
 
     Logs are the server logs in each case's ``logs/`` whose config id (file name) is one of ``runs``; a config's
     points are measured one after another on its server, so at most one run window holds an event."""
-    import pandas as pd
-
     marked = runs if "stalled" in runs.columns else mark_stalled(runs, data)
     records = []
     for case in sorted(set(marked["case"])):

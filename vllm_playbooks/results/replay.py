@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from vllm_playbooks import paths
 from vllm_playbooks.errors import SchemaError
 from vllm_playbooks.results import raw, store
 from vllm_playbooks.results.schema import RUN_COLUMNS, RunRow
 from vllm_playbooks.results.store import append_run_row, load_run_rows, rows_to_frame
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 
 def sync_rows(case: str, data: Path) -> list[str]:

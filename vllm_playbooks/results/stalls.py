@@ -20,15 +20,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from vllm_playbooks import paths
 from vllm_playbooks.engine.metrics import Histogram, MetricsSnapshot, diff_metrics, parse_metrics
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.textfiles import read_text
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 #: An output-token gap longer than this (seconds; a bucket bound of vLLM's histogram) is a stall.
 STALL_S = 2.5
@@ -85,8 +83,6 @@ def stall_table(runs: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
     """Per measured row: its identity (``ROW_COLUMNS``), the output-token gaps of its run, how many were longer than
     ``STALL_S``, the bucket bound the longest one fell under, and the stalls' share of the requests' time; NaN where
     the scrapes lack the histogram."""
-    import pandas as pd
-
     base = data if data is not None else paths.data_dir()
     records = []
     for row in runs.itertuples(index=False):
@@ -124,8 +120,6 @@ def unstalled(runs: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
 def describe_load(request_rate_qps: float | None, concurrency: float | None) -> str:
     """A measured row's load in words: its request rate where it has one (None or NaN: none), else its
     concurrency."""
-    import pandas as pd
-
     return f"{request_rate_qps:g} QPS" if pd.notna(request_rate_qps) else f"concurrency {concurrency:g}"
 
 

@@ -22,7 +22,8 @@ import math
 import os
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from vllm_playbooks import paths
 from vllm_playbooks.config.engine import EngineConfig
@@ -46,10 +47,6 @@ from vllm_playbooks.run.plan import (
     quiet_plan,
 )
 from vllm_playbooks.shapes import resolve_model
-
-if TYPE_CHECKING:
-    import pandas as pd
-
 
 #: Load columns that name a point's load level.
 LOAD = ["input_len", "output_len", "concurrency", "request_rate_qps"]
@@ -97,8 +94,6 @@ def server_time(case: str, data: Path | None = None) -> pd.DataFrame:
     timestamped line, times the GPUs its engine config uses (TP × PP). ``startup_s`` runs from the launch to vLLM's
     'Available routes' line (NaN for a server that never became ready). Installing vLLM and a machine's idle time
     between runs are not in any log, so they are not counted."""
-    import pandas as pd
-
     if case.endswith((".yaml", ".yml")):
         case = load_plan(case).case
     base = data if data is not None else paths.data_dir()
@@ -158,8 +153,6 @@ def nearest_rows(rows: pd.DataFrame, servers: pd.DataFrame) -> list[object]:
     recorded rows) measured nearest in time to its launch among the rows with as many GPUs (``gpu_count``) as the
     server used (among all rows when none has): the row whose hardware the server is taken to have run on. A server
     stopped before its first point has one too. ``rows`` must not be empty."""
-    import pandas as pd
-
     at = pd.to_datetime(rows["measured_at"], utc=True)
     nearest = []
     for server in servers.itertuples():
@@ -175,8 +168,6 @@ def point_walls(measured: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
     time (the latest ``servers`` row of the same engine label launched before the row's end) and the end of the row
     before it on that server, to the row's own end (``measured_at``); ``log`` names that server and ``gpu_name`` the
     row's GPU (blank where the rows name none). Rows without a ready server are left out."""
-    import pandas as pd
-
     columns = ["engine_label", "model_shape", *LOAD, "measured_at", "wall_s", "log", "gpu_name"]
     ready = servers[servers["startup_s"].notna()].assign(
         ready_at=lambda t: pd.to_datetime(t["launched_at"], utc=True) + pd.to_timedelta(t["startup_s"], unit="s")
@@ -232,8 +223,6 @@ def point_estimates(
     when planning for it), ``measured`` and ``servers`` give the times. ``stalled`` is True for a run that stands in
     for a recorded run that stalled (when ``recorded`` has a ``stalled`` column, as ``mark_stalled`` adds): the live
     runner measures it again."""
-    import pandas as pd
-
     recorded = measured if recorded is None else recorded
     walls = point_walls(measured, servers)
     longest = walls.fillna({c: -1 for c in LOAD}).groupby(["model_shape", *LOAD])["wall_s"].max()
@@ -274,8 +263,6 @@ def point_estimates(
 
 def runs_at_load(rows: pd.DataFrame, load: LoadPoint) -> pd.Series:
     """Which ``rows`` were measured at ``load`` (lengths, length spread, concurrency, rate)."""
-    import pandas as pd
-
     if rows.empty:
         return pd.Series(False, rows.index, dtype=bool)
     spread = rows["random_range_ratio"].astype(float) if "random_range_ratio" in rows else 0.0
@@ -295,8 +282,6 @@ def fresh_time(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame) ->
     as it finds the compile caches of the one before it), the points' wall time (``points_s``: repeats × the longest
     recorded wall time at each load for the engine config, else for its shape), their sum (``total_s``) and
     ``gpu_minutes`` (GPUs × total); NaN where a shape or load was never measured."""
-    import pandas as pd
-
     walls = point_walls(measured, servers).fillna({c: -1 for c in LOAD})
     by_label = walls.groupby(["engine_label", *LOAD])["wall_s"].max()
     by_shape = walls.groupby(["model_shape", *LOAD])["wall_s"].max()
@@ -400,8 +385,6 @@ def remaining_time(
     when no server of its shape ever became ready), the points' estimated wall time (``points_s``; NaN when a load
     was never measured on its shape, counted in ``unknown``) and ``time_limit_s``, their sum times ``margin`` rounded
     up to 10 s (NaN when either is unknown)."""
-    import pandas as pd
-
     records = []
     for label, rows in point_estimates(plan, measured, servers, recorded).groupby("engine_label", sort=False):
         unknown = int(rows["wall_s"].isna().sum())
@@ -459,8 +442,6 @@ def points_within(points: pd.DataFrame, budget_s: float, margin: float = 1.25) -
     its start-up, then its points shortest first, each step times ``margin``. ``needed_s`` is the estimated time from
     the server's launch to the end of that point; run the points in this order (``--concurrency`` keeps the order
     given), so that a time limit stops the longest, not the first. Points with no estimate are left out."""
-    import pandas as pd
-
     known = points.dropna(subset=["startup_s", "wall_s"])
     parts = []
     for _, rows in known.groupby("engine_label", sort=False):

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from pydantic import ValidationError
 
 from vllm_playbooks.config.capacity import refusal, refused_engines
@@ -538,8 +539,6 @@ def overrides_for(case: str, part: str | None = None, **given: Any) -> dict[str,
 def grid_table(plan: CasePlan, case: str | None = None) -> Any:
     """The planned grid as a table: one line per engine config and length profile, with its speculative settings,
     the load levels, the number of points, and (for a packaged case) the part that measures it."""
-    import pandas as pd
-
     part_of: dict[str, str] = {}
     if case is not None:
         for name, overrides in case_parts(case):
@@ -609,8 +608,6 @@ def missing_loads(plan: CasePlan, measured: Any) -> dict[str, list[LoadPoint]]:
 def unmeasured(plan: CasePlan, measured: Any) -> Any:
     """``missing_loads`` as a table: one line per engine config; ``missing`` names load levels (``c4``, ``qps2``),
     with their lengths where the plan has several."""
-    import pandas as pd
-
     lengths = {(load.input_len, load.output_len) for engine in plan.engines for load in plan.loads_for(engine)}
     missing = missing_loads(plan, measured)
     records = []
@@ -634,8 +631,6 @@ def _short(load: LoadPoint) -> str:
 
 def _maybe(value: Any) -> float | None:
     """A row's concurrency or rate for comparison with a plan's (32.0 == 32): None for a missing value."""
-    import pandas as pd
-
     return None if value is None or pd.isna(value) else float(value)
 
 

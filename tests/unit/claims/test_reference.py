@@ -120,8 +120,6 @@ def test_published_row_in_words(published) -> None:  # type: ignore[no-untyped-d
 
 
 def test_pr12755_table_beside_ours_at_the_same_rates() -> None:
-    import pandas as pd
-
     published = load_reference("deepseek-mtp")
     base = {"model_shape": "deepseek-v3-reduced", "concurrency": None}
     rows = pd.DataFrame(

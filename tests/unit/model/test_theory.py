@@ -382,8 +382,6 @@ def test_fixed_routing_reads_only_the_chosen_experts() -> None:
 
 @pytest.mark.recorded_data
 def test_routing_signature_tells_the_two_routings_apart(calibration: tuple[list, fits.EfficiencyFit]) -> None:
-    import pandas as pd
-
     _, fit = calibration
     base = dict(model_shape="gpt-oss-120b", spec_method="none", request_rate_qps=None, input_len=230, output_len=203)
     measured = pd.DataFrame(

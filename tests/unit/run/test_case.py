@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from tests.conftest import ROOT, FakeBench, fake_server_argv
@@ -412,8 +413,6 @@ def test_replay_refuses_what_no_recorded_row_holds(frozen_data: Path) -> None:
 
 
 def test_the_rows_name_their_hardware_and_a_live_run_says_what_it_did() -> None:
-    import pandas as pd
-
     from vllm_playbooks.run.case import hardware_in_words, live_summary
     from vllm_playbooks.run.measure import RunReport
 

@@ -7,7 +7,8 @@ import json
 import math
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from vllm_playbooks.analysis.compare import is_baseline, versus_baseline
 from vllm_playbooks.analysis.noise import MIN_BAND_PCT
@@ -31,10 +32,6 @@ from vllm_playbooks.model.speculative import (
     speedup,
 )
 from vllm_playbooks.shapes import get_shape
-
-if TYPE_CHECKING:
-    import pandas as pd
-
 
 #: The shape whose MTP layers and target layers give the MTP draft cost c ≈ MTP layers / target layers.
 MTP_SHAPE = "deepseek-v3"
@@ -158,8 +155,6 @@ def mtp_gain_falls_with_qps(claim: Claim, ev: Evidence) -> CheckResult:
     no gain (judged against the published speed-up where the PR gives one). Model: the Leviathan bound for k = 1 at
     the PR's acceptance, and the draft cost the QPS 1 speed-up implies; the model has no load term.
     """
-    import pandas as pd
-
     sources = ev.sources(claim)
     claimed = {
         int(_QPS.search(r["claim_id"]).group(1)): ev.value(claim, r["claim_id"])  # type: ignore[union-attr]
@@ -229,8 +224,6 @@ def mtp_later_conditional(published: pd.DataFrame, first: float = 0.85, k: int =
 def implied_mtp(published: pd.DataFrame) -> pd.DataFrame:
     """The draft cost ratio c that each published MTP speed-up implies at k = 1 (Leviathan: c = (τ/S − 1)/k, with
     τ = 1 + the published second-token acceptance), one line per end of each published range."""
-    import pandas as pd
-
     records = []
     for source, low, high, speedup_id in (
         (
@@ -266,8 +259,6 @@ def mtp_beside_pr(
     PR's mean TPOT without and with MTP and its speed-up, then ours for ``engine`` against speculation off on
     ``model_shape`` with the measured acceptance rate (accepted / drafted, %). ``measured`` should hold the rows a
     verdict may use (``results.stalls.unstalled``): ours are empty where a rate is not measured or only stalled."""
-    import pandas as pd
-
     prefix = "pr12755-tpot-ms-qps"
     rates = sorted(
         {float(cid.removeprefix(prefix).split("-")[0]) for cid in published["claim_id"] if cid.startswith(prefix)}
@@ -334,8 +325,6 @@ def mtp_verdict(
         ]
         table = table[table["request_rate_qps"].isin(wanted)].sort_values("request_rate_qps").reset_index(drop=True)
     if table is None or table.empty:
-        import pandas as pd
-
         return Finding(
             "not measured",
             f"Not measured yet: no pair of speculation off and {engine} at {', '.join(f'{r:g}' for r in wanted)} QPS "
@@ -405,8 +394,6 @@ def best_k_by_load(sweep: pd.DataFrame, first_rate: float = 0.85) -> pd.DataFram
     """For each load of a ``k_sweep`` table, among the configurations whose imposed acceptance at position 1 is
     ``first_rate``: the k with the largest speed-up (``best_k``, ``speedup``) and k = 1's speed-up (``k1_speedup``);
     ``first_rate`` is repeated in ``position_1_rate``."""
-    import pandas as pd
-
     columns = [
         "load",
         "request_rate_qps",
@@ -469,8 +456,6 @@ def draft_cost_beside_model(sweep: pd.DataFrame, predicted: pd.DataFrame) -> pd.
     (its ``draft_ms`` less the ``draft_fixed_cost_ms`` it charged, repeated as ``model_fixed_cost_ms``), to set
     beside that fixed cost.
     """
-    import pandas as pd
-
     rows = sweep[
         sweep["concurrency"].notna()
         & sweep["request_rate_qps"].isna()
@@ -548,8 +533,6 @@ def added_step_time(
     ``step_off_ms``, the cost ratio that S = τ / (1 + added_share) turns into the speed-up. The models' ``added_ms``
     and ``speedup`` follow with the suffixes ``_before`` and ``_after``.
     """
-    import pandas as pd
-
     rows = sweep[sweep["concurrency"].notna() & sweep["request_rate_qps"].isna()]
     if before is not None:
         rows = rows[rows["engine_label"].isin(set(before["config"]))]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import pandas as pd
 
 from vllm_playbooks.analysis.schedule import scheduled_off
 from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, check, percent_change, speedup_pairs
@@ -15,9 +17,6 @@ from vllm_playbooks.model.calibration import EfficiencyFit, predict_tpot_ms
 from vllm_playbooks.model.holdout import calibrate_on_gpu
 from vllm_playbooks.model.speculative import acceptance_rate_of_alpha
 from vllm_playbooks.results.store import load_reference
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 
 @check("spec_slower_at_reported_load")
@@ -85,8 +84,6 @@ def implied_13834(published: pd.DataFrame) -> pd.Series:
     - the TPOT ratio a closed loop would show (output throughput off / on), and the ITL ratio divided by it: the
       tokens each streamed chunk would carry if the rest of the ITL rise were chunking (``analysis.itl_artifact``).
     """
-    import pandas as pd
-
     out_off, out_on = (
         published_value(published, "output-tok-s-spec-off"),
         published_value(published, "output-tok-s-spec-on"),
@@ -139,7 +136,6 @@ def a100_table(carried: Mapping[str, float], calibrated: Mapping[str, float]) ->
     """``predict_13834_a100``'s two predictions (H200 parameters carried; calibrated on the report's spec-off point)
     and the report's numbers, one line each, with headers in words: output tok/s off and on, its change, TPOT off
     and on, and the bandwidth efficiency and fixed time per forward the prediction used (blank for the report)."""
-    import pandas as pd
 
     def line(label: str, off: float, on: float, values: Mapping[str, float] | None) -> dict[str, Any]:
         return {

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
+import pandas as pd
+
 from vllm_playbooks.analysis.compare import is_baseline
 from vllm_playbooks.analysis.kbest import best_ks
 from vllm_playbooks.analysis.noise import MIN_BAND_PCT, band_pct, spread_of
@@ -26,8 +28,6 @@ from vllm_playbooks.shapes import get_shape, resolve_model
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-    import pandas as pd
 
 
 #: The target and EAGLE-3 head shapes whose layer counts give the head's draft cost c ≈ head layers / target layers.
@@ -70,8 +70,6 @@ def gain_up_to_concurrency(claim: Claim, ev: Evidence) -> CheckResult:
     the gain ends); the best such verdict stands (the source chose its own config). Model: the roofline models dense
     decoders only.
     """
-
-    import pandas as pd
 
     top = ev.value(claim, "max-concurrency-with-gain")
     low = 1 + ev.value(claim, "output-throughput-gain-low") / 100
@@ -117,8 +115,6 @@ def best_draft_tokens(claim: Claim, ev: Evidence) -> CheckResult:
     loss against it, of about the claimed size. Model: the k maximising ``model.speculative.speedup`` for α in ``ALPHA_SWEEP`` with
     c = head layers / target layers.
     """
-
-    import pandas as pd
 
     k_low, k_high = int(ev.value(claim, "draft-tokens-best-low")), int(ev.value(claim, "draft-tokens-best-high"))
     four = 1 + ev.value(claim, "output-throughput-change-4-tokens") / 100
@@ -221,8 +217,6 @@ def routing_signature(
     fixed routing. Uniform routing makes a batch touch many more experts than one sequence does; a measured growth
     near the 'fixed' prediction says the dummy router sent every token to the same experts (what a kernel that ignores
     the routing simulation would do with a degenerate router)."""
-    import pandas as pd
-
     rows = measured[(measured["model_shape"] == model_shape) & is_baseline(measured)]
     rows = rows[rows["concurrency"].isin([low, high]) & rows["request_rate_qps"].isna()]
     if input_len is not None:
@@ -273,8 +267,6 @@ def eagle3_predictions(
     profile, in the measured tables' columns: profile, k, imposed_alpha, concurrency (= batch), speedup and
     ``gain_pct`` = 100 · (speedup − 1), the output-throughput gain of a closed loop whose slots always decode.
     ``batches`` is one list for every profile or a list per profile name."""
-    import pandas as pd
-
     ks, alphas = list(ks), list(alphas)
     records = []
     for profile, (input_len, output_len) in profiles.items():
@@ -320,8 +312,6 @@ def step_factors(df: pd.DataFrame, profiles: Mapping[str, tuple[int, int]], engi
     times time per step, so 1 + gain = fewer_steps_x / step_cost_x: speculation pays exactly where it saves more
     steps than each of them costs. Each GPU's runs are paired with its own (one row per GPU where ``df`` holds
     several)."""
-    import pandas as pd
-
     keys = ["profile", "concurrency", "gpu_name"]
     parts = []
     for metric, prefix in (("steps_per_1k_tokens", "steps_per_1k"), ("ms_per_step", "ms_per_step")):
@@ -367,8 +357,6 @@ def kv_pressure(
     most tokens the load can hold at once (``tokens_needed``: concurrency × (input + output) tokens) and the
     preemptions a run (mean over its ``runs``). A pool below the need makes vLLM preempt and recompute requests, and a
     gain measured there is partly capacity (a drafter that leaves more cache), not fewer steps."""
-    import pandas as pd
-
     rows = with_profile(df, profiles)
     rows = rows[(rows["profile"] == profile) & ((rows["engine_label"] == engine) | is_baseline(rows))]
     tops = []
@@ -416,8 +404,6 @@ def step_cost_by_alpha(
     ``alpha_slow`` and ``alpha_fast`` name the pair; ``overlapped`` (point ids, ``analysis.overlapping_points``)
     marks in ``shared_host`` whether the slowest run shared its host with another server.
     """
-    import pandas as pd
-
     columns = [
         "profile",
         "concurrency",
@@ -477,8 +463,6 @@ def eagle3_verdict(
     """Does EAGLE-3 at k = 3 raise output throughput over speculation off on ``profile``, and does the gain hold up
     to ``top`` concurrent requests, as the Red Hat article reported (``published.csv``)? The sentence ends with
     what Red Hat reported unless ``cite_report`` is off (a page that already cites it for another profile)."""
-    import pandas as pd
-
     df, stalled = split_stalled(df)
     stalled_at: list[float] = []
     if not stalled.empty:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import pandas as pd
 
 from vllm_playbooks.analysis.noise import THRESHOLD_PCT
 from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, check
@@ -23,10 +25,6 @@ from vllm_playbooks.results.store import case_dir, recorded_cases
 from vllm_playbooks.run.case import results_for, run_case
 from vllm_playbooks.run.plan import CasePlan, load_plan, text_list
 from vllm_playbooks.shapes import resolve_model
-
-if TYPE_CHECKING:
-    import pandas as pd
-
 
 #: The #27462 page's verdict labels (``cases.pp_27462.verdict_label``) as the ledger's verdicts.
 _PAGE_VERDICTS = {
@@ -47,8 +45,6 @@ def pp_cap_starves_stages(claim: Claim, ev: Evidence) -> CheckResult:
     set the batch. Model: ``model.pipeline.predicted_throughput`` on the grid. Published: the related issue #41682's
     PP numbers.
     """
-    import pandas as pd
-
     sources = ev.sources(claim)
     published = "; ".join(f"{r['setting']}: {r['value']:g} {r['unit']}" for _, r in sources.iterrows())
     cases = list(dict.fromkeys([claim.case, CASE]))
@@ -144,8 +140,6 @@ def planned_grid(
     """The case's points as a table: engine, shape, layout, GPUs, max_num_seqs, microbatch (min(concurrency,
     max_num_seqs) / PP), concurrency, lengths; with a fit, the predicted output tok/s (total and per GPU) and the
     estimated device seconds of each point and of its server's start-up (counted once per engine)."""
-    import pandas as pd
-
     records = []
     for point in plan.points():
         engine, load = point.engine, point.load
@@ -209,8 +203,6 @@ def saturated(
     ``steps`` gives the measured running sequences, a fill of at least ``fill`` (the cap, not the request path, set
     the batch); one line per engine config (the median where an engine has several such rows), with ``layout`` and
     ``output_tok_s_per_gpu``."""
-    import pandas as pd
-
     columns = [
         "model_shape",
         "engine_label",
@@ -273,8 +265,6 @@ def pp_comparison(
     """Per shape and max_num_seqs N, the saturated throughputs (``saturated``) the verdict compares: PP=1 at N,
     PP=2 at N, PP=2 at 2N, TP=2 at N, and PP=2's change in percent against PP=1 and against TP=2 (NaN where a side
     is missing)."""
-    import pandas as pd
-
     sat = saturated(df, factor, steps, fill)
     columns = [
         "model_shape",
@@ -544,8 +534,6 @@ def sweep_grid(
     **overrides: Any,
 ) -> pd.DataFrame:
     """``planned_grid`` of the sweep (one engine at each concurrency); empty when there is no sweep."""
-    import pandas as pd
-
     if label is None or not concurrency:
         return pd.DataFrame()
     return planned_grid(

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import pandas as pd
 
 from vllm_playbooks.analysis.noise import MIN_CLEAN_REPEATS
 from vllm_playbooks.analysis.schedule import scheduled_off
@@ -25,9 +27,6 @@ from vllm_playbooks.model.speculative import acceptance_rate_of_alpha, break_eve
 from vllm_playbooks.results.stalls import describe_load
 from vllm_playbooks.shapes import resolve_model
 from vllm_playbooks.text import value_range
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 
 def _break_even_by_config(rows: pd.DataFrame) -> list[dict[str, Any]]:
@@ -116,7 +115,6 @@ def acceptance_bands(claim: Claim, ev: Evidence) -> CheckResult:
         f"acceptance rate below {loss_below:g}: a net loss; {even_low:g}–{even_high:g}: break-even; "
         f"{helps_from:g} or more: helps"
     )
-    import pandas as pd
 
     rows = ev.all_rows()
     drafting = rows[~scheduled_off(rows)]  # a schedule's k = 0 points drafted too little to judge
