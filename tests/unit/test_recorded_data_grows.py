@@ -34,7 +34,8 @@ pytestmark = pytest.mark.long
 LEFT_OUT = (
     "tests/unit/book/test_pages_on_fewer_rows.py::test_a_case_page_runs_on_a_quick_checks_rows_alone",
     "tests/unit/book/test_pages_on_fewer_rows.py::test_a_case_page_runs_on_its_quick_part_alone",
-    "tests/unit/book/test_pages_on_fewer_rows.py::test_a_page_showing_every_gpu_heads_with_the_reference_gpus_rows_alone",
+    "tests/unit/book/test_pages_on_fewer_rows.py"
+    "::test_a_page_showing_every_gpu_heads_with_the_reference_gpus_rows_alone",
     "tests/unit/analysis/test_crossover.py::test_the_case_page_verdict_is_the_ledgers_and_reads_its_point",
     "tests/unit/claims/test_ledger.py::test_the_ledger_covers_every_claim_in_the_file",
     "tests/unit/claims/test_ledger.py::test_source_urls_and_kinds_come_from_published",

@@ -1,8 +1,8 @@
 """Comparisons a case page needs: speculation against the baseline at the same load, and where it stops paying.
 
 Paired comparisons (``paired_versus``): each run of a config against the run of the reference config measured next
-to it. A paired part (``config.pairing``, ``run.paired``) measures the configs it compares in turn on one GPU. Two runs of
-one pair share the host's and the GPU's state of those minutes, so their ratio carries little of the drift that moves
+to it. A paired part (``config.pairing``, ``run.paired``) measures the configs it compares in turn on one GPU. Two runs
+of one pair share the host's and the GPU's state of those minutes, so their ratio carries little of the drift that moves
 both; the spread of the ratios over the pairs is the noise of the comparison itself. ``paired_versus`` judges a
 change on that spread (``analysis.noise``: the band is the larger of it and ``MIN_BAND_PCT``) and, beside it, shows
 what the same runs give unpaired: the spread of every run of one side over every run of the other

@@ -1,4 +1,5 @@
-"""Where speculation stops paying: the crossover concurrency and the inter-token-latency artifact of chunked streaming."""
+"""Where speculation stops paying: the crossover concurrency and the inter-token-latency artifact of chunked
+streaming."""
 
 from __future__ import annotations
 

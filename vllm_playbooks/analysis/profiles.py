@@ -1,4 +1,5 @@
-"""Gains by length profile: rows tagged with their profile, the gain table, and the acceptance (α) band around a central α."""
+"""Gains by length profile: rows tagged with their profile, the gain table, and the acceptance (α) band around a central
+α."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Batch-size schedules (num_speculative_tokens_per_batch_size): what a measured schedule delivered, and change chains between controls."""
+"""Batch-size schedules (num_speculative_tokens_per_batch_size): what a measured schedule delivered, and change chains
+between controls."""
 
 from __future__ import annotations
 
@@ -96,9 +97,9 @@ def change_chain(
     it is compared with, each a control that differs from the one before in as little as possible.
 
     One row per step (each label against the one before it) and a last row "total" (the last label against the
-    first); ``differs`` says what changed, from the servers' logs in ``modes`` (``results.server_logs.server_modes``: model
-    runner, CUDA graphs, async scheduling) and the rows' ``spec_method``; one column per concurrency that every label
-    was measured at, holding the change of ``metric`` in percent (medians over repeats). The steps compound: the
+    first); ``differs`` says what changed, from the servers' logs in ``modes`` (``results.server_logs.server_modes``:
+    model runner, CUDA graphs, async scheduling) and the rows' ``spec_method``; one column per concurrency that every
+    label was measured at, holding the change of ``metric`` in percent (medians over repeats). The steps compound: the
     product of their ratios is the total's."""
     if len(labels) < 2:
         raise ValueError(f"a change chain needs at least two labels, got {list(labels)}")

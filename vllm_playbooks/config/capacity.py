@@ -381,7 +381,8 @@ def check_fits(engine: EngineConfig, gpu_memory_gib: float, gpu_name: str = "") 
     if budget.kv_bytes <= 0:
         raise CapacityError(
             f"engine {engine.label}: weights ({_per_gpu(budget)}), activations "
-            f"({budget.activation_bytes / GIB:.1f} GiB) and CUDA graphs ({budget.cudagraph_bytes / GIB:.1f} GiB) exceed {engine.gpu_memory_utilization} × {gpu_memory_gib} GiB "
+            f"({budget.activation_bytes / GIB:.1f} GiB) and CUDA graphs ({budget.cudagraph_bytes / GIB:.1f} GiB) "
+            f"exceed {engine.gpu_memory_utilization} × {gpu_memory_gib} GiB "
             f"per GPU.{f' {_capitalized(budget.cudagraph_note)}.' if budget.cudagraph_note else ''} Use more GPUs "
             f"(tensor_parallel_size or pipeline_parallel_size), a quantized shape, or a larger gpu_memory_utilization."
         )

@@ -1,4 +1,5 @@
-"""Bytes and parameter counts of a model shape: weights by quantization scheme, MoE layouts, KV bytes per token, activations."""
+"""Bytes and parameter counts of a model shape: weights by quantization scheme, MoE layouts, KV bytes per token,
+activations."""
 
 from __future__ import annotations
 
@@ -206,7 +207,8 @@ class MoeLayout:
         )
 
     def mtp_params(self) -> int:
-        """Parameters of the checkpoint's MTP modules (each one MoE layer plus its extras; head and embedding shared)."""
+        """Parameters of the checkpoint's MTP modules (each one MoE layer plus its extras; head and embedding
+        shared)."""
         return self.mtp_layers * (self.moe_layer_params + self.mtp_extra_params)
 
     def checkpoint_bytes(self) -> int:
@@ -383,7 +385,8 @@ def parameter_count(shape: ModelShape, part: Literal["all", "linear", "dense"] =
     """Weights of a dense decoder, as ``weight_bytes`` counts them (MoE models: ``moe_layout``).
 
     ``linear`` is the attention and MLP projections (what AWQ/GPTQ quantize), ``dense`` the embeddings, untied LM head
-    and norms (kept in the model dtype), ``all`` their sum. Used by the roofline's FLOP count (2 × parameters per token).
+    and norms (kept in the model dtype), ``all`` their sum. Used by the roofline's FLOP count (2 × parameters per
+    token).
     """
     if shape.architecture not in DENSE_ARCHITECTURES:
         raise CapacityError(
@@ -426,7 +429,8 @@ def pp_layer_partition(num_layers: int, pipeline_parallel_size: int) -> list[int
     counting back from the second-to-last (the last stage already runs the final norm, LM head and sampler)."""
     if not 1 <= pipeline_parallel_size <= num_layers:
         raise CapacityError(
-            f"pipeline_parallel_size must lie between 1 and the model's {num_layers} layers, got {pipeline_parallel_size}"
+            f"pipeline_parallel_size must lie between 1 and the model's {num_layers} layers, got "
+            f"{pipeline_parallel_size}"
         )
     parts = [num_layers // pipeline_parallel_size] * pipeline_parallel_size
     for i in range(2, num_layers % pipeline_parallel_size + 2):

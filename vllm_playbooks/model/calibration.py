@@ -45,11 +45,12 @@ class EfficiencyFit:
 
     One forward pass over ``batch`` sequences takes
     ``max(dense_bytes / (bandwidth_efficiency·BW) + four_bit_bytes / (quantized_bandwidth_efficiency·BW),
-    flops / (compute_efficiency·BF16 peak)) + overhead_s + moe_layers · moe_layer_overhead_s``. Dense bytes are 8- and 16-bit weights plus the KV cache;
-    four-bit bytes are the weights that 4-bit kernels dequantize in software on this GPU (AWQ linear layers, gpt-oss's
-    MXFP4 experts), much slower per byte; flops include the prompt tokens of requests that join mid-run (chunked
-    prefill shares steps with decodes). MoE layers read only the experts the step's tokens touch. ``speculation``,
-    when fitted (``fit_efficiency(..., draft_overhead=True)``), adds the fixed costs of speculating with a draft model.
+    flops / (compute_efficiency·BF16 peak)) + overhead_s + moe_layers · moe_layer_overhead_s``. Dense bytes are 8- and
+    16-bit weights plus the KV cache; four-bit bytes are the weights that 4-bit kernels dequantize in software on this
+    GPU (AWQ linear layers, gpt-oss's MXFP4 experts), much slower per byte; flops include the prompt tokens of requests
+    that join mid-run (chunked prefill shares steps with decodes). MoE layers read only the experts the step's tokens
+    touch. ``speculation``, when fitted (``fit_efficiency(..., draft_overhead=True)``), adds the fixed costs of
+    speculating with a draft model.
 
     The efficiencies and ``overhead_s`` (t0) belong to one GPU and host: ``provenance`` says where they come from
     (the rows fitted, or ``calibrate_on_gpu``'s measured points, or that they were carried from another GPU),

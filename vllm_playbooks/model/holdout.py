@@ -310,9 +310,10 @@ SUMMARY_SHARES = ("median_abs_tpot_error", "max_abs_tpot_error", "coverage")
 
 
 def parameter_table(fit: EfficiencyFit) -> pd.DataFrame:
-    """The fit's parameters, one line each: ``parameter`` (its key), ``name`` (in words), ``value`` (efficiencies as fractions of the GPU's peak, times in ms), the
-    ``low`` and ``high`` bounds it was fitted within, ``at_bound`` and ``provenance`` (where it comes from, the same
-    for every line but t_d's, which is fitted on the speculation-on rows)."""
+    """The fit's parameters, one line each: ``parameter`` (its key), ``name`` (in words), ``value`` (efficiencies as
+    fractions of the GPU's peak, times in ms), the ``low`` and ``high`` bounds it was fitted within, ``at_bound`` and
+    ``provenance`` (where it comes from, the same for every line but t_d's, which is fitted on the speculation-on
+    rows)."""
     bounds = {**EFFICIENCY_BOUNDS, "overhead_s": OVERHEAD_BOUNDS_S, "moe_layer_overhead_s": MOE_LAYER_OVERHEAD_BOUNDS_S}
     records = []
     for name, (low, high) in bounds.items():

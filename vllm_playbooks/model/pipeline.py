@@ -1,4 +1,5 @@
-"""Pipeline parallelism in closed form: micro-batches, the max_num_seqs a layout needs, and the throughput a fitted step time predicts."""
+"""Pipeline parallelism in closed form: micro-batches, the max_num_seqs a layout needs, and the throughput a fitted step
+time predicts."""
 
 from __future__ import annotations
 
@@ -56,11 +57,11 @@ def predicted_throughput(
     kv_cache_dtype: str = "auto",
     gpu: str | None = None,
 ) -> dict[str, float]:
-    """Saturated closed loop on the fitted roofline (``model.calibration.forward_time_s``): microbatch b = N / P, one stage step
-    ``t = T(b) / (P · TP) + overhead`` (bytes and FLOPs split over the GPUs, the fixed per-step overhead paid by every
-    stage), one microbatch finishing per stage step, so output tok/s = b / t and TPOT = P · t. Each step also carries
-    the prompts of the requests that replace finished ones (b · input_len / output_len tokens). Communication between
-    GPUs is not modelled, so TP and PP figures are upper bounds.
+    """Saturated closed loop on the fitted roofline (``model.calibration.forward_time_s``): microbatch b = N / P, one
+    stage step ``t = T(b) / (P · TP) + overhead`` (bytes and FLOPs split over the GPUs, the fixed per-step overhead paid
+    by every stage), one microbatch finishing per stage step, so output tok/s = b / t and TPOT = P · t. Each step also
+    carries the prompts of the requests that replace finished ones (b · input_len / output_len tokens). Communication
+    between GPUs is not modelled, so TP and PP figures are upper bounds.
     """
 
     p, tp = int(pipeline_parallel_size), int(tensor_parallel_size)

@@ -70,8 +70,8 @@ def read_csv_records(path: Path, columns: Sequence[str]) -> list[dict[str, str]]
             unknown = sorted(set(header) - set(columns))
             absent = [c for c in columns if c not in header]
             raise SchemaError(
-                f"{path}: header does not match the schema (unknown: {unknown or 'none'}; missing: {absent or 'none'}). "
-                "A changed schema needs a new SCHEMA_VERSION and a loader for the old one."
+                f"{path}: header does not match the schema (unknown: {unknown or 'none'}; missing: "
+                f"{absent or 'none'}). A changed schema needs a new SCHEMA_VERSION and a loader for the old one."
             )
         return list(reader)
 

@@ -187,8 +187,8 @@ def _loads(spec: dict[str, Any], case: str) -> list[LoadPoint]:
 
 
 def load_plan(case: str, **overrides: Any) -> CasePlan:
-    """Read ``vllm_playbooks/cases/<case>/case.yaml`` (or a case file of your own, given by its path ending in ``.yaml``),
-    apply overrides, and check every config and load.
+    """Read ``vllm_playbooks/cases/<case>/case.yaml`` (or a case file of your own, given by its path ending in
+    ``.yaml``), apply overrides, and check every config and load.
 
     ``None`` overrides are ignored, so notebook parameters can default to ``None``. An ``engines`` override keeps
     those engine configs in the order it names them (the order their servers start). A ``concurrency`` (or
@@ -291,7 +291,8 @@ def plan_from_dict(spec: dict[str, Any], **overrides: Any) -> CasePlan:
             spread = f" (lengths within ±{100 * load.random_range_ratio:g} %)" if load.random_range_ratio else ""
             if draft_positions is not None and longest > draft_positions:
                 raise ConfigError(
-                    f"case {case}, engine {engine.label}: its draft {engine.speculative.model} has "  # type: ignore[union-attr]
+                    f"case {case}, engine {engine.label}: its draft "
+                    f"{engine.speculative.model} has "  # type: ignore[union-attr]
                     f"max_position_embeddings={draft_positions}, fewer than the longest request's input + output = "
                     f"{longest}{spread}; vLLM 0.26 caps the draft's max_model_len there. Use a draft config with more "
                     "positions or shorter loads."
@@ -387,7 +388,8 @@ def _load_profiles(
     lengths = [(i, o) for _, i, o in profiles]
     if len(set(lengths)) != len(lengths):
         raise ConfigError(
-            f"case {case}: two load profiles have the same input and output lengths: {profiles}; select one with profiles=[...]"
+            f"case {case}: two load profiles have the same input and output lengths: {profiles}; select one with "
+            "profiles=[...]"
         )
     return loads, tuple(profiles)
 

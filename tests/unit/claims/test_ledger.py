@@ -252,7 +252,9 @@ def test_13834_follows_the_rows_at_the_reported_load(
     assert "concurrency 32" in result.measured
 
 
-def test_13834_at_low_load_or_other_settings_is_not_measured_yet(claims, published) -> None:  # type: ignore[no-untyped-def]
+def test_13834_at_low_load_or_other_settings_is_not_measured_yet(  # type: ignore[no-untyped-def]
+    claims, published
+) -> None:
     check = CHECKS["spec_slower_at_reported_load"]
     low = check(claims["discussion-13834-slower"], _evidence(published, CASE_13834, _pair_13834(1, 40.0, 60.0)))
     assert low.verdict is V.NOT_MEASURED and "+50.0 % at concurrency 1" in low.measured
@@ -286,8 +288,9 @@ def test_13834_model_line_uses_the_fit(claims, published) -> None:  # type: igno
 
 @pytest.mark.recorded_data
 def test_the_ledgers_fit_is_the_case_pages_fit(evidence: claims_ledger.Evidence) -> None:
-    """The ledger fits on the same rows as the pages' model (``analysis.whatif.calibration_rows``): without the batch-size
-    schedules and the runner-forcing controls, which its own reading of the data folder must leave out too."""
+    """The ledger fits on the same rows as the pages' model (``analysis.whatif.calibration_rows``): without the
+    batch-size schedules and the runner-forcing controls, which its own reading of the data folder must leave out
+    too."""
     from vllm_playbooks.results.replay import replay_rows
 
     rows = whatif.calibration_rows()
@@ -301,7 +304,9 @@ MTP = "deepseek-mtp"
 @pytest.mark.parametrize(
     ("on", "rate", "expected"), [(5.6, 0.87, V.REPRODUCED), (11.0, 0.87, V.NOT_REPRODUCED), (5.6, 0.60, V.NOT_MEASURED)]
 )
-def test_mtp_speedup_at_the_reported_acceptance(claims, published, on: float, rate: float, expected) -> None:  # type: ignore[no-untyped-def]
+def test_mtp_speedup_at_the_reported_acceptance(  # type: ignore[no-untyped-def]
+    claims, published, on: float, rate: float, expected
+) -> None:
     rows = [
         _row(MTP, "off", 1, 100.0, tpot_mean_ms=10.0, model_shape="deepseek-v3-reduced"),
         _row(
@@ -360,7 +365,9 @@ def _qps_rows(speedups: dict[float, float], shape: str = "deepseek-v3-reduced") 
         ({3.0: 1.3}, V.NOT_MEASURED),  # a rate the PR did not publish, below the bound
     ],
 )
-def test_mtp_gain_by_qps(claims, published, speedups: dict[float, float], expected) -> None:  # type: ignore[no-untyped-def]
+def test_mtp_gain_by_qps(  # type: ignore[no-untyped-def]
+    claims, published, speedups: dict[float, float], expected
+) -> None:
     check = CHECKS["mtp_gain_falls_with_qps"]
     result = check(claims["pr12755-mtp-gain-by-qps"], _evidence(published, MTP, _qps_rows(speedups)))
     assert result.verdict is expected
@@ -394,7 +401,9 @@ def _eagle_rows(changes: dict[int, float], k: int = 3, label: str = "eagle3-k3")
         ({1: 1.15, 32: 1.12}, V.NOT_MEASURED),  # nothing near 200 yet
     ],
 )
-def test_eagle3_gain_up_to_200(claims, published, changes: dict[int, float], expected) -> None:  # type: ignore[no-untyped-def]
+def test_eagle3_gain_up_to_200(  # type: ignore[no-untyped-def]
+    claims, published, changes: dict[int, float], expected
+) -> None:
     result = CHECKS["gain_up_to_concurrency"](
         claims["gpt-oss-eagle3-200-concurrent"], _evidence(published, EAGLE, _eagle_rows(changes))
     )
@@ -483,7 +492,9 @@ def test_eagle3_best_draft_tokens_per_length_profile(claims, published) -> None:
         ({2: 1100.0, 3: 1150.0}, V.NOT_MEASURED),
     ],
 )
-def test_eagle3_best_draft_tokens(claims, published, by_k: dict[int, float], expected) -> None:  # type: ignore[no-untyped-def]
+def test_eagle3_best_draft_tokens(  # type: ignore[no-untyped-def]
+    claims, published, by_k: dict[int, float], expected
+) -> None:
     rows = [_row(EAGLE, f"k{k}", 16, v, k=k, method="eagle3", imposed_alpha=0.7) for k, v in by_k.items()]
     result = CHECKS["best_draft_tokens"](claims["gpt-oss-eagle3-draft-tokens"], _evidence(published, EAGLE, rows))
     assert result.verdict is expected
@@ -511,7 +522,9 @@ def _pp_rows(pp1: float, pp2: float, pp2_at_2n: float) -> list[dict[str, Any]]:
         (1000.0, 1100.0, V.NOT_REPRODUCED),
     ],  # the fix does not pay
 )
-def test_pp_cap_is_the_pages_comparison(claims, published, pp2: float, pp2_at_2n: float, expected) -> None:  # type: ignore[no-untyped-def]
+def test_pp_cap_is_the_pages_comparison(  # type: ignore[no-untyped-def]
+    claims, published, pp2: float, pp2_at_2n: float, expected
+) -> None:
     result = CHECKS["pp_cap_starves_stages"](
         claims["issue-27462-pp-starves"], _evidence(published, PP, _pp_rows(1000.0, pp2, pp2_at_2n))
     )
@@ -556,7 +569,9 @@ def test_pp_cap_on_the_recorded_runs(ledger: pd.DataFrame) -> None:
         (0.7, 0.9, V.NOT_REPRODUCED),
     ],
 )
-def test_acceptance_bands(claims, published, rate: float, speedup: float, expected) -> None:  # type: ignore[no-untyped-def]
+def test_acceptance_bands(  # type: ignore[no-untyped-def]
+    claims, published, rate: float, speedup: float, expected
+) -> None:
     rows = [
         _row("any", "off", 1, 100.0),
         _row(
@@ -574,7 +589,9 @@ def test_acceptance_bands(claims, published, rate: float, speedup: float, expect
     assert result.verdict is expected and result.rows == 1
 
 
-def test_acceptance_bands_are_judged_on_the_re_measured_points_once_there_are_any(claims, published) -> None:  # type: ignore[no-untyped-def]
+def test_acceptance_bands_are_judged_on_the_re_measured_points_once_there_are_any(  # type: ignore[no-untyped-def]
+    claims, published
+) -> None:
     """A point run three times a side is judged; a single-run point beside it is an anecdote, set aside and counted.
     Alone, the single run at 0.4 (a 40 % gain where the band expects a loss) would make the rule not reproduced."""
     spec = dict(k=4, acceptance_rate=0.7, mean_acceptance_length=3.8, draft_model="llama-3.2-1b")
@@ -617,7 +634,9 @@ def test_acceptance_bands_model_is_the_draft_cost(claims, published) -> None:  #
     assert "break-even acceptance rate 0.20" in result.model_says and result.model_verdict is V.NOT_REPRODUCED
 
 
-def test_acceptance_bands_model_names_a_config_without_draft_model_by_its_method(claims, published) -> None:  # type: ignore[no-untyped-def]
+def test_acceptance_bands_model_names_a_config_without_draft_model_by_its_method(  # type: ignore[no-untyped-def]
+    claims, published
+) -> None:
     rows = [
         _row("any", "off", 1, 100.0, model_shape="mimo-7b"),
         _row(
@@ -641,7 +660,9 @@ def test_acceptance_bands_model_names_a_config_without_draft_model_by_its_method
     ("shape", "kv", "expected"),
     [("llama-3.3-70b-awq", "fp8", V.REPRODUCED), ("llama-3.1-8b", "auto", V.NOT_REPRODUCED)],
 )
-def test_compute_bound_batch_is_model_only(claims, published, shape: str, kv: str, expected) -> None:  # type: ignore[no-untyped-def]
+def test_compute_bound_batch_is_model_only(  # type: ignore[no-untyped-def]
+    claims, published, shape: str, kv: str, expected
+) -> None:
     rows = [_row("any", "off", 1, 100.0, model_shape=shape, kv_cache_dtype=kv, input_len=1240, output_len=128)]
     result = CHECKS["compute_bound_batch"](claims["rule-batch-64-compute-bound"], _evidence(published, "any", rows))
     assert result.verdict is V.MODEL_ONLY and result.model_verdict is expected
@@ -654,7 +675,9 @@ def test_compute_bound_batch_without_rows_says_so(claims, published) -> None:  #
     assert result.verdict is V.NOT_MEASURED and result.model_verdict is None
 
 
-def test_temperature_cannot_be_measured_with_imposed_acceptance(claims, published) -> None:  # type: ignore[no-untyped-def]
+def test_temperature_cannot_be_measured_with_imposed_acceptance(  # type: ignore[no-untyped-def]
+    claims, published
+) -> None:
     rows = [_row("any", "off", 1, 100.0), _row("any", "spec", 1, 120.0, k=4, imposed_acceptance_rates="[0.8]")]
     result = CHECKS["temperature_rule"](claims["rule-temperature"], _evidence(published, "any", rows))
     assert result.verdict is V.NOT_MEASURED and result.measured.startswith("0 recorded speculative row(s) with earned")
@@ -689,13 +712,17 @@ def _startups(kv_tokens: int, preemptions: int, rows: int = 3, gpu: str = "NVIDI
         (200_000, 0, 0, V.NOT_MEASURED),
     ],
 )
-def test_kv_fit(claims, published, kv_tokens: int, preemptions: int, rows: int, expected) -> None:  # type: ignore[no-untyped-def]
+def test_kv_fit(  # type: ignore[no-untyped-def]
+    claims, published, kv_tokens: int, preemptions: int, rows: int, expected
+) -> None:
     ev = claims_ledger.Evidence(published=published, startups=_startups(kv_tokens, preemptions, rows))
     result = CHECKS["kv_product_fits"](claims["rule-kv-fit"], ev)
     assert result.verdict is expected
 
 
-def test_kv_fit_tells_one_line_per_config_and_gpu_with_every_start_up_judged(claims, published) -> None:  # type: ignore[no-untyped-def]
+def test_kv_fit_tells_one_line_per_config_and_gpu_with_every_start_up_judged(  # type: ignore[no-untyped-def]
+    claims, published
+) -> None:
     """Two start-ups of one config on one GPU make one line (the span of their caches, their rows summed); a third
     on another GPU makes its own; each start-up is still one judged point, and one with preemptions agrees."""
     starts = pd.concat([_startups(200_000, 0), _startups(210_000, 0, rows=2), _startups(100_000, 4, gpu="NVIDIA H100")])
@@ -786,7 +813,9 @@ def test_each_startup_counts_only_the_rows_measured_while_it_was_up(tmp_path: Pa
         assert group["measured_rows"].max() < (rows["engine_label"] == label).sum(), label
 
 
-def test_a_shape_the_roofline_does_not_model_is_named_not_fatal(claims, published) -> None:  # type: ignore[no-untyped-def]
+def test_a_shape_the_roofline_does_not_model_is_named_not_fatal(  # type: ignore[no-untyped-def]
+    claims, published
+) -> None:
     rows = [
         _row("any", "off", 1, 100.0, model_shape="gpt-oss-120b"),
         _row("any", "off", 1, 100.0, model_shape="llama-3.3-70b-awq", kv_cache_dtype="fp8", input_len=1240),

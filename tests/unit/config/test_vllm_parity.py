@@ -104,7 +104,9 @@ loads:
     )
 
 
-def test_check_config_exits_2_with_one_error_line_or_0_with_advisories(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_check_config_exits_2_with_one_error_line_or_0_with_advisories(  # type: ignore[no-untyped-def]
+    tmp_path,
+) -> None:
     bad = _check_config(
         tmp_path,
         """  - label: d

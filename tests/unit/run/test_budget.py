@@ -189,7 +189,9 @@ def test_recorded_walls_and_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().err == "error: --budget-s must be positive, got 0\n"
 
 
-def test_a_case_with_nothing_recorded_has_no_estimates(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+def test_a_case_with_nothing_recorded_has_no_estimates(  # type: ignore[no-untyped-def]
+    tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", pd.errors.PerformanceWarning)  # no server logs: an empty launch column
         assert cli.main(["plan", "--case", "llama-8b-draft-model", "--data", str(tmp_path), "--hardware", "GPU"]) == 0

@@ -369,8 +369,8 @@ def mtp_verdict(
             status, tail = (
                 "gain that holds with load",
                 (
-                    f" The gain does not shrink by more than {100 * tolerance:.0f} % up to {last['request_rate_qps']:g} "
-                    "QPS, unlike PR #12755's." + without
+                    f" The gain does not shrink by more than {100 * tolerance:.0f} % up to "
+                    f"{last['request_rate_qps']:g} QPS, unlike PR #12755's." + without
                 ),
             )
     return Finding(status, measured + tail + reported, table)
@@ -446,9 +446,9 @@ def acceptance_band(sweep: pd.DataFrame, k: int = 1) -> pd.DataFrame:
 
 
 def draft_cost_beside_model(sweep: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
-    """The draft cost c that each closed-loop pair of a ``k_sweep`` table implies (``model.speculative.draft_cost_from_tpot``
-    with the measured mean acceptance length) beside the step model's c at the same batch (``predicted``: a
-    ``model.calibration.prediction_frame`` whose ``config`` names are engine labels).
+    """The draft cost c that each closed-loop pair of a ``k_sweep`` table implies
+    (``model.speculative.draft_cost_from_tpot`` with the measured mean acceptance length) beside the step model's c at
+    the same batch (``predicted``: a ``model.calibration.prediction_frame`` whose ``config`` names are engine labels).
 
     ``draft_ms_measured`` = c × the measured spec-off TPOT, the time of one draft forward if verifying k + 1 tokens
     costs one decode step; where it costs more (an MoE layer reads more experts for more tokens), that extra lands in
@@ -510,8 +510,8 @@ def draft_fixed_cost_ms(table: pd.DataFrame) -> float:
 
 
 def fixed_cost_change(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
-    """Two ``model.calibration.prediction_frame`` tables of the same configs and batches, made with different draft fixed
-    costs, side by side: c and the speed-up before and after, per config and batch."""
+    """Two ``model.calibration.prediction_frame`` tables of the same configs and batches, made with different draft
+    fixed costs, side by side: c and the speed-up before and after, per config and batch."""
     keep = ["config", "batch", "draft_fixed_cost_ms", "c", "speedup"]
     return before[keep].merge(after[keep], on=["config", "batch"], suffixes=("_before", "_after"))
 
@@ -522,9 +522,9 @@ def added_step_time(
     after: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """What speculation added to an engine step, per closed-loop pair of a ``tpot_speedups`` (or ``k_sweep``) table,
-    measured and as two ``model.calibration.prediction_frame`` tables predict it (``before`` and ``after``, e.g. with a whole
-    step's fixed cost per draft forward and with a measured one; their ``config`` names are engine labels, and only
-    those configurations are kept). Without the two tables every closed-loop pair is kept and the model columns are
+    measured and as two ``model.calibration.prediction_frame`` tables predict it (``before`` and ``after``, e.g. with a
+    whole step's fixed cost per draft forward and with a measured one; their ``config`` names are engine labels, and
+    only those configurations are kept). Without the two tables every closed-loop pair is kept and the model columns are
     NaN.
 
     A verify step emits τ tokens per sequence, so its time is TPOT × τ: ``step_on_ms`` = the speculative TPOT × the

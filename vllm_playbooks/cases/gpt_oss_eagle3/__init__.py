@@ -43,8 +43,8 @@ MODEL_K_RANGE = tuple(range(1, 11))
 
 
 def _with_length_profile(case: str, rows: pd.DataFrame) -> pd.DataFrame:
-    """``rows`` with a ``profile`` column (``analysis.profiles.with_profile`` after the case file's length profiles), naming a
-    row of no profile of the case ``"<input_len> in / <output_len> out"``."""
+    """``rows`` with a ``profile`` column (``analysis.profiles.with_profile`` after the case file's length profiles),
+    naming a row of no profile of the case ``"<input_len> in / <output_len> out"``."""
 
     try:
         profiles = {name: (i, o) for name, i, o in load_plan(case).profiles}
@@ -112,8 +112,8 @@ def best_draft_tokens(claim: Claim, ev: Evidence) -> CheckResult:
     Measured: at each load (length profile, concurrency, imposed α) of the points the case's deciding part measures
     (``Evidence.deciding_rows``: k = 2 to 5 on the chat profile at concurrency 1 and 200) with recorded ``eagle3``
     rows at k = 4 and at least one other k, the best k by output throughput must be in the claimed range and k = 4 a
-    loss against it, of about the claimed size. Model: the k maximising ``model.speculative.speedup`` for α in ``ALPHA_SWEEP`` with
-    c = head layers / target layers.
+    loss against it, of about the claimed size. Model: the k maximising ``model.speculative.speedup`` for α in
+    ``ALPHA_SWEEP`` with c = head layers / target layers.
     """
 
     k_low, k_high = int(ev.value(claim, "draft-tokens-best-low")), int(ev.value(claim, "draft-tokens-best-high"))
@@ -492,8 +492,8 @@ def eagle3_verdict(
     held_to = published_or_none(published, "max-concurrency-with-gain")
     reported = (
         f" Red Hat reported gains that held to {held_to:g} concurrent requests, +{low:g} to +{high:g} % output "
-        "throughput (the range only in a secondary summary), on H200 with real weights and ShareGPT, MLPerf and SWE-bench "
-        "prompts."
+        "throughput (the range only in a secondary summary), on H200 with real weights and ShareGPT, MLPerf and "
+        "SWE-bench prompts."
         if low is not None and high is not None and held_to is not None and cite_report
         else ""
     )

@@ -1,4 +1,5 @@
-"""Case: issue #27462 — --max-num-seqs caps all running sequences, so pipeline parallelism is underused (its checks and page functions)."""
+"""Case: issue #27462 — --max-num-seqs caps all running sequences, so pipeline parallelism is underused (its checks and
+page functions)."""
 
 from __future__ import annotations
 
@@ -249,7 +250,8 @@ def unfilled_note(rows: pd.DataFrame, fill: float = FILL_THRESHOLD) -> str:
     if rows.empty:
         return f"Every point that offered twice its cap ran at least {fill:.0%} of its cap on average."
     listed = "; ".join(
-        f"`{r.engine_label}` ran {r.running_mean:.0f} of {int(r.max_num_seqs)} ({r.fill:.0%}) at {r.output_tok_s:,.0f} tok/s"
+        f"`{r.engine_label}` ran {r.running_mean:.0f} of {int(r.max_num_seqs)} ({r.fill:.0%}) at "
+        f"{r.output_tok_s:,.0f} tok/s"
         for r in rows.itertuples()
     )
     return (

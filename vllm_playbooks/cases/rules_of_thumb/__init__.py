@@ -1,4 +1,5 @@
-"""Rules of thumb the ledger checks across cases: acceptance bands, the compute-bound batch, temperature, KV fit, vLLM's batching defaults."""
+"""Rules of thumb the ledger checks across cases: acceptance bands, the compute-bound batch, temperature, KV fit, vLLM's
+batching defaults."""
 
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ from vllm_playbooks.text import value_range
 
 def _break_even_by_config(rows: pd.DataFrame) -> list[dict[str, Any]]:
     """Per recorded speculative config, its draft cost c from the TPOTs at its lowest paired concurrency
-    (``model.speculative.draft_cost_from_tpot``), the break-even α (``model.speculative.break_even_alpha``) and vLLM's acceptance rate at
-    that α (``model.speculative.acceptance_rate_of_alpha``, which equals c)."""
+    (``model.speculative.draft_cost_from_tpot``), the break-even α (``model.speculative.break_even_alpha``) and vLLM's
+    acceptance rate at that α (``model.speculative.acceptance_rate_of_alpha``, which equals c)."""
 
     extra = ["mean_acceptance_length", "model_shape", "draft_model", "spec_method"]
     pairs = speedup_pairs(rows, "tpot_mean_ms", extra=extra)
@@ -105,8 +106,9 @@ def acceptance_bands(claim: Claim, ev: Evidence) -> CheckResult:
     request rate (an open loop's throughput is set by the arrivals). Where some points rest on ``MIN_CLEAN_REPEATS``
     clean runs of each side, the rule is judged on those alone (``re_measured_pairs``) and the text says how many
     single-run points were set aside and which acceptance rates the judged ones span; where none do, on every point,
-    whose runs a side (fewer than ``MIN_CLEAN_REPEATS``) the ledger states. Model: per recorded config, the break-even acceptance rate from the
-    draft cost c the TPOTs imply (``_break_even_by_config``); the bands hold if every one falls in the break-even band.
+    whose runs a side (fewer than ``MIN_CLEAN_REPEATS``) the ledger states. Model: per recorded config, the break-even
+    acceptance rate from the draft cost c the TPOTs imply (``_break_even_by_config``); the bands hold if every one falls
+    in the break-even band.
     """
     loss_below = ev.value(claim, "acceptance-net-loss-below")
     even_low, even_high = ev.value(claim, "acceptance-break-even-low"), ev.value(claim, "acceptance-break-even-high")
