@@ -1,5 +1,5 @@
 """The package reads top-down: each module imports only from its own layer or those below, no import circle, and no
-module over 600 lines (CONTRIBUTING.md names the layers)."""
+module over 500 lines (CONTRIBUTING.md names the layers)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,16 @@ LAYERS = (
     ("book",),
     ("cli", "__main__"),
 )
-MAX_LINES = 600
+MAX_LINES = 500
+#: Modules over ``MAX_LINES`` in the files that the command-line work (argparse code into vllm_playbooks/cli/) edits;
+#: it splits or shortens them. Remove each from here when it is at most ``MAX_LINES`` long.
+LONG_IN_CLI_WORK = {
+    "vllm_playbooks.advisor.evaluate",
+    "vllm_playbooks.advisor.live",
+    "vllm_playbooks.book.notebooks",
+    "vllm_playbooks.book.sitecheck",
+    "vllm_playbooks.run.crosscheck",
+}
 
 
 def _name(path: Path) -> str:
@@ -107,6 +116,6 @@ def test_the_checks_find_an_upward_import_and_a_circle() -> None:
     assert import_circle({plots: {replay}, replay: {engine}, engine: set()}) == []
 
 
-def test_no_module_is_longer_than_600_lines() -> None:
+def test_no_module_is_longer_than_500_lines() -> None:
     long = {m: n for m, p in MODULES.items() if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
-    assert not long, long
+    assert set(long) == LONG_IN_CLI_WORK, long

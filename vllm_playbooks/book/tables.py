@@ -3,7 +3,8 @@
 ``for_people`` is for the tables a page chooses (headers named one by one); ``in_words`` does the same but keeps a
 DataFrame, so a long table still folds; ``people_html`` is what every other DataFrame a page displays turns into
 (``use_people_tables``, called by ``book.page_kernel.set_up_page_kernel`` in a notebook kernel): no index, numbers
-rounded by their size, blanks for missing values, underscores read as spaces, and at most ``SHOWN_ROWS`` rows with the rest in a collapsed section.
+rounded by their size, blanks for missing values, underscores read as spaces, and at most ``SHOWN_ROWS`` rows with
+the rest in a collapsed section.
 """
 
 from __future__ import annotations
