@@ -13,8 +13,9 @@ from dataclasses import replace
 
 import pandas as pd
 
+from vllm_playbooks.claims.claim import CheckResult, Evidence
 from vllm_playbooks.claims.lead import disagree, lead_gpu
-from vllm_playbooks.claims.ledger import CheckResult, Evidence, claim_of, noting_not_started
+from vllm_playbooks.claims.ledger import claim_of, noting_not_started
 from vllm_playbooks.hardware import REFERENCE_GPU
 from vllm_playbooks.run.budget import gpu_here
 

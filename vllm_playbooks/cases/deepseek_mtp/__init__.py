@@ -12,6 +12,7 @@ import pandas as pd
 
 from vllm_playbooks.analysis.compare import is_baseline, versus_baseline
 from vllm_playbooks.analysis.noise import MIN_BAND_PCT
+from vllm_playbooks.claims.claim import CheckResult, Claim, Evidence, check, speedup_pairs
 from vllm_playbooks.claims.finding import (
     Finding,
     gpu_names,
@@ -20,7 +21,6 @@ from vllm_playbooks.claims.finding import (
     stalled_loads,
     stalled_words,
 )
-from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, check, speedup_pairs
 from vllm_playbooks.claims.reference import published_value
 from vllm_playbooks.claims.verdict import Effect, Verdict, combine, effect, judge
 from vllm_playbooks.errors import SchemaError

@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 
 from vllm_playbooks.analysis.schedule import scheduled_off
-from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, check, percent_change, speedup_pairs
+from vllm_playbooks.claims.claim import CheckResult, Claim, Evidence, check, percent_change, speedup_pairs
 from vllm_playbooks.claims.reference import published_value
 from vllm_playbooks.claims.verdict import LOAD_FACTOR, Verdict, judge
 from vllm_playbooks.hardware import get_gpu

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from vllm_playbooks.analysis.noise import THRESHOLD_PCT
-from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, check
+from vllm_playbooks.claims.claim import CheckResult, Claim, Evidence, check
 from vllm_playbooks.claims.verdict import Verdict
 from vllm_playbooks.config.load import MIN_DURATION_S, MIN_REQUESTS_PER_CONCURRENCY
 from vllm_playbooks.errors import ConfigError

@@ -10,16 +10,8 @@ import pandas as pd
 
 from vllm_playbooks.analysis.noise import MIN_CLEAN_REPEATS
 from vllm_playbooks.analysis.schedule import scheduled_off
-from vllm_playbooks.claims.ledger import (
-    CheckResult,
-    Claim,
-    Evidence,
-    check,
-    is_missing,
-    model_error,
-    percent_change,
-    speedup_pairs,
-)
+from vllm_playbooks.claims.claim import CheckResult, Claim, Evidence, check, model_error, percent_change, speedup_pairs
+from vllm_playbooks.claims.loading import is_missing
 from vllm_playbooks.claims.verdict import LOAD_FACTOR, Effect, Verdict, combine, effect
 from vllm_playbooks.config.capacity import GIB, batch_defaults, check_fits
 from vllm_playbooks.hardware import REFERENCE_DATASHEET, get_gpu
