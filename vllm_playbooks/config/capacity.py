@@ -41,16 +41,14 @@ from vllm_playbooks.config.memory import (
     respecialized_modes,
     uses_v1_runner,
 )
+from vllm_playbooks.config.parallel_sizes import kv_bytes_per_token_per_gpu, pp_layer_partition, stage_weight_bytes
 from vllm_playbooks.config.sizes import (
     DENSE_ARCHITECTURES,
     MODELLED_ARCHITECTURES,
     activation_bytes,
     kv_bytes_per_token,
-    kv_bytes_per_token_per_gpu,
     kv_layers_per_stage,
     mtp_weight_bytes,
-    pp_layer_partition,
-    stage_weight_bytes,
     weight_bytes,
 )
 from vllm_playbooks.errors import CapacityError
