@@ -11,7 +11,8 @@ import pytest
 from pydantic import ValidationError
 
 from vllm_playbooks.config.engine import EngineConfig
-from vllm_playbooks.config.speculative import SUFFIX_DEFAULT_TREE_DEPTH, build_speculative_config
+from vllm_playbooks.config.spec_input import SUFFIX_DEFAULT_TREE_DEPTH
+from vllm_playbooks.config.speculative import build_speculative_config
 from vllm_playbooks.errors import ConfigError
 
 DRAFT = {"method": "draft_model", "model": "llama-3.2-1b", "num_speculative_tokens": 4}
