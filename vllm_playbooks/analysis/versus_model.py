@@ -21,7 +21,7 @@ def beside_model(measured: pd.DataFrame, predicted: pd.DataFrame, value: str, la
 
 
 def beside_model_by_config(measured: pd.DataFrame, predicted: pd.DataFrame, value: str) -> pd.DataFrame:
-    """``beside_model`` for every configuration of ``predicted`` (a ``model.calibration.prediction_frame`` whose
+    """``beside_model`` for every configuration of ``predicted`` (a ``model.prediction.prediction_frame`` whose
     ``config`` names are engine labels), one table with an ``engine_label`` column, in ``predicted``'s order."""
     tables = [
         beside_model(measured, predicted[predicted["config"] == label], value, label).assign(engine_label=label)

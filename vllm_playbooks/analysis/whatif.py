@@ -10,7 +10,7 @@ import pandas as pd
 from vllm_playbooks.analysis.compare import is_control, recorded_speculative
 from vllm_playbooks.config.case_file import calibration_cases
 from vllm_playbooks.hardware import REFERENCE_DATASHEET, Gpu, measured_on
-from vllm_playbooks.model.calibration import _get
+from vllm_playbooks.model.steps import _get
 from vllm_playbooks.results.replay import replay_rows
 from vllm_playbooks.results.schema import RUN_COLUMNS
 from vllm_playbooks.results.stalls import mark_stalled
@@ -18,7 +18,7 @@ from vllm_playbooks.results.store import rows_to_frame
 
 #: The speculative methods the step-time model covers: a separate draft model (its forwards are the draft shape's
 #: roofline plus t_d). MTP modules and EAGLE heads run with async scheduling and other fixed costs; their pages model
-#: them with ``model.calibration.speculation_prediction``.
+#: them with ``model.prediction.speculation_prediction``.
 MODELLED_SPEC_METHODS = ("none", "draft_model")
 
 

@@ -505,7 +505,7 @@ def speedup_vs_cost_ratio(tau: float, implied: pd.DataFrame, predicted: pd.DataF
 
 
 def predicted_vs_batch(frame: pd.DataFrame, y: str = "speedup", hue: str = "config", ax: Axes | None = None) -> Axes:
-    """A prediction table (``model.calibration.prediction_frame``) against batch, one line per ``hue``, with the
+    """A prediction table (``model.prediction.prediction_frame``) against batch, one line per ``hue``, with the
     break-even line."""
     import matplotlib.pyplot as plt
     import seaborn as sns

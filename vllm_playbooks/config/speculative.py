@@ -4,8 +4,8 @@ The checks mirror vLLM's own (``vllm/config/speculative.py``) plus the mistakes 
 bad config fails here with one clear message rather than minutes into an engine start.
 
 * ``method`` may be left out: it is then inferred as vLLM 0.26 infers it (``inferred_method``,
-  ``config.spec_input``), and the model carries the resolved method. An MTP model-type name given as the method (``deepseek_mtp``…) is rewritten to
-  ``mtp`` with a warning, as vLLM does.
+  ``config.spec_input``), and the model carries the resolved method. An MTP model-type name given as the method
+  (``deepseek_mtp``…) is rewritten to ``mtp`` with a warning, as vLLM does.
 * Consequences vLLM only logs at start-up (async scheduling switched off, a smaller scheduler token budget, CUDA
   graphs downgraded…) are raised here as ``SpeculativeConfigWarning`` and listed by ``advisories()``.
 * ``to_cli_json`` / ``to_yaml`` / ``to_python`` emit the config; ``from_cli_json`` / ``from_yaml`` /

@@ -20,13 +20,12 @@ from vllm_playbooks.model.calibration import (
     OVERHEAD_BOUNDS_S,
     EfficiencyFit,
     _is_speculative,
-    _params,
-    _row_terms,
-    _tpot_ms,
     fit_efficiency,
-    median_points,
-    predict_tpot_ms,
+    fit_parameters,
+    tpot_ms_of,
 )
+from vllm_playbooks.model.prediction import predict_tpot_ms
+from vllm_playbooks.model.steps import _row_terms, median_points
 
 #: The share of held-out points the stated interval is meant to hold.
 INTERVAL_QUANTILE = 0.8
@@ -153,8 +152,8 @@ def calibrate_on_gpu(fit: EfficiencyFit, rows: Iterable[Any], gpu: Gpu | str) ->
     terms = [_row_terms(p) for p in points]
 
     def loss(scale: float, t0: float) -> float:
-        params = _params(candidate(scale, t0))
-        predicted = np.array([_tpot_ms(t, device, params) for t in terms])
+        params = fit_parameters(candidate(scale, t0))
+        predicted = np.array([tpot_ms_of(t, device, params) for t in terms])
         return float(np.mean((predicted / measured - 1) ** 2))
 
     t0_grid = np.linspace(*OVERHEAD_BOUNDS_S, 21) if free_t0 else np.array([fit.overhead_s])

@@ -7,7 +7,8 @@ from collections.abc import Iterable
 
 import pandas as pd
 
-from vllm_playbooks.model.calibration import EfficiencyFit, forward_time_s
+from vllm_playbooks.model.calibration import EfficiencyFit
+from vllm_playbooks.model.prediction import forward_time_s
 
 
 def layout(tensor_parallel_size: int, pipeline_parallel_size: int) -> str:
@@ -57,7 +58,7 @@ def predicted_throughput(
     kv_cache_dtype: str = "auto",
     gpu: str | None = None,
 ) -> dict[str, float]:
-    """Saturated closed loop on the fitted roofline (``model.calibration.forward_time_s``): microbatch b = N / P, one
+    """Saturated closed loop on the fitted roofline (``model.prediction.forward_time_s``): microbatch b = N / P, one
     stage step ``t = T(b) / (P · TP) + overhead`` (bytes and FLOPs split over the GPUs, the fixed per-step overhead paid
     by every stage), one microbatch finishing per stage step, so output tok/s = b / t and TPOT = P · t. Each step also
     carries the prompts of the requests that replace finished ones (b · input_len / output_len tokens). Communication

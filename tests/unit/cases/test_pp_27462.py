@@ -22,7 +22,7 @@ from vllm_playbooks.book import plots
 from vllm_playbooks.cases import pp_27462
 from vllm_playbooks.config.load import LoadPoint
 from vllm_playbooks.errors import CapacityError, ConfigError
-from vllm_playbooks.model import calibration, pipeline
+from vllm_playbooks.model import calibration, pipeline, prediction
 from vllm_playbooks.results import raw
 from vllm_playbooks.run import case as runner
 from vllm_playbooks.run.plan import load_plan
@@ -121,7 +121,7 @@ def test_one_gpu_prediction_is_the_closed_loop_roofline(fit: calibration.Efficie
         "output_len": 256,
         "num_speculative_tokens": 0,
     }
-    assert pred["tpot_ms"] == pytest.approx(calibration.predict_tpot_ms(row, fit))
+    assert pred["tpot_ms"] == pytest.approx(prediction.predict_tpot_ms(row, fit))
     assert pred["output_tok_s"] == pytest.approx(64 * 1000 / pred["tpot_ms"])
 
 

@@ -448,7 +448,7 @@ def acceptance_band(sweep: pd.DataFrame, k: int = 1) -> pd.DataFrame:
 def draft_cost_beside_model(sweep: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
     """The draft cost c that each closed-loop pair of a ``k_sweep`` table implies
     (``model.speculative.draft_cost_from_tpot`` with the measured mean acceptance length) beside the step model's c at
-    the same batch (``predicted``: a ``model.calibration.prediction_frame`` whose ``config`` names are engine labels).
+    the same batch (``predicted``: a ``model.prediction.prediction_frame`` whose ``config`` names are engine labels).
 
     ``draft_ms_measured`` = c × the measured spec-off TPOT, the time of one draft forward if verifying k + 1 tokens
     costs one decode step; where it costs more (an MoE layer reads more experts for more tokens), that extra lands in
@@ -510,7 +510,7 @@ def draft_fixed_cost_ms(table: pd.DataFrame) -> float:
 
 
 def fixed_cost_change(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
-    """Two ``model.calibration.prediction_frame`` tables of the same configs and batches, made with different draft
+    """Two ``model.prediction.prediction_frame`` tables of the same configs and batches, made with different draft
     fixed costs, side by side: c and the speed-up before and after, per config and batch."""
     keep = ["config", "batch", "draft_fixed_cost_ms", "c", "speedup"]
     return before[keep].merge(after[keep], on=["config", "batch"], suffixes=("_before", "_after"))
@@ -522,7 +522,7 @@ def added_step_time(
     after: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """What speculation added to an engine step, per closed-loop pair of a ``tpot_speedups`` (or ``k_sweep``) table,
-    measured and as two ``model.calibration.prediction_frame`` tables predict it (``before`` and ``after``, e.g. with a
+    measured and as two ``model.prediction.prediction_frame`` tables predict it (``before`` and ``after``, e.g. with a
     whole step's fixed cost per draft forward and with a measured one; their ``config`` names are engine labels, and
     only those configurations are kept). Without the two tables every closed-loop pair is kept and the model columns are
     NaN.

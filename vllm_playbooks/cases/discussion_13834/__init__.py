@@ -14,8 +14,9 @@ from vllm_playbooks.claims.claim import CheckResult, Claim, Evidence, check, per
 from vllm_playbooks.claims.reference import published_value
 from vllm_playbooks.claims.verdict import LOAD_FACTOR, Verdict, judge
 from vllm_playbooks.hardware import get_gpu
-from vllm_playbooks.model.calibration import EfficiencyFit, predict_tpot_ms
+from vllm_playbooks.model.calibration import EfficiencyFit
 from vllm_playbooks.model.holdout import calibrate_on_gpu
+from vllm_playbooks.model.prediction import predict_tpot_ms
 from vllm_playbooks.model.speculative import acceptance_rate_of_alpha
 from vllm_playbooks.results.store import load_reference
 

@@ -18,7 +18,8 @@ from vllm_playbooks.claims.reference import published_value, published_values
 from vllm_playbooks.claims.verdict import LOAD_FACTOR, Effect, Verdict, best, combine, effect, judge
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.hardware import REFERENCE_DATASHEET, Gpu
-from vllm_playbooks.model.calibration import EfficiencyFit, cost_time_s, speculation_prediction
+from vllm_playbooks.model.calibration import EfficiencyFit
+from vllm_playbooks.model.prediction import cost_time_s, speculation_prediction
 from vllm_playbooks.model.roofline import decode_step_flops, forward_cost
 from vllm_playbooks.model.speculative import fit_iid_alpha, speedup
 from vllm_playbooks.model.steps import moe_layers_run
