@@ -90,7 +90,7 @@ class Evidence:
     #: Per case, the engine steps of its rows (``results.engine_steps.step_summary``), where read from raw files.
     engine_steps: Mapping[str, pd.DataFrame] = field(default_factory=dict)
     #: Per claim id, the points its verdict rests on, as (engine label, load slug): those of the part of its case
-    #: that decides it (``run.plan.deciding_points``). A claim not named rests on all its case's rows.
+    #: that decides it (``run.deciding.deciding_points``). A claim not named rests on all its case's rows.
     deciding: Mapping[str, frozenset[tuple[str, str]]] = field(default_factory=dict)
     #: Per case, the servers that did not start (``results.failed_starts.failed_starts``).
     failed_starts: Mapping[str, pd.DataFrame] = field(default_factory=dict)

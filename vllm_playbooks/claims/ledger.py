@@ -16,7 +16,7 @@ from vllm_playbooks.claims.loading import load_claims
 from vllm_playbooks.claims.verdict import DATA_VERDICTS
 from vllm_playbooks.config.case_file import CLAIMS_FILE
 from vllm_playbooks.errors import ConfigError
-from vllm_playbooks.run.plan import deciding_part
+from vllm_playbooks.run.deciding import deciding_part
 
 LEDGER_COLUMNS = [
     "claim",

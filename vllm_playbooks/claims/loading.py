@@ -25,7 +25,7 @@ from vllm_playbooks.results.replay import replay_case
 from vllm_playbooks.results.server_logs import parse_log_name, read_startup, server_logs
 from vllm_playbooks.results.store import case_dir, cases_with_runs, load_reference, load_runs, recorded_cases
 from vllm_playbooks.run.budget import engine_for_log
-from vllm_playbooks.run.plan import deciding_points
+from vllm_playbooks.run.deciding import deciding_points
 
 #: The columns of a case folder's ``claims.csv`` (the case is the folder's).
 CLAIMS_COLUMNS = ("claim", "text", "sources", "check")

@@ -11,7 +11,8 @@ from vllm_playbooks import cases
 from vllm_playbooks.analysis import compare, crossover, schedule
 from vllm_playbooks.cases import discussion_13834
 from vllm_playbooks.claims import ledger as claims_ledger
-from vllm_playbooks.run.plan import plan_from_dict, unmeasured
+from vllm_playbooks.run.grid import unmeasured
+from vllm_playbooks.run.plan import plan_from_dict
 
 
 def _rows(off: list[float], on: list[float], levels: list[int], metric: str = "output_tok_s") -> pd.DataFrame:
@@ -151,7 +152,6 @@ def test_the_case_page_verdict_is_the_ledgers_and_reads_its_point() -> None:
     the report implies (the recorded concurrencies of that config, read from the table)."""
     from vllm_playbooks.errors import ConfigError
     from vllm_playbooks.paths import data_dir
-    from vllm_playbooks.results.replay import replay_case
     from vllm_playbooks.results.store import load_reference, runs_file
 
     evidence = cases.load_evidence()  # what the page and the ledger page each read

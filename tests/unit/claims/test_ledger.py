@@ -432,7 +432,7 @@ def test_a_verdict_rests_on_its_deciding_points_only(claims, published) -> None:
 
 @pytest.mark.recorded_data
 def test_the_recorded_evidence_names_the_deciding_points_of_the_claims_a_part_decides() -> None:
-    from vllm_playbooks.run.plan import deciding_points
+    from vllm_playbooks.run.deciding import deciding_points
 
     evidence = cases.load_evidence()
     assert set(evidence.deciding) >= {"discussion-13834-slower", "gpt-oss-eagle3-200-concurrent"}

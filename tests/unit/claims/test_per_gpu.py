@@ -185,7 +185,7 @@ def _rows(gpu: str, runs: int, change: float) -> list[dict[str, Any]]:
 
 def _synthetic(published: pd.DataFrame, **by_gpu: tuple[str, int, float]) -> Evidence:
     """Evidence of the claim on the GPUs given (a name → (GPU, runs a side, change)), every other case empty."""
-    from vllm_playbooks.run.plan import deciding_points
+    from vllm_playbooks.run.deciding import deciding_points
 
     rows = [row for gpu, runs, change in by_gpu.values() for row in _rows(gpu, runs, change)]
     return Evidence(

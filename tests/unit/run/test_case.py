@@ -237,7 +237,8 @@ def test_sigterm_to_the_runner_stops_the_server_group(data: Path, tmp_path: Path
 def test_the_engine_env_reaches_the_server_factory(data: Path) -> None:
     import yaml
 
-    from vllm_playbooks.run.plan import plan_file, plan_from_dict
+    from vllm_playbooks.run.grid import plan_file
+    from vllm_playbooks.run.plan import plan_from_dict
 
     spec = yaml.safe_load(plan_file(CASE).read_text())
     spec["engine_defaults"]["env"] = {"PLAYBOOK_MARK": "1"}
