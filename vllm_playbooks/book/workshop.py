@@ -13,16 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from vllm_playbooks.book.engine_exercises import cuda_graphs_solution, max_num_seqs_solution, microbatches_solution
 from vllm_playbooks.book.exercises import (
     NEVER,
     AnswerKind,
     AnswerKinds,
     Solution,
     chunks_solution,
-    cuda_graphs_solution,
     littles_law_solution,
-    max_num_seqs_solution,
-    microbatches_solution,
     stop_paying_solution,
     tokens_per_step_solution,
 )
