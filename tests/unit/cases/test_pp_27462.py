@@ -18,7 +18,7 @@ import pytest  # noqa: E402
 from tests.conftest import FakeBench  # noqa: E402
 from tests.unit.run.test_case import factory  # noqa: E402
 from vllm_playbooks.analysis import whatif
-from vllm_playbooks.book import plots
+from vllm_playbooks.book import pipeline_plots, plots
 from vllm_playbooks.cases import pp_27462
 from vllm_playbooks.config.load import LoadPoint
 from vllm_playbooks.errors import CapacityError, ConfigError
@@ -330,7 +330,7 @@ def test_live_runs_the_grid_then_sweeps_the_best_pp2_setting(data: Path, monkeyp
 
 
 def test_throughput_figure_draws_one_line_per_layout() -> None:
-    ax = plots.by_max_num_seqs(pp_27462.saturated(STARVING), "output_tok_s_per_gpu", title="8B")
+    ax = pipeline_plots.by_max_num_seqs(pp_27462.saturated(STARVING), "output_tok_s_per_gpu", title="8B")
     assert len(ax.get_lines()) >= 3 and ax.get_title() == "8B"
     assert [t.get_text() for t in ax.get_xticklabels()] == ["32", "64", "128", "256"]
     labels = {t.get_text() for t in ax.get_legend().get_texts()}
@@ -339,9 +339,9 @@ def test_throughput_figure_draws_one_line_per_layout() -> None:
 
 
 def test_figures_without_rows_say_not_measured() -> None:
-    ax = plots.by_max_num_seqs(pp_27462.saturated(STARVING.iloc[0:0]), "output_tok_s", title="70B")
+    ax = pipeline_plots.by_max_num_seqs(pp_27462.saturated(STARVING.iloc[0:0]), "output_tok_s", title="70B")
     assert not ax.axison and ax.texts[0].get_text() == "70B: not measured yet"
-    ax = plots.gpu_utilization(pd.DataFrame(columns=["util_mean_pct", "gpu", "layout", "max_num_seqs"]))
+    ax = pipeline_plots.gpu_utilization(pd.DataFrame(columns=["util_mean_pct", "gpu", "layout", "max_num_seqs"]))
     assert ax.texts[0].get_text() == "no GPU samples recorded yet"
     ax = plots.sweep_vs_concurrency(STARVING.iloc[0:0], "output_tok_s")
     assert ax.texts[0].get_text() == "not measured yet"
@@ -364,7 +364,7 @@ def test_gpu_figure_one_line_per_gpu_and_layout() -> None:
             ]
         ]
     )
-    ax = plots.gpu_utilization(summary)
+    ax = pipeline_plots.gpu_utilization(summary)
     drawn = [line for line in ax.get_lines() if len(line.get_xdata()) > 0]
     assert len(drawn) >= 4 and ax.get_ylim() == (0.0, 105.0)
     ys = sorted(y for line in drawn for y in line.get_ydata())
@@ -386,11 +386,11 @@ def test_the_sweep_engine_measured_else_predicted_else_none(fit: calibration.Eff
 
 
 def test_a_layout_keeps_its_colour_across_figures() -> None:
-    order, palette = plots.layout_palette(["TP=2", "PP=2"])
-    full_order, full = plots.layout_palette(["PP=1", "PP=2", "TP=2"])
+    order, palette = pipeline_plots.layout_palette(["TP=2", "PP=2"])
+    full_order, full = pipeline_plots.layout_palette(["PP=1", "PP=2", "TP=2"])
     assert order == ["PP=2", "TP=2"] and full_order == ["PP=1", "PP=2", "TP=2"]
     assert palette["PP=2"] == full["PP=2"] and palette["TP=2"] == full["TP=2"] != full["PP=2"]
-    ax = plots.by_max_num_seqs(
+    ax = pipeline_plots.by_max_num_seqs(
         pp_27462.saturated(_frame(pp1={}, pp2={32: 1.0, 64: 2.0}, tp2={32: 2.0})), "output_tok_s"
     )
     colours = {t.get_text(): h.get_color() for t, h in zip(ax.get_legend().get_texts(), ax.get_legend().legend_handles)}
