@@ -11,7 +11,8 @@ import pytest
 from tests.conftest import FROZEN
 from vllm_playbooks.analysis import runs, whatif
 from vllm_playbooks.book import pipeline_plots
-from vllm_playbooks.cases import gpt_oss_eagle3, pp_27462
+from vllm_playbooks.cases import pp_27462
+from vllm_playbooks.cases.gpt_oss_eagle3 import step_costs
 from vllm_playbooks.engine.metrics import parse_histogram
 from vllm_playbooks.errors import ServerError
 from vllm_playbooks.model import calibration
@@ -293,7 +294,7 @@ def test_recorded_gains_are_saved_steps_over_step_cost() -> None:
     runs = replay_case("gpt-oss-eagle3")
     stepped = with_step_times(runs)
     assert stepped.engine_steps.notna().all() and (stepped.ms_per_step > 0).all()
-    factors = gpt_oss_eagle3.step_factors(stepped, {"chat": (230, 203), "swe": (13000, 203)}, "eagle3-k3-a0.71")
+    factors = step_costs.step_factors(stepped, {"chat": (230, 203), "swe": (13000, 203)}, "eagle3-k3-a0.71")
     assert set(factors.profile) == {"chat", "swe"}
     implied = 100 * (factors.fewer_steps_x / factors.step_cost_x - 1)
     assert (implied - factors.gain_pct).abs().max() < 1.0
