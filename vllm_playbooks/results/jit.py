@@ -111,35 +111,3 @@ def jit_table(runs: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
                 )
     table = pd.DataFrame(records, columns=list(JIT_COLUMNS))
     return table.sort_values(["at", "log"], kind="stable", ignore_index=True)
-
-
-def jit_note(table: pd.DataFrame) -> str:
-    """One Markdown paragraph on a ``jit_table``: how many of the logged compilations fell inside measured runs,
-    in which runs and whether those stalled, and what the logs cannot show; '' when there are no events."""
-    if table.empty:
-        return ""
-    inside = table[table["point_id"].notna()]
-    logged = f"vLLM logged {len(table)} kernel JIT compilation{'s' if len(table) > 1 else ''} during inference"
-    if inside.empty:
-        found = (
-            f"{logged}, none inside a measured run (all during warm-up, calibration, a run measured again, or "
-            "between points)."
-        )
-    else:
-        items = []
-        for _, run in inside.groupby("point_id", sort=False):
-            kernels = ", ".join(f"`{event.kernel}` at {event.at:%H:%M:%S} UTC" for event in run.itertuples())
-            outcome = "stalled" if run["stalled"].iloc[0] else "did not stall"
-            items.append(f"{run['engine_label'].iloc[0]} at {run['load'].iloc[0]} ({kernels}; the run {outcome})")
-        found = f"{logged}, {len(inside)} inside {'a measured run' if len(inside) == 1 else 'measured runs'}: "
-        found += f"{'; '.join(items)}."
-        if len(inside) < len(table):
-            found += (
-                f" The other {len(table) - len(inside)} came outside the recorded runs (warm-up, calibration, "
-                "a run measured again, or between points)."
-            )
-    return (
-        f"**Kernel compilations.** {found} vLLM logs only the first compilation of each kernel name per server "
-        "process (unless its observability setting `jit_monitor_verbose` is on), so later compilations of the same "
-        "kernels, for other shapes, are invisible in these logs: a run without one logged may still have compiled."
-    )

@@ -132,22 +132,6 @@ def server_time(case: str, data: Path | None = None) -> pd.DataFrame:
     return pd.DataFrame(records, columns=columns)
 
 
-def gpu_time_note(servers: pd.DataFrame, gpu: str = "GPU") -> str:
-    """One sentence on a ``server_time`` table: the GPU-minutes its servers held, how many of them went to starting,
-    and what the figure leaves out ('' for an empty table)."""
-    if servers.empty:
-        return ""
-    starting = (servers["startup_s"].fillna(servers["held_s"]) * servers["gpus"]).sum() / 60.0
-    unready = int(servers["startup_s"].isna().sum())
-    never = f" ({unready} of them never became ready)" if unready else ""
-    return (
-        f"**GPU time.** The {len(servers)} recorded server starts{never} held {gpu}s for "
-        f"{servers['gpu_minutes'].sum():.1f} GPU-minutes, {starting:.1f} of them starting (launch to ready); the "
-        "rest served the measured points, their warm-ups and calibration runs. Read from the server logs (launch "
-        "to the last logged line), so installing vLLM and a machine's idle time between runs are not in it."
-    )
-
-
 def nearest_rows(rows: pd.DataFrame, servers: pd.DataFrame) -> list[object]:
     """For each server of ``servers`` (``server_time``), in order, the index of the row of ``rows`` (one case's
     recorded rows) measured nearest in time to its launch among the rows with as many GPUs (``gpu_count``) as the
@@ -405,36 +389,6 @@ def remaining_time(
         )
     columns = ["engine_label", "model_shape", "points", "stalled", "unknown", "startup_s", "points_s", "time_limit_s"]
     return pd.DataFrame(records, columns=columns)
-
-
-def describe_remaining_time(table: pd.DataFrame) -> str:
-    """One Markdown paragraph on a ``remaining_time`` table: that nothing is left when it is empty, else how many
-    points are left on how many servers and, per server, its points (and how many of them only stalled so far), its
-    estimated start-up and points' time and the ``--time-limit-s`` to give it (or that its shape or a load was never
-    measured, so it has no estimate)."""
-    if table.empty:
-        return "Every planned point is recorded in a run that did not stall: nothing is left to measure."
-    servers = []
-    for row in table.itertuples():
-        if math.isnan(row.startup_s):
-            estimate = "no estimate (no server of its shape ever became ready)"
-        elif math.isnan(row.time_limit_s):
-            estimate = f"no estimate ({row.unknown} of its loads never ran on its shape)"
-        else:
-            estimate = (
-                f"start-up ≈ {row.startup_s:.0f} s, points ≈ {row.points_s:.0f} s, "
-                f"`--time-limit-s {row.time_limit_s:.0f}`"
-            )
-        again = f" ({row.stalled} recorded only in runs that stalled)" if row.stalled else ""
-        servers.append(
-            f"`{row.engine_label}` ({row.model_shape}): {row.points} point{'s' if row.points != 1 else ''}"
-            f"{again}, {estimate}"
-        )
-    total = int(table["points"].sum())
-    return (
-        f"{total} planned point{'s are' if total != 1 else ' is'} left on {len(table)} "
-        f"server{'s' if len(table) != 1 else ''}, each started once: " + "; ".join(servers) + "."
-    )
 
 
 def points_within(points: pd.DataFrame, budget_s: float, margin: float = 1.25) -> pd.DataFrame:

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from vllm_playbooks.analysis import compare, repeats
-from vllm_playbooks.book import change_text
+from vllm_playbooks.book import change_text, page_notes
 from vllm_playbooks.model.speculative import expected_tokens_per_step, tokens_per_step_from_rates
 
 
@@ -151,11 +151,11 @@ def test_a_load_run_twice_reports_its_spread_and_one_run_reports_none() -> None:
     ]
     assert spread["spread_pct"].iloc[0] == pytest.approx(100 * 45 / 922.5)  # highest - lowest over the median
     assert spread["values"].iloc[0] == [900.0, 945.0]  # in the order measured
-    text = repeats.describe_repeat_spread(spread)
+    text = page_notes.describe_repeat_spread(spread)
     assert (
         "off at concurrency 16 (8 in / 8 out) ran 2 times without a stall: 900.0 and 945.0 output tok/s, 4.9 % apart"
     ) in text
-    assert repeats.repeat_spread(frame).empty and repeats.describe_repeat_spread(repeats.repeat_spread(frame)) == ""
+    assert repeats.repeat_spread(frame).empty and page_notes.describe_repeat_spread(repeats.repeat_spread(frame)) == ""
     # the comparison takes the median of the two baselines: 800 against 922.5
     paired = compare.versus_baseline(both).set_index("concurrency")
     assert paired.loc[16, "baseline"] == pytest.approx(922.5)

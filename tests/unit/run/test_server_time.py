@@ -8,8 +8,9 @@ import pandas as pd
 import pytest
 
 from tests.conftest import FROZEN
+from vllm_playbooks.book.page_notes import gpu_time_note
 from vllm_playbooks.errors import SchemaError
-from vllm_playbooks.run.budget import gpu_time_note, server_time
+from vllm_playbooks.run.budget import server_time
 from vllm_playbooks.run.plan import load_plan
 
 CASE = "pp-27462"
