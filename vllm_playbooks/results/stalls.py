@@ -12,8 +12,8 @@ bound each) over the sum of the requests' end-to-end latencies (completed × mea
 the run, whatever its load). A point whose ``stall_share`` reaches ``STALL_SHARE`` (1 %) is **stalled**: its throughput
 and latencies understate the engine, so pages show it, say so (``book.page_notes.stall_note``) and leave it out of
 their verdicts (``unstalled``); the live runner measures such a point again (``run.measure.measure_point``), as it does
-a run that came in short. A lone long gap (one request's, say) stays below the threshold. Like the engine steps, none of this is a
-column of ``runs.csv``: it is read from each point's raw scrapes at replay.
+a run that came in short. A lone long gap (one request's, say) stays below the threshold. Like the engine steps, none of
+this is a column of ``runs.csv``: it is read from each point's raw scrapes at replay.
 """
 
 from __future__ import annotations
