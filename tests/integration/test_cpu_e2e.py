@@ -148,7 +148,9 @@ def _papermill() -> list[str] | None:
     return [str(book_python), "-m", "papermill"] if book_python.exists() else None
 
 
-def test_a_new_user_measures_their_own_points_beside_the_reference_rows(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_new_user_measures_their_own_points_beside_the_reference_rows(  # type: ignore[no-untyped-def]
+    tmp_path: Path, monkeypatch
+) -> None:
     """With recorded "H200" rows of a small case present, a vllm-cpu run measures every point of its own (none
     skipped), records them apart, and the case page in replay shows both hardware side by side with a verdict each."""
     import json
@@ -222,7 +224,9 @@ def test_a_new_user_measures_their_own_points_beside_the_reference_rows(tmp_path
     assert tables and "NVIDIA H200" in tables[0] and "cpu" in tables[0]  # the comparison, side by side
 
 
-def test_a_live_advisor_search_against_real_servers(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_live_advisor_search_against_real_servers(  # type: ignore[no-untyped-def]
+    tmp_path: Path, monkeypatch
+) -> None:
     """``vllm-playbooks advise --mode live``'s search for real: vllm-cpu servers started one at a time and kept while
     the next point is of the same config, vLLM's ``bench serve`` per point, rows and the trace recorded, no server
     left. Prices are fixed here (no recorded runs to estimate them from) and the model's datasheet GPU is an H200's

@@ -1,5 +1,5 @@
 """The package reads top-down: each module imports only from its own layer or those below, no import circle, and no
-module over 600 lines (CONTRIBUTING.md names the layers)."""
+module over 500 lines (CONTRIBUTING.md names the layers)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 PACKAGE = ROOT / "vllm_playbooks"
-#: The layers, lowest first: a module's layer is its top-level name under vllm_playbooks.
+#: The layers, lowest first: a module's layer is its top-level name under vllm_playbooks ("" for the package's
+#: __init__, which imports nothing).
 LAYERS = (
-    ("errors", "files", "paths", "text"),
+    ("", "errors", "files", "paths", "text"),
     ("hardware", "shapes", "tokenizer"),
     ("config",),
     ("engine", "load"),
@@ -25,7 +26,15 @@ LAYERS = (
     ("book",),
     ("cli", "__main__"),
 )
-MAX_LINES = 600
+MAX_LINES = 500
+#: Modules over ``MAX_LINES`` in the files that the command-line work (argparse code into vllm_playbooks/cli/) edits;
+#: it splits or shortens them. Remove each from here when it is at most ``MAX_LINES`` long.
+LONG_IN_CLI_WORK = {
+    "vllm_playbooks.advisor.evaluate",
+    "vllm_playbooks.advisor.live",
+    "vllm_playbooks.book.sitecheck",
+    "vllm_playbooks.run.crosscheck",
+}
 
 
 def _name(path: Path) -> str:
@@ -61,10 +70,8 @@ GRAPH = {module: imports_of(path) - {module} for module, path in MODULES.items()
 
 
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
-    """'a -> b' for each import of a module from a layer above its own (the package's __init__ is exempt)."""
-    return [
-        f"{m} -> {d}" for m, deps in graph.items() if m != "vllm_playbooks" for d in sorted(deps) if layer(d) > layer(m)
-    ]
+    """'a -> b' for each import of a module from a layer above its own (the package's __init__ imports nothing)."""
+    return [f"{m} -> {d}" for m, deps in graph.items() for d in sorted(deps) if layer(d) > layer(m)]
 
 
 def import_circle(graph: dict[str, set[str]]) -> list[str]:
@@ -90,8 +97,7 @@ def import_circle(graph: dict[str, set[str]]) -> list[str]:
 
 def test_every_module_has_a_layer() -> None:
     for module in MODULES:
-        if module != "vllm_playbooks":
-            layer(module)
+        layer(module)
 
 
 def test_no_module_imports_from_a_layer_above_its_own() -> None:
@@ -109,6 +115,6 @@ def test_the_checks_find_an_upward_import_and_a_circle() -> None:
     assert import_circle({plots: {replay}, replay: {engine}, engine: set()}) == []
 
 
-def test_no_module_is_longer_than_600_lines() -> None:
+def test_no_module_is_longer_than_500_lines() -> None:
     long = {m: n for m, p in MODULES.items() if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
-    assert not long, long
+    assert set(long) == LONG_IN_CLI_WORK, long

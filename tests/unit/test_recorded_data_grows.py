@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from tests.conftest import ROOT
@@ -33,7 +34,8 @@ pytestmark = pytest.mark.long
 LEFT_OUT = (
     "tests/unit/book/test_pages_on_fewer_rows.py::test_a_case_page_runs_on_a_quick_checks_rows_alone",
     "tests/unit/book/test_pages_on_fewer_rows.py::test_a_case_page_runs_on_its_quick_part_alone",
-    "tests/unit/book/test_pages_on_fewer_rows.py::test_a_page_showing_every_gpu_heads_with_the_reference_gpus_rows_alone",
+    "tests/unit/book/test_pages_on_fewer_rows.py"
+    "::test_a_page_showing_every_gpu_heads_with_the_reference_gpus_rows_alone",
     "tests/unit/analysis/test_crossover.py::test_the_case_page_verdict_is_the_ledgers_and_reads_its_point",
     "tests/unit/claims/test_ledger.py::test_the_ledger_covers_every_claim_in_the_file",
     "tests/unit/claims/test_ledger.py::test_source_urls_and_kinds_come_from_published",
@@ -63,8 +65,6 @@ def _grow(data: Path) -> tuple[str, list[str]]:
     after its last row, and ``NEW_CASE``: the first point of ``CASE`` with speculation off and the first with it on,
     with the logs of those points' servers; the rows are appended by ``sync_rows``. Return the new point's id and the
     new case's point ids."""
-    import pandas as pd
-
     recorded, rows = case_dir(CASE, data), replay_rows(CASE, data)
     last = max((r for r in rows if r.spec_method != "none"), key=lambda r: r.measured_at)
     later = (pd.Timestamp(max(r.measured_at for r in rows)) + pd.Timedelta(days=1)).isoformat()

@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import pandas as pd
 
 from vllm_playbooks.errors import ConfigError
-
-if TYPE_CHECKING:
-    import pandas as pd
-
 
 #: The columns that name a point (with the hardware, which a grid holds fixed).
 POINT_COLUMNS = ("config_id", "input_len", "output_len", "concurrency", "request_rate_qps")

@@ -21,15 +21,13 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import pandas as pd
 
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.errors import PlaybookError
 from vllm_playbooks.results.identity import engine_gpus
-
-if TYPE_CHECKING:
-    import pandas as pd
-
 
 #: The columns of the catalog: what a case file says about a point before it is measured.
 CATALOG_COLUMNS = (
@@ -280,8 +278,6 @@ def prices_per_hardware(rows: pd.DataFrame, servers: pd.DataFrame) -> dict[str, 
 def recorded_prices(rows: pd.DataFrame, servers: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, float]]:
     """``rows`` (one hardware's recorded rows of one case) with ``gpu_s`` (each row's recorded GPU time), and each
     config's start-up GPU-seconds, from ``servers`` (that hardware's server logs: ``prices_per_hardware``)."""
-    import pandas as pd
-
     from vllm_playbooks.run.budget import point_walls
 
     walls = point_walls(rows, servers)

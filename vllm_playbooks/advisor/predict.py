@@ -32,7 +32,9 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import pandas as pd
 
 from vllm_playbooks.advisor.goodput import given
 from vllm_playbooks.config.capacity import GIB, check_fits
@@ -41,9 +43,6 @@ from vllm_playbooks.errors import CapacityError
 from vllm_playbooks.hardware import Gpu
 from vllm_playbooks.model.roofline import forward_cost
 from vllm_playbooks.model.speculative import expected_tokens_per_step, tokens_per_step_from_rates
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 #: Textbook efficiencies of the prior (share of HBM bandwidth, of BF16 peak, fixed cost per forward in s).
 THEORY = {"bandwidth": 0.7, "compute": 0.5, "overhead_s": 0.0005}
@@ -266,6 +265,5 @@ def priced_catalog(catalog: pd.DataFrame, gpu: Gpu) -> pd.DataFrame:
                 "family": family_of(engine_of(line)),
             }
         )
-    import pandas as pd
 
     return pd.DataFrame(records)

@@ -56,16 +56,19 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from statistics import median
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import pandas as pd
 
 from vllm_playbooks.advisor.goodput import Slo, given, goodput_rps, point_name
 from vllm_playbooks.advisor.oracle import Oracle, PointKey, point_key
+from vllm_playbooks.advisor.outlook import goodput_scores, log_error_sigma, normal_cdf, outlook, slo_margin
 from vllm_playbooks.advisor.predict import (
     BASELINE_FAMILY,
     DISTANCE_UNCERTAINTY,
-    Fit,
     PRIOR_UNCERTAINTY,
     RATIOS,
+    Fit,
     engine_of,
     priced_catalog,
     refit,
@@ -73,28 +76,32 @@ from vllm_playbooks.advisor.predict import (
 from vllm_playbooks.analysis.noise import MIN_CLEAN_REPEATS, band_pct, spread_of
 from vllm_playbooks.hardware import Gpu
 
-if TYPE_CHECKING:
-    import pandas as pd
-
-
 #: A point can win while the model gives it at least this chance of beating the best by more than the noise band: one
 #: in ten. Lower, and the search pays for long shots; higher, and it quits while a point it has not measured could
 #: still win (what ±50 % does to the evaluation: ``vllm-playbooks advise --sensitivity``, on the advisor page).
 PLAUSIBLE_CHANCE = 0.1
+
+
 #: The baseline goes first while the budget left pays for this many times its plan: the baseline's offer and then the
 #: speculative offer of most expected gain per GPU-second, each with its start-up; the half on top pays for the winner's
 #: next point. A shorter budget is spent where the expected gain per GPU-second is highest. Lower, and a quarter of a
 #: grid still goes to the baseline and misses the winner more often; higher, and more budgets count as too short for
 #: the baseline first (what ±50 % does: ``vllm-playbooks advise --sensitivity``, on the advisor page).
 PLAN_MARGIN = 1.5
+
+
 #: What the answer says when it chose a speculative point without speculation off measured.
 BASELINE_UNMEASURED = (
     "speculation off was never measured, so nothing measured stands beside this recommendation; "
     "a budget that pays for the baseline first (a larger --budget-gpu-min) settles it"
 )
+
+
 #: How sure an answer is (``certainty``): the chosen config's measured lead over the runner-up config is beyond the
 #: noise band or within it, no other config met the SLO to compare with, or no point measured met the SLO.
 SURENESS = ("lead beyond noise", "within noise", "not compared", "nothing measured meets the SLO")
+
+
 #: Why the search stopped.
 STOP_REASONS = ("lead beyond noise", "nothing else can win", "within noise", "budget", "no point meets the SLO")
 
@@ -146,8 +153,6 @@ class Advice:
 
     def trace(self) -> pd.DataFrame:
         """The steps as a table."""
-        import pandas as pd
-
         return pd.DataFrame([vars(s) for s in self.steps])
 
 
@@ -190,50 +195,6 @@ def certainty(chosen: dict[str, Any] | None, runner_up: dict[str, Any] | None) -
     return (SURENESS[0] if lead > band else SURENESS[1]), lead, band
 
 
-def _sigma(u: float) -> float:
-    """The standard deviation of a prediction's log error: the factor 1 + u taken as two of them."""
-    return max(math.log(1.0 + u) / 2.0, 1e-6)
-
-
-def _normal_cdf(z: float) -> float:
-    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
-
-
-def _chance_met(predicted: dict[str, float], u: float, slo: Slo) -> float:
-    """The chance that a point predicted at ``predicted`` with uncertainty u meets every bound of ``slo``."""
-    chance = 1.0
-    for value, bound in ((predicted["tpot_p99_ms"], slo.tpot_p99_ms), (predicted["ttft_p99_ms"], slo.ttft_p99_ms)):
-        if bound is not None:
-            chance *= _normal_cdf(math.log(bound / value) / _sigma(u))
-    return chance
-
-
-def _outlook(predicted: dict[str, float], u: float, slo: Slo, bar: float) -> tuple[float, float]:
-    """(chance, expected gain) of one prediction with uncertainty u against ``bar`` (requests/s): the chance that it
-    meets ``slo`` with more goodput than ``bar``, and the expected goodput beyond ``bar`` (0 when it misses the SLO),
-    taking the log errors of its p99s and its requests/s as normal and independent (see the module's docstring)."""
-    met = _chance_met(predicted, u, slo)
-    rps, sigma = predicted["request_throughput_rps"], _sigma(u)
-    if bar <= 0:
-        return met, met * rps * math.exp(sigma**2 / 2)
-    z = math.log(rps / bar) / sigma
-    beyond = rps * math.exp(sigma**2 / 2) * _normal_cdf(z + sigma) - bar * _normal_cdf(z)
-    return met * _normal_cdf(z), met * max(beyond, 0.0)
-
-
-def _scores(predicted: dict[str, float], u: float, slo: Slo) -> tuple[float, float]:
-    """(expected, optimistic) goodput of one prediction with uncertainty u, for the trace: the prediction's requests/s
-    if its p99s meet ``slo``, and requests/s × (1 + u) if its p99s / (1 + u) do (else 0)."""
-    expected = goodput_rps(slo, predicted["tpot_p99_ms"], predicted["ttft_p99_ms"], predicted["request_throughput_rps"])
-    optimistic = goodput_rps(
-        slo,
-        predicted["tpot_p99_ms"] / (1.0 + u),
-        predicted["ttft_p99_ms"] / (1.0 + u),
-        predicted["request_throughput_rps"] * (1.0 + u),
-    )
-    return expected, optimistic
-
-
 def _dominated(lines: dict[PointKey, dict[str, Any]], paid: dict[PointKey, dict[str, Any]], slo: Slo) -> set[PointKey]:
     """Points that cannot win, by monotonicity in load within a config (p99 latencies and throughput rise with the
     load): those at or above a paid load of the same config that missed the SLO, and those below a paid load of the
@@ -272,11 +233,6 @@ def _below_misses(
             if below:
                 out.add(max(below, key=lambda key: lines[key]["load"]))
     return out
-
-
-def _margin(predicted: dict[str, float], slo: Slo) -> float:
-    bounds = [(predicted["tpot_p99_ms"], slo.tpot_p99_ms), (predicted["ttft_p99_ms"], slo.ttft_p99_ms)]
-    return max(value / bound for value, bound in bounds if bound is not None)
 
 
 @dataclass(frozen=True)
@@ -404,17 +360,17 @@ def _offers(
             continue
         base = {m: line[f"prior_{m}"] for m in RATIOS}
         predicted, u = fit.predict(line["config_id"], line["load"], base, line["family"], decisive)
-        margins.append((_margin(predicted, slo), key))
+        margins.append((slo_margin(predicted, slo), key))
         if key in paid:
             continue
-        first_scores[key] = _scores(predicted, u, slo)
-        chance, gain = _outlook(predicted, u, slo, bar)
+        first_scores[key] = goodput_scores(predicted, u, slo)
+        chance, gain = outlook(predicted, u, slo, bar)
         if key in next_down:  # its latency is left to the measurement; its throughput must still beat the bar
             rps = predicted["request_throughput_rps"]
-            chance = max(chance, _normal_cdf(math.log(rps / bar) / _sigma(u)) if bar > 0 else 1.0)
+            chance = max(chance, normal_cdf(math.log(rps / bar) / log_error_sigma(u)) if bar > 0 else 1.0)
         if chance >= knobs.plausible_chance:
             offers.setdefault(key[0], []).append(
-                _Offer(key, gain, abs(math.log(_margin(predicted, slo))), placed=u < PRIOR_UNCERTAINTY)
+                _Offer(key, gain, abs(math.log(slo_margin(predicted, slo))), placed=u < PRIOR_UNCERTAINTY)
             )
     return offers, margins
 
@@ -488,7 +444,7 @@ def advise(oracle: Oracle, slo: Slo, gpu: Gpu, max_repeats: int = MIN_CLEAN_REPE
             advice.stop_reason = "no point meets the SLO"
         else:
             decided = rival is None or best["goodput_rps"] > rival["goodput_rps"] * (1 + band / 100.0)
-            near_edge = _margin(best, slo) > 1.0 / (1.0 + band / 100.0)
+            near_edge = slo_margin(best, slo) > 1.0 / (1.0 + band / 100.0)
             sides = (
                 ([best_key] if near_edge else []) if decided else sorted((best_key, rival_key), key=oracle.runs_seen)
             )

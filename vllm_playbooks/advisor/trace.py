@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
+
 from vllm_playbooks.advisor.goodput import Slo, goodput_rps, workload_text
 from vllm_playbooks.advisor.scenarios import scenario_text
 from vllm_playbooks.advisor.search import BASELINE_UNMEASURED
@@ -37,8 +39,6 @@ from vllm_playbooks.results.provenance import utc_now
 from vllm_playbooks.results.store import TRACE_FOLDER, TRACE_SUFFIX, case_dir
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from vllm_playbooks.advisor.search import Advice
 
 
@@ -259,8 +259,6 @@ def trace_steps(trace: LiveTrace) -> pd.DataFrame:
     why the search paid for it, the goodput the model expected and the most it could give (NaN for a repeat, and
     for every step of a search that did not finish), the goodput measured, the GPU-seconds charged and actually
     held, the budget spent, and the row's id."""
-    import pandas as pd
-
     steps = {s["number"]: s for s in trace.end.get("steps", [])} if trace.finished and trace.end else {}
     records = []
     for paid in trace.payments:

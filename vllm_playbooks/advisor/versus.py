@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import math
 from statistics import median
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import pandas as pd
 
 from vllm_playbooks.advisor.baselines import BASELINES
 from vllm_playbooks.advisor.goodput import POINT_COLUMNS, Slo
@@ -24,9 +26,6 @@ from vllm_playbooks.advisor.oracle import Oracle
 from vllm_playbooks.advisor.search import Advice, Knobs, advise
 from vllm_playbooks.analysis.noise import spread_of
 from vllm_playbooks.hardware import Gpu
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 #: The advisor's name among the policies.
 ADVISOR = "advisor"
@@ -80,8 +79,6 @@ def comparison(table: pd.DataFrame, budget_share: float) -> pd.DataFrame:
     """Per policy (``POLICIES``' order, those ``table`` holds), the lines of an evaluation table run with
     ``budget_share``: pairs, median and worst ``scored_ratio``, ties by noise, the median GPU-minutes spent and the
     pairs with no answer."""
-    import pandas as pd
-
     part = table[(table["budget_share"] - budget_share).abs() < 1e-9]
     records = []
     for policy in [p for p in POLICIES if p in set(part["policy"])]:

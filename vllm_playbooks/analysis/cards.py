@@ -10,13 +10,11 @@ differs from card to card by more than each card's band, the machine moved it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from vllm_playbooks.analysis.compare import versus_baseline
 from vllm_playbooks.results.raw import short_cards
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 #: What ``card_swings`` groups by unless told otherwise: one GPU model, one configuration, one load.
 SWING_KEYS = ("gpu_name", "engine_label", "concurrency")
@@ -29,8 +27,6 @@ def versus_baseline_by_card(rows: pd.DataFrame, metric: str = "output_tok_s") ->
     ``rows`` are clean runs (``analysis.runs.usable_runs``) with ``gpu_cards`` (``results.replay.with_gpu_cards``);
     runs recorded without their card are left out. A side with fewer than ``MIN_CLEAN_REPEATS`` runs on a card
     borrows the widest spread its configuration showed on that card, as ``versus_baseline`` does."""
-    import pandas as pd
-
     carded = rows[rows["gpu_cards"].fillna("") != ""]
     lines = [
         versus_baseline(group, metric).assign(card=short_cards(str(card)))
@@ -45,8 +41,6 @@ def card_swings(by_card: pd.DataFrame, keys: Sequence[str] = SWING_KEYS) -> pd.D
     """How far the machine moved the change: per ``keys`` group of ``versus_baseline_by_card``'s lines measured on
     two cards or more, ``cards`` (how many), the lowest and the highest change (percent) with the card and the effect
     of each, and ``swing_pts``, their difference in percentage points; widest first."""
-    import pandas as pd
-
     keys = list(keys)
     records = []
     for values, group in by_card.groupby(keys, sort=True):

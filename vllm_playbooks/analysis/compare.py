@@ -1,8 +1,8 @@
 """Comparisons a case page needs: speculation against the baseline at the same load, and where it stops paying.
 
 Paired comparisons (``paired_versus``): each run of a config against the run of the reference config measured next
-to it. A paired part (``config.pairing``, ``run.paired``) measures the configs it compares in turn on one GPU. Two runs of
-one pair share the host's and the GPU's state of those minutes, so their ratio carries little of the drift that moves
+to it. A paired part (``config.pairing``, ``run.paired``) measures the configs it compares in turn on one GPU. Two runs
+of one pair share the host's and the GPU's state of those minutes, so their ratio carries little of the drift that moves
 both; the spread of the ratios over the pairs is the noise of the comparison itself. ``paired_versus`` judges a
 change on that spread (``analysis.noise``: the band is the larger of it and ``MIN_BAND_PCT``) and, beside it, shows
 what the same runs give unpaired: the spread of every run of one side over every run of the other
@@ -17,10 +17,10 @@ need not agree, since a config with older runs of its own numbers its new ones a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from vllm_playbooks.analysis.noise import (
-    MIN_BAND_PCT,
     MIN_CLEAN_REPEATS,
     Effect,
     band_pct,
@@ -31,10 +31,6 @@ from vllm_playbooks.analysis.noise import (
 from vllm_playbooks.config.engine import cudagraph_mode_forced_by
 from vllm_playbooks.config.speculative import SpeculativeConfig
 from vllm_playbooks.model.speculative import tokens_per_step_from_rates
-
-if TYPE_CHECKING:
-    import pandas as pd
-
 
 #: Columns that must match for a speculative row and a baseline row to be compared: the same case, engine settings
 #: and load (the spread of its lengths included), on the same GPU. Repeated runs of one point share all of them.
@@ -53,9 +49,13 @@ MATCH_COLUMNS = (
     "max_num_batched_tokens",
     "gpu_name",
 )
+
+
 #: The match columns that name a configuration's setting and workload but not its load: a side measured fewer than
 #: three times borrows the widest spread its configuration showed in this setting (``borrowed_spread``).
 SETTING_COLUMNS = tuple(c for c in MATCH_COLUMNS if c not in ("concurrency", "request_rate_qps"))
+
+
 #: Match columns a frame built by hand may leave out: it then compares as one case with fixed lengths.
 _OPTIONAL_MATCH = {"case": "—", "random_range_ratio": 0.0}
 
@@ -100,8 +100,6 @@ def is_baseline(df: pd.DataFrame) -> pd.Series:
 
     A spec-off server whose config forces a model runner or a CUDA-graph mode (``is_control``) is a control, not a
     baseline: it is compared by label (``label_change``), never pooled with the baseline rows of the same load."""
-    import pandas as pd
-
     if df.empty:
         return pd.Series(dtype=bool)
     configs = df["engine_config_json"] if "engine_config_json" in df.columns else pd.Series(None, index=df.index)
@@ -126,8 +124,6 @@ def versus_baseline(df: pd.DataFrame, metric: str = "output_tok_s", extra: Seque
     Where ``df`` holds paired runs (``pair_session``, ``results.conditions``) of a line, the line is judged on its
     pairs alone (``_judged_on_pairs``): ``pairs`` says how many (0: judged unpaired, as above).
     """
-    import pandas as pd
-
     keys = list(MATCH_COLUMNS)
     df = with_match_columns(df)
     filled = df.assign(**{k: df[k].astype("string").fillna("—") for k in keys})
@@ -190,8 +186,6 @@ def _judged_on_pairs(comparison: pd.DataFrame, rows: pd.DataFrame, metric: str) 
     (``paired_versus`` against the baseline's label) taken from its pairs: both sides as the medians of their paired
     runs, as many runs a side as pairs, the ratio as the median pair ratio and the band as the pairs' own
     (``paired_spread_pct``, at least ``MIN_BAND_PCT``); ``pairs`` counts them. Other lines are left as they were."""
-    import pandas as pd
-
     baseline_labels = sorted(set(rows.loc[is_baseline(rows), "engine_label"]))
     paired = pd.concat([paired_versus(rows, label, metric) for label in baseline_labels], ignore_index=True)
     if paired.empty:
@@ -263,8 +257,6 @@ def _median_of_runs(
     """One line per ``keys`` group of ``rows``: ``name`` (the median of ``metric`` over its runs), ``name_runs`` and
     ``name_spread_pct`` (``noise.spread_of``); each ``described`` column as the median of its runs where numeric,
     else its first value."""
-    import pandas as pd
-
     records = []
     for values, group in rows.groupby(keys, sort=False, dropna=False):
         spread = spread_of(group[metric].astype(float))
@@ -308,22 +300,6 @@ def winning_loads(group: pd.DataFrame) -> list[str]:
     return [load_text(c, r) for c, r in zip(wins["concurrency"], wins["request_rate_qps"], strict=True)]
 
 
-def _levels(texts: list[str]) -> str:
-    """'concurrency 1, 4' for concurrency levels only, else the load texts joined."""
-    if texts and all(t.startswith("concurrency ") for t in texts):
-        return "concurrency " + ", ".join(t.removeprefix("concurrency ") for t in texts)
-    return ", ".join(texts)
-
-
-def _where_it_won(group: pd.DataFrame) -> str:
-    wins = winning_loads(group)
-    if not wins:
-        return "it never beat the baseline"
-    if len(wins) == len(group):
-        return "it beat the baseline at every measured level"
-    return f"it beat the baseline only at {_levels(wins)}"
-
-
 def acceptance_check(df: pd.DataFrame) -> pd.DataFrame:
     """Measured mean acceptance length beside the one the imposed per-position rates imply (1 + Σ p_i)."""
     import json
@@ -347,44 +323,8 @@ def acceptance_check(df: pd.DataFrame) -> pd.DataFrame:
     return spec[columns].reset_index(drop=True)
 
 
-def describe_change(comparison: pd.DataFrame) -> str:
-    """One sentence per speculative config: the change at each load level and where speculation stopped paying."""
-    if comparison.empty:
-        return "No speculative point has a baseline at the same load yet, so there is nothing to compare."
-    metric = comparison["metric"].iloc[0]
-    sentences = []
-    for label, group in comparison.groupby("engine_label"):
-        steps = ", ".join(
-            f"{chg:+.1f} % at {load_text(c, r)}"
-            for c, r, chg in zip(group["concurrency"], group["request_rate_qps"], group["change_pct"], strict=True)
-        )
-        sentences.append(f"{label}: {metric} {steps}; {_where_it_won(group)}.")
-    return " ".join(sentences)
-
-
-def describe_change_by_hardware(comparison: pd.DataFrame) -> str:
-    """``describe_change`` once per GPU of ``comparison`` (its ``gpu_name``), each headed by the GPU's name when
-    there are several: the verdict computed for each hardware, never from their rows mixed."""
-    names = sorted(str(n) for n in comparison["gpu_name"].unique()) if not comparison.empty else []
-    if len(names) < 2:
-        return describe_change(comparison)
-    return "\n\n".join(
-        f"**On {name}.** {describe_change(comparison[comparison['gpu_name'] == name])}" for name in names
-    )
-
-
-def summary_line(df: pd.DataFrame) -> str:
-    """A one-line fingerprint of a case's rows (a regression check for the notebooks: rows, engines, loads)."""
-    engines = sorted(str(e) for e in df["engine_label"].unique())
-    loads = sorted(int(c) for c in df["concurrency"].dropna().unique())
-    rates = sorted(float(r) for r in df["request_rate_qps"].dropna().unique())
-    return f"rows={len(df)} engines={engines} concurrency={loads} request_rates={rates}"
-
-
 def pd_isna(value: object) -> bool:
     """True for None and NaN (pandas' missing values)."""
-    import pandas as pd
-
     return bool(pd.isna(value))
 
 
@@ -400,23 +340,6 @@ def label_change(df: pd.DataFrame, label: str, reference_label: str, metric: str
     values["change_pct"] = 100.0 * (values[label] / values[reference_label] - 1.0)
     values.columns.name = None
     return values.reset_index().astype({"concurrency": int})
-
-
-def label_change_text(change: pd.DataFrame, metric: str = "output_tok_s", band_pct: float = MIN_BAND_PCT) -> str:
-    """A sentence on a ``label_change`` table: where the config matched its reference within ±``band_pct`` and
-    where it did not, with the change at each concurrency; '' for an empty table."""
-    if change.empty:
-        return ""
-    label, reference = str(change.columns[1]), str(change.columns[2])
-    even = change[change["change_pct"].abs() <= band_pct]
-    apart = change[change["change_pct"].abs() > band_pct]
-    parts = []
-    if not even.empty:
-        levels = ", ".join(f"{r.concurrency} ({r.change_pct:+.1f} %)" for r in even.itertuples())
-        parts.append(f"within ±{band_pct:g} % at {levels}")
-    if not apart.empty:
-        parts.append(", ".join(f"{r.change_pct:+.1f} % at {r.concurrency}" for r in apart.itertuples()))
-    return f"`{label}` against `{reference}` ({metric}): " + "; ".join(parts) + "."
 
 
 def recorded_speculative(engine_config_json: object) -> SpeculativeConfig | None:
@@ -467,8 +390,6 @@ def paired_ratios(rows: pd.DataFrame, reference_label: str, metric: str = "outpu
     any other engine label beside the run of ``reference_label`` of the same paired session, match columns and turn;
     with both values of ``metric`` and ``ratio`` (other / reference). Runs not measured in a paired session,
     or without a partner, are left out. Pass rows without stalls."""
-    import pandas as pd
-
     keys = ["pair_session", *MATCH_COLUMNS, "turn"]
     paired = with_match_columns(rows)
     paired = paired[paired["pair_session"].notna()]
@@ -501,8 +422,6 @@ def paired_versus(rows: pd.DataFrame, reference_label: str, metric: str = "outpu
     (``paired_spread_pct``), the band (``noise.band_pct`` of that spread) and what the change is called (``effect``).
     Beside them, each side's own spread, and what the same runs give unpaired: the spread of their cross ratios
     (``unpaired_spread_pct``) and its band. Empty (with ``PAIRED_COLUMNS``) where ``rows`` hold no pair."""
-    import pandas as pd
-
     pairs = paired_ratios(rows, reference_label, metric)
     group_keys = ["engine_label", "gpu_name", *[k for k in MATCH_COLUMNS if k != "gpu_name"]]
     lines = []

@@ -1,14 +1,13 @@
-"""Where speculation stops paying: the crossover concurrency and the inter-token-latency artifact of chunked streaming."""
+"""Where speculation stops paying: the crossover concurrency and the inter-token-latency artifact of chunked
+streaming."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import numpy as np
+import pandas as pd
 
 from vllm_playbooks.analysis.compare import higher_is_better, versus_baseline
 from vllm_playbooks.analysis.noise import Effect
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 
 def crossover(comparison: pd.DataFrame) -> pd.DataFrame:
@@ -18,8 +17,6 @@ def crossover(comparison: pd.DataFrame) -> pd.DataFrame:
     there is none), each beyond that point's band (``band_pct``: ``analysis.noise``), and a sentence naming the
     concurrencies within noise. Latency metrics are refused.
     """
-    import pandas as pd
-
     if comparison.empty:
         return pd.DataFrame(columns=["engine_label", "gains_up_to", "loses_from", "text"])
     metric = str(comparison["metric"].iloc[0])
@@ -62,8 +59,6 @@ def itl_artifact(df: pd.DataFrame) -> pd.DataFrame:
     the share of the ITL rise, on a log scale, that chunking alone explains (log chunking / log ITL ratio, at most 1:
     where TPOT fell, all of the rise is chunking).
     """
-    import numpy as np
-
     itl = versus_baseline(df, "itl_mean_ms", extra=["mean_acceptance_length"])
     tpot = versus_baseline(df, "tpot_mean_ms")
     keys = ["engine_label", "concurrency", "request_rate_qps", "input_len", "output_len"]

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from vllm_playbooks.analysis.noise import MIN_BAND_PCT, Effect, band_pct, effect_of_speedup
-
-if TYPE_CHECKING:
-    import pandas as pd
-
 
 #: Concurrency bands for "best k": low, middle and high load, as the EAGLE-3 page reports them.
 BANDS: tuple[tuple[str, int, int], ...] = (("1-8", 1, 8), ("16-64", 16, 64), ("128-200", 128, 200))
@@ -65,8 +62,6 @@ def best_k_by_band(gains: pd.DataFrame, alpha: float, bands: Iterable[tuple[str,
     best and ``lead_pts`` how many points of gain the best is ahead of it. A band without any point of the profile
     (the long profile stops at concurrency 64) gets no row.
     """
-    import pandas as pd
-
     central = gains[(gains["imposed_alpha"] - alpha).abs() < 1e-9]
     records = []
     for profile, name, means in band_means(gains, alpha, bands):
@@ -108,8 +103,6 @@ def claimed_ks_by_band(
     it, and 'not tested' when the band measured only ks on one side of the range (k = 2 and 3 alone cannot show
     that 2-3 is best).
     """
-    import pandas as pd
-
     records = []
     for profile, name, means in band_means(gains, alpha, bands):
         inside = means[(means.index >= low) & (means.index <= high)]

@@ -1,14 +1,13 @@
-"""Gains by length profile: rows tagged with their profile, the gain table, and the acceptance (α) band around a central α."""
+"""Gains by length profile: rows tagged with their profile, the gain table, and the acceptance (α) band around a central
+α."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from vllm_playbooks.analysis.compare import versus_baseline
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 
 def with_profile(table: pd.DataFrame, profiles: Mapping[str, tuple[int, int]]) -> pd.DataFrame:
@@ -52,8 +51,6 @@ def alpha_band(gains: pd.DataFrame, central: float, k: int = 3) -> pd.DataFrame:
     concurrency: one row per profile, α and concurrency measured at that α, with ``central_alpha``,
     ``central_gain_pct`` (missing where the central α is not measured there) and ``difference_pts`` (this α's gain
     minus the central one's)."""
-    import pandas as pd
-
     columns = [
         "profile",
         "imposed_alpha",

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import pandas as pd
 
-from vllm_playbooks.analysis.compare import MATCH_COLUMNS, load_text, with_match_columns
+from vllm_playbooks.analysis.compare import MATCH_COLUMNS, with_match_columns
 from vllm_playbooks.analysis.noise import spread_of
-
-if TYPE_CHECKING:
-    import pandas as pd
-
 
 #: What names a repeated load in a ``repeat_spread`` table (the shown part of its match key).
 REPEAT_LOAD_COLUMNS = (
@@ -32,8 +28,6 @@ def repeat_spread(df: pd.DataFrame, metric: str = "output_tok_s") -> pd.DataFram
     (``analysis.noise.spread_of``: highest − lowest over the median, in percent): how far the same engine moved from
     one run to the next on its own. Pass rows without stalls (``results.stalls.unstalled``): a stalled run is not a
     fair repeat."""
-    import pandas as pd
-
     keys = ["engine_label", *MATCH_COLUMNS]
     records = []
     df = with_match_columns(df)
@@ -54,23 +48,3 @@ def repeat_spread(df: pd.DataFrame, metric: str = "output_tok_s") -> pd.DataFram
             }
         )
     return pd.DataFrame(records, columns=list(REPEAT_COLUMNS))
-
-
-def describe_repeat_spread(spread: pd.DataFrame, unit: str = "output tok/s") -> str:
-    """One Markdown paragraph on ``repeat_spread``: each load run more than once, its values and how far apart they
-    are, and what that means for a comparison (they enter it as their median); empty when nothing was repeated."""
-    if spread.empty:
-        return ""
-    loads = []
-    for row in spread.itertuples():
-        lengths = f"{int(row.input_len):,} in / {int(row.output_len):,} out"
-        values = ", ".join(f"{v:.1f}" for v in row.values[:-1]) + f" and {row.values[-1]:.1f}"
-        loads.append(
-            f"{row.engine_label} at {load_text(row.concurrency, row.request_rate_qps)} ({lengths}) "
-            f"ran {row.runs} times without a stall: {values} {unit}, {row.spread_pct:.1f} % apart"
-        )
-    return (
-        "**Repeated runs.** " + "; ".join(loads) + ". Comparisons at such a load use the median of the runs. "
-        "Their spread is how far the same engine moved from one run to the next: a gain difference smaller than it "
-        "is not a measured difference between configs."
-    )

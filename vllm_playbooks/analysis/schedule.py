@@ -1,14 +1,13 @@
-"""Batch-size schedules (num_speculative_tokens_per_batch_size): what a measured schedule delivered, and change chains between controls."""
+"""Batch-size schedules (num_speculative_tokens_per_batch_size): what a measured schedule delivered, and change chains
+between controls."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from vllm_playbooks.analysis.compare import is_baseline, pd_isna, recorded_speculative
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 
 def schedule_outcome(
@@ -27,8 +26,6 @@ def schedule_outcome(
     reference_label, reference, change_pct; concurrencies whose reference was not measured are left out; an empty
     table where the schedule was not measured.
     """
-    import pandas as pd
-
     columns = [
         "gpu_name",
         "engine_label",
@@ -81,8 +78,6 @@ def schedule_table(outcomes: pd.DataFrame, metric: str = "output_tok_s") -> pd.D
     reference (its label and ``metric``), then for each schedule, in the order they come, its drafts, ``metric`` and
     change against the reference. Columns are ``(group, field)`` with group "reference" or a schedule's label; a
     concurrency a schedule lacks is empty there."""
-    import pandas as pd
-
     index = ["concurrency", "scheduled_k"]
     if outcomes["gpu_name"].nunique() > 1:
         index = ["gpu_name", *index]
@@ -102,12 +97,10 @@ def change_chain(
     it is compared with, each a control that differs from the one before in as little as possible.
 
     One row per step (each label against the one before it) and a last row "total" (the last label against the
-    first); ``differs`` says what changed, from the servers' logs in ``modes`` (``results.server_logs.server_modes``: model
-    runner, CUDA graphs, async scheduling) and the rows' ``spec_method``; one column per concurrency that every label
-    was measured at, holding the change of ``metric`` in percent (medians over repeats). The steps compound: the
+    first); ``differs`` says what changed, from the servers' logs in ``modes`` (``results.server_logs.server_modes``:
+    model runner, CUDA graphs, async scheduling) and the rows' ``spec_method``; one column per concurrency that every
+    label was measured at, holding the change of ``metric`` in percent (medians over repeats). The steps compound: the
     product of their ratios is the total's."""
-    import pandas as pd
-
     if len(labels) < 2:
         raise ValueError(f"a change chain needs at least two labels, got {list(labels)}")
     values = (
@@ -167,8 +160,6 @@ def scheduled_off(df: pd.DataFrame) -> pd.Series:
     """True for each recorded row whose speculative config's batch-size schedule sets k = 0 at its concurrency
     (``schedule_switched_off``): speculation was (nearly) off there, so its acceptance and chunking say nothing about
     drafting. False for every other row, speculative or not, and for request-rate loads."""
-    import pandas as pd
-
     if df.empty:
         return pd.Series(dtype=bool)
     return df.apply(

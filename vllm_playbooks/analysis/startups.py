@@ -5,14 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from vllm_playbooks.results.failed_starts import latest_tries
 from vllm_playbooks.results.server_logs import startup_memory_of_rows
-
-if TYPE_CHECKING:
-    import pandas as pd
-
 
 #: The columns of ``startup_memory_by_gpu``.
 STARTUP_COLUMNS = (
@@ -39,8 +36,6 @@ def startup_memory_by_gpu(
     did not: the CUDA-graph estimate, the KV-cache memory left (negative: none), the utilization asked for and the
     ``error`` of its latest failed start-up. An engine neither measured nor failed on a GPU has no row.
     """
-    import pandas as pd
-
     latest = latest_tries(failed)
     records = []
     for gpu, on_gpu in rows.groupby("gpu_name", sort=True):

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import pandas as pd
+import pandas as pd
 
 
 def beside_model(measured: pd.DataFrame, predicted: pd.DataFrame, value: str, label: str) -> pd.DataFrame:
     """Closed-loop measurements of one configuration (``engine_label`` == ``label``) beside the step model's
     prediction at the same concurrency (``predicted``'s ``batch`` or ``concurrency``): ``measured``, ``predicted``
     and their difference, for ``value`` ('speedup' or 'gain_pct')."""
-    import pandas as pd
-
     rows = measured[(measured["engine_label"] == label) & measured["concurrency"].notna()]
     if "request_rate_qps" in rows.columns:
         rows = rows[rows["request_rate_qps"].isna()]
@@ -26,10 +21,8 @@ def beside_model(measured: pd.DataFrame, predicted: pd.DataFrame, value: str, la
 
 
 def beside_model_by_config(measured: pd.DataFrame, predicted: pd.DataFrame, value: str) -> pd.DataFrame:
-    """``beside_model`` for every configuration of ``predicted`` (a ``model.calibration.prediction_frame`` whose ``config``
-    names are engine labels), one table with an ``engine_label`` column, in ``predicted``'s order."""
-    import pandas as pd
-
+    """``beside_model`` for every configuration of ``predicted`` (a ``model.prediction.prediction_frame`` whose
+    ``config`` names are engine labels), one table with an ``engine_label`` column, in ``predicted``'s order."""
     tables = [
         beside_model(measured, predicted[predicted["config"] == label], value, label).assign(engine_label=label)
         for label in dict.fromkeys(predicted["config"])

@@ -66,7 +66,8 @@ def record_reads(log: Path, data: Path) -> None:
 
 
 def record_reads_from_environment() -> None:
-    """:func:`record_reads` into ``$VLLM_PLAYBOOKS_READ_LOG`` when it is set (``vllm_playbooks`` calls this on import).
+    """:func:`record_reads` into ``$VLLM_PLAYBOOKS_READ_LOG`` when it is set (a page's import cell calls this through
+    ``book.page_kernel``).
 
     The data folder is :func:`vllm_playbooks.paths.data_dir` seen from the working directory (papermill starts the
     kernel in the notebook's folder); where there is none, nothing is recorded.

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+import pandas as pd
+
 from vllm_playbooks.analysis.runs import with_hardware_series
 from vllm_playbooks.book.figure_record import record_figures
-from vllm_playbooks.model.pipeline import with_layout
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
-    import pandas as pd
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
+
 
 #: Axis labels with units, keyed by column.
 LABELS = {
@@ -49,15 +51,20 @@ LABELS = {
 #: Legend titles in words for the columns a legend is drawn from.
 LEGEND_TITLES = {"engine_label": "configuration", "model_shape": "model shape"}
 
+
 #: Scales seaborn's notebook fonts so that a two-panel figure, shrunk to the page's column at a 1400 px window, keeps
 #: its text at 10 px or more.
 FONT_SCALE = 1.3
+
+
 #: The width of one panel of a row of small multiples, in inches: three of them and a legend beside stay under the
 #: width at which a page's column (about 770 px) shrinks the figure's smallest text below 10 px.
 PANEL_WIDTH_IN = 3.8
 
+
 #: The most series one panel draws; more are split into small multiples (``series_groups``), as the site check asks.
 MAX_SERIES = 6
+
 
 #: The colour each config got on this page so far (``page_colors``): one colour per config across every figure.
 _PAGE_COLORS: dict[str, tuple[float, float, float]] = {}
@@ -110,7 +117,7 @@ def metric_vs_load(
     sns.lineplot(data=df, x=x, y=y, hue=hue, hue_order=hue_order, palette=palette, marker="o", ax=ax, errorbar=None)
     legend_beside(ax)
     if x == "concurrency":
-        _log2_ticks(ax, df[x])
+        log2_ticks(ax, df[x])
     ax.set_xlabel(LABELS.get(x, x))
     ax.set_ylabel(LABELS.get(y, y))
     return ax
@@ -285,23 +292,8 @@ def predicted_with_measured(curve: pd.DataFrame, measured: pd.DataFrame, y: str,
     return ax
 
 
-#: Parallel layouts in a fixed order, so each keeps its colour on every figure whichever of them a frame holds.
-LAYOUT_ORDER = ("PP=1", "PP=2", "TP=2", "TP=2 PP=2")
-
-
-def layout_palette(layouts: list[str]) -> tuple[list[str], dict[str, tuple[float, float, float]]]:
-    """(hue order, colours) for the layouts present: known layouts first in ``LAYOUT_ORDER``, each its own colour."""
-    import seaborn as sns
-
-    known = [lay for lay in LAYOUT_ORDER if lay in layouts]
-    order = known + sorted(set(layouts) - set(LAYOUT_ORDER))
-    colours = sns.color_palette("colorblind", len(LAYOUT_ORDER) + len(order))
-    mapping = {lay: colours[i] for i, lay in enumerate(LAYOUT_ORDER)}
-    extra = iter(colours[len(LAYOUT_ORDER) :])
-    return order, {lay: mapping[lay] if lay in mapping else next(extra) for lay in order}
-
-
-def _nothing(ax: Axes | None, message: str) -> Axes:
+def message_axes(ax: Axes | None, message: str) -> Axes:
+    """``ax`` (a new one without) showing ``message`` instead of a plot: what a figure with no data draws."""
     import matplotlib.pyplot as plt
 
     ax = ax or plt.subplots(figsize=(6.4, 4.0))[1]
@@ -311,7 +303,7 @@ def _nothing(ax: Axes | None, message: str) -> Axes:
 
 
 def _not_measured(ax: Axes | None, what: str) -> Axes:
-    return _nothing(ax, f"{what}:\nnot measured yet")
+    return message_axes(ax, f"{what}:\nnot measured yet")
 
 
 #: Two tick labels on a log-2 axis closer than this (in doublings) would print into each other ("128200").
@@ -335,139 +327,17 @@ def spaced_labels(ticks: Sequence[float], min_gap_log2: float = MIN_LABEL_GAP_LO
     return labels
 
 
-def _log2_ticks(ax: Axes, values: pd.Series) -> None:
+def log2_ticks(ax: Axes, values: pd.Series) -> None:
+    """A log-2 x axis on ``ax`` with a tick at each distinct value, labelled where the labels do not crowd."""
     ticks = sorted(float(v) for v in values.dropna().unique())
     ax.set_xscale("log", base=2)
     ax.set_xticks(ticks, spaced_labels(ticks))
 
 
-def by_max_num_seqs(
-    frame: pd.DataFrame, y: str, hue: str = "layout", ax: Axes | None = None, title: str | None = None
-) -> Axes:
-    """``y`` against ``--max-num-seqs`` (log-2 axis), one line per ``hue`` (parallel layout); with no rows the axes
-    say 'not measured yet' instead of drawing."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    data = frame.dropna(subset=[y]) if y in frame else frame.iloc[0:0]
-    if data.empty:
-        return _nothing(ax, f"{title + ': ' if title else ''}not measured yet")
-    ax = ax or plt.subplots(figsize=(6.4, 4.0))[1]
-    order, palette = layout_palette(list(data[hue].unique()))
-    sns.lineplot(
-        data=data,
-        x="max_num_seqs",
-        y=y,
-        hue=hue,
-        style=hue,
-        markers=True,
-        dashes=False,
-        ax=ax,
-        errorbar=None,
-        hue_order=order,
-        style_order=order,
-        palette=palette,
-    )
-    _log2_ticks(ax, data["max_num_seqs"])
-    legend_beside(ax)
-    ax.set_xlabel(LABELS["max_num_seqs"])
-    ax.set_ylabel(LABELS.get(y, y))
-    ax.set_ylim(bottom=0)
-    if title:
-        ax.set_title(title)
-    return ax
-
-
-def gpu_utilization(
-    summary: pd.DataFrame, y: str = "util_mean_pct", ax: Axes | None = None, title: str | None = None
-) -> Axes:
-    """Per-GPU utilisation (``gpu_samples.gpu_summary``) against ``--max-num-seqs``: colour = layout, line style =
-    the GPU's position in the engine (GPU 0 = the first stage under PP). Points without samples are left out; with
-    none at all the axes say so."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    data = summary.dropna(subset=[y]) if y in summary else summary.iloc[0:0]
-    if data.empty:
-        return _nothing(ax, f"{title + ': ' if title else ''}no GPU samples recorded yet")
-    data = data.assign(gpu=[f"GPU {int(g)}" for g in data["gpu"]])
-    ax = ax or plt.subplots(figsize=(6.4, 4.0))[1]
-    order, palette = layout_palette(list(data["layout"].unique()))
-    sns.lineplot(
-        data=data,
-        x="max_num_seqs",
-        y=y,
-        hue="layout",
-        style="gpu",
-        markers=True,
-        ax=ax,
-        errorbar=None,
-        hue_order=order,
-        palette=palette,
-        style_order=sorted(data["gpu"].unique()),
-    )
-    _log2_ticks(ax, data["max_num_seqs"])
-    legend_beside(ax)
-    ax.set_xlabel(LABELS["max_num_seqs"])
-    ax.set_ylabel(LABELS.get(y, y))
-    if y.endswith("_pct"):
-        ax.set_ylim(0, 105)
-    if title:
-        ax.set_title(title)
-    return ax
-
-
-def _bucket_name(low: float, high: float) -> str:
-    if high == float("inf"):
-        return f"> {low:g}"
-    return f"≤ {high:g}" if low == 0 else f"{low + 1:g}–{high:g}"
-
-
-def step_shares(
-    histogram: pd.DataFrame, ax: Axes | None = None, title: str | None = None, min_share: float = 0.01
-) -> Axes:
-    """Share of engine steps per tokens-per-step bucket (rows of ``results.engine_steps.step_histogram``), one bar
-    colour per layout; buckets that hold less than ``min_share`` of the steps of every layout (the few prefill-heavy
-    steps) are left out, and the x label says so; with no rows the axes say so."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    if histogram.empty:
-        return _nothing(ax, f"{title + ': ' if title else ''}no step histogram recorded")
-    data = with_layout(histogram)
-    used = data.groupby(["tokens_above", "tokens_at_most"])["step_share"].max()
-    used = used[used >= min_share].index
-    data = data[data.set_index(["tokens_above", "tokens_at_most"]).index.isin(used)]
-    data = data.assign(
-        bucket=[_bucket_name(lo, hi) for lo, hi in zip(data.tokens_above, data.tokens_at_most, strict=True)]
-    )
-    ax = ax or plt.subplots(figsize=(6.4, 4.0))[1]
-    order, palette = layout_palette(list(data["layout"].unique()))
-    buckets = [_bucket_name(lo, hi) for lo, hi in sorted(used)]
-    sns.barplot(
-        data=data,
-        x="bucket",
-        y="step_share",
-        hue="layout",
-        order=buckets,
-        hue_order=order,
-        palette=palette,
-        errorbar=None,
-        ax=ax,
-    )
-    legend_beside(ax)
-    ax.set_xlabel(f"tokens scheduled in the step\n(buckets under {min_share:.0%} of steps left out)")
-    ax.set_ylabel("share of engine steps")
-    ax.set_ylim(0, 1)
-    if title:
-        ax.set_title(title)
-    return ax
-
-
 def sweep_vs_concurrency(frame: pd.DataFrame, y: str, ax: Axes | None = None, title: str | None = None) -> Axes:
     """``metric_vs_load`` for a concurrency sweep, or 'not measured yet' when the sweep has no rows."""
     if frame.empty or y not in frame or frame[y].dropna().empty:
-        return _nothing(ax, f"{title + ': ' if title else ''}not measured yet")
+        return message_axes(ax, f"{title + ': ' if title else ''}not measured yet")
     ax = metric_vs_load(frame, y, ax=ax)
     if title:
         ax.set_title(title)
@@ -478,7 +348,6 @@ def speedup_vs_cost_ratio(tau: float, implied: pd.DataFrame, predicted: pd.DataF
     """Leviathan's k = 1 speed-up τ / (1 + c) against the draft cost ratio c, with the c the published speed-ups imply
     (``implied``: source, implied_c) and the c the step model predicts (``predicted``: config, batch, c)."""
     import matplotlib.pyplot as plt
-    import numpy as np
     import seaborn as sns
 
     ax = ax or plt.subplots(figsize=(7.0, 4.2))[1]
@@ -504,7 +373,8 @@ def speedup_vs_cost_ratio(tau: float, implied: pd.DataFrame, predicted: pd.DataF
 
 
 def predicted_vs_batch(frame: pd.DataFrame, y: str = "speedup", hue: str = "config", ax: Axes | None = None) -> Axes:
-    """A prediction table (``model.calibration.prediction_frame``) against batch, one line per ``hue``, with the break-even line."""
+    """A prediction table (``model.prediction.prediction_frame``) against batch, one line per ``hue``, with the
+    break-even line."""
     import matplotlib.pyplot as plt
     import seaborn as sns
 
@@ -584,7 +454,7 @@ def medians_with_range(
             linestyle="-" if lengths == "fixed" else "--",
             label=f"{label}, {lengths} lengths",
         )
-    _log2_ticks(ax, spreads["concurrency"])
+    log2_ticks(ax, spreads["concurrency"])
     ax.set_xlabel(LABELS["concurrency"])
     ax.set_title(title)
     return ax

@@ -1,10 +1,10 @@
 """Tables for people: the columns a page shows, named in words with units, numbers rounded, no index, blanks.
 
 ``for_people`` is for the tables a page chooses (headers named one by one); ``in_words`` does the same but keeps a
-DataFrame, so a long table still folds; ``people_html`` is what every other
-DataFrame a page displays turns into (``use_people_tables``, called when ``vllm_playbooks`` is imported in a notebook
-kernel): no index, numbers rounded by their size, blanks for missing values, underscores read as spaces, and at most
-``SHOWN_ROWS`` rows with the rest in a collapsed section.
+DataFrame, so a long table still folds; ``people_html`` is what every other DataFrame a page displays turns into
+(``use_people_tables``, called by ``book.page_kernel.set_up_page_kernel`` in a notebook kernel): no index, numbers
+rounded by their size, blanks for missing values, underscores read as spaces, and at most ``SHOWN_ROWS`` rows with
+the rest in a collapsed section.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
+import pandas as pd
+
 if TYPE_CHECKING:
-    import pandas as pd
     from pandas.io.formats.style import Styler
 
 #: Rows a displayed table shows before the rest folds into a collapsed section.
@@ -23,8 +24,6 @@ SHOWN_ROWS = 12
 def for_people(frame: pd.DataFrame, columns: Mapping[str, str], decimals: Mapping[str, int] | None = None) -> Styler:
     """``frame``'s ``columns`` (name → header in words), in that order, as a styled table without the index:
     numbers with ``decimals[name]`` places (1 by default, whole numbers for integer columns), missing cells blank."""
-    import pandas as pd
-
     shown = frame[list(columns)].rename(columns=dict(columns))
     places = {columns[name]: count for name, count in (decimals or {}).items()}
     formats = {}
@@ -59,8 +58,6 @@ def people_html(frame: pd.DataFrame) -> str:
     (an unnamed one under a blank header), an unnamed integer one (row numbers) is dropped; column
     names with underscores read as words; floats rounded by ``places_for``; missing cells blank; rows past
     ``SHOWN_ROWS`` in a collapsed ``<details>`` section below the first ones."""
-    import pandas as pd
-
     labelled = any(name is not None for name in frame.index.names)
     if labelled or not pd.api.types.is_integer_dtype(frame.index):  # row labels (named, or words): shown
         flat = frame.reset_index()
@@ -94,7 +91,6 @@ def people_html(frame: pd.DataFrame) -> str:
 
 def use_people_tables() -> None:
     """Make every DataFrame this IPython kernel displays render as ``people_html``; nothing outside IPython."""
-    import pandas as pd
     from IPython import get_ipython
 
     shell = get_ipython()

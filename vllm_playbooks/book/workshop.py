@@ -11,16 +11,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
+
+from vllm_playbooks.book.engine_exercises import cuda_graphs_solution, max_num_seqs_solution, microbatches_solution
 from vllm_playbooks.book.exercises import (
     NEVER,
     AnswerKind,
     AnswerKinds,
     Solution,
     chunks_solution,
-    cuda_graphs_solution,
     littles_law_solution,
-    max_num_seqs_solution,
-    microbatches_solution,
     stop_paying_solution,
     tokens_per_step_solution,
 )
@@ -28,7 +28,6 @@ from vllm_playbooks.book.notebooks import default_parameters
 from vllm_playbooks.errors import ConfigError, PlaybookError
 
 if TYPE_CHECKING:
-    import pandas as pd
     from pandas.io.formats.style import Styler
 
 #: A float answer counts as right within this relative error, or within ``ABS_TOLERANCE`` (whichever is larger),

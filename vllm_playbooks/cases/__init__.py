@@ -1,5 +1,5 @@
 """The book's cases, one folder each (``config.case_file`` lists them): a case's grid, claims, published numbers and
-its Python, whose checks (``claims.ledger.check``) this module finds by listing the folders.
+its Python, whose checks (``claims.claim.check``) this module finds by listing the folders.
 
 A new case is one folder here and one notebook (``notebooks/<case>.ipynb``): nothing else names it.
 """
@@ -10,8 +10,8 @@ import importlib
 from pathlib import Path
 from types import ModuleType
 
-from vllm_playbooks.claims.ledger import Check, Evidence
-from vllm_playbooks.claims.ledger import load_evidence as load_evidence_with
+from vllm_playbooks.claims.claim import Check, Evidence
+from vllm_playbooks.claims.loading import load_evidence as load_evidence_with
 from vllm_playbooks.config.case_file import case_names, package_name
 
 
@@ -33,5 +33,5 @@ def checks() -> dict[str, Check]:
 
 
 def load_evidence(data: Path | None = None) -> Evidence:
-    """The evidence the claims are judged on (``claims.ledger.load_evidence``), with every case's checks."""
+    """The evidence the claims are judged on (``claims.loading.load_evidence``), with every case's checks."""
     return load_evidence_with(data, checks())

@@ -1,13 +1,12 @@
-"""What a case page concludes from its rows: a status, the sentence it prints and the table behind it, and the helpers that word stalled or missing points."""
+"""What a case page concludes from its rows: a status, the sentence it prints and the table behind it, and the helpers
+that word stalled or missing points."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import pandas as pd
+import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -31,7 +30,8 @@ def gpu_names(df: pd.DataFrame) -> str:
 
 
 def split_stalled(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(usable rows, stalled rows) by the ``stalled`` column (``results.stalls.mark_stalled``); all usable without it."""
+    """(usable rows, stalled rows) by the ``stalled`` column (``results.stalls.mark_stalled``); all usable without
+    it."""
     if df.empty or "stalled" not in df.columns:
         return df, df.iloc[0:0]
     flag = df["stalled"].astype(bool)

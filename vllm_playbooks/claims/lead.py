@@ -10,13 +10,11 @@ the page says so and keeps both.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from vllm_playbooks.claims.verdict import DATA_VERDICTS
 from vllm_playbooks.hardware import REFERENCE_GPU
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 #: The columns of ``analysis.compare.versus_baseline``'s rows that name a compared point apart from its GPU: the
 #: speculative config, the workload and the load. Two GPUs' rows with the same values compare the same point.

@@ -10,15 +10,14 @@ numbers come from one GPU's rows (``page_gpu``): in live mode the GPU here, else
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
+import pandas as pd
+
+from vllm_playbooks.claims.claim import CheckResult, Evidence
 from vllm_playbooks.claims.lead import disagree, lead_gpu
-from vllm_playbooks.claims.ledger import CheckResult, Evidence, claim_of, noting_not_started
+from vllm_playbooks.claims.ledger import claim_of, noting_not_started
 from vllm_playbooks.hardware import REFERENCE_GPU
 from vllm_playbooks.run.budget import gpu_here
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 
 def results_by_gpu(claim_id: str, rows: pd.DataFrame, evidence: Evidence) -> dict[str, CheckResult]:
@@ -103,8 +102,6 @@ def verdict_table(
     runs of any side of a compared point; missing where it compares none), the widest ``spread_pct`` and ``band_pct``,
     ``measured`` (what that GPU's rows show), ``rows`` (how many the verdict rests on) and ``disagrees``: whether
     that GPU's verdict differs from the lead's beyond both their bands (``claims.lead.disagree``)."""
-    import pandas as pd
-
     records = []
     for claim, results in by_claim.items():
         lead = verdict_gpu(results, mode, here)

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import pandas as pd
 
 from vllm_playbooks.errors import SchemaError
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 
 def published_value(published: pd.DataFrame, claim_id: str) -> float:
@@ -55,14 +52,3 @@ def published_row(published: pd.DataFrame, claim_id: str) -> str:
         raise SchemaError(f"reference table: expected one row {claim_id!r}, found {len(match)}")
     row = match.iloc[0]
     return f"{claim_id}: {row['value']:g} {row['unit']} ({row['setting']}; {row['source_url']})"
-
-
-def measurement_status(measured: pd.DataFrame, case: str) -> str:
-    """A sentence on what has been measured for ``case`` so far, from the rows themselves."""
-    if measured.empty:
-        return (
-            f"No run of case {case!r} is recorded in data/runs/{case}/ yet: this page shows published numbers only, "
-            "and gives no verdict until a measured run exists."
-        )
-    gpus = ", ".join(sorted(f"{n} ×{c}" for n, c in set(zip(measured.gpu_name, measured.gpu_count, strict=True))))
-    return f"{len(measured)} measured point(s) of case {case!r} on {gpus}."

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from enum import StrEnum
-from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from vllm_playbooks.analysis.noise import MIN_BAND_PCT, MIN_CLEAN_REPEATS, SIZE_TOLERANCE, Effect, effect_of_speedup
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 
 class Verdict(StrEnum):
@@ -29,10 +27,10 @@ VERDICT_MEANINGS: dict[Verdict, str] = {
     "size, a size within the tolerance below.",
     Verdict.DIRECTION_ONLY: "Recorded rows show the effect in the claimed direction, but its size is outside the "
     "tolerance (expected where our GPU or model scale differs from the source's).",
-    Verdict.NOT_REPRODUCED: "Recorded rows at the claim's conditions show no such effect, or the opposite one. For a rule "
-    "of thumb, one recorded row that goes against it is enough.",
-    Verdict.NOT_MEASURED: "No recorded row is at the claim's conditions yet; the model column says what theory expects. "
-    "The verdict changes by itself when such rows are recorded.",
+    Verdict.NOT_REPRODUCED: "Recorded rows at the claim's conditions show no such effect, or the opposite one. For a "
+    "rule of thumb, one recorded row that goes against it is enough.",
+    Verdict.NOT_MEASURED: "No recorded row is at the claim's conditions yet; the model column says what theory "
+    "expects. The verdict changes by itself when such rows are recorded.",
     Verdict.MODEL_ONLY: "The claim is about a quantity the book computes rather than measures (a roofline crossover, a "
     "default in vLLM's code); the model column carries the verdict.",
 }

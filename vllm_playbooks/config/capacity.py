@@ -27,6 +27,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+import pandas as pd
+
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.config.memory import (
     GIB,
@@ -39,16 +41,14 @@ from vllm_playbooks.config.memory import (
     respecialized_modes,
     uses_v1_runner,
 )
+from vllm_playbooks.config.parallel_sizes import kv_bytes_per_token_per_gpu, pp_layer_partition, stage_weight_bytes
 from vllm_playbooks.config.sizes import (
     DENSE_ARCHITECTURES,
     MODELLED_ARCHITECTURES,
     activation_bytes,
     kv_bytes_per_token,
-    kv_bytes_per_token_per_gpu,
     kv_layers_per_stage,
     mtp_weight_bytes,
-    pp_layer_partition,
-    stage_weight_bytes,
     weight_bytes,
 )
 from vllm_playbooks.errors import CapacityError
@@ -56,8 +56,6 @@ from vllm_playbooks.shapes import ModelShape, resolve_model
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
-
-    import pandas as pd
 
 
 BLOCK_SIZE = 16
@@ -381,7 +379,8 @@ def check_fits(engine: EngineConfig, gpu_memory_gib: float, gpu_name: str = "") 
     if budget.kv_bytes <= 0:
         raise CapacityError(
             f"engine {engine.label}: weights ({_per_gpu(budget)}), activations "
-            f"({budget.activation_bytes / GIB:.1f} GiB) and CUDA graphs ({budget.cudagraph_bytes / GIB:.1f} GiB) exceed {engine.gpu_memory_utilization} × {gpu_memory_gib} GiB "
+            f"({budget.activation_bytes / GIB:.1f} GiB) and CUDA graphs ({budget.cudagraph_bytes / GIB:.1f} GiB) "
+            f"exceed {engine.gpu_memory_utilization} × {gpu_memory_gib} GiB "
             f"per GPU.{f' {_capitalized(budget.cudagraph_note)}.' if budget.cudagraph_note else ''} Use more GPUs "
             f"(tensor_parallel_size or pipeline_parallel_size), a quantized shape, or a larger gpu_memory_utilization."
         )
@@ -434,8 +433,6 @@ def _per_gpu(budget: KVBudget) -> str:
 
 def budget_table(budget: KVBudget) -> pd.DataFrame:
     """The memory split of a budget as a small table (GiB), for a page."""
-    import pandas as pd
-
     rows = [
         ("requested (gpu_memory_utilization × memory)", budget.requested_bytes / GIB),
         (

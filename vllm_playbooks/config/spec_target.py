@@ -11,7 +11,8 @@ from vllm_playbooks.config.spec_detection import (
     draft_type_after_override,
     vllm_detected_method,
 )
-from vllm_playbooks.config.speculative import SPEC_METHODS, SpeculativeConfig
+from vllm_playbooks.config.spec_input import SPEC_METHODS
+from vllm_playbooks.config.speculative import SpeculativeConfig
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.shapes import ModelShape, resolve_model, vllm_path
 

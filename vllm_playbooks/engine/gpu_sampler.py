@@ -120,8 +120,8 @@ class GpuSampler:
 
     ``count`` GPUs are sampled (tensor × pipeline parallel size); ``env`` is the server's environment, read for
     ``CUDA_VISIBLE_DEVICES``; ``nvml`` is the NVML module (default: the first of ``NVML_MODULES`` that imports, at
-    ``start``; tests pass a fake). ``status`` is ``'sampled'``, ``'unavailable'`` (NVML could not be used: see ``reason``) or ``'failed'``
-    (sampling stopped on an error part-way: the samples taken so far are kept).
+    ``start``; tests pass a fake). ``status`` is ``'sampled'``, ``'unavailable'`` (NVML could not be used: see
+    ``reason``) or ``'failed'`` (sampling stopped on an error part-way: the samples taken so far are kept).
     """
 
     def __init__(

@@ -8,9 +8,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from vllm_playbooks.hardware import REFERENCE_DATASHEET, Gpu, as_gpu
 from vllm_playbooks.model.calibration import (
@@ -19,16 +20,12 @@ from vllm_playbooks.model.calibration import (
     OVERHEAD_BOUNDS_S,
     EfficiencyFit,
     _is_speculative,
-    _params,
-    _row_terms,
-    _tpot_ms,
     fit_efficiency,
-    median_points,
-    predict_tpot_ms,
+    fit_parameters,
+    tpot_ms_of,
 )
-
-if TYPE_CHECKING:
-    import pandas as pd
+from vllm_playbooks.model.prediction import predict_tpot_ms
+from vllm_playbooks.model.steps import _row_terms, median_points
 
 #: The share of held-out points the stated interval is meant to hold.
 INTERVAL_QUANTILE = 0.8
@@ -91,8 +88,6 @@ def leave_one_case_out(
     1) and its log, the fold's parameters (and which sat on a bound), and the interval of ``_with_intervals``: its
     half-width comes from the other cases' held-out errors (their ``quantile``), never the case's own, so
     ``inside`` is an out-of-sample coverage check. Needs points of at least two cases."""
-    import pandas as pd
-
     device = as_gpu(gpu)
     points = median_points(rows)
     cases = list(dict.fromkeys(str(p["case"]) for p in points))
@@ -109,7 +104,6 @@ def holdout_summary(table: pd.DataFrame) -> pd.DataFrame:
     """Per held-out case and over all (``case == "all"``): points, median and worst |TPOT error|, the share of
     points inside their interval, and the range of each fitted parameter over the folds (``…_min``, ``…_max``).
     ``table`` is ``leave_one_case_out``'s or ``calibration_holdout``'s."""
-    import pandas as pd
 
     def line(name: str, part: pd.DataFrame) -> dict[str, Any]:
         errors = part.tpot_rel_error.abs()
@@ -158,8 +152,8 @@ def calibrate_on_gpu(fit: EfficiencyFit, rows: Iterable[Any], gpu: Gpu | str) ->
     terms = [_row_terms(p) for p in points]
 
     def loss(scale: float, t0: float) -> float:
-        params = _params(candidate(scale, t0))
-        predicted = np.array([_tpot_ms(t, device, params) for t in terms])
+        params = fit_parameters(candidate(scale, t0))
+        predicted = np.array([tpot_ms_of(t, device, params) for t in terms])
         return float(np.mean((predicted / measured - 1) ** 2))
 
     t0_grid = np.linspace(*OVERHEAD_BOUNDS_S, 21) if free_t0 else np.array([fit.overhead_s])
@@ -215,8 +209,6 @@ def calibration_holdout(
     speculative ones included. One line per predicted point and ``n`` (``calibrated_on``), in
     ``leave_one_case_out``'s columns; the interval's half-width for a case comes from the other cases' errors at the
     same ``n``. Cases with no point left to predict are skipped."""
-    import pandas as pd
-
     device = as_gpu(gpu)
     points = median_points(rows)
     tables = []
@@ -240,8 +232,6 @@ def other_gpu_check(fit: EfficiencyFit, rows: Iterable[Any], gpu: Gpu | str) -> 
     with the GPU's own calibrated on up to three of its points without speculation, spread over the concurrencies
     (``calibrate_on_gpu``), predicting the points it was not calibrated on (``parameters`` 'calibrated'). One line
     per predicted point, in ``leave_one_case_out``'s columns (``held_out``: the GPU's name)."""
-    import pandas as pd
-
     device = as_gpu(gpu)
     points = median_points(rows)
     chosen = _spread(points, min(3, sum(not _is_speculative(p) for p in points)))
@@ -319,11 +309,10 @@ SUMMARY_SHARES = ("median_abs_tpot_error", "max_abs_tpot_error", "coverage")
 
 
 def parameter_table(fit: EfficiencyFit) -> pd.DataFrame:
-    """The fit's parameters, one line each: ``parameter`` (its key), ``name`` (in words), ``value`` (efficiencies as fractions of the GPU's peak, times in ms), the
-    ``low`` and ``high`` bounds it was fitted within, ``at_bound`` and ``provenance`` (where it comes from, the same
-    for every line but t_d's, which is fitted on the speculation-on rows)."""
-    import pandas as pd
-
+    """The fit's parameters, one line each: ``parameter`` (its key), ``name`` (in words), ``value`` (efficiencies as
+    fractions of the GPU's peak, times in ms), the ``low`` and ``high`` bounds it was fitted within, ``at_bound`` and
+    ``provenance`` (where it comes from, the same for every line but t_d's, which is fitted on the speculation-on
+    rows)."""
     bounds = {**EFFICIENCY_BOUNDS, "overhead_s": OVERHEAD_BOUNDS_S, "moe_layer_overhead_s": MOE_LAYER_OVERHEAD_BOUNDS_S}
     records = []
     for name, (low, high) in bounds.items():

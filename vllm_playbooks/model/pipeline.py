@@ -1,14 +1,14 @@
-"""Pipeline parallelism in closed form: micro-batches, the max_num_seqs a layout needs, and the throughput a fitted step time predicts."""
+"""Pipeline parallelism in closed form: micro-batches, the max_num_seqs a layout needs, and the throughput a fitted step
+time predicts."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
-from vllm_playbooks.model.calibration import EfficiencyFit, forward_time_s
+import pandas as pd
 
-if TYPE_CHECKING:
-    import pandas as pd
+from vllm_playbooks.model.calibration import EfficiencyFit
+from vllm_playbooks.model.prediction import forward_time_s
 
 
 def layout(tensor_parallel_size: int, pipeline_parallel_size: int) -> str:
@@ -35,8 +35,6 @@ def max_num_seqs_for(pipeline_parallel_size: int, per_microbatch: int) -> int:
 
 def fix_table(pipeline_parallel_size: int, batches: Iterable[int]) -> pd.DataFrame:
     """For each wanted per-microbatch batch B: the ``max_num_seqs`` to set, and what setting B itself would give."""
-    import pandas as pd
-
     return pd.DataFrame(
         [
             {
@@ -60,11 +58,11 @@ def predicted_throughput(
     kv_cache_dtype: str = "auto",
     gpu: str | None = None,
 ) -> dict[str, float]:
-    """Saturated closed loop on the fitted roofline (``model.calibration.forward_time_s``): microbatch b = N / P, one stage step
-    ``t = T(b) / (P · TP) + overhead`` (bytes and FLOPs split over the GPUs, the fixed per-step overhead paid by every
-    stage), one microbatch finishing per stage step, so output tok/s = b / t and TPOT = P · t. Each step also carries
-    the prompts of the requests that replace finished ones (b · input_len / output_len tokens). Communication between
-    GPUs is not modelled, so TP and PP figures are upper bounds.
+    """Saturated closed loop on the fitted roofline (``model.prediction.forward_time_s``): microbatch b = N / P, one
+    stage step ``t = T(b) / (P · TP) + overhead`` (bytes and FLOPs split over the GPUs, the fixed per-step overhead paid
+    by every stage), one microbatch finishing per stage step, so output tok/s = b / t and TPOT = P · t. Each step also
+    carries the prompts of the requests that replace finished ones (b · input_len / output_len tokens). Communication
+    between GPUs is not modelled, so TP and PP figures are upper bounds.
     """
 
     p, tp = int(pipeline_parallel_size), int(tensor_parallel_size)

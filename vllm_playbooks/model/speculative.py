@@ -1,4 +1,5 @@
-"""Speculative decoding in closed form: tokens per verify step, speed-up, break-even acceptance, and the inverse fits."""
+"""Speculative decoding in closed form: tokens per verify step, speed-up, break-even acceptance, and the inverse
+fits."""
 
 from __future__ import annotations
 

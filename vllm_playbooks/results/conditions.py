@@ -11,15 +11,14 @@ import csv
 import io
 import statistics
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import pandas as pd
 
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.identity import read_json
 from vllm_playbooks.results.replay import point_folders
 from vllm_playbooks.results.textfiles import read_text, stored_path
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 #: The columns ``with_run_conditions`` adds, each empty where the run did not record it.
 CONDITION_COLUMNS = (
@@ -78,8 +77,6 @@ def with_run_conditions(rows: pd.DataFrame, data: Path | None = None, gpu_sample
     folder in ``data`` (default: the book's data folder); ``gpu_samples`` False leaves the GPU samples unread (their
     columns empty), which spares a page reading every sample file. Where a row already holds one of them (the host's
     CPU count) the recorded value stays where the folder has none."""
-    import pandas as pd
-
     found = [run_conditions(folder, gpu_samples) for folder in point_folders(rows, data)]
     conditions = pd.DataFrame(found, columns=list(CONDITION_COLUMNS), index=rows.index)
     if "host_cpu_count" in rows.columns:

@@ -34,16 +34,14 @@ import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from vllm_playbooks import paths
 from vllm_playbooks.engine.metrics import Histogram, diff_metrics, parse_metrics
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.server_logs import logged_running
 from vllm_playbooks.results.textfiles import read_text
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 #: A step of at most this many tokens counts as small (vLLM's second bucket bound).
 SMALL_STEP_TOKENS = 8
@@ -121,8 +119,6 @@ def _acceptance_length(value: object) -> float:
 def step_summary(runs: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
     """Per measured row: its identity (``ROW_COLUMNS``) and ``SUMMARY_COLUMNS``; NaN where the point's scrapes lack
     the step histogram (vLLM versions that do not export it)."""
-    import pandas as pd
-
     base = data if data is not None else paths.data_dir()
     records = []
     for row in runs.itertuples(index=False):
@@ -180,8 +176,6 @@ def step_histogram(runs: pd.DataFrame, data: Path | None = None) -> pd.DataFrame
     """Per measured row and histogram bucket: the row's identity, the bucket's token range (``tokens_above``,
     ``tokens_at_most``) and the share of the run's engine steps that fell in it. Rows without the histogram are
     left out."""
-    import pandas as pd
-
     base = data if data is not None else paths.data_dir()
     records = []
     for row in runs.itertuples(index=False):

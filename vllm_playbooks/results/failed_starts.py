@@ -9,16 +9,13 @@ the log its hardware, which the log itself does not name.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.server_logs import has_started, read_failed_startup, server_log_files
 from vllm_playbooks.results.store import case_dir
 from vllm_playbooks.results.textfiles import plain_name
-
-if TYPE_CHECKING:
-    import pandas as pd
-
 
 #: The columns of ``failed_starts``.
 FAILED_START_COLUMNS = (
@@ -42,8 +39,6 @@ def failed_starts(case: str, data: Path | None = None) -> pd.DataFrame:
     how many ``points`` it was to measure, and what the log says (``server_logs.FailedStartup``). A log that no
     failure names (a start-up stopped by a time limit, or one measured elsewhere) has no row, and neither has a
     failure whose log is missing or shows a server that started (it died later, while measuring)."""
-    import pandas as pd
-
     folder = case_dir(case, data)
     logs = {plain_name(log): log for log in server_log_files(folder / "logs")}
     unstarted: dict[str, bool] = {}  # only the logs a failure names are read, each once

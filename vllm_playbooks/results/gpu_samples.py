@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import pandas as pd
 
 from vllm_playbooks import paths
 from vllm_playbooks.engine.gpu_sampler import SAMPLE_COLUMNS
 from vllm_playbooks.errors import SchemaError
 from vllm_playbooks.results import raw
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 #: A sample below this utilisation counts as (partly) idle in ``summarize_samples``.
 BUSY_THRESHOLD_PCT = 50.0
@@ -66,8 +65,6 @@ def sampling_status(point_dir: Path) -> dict[str, Any]:
 
 def load_gpu_samples(point_dir: Path) -> pd.DataFrame:
     """A point's samples (columns ``SAMPLE_COLUMNS``, empty cells as NaN); an empty frame when there are none."""
-    import pandas as pd
-
     path = point_dir / raw.GPU_SAMPLES_FILE
     if not path.exists():
         return pd.DataFrame({c: pd.Series(dtype="float64") for c in SAMPLE_COLUMNS})
@@ -84,8 +81,6 @@ def summarize_samples(samples: pd.DataFrame, threshold_pct: float = BUSY_THRESHO
     Readings NVML could not take (NaN) are left out of each statistic; a GPU whose utilisation was never read has
     NaN statistics, not zeros.
     """
-    import pandas as pd
-
     rows = []
     for gpu, group in samples.groupby("gpu", sort=True):
         util = group["util_pct"].dropna()
@@ -118,8 +113,6 @@ def gpu_summary(
     A row whose point has no samples (recorded before the sampler, or NVML unavailable) gets one line with its
     ``sampling_status`` and ``sampling_reason`` and NaN statistics, so a page can say which points lack them.
     """
-    import pandas as pd
-
     base = data if data is not None else paths.data_dir()
     columns = [*ROW_COLUMNS, "sampling_status", "sampling_reason", *SUMMARY_COLUMNS]
     parts = []

@@ -24,15 +24,13 @@ import datetime as dt
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from vllm_playbooks.results.server_logs import parse_log_name, server_log_files, stamp_time
 from vllm_playbooks.results.stalls import describe_load, mark_stalled
 from vllm_playbooks.results.store import case_dir
 from vllm_playbooks.results.textfiles import plain_name, read_text
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 #: One line of vLLM's JIT monitor; verbose mode adds `` (<details>)`` after the kernel name.
 _JIT_LINE = re.compile(
@@ -82,8 +80,6 @@ def jit_table(runs: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
 
     Logs are the server logs in each case's ``logs/`` whose config id (file name) is one of ``runs``; a config's
     points are measured one after another on its server, so at most one run window holds an event."""
-    import pandas as pd
-
     marked = runs if "stalled" in runs.columns else mark_stalled(runs, data)
     records = []
     for case in sorted(set(marked["case"])):
@@ -115,35 +111,3 @@ def jit_table(runs: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
                 )
     table = pd.DataFrame(records, columns=list(JIT_COLUMNS))
     return table.sort_values(["at", "log"], kind="stable", ignore_index=True)
-
-
-def jit_note(table: pd.DataFrame) -> str:
-    """One Markdown paragraph on a ``jit_table``: how many of the logged compilations fell inside measured runs,
-    in which runs and whether those stalled, and what the logs cannot show; '' when there are no events."""
-    if table.empty:
-        return ""
-    inside = table[table["point_id"].notna()]
-    logged = f"vLLM logged {len(table)} kernel JIT compilation{'s' if len(table) > 1 else ''} during inference"
-    if inside.empty:
-        found = (
-            f"{logged}, none inside a measured run (all during warm-up, calibration, a run measured again, or "
-            "between points)."
-        )
-    else:
-        items = []
-        for _, run in inside.groupby("point_id", sort=False):
-            kernels = ", ".join(f"`{event.kernel}` at {event.at:%H:%M:%S} UTC" for event in run.itertuples())
-            outcome = "stalled" if run["stalled"].iloc[0] else "did not stall"
-            items.append(f"{run['engine_label'].iloc[0]} at {run['load'].iloc[0]} ({kernels}; the run {outcome})")
-        found = f"{logged}, {len(inside)} inside {'a measured run' if len(inside) == 1 else 'measured runs'}: "
-        found += f"{'; '.join(items)}."
-        if len(inside) < len(table):
-            found += (
-                f" The other {len(table) - len(inside)} came outside the recorded runs (warm-up, calibration, "
-                "a run measured again, or between points)."
-            )
-    return (
-        f"**Kernel compilations.** {found} vLLM logs only the first compilation of each kernel name per server "
-        "process (unless its observability setting `jit_monitor_verbose` is on), so later compilations of the same "
-        "kernels, for other shapes, are invisible in these logs: a run without one logged may still have compiled."
-    )

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from vllm_playbooks.config.speculative import alpha_of_rates
+from vllm_playbooks.config.spec_input import alpha_of_rates
 from vllm_playbooks.engine.metrics import MetricsDelta, diff_metrics, parse_metrics, per_position_json
 from vllm_playbooks.errors import SchemaError
 from vllm_playbooks.files import atomic_copy, atomic_write_text, fsync_folder

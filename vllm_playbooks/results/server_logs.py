@@ -13,16 +13,13 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from vllm_playbooks import paths
 from vllm_playbooks.errors import SchemaError
 from vllm_playbooks.results.store import case_dir, load_runs, recorded_cases
 from vllm_playbooks.results.textfiles import GZ, plain_name, read_text, stored, stored_text
-
-if TYPE_CHECKING:
-    import pandas as pd
-
 
 #: A server log's name: the engine's config id, then the UTC time the runner opened it (bench logs do not match).
 LOG_NAME = re.compile(r"^(?P<config_id>.+)-(?P<started>\d{4}-\d{2}-\d{2}T\d{6}\+0000)(?:-p\d+n\d+)?\.log$")
@@ -232,8 +229,6 @@ def server_modes(case: str, data: Path | None = None) -> pd.DataFrame:
     V2, "V1" where the V1 runner logged, e.g. after falling back for draft_model; None where neither shows),
     ``cudagraph_mode`` (from the engine config vLLM printed, e.g. FULL_AND_PIECEWISE, or PIECEWISE where a speculative
     schedule forced it) and ``async_scheduling`` (True/False; None where the log does not say)."""
-    import pandas as pd
-
     folder = case_dir(case, data)
     records = []
     for log in server_logs(folder) if (folder / "logs").is_dir() else []:
@@ -310,8 +305,6 @@ def startup_memory_of_rows(rows: pd.DataFrame, data: Path | None = None) -> pd.D
     ``server_log_of`` their ``case``'s logs, ``config_id`` and ``measured_at``), indexed like ``rows``: its
     ``kv_cache_tokens`` and ``cudagraph_estimate_gib`` (the memory it set aside for CUDA graphs); NA where no log of a
     started server is found (rows imported without their logs). Each log is read once."""
-    import pandas as pd
-
     base = data if data is not None else paths.data_dir()
     startups: dict[Path, StartupMemory | None] = {}
     tokens, graphs = [], []

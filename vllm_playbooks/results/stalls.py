@@ -10,25 +10,23 @@ moment records one such gap, so the count is about the stall events times the se
 What a stall costs a run is its share of the requests' time: the stalled gaps' length (at least their bucket's lower
 bound each) over the sum of the requests' end-to-end latencies (completed × mean E2E latency: the sequence-seconds of
 the run, whatever its load). A point whose ``stall_share`` reaches ``STALL_SHARE`` (1 %) is **stalled**: its throughput
-and latencies understate the engine, so pages show it, say so (``stall_note``) and leave it out of their verdicts
-(``unstalled``); the live runner measures such a point again (``run.measure.measure_point``), as it does a run that came in
-short. A lone long gap (one request's, say) stays below the threshold. Like the engine steps, none of this is a column
-of ``runs.csv``: it is read from each point's raw scrapes at replay.
+and latencies understate the engine, so pages show it, say so (``book.page_notes.stall_note``) and leave it out of
+their verdicts (``unstalled``); the live runner measures such a point again (``run.measure.measure_point``), as it does
+a run that came in short. A lone long gap (one request's, say) stays below the threshold. Like the engine steps, none of
+this is a column of ``runs.csv``: it is read from each point's raw scrapes at replay.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from vllm_playbooks import paths
 from vllm_playbooks.engine.metrics import Histogram, MetricsSnapshot, diff_metrics, parse_metrics
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.textfiles import read_text
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 #: An output-token gap longer than this (seconds; a bucket bound of vLLM's histogram) is a stall.
 STALL_S = 2.5
@@ -85,8 +83,6 @@ def stall_table(runs: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
     """Per measured row: its identity (``ROW_COLUMNS``), the output-token gaps of its run, how many were longer than
     ``STALL_S``, the bucket bound the longest one fell under, and the stalls' share of the requests' time; NaN where
     the scrapes lack the histogram."""
-    import pandas as pd
-
     base = data if data is not None else paths.data_dir()
     records = []
     for row in runs.itertuples(index=False):
@@ -124,45 +120,4 @@ def unstalled(runs: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
 def describe_load(request_rate_qps: float | None, concurrency: float | None) -> str:
     """A measured row's load in words: its request rate where it has one (None or NaN: none), else its
     concurrency."""
-    import pandas as pd
-
     return f"{request_rate_qps:g} QPS" if pd.notna(request_rate_qps) else f"concurrency {concurrency:g}"
-
-
-def stall_note(table: pd.DataFrame) -> str:
-    """One Markdown paragraph naming the stalled points of a ``stall_table``, or '' when none stalled."""
-    stalled = table[table.stall_share >= STALL_SHARE]
-    if stalled.empty:
-        return ""
-    clean = {raw.split_point_id(pid)[0] for pid in table.loc[table.stall_share < STALL_SHARE, "point_id"]}
-    items = []
-    for row in stalled.itertuples(index=False):
-        load = describe_load(row.request_rate_qps, row.concurrency)
-        point, repeat = raw.split_point_id(row.point_id)
-        again = ", measured again without a stall" if point in clean else ""
-        load += f", repeat {repeat}" if repeat else ""
-        share = f"≥ {row.stall_share:.1%} of the requests' time"
-        items.append(
-            f"{row.engine_label} at {load} ({row.stalled_gaps:,} gaps, the longest "
-            f"≤ {row.longest_gap_at_most_s:g} s; {share}{again})"
-        )
-    points = {raw.split_point_id(pid)[0] for pid in stalled["point_id"]}
-    redone = len(points & clean)
-    waiting = len(points) - redone
-    if not redone:
-        outcome = "they are shown, and left out of the verdict, until they are measured again"
-    else:
-        if waiting:
-            again = f"{redone} of their {len(points)} points were measured again without a stall and count"
-        elif redone == 1:
-            again = "the point was measured again without a stall and counts"
-        else:
-            again = f"all {redone} of their points were measured again without a stall and count"
-        rest = f", {waiting} {'waits' if waiting == 1 else 'wait'} for one" if waiting else ""
-        outcome = f"they are shown and left out of the verdict; {again} through that run{rest}"
-    return (
-        f"**Stalls.** In {len(stalled)} of {len(table)} measured runs the engine emitted nothing for seconds while "
-        f"requests ran (output-token gaps longer than {STALL_S:g} s in vLLM's inter-token latency histogram, "
-        f"{STALL_SHARE:.0%} of the requests' time or more): {'; '.join(items)}. Their throughput and latencies "
-        f"understate the engine: {outcome}."
-    )

@@ -6,8 +6,9 @@ import csv
 import io
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
+import pandas as pd
 from pydantic import BaseModel, ValidationError
 
 from vllm_playbooks import paths
@@ -22,9 +23,6 @@ from vllm_playbooks.results.schema import (
     ReferenceRow,
     RunRow,
 )
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 RowT = TypeVar("RowT", bound=BaseModel)
 
@@ -72,8 +70,8 @@ def read_csv_records(path: Path, columns: Sequence[str]) -> list[dict[str, str]]
             unknown = sorted(set(header) - set(columns))
             absent = [c for c in columns if c not in header]
             raise SchemaError(
-                f"{path}: header does not match the schema (unknown: {unknown or 'none'}; missing: {absent or 'none'}). "
-                "A changed schema needs a new SCHEMA_VERSION and a loader for the old one."
+                f"{path}: header does not match the schema (unknown: {unknown or 'none'}; missing: "
+                f"{absent or 'none'}). A changed schema needs a new SCHEMA_VERSION and a loader for the old one."
             )
         return list(reader)
 
@@ -85,8 +83,6 @@ def csv_cell(value: object) -> str:
 
 def rows_to_frame(rows: Sequence[BaseModel], columns: Sequence[str]) -> pd.DataFrame:
     """Validated rows as a DataFrame with exactly ``columns`` (no rows give an empty frame)."""
-    import pandas as pd
-
     return pd.DataFrame([row.model_dump() for row in rows], columns=list(columns))
 
 

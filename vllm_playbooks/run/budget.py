@@ -22,7 +22,8 @@ import math
 import os
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from vllm_playbooks import paths
 from vllm_playbooks.config.engine import EngineConfig
@@ -46,10 +47,6 @@ from vllm_playbooks.run.plan import (
     quiet_plan,
 )
 from vllm_playbooks.shapes import resolve_model
-
-if TYPE_CHECKING:
-    import pandas as pd
-
 
 #: Load columns that name a point's load level.
 LOAD = ["input_len", "output_len", "concurrency", "request_rate_qps"]
@@ -97,8 +94,6 @@ def server_time(case: str, data: Path | None = None) -> pd.DataFrame:
     timestamped line, times the GPUs its engine config uses (TP × PP). ``startup_s`` runs from the launch to vLLM's
     'Available routes' line (NaN for a server that never became ready). Installing vLLM and a machine's idle time
     between runs are not in any log, so they are not counted."""
-    import pandas as pd
-
     if case.endswith((".yaml", ".yml")):
         case = load_plan(case).case
     base = data if data is not None else paths.data_dir()
@@ -137,29 +132,11 @@ def server_time(case: str, data: Path | None = None) -> pd.DataFrame:
     return pd.DataFrame(records, columns=columns)
 
 
-def gpu_time_note(servers: pd.DataFrame, gpu: str = "GPU") -> str:
-    """One sentence on a ``server_time`` table: the GPU-minutes its servers held, how many of them went to starting,
-    and what the figure leaves out ('' for an empty table)."""
-    if servers.empty:
-        return ""
-    starting = (servers["startup_s"].fillna(servers["held_s"]) * servers["gpus"]).sum() / 60.0
-    unready = int(servers["startup_s"].isna().sum())
-    never = f" ({unready} of them never became ready)" if unready else ""
-    return (
-        f"**GPU time.** The {len(servers)} recorded server starts{never} held {gpu}s for "
-        f"{servers['gpu_minutes'].sum():.1f} GPU-minutes, {starting:.1f} of them starting (launch to ready); the "
-        "rest served the measured points, their warm-ups and calibration runs. Read from the server logs (launch "
-        "to the last logged line), so installing vLLM and a machine's idle time between runs are not in it."
-    )
-
-
 def nearest_rows(rows: pd.DataFrame, servers: pd.DataFrame) -> list[object]:
     """For each server of ``servers`` (``server_time``), in order, the index of the row of ``rows`` (one case's
     recorded rows) measured nearest in time to its launch among the rows with as many GPUs (``gpu_count``) as the
     server used (among all rows when none has): the row whose hardware the server is taken to have run on. A server
     stopped before its first point has one too. ``rows`` must not be empty."""
-    import pandas as pd
-
     at = pd.to_datetime(rows["measured_at"], utc=True)
     nearest = []
     for server in servers.itertuples():
@@ -175,8 +152,6 @@ def point_walls(measured: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
     time (the latest ``servers`` row of the same engine label launched before the row's end) and the end of the row
     before it on that server, to the row's own end (``measured_at``); ``log`` names that server and ``gpu_name`` the
     row's GPU (blank where the rows name none). Rows without a ready server are left out."""
-    import pandas as pd
-
     columns = ["engine_label", "model_shape", *LOAD, "measured_at", "wall_s", "log", "gpu_name"]
     ready = servers[servers["startup_s"].notna()].assign(
         ready_at=lambda t: pd.to_datetime(t["launched_at"], utc=True) + pd.to_timedelta(t["startup_s"], unit="s")
@@ -232,8 +207,6 @@ def point_estimates(
     when planning for it), ``measured`` and ``servers`` give the times. ``stalled`` is True for a run that stands in
     for a recorded run that stalled (when ``recorded`` has a ``stalled`` column, as ``mark_stalled`` adds): the live
     runner measures it again."""
-    import pandas as pd
-
     recorded = measured if recorded is None else recorded
     walls = point_walls(measured, servers)
     longest = walls.fillna({c: -1 for c in LOAD}).groupby(["model_shape", *LOAD])["wall_s"].max()
@@ -274,8 +247,6 @@ def point_estimates(
 
 def runs_at_load(rows: pd.DataFrame, load: LoadPoint) -> pd.Series:
     """Which ``rows`` were measured at ``load`` (lengths, length spread, concurrency, rate)."""
-    import pandas as pd
-
     if rows.empty:
         return pd.Series(False, rows.index, dtype=bool)
     spread = rows["random_range_ratio"].astype(float) if "random_range_ratio" in rows else 0.0
@@ -295,8 +266,6 @@ def fresh_time(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame) ->
     as it finds the compile caches of the one before it), the points' wall time (``points_s``: repeats × the longest
     recorded wall time at each load for the engine config, else for its shape), their sum (``total_s``) and
     ``gpu_minutes`` (GPUs × total); NaN where a shape or load was never measured."""
-    import pandas as pd
-
     walls = point_walls(measured, servers).fillna({c: -1 for c in LOAD})
     by_label = walls.groupby(["engine_label", *LOAD])["wall_s"].max()
     by_shape = walls.groupby(["model_shape", *LOAD])["wall_s"].max()
@@ -400,8 +369,6 @@ def remaining_time(
     when no server of its shape ever became ready), the points' estimated wall time (``points_s``; NaN when a load
     was never measured on its shape, counted in ``unknown``) and ``time_limit_s``, their sum times ``margin`` rounded
     up to 10 s (NaN when either is unknown)."""
-    import pandas as pd
-
     records = []
     for label, rows in point_estimates(plan, measured, servers, recorded).groupby("engine_label", sort=False):
         unknown = int(rows["wall_s"].isna().sum())
@@ -424,43 +391,11 @@ def remaining_time(
     return pd.DataFrame(records, columns=columns)
 
 
-def describe_remaining_time(table: pd.DataFrame) -> str:
-    """One Markdown paragraph on a ``remaining_time`` table: that nothing is left when it is empty, else how many
-    points are left on how many servers and, per server, its points (and how many of them only stalled so far), its
-    estimated start-up and points' time and the ``--time-limit-s`` to give it (or that its shape or a load was never
-    measured, so it has no estimate)."""
-    if table.empty:
-        return "Every planned point is recorded in a run that did not stall: nothing is left to measure."
-    servers = []
-    for row in table.itertuples():
-        if math.isnan(row.startup_s):
-            estimate = "no estimate (no server of its shape ever became ready)"
-        elif math.isnan(row.time_limit_s):
-            estimate = f"no estimate ({row.unknown} of its loads never ran on its shape)"
-        else:
-            estimate = (
-                f"start-up ≈ {row.startup_s:.0f} s, points ≈ {row.points_s:.0f} s, "
-                f"`--time-limit-s {row.time_limit_s:.0f}`"
-            )
-        again = f" ({row.stalled} recorded only in runs that stalled)" if row.stalled else ""
-        servers.append(
-            f"`{row.engine_label}` ({row.model_shape}): {row.points} point{'s' if row.points != 1 else ''}"
-            f"{again}, {estimate}"
-        )
-    total = int(table["points"].sum())
-    return (
-        f"{total} planned point{'s are' if total != 1 else ' is'} left on {len(table)} "
-        f"server{'s' if len(table) != 1 else ''}, each started once: " + "; ".join(servers) + "."
-    )
-
-
 def points_within(points: pd.DataFrame, budget_s: float, margin: float = 1.25) -> pd.DataFrame:
     """The points of ``point_estimates`` that one new server per engine config can measure in ``budget_s`` seconds:
     its start-up, then its points shortest first, each step times ``margin``. ``needed_s`` is the estimated time from
     the server's launch to the end of that point; run the points in this order (``--concurrency`` keeps the order
     given), so that a time limit stops the longest, not the first. Points with no estimate are left out."""
-    import pandas as pd
-
     known = points.dropna(subset=["startup_s", "wall_s"])
     parts = []
     for _, rows in known.groupby("engine_label", sort=False):

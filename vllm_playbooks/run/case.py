@@ -17,7 +17,9 @@ import threading
 from collections.abc import Collection, Iterable, Iterator
 from itertools import groupby
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import pandas as pd
 
 from vllm_playbooks import paths
 from vllm_playbooks.config.pairing import BY_RESTART, CO_RESIDENT, paired_order, pairing_record
@@ -47,9 +49,6 @@ from vllm_playbooks.run.measure import (
 from vllm_playbooks.run.paired import run_together
 from vllm_playbooks.run.plan import CasePlan, PlannedPoint, load_plan, overrides_for, quiet_plan
 from vllm_playbooks.run.runner_lock import case_runner_lock
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 
 @contextlib.contextmanager
@@ -289,7 +288,6 @@ def require_gpu() -> None:
 
 def _load_key(input_len: Any, output_len: Any, concurrency: Any, rate: Any) -> tuple[int, int, float, float]:
     """A load level as rows and plans both spell it: lengths, then concurrency and rate (-1 for none)."""
-    import pandas as pd
 
     def number(value: Any) -> float:
         return -1.0 if value is None or pd.isna(value) else float(value)

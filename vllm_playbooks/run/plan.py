@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -12,7 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from vllm_playbooks.config.capacity import refusal, refused_engines
-from vllm_playbooks.config.case_file import CASE_NAME, check_structure, grid_file, grid_names, read_case_file
+from vllm_playbooks.config.case_file import CASE_NAME, check_structure, grid_file, read_case_file
 from vllm_playbooks.config.engine import EngineConfig, check_engine_against_shapes, routing_simulation_problem
 from vllm_playbooks.config.load import MIN_DURATION_S, LoadPoint
 from vllm_playbooks.config.pairing import pair_engines
@@ -21,6 +20,7 @@ from vllm_playbooks.config.speculative import build_speculative_config
 from vllm_playbooks.config.yaml_limits import bounded_yaml
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.results.identity import point_key
+from vllm_playbooks.run.plan_loads import as_list, load_profiles
 from vllm_playbooks.shapes import resolve_model
 
 _PLAN_KEYS = {
@@ -37,22 +37,17 @@ _PLAN_KEYS = {
     "calibrates_whatif",
     "page_order",
 }
-_LOAD_KEYS = {
-    "profile",
-    "input_len",
-    "output_len",
-    "concurrency",
-    "request_rate_qps",
-    "burstiness",
-    "seed",
-    "temperature",
-    "random_range_ratio",
-}
+
+
 #: The most repeats of a point, and the longest measured run a case may ask for (a day): beyond them a plan is a
 #: typing slip (``repeats: 1000000000`` would list a billion points before any check could name it).
 MAX_REPEATS, MAX_DURATION_S = 100, 86_400.0
+
+
 #: Load keys an engine entry may set for itself (its own load levels instead of the case's ``loads`` list).
 ENGINE_LOAD_KEYS = ("concurrency",)
+
+
 #: What a notebook (papermill parameter) or ``make reproduce`` may change in a case's grid.
 OVERRIDE_KEYS = (
     "model",
@@ -152,42 +147,9 @@ def _case_yaml(case: str) -> dict[str, Any]:
     return read_case_file(grid_file(case), case)  # a name, never a path: it reads only a packaged case's grid
 
 
-def _as_list(value: Any) -> list[Any]:
-    if value is None:
-        return []
-    return list(value) if isinstance(value, list | tuple) else [value]
-
-
-def _loads(spec: dict[str, Any], case: str) -> list[LoadPoint]:
-    unknown = set(spec) - _LOAD_KEYS
-    if unknown:
-        raise ConfigError(f"case {case}: unknown load keys {sorted(unknown)}; known: {sorted(_LOAD_KEYS)}")
-    base = {k: spec[k] for k in ("input_len", "output_len", "burstiness", "seed", "temperature") if k in spec}
-    concurrencies = _as_list(spec.get("concurrency"))
-    rates = _as_list(spec.get("request_rate_qps"))
-    combos: list[dict[str, Any]] = [{"request_rate_qps": r} for r in rates] + [
-        {"concurrency": c} for c in concurrencies
-    ]
-    if not combos:
-        raise ConfigError(f"case {case}: loads need a concurrency list, a request_rate_qps list, or both")
-    # one value or a list: each load level is measured under every length spread given, one after the other
-    ratios = [{"random_range_ratio": r} for r in _as_list(spec.get("random_range_ratio"))] or [{}]
-    points = []
-    for combo, ratio in itertools.product(combos, ratios):
-        try:
-            point = LoadPoint(**base, **ratio, **combo)
-        except ValidationError as error:
-            shown = combo if ratio.get("random_range_ratio") in (None, 0.0) else combo | ratio  # fixed lengths: no news
-            raise ConfigError(f"case {case}: bad load {shown}: {error.errors()[0]['msg']}") from None
-        if point in points:
-            raise ConfigError(f"case {case}: the load {point.slug()} is listed more than once")
-        points.append(point)
-    return points
-
-
 def load_plan(case: str, **overrides: Any) -> CasePlan:
-    """Read ``vllm_playbooks/cases/<case>/case.yaml`` (or a case file of your own, given by its path ending in ``.yaml``),
-    apply overrides, and check every config and load.
+    """Read ``vllm_playbooks/cases/<case>/case.yaml`` (or a case file of your own, given by its path ending in
+    ``.yaml``), apply overrides, and check every config and load.
 
     ``None`` overrides are ignored, so notebook parameters can default to ``None``. An ``engines`` override keeps
     those engine configs in the order it names them (the order their servers start). A ``concurrency`` (or
@@ -227,7 +189,7 @@ def plan_from_dict(spec: dict[str, Any], **overrides: Any) -> CasePlan:
         )
         if k in overrides
     }
-    wanted = _as_list(overrides.get("engines"))
+    wanted = as_list(overrides.get("engines"))
     labels = [e.get("label") for e in spec.get("engines", [])]
     twice = sorted({str(label) for label in labels if labels.count(label) > 1})
     if twice:
@@ -272,17 +234,17 @@ def plan_from_dict(spec: dict[str, Any], **overrides: Any) -> CasePlan:
     every_engine_has_its_own = bool(engines) and all(e.label in own_concurrency for e in engines)
     load_specs = raw_loads if isinstance(raw_loads, list) else [raw_loads or {}]
     case_levels = any(k in overrides for k in ("concurrency", "request_rate_qps")) or any(
-        _as_list(dict(item or {}).get("concurrency")) or _as_list(dict(item or {}).get("request_rate_qps"))
+        as_list(dict(item or {}).get("concurrency")) or as_list(dict(item or {}).get("request_rate_qps"))
         for item in load_specs
     )
     if every_engine_has_its_own and not case_levels:
         loads, profiles = [], ()
     else:
-        loads, profiles = _load_profiles(raw_loads, overrides, case)
+        loads, profiles = load_profiles(raw_loads, overrides, case)
     engine_loads: dict[str, tuple[LoadPoint, ...]] = {}
     for label, value in own_concurrency.items():
         own = {**{k: v for k, v in overrides.items() if k != "request_rate_qps"}, "concurrency": value}
-        engine_loads[label] = tuple(_load_profiles(raw_loads, own, case)[0])
+        engine_loads[label] = tuple(load_profiles(raw_loads, own, case)[0])
     for engine in engines:
         draft_positions = _draft_positions(engine)
         for load in engine_loads.get(engine.label, loads):
@@ -290,7 +252,8 @@ def plan_from_dict(spec: dict[str, Any], **overrides: Any) -> CasePlan:
             spread = f" (lengths within ±{100 * load.random_range_ratio:g} %)" if load.random_range_ratio else ""
             if draft_positions is not None and longest > draft_positions:
                 raise ConfigError(
-                    f"case {case}, engine {engine.label}: its draft {engine.speculative.model} has "  # type: ignore[union-attr]
+                    f"case {case}, engine {engine.label}: its draft "
+                    f"{engine.speculative.model} has "  # type: ignore[union-attr]
                     f"max_position_embeddings={draft_positions}, fewer than the longest request's input + output = "
                     f"{longest}{spread}; vLLM 0.26 caps the draft's max_model_len there. Use a draft config with more "
                     "positions or shorter loads."
@@ -348,47 +311,6 @@ def _draft_positions(engine: EngineConfig) -> int | None:
     nested = config.get("transformer_layer_config")
     value = config.get("max_position_embeddings") or (nested or {}).get("max_position_embeddings")
     return int(value) if value else None
-
-
-def _load_profiles(
-    raw: Any, overrides: dict[str, Any], case: str
-) -> tuple[list[LoadPoint], tuple[tuple[str, int, int], ...]]:
-    """Load levels from ``loads``: one mapping, or a list of mappings each naming a length ``profile``.
-
-    Overrides of concurrency, request_rate_qps, input_len and output_len apply to every selected profile; ``profiles``
-    selects profiles by name. Identical load points are kept once, in the order they first appear.
-    """
-    specs = [dict(item or {}) for item in raw] if isinstance(raw, list) else [dict(raw or {})]
-    names = [item.get("profile") for item in specs]
-    if len(specs) > 1 and (None in names or len(set(names)) != len(names)):
-        raise ConfigError(f"case {case}: a list of loads needs a distinct 'profile' name in each entry, got {names}")
-    wanted = _as_list(overrides.get("profiles"))
-    unknown = [w for w in wanted if w not in names]
-    if unknown:
-        raise ConfigError(f"case {case}: no load profile named {unknown}; known: {[n for n in names if n]}")
-    loads: list[LoadPoint] = []
-    profiles: list[tuple[str, int, int]] = []
-    for load_spec in specs:
-        if wanted and load_spec.get("profile") not in wanted:
-            continue
-        name = load_spec.pop("profile", None)
-        for key in ("concurrency", "request_rate_qps", "input_len", "output_len", "random_range_ratio"):
-            if key in overrides:
-                load_spec[key] = overrides[key]
-        if "request_rate_qps" in overrides and "concurrency" not in overrides:
-            load_spec.pop("concurrency", None)
-        if "concurrency" in overrides and "request_rate_qps" not in overrides:
-            load_spec.pop("request_rate_qps", None)
-        points = _loads(load_spec, case)
-        if name is not None:
-            profiles.append((str(name), points[0].input_len, points[0].output_len))
-        loads += [point for point in points if point not in loads]
-    lengths = [(i, o) for _, i, o in profiles]
-    if len(set(lengths)) != len(lengths):
-        raise ConfigError(
-            f"case {case}: two load profiles have the same input and output lengths: {profiles}; select one with profiles=[...]"
-        )
-    return loads, tuple(profiles)
 
 
 #: The part that checks a case's claim on a GPU of one's own in one sitting: the fewest points that decide it, with the
@@ -460,31 +382,6 @@ def part_note(case: str, part: str) -> str | None:
     return next((named.note for named in named_parts(case) if named.name == part), None)
 
 
-def deciding_part(case: str, claim_id: str) -> str | None:
-    """The part of packaged case ``case`` that measures the points ``claim_id``'s verdict rests on, or None where
-    none does (or ``case`` has no grid, like the rules of thumb)."""
-    if case not in grid_names():
-        return None
-    return next((named.name for named in named_parts(case) if claim_id in named.decides), None)
-
-
-@functools.cache
-def deciding_points(case: str, claim_id: str) -> frozenset[tuple[str, str]] | None:
-    """The points ``claim_id``'s verdict rests on, as (engine label, load slug): its deciding part's (``deciding_part``)
-    and its ``earlier_engines``' at the part's loads; None where no part decides it. Labels, not config ids, name the
-    engines, so a re-run with another model or engine flags under the case's labels is judged at the same points."""
-    part = deciding_part(case, claim_id)
-    if part is None:
-        return None
-    named = next(named for named in named_parts(case) if named.name == part)
-    earlier = [{**named.overrides, "engines": list(named.earlier_engines)}] if named.earlier_engines else []
-    return frozenset(
-        (point.engine.label, point.load.slug())
-        for overrides in [named.overrides, *earlier]
-        for point in quiet_plan(case, **overrides)[0].points()
-    )
-
-
 def load_part(case: str, part: str, **overrides: Any) -> CasePlan:
     """``load_plan(case, **<the part's overrides>, **overrides)``: one part of the case's grid, or its quick check."""
     return load_plan(case, **{**part_overrides(case, part), **overrides})
@@ -500,19 +397,6 @@ def quiet_plan(case: str, **overrides: Any) -> tuple[CasePlan, list[str]]:
         plan = load_plan(case, **overrides)
     advisories = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, SpeculativeConfigWarning)))
     return plan, advisories
-
-
-def part_calls(case: str) -> str:
-    """The Python calls that measure each part of a case, in order, as a Markdown list (what a GPU session runs)."""
-    lines = []
-    for name, overrides in case_parts(case):
-        args = "".join(f", {key}={value!r}" for key, value in overrides.items())
-        plan, _ = quiet_plan(case, **overrides)
-        lines.append(
-            f"- **{name}** ({len(plan.engines)} server config(s), {len(plan.points())} points): "
-            f"`run_case(load_plan({case!r}{args}))`"
-        )
-    return "\n".join(lines)
 
 
 #: Overrides that take a list; a notebook may get one as text (``papermill -p concurrency '[1, 16]'`` passes a string).
@@ -533,110 +417,6 @@ def overrides_for(case: str, part: str | None = None, **given: Any) -> dict[str,
     (``text_list``)."""
     base = part_overrides(case, part) if part is not None else {}
     return {**base, **{k: text_list(k, v) if k in LIST_KEYS else v for k, v in given.items() if v is not None}}
-
-
-def grid_table(plan: CasePlan, case: str | None = None) -> Any:
-    """The planned grid as a table: one line per engine config and length profile, with its speculative settings,
-    the load levels, the number of points, and (for a packaged case) the part that measures it."""
-    import pandas as pd
-
-    part_of: dict[str, str] = {}
-    if case is not None:
-        for name, overrides in case_parts(case):
-            for point in quiet_plan(case, **overrides)[0].points():
-                part_of.setdefault(point.point_id, name)
-    records = []
-    for engine in plan.engines:
-        spec = engine.speculative
-        rates = list(spec.synthetic_acceptance_rates or ()) if spec else []
-        groups: dict[str | None, list[LoadPoint]] = {}
-        for load in plan.loads:
-            groups.setdefault(plan.profile_of(load), []).append(load)
-        for profile, loads in groups.items():
-            points = [p for p in plan.points() if p.engine == engine and p.load in loads]
-            qps = [f"{l.request_rate_qps:g}" for l in loads if l.request_rate_qps is not None]
-            conc = [str(l.concurrency) for l in loads if l.concurrency is not None and l.request_rate_qps is None]
-            records.append(
-                {
-                    "part": ", ".join(sorted({part_of[p.point_id] for p in points if p.point_id in part_of})),
-                    "engine_label": engine.label,
-                    "model": engine.model,
-                    "method": engine.spec_method,
-                    "k": engine.num_speculative_tokens,
-                    "imposed_rates": ", ".join(f"{r:.4g}" for r in rates),
-                    "profile": profile,
-                    "input_len": loads[0].input_len,
-                    "output_len": loads[0].output_len,
-                    "request_rate_qps": ", ".join(qps),
-                    "concurrency": ", ".join(conc),
-                    "points": len(points),
-                }
-            )
-    table = pd.DataFrame(records)
-    return table.sort_values("part", kind="stable").reset_index(drop=True) if case else table
-
-
-def plan_file(case: str) -> Path:
-    """Path of a case's YAML (for the book's 'how to re-run' notes)."""
-    return grid_file(case)
-
-
-def missing_loads(plan: CasePlan, measured: Any) -> dict[str, list[LoadPoint]]:
-    """The planned load levels each engine config (by label) still lacks a recorded row at, matched by engine label
-    and load, in the plan's order (``run.budget.point_estimates`` counts the runs left, repeats included)."""
-    missing = {}
-    for engine in plan.engines:
-        rows = measured[measured["engine_label"] == engine.label] if len(measured) else measured
-        done = {
-            (
-                int(r.input_len),
-                int(r.output_len),
-                _maybe(r.concurrency),
-                _maybe(r.request_rate_qps),
-                float(getattr(r, "random_range_ratio", 0.0)),
-            )
-            for r in rows.itertuples()
-        }
-        missing[engine.label] = [
-            load
-            for load in plan.loads_for(engine)
-            if (load.input_len, load.output_len, load.concurrency, load.request_rate_qps, load.random_range_ratio)
-            not in done
-        ]
-    return missing
-
-
-def unmeasured(plan: CasePlan, measured: Any) -> Any:
-    """``missing_loads`` as a table: one line per engine config; ``missing`` names load levels (``c4``, ``qps2``),
-    with their lengths where the plan has several."""
-    import pandas as pd
-
-    lengths = {(load.input_len, load.output_len) for engine in plan.engines for load in plan.loads_for(engine)}
-    missing = missing_loads(plan, measured)
-    records = []
-    for engine in plan.engines:
-        planned, left = plan.loads_for(engine), missing[engine.label]
-        records.append(
-            {
-                "engine_label": engine.label,
-                "planned": len(planned),
-                "measured": len(planned) - len(left),
-                "missing": ", ".join(_short(load) if len(lengths) == 1 else load.slug() for load in left) or "—",
-            }
-        )
-    return pd.DataFrame(records)
-
-
-def _short(load: LoadPoint) -> str:
-    """A load's slug without its lengths: ``c4``, ``qps2``."""
-    return "-".join(part for part in load.slug().split("-") if not part.startswith(("in", "out")))
-
-
-def _maybe(value: Any) -> float | None:
-    """A row's concurrency or rate for comparison with a plan's (32.0 == 32): None for a missing value."""
-    import pandas as pd
-
-    return None if value is None or pd.isna(value) else float(value)
 
 
 def parse_parameter_pairs(pairs: list[list[str]] | None) -> dict[str, Any]:

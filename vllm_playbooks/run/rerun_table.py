@@ -13,7 +13,8 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from vllm_playbooks.config.case_file import grid_names
 from vllm_playbooks.config.spec_detection import SpeculativeConfigWarning
@@ -24,9 +25,6 @@ from vllm_playbooks.results.store import load_runs
 from vllm_playbooks.run.budget import fresh_time_per_gpu, server_time
 from vllm_playbooks.run.hardware_plan import gpu_memory_gib, least_gpu_memory_gib, part_fits
 from vllm_playbooks.run.plan import QUICK_PART, CasePlan, NamedPart, case_parts, named_parts, quiet_plan
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 #: The GPU models the table gives minutes for: its column name's GPU → the row of ``data/reference/hardware.csv``.
 GPU_MODELS: dict[str, str] = {"A100-80GB": "A100-80GB", "H100": "H100-SXM", "H200": "H200-SXM"}
@@ -58,8 +56,6 @@ def part_memory(memory_gib: float, cases: Iterable[str] | None = None) -> pd.Dat
     (repeats counted), the most GPUs one server uses (``gpus``), the least memory per GPU with which every server
     starts (``min_gib``, ``least_gpu_memory_gib``; NaN where the KV calculator models none) and ``fits``: whether every
     server starts on GPUs of ``memory_gib`` (``part_fits``; None where one is not modelled)."""
-    import pandas as pd
-
     records = []
     for case in grid_names() if cases is None else cases:
         for part in table_parts(case):
@@ -85,8 +81,6 @@ def rerun_table(memory_gib: float, cases: Iterable[str] | None = None, data: Pat
     """``part_memory``'s rows with, for each of ``GPU_MODELS``, ``minutes_<GPU>``: the part's wall minutes on one
     machine without compile caches, start-ups included, from the runs recorded on that GPU model in ``data``
     (``fresh_time_per_gpu``; NaN where they do not time every point of the part)."""
-    import pandas as pd
-
     table = part_memory(memory_gib, cases)
     minutes = []
     for case in dict.fromkeys(table["case"]):

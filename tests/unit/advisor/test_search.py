@@ -13,6 +13,7 @@ from tests.unit.advisor.grids import engine_json, frame, row, startups
 from vllm_playbooks.advisor.evaluate import one_grid
 from vllm_playbooks.advisor.goodput import Slo, grid_best, point_table, slo_levels
 from vllm_playbooks.advisor.oracle import RecordedOracle
+from vllm_playbooks.advisor.outlook import outlook
 from vllm_playbooks.advisor.search import (
     BASELINE_UNMEASURED,
     PLAN_MARGIN,
@@ -22,7 +23,6 @@ from vllm_playbooks.advisor.search import (
     _challengers,
     _dominated,
     _Offer,
-    _outlook,
     advise,
     baseline_first_gpu_s,
     certainty,
@@ -330,12 +330,12 @@ def test_the_best_is_repeated_to_confirm_it_only_while_its_p99_is_within_noise_o
 def test_a_point_can_win_only_with_a_plausible_chance_of_beating_the_bar() -> None:
     slo = Slo(tpot_p99_ms=10.0)
     at_bound = {"tpot_p99_ms": 10.0, "ttft_p99_ms": 50.0, "request_throughput_rps": 20.0}
-    chance, gain = _outlook(at_bound, 0.5, slo, bar=0.0)
+    chance, gain = outlook(at_bound, 0.5, slo, bar=0.0)
     assert chance == pytest.approx(0.5) and gain > 0.5 * 20.0  # half a chance to meet it, any goodput beats none
     far_over = {**at_bound, "tpot_p99_ms": 20.0}  # twice the bound, known within a factor 1.5: a long shot
-    assert _outlook(far_over, 0.5, slo, bar=0.0)[0] < PLAUSIBLE_CHANCE
-    assert _outlook(far_over, 3.0, slo, bar=0.0)[0] > PLAUSIBLE_CHANCE  # unless it is hardly known
-    low_rps = _outlook(at_bound, 0.5, slo, bar=40.0)  # meets it at half the best's goodput
+    assert outlook(far_over, 0.5, slo, bar=0.0)[0] < PLAUSIBLE_CHANCE
+    assert outlook(far_over, 3.0, slo, bar=0.0)[0] > PLAUSIBLE_CHANCE  # unless it is hardly known
+    low_rps = outlook(at_bound, 0.5, slo, bar=40.0)  # meets it at half the best's goodput
     assert low_rps[0] < PLAUSIBLE_CHANCE and low_rps[1] < 0.01
 
 

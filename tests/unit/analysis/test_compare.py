@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from vllm_playbooks.analysis import compare, repeats
+from vllm_playbooks.book import change_text, page_notes
 from vllm_playbooks.model.speculative import expected_tokens_per_step, tokens_per_step_from_rates
 
 
@@ -90,13 +91,13 @@ def test_a_spec_off_control_is_not_pooled_into_the_baseline(forced: dict) -> Non
 def test_winning_levels_and_sentence() -> None:
     out = compare.versus_baseline(_frame())
     assert compare.winning_levels(out) == [1, 4]
-    sentence = compare.describe_change(out)
+    sentence = change_text.describe_change(out)
     assert "+50.0 % at concurrency 1" in sentence and "beat the baseline only at concurrency 1, 4" in sentence
 
 
 def test_nothing_to_compare_is_said_plainly() -> None:
     only_baseline = _frame()[lambda d: d.spec_method == "none"]
-    assert "nothing to compare" in compare.describe_change(compare.versus_baseline(only_baseline))
+    assert "nothing to compare" in change_text.describe_change(compare.versus_baseline(only_baseline))
 
 
 @pytest.mark.parametrize(
@@ -119,7 +120,7 @@ def test_for_latencies_lower_is_better() -> None:
     out = compare.versus_baseline(frame, "tpot_p50_ms")
     # speculation: 150 vs 100 ms at c1 (worse), 432 vs 400 (worse), 800 vs 900 (better) → it last beat it at 16
     assert compare.winning_levels(out) == [16]
-    assert "beat the baseline only at concurrency 16" in compare.describe_change(out)
+    assert "beat the baseline only at concurrency 16" in change_text.describe_change(out)
 
 
 def test_versus_baseline_carries_extra_columns_of_the_speculative_rows() -> None:
@@ -133,8 +134,8 @@ def test_request_rate_loads_are_named_in_the_sentences() -> None:
     frame = _frame().assign(request_rate_qps=lambda d: d.concurrency.astype(float), concurrency=None)
     out = compare.versus_baseline(frame)
     assert out.load.tolist() == ["1 QPS", "4 QPS", "16 QPS"]
-    assert "+50.0 % at 1 QPS" in compare.describe_change(out)
-    assert "beat the baseline only at 1 QPS, 4 QPS" in compare.describe_change(out)
+    assert "+50.0 % at 1 QPS" in change_text.describe_change(out)
+    assert "beat the baseline only at 1 QPS, 4 QPS" in change_text.describe_change(out)
     assert (
         compare.load_text(8, 2.0) == "2 QPS (at most 8 in flight)" and compare.load_text(None, None) == "unbounded load"
     )
@@ -150,11 +151,11 @@ def test_a_load_run_twice_reports_its_spread_and_one_run_reports_none() -> None:
     ]
     assert spread["spread_pct"].iloc[0] == pytest.approx(100 * 45 / 922.5)  # highest - lowest over the median
     assert spread["values"].iloc[0] == [900.0, 945.0]  # in the order measured
-    text = repeats.describe_repeat_spread(spread)
+    text = page_notes.describe_repeat_spread(spread)
     assert (
         "off at concurrency 16 (8 in / 8 out) ran 2 times without a stall: 900.0 and 945.0 output tok/s, 4.9 % apart"
     ) in text
-    assert repeats.repeat_spread(frame).empty and repeats.describe_repeat_spread(repeats.repeat_spread(frame)) == ""
+    assert repeats.repeat_spread(frame).empty and page_notes.describe_repeat_spread(repeats.repeat_spread(frame)) == ""
     # the comparison takes the median of the two baselines: 800 against 922.5
     paired = compare.versus_baseline(both).set_index("concurrency")
     assert paired.loc[16, "baseline"] == pytest.approx(922.5)
@@ -164,7 +165,7 @@ def test_a_load_run_twice_reports_its_spread_and_one_run_reports_none() -> None:
 
 
 def test_the_verdict_is_computed_for_each_hardware_apart() -> None:
-    from vllm_playbooks.analysis.compare import describe_change, describe_change_by_hardware
+    from vllm_playbooks.book.change_text import describe_change, describe_change_by_hardware
 
     def comparison(gpu: str, change: float) -> pd.DataFrame:
         return pd.DataFrame(

@@ -9,9 +9,11 @@ import pytest
 
 from vllm_playbooks import cases
 from vllm_playbooks.analysis import compare, crossover, schedule
+from vllm_playbooks.book import change_text
 from vllm_playbooks.cases import discussion_13834
 from vllm_playbooks.claims import ledger as claims_ledger
-from vllm_playbooks.run.plan import plan_from_dict, unmeasured
+from vllm_playbooks.run.grid import unmeasured
+from vllm_playbooks.run.plan import plan_from_dict
 
 
 def _rows(off: list[float], on: list[float], levels: list[int], metric: str = "output_tok_s") -> pd.DataFrame:
@@ -151,7 +153,6 @@ def test_the_case_page_verdict_is_the_ledgers_and_reads_its_point() -> None:
     the report implies (the recorded concurrencies of that config, read from the table)."""
     from vllm_playbooks.errors import ConfigError
     from vllm_playbooks.paths import data_dir
-    from vllm_playbooks.results.replay import replay_case
     from vllm_playbooks.results.store import load_reference, runs_file
 
     evidence = cases.load_evidence()  # what the page and the ledger page each read
@@ -239,10 +240,10 @@ def test_label_change_compares_two_configs_where_both_ran() -> None:
     change = compare.label_change(rows, "sched", "on")
     assert change["concurrency"].tolist() == [1, 8, 32]
     assert change["change_pct"].round(2).tolist() == [round(-100 * 2 / 150, 2), round(-100 * 20 / 120, 2), 12.5]
-    assert compare.label_change_text(change) == (
+    assert change_text.label_change_text(change) == (
         "`sched` against `on` (output_tok_s): within ±5 % at 1 (-1.3 %); -16.7 % at 8, +12.5 % at 32."
     )
-    assert compare.label_change_text(compare.label_change(rows, "sched", "not-measured")) == ""
+    assert change_text.label_change_text(compare.label_change(rows, "sched", "not-measured")) == ""
 
 
 def test_change_chain_takes_a_gap_apart_one_logged_difference_at_a_time() -> None:

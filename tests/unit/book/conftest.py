@@ -20,7 +20,9 @@ def tiny_notebook(check_source: str = CHECK_SOURCE) -> nbformat.NotebookNode:
     params = nbformat.v4.new_code_cell('mode = "replay"', id="params01")
     params.metadata["tags"] = ["parameters"]
     imports = nbformat.v4.new_code_cell(
-        "import os\nimport vllm_playbooks\nfrom vllm_playbooks import paths", id="import01"
+        "import os\nfrom vllm_playbooks import paths\n"
+        "from vllm_playbooks.book.page_kernel import set_up_page_kernel\n\nset_up_page_kernel()",
+        id="import01",
     )
     check = nbformat.v4.new_code_cell(check_source, id="check01")
     check.metadata["tags"] = ["nbval-check-output"]

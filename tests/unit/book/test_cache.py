@@ -32,7 +32,8 @@ from vllm_playbooks.book.cache import (
 READER = """
 import glob, os
 from pathlib import Path
-import vllm_playbooks
+from vllm_playbooks.book.page_kernel import set_up_page_kernel
+set_up_page_kernel()
 data = Path(os.environ["VLLM_PLAYBOOKS_DATA_DIR"])
 (data / "runs" / "a" / "runs.csv").read_text()
 os.chdir(data / "runs")
@@ -67,7 +68,10 @@ def test_without_a_data_folder_the_kernel_records_nothing_and_still_imports(tmp_
     log = tmp_path / "reads.log"
     log.touch()
     env = {k: v for k, v in os.environ.items() if k != "VLLM_PLAYBOOKS_DATA_DIR"} | {cache.READ_LOG_ENV: str(log)}
-    code = "import vllm_playbooks; open('x.txt', 'w').write('x'); open('x.txt').read()"
+    code = (
+        "from vllm_playbooks.book.page_kernel import set_up_page_kernel; set_up_page_kernel(); "
+        "open('x.txt', 'w').write('x'); open('x.txt').read()"
+    )
     subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, check=True)  # no _config.yml above tmp_path
     assert log.read_text() == ""
 

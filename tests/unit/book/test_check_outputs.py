@@ -1,4 +1,5 @@
-"""Stored check outputs that survive new data: strict on the data they were stored from, a refresh note on other data."""
+"""Stored check outputs that survive new data: strict on the data they were stored from, a refresh note on other
+data."""
 
 from __future__ import annotations
 
@@ -90,7 +91,8 @@ def test_new_data_asks_for_a_refresh_instead_of_failing(tiny_repo: Path, capsys:
 
 
 def _pair(tmp_path: Path, stored: str | None, ran: str | None) -> tuple[Path, Path]:
-    """A source whose check cell stored 'rows=1' with data digest ``stored``; a run that printed 'rows=2', read ``ran``."""
+    """A source whose check cell stored 'rows=1' with data digest ``stored``; a run that printed 'rows=2', read
+    ``ran``."""
     paths = []
     for name, text, digest in (("source", "rows=1\n", stored), ("ran", "rows=2\n", ran)):
         cell = nbformat.v4.new_code_cell("print(rows)", id="check01")

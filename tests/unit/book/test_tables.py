@@ -72,17 +72,3 @@ def test_row_labels_stay_and_row_numbers_go() -> None:
 
 def test_places_follow_the_size_of_a_column() -> None:
     assert [places_for(pd.Series(v)) for v in ([150.0], [15.0], [1.5], [0.15], [float("nan")])] == [0, 1, 2, 3, 0]
-
-
-def test_importing_the_package_in_a_notebook_kernel_sets_tables_for_people() -> None:
-    """In an IPython shell, importing vllm_playbooks makes every displayed DataFrame render through people_html."""
-    import subprocess
-    import sys
-
-    code = (
-        "from IPython.testing.globalipapp import start_ipython; shell = start_ipython(); import pandas as pd; "
-        "import vllm_playbooks; html = shell.display_formatter.formatters['text/html']; "
-        "print(html.lookup_by_type(pd.DataFrame).__qualname__)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["people_html"]

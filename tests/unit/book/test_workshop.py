@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import ROOT
-from vllm_playbooks.book import exercises, workshop
+from vllm_playbooks.book import engine_exercises, exercises, workshop
 from vllm_playbooks.book.notebooks import check_notebook, default_parameters
 from vllm_playbooks.book.workshop import WrongAnswer
 from vllm_playbooks.config import capacity
@@ -181,7 +181,7 @@ def test_littles_law_from_the_reported_numbers() -> None:
 
 
 def test_max_num_seqs_is_the_kv_cache_over_the_sequence_length() -> None:
-    solution = exercises.max_num_seqs_solution()
+    solution = engine_exercises.max_num_seqs_solution()
     engine = EngineConfig(label="t", model="llama-3.3-70b-awq", kv_cache_dtype="fp8", max_model_len=8192)
     budget = capacity.kv_budget(engine, 80.0, "A100 80GB")
     assert budget.kv_bytes_per_token == 2 * 80 * 8 * 128 * 1  # 80 layers, 8 KV heads of 128, fp8
@@ -196,8 +196,8 @@ def test_max_num_seqs_is_the_kv_cache_over_the_sequence_length() -> None:
 
 
 def test_a_draft_model_costs_sequences() -> None:
-    alone = exercises.max_num_seqs_solution().value["max_num_seqs"]
-    with_draft = exercises.max_num_seqs_solution(draft_model="llama-3.2-3b-awq", num_speculative_tokens=5)
+    alone = engine_exercises.max_num_seqs_solution().value["max_num_seqs"]
+    with_draft = engine_exercises.max_num_seqs_solution(draft_model="llama-3.2-3b-awq", num_speculative_tokens=5)
     assert with_draft.value["max_num_seqs"] < alone
 
 
@@ -210,13 +210,13 @@ def test_a_draft_model_costs_sequences() -> None:
     ],
 )
 def test_cuda_graph_decode_batch_by_hand(k: int, expected: int) -> None:
-    assert exercises.cuda_graphs_solution(num_speculative_tokens=k, max_num_seqs=256).value == expected
+    assert engine_exercises.cuda_graphs_solution(num_speculative_tokens=k, max_num_seqs=256).value == expected
 
 
 def test_cuda_graph_statement_says_which_batches_run_without_a_graph() -> None:
-    solution = exercises.cuda_graphs_solution()
+    solution = engine_exercises.cuda_graphs_solution()
     assert "decode batches of 129 to 256 sequences run without a full CUDA graph" in solution.statement
-    assert "every decode batch up to max_num_seqs=256 is graphed" in exercises.cuda_graphs_solution(1).statement
+    assert "every decode batch up to max_num_seqs=256 is graphed" in engine_exercises.cuda_graphs_solution(1).statement
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -422,13 +422,13 @@ def test_microbatches_from_the_raw_scrapes_by_hand(frozen_data: Path) -> None:
         before, "vllm:iteration_tokens_total_count"
     )
     tokens = _prom_value(after, "vllm:generation_tokens_total") - _prom_value(before, "vllm:generation_tokens_total")
-    solution = exercises.microbatches_solution(PP)
+    solution = engine_exercises.microbatches_solution(PP)
     assert solution.value["sequences_per_step"] == pytest.approx(tokens / steps)
     assert solution.value["running"] == pytest.approx(2 * tokens / steps)
     assert 0.95 * 64 < solution.value["running"] <= 64  # the cap, shared by the two microbatches
     assert set(solution.table.engine_label) == {"8b-pp1-mns64", "8b-pp2-mns64", "8b-tp2-mns64"}
     with pytest.raises(ConfigError, match="no recorded config 'nope'"):
-        exercises.microbatches_solution(PP, engine_label="nope")
+        engine_exercises.microbatches_solution(PP, engine_label="nope")
 
 
 @pytest.mark.slow

@@ -18,7 +18,8 @@ from vllm_playbooks.config.spec_detection import draft_type_after_override
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.model import speculative
 from vllm_playbooks.results.store import load_reference
-from vllm_playbooks.run.plan import load_plan, plan_file, plan_from_dict
+from vllm_playbooks.run.grid import plan_file
+from vllm_playbooks.run.plan import load_plan, plan_from_dict
 from vllm_playbooks.shapes import VLLM_NAME_MARKERS, get_shape
 
 MTP, EAGLE = "deepseek-mtp", "gpt-oss-eagle3"
@@ -104,7 +105,8 @@ def test_the_80gb_shape_runs_the_quick_and_deciding_parts_and_fits_80_gib() -> N
     """The quick and deciding parts of the DeepSeek case run the 16-expert shape, whose k = 1 configs pass the KV
     check on one 80 GiB GPU; the 32-expert configs stay in the grid and still decide the claims with their rows."""
     from vllm_playbooks.config.capacity import check_fits
-    from vllm_playbooks.run.plan import deciding_points, load_part
+    from vllm_playbooks.run.deciding import deciding_points
+    from vllm_playbooks.run.plan import load_part
 
     for part in ("quick", "decide-v3-speedup", "decide-pr12755"):
         plan = load_part(MTP, part)
@@ -188,7 +190,8 @@ def test_the_short_head_is_refused_for_the_long_profile() -> None:
 
 @pytest.mark.parametrize("case", [MTP, EAGLE])
 def test_the_parts_cover_the_grid_once_and_start_with_the_verdict(case: str) -> None:
-    from vllm_playbooks.run.plan import case_parts, grid_table, load_part
+    from vllm_playbooks.run.grid import grid_table
+    from vllm_playbooks.run.plan import case_parts, load_part
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -210,7 +213,8 @@ def test_parts_are_refused_when_unknown() -> None:
 
 
 def test_pages_get_the_plan_quietly_and_the_calls_to_run_it() -> None:
-    from vllm_playbooks.run.plan import part_calls, quiet_plan
+    from vllm_playbooks.run.grid import part_calls
+    from vllm_playbooks.run.plan import quiet_plan
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -18,7 +18,7 @@ import yaml
 from tests.conftest import ROOT
 from vllm_playbooks import cases
 from vllm_playbooks.book.toc import CASES_CAPTION, book_toc, case_pages
-from vllm_playbooks.claims.ledger import load_claims
+from vllm_playbooks.claims.loading import load_claims
 from vllm_playbooks.config import case_file
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.run.plan import load_plan
@@ -75,7 +75,7 @@ GRID = {
     "loads": [{"input_len": 256, "output_len": 64, "concurrency": [1, 4]}],
 }
 CHECK = '''"""A synthetic case: one check that says what its claim's published number is."""
-from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, check
+from vllm_playbooks.claims.claim import CheckResult, Claim, Evidence, check
 
 
 @check("synthetic_claim_holds")

@@ -11,6 +11,7 @@ import pytest
 from vllm_playbooks import cases
 from vllm_playbooks.cases import deepseek_mtp
 from vllm_playbooks.claims import ledger
+from vllm_playbooks.claims.claim import Evidence
 from vllm_playbooks.claims.verdict import Verdict
 from vllm_playbooks.results.schema import RUN_COLUMNS
 from vllm_playbooks.results.store import load_reference
@@ -88,9 +89,7 @@ def test_the_ledger_judges_the_fade_on_that_rule(published: pd.DataFrame) -> Non
             }
         )
     }
-    evidence = ledger.Evidence(
-        published=published, runs={"deepseek-mtp": _rows()}, deciding=deciding, checks=cases.checks()
-    )
+    evidence = Evidence(published=published, runs={"deepseek-mtp": _rows()}, deciding=deciding, checks=cases.checks())
     result = evidence.check("mtp_gain_falls_with_qps")(ledger.claim_of(CLAIM, evidence), evidence)
     assert result.rows == 2  # 1 QPS at the PR's acceptance, 8 QPS at the nearest one
     assert result.verdict is Verdict.NOT_REPRODUCED  # a 2× gain where the PR saw none (it was 'direction only')

@@ -1,4 +1,5 @@
-"""The report's acceptance in both vocabularies: V0's per-position rate (α for an i.i.d. chain) and V1's accepted / drafted."""
+"""The report's acceptance in both vocabularies: V0's per-position rate (α for an i.i.d. chain) and V1's accepted /
+drafted."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from vllm_playbooks.cases.gpt_oss_eagle3 import kv_pressure
+from vllm_playbooks.cases.gpt_oss_eagle3.step_costs import kv_pressure
 from vllm_playbooks.results.server_logs import startup_memory_of_rows
 
 CASE = "gpt-oss-eagle3"

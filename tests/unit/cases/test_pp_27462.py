@@ -18,11 +18,12 @@ import pytest  # noqa: E402
 from tests.conftest import FakeBench  # noqa: E402
 from tests.unit.run.test_case import factory  # noqa: E402
 from vllm_playbooks.analysis import whatif
-from vllm_playbooks.book import plots
+from vllm_playbooks.book import pipeline_plots, plots
 from vllm_playbooks.cases import pp_27462
+from vllm_playbooks.cases.pp_27462 import sweep as pp_sweep
 from vllm_playbooks.config.load import LoadPoint
 from vllm_playbooks.errors import CapacityError, ConfigError
-from vllm_playbooks.model import calibration, pipeline
+from vllm_playbooks.model import calibration, pipeline, prediction
 from vllm_playbooks.results import raw
 from vllm_playbooks.run import case as runner
 from vllm_playbooks.run.plan import load_plan
@@ -121,7 +122,7 @@ def test_one_gpu_prediction_is_the_closed_loop_roofline(fit: calibration.Efficie
         "output_len": 256,
         "num_speculative_tokens": 0,
     }
-    assert pred["tpot_ms"] == pytest.approx(calibration.predict_tpot_ms(row, fit))
+    assert pred["tpot_ms"] == pytest.approx(prediction.predict_tpot_ms(row, fit))
     assert pred["output_tok_s"] == pytest.approx(64 * 1000 / pred["tpot_ms"])
 
 
@@ -158,7 +159,7 @@ def test_planned_grid_counts_each_server_start_once(fit: calibration.EfficiencyF
     assert sweep.microbatch.tolist() == [16.0, 128.0]  # below the cap, the load sets the batch
     assert sweep.estimated_startup_s.tolist() == [60.0, 0.0]
     assert 40 < pp_27462.estimated_minutes(grid) < 90
-    assert pp_27462.predicted_best_pp(grid, "llama-3.1-8b") == "8b-pp2-mns256"
+    assert pp_sweep.predicted_best_pp(grid, "llama-3.1-8b") == "8b-pp2-mns256"
     assert pp_27462.planned_grid(load_plan(CASE, engines=["8b-pp1-mns32"])).columns.tolist()[-1] == "output_len"
 
 
@@ -258,13 +259,13 @@ def test_tp_sentence_for_the_shape_that_needs_two_gpus() -> None:
 def test_best_setting_and_the_sweep_call() -> None:
     assert pp_27462.best_pp_setting(STARVING, "llama-3.1-8b") == "pp2-256"
     assert pp_27462.best_pp_setting(STARVING, "llama-3.3-70b") is None
-    call = pp_27462.sweep_call("8b-pp2-mns256", [32, 64])
+    call = pp_sweep.sweep_call("8b-pp2-mns256", [32, 64])
     assert (
         call == "run_case(load_plan('pp-27462', engines=['8b-pp2-mns256'], concurrency=[32, 64])).raise_for_failures()"
     )
     rows = pd.concat([STARVING, pd.DataFrame([_row("pp2-256", "llama-3.1-8b", 1, 2, 256, 100.0, concurrency=32)])])
-    assert pp_27462.sweep_rows(rows, "pp2-256").concurrency.tolist() == [32, 512]
-    assert pp_27462.sweep_rows(rows, None).empty
+    assert pp_sweep.sweep_rows(rows, "pp2-256").concurrency.tolist() == [32, 512]
+    assert pp_sweep.sweep_rows(rows, None).empty
 
 
 def test_measurement_status_from_the_rows() -> None:
@@ -292,7 +293,7 @@ def test_live_runs_the_grid_then_sweeps_the_best_pp2_setting(data: Path, monkeyp
     monkeypatch.setattr(runner, "require_vllm", lambda: None)
     monkeypatch.setattr(runner, "require_gpu", lambda: None)  # the stand-in servers need no GPU
     engines = ["8b-pp1-mns32", "8b-pp2-mns32"]
-    df = pp_27462.results_with_sweep(
+    df = pp_sweep.results_with_sweep(
         CASE,
         "live",
         {"engines": engines, "min_duration_s": 0.001},
@@ -308,10 +309,10 @@ def test_live_runs_the_grid_then_sweeps_the_best_pp2_setting(data: Path, monkeyp
         ("8b-pp2-mns32", 4),
         ("8b-pp2-mns32", 64),
     ]
-    replay = pp_27462.results_with_sweep(CASE, "replay", {"engines": engines}, [4], "llama-3.1-8b")
+    replay = pp_sweep.results_with_sweep(CASE, "replay", {"engines": engines}, [4], "llama-3.1-8b")
     assert len(replay) == 3
     with pytest.raises(ConfigError, match="no saturated PP=2 row of llama-3.3-70b"):
-        pp_27462.results_with_sweep(
+        pp_sweep.results_with_sweep(
             CASE,
             "live",
             {"engines": ["8b-pp1-mns32"], "min_duration_s": 0.001},
@@ -330,7 +331,7 @@ def test_live_runs_the_grid_then_sweeps_the_best_pp2_setting(data: Path, monkeyp
 
 
 def test_throughput_figure_draws_one_line_per_layout() -> None:
-    ax = plots.by_max_num_seqs(pp_27462.saturated(STARVING), "output_tok_s_per_gpu", title="8B")
+    ax = pipeline_plots.by_max_num_seqs(pp_27462.saturated(STARVING), "output_tok_s_per_gpu", title="8B")
     assert len(ax.get_lines()) >= 3 and ax.get_title() == "8B"
     assert [t.get_text() for t in ax.get_xticklabels()] == ["32", "64", "128", "256"]
     labels = {t.get_text() for t in ax.get_legend().get_texts()}
@@ -339,9 +340,9 @@ def test_throughput_figure_draws_one_line_per_layout() -> None:
 
 
 def test_figures_without_rows_say_not_measured() -> None:
-    ax = plots.by_max_num_seqs(pp_27462.saturated(STARVING.iloc[0:0]), "output_tok_s", title="70B")
+    ax = pipeline_plots.by_max_num_seqs(pp_27462.saturated(STARVING.iloc[0:0]), "output_tok_s", title="70B")
     assert not ax.axison and ax.texts[0].get_text() == "70B: not measured yet"
-    ax = plots.gpu_utilization(pd.DataFrame(columns=["util_mean_pct", "gpu", "layout", "max_num_seqs"]))
+    ax = pipeline_plots.gpu_utilization(pd.DataFrame(columns=["util_mean_pct", "gpu", "layout", "max_num_seqs"]))
     assert ax.texts[0].get_text() == "no GPU samples recorded yet"
     ax = plots.sweep_vs_concurrency(STARVING.iloc[0:0], "output_tok_s")
     assert ax.texts[0].get_text() == "not measured yet"
@@ -364,7 +365,7 @@ def test_gpu_figure_one_line_per_gpu_and_layout() -> None:
             ]
         ]
     )
-    ax = plots.gpu_utilization(summary)
+    ax = pipeline_plots.gpu_utilization(summary)
     drawn = [line for line in ax.get_lines() if len(line.get_xdata()) > 0]
     assert len(drawn) >= 4 and ax.get_ylim() == (0.0, 105.0)
     ys = sorted(y for line in drawn for y in line.get_ydata())
@@ -375,22 +376,22 @@ def test_gpu_figure_one_line_per_gpu_and_layout() -> None:
 @pytest.mark.recorded_data
 def test_the_sweep_engine_measured_else_predicted_else_none(fit: calibration.EfficiencyFit) -> None:
     grid = pp_27462.planned_grid(load_plan(CASE), fit)
-    assert pp_27462.sweep_engine(STARVING.iloc[0:0], grid, "llama-3.1-8b") == "8b-pp2-mns256"  # predicted
-    assert pp_27462.sweep_engine(STARVING, grid, "llama-3.1-8b") == "pp2-256"  # measured wins
-    assert pp_27462.sweep_engine(STARVING, grid, None) is None
-    assert pp_27462.sweep_grid(CASE, None, [32], fit).empty and pp_27462.estimated_minutes(pd.DataFrame()) == 0.0
-    sweep = pp_27462.sweep_grid(CASE, "8b-pp2-mns256", [32, 1024], fit)
+    assert pp_sweep.sweep_engine(STARVING.iloc[0:0], grid, "llama-3.1-8b") == "8b-pp2-mns256"  # predicted
+    assert pp_sweep.sweep_engine(STARVING, grid, "llama-3.1-8b") == "pp2-256"  # measured wins
+    assert pp_sweep.sweep_engine(STARVING, grid, None) is None
+    assert pp_sweep.sweep_grid(CASE, None, [32], fit).empty and pp_27462.estimated_minutes(pd.DataFrame()) == 0.0
+    sweep = pp_sweep.sweep_grid(CASE, "8b-pp2-mns256", [32, 1024], fit)
     assert sweep.concurrency.tolist() == [32, 1024] and sweep.estimated_startup_s.tolist() == [60.0, 0.0]
-    assert pp_27462.sweep_note(None, [32], 0).startswith("No concurrency sweep")
-    assert "run_case(load_plan('pp-27462', engines=['x'], concurrency=[32]))" in pp_27462.sweep_note("x", [32], 2)
+    assert pp_sweep.sweep_note(None, [32], 0).startswith("No concurrency sweep")
+    assert "run_case(load_plan('pp-27462', engines=['x'], concurrency=[32]))" in pp_sweep.sweep_note("x", [32], 2)
 
 
 def test_a_layout_keeps_its_colour_across_figures() -> None:
-    order, palette = plots.layout_palette(["TP=2", "PP=2"])
-    full_order, full = plots.layout_palette(["PP=1", "PP=2", "TP=2"])
+    order, palette = pipeline_plots.layout_palette(["TP=2", "PP=2"])
+    full_order, full = pipeline_plots.layout_palette(["PP=1", "PP=2", "TP=2"])
     assert order == ["PP=2", "TP=2"] and full_order == ["PP=1", "PP=2", "TP=2"]
     assert palette["PP=2"] == full["PP=2"] and palette["TP=2"] == full["TP=2"] != full["PP=2"]
-    ax = plots.by_max_num_seqs(
+    ax = pipeline_plots.by_max_num_seqs(
         pp_27462.saturated(_frame(pp1={}, pp2={32: 1.0, 64: 2.0}, tp2={32: 2.0})), "output_tok_s"
     )
     colours = {t.get_text(): h.get_color() for t, h in zip(ax.get_legend().get_texts(), ax.get_legend().legend_handles)}
@@ -472,7 +473,7 @@ def test_the_sweep_setting_comes_from_the_gpu_that_measured_last() -> None:
     )
     rows = pd.concat([recorded, ours], ignore_index=True)
     assert pp_27462.best_pp_setting(rows, "llama-3.1-8b") == "pp2-64"
-    here = pp_27462.rows_of_newest_gpu(rows)
+    here = pp_sweep.rows_of_newest_gpu(rows)
     assert set(here["gpu_name"]) == {"NVIDIA A100-SXM4-80GB"} and len(here) == len(STARVING)
     assert pp_27462.best_pp_setting(here, "llama-3.1-8b") == "pp2-256"
-    assert pp_27462.rows_of_newest_gpu(rows.iloc[0:0]).empty
+    assert pp_sweep.rows_of_newest_gpu(rows.iloc[0:0]).empty

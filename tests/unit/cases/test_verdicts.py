@@ -9,6 +9,8 @@ import pytest
 
 from vllm_playbooks.analysis import kbest, profiles, versus_model
 from vllm_playbooks.cases import deepseek_mtp, gpt_oss_eagle3
+from vllm_playbooks.cases.deepseek_mtp import draft_tokens
+from vllm_playbooks.cases.gpt_oss_eagle3 import step_costs
 from vllm_playbooks.results.store import load_reference
 
 PROFILES = {"chat": (230, 203), "swe": (13000, 203)}
@@ -110,12 +112,12 @@ def _k_rows() -> pd.DataFrame:
 
 
 def test_best_k_by_load_compares_at_one_first_position_acceptance() -> None:
-    best = deepseek_mtp.best_k_by_load(deepseek_mtp.k_sweep(_k_rows(), "deepseek-v3-reduced"))
+    best = draft_tokens.best_k_by_load(draft_tokens.k_sweep(_k_rows(), "deepseek-v3-reduced"))
     assert best.load.tolist() == ["concurrency 1", "concurrency 64"]
     assert best.best_k.tolist() == [3, 2]
     assert best.speedup.tolist() == pytest.approx([30 / 12, 30 / 24])
     assert best.k1_speedup.tolist() == pytest.approx([30 / 20, 30 / 25])
-    none = deepseek_mtp.best_k_by_load(deepseek_mtp.k_sweep(_k_rows(), "mimo-7b"))  # no row of that shape chosen
+    none = draft_tokens.best_k_by_load(draft_tokens.k_sweep(_k_rows(), "mimo-7b"))  # no row of that shape chosen
     assert none.empty and list(none.columns) == list(best.columns)
 
 
@@ -206,11 +208,11 @@ def _stepped(steps: dict[int, tuple[float, float, float, float]]) -> pd.DataFram
 
 def test_step_factors_split_the_gain_into_saved_steps_and_step_cost() -> None:
     rows = _stepped({16: (60.0, 30.0, 40.0, 84.0), 64: (24.0, 9.0, 90.0, 198.0)})
-    factors = gpt_oss_eagle3.step_factors(rows, PROFILES, "eagle3-k3-a0.71").set_index("concurrency")
+    factors = step_costs.step_factors(rows, PROFILES, "eagle3-k3-a0.71").set_index("concurrency")
     assert factors.fewer_steps_x.tolist() == pytest.approx([2.0, 24 / 9])
     assert factors.step_cost_x.tolist() == pytest.approx([2.1, 2.2])
     assert factors.gain_pct.tolist() == pytest.approx([100 * (2.0 / 2.1 - 1), 100 * (24 / 9 / 2.2 - 1)])
-    assert gpt_oss_eagle3.step_factors(rows, PROFILES, "eagle3-k2-a0.71").empty  # another engine: nothing to split
+    assert step_costs.step_factors(rows, PROFILES, "eagle3-k2-a0.71").empty  # another engine: nothing to split
 
 
 def test_latency_gains_count_lower_as_better() -> None:
@@ -335,7 +337,7 @@ def _band_rows() -> pd.DataFrame:
 
 
 def test_acceptance_band_compares_the_ends_at_each_load() -> None:
-    band = deepseek_mtp.acceptance_band(deepseek_mtp.k_sweep(_band_rows(), "deepseek-v3-reduced"))
+    band = draft_tokens.acceptance_band(draft_tokens.k_sweep(_band_rows(), "deepseek-v3-reduced"))
     assert band.load.tolist() == ["1 QPS", "1 QPS", "concurrency 1", "concurrency 1", "concurrency 64"]
     assert band.imposed_alpha.tolist() == [0.81, 0.9, 0.81, 0.9, 0.81]
     assert band.mean_acceptance_length.tolist() == [1.81, 1.9, 1.81, 1.9, 1.81]
@@ -358,12 +360,12 @@ def _draft_cost_case() -> tuple[pd.DataFrame, pd.DataFrame]:
             "draft_fixed_cost_ms": 1.7,
         }
     )
-    return deepseek_mtp.k_sweep(pd.DataFrame(rows), "deepseek-v3-reduced"), predicted
+    return draft_tokens.k_sweep(pd.DataFrame(rows), "deepseek-v3-reduced"), predicted
 
 
 def test_the_draft_cost_a_measured_pair_implies() -> None:
     sweep, predicted = _draft_cost_case()
-    table = deepseek_mtp.draft_cost_beside_model(sweep, predicted)
+    table = draft_tokens.draft_cost_beside_model(sweep, predicted)
     # closed loop only: the 1-QPS row has no batch to compare with
     assert table.engine_label.tolist() == ["mtp-k1-a0.85", "mtp-k1-a0.85", "mtp-k3-p0.85"]
     c = [3.0 * 1.85 / 5 - 1, 4.0 * 1.85 / 5 - 1, (2.5 * 2.7 / 5 - 1) / 3]
@@ -371,8 +373,8 @@ def test_the_draft_cost_a_measured_pair_implies() -> None:
     assert table.draft_ms_measured.tolist() == pytest.approx([5 * x for x in c])
     # beyond the model's reads: measured draft time less (model draft time - the fixed cost it charged)
     assert table.beyond_reads_ms.tolist() == pytest.approx([5 * c[0] - 0.3, 5 * c[1] - 0.4, 5 * c[2] - 0.3])
-    assert deepseek_mtp.draft_fixed_cost_ms(table) == pytest.approx((5 * c[0] - 0.3 + 5 * c[2] - 0.3) / 2)
-    assert deepseek_mtp.draft_fixed_cost_ms(table.iloc[0:0]) != deepseek_mtp.draft_fixed_cost_ms(table.iloc[0:0])  # NaN
+    assert draft_tokens.draft_fixed_cost_ms(table) == pytest.approx((5 * c[0] - 0.3 + 5 * c[2] - 0.3) / 2)
+    assert draft_tokens.draft_fixed_cost_ms(table.iloc[0:0]) != draft_tokens.draft_fixed_cost_ms(table.iloc[0:0])  # NaN
 
 
 def test_predictions_with_another_draft_fixed_cost_side_by_side() -> None:
@@ -386,7 +388,7 @@ def test_predictions_with_another_draft_fixed_cost_side_by_side() -> None:
         }
     )
     after = before.assign(draft_fixed_cost_ms=0.2, c=[0.1, 0.05, 0.1], speedup=[1.4, 1.5, 1.6])
-    change = deepseek_mtp.fixed_cost_change(before, after)
+    change = draft_tokens.fixed_cost_change(before, after)
     assert change.columns.tolist() == [
         "config",
         "batch",
@@ -422,9 +424,9 @@ def _scale_case() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
 
 def test_added_step_time_is_tpot_times_acceptance_length_less_the_spec_off_step() -> None:
     speedups, before, after = _scale_case()
-    table = deepseek_mtp.added_step_time(speedups, before, after)
+    table = draft_tokens.added_step_time(speedups, before, after)
     # without model tables every closed-loop pair is kept, model columns NaN
-    every = deepseek_mtp.added_step_time(speedups)
+    every = draft_tokens.added_step_time(speedups)
     assert sorted(every.engine_label) == ["big-k1", "big-k1", "big-k1-a0.9", "small-k1"]
     assert every.added_ms_before.isna().all() and every.speedup_after.isna().all()
     assert sorted(every.position_1_rate) == [0.85, 0.85, 0.85, 0.9]
@@ -475,7 +477,7 @@ def test_step_cost_by_alpha_spreads_the_alpha_runs_of_one_k() -> None:
             (0.61, 200): 80.0,
         }
     )
-    table = gpt_oss_eagle3.step_cost_by_alpha(rows, PROFILES, overlapped=["k3-a0.71/c64"]).set_index("concurrency")
+    table = step_costs.step_cost_by_alpha(rows, PROFILES, overlapped=["k3-a0.71/c64"]).set_index("concurrency")
     assert table.index.tolist() == [1, 64]  # 200 has one α only; the k = 2 row is not k = 3
     assert table.spread_pct.tolist() == pytest.approx([2.0, 12.5])
     assert table.loc[64, ["alpha_fast", "alpha_slow"]].tolist() == [0.61, 0.71]

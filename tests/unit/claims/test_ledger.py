@@ -14,7 +14,9 @@ from tests.conftest import FROZEN, ROOT
 from vllm_playbooks import cases
 from vllm_playbooks.analysis import whatif
 from vllm_playbooks.cases import discussion_13834
+from vllm_playbooks.claims import claim as claims_claim
 from vllm_playbooks.claims import ledger as claims_ledger
+from vllm_playbooks.claims import loading as claims_loading
 from vllm_playbooks.claims import verdict as claims_verdict
 from vllm_playbooks.config.case_file import calibration_cases
 from vllm_playbooks.config.engine import EngineConfig
@@ -35,18 +37,18 @@ def published() -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def claims(published: pd.DataFrame) -> dict[str, claims_ledger.Claim]:
-    return {c.claim_id: c for c in claims_ledger.load_claims(published=published)}
+def claims(published: pd.DataFrame) -> dict[str, claims_claim.Claim]:
+    return {c.claim_id: c for c in claims_loading.load_claims(published=published)}
 
 
 @pytest.fixture(scope="module")
-def evidence() -> claims_ledger.Evidence:
+def evidence() -> claims_claim.Evidence:
     """What the ledger reads from the recorded data (the tests that take it are ``recorded_data``)."""
     return cases.load_evidence()
 
 
 @pytest.fixture(scope="module")
-def ledger(evidence: claims_ledger.Evidence) -> pd.DataFrame:
+def ledger(evidence: claims_claim.Evidence) -> pd.DataFrame:
     """The ledger on the recorded data, as the ledger page builds it."""
     return claims_ledger.build_ledger(evidence)
 
@@ -89,8 +91,8 @@ def _row(case: str, label: str, concurrency: float | None, value: float, **chang
     return row
 
 
-def _evidence(published: pd.DataFrame, case: str, rows: list[dict[str, Any]], **kw: Any) -> claims_ledger.Evidence:
-    return claims_ledger.Evidence(published=published, runs={case: pd.DataFrame(rows, columns=RUN_COLUMNS)}, **kw)
+def _evidence(published: pd.DataFrame, case: str, rows: list[dict[str, Any]], **kw: Any) -> claims_claim.Evidence:
+    return claims_claim.Evidence(published=published, runs={case: pd.DataFrame(rows, columns=RUN_COLUMNS)}, **kw)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -99,9 +101,7 @@ def _evidence(published: pd.DataFrame, case: str, rows: list[dict[str, Any]], **
 
 
 @pytest.mark.recorded_data
-def test_the_ledger_covers_every_claim_in_the_file(
-    claims: dict[str, claims_ledger.Claim], ledger: pd.DataFrame
-) -> None:
+def test_the_ledger_covers_every_claim_in_the_file(claims: dict[str, claims_claim.Claim], ledger: pd.DataFrame) -> None:
     assert ledger.claim.drop_duplicates().tolist() == list(claims)  # in the file's order, a claim's lines together
     assert claims_ledger.headline_lines(ledger).claim.tolist() == list(claims)
     assert set(ledger.verdict) <= {str(v) for v in V}
@@ -109,7 +109,7 @@ def test_the_ledger_covers_every_claim_in_the_file(
     assert (ledger.published.str.len() > 0).all()
 
 
-def test_every_source_exists_in_published(claims: dict[str, claims_ledger.Claim], published: pd.DataFrame) -> None:
+def test_every_source_exists_in_published(claims: dict[str, claims_claim.Claim], published: pd.DataFrame) -> None:
     ids = set(zip(published.case, published.claim_id, strict=True))
     for claim in claims.values():
         assert claim.sources
@@ -117,7 +117,7 @@ def test_every_source_exists_in_published(claims: dict[str, claims_ledger.Claim]
             assert (claim.case, source) in ids, (claim.claim_id, source)
 
 
-def test_every_case_and_the_rules_have_a_claim(claims: dict[str, claims_ledger.Claim], published: pd.DataFrame) -> None:
+def test_every_case_and_the_rules_have_a_claim(claims: dict[str, claims_claim.Claim], published: pd.DataFrame) -> None:
     assert {c.case for c in claims.values()} == set(published.case)
     assert {c.check for c in claims.values()} == set(CHECKS)
 
@@ -142,7 +142,7 @@ def _claims_file(tmp_path: Path, twice: bool = False, **changes: str) -> Path:
     target = tmp_path / "discussion_13834" / "claims.csv"
     target.parent.mkdir(parents=True)
     with target.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=claims_ledger.CLAIMS_COLUMNS)
+        writer = csv.DictWriter(handle, fieldnames=claims_loading.CLAIMS_COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
     return target
@@ -150,39 +150,39 @@ def _claims_file(tmp_path: Path, twice: bool = False, **changes: str) -> Path:
 
 def test_an_unknown_check_is_refused_with_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"row 1 .*unknown check 'spec_is_slow'; known checks: acceptance_bands"):
-        claims_ledger.load_claims(path=_claims_file(tmp_path, check="spec_is_slow"), checks=CHECKS)
+        claims_loading.load_claims(path=_claims_file(tmp_path, check="spec_is_slow"), checks=CHECKS)
     with pytest.raises(ConfigError, match="unknown check 'nope'; known checks: acceptance_bands"):
         cases.load_evidence(tmp_path).check("nope")
     with pytest.raises(ConfigError, match="unknown check 'acceptance_bands'; known checks: none"):
-        claims_ledger.Evidence(published=load_reference()).check("acceptance_bands")  # loaded without the checks
+        claims_claim.Evidence(published=load_reference()).check("acceptance_bands")  # loaded without the checks
 
 
 def test_a_missing_source_a_duplicate_and_an_empty_cell_are_refused(tmp_path: Path, published: pd.DataFrame) -> None:
     with pytest.raises(SchemaError, match=r"no published row \['output-tok-s-spec-of'\]"):
-        claims_ledger.load_claims(published=published, path=_claims_file(tmp_path, sources="output-tok-s-spec-of"))
+        claims_loading.load_claims(published=published, path=_claims_file(tmp_path, sources="output-tok-s-spec-of"))
     with pytest.raises(SchemaError, match="appears twice"):
-        claims_ledger.load_claims(path=_claims_file(tmp_path / "twice", twice=True))
+        claims_loading.load_claims(path=_claims_file(tmp_path / "twice", twice=True))
     with pytest.raises(SchemaError, match="every column needs a value"):
-        claims_ledger.load_claims(path=_claims_file(tmp_path / "empty", text=" "))
+        claims_loading.load_claims(path=_claims_file(tmp_path / "empty", text=" "))
 
 
 def test_a_check_may_read_only_its_claims_sources(
-    claims: dict[str, claims_ledger.Claim], published: pd.DataFrame
+    claims: dict[str, claims_claim.Claim], published: pd.DataFrame
 ) -> None:
-    ev = claims_ledger.Evidence(published=published)
+    ev = claims_claim.Evidence(published=published)
     with pytest.raises(SchemaError, match="does not list as a source"):
         ev.value(claims["deepseek-v3-mtp-speedup"], "pr12755-speedup-qps1")
 
 
 def test_a_data_verdict_needs_rows_and_a_model_verdict_is_a_data_one() -> None:
     with pytest.raises(ValueError, match="data verdicts need rows"):
-        claims_ledger.CheckResult("p", "m", V.REPRODUCED, rows=0)
+        claims_claim.CheckResult("p", "m", V.REPRODUCED, rows=0)
     with pytest.raises(ValueError, match="data verdicts need rows"):
-        claims_ledger.CheckResult("p", "m", V.NOT_MEASURED, rows=2)
+        claims_claim.CheckResult("p", "m", V.NOT_MEASURED, rows=2)
     with pytest.raises(ValueError, match="a model verdict is one of"):
-        claims_ledger.CheckResult("p", "m", V.NOT_MEASURED, model_verdict=V.MODEL_ONLY)
+        claims_claim.CheckResult("p", "m", V.NOT_MEASURED, model_verdict=V.MODEL_ONLY)
     with pytest.raises(ValueError, match="needs the model's verdict"):
-        claims_ledger.CheckResult("p", "m", V.MODEL_ONLY)
+        claims_claim.CheckResult("p", "m", V.MODEL_ONLY)
 
 
 def test_every_verdict_has_a_meaning_on_the_page() -> None:
@@ -252,7 +252,9 @@ def test_13834_follows_the_rows_at_the_reported_load(
     assert "concurrency 32" in result.measured
 
 
-def test_13834_at_low_load_or_other_settings_is_not_measured_yet(claims, published) -> None:  # type: ignore[no-untyped-def]
+def test_13834_at_low_load_or_other_settings_is_not_measured_yet(  # type: ignore[no-untyped-def]
+    claims, published
+) -> None:
     check = CHECKS["spec_slower_at_reported_load"]
     low = check(claims["discussion-13834-slower"], _evidence(published, CASE_13834, _pair_13834(1, 40.0, 60.0)))
     assert low.verdict is V.NOT_MEASURED and "+50.0 % at concurrency 1" in low.measured
@@ -275,7 +277,7 @@ def test_13834_model_line_uses_the_fit(claims, published) -> None:  # type: igno
 
     fit = calibration.fit_efficiency(whatif.calibration_rows(), "H200-SXM")
     result = CHECKS["spec_slower_at_reported_load"](
-        claims["discussion-13834-slower"], claims_ledger.Evidence(published=published, fit=fit)
+        claims["discussion-13834-slower"], claims_claim.Evidence(published=published, fit=fit)
     )
     predicted = discussion_13834.predict_13834_a100(fit, concurrency=32)
     assert f"{predicted['output_tok_s_on']:.0f} output tok/s" in result.model_says
@@ -285,9 +287,10 @@ def test_13834_model_line_uses_the_fit(claims, published) -> None:  # type: igno
 
 
 @pytest.mark.recorded_data
-def test_the_ledgers_fit_is_the_case_pages_fit(evidence: claims_ledger.Evidence) -> None:
-    """The ledger fits on the same rows as the pages' model (``analysis.whatif.calibration_rows``): without the batch-size
-    schedules and the runner-forcing controls, which its own reading of the data folder must leave out too."""
+def test_the_ledgers_fit_is_the_case_pages_fit(evidence: claims_claim.Evidence) -> None:
+    """The ledger fits on the same rows as the pages' model (``analysis.whatif.calibration_rows``): without the
+    batch-size schedules and the runner-forcing controls, which its own reading of the data folder must leave out
+    too."""
     from vllm_playbooks.results.replay import replay_rows
 
     rows = whatif.calibration_rows()
@@ -301,7 +304,9 @@ MTP = "deepseek-mtp"
 @pytest.mark.parametrize(
     ("on", "rate", "expected"), [(5.6, 0.87, V.REPRODUCED), (11.0, 0.87, V.NOT_REPRODUCED), (5.6, 0.60, V.NOT_MEASURED)]
 )
-def test_mtp_speedup_at_the_reported_acceptance(claims, published, on: float, rate: float, expected) -> None:  # type: ignore[no-untyped-def]
+def test_mtp_speedup_at_the_reported_acceptance(  # type: ignore[no-untyped-def]
+    claims, published, on: float, rate: float, expected
+) -> None:
     rows = [
         _row(MTP, "off", 1, 100.0, tpot_mean_ms=10.0, model_shape="deepseek-v3-reduced"),
         _row(
@@ -360,7 +365,9 @@ def _qps_rows(speedups: dict[float, float], shape: str = "deepseek-v3-reduced") 
         ({3.0: 1.3}, V.NOT_MEASURED),  # a rate the PR did not publish, below the bound
     ],
 )
-def test_mtp_gain_by_qps(claims, published, speedups: dict[float, float], expected) -> None:  # type: ignore[no-untyped-def]
+def test_mtp_gain_by_qps(  # type: ignore[no-untyped-def]
+    claims, published, speedups: dict[float, float], expected
+) -> None:
     check = CHECKS["mtp_gain_falls_with_qps"]
     result = check(claims["pr12755-mtp-gain-by-qps"], _evidence(published, MTP, _qps_rows(speedups)))
     assert result.verdict is expected
@@ -394,7 +401,9 @@ def _eagle_rows(changes: dict[int, float], k: int = 3, label: str = "eagle3-k3")
         ({1: 1.15, 32: 1.12}, V.NOT_MEASURED),  # nothing near 200 yet
     ],
 )
-def test_eagle3_gain_up_to_200(claims, published, changes: dict[int, float], expected) -> None:  # type: ignore[no-untyped-def]
+def test_eagle3_gain_up_to_200(  # type: ignore[no-untyped-def]
+    claims, published, changes: dict[int, float], expected
+) -> None:
     result = CHECKS["gain_up_to_concurrency"](
         claims["gpt-oss-eagle3-200-concurrent"], _evidence(published, EAGLE, _eagle_rows(changes))
     )
@@ -423,7 +432,7 @@ def test_a_verdict_rests_on_its_deciding_points_only(claims, published) -> None:
 
 @pytest.mark.recorded_data
 def test_the_recorded_evidence_names_the_deciding_points_of_the_claims_a_part_decides() -> None:
-    from vllm_playbooks.run.plan import deciding_points
+    from vllm_playbooks.run.deciding import deciding_points
 
     evidence = cases.load_evidence()
     assert set(evidence.deciding) >= {"discussion-13834-slower", "gpt-oss-eagle3-200-concurrent"}
@@ -483,7 +492,9 @@ def test_eagle3_best_draft_tokens_per_length_profile(claims, published) -> None:
         ({2: 1100.0, 3: 1150.0}, V.NOT_MEASURED),
     ],
 )
-def test_eagle3_best_draft_tokens(claims, published, by_k: dict[int, float], expected) -> None:  # type: ignore[no-untyped-def]
+def test_eagle3_best_draft_tokens(  # type: ignore[no-untyped-def]
+    claims, published, by_k: dict[int, float], expected
+) -> None:
     rows = [_row(EAGLE, f"k{k}", 16, v, k=k, method="eagle3", imposed_alpha=0.7) for k, v in by_k.items()]
     result = CHECKS["best_draft_tokens"](claims["gpt-oss-eagle3-draft-tokens"], _evidence(published, EAGLE, rows))
     assert result.verdict is expected
@@ -511,7 +522,9 @@ def _pp_rows(pp1: float, pp2: float, pp2_at_2n: float) -> list[dict[str, Any]]:
         (1000.0, 1100.0, V.NOT_REPRODUCED),
     ],  # the fix does not pay
 )
-def test_pp_cap_is_the_pages_comparison(claims, published, pp2: float, pp2_at_2n: float, expected) -> None:  # type: ignore[no-untyped-def]
+def test_pp_cap_is_the_pages_comparison(  # type: ignore[no-untyped-def]
+    claims, published, pp2: float, pp2_at_2n: float, expected
+) -> None:
     result = CHECKS["pp_cap_starves_stages"](
         claims["issue-27462-pp-starves"], _evidence(published, PP, _pp_rows(1000.0, pp2, pp2_at_2n))
     )
@@ -556,7 +569,9 @@ def test_pp_cap_on_the_recorded_runs(ledger: pd.DataFrame) -> None:
         (0.7, 0.9, V.NOT_REPRODUCED),
     ],
 )
-def test_acceptance_bands(claims, published, rate: float, speedup: float, expected) -> None:  # type: ignore[no-untyped-def]
+def test_acceptance_bands(  # type: ignore[no-untyped-def]
+    claims, published, rate: float, speedup: float, expected
+) -> None:
     rows = [
         _row("any", "off", 1, 100.0),
         _row(
@@ -574,7 +589,9 @@ def test_acceptance_bands(claims, published, rate: float, speedup: float, expect
     assert result.verdict is expected and result.rows == 1
 
 
-def test_acceptance_bands_are_judged_on_the_re_measured_points_once_there_are_any(claims, published) -> None:  # type: ignore[no-untyped-def]
+def test_acceptance_bands_are_judged_on_the_re_measured_points_once_there_are_any(  # type: ignore[no-untyped-def]
+    claims, published
+) -> None:
     """A point run three times a side is judged; a single-run point beside it is an anecdote, set aside and counted.
     Alone, the single run at 0.4 (a 40 % gain where the band expects a loss) would make the rule not reproduced."""
     spec = dict(k=4, acceptance_rate=0.7, mean_acceptance_length=3.8, draft_model="llama-3.2-1b")
@@ -587,7 +604,7 @@ def test_acceptance_bands_are_judged_on_the_re_measured_points_once_there_are_an
     assert "1 of 1 re-measured points" in result.measured and "acceptance 0.70–0.70" in result.measured
     assert "(by the effect their band expects: gain 1 of 1)" in result.measured  # the single run's band is not counted
     assert result.measured.endswith("set aside: 1 points with fewer clean runs, 0 of which behave as their band says")
-    assert claims_ledger.noise_of(result.pairs)["min_clean_repeats"] == 3
+    assert claims_claim.noise_of(result.pairs)["min_clean_repeats"] == 3
     alone = check(claims["rule-acceptance-bands"], _evidence(published, "any", single))  # no repeats: every point
     assert alone.verdict is V.NOT_REPRODUCED and alone.rows == 1 and "set aside" not in alone.measured
     assert "any on NVIDIA H200 at concurrency 1: acceptance 0.40 (expects loss) gave +40.0 %" in alone.measured
@@ -617,7 +634,9 @@ def test_acceptance_bands_model_is_the_draft_cost(claims, published) -> None:  #
     assert "break-even acceptance rate 0.20" in result.model_says and result.model_verdict is V.NOT_REPRODUCED
 
 
-def test_acceptance_bands_model_names_a_config_without_draft_model_by_its_method(claims, published) -> None:  # type: ignore[no-untyped-def]
+def test_acceptance_bands_model_names_a_config_without_draft_model_by_its_method(  # type: ignore[no-untyped-def]
+    claims, published
+) -> None:
     rows = [
         _row("any", "off", 1, 100.0, model_shape="mimo-7b"),
         _row(
@@ -641,7 +660,9 @@ def test_acceptance_bands_model_names_a_config_without_draft_model_by_its_method
     ("shape", "kv", "expected"),
     [("llama-3.3-70b-awq", "fp8", V.REPRODUCED), ("llama-3.1-8b", "auto", V.NOT_REPRODUCED)],
 )
-def test_compute_bound_batch_is_model_only(claims, published, shape: str, kv: str, expected) -> None:  # type: ignore[no-untyped-def]
+def test_compute_bound_batch_is_model_only(  # type: ignore[no-untyped-def]
+    claims, published, shape: str, kv: str, expected
+) -> None:
     rows = [_row("any", "off", 1, 100.0, model_shape=shape, kv_cache_dtype=kv, input_len=1240, output_len=128)]
     result = CHECKS["compute_bound_batch"](claims["rule-batch-64-compute-bound"], _evidence(published, "any", rows))
     assert result.verdict is V.MODEL_ONLY and result.model_verdict is expected
@@ -649,12 +670,14 @@ def test_compute_bound_batch_is_model_only(claims, published, shape: str, kv: st
 
 def test_compute_bound_batch_without_rows_says_so(claims, published) -> None:  # type: ignore[no-untyped-def]
     result = CHECKS["compute_bound_batch"](
-        claims["rule-batch-64-compute-bound"], claims_ledger.Evidence(published=published)
+        claims["rule-batch-64-compute-bound"], claims_claim.Evidence(published=published)
     )
     assert result.verdict is V.NOT_MEASURED and result.model_verdict is None
 
 
-def test_temperature_cannot_be_measured_with_imposed_acceptance(claims, published) -> None:  # type: ignore[no-untyped-def]
+def test_temperature_cannot_be_measured_with_imposed_acceptance(  # type: ignore[no-untyped-def]
+    claims, published
+) -> None:
     rows = [_row("any", "off", 1, 100.0), _row("any", "spec", 1, 120.0, k=4, imposed_acceptance_rates="[0.8]")]
     result = CHECKS["temperature_rule"](claims["rule-temperature"], _evidence(published, "any", rows))
     assert result.verdict is V.NOT_MEASURED and result.measured.startswith("0 recorded speculative row(s) with earned")
@@ -689,18 +712,22 @@ def _startups(kv_tokens: int, preemptions: int, rows: int = 3, gpu: str = "NVIDI
         (200_000, 0, 0, V.NOT_MEASURED),
     ],
 )
-def test_kv_fit(claims, published, kv_tokens: int, preemptions: int, rows: int, expected) -> None:  # type: ignore[no-untyped-def]
-    ev = claims_ledger.Evidence(published=published, startups=_startups(kv_tokens, preemptions, rows))
+def test_kv_fit(  # type: ignore[no-untyped-def]
+    claims, published, kv_tokens: int, preemptions: int, rows: int, expected
+) -> None:
+    ev = claims_claim.Evidence(published=published, startups=_startups(kv_tokens, preemptions, rows))
     result = CHECKS["kv_product_fits"](claims["rule-kv-fit"], ev)
     assert result.verdict is expected
 
 
-def test_kv_fit_tells_one_line_per_config_and_gpu_with_every_start_up_judged(claims, published) -> None:  # type: ignore[no-untyped-def]
+def test_kv_fit_tells_one_line_per_config_and_gpu_with_every_start_up_judged(  # type: ignore[no-untyped-def]
+    claims, published
+) -> None:
     """Two start-ups of one config on one GPU make one line (the span of their caches, their rows summed); a third
     on another GPU makes its own; each start-up is still one judged point, and one with preemptions agrees."""
     starts = pd.concat([_startups(200_000, 0), _startups(210_000, 0, rows=2), _startups(100_000, 4, gpu="NVIDIA H100")])
     result = CHECKS["kv_product_fits"](
-        claims["rule-kv-fit"], claims_ledger.Evidence(published=published, startups=starts)
+        claims["rule-kv-fit"], claims_claim.Evidence(published=published, startups=starts)
     )
     assert result.rows == 3 and result.verdict is V.NOT_REPRODUCED
     assert result.measured == (
@@ -713,10 +740,10 @@ def test_kv_fit_tells_one_line_per_config_and_gpu_with_every_start_up_judged(cla
 
 def test_batching_defaults_follow_the_table(claims, published) -> None:  # type: ignore[no-untyped-def]
     check, claim = CHECKS["batching_defaults_table"], claims["rule-batching-defaults"]
-    assert check(claim, claims_ledger.Evidence(published=published)).model_verdict is V.REPRODUCED
+    assert check(claim, claims_claim.Evidence(published=published)).model_verdict is V.REPRODUCED
     wrong = published.copy()
     wrong.loc[wrong.claim_id == "defaults-max-num-seqs-small-server", "value"] = 512.0
-    result = check(claim, claims_ledger.Evidence(published=wrong))
+    result = check(claim, claims_claim.Evidence(published=wrong))
     assert result.verdict is V.MODEL_ONLY and result.model_verdict is V.NOT_REPRODUCED
     assert "defaults-max-num-seqs-small-server on A100-80GB: table 512, vLLM 0.26 256" in result.model_says
 
@@ -766,14 +793,14 @@ def test_a_server_that_did_not_start_is_left_out_of_the_startups(data: Path) -> 
     logs = data / "runs" / "any" / "logs"
     logs.mkdir(parents=True)
     (logs / "spec-off-0123456789-2026-11-30T000000+0000.log").write_text("ValueError: no KV cache\n")
-    assert claims_ledger.recorded_startups(data).empty
+    assert claims_loading.recorded_startups(data).empty
 
 
 @pytest.mark.recorded_data
 def test_each_startup_counts_only_the_rows_measured_while_it_was_up(tmp_path: Path) -> None:
     (tmp_path / "runs").mkdir()  # a data folder with this one case: its logs are read, not every case's
     (tmp_path / "runs" / "discussion-13834").symlink_to(data_dir() / "runs" / "discussion-13834")
-    case = claims_ledger.recorded_startups(tmp_path)
+    case = claims_loading.recorded_startups(tmp_path)
     rows = pd.read_csv(data_dir() / "runs" / "discussion-13834" / "runs.csv")
     # every server of this case started and logged its KV cache, so each row belongs to exactly one start-up
     assert (
@@ -786,7 +813,9 @@ def test_each_startup_counts_only_the_rows_measured_while_it_was_up(tmp_path: Pa
         assert group["measured_rows"].max() < (rows["engine_label"] == label).sum(), label
 
 
-def test_a_shape_the_roofline_does_not_model_is_named_not_fatal(claims, published) -> None:  # type: ignore[no-untyped-def]
+def test_a_shape_the_roofline_does_not_model_is_named_not_fatal(  # type: ignore[no-untyped-def]
+    claims, published
+) -> None:
     rows = [
         _row("any", "off", 1, 100.0, model_shape="gpt-oss-120b"),
         _row("any", "off", 1, 100.0, model_shape="llama-3.3-70b-awq", kv_cache_dtype="fp8", input_len=1240),
@@ -812,7 +841,7 @@ def test_the_export_states_the_noise_each_verdict_rests_on(ledger: pd.DataFrame)
         and parts["gpt-oss-eagle3-draft-tokens"] == "decide-draft-tokens"
     )
     assert parts["rule-acceptance-bands"] == ""  # no part decides it: it rests on every recorded row
-    hand_made = claims_ledger.build_ledger(claims_ledger.Evidence(published=load_reference(), checks=CHECKS))
+    hand_made = claims_ledger.build_ledger(claims_claim.Evidence(published=load_reference(), checks=CHECKS))
     assert (hand_made["deciding_part"] == "").all()  # evidence that names no deciding points names no part either
 
 
@@ -889,9 +918,9 @@ def test_a_result_counts_the_fewest_runs_of_a_side() -> None:
             }
         )
 
-    once = claims_ledger.CheckResult("p", "m", V.REPRODUCED, rows=1, pairs=pairs(1))
-    thrice = claims_ledger.CheckResult("p", "m", V.REPRODUCED, rows=1, pairs=pairs(3))
-    uncounted = claims_ledger.CheckResult("p", "m", V.DIRECTION_ONLY, rows=1)
+    once = claims_claim.CheckResult("p", "m", V.REPRODUCED, rows=1, pairs=pairs(1))
+    thrice = claims_claim.CheckResult("p", "m", V.REPRODUCED, rows=1, pairs=pairs(3))
+    uncounted = claims_claim.CheckResult("p", "m", V.DIRECTION_ONLY, rows=1)
     assert (once.fewest_runs, once.re_measured) == (1, False) and (thrice.fewest_runs, thrice.re_measured) == (3, True)
     assert uncounted.fewest_runs is None and uncounted.re_measured is None
 
@@ -974,14 +1003,14 @@ def test_noise_of_takes_the_fewest_runs_and_the_widest_spread() -> None:
             "band_pct": [5.0, 8.0],
         }
     )
-    assert claims_ledger.noise_of(pairs) == {
+    assert claims_claim.noise_of(pairs) == {
         "hardware": "G",
         "points": 2,
         "min_clean_repeats": 2,
         "spread_pct": 8.0,
         "band_pct": 8.0,
     }
-    assert claims_ledger.noise_of(None)["points"] == 0
+    assert claims_claim.noise_of(None)["points"] == 0
 
 
 def test_acceptance_bands_judge_an_open_loop_by_its_tpot(claims, published) -> None:  # type: ignore[no-untyped-def]

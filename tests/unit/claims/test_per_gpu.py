@@ -11,6 +11,7 @@ import pytest
 import vllm_playbooks.cases.discussion_13834  # noqa: F401 (registers the claim's check)
 from vllm_playbooks import cases
 from vllm_playbooks.claims import ledger, per_gpu
+from vllm_playbooks.claims.claim import Evidence
 from vllm_playbooks.claims.verdict import Verdict
 
 CLAIM = "discussion-13834-slower"
@@ -18,12 +19,12 @@ OTHER = "NVIDIA A100-SXM4-80GB"
 
 
 @pytest.fixture(scope="module")
-def evidence() -> ledger.Evidence:
+def evidence() -> Evidence:
     return cases.load_evidence()
 
 
 @pytest.fixture(scope="module")
-def with_a_faster_other_gpu(evidence: ledger.Evidence) -> ledger.Evidence:
+def with_a_faster_other_gpu(evidence: Evidence) -> Evidence:
     """The reference GPU's recorded 13834 rows, and the same rows once more as another GPU's, where every speculative
     point ran twice as fast: on that GPU speculation gains, so its verdict must differ from the reference's. Rows of
     any other recorded GPU are left out (every case's), so the test holds as GPUs are added."""
@@ -36,9 +37,7 @@ def with_a_faster_other_gpu(evidence: ledger.Evidence) -> ledger.Evidence:
 
 
 @pytest.mark.recorded_data
-def test_each_gpu_is_judged_on_its_own_rows(
-    with_a_faster_other_gpu: ledger.Evidence, evidence: ledger.Evidence
-) -> None:
+def test_each_gpu_is_judged_on_its_own_rows(with_a_faster_other_gpu: Evidence, evidence: Evidence) -> None:
     rows = with_a_faster_other_gpu.rows("discussion-13834")
     results = per_gpu.results_by_gpu(CLAIM, rows, with_a_faster_other_gpu)
     assert set(results) == {"NVIDIA H200", OTHER}
@@ -57,7 +56,7 @@ def test_each_gpu_is_judged_on_its_own_rows(
 
 
 @pytest.mark.recorded_data
-def test_a_page_filter_narrows_what_the_verdict_rests_on(evidence: ledger.Evidence) -> None:
+def test_a_page_filter_narrows_what_the_verdict_rests_on(evidence: Evidence) -> None:
     rows = evidence.rows("discussion-13834")
     lone = per_gpu.results_by_gpu(CLAIM, rows[rows["concurrency"] == 1], evidence)
     assert lone["NVIDIA H200"].verdict is Verdict.NOT_MEASURED  # the claim's load (≈32 streams) was filtered out
@@ -79,7 +78,7 @@ def test_the_headline_gpu(gpus: list[str], mode: str, here: str | None, headline
     assert per_gpu.headline_gpu(gpus, mode, here) == headline
 
 
-def test_an_unknown_claim_is_one_line(evidence: ledger.Evidence) -> None:
+def test_an_unknown_claim_is_one_line(evidence: Evidence) -> None:
     from vllm_playbooks.errors import ConfigError
 
     with pytest.raises(ConfigError, match="no claim 'no-such-claim'"):
@@ -87,7 +86,7 @@ def test_an_unknown_claim_is_one_line(evidence: ledger.Evidence) -> None:
 
 
 @pytest.mark.recorded_data
-def test_a_page_takes_its_numbers_from_the_headline_gpu(with_a_faster_other_gpu: ledger.Evidence) -> None:
+def test_a_page_takes_its_numbers_from_the_headline_gpu(with_a_faster_other_gpu: Evidence) -> None:
     rows = with_a_faster_other_gpu.rows("discussion-13834")
     assert per_gpu.gpus_in(rows) == [OTHER, "NVIDIA H200"] and per_gpu.gpus_in(rows.iloc[0:0]) == [""]
     assert per_gpu.page_gpu(rows, "replay") == "NVIDIA H200"
@@ -95,7 +94,7 @@ def test_a_page_takes_its_numbers_from_the_headline_gpu(with_a_faster_other_gpu:
 
 
 @pytest.mark.recorded_data
-def test_the_ledger_judges_a_claim_on_each_gpu_the_reference_first(with_a_faster_other_gpu: ledger.Evidence) -> None:
+def test_the_ledger_judges_a_claim_on_each_gpu_the_reference_first(with_a_faster_other_gpu: Evidence) -> None:
     claim = ledger.claim_of(CLAIM, with_a_faster_other_gpu)
     assert with_a_faster_other_gpu.deciding_gpus(claim) == ["NVIDIA H200", OTHER]
     lines = ledger.build_ledger(with_a_faster_other_gpu, [claim])
@@ -112,7 +111,7 @@ def test_the_ledger_judges_a_claim_on_each_gpu_the_reference_first(with_a_faster
     assert f"| ↳ {CLAIM} |" not in alone and f":::{{dropdown}} {CLAIM}: " in alone
 
 
-def test_a_claim_judged_on_every_row_at_once_is_one_line(evidence: ledger.Evidence) -> None:
+def test_a_claim_judged_on_every_row_at_once_is_one_line(evidence: Evidence) -> None:
     claim = ledger.claim_of("rule-acceptance-bands", evidence)
     assert evidence.deciding_gpus(claim) == []
     assert [gpu for gpu, _ in ledger.judged_per_gpu(claim, evidence)] == [""]
@@ -120,7 +119,7 @@ def test_a_claim_judged_on_every_row_at_once_is_one_line(evidence: ledger.Eviden
 
 @pytest.mark.recorded_data
 def test_a_deciding_engine_that_did_not_start_on_a_gpu_is_named_in_that_gpus_result(
-    with_a_faster_other_gpu: ledger.Evidence,
+    with_a_faster_other_gpu: Evidence,
 ) -> None:
     from vllm_playbooks.results.failed_starts import FAILED_START_COLUMNS
 
@@ -184,12 +183,12 @@ def _rows(gpu: str, runs: int, change: float) -> list[dict[str, Any]]:
     return rows
 
 
-def _synthetic(published: pd.DataFrame, **by_gpu: tuple[str, int, float]) -> ledger.Evidence:
+def _synthetic(published: pd.DataFrame, **by_gpu: tuple[str, int, float]) -> Evidence:
     """Evidence of the claim on the GPUs given (a name → (GPU, runs a side, change)), every other case empty."""
-    from vllm_playbooks.run.plan import deciding_points
+    from vllm_playbooks.run.deciding import deciding_points
 
     rows = [row for gpu, runs, change in by_gpu.values() for row in _rows(gpu, runs, change)]
-    return ledger.Evidence(
+    return Evidence(
         published=published,
         runs={"discussion-13834": pd.DataFrame(rows)},
         deciding={CLAIM: deciding_points("discussion-13834", CLAIM)},
@@ -198,7 +197,7 @@ def _synthetic(published: pd.DataFrame, **by_gpu: tuple[str, int, float]) -> led
 
 
 @pytest.fixture(scope="module")
-def published(evidence: ledger.Evidence) -> pd.DataFrame:
+def published(evidence: Evidence) -> pd.DataFrame:
     return evidence.published
 
 

@@ -41,7 +41,9 @@ def test_the_collecting_blog_is_never_marked_primary(published) -> None:  # type
         ("discussion-13834", "itl-ms-spec-on", 2298.34),
     ],
 )
-def test_key_numbers_are_as_published(published, case: str, claim_id: str, value: float) -> None:  # type: ignore[no-untyped-def]
+def test_key_numbers_are_as_published(  # type: ignore[no-untyped-def]
+    published, case: str, claim_id: str, value: float
+) -> None:
     row = published[(published.case == case) & (published.claim_id == claim_id)]
     assert row.value.tolist() == [value]
 
@@ -82,7 +84,9 @@ def test_duplicate_claim_is_refused(tmp_path: Path) -> None:
         load_reference(path=_copy_with(tmp_path, claim_id="output-tok-s-spec-on"))
 
 
-def test_load_profiles_and_imposed_acceptance_follow_from_their_sources(published) -> None:  # type: ignore[no-untyped-def]
+def test_load_profiles_and_imposed_acceptance_follow_from_their_sources(  # type: ignore[no-untyped-def]
+    published,
+) -> None:
 
     assert gpt_oss_eagle3.chat_profile(published) == (230, 203)  # 229711 / 1000 and 203068 / 1000 tokens
     assert gpt_oss_eagle3.long_profile(published) == (13000, 203)
@@ -120,8 +124,6 @@ def test_published_row_in_words(published) -> None:  # type: ignore[no-untyped-d
 
 
 def test_pr12755_table_beside_ours_at_the_same_rates() -> None:
-    import pandas as pd
-
     published = load_reference("deepseek-mtp")
     base = {"model_shape": "deepseek-v3-reduced", "concurrency": None}
     rows = pd.DataFrame(

@@ -378,13 +378,13 @@ def test_resolve_batching_refuses_a_budget_below_the_cap() -> None:
     [(32, 1, [32]), (32, 2, [16, 16]), (80, 3, [27, 27, 26]), (61, 4, [15, 15, 16, 15]), (5, 3, [2, 2, 1])],
 )
 def test_pp_layer_partition_like_vllm(layers: int, pp: int, expected: list[int]) -> None:
-    from vllm_playbooks.config.sizes import pp_layer_partition
+    from vllm_playbooks.config.parallel_sizes import pp_layer_partition
 
     assert pp_layer_partition(layers, pp) == expected
 
 
 def test_more_stages_than_layers_is_refused() -> None:
-    from vllm_playbooks.config.sizes import pp_layer_partition
+    from vllm_playbooks.config.parallel_sizes import pp_layer_partition
 
     with pytest.raises(CapacityError, match="between 1 and the model's 2 layers, got 3"):
         pp_layer_partition(2, 3)
@@ -392,14 +392,14 @@ def test_more_stages_than_layers_is_refused() -> None:
 
 @pytest.mark.parametrize("name", ["llama-3.1-8b", "llama-3.2-1b", "llama-3.3-70b", "llama-3.3-70b-awq", "tiny-llama"])
 def test_one_stage_on_one_gpu_holds_every_weight(name: str) -> None:
-    from vllm_playbooks.config.sizes import stage_weight_bytes
+    from vllm_playbooks.config.parallel_sizes import stage_weight_bytes
 
     shape = get_shape(name)
     assert stage_weight_bytes(shape) == [pytest.approx(weight_bytes(shape), abs=1)]
 
 
 def test_pipeline_stages_split_the_layers_embedding_first_head_last() -> None:
-    from vllm_playbooks.config.sizes import stage_weight_bytes
+    from vllm_playbooks.config.parallel_sizes import stage_weight_bytes
 
     shape = get_shape("llama-3.3-70b")  # untied: the embedding and the LM head are separate 128256 × 8192 tables
     first, last = stage_weight_bytes(shape, pipeline_parallel_size=2)
@@ -410,7 +410,7 @@ def test_pipeline_stages_split_the_layers_embedding_first_head_last() -> None:
 
 
 def test_tied_embeddings_are_held_twice_across_stages() -> None:
-    from vllm_playbooks.config.sizes import stage_weight_bytes
+    from vllm_playbooks.config.parallel_sizes import stage_weight_bytes
 
     shape = get_shape("llama-3.2-1b")  # tie_word_embeddings: one table on one GPU, a copy on the last stage with PP
     table = shape.vocab_size * shape.hidden_size * 2
@@ -418,7 +418,7 @@ def test_tied_embeddings_are_held_twice_across_stages() -> None:
 
 
 def test_tensor_parallelism_halves_all_but_the_norms() -> None:
-    from vllm_playbooks.config.sizes import stage_weight_bytes
+    from vllm_playbooks.config.parallel_sizes import stage_weight_bytes
 
     shape = get_shape("llama-3.1-8b")
     norms = (2 * 32 + 1) * 4096 * 2
@@ -429,7 +429,7 @@ def test_tensor_parallelism_halves_all_but_the_norms() -> None:
 
 @pytest.mark.parametrize(("tp", "heads"), [(1, 8), (2, 4), (8, 1), (16, 1)])
 def test_kv_heads_per_gpu_like_vllm(tp: int, heads: int) -> None:
-    from vllm_playbooks.config.sizes import kv_bytes_per_token_per_gpu, kv_heads_per_gpu
+    from vllm_playbooks.config.parallel_sizes import kv_bytes_per_token_per_gpu, kv_heads_per_gpu
 
     shape = get_shape("llama-3.1-8b")
     assert kv_heads_per_gpu(shape, tp) == heads  # max(1, 8 // TP): replicas beyond 8 GPUs
@@ -478,7 +478,7 @@ def test_the_error_names_the_fullest_gpu_when_split() -> None:
 
 
 def test_uneven_stages_the_fullest_sets_the_budget() -> None:
-    from vllm_playbooks.config.sizes import kv_bytes_per_token_per_gpu
+    from vllm_playbooks.config.parallel_sizes import kv_bytes_per_token_per_gpu
 
     budget = kv_budget(_engine("llama-3.3-70b", 1, 3), 139.8)  # 80 layers → 27, 27, 26
     assert budget.kv_bytes_per_token_per_gpu == kv_bytes_per_token_per_gpu(get_shape("llama-3.3-70b"), "auto", 1, 27)

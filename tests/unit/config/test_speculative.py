@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from vllm_playbooks.config.speculative import alpha_of_rates, build_speculative_config, geometric_rates
+from vllm_playbooks.config.spec_input import alpha_of_rates, geometric_rates
+from vllm_playbooks.config.speculative import build_speculative_config
 from vllm_playbooks.errors import ConfigError
 
 DRAFT = {"method": "draft_model", "model": "llama-3.2-1b", "num_speculative_tokens": 4}

@@ -11,7 +11,8 @@ import pytest
 from pydantic import ValidationError
 
 from vllm_playbooks.config.engine import EngineConfig
-from vllm_playbooks.config.speculative import SUFFIX_DEFAULT_TREE_DEPTH, build_speculative_config
+from vllm_playbooks.config.spec_input import SUFFIX_DEFAULT_TREE_DEPTH
+from vllm_playbooks.config.speculative import build_speculative_config
 from vllm_playbooks.errors import ConfigError
 
 DRAFT = {"method": "draft_model", "model": "llama-3.2-1b", "num_speculative_tokens": 4}
@@ -104,7 +105,9 @@ loads:
     )
 
 
-def test_check_config_exits_2_with_one_error_line_or_0_with_advisories(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_check_config_exits_2_with_one_error_line_or_0_with_advisories(  # type: ignore[no-untyped-def]
+    tmp_path,
+) -> None:
     bad = _check_config(
         tmp_path,
         """  - label: d

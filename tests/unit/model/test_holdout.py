@@ -9,7 +9,7 @@ from vllm_playbooks.analysis import whatif
 from vllm_playbooks.cases import discussion_13834
 from vllm_playbooks.errors import CapacityError, ConfigError
 from vllm_playbooks.model import calibration as fits
-from vllm_playbooks.model import holdout
+from vllm_playbooks.model import holdout, prediction
 
 TRUTH = fits.EfficiencyFit(
     gpu="H200-SXM",
@@ -34,7 +34,7 @@ def _rows(truth: fits.EfficiencyFit, case: str, model: str, gpu: str = "H200-SXM
             "concurrency": concurrency,
             "num_speculative_tokens": 0,
         }
-        rows.append({**row, "tpot_mean_ms": fits.predict_tpot_ms(row, truth, gpu)})
+        rows.append({**row, "tpot_mean_ms": prediction.predict_tpot_ms(row, truth, gpu)})
     return rows
 
 
@@ -161,7 +161,7 @@ def test_another_gpus_points_are_predicted_carried_then_calibrated_on_its_points
 
 def test_issue_43_inputs_are_refused_with_clear_errors() -> None:
     with pytest.raises(CapacityError, match="weights"):  # bf16 70B on one 80 GB GPU
-        fits.whatif_curve(TRUTH, "A100-80GB", "llama-3.3-70b", [1, 8], 1024, 128)
+        prediction.whatif_curve(TRUTH, "A100-80GB", "llama-3.3-70b", [1, 8], 1024, 128)
     draft = {
         "model_shape": "llama-3.1-8b",
         "input_len": 512,
@@ -171,9 +171,9 @@ def test_issue_43_inputs_are_refused_with_clear_errors() -> None:
         "draft_model": "llama-3.2-1b",
     }
     with pytest.raises(ConfigError, match="needs its acceptance"):  # alpha=None for a draft
-        fits.predict_tpot_ms(draft, TRUTH, alpha=None)
+        prediction.predict_tpot_ms(draft, TRUTH, alpha=None)
     with pytest.raises(ConfigError, match="needs its acceptance alpha"):
-        fits.whatif_curve(TRUTH, "H200-SXM", "llama-3.1-8b", [1], 512, 128, draft_model="llama-3.2-1b", k=4)
+        prediction.whatif_curve(TRUTH, "H200-SXM", "llama-3.1-8b", [1], 512, 128, draft_model="llama-3.2-1b", k=4)
 
 
 @pytest.fixture(scope="module")

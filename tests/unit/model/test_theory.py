@@ -24,7 +24,7 @@ from vllm_playbooks.hardware import (
     measured_on,
 )
 from vllm_playbooks.model import calibration as fits
-from vllm_playbooks.model import roofline, speculative
+from vllm_playbooks.model import prediction, roofline, speculative
 from vllm_playbooks.results.replay import replay_rows
 from vllm_playbooks.shapes import get_shape
 
@@ -177,7 +177,7 @@ def test_calibration_error_bound(calibration: tuple[list, fits.EfficiencyFit]) -
     # fitted on the speculation-off points (repeats as medians) only
     assert fit.rows_used == len([p for p in fits.median_points(rows) if not p["num_speculative_tokens"]])
     off = [p for p in fits.median_points(rows) if not p["num_speculative_tokens"]]
-    table = fits.prediction_table(off, fit)
+    table = prediction.prediction_table(off, fit)
     assert table["tpot_rel_error"].abs().median() <= 0.15  # in-sample, on the points it was fitted on
     for name, (low, high) in fits.EFFICIENCY_BOUNDS.items():
         assert low <= getattr(fit, name) <= high <= 0.9
@@ -203,7 +203,7 @@ def test_a100_prediction_spec_is_slower(calibration: tuple[list, fits.Efficiency
 def test_whatif_curve_on_the_h200_reproduces_the_fit_and_overlays_measured_rows() -> None:
 
     fit = fits.fit_efficiency(whatif.calibration_rows(), "H200-SXM")
-    curve = fits.whatif_curve(fit, "H200-SXM", "llama-3.1-8b", [1, 64], 512, 128, "auto", "llama-3.2-1b", 4, 0.8)
+    curve = prediction.whatif_curve(fit, "H200-SXM", "llama-3.1-8b", [1, 64], 512, 128, "auto", "llama-3.2-1b", 4, 0.8)
     assert list(curve.engine_label.unique()) == ["spec off", "draft k=4 α=0.8"]
     off_c1 = curve[(curve.engine_label == "spec off") & (curve.concurrency == 1)].tpot_mean_ms.item()
     measured = whatif.measured_overlay("H200-SXM", "llama-3.1-8b", "llama-3.2-1b", 4)
@@ -326,18 +326,18 @@ def test_mtp_and_head_forwards_are_small_against_their_targets() -> None:
 def test_scale_decides_the_mtp_payoff_at_batch_one(calibration: tuple[list, fits.EfficiencyFit]) -> None:
     """The per-forward overhead is a large share of a V2-Lite-scale step, a small one of a full-width step."""
     _, fit = calibration
-    small = fits.speculation_prediction("deepseek-v3-v2lite-scale", [0.85], 1, 300, fit, "H200-SXM")
-    wide = fits.speculation_prediction("deepseek-v3-reduced", [0.85], 1, 300, fit, "H200-SXM")
+    small = prediction.speculation_prediction("deepseek-v3-v2lite-scale", [0.85], 1, 300, fit, "H200-SXM")
+    wide = prediction.speculation_prediction("deepseek-v3-reduced", [0.85], 1, 300, fit, "H200-SXM")
     assert small["c"] > 2 * wide["c"]  # the fixed costs are a larger share of the short step
     assert small["speedup"] < wide["speedup"] and wide["speedup"] > 1.1
     assert wide["tau"] == pytest.approx(1.85)
     assert wide["tpot_on_ms"] == pytest.approx(wide["tpot_off_ms"] / wide["speedup"])
-    frame = fits.prediction_frame(
+    frame = prediction.prediction_frame(
         {"r": {"target": "deepseek-v3-reduced", "rates": [0.85], "context_len": 300}}, [1, 8], fit
     )
     assert list(frame.batch) == [1, 8] and frame.speedup.iloc[1] > frame.speedup.iloc[0]
     # the V2-Lite-scale 'no gain' rests on charging the draft forward a whole step's fixed cost
-    cheap = fits.speculation_prediction(
+    cheap = prediction.speculation_prediction(
         "deepseek-v3-v2lite-scale", [0.85], 1, 300, fit, "H200-SXM", draft_fixed_cost_s=0.0002
     )
     assert cheap["speedup"] > 1.3 and cheap["c"] < 0.2
@@ -346,16 +346,16 @@ def test_scale_decides_the_mtp_payoff_at_batch_one(calibration: tuple[list, fits
 @pytest.mark.recorded_data
 def test_a_draft_forward_can_carry_its_own_fixed_cost(calibration: tuple[list, fits.EfficiencyFit]) -> None:
     _, fit = calibration
-    charged = fits.speculation_prediction("mimo-7b", [0.85, 0.5], 4, 300, fit, "H200-SXM")
+    charged = prediction.speculation_prediction("mimo-7b", [0.85, 0.5], 4, 300, fit, "H200-SXM")
     assert charged["draft_fixed_cost_ms"] == pytest.approx(1000 * fit.overhead_s)
-    free = fits.speculation_prediction("mimo-7b", [0.85, 0.5], 4, 300, fit, "H200-SXM", draft_fixed_cost_s=0.0)
+    free = prediction.speculation_prediction("mimo-7b", [0.85, 0.5], 4, 300, fit, "H200-SXM", draft_fixed_cost_s=0.0)
     assert free["draft_ms"] == pytest.approx(charged["draft_ms"] - 1000 * fit.overhead_s)
     assert free["verify_ms"] == charged["verify_ms"] and free["decode_ms"] == charged["decode_ms"]
     # the step is verify + k drafts: two drafts' fixed costs fewer
     assert free["tpot_on_ms"] * free["tau"] == pytest.approx(
         charged["tpot_on_ms"] * charged["tau"] - 2000 * fit.overhead_s
     )
-    frame = fits.prediction_frame(
+    frame = prediction.prediction_frame(
         {
             "a": {"target": "mimo-7b", "rates": [0.85], "context_len": 300},
             "b": {"target": "mimo-7b", "rates": [0.85], "context_len": 300, "draft_fixed_cost_s": 0.001},
@@ -366,7 +366,7 @@ def test_a_draft_forward_can_carry_its_own_fixed_cost(calibration: tuple[list, f
     )
     assert frame.draft_fixed_cost_ms.tolist() == pytest.approx([0.0, 1.0])  # a config's own value wins
     with pytest.raises(ValueError, match="draft_fixed_cost_s must be >= 0"):
-        fits.speculation_prediction("mimo-7b", [0.85], 1, 300, fit, "H200-SXM", draft_fixed_cost_s=-0.001)
+        prediction.speculation_prediction("mimo-7b", [0.85], 1, 300, fit, "H200-SXM", draft_fixed_cost_s=-0.001)
 
 
 def test_fixed_routing_reads_only_the_chosen_experts() -> None:
@@ -382,8 +382,6 @@ def test_fixed_routing_reads_only_the_chosen_experts() -> None:
 
 @pytest.mark.recorded_data
 def test_routing_signature_tells_the_two_routings_apart(calibration: tuple[list, fits.EfficiencyFit]) -> None:
-    import pandas as pd
-
     _, fit = calibration
     base = dict(model_shape="gpt-oss-120b", spec_method="none", request_rate_qps=None, input_len=230, output_len=203)
     measured = pd.DataFrame(
@@ -463,7 +461,7 @@ def _synthetic_rows(draft_s: float, verify_s: float = 0.0) -> list[dict]:
                 }
                 if k:
                     row.update(draft_model=draft, imposed_alpha=0.7)
-                rows.append({**row, "tpot_mean_ms": fits.predict_tpot_ms(row, model)})
+                rows.append({**row, "tpot_mean_ms": prediction.predict_tpot_ms(row, model)})
     return rows
 
 
@@ -486,10 +484,10 @@ def test_speculative_tpot_with_overheads_hand_values() -> None:
         "imposed_alpha": 0.8,
     }
     with_terms = _SYNTHETIC_FIT.with_draft_overhead(fits.DraftOverheadFit(1.5e-3, 0.4e-3))
-    added = fits.predict_tpot_ms(row, with_terms) - fits.predict_tpot_ms(row, _SYNTHETIC_FIT)
+    added = prediction.predict_tpot_ms(row, with_terms) - prediction.predict_tpot_ms(row, _SYNTHETIC_FIT)
     assert added == pytest.approx((4 * 1.5 + 0.4) / 3.3616)  # ms
     off = {**row, "num_speculative_tokens": 0}
-    assert fits.predict_tpot_ms(off, with_terms) == fits.predict_tpot_ms(off, _SYNTHETIC_FIT)
+    assert prediction.predict_tpot_ms(off, with_terms) == prediction.predict_tpot_ms(off, _SYNTHETIC_FIT)
     assert (with_terms.draft_overhead_s, with_terms.verify_overhead_s) == (1.5e-3, 0.4e-3)
     assert (_SYNTHETIC_FIT.draft_overhead_s, _SYNTHETIC_FIT.verify_overhead_s) == (0.0, 0.0)
 
@@ -523,26 +521,26 @@ def test_fit_recovers_a_known_draft_overhead_from_synthetic_rows() -> None:
 def test_zero_draft_overhead_reproduces_the_old_predictions(calibration: tuple[list, fits.EfficiencyFit]) -> None:
     rows, fit = calibration
     zero = fit.with_draft_overhead(fits.DraftOverheadFit(0.0))
-    old = fits.prediction_table(rows, fit)
-    assert fits.prediction_table(rows, zero).equals(old)
+    old = prediction.prediction_table(rows, fit)
+    assert prediction.prediction_table(rows, zero).equals(old)
     # the old formula, written out: (T_target(B, k+1) + k·T_draft(B, 1)) / τ with the fitted roofline
     device = get_gpu("H200-SXM")
     for row, predicted in zip(rows, old.tpot_ms_predicted, strict=True):
         target, draft, k, tau = fits._row_terms(row)
-        step = fits._time(target, device, *fits._params(fit)) + (
-            k * fits._time(draft, device, *fits._params(fit)) if k else 0.0
+        step = fits.forward_pass_s(target, device, *fits.fit_parameters(fit)) + (
+            k * fits.forward_pass_s(draft, device, *fits.fit_parameters(fit)) if k else 0.0
         )
         assert predicted == pytest.approx(1000 * step / tau, rel=1e-12)
     assert discussion_13834.predict_13834_a100(zero) == discussion_13834.predict_13834_a100(fit)
     args = ["H200-SXM", "llama-3.1-8b", [1, 16], 512, 128, "auto", "llama-3.2-1b", 4, 0.8]
-    assert fits.whatif_curve(zero, *args).equals(fits.whatif_curve(fit, *args))
+    assert prediction.whatif_curve(zero, *args).equals(prediction.whatif_curve(fit, *args))
     # a positive term slows exactly the speculative rows and curves
     with_term = fits.fit_efficiency(rows, "H200-SXM", draft_overhead=True)
-    new = fits.prediction_table(rows, with_term)
+    new = prediction.prediction_table(rows, with_term)
     spec = new.k > 0
     assert (new.tpot_ms_predicted[~spec] == old.tpot_ms_predicted[~spec]).all()
     assert (new.tpot_ms_predicted[spec] > old.tpot_ms_predicted[spec]).all()
-    curve, before = fits.whatif_curve(with_term, *args), fits.whatif_curve(fit, *args)
+    curve, before = prediction.whatif_curve(with_term, *args), prediction.whatif_curve(fit, *args)
     on = curve.engine_label != "spec off"
     assert (curve.tpot_mean_ms[on] > before.tpot_mean_ms[on]).all() and curve[~on].equals(before[~on])
     assert (
@@ -606,8 +604,8 @@ def test_draft_overhead_improves_the_speculative_rows_and_is_physical(
     with_term = fits.fit_efficiency(rows, "H200-SXM", draft_overhead=True)
     assert with_term.speculation.rows_used == sum(bool(p["num_speculative_tokens"]) for p in points) > 0
     spec = [p for p in points if p["num_speculative_tokens"]]
-    after = fits.prediction_table(spec, with_term).tpot_rel_error.abs().median()
-    assert after < fits.prediction_table(spec, fit).tpot_rel_error.abs().median()
+    after = prediction.prediction_table(spec, with_term).tpot_rel_error.abs().median()
+    assert after < prediction.prediction_table(spec, fit).tpot_rel_error.abs().median()
     # a physical draft overhead: positive, below a whole 1B forward on its own; the fit's standard error is finite
     assert 0.0 < with_term.draft_overhead_s < 5e-3 and math.isfinite(with_term.speculation.draft_overhead_se_s)
 
@@ -617,15 +615,15 @@ def test_prediction_configs_come_from_the_plans_speculative_engines() -> None:
     from vllm_playbooks.run.plan import quiet_plan
 
     mtp, _ = quiet_plan("deepseek-mtp")
-    at_085 = fits.engine_prediction_configs(mtp.engines, 400, rates=[0.85])
+    at_085 = prediction.engine_prediction_configs(mtp.engines, 400, rates=[0.85])
     assert sorted(at_085) == ["fit80-mtp-k1-a0.85", "mimo-mtp-k1-a0.85", "mtp-k1-a0.85", "v2lite-mtp-k1-a0.85"]
-    mimo = fits.engine_prediction_configs(mtp.engines, 400, model="mimo-7b")
+    mimo = prediction.engine_prediction_configs(mtp.engines, 400, model="mimo-7b")
     assert mimo["mimo-mtp-k3-p0.85"]["rates"][0] == 0.85 and len(mimo["mimo-mtp-k3-p0.85"]["rates"]) == 3
     assert {config["draft"] for config in mimo.values()} == {None}  # MTP drafts with the target's own modules
-    reduced = fits.engine_prediction_configs(mtp.engines, 400, model="deepseek-v3-reduced", first_rate=0.85)
+    reduced = prediction.engine_prediction_configs(mtp.engines, 400, model="deepseek-v3-reduced", first_rate=0.85)
     assert sorted(reduced) == ["mtp-k1-a0.85", "mtp-k2-p0.85", "mtp-k3-p0.85"]
     eagle, _ = quiet_plan("gpt-oss-eagle3")
-    heads = fits.engine_prediction_configs(eagle.engines, 433)
+    heads = prediction.engine_prediction_configs(eagle.engines, 433)
     assert "spec-off" not in heads and heads["eagle3-k3-a0.71"]["draft"] == "gpt-oss-120b-eagle3-131k"
-    frame = fits.prediction_frame(reduced, [1, 8], fits.fit_efficiency(whatif.calibration_rows(), "H200-SXM"))
+    frame = prediction.prediction_frame(reduced, [1, 8], fits.fit_efficiency(whatif.calibration_rows(), "H200-SXM"))
     assert len(frame) == 6 and (frame["speedup"] > 0).all()

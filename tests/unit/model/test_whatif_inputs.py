@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from vllm_playbooks.errors import CapacityError, ConfigError
-from vllm_playbooks.model.calibration import EfficiencyFit, check_loadable, whatif_curve
+from vllm_playbooks.model.calibration import EfficiencyFit
+from vllm_playbooks.model.prediction import check_loadable, whatif_curve
 
 FIT = EfficiencyFit(
     gpu="H200-SXM",

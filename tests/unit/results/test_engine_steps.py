@@ -10,8 +10,9 @@ import pytest
 
 from tests.conftest import FROZEN
 from vllm_playbooks.analysis import runs, whatif
-from vllm_playbooks.book import plots
-from vllm_playbooks.cases import gpt_oss_eagle3, pp_27462
+from vllm_playbooks.book import pipeline_plots
+from vllm_playbooks.cases import pp_27462
+from vllm_playbooks.cases.gpt_oss_eagle3 import step_costs
 from vllm_playbooks.engine.metrics import parse_histogram
 from vllm_playbooks.errors import ServerError
 from vllm_playbooks.model import calibration
@@ -234,12 +235,12 @@ def test_overlapped_runs_leave_the_comparisons_once_their_point_ran_three_times_
 def test_the_step_figure_draws_only_buckets_some_step_fell_in(pp_rows: pd.DataFrame) -> None:
 
     rows = pp_rows[pp_rows.engine_label.isin(["8b-pp1-mns64", "8b-pp2-mns64"])]
-    ax = plots.step_shares(step_histogram(rows, FROZEN), title="cap 64")
+    ax = pipeline_plots.step_shares(step_histogram(rows, FROZEN), title="cap 64")
     labels = [t.get_text() for t in ax.get_xticklabels()]
     assert labels == ["2–8", "33–64", "129–256"]  # PP=2's two microbatches, and steps with a prompt (1.2 % of PP=1's)
     assert "under 1% of steps left out" in ax.get_xlabel()
     assert {t.get_text() for t in ax.get_legend().get_texts()} == {"PP=1", "PP=2"}
-    empty = plots.step_shares(step_histogram(rows.iloc[0:0], FROZEN), title="cap 64")
+    empty = pipeline_plots.step_shares(step_histogram(rows.iloc[0:0], FROZEN), title="cap 64")
     assert "no step histogram recorded" in empty.texts[0].get_text()
 
 
@@ -293,7 +294,7 @@ def test_recorded_gains_are_saved_steps_over_step_cost() -> None:
     runs = replay_case("gpt-oss-eagle3")
     stepped = with_step_times(runs)
     assert stepped.engine_steps.notna().all() and (stepped.ms_per_step > 0).all()
-    factors = gpt_oss_eagle3.step_factors(stepped, {"chat": (230, 203), "swe": (13000, 203)}, "eagle3-k3-a0.71")
+    factors = step_costs.step_factors(stepped, {"chat": (230, 203), "swe": (13000, 203)}, "eagle3-k3-a0.71")
     assert set(factors.profile) == {"chat", "swe"}
     implied = 100 * (factors.fewer_steps_x / factors.step_cost_x - 1)
     assert (implied - factors.gain_pct).abs().max() < 1.0

@@ -24,8 +24,8 @@ FAILED_LOG = "\n".join(
         f"{E}INFO 12-06 02:18:07 [gpu_model_runner.py:6737] Estimated CUDA graph memory: 9.45 GiB total",
         f"{E}INFO 12-06 02:18:07 [gpu_worker.py:560] Available KV cache memory: -2.59 GiB",
         f"{E}INFO 12-06 02:18:07 [gpu_worker.py:575] CUDA graph memory profiling is enabled (default since v0.21.0). "
-        "The current --gpu-memory-utilization=0.9000 is equivalent to --gpu-memory-utilization=0.7807 without CUDA graph "
-        "memory profiling.",
+        "The current --gpu-memory-utilization=0.9000 is equivalent to --gpu-memory-utilization=0.7807 without CUDA "
+        "graph memory profiling.",
         f"{E}ERROR 12-06 02:18:07 [core.py:1330] EngineCore failed to start.",
         f"{E}ERROR 12-06 02:18:07 [core.py:1330] Traceback (most recent call last):",
         f"{E}ERROR 12-06 02:18:07 [core.py:1330]     raise ValueError(",

@@ -8,7 +8,8 @@ from pathlib import Path
 import pandas as pd
 
 from tests.conftest import FROZEN
-from vllm_playbooks.results.jit import OUTSIDE, JitEvent, jit_note, jit_table, parse_jit_events
+from vllm_playbooks.book.page_notes import jit_note
+from vllm_playbooks.results.jit import OUTSIDE, JitEvent, jit_table, parse_jit_events
 from vllm_playbooks.results.replay import replay_case
 from vllm_playbooks.results.stalls import describe_load, mark_stalled
 

@@ -113,8 +113,9 @@ def test_the_v1_runner_control_is_compared_with_spec_off_at_every_load_both_ran(
     """The book's draft-overhead section compares speculation off forced onto the V1 runner with speculation off on
     Model Runner V2 (``label_change``): at every concurrency both were measured at, the medians of their runs, as the
     recorded table has them; the sentence puts each level within the band or outside it by that change."""
-    from vllm_playbooks.analysis.compare import label_change, label_change_text
+    from vllm_playbooks.analysis.compare import label_change
     from vllm_playbooks.analysis.noise import MIN_BAND_PCT
+    from vllm_playbooks.book.change_text import label_change_text
 
     table = pd.read_csv(runs_file("discussion-13834", DATA))
     medians = {

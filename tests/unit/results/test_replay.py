@@ -45,7 +45,8 @@ def test_a_case_gains_exactly_the_other_cases_runs_of_its_own_points(case: str) 
 
 @pytest.mark.recorded_data
 def test_the_llama_and_load_shape_cases_share_their_fixed_length_points() -> None:
-    """The two cases ran the same servers at the same fixed-length loads on the same GPUs: each sees the other's runs."""
+    """The two cases ran the same servers at the same fixed-length loads on the same GPUs: each sees the other's
+    runs."""
     llama = replay_case_with_same_points("llama-8b-draft-model")
     shape = replay_case_with_same_points("load-desync")
     assert (llama[RECORDED_FOR] == "load-desync").any() and (shape[RECORDED_FOR] == "llama-8b-draft-model").any()

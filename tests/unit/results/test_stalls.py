@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import FROZEN
+from vllm_playbooks.book.page_notes import stall_note
 from vllm_playbooks.engine.metrics import Histogram
 from vllm_playbooks.results.replay import replay_case
-from vllm_playbooks.results.stalls import STALL_S, STALL_SHARE, stall_note, stall_table, unstalled
+from vllm_playbooks.results.stalls import STALL_S, STALL_SHARE, stall_table, unstalled
 
 
 def test_gaps_above_a_bound_are_counted_from_the_cumulative_buckets() -> None:

@@ -75,7 +75,9 @@ def test_a_table_whose_last_line_lacks_its_newline_gets_the_next_row_on_a_line_o
         ("provenance.json", lambda p: p.write_text('{"gpu_name": ""}', encoding="utf-8")),
     ],
 )
-def test_a_damaged_raw_file_is_named_not_a_bare_error(tmp_path: Path, name: str, damage) -> None:  # type: ignore[no-untyped-def]
+def test_a_damaged_raw_file_is_named_not_a_bare_error(  # type: ignore[no-untyped-def]
+    tmp_path: Path, name: str, damage
+) -> None:
     row = _recorded_row()
     source = FROZEN / row.raw_path
     folder = tmp_path / "runs" / CASE / "raw" / row.point_id

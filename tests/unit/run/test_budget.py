@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import FROZEN
 from tests.unit.run.grid_rows import GRID_PLAN, grid_spec, run_rows, server_rows
 from vllm_playbooks import cli
+from vllm_playbooks.book import page_notes
 from vllm_playbooks.run import budget
 from vllm_playbooks.run.plan import plan_from_dict
 
@@ -60,15 +61,15 @@ def test_a_start_up_is_estimated_as_cold_when_the_config_only_ever_started_warm(
 def test_the_rest_of_a_grid_in_words_names_each_server_and_says_when_nothing_is_left() -> None:
     servers = server_rows(("a1", "a", 0, 100), ("b1", "b", 400, 80), ("b2", "b", 900, 120))
     rows = run_rows(("a", 1, 160), ("a", 4, 200), ("a", 16, 500), ("b", 1, 1110))
-    text = budget.describe_remaining_time(budget.remaining_time(GRID_PLAN, rows, servers))
+    text = page_notes.describe_remaining_time(budget.remaining_time(GRID_PLAN, rows, servers))
     assert text.startswith("8 planned points are left on 3 servers, each started once: ")
     assert "`b` (llama-3.1-8b): 2 points, start-up ≈ 120 s, points ≈ 340 s, `--time-limit-s 580`" in text
     assert "`big` (llama-3.3-70b): 3 points, no estimate (no server of its shape ever became ready)" in text
     one = budget.remaining_time(GRID_PLAN, run_rows(("a", 1, 160)), server_rows(("a1", "a", 0, 100)))
     assert "`a` (llama-3.1-8b): 2 points, no estimate (2 of its loads never ran on its shape)" in (
-        budget.describe_remaining_time(one)
+        page_notes.describe_remaining_time(one)
     )
-    assert budget.describe_remaining_time(budget.remaining_time(GRID_PLAN, rows, servers).iloc[:0]) == (
+    assert page_notes.describe_remaining_time(budget.remaining_time(GRID_PLAN, rows, servers).iloc[:0]) == (
         "Every planned point is recorded in a run that did not stall: nothing is left to measure."
     )
     last = pd.DataFrame(
@@ -85,14 +86,14 @@ def test_the_rest_of_a_grid_in_words_names_each_server_and_says_when_nothing_is_
             }
         ]
     )
-    assert budget.describe_remaining_time(last) == (
+    assert page_notes.describe_remaining_time(last) == (
         "1 planned point is left on 1 server, each started once: `k3` "
         "(gpt-oss-120b): 1 point, start-up ≈ 192 s, points ≈ 387 s, "
         "`--time-limit-s 730`."
     )
     again = last.assign(stalled=1)
     assert "`k3` (gpt-oss-120b): 1 point (1 recorded only in runs that stalled), start-up" in (
-        budget.describe_remaining_time(again)
+        page_notes.describe_remaining_time(again)
     )
 
 

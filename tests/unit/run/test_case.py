@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from tests.conftest import ROOT, FakeBench, fake_server_argv
@@ -236,7 +237,8 @@ def test_sigterm_to_the_runner_stops_the_server_group(data: Path, tmp_path: Path
 def test_the_engine_env_reaches_the_server_factory(data: Path) -> None:
     import yaml
 
-    from vllm_playbooks.run.plan import plan_file, plan_from_dict
+    from vllm_playbooks.run.grid import plan_file
+    from vllm_playbooks.run.plan import plan_from_dict
 
     spec = yaml.safe_load(plan_file(CASE).read_text())
     spec["engine_defaults"]["env"] = {"PLAYBOOK_MARK": "1"}
@@ -412,8 +414,6 @@ def test_replay_refuses_what_no_recorded_row_holds(frozen_data: Path) -> None:
 
 
 def test_the_rows_name_their_hardware_and_a_live_run_says_what_it_did() -> None:
-    import pandas as pd
-
     from vllm_playbooks.run.case import hardware_in_words, live_summary
     from vllm_playbooks.run.measure import RunReport
 

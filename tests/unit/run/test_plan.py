@@ -394,8 +394,9 @@ def test_a_part_note_is_not_an_override(tmp_path: Path) -> None:
 
 def test_a_deciding_part_measures_claims_of_its_case_three_times_off_the_grid() -> None:
     from vllm_playbooks.analysis.noise import MIN_CLEAN_REPEATS
-    from vllm_playbooks.claims.ledger import load_claims
-    from vllm_playbooks.run.plan import case_parts, deciding_part, deciding_points, load_part, named_parts
+    from vllm_playbooks.claims.loading import load_claims
+    from vllm_playbooks.run.deciding import deciding_part, deciding_points
+    from vllm_playbooks.run.plan import case_parts, load_part, named_parts
 
     claims = {claim.claim_id: claim for claim in load_claims()}
     decided = []

@@ -8,8 +8,9 @@ import pandas as pd
 import pytest
 
 from tests.conftest import FROZEN
+from vllm_playbooks.book.page_notes import gpu_time_note
 from vllm_playbooks.errors import SchemaError
-from vllm_playbooks.run.budget import gpu_time_note, server_time
+from vllm_playbooks.run.budget import server_time
 from vllm_playbooks.run.plan import load_plan
 
 CASE = "pp-27462"
@@ -100,7 +101,8 @@ def test_server_modes_reads_the_runner_cudagraph_mode_and_async_scheduling_a_ser
         "2026-12-31T235800+0000",
         [
             "(APIServer pid=1) INFO 12-31 23:58:01 [vllm.py:1] Asynchronous scheduling is enabled.",
-            "(EngineCore pid=3) INFO 12-31 23:58:02 [core.py:1] config: 'cudagraph_mode': <CUDAGraphMode.PIECEWISE: 1>, x",
+            "(EngineCore pid=3) INFO 12-31 23:58:02 [core.py:1] config: 'cudagraph_mode': <CUDAGraphMode.PIECEWISE: "
+            "1>, x",
             "(EngineCore pid=3) INFO 12-31 23:58:02 [gpu_model_runner.py:1] Starting to load model x...",
             "(EngineCore pid=3) INFO 12-31 23:58:03 [vllm.py:1] Asynchronous scheduling is disabled.",
             *started,

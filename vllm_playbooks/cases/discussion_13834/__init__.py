@@ -1,41 +1,46 @@
-"""Case: Discussion #13834 — speculative decoding slower for Llama-3.3-70B-AWQ with a 3B draft (its claim check and page numbers)."""
+"""Case: Discussion #13834 — speculative decoding slower for Llama-3.3-70B-AWQ with a 3B draft (its claim check and page
+numbers)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import pandas as pd
 
 from vllm_playbooks.analysis.schedule import scheduled_off
-from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, check, percent_change, speedup_pairs
+from vllm_playbooks.claims.claim import CheckResult, Claim, Evidence, check, percent_change, speedup_pairs
 from vllm_playbooks.claims.reference import published_value
 from vllm_playbooks.claims.verdict import LOAD_FACTOR, Verdict, judge
 from vllm_playbooks.hardware import get_gpu
-from vllm_playbooks.model.calibration import EfficiencyFit, predict_tpot_ms
+from vllm_playbooks.model.calibration import EfficiencyFit
 from vllm_playbooks.model.holdout import calibrate_on_gpu
+from vllm_playbooks.model.prediction import predict_tpot_ms
 from vllm_playbooks.model.speculative import acceptance_rate_of_alpha
 from vllm_playbooks.results.store import load_reference
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 
 @check("spec_slower_at_reported_load")
 def spec_slower_at_reported_load(claim: Claim, ev: Evidence) -> CheckResult:
     """Discussion #13834: speculation lowered output throughput.
 
-    The report's load is what its own numbers imply by Little's law (``cases.discussion_13834.implied_13834``: streams in flight =
-    output tok/s × ITL). The check takes the recorded pair with the report's k and acceptance whose concurrency is
-    nearest that load, within ``LOAD_FACTOR``, among the points the case's deciding part measures
+    The report's load is what its own numbers imply by Little's law (``cases.discussion_13834.implied_13834``: streams
+    in flight = output tok/s × ITL). The check takes the recorded pair with the report's k and acceptance whose
+    concurrency is nearest that load, within ``LOAD_FACTOR``, among the points the case's deciding part measures
     (``Evidence.deciding_rows``), and judges its output-throughput ratio against the reported one. The
-    model: the H200-fitted roofline moved to the A100's peaks (``cases.discussion_13834.predict_13834_a100``) at that load.
+    model: the H200-fitted roofline moved to the A100's peaks (``cases.discussion_13834.predict_13834_a100``) at that
+    load.
     """
 
     off, on = ev.value(claim, "output-tok-s-spec-off"), ev.value(claim, "output-tok-s-spec-on")
     k, alpha = int(ev.value(claim, "num-speculative-tokens")), ev.value(claim, "acceptance-rate-author-quoted")
     streams = float(implied_13834(ev.sources(claim))["streams_in_flight_spec_off"])
     claimed = on / off
-    published = f"{off:g} → {on:g} output tok/s ({percent_change(claimed)}), k={k}, acceptance {alpha:g}, ≈{streams:.0f} streams"
+    published = (
+        f"{off:g} → {on:g} output tok/s ({percent_change(claimed)}), k={k}, acceptance {alpha:g}, "
+        f"≈{streams:.0f} streams"
+    )
     pairs = speedup_pairs(ev.deciding_rows(claim), "output_tok_s")
     pairs = pairs[(pairs["k"] == k) & (pairs["imposed_alpha"].astype(float).sub(alpha).abs() < 1e-9)]
     pairs = pairs[pairs["concurrency"].notna()]
@@ -85,8 +90,6 @@ def implied_13834(published: pd.DataFrame) -> pd.Series:
     - the TPOT ratio a closed loop would show (output throughput off / on), and the ITL ratio divided by it: the
       tokens each streamed chunk would carry if the rest of the ITL rise were chunking (``analysis.itl_artifact``).
     """
-    import pandas as pd
-
     out_off, out_on = (
         published_value(published, "output-tok-s-spec-off"),
         published_value(published, "output-tok-s-spec-on"),
@@ -139,7 +142,6 @@ def a100_table(carried: Mapping[str, float], calibrated: Mapping[str, float]) ->
     """``predict_13834_a100``'s two predictions (H200 parameters carried; calibrated on the report's spec-off point)
     and the report's numbers, one line each, with headers in words: output tok/s off and on, its change, TPOT off
     and on, and the bandwidth efficiency and fixed time per forward the prediction used (blank for the report)."""
-    import pandas as pd
 
     def line(label: str, off: float, on: float, values: Mapping[str, float] | None) -> dict[str, Any]:
         return {
@@ -175,9 +177,10 @@ def predict_13834_a100(
     """Out-of-sample: the H200 fit's efficiencies on the A100-80GB peaks, for Discussion #13834's setup.
 
     Llama-3.3-70B AWQ target, Llama-3.2-3B AWQ draft, the report's k and acceptance (read from
-    ``the case's published.csv`` where not given), fp8 KV, 1240 in / 128 out, ≈ ``concurrency`` streams. Returns predicted TPOT and output tok/s (closed loop, concurrency × 1000 / TPOT) off
-    and on, beside the reported output tok/s read from ``the case's published.csv``. The speculative prediction
-    includes the fit's per-draft-forward overhead when it has one (``fit_efficiency(..., draft_overhead=True)``).
+    ``the case's published.csv`` where not given), fp8 KV, 1240 in / 128 out, ≈ ``concurrency`` streams. Returns
+    predicted TPOT and output tok/s (closed loop, concurrency × 1000 / TPOT) off and on, beside the reported output
+    tok/s read from ``the case's published.csv``. The speculative prediction includes the fit's per-draft-forward
+    overhead when it has one (``fit_efficiency(..., draft_overhead=True)``).
 
     ``calibrate=False`` carries the H200's efficiencies and fixed times to the A100 unchanged; ``True`` first
     recalibrates them on the report's one spec-off point (``model.holdout.calibrate_on_gpu``: its ITL as TPOT at the

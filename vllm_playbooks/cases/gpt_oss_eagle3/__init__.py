@@ -4,31 +4,26 @@ functions; the published numbers are in ``its folder's published.csv``)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from vllm_playbooks.analysis.compare import is_baseline
 from vllm_playbooks.analysis.kbest import best_ks
 from vllm_playbooks.analysis.noise import MIN_BAND_PCT, band_pct, spread_of
 from vllm_playbooks.analysis.profiles import gain_table, with_profile
+from vllm_playbooks.claims.claim import CheckResult, Claim, Evidence, check, model_error, percent_change, speedup_pairs
 from vllm_playbooks.claims.finding import Finding, gpu_names, published_or_none, split_stalled, stalled_words
-from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, check, model_error, percent_change, speedup_pairs
 from vllm_playbooks.claims.reference import published_value, published_values
 from vllm_playbooks.claims.verdict import LOAD_FACTOR, Effect, Verdict, best, combine, effect, judge
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.hardware import REFERENCE_DATASHEET, Gpu
-from vllm_playbooks.model.calibration import EfficiencyFit, cost_time_s, speculation_prediction
+from vllm_playbooks.model.calibration import EfficiencyFit
+from vllm_playbooks.model.prediction import cost_time_s, speculation_prediction
 from vllm_playbooks.model.roofline import decode_step_flops, forward_cost
 from vllm_playbooks.model.speculative import fit_iid_alpha, speedup
 from vllm_playbooks.model.steps import moe_layers_run
-from vllm_playbooks.results.server_logs import startup_memory_of_rows
 from vllm_playbooks.run.plan import load_plan
 from vllm_playbooks.shapes import get_shape, resolve_model
-
-if TYPE_CHECKING:
-    from pathlib import Path
-
-    import pandas as pd
-
 
 #: The target and EAGLE-3 head shapes whose layer counts give the head's draft cost c ≈ head layers / target layers.
 EAGLE3_SHAPES = ("gpt-oss-120b", "gpt-oss-120b-eagle3")
@@ -43,8 +38,8 @@ MODEL_K_RANGE = tuple(range(1, 11))
 
 
 def _with_length_profile(case: str, rows: pd.DataFrame) -> pd.DataFrame:
-    """``rows`` with a ``profile`` column (``analysis.profiles.with_profile`` after the case file's length profiles), naming a
-    row of no profile of the case ``"<input_len> in / <output_len> out"``."""
+    """``rows`` with a ``profile`` column (``analysis.profiles.with_profile`` after the case file's length profiles),
+    naming a row of no profile of the case ``"<input_len> in / <output_len> out"``."""
 
     try:
         profiles = {name: (i, o) for name, i, o in load_plan(case).profiles}
@@ -70,8 +65,6 @@ def gain_up_to_concurrency(claim: Claim, ev: Evidence) -> CheckResult:
     the gain ends); the best such verdict stands (the source chose its own config). Model: the roofline models dense
     decoders only.
     """
-
-    import pandas as pd
 
     top = ev.value(claim, "max-concurrency-with-gain")
     low = 1 + ev.value(claim, "output-throughput-gain-low") / 100
@@ -114,11 +107,9 @@ def best_draft_tokens(claim: Claim, ev: Evidence) -> CheckResult:
     Measured: at each load (length profile, concurrency, imposed α) of the points the case's deciding part measures
     (``Evidence.deciding_rows``: k = 2 to 5 on the chat profile at concurrency 1 and 200) with recorded ``eagle3``
     rows at k = 4 and at least one other k, the best k by output throughput must be in the claimed range and k = 4 a
-    loss against it, of about the claimed size. Model: the k maximising ``model.speculative.speedup`` for α in ``ALPHA_SWEEP`` with
-    c = head layers / target layers.
+    loss against it, of about the claimed size. Model: the k maximising ``model.speculative.speedup`` for α in
+    ``ALPHA_SWEEP`` with c = head layers / target layers.
     """
-
-    import pandas as pd
 
     k_low, k_high = int(ev.value(claim, "draft-tokens-best-low")), int(ev.value(claim, "draft-tokens-best-high"))
     four = 1 + ev.value(claim, "output-throughput-change-4-tokens") / 100
@@ -221,8 +212,6 @@ def routing_signature(
     fixed routing. Uniform routing makes a batch touch many more experts than one sequence does; a measured growth
     near the 'fixed' prediction says the dummy router sent every token to the same experts (what a kernel that ignores
     the routing simulation would do with a degenerate router)."""
-    import pandas as pd
-
     rows = measured[(measured["model_shape"] == model_shape) & is_baseline(measured)]
     rows = rows[rows["concurrency"].isin([low, high]) & rows["request_rate_qps"].isna()]
     if input_len is not None:
@@ -273,8 +262,6 @@ def eagle3_predictions(
     profile, in the measured tables' columns: profile, k, imposed_alpha, concurrency (= batch), speedup and
     ``gain_pct`` = 100 · (speedup − 1), the output-throughput gain of a closed loop whose slots always decode.
     ``batches`` is one list for every profile or a list per profile name."""
-    import pandas as pd
-
     ks, alphas = list(ks), list(alphas)
     records = []
     for profile, (input_len, output_len) in profiles.items():
@@ -299,166 +286,6 @@ def eagle3_predictions(
     return pd.DataFrame(records)
 
 
-STEP_FACTOR_COLUMNS = (
-    "profile",
-    "concurrency",
-    "fewer_steps_x",
-    "step_cost_x",
-    "gain_pct",
-    "steps_per_1k_off",
-    "steps_per_1k_spec",
-    "ms_per_step_off",
-    "ms_per_step_spec",
-)
-
-
-def step_factors(df: pd.DataFrame, profiles: Mapping[str, tuple[int, int]], engine: str) -> pd.DataFrame:
-    """The output-throughput gain of ``engine`` over speculation off, split into its two factors per profile and
-    concurrency: how many times fewer engine steps the run took per output token (``fewer_steps_x``) and how many
-    times longer each step took (``step_cost_x``). ``df`` needs ``steps_per_1k_tokens`` and ``ms_per_step``
-    (``results.engine_steps.with_step_times``). Output throughput is tokens over wall time, and wall time is steps
-    times time per step, so 1 + gain = fewer_steps_x / step_cost_x: speculation pays exactly where it saves more
-    steps than each of them costs. Each GPU's runs are paired with its own (one row per GPU where ``df`` holds
-    several)."""
-    import pandas as pd
-
-    keys = ["profile", "concurrency", "gpu_name"]
-    parts = []
-    for metric, prefix in (("steps_per_1k_tokens", "steps_per_1k"), ("ms_per_step", "ms_per_step")):
-        table = gain_table(df, profiles, metric)
-        table = table[table["engine_label"] == engine]
-        parts.append(
-            table[keys + ["baseline", "speculative"]].rename(
-                columns={"baseline": f"{prefix}_off", "speculative": f"{prefix}_spec"}
-            )
-        )
-    gains = gain_table(df, profiles, "output_tok_s")
-    gains = gains[gains["engine_label"] == engine][keys + ["gain_pct"]]
-    out = parts[0].merge(parts[1], on=keys).merge(gains, on=keys).dropna()
-    if out.empty:
-        return pd.DataFrame(columns=list(STEP_FACTOR_COLUMNS))
-    out["fewer_steps_x"] = out["steps_per_1k_off"] / out["steps_per_1k_spec"]
-    out["step_cost_x"] = out["ms_per_step_spec"] / out["ms_per_step_off"]
-    return out.sort_values(keys)[list(STEP_FACTOR_COLUMNS)].reset_index(drop=True)
-
-
-#: The columns of ``kv_pressure``.
-KV_PRESSURE_COLUMNS = (
-    "gpu_name",
-    "engine_label",
-    "concurrency",
-    "runs",
-    "kv_cache_tokens",
-    "tokens_needed",
-    "preemptions_per_run",
-)
-
-
-def kv_pressure(
-    df: pd.DataFrame,
-    profiles: Mapping[str, tuple[int, int]],
-    engine: str,
-    profile: str = "chat",
-    data: Path | None = None,
-) -> pd.DataFrame:
-    """Whether the KV cache held the load, per GPU, for speculation off and ``engine`` at the highest concurrency of
-    ``profile`` that both measured on that GPU: the KV-cache tokens vLLM logged at start-up (the smallest pool of
-    the servers that measured those runs: ``results.server_logs.startup_memory_of_rows``, NA without their logs), the
-    most tokens the load can hold at once (``tokens_needed``: concurrency × (input + output) tokens) and the
-    preemptions a run (mean over its ``runs``). A pool below the need makes vLLM preempt and recompute requests, and a
-    gain measured there is partly capacity (a drafter that leaves more cache), not fewer steps."""
-    import pandas as pd
-
-    rows = with_profile(df, profiles)
-    rows = rows[(rows["profile"] == profile) & ((rows["engine_label"] == engine) | is_baseline(rows))]
-    tops = []
-    for _, on_gpu in rows.groupby("gpu_name", sort=True):
-        both = on_gpu.groupby("concurrency")["engine_label"].nunique()
-        if (both >= 2).any():
-            tops.append(on_gpu[on_gpu["concurrency"] == both[both >= 2].index.max()])
-    if not tops:
-        return pd.DataFrame(columns=list(KV_PRESSURE_COLUMNS))
-    top = pd.concat(tops)
-    # only the runs shown: one log read per server
-    top = top.assign(kv_cache_tokens=startup_memory_of_rows(top, data)["kv_cache_tokens"])
-    input_len, output_len = profiles[profile]
-    records = []
-    for gpu, on_gpu in top.groupby("gpu_name", sort=True):
-        for _, runs in sorted(on_gpu.groupby("engine_label"), key=lambda group: not is_baseline(group[1]).all()):
-            label = runs["engine_label"].iloc[0]
-            records.append(
-                {
-                    "gpu_name": gpu,
-                    "engine_label": label,
-                    "concurrency": int(runs["concurrency"].iloc[0]),
-                    "runs": len(runs),
-                    "kv_cache_tokens": runs["kv_cache_tokens"].min(),
-                    "tokens_needed": int(runs["concurrency"].iloc[0]) * (input_len + output_len),
-                    "preemptions_per_run": float(runs["num_preemptions"].mean()),
-                }
-            )
-    return pd.DataFrame(records, columns=list(KV_PRESSURE_COLUMNS)).astype({"kv_cache_tokens": "Int64"})
-
-
-def step_cost_by_alpha(
-    df: pd.DataFrame,
-    profiles: Mapping[str, tuple[int, int]],
-    k: int = 3,
-    overlapped: Iterable[str] = (),
-) -> pd.DataFrame:
-    """Milliseconds per engine step of the runs at one k and different imposed α, per profile and concurrency.
-
-    At a fixed k a step drafts k tokens and verifies k + 1 per sequence whatever is accepted, so its cost depends
-    on α only through the work on the accepted tokens; how far the α runs' step times spread (``spread_pct``:
-    slowest over fastest, less one) bounds how much one run's step time moves between runs (other server starts, other
-    machines), the scale below which a gain difference between two α runs is not acceptance's doing. ``df`` needs
-    ``ms_per_step`` (``results.engine_steps.with_step_times``); only loads with two or more α (``alphas``) appear.
-    ``alpha_slow`` and ``alpha_fast`` name the pair; ``overlapped`` (point ids, ``analysis.overlapping_points``)
-    marks in ``shared_host`` whether the slowest run shared its host with another server.
-    """
-    import pandas as pd
-
-    columns = [
-        "profile",
-        "concurrency",
-        "alphas",
-        "alpha_fast",
-        "ms_fast",
-        "alpha_slow",
-        "ms_slow",
-        "spread_pct",
-        "shared_host",
-    ]
-    rows = df[
-        (df["spec_method"] == "eagle3")
-        & (df["num_speculative_tokens"] == k)
-        & df["imposed_alpha"].notna()
-        & df["ms_per_step"].notna()
-        & df["concurrency"].notna()
-    ]
-    rows = with_profile(rows, profiles)
-    shared = set(overlapped)
-    records = []
-    for (profile, conc), group in rows.groupby(["profile", "concurrency"]):
-        if group["imposed_alpha"].nunique() < 2:
-            continue
-        fastest, slowest = group.loc[group["ms_per_step"].idxmin()], group.loc[group["ms_per_step"].idxmax()]
-        records.append(
-            {
-                "profile": profile,
-                "concurrency": int(conc),
-                "alphas": tuple(sorted(float(a) for a in group["imposed_alpha"].unique())),
-                "alpha_fast": float(fastest["imposed_alpha"]),
-                "ms_fast": float(fastest["ms_per_step"]),
-                "alpha_slow": float(slowest["imposed_alpha"]),
-                "ms_slow": float(slowest["ms_per_step"]),
-                "spread_pct": 100 * (float(slowest["ms_per_step"]) / float(fastest["ms_per_step"]) - 1),
-                "shared_host": slowest["point_id"] in shared,
-            }
-        )
-    return pd.DataFrame(records, columns=columns)
-
-
 def _gains_at(gains: pd.DataFrame) -> str:
     """A ``gain_table``'s gains in words: '+36.0 % at 1, -4.8 % at 16' (concurrency)."""
     return ", ".join(f"{g:+.1f} % at {int(c)}" for c, g in zip(gains["concurrency"], gains["gain_pct"], strict=True))
@@ -477,8 +304,6 @@ def eagle3_verdict(
     """Does EAGLE-3 at k = 3 raise output throughput over speculation off on ``profile``, and does the gain hold up
     to ``top`` concurrent requests, as the Red Hat article reported (``published.csv``)? The sentence ends with
     what Red Hat reported unless ``cite_report`` is off (a page that already cites it for another profile)."""
-    import pandas as pd
-
     df, stalled = split_stalled(df)
     stalled_at: list[float] = []
     if not stalled.empty:
@@ -508,8 +333,8 @@ def eagle3_verdict(
     held_to = published_or_none(published, "max-concurrency-with-gain")
     reported = (
         f" Red Hat reported gains that held to {held_to:g} concurrent requests, +{low:g} to +{high:g} % output "
-        "throughput (the range only in a secondary summary), on H200 with real weights and ShareGPT, MLPerf and SWE-bench "
-        "prompts."
+        "throughput (the range only in a secondary summary), on H200 with real weights and ShareGPT, MLPerf and "
+        "SWE-bench prompts."
         if low is not None and high is not None and held_to is not None and cite_report
         else ""
     )

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
+
 from vllm_playbooks.analysis.cards import versus_baseline_by_card
 from vllm_playbooks.analysis.compare import is_baseline, versus_baseline
 from vllm_playbooks.analysis.noise import Effect, band_pct, effect_of_speedup, spread_of
 from vllm_playbooks.results.raw import count_cards
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from vllm_playbooks.run.plan import CasePlan
 
 CASE = "load-desync"
@@ -33,8 +33,6 @@ def length_mode(random_range_ratio: float) -> str:
 def point_spreads(rows: pd.DataFrame, metric: str = "output_tok_s") -> pd.DataFrame:
     """One line per engine config, concurrency and length mode: the median of ``metric`` over the clean runs, the
     runs, their lowest and highest value and their spread (``noise.spread_of``)."""
-    import pandas as pd
-
     records = []
     keys = ["engine_label", "concurrency", "random_range_ratio"]
     for (label, concurrency, ratio), group in rows.groupby(keys, sort=True):
@@ -60,8 +58,6 @@ def shape_effect(rows: pd.DataFrame, metric: str = "output_tok_s") -> pd.DataFra
     and with varied lengths (runs and spreads beside them), the change of varied against fixed in percent, the band
     (the larger spread, at least the floor) and ``moved``: 'higher' or 'lower' with varied lengths where the change
     lies beyond the band, else 'within noise'."""
-    import pandas as pd
-
     spreads = point_spreads(rows, metric)
     records = []
     for (label, concurrency), group in spreads.groupby(["engine_label", "concurrency"], sort=True):
@@ -160,8 +156,6 @@ def gain_shift(gains: pd.DataFrame) -> pd.DataFrame:
     """How far the load shape moves the gain: per concurrency, the gain with fixed and with varied lengths (percent),
     their difference in percentage points, and the band it must exceed to count: the largest spread of the four
     medians the two gains are made of, at least the floor."""
-    import pandas as pd
-
     records = []
     for concurrency, group in gains.groupby("concurrency", sort=True):
         fixed, varied = group[group["lengths"] == "fixed"], group[group["lengths"] != "fixed"]
@@ -214,8 +208,6 @@ def at_top_load(rows: pd.DataFrame, metrics: tuple[str, ...] = METRICS) -> dict[
 def runs_left(plan: CasePlan, rows: pd.DataFrame) -> pd.DataFrame:
     """The planned points with fewer clean runs than the plan's repeats: engine config, concurrency, length mode, the
     clean runs recorded and the runs planned (a point never measured has 0)."""
-    import pandas as pd
-
     spreads = point_spreads(rows)
     recorded = {(r.engine_label, r.concurrency, r.random_range_ratio): r.runs for r in spreads.itertuples()}
     records = []

@@ -1,14 +1,16 @@
-"""Case: issue #27462 — --max-num-seqs caps all running sequences, so pipeline parallelism is underused (its checks and page functions)."""
+"""Case: issue #27462 — --max-num-seqs caps all running sequences, so pipeline parallelism is underused (its checks and
+page functions)."""
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import pandas as pd
 
 from vllm_playbooks.analysis.noise import THRESHOLD_PCT
-from vllm_playbooks.claims.ledger import CheckResult, Claim, Evidence, check
+from vllm_playbooks.claims.claim import CheckResult, Claim, Evidence, check
 from vllm_playbooks.claims.verdict import Verdict
 from vllm_playbooks.config.load import MIN_DURATION_S, MIN_REQUESTS_PER_CONCURRENCY
 from vllm_playbooks.errors import ConfigError
@@ -16,17 +18,11 @@ from vllm_playbooks.hardware import REFERENCE_DATASHEET, Gpu, measured_on
 from vllm_playbooks.model.calibration import EfficiencyFit
 from vllm_playbooks.model.pipeline import layout, microbatch_size, predicted_throughput, with_layout
 from vllm_playbooks.results import raw
-from vllm_playbooks.results.engine_steps import FILL_THRESHOLD, step_summary
+from vllm_playbooks.results.engine_steps import FILL_THRESHOLD
 from vllm_playbooks.results.gpu_samples import gpu_summary
-from vllm_playbooks.results.replay import replay_case
 from vllm_playbooks.results.store import case_dir, recorded_cases
-from vllm_playbooks.run.case import results_for, run_case
 from vllm_playbooks.run.plan import CasePlan, load_plan, text_list
 from vllm_playbooks.shapes import resolve_model
-
-if TYPE_CHECKING:
-    import pandas as pd
-
 
 #: The #27462 page's verdict labels (``cases.pp_27462.verdict_label``) as the ledger's verdicts.
 _PAGE_VERDICTS = {
@@ -47,8 +43,6 @@ def pp_cap_starves_stages(claim: Claim, ev: Evidence) -> CheckResult:
     set the batch. Model: ``model.pipeline.predicted_throughput`` on the grid. Published: the related issue #41682's
     PP numbers.
     """
-    import pandas as pd
-
     sources = ev.sources(claim)
     published = "; ".join(f"{r['setting']}: {r['value']:g} {r['unit']}" for _, r in sources.iterrows())
     cases = list(dict.fromkeys([claim.case, CASE]))
@@ -99,10 +93,6 @@ STARTUP_S = {"llama-3.1-8b": 60.0, "llama-3.3-70b": 150.0}
 DEFAULT_STARTUP_S = 120.0
 
 
-#: The concurrency sweep at the best PP=2 setting: below, at and above the cap.
-SWEEP_CONCURRENCY = (32, 64, 128, 256, 512, 1024)
-
-
 def recorded_startup_s(data: Any = None, gpu: Gpu | str = REFERENCE_DATASHEET) -> dict[str, float]:
     """Median seconds from launching a server to its first health check, per model shape, over every recorded point
     on ``gpu`` (the reference H200's by default, the GPU the grid is planned for) of every case (``point.json``'s
@@ -144,8 +134,6 @@ def planned_grid(
     """The case's points as a table: engine, shape, layout, GPUs, max_num_seqs, microbatch (min(concurrency,
     max_num_seqs) / PP), concurrency, lengths; with a fit, the predicted output tok/s (total and per GPU) and the
     estimated device seconds of each point and of its server's start-up (counted once per engine)."""
-    import pandas as pd
-
     records = []
     for point in plan.points():
         engine, load = point.engine, point.load
@@ -209,8 +197,6 @@ def saturated(
     ``steps`` gives the measured running sequences, a fill of at least ``fill`` (the cap, not the request path, set
     the batch); one line per engine config (the median where an engine has several such rows), with ``layout`` and
     ``output_tok_s_per_gpu``."""
-    import pandas as pd
-
     columns = [
         "model_shape",
         "engine_label",
@@ -257,7 +243,8 @@ def unfilled_note(rows: pd.DataFrame, fill: float = FILL_THRESHOLD) -> str:
     if rows.empty:
         return f"Every point that offered twice its cap ran at least {fill:.0%} of its cap on average."
     listed = "; ".join(
-        f"`{r.engine_label}` ran {r.running_mean:.0f} of {int(r.max_num_seqs)} ({r.fill:.0%}) at {r.output_tok_s:,.0f} tok/s"
+        f"`{r.engine_label}` ran {r.running_mean:.0f} of {int(r.max_num_seqs)} ({r.fill:.0%}) at "
+        f"{r.output_tok_s:,.0f} tok/s"
         for r in rows.itertuples()
     )
     return (
@@ -273,8 +260,6 @@ def pp_comparison(
     """Per shape and max_num_seqs N, the saturated throughputs (``saturated``) the verdict compares: PP=1 at N,
     PP=2 at N, PP=2 at 2N, TP=2 at N, and PP=2's change in percent against PP=1 and against TP=2 (NaN where a side
     is missing)."""
-    import pandas as pd
-
     sat = saturated(df, factor, steps, fill)
     columns = [
         "model_shape",
@@ -419,56 +404,6 @@ def best_pp_setting(
     return str(sat.sort_values("output_tok_s", ascending=False)["engine_label"].iloc[0])
 
 
-def sweep_call(label: str, concurrency: Sequence[int] = SWEEP_CONCURRENCY, case: str = CASE) -> str:
-    """The Python call that runs the concurrency sweep of one engine on a GPU machine."""
-    return f"run_case(load_plan({case!r}, engines=[{label!r}], concurrency={list(concurrency)!r})).raise_for_failures()"
-
-
-def sweep_rows(df: pd.DataFrame, label: str | None) -> pd.DataFrame:
-    """The rows of one engine at every concurrency, in order (the sweep), with ``layout``."""
-    if label is None or df.empty:
-        return df.iloc[0:0]
-    rows = df[df["engine_label"] == label].sort_values("concurrency")
-    return with_layout(rows)
-
-
-def results_with_sweep(
-    case: str,
-    mode: str,
-    plan_overrides: Mapping[str, Any] | None = None,
-    sweep_concurrency: Sequence[int] | None = SWEEP_CONCURRENCY,
-    sweep_model: str | None = None,
-    **run_kwargs: Any,
-) -> pd.DataFrame:
-    """What the page calls. Replay: the recorded rows. Live: the grid (``plan_overrides`` as ``load_plan`` takes
-    them), then the concurrency sweep of the fastest PP=2 setting of ``sweep_model`` (none when either is None),
-    then the replayed rows."""
-
-    overrides = dict(plan_overrides or {})
-    df = results_for(case, mode, overrides, **run_kwargs)
-    if mode != "live" or not sweep_concurrency or not sweep_model:
-        return df
-
-    here = rows_of_newest_gpu(df)  # the grid just measured: this machine's rows, never another GPU's recorded ones
-    best = best_pp_setting(here, sweep_model, steps=step_summary(here, run_kwargs.get("data")))
-    if best is None:
-        raise ConfigError(f"no saturated PP=2 row of {sweep_model} was recorded, so there is no setting to sweep")
-    rest = {k: v for k, v in overrides.items() if k not in ("engines", "concurrency", "request_rate_qps")}
-    run_case(
-        load_plan(case, engines=[best], concurrency=list(sweep_concurrency), **rest), **run_kwargs
-    ).raise_for_failures()
-    return replay_case(case)
-
-
-def rows_of_newest_gpu(df: pd.DataFrame) -> pd.DataFrame:
-    """The rows of ``df`` measured on the GPU model (``gpu_name``) of its newest row (``measured_at``): after a live
-    run, the rows of this machine's GPU, so that rows recorded on another GPU never choose what it measures next."""
-    if df.empty:
-        return df
-    newest = df.loc[df["measured_at"].map(dt.datetime.fromisoformat).idxmax(), "gpu_name"]
-    return df[df["gpu_name"] == newest]
-
-
 def select_engines(
     case: str, engines: Sequence[str] | None = None, max_num_seqs: Sequence[int] | None = None
 ) -> list[str] | None:
@@ -514,50 +449,3 @@ def measurement_status(df: pd.DataFrame, plan: CasePlan) -> str:
     gpus = ", ".join(sorted(f"{n} ×{c}" for n, c in set(zip(df["gpu_name"], df["gpu_count"], strict=True))))
     more = f", and {extra} more point(s) (the concurrency sweep)" if extra else ""
     return f"{len(done)} of the {len(planned)} planned points are recorded{more}, on {gpus}."
-
-
-def predicted_best_pp(grid: pd.DataFrame, model: str, pipeline_parallel_size: int = 2) -> str | None:
-    """The engine label of the PP setting of ``model`` with the highest predicted output tok/s in a ``planned_grid``
-    (the sweep's engine until measured rows name the best)."""
-    rows = grid[(grid["model_shape"] == model) & (grid["layout"] == f"PP={pipeline_parallel_size}")]
-    if rows.empty or "predicted_output_tok_s" not in rows:
-        return None
-    return str(rows.sort_values("predicted_output_tok_s", ascending=False)["engine_label"].iloc[0])
-
-
-def sweep_engine(
-    df: pd.DataFrame, grid: pd.DataFrame, model: str | None, steps: pd.DataFrame | None = None
-) -> str | None:
-    """The engine the concurrency sweep runs: the fastest saturated PP=2 setting of ``model`` measured, else the one
-    the roofline predicts fastest (``predicted_best_pp``); None when ``model`` is None (no sweep)."""
-    if model is None:
-        return None
-    return best_pp_setting(df, model, steps=steps) or predicted_best_pp(grid, model)
-
-
-def sweep_grid(
-    case: str,
-    label: str | None,
-    concurrency: Sequence[int] | None,
-    fit: EfficiencyFit | None = None,
-    startup_s: Mapping[str, float] | None = None,
-    **overrides: Any,
-) -> pd.DataFrame:
-    """``planned_grid`` of the sweep (one engine at each concurrency); empty when there is no sweep."""
-    import pandas as pd
-
-    if label is None or not concurrency:
-        return pd.DataFrame()
-    return planned_grid(
-        load_plan(case, engines=[label], concurrency=list(concurrency), **overrides), fit, startup_s=startup_s
-    )
-
-
-def sweep_note(label: str | None, concurrency: Sequence[int] | None, recorded: int, case: str = CASE) -> str:
-    """One sentence for the page: which engine the sweep runs and the call that runs it, or that there is none."""
-    if label is None or not concurrency:
-        return "No concurrency sweep in this run (sweep_model or sweep_concurrency is empty)."
-    return (
-        f"Sweep engine: `{label}`. On a 2-GPU machine, after the grid: `{sweep_call(label, concurrency, case)}` "
-        f"({recorded} point(s) of this engine recorded)."
-    )

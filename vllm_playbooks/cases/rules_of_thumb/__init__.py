@@ -1,22 +1,17 @@
-"""Rules of thumb the ledger checks across cases: acceptance bands, the compute-bound batch, temperature, KV fit, vLLM's batching defaults."""
+"""Rules of thumb the ledger checks across cases: acceptance bands, the compute-bound batch, temperature, KV fit, vLLM's
+batching defaults."""
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import pandas as pd
 
 from vllm_playbooks.analysis.noise import MIN_CLEAN_REPEATS
 from vllm_playbooks.analysis.schedule import scheduled_off
-from vllm_playbooks.claims.ledger import (
-    CheckResult,
-    Claim,
-    Evidence,
-    check,
-    is_missing,
-    model_error,
-    percent_change,
-    speedup_pairs,
-)
+from vllm_playbooks.claims.claim import CheckResult, Claim, Evidence, check, model_error, percent_change, speedup_pairs
+from vllm_playbooks.claims.loading import is_missing
 from vllm_playbooks.claims.verdict import LOAD_FACTOR, Effect, Verdict, combine, effect
 from vllm_playbooks.config.capacity import GIB, batch_defaults, check_fits
 from vllm_playbooks.hardware import REFERENCE_DATASHEET, get_gpu
@@ -26,14 +21,11 @@ from vllm_playbooks.results.stalls import describe_load
 from vllm_playbooks.shapes import resolve_model
 from vllm_playbooks.text import value_range
 
-if TYPE_CHECKING:
-    import pandas as pd
-
 
 def _break_even_by_config(rows: pd.DataFrame) -> list[dict[str, Any]]:
     """Per recorded speculative config, its draft cost c from the TPOTs at its lowest paired concurrency
-    (``model.speculative.draft_cost_from_tpot``), the break-even α (``model.speculative.break_even_alpha``) and vLLM's acceptance rate at
-    that α (``model.speculative.acceptance_rate_of_alpha``, which equals c)."""
+    (``model.speculative.draft_cost_from_tpot``), the break-even α (``model.speculative.break_even_alpha``) and vLLM's
+    acceptance rate at that α (``model.speculative.acceptance_rate_of_alpha``, which equals c)."""
 
     extra = ["mean_acceptance_length", "model_shape", "draft_model", "spec_method"]
     pairs = speedup_pairs(rows, "tpot_mean_ms", extra=extra)
@@ -106,8 +98,9 @@ def acceptance_bands(claim: Claim, ev: Evidence) -> CheckResult:
     request rate (an open loop's throughput is set by the arrivals). Where some points rest on ``MIN_CLEAN_REPEATS``
     clean runs of each side, the rule is judged on those alone (``re_measured_pairs``) and the text says how many
     single-run points were set aside and which acceptance rates the judged ones span; where none do, on every point,
-    whose runs a side (fewer than ``MIN_CLEAN_REPEATS``) the ledger states. Model: per recorded config, the break-even acceptance rate from the
-    draft cost c the TPOTs imply (``_break_even_by_config``); the bands hold if every one falls in the break-even band.
+    whose runs a side (fewer than ``MIN_CLEAN_REPEATS``) the ledger states. Model: per recorded config, the break-even
+    acceptance rate from the draft cost c the TPOTs imply (``_break_even_by_config``); the bands hold if every one falls
+    in the break-even band.
     """
     loss_below = ev.value(claim, "acceptance-net-loss-below")
     even_low, even_high = ev.value(claim, "acceptance-break-even-low"), ev.value(claim, "acceptance-break-even-high")
@@ -116,7 +109,6 @@ def acceptance_bands(claim: Claim, ev: Evidence) -> CheckResult:
         f"acceptance rate below {loss_below:g}: a net loss; {even_low:g}–{even_high:g}: break-even; "
         f"{helps_from:g} or more: helps"
     )
-    import pandas as pd
 
     rows = ev.all_rows()
     drafting = rows[~scheduled_off(rows)]  # a schedule's k = 0 points drafted too little to judge
