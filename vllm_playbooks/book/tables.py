@@ -19,12 +19,28 @@ if TYPE_CHECKING:
 
 #: Rows a displayed table shows before the rest folds into a collapsed section.
 SHOWN_ROWS = 12
+#: The vendor's word that NVML puts before every GPU model's name; a table cell shows the name without it.
+GPU_VENDOR = "NVIDIA "
+
+
+def short_gpu_names(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with every text cell that names a GPU as NVML does (``NVIDIA H100 80GB HBM3``) shortened to the model
+    (``H100 80GB HBM3``); other cells, and columns of other types, unchanged."""
+    shortened = frame.copy()
+    for name in shortened.columns:
+        column = shortened[name]
+        if pd.api.types.is_object_dtype(column) or pd.api.types.is_string_dtype(column):
+            named = column.map(lambda cell: isinstance(cell, str) and cell.startswith(GPU_VENDOR))
+            if named.any():
+                shortened[name] = column.where(~named, column.str.slice(len(GPU_VENDOR)))
+    return shortened
 
 
 def for_people(frame: pd.DataFrame, columns: Mapping[str, str], decimals: Mapping[str, int] | None = None) -> Styler:
     """``frame``'s ``columns`` (name → header in words), in that order, as a styled table without the index:
-    numbers with ``decimals[name]`` places (1 by default, whole numbers for integer columns), missing cells blank."""
-    shown = frame[list(columns)].rename(columns=dict(columns))
+    numbers with ``decimals[name]`` places (1 by default, whole numbers for integer columns), missing cells blank, GPU
+    names without the vendor's word (``short_gpu_names``)."""
+    shown = short_gpu_names(frame[list(columns)].rename(columns=dict(columns)))
     places = {columns[name]: count for name, count in (decimals or {}).items()}
     formats = {}
     for name in shown.columns:
@@ -57,7 +73,8 @@ def people_html(frame: pd.DataFrame) -> str:
     """Any displayed DataFrame as HTML for people: a named index, or one of labels (not integers), becomes columns
     (an unnamed one under a blank header), an unnamed integer one (row numbers) is dropped; column
     names with underscores read as words; floats rounded by ``places_for``; missing cells blank; rows past
-    ``SHOWN_ROWS`` in a collapsed ``<details>`` section below the first ones."""
+    ``SHOWN_ROWS`` in a collapsed ``<details>`` section below the first ones; GPU names without the vendor's word
+    (``short_gpu_names``)."""
     labelled = any(name is not None for name in frame.index.names)
     if labelled or not pd.api.types.is_integer_dtype(frame.index):  # row labels (named, or words): shown
         flat = frame.reset_index()
@@ -70,7 +87,7 @@ def people_html(frame: pd.DataFrame) -> str:
         for name in flat.columns
     ]
     flat = flat.rename(columns=lambda name: name.replace("_", " "))
-    flat = flat.loc[:, ~flat.columns.duplicated()]
+    flat = short_gpu_names(flat.loc[:, ~flat.columns.duplicated()])
     formats = {}
     for name in flat.columns:
         column = flat[name]

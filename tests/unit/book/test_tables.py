@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from vllm_playbooks.book.tables import SHOWN_ROWS, for_people, in_words, people_html, places_for
+from vllm_playbooks.book.tables import SHOWN_ROWS, for_people, in_words, people_html, places_for, short_gpu_names
 
 
 def test_a_table_for_people_has_words_rounded_numbers_and_no_index() -> None:
@@ -72,3 +72,18 @@ def test_row_labels_stay_and_row_numbers_go() -> None:
 
 def test_places_follow_the_size_of_a_column() -> None:
     assert [places_for(pd.Series(v)) for v in ([150.0], [15.0], [1.5], [0.15], [float("nan")])] == [0, 1, 2, 3, 0]
+
+
+def test_a_table_names_gpus_without_the_vendors_word() -> None:
+    frame = pd.DataFrame(
+        {
+            "gpu_name": ["NVIDIA H200", "NVIDIA H100 80GB HBM3", "cpu", None],
+            "runs": [3, 2, 1, 0],
+            "note": ["NVIDIAN"] * 4,
+        }
+    )
+    assert short_gpu_names(frame)["gpu_name"].tolist()[:3] == ["H200", "H100 80GB HBM3", "cpu"]
+    assert short_gpu_names(frame)["note"].tolist() == ["NVIDIAN"] * 4  # only a whole "NVIDIA " prefix goes
+    assert frame["gpu_name"][0] == "NVIDIA H200"  # the frame itself is left as it was
+    for html in (people_html(frame), for_people(frame, {"gpu_name": "GPU", "runs": "runs"}).to_html()):
+        assert ">H200<" in html and ">H100 80GB HBM3<" in html and "NVIDIA H" not in html
