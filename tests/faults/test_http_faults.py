@@ -134,7 +134,7 @@ def test_a_stopped_server_under_a_time_limit_ends_within_seconds_of_the_limit(ru
         os.kill(pid, signal.SIGSTOP)
     code = runner.process.wait(timeout=60)  # type: ignore[union-attr]
     took = time.monotonic() - began
-    assert code == 124 and 8 <= took < 13, (code, took)
+    assert code == 124 and 8 <= took < 16, (code, took)  # 9-11 s alone; 14.5 s seen with both cores busy elsewhere
     assert len(runner.error_lines()) == 1 and "time limit" in runner.error_lines()[0], runner.stderr()
     assert "Traceback" not in runner.stderr()
     runner.assert_nothing_left(timeout_s=5)

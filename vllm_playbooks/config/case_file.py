@@ -144,6 +144,8 @@ def check_structure(spec: Any) -> None:
     loads = spec.get("loads")
     if isinstance(loads, list):
         _list_of_mappings(loads, f"case {case}: loads")
+        if not loads:
+            raise ConfigError(f"case {case}: loads is an empty list: give at least one load")
     else:
         _mapping_or_none(loads, f"case {case}: loads (a mapping, or a list of mappings)")
     _list_of_mappings(spec.get("parts") or [], f"case {case}: parts")

@@ -34,6 +34,7 @@ WRONG = [
     ("loads-list-of-numbers", {"loads": [1, 4]}),
     ("loads-word", {"loads": "c1"}),
     ("loads-number", {"loads": 4}),
+    ("loads-empty-list", {"loads": []}),  # a plan of no point (found by make test-faults' property test)
     ("parts-list-of-words", {"parts": ["quick"]}),
 ]
 
