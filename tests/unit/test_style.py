@@ -53,10 +53,8 @@ PENDING_IN_CLI_WORK = {
 #: Functions outside those files that still return prose: their sentences are still to move up (issue 69).
 PENDING_HERE = {
     "vllm_playbooks.advisor.trace:_point_text",
-    "vllm_playbooks.advisor.trace:live_section",
     "vllm_playbooks.advisor.trace:stop_reason",
     "vllm_playbooks.analysis.compare:load_text",
-    "vllm_playbooks.claims.finding:stalled_words",
     "vllm_playbooks.claims.ledger:noting_not_started",
     "vllm_playbooks.claims.ledger:remeasure_command",
     "vllm_playbooks.config.capacity:_graph_note",
