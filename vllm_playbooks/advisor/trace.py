@@ -16,7 +16,7 @@ way keeps what it paid for. The lines, by their ``record``:
 - ``stopped``: instead of ``advice`` when the search did not finish (Ctrl-C, a point that failed), with the reason.
 
 ``read_trace`` reads one back, ``latest_trace`` finds a case's most recent, ``trace_steps`` and ``trace_summary`` give
-what the advisor page shows (``live_section``) and ``trace_text`` what the command prints.
+what the advisor page shows (``book.advisor_page.live_section``) and ``trace_text`` what the command prints.
 """
 
 from __future__ import annotations
@@ -327,16 +327,3 @@ def trace_text(trace: LiveTrace) -> str:
             f"{step.held_gpu_s / 60:.1f} held{expected}, measured {step.measured_goodput_rps:.2f} req/s"
         )
     return "\n".join(lines)
-
-
-def live_section(case: str, data: Path | None = None) -> tuple[str, pd.DataFrame | None]:
-    """What the advisor page shows of ``case``'s live searches: the most recent one's summary and steps, or one
-    sentence saying none is recorded (and no table)."""
-    trace = latest_trace(case, data)
-    if trace is None:
-        return (
-            f"No live search of {case} is recorded yet: `vllm-playbooks advise --mode live --case {case} …` on "
-            "a GPU records one here.",
-            None,
-        )
-    return trace_summary(trace), trace_steps(trace)

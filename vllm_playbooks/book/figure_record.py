@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+# matplotlib is imported where a figure is measured or saved, not here: the site check reads records back
+# (``read_record``) in a process that draws nothing, and importing pyplot there would pick a backend for no figure.
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure

@@ -1,17 +1,25 @@
 """The paragraphs a case page prints about its recorded rows: repeated runs and their spread, kernel compilations,
-stalled runs, the GPU time its servers held, the points left to measure, and what has been measured so far. Each
-words a table that the layers below compute (``analysis.repeats``, ``results.jit``, ``results.stalls``,
-``run.budget``)."""
+stalled runs, the GPU time its servers held, the points left to measure, how long a part takes on a fresh machine, and
+what has been measured so far. Each words a table that the layers below compute (``analysis.repeats``,
+``results.jit``, ``results.stalls``, ``run.budget``)."""
 
 from __future__ import annotations
 
 import math
+import warnings
+from pathlib import Path
 
 import pandas as pd
 
 from vllm_playbooks.analysis.compare import load_text
+from vllm_playbooks.config.spec_detection import SpeculativeConfigWarning
+from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.stalls import STALL_S, STALL_SHARE, describe_load
+from vllm_playbooks.results.store import load_runs
+from vllm_playbooks.run.budget import fresh_time, fresh_time_per_gpu, server_time
+from vllm_playbooks.run.case import hardware_in_words
+from vllm_playbooks.run.plan import QUICK_PART, part_overrides, quiet_plan
 
 
 def measurement_status(measured: pd.DataFrame, case: str) -> str:
@@ -159,4 +167,36 @@ def describe_repeat_spread(spread: pd.DataFrame, unit: str = "output tok/s") -> 
         "**Repeated runs.** " + "; ".join(loads) + ". Comparisons at such a load use the median of the runs. "
         "Their spread is how far the same engine moved from one run to the next: a gain difference smaller than it "
         "is not a measured difference between configs."
+    )
+
+
+def quick_check_time(case: str, data: Path | None = None) -> str:
+    """How long the case's ``quick`` part takes on a machine without compile caches (``part_time``)."""
+    return part_time(case, QUICK_PART, data)
+
+
+def part_time(case: str, part: str, data: Path | None = None) -> str:
+    """How long one part of a case takes on a machine without compile caches (``fresh_time``), per GPU whose recorded
+    runs time all of it (``fresh_time_per_gpu``), each named as its rows name it: 'about 14 minutes (14 GPU-minutes,
+    start-ups included) on NVIDIA H200 (1 GPU per server), vLLM 0.26.0'; clauses joined by '; '. Where no one GPU's
+    runs time every point, one estimate from the runs of every GPU, naming them all."""
+
+    try:
+        plan, _ = quiet_plan(case, **part_overrides(case, part))
+    except ConfigError as error:
+        return f"no estimate ({error})"
+    measured = load_runs(plan.case, data)
+    servers = server_time(case, data)
+    with warnings.catch_warnings():  # a start-up's advisories say nothing about its time
+        warnings.simplefilter("ignore", SpeculativeConfigWarning)
+        tables = fresh_time_per_gpu(plan, measured, servers)
+        sources = {gpu: measured[measured["gpu_name"] == gpu] for gpu in tables}
+        if not tables:  # no one GPU's runs time the whole part: every GPU's together
+            tables, sources = {"": fresh_time(plan, measured, servers)}, {"": measured}
+            if tables[""]["total_s"].isna().any():
+                return "no estimate yet (a shape or load of it was never measured)"
+    return "; ".join(
+        f"about {table['total_s'].sum() / 60:.0f} minutes ({table['gpu_minutes'].sum():.0f} GPU-minutes, "
+        f"start-ups included) on {hardware_in_words(sources[gpu])}"
+        for gpu, table in tables.items()
     )

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import matplotlib.pyplot as plt
 import pandas as pd
+import seaborn as sns
 
 from vllm_playbooks.book.plots import LABELS, legend_beside, log2_ticks, message_axes
 from vllm_playbooks.model.pipeline import with_layout
@@ -19,8 +21,6 @@ LAYOUT_ORDER = ("PP=1", "PP=2", "TP=2", "TP=2 PP=2")
 
 def layout_palette(layouts: list[str]) -> tuple[list[str], dict[str, tuple[float, float, float]]]:
     """(hue order, colours) for the layouts present: known layouts first in ``LAYOUT_ORDER``, each its own colour."""
-    import seaborn as sns
-
     known = [lay for lay in LAYOUT_ORDER if lay in layouts]
     order = known + sorted(set(layouts) - set(LAYOUT_ORDER))
     colours = sns.color_palette("colorblind", len(LAYOUT_ORDER) + len(order))
@@ -34,9 +34,6 @@ def by_max_num_seqs(
 ) -> Axes:
     """``y`` against ``--max-num-seqs`` (log-2 axis), one line per ``hue`` (parallel layout); with no rows the axes
     say 'not measured yet' instead of drawing."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
     data = frame.dropna(subset=[y]) if y in frame else frame.iloc[0:0]
     if data.empty:
         return message_axes(ax, f"{title + ': ' if title else ''}not measured yet")
@@ -72,9 +69,6 @@ def gpu_utilization(
     """Per-GPU utilisation (``gpu_samples.gpu_summary``) against ``--max-num-seqs``: colour = layout, line style =
     the GPU's position in the engine (GPU 0 = the first stage under PP). Points without samples are left out; with
     none at all the axes say so."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
     data = summary.dropna(subset=[y]) if y in summary else summary.iloc[0:0]
     if data.empty:
         return message_axes(ax, f"{title + ': ' if title else ''}no GPU samples recorded yet")
@@ -117,9 +111,6 @@ def step_shares(
     """Share of engine steps per tokens-per-step bucket (rows of ``results.engine_steps.step_histogram``), one bar
     colour per layout; buckets that hold less than ``min_share`` of the steps of every layout (the few prefill-heavy
     steps) are left out, and the x label says so; with no rows the axes say so."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
     if histogram.empty:
         return message_axes(ax, f"{title + ': ' if title else ''}no step histogram recorded")
     data = with_layout(histogram)

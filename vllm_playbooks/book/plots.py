@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+import seaborn as sns
+from matplotlib.figure import Figure
 
 from vllm_playbooks.analysis.runs import with_hardware_series
 from vllm_playbooks.book.figure_record import record_figures
@@ -14,7 +17,6 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
     from matplotlib.axes import Axes
-    from matplotlib.figure import Figure
 
 
 #: Axis labels with units, keyed by column.
@@ -73,8 +75,6 @@ _PAGE_COLORS: dict[str, tuple[float, float, float]] = {}
 def use_book_style() -> None:
     """The one seaborn theme of the book (fonts scaled by ``FONT_SCALE``), a fresh colour per config for this page
     (``page_colors``), and figures saved with the record the site check reads (``figure_record.record_figures``)."""
-    import seaborn as sns
-
     sns.set_theme(context="notebook", style="whitegrid", palette="colorblind", font_scale=FONT_SCALE)
     _PAGE_COLORS.clear()
     record_figures()
@@ -83,8 +83,6 @@ def use_book_style() -> None:
 def page_colors(labels: Iterable[str]) -> dict[str, tuple[float, float, float]]:
     """The colour of each label on this page: a label keeps the colour it got the first time any figure of the page
     drew it; new labels take the palette's next colours, in sorted order (cycling past the palette's end)."""
-    import seaborn as sns
-
     palette = sns.color_palette("colorblind", n_colors=10)
     for name in sorted(set(labels) - set(_PAGE_COLORS)):
         _PAGE_COLORS[name] = palette[len(_PAGE_COLORS) % len(palette)]
@@ -102,9 +100,6 @@ def metric_vs_load(
     """``y`` against the load level, one line per ``hue`` (coloured by ``palette`` when given, e.g. ``page_colors``;
     configs by ``page_colors`` otherwise), the legend beside the axes; log-2 x axis for concurrency sweeps. An empty
     ``df`` gives an axes that says it has no rows."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
     ax = ax or plt.subplots(figsize=(6.4, 4.0))[1]
     if df.empty:  # the rows a page's parameters chose (a part of the grid) hold none for this figure
         ax.text(0.5, 0.5, "no rows among those chosen", ha="center", va="center", transform=ax.transAxes)
@@ -130,9 +125,6 @@ def legend_beside(target: Axes | Figure) -> None:
     grid of metrics of the same configs), the first legend found becomes one legend at the figure's right and every
     axes' own legend is removed. Call it after ``Figure.tight_layout``: the saved image grows to hold the legend.
     """
-    import seaborn as sns
-    from matplotlib.figure import Figure
-
     if not isinstance(target, Figure):
         if target.get_legend() is not None:
             title = target.get_legend().get_title().get_text()
@@ -174,8 +166,6 @@ def metric_grid(df: pd.DataFrame, metrics: Sequence[str], ncols: int | None = No
     rows come from several), with one legend beside the grid (``legend_beside``). More than ``MAX_SERIES`` lines
     become small multiples: one row of panels per group of them (``series_groups``), each row with its legend. With
     no rows (a run of other configs), one panel says so instead of failing."""
-    import matplotlib.pyplot as plt
-
     if df.empty:
         fig, ax = plt.subplots(figsize=(6.4, 2.0))
         ax.text(0.5, 0.5, "not measured in this run", ha="center", va="center")
@@ -218,8 +208,6 @@ def change_vs_load(comparison: pd.DataFrame, x: str = "concurrency", ax: Axes | 
     and with more than ``MAX_SERIES`` lines, the figure gets one panel per group of lines (small multiples, stacked)
     and the first panel is returned.
     """
-    import matplotlib.pyplot as plt
-
     if comparison.empty:
         ax = ax or plt.subplots(figsize=(6.4, 4.0))[1]
         ax.text(0.5, 0.5, "no speculative point with a baseline\nat the same load yet", ha="center", va="center")
@@ -250,9 +238,6 @@ def change_vs_load(comparison: pd.DataFrame, x: str = "concurrency", ax: Axes | 
 
 def predicted_vs_logged(table: pd.DataFrame, ax: Axes | None = None) -> Axes:
     """KV-cache tokens: the calculator's prediction beside what vLLM logged at start-up, one pair per config."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
     long = table.melt(
         id_vars=["case", "engine_label"],
         value_vars=["kv_tokens_vllm", "kv_tokens_ours"],
@@ -271,8 +256,6 @@ def predicted_vs_logged(table: pd.DataFrame, ax: Axes | None = None) -> Axes:
 
 def predicted_with_measured(curve: pd.DataFrame, measured: pd.DataFrame, y: str, ax: Axes | None = None) -> Axes:
     """A predicted curve (lines) with measured points of the same configurations (crosses), against concurrency."""
-    import seaborn as sns
-
     ax = metric_vs_load(curve, y, ax=ax)
     if not measured.empty:
         sns.scatterplot(
@@ -294,8 +277,6 @@ def predicted_with_measured(curve: pd.DataFrame, measured: pd.DataFrame, y: str,
 
 def message_axes(ax: Axes | None, message: str) -> Axes:
     """``ax`` (a new one without) showing ``message`` instead of a plot: what a figure with no data draws."""
-    import matplotlib.pyplot as plt
-
     ax = ax or plt.subplots(figsize=(6.4, 4.0))[1]
     ax.text(0.5, 0.5, message, ha="center", va="center")
     ax.set_axis_off()
@@ -347,9 +328,6 @@ def sweep_vs_concurrency(frame: pd.DataFrame, y: str, ax: Axes | None = None, ti
 def speedup_vs_cost_ratio(tau: float, implied: pd.DataFrame, predicted: pd.DataFrame, ax: Axes | None = None) -> Axes:
     """Leviathan's k = 1 speed-up τ / (1 + c) against the draft cost ratio c, with the c the published speed-ups imply
     (``implied``: source, implied_c) and the c the step model predicts (``predicted``: config, batch, c)."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
     ax = ax or plt.subplots(figsize=(7.0, 4.2))[1]
     c = np.linspace(0.0, 1.0, 101)
     ax.plot(c, tau / (1.0 + c), color="black", linewidth=1.2, label=f"τ / (1 + c), τ = {tau:g}")
@@ -375,9 +353,6 @@ def speedup_vs_cost_ratio(tau: float, implied: pd.DataFrame, predicted: pd.DataF
 def predicted_vs_batch(frame: pd.DataFrame, y: str = "speedup", hue: str = "config", ax: Axes | None = None) -> Axes:
     """A prediction table (``model.prediction.prediction_frame``) against batch, one line per ``hue``, with the
     break-even line."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
     ax = ax or plt.subplots(figsize=(6.4, 4.0))[1]
     sns.lineplot(data=frame, x="batch", y=y, hue=hue, marker="o", ax=ax, errorbar=None)
     ax.set_xscale("log", base=2)
@@ -435,8 +410,6 @@ def medians_with_range(
     """Medians over repeated runs against concurrency, each with a bar from its lowest to its highest run: one colour
     per engine config (``palette``), a solid line for fixed lengths and a dashed one for varied lengths
     (``cases.load_desync.point_spreads`` rows: engine_label, concurrency, lengths, median, lowest, highest)."""
-    import matplotlib.pyplot as plt
-
     if spreads.empty:
         raise ValueError("no medians to plot")
     ax = ax or plt.subplots(figsize=(6.4, 4.0))[1]

@@ -1,5 +1,5 @@
 """What a case page concludes from its rows: a status, the sentence it prints and the table behind it, and the helpers
-that word stalled or missing points."""
+that find stalled or missing points (``cases.stall_words`` words them)."""
 
 from __future__ import annotations
 
@@ -43,18 +43,3 @@ def stalled_loads(stalled: pd.DataFrame, column: str, wanted: Iterable[float]) -
     if stalled.empty:
         return []
     return sorted({float(v) for v in stalled[column].dropna()} & {float(w) for w in wanted})
-
-
-def stalled_words(loads: list[float], unit: str, outcome: str = "left out until measured again") -> str:
-    """The sentence naming loads measured but left out as stalled ('' for none); ``unit`` 'QPS' or 'concurrency';
-    ``outcome`` what the verdict does without them."""
-    values = ", ".join(f"{v:g}" for v in loads)
-    where = f"concurrency {values}" if unit == "concurrency" else f"{values} {unit}"
-    return (
-        (
-            f" Measured at {where} too, but runs there stalled (output-token gaps of seconds, see the stall "
-            f"table): {outcome}."
-        )
-        if loads
-        else ""
-    )

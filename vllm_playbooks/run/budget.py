@@ -35,16 +35,12 @@ from vllm_playbooks.results.identity import engine_gpus
 from vllm_playbooks.results.provenance import package_version
 from vllm_playbooks.results.replay import replay_rows
 from vllm_playbooks.results.server_logs import LINE_STAMP, all_server_logs, log_name_parts, stamp_time
-from vllm_playbooks.results.store import case_dir, load_runs
+from vllm_playbooks.results.store import case_dir
 from vllm_playbooks.results.textfiles import plain_name, read_text
-from vllm_playbooks.run.case import hardware_in_words
 from vllm_playbooks.run.crosscheck import VLLM_VERSION
 from vllm_playbooks.run.plan import (
-    QUICK_PART,
     CasePlan,
     load_plan,
-    part_overrides,
-    quiet_plan,
 )
 from vllm_playbooks.shapes import resolve_model
 
@@ -322,38 +318,6 @@ def describe_fresh_time(table: pd.DataFrame) -> str:
     return (
         f"{int(table['points'].sum())} points on {servers}: ≈ {table['total_s'].sum() / 60:.0f} min "
         f"wall, {table['gpu_minutes'].sum():.0f} GPU-minutes, start-ups included"
-    )
-
-
-def quick_check_time(case: str, data: Path | None = None) -> str:
-    """How long the case's ``quick`` part takes on a machine without compile caches (``part_time``)."""
-    return part_time(case, QUICK_PART, data)
-
-
-def part_time(case: str, part: str, data: Path | None = None) -> str:
-    """How long one part of a case takes on a machine without compile caches (``fresh_time``), per GPU whose recorded
-    runs time all of it (``fresh_time_per_gpu``), each named as its rows name it: 'about 14 minutes (14 GPU-minutes,
-    start-ups included) on NVIDIA H200 (1 GPU per server), vLLM 0.26.0'; clauses joined by '; '. Where no one GPU's
-    runs time every point, one estimate from the runs of every GPU, naming them all."""
-
-    try:
-        plan, _ = quiet_plan(case, **part_overrides(case, part))
-    except ConfigError as error:
-        return f"no estimate ({error})"
-    measured = load_runs(plan.case, data)
-    servers = server_time(case, data)
-    with warnings.catch_warnings():  # a start-up's advisories say nothing about its time
-        warnings.simplefilter("ignore", SpeculativeConfigWarning)
-        tables = fresh_time_per_gpu(plan, measured, servers)
-        sources = {gpu: measured[measured["gpu_name"] == gpu] for gpu in tables}
-        if not tables:  # no one GPU's runs time the whole part: every GPU's together
-            tables, sources = {"": fresh_time(plan, measured, servers)}, {"": measured}
-            if tables[""]["total_s"].isna().any():
-                return "no estimate yet (a shape or load of it was never measured)"
-    return "; ".join(
-        f"about {table['total_s'].sum() / 60:.0f} minutes ({table['gpu_minutes'].sum():.0f} GPU-minutes, "
-        f"start-ups included) on {hardware_in_words(sources[gpu])}"
-        for gpu, table in tables.items()
     )
 
 

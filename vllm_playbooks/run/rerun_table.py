@@ -5,7 +5,7 @@ One row per part of each case with a grid: its quick check, the parts that decid
 the grid (a case without such parts has one, ``all``). The memory per GPU is ``hardware_plan.least_gpu_memory_gib``,
 whether the part fits a GPU of the reference memory is ``hardware_plan.part_fits``, and the minutes per GPU model are
 ``budget.fresh_time_per_gpu``'s, from the runs recorded on that GPU model alone (NaN where they do not time every point
-of the part), as ``budget.part_time`` gives them to the case pages.
+of the part), as ``book.page_notes.part_time`` gives them to the case pages.
 """
 
 from __future__ import annotations

@@ -10,14 +10,8 @@ import numpy as np
 
 from vllm_playbooks.advisor.goodput import Slo
 from vllm_playbooks.advisor.search import BASELINE_UNMEASURED, Advice
-from vllm_playbooks.advisor.trace import (
-    TraceWriter,
-    latest_trace,
-    live_section,
-    read_trace,
-    trace_steps,
-    trace_summary,
-)
+from vllm_playbooks.advisor.trace import TraceWriter, latest_trace, read_trace, trace_steps, trace_summary
+from vllm_playbooks.book.advisor_page import live_section
 
 SLO = Slo(tpot_p99_ms=8.0)
 ROW = {

@@ -288,8 +288,8 @@ def test_the_quick_check_is_planned_from_the_recorded_runs(
     frozen_data: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # the frozen #27462 copy keeps no server log of the configs the quick check runs: no estimate, and it says why
-    assert budget.quick_check_time("pp-27462") == "no estimate yet (a shape or load of it was never measured)"
-    assert budget.quick_check_time("nope").startswith("no estimate (Unknown case 'nope'")
+    assert page_notes.quick_check_time("pp-27462") == "no estimate yet (a shape or load of it was never measured)"
+    assert page_notes.quick_check_time("nope").startswith("no estimate (Unknown case 'nope'")
     assert cli.main(["plan", "--case", "pp-27462", "--part", "quick", "--fresh"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("quick: Needs two GPUs of one host") and "no estimate for 8b-pp1-mns64" in out
@@ -297,18 +297,20 @@ def test_the_quick_check_is_planned_from_the_recorded_runs(
 
 @pytest.mark.recorded_data
 def test_any_part_is_timed_like_the_quick_check() -> None:
-    assert budget.part_time("gpt-oss-eagle3", "quick") == budget.quick_check_time("gpt-oss-eagle3")
-    sweep = budget.part_time("gpt-oss-eagle3", "decide-draft-tokens")  # four servers: dearer than the quick check's two
+    assert page_notes.part_time("gpt-oss-eagle3", "quick") == page_notes.quick_check_time("gpt-oss-eagle3")
+    sweep = page_notes.part_time(
+        "gpt-oss-eagle3", "decide-draft-tokens"
+    )  # four servers: dearer than the quick check's two
     assert sweep.startswith("about ") and sweep.endswith("on NVIDIA H200 (1 GPU per server), vLLM 0.26.0")
-    minutes = [int(text.split()[1]) for text in (sweep, budget.quick_check_time("gpt-oss-eagle3"))]
+    minutes = [int(text.split()[1]) for text in (sweep, page_notes.quick_check_time("gpt-oss-eagle3"))]
     assert minutes[0] > minutes[1]
-    assert budget.part_time("gpt-oss-eagle3", "nope").startswith("no estimate (case gpt-oss-eagle3: no part 'nope'")
+    assert page_notes.part_time("gpt-oss-eagle3", "nope").startswith("no estimate (case gpt-oss-eagle3: no part 'nope'")
 
 
 @pytest.mark.recorded_data
 def test_the_quick_check_time_names_the_hardware_it_is_estimated_from() -> None:
     """One estimate per GPU whose runs time the whole check (the H100's and the H200's), each naming its GPU."""
-    text = budget.quick_check_time("llama-8b-draft-model")
+    text = page_notes.quick_check_time("llama-8b-draft-model")
     pattern = r"about \d+ minutes \(\d+ GPU-minutes, start-ups included\) on [^;]+ \(1 GPU per server\), vLLM [^;]+"
     clauses = text.split("; ")
     assert all(re.fullmatch(pattern, clause) for clause in clauses), text

@@ -11,15 +11,9 @@ import pandas as pd
 
 from vllm_playbooks.analysis.compare import is_baseline, versus_baseline
 from vllm_playbooks.analysis.noise import MIN_BAND_PCT
+from vllm_playbooks.cases.stall_words import stalled_words
 from vllm_playbooks.claims.claim import CheckResult, Claim, Evidence, check, speedup_pairs
-from vllm_playbooks.claims.finding import (
-    Finding,
-    gpu_names,
-    published_or_none,
-    split_stalled,
-    stalled_loads,
-    stalled_words,
-)
+from vllm_playbooks.claims.finding import Finding, gpu_names, published_or_none, split_stalled, stalled_loads
 from vllm_playbooks.claims.reference import published_value
 from vllm_playbooks.claims.verdict import Effect, Verdict, combine, effect, judge
 from vllm_playbooks.errors import SchemaError

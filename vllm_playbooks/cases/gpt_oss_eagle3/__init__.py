@@ -11,8 +11,9 @@ from vllm_playbooks.analysis.compare import is_baseline
 from vllm_playbooks.analysis.kbest import best_ks
 from vllm_playbooks.analysis.noise import MIN_BAND_PCT, band_pct, spread_of
 from vllm_playbooks.analysis.profiles import gain_table, with_profile
+from vllm_playbooks.cases.stall_words import stalled_words
 from vllm_playbooks.claims.claim import CheckResult, Claim, Evidence, check, model_error, percent_change, speedup_pairs
-from vllm_playbooks.claims.finding import Finding, gpu_names, published_or_none, split_stalled, stalled_words
+from vllm_playbooks.claims.finding import Finding, gpu_names, published_or_none, split_stalled
 from vllm_playbooks.claims.reference import published_value, published_values
 from vllm_playbooks.claims.verdict import LOAD_FACTOR, Effect, Verdict, best, combine, effect, judge
 from vllm_playbooks.errors import ConfigError
