@@ -99,7 +99,8 @@ def is_baseline(df: pd.DataFrame) -> pd.Series:
     """True for the rows a speculative row is compared with: speculation off, run as vLLM chose to run it.
 
     A spec-off server whose config forces a model runner or a CUDA-graph mode (``is_control``) is a control, not a
-    baseline: it is compared by label (``label_change``), never pooled with the baseline rows of the same load."""
+    baseline: it is compared by label (``analysis.schedule.change_chain``), never pooled with the baseline rows of the
+    same load."""
     if df.empty:
         return pd.Series(dtype=bool)
     configs = df["engine_config_json"] if "engine_config_json" in df.columns else pd.Series(None, index=df.index)
@@ -326,20 +327,6 @@ def acceptance_check(df: pd.DataFrame) -> pd.DataFrame:
 def pd_isna(value: object) -> bool:
     """True for None and NaN (pandas' missing values)."""
     return bool(pd.isna(value))
-
-
-def label_change(df: pd.DataFrame, label: str, reference_label: str, metric: str = "output_tok_s") -> pd.DataFrame:
-    """``label``'s ``metric`` against ``reference_label``'s at each concurrency both were measured at (medians over
-    repeats): columns concurrency, ``label``, ``reference_label``, change_pct (of ``label`` against the reference)."""
-    values = (
-        df[df["engine_label"].isin([label, reference_label])]
-        .pivot_table(index="concurrency", columns="engine_label", values=metric, aggfunc="median")
-        .reindex(columns=[label, reference_label])
-        .dropna()
-    )
-    values["change_pct"] = 100.0 * (values[label] / values[reference_label] - 1.0)
-    values.columns.name = None
-    return values.reset_index().astype({"concurrency": int})
 
 
 def recorded_speculative(engine_config_json: object) -> SpeculativeConfig | None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import pandas as pd
 
 from vllm_playbooks.analysis.compare import load_text, winning_loads
-from vllm_playbooks.analysis.noise import MIN_BAND_PCT
 
 
 def _levels(texts: list[str]) -> str:
@@ -58,20 +57,3 @@ def summary_line(df: pd.DataFrame) -> str:
     loads = sorted(int(c) for c in df["concurrency"].dropna().unique())
     rates = sorted(float(r) for r in df["request_rate_qps"].dropna().unique())
     return f"rows={len(df)} engines={engines} concurrency={loads} request_rates={rates}"
-
-
-def label_change_text(change: pd.DataFrame, metric: str = "output_tok_s", band_pct: float = MIN_BAND_PCT) -> str:
-    """A sentence on a ``label_change`` table: where the config matched its reference within ±``band_pct`` and
-    where it did not, with the change at each concurrency; '' for an empty table."""
-    if change.empty:
-        return ""
-    label, reference = str(change.columns[1]), str(change.columns[2])
-    even = change[change["change_pct"].abs() <= band_pct]
-    apart = change[change["change_pct"].abs() > band_pct]
-    parts = []
-    if not even.empty:
-        levels = ", ".join(f"{r.concurrency} ({r.change_pct:+.1f} %)" for r in even.itertuples())
-        parts.append(f"within ±{band_pct:g} % at {levels}")
-    if not apart.empty:
-        parts.append(", ".join(f"{r.change_pct:+.1f} % at {r.concurrency}" for r in apart.itertuples()))
-    return f"`{label}` against `{reference}` ({metric}): " + "; ".join(parts) + "."

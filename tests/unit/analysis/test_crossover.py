@@ -9,7 +9,6 @@ import pytest
 
 from vllm_playbooks import cases
 from vllm_playbooks.analysis import compare, crossover, schedule
-from vllm_playbooks.book import change_text
 from vllm_playbooks.cases import discussion_13834
 from vllm_playbooks.claims import ledger as claims_ledger
 from vllm_playbooks.run.grid import unmeasured
@@ -233,17 +232,6 @@ def test_schedule_table_puts_two_schedules_beside_one_reference() -> None:
     assert table.loc[(32, 0), ("sched-async", "change_pct")] == pytest.approx(-5.0)
     assert pd.isna(table.loc[(8, 4), ("sched-async", "output_tok_s")])
     assert list(dict.fromkeys(group for group, _ in table.columns)) == ["reference", "sched", "sched-async"]
-
-
-def test_label_change_compares_two_configs_where_both_ran() -> None:
-    rows = _schedule_rows()
-    change = compare.label_change(rows, "sched", "on")
-    assert change["concurrency"].tolist() == [1, 8, 32]
-    assert change["change_pct"].round(2).tolist() == [round(-100 * 2 / 150, 2), round(-100 * 20 / 120, 2), 12.5]
-    assert change_text.label_change_text(change) == (
-        "`sched` against `on` (output_tok_s): within ±5 % at 1 (-1.3 %); -16.7 % at 8, +12.5 % at 32."
-    )
-    assert change_text.label_change_text(compare.label_change(rows, "sched", "not-measured")) == ""
 
 
 def test_change_chain_takes_a_gap_apart_one_logged_difference_at_a_time() -> None:

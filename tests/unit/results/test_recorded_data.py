@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import json
 
-import pandas as pd
 import pytest
 
 from vllm_playbooks.paths import data_dir
-from vllm_playbooks.results.replay import replay_case, replay_rows
+from vllm_playbooks.results.replay import replay_rows
 from vllm_playbooks.results.store import runs_file
 from vllm_playbooks.results.textfiles import COMPRESSED_KINDS
 
@@ -107,27 +106,3 @@ def test_a_server_whose_config_forces_a_runner_or_a_graph_mode_ran_so(case: str)
         assert "spec-off-v1-runner" in set(runner["engine_label"])
     assert (runner["model_runner"] == runner["forced"]).all(), runner[["log", "model_runner", "forced"]]
     assert (graphs["cudagraph_mode"] == graphs["forced"]).all(), graphs[["log", "cudagraph_mode", "forced"]]
-
-
-def test_the_v1_runner_control_is_compared_with_spec_off_at_every_load_both_ran() -> None:
-    """The book's draft-overhead section compares speculation off forced onto the V1 runner with speculation off on
-    Model Runner V2 (``label_change``): at every concurrency both were measured at, the medians of their runs, as the
-    recorded table has them; the sentence puts each level within the band or outside it by that change."""
-    from vllm_playbooks.analysis.compare import label_change
-    from vllm_playbooks.analysis.noise import MIN_BAND_PCT
-    from vllm_playbooks.book.change_text import label_change_text
-
-    table = pd.read_csv(runs_file("discussion-13834", DATA))
-    medians = {
-        label: table[table["engine_label"] == label].groupby("concurrency")["output_tok_s"].median()
-        for label in ("spec-off-v1-runner", "spec-off")
-    }
-    levels = sorted(set(medians["spec-off-v1-runner"].index) & set(medians["spec-off"].index))
-    change = label_change(replay_case("discussion-13834", DATA), "spec-off-v1-runner", "spec-off")
-    assert levels and change["concurrency"].tolist() == levels
-    expected = [100 * (medians["spec-off-v1-runner"][c] / medians["spec-off"][c] - 1) for c in levels]
-    assert change["change_pct"].tolist() == pytest.approx(expected)
-    text = label_change_text(change)
-    for level, pct in zip(levels, expected, strict=True):
-        clause = f"{level} ({pct:+.1f} %)" if abs(pct) <= MIN_BAND_PCT else f"{pct:+.1f} % at {level}"
-        assert clause in text, (clause, text)
