@@ -32,8 +32,6 @@ MAX_LINES = 500
 LONG_IN_CLI_WORK = {
     "vllm_playbooks.advisor.evaluate",
     "vllm_playbooks.advisor.live",
-    "vllm_playbooks.book.sitecheck",
-    "vllm_playbooks.run.crosscheck",
 }
 
 
