@@ -30,7 +30,6 @@ MAX_LINES = 500
 #: Modules over ``MAX_LINES`` in the files that the command-line work (argparse code into vllm_playbooks/cli/) edits;
 #: it splits or shortens them. Remove each from here when it is at most ``MAX_LINES`` long.
 LONG_IN_CLI_WORK = {
-    "vllm_playbooks.advisor.evaluate",
     "vllm_playbooks.advisor.live",
 }
 

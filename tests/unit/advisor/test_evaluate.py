@@ -24,7 +24,6 @@ from vllm_playbooks.advisor.evaluate import (
     evaluate_grid,
     floor_gpu_s,
     live_versus_grid,
-    one_grid,
     read_evaluation,
     read_sensitivity,
     sensitivity,
@@ -32,8 +31,7 @@ from vllm_playbooks.advisor.evaluate import (
 )
 from vllm_playbooks.advisor.goodput import point_table
 from vllm_playbooks.advisor.trace import read_trace
-from vllm_playbooks.advisor.versus import POLICIES, TARGETS
-from vllm_playbooks.errors import ConfigError
+from vllm_playbooks.advisor.versus import POLICIES
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.store import RUNS_FILE, TRACE_FOLDER
 
@@ -186,20 +184,6 @@ def test_the_stored_table_is_what_the_evaluation_gives_on_the_recorded_runs_of_a
         assert list(stored[column]) == list(fresh[column]), column
     for column in ("gpu_s_spent", "gpu_s_grid", "gpu_s_floor", "goodput_ratio", "scored_ratio"):
         assert ((stored[column] - fresh[column]).abs() <= 1e-5 * fresh[column].abs() + 1e-9).all(), column
-
-
-@pytest.mark.recorded_data
-def test_one_grid_is_picked_by_its_filters_and_loads_limited_to_the_clients() -> None:
-    with pytest.raises(ConfigError, match="pick one of"):
-        one_grid("deepseek-mtp", None, None, None, None, None, None)
-    with pytest.raises(ConfigError, match="unknown case"):
-        one_grid("nope", None, None, None, None, None, None)
-    key, rows, ups = one_grid("llama-8b-draft-model", None, None, None, None, None, 4.0)
-    assert (
-        key["case"] == "llama-8b-draft-model"
-        and (rows["concurrency"] <= 4).all()
-        and set(ups) == set(rows["config_id"])
-    )
 
 
 @pytest.mark.recorded_data
