@@ -36,7 +36,6 @@ LONG_LINES_IN_CLI_WORK = {
 #: Functions in the files that the command-line work edits that still return prose; each moves its sentences into
 #: book/ or vllm_playbooks/cli/ there. Remove each from here when it is fixed; a new one fails the test.
 PENDING_IN_CLI_WORK = {
-    "vllm_playbooks.config.engine:routing_simulation_problem",
     "vllm_playbooks.run.hardware_plan:describe_hardware_plan",
     "vllm_playbooks.run.hardware_plan:gpu_memory_gib",
     "vllm_playbooks.run.hardware_plan:quick_check_memory",
