@@ -33,13 +33,6 @@ LONG_LINES_IN_CLI_WORK = {
     "tests/unit/analysis/test_calculator.py",
     "tests/unit/results/test_textfiles.py",
 }
-#: Functions in the files that the command-line work edits that still return prose; each moves its sentences into
-#: book/ or vllm_playbooks/cli/ there. Remove each from here when it is fixed; a new one fails the test.
-PENDING_IN_CLI_WORK = {
-    "vllm_playbooks.run.hardware_plan:describe_hardware_plan",
-    "vllm_playbooks.run.hardware_plan:gpu_memory_gib",
-    "vllm_playbooks.run.hardware_plan:quick_check_memory",
-}
 #: Functions outside those files that still return prose: their sentences are still to move up (issue 69).
 PENDING_HERE = {
     "vllm_playbooks.advisor.trace:_point_text",
@@ -123,7 +116,7 @@ def test_only_the_book_layers_return_sentences() -> None:
         if not str(relative).startswith(PROSE_LAYERS):
             module = ".".join(relative.with_suffix("").parts).removesuffix(".__init__")
             offenders |= prose_returns(path, module)
-    assert sorted(offenders) == sorted(PENDING_IN_CLI_WORK | PENDING_HERE)
+    assert sorted(offenders) == sorted(PENDING_HERE)
 
 
 def test_the_prose_scan_tells_a_sentence_from_a_label(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """The sentences about where and when the rows ran: which points ran beside another on one host (a case page), and
-what was measured in all (the recorded-runs page and ``vllm-playbooks runs``). Each words a table of
-``analysis.runs``."""
+what was measured in all (the recorded-runs page and ``vllm-playbooks runs``), each wording a table of
+``analysis.runs``; and the GPU memory the runs need (``run.hardware_plan``): where a GPU's figure comes from, and
+what a case's quick check needs (a case page)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import pandas as pd
 
 from vllm_playbooks.analysis import runs
 from vllm_playbooks.analysis.noise import MIN_CLEAN_REPEATS
+from vllm_playbooks.errors import ConfigError
+from vllm_playbooks.run.hardware_plan import GpuMemory, quick_check_gib
 from vllm_playbooks.text import and_list
 
 #: Above this many overlapping points, ``overlap_note`` counts them per configuration instead of listing each pair.
@@ -66,3 +69,26 @@ def describe_recorded_runs(table: pd.DataFrame) -> str:
         "GPU-minutes held, from each launch to its last logged line; installing vLLM, idle time between runs and "
         "servers whose logs were not kept are not counted."
     )
+
+
+def memory_source(memory: GpuMemory) -> str:
+    """Where a ``run.hardware_plan.gpu_memory_gib`` figure comes from, in words: 'this machine's GPU', 'vLLM's log of
+    a recorded start-up on it' or 'the <row> datasheet'."""
+    if memory.source == "here":
+        return "this machine's GPU"
+    if memory.source == "log":
+        return "vLLM's log of a recorded start-up on it"
+    return f"the {memory.datasheet} datasheet"
+
+
+def quick_check_memory(case: str) -> str:
+    """The memory per GPU that the servers of a case's quick check need to start (``run.hardware_plan.quick_check_gib``)
+    for a page: '75.6 GiB'; 'an unknown amount (<why>)' where the case has no quick check or the calculator models
+    none of its engines."""
+    try:
+        least = quick_check_gib(case)
+    except ConfigError as error:
+        return f"an unknown amount ({error})"
+    if least is None:
+        return "an unknown amount (the KV calculator models none of its configs)"
+    return f"{least:.1f} GiB"

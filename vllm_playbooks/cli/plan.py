@@ -4,10 +4,12 @@ recorded runs (``run.hardware_plan``)."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
+from vllm_playbooks.book.run_notes import memory_source
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.results.failed_starts import failed_starts
 from vllm_playbooks.run.budget import (
@@ -23,11 +25,11 @@ from vllm_playbooks.run.case import hardware_in_words
 from vllm_playbooks.run.hardware_plan import (
     PlanInputs,
     cannot_start,
-    describe_hardware_plan,
     describe_part_fits,
     failed_before,
     gpu_memory_gib,
     hardware_plan,
+    one_after_another_gpu_minutes,
     part_fits,
     plan_inputs,
     rows_of_hardware,
@@ -143,17 +145,54 @@ def print_within_budget(args: Args, inputs: PlanInputs, gpu: str, version: str, 
         print(_table(table))
 
 
+def describe_hardware_plan(
+    table: pd.DataFrame, case: str, gpu_name: str, vllm_version: str, cannot_start: Collection[str] = ()
+) -> str:
+    """The plan's last lines: runs to measure and recorded on that hardware, and the estimated GPU-minutes of the
+    servers still to start, leaving out those of ``cannot_start`` (engine labels the KV calculator refuses there),
+    with every start-up as on a machine without compile caches and, where that is less, with the servers run one after
+    another on one machine (``one_after_another_gpu_minutes``)."""
+    todo, done = int(table["to_measure"].sum()), int(table["recorded"].sum())
+    head = (
+        f"{case} on {gpu_name} (vLLM {vllm_version}): {todo} run(s) to measure, {done} already recorded for this "
+        "hardware."
+    )
+    if not todo:
+        return f"{head}\nNothing left to measure on this hardware."
+    servers = table[(table["to_measure"] > 0) & ~table["engine_label"].isin(list(cannot_start))]
+    left_out = [label for label in table.loc[table["to_measure"] > 0, "engine_label"] if label in cannot_start]
+    if servers.empty:
+        return f"{head}\nNone of them can run here: {', '.join(left_out)} cannot start on this GPU (see below)."
+    unknown = servers["gpu_minutes"].isna().sum()
+    minutes = servers["gpu_minutes"].sum()
+    if unknown == len(servers):
+        return f"{head}\nNo estimate: the shape or load of every server left to start never ran."
+    cached = one_after_another_gpu_minutes(servers)
+    estimate = (
+        f"about {minutes:.0f} GPU-minutes, {len(servers)} server start-up(s) included"
+        + (f"; no estimate for {unknown} server(s) whose shape or load never ran" if unknown else "")
+        + (f"; left out: {', '.join(left_out)}, which cannot start on this GPU (see below)" if left_out else "")
+    )
+    warm = (
+        f" One after another on one machine, where each later server of a shape finds the compile caches of the "
+        f"one before and starts in the shortest time recorded for its shape: about {cached:.0f} GPU-minutes."
+        if not unknown and round(cached) < round(minutes)
+        else ""
+    )
+    return f"{head}\nEstimated: {estimate} (times recorded on any GPU; a slower GPU takes longer).{warm}"
+
+
 def print_hardware_plan(args: Args, inputs: PlanInputs, gpu: str, version: str) -> None:
     """What the case (or part) still needs on ``gpu``: the table, its GPU time, whether it fits the GPU's memory and
     the configs whose server did not start there before."""
     plan = inputs.plan
     table = hardware_plan(plan, inputs.measured, inputs.servers, gpu, version, args.margin)
     memory = gpu_memory_gib(gpu, args.data)
-    refused = cannot_start(plan, table, memory[0]) if memory else {}
+    refused = cannot_start(plan, table, memory.gib) if memory else {}
     print(_table(table))
     print(describe_hardware_plan(table, plan.case, gpu, version, refused))
     if memory:
-        gib, source = memory
+        gib, source = memory.gib, memory_source(memory)
         for label, reason in refused.items():
             print(f"note: {label} cannot start on {gpu} ({gib:g} GiB, from {source}): {reason}")
         print("\n".join(describe_part_fits(part_fits(plan, gib), args.part or plan.case, gpu, gib, source, refused)))
