@@ -6,14 +6,13 @@ cannot start on that GPU (its weights, or one full-length sequence, do not fit) 
 of the estimate, and one whose server did not start there before is named with the error its log gave. ``--fresh``
 estimates every point as a machine without compile caches measures it; ``--budget-s`` lists what a server started
 now can measure in that many seconds. ``quick_check_gib`` is the memory per GPU a case's quick check's servers
-need to start. ``cli.plan`` words the plan's totals.
+need to start. ``cli.plan`` words these tables: the totals, whether a part fits, the failed start-ups.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -24,7 +23,6 @@ from vllm_playbooks.engine.gpu_sampler import gpu_at_hand
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.hardware import datasheet_gpu
 from vllm_playbooks.results.conditions import with_run_conditions
-from vllm_playbooks.results.failed_starts import latest_tries
 from vllm_playbooks.results.identity import engine_gpus, hardware_key
 from vllm_playbooks.results.server_logs import logged_gpu_memory
 from vllm_playbooks.results.stalls import mark_stalled
@@ -207,93 +205,12 @@ def part_fits(plan: CasePlan, memory_gib: float) -> pd.DataFrame:
     return pd.DataFrame(records)
 
 
-def describe_part_fits(
-    fits: pd.DataFrame, part: str, gpu_name: str, memory_gib: float, source: str, said: Collection[str] = ()
-) -> list[str]:
-    """The plan's lines on whether a part (or a case) fits ``gpu_name``: one summary, then one line per engine config
-    with the memory per GPU it needs, and why not where it does not fit (unless ``said`` names it: a line above
-    gave the reason)."""
-    counted = fits[fits["fits"].notna()]
-    several = counted[counted["gpus"] > 1]
-    where = f"{gpu_name} ({memory_gib:g} GiB, from {source})"
-    if counted.empty:
-        head = f"{part} on {where}: the KV calculator models none of its configs, so it cannot say whether they fit."
-    elif counted["fits"].astype(bool).all():
-        head = (
-            f"{part} fits {where}: every config starts with at most {counted['needs_gib'].max():.1f} GiB per GPU"
-            + (
-                f" ({', '.join(several['engine_label'])} on {int(several['gpus'].max())} GPUs each)"
-                if len(several)
-                else " on one GPU"
-            )
-            + "."
-        )
-    else:
-        head = (
-            f"{part} does not fit {where}: "
-            f"{', '.join(counted.loc[~counted['fits'].astype(bool), 'engine_label'])} cannot start there."
-        )
-    lines = [head]
-    for row in fits.itertuples():
-        need = (
-            "memory not modelled"
-            if row.needs_gib is None or row.needs_gib != row.needs_gib
-            else f"needs {row.needs_gib:.1f} GiB per GPU on {row.gpus} GPU(s)"
-        )
-        verdict = "fits" if row.fits is True else "does not fit" if row.fits is False else "not judged"
-        lines.append(
-            f"  {row.engine_label} ({row.model_shape}): {verdict}, {need}"
-            + (
-                "; why not: see above"
-                if row.engine_label in said
-                else f"; why not: {row.why_not}"
-                if row.fits is False
-                else ""
-            )
-        )
-    return lines
-
-
 def quick_check_gib(case: str) -> float | None:
     """The memory per GPU (GiB) that the servers of a case's quick check need to start, as the KV calculator reckons
     it (``least_gpu_memory_gib``); None where the calculator models none of its engines. ``ConfigError`` where the
     case has no quick check."""
     plan, _ = quiet_plan(case, **part_overrides(case, QUICK_PART))
     return least_gpu_memory_gib(plan)
-
-
-def failed_before(
-    plan: CasePlan, table: pd.DataFrame, failed: pd.DataFrame, gpu_name: str, vllm_version: str
-) -> list[str]:
-    """One line per engine config of ``plan`` that ``table`` (``hardware_plan``) still has to measure and whose server
-    did not start on that hardware before (``failed``: ``results.failed_starts.failed_starts``, the latest try): its
-    error and the memory its log counted, so that no GPU time goes to a start-up that fails the same way."""
-    import pandas as pd
-
-    tries = latest_tries(failed).set_index(["hardware", "config_id"])
-    lines = []
-    for engine in plan.engines:
-        todo = table.loc[table["engine_label"] == engine.label, "to_measure"]
-        key = (hardware_key(gpu_name, engine_gpus(engine), vllm_version), engine.config_id())
-        if todo.empty or not int(todo.iloc[0]) or key not in tries.index:
-            continue
-        latest = tries.loc[key]
-        memory = [
-            f"{name} {latest[column]:.2f} GiB"
-            for name, column in [
-                ("CUDA graphs estimated at", "cudagraph_estimate_gib"),
-                ("KV-cache memory left", "available_kv_gib"),
-            ]
-            if pd.notna(latest[column])
-        ]
-        if pd.notna(latest["gpu_memory_utilization"]):
-            memory.append(f"--gpu-memory-utilization {latest['gpu_memory_utilization']:g}")
-        lines.append(
-            f"note: {engine.label} did not start on this hardware before: "
-            f"{latest['error'] or 'no error logged'} ({'; '.join([*memory, 'log ' + latest['log']])}); it is "
-            "likely to fail the same way unless its memory settings change"
-        )
-    return lines
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,7 @@ def test_the_plan_warns_of_an_engine_whose_server_did_not_start_on_this_hardware
         ]
     )
     table = pd.DataFrame({"engine_label": ["a", "b", "c", "big"], "to_measure": [3, 3, 0, 3]})
-    lines = hardware_plan.failed_before(plan, table, failed, "NVIDIA H100 80GB HBM3", "0.26.0")
+    lines = plan_command.failed_before(plan, table, failed, "NVIDIA H100 80GB HBM3", "0.26.0")
     assert len(lines) == 1 and lines[0].startswith("note: a did not start on this hardware before: ValueError")
     assert "9.45 GiB" in lines[0] and "a-2026-12-06T031537+0000.log" in lines[0] and "-2.59 GiB" in lines[0]
 
@@ -180,10 +180,10 @@ def test_the_deepseek_deciding_parts_fit_one_80_gib_gpu(gpu: str, memory: float,
 def test_a_part_that_does_not_fit_says_which_config_and_how_much_it_needs() -> None:
     table = hardware_plan.part_fits(load_part("deepseek-mtp", "1-verdict"), 79.18)
     assert not table["fits"].any() and table["needs_gib"].min() > 100.0  # the 32-expert shape: 95.6 GiB of weights
-    lines = hardware_plan.describe_part_fits(table, "1-verdict", "NVIDIA H100 80GB HBM3", 79.18, "a log")
+    lines = plan_command.describe_part_fits(table, "1-verdict", "NVIDIA H100 80GB HBM3", 79.18, "a log")
     assert lines[0].startswith("1-verdict does not fit") and len(lines) == 1 + len(table)
     fitting = hardware_plan.part_fits(load_part("deepseek-mtp", "decide-v3-speedup"), 79.18)
-    lines = hardware_plan.describe_part_fits(fitting, "decide-v3-speedup", "NVIDIA H100 80GB HBM3", 79.18, "a log")
+    lines = plan_command.describe_part_fits(fitting, "decide-v3-speedup", "NVIDIA H100 80GB HBM3", 79.18, "a log")
     assert f"at most {fitting['needs_gib'].max():.1f} GiB per GPU" in lines[0]
 
 
