@@ -243,7 +243,8 @@ def test_the_recorded_live_search_is_scored_against_its_grid_best_on_every_recor
     scored = live_versus_grid(trace)
     # its one run of the draft at c1 met 7.6 ms; the median of all the point's recorded runs does not
     assert scored["chosen"] == trace.end["chosen"]["point"] == "draft-1b-k4-a0.8 @ c1"  # type: ignore[index]
-    assert scored["chosen_runs"] > trace.end["chosen"]["runs"] == 1 and scored["chosen_goodput_rps"] == 0.0  # type: ignore[index]
+    chosen_runs = trace.end["chosen"]["runs"]  # type: ignore[index]
+    assert scored["chosen_runs"] > chosen_runs == 1 and scored["chosen_goodput_rps"] == 0.0
     assert scored["grid_best"] == "spec-off @ c16" and scored["grid_best_runs"] >= 3
     assert scored["grid_best_goodput_rps"] > 15.0 and scored["goodput_ratio"] == 0.0
     # one run of the draft met the bound, but at a tenth of what the grid best gave in its worst run
