@@ -231,7 +231,7 @@ def test_a_live_advisor_search_against_real_servers(  # type: ignore[no-untyped-
     the next point is of the same config, vLLM's ``bench serve`` per point, rows and the trace recorded, no server
     left. Prices are fixed here (no recorded runs to estimate them from) and the model's datasheet GPU is an H200's
     (the CPU has none)."""
-    from vllm_playbooks.advisor import live
+    from vllm_playbooks.advisor import live, live_plan
     from vllm_playbooks.advisor.goodput import Slo
     from vllm_playbooks.advisor.trace import read_trace
 
@@ -243,8 +243,8 @@ def test_a_live_advisor_search_against_real_servers(  # type: ignore[no-untyped-
         "loads": {**NEW_USER_CASE["loads"], "concurrency": [1, 4]},
     }
     plan = plan_from_dict(spec)
-    grid = live.live_grid(plan)
-    prices = live.LivePrices(
+    grid = live_plan.live_grid(plan)
+    prices = live_plan.LivePrices(
         run_gpu_s=dict.fromkeys(grid.points, 30.0), startup_gpu_s={e.config_id(): 60.0 for e in grid.engines()}
     )
     h200 = live.datasheet_gpu("h200")

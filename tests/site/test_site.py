@@ -16,7 +16,8 @@ from PIL import Image
 
 from vllm_playbooks import cli
 from vllm_playbooks.book import sitecheck
-from vllm_playbooks.book.sitecheck import CHROMEDRIVER, CHROMIUM, check_site, is_blank_image
+from vllm_playbooks.book.browser import CHROMEDRIVER, CHROMIUM, is_blank_image
+from vllm_playbooks.book.sitecheck import check_site
 
 _missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
 browser = pytest.mark.skipif(

@@ -10,8 +10,9 @@ from pathlib import Path
 import matplotlib
 import pytest
 
+from vllm_playbooks.book.browser import CHROMEDRIVER, CHROMIUM
 from vllm_playbooks.book.figure_record import figure_png
-from vllm_playbooks.book.sitecheck import CHROMEDRIVER, CHROMIUM, check_site
+from vllm_playbooks.book.sitecheck import check_site
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt

@@ -13,7 +13,6 @@ from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.hardware import REFERENCE_GPU
 from vllm_playbooks.results.raw import split_point_id
 from vllm_playbooks.results.stalls import unstalled
-from vllm_playbooks.text import and_list
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -120,45 +119,6 @@ def usable_runs(df: pd.DataFrame, data: Path | None = None) -> pd.DataFrame:
     read from ``data``'s raw scrapes where ``df`` has no ``stalled`` column), and without the overlapped runs of
     points measured often enough alone (``set_aside_overlapped``)."""
     return set_aside_overlapped(unstalled(df, data))
-
-
-#: Above this many overlapping points, ``overlap_note`` counts them per configuration instead of listing each pair.
-OVERLAPS_LISTED = 8
-
-
-def overlap_note(df: pd.DataFrame) -> str:
-    """One sentence for a page: which points ran at the same time as another (``overlapping_points``), or none.
-    Up to ``OVERLAPS_LISTED`` such points are named with what each ran beside; more are counted per configuration,
-    and the page shows the ``overlapping_points`` table for the pairs."""
-    rows = overlapping_points(df)
-    if rows.empty:
-        return f"Each of the {len(df)} points ran alone on its host."
-    opening = (
-        f"{len(rows)} of the {len(df)} points ran at the same time as another point, one server per GPU on the "
-        "same host, sharing its CPUs (so each may have run slower than alone)"
-    )
-    if len(rows) > OVERLAPS_LISTED:
-        per_config = rows["engine_label"].value_counts(sort=False).items()
-        counts = ", ".join(f"`{label}` {count}" for label, count in per_config)
-        return (
-            f"{opening}; by configuration: {counts}. The table below names what each ran beside; the others ran "
-            f"alone.{_set_aside_sentence(df, rows)}"
-        )
-    listed = "; ".join(f"`{r.engine_label}` at {r.load} beside {r.beside}" for r in rows.itertuples())
-    return f"{opening}: {listed}. The others ran alone.{_set_aside_sentence(df, rows)}"
-
-
-def _set_aside_sentence(df: pd.DataFrame, overlapping: pd.DataFrame) -> str:
-    """' N of them are left out of the comparisons …' where ``set_aside_overlapped`` leaves runs out, else '';
-    ``overlapping``: ``overlapping_points(df)``."""
-    left_out = len(df) - len(_without_settled(df, set(overlapping["point_id"])))
-    if not left_out:
-        return ""
-    return (
-        f" {left_out} of them {'is' if left_out == 1 else 'are'} left out of the comparisons and verdicts: "
-        f"{'its point was' if left_out == 1 else 'their points were'} measured at least {MIN_CLEAN_REPEATS} "
-        "times alone."
-    )
 
 
 def duration_rule_breaches(df: pd.DataFrame, min_duration_s: float = 30.0) -> pd.DataFrame:
@@ -292,24 +252,6 @@ def recorded_runs(cases: Sequence[str] | None = None, data: Path | None = None) 
     if not parts:
         return pd.DataFrame(columns=RECORDED_COLUMNS)
     return pd.concat(parts, ignore_index=True)
-
-
-def describe_recorded_runs(table: pd.DataFrame) -> str:
-    """One sentence on a ``recorded_runs`` table: how many rows, distinct points and repeats of how many cases, from
-    when to when, on which GPUs and vLLM versions, and the GPU-minutes the servers of the recorded logs held."""
-    if table.empty:
-        return "No run is recorded yet."
-    gpus = and_list(sorted(table["gpu_name"].unique()))
-    versions = and_list(sorted(table["vllm_version"].unique()))
-    cases, repeats = table["case"].nunique(), table["repeats"].sum()
-    return (
-        f"{table['rows'].sum()} recorded rows ({table['points'].sum()} distinct points, {repeats} "
-        f"repeat{'s' if repeats != 1 else ''}) of {cases} case{'s' if cases != 1 else ''}, measured from "
-        f"{table['first_measured'].min()} to {table['last_measured'].max()} on {gpus} with vLLM {versions}. The "
-        f"{table['servers'].sum()} server logs recorded with them show {table['gpu_minutes'].sum():.1f} "
-        "GPU-minutes held, from each launch to its last logged line; installing vLLM, idle time between runs and "
-        "servers whose logs were not kept are not counted."
-    )
 
 
 def check_cases_recorded(cases: Sequence[str], data: Path | None = None) -> None:

@@ -31,58 +31,40 @@ What fails the check, each failure naming its page and element:
 
 It prints ``site-check: N pages, M figures, L internal links, search ok`` (L counts ``<a href>`` occurrences that
 resolve to this site, navigation included; M counts distinct ``_images/`` files that pages show) and exits 1 on any
-failure, 2 when Chromium or chromedriver is missing.
+failure, 2 when Chromium or chromedriver is missing. The browser, and what it measures of a page as drawn (height,
+screenshot, a single-colour image), is ``book.browser``; this module is the crawler.
 """
 
 from __future__ import annotations
 
-import base64
-import http.server
-import io
-import os
 import re
-import shutil
-import tempfile
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from PIL import Image, UnidentifiedImageError
-from selenium import webdriver
+from PIL import UnidentifiedImageError
 from selenium.common.exceptions import TimeoutException, WebDriverException
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.chrome.webdriver import WebDriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from vllm_playbooks import paths
 from vllm_playbooks.book import answerleaks
+from vllm_playbooks.book.browser import (
+    CHROMEDRIVER,
+    CHROMIUM,
+    SiteCheckError,
+    chromium,
+    is_blank_image,
+    page_height,
+    save_screenshot,
+    serve,
+    wait_ready,
+)
 from vllm_playbooks.book.sitecheck_readers import check_reader_rules
 from vllm_playbooks.errors import ConfigError
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
-#: Flags that work for headless Debian Chromium run as root in a container, with a fresh profile added per run.
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-    "--window-size=1400,900",
-    "--hide-scrollbars",
-)
-#: Makes every host name except the local server's unresolvable: the check never depends on the network.
-OFFLINE_FLAG = "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"
 SKIPPED_DIRS = ("_static", "_sources")
 NOT_COUNTED = ("genindex.html", "search.html")
 #: How long a page may take to typeset its formulas before the raw TeX left on it counts as a failure.
@@ -94,7 +76,6 @@ return Array.from(document.querySelectorAll(".math"))
 """
 FIGURE_DIR = "_images"
 SCREENSHOT_PAGES = ("index.html", "book/executed/*.html")
-MAX_SCREENSHOT_HEIGHT = 16000
 #: Every page is measured: a reader should get through one in about five screens, with its collapsed sections closed.
 MAX_PAGE_HEIGHT_PX = 9000
 #: Runs in the page: the reprs of Python objects in the page's visible text (an output shown as its repr).
@@ -207,10 +188,6 @@ class SiteReport:
         return line if self.ok else f"{line}, {len(self.failures)} failure(s)"
 
 
-class SiteCheckError(RuntimeError):
-    """The check could not run at all (no Chromium, no chromedriver, no built book)."""
-
-
 def list_pages(root: Path) -> list[str]:
     """Every ``*.html`` under ``root`` except ``_static/`` and ``_sources/``, as sorted POSIX paths relative to it."""
     pages = []
@@ -219,70 +196,6 @@ def list_pages(root: Path) -> list[str]:
         if rel.parts[0] not in SKIPPED_DIRS:
             pages.append(rel.as_posix())
     return sorted(pages)
-
-
-def is_blank_image(data: bytes | Path) -> bool:
-    """True when every pixel has the same colour (or every pixel is fully transparent).
-
-    Raises ``PIL.UnidentifiedImageError`` for a format Pillow cannot read (an SVG, for one).
-    """
-    with Image.open(io.BytesIO(data) if isinstance(data, bytes) else data) as img:
-        rgba = img.convert("RGBA")
-    if rgba.getchannel("A").getbbox() is None:  # no pixel with any opacity
-        return True
-    return rgba.getcolors(maxcolors=1) is not None  # None as soon as there are two colours
-
-
-def _quiet_handler(directory: Path) -> type[http.server.SimpleHTTPRequestHandler]:
-    class Handler(http.server.SimpleHTTPRequestHandler):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, directory=str(directory), **kwargs)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            """Say nothing per request."""
-
-    return Handler
-
-
-@contextmanager
-def serve(root: Path) -> Iterator[str]:
-    """Serve ``root`` on a free local port for the duration; yields the base URL (ending in ``/``)."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _quiet_handler(root))
-    thread = threading.Thread(target=server.serve_forever, name="site-check-http", daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
-
-
-@contextmanager
-def chromium(
-    chromium_path: Path = CHROMIUM, chromedriver_path: Path = CHROMEDRIVER, offline: bool = True
-) -> Iterator[WebDriver]:
-    """A headless Chromium driven by Selenium through the system chromedriver, with a fresh profile; nothing is
-    downloaded (``SE_OFFLINE=true``, explicit driver and browser paths)."""
-    for path in (chromium_path, chromedriver_path):
-        if not path.exists():
-            raise SiteCheckError(f"{path} not found: run .ci/site-check-setup.sh (apt-get chromium chromium-driver)")
-    os.environ.setdefault("SE_OFFLINE", "true")
-    profile = tempfile.mkdtemp(prefix="site-check-profile-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(chromium_path)
-    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={profile}", *((OFFLINE_FLAG,) if offline else ())):
-        options.add_argument(flag)
-    driver = None
-    try:
-        driver = webdriver.Chrome(service=Service(executable_path=str(chromedriver_path)), options=options)
-        driver.set_page_load_timeout(60)
-        driver.set_script_timeout(120)
-        yield driver
-    finally:
-        if driver is not None:
-            driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 def _local_path(url: str, base: str) -> str | None:
@@ -297,42 +210,6 @@ def _meta_refresh_target(html: str) -> str | None:
     pattern = r"""<meta[^>]+http-equiv=["']?refresh["']?[^>]*content=["'][^"']*url=([^"'>]+)"""
     match = re.search(pattern, html, re.IGNORECASE)
     return match.group(1).strip() if match else None
-
-
-def _wait_ready(driver: WebDriver, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if driver.execute_script("return document.readyState") == "complete":
-            return
-        time.sleep(0.05)
-
-
-#: Runs in the page before a screenshot: undo the scrolling of the image check, in the window and in every element
-#: (scrolling an image into view can scroll an inner container sideways, and the shot would start mid-page).
-_UNSCROLL_JS = """
-window.scrollTo(0, 0);
-for (const el of document.querySelectorAll("*")) { if (el.scrollLeft || el.scrollTop) el.scrollTo(0, 0); }
-"""
-
-
-def _screenshot(driver: WebDriver, target: Path) -> bytes:
-    """A full-page PNG of the current page (height capped at MAX_SCREENSHOT_HEIGHT), written to ``target``."""
-    driver.execute_script(_UNSCROLL_JS)
-    metrics = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})
-    size = metrics.get("cssContentSize") or metrics["contentSize"]
-    clip = {
-        "x": 0,
-        "y": 0,
-        "width": max(1, int(size["width"])),
-        "scale": 1,
-        "height": max(1, min(int(size["height"]), MAX_SCREENSHOT_HEIGHT)),
-    }
-    params = {"format": "png", "captureBeyondViewport": True, "clip": clip}
-    shot = driver.execute_cdp_cmd("Page.captureScreenshot", params)
-    data = base64.b64decode(shot["data"])
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(data)
-    return data
 
 
 @dataclass
@@ -405,7 +282,7 @@ class SiteChecker:
             deadline = time.monotonic() + 10
             while driver.current_url.rstrip("/") == (base + page).rstrip("/") and time.monotonic() < deadline:
                 time.sleep(0.05)
-        _wait_ready(driver)
+        wait_ready(driver)
         info = driver.execute_script(_PAGE_JS)
         here = _local_path(info["url"], base) or page
         if refresh is None or here == page:
@@ -432,7 +309,7 @@ class SiteChecker:
                 self._check_height(driver, page)
         if screenshot and self.screenshots is not None:
             name = re.sub(r"[^A-Za-z0-9_.-]+", "_", page.removesuffix(".html")) + ".png"
-            data = _screenshot(driver, self.screenshots / name)
+            data = save_screenshot(driver, self.screenshots / name)
             self.report.screenshots.append(self.screenshots / name)
             if is_blank_image(data):
                 self.fail(page, f"screenshot {name}", "the rendered page is a single colour")
@@ -454,7 +331,7 @@ class SiteChecker:
         root = "index.html"
         target = _meta_refresh_target((self.root / root).read_text(encoding="utf-8", errors="replace"))
         driver.get(base + (target.removeprefix("./") if target else root))
-        _wait_ready(driver)
+        wait_ready(driver)
         urls = driver.execute_script(_CAPTION_PAGES_JS, list(captions))
         return {path for url in urls if (path := _local_path(url.split("#", 1)[0], base)) is not None}
 
@@ -471,8 +348,7 @@ class SiteChecker:
             self.fail(page, "page text", f"shows {sorted(set(reprs))}: an output with no HTML or Markdown form")
 
     def _check_height(self, driver: WebDriver, page: str) -> None:
-        driver.execute_script(_UNSCROLL_JS)
-        height = int(driver.execute_script("return document.documentElement.scrollHeight"))
+        height = page_height(driver)
         self.report.heights[page] = height
         if height > MAX_PAGE_HEIGHT_PX:
             self.fail(page, "page height", f"{height} px with collapsed sections closed (at most {MAX_PAGE_HEIGHT_PX})")

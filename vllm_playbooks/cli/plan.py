@@ -4,12 +4,15 @@ recorded runs (``run.hardware_plan``)."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
+from vllm_playbooks.book.run_notes import memory_source
 from vllm_playbooks.errors import ConfigError
-from vllm_playbooks.results.failed_starts import failed_starts
+from vllm_playbooks.results.failed_starts import failed_starts, latest_tries
+from vllm_playbooks.results.identity import engine_gpus, hardware_key
 from vllm_playbooks.run.budget import (
     describe_fresh_time,
     fresh_time,
@@ -23,11 +26,9 @@ from vllm_playbooks.run.case import hardware_in_words
 from vllm_playbooks.run.hardware_plan import (
     PlanInputs,
     cannot_start,
-    describe_hardware_plan,
-    describe_part_fits,
-    failed_before,
     gpu_memory_gib,
     hardware_plan,
+    one_after_another_gpu_minutes,
     part_fits,
     plan_inputs,
     rows_of_hardware,
@@ -35,6 +36,8 @@ from vllm_playbooks.run.hardware_plan import (
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from vllm_playbooks.run.plan import CasePlan
 
 
 def _table(table: pd.DataFrame) -> str:
@@ -143,17 +146,135 @@ def print_within_budget(args: Args, inputs: PlanInputs, gpu: str, version: str, 
         print(_table(table))
 
 
+def describe_hardware_plan(
+    table: pd.DataFrame, case: str, gpu_name: str, vllm_version: str, cannot_start: Collection[str] = ()
+) -> str:
+    """The plan's last lines: runs to measure and recorded on that hardware, and the estimated GPU-minutes of the
+    servers still to start, leaving out those of ``cannot_start`` (engine labels the KV calculator refuses there),
+    with every start-up as on a machine without compile caches and, where that is less, with the servers run one after
+    another on one machine (``one_after_another_gpu_minutes``)."""
+    todo, done = int(table["to_measure"].sum()), int(table["recorded"].sum())
+    head = (
+        f"{case} on {gpu_name} (vLLM {vllm_version}): {todo} run(s) to measure, {done} already recorded for this "
+        "hardware."
+    )
+    if not todo:
+        return f"{head}\nNothing left to measure on this hardware."
+    servers = table[(table["to_measure"] > 0) & ~table["engine_label"].isin(list(cannot_start))]
+    left_out = [label for label in table.loc[table["to_measure"] > 0, "engine_label"] if label in cannot_start]
+    if servers.empty:
+        return f"{head}\nNone of them can run here: {', '.join(left_out)} cannot start on this GPU (see below)."
+    unknown = servers["gpu_minutes"].isna().sum()
+    minutes = servers["gpu_minutes"].sum()
+    if unknown == len(servers):
+        return f"{head}\nNo estimate: the shape or load of every server left to start never ran."
+    cached = one_after_another_gpu_minutes(servers)
+    estimate = (
+        f"about {minutes:.0f} GPU-minutes, {len(servers)} server start-up(s) included"
+        + (f"; no estimate for {unknown} server(s) whose shape or load never ran" if unknown else "")
+        + (f"; left out: {', '.join(left_out)}, which cannot start on this GPU (see below)" if left_out else "")
+    )
+    warm = (
+        f" One after another on one machine, where each later server of a shape finds the compile caches of the "
+        f"one before and starts in the shortest time recorded for its shape: about {cached:.0f} GPU-minutes."
+        if not unknown and round(cached) < round(minutes)
+        else ""
+    )
+    return f"{head}\nEstimated: {estimate} (times recorded on any GPU; a slower GPU takes longer).{warm}"
+
+
+def describe_part_fits(
+    fits: pd.DataFrame, part: str, gpu_name: str, memory_gib: float, source: str, said: Collection[str] = ()
+) -> list[str]:
+    """The plan's lines on whether a part (or a case) fits ``gpu_name``: one summary, then one line per engine config
+    with the memory per GPU it needs, and why not where it does not fit (unless ``said`` names it: a line above
+    gave the reason)."""
+    counted = fits[fits["fits"].notna()]
+    several = counted[counted["gpus"] > 1]
+    where = f"{gpu_name} ({memory_gib:g} GiB, from {source})"
+    if counted.empty:
+        head = f"{part} on {where}: the KV calculator models none of its configs, so it cannot say whether they fit."
+    elif counted["fits"].astype(bool).all():
+        head = (
+            f"{part} fits {where}: every config starts with at most {counted['needs_gib'].max():.1f} GiB per GPU"
+            + (
+                f" ({', '.join(several['engine_label'])} on {int(several['gpus'].max())} GPUs each)"
+                if len(several)
+                else " on one GPU"
+            )
+            + "."
+        )
+    else:
+        head = (
+            f"{part} does not fit {where}: "
+            f"{', '.join(counted.loc[~counted['fits'].astype(bool), 'engine_label'])} cannot start there."
+        )
+    lines = [head]
+    for row in fits.itertuples():
+        need = (
+            "memory not modelled"
+            if row.needs_gib is None or row.needs_gib != row.needs_gib
+            else f"needs {row.needs_gib:.1f} GiB per GPU on {row.gpus} GPU(s)"
+        )
+        verdict = "fits" if row.fits is True else "does not fit" if row.fits is False else "not judged"
+        lines.append(
+            f"  {row.engine_label} ({row.model_shape}): {verdict}, {need}"
+            + (
+                "; why not: see above"
+                if row.engine_label in said
+                else f"; why not: {row.why_not}"
+                if row.fits is False
+                else ""
+            )
+        )
+    return lines
+
+
+def failed_before(
+    plan: CasePlan, table: pd.DataFrame, failed: pd.DataFrame, gpu_name: str, vllm_version: str
+) -> list[str]:
+    """One line per engine config of ``plan`` that ``table`` (``hardware_plan``) still has to measure and whose server
+    did not start on that hardware before (``failed``: ``results.failed_starts.failed_starts``, the latest try): its
+    error and the memory its log counted, so that no GPU time goes to a start-up that fails the same way."""
+    import pandas as pd
+
+    tries = latest_tries(failed).set_index(["hardware", "config_id"])
+    lines = []
+    for engine in plan.engines:
+        todo = table.loc[table["engine_label"] == engine.label, "to_measure"]
+        key = (hardware_key(gpu_name, engine_gpus(engine), vllm_version), engine.config_id())
+        if todo.empty or not int(todo.iloc[0]) or key not in tries.index:
+            continue
+        latest = tries.loc[key]
+        memory = [
+            f"{name} {latest[column]:.2f} GiB"
+            for name, column in [
+                ("CUDA graphs estimated at", "cudagraph_estimate_gib"),
+                ("KV-cache memory left", "available_kv_gib"),
+            ]
+            if pd.notna(latest[column])
+        ]
+        if pd.notna(latest["gpu_memory_utilization"]):
+            memory.append(f"--gpu-memory-utilization {latest['gpu_memory_utilization']:g}")
+        lines.append(
+            f"note: {engine.label} did not start on this hardware before: "
+            f"{latest['error'] or 'no error logged'} ({'; '.join([*memory, 'log ' + latest['log']])}); it is "
+            "likely to fail the same way unless its memory settings change"
+        )
+    return lines
+
+
 def print_hardware_plan(args: Args, inputs: PlanInputs, gpu: str, version: str) -> None:
     """What the case (or part) still needs on ``gpu``: the table, its GPU time, whether it fits the GPU's memory and
     the configs whose server did not start there before."""
     plan = inputs.plan
     table = hardware_plan(plan, inputs.measured, inputs.servers, gpu, version, args.margin)
     memory = gpu_memory_gib(gpu, args.data)
-    refused = cannot_start(plan, table, memory[0]) if memory else {}
+    refused = cannot_start(plan, table, memory.gib) if memory else {}
     print(_table(table))
     print(describe_hardware_plan(table, plan.case, gpu, version, refused))
     if memory:
-        gib, source = memory
+        gib, source = memory.gib, memory_source(memory)
         for label, reason in refused.items():
             print(f"note: {label} cannot start on {gpu} ({gib:g} GiB, from {source}): {reason}")
         print("\n".join(describe_part_fits(part_fits(plan, gib), args.part or plan.case, gpu, gib, source, refused)))

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
-from vllm_playbooks.analysis.runs import check_cases_recorded, describe_recorded_runs, recorded_runs
+from vllm_playbooks.analysis.runs import check_cases_recorded, recorded_runs
+from vllm_playbooks.book.run_notes import describe_recorded_runs
 
 
 @dataclass(frozen=True)

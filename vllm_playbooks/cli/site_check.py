@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
-from vllm_playbooks.book.sitecheck import CHROMEDRIVER, CHROMIUM, MAX_PAGE_HEIGHT_PX, SiteCheckError, check_site
+from vllm_playbooks.book.browser import CHROMEDRIVER, CHROMIUM, SiteCheckError
+from vllm_playbooks.book.sitecheck import MAX_PAGE_HEIGHT_PX, check_site
 
 
 @dataclass(frozen=True)

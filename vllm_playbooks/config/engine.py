@@ -281,23 +281,18 @@ def check_engine_against_shapes(engine: EngineConfig) -> None:
             )
 
 
-def routing_simulation_problem(engine: EngineConfig) -> str | None:
-    """Why an MoE engine with dummy weights breaks the book's routing rule, or ``None`` when it does not.
+def lacks_routing_simulation(engine: EngineConfig) -> bool:
+    """Whether ``engine`` breaks the book's routing rule: an MoE shape with dummy weights and no
+    ``ROUTING_SIMULATION_ENV`` in its env.
 
     Dummy router weights route tokens degenerately, so every case that runs an MoE shape with
     ``load_format: dummy`` sets ``VLLM_MOE_ROUTING_SIMULATION_STRATEGY`` (book: methodology, MoE routing). Real
     weights (``load_format: auto``) route with their own router and need nothing.
     """
-
-    shape = resolve_model(engine.model)
-    if engine.load_format != "dummy" or shape.architecture not in MOE_ARCHITECTURES:
-        return None
-    if ROUTING_SIMULATION_ENV in engine.env:
-        return None
     return (
-        f"engine {engine.label}: {shape.name} is an MoE model ({shape.architecture}) with dummy weights; set "
-        f"env {{{ROUTING_SIMULATION_ENV}: uniform_random}} so its router does not route degenerately "
-        "(book: methodology, MoE routing)"
+        engine.load_format == "dummy"
+        and resolve_model(engine.model).architecture in MOE_ARCHITECTURES
+        and ROUTING_SIMULATION_ENV not in engine.env
     )
 
 

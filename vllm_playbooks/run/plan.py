@@ -12,7 +12,12 @@ from pydantic import ValidationError
 
 from vllm_playbooks.config.capacity import refusal, refused_engines
 from vllm_playbooks.config.case_file import CASE_NAME, check_structure, grid_file, read_case_file
-from vllm_playbooks.config.engine import EngineConfig, check_engine_against_shapes, routing_simulation_problem
+from vllm_playbooks.config.engine import (
+    ROUTING_SIMULATION_ENV,
+    EngineConfig,
+    check_engine_against_shapes,
+    lacks_routing_simulation,
+)
 from vllm_playbooks.config.load import MIN_DURATION_S, LoadPoint
 from vllm_playbooks.config.pairing import pair_engines
 from vllm_playbooks.config.spec_detection import SpeculativeConfigWarning
@@ -222,9 +227,13 @@ def plan_from_dict(spec: dict[str, Any], **overrides: Any) -> CasePlan:
             problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
             raise ConfigError(f"case {case}, engine {raw.get('label')!r}: {problems}") from None
         check_engine_against_shapes(engine)
-        problem = routing_simulation_problem(engine)
-        if problem:
-            raise ConfigError(f"case {case}: {problem}")
+        if lacks_routing_simulation(engine):
+            shape = resolve_model(engine.model)
+            raise ConfigError(
+                f"case {case}: engine {engine.label}: {shape.name} is an MoE model ({shape.architecture}) with dummy "
+                f"weights; set env {{{ROUTING_SIMULATION_ENV}: uniform_random}} so its router does not route "
+                "degenerately (book: methodology, MoE routing)"
+            )
         engines.append(engine)
     if not engines:
         raise ConfigError(f"case {case}: no engine configs")

@@ -23,7 +23,7 @@ from vllm_playbooks.hardware import datasheet_gpu
 from vllm_playbooks.results.identity import engine_gpus
 from vllm_playbooks.results.store import load_runs
 from vllm_playbooks.run.budget import fresh_time_per_gpu, server_time
-from vllm_playbooks.run.hardware_plan import gpu_memory_gib, least_gpu_memory_gib, part_fits
+from vllm_playbooks.run.hardware_plan import GpuMemory, gpu_memory_gib, least_gpu_memory_gib, part_fits
 from vllm_playbooks.run.plan import QUICK_PART, CasePlan, NamedPart, case_parts, named_parts, quiet_plan
 
 #: The GPU models the table gives minutes for: its column name's GPU → the row of ``data/reference/hardware.csv``.
@@ -32,7 +32,7 @@ GPU_MODELS: dict[str, str] = {"A100-80GB": "A100-80GB", "H100": "H100-SXM", "H20
 FIT_GPU = "A100-80GB"
 
 
-def fit_gpu_memory(data: Path | None = None) -> tuple[float, str]:
+def fit_gpu_memory(data: Path | None = None) -> GpuMemory:
     """The memory (GiB) of ``FIT_GPU`` and where the figure comes from (``hardware_plan.gpu_memory_gib``: this
     machine's GPU, a recorded start-up on one, else its datasheet row)."""
     memory = gpu_memory_gib(FIT_GPU, data)

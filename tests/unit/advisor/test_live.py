@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FROZEN, ROOT, FakeBench, fake_server_argv
+from tests.conftest import ROOT, FakeBench, fake_server_argv
 from vllm_playbooks import cli
-from vllm_playbooks.advisor import live
+from vllm_playbooks.advisor import live, live_plan
 from vllm_playbooks.advisor.goodput import Slo
 from vllm_playbooks.advisor.search import PLAN_MARGIN, STOP_REASONS
 from vllm_playbooks.advisor.trace import latest_trace, read_trace, trace_steps
 from vllm_playbooks.engine.leftovers import SERVERS_FILE, read_record
 from vllm_playbooks.engine.server import VllmServer
-from vllm_playbooks.errors import ConfigError, PlaybookError
+from vllm_playbooks.errors import PlaybookError
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.replay import replay_rows
 from vllm_playbooks.run import case as runner
@@ -120,8 +120,8 @@ def case_file(tmp_path: Path) -> Path:
     return path
 
 
-def _prices(grid: live.LiveGrid) -> live.LivePrices:
-    return live.LivePrices(
+def _prices(grid: live_plan.LiveGrid) -> live_plan.LivePrices:
+    return live_plan.LivePrices(
         run_gpu_s=dict.fromkeys(grid.points, RUN_GPU_S),
         startup_gpu_s={e.config_id(): STARTUP_GPU_S for e in grid.engines()},
     )
@@ -134,7 +134,7 @@ def _search(
     servers = servers or Servers()
     bench = bench or LoadBench(servers)
     plan = load_plan(str(case_file))
-    grid = live.live_grid(plan)
+    grid = live_plan.live_grid(plan)
     search = live.advise_live(
         plan,
         grid,
@@ -243,7 +243,7 @@ def test_rows_of_other_hardware_are_not_taken_as_measured_here(
     plan = load_plan(str(case_file))
     here = runner.collect_provenance
     h200 = here().model_copy(update={"gpu_name": "NVIDIA H200", "gpu_count": 1, "vllm_version": "0.26.0"})
-    grid = live.live_grid(plan)
+    grid = live_plan.live_grid(plan)
     assert live.recorded_rows(grid, h200, data).empty
     assert len(live.recorded_rows(grid, here(), data)) == 8
 
@@ -269,64 +269,6 @@ def test_a_point_that_fails_ends_the_search_and_is_kept_as_a_failure(case_file: 
     assert len(failures) == 1 and replay_rows("live-advice", data) == []
     trace = latest_trace("live-advice", data)
     assert trace is not None and "bench serve failed" in trace.stop_reason and trace.payments == []
-
-
-def test_the_grid_is_one_shape_lengths_load_kind_and_acceptance_scenario_of_the_plan() -> None:
-    plan = load_plan("gpt-oss-eagle3")
-    with pytest.raises(
-        ConfigError,
-        match="6 planned grids of gpt-oss-eagle3 match; pick one of: --model-shape "
-        "gpt-oss-120b --input-len 230 --output-len 203 --load concurrency "
-        "--acceptance '0.61'",
-    ):
-        live.live_grid(plan)
-    with pytest.raises(ConfigError, match="3 planned grids"):  # three acceptances imposed on the chat profile
-        live.live_grid(plan, input_len=230)
-    chat = live.live_grid(plan, input_len=230, acceptance="0.710")
-    assert chat.key == {
-        "case": "gpt-oss-eagle3",
-        "model_shape": "gpt-oss-120b",
-        "input_len": 230,
-        "output_len": 203,
-        "load_kind": "concurrency",
-        "acceptance": "0.71",
-    }
-    # speculation off and k = 2..5 at α 0.71: the k=3 configs at α 0.61 and 0.81 are other models, not other choices
-    assert sorted(e.label for e in chat.engines()) == [
-        "eagle3-k2-a0.71",
-        "eagle3-k3-a0.71",
-        "eagle3-k4-a0.71",
-        "eagle3-k5-a0.71",
-        "spec-off",
-    ]
-    assert len(chat.points) == 5 * 9
-    catalog = chat.catalog()
-    assert set(catalog["concurrency"]) == {1, 2, 4, 8, 16, 32, 64, 128, 200}
-    assert catalog["request_rate_qps"].isna().all()
-    few = live.live_grid(plan, input_len=230, acceptance="0.81", max_concurrency=8)
-    assert set(few.catalog()["concurrency"]) == {1, 2, 4, 8} and len(few.engines()) == 2
-    with pytest.raises(ConfigError, match="0 planned grids"):
-        live.live_grid(plan, input_len=231)
-
-
-def test_prices_are_the_plans_estimates_times_the_gpus_a_config_uses(frozen_data: Path) -> None:
-    from vllm_playbooks.results.store import load_runs
-    from vllm_playbooks.run.budget import point_walls, server_time
-
-    plan = load_plan("pp-27462", engines=["8b-pp1-mns256", "8b-pp2-mns256"])  # both 8B, at concurrency 512
-    grid = live.live_grid(plan)
-    prices = live.live_prices(plan, grid, frozen_data)
-    servers = server_time("pp-27462", frozen_data)
-    walls = point_walls(load_runs("pp-27462", frozen_data), servers)
-    # every recorded server is of the 8B shape: the longest start-up, and the longest wall recorded at 512 clients
-    wall, startup = float(walls.loc[walls["concurrency"] == 512, "wall_s"].max()), float(servers["startup_s"].max())
-    one, two = (grid.catalog().iloc[i].to_dict() for i in (0, 1))
-    assert prices.run_estimate(one) == wall and prices.startup_estimate(one["config_id"]) == startup
-    assert prices.run_estimate(two) == 2 * wall and prices.startup_estimate(two["config_id"]) == 2 * startup  # PP=2
-    assert prices.grid_gpu_s() == 3 * (wall + startup)
-    never = load_plan("pp-27462", engines=["8b-pp1-mns256"], concurrency=[3])
-    with pytest.raises(ConfigError, match=r"no GPU-time estimate for 8b-pp1-mns256 @ c3: .* never ran at that load"):
-        live.live_prices(never, live.live_grid(never), FROZEN)
 
 
 def _advise(*argv: str) -> list[str]:

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from tests.unit.advisor.grids import engine_json, frame, row, startups
-from vllm_playbooks.advisor.evaluate import one_grid
 from vllm_playbooks.advisor.goodput import Slo, grid_best, point_table, slo_levels
+from vllm_playbooks.advisor.grids import one_grid
 from vllm_playbooks.advisor.oracle import RecordedOracle
 from vllm_playbooks.advisor.outlook import outlook
 from vllm_playbooks.advisor.search import (

@@ -11,10 +11,10 @@ from vllm_playbooks import cli
 from vllm_playbooks.analysis.runs import (
     HOST_NOT_RECORDED,
     RECORDED_COLUMNS,
-    describe_recorded_runs,
     recorded_runs,
     summarize_runs,
 )
+from vllm_playbooks.book.run_notes import describe_recorded_runs
 from vllm_playbooks.results.store import cases_with_runs, load_runs
 from vllm_playbooks.run.budget import server_time
 
@@ -116,8 +116,8 @@ def test_the_runs_command_prints_the_table_and_refuses_an_unknown_case(capsys: p
 
 def test_a_page_shows_the_reference_gpus_rows_unless_asked_for_another_or_all() -> None:
     from vllm_playbooks.analysis.runs import rows_on_hardware, with_hardware_series
-    from vllm_playbooks.hardware import REFERENCE_GPU
     from vllm_playbooks.errors import ConfigError
+    from vllm_playbooks.hardware import REFERENCE_GPU
 
     rows = pd.DataFrame({"engine_label": ["a", "a", "b"], "gpu_name": [REFERENCE_GPU, "NVIDIA L40S", "NVIDIA L40S"]})
     assert rows_on_hardware(rows)["gpu_name"].tolist() == [REFERENCE_GPU]

@@ -13,9 +13,12 @@ import pytest
 from tests.unit.test_layers import GRAPH, MODULES, layer, upward_imports
 from vllm_playbooks import cli
 
-#: The one library module that imports ``argparse``: it builds vLLM's own ``vllm bench serve`` parser to run it in
-#: this process (``load.bench.InProcessBench``), not a command line of ours.
-VLLM_PARSER_USERS = {"vllm_playbooks.load.bench"}
+#: The library modules that import an argument parser, each to run one of vLLM's own command lines in this process,
+#: not a command line of ours: ``load.bench`` imports ``argparse`` because vLLM's ``vllm bench serve`` options are
+#: added to a parser the caller makes (``vllm.benchmarks.serve.add_cli_args``; ``load.bench.InProcessBench``), and
+#: ``run.crosscheck`` imports vLLM's ``vllm.utils.argparse_utils.FlexibleArgumentParser`` to put each case to the
+#: parser ``vllm serve`` uses (``run.crosscheck.vllm_verdict``).
+VLLM_PARSER_USERS = {"vllm_playbooks.load.bench", "vllm_playbooks.run.crosscheck"}
 
 
 def test_every_command_has_a_module_of_its_own() -> None:
@@ -74,6 +77,8 @@ def test_argparse_is_imported_only_by_the_command_line() -> None:
     for name, path in MODULES.items():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import) and any(a.name == "argparse" for a in node.names):
+                importers.add(name)
+            elif isinstance(node, ast.ImportFrom) and "argparse" in (node.module or ""):
                 importers.add(name)
     outside = {m for m in importers if m != "vllm_playbooks.cli" and not m.startswith("vllm_playbooks.cli.")}
     assert outside == VLLM_PARSER_USERS

@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from tests.conftest import FROZEN
-from vllm_playbooks.analysis.calculator import calculator_check, cudagraph_reserve_note, overheads_note
+from vllm_playbooks.analysis.calculator import calculator_check
+from vllm_playbooks.book.calculator_notes import cudagraph_reserve_note, overheads_note
 from vllm_playbooks.config.capacity import (
     BLOCK_SIZE,
     GIB,

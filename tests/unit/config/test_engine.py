@@ -11,7 +11,12 @@ from typing import Any
 import pytest
 
 from vllm_playbooks.config.case_file import grid_names
-from vllm_playbooks.config.engine import EngineConfig, check_engine_against_shapes
+from vllm_playbooks.config.engine import (
+    ROUTING_SIMULATION_ENV,
+    EngineConfig,
+    check_engine_against_shapes,
+    lacks_routing_simulation,
+)
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.run.plan import load_plan, plan_from_dict
 from vllm_playbooks.shapes import get_shape, resolve_model
@@ -83,3 +88,11 @@ def test_a_config_without_any_length_key_is_not_limited(tmp_path: Path) -> None:
 @pytest.mark.parametrize("case", grid_names())
 def test_every_packaged_case_still_loads(case: str) -> None:
     assert load_plan(case).engines
+
+
+def test_only_a_dummy_moe_engine_without_routing_simulation_lacks_it() -> None:
+    moe = {"label": "x", "model": "deepseek-v3-reduced", "max_model_len": 2048}
+    assert lacks_routing_simulation(EngineConfig(**moe))
+    assert not lacks_routing_simulation(EngineConfig(**moe, env={ROUTING_SIMULATION_ENV: "uniform_random"}))
+    assert not lacks_routing_simulation(EngineConfig(**moe, load_format="auto"))
+    assert not lacks_routing_simulation(EngineConfig(label="d", model="llama-3.1-8b", max_model_len=2048))

@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import FROZEN
 from vllm_playbooks.analysis import runs, whatif
-from vllm_playbooks.book import pipeline_plots
+from vllm_playbooks.book import pipeline_plots, run_notes
 from vllm_playbooks.cases import pp_27462
 from vllm_playbooks.cases.gpt_oss_eagle3 import step_costs
 from vllm_playbooks.engine.metrics import parse_histogram
@@ -222,14 +222,14 @@ def test_overlapped_runs_leave_the_comparisons_once_their_point_ran_three_times_
     # draft's overlapped run leaves; "beside" ran once, overlapped, and keeps its only run
     assert kept.point_id.tolist() == [*(f"gpu/draft/c32-r{i}" for i in (1, 2, 3)), "gpu/beside/c32-r0"]
     assert runs.set_aside_overlapped(kept).equals(kept)
-    note = runs.overlap_note(settled)
+    note = run_notes.overlap_note(settled)
     assert note.endswith(
         "The others ran alone. 1 of them is left out of the comparisons and verdicts: its point was "
         "measured at least 3 times alone."
     )
     short = pd.DataFrame(_repeats("draft", [0, 10, 20], other="beside"))  # only two runs alone: every run counts
     assert len(runs.set_aside_overlapped(short)) == len(short)
-    assert runs.overlap_note(short).endswith("The others ran alone.")
+    assert run_notes.overlap_note(short).endswith("The others ran alone.")
 
 
 def test_the_step_figure_draws_only_buckets_some_step_fell_in(pp_rows: pd.DataFrame) -> None:
@@ -245,11 +245,11 @@ def test_the_step_figure_draws_only_buckets_some_step_fell_in(pp_rows: pd.DataFr
 
 
 def test_the_overlap_note_names_the_pairs_and_says_when_none_overlapped(pp_rows: pd.DataFrame) -> None:
-    note = runs.overlap_note(pp_rows)
+    note = run_notes.overlap_note(pp_rows)
     assert note.startswith("4 of the 10 points ran at the same time as another point")
     assert "`8b-pp1-mns32` at concurrency 64 beside 8b-pp1-mns64 at concurrency 128" in note
     alone = pp_rows[pp_rows.pipeline_parallel_size == 2]
-    assert runs.overlap_note(alone) == "Each of the 4 points ran alone on its host."
+    assert run_notes.overlap_note(alone) == "Each of the 4 points ran alone on its host."
 
 
 @pytest.mark.recorded_data
@@ -262,8 +262,8 @@ def test_the_overlap_note_counts_many_overlapping_points_per_configuration() -> 
     end = pd.to_datetime(table.measured_at, utc=True)
     start = end - pd.to_timedelta(table.duration_s, unit="s")
     overlapping = table[[((start < e) & (end > s)).sum() > 1 for s, e in zip(start, end, strict=True)]]
-    assert len(overlapping) > runs.OVERLAPS_LISTED
-    many = runs.overlap_note(deepseek)
+    assert len(overlapping) > run_notes.OVERLAPS_LISTED
+    many = run_notes.overlap_note(deepseek)
     assert many.startswith(f"{len(overlapping)} of the {len(deepseek)} points ran at the same time as another point")
     counts = overlapping.engine_label.value_counts()
     assert all(f"`{label}` {count}" in many for label, count in counts.items()) and " beside " not in many

@@ -21,6 +21,7 @@ from vllm_playbooks.run.crosscheck import (
     RECORD_COLUMNS,
     VLLM_VERSION,
     Explanation,
+    LogMismatch,
     Verdict,
     case_by_label,
     comparison_table,
@@ -28,15 +29,12 @@ from vllm_playbooks.run.crosscheck import (
     count_table,
     coverage_problems,
     crosscheck_rows,
-    disagreements_markdown,
     explanation_problems,
     load_provenance,
     load_record,
-    log_problems,
+    log_mismatches,
     our_verdict,
-    shorten_message,
     stale_our_verdicts,
-    table_markdown,
     vllm_argv,
 )
 from vllm_playbooks.shapes import SHAPES_DIR, get_shape, vllm_path
@@ -191,30 +189,6 @@ def test_the_comparison_table_and_its_counts(record: pd.DataFrame) -> None:
     assert sum(int(line.rsplit(" ", 1)[1]) for line in lines[1:]) == len(differ)
 
 
-def test_the_page_tables(record: pd.DataFrame) -> None:
-    table = comparison_table(record)
-    full = table_markdown(table)
-    assert full.count("\n") == len(table) + 1 and full.count("**no**") == int((~table["agree"]).sum())
-    prose = disagreements_markdown(table)
-    for label in EXPLANATIONS:
-        assert f"`{label}`" in prose
-    assert "**stricter by design** (3 cases)" in prose
-    # flags are code (not typeset as dashes), a message's own code spans stay code, and its underscores are not emphasis
-    flagged = disagreements_markdown(
-        table.assign(ours="accepted", ours_warnings="refuses an explicit --async-scheduling")
-    )
-    assert "an explicit `--async-scheduling`" in flagged
-    assert "but `num_speculative_tokens` was not provided" in full
-    assert "synthetic\\_acceptance\\_\\* needs" in full
-
-
-def test_messages_are_shortened_for_the_table() -> None:
-    ours = 'Bad speculative_config {"method": "ngram", "x": [1]}: prompt_lookup_min (5) > prompt_lookup_max (2)'
-    assert shorten_message(ours) == "prompt_lookup_min (5) > prompt_lookup_max (2)"
-    assert shorten_message("ValidationError: Value error, bad") == "ValidationError: bad"
-    assert shorten_message("x" * 200, width=20) == "x" * 19 + "…"
-
-
 def test_the_loader_refuses_a_record_that_does_not_add_up(tmp_path: Path, record: pd.DataFrame) -> None:
     checks = tmp_path / "checks"
     checks.mkdir()
@@ -235,20 +209,22 @@ def test_the_record_lives_under_the_data_folder() -> None:
 
 
 def test_the_record_matches_the_summary_its_run_printed(tmp_path: Path, record: pd.DataFrame) -> None:
-    assert log_problems(record) == []
+    assert log_mismatches(record) == []
     checks = tmp_path / "checks"
     checks.mkdir()
     record.to_csv(checks / "speculative-config-crosscheck.csv", index=False)
-    assert log_problems(record, tmp_path) == [
-        f"{checks / LOG_NAME} is missing: the recording run's console output belongs beside the table"
-    ]
+    with pytest.raises(ConfigError, match=f"{re.escape(str(checks / LOG_NAME))} is missing"):
+        log_mismatches(record, tmp_path)
     log = (data_dir() / "checks" / LOG_NAME).read_text()
     (checks / LOG_NAME).write_text(
         log.replace("draft-ok accepted accepted   True", "draft-ok accepted  refused  False")
     )
-    assert log_problems(record, tmp_path) == [
-        "draft-ok: the table says ('accepted', 'accepted', 'True'), the log ('accepted', 'refused', 'False')"
+    assert log_mismatches(record, tmp_path) == [
+        LogMismatch("draft-ok", ("accepted", "accepted", "True"), ("accepted", "refused", "False"))
     ]
+    (checks / LOG_NAME).write_text("no table here\n")
+    with pytest.raises(ConfigError, match="holds no summary table"):
+        log_mismatches(record, tmp_path)
 
 
 #: The inputs issue 43 names: configs vLLM 0.26 accepts that this package refused, and the silent pass.

@@ -3,15 +3,15 @@ engines the KV calculator refuses on that GPU named."""
 
 from __future__ import annotations
 
-import re
-
 import pandas as pd
 import pytest
 
 from tests.unit.run.grid_rows import GRID_PLAN, grid_spec, run_rows
 from vllm_playbooks import cli
 from vllm_playbooks.cli import plan as plan_command
+from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.run import budget, hardware_plan
+from vllm_playbooks.run.hardware_plan import GpuMemory
 from vllm_playbooks.run.plan import load_part, plan_from_dict
 
 
@@ -85,7 +85,7 @@ def test_the_plan_warns_of_an_engine_whose_server_did_not_start_on_this_hardware
         ]
     )
     table = pd.DataFrame({"engine_label": ["a", "b", "c", "big"], "to_measure": [3, 3, 0, 3]})
-    lines = hardware_plan.failed_before(plan, table, failed, "NVIDIA H100 80GB HBM3", "0.26.0")
+    lines = plan_command.failed_before(plan, table, failed, "NVIDIA H100 80GB HBM3", "0.26.0")
     assert len(lines) == 1 and lines[0].startswith("note: a did not start on this hardware before: ValueError")
     assert "9.45 GiB" in lines[0] and "a-2026-12-06T031537+0000.log" in lines[0] and "-2.59 GiB" in lines[0]
 
@@ -113,10 +113,10 @@ def test_the_plan_leaves_out_of_its_estimate_the_servers_that_cannot_start() -> 
             "gpu_minutes": [10.0, 40.0],
         }
     )
-    lines = hardware_plan.describe_hardware_plan(table, "t", "GPU X", "0.26.0", cannot_start={"big"})
+    lines = plan_command.describe_hardware_plan(table, "t", "GPU X", "0.26.0", cannot_start={"big"})
     assert "about 10 GPU-minutes, 1 server start-up(s) included; left out: big, which cannot start" in lines
-    assert "about 50 GPU-minutes, 2 server" in hardware_plan.describe_hardware_plan(table, "t", "GPU X", "0.26.0")
-    nothing = hardware_plan.describe_hardware_plan(table, "t", "GPU X", "0.26.0", cannot_start={"a", "big"})
+    assert "about 50 GPU-minutes, 2 server" in plan_command.describe_hardware_plan(table, "t", "GPU X", "0.26.0")
+    nothing = plan_command.describe_hardware_plan(table, "t", "GPU X", "0.26.0", cannot_start={"a", "big"})
     assert nothing.endswith("None of them can run here: a, big cannot start on this GPU (see below).")
 
 
@@ -128,10 +128,10 @@ def test_a_gpus_memory_comes_from_the_gpu_here_then_a_logged_start_up_then_the_d
     monkeypatch.setattr(hardware_plan, "gpu_at_hand", lambda _visible: GpuAtHand("NVIDIA H100 80GB HBM3", 79.646, "d"))
     logged = {"NVIDIA H200": 139.8}
     monkeypatch.setattr(hardware_plan, "logged_gpu_memory", lambda name, _data: logged.get(name))
-    assert hardware_plan.gpu_memory_gib("NVIDIA H100 80GB HBM3") == (79.6, "this machine's GPU")
-    assert hardware_plan.gpu_memory_gib("NVIDIA H200") == (139.8, "vLLM's log of a recorded start-up on it")
-    assert hardware_plan.gpu_memory_gib("NVIDIA A100-SXM4-80GB") == (80.0, "the A100-80GB datasheet")
-    assert hardware_plan.gpu_memory_gib("NVIDIA L40S") == (48.0, "the L40S datasheet")
+    assert hardware_plan.gpu_memory_gib("NVIDIA H100 80GB HBM3") == GpuMemory(79.6, "here")
+    assert hardware_plan.gpu_memory_gib("NVIDIA H200") == GpuMemory(139.8, "log")
+    assert hardware_plan.gpu_memory_gib("NVIDIA A100-SXM4-80GB") == GpuMemory(80.0, "datasheet", "A100-80GB")
+    assert hardware_plan.gpu_memory_gib("NVIDIA L40S") == GpuMemory(48.0, "datasheet", "L40S")
     assert hardware_plan.gpu_memory_gib("Acme X1") is None
     assert hardware_plan.gpu_memory_gib("NVIDIA A100-SXM4-40GB") is None  # not read as the 80 GB row
 
@@ -180,10 +180,10 @@ def test_the_deepseek_deciding_parts_fit_one_80_gib_gpu(gpu: str, memory: float,
 def test_a_part_that_does_not_fit_says_which_config_and_how_much_it_needs() -> None:
     table = hardware_plan.part_fits(load_part("deepseek-mtp", "1-verdict"), 79.18)
     assert not table["fits"].any() and table["needs_gib"].min() > 100.0  # the 32-expert shape: 95.6 GiB of weights
-    lines = hardware_plan.describe_part_fits(table, "1-verdict", "NVIDIA H100 80GB HBM3", 79.18, "a log")
+    lines = plan_command.describe_part_fits(table, "1-verdict", "NVIDIA H100 80GB HBM3", 79.18, "a log")
     assert lines[0].startswith("1-verdict does not fit") and len(lines) == 1 + len(table)
     fitting = hardware_plan.part_fits(load_part("deepseek-mtp", "decide-v3-speedup"), 79.18)
-    lines = hardware_plan.describe_part_fits(fitting, "decide-v3-speedup", "NVIDIA H100 80GB HBM3", 79.18, "a log")
+    lines = plan_command.describe_part_fits(fitting, "decide-v3-speedup", "NVIDIA H100 80GB HBM3", 79.18, "a log")
     assert f"at most {fitting['needs_gib'].max():.1f} GiB per GPU" in lines[0]
 
 
@@ -232,9 +232,11 @@ def test_the_least_memory_is_where_the_calculator_turns_from_refusing_to_startin
     assert hardware_plan.least_gpu_memory_gib(small) < least / 4  # an 8B needs a fraction of a 70B's memory
 
 
-def test_the_quick_checks_memory_reads_as_a_figure_or_says_why_not() -> None:
-    assert re.fullmatch(r"\d+\.\d GiB", hardware_plan.quick_check_memory("llama-8b-draft-model"))
-    assert hardware_plan.quick_check_memory("nope").startswith("an unknown amount (Unknown case 'nope'")
+def test_the_quick_checks_memory_is_a_figure_or_refused() -> None:
+    least = hardware_plan.quick_check_gib("llama-8b-draft-model")
+    assert least is not None and 0 < least < 80
+    with pytest.raises(ConfigError, match="Unknown case 'nope'"):
+        hardware_plan.quick_check_gib("nope")
 
 
 @pytest.mark.recorded_data
@@ -242,9 +244,9 @@ def test_the_deepseek_quick_check_fits_an_h100_as_vllm_logged_it() -> None:
     """Its servers run the 16-expert shape: the memory they need lies below the H100's as vLLM logged it."""
     from vllm_playbooks.results.server_logs import logged_gpu_memory
 
-    need = float(hardware_plan.quick_check_memory("deepseek-mtp").split()[0])
+    need = hardware_plan.quick_check_gib("deepseek-mtp")
     h100 = logged_gpu_memory("NVIDIA H100 80GB HBM3")
-    assert h100 is not None and 70.0 < need < h100
+    assert h100 is not None and need is not None and 70.0 < need < h100
 
 
 def test_one_after_another_a_later_server_of_a_shape_is_counted_with_its_shortest_start_up() -> None:
@@ -261,9 +263,9 @@ def test_one_after_another_a_later_server_of_a_shape_is_counted_with_its_shortes
             "gpu_minutes": [10.0, 10.0, 30.0],
         }
     )
-    lines = hardware_plan.describe_hardware_plan(table, "t", "GPU X", "0.26.0")
+    lines = plan_command.describe_hardware_plan(table, "t", "GPU X", "0.26.0")
     # a cold; b finds a's caches: (60 + 300) / 60 = 6; big is the first of its shape: 2 × (600 + 300) / 60 = 30
     assert "about 50 GPU-minutes, 3 server" in lines and lines.endswith("its shape: about 46 GPU-minutes.")
     # a cannot start: b is the first 8B server on the machine, with no caches to find, and nothing is saved
-    refused = hardware_plan.describe_hardware_plan(table, "t", "GPU X", "0.26.0", cannot_start={"a"})
+    refused = plan_command.describe_hardware_plan(table, "t", "GPU X", "0.26.0", cannot_start={"a"})
     assert "about 40 GPU-minutes, 2 server" in refused and "One after another" not in refused
