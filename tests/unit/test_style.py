@@ -20,19 +20,6 @@ PROSE_LAYERS = ("vllm_playbooks/book/", "vllm_playbooks/cases/", "vllm_playbooks
 #: A returned string of this many words or more is prose, not a label.
 PROSE_WORDS = 4
 
-#: Files the command-line work (moving argparse code into vllm_playbooks/cli/) edits, with lines over 120 characters
-#: that it wraps; remove each from here when it is wrapped.
-LONG_LINES_IN_CLI_WORK = {
-    "vllm_playbooks/analysis/calculator.py",
-    "vllm_playbooks/book/notebooks.py",
-    "vllm_playbooks/book/sitecheck.py",
-    "vllm_playbooks/run/crosscheck.py",
-    "vllm_playbooks/run/hardware_plan.py",
-    "vllm_playbooks/run/parallel.py",
-    "tests/unit/advisor/test_evaluate.py",
-    "tests/unit/analysis/test_calculator.py",
-    "tests/unit/results/test_textfiles.py",
-}
 #: Functions outside book/, cases/ and cli/ that still return prose (issue 69), each with what keeps it there for now.
 PENDING_HERE = {
     # used by the command-line work's files (advisor/live.py, advisor/evaluate.py, analysis/runs.py,
@@ -102,7 +89,6 @@ def test_no_line_is_longer_than_120_characters() -> None:
     long = {
         f"{path.relative_to(ROOT)}:{number}"
         for path in python_files()
-        if str(path.relative_to(ROOT)) not in LONG_LINES_IN_CLI_WORK
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
         if len(line) > MAX_LINE
     }

@@ -61,13 +61,17 @@ def test_every_log_the_check_file_names_is_a_recorded_server_log(stored: pd.Data
     assert not missing, missing
 
 
-def test_the_check_file_covers_every_recorded_server_config(startups, stored: pd.DataFrame) -> None:  # type: ignore[no-untyped-def]
+def test_the_check_file_covers_every_recorded_server_config(  # type: ignore[no-untyped-def]
+    startups, stored: pd.DataFrame
+) -> None:
     _same_logs(startups, stored)
     assert {s.engine.config_id() for s in startups} == set(stored["config"])
     assert len(stored) == len(startups)
 
 
-def test_the_stored_calibration_and_check_are_what_the_logs_give_now(startups, stored: pd.DataFrame) -> None:  # type: ignore[no-untyped-def]
+def test_the_stored_calibration_and_check_are_what_the_logs_give_now(  # type: ignore[no-untyped-def]
+    startups, stored: pd.DataFrame
+) -> None:
     _same_logs(startups, stored)
     calibration = calibrate(startups)
     recorded = pd.read_csv(data_dir() / "checks" / CALIBRATION_NAME)
@@ -81,14 +85,18 @@ def _on_h200(startups, stored: pd.DataFrame) -> pd.Series:  # type: ignore[no-un
     return pd.Series([memory.get((r.case, r.log), 0.0) > 100 for r in stored.itertuples()], stored.index)
 
 
-def test_dense_configs_are_within_2_percent_on_the_h200(startups, stored) -> None:  # type: ignore[no-untyped-def]
+def test_dense_configs_are_within_2_percent_on_the_h200(  # type: ignore[no-untyped-def]
+    startups, stored
+) -> None:
     """On the H200's pools (139.8 GiB); a smaller GPU's pool makes the same GiB a larger share (the next test)."""
     dense = stored[stored["family"].str.startswith(("LlamaForCausalLM", "MiMoForCausalLM"))]
     dense = dense[_on_h200(startups, dense)]
     assert len(dense) and dense["error_pct"].abs().max() <= 2.0
 
 
-def test_a_dense_configs_error_is_the_same_gib_on_every_gpu(startups, stored) -> None:  # type: ignore[no-untyped-def]
+def test_a_dense_configs_error_is_the_same_gib_on_every_gpu(  # type: ignore[no-untyped-def]
+    startups, stored
+) -> None:
     """The 70B-AWQ servers logged the same overheads on an H100 as on an H200, and our estimate misses their KV cache
     by the same number of tokens on both (what our weights miss, ``tests.unit.config.test_capacity``): an offset of
     the model, not of the GPU, which the H100's smaller pool turns into a larger share."""
@@ -113,7 +121,9 @@ def test_the_moe_starts_of_issue_43_are_no_longer_overstated_by_10_to_51_percent
     assert len(mtp_k1) and mtp_k1["error_pct"].abs().max() <= 5.0
 
 
-def test_every_start_up_on_the_h200_is_within_5_percent(startups, stored) -> None:  # type: ignore[no-untyped-def]
+def test_every_start_up_on_the_h200_is_within_5_percent(  # type: ignore[no-untyped-def]
+    startups, stored
+) -> None:
     """Issue #43's done-when, on the GPU it was set on: every recorded config's KV tokens within 5 % of what vLLM 0.26
     logged. A GPU whose KV pool is a few GiB beside the weights turns the same GiB into a larger share (next test)."""
     assert stored.loc[_on_h200(startups, stored), "error_pct"].abs().max() <= 5.0
@@ -150,7 +160,9 @@ def test_gpt_oss_eagle3_k2_and_k5_lose_the_kv_tokens_k3_and_k4_keep(  # type: ig
     assert eagle3["error_pct"].abs().max() <= 5.0
 
 
-def test_the_held_out_column_refits_without_the_family(startups) -> None:  # type: ignore[no-untyped-def]
+def test_the_held_out_column_refits_without_the_family(  # type: ignore[no-untyped-def]
+    startups,
+) -> None:
     """A family held out is fitted on no log of its own: its row is gone, or (a target without drafter) stands on
     its drafter families' logs alone; the dense fallback keeps its own logs."""
     held_out = held_out_calibrations(startups)

@@ -57,7 +57,9 @@ def test_compress_tree_takes_scrapes_and_logs_only_and_skips_staging_folders(tmp
     assert compress_tree([tmp_path]) == []  # already done
 
 
-def test_the_command_compresses_a_folder_and_refuses_a_missing_one(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_the_command_compresses_a_folder_and_refuses_a_missing_one(  # type: ignore[no-untyped-def]
+    tmp_path: Path, capsys
+) -> None:
     (tmp_path / "a.log").write_text(TEXT, encoding="utf-8")
     assert cli.main(["compress", str(tmp_path)]) == 0 and "compressed 1 files" in capsys.readouterr().out
     assert cli.main(["compress", str(tmp_path / "nowhere")]) == 2
