@@ -29,8 +29,13 @@ LLAMA, D13834, PP = "llama-8b-draft-model", "discussion-13834", "pp-27462"
 
 def _runs_csv(case: str) -> pd.DataFrame:
     """The reference GPU's rows of the recorded table, read as plain CSV (not through the replay machinery the
-    solutions use, which answer for that GPU too)."""
-    rows = pd.read_csv(data_dir() / "runs" / case / "runs.csv")
+    solutions use, which answer for that GPU too), with the rows other cases' tables hold of the same points (the
+    same hardware, config id and load: the point id without its ``-r<repeat>``), as the pages count them."""
+    tables = {path.parent.name: pd.read_csv(path) for path in sorted((data_dir() / "runs").glob("*/runs.csv"))}
+    own = tables[case]
+    points = set(own.point_id.str.rsplit("-r", n=1).str[0])
+    same = [t[t.point_id.str.rsplit("-r", n=1).str[0].isin(points)] for name, t in tables.items() if name != case]
+    rows = pd.concat([own, *same], ignore_index=True)
     return rows[rows.gpu_name == REFERENCE_GPU]
 
 
