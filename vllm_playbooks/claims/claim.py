@@ -150,9 +150,17 @@ class Evidence:
         return replace(self, runs=narrowed)
 
     def all_rows(self) -> pd.DataFrame:
-        """Every recorded row of every case, in one frame."""
-        frames = [f for f in self.runs.values() if not f.empty]
-        return pd.concat(frames, ignore_index=True) if frames else self.rows("")
+        """Every recorded run of every case, in one frame, each once: a run that two cases count (the same point,
+        ``replay_case_with_same_points``) stays with the first case in name order that has it, so a rule over all
+        cases judges each point once, on all its runs."""
+        frames = [self.runs[case] for case in sorted(self.runs) if not self.runs[case].empty]
+        if not frames:
+            return self.rows("")
+        combined = pd.concat(frames, ignore_index=True)
+        if "raw_path" not in combined.columns:  # rows built by hand: nothing to tell apart
+            return combined
+        named = combined["raw_path"].notna() & (combined["raw_path"].astype(str) != "")
+        return combined[~(named & combined.duplicated("raw_path"))].reset_index(drop=True)
 
     def sources(self, claim: Claim) -> pd.DataFrame:
         """The published rows ``claim`` rests on, in the order ``claims.csv`` lists them."""
