@@ -80,5 +80,6 @@ def with_run_conditions(rows: pd.DataFrame, data: Path | None = None, gpu_sample
     found = [run_conditions(folder, gpu_samples) for folder in point_folders(rows, data)]
     conditions = pd.DataFrame(found, columns=list(CONDITION_COLUMNS), index=rows.index)
     if "host_cpu_count" in rows.columns:
-        conditions["host_cpu_count"] = conditions["host_cpu_count"].fillna(rows["host_cpu_count"])
+        recorded = pd.to_numeric(rows["host_cpu_count"], errors="coerce")  # object dtype where frames were joined
+        conditions["host_cpu_count"] = pd.to_numeric(conditions["host_cpu_count"], errors="coerce").fillna(recorded)
     return rows.drop(columns=[c for c in CONDITION_COLUMNS if c in rows.columns]).join(conditions)
