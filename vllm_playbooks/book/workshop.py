@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
@@ -25,10 +25,8 @@ from vllm_playbooks.book.exercises import (
     tokens_per_step_solution,
 )
 from vllm_playbooks.book.notebooks import default_parameters
+from vllm_playbooks.book.tables import SHOWN_ROWS
 from vllm_playbooks.errors import ConfigError, PlaybookError
-
-if TYPE_CHECKING:
-    from pandas.io.formats.style import Styler
 
 #: A float answer counts as right within this relative error, or within ``ABS_TOLERANCE`` (whichever is larger),
 #: so an answer worked out by hand from a rounded table passes.
@@ -210,10 +208,32 @@ def exact(value: Any) -> str:
     return str(value)
 
 
-def given(frame: pd.DataFrame) -> Styler:
-    """The numbers an exercise gives, as a table without the index whose cells hold ``exact`` values: a learner
-    working from the table gets the answer the check computes (a display format would round 0.72 to 0.7)."""
-    return frame.style.hide(axis="index").format(exact, na_rep="")
+@dataclass(frozen=True)
+class GivenTable:
+    """The numbers an exercise gives, displayed as a table without the index whose cells hold ``exact`` values, its
+    first ``SHOWN_ROWS`` rows shown and all of them in a collapsed section below (as every long table of the book)."""
+
+    frame: pd.DataFrame
+
+    def _styled(self, rows: pd.DataFrame) -> str:
+        return rows.style.hide(axis="index").format(exact, na_rep="").to_html()
+
+    def _repr_html_(self) -> str:
+        """The table as HTML, for a notebook."""
+        if len(self.frame) <= SHOWN_ROWS:
+            return self._styled(self.frame)
+        folded = f"<details><summary>All {len(self.frame)} rows</summary>{self._styled(self.frame)}</details>"
+        return self._styled(self.frame.head(SHOWN_ROWS)) + folded
+
+    def __repr__(self) -> str:
+        """The table as text, every row."""
+        return self.frame.to_string(index=False)
+
+
+def given(frame: pd.DataFrame) -> GivenTable:
+    """The numbers an exercise gives (``GivenTable``): a learner working from the table gets the answer the check
+    computes, since its cells are ``exact`` (a display format would round 0.72 to 0.7)."""
+    return GivenTable(frame)
 
 
 def answer_forms(solution: Solution) -> set[str]:

@@ -16,6 +16,7 @@ import pytest
 from tests.conftest import ROOT
 from vllm_playbooks.book import engine_exercises, exercises, workshop
 from vllm_playbooks.book.notebooks import check_notebook, default_parameters
+from vllm_playbooks.book.tables import SHOWN_ROWS
 from vllm_playbooks.book.workshop import WrongAnswer
 from vllm_playbooks.config import capacity
 from vllm_playbooks.config.engine import EngineConfig
@@ -470,3 +471,12 @@ def test_papermill_exits_non_zero_on_a_wrong_answer_and_zero_on_a_right_one(tmp_
     assert f"{right}" not in re.sub(r"\x1b\[[0-9;]*m", "", wrong.stderr).split("not yet:")[1]
     passed = run(right)
     assert passed.returncode == 0, passed.stderr
+
+
+def test_a_given_table_shows_its_first_rows_and_folds_the_rest_with_exact_cells() -> None:
+    frame = pd.DataFrame({"concurrency": range(1, SHOWN_ROWS + 6), "acceptance": [0.72] * (SHOWN_ROWS + 5)})
+    html = workshop.given(frame)._repr_html_()
+    shown, folded = html.split("<details>")
+    assert shown.count("<tr") == SHOWN_ROWS + 1 and folded.count("<tr") == SHOWN_ROWS + 6  # with the header row
+    assert ">0.72<" in shown and f"All {SHOWN_ROWS + 5} rows" in folded
+    assert "<details>" not in workshop.given(frame.head(3))._repr_html_()
