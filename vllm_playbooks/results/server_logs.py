@@ -18,6 +18,7 @@ import pandas as pd
 
 from vllm_playbooks import paths
 from vllm_playbooks.errors import SchemaError
+from vllm_playbooks.results.replay import RECORDED_FOR
 from vllm_playbooks.results.store import case_dir, load_runs, recorded_cases
 from vllm_playbooks.results.textfiles import GZ, plain_name, read_text, stored, stored_text
 
@@ -308,7 +309,7 @@ def startup_memory_of_rows(rows: pd.DataFrame, data: Path | None = None) -> pd.D
     base = data if data is not None else paths.data_dir()
     startups: dict[Path, StartupMemory | None] = {}
     tokens, graphs = [], []
-    cases = rows["recorded_for"] if "recorded_for" in rows.columns else rows["case"]  # the folder of its logs
+    cases = rows[RECORDED_FOR] if RECORDED_FOR in rows.columns else rows["case"]  # the folder of its logs
     for case, config_id, measured_at in zip(cases, rows["config_id"], rows["measured_at"], strict=True):
         at = dt.datetime.fromisoformat(str(measured_at))
         log = server_log_of(case_dir(str(case), base) / "logs", str(config_id), at)
