@@ -170,7 +170,7 @@ def describe_hardware_plan(
         return f"{head}\nNo estimate: the shape or load of every server left to start never ran."
     cached = one_after_another_gpu_minutes(servers)
     estimate = (
-        f"about {minutes:.0f} GPU-minutes, {len(servers)} server start-up(s) included"
+        f"about {minutes:.0f} GPU-minutes, {int(servers['starts'].sum())} server start-up(s) included"
         + (f"; no estimate for {unknown} server(s) whose shape or load never ran" if unknown else "")
         + (f"; left out: {', '.join(left_out)}, which cannot start on this GPU (see below)" if left_out else "")
     )
@@ -291,16 +291,17 @@ def run(args: Args) -> int:
     """Print what a case (or one part of it) still needs on a hardware, recorded runs counted, and its GPU time;
     without a GPU here and no ``--gpu``, one line saying so (exit 2). ``--fresh`` needs no hardware: it
     estimates every point of the plan from the runs recorded on any."""
-    inputs = plan_inputs(args.case, args.part, args.data)
-    if inputs.note:
-        print(f"{args.part}: {inputs.note}")
-    if args.fresh:
-        print_fresh(args, inputs)
-        return 0
-    gpu = args.gpu or gpu_here()
-    if gpu is None:
+    gpu = None if args.fresh else args.gpu or gpu_here()
+    if not args.fresh and gpu is None:
         print('plan: no GPU found on this machine (NVML); name the GPU to plan for, e.g. --gpu "NVIDIA H200"')
         return 2
+    memory = gpu_memory_gib(gpu, args.data) if gpu else None
+    inputs = plan_inputs(args.case, args.part, args.data, memory.gib if memory else None)
+    if inputs.note:
+        print(f"{args.part}: {inputs.note}")
+    if gpu is None:
+        print_fresh(args, inputs)
+        return 0
     version = args.vllm_version or vllm_here()
     if args.budget_s is not None:
         print_within_budget(args, inputs, gpu, version, args.budget_s)

@@ -67,6 +67,24 @@ def paired_order(points: Sequence[PointT], mode: str) -> list[PointT]:
     return ordered
 
 
+def restart_starts(repeats_left: dict[str, int]) -> dict[str, int]:
+    """How many times each engine's server starts when a ``BY_RESTART`` plan measures ``repeats_left`` runs of it (its
+    label → repeats still to measure; engines in the plan's order): repeat by repeat in ``paired_order``'s order, a
+    new lifetime at each switch of engine (A, B, B, A, A, B: A twice, B twice for three repeats)."""
+    labels = list(repeats_left)
+    order = [
+        label
+        for repeat in range(max(repeats_left.values(), default=0))
+        for label in (labels if repeat % 2 == 0 else labels[::-1])
+        if repeats_left[label] > repeat
+    ]
+    starts = dict.fromkeys(labels, 0)
+    for place, label in enumerate(order):
+        if place == 0 or order[place - 1] != label:
+            starts[label] += 1
+    return starts
+
+
 def pairing_record(mode: str, session: str, position: int, labels: Sequence[str]) -> dict[str, Any]:
     """What a paired point's ``point.json`` keeps: the mode, the session (when its run started), the point's place in
     the session's order, and the engine labels paired in it."""

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from vllm_playbooks.config.capacity import budget_is_modelled, refused_engines
 from vllm_playbooks.config.engine import EngineConfig
+from vllm_playbooks.config.pairing import BY_RESTART, pair_engines, restart_starts
 from vllm_playbooks.engine.gpu_sampler import gpu_at_hand
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.hardware import datasheet_gpu
@@ -28,6 +29,7 @@ from vllm_playbooks.results.server_logs import logged_gpu_memory
 from vllm_playbooks.results.stalls import mark_stalled
 from vllm_playbooks.results.store import load_runs
 from vllm_playbooks.run.budget import (
+    LOAD,
     point_estimates,
     remaining_time,
     runs_at_load,
@@ -71,6 +73,7 @@ def hardware_plan(
     points = point_estimates(plan, measured, servers, here)
     times = remaining_time(plan, measured, servers, margin, here).set_index("engine_label")
     shapes, _, shortest_startup = startups_by_shape(plan, measured, servers)
+    starts = _server_starts(plan, points)
     records = []
     for engine in plan.engines:
         todo = points[points["engine_label"] == engine.label]
@@ -79,6 +82,8 @@ def hardware_plan(
         loads = pd.Series([_load_name(r) for r in todo.itertuples()]).value_counts(sort=False)
         row = times.loc[engine.label] if engine.label in times.index else None
         gpus = engine_gpus(engine)
+        cached = float(shortest_startup.get(shapes[engine.label], math.nan))
+        restarts = max(starts[engine.label] - 1, 0)
         records.append(
             {
                 "engine_label": engine.label,
@@ -87,14 +92,27 @@ def hardware_plan(
                 "recorded": recorded,
                 "to_measure": len(todo),
                 "loads": ", ".join(f"{name} ×{n}" if n > 1 else name for name, n in loads.items()) or "—",
+                "starts": starts[engine.label],
                 "startup_s": row["startup_s"] if row is not None else 0.0,
-                "cached_startup_s": float(shortest_startup.get(shapes[engine.label], math.nan)),
+                "cached_startup_s": cached,
                 "points_s": row["points_s"] if row is not None else 0.0,
                 "time_limit_s": row["time_limit_s"] if row is not None else 0.0,
-                "gpu_minutes": gpus * (row["startup_s"] + row["points_s"]) / 60.0 if row is not None else 0.0,
+                "gpu_minutes": (
+                    gpus * (row["startup_s"] + restarts * cached + row["points_s"]) / 60.0 if row is not None else 0.0
+                ),
             }
         )
     return pd.DataFrame(records)
+
+
+def _server_starts(plan: CasePlan, points: pd.DataFrame) -> dict[str, int]:
+    """How many times each engine's server starts to measure ``points`` (``point_estimates``' rows): once where it
+    has a run to measure, or, in a plan paired by restart, once per lifetime (``config.pairing.restart_starts``)."""
+    todo = points.groupby(["engine_label", *LOAD], dropna=False).size().groupby("engine_label").max()
+    left = {engine.label: int(todo.get(engine.label, 0)) for engine in plan.engines}
+    if plan.pairing == BY_RESTART:
+        return restart_starts(left)
+    return {label: int(repeats > 0) for label, repeats in left.items()}
 
 
 def _load_name(row: object) -> str:
@@ -107,13 +125,13 @@ def _load_name(row: object) -> str:
 def one_after_another_gpu_minutes(servers: pd.DataFrame) -> float:
     """The GPU-minutes of ``servers`` (``hardware_plan`` lines, in the plan's order, as the runner starts them) on one
     machine: the first server of each model shape with its start-up as estimated (a machine without compile caches),
-    each later one with the shortest start-up recorded for its shape."""
+    each later one with the shortest start-up recorded for its shape, as is every restart of a server."""
     seen: set[str] = set()
     total = 0.0
     for row in servers.itertuples():
         startup = row.cached_startup_s if row.model_shape in seen else row.startup_s
         seen.add(row.model_shape)
-        total += row.gpus * (startup + row.points_s) / 60.0
+        total += row.gpus * (startup + max(row.starts - 1, 0) * row.cached_startup_s + row.points_s) / 60.0
     return total
 
 
@@ -224,9 +242,18 @@ class PlanInputs:
     note: str | None
 
 
-def plan_inputs(case: str, part: str | None = None, data: Path | None = None) -> PlanInputs:
-    """Read what a plan of ``case`` (or its ``part``) is computed from, in ``data`` (default: the book's data/)."""
+def plan_inputs(
+    case: str, part: str | None = None, data: Path | None = None, gpu_memory_gib: float | None = None
+) -> PlanInputs:
+    """Read what a plan of ``case`` (or its ``part``) is computed from, in ``data`` (default: the book's data/). Given
+    ``gpu_memory_gib``, a paired plan runs its servers together or by restart as they fit GPUs of that memory
+    (``config.pairing.pair_engines``), as the live runner decides on the GPU at hand; else as the case file's
+    ``gpu_memory_gib`` decides."""
     plan = load_part(case, part) if part else load_plan(case)
+    if plan.pairing is not None and gpu_memory_gib is not None:
+        unshared = load_part(case, part, paired=False) if part else load_plan(case, paired=False)
+        engines, pairing = pair_engines(unshared.engines, gpu_memory_gib, case)
+        plan = replace(plan, engines=engines, pairing=pairing)
     measured = mark_stalled(load_runs(plan.case, data), data)
     if plan.pairing is not None and not measured.empty:
         measured = with_run_conditions(measured, data, gpu_samples=False)

@@ -55,13 +55,17 @@ def part_memory(memory_gib: float, cases: Iterable[str] | None = None) -> pd.Dat
     claims it decides (``decides``, comma-separated, '' for none), its ``servers`` (engine configs) and ``points``
     (repeats counted), the most GPUs one server uses (``gpus``), the least memory per GPU with which every server
     starts (``min_gib``, ``least_gpu_memory_gib``; NaN where the KV calculator models none) and ``fits``: whether every
-    server starts on GPUs of ``memory_gib`` (``part_fits``; None where one is not modelled)."""
+    server starts on GPUs of ``memory_gib`` (``part_fits``; None where one is not modelled). A paired part's servers
+    are judged as they run by restart, each with the whole GPU: side by side only where they fit, they need no more."""
     records = []
     for case in grid_names() if cases is None else cases:
         for part in table_parts(case):
             plan = _plan(case, part)
-            least = least_gpu_memory_gib(plan)
-            fits = part_fits(plan, memory_gib)["fits"]
+            by_restart = (
+                plan if plan.pairing is None else _plan(case, NamedPart(part.name, {**part.overrides, "paired": False}))
+            )
+            least = least_gpu_memory_gib(by_restart)
+            fits = part_fits(by_restart, memory_gib)["fits"]
             records.append(
                 {
                     "case": case,

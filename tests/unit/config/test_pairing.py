@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_playbooks.config.pairing import BY_RESTART, CO_RESIDENT, paired_order
+from vllm_playbooks.config.pairing import BY_RESTART, CO_RESIDENT, paired_order, restart_starts
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.run.plan import load_plan
 
@@ -72,3 +72,19 @@ def test_runs_by_restart_keep_one_config_for_all_loads_of_a_repeat_and_turn_orde
         ("spec", "c1", 1),
         ("spec", "c16", 1),
     ]
+
+
+@pytest.mark.parametrize(
+    ("left", "starts"),
+    [
+        ({"a": 3, "b": 3}, {"a": 2, "b": 2}),  # a | b b | a a | b
+        ({"a": 1, "b": 1}, {"a": 1, "b": 1}),
+        ({"a": 3, "b": 1}, {"a": 2, "b": 1}),  # a | b | a a
+        ({"a": 3, "b": 3, "c": 3}, {"a": 2, "b": 3, "c": 2}),  # a b c c b a a b c
+        ({"a": 0, "b": 2}, {"a": 0, "b": 1}),
+    ],
+)
+def test_by_restart_a_server_starts_once_per_lifetime_of_the_paired_order(
+    left: dict[str, int], starts: dict[str, int]
+) -> None:
+    assert restart_starts(left) == starts

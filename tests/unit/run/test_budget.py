@@ -166,10 +166,10 @@ def test_recorded_walls_and_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
     lines = capsys.readouterr().out.splitlines()
     # beside each start-up, the shortest recorded for the shape (97 s): a server that finds the caches of one before
     assert [line.split() for line in lines[1:5]] == [
-        ["8b-tp2-mns32", "llama-3.1-8b", "2", "1", "0", "—", "0", "97", "0", "0", "0"],
-        ["8b-tp2-mns64", "llama-3.1-8b", "2", "1", "0", "—", "0", "97", "0", "0", "0"],
-        ["8b-tp2-mns128", "llama-3.1-8b", "2", "0", "1", "in128-out256-c256", "118", "97", "NaN", "NaN", "NaN"],
-        ["8b-tp2-mns256", "llama-3.1-8b", "2", "0", "1", "in128-out256-c512", "118", "97", "126", "310", "8"],
+        ["8b-tp2-mns32", "llama-3.1-8b", "2", "1", "0", "—", "0", "0", "97", "0", "0", "0"],
+        ["8b-tp2-mns64", "llama-3.1-8b", "2", "1", "0", "—", "0", "0", "97", "0", "0", "0"],
+        ["8b-tp2-mns128", "llama-3.1-8b", "2", "0", "1", "in128-out256-c256", "1", "118", "97", "NaN", "NaN", "NaN"],
+        ["8b-tp2-mns256", "llama-3.1-8b", "2", "0", "1", "in128-out256-c512", "1", "118", "97", "126", "310", "8"],
     ]
     head = next(i for i, line in enumerate(lines) if line.startswith("pp-27462 on NVIDIA H200"))
     assert lines[head] == (

@@ -9,6 +9,7 @@ import pytest
 from tests.unit.run.grid_rows import GRID_PLAN, grid_spec, run_rows
 from vllm_playbooks import cli
 from vllm_playbooks.cli import plan as plan_command
+from vllm_playbooks.config.pairing import BY_RESTART, CO_RESIDENT
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.run import budget, hardware_plan
 from vllm_playbooks.run.hardware_plan import GpuMemory
@@ -107,6 +108,7 @@ def test_the_plan_leaves_out_of_its_estimate_the_servers_that_cannot_start() -> 
             "gpus": [1, 2],
             "recorded": [0, 0],
             "to_measure": [3, 3],
+            "starts": [1, 1],
             "startup_s": [300.0, 900.0],
             "cached_startup_s": [60.0, 120.0],
             "points_s": [300.0, 300.0],
@@ -257,6 +259,7 @@ def test_one_after_another_a_later_server_of_a_shape_is_counted_with_its_shortes
             "gpus": [1, 1, 2],
             "recorded": [0, 0, 0],
             "to_measure": [3, 3, 3],
+            "starts": [1, 1, 1],
             "startup_s": [300.0, 300.0, 600.0],
             "cached_startup_s": [60.0, 60.0, 120.0],
             "points_s": [300.0, 300.0, 300.0],
@@ -269,3 +272,27 @@ def test_one_after_another_a_later_server_of_a_shape_is_counted_with_its_shortes
     # a cannot start: b is the first 8B server on the machine, with no caches to find, and nothing is saved
     refused = plan_command.describe_hardware_plan(table, "t", "GPU X", "0.26.0", cannot_start={"a"})
     assert "about 40 GPU-minutes, 2 server" in refused and "One after another" not in refused
+
+
+@pytest.mark.parametrize(("memory", "mode", "utilisation"), [(80.0, BY_RESTART, 0.9), (139.8, CO_RESIDENT, 0.45)])
+def test_a_paired_part_is_planned_together_or_by_restart_as_it_fits_the_named_gpu(
+    memory: float, mode: str, utilisation: float
+) -> None:
+    plan = hardware_plan.plan_inputs("discussion-13834", "quick", gpu_memory_gib=memory).plan
+    assert plan.pairing == mode
+    assert {engine.gpu_memory_utilization for engine in plan.engines} == {utilisation}
+    assert hardware_plan.part_fits(plan, memory)["fits"].all()
+
+
+def test_by_restart_the_plan_counts_each_lifetime_of_a_server_with_a_cached_start_up() -> None:
+    counts = {}
+    for memory, gpu in [(80.0, "NVIDIA H100 80GB HBM3"), (139.8, "NVIDIA H200")]:
+        inputs = hardware_plan.plan_inputs("discussion-13834", "quick", gpu_memory_gib=memory)
+        table = hardware_plan.hardware_plan(inputs.plan, inputs.measured, inputs.servers, gpu, "0.26.0")
+        assert table["to_measure"].tolist() == [3, 3]  # recorded runs were not paired: none counts
+        counts[gpu] = table["starts"].tolist()
+        first = table.iloc[0]
+        assert first["gpu_minutes"] == pytest.approx(
+            (first["startup_s"] + (first["starts"] - 1) * first["cached_startup_s"] + first["points_s"]) / 60.0
+        )
+    assert counts == {"NVIDIA H100 80GB HBM3": [2, 2], "NVIDIA H200": [1, 1]}  # A | B B | A A | B; side by side

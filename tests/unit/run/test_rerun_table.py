@@ -68,3 +68,11 @@ def test_the_minutes_are_those_fresh_time_per_gpu_gives_per_gpu_model() -> None:
     assert list(per_gpu) == ["NVIDIA H200"]
     assert table.loc["1-verdict", "minutes_H200"] == pytest.approx(per_gpu["NVIDIA H200"]["total_s"].sum() / 60)
     assert math.isnan(table.loc["1-verdict", "minutes_A100-80GB"])  # no A100 run recorded
+
+
+def test_a_paired_part_needs_the_memory_of_its_servers_run_by_restart(tmp_path: Path) -> None:
+    table = rerun_table.rerun_table(80.0, ["discussion-13834"], data=tmp_path).set_index("part")
+    by_restart = load_part("discussion-13834", "quick", paired=False)
+    assert load_part("discussion-13834", "quick").pairing is not None
+    assert table.loc["quick", "min_gib"] == least_gpu_memory_gib(by_restart) < 80.0
+    assert table.loc["quick", "fits"]
