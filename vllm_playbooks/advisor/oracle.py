@@ -262,13 +262,14 @@ class LiveOracle(Oracle):
 def prices_per_hardware(rows: pd.DataFrame, servers: pd.DataFrame) -> dict[str, tuple[pd.DataFrame, dict[str, float]]]:
     """``recorded_prices`` once per hardware of ``rows`` (one case's recorded rows, its ``hardware`` column), each from
     its own servers among ``servers`` (the case's server logs, ``run.budget.server_time``): a server ran on the
-    hardware of the row measured nearest in time to its launch (``run.budget.nearest_rows``)."""
-    from vllm_playbooks.run.budget import nearest_rows
+    hardware its log's record names, else that of the row measured nearest in time to its launch
+    (``run.budget.server_values``)."""
+    from vllm_playbooks.run.budget import server_values
 
     if rows.empty:
         return {}
     rows = rows.reset_index(drop=True)
-    server_hardware = rows["hardware"].loc[nearest_rows(rows, servers)].to_numpy()
+    server_hardware = pd.Series(server_values(rows, servers, "hardware"), index=servers.index, dtype=object)
     return {
         str(hardware): recorded_prices(on_hardware.reset_index(drop=True), servers[server_hardware == hardware])
         for hardware, on_hardware in rows.groupby("hardware", sort=True)

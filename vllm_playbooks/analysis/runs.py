@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks.analysis.compare import load_text
 from vllm_playbooks.analysis.noise import MIN_CLEAN_REPEATS, host_disturbances
@@ -184,8 +184,9 @@ def summarize_runs(rows: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
     later run of a point), ``disturbed`` (rows whose host or GPU readings show a disturbance: ``mark_disturbed``; 0
     where ``rows`` lack the readings), and the servers whose logs ``servers`` (``run.budget.server_time``) holds with
     the GPU-minutes they held. A server counts toward the line of the row measured nearest in time to its launch
-    among the rows with as many GPUs as the server used (among all rows when none has), so a server stopped before its
-    first point is counted too. ``rows`` may be empty."""
+    among the rows of the hardware its log's record names (``run.budget.nearest_rows``; for a log without one, among
+    the rows with as many GPUs as the server used), so a server stopped before its first point is counted too; servers
+    on a hardware none of the rows ran on get a line of their own, with no rows. ``rows`` may be empty."""
     import pandas as pd
 
     from vllm_playbooks.results.raw import count_cards, split_point_id
@@ -204,7 +205,11 @@ def summarize_runs(rows: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
     line_of = dict(zip(table.index, table.groupby(keys, sort=False).ngroup(), strict=True))
     minutes: dict[int, float] = {}
     starts: dict[int, int] = {}
+    own: dict[tuple[str, int, str], list[Any]] = {}  # servers on a hardware no row of the case ran on
     for server, nearest in zip(servers.itertuples(), nearest_rows(table, servers), strict=True):
+        if nearest is None:
+            own.setdefault((server.gpu_name, int(server.gpus), server.vllm_version), []).append(server)
+            continue
         line = line_of[nearest]
         minutes[line] = minutes.get(line, 0.0) + float(server.gpu_minutes)
         starts[line] = starts.get(line, 0) + 1
@@ -222,6 +227,26 @@ def summarize_runs(rows: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
                 "disturbed": int((group["disturbed"] != "").sum()) if "disturbed" in group else 0,
                 "servers": starts.get(line, 0),
                 "gpu_minutes": minutes.get(line, 0.0),
+            }
+        )
+    for (gpu_name, gpus, vllm_version), held in own.items():
+        launched = pd.to_datetime([server.launched_at for server in held], utc=True)
+        records.append(
+            {
+                "case": rows["case"].iloc[0],
+                "gpu_name": gpu_name,
+                "gpus_per_server": gpus,
+                "vllm_version": vllm_version,
+                "host_cpu": HOST_NOT_RECORDED,
+                "gpu_cards": 0,
+                "first_measured": launched.min().strftime("%Y-%m-%d"),
+                "last_measured": launched.max().strftime("%Y-%m-%d"),
+                "rows": 0,
+                "points": 0,
+                "repeats": 0,
+                "disturbed": 0,
+                "servers": len(held),
+                "gpu_minutes": sum(float(server.gpu_minutes) for server in held),
             }
         )
     return pd.DataFrame(records, columns=RECORDED_COLUMNS).sort_values(

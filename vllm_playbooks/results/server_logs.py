@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ import pandas as pd
 
 from vllm_playbooks import paths
 from vllm_playbooks.errors import SchemaError
+from vllm_playbooks.files import atomic_write_text
 from vllm_playbooks.results.replay import RECORDED_FOR
 from vllm_playbooks.results.store import case_dir, load_runs, recorded_cases
 from vllm_playbooks.results.textfiles import GZ, plain_name, read_text, stored, stored_text
@@ -46,6 +48,38 @@ def server_log_files(logs: Path) -> list[Path]:
         return []
     names = ((plain_name(p), p) for p in logs.iterdir())
     return [p for name, p in sorted(names) if name.endswith(".log") and not name.endswith(".bench.log")]
+
+
+#: Beside each server log the runner writes ``<log name without .log>.server.json``: the hardware key, GPU name and
+#: vLLM version of the machine it launched on, so that a server stopped before its first point (no row names its
+#: GPU) is counted on its own hardware. Logs recorded before the runner wrote it have none.
+SERVER_RECORD = ".server.json"
+#: What a server record holds.
+SERVER_RECORD_KEYS = ("hardware", "gpu_name", "vllm_version")
+
+
+def server_record_path(log: Path) -> Path:
+    """Where the record of ``log``'s server (plain or ``.gz`` name) lies: beside it, ``<name>.server.json``."""
+    return log.with_name(plain_name(log).removesuffix(".log") + SERVER_RECORD)
+
+
+def write_server_record(log: Path, hardware: str, gpu_name: str, vllm_version: str) -> None:
+    """Record, beside ``log``, the hardware key, GPU name and vLLM version its server launches on (atomically)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    record = {"hardware": hardware, "gpu_name": gpu_name, "vllm_version": vllm_version}
+    atomic_write_text(server_record_path(log), json.dumps(record, indent=2))
+
+
+def read_server_record(log: Path) -> dict[str, str]:
+    """``log``'s server record (``hardware``, ``gpu_name``, ``vllm_version``), or ``{}`` where there is none or it
+    cannot be read (a log recorded before the runner wrote one; a damaged file)."""
+    try:
+        record = json.loads(server_record_path(log).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(record, dict):
+        return {}
+    return {key: record[key] for key in SERVER_RECORD_KEYS if isinstance(record.get(key), str) and record[key]}
 
 
 def stamp_time(stamp: str, started: dt.datetime) -> dt.datetime:

@@ -34,7 +34,14 @@ from vllm_playbooks.errors import ConfigError, SchemaError
 from vllm_playbooks.results.identity import engine_gpus
 from vllm_playbooks.results.provenance import package_version
 from vllm_playbooks.results.replay import replay_rows
-from vllm_playbooks.results.server_logs import LINE_STAMP, all_server_logs, log_name_parts, stamp_time
+from vllm_playbooks.results.server_logs import (
+    LINE_STAMP,
+    SERVER_RECORD_KEYS,
+    all_server_logs,
+    log_name_parts,
+    read_server_record,
+    stamp_time,
+)
 from vllm_playbooks.results.store import case_dir
 from vllm_playbooks.results.textfiles import plain_name, read_text
 from vllm_playbooks.run.crosscheck import VLLM_VERSION
@@ -113,6 +120,7 @@ def server_time(case: str, data: Path | None = None) -> pd.DataFrame:
                 ready = moment
         engine = engine_for_log(log, base, recorded)
         gpus, held = engine_gpus(engine), (last - launched).total_seconds()
+        on = read_server_record(log)
         records.append(
             {
                 "log": plain_name(log),
@@ -122,25 +130,44 @@ def server_time(case: str, data: Path | None = None) -> pd.DataFrame:
                 "startup_s": (ready - launched).total_seconds() if ready is not None else float("nan"),
                 "held_s": held,
                 "gpu_minutes": gpus * held / 60.0,
+                **{key: on.get(key, "") for key in SERVER_RECORD_KEYS},
             }
         )
-    columns = ["log", "engine_label", "gpus", "launched_at", "startup_s", "held_s", "gpu_minutes"]
+    columns = ["log", "engine_label", "gpus", "launched_at", "startup_s", "held_s", "gpu_minutes", *SERVER_RECORD_KEYS]
     return pd.DataFrame(records, columns=columns)
 
 
-def nearest_rows(rows: pd.DataFrame, servers: pd.DataFrame) -> list[object]:
+def nearest_rows(rows: pd.DataFrame, servers: pd.DataFrame) -> list[object | None]:
     """For each server of ``servers`` (``server_time``), in order, the index of the row of ``rows`` (one case's
-    recorded rows) measured nearest in time to its launch among the rows with as many GPUs (``gpu_count``) as the
-    server used (among all rows when none has): the row whose hardware the server is taken to have run on. A server
-    stopped before its first point has one too. ``rows`` must not be empty."""
+    recorded rows) measured nearest in time to its launch: among the rows of the hardware its log's record names
+    (``results.server_logs.read_server_record``; None where ``rows`` hold none of it), else, for a log recorded
+    without one, among the rows with as many GPUs (``gpu_count``) as the server used (among all rows when none has):
+    the row whose hardware the server is taken to have run on. A server stopped before its first point has one too.
+    ``rows`` must not be empty."""
     at = pd.to_datetime(rows["measured_at"], utc=True)
-    nearest = []
-    for server in servers.itertuples():
+    recorded = servers["hardware"] if "hardware" in servers else pd.Series("", servers.index)
+    nearest: list[object | None] = []
+    for server, hardware in zip(servers.itertuples(), recorded, strict=True):
         launched = pd.Timestamp(server.launched_at)
         launched = launched.tz_localize("UTC") if launched.tzinfo is None else launched
+        if hardware:
+            same = at[rows["hardware"] == hardware]
+            nearest.append((same - launched).abs().idxmin() if len(same) else None)
+            continue
         same = at[rows["gpu_count"].astype(int) == server.gpus]
         nearest.append(((same if len(same) else at) - launched).abs().idxmin())
     return nearest
+
+
+def server_values(rows: pd.DataFrame, servers: pd.DataFrame, column: str) -> list[str]:
+    """For each server of ``servers`` (``server_time``), the ``hardware`` or ``gpu_name`` (``column``) it ran on: its
+    log's record's, else that of the row of ``rows`` nearest its launch (``nearest_rows``)."""
+    nearest = nearest_rows(rows, servers) if not rows.empty else [None] * len(servers)
+    recorded = servers[column] if column in servers else pd.Series("", servers.index)
+    return [
+        str(mine) if mine else ("" if row is None else str(rows[column].loc[row]))
+        for mine, row in zip(recorded, nearest, strict=True)
+    ]
 
 
 def point_walls(measured: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
@@ -295,11 +322,10 @@ def fresh_time(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame) ->
 
 def fresh_time_per_gpu(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """``fresh_time`` once per GPU of ``measured``, in name order, from that GPU's rows and the servers that ran on it
-    (each server on the GPU of the row measured nearest its launch: ``nearest_rows``, the rule every reader of server
-    logs uses); only the GPUs whose recorded runs time every point of ``plan``."""
-    server_gpu = (
-        measured["gpu_name"].loc[nearest_rows(measured, servers)].astype(str).to_numpy() if not measured.empty else []
-    )
+    (each server on the GPU its log's record names, else that of the row measured nearest its launch:
+    ``server_values``, the rule every reader of server logs uses); only the GPUs whose recorded runs time every point
+    of ``plan``."""
+    server_gpu = pd.Series(server_values(measured, servers, "gpu_name"), index=servers.index, dtype=object)
     tables = {}
     for gpu, rows in measured.groupby("gpu_name", sort=True):
         table = fresh_time(plan, rows, servers[server_gpu == str(gpu)])

@@ -16,6 +16,7 @@ from vllm_playbooks.engine.leftovers import SERVERS_FILE
 from vllm_playbooks.engine.server import LOOPBACK, VllmServer, start_on_free_port
 from vllm_playbooks.load.bench import BenchClient, InProcessBench
 from vllm_playbooks.results.provenance import utc_now
+from vllm_playbooks.results.server_logs import write_server_record
 from vllm_playbooks.results.textfiles import compress_file
 
 #: The servers this process has made (a log name holds the count, so two within one second differ).
@@ -44,7 +45,8 @@ class EngineServer:
     """One server lifetime of one engine config, as the runner keeps it: its log ``logs/<config id>-<launch>.log``
     in the case folder, its load generator (``bench``, default vLLM's ``bench serve`` in-process, its console output
     beside the server's log), started on a free port and listed in the case folder's record of running servers
-    (``engine.leftovers``). ``stop`` stops the server's process group and compresses both logs; ``with`` starts the
+    (``engine.leftovers``); ``hardware`` (its key, GPU name and vLLM version) is recorded beside the log
+    (``results.server_logs``). ``stop`` stops the server's process group and compresses both logs; ``with`` starts the
     server, gives it, and stops it whatever ends the block (an error, Ctrl-C)."""
 
     def __init__(
@@ -55,8 +57,10 @@ class EngineServer:
         server_factory: ServerFactory = VllmServer,
         python: str | None = None,
         health_timeout_s: float = 900.0,
+        hardware: tuple[str, str, str] | None = None,
     ) -> None:
         self.engine = engine
+        self.hardware = hardware
         self.case_dir = case_dir
         # the second, then this process and its count of servers: two servers never share a log
         started = f"{utc_now().replace(':', '')}-p{os.getpid()}n{next(_STARTED)}"
@@ -78,7 +82,11 @@ class EngineServer:
         )
 
     def start(self) -> VllmServer:
-        """Start the server on a free port and wait until it is healthy (``ServerError`` otherwise, its log kept)."""
+        """Start the server on a free port and wait until it is healthy (``ServerError`` otherwise, its log kept),
+        first recording beside its log the hardware it launches on (``hardware``: key, GPU name and vLLM version),
+        where known."""
+        if self.hardware is not None:
+            write_server_record(self.log_path, *self.hardware)
         try:
             self.server = start_on_free_port(self._make, say=say)
         except BaseException:

@@ -314,7 +314,15 @@ class LiveRun:
 
     def lifetime(self, engine: EngineConfig) -> EngineServer:
         """One server lifetime of ``engine``, not started yet."""
-        return EngineServer(engine, self.case_dir, self.bench, self.server_factory, self.python, self.health_timeout_s)
+        return EngineServer(
+            engine,
+            self.case_dir,
+            self.bench,
+            self.server_factory,
+            self.python,
+            self.health_timeout_s,
+            hardware=(hardware_of(engine, self.provenance), self.provenance.gpu_name, self.provenance.vllm_version),
+        )
 
     def measure(
         self, point: PlannedPoint, lifetime: EngineServer, server: VllmServer, pairing: dict[str, Any] | None = None

@@ -15,7 +15,9 @@ from vllm_playbooks.analysis.runs import (
     summarize_runs,
 )
 from vllm_playbooks.book.run_notes import describe_recorded_runs
+from vllm_playbooks.results.server_logs import read_server_record, server_record_path
 from vllm_playbooks.results.store import cases_with_runs, load_runs
+from vllm_playbooks.run import budget
 from vllm_playbooks.run.budget import server_time
 
 
@@ -160,3 +162,35 @@ def test_disturbed_runs_are_marked_and_counted_per_hardware() -> None:
     assert list(marked["disturbed"]) == ["", "CPU steal", "host load, GPU clock", ""]
     table = summarize_runs(marked, pd.DataFrame(columns=["launched_at", "gpu_minutes", "gpus"]))
     assert dict(zip(table["gpu_name"], table["disturbed"], strict=True)) == {"H100": 2, "H200": 0}
+
+
+def test_a_server_whose_log_names_its_hardware_counts_there_and_one_on_no_rows_hardware_gets_a_line() -> None:
+    h200, h100 = "nvidia-h200-x1-vllm0.26.0", "nvidia-h100-80gb-hbm3-x1-vllm0.26.0"
+    rows = ROWS.assign(hardware=[h200, h200, h200, "nvidia-h200-x2-vllm0.26.0", h200])
+    servers = pd.DataFrame(
+        [
+            # nearest in time to the 2-GPU row (12:00), but its record names the one-GPU H200
+            {**_server("2026-11-30T11:59:00+00:00", 2, 3.0), "hardware": h200, "gpu_name": "NVIDIA H200"},
+            # an H100 start-up stopped before its first point: no H100 row in the case
+            {**_server("2026-12-07T10:41:34+00:00", 1, 9.3), "hardware": h100, "gpu_name": "NVIDIA H100 80GB HBM3"},
+        ]
+    ).assign(vllm_version="0.26.0")
+    assert budget.server_values(rows, servers, "gpu_name") == ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]
+    lines = {(r.gpu_name, r.gpus_per_server, r.host_cpu): r for r in summarize_runs(rows, servers).itertuples()}
+    assert lines[("NVIDIA H200", 1, HOST_NOT_RECORDED)].servers == 1
+    assert lines[("NVIDIA H200", 2, HOST_NOT_RECORDED)].servers == 0
+    h100_line = lines[("NVIDIA H100 80GB HBM3", 1, HOST_NOT_RECORDED)]
+    assert (h100_line.rows, h100_line.servers, h100_line.gpu_minutes, h100_line.first_measured) == (
+        0,
+        1,
+        9.3,
+        "2026-12-07",
+    )
+
+
+@pytest.mark.parametrize("text", ["", "{", "[1, 2]", '{"hardware": 3}'])
+def test_a_missing_or_damaged_server_record_reads_as_none(tmp_path: Path, text: str) -> None:
+    log = tmp_path / "spec-off-abc-2026-12-07T104134+0000.log.gz"
+    if text:
+        server_record_path(log).write_text(text)
+    assert read_server_record(log) == {}

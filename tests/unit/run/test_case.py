@@ -20,6 +20,7 @@ from vllm_playbooks.engine.server import VllmServer
 from vllm_playbooks.errors import ConfigError, PlaybookError, SchemaError
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.replay import replay_case, replay_rows, sync_rows
+from vllm_playbooks.results.server_logs import SERVER_RECORD_KEYS, read_server_record
 from vllm_playbooks.results.textfiles import read_text
 from vllm_playbooks.run.case import run_case
 from vllm_playbooks.run.plan import load_plan
@@ -64,10 +65,13 @@ def test_recorded_scrapes_and_logs_are_stored_compressed(data: Path) -> None:
     case_dir = data / "runs" / CASE
     point_dir = raw.finished_points(case_dir)[0]
     assert {p.name for p in point_dir.glob("*.prom*")} == {"metrics_before.prom.gz", "metrics_after.prom.gz"}
-    logs = sorted(p.name for p in (case_dir / "logs").iterdir())
+    logs = sorted(p.name for p in (case_dir / "logs").glob("*.log*"))
     assert len(logs) == 1 and logs[0].startswith("spec-off-") and logs[0].endswith(".log.gz"), logs
     assert "vllm:" in read_text(point_dir / raw.METRICS_AFTER)  # read by its plain name
     assert read_text(case_dir / "logs" / logs[0])  # the stand-in server's output, kept
+    # beside the log, the hardware its server launched on: the hardware of the point it measured
+    hardware = point_dir.relative_to(raw.raw_root(case_dir)).parts[0]
+    assert read_server_record(case_dir / "logs" / logs[0])["hardware"] == hardware
 
 
 def test_resume_skips_finished_points(data: Path) -> None:
@@ -464,8 +468,11 @@ def test_one_engine_servers_lifetime_is_started_listed_stopped_and_its_log_kept(
     assert not lifetime.log_path.exists() and lifetime.log_path.with_name(lifetime.log_path.name + ".gz").exists()
     lifetime.stop()  # a second stop does nothing
 
-    broken = EngineServer(other, case_dir, FakeBench(), factory("--exit-at-start", "1"))
+    on = ("nvidia-h100-80gb-hbm3-x1-vllm0.26.0", "NVIDIA H100 80GB HBM3", "0.26.0")
+    broken = EngineServer(other, case_dir, FakeBench(), factory("--exit-at-start", "1"), hardware=on)
     with pytest.raises(ServerError, match="exited with code 1"):
         broken.start()
     assert broken.log_path.with_name(broken.log_path.name + ".gz").exists()  # its log is kept, compressed
+    # and, written before the server started, the hardware it failed on
+    assert read_server_record(broken.log_path) == dict(zip(SERVER_RECORD_KEYS, on, strict=True))
     assert read_record(case_dir / SERVERS_FILE) == []
