@@ -24,8 +24,6 @@ PROSE_WORDS = 4
 PENDING_HERE = {
     # used by the command-line work's files (advisor/live.py, advisor/evaluate.py, analysis/runs.py,
     # book/ledger.py, config/engine.py, run/hardware_plan.py), which import them from here: move with that work
-    "vllm_playbooks.advisor.trace:_point_text",  # trace_summary's, printed by advisor/live.py (trace_text)
-    "vllm_playbooks.advisor.trace:stop_reason",
     "vllm_playbooks.analysis.compare:load_text",
     "vllm_playbooks.claims.ledger:remeasure_command",  # ledger_markdown's, which book/ledger.py imports
     "vllm_playbooks.config.spec_target:draft_tp_problem",

@@ -22,8 +22,9 @@ from vllm_playbooks.advisor.goodput import Slo, workload_text
 from vllm_playbooks.advisor.live import search_live
 from vllm_playbooks.advisor.scenarios import scenario_text
 from vllm_playbooks.advisor.search import BASELINE_UNMEASURED, Advice
-from vllm_playbooks.advisor.trace import read_trace, trace_text
+from vllm_playbooks.advisor.trace import read_trace
 from vllm_playbooks.advisor.versus import TARGETS, comparison, targets
+from vllm_playbooks.book.advisor_page import trace_text
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.results import store
 from vllm_playbooks.run.case import live_summary
