@@ -25,7 +25,6 @@ PENDING_HERE = {
     # used by the command-line work's files (advisor/live.py, advisor/evaluate.py, analysis/runs.py,
     # book/ledger.py, config/engine.py, run/hardware_plan.py), which import them from here: move with that work
     "vllm_playbooks.analysis.compare:load_text",
-    "vllm_playbooks.run.case:live_summary",
     # reasons recorded in data files or raised as errors: to become a short code plus numbers, worded above
     "vllm_playbooks.engine.exchange:_why",
     "vllm_playbooks.engine.metrics:untrusted_scrape",

@@ -25,9 +25,9 @@ from vllm_playbooks.advisor.search import BASELINE_UNMEASURED, Advice
 from vllm_playbooks.advisor.trace import read_trace
 from vllm_playbooks.advisor.versus import TARGETS, comparison, targets
 from vllm_playbooks.book.advisor_page import trace_text
+from vllm_playbooks.cases.results import live_summary
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.results import store
-from vllm_playbooks.run.case import live_summary
 
 
 @dataclass(frozen=True)
