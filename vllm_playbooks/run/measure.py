@@ -20,7 +20,7 @@ from typing import Any
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.engine.gpu_sampler import GpuSampler, nvml_sampler
 from vllm_playbooks.engine.host_sampler import HostSampler
-from vllm_playbooks.engine.metrics import parse_metrics, scrape, untrusted_scrape
+from vllm_playbooks.engine.metrics import ScrapeFault, parse_metrics, scrape, untrusted_scrape
 from vllm_playbooks.engine.server import VllmServer
 from vllm_playbooks.errors import PlaybookError, ServerError, StorageError
 from vllm_playbooks.load.bench import BenchClient, bench_argv
@@ -52,12 +52,24 @@ def load_deadline_s(planned_s: float, floor_s: float = LOAD_DEADLINE_FLOOR_S) ->
     return max(floor_s, LOAD_DEADLINE_FACTOR * planned_s)
 
 
+#: The words of a ``ServerError`` refusing a scrape, by its fault.
+_SCRAPE_FAULTS = {
+    ScrapeFault.EMPTY: "it is empty",
+    ScrapeFault.HTML: "it is HTML, not Prometheus text",
+    ScrapeFault.NOT_PROMETHEUS: "it is not Prometheus text",
+    ScrapeFault.NO_VLLM_COUNTER: "it holds no vllm: counter",
+    ScrapeFault.NO_SPEC_COUNTERS: "speculation is on but it lacks the speculative-decoding counters",
+}
+
+
 def trusted_scrape(base_url: str, speculative: bool, when: str) -> str:
     """The server's ``/metrics`` text (``scrape``), refused with ``ServerError`` in one line when it cannot be trusted
     (``untrusted_scrape``): the point then fails and is measured again, instead of a row built on it."""
     text = scrape(base_url)
-    why = untrusted_scrape(text, speculative)
-    if why is not None:
+    fault = untrusted_scrape(text, speculative)
+    if fault is not None:
+        code, detail = fault
+        why = _SCRAPE_FAULTS[code] + (f" ({detail})" if detail else "")
         raise ServerError(f"the /metrics scrape {when} the measured run cannot be trusted: {why}; not recorded")
     return text
 
