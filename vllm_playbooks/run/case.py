@@ -39,6 +39,7 @@ from vllm_playbooks.results.stalls import mark_stalled
 from vllm_playbooks.results.store import load_run_rows, rows_to_frame
 from vllm_playbooks.run.engine_server import ServerFactory, say
 from vllm_playbooks.run.measure import (
+    GONE_ERRORS,
     LOAD_DEADLINE_FLOOR_S,
     LiveRun,
     RunReport,
@@ -247,7 +248,7 @@ def _run_groups(run: LiveRun, todo: list[PlannedPoint], restart_session: str | N
                         else pairing_record(BY_RESTART, restart_session, positions[point.point_id], labels)
                     )
                     if not run.measure(point, lifetime, server, pairing) and (gone := server_gone(server)):
-                        died = RuntimeError(gone)
+                        died = RuntimeError(GONE_ERRORS[gone].format(scope="config"))
                         for rest in points[index + 1 :]:
                             run.fail(rest, died, lifetime)
                         break

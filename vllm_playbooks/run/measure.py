@@ -14,6 +14,7 @@ import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -286,13 +287,28 @@ def record_failed_point(
     raw.record_failure(case_dir, recorded_id, message, {"server_log": str(log)})
 
 
-def server_gone(server: VllmServer) -> str | None:
+class ServerGone(StrEnum):
+    """Why the points left on a server cannot be measured after one failed (``server_gone``)."""
+
+    DIED = "died"
+    UNHEALTHY = "unhealthy"
+
+
+#: The error each point left on a gone server fails with, by ``ServerGone``: ``scope`` is what the server was serving
+#: ('config', or 'paired run' for the servers of a paired run).
+GONE_ERRORS = {
+    ServerGone.DIED: "server died earlier in this {scope}",
+    ServerGone.UNHEALTHY: "server stopped answering /health earlier in this {scope}",
+}
+
+
+def server_gone(server: VllmServer) -> ServerGone | None:
     """Why the points left on ``server`` cannot be measured after one failed, or None when it still serves: it
     died, or it no longer answers ``/health`` with 200 in time (hung, stopped, or answering what breaks HTTP)."""
     if not server.alive():
-        return "server died earlier in this config"
+        return ServerGone.DIED
     if not server.healthy():
-        return "server stopped answering /health earlier in this config"
+        return ServerGone.UNHEALTHY
     return None
 
 
