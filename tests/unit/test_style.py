@@ -26,9 +26,6 @@ PENDING_HERE = {
     # book/ledger.py, config/engine.py, run/hardware_plan.py), which import them from here: move with that work
     "vllm_playbooks.analysis.compare:load_text",
     # reasons recorded in data files or raised as errors: to become a short code plus numbers, worded above
-    "vllm_playbooks.config.capacity:_graph_note",  # parts of a CapacityError's message and of describe_budget
-    "vllm_playbooks.config.capacity:_per_gpu",
-    "vllm_playbooks.config.memory:warning",  # the calculator's warning on an engine's memory family
     "vllm_playbooks.claims.ledger:noting_not_started",  # words CheckResult.measured, a sentence by design
 }
 
