@@ -22,11 +22,13 @@ PROSE_WORDS = 4
 
 #: Functions outside book/, cases/ and cli/ that still return prose (issue 69), each with what keeps it there for now.
 PENDING_HERE = {
-    # used by the command-line work's files (advisor/live.py, advisor/evaluate.py, analysis/runs.py,
-    # book/ledger.py, config/engine.py, run/hardware_plan.py), which import them from here: move with that work
+    # a load level's label ('2 QPS (at most 8 in flight)'): the ``load`` column of the comparison tables
+    # (versus_baseline, paired_versus, overlapping_points) that cards, profiles, crossover, the claims' checks, case
+    # modules and five notebooks show and group by; to go once each reader labels the loads it shows
     "vllm_playbooks.analysis.compare:load_text",
-    # reasons recorded in data files or raised as errors: to become a short code plus numbers, worded above
-    "vllm_playbooks.claims.ledger:noting_not_started",  # words CheckResult.measured, a sentence by design
+    # appends the engines that did not start to CheckResult.measured, the checks' sentence (written by the case
+    # checks, glued by the case pages): to go with a structured CheckResult
+    "vllm_playbooks.claims.ledger:noting_not_started",
 }
 
 
