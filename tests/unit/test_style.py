@@ -23,8 +23,8 @@ PROSE_WORDS = 4
 #: Functions outside book/, cases/ and cli/ that still return prose (issue 69), each with what keeps it there for now.
 PENDING_HERE = {
     # a load level's label ('2 QPS (at most 8 in flight)'): the ``load`` column of the comparison tables
-    # (versus_baseline, paired_versus, overlapping_points) that cards, profiles, crossover, the claims' checks, case
-    # modules and five notebooks show and group by; to go once each reader labels the loads it shows
+    # (versus_baseline, paired_versus, overlapping_points), which case modules group by and five notebooks call and
+    # show whole; to go once each reader labels the loads it shows (the pages then rebuilt to check they read alike)
     "vllm_playbooks.analysis.compare:load_text",
     # appends the engines that did not start to CheckResult.measured, the checks' sentence (written by the case
     # checks, glued by the case pages): to go with a structured CheckResult
