@@ -22,25 +22,13 @@ PROSE_WORDS = 4
 
 #: Functions outside book/, cases/ and cli/ that still return prose (issue 69), each with what keeps it there for now.
 PENDING_HERE = {
-    # used by the command-line work's files (advisor/live.py, advisor/evaluate.py, analysis/runs.py,
-    # book/ledger.py, config/engine.py, run/hardware_plan.py), which import them from here: move with that work
-    "vllm_playbooks.advisor.trace:_point_text",  # trace_summary's, printed by advisor/live.py (trace_text)
-    "vllm_playbooks.advisor.trace:stop_reason",
+    # a load level's label ('2 QPS (at most 8 in flight)'): the ``load`` column of the comparison tables
+    # (versus_baseline, paired_versus, overlapping_points), which case modules group by and five notebooks call and
+    # show whole; to go once each reader labels the loads it shows (the pages then rebuilt to check they read alike)
     "vllm_playbooks.analysis.compare:load_text",
-    "vllm_playbooks.claims.ledger:remeasure_command",  # ledger_markdown's, which book/ledger.py imports
-    "vllm_playbooks.config.spec_target:draft_tp_problem",
-    "vllm_playbooks.run.budget:describe_fresh_time",
-    "vllm_playbooks.run.case:live_summary",
-    # reasons recorded in data files or raised as errors: to become a short code plus numbers, worded above
-    "vllm_playbooks.engine.exchange:_why",
-    "vllm_playbooks.engine.metrics:untrusted_scrape",
-    "vllm_playbooks.results.gpu_samples:sampling_status",
-    "vllm_playbooks.results.server_logs:read_failed_startup",
-    "vllm_playbooks.run.measure:server_gone",
-    "vllm_playbooks.config.capacity:_graph_note",  # parts of a CapacityError's message and of describe_budget
-    "vllm_playbooks.config.capacity:_per_gpu",
-    "vllm_playbooks.config.memory:warning",  # the calculator's warning on an engine's memory family
-    "vllm_playbooks.claims.ledger:noting_not_started",  # words CheckResult.measured, a sentence by design
+    # appends the engines that did not start to CheckResult.measured, the checks' sentence (written by the case
+    # checks, glued by the case pages): to go with a structured CheckResult
+    "vllm_playbooks.claims.ledger:noting_not_started",
 }
 
 

@@ -32,7 +32,7 @@ from vllm_playbooks.advisor.goodput import (
     with_goodput,
     workload_text,
 )
-from vllm_playbooks.advisor.grids import one_grid, recorded_grids
+from vllm_playbooks.advisor.grids import GridFilter, one_grid, recorded_grids
 from vllm_playbooks.advisor.oracle import RecordedOracle, point_key
 from vllm_playbooks.advisor.scenarios import scenario_text
 from vllm_playbooks.advisor.search import Advice, Knobs, advise, min_answer_gpu_s
@@ -408,18 +408,21 @@ def advise_replay(
     budget_gpu_s: float | None = None,
     *,
     hardware: str | None = None,
-    model_shape: str | None = None,
-    input_len: int | None = None,
-    output_len: int | None = None,
-    load_kind: str | None = None,
-    max_concurrency: float | None = None,
-    acceptance: str | None = None,
+    filters: GridFilter = GridFilter(),
 ) -> tuple[Advice, dict[str, Any], float]:
-    """The advisor on the one recorded grid the filters leave (``one_grid``), paying recorded GPU time up to
+    """The advisor on the one recorded grid of ``hardware`` (None: see ``one_grid``) the filters leave, paying
+    recorded GPU time up to
     ``budget_gpu_s`` (None: ``BUDGET_SHARE`` of the grid's): the advice, the grid's key and the GPU-seconds the
     whole grid took. ``ConfigError`` where the budget pays for no point of the grid, naming the least that does."""
     key, rows, startups = one_grid(
-        case, hardware, model_shape, input_len, output_len, load_kind, max_concurrency, acceptance=acceptance
+        case,
+        hardware,
+        filters.model_shape,
+        filters.input_len,
+        filters.output_len,
+        filters.load_kind,
+        filters.max_concurrency,
+        acceptance=filters.acceptance,
     )
     full = RecordedOracle(rows, startups, budget_gpu_s=1.0).full_grid_gpu_s()
     budget = budget_gpu_s if budget_gpu_s is not None else BUDGET_SHARE * full

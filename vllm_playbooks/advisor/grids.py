@@ -4,6 +4,7 @@ acceptance scenario (``advisor.scenarios``), and the one grid a set of filters l
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,21 @@ from vllm_playbooks.run.budget import server_time
 
 if TYPE_CHECKING:
     import pandas as pd
+
+
+@dataclass(frozen=True)
+class GridFilter:
+    """What picks one grid of a case, recorded (``evaluate.advise_replay``) or planned (``live_plan.live_grid``,
+    ``live.search_live``): its model shape, input and output lengths, kind of load ('concurrency' or 'rate') and
+    acceptance scenario (a label, ``scenarios.label_matches``), each None for any; ``max_concurrency`` limits its
+    closed-loop loads to that many clients (None: all)."""
+
+    model_shape: str | None = None
+    input_len: int | None = None
+    output_len: int | None = None
+    load_kind: str | None = None
+    max_concurrency: float | None = None
+    acceptance: str | None = None
 
 
 def case_grids(

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks import paths
 from vllm_playbooks.advisor.goodput import Slo, point_name
+from vllm_playbooks.advisor.grids import GridFilter
 from vllm_playbooks.advisor.live_plan import LiveGrid, LivePrices, live_grid, live_prices
 from vllm_playbooks.advisor.oracle import LiveOracle, PointKey, point_key
 from vllm_playbooks.advisor.search import PLAN_MARGIN, Advice, advise, baseline_first_gpu_s
@@ -317,20 +318,15 @@ def search_live(
     slo: Slo,
     budget_gpu_s: float,
     *,
-    model_shape: str | None = None,
-    input_len: int | None = None,
-    output_len: int | None = None,
-    load_kind: str | None = None,
-    max_concurrency: float | None = None,
-    acceptance: str | None = None,
+    filters: GridFilter = GridFilter(),
     gpus: str | None = None,
     use_recorded: bool = True,
 ) -> LiveSearch:
-    """``vllm-playbooks advise --mode live``: the checks (see the module's docstring: the plan, the grid the filters
-    pick, the GPU group ``gpus`` when given, the prices, vLLM and a GPU), then the search (``advise_live``) spending at
-    most ``budget_gpu_s`` GPU-seconds; ``gpus`` also becomes ``CUDA_VISIBLE_DEVICES`` of this process."""
+    """``vllm-playbooks advise --mode live``: the checks (see the module's docstring: the plan, the grid ``filters``
+    pick, the GPU group ``gpus`` when given, the prices, vLLM and a GPU), then the search (``advise_live``) spending
+    at most ``budget_gpu_s`` GPU-seconds; ``gpus`` also becomes ``CUDA_VISIBLE_DEVICES`` of this process."""
     plan, _ = quiet_plan(case)
-    grid = live_grid(plan, model_shape, input_len, output_len, load_kind, max_concurrency, acceptance)
+    grid = live_grid(plan, filters)
     if gpus is not None:
         engines = grid.engines()
         check_group_sizes(engines, assign_engines([e.label for e in engines], [gpus]))

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vllm_playbooks.advisor.goodput import given, point_name
+from vllm_playbooks.advisor.grids import GridFilter
 from vllm_playbooks.advisor.oracle import CATALOG_COLUMNS, PointKey, point_key
 from vllm_playbooks.advisor.scenarios import acceptance_scenarios, label_matches
 from vllm_playbooks.config.engine import EngineConfig
@@ -63,17 +64,9 @@ class LiveGrid:
         return list({engine.config_id(): engine for engine, _ in self.points.values()}.values())
 
 
-def live_grid(
-    plan: CasePlan,
-    model_shape: str | None = None,
-    input_len: int | None = None,
-    output_len: int | None = None,
-    load_kind: str | None = None,
-    max_concurrency: float | None = None,
-    acceptance: str | None = None,
-) -> LiveGrid:
-    """The one grid of ``plan`` the filters leave (``None``: any; ``acceptance``: an acceptance scenario's label,
-    ``advisor.scenarios``), its closed-loop loads limited to ``max_concurrency`` clients when given. ``ConfigError``
+def live_grid(plan: CasePlan, filters: GridFilter = GridFilter()) -> LiveGrid:
+    """The one grid of ``plan`` the filters leave (``GridFilter``), its closed-loop loads limited to their
+    ``max_concurrency`` clients when given. ``ConfigError``
     naming the choices when none or several are left, when two planned loads of one engine config differ only in
     what the advisor does not tell apart (length spread, burstiness, seed, temperature), or when an engine config
     leaves ``max_num_seqs`` unset (the model needs it)."""
@@ -103,12 +96,12 @@ def live_grid(
             grids[(*workload, scenario.label)] = {
                 key: point for key, point in points.items() if key[0] in scenario.config_ids
             }
-    wanted = (model_shape, input_len, output_len, load_kind)
+    wanted = (filters.model_shape, filters.input_len, filters.output_len, filters.load_kind)
     chosen = [
         key
         for key in grids
         if all(w is None or str(w) == str(k) for w, k in zip(wanted, key, strict=False))
-        and (acceptance is None or label_matches(key[4], acceptance))
+        and (filters.acceptance is None or label_matches(key[4], filters.acceptance))
     ]
     if len(chosen) != 1:
         choices = "; ".join(
@@ -119,10 +112,10 @@ def live_grid(
     points = {
         key: (engine, load)
         for key, (engine, load) in grids[chosen[0]].items()
-        if max_concurrency is None or load.concurrency is None or load.concurrency <= max_concurrency
+        if filters.max_concurrency is None or load.concurrency is None or load.concurrency <= filters.max_concurrency
     }
     if not points:
-        raise ConfigError(f"no planned load of that grid has at most {max_concurrency:g} clients")
+        raise ConfigError(f"no planned load of that grid has at most {filters.max_concurrency:g} clients")
     shape, ins, outs, kind, label = chosen[0]
     key = {
         "case": plan.case,

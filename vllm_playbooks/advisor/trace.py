@@ -15,8 +15,8 @@ way keeps what it paid for. The lines, by their ``record``:
   could give), the chosen point, the runner-up, the stop reason and the GPU time spent;
 - ``stopped``: instead of ``advice`` when the search did not finish (Ctrl-C, a point that failed), with the reason.
 
-``read_trace`` reads one back, ``latest_trace`` finds a case's most recent, ``trace_steps`` and ``trace_summary`` give
-what the advisor page shows (``book.advisor_page.live_section``) and ``trace_text`` what the command prints.
+``read_trace`` reads one back, ``latest_trace`` finds a case's most recent, ``trace_steps`` gives its runs paid for
+as a table; ``book.advisor_page`` words them for the advisor page and for what the command prints.
 """
 
 from __future__ import annotations
@@ -31,9 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from vllm_playbooks.advisor.goodput import Slo, goodput_rps, workload_text
-from vllm_playbooks.advisor.scenarios import scenario_text
-from vllm_playbooks.advisor.search import BASELINE_UNMEASURED
+from vllm_playbooks.advisor.goodput import Slo, goodput_rps
 from vllm_playbooks.errors import SchemaError
 from vllm_playbooks.results.provenance import utc_now
 from vllm_playbooks.results.store import TRACE_FOLDER, TRACE_SUFFIX, case_dir
@@ -210,13 +208,12 @@ class LiveTrace:
         return self.end is not None and self.end["record"] == "advice"
 
     @property
-    def stop_reason(self) -> str:
-        """The search's stop reason, or why it did not finish."""
+    def stop_reason(self) -> str | None:
+        """The search's stop reason (``Advice.stop_reason``) where it finished, the reason its ``stopped`` line gives
+        where it did not, None where the process ended before it could write either."""
         if self.end is None:
-            return "did not finish (the process ended before it could say why)"
-        if self.finished:
-            return str(self.end["stop_reason"])
-        return f"did not finish: {self.end['reason']}"
+            return None
+        return str(self.end["stop_reason"] if self.finished else self.end["reason"])
 
 
 def read_trace(path: Path) -> LiveTrace:
@@ -284,46 +281,3 @@ def trace_steps(trace: LiveTrace) -> pd.DataFrame:
 
 def _number(value: Any) -> float:
     return float("nan") if value is None else float(value)
-
-
-def _point_text(point: dict[str, Any] | None) -> str:
-    if point is None:
-        return "nothing"
-    return f"{point['point']} ({point['goodput_rps']:.2f} req/s over {point['runs']} run(s))"
-
-
-def trace_summary(trace: LiveTrace) -> str:
-    """The search in one paragraph: case, grid, hardware, SLO and budget; runs paid for (measured, recorded before),
-    GPU time charged and held; the stop reason; the choice and the runner-up."""
-    search, grid = trace.search, trace.search["grid"]
-    measured = [p for p in trace.payments if not p["recorded"]]
-    charged = trace.payments[-1]["spent_gpu_s"] if trace.payments else 0.0
-    held = sum(p["held_gpu_s"] for p in trace.payments)
-    text = (
-        f"A live search of {search['case']} ({grid['model_shape']}{scenario_text(grid.get('acceptance'))}, "
-        f"{workload_text(grid)}) on "
-        f"{', '.join(search['hardware'])}, started {search['started_at']}: SLO {search['slo_label']}, budget "
-        f"{search['budget_gpu_s'] / 60:.1f} GPU-minutes (each of the grid's {search['points']} points once: "
-        f"{search['grid_gpu_s'] / 60:.1f}). It paid for {len(trace.payments)} run(s), "
-        f"{len(measured)} measured and {len(trace.payments) - len(measured)} recorded before on this hardware, "
-        f"charged {charged / 60:.1f} GPU-minutes by the estimates and held the GPU(s) {held / 60:.1f} GPU-minutes; "
-        f"it stopped: {trace.stop_reason}."
-    )
-    if trace.finished and trace.end is not None:
-        text += f" It recommends {_point_text(trace.end['chosen'])}; runner-up: {_point_text(trace.end['runner_up'])}."
-        if trace.end.get("baseline_unmeasured"):
-            text += f" Warning: {BASELINE_UNMEASURED}."
-    return text
-
-
-def trace_text(trace: LiveTrace) -> str:
-    """What ``vllm-playbooks advise --mode live`` answers: ``trace_summary``, then one line per run paid for."""
-    lines = [trace_summary(trace)]
-    for step in trace_steps(trace).itertuples():
-        expected = "" if math.isnan(step.expected_goodput_rps) else f", expected {step.expected_goodput_rps:.2f}"
-        lines.append(
-            f"  paid {step.number}: {step.point} r{step.repeat} ({step.source}"
-            f"{'; ' + step.why if step.why else ''}): {step.gpu_s / 60:.1f} GPU-min charged, "
-            f"{step.held_gpu_s / 60:.1f} held{expected}, measured {step.measured_goodput_rps:.2f} req/s"
-        )
-    return "\n".join(lines)

@@ -1,13 +1,46 @@
-"""The paragraphs the batching-calculator page prints under its check against vLLM's start-up logs: where the MoE
-targets' memory budgets go, and what vLLM's CUDA-graph reserve estimate left unused. Each words a
-``analysis.calculator.calculator_check`` table."""
+"""The paragraphs the batching-calculator page prints: one KV budget in words (``describe_budget``), and under its
+check against vLLM's start-up logs, where the MoE targets' memory budgets go and what vLLM's CUDA-graph reserve
+estimate left unused (each words a ``analysis.calculator.calculator_check`` table)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from vllm_playbooks.config.capacity import GIB, kv_tokens_fitting
+from vllm_playbooks.config.capacity import GIB, KVBudget, kv_tokens_fitting
+from vllm_playbooks.config.memory import CalibrationGap
 from vllm_playbooks.text import value_range
+
+
+def describe_budget(budget: KVBudget) -> str:
+    """One paragraph: tokens, full-length sequences at once, and which limit binds."""
+    per_token_kib = budget.kv_bytes_per_token / 1024
+    limit = (
+        f"memory binds: only {budget.max_concurrency:.1f} sequences of {budget.max_model_len} tokens fit, fewer than "
+        f"max_num_seqs={budget.max_num_seqs}, so long requests queue or get preempted before the cap is reached"
+        if budget.binding == "memory"
+        else f"max_num_seqs={budget.max_num_seqs} binds: the cache could hold {budget.max_concurrency:.1f} sequences "
+        f"of {budget.max_model_len} tokens"
+    )
+    where = (
+        f"{budget.kv_bytes / GIB:.1f} GiB"
+        if budget.gpus == 1
+        else f"{budget.kv_bytes / GIB:.1f} GiB on each of {budget.gpus} GPUs, which keep "
+        f"{budget.kv_bytes_per_token_per_gpu / 1024:g} KiB of each token"
+    )
+    text = (
+        f"The KV cache takes {per_token_kib:g} KiB per token and holds {budget.kv_tokens:,} tokens ({where}); {limit}."
+    )
+    gap = budget.calibration_warning
+    return f"{text} Warning: {calibration_gap_text(gap)}." if gap is not None else text
+
+
+def calibration_gap_text(gap: CalibrationGap) -> str:
+    """The warning on a KV budget whose memory family no recorded start-up calibrates, with the error to expect."""
+    return (
+        f"the KV budget of {gap.family} is not calibrated on a recorded vLLM start-up: it uses "
+        f"the {gap.borrowed} calibration, which was off by up to {gap.worst_error_pct:.0f} % on recorded "
+        f"{'MoE' if gap.moe else 'dense'} families it was not fitted on; leave headroom"
+    )
 
 
 def overheads_note(check: pd.DataFrame) -> str:

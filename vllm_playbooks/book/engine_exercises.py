@@ -7,11 +7,11 @@ import math
 
 import pandas as pd
 
+from vllm_playbooks.book.calculator_notes import describe_budget
 from vllm_playbooks.book.exercises import Solution, case_rows, one_label
 from vllm_playbooks.config.capacity import (
     budget_table,
     cudagraph_capture_sizes,
-    describe_budget,
     kv_budget,
     resolve_batching,
 )

@@ -16,11 +16,11 @@ from vllm_playbooks.analysis.compare import (
     winning_levels,
 )
 from vllm_playbooks.cases.discussion_13834 import implied_13834
+from vllm_playbooks.cases.results import results_for
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.hardware import REFERENCE_GPU
 from vllm_playbooks.model.speculative import expected_tokens_per_step
 from vllm_playbooks.results.store import load_reference
-from vllm_playbooks.run.case import results_for
 
 #: The word a learner writes for "at no measured level" in exercise 1 (``None`` is accepted as well).
 NEVER = "never"

@@ -304,10 +304,10 @@ def _finish_executed(path: Path, record: cache.ExecutionRecord) -> None:
 
 def check_parameters(source: Path, parameters: dict[str, Any]) -> None:
     """Refuse, before a kernel starts, what a case notebook would refuse in its first cells: unknown parameter names,
-    and for a notebook with a ``case`` parameter, the case, part, filters and values as ``run.case.results_for``
+    and for a notebook with a ``case`` parameter, the case, part, filters and values as ``run.case.case_rows``
     checks them (replay: every filter value against the recorded rows; live: vLLM and a GPU too), and the GPU a
     ``hardware`` parameter names (``_check_hardware``). ``ConfigError``."""
-    from vllm_playbooks.run.case import checked_choice, results_for
+    from vllm_playbooks.run.case import case_rows, checked_choice
     from vllm_playbooks.run.plan import OVERRIDE_KEYS
 
     known = default_parameters(source)
@@ -319,7 +319,7 @@ def check_parameters(source: Path, parameters: dict[str, Any]) -> None:
         return
     overrides = {key: values[key] for key in OVERRIDE_KEYS if key in values}
     if values.get("mode") == "replay":
-        shown = results_for(values["case"], "replay", overrides, values.get("part"))
+        shown, _ = case_rows(values["case"], "replay", overrides, values.get("part"))
     else:
         checked_choice(values["case"], values.get("mode", "live"), overrides, values.get("part"))
         shown = None

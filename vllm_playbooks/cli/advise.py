@@ -19,14 +19,16 @@ from vllm_playbooks.advisor.evaluate import (
     write_sensitivity,
 )
 from vllm_playbooks.advisor.goodput import Slo, workload_text
+from vllm_playbooks.advisor.grids import GridFilter
 from vllm_playbooks.advisor.live import search_live
 from vllm_playbooks.advisor.scenarios import scenario_text
 from vllm_playbooks.advisor.search import BASELINE_UNMEASURED, Advice
-from vllm_playbooks.advisor.trace import read_trace, trace_text
+from vllm_playbooks.advisor.trace import read_trace
 from vllm_playbooks.advisor.versus import TARGETS, comparison, targets
+from vllm_playbooks.book.advisor_page import trace_text
+from vllm_playbooks.cases.results import live_summary
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.results import store
-from vllm_playbooks.run.case import live_summary
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,17 @@ class Args:
             ignore_recorded=bool(namespace.ignore_recorded),
         )
 
+    def grid_filter(self) -> GridFilter:
+        """The filters that pick the grid searched (``--model-shape`` to ``--max-concurrency``)."""
+        return GridFilter(
+            model_shape=self.model_shape,
+            input_len=self.input_len,
+            output_len=self.output_len,
+            load_kind=self.load,
+            max_concurrency=self.max_concurrency,
+            acceptance=self.acceptance,
+        )
+
 
 def advice_text(advice: Advice, key: dict[str, Any], full_gpu_s: float) -> str:
     """The command's answer: the chosen point, the runner-up, the points paid for and the GPU time spent."""
@@ -215,12 +228,7 @@ def print_live(args: Args, case: str, slo: Slo) -> None:
         case,
         slo,
         args.budget_gpu_min * 60.0,
-        model_shape=args.model_shape,
-        input_len=args.input_len,
-        output_len=args.output_len,
-        load_kind=args.load,
-        max_concurrency=args.max_concurrency,
-        acceptance=args.acceptance,
+        filters=args.grid_filter(),
         gpus=args.gpus,
         use_recorded=not args.ignore_recorded,
     )
@@ -253,12 +261,7 @@ def run(args: Args) -> int:
         slo,
         None if args.budget_gpu_min is None else args.budget_gpu_min * 60.0,
         hardware=args.hardware,
-        model_shape=args.model_shape,
-        input_len=args.input_len,
-        output_len=args.output_len,
-        load_kind=args.load,
-        max_concurrency=args.max_concurrency,
-        acceptance=args.acceptance,
+        filters=args.grid_filter(),
     )
     print(advice_text(advice, key, full))
     return 0

@@ -6,7 +6,8 @@ import argparse
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from vllm_playbooks.run.plan import OVERRIDE_KEYS, overrides_for, parse_parameter_pairs, quiet_plan
+from vllm_playbooks.cli.parameters import add_parameter_option, parameters_of
+from vllm_playbooks.run.plan import OVERRIDE_KEYS, overrides_for, quiet_plan
 
 
 @dataclass(frozen=True)
@@ -24,19 +25,12 @@ class Args:
             "case", help="a packaged case's name (e.g. llama-8b-draft-model) or the path of a case file"
         )
         parser.add_argument("--part", default=None, help="one part of the case's grid (its 'parts:')")
-        parser.add_argument(
-            "-p",
-            "--parameter",
-            nargs=2,
-            action="append",
-            metavar=("NAME", "VALUE"),
-            help=f"an override, its value read as YAML; one of: {', '.join(OVERRIDE_KEYS)}",
-        )
+        add_parameter_option(parser, f"an override, its value read as YAML; one of: {', '.join(OVERRIDE_KEYS)}")
 
     @classmethod
     def from_cli_args(cls, namespace: argparse.Namespace) -> Self:
         """The parsed arguments, each ``-p`` value read as YAML (``ConfigError`` where one cannot be read)."""
-        return cls(case=namespace.case, part=namespace.part, parameters=parse_parameter_pairs(namespace.parameter))
+        return cls(case=namespace.case, part=namespace.part, parameters=parameters_of(namespace))
 
 
 def run(args: Args) -> int:

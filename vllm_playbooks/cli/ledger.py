@@ -7,8 +7,9 @@ import sys
 from dataclasses import dataclass
 from typing import Self
 
+from vllm_playbooks.book.ledger import ledger_markdown
 from vllm_playbooks.cases import load_evidence
-from vllm_playbooks.claims.ledger import build_ledger, ledger_export, ledger_markdown
+from vllm_playbooks.claims.ledger import build_ledger, ledger_export
 
 FORMATS = ("markdown", "csv")
 

@@ -14,7 +14,6 @@ from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.results.failed_starts import failed_starts, latest_tries
 from vllm_playbooks.results.identity import engine_gpus, hardware_key
 from vllm_playbooks.run.budget import (
-    describe_fresh_time,
     fresh_time,
     fresh_time_per_gpu,
     gpu_here,
@@ -118,6 +117,19 @@ class Args:
             fresh=bool(namespace.fresh),
             budget_s=namespace.budget_s,
         )
+
+
+def describe_fresh_time(table: pd.DataFrame) -> str:
+    """One line on a ``fresh_time`` table: points, servers and the estimated wall minutes and GPU-minutes, or which
+    configs have no estimate."""
+    unknown = table.loc[table["total_s"].isna(), "engine_label"].tolist()
+    if unknown:
+        return f"no estimate for {', '.join(unknown)}: its shape or one of its loads was never measured"
+    servers = f"{len(table)} server{'s' if len(table) != 1 else ''}"
+    return (
+        f"{int(table['points'].sum())} points on {servers}: ≈ {table['total_s'].sum() / 60:.0f} min "
+        f"wall, {table['gpu_minutes'].sum():.0f} GPU-minutes, start-ups included"
+    )
 
 
 def print_fresh(args: Args, inputs: PlanInputs) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from vllm_playbooks.book.notebooks import reproduce
-from vllm_playbooks.run.plan import parse_parameter_pairs
+from vllm_playbooks.cli.parameters import add_parameter_option, parameters_of
 
 
 @dataclass(frozen=True)
@@ -29,21 +29,12 @@ class Args:
             help="the case, as its notebook is named without .ipynb, e.g. llama-8b-draft-model",
         )
         parser.add_argument("--out", type=Path, default=None, help="the executed notebook (default: _build/reproduce/)")
-        parser.add_argument(
-            "-p",
-            "--parameter",
-            nargs=2,
-            action="append",
-            metavar=("NAME", "VALUE"),
-            help="a notebook parameter, its value read as YAML (e.g. -p concurrency '[1, 16]')",
-        )
+        add_parameter_option(parser, "a notebook parameter, its value read as YAML (e.g. -p concurrency '[1, 16]')")
 
     @classmethod
     def from_cli_args(cls, namespace: argparse.Namespace) -> Self:
         """The parsed arguments, each ``-p`` value read as YAML (``ConfigError`` where one cannot be read)."""
-        return cls(
-            notebook=namespace.notebook, out=namespace.out, parameters=parse_parameter_pairs(namespace.parameter)
-        )
+        return cls(notebook=namespace.notebook, out=namespace.out, parameters=parameters_of(namespace))
 
 
 def run(args: Args) -> int:

@@ -33,6 +33,7 @@ from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.config.memory import (
     GIB,
     MIN_GRAPH_BYTES,
+    CalibrationGap,
     MemoryCalibration,
     activation_width_bytes,
     cudagraph_descs,
@@ -176,9 +177,10 @@ class KVBudget:
     weight_bytes_per_gpu: int = 0
     kv_bytes_per_token_per_gpu: int = 0
     cudagraph_bytes: int = 0
-    calibration_warning: str | None = None
+    #: The calibration the budget borrows, for a family no recorded start-up calibrates (``config.memory``).
+    calibration_warning: CalibrationGap | None = None
     #: Why the CUDA-graph reserve is large, where graphs are counted at the respecialized cost (``_graph_note``).
-    cudagraph_note: str | None = None
+    cudagraph_note: GraphNote | None = None
 
     @property
     def max_concurrency(self) -> float:
@@ -277,7 +279,7 @@ RECORDED = "recorded"
 
 def _overheads(
     engine: EngineConfig, target: ModelShape, batched: int, seqs: int, calibration: MemoryCalibration | None
-) -> tuple[int, int, int, str | None, str | None]:
+) -> tuple[int, int, int, CalibrationGap | None, GraphNote | None]:
     """(activation, non-torch, CUDA-graph bytes, warning, graph note) vLLM 0.26 takes before the KV cache, per GPU:
     calibrated per family where a calibration is given (``config.memory``), else the dense activation estimate and
     no graphs."""
@@ -293,20 +295,26 @@ def _overheads(
     return activation, round(row.non_torch_gib * GIB), graphs, calibration.warning(engine), note
 
 
-def _graph_note(descs: dict[str, list[int]], per_graph_gib: float) -> str | None:
-    """Why a CUDA-graph reserve is large: the modes whose two largest capture sizes differ in integer class
-    (``config.memory.respecialized_modes``), each of whose later graphs vLLM 0.26 counts at the cost its second
-    capture showed; None where no mode does or that cost is vLLM's 1 MiB floor."""
+@dataclass(frozen=True)
+class GraphNote:
+    """Why a CUDA-graph reserve is large (``_graph_note``): how many graphs vLLM 0.26 counts at the respecialized
+    cost, that cost (GiB a graph), and the modes whose two largest capture sizes differ in integer class, each as
+    (mode, largest size, second size)."""
+
+    graphs: int
+    per_graph_gib: float
+    modes: tuple[tuple[str, int, int], ...]
+
+
+def _graph_note(descs: dict[str, list[int]], per_graph_gib: float) -> GraphNote | None:
+    """The modes whose two largest capture sizes differ in integer class (``config.memory.respecialized_modes``),
+    each of whose later graphs vLLM 0.26 counts at the cost its second capture showed; None where no mode does or
+    that cost is vLLM's 1 MiB floor."""
     modes = respecialized_modes(descs)
     if not modes or per_graph_gib * GIB <= MIN_GRAPH_BYTES:
         return None
     graphs = sum(n for *_, n in modes)
-    sizes = "; ".join(f"{mode} {first} then {second} tokens" for mode, first, second, _ in modes)
-    return (
-        f"{graphs} of its CUDA graphs count {per_graph_gib:.3f} GiB each, {graphs * per_graph_gib:.1f} GiB in all, "
-        f"because the two largest capture sizes of a mode differ in integer class (a multiple of 16 or not: "
-        f"{sizes}) and vLLM 0.26 extrapolates every later graph from the second capture"
-    )
+    return GraphNote(graphs, per_graph_gib, tuple((mode, first, second) for mode, first, second, _ in modes))
 
 
 def kv_budget(
@@ -377,11 +385,24 @@ def check_fits(engine: EngineConfig, gpu_memory_gib: float, gpu_name: str = "") 
     """Raise ``CapacityError`` when the weights or one full-length sequence cannot fit; return the budget."""
     budget = kv_budget(engine, gpu_memory_gib, gpu_name)
     if budget.kv_bytes <= 0:
+        weights = f"{budget.weight_bytes / GIB:.1f} GiB"
+        if budget.gpus > 1:
+            weights = (
+                f"{budget.weight_bytes_per_gpu / GIB:.1f} GiB on the fullest of {budget.gpus} GPUs, {weights} in all"
+            )
+        note, graphs = budget.cudagraph_note, ""
+        if note is not None:
+            sizes = "; ".join(f"{mode} {first} then {second} tokens" for mode, first, second in note.modes)
+            graphs = (
+                f" {note.graphs} of its CUDA graphs count {note.per_graph_gib:.3f} GiB each, "
+                f"{note.graphs * note.per_graph_gib:.1f} GiB in all, because the two largest capture sizes of a mode "
+                f"differ in integer class (a multiple of 16 or not: {sizes}) and vLLM 0.26 extrapolates every later "
+                "graph from the second capture."
+            )
         raise CapacityError(
-            f"engine {engine.label}: weights ({_per_gpu(budget)}), activations "
+            f"engine {engine.label}: weights ({weights}), activations "
             f"({budget.activation_bytes / GIB:.1f} GiB) and CUDA graphs ({budget.cudagraph_bytes / GIB:.1f} GiB) "
-            f"exceed {engine.gpu_memory_utilization} × {gpu_memory_gib} GiB "
-            f"per GPU.{f' {_capitalized(budget.cudagraph_note)}.' if budget.cudagraph_note else ''} Use more GPUs "
+            f"exceed {engine.gpu_memory_utilization} × {gpu_memory_gib} GiB per GPU.{graphs} Use more GPUs "
             f"(tensor_parallel_size or pipeline_parallel_size), a quantized shape, or a larger gpu_memory_utilization."
         )
     if budget.kv_tokens < engine.max_model_len:
@@ -420,17 +441,6 @@ def refusal(refused: dict[str, str], engines: Iterable[EngineConfig]) -> Capacit
     return CapacityError(f"{refused[first]}{also}{rest}")
 
 
-def _capitalized(text: str) -> str:
-    return text[:1].upper() + text[1:]
-
-
-def _per_gpu(budget: KVBudget) -> str:
-    whole = f"{budget.weight_bytes / GIB:.1f} GiB"
-    if budget.gpus == 1:
-        return whole
-    return f"{budget.weight_bytes_per_gpu / GIB:.1f} GiB on the fullest of {budget.gpus} GPUs, {whole} in all"
-
-
 def budget_table(budget: KVBudget) -> pd.DataFrame:
     """The memory split of a budget as a small table (GiB), for a page."""
     rows = [
@@ -445,25 +455,3 @@ def budget_table(budget: KVBudget) -> pd.DataFrame:
         ("left for the KV cache", budget.kv_bytes / GIB),
     ]
     return pd.DataFrame(rows, columns=["part", "GiB"])
-
-
-def describe_budget(budget: KVBudget) -> str:
-    """One paragraph: tokens, full-length sequences at once, and which limit binds."""
-    per_token_kib = budget.kv_bytes_per_token / 1024
-    limit = (
-        f"memory binds: only {budget.max_concurrency:.1f} sequences of {budget.max_model_len} tokens fit, fewer than "
-        f"max_num_seqs={budget.max_num_seqs}, so long requests queue or get preempted before the cap is reached"
-        if budget.binding == "memory"
-        else f"max_num_seqs={budget.max_num_seqs} binds: the cache could hold {budget.max_concurrency:.1f} sequences "
-        f"of {budget.max_model_len} tokens"
-    )
-    where = (
-        f"{budget.kv_bytes / GIB:.1f} GiB"
-        if budget.gpus == 1
-        else f"{budget.kv_bytes / GIB:.1f} GiB on each of {budget.gpus} GPUs, which keep "
-        f"{budget.kv_bytes_per_token_per_gpu / 1024:g} KiB of each token"
-    )
-    text = (
-        f"The KV cache takes {per_token_kib:g} KiB per token and holds {budget.kv_tokens:,} tokens ({where}); {limit}."
-    )
-    return f"{text} Warning: {budget.calibration_warning}." if budget.calibration_warning else text

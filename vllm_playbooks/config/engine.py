@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from vllm_playbooks.config.spec_target import check_against_target, draft_tp_problem
+from vllm_playbooks.config.spec_target import check_against_target, check_draft_tp
 from vllm_playbooks.config.speculative import SpeculativeConfig
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.shapes import TOKENIZER_DIR, resolve_model, vllm_path
@@ -138,9 +138,8 @@ class EngineConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> EngineConfig:
-        problem = draft_tp_problem(self.speculative, self.tensor_parallel_size) if self.speculative else None
-        if problem:
-            raise ValueError(problem)
+        if self.speculative:
+            check_draft_tp(self.speculative, self.tensor_parallel_size)
         if (
             self.max_num_seqs is not None
             and self.max_num_batched_tokens is not None

@@ -178,6 +178,18 @@ def activation_width_bytes(shape: ModelShape, tokens: int) -> int:
 
 
 @dataclass(frozen=True)
+class CalibrationGap:
+    """An engine's memory family that no recorded vLLM start-up calibrates (``MemoryCalibration.warning``): the
+    family, the calibration its KV budget borrows, and how far off that one was at most on the recorded families of
+    the same kind (``moe``: MoE, else dense) it was not fitted on."""
+
+    family: str
+    borrowed: str
+    worst_error_pct: float
+    moe: bool
+
+
+@dataclass(frozen=True)
 class FamilyCalibration:
     """One row of the calibration table."""
 
@@ -227,9 +239,10 @@ class MemoryCalibration:
         same = sorted(f for f in self.rows if f.startswith(architecture) and "+" not in f and "@" not in f)
         return self.rows[same[0] if same else FALLBACK_FAMILY], False
 
-    def warning(self, engine: EngineConfig) -> str | None:
-        """A sentence for an engine whose family the recorded logs do not calibrate, with the error to expect (the
-        largest fallback error of a recorded family of the same kind, MoE or dense); None for a calibrated one."""
+    def warning(self, engine: EngineConfig) -> CalibrationGap | None:
+        """What to warn of for an engine whose family the recorded logs do not calibrate: the calibration it borrows
+        and the error to expect (the largest fallback error of a recorded family of the same kind, MoE or dense);
+        None for a calibrated one."""
         row, own = self.for_engine(engine)
         if own:
             return None
@@ -240,11 +253,7 @@ class MemoryCalibration:
             if (r.family.split("/")[0] not in V2_RUNNER_ARCHITECTURES) == moe
         ]
         worst = max((abs(e) for e in kind), default=float("nan"))
-        return (
-            f"the KV budget of {memory_family(engine)} is not calibrated on a recorded vLLM start-up: it uses "
-            f"the {row.family} calibration, which was off by up to {worst:.0f} % on recorded "
-            f"{'MoE' if moe else 'dense'} families it was not fitted on; leave headroom"
-        )
+        return CalibrationGap(family=memory_family(engine), borrowed=row.family, worst_error_pct=worst, moe=moe)
 
 
 def calibration_path(data: Path | None = None) -> Path:

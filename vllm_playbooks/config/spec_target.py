@@ -42,12 +42,14 @@ def target_advisories(
     return out
 
 
-def draft_tp_problem(spec: SpeculativeConfig, target_tp: int) -> str | None:
-    """vLLM's rule for every method: the draft runs at TP 1 or at the target's TP. The problem, or ``None``."""
+def check_draft_tp(spec: SpeculativeConfig, target_tp: int) -> None:
+    """vLLM's rule for every method: the draft runs at TP 1 or at the target's TP. Returns nothing; raises
+    ``ConfigError`` (a ``ValueError``, so a pydantic validator reports it as its own) where the draft breaks it."""
     draft_tp = spec.draft_tensor_parallel_size
     if draft_tp is not None and draft_tp not in (1, target_tp):
-        return f"draft_tensor_parallel_size={draft_tp} must be 1 or the target's tensor_parallel_size={target_tp}"
-    return None
+        raise ConfigError(
+            f"draft_tensor_parallel_size={draft_tp} must be 1 or the target's tensor_parallel_size={target_tp}"
+        )
 
 
 def check_against_target(
@@ -71,9 +73,7 @@ def check_against_target(
     if isinstance(target_tp, bool) or not isinstance(target_tp, int) or target_tp < 1:
         raise ConfigError(f"target tensor_parallel_size must be an int >= 1, got {target_tp!r}")
     draft_tp = spec.draft_tensor_parallel_size
-    problem = draft_tp_problem(spec, target_tp)
-    if problem:
-        raise ConfigError(problem)
+    check_draft_tp(spec, target_tp)
     if spec.method == "draft_model" and draft_tp is not None and draft_tp != target_tp:
         raise ConfigError(
             f"method 'draft_model' needs draft_tensor_parallel_size equal to the target's tensor_parallel_size="

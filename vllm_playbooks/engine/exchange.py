@@ -15,6 +15,7 @@ import socket
 import threading
 import urllib.parse
 from dataclasses import dataclass
+from typing import NoReturn
 
 from vllm_playbooks.errors import ServerError
 
@@ -52,22 +53,25 @@ def _read_body(response: http.client.HTTPResponse, url: str) -> bytes:
     return bytes(body)
 
 
-def _why(url: str, error: BaseException) -> ServerError:
-    """The one line an exchange that failed (not by its deadline) ends in."""
+def _raise_why(url: str, error: BaseException) -> NoReturn:
+    """Raise the ``ServerError`` an exchange that failed (not by its deadline) ends in, its message one line saying
+    why (an exception carries its message; the function returns none)."""
     if isinstance(error, ConnectionRefusedError):
-        return NoAnswer(f"{url}: connection refused ({error.strerror or error})")
+        raise NoAnswer(f"{url}: connection refused ({error.strerror or error})") from None
     if isinstance(error, http.client.IncompleteRead):
         got, more = len(error.partial), error.expected
-        return BrokenAnswer(f"{url}: the answer was cut short ({got} bytes, {more} more promised)")
+        raise BrokenAnswer(f"{url}: the answer was cut short ({got} bytes, {more} more promised)") from None
     if isinstance(error, http.client.RemoteDisconnected):
-        return BrokenAnswer(f"{url}: the server closed the connection without an answer")
+        raise BrokenAnswer(f"{url}: the server closed the connection without an answer") from None
     if isinstance(error, http.client.BadStatusLine):
-        return BrokenAnswer(f"{url}: the answer is not HTTP (status line {str(error)[:60]!r})")
+        raise BrokenAnswer(f"{url}: the answer is not HTTP (status line {str(error)[:60]!r})") from None
     if isinstance(error, UnicodeDecodeError):
-        return BrokenAnswer(f"{url}: the answer is not UTF-8 text")
+        raise BrokenAnswer(f"{url}: the answer is not UTF-8 text") from None
     if isinstance(error, OSError):
-        return BrokenAnswer(f"{url}: the connection failed ({type(error).__name__}: {error.strerror or error})")
-    return BrokenAnswer(f"{url}: the answer breaks HTTP ({type(error).__name__}: {str(error)[:80]})")
+        raise BrokenAnswer(
+            f"{url}: the connection failed ({type(error).__name__}: {error.strerror or error})"
+        ) from None
+    raise BrokenAnswer(f"{url}: the answer breaks HTTP ({type(error).__name__}: {str(error)[:80]})") from None
 
 
 def get(url: str, timeout_s: float) -> Answer:
@@ -98,7 +102,7 @@ def get(url: str, timeout_s: float) -> Answer:
     except (http.client.HTTPException, OSError, UnicodeDecodeError) as error:
         if expired.is_set() or isinstance(error, TimeoutError):
             raise NoAnswer(f"{url}: no whole answer within {timeout_s:g} s; the server hangs") from None
-        raise _why(url, error) from None
+        _raise_why(url, error)
     finally:
         timer.cancel()
         connection.close()

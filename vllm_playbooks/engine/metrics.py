@@ -10,6 +10,7 @@ import hashlib
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
@@ -240,22 +241,33 @@ def scrape(base_url: str, timeout_s: float = 10.0) -> str:
     return answer.text
 
 
-def untrusted_scrape(text: str, speculative: bool) -> str | None:
+class ScrapeFault(StrEnum):
+    """Why a ``/metrics`` text cannot be trusted as a vLLM scrape (``untrusted_scrape``)."""
+
+    EMPTY = "empty"
+    HTML = "html"
+    NOT_PROMETHEUS = "not-prometheus"
+    NO_VLLM_COUNTER = "no-vllm-counter"
+    NO_SPEC_COUNTERS = "no-spec-counters"
+
+
+def untrusted_scrape(text: str, speculative: bool) -> tuple[ScrapeFault, str] | None:
     """Why the ``/metrics`` text ``text`` cannot be trusted as a vLLM scrape, or None when it can: empty, HTML,
     not Prometheus text, without a single ``vllm:`` counter, or, where speculation is on (``speculative``), without
-    the speculative-decoding counters (a row would count every draft since start-up, or none)."""
+    the speculative-decoding counters (a row would count every draft since start-up, or none). The fault comes with
+    its detail: the parser's error for text that is not Prometheus text, else ''."""
     if not text.strip():
-        return "it is empty"
+        return ScrapeFault.EMPTY, ""
     if text.lstrip().startswith("<"):
-        return "it is HTML, not Prometheus text"
+        return ScrapeFault.HTML, ""
     try:
         snapshot = parse_metrics(text)
     except (ValueError, KeyError, IndexError, TypeError) as error:
-        return f"it is not Prometheus text ({type(error).__name__}: {str(error)[:80]})"
+        return ScrapeFault.NOT_PROMETHEUS, f"{type(error).__name__}: {str(error)[:80]}"
     if not any(name.startswith("vllm:") for name in snapshot.totals):
-        return "it holds no vllm: counter"
+        return ScrapeFault.NO_VLLM_COUNTER, ""
     if speculative and any(name not in snapshot.totals for name in (_DRAFTS, _DRAFT_TOKENS, _ACCEPTED)):
-        return "speculation is on but it lacks the speculative-decoding counters"
+        return ScrapeFault.NO_SPEC_COUNTERS, ""
     return None
 
 

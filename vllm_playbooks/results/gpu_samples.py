@@ -51,16 +51,19 @@ ROW_COLUMNS = (
 )
 
 
+#: The sampling status of a point recorded before GPU sampling existed (its ``point.json`` has no ``gpu_sampling``).
+NOT_RECORDED = {"status": "not recorded"}
+
+
 def sampling_status(point_dir: Path) -> dict[str, Any]:
-    """``point.json``'s ``gpu_sampling`` record; ``{'status': 'not recorded'}`` for points from before the sampler."""
+    """``point.json``'s ``gpu_sampling`` record (its ``status`` and, where sampling did not run, the ``reason``
+    recorded); ``NOT_RECORDED`` for points from before the sampler, whose status says why (no ``reason``)."""
     path = point_dir / raw.POINT_FILE
     try:
         point = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as error:
         raise SchemaError(f"{path}: {error}") from None
-    return dict(
-        point.get("gpu_sampling") or {"status": "not recorded", "reason": "recorded before GPU sampling existed"}
-    )
+    return dict(point.get("gpu_sampling") or NOT_RECORDED)
 
 
 def load_gpu_samples(point_dir: Path) -> pd.DataFrame:

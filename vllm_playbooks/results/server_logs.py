@@ -176,6 +176,12 @@ _UTILIZATION_WITHOUT_GRAPHS = re.compile(
 )
 
 
+#: What a server that did not start logged of its weights, and of the KV-cache memory left (below zero where the
+#: weights and activations took more than the memory asked for).
+_WEIGHTS_LOADED = rf"Model loading took {_FLOAT} GiB"
+_KV_LEFT = r"Available KV cache memory: (-?[0-9][0-9,]*\.?[0-9]*) GiB"
+
+
 @dataclass(frozen=True)
 class FailedStartup:
     """What the log of a server that did not start says: the first error, and the memory figures vLLM logged before
@@ -206,9 +212,9 @@ def read_failed_startup(log: Path) -> FailedStartup:
     return FailedStartup(
         log=plain_name(log),
         error=f"{error.group(1)}: {error.group(2).split('. ')[0].rstrip('.')}" if error else None,
-        weights_gib=first(rf"Model loading took {_FLOAT} GiB"),
+        weights_gib=first(_WEIGHTS_LOADED),
         cudagraph_estimate_gib=first(_PATTERNS["cudagraph_estimate_gib"]),
-        available_kv_gib=first(rf"Available KV cache memory: (-?[0-9][0-9,]*\.?[0-9]*) GiB"),
+        available_kv_gib=first(_KV_LEFT),
         gpu_memory_utilization=float(utilization.group(1)) if utilization else None,
         utilization_without_cudagraphs=float(utilization.group(2)) if utilization else None,
     )

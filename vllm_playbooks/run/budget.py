@@ -334,19 +334,6 @@ def fresh_time_per_gpu(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataF
     return tables
 
 
-def describe_fresh_time(table: pd.DataFrame) -> str:
-    """One line on a ``fresh_time`` table: points, servers and the estimated wall minutes and GPU-minutes, or which
-    configs have no estimate."""
-    unknown = table.loc[table["total_s"].isna(), "engine_label"].tolist()
-    if unknown:
-        return f"no estimate for {', '.join(unknown)}: its shape or one of its loads was never measured"
-    servers = f"{len(table)} server{'s' if len(table) != 1 else ''}"
-    return (
-        f"{int(table['points'].sum())} points on {servers}: ≈ {table['total_s'].sum() / 60:.0f} min "
-        f"wall, {table['gpu_minutes'].sum():.0f} GPU-minutes, start-ups included"
-    )
-
-
 def remaining_time(
     plan: CasePlan,
     measured: pd.DataFrame,

@@ -15,6 +15,7 @@ import signal
 import tempfile
 import threading
 from collections.abc import Collection, Iterable, Iterator
+from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from vllm_playbooks.results.stalls import mark_stalled
 from vllm_playbooks.results.store import load_run_rows, rows_to_frame
 from vllm_playbooks.run.engine_server import ServerFactory, say
 from vllm_playbooks.run.measure import (
+    GONE_ERRORS,
     LOAD_DEADLINE_FLOOR_S,
     LiveRun,
     RunReport,
@@ -246,7 +248,7 @@ def _run_groups(run: LiveRun, todo: list[PlannedPoint], restart_session: str | N
                         else pairing_record(BY_RESTART, restart_session, positions[point.point_id], labels)
                     )
                     if not run.measure(point, lifetime, server, pairing) and (gone := server_gone(server)):
-                        died = RuntimeError(gone)
+                        died = RuntimeError(GONE_ERRORS[gone].format(scope="config"))
                         for rest in points[index + 1 :]:
                             run.fail(rest, died, lifetime)
                         break
@@ -374,16 +376,6 @@ def hardware_in_words(rows: pd.DataFrame) -> str:
     return "; ".join(parts)
 
 
-def live_summary(report: RunReport, rows: pd.DataFrame, folder: Path) -> str:
-    """One line on a live run: the points it measured and on what hardware (from their rows), those it skipped as
-    already recorded, and the folder its rows are in."""
-    mine = rows[rows["point_id"].isin(report.measured)]
-    measured = "no point measured"
-    if report.measured:
-        measured = f"{len(report.measured)} point(s) measured on {hardware_in_words(mine)}"
-    return f"live: {measured}, {len(report.skipped)} already recorded and skipped; rows in {folder}"
-
-
 def checked_choice(
     case: str, mode: str, plan_overrides: dict[str, Any] | None = None, part: str | None = None
 ) -> tuple[CasePlan, dict[str, Any]]:
@@ -413,30 +405,40 @@ def live_overrides(overrides: dict[str, Any] | None, nvml: Any = None) -> dict[s
     return given
 
 
-def results_for(
+@dataclass(frozen=True)
+class LiveReport:
+    """What the live run of ``case_rows`` did: its run's report, the case's rows once it ended and their folder."""
+
+    report: RunReport
+    rows: pd.DataFrame
+    folder: Path
+
+
+def case_rows(
     case: str,
     mode: str,
     plan_overrides: dict[str, Any] | None = None,
     part: str | None = None,
     **run_kwargs: Any,
-) -> pd.DataFrame:
-    """What a case notebook calls: replay the recorded rows, or run the plan live first (``run_case``), then replay.
+) -> tuple[pd.DataFrame, LiveReport | None]:
+    """A case page's rows: replay the recorded rows, or run the plan live first (``run_case``), then replay.
 
     The checks of ``checked_choice`` come first. The rows returned are those the filter parameters choose
     (``select_rows``): every row of the case when none is given, with the runs other cases recorded of the same points
     (``replay_case_with_same_points``), each with its paired session and host readings
     (``results.conditions``; the GPU samples left unread), so comparisons judge paired runs pair by pair. Live mode
-    takes ``gpu_memory_gib`` from the GPU at hand (``live_overrides``) and prints one line: the points measured, on
-    what hardware, the points skipped as already recorded on it, and where the rows are.
+    takes ``gpu_memory_gib`` from the GPU at hand (``live_overrides``) and returns, beside the rows, what the run did
+    (``LiveReport``; None in replay mode): ``cases.results.results_for`` prints it in a line.
     """
     plan, overrides = checked_choice(case, mode, plan_overrides, part)
     data = run_kwargs.get("data")
+    live = None
     if mode == "live":
         with case_runner_lock(store.case_dir(plan.case, data)):
             report = run_case(load_plan(case, **live_overrides(overrides)), **run_kwargs)
         report.raise_for_failures()
-        print(live_summary(report, replay_case(plan.case, data), store.case_dir(plan.case, data)))
+        live = LiveReport(report, replay_case(plan.case, data), store.case_dir(plan.case, data))
     rows = replay_case_with_same_points(plan.case, data)
     if not rows.empty:
         rows = with_run_conditions(rows, data, gpu_samples=False)
-    return select_rows(rows, plan, overrides)
+    return select_rows(rows, plan, overrides), live

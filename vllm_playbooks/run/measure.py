@@ -14,13 +14,14 @@ import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.engine.gpu_sampler import GpuSampler, nvml_sampler
 from vllm_playbooks.engine.host_sampler import HostSampler
-from vllm_playbooks.engine.metrics import parse_metrics, scrape, untrusted_scrape
+from vllm_playbooks.engine.metrics import ScrapeFault, parse_metrics, scrape, untrusted_scrape
 from vllm_playbooks.engine.server import VllmServer
 from vllm_playbooks.errors import PlaybookError, ServerError, StorageError
 from vllm_playbooks.load.bench import BenchClient, bench_argv
@@ -52,12 +53,24 @@ def load_deadline_s(planned_s: float, floor_s: float = LOAD_DEADLINE_FLOOR_S) ->
     return max(floor_s, LOAD_DEADLINE_FACTOR * planned_s)
 
 
+#: The words of a ``ServerError`` refusing a scrape, by its fault.
+_SCRAPE_FAULTS = {
+    ScrapeFault.EMPTY: "it is empty",
+    ScrapeFault.HTML: "it is HTML, not Prometheus text",
+    ScrapeFault.NOT_PROMETHEUS: "it is not Prometheus text",
+    ScrapeFault.NO_VLLM_COUNTER: "it holds no vllm: counter",
+    ScrapeFault.NO_SPEC_COUNTERS: "speculation is on but it lacks the speculative-decoding counters",
+}
+
+
 def trusted_scrape(base_url: str, speculative: bool, when: str) -> str:
     """The server's ``/metrics`` text (``scrape``), refused with ``ServerError`` in one line when it cannot be trusted
     (``untrusted_scrape``): the point then fails and is measured again, instead of a row built on it."""
     text = scrape(base_url)
-    why = untrusted_scrape(text, speculative)
-    if why is not None:
+    fault = untrusted_scrape(text, speculative)
+    if fault is not None:
+        code, detail = fault
+        why = _SCRAPE_FAULTS[code] + (f" ({detail})" if detail else "")
         raise ServerError(f"the /metrics scrape {when} the measured run cannot be trusted: {why}; not recorded")
     return text
 
@@ -274,13 +287,28 @@ def record_failed_point(
     raw.record_failure(case_dir, recorded_id, message, {"server_log": str(log)})
 
 
-def server_gone(server: VllmServer) -> str | None:
+class ServerGone(StrEnum):
+    """Why the points left on a server cannot be measured after one failed (``server_gone``)."""
+
+    DIED = "died"
+    UNHEALTHY = "unhealthy"
+
+
+#: The error each point left on a gone server fails with, by ``ServerGone``: ``scope`` is what the server was serving
+#: ('config', or 'paired run' for the servers of a paired run).
+GONE_ERRORS = {
+    ServerGone.DIED: "server died earlier in this {scope}",
+    ServerGone.UNHEALTHY: "server stopped answering /health earlier in this {scope}",
+}
+
+
+def server_gone(server: VllmServer) -> ServerGone | None:
     """Why the points left on ``server`` cannot be measured after one failed, or None when it still serves: it
     died, or it no longer answers ``/health`` with 200 in time (hung, stopped, or answering what breaks HTTP)."""
     if not server.alive():
-        return "server died earlier in this config"
+        return ServerGone.DIED
     if not server.healthy():
-        return "server stopped answering /health earlier in this config"
+        return ServerGone.UNHEALTHY
     return None
 
 

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from vllm_playbooks.config.pairing import CO_RESIDENT, pairing_record
 from vllm_playbooks.engine.server import VllmServer
 from vllm_playbooks.errors import PlaybookError, StorageError
-from vllm_playbooks.run.measure import LiveRun, server_gone, startup_cause
+from vllm_playbooks.run.measure import GONE_ERRORS, LiveRun, server_gone, startup_cause
 from vllm_playbooks.run.plan import PlannedPoint
 
 
@@ -62,5 +62,5 @@ def run_together(run: LiveRun, todo: Sequence[PlannedPoint], session: str) -> No
             pairing = pairing_record(CO_RESIDENT, session, position, labels)
             if not run.measure(point, lifetimes[cid], server, pairing) and (gone := server_gone(server)):
                 del servers[cid]
-                fail_rest(cid, RuntimeError(gone.replace("this config", "this paired run")), position + 1)
+                fail_rest(cid, RuntimeError(GONE_ERRORS[gone].format(scope="paired run")), position + 1)
             run.bar.update(1)

@@ -19,6 +19,7 @@ from vllm_playbooks.advisor import live, live_plan
 from vllm_playbooks.advisor.goodput import Slo
 from vllm_playbooks.advisor.search import PLAN_MARGIN, STOP_REASONS
 from vllm_playbooks.advisor.trace import latest_trace, read_trace, trace_steps
+from vllm_playbooks.book.advisor_page import stop_text
 from vllm_playbooks.engine.leftovers import SERVERS_FILE, read_record
 from vllm_playbooks.engine.server import VllmServer
 from vllm_playbooks.errors import PlaybookError
@@ -255,7 +256,7 @@ def test_ctrl_c_stops_the_server_keeps_the_rows_and_ends_the_trace(case_file: Pa
     assert servers.started and not any(s.alive() for s in servers.started)
     assert read_record(data / "runs" / "live-advice" / SERVERS_FILE) == []
     trace = latest_trace("live-advice", data)
-    assert trace is not None and not trace.finished and trace.stop_reason.startswith("did not finish: interrupted")
+    assert trace is not None and not trace.finished and str(trace.stop_reason).startswith("interrupted")
     assert len(trace.payments) == 1 == len(replay_rows("live-advice", data))
     assert math.isnan(trace_steps(trace)["expected_goodput_rps"].iloc[0])  # no advice line: no model numbers
 
@@ -268,7 +269,7 @@ def test_a_point_that_fails_ends_the_search_and_is_kept_as_a_failure(case_file: 
     failures = list((data / "runs" / "live-advice" / "raw").glob(f"{H200}/*/*{raw.FAILURE_SUFFIX}"))
     assert len(failures) == 1 and replay_rows("live-advice", data) == []
     trace = latest_trace("live-advice", data)
-    assert trace is not None and "bench serve failed" in trace.stop_reason and trace.payments == []
+    assert trace is not None and "bench serve failed" in str(trace.stop_reason) and trace.payments == []
 
 
 def _advise(*argv: str) -> list[str]:
@@ -376,7 +377,7 @@ def test_the_command_prints_the_advice_the_rows_added_and_the_trace(
     assert trace is not None and out.rstrip().endswith(f"trace: {trace.path}")
     assert out.startswith(f"A live search of live-advice (tiny-llama, 64 in / 16 out, closed loop) on {H200}, started")
     assert "SLO TPOT p99 ≤ 6 ms, budget 15.0 GPU-minutes (each of the grid's 8 points once: 6.0)" in out
-    assert f"it stopped: {trace.stop_reason}." in out
+    assert f"it stopped: {stop_text(trace)}." in out
     assert [line.split(":")[0] for line in out.splitlines() if line.startswith("  paid ")] == [
         f"  paid {n}" for n in range(1, len(trace.payments) + 1)
     ]

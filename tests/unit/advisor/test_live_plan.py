@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FROZEN
+from vllm_playbooks.advisor.grids import GridFilter
 from vllm_playbooks.advisor.live_plan import live_grid, live_prices
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.run.plan import load_plan
@@ -23,8 +24,8 @@ def test_the_grid_is_one_shape_lengths_load_kind_and_acceptance_scenario_of_the_
     ):
         live_grid(plan)
     with pytest.raises(ConfigError, match="3 planned grids"):  # three acceptances imposed on the chat profile
-        live_grid(plan, input_len=230)
-    chat = live_grid(plan, input_len=230, acceptance="0.710")
+        live_grid(plan, GridFilter(input_len=230))
+    chat = live_grid(plan, GridFilter(input_len=230, acceptance="0.710"))
     assert chat.key == {
         "case": "gpt-oss-eagle3",
         "model_shape": "gpt-oss-120b",
@@ -45,10 +46,10 @@ def test_the_grid_is_one_shape_lengths_load_kind_and_acceptance_scenario_of_the_
     catalog = chat.catalog()
     assert set(catalog["concurrency"]) == {1, 2, 4, 8, 16, 32, 64, 128, 200}
     assert catalog["request_rate_qps"].isna().all()
-    few = live_grid(plan, input_len=230, acceptance="0.81", max_concurrency=8)
+    few = live_grid(plan, GridFilter(input_len=230, acceptance="0.81", max_concurrency=8))
     assert set(few.catalog()["concurrency"]) == {1, 2, 4, 8} and len(few.engines()) == 2
     with pytest.raises(ConfigError, match="0 planned grids"):
-        live_grid(plan, input_len=231)
+        live_grid(plan, GridFilter(input_len=231))
 
 
 def test_prices_are_the_plans_estimates_times_the_gpus_a_config_uses(frozen_data: Path) -> None:

@@ -203,8 +203,9 @@ def test_an_uncalibrated_architecture_warns_with_the_error_to_expect() -> None:
     engine = EngineConfig(label="g", model="gpt-oss-20b", max_model_len=4096)
     assert memory_family(engine) not in calibration.rows
     budget = kv_budget(engine, 79.2)
-    assert budget.calibration_warning and "not calibrated" in budget.calibration_warning
-    assert "MoE" in budget.calibration_warning and "%" in budget.calibration_warning
+    gap = budget.calibration_warning
+    assert gap is not None and gap.family == memory_family(engine) and gap.borrowed in calibration.rows
+    assert gap.moe and gap.worst_error_pct > 0
     recorded = EngineConfig(label="l", model="llama-3.1-8b", max_model_len=2048)
     assert kv_budget(recorded, 139.8).calibration_warning is None
 

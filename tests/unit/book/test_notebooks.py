@@ -122,7 +122,7 @@ def test_reproduce_of_an_unknown_notebook_says_which_exist(capsys: pytest.Captur
 
 
 def test_a_bad_mode_is_refused() -> None:
-    from vllm_playbooks.run.case import results_for
+    from vllm_playbooks.cases.results import results_for
 
     with pytest.raises(ConfigError, match="mode must be 'replay' or 'live'"):
         results_for("llama-8b-draft-model", "Live")

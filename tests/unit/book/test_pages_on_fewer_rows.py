@@ -79,7 +79,7 @@ def test_a_page_showing_every_gpu_heads_with_the_reference_gpus_rows_alone(page:
 
     from vllm_playbooks.analysis import compare
     from vllm_playbooks.analysis.runs import rows_on_hardware
-    from vllm_playbooks.run.case import results_for
+    from vllm_playbooks.cases.results import results_for
 
     out = tmp_path / f"{page}.ipynb"
     papermill.execute_notebook(

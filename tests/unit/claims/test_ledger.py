@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import FROZEN, ROOT
 from vllm_playbooks import cases
 from vllm_playbooks.analysis import whatif
+from vllm_playbooks.book.ledger import ledger_markdown
 from vllm_playbooks.cases import discussion_13834
 from vllm_playbooks.claims import claim as claims_claim
 from vllm_playbooks.claims import ledger as claims_ledger
@@ -781,7 +782,7 @@ def test_with_nothing_recorded_no_claim_gets_a_data_verdict(data: Path) -> None:
 
 @pytest.mark.recorded_data
 def test_the_page_renders_every_claim(ledger: pd.DataFrame) -> None:
-    text = claims_ledger.ledger_markdown(ledger)
+    text = ledger_markdown(ledger)
     for claim in ledger.claim:
         assert f"**{claim}**" in text
     assert "[juhoplayground.github.io](https://juhoplayground.github.io/" in text and "**[secondary]**" in text
@@ -978,7 +979,7 @@ def test_the_ledger_page_marks_single_runs_and_states_their_noise() -> None:
             },
         ]
     )
-    text = claims_ledger.ledger_markdown(ledger)
+    text = ledger_markdown(ledger)
     assert (
         text.count("*Re-measure:*") == 1
         and "`vllm-playbooks run --case c --gpus 0 --part quick` measures again the points" in text

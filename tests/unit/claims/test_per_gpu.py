@@ -10,6 +10,7 @@ import pytest
 
 import vllm_playbooks.cases.discussion_13834  # noqa: F401 (registers the claim's check)
 from vllm_playbooks import cases
+from vllm_playbooks.book.ledger import ledger_markdown
 from vllm_playbooks.claims import ledger, per_gpu
 from vllm_playbooks.claims.claim import Evidence
 from vllm_playbooks.claims.verdict import Verdict
@@ -104,10 +105,10 @@ def test_the_ledger_judges_a_claim_on_each_gpu_the_reference_first(with_a_faster
     assert lines["verdict"].iloc[1] == "not reproduced" != lines["verdict"].iloc[0]
     assert ledger.headline_lines(lines)["hardware"].tolist() == ["NVIDIA H200"]
     assert lines["headline"].tolist() == [True, False]
-    text = ledger.ledger_markdown(lines)
+    text = ledger_markdown(lines)
     assert f":::{{dropdown}} {CLAIM}: not reproduced ({OTHER}, " in text
     assert text.count(f"| **{CLAIM}**: ") == 1 and text.count(f"| ↳ {CLAIM} |") == 1  # the lead's line, then the other
-    alone = ledger.ledger_markdown(ledger.headline_lines(lines))
+    alone = ledger_markdown(ledger.headline_lines(lines))
     assert f"| ↳ {CLAIM} |" not in alone and f":::{{dropdown}} {CLAIM}: " in alone
 
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from vllm_playbooks.engine.exchange import BrokenAnswer, NoAnswer, get
-from vllm_playbooks.engine.metrics import untrusted_scrape
+from vllm_playbooks.engine.metrics import ScrapeFault, untrusted_scrape
 from vllm_playbooks.engine.server import free_port
 
 GOOD = b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello"
@@ -95,17 +95,20 @@ SCRAPE = (
 
 
 @pytest.mark.parametrize(
-    ("text", "speculative", "why"),
+    ("text", "speculative", "fault"),
     [
         (SCRAPE, True, None),
         (SCRAPE.split("# TYPE vllm:spec")[0], False, None),
-        (SCRAPE.split("# TYPE vllm:spec")[0], True, "lacks the speculative-decoding counters"),
-        (" \n", False, "it is empty"),
-        ("<!DOCTYPE html><html></html>", False, "it is HTML"),
-        ('# TYPE vllm:x_total counter\nvllm:x_total{engine="0" 1\n', False, "not Prometheus text"),
-        ("# TYPE other_total counter\nother_total 1.0\n", False, "no vllm: counter"),
+        (SCRAPE.split("# TYPE vllm:spec")[0], True, ScrapeFault.NO_SPEC_COUNTERS),
+        (" \n", False, ScrapeFault.EMPTY),
+        ("<!DOCTYPE html><html></html>", False, ScrapeFault.HTML),
+        ('# TYPE vllm:x_total counter\nvllm:x_total{engine="0" 1\n', False, ScrapeFault.NOT_PROMETHEUS),
+        ("# TYPE other_total counter\nother_total 1.0\n", False, ScrapeFault.NO_VLLM_COUNTER),
     ],
 )
-def test_a_scrape_is_trusted_only_as_vllm_prometheus_text(text: str, speculative: bool, why: str | None) -> None:
+def test_a_scrape_is_trusted_only_as_vllm_prometheus_text(
+    text: str, speculative: bool, fault: ScrapeFault | None
+) -> None:
     found = untrusted_scrape(text, speculative)
-    assert found == why if why is None else why in str(found)
+    assert (found if found is None else found[0]) == fault
+    assert found is None or bool(found[1]) == (fault == ScrapeFault.NOT_PROMETHEUS)  # the parser's error, alone

@@ -376,50 +376,49 @@ def test_rows_of_another_hardware_are_neither_skipped_nor_mixed(data: Path, monk
 
 
 def test_replay_shows_only_the_loads_and_engines_asked_for(frozen_data: Path) -> None:
-    from vllm_playbooks.run.case import results_for
+    from vllm_playbooks.run.case import case_rows
 
-    every = results_for("deepseek-mtp", "replay")
+    every = case_rows("deepseek-mtp", "replay")[0]
     assert set(every["request_rate_qps"].dropna()) == {1.0, 4.0, 8.0} and 64 in set(every["concurrency"])
-    rates = results_for("deepseek-mtp", "replay", {"request_rate_qps": "[1, 8]", "concurrency": None})
+    rates = case_rows("deepseek-mtp", "replay", {"request_rate_qps": "[1, 8]", "concurrency": None})[0]
     assert set(rates["request_rate_qps"]) == {1.0, 8.0} and len(rates) == (every["request_rate_qps"].isin([1, 8])).sum()
-    off = results_for("deepseek-mtp", "replay", {"engines": ["spec-off"]})
+    off = case_rows("deepseek-mtp", "replay", {"engines": ["spec-off"]})[0]
     assert set(off["engine_label"]) == {"spec-off"} and len(off) == (every["engine_label"] == "spec-off").sum()
     # the quick part runs the 16-expert shape, of which no row is recorded: replay says so rather than show other rows
     with pytest.raises(ConfigError, match=r"no recorded row at engine \['fit80-spec-off', 'fit80-mtp-k1-a0.85'\]"):
-        results_for("deepseek-mtp", "replay", part="quick")
+        case_rows("deepseek-mtp", "replay", part="quick")
 
 
 def test_replay_of_a_part_leaves_out_its_configs_not_measured_yet(data: Path) -> None:
     """The Llama quick part names speculation off and both drafts; with the first two recorded, replay shows them."""
-    from vllm_playbooks.run.case import results_for
+    from vllm_playbooks.run.case import case_rows
 
     run_case(small_plan(concurrency=[1, 16]), data=data, bench=FakeBench(), server_factory=factory(), progress=False)
-    quick = results_for(CASE, "replay", part="quick")
+    quick = case_rows(CASE, "replay", part="quick")[0]
     assert set(quick["engine_label"]) == {"spec-off", "draft-1b-k4-a0.8"} and set(quick["concurrency"]) == {1, 16}
     with pytest.raises(ConfigError, match=r"no recorded row at engine \['draft-1b-k4-a0.8-async'\]"):
-        results_for(CASE, "replay", {"engines": ["draft-1b-k4-a0.8-async"]})
+        case_rows(CASE, "replay", {"engines": ["draft-1b-k4-a0.8-async"]})
 
 
 def test_replay_refuses_what_no_recorded_row_holds(frozen_data: Path) -> None:
-    from vllm_playbooks.run.case import results_for
+    from vllm_playbooks.run.case import case_rows
 
     with pytest.raises(ConfigError, match=r"no recorded row at concurrency \[2\]; recorded: \[64\]"):
-        results_for("deepseek-mtp", "replay", {"concurrency": [2]})
+        case_rows("deepseek-mtp", "replay", {"concurrency": [2]})
     with pytest.raises(ConfigError, match=r"no recorded row at engine \['mtp-k1-a0.81'\]; recorded: \['mtp-k1"):
-        results_for("deepseek-mtp", "replay", {"engines": ["mtp-k1-a0.81"]})
+        case_rows("deepseek-mtp", "replay", {"engines": ["mtp-k1-a0.81"]})
     with pytest.raises(ConfigError, match=r"no recorded row at request rate \[1\]; recorded: \[4\]"):
-        results_for("deepseek-mtp", "replay", {"engines": ["mtp-k1-a0.85"], "request_rate_qps": [1]})
+        case_rows("deepseek-mtp", "replay", {"engines": ["mtp-k1-a0.85"], "request_rate_qps": [1]})
     with pytest.raises(ConfigError, match="no recorded row of the chosen engines at the chosen loads"):
-        results_for("gpt-oss-eagle3", "replay", {"profiles": ["swe"]})  # the frozen copy holds chat rows only
+        case_rows("gpt-oss-eagle3", "replay", {"profiles": ["swe"]})  # the frozen copy holds chat rows only
     with pytest.raises(ConfigError, match="Unknown case 'nope'"):
-        results_for("nope", "replay")
+        case_rows("nope", "replay")
     with pytest.raises(ConfigError, match="no part 'x'"):
-        results_for("deepseek-mtp", "replay", part="x")
+        case_rows("deepseek-mtp", "replay", part="x")
 
 
-def test_the_rows_name_their_hardware_and_a_live_run_says_what_it_did() -> None:
-    from vllm_playbooks.run.case import hardware_in_words, live_summary
-    from vllm_playbooks.run.measure import RunReport
+def test_the_rows_name_their_hardware() -> None:
+    from vllm_playbooks.run.case import hardware_in_words
 
     rows = pd.DataFrame(
         {
@@ -433,13 +432,6 @@ def test_the_rows_name_their_hardware_and_a_live_run_says_what_it_did() -> None:
         "NVIDIA A100 (2 GPUs per server), vLLM 0.26.0; NVIDIA H200 (1 GPU per server), vLLM 0.26.0"
     )
     assert hardware_in_words(rows.iloc[:0]) == "no rows"
-    report = RunReport(measured=["b/c1-r0", "b/c4-r0"], skipped=["a/c1-r0"])
-    assert live_summary(report, rows, Path("/d")) == (
-        "live: 2 point(s) measured on NVIDIA A100 (2 GPUs per server), vLLM 0.26.0, 1 already recorded and skipped; "
-        "rows in /d"
-    )
-    nothing = live_summary(RunReport(skipped=["a/c1-r0"]), rows, Path("/d"))
-    assert nothing.startswith("live: no point measured, 1 already")
 
 
 def test_live_mode_needs_a_gpu_before_any_work(monkeypatch: pytest.MonkeyPatch) -> None:

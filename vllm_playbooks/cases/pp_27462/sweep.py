@@ -10,12 +10,13 @@ from typing import Any
 import pandas as pd
 
 from vllm_playbooks.cases.pp_27462 import CASE, best_pp_setting, planned_grid
+from vllm_playbooks.cases.results import results_for
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.model.calibration import EfficiencyFit
 from vllm_playbooks.model.pipeline import with_layout
 from vllm_playbooks.results.engine_steps import step_summary
 from vllm_playbooks.results.replay import replay_case
-from vllm_playbooks.run.case import results_for, run_case
+from vllm_playbooks.run.case import run_case
 from vllm_playbooks.run.plan import load_plan
 
 #: The concurrency sweep at the best PP=2 setting: below, at and above the cap.
