@@ -180,12 +180,14 @@ def test_there_are_startup_logs() -> None:
 @pytest.mark.recorded_data
 @pytest.mark.parametrize("log", LOGS, ids=[p.name[:24] for p in LOGS])
 def test_kv_tokens_follow_from_the_memory_vllm_left_for_them(log: Path) -> None:
-    """Exact part: tokens = ⌊available / (bytes per token × 16)⌋ × 16 (the log rounds GiB to 0.01); on gpt-oss with
-    an EAGLE-3 head the bytes per token include the sliding-window layer vLLM pads in (``padded_kv_layers``)."""
+    """Exact part: tokens = ⌊available / (bytes per token × 16)⌋ × 16, within 0.1 % or, for a small pool, what the
+    log's rounding of the available GiB to 0.01 leaves open (0.005 GiB of tokens and one block); on gpt-oss with an
+    EAGLE-3 head the bytes per token include the sliding-window layer vLLM pads in (``padded_kv_layers``)."""
     start, engine = read_startup(log), _engine_of(log)
     budget = kv_budget(engine, start.total_memory_gib)
     tokens = int(start.available_kv_gib * GIB // (budget.kv_bytes_per_token_per_gpu * BLOCK_SIZE)) * BLOCK_SIZE
-    assert tokens == pytest.approx(start.kv_cache_tokens, rel=1e-3)
+    rounding = 0.005 * GIB / budget.kv_bytes_per_token_per_gpu + BLOCK_SIZE
+    assert abs(tokens - start.kv_cache_tokens) <= max(1e-3 * start.kv_cache_tokens, rounding)
 
 
 @pytest.mark.recorded_data
@@ -315,7 +317,7 @@ def test_calculator_check_table_covers_every_log() -> None:
     weights_error_gib = logged.weights_gib_ours - logged.weights_gib_vllm
     assert (kv_error_gib + weights_error_gib).abs().max() < 0.2 and weights_error_gib.abs().max() < 1.0
     note = overheads_note(table)
-    assert note.startswith("**Where the MoE budgets go.** `deepseek-v3-reduced`: KV tokens off by ")
+    assert note.startswith("**Where the MoE budgets go.** `")
     for model, rows in moe.groupby("model"):  # each MoE shape's logged activation peaks beside ours, lowest to highest
         peaks = [f"{rows[column].min():.2f}" for column in ("activation_gib_vllm", "activation_gib_ours")]
         assert f"`{model}`: KV tokens off by " in note and f"vLLM measured a {peaks[0]}" in note
