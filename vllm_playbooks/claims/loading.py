@@ -24,7 +24,7 @@ from vllm_playbooks.results.failed_starts import failed_starts
 from vllm_playbooks.results.replay import RECORDED_FOR, replay_case_with_same_points
 from vllm_playbooks.results.server_logs import parse_log_name, read_startup, server_logs
 from vllm_playbooks.results.store import case_dir, cases_with_runs, load_reference, load_runs, recorded_cases
-from vllm_playbooks.run.budget import engine_for_log
+from vllm_playbooks.run.budget import engine_for_log, recorded_engine_json
 from vllm_playbooks.run.deciding import deciding_points
 
 #: The columns of a case folder's ``claims.csv`` (the case is the folder's).
@@ -89,6 +89,7 @@ def recorded_startups(data: Path) -> pd.DataFrame:
         rows = load_runs(case, data)
         measured_at = pd.to_datetime(rows["measured_at"], utc=True)
         logs = server_logs(case_dir(case, data))  # reads every log once to see which servers started
+        recorded = recorded_engine_json(case, data) if logs else {}
         names = {log: parse_log_name(log.name) for log in logs}
         launches = sorted(name for name in names.values() if name is not None)
         for log in logs:
@@ -97,7 +98,7 @@ def recorded_startups(data: Path) -> pd.DataFrame:
                 continue
             try:
                 start = read_startup(log)
-                engine = engine_for_log(log, data)
+                engine = engine_for_log(log, data, recorded)
             except SchemaError:
                 continue
             resolved = kv_budget(engine, start.total_memory_gib)

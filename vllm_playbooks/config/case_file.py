@@ -11,6 +11,7 @@ wrong one is a ``ConfigError`` naming it, never a traceback from deep inside the
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -50,11 +51,21 @@ def case_names() -> list[str]:
 
     def order(folder: Path) -> tuple[int, str]:
         grid = folder / GRID_FILE
-        spec = yaml.safe_load(grid.read_text(encoding="utf-8")) if grid.is_file() else None
-        page_order = spec.get("page_order", DEFAULT_PAGE_ORDER) if isinstance(spec, dict) else DEFAULT_PAGE_ORDER
-        return (page_order if isinstance(page_order, int) else DEFAULT_PAGE_ORDER), folder.name
+        if not grid.is_file():
+            return DEFAULT_PAGE_ORDER, folder.name
+        stat = grid.stat()
+        return _page_order(str(grid), stat.st_size, stat.st_mtime_ns), folder.name
 
     return [case_of_folder(folder) for folder in sorted(folders, key=order)]
+
+
+@functools.lru_cache(maxsize=256)
+def _page_order(grid: str, size: int, mtime_ns: int) -> int:
+    """The ``page_order`` of the grid file ``grid`` (``DEFAULT_PAGE_ORDER`` where it sets none, or none that is a
+    whole number); read once per size and modification time of the file (``size``, ``mtime_ns``: the cache key)."""
+    spec = yaml.safe_load(Path(grid).read_text(encoding="utf-8"))
+    page_order = spec.get("page_order", DEFAULT_PAGE_ORDER) if isinstance(spec, dict) else DEFAULT_PAGE_ORDER
+    return page_order if isinstance(page_order, int) else DEFAULT_PAGE_ORDER
 
 
 def case_of_folder(folder: Path) -> str:

@@ -48,3 +48,17 @@ def test_a_file_changed_since_the_last_rebuild_gives_its_new_row(point: Path, tm
     bench_file.write_text("{", encoding="utf-8")
     with pytest.raises(SchemaError, match="damaged"):
         raw.row_from_point(point, tmp_path)
+
+
+def test_a_file_digest_is_read_again_while_recent_and_kept_once_settled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "bench.json"
+    path.write_text('{"value": 1}')
+    first = raw._file_digest(path)
+    path.write_text('{"value": 2}')  # same size, within the clock's granularity: not taken from the cache
+    assert raw._file_digest(path) != first
+    monkeypatch.setattr(raw, "_SETTLED_S", 0.0)
+    settled = raw._file_digest(path)
+    monkeypatch.setattr(Path, "read_bytes", lambda self: pytest.fail("a settled, unchanged file was read again"))
+    assert raw._file_digest(path) == settled
