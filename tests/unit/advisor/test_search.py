@@ -12,9 +12,10 @@ import pytest
 from tests.unit.advisor.grids import engine_json, frame, row, startups
 from vllm_playbooks.advisor.goodput import Slo, grid_best, point_table, slo_levels
 from vllm_playbooks.advisor.grids import one_grid
-from vllm_playbooks.advisor.loads import dominated
-from vllm_playbooks.advisor.oracle import RecordedOracle
+from vllm_playbooks.advisor.loads import dominated, transients
+from vllm_playbooks.advisor.oracle import RecordedOracle, point_key
 from vllm_playbooks.advisor.outlook import outlook
+from vllm_playbooks.advisor.predict import priced_catalog
 from vllm_playbooks.advisor.search import (
     BASELINE_UNMEASURED,
     PLAN_MARGIN,
@@ -27,6 +28,7 @@ from vllm_playbooks.advisor.search import (
     baseline_first_gpu_s,
     certainty,
     min_answer_gpu_s,
+    point_summary,
 )
 from vllm_playbooks.cli.advise import advice_text
 from vllm_playbooks.hardware import datasheet_gpu
@@ -159,6 +161,21 @@ def test_a_miss_by_the_load_still_rules_out_the_loads_above_it(offs: tuple[float
     advice = advise(RecordedOracle(rows, startups(rows), budget_gpu_s=10_000.0), Slo(tpot_p99_ms=8.0), GPU)
     assert "off @ 8 req/s" not in [s.point for s in advice.steps]
     assert advice.chosen is not None and advice.chosen["point"] != "off @ 8 req/s"
+
+
+def test_only_a_rate_the_server_kept_up_with_makes_a_miss_transient_a_closed_loop_always_queues() -> None:
+    slo = Slo(tpot_p99_ms=8.0)
+
+    def transient_loads(rows: pd.DataFrame) -> set[float]:
+        lines = {point_key(line): line for line in priced_catalog(rows, GPU).to_dict("records")}
+        oracle = RecordedOracle(rows, startups(rows), budget_gpu_s=10_000.0)
+        paid = {key: point_summary(lines[key], [oracle.pay(key)], slo) for key in lines if key[0] == "off-id"}
+        return {lines[key]["load"] for key in transients(lines, paid, slo)}
+
+    rates = _rates((6.0, 6.2, 20.0, 7.5), off_rps_at_4=3.92)
+    assert transient_loads(rates) == {4.0}
+    closed = rates.assign(concurrency=rates["request_rate_qps"], request_rate_qps=float("nan"))
+    assert transient_loads(closed) == set()  # the same p99s under a closed loop: the load's own misses
 
 
 def test_the_live_path_measures_through_the_runner_and_takes_recorded_rows_for_free() -> None:
