@@ -4,15 +4,17 @@
   SLO, or below a paid load that met it, cannot win (``dominated``).
 - Except above a *transient* miss (``transients``): under a request rate, a paid load that missed the SLO while the
   server kept up with the rate offered (its requests/s within the noise band of the rate, ``analysis.noise.band_pct``:
-  no queue built up over the run) and whose missed p99, over the prior, jumped from the config's next paid load down
-  by more than the model's own band for that load distance (1 + u, u = ``NEAR_UNCERTAINTY`` + the distance
-  uncertainty × |log load ratio|: what the refit allows a config's ratios to move between two loads) missed by a
-  transient, not by its load. Nothing that kept up with the rate explains the jump, so it rules out no load above it,
-  and the config's next load up is left to the measurement (``above_transients``): one run settles it. A closed loop
-  always queues its clients, and a rate the server fell behind builds a queue, so their misses keep ruling out the
-  loads above. On the V2-Lite-scale grid at a request rate, speculation off's TPOT p99 over the prior went 2.9 at 2
-  req/s, 6.4 at 4 (its median of three runs, which kept up with the rate) and 1.4 at 8, where it met the loose SLO
-  and was the grid's best: the search that ruled out 8 req/s by the miss at 4 answered half the best's goodput.
+  no queue built up over the run), by a p99 above what the model predicts for it from every other paid point (the
+  refit without it: the config's other loads, else its family's or the prior) by more than the model's own band there
+  (a factor 1 + u, two standard deviations), missed by a transient, not by its load. Nothing that kept up with the rate
+  explains the jump, so it rules out no load above it, and the config's next load up is left to the measurement
+  (``above_transients``): one run settles it. The test is made again each round, on what is paid by then: a miss that
+  the config's later loads bring in line rules the loads above out again. A closed loop always queues its clients,
+  and a rate the server fell behind builds a queue, so their misses keep ruling out the loads above. On the
+  V2-Lite-scale grid at a request rate, speculation off's TPOT p99 at 4 req/s was 17.6 ms (the median of its three
+  runs, which kept up with the rate), where the refit from its 1 and 2 req/s predicted 7.9 ms (u 0.40) and the prior
+  alone 2.7 ms (u 1.5); at 8 req/s it met the loose SLO and was the grid's best, and the search that ruled
+  out 8 req/s by the miss at 4 answered half the best's goodput.
 - Below its misses, a started config is walked down by measurement, not ruled out by the model: while it has met the
   SLO at none of its paid points, its next load down is left to the measurement (``below_misses``). The model's shape
   over load is the least reliable thing it has: on the #13834 grid at acceptance 0.72 the 2-token draft's miss at 16
@@ -23,12 +25,11 @@ Every step of either walk costs one run and no start-up.
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 from typing import Any
 
 from vllm_playbooks.advisor.goodput import Slo
 from vllm_playbooks.advisor.oracle import PointKey
-from vllm_playbooks.advisor.predict import DISTANCE_UNCERTAINTY, NEAR_UNCERTAINTY
 from vllm_playbooks.analysis.noise import band_pct
 
 
@@ -38,15 +39,13 @@ def _same_axis(key: PointKey, other: PointKey) -> bool:
 
 
 def transients(
-    lines: dict[PointKey, dict[str, Any]],
     paid: dict[PointKey, dict[str, Any]],
     slo: Slo,
-    distance_uncertainty: float = DISTANCE_UNCERTAINTY,
+    expected: Callable[[PointKey], tuple[dict[str, float], float]],
 ) -> set[PointKey]:
-    """The paid points of ``paid`` (``search.point_summary``s by point; ``lines`` the priced catalog lines) that missed
-    ``slo`` by a transient (see the module's docstring): at a request rate the server kept up with, a missed p99's
-    measured / prior ratio above its config's next paid load down's by more than 1 + u, u =
-    ``NEAR_UNCERTAINTY`` + ``distance_uncertainty`` × |log load ratio|."""
+    """The paid points of ``paid`` (``search.point_summary``s by point) that missed ``slo`` by a transient (see the
+    module's docstring): at a request rate the server kept up with, a missed p99 above ``expected``'s prediction for
+    the point (the model's, from every other paid point, and its uncertainty u) by more than a factor 1 + u."""
     bounds = [(m, b) for m, b in (("tpot_p99_ms", slo.tpot_p99_ms), ("ttft_p99_ms", slo.ttft_p99_ms)) if b is not None]
     out = set()
     for key, summary in paid.items():
@@ -55,15 +54,9 @@ def transients(
             continue
         if summary["request_throughput_rps"] < rate * (1.0 - band_pct(summary["spread_pct"]) / 100.0):
             continue  # it fell behind the rate: a queue built up, its load's own miss
-        below = [k for k in paid if _same_axis(k, key) and lines[k]["load"] < lines[key]["load"]]
-        if not below:
-            continue
-        lower = max(below, key=lambda k: lines[k]["load"])
-        u = NEAR_UNCERTAINTY + distance_uncertainty * abs(math.log(lines[key]["load"] / lines[lower]["load"]))
-        for metric, bound in bounds:
-            ratio, lower_ratio = (paid[k][metric] / lines[k][f"prior_{metric}"] for k in (key, lower))
-            if summary[metric] > bound and ratio > lower_ratio * (1.0 + u):
-                out.add(key)
+        predicted, u = expected(key)
+        if any(summary[m] > bound and summary[m] > predicted[m] * (1.0 + u) for m, bound in bounds):
+            out.add(key)
     return out
 
 

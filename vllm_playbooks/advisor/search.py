@@ -9,9 +9,9 @@ while the model gives it at least ``PLAUSIBLE_CHANCE`` of meeting the SLO with m
 
 - What a config's paid loads rule out (``advisor.loads``): by monotonicity in load, the loads at or above a miss and
   below a load that met the SLO, except above a miss by a transient (at a request rate the server kept up with, a p99
-  out of line with the config's next paid load down), whose next load up is left to the measurement, as is a started
-  config's next load below its misses while it has met the SLO nowhere: such a point can win whenever its predicted
-  throughput could beat the bar, whatever latency the model gives it.
+  beyond the model's band around what it predicts from every other paid point), whose next load up is left to the
+  measurement, as is a started config's next load below its misses while it has met the SLO nowhere: such a point can
+  win whenever its predicted throughput could beat the bar, whatever latency the model gives it.
 - Only what the budget left affords is offered; the rules below choose among those.
 - The baseline first: until a speculative config is paid for, configs without speculation are offered alone while
   one of their points can win and the budget left pays for ``PLAN_MARGIN`` times the plan (the baseline's offer, then
@@ -53,6 +53,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from statistics import median
 from typing import Any
 
@@ -306,13 +307,14 @@ def _offers(
     bar: float,
     knobs: Knobs,
     first_scores: dict[PointKey, tuple[float, float]],
+    transient: set[PointKey] = frozenset(),
 ) -> tuple[dict[str, list[_Offer]], list[tuple[float, PointKey]]]:
     """One round's offers, by config id: the points not paid for that can still win against ``bar`` (requests/s)
     under ``fit``'s predictions, and (predicted margin to the SLO's bound, point) of every point neither pruned nor
-    dominated. Records each unpaid point's (expected, optimistic) goodput in ``first_scores``."""
+    dominated (``transient``: the paid misses by a transient, ``advisor.loads``). Records each unpaid point's (expected,
+    optimistic) goodput in ``first_scores``."""
     margins, offers = [], {}
     decisive = _decisive(slo)
-    transient = transients(lines, paid, slo, knobs.distance_uncertainty)
     ruled_out = dominated(lines, paid, transient)
     walked = below_misses(lines, paid, ruled_out) | above_transients(lines, paid, ruled_out, transient)
     for key, line in lines.items():
@@ -333,6 +335,22 @@ def _offers(
                 _Offer(key, gain, abs(math.log(slo_margin(predicted, slo))), placed=u < PRIOR_UNCERTAINTY)
             )
     return offers, margins
+
+
+def _expected_without(
+    key: PointKey,
+    lines: dict[PointKey, dict[str, Any]],
+    paid: dict[PointKey, dict[str, Any]],
+    gpu: Gpu,
+    slo: Slo,
+    knobs: Knobs,
+) -> tuple[dict[str, float], float]:
+    """The model's prediction of the paid point ``key`` and its uncertainty u, refitted on every other paid point."""
+    others = [(lines[k], {m: s[m] for m in RATIOS}) for k, s in paid.items() if k != key]
+    line = lines[key]
+    base = {m: line[f"prior_{m}"] for m in RATIOS}
+    fit = refit(others, gpu, knobs.distance_uncertainty)
+    return fit.predict(line["config_id"], line["load"], base, line["family"], _decisive(slo))
 
 
 def baseline_first_gpu_s(oracle: Oracle, slo: Slo, gpu: Gpu, knobs: Knobs = Knobs()) -> float | None:
@@ -379,7 +397,10 @@ def advise(oracle: Oracle, slo: Slo, gpu: Gpu, max_repeats: int = MIN_CLEAN_REPE
         rival = paid[rival_key] if rival_key is not None else None
         band = band_pct(*(s["spread_pct"] for s in (best, rival) if s is not None))
         bar = best["goodput_rps"] * (1 + band / 100.0) if best is not None else 0.0
-        offers, margins = _offers(lines, paid, fit, slo, bar, knobs, first_scores)
+        transient = transients(
+            paid, slo, partial(_expected_without, lines=lines, paid=paid, gpu=gpu, slo=slo, knobs=knobs)
+        )
+        offers, margins = _offers(lines, paid, fit, slo, bar, knobs, first_scores, transient)
         challengers = _challengers(
             offers, lines, set(paid), best_key, oracle.price, oracle.left_gpu_s(), knobs.plan_margin
         )
