@@ -7,13 +7,11 @@ of highest measured goodput (medians of its paid repeats); its *bar* is its good
 while the model gives it at least ``PLAUSIBLE_CHANCE`` of meeting the SLO with more goodput than the bar; its
 *expected gain* is its expected goodput beyond the bar. Configs the KV calculator says cannot fit are never offered.
 
-- Within a config, p99 latencies and throughput rise with the load: a point at or above a paid load that missed the
-  SLO, or below a paid load that met it, cannot win (``_dominated``).
-- Below its misses, a started config is walked down by measurement, not ruled out by the model: while it has met the
-  SLO at none of its paid points, its next load down can win whenever its predicted throughput could beat the bar,
-  whatever latency the model gives it (``_below_misses``). The model's shape over load is the least reliable thing it
-  has: on the #13834 grid at acceptance 0.72 the 2-token draft's miss at 16 clients, carried down, ruled the draft
-  family out at 8 clients, where the 3-token draft is the grid's best. Each step costs one run and no start-up.
+- What a config's paid loads rule out (``advisor.loads``): by monotonicity in load, the loads at or above a miss and
+  below a load that met the SLO, except above a miss by a transient (at a request rate the server kept up with, a p99
+  beyond the model's band around what it predicts from every other paid point), whose next load up is left to the
+  measurement, as is a started config's next load below its misses while it has met the SLO nowhere: such a point can
+  win whenever its predicted throughput could beat the bar, whatever latency the model gives it.
 - Only what the budget left affords is offered; the rules below choose among those.
 - The baseline first: until a speculative config is paid for, configs without speculation are offered alone while
   one of their points can win and the budget left pays for ``PLAN_MARGIN`` times the plan (the baseline's offer, then
@@ -55,12 +53,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from statistics import median
 from typing import Any
 
 import pandas as pd
 
 from vllm_playbooks.advisor.goodput import Slo, given, goodput_rps, point_name
+from vllm_playbooks.advisor.loads import above_transients, below_misses, dominated, transients
 from vllm_playbooks.advisor.oracle import Oracle, PointKey, point_key
 from vllm_playbooks.advisor.outlook import goodput_scores, log_error_sigma, normal_cdf, outlook, slo_margin
 from vllm_playbooks.advisor.predict import (
@@ -195,46 +195,6 @@ def certainty(chosen: dict[str, Any] | None, runner_up: dict[str, Any] | None) -
     return (SURENESS[0] if lead > band else SURENESS[1]), lead, band
 
 
-def _dominated(lines: dict[PointKey, dict[str, Any]], paid: dict[PointKey, dict[str, Any]], slo: Slo) -> set[PointKey]:
-    """Points that cannot win, by monotonicity in load within a config (p99 latencies and throughput rise with the
-    load): those at or above a paid load of the same config that missed the SLO, and those below a paid load of the
-    same config that met it (less throughput at no gain)."""
-    out = set()
-    for done, summary in paid.items():
-        missed = summary["goodput_rps"] <= 0
-        at = lines[done]["load"]
-        for key, line in lines.items():
-            if key == done or key[0] != done[0] or (key[3] < 0) != (done[3] < 0):
-                continue
-            if (missed and line["load"] >= at) or (not missed and line["load"] < at):
-                out.add(key)
-    return out
-
-
-def _below_misses(
-    lines: dict[PointKey, dict[str, Any]], paid: dict[PointKey, dict[str, Any]], dominated: set[PointKey]
-) -> set[PointKey]:
-    """For each started config that met the SLO at none of its paid points, per kind of load, its next load down:
-    the highest load neither paid for nor dominated (every such load lies below the config's lowest miss)."""
-    out = set()
-    for config in {key[0] for key in paid}:
-        if any(summary["goodput_rps"] > 0 for key, summary in paid.items() if key[0] == config):
-            continue
-        for rate in (True, False):
-            below = [
-                key
-                for key, line in lines.items()
-                if key[0] == config
-                and (key[4] >= 0) == rate
-                and key not in paid
-                and key not in dominated
-                and not line["pruned"]
-            ]
-            if below:
-                out.add(max(below, key=lambda key: lines[key]["load"]))
-    return out
-
-
 @dataclass(frozen=True)
 class _Offer:
     """A point that can still win: its expected gain over the bar, its distance to the SLO's edge (|log| of its
@@ -347,16 +307,18 @@ def _offers(
     bar: float,
     knobs: Knobs,
     first_scores: dict[PointKey, tuple[float, float]],
+    transient: set[PointKey] = frozenset(),
 ) -> tuple[dict[str, list[_Offer]], list[tuple[float, PointKey]]]:
     """One round's offers, by config id: the points not paid for that can still win against ``bar`` (requests/s)
     under ``fit``'s predictions, and (predicted margin to the SLO's bound, point) of every point neither pruned nor
-    dominated. Records each unpaid point's (expected, optimistic) goodput in ``first_scores``."""
+    dominated (``transient``: the paid misses by a transient, ``advisor.loads``). Records each unpaid point's (expected,
+    optimistic) goodput in ``first_scores``."""
     margins, offers = [], {}
     decisive = _decisive(slo)
-    dominated = _dominated(lines, paid, slo)
-    next_down = _below_misses(lines, paid, dominated)
+    ruled_out = dominated(lines, paid, transient)
+    walked = below_misses(lines, paid, ruled_out) | above_transients(lines, paid, ruled_out, transient)
     for key, line in lines.items():
-        if line["pruned"] or key in dominated:
+        if line["pruned"] or key in ruled_out:
             continue
         base = {m: line[f"prior_{m}"] for m in RATIOS}
         predicted, u = fit.predict(line["config_id"], line["load"], base, line["family"], decisive)
@@ -365,7 +327,7 @@ def _offers(
             continue
         first_scores[key] = goodput_scores(predicted, u, slo)
         chance, gain = outlook(predicted, u, slo, bar)
-        if key in next_down:  # its latency is left to the measurement; its throughput must still beat the bar
+        if key in walked:  # its latency is left to the measurement; its throughput must still beat the bar
             rps = predicted["request_throughput_rps"]
             chance = max(chance, normal_cdf(math.log(rps / bar) / log_error_sigma(u)) if bar > 0 else 1.0)
         if chance >= knobs.plausible_chance:
@@ -373,6 +335,22 @@ def _offers(
                 _Offer(key, gain, abs(math.log(slo_margin(predicted, slo))), placed=u < PRIOR_UNCERTAINTY)
             )
     return offers, margins
+
+
+def _expected_without(
+    key: PointKey,
+    lines: dict[PointKey, dict[str, Any]],
+    paid: dict[PointKey, dict[str, Any]],
+    gpu: Gpu,
+    slo: Slo,
+    knobs: Knobs,
+) -> tuple[dict[str, float], float]:
+    """The model's prediction of the paid point ``key`` and its uncertainty u, refitted on every other paid point."""
+    others = [(lines[k], {m: s[m] for m in RATIOS}) for k, s in paid.items() if k != key]
+    line = lines[key]
+    base = {m: line[f"prior_{m}"] for m in RATIOS}
+    fit = refit(others, gpu, knobs.distance_uncertainty)
+    return fit.predict(line["config_id"], line["load"], base, line["family"], _decisive(slo))
 
 
 def baseline_first_gpu_s(oracle: Oracle, slo: Slo, gpu: Gpu, knobs: Knobs = Knobs()) -> float | None:
@@ -419,7 +397,10 @@ def advise(oracle: Oracle, slo: Slo, gpu: Gpu, max_repeats: int = MIN_CLEAN_REPE
         rival = paid[rival_key] if rival_key is not None else None
         band = band_pct(*(s["spread_pct"] for s in (best, rival) if s is not None))
         bar = best["goodput_rps"] * (1 + band / 100.0) if best is not None else 0.0
-        offers, margins = _offers(lines, paid, fit, slo, bar, knobs, first_scores)
+        transient = transients(
+            paid, slo, partial(_expected_without, lines=lines, paid=paid, gpu=gpu, slo=slo, knobs=knobs)
+        )
+        offers, margins = _offers(lines, paid, fit, slo, bar, knobs, first_scores, transient)
         challengers = _challengers(
             offers, lines, set(paid), best_key, oracle.price, oracle.left_gpu_s(), knobs.plan_margin
         )

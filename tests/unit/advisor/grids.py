@@ -43,8 +43,9 @@ def row(
     ttft: float = 50.0,
     engine: str | None = None,
     model: str = "llama-3.1-8b",
+    rate: float | None = None,
 ) -> dict[str, Any]:
-    """One measured row of ``config`` at closed-loop ``concurrency``."""
+    """One measured row of ``config`` at closed-loop ``concurrency``, or at request ``rate`` (req/s) when given."""
     engine = engine or engine_json(config, model=model)
     speculative = json.loads(engine).get("speculative")
     return {
@@ -58,8 +59,8 @@ def row(
         "max_num_seqs": 256,
         "input_len": 512,
         "output_len": 128,
-        "concurrency": float(concurrency),
-        "request_rate_qps": float("nan"),
+        "concurrency": float(concurrency) if rate is None else float("nan"),
+        "request_rate_qps": float("nan") if rate is None else float(rate),
         "repeat": repeat,
         "measured_at": f"2026-12-01T00:{repeat:02d}:{concurrency % 60:02d}+00:00",
         "tpot_p99_ms": tpot,

@@ -5,6 +5,7 @@ KV calculator says cannot fit."""
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import pandas as pd
 import pytest
@@ -12,8 +13,10 @@ import pytest
 from tests.unit.advisor.grids import engine_json, frame, row, startups
 from vllm_playbooks.advisor.goodput import Slo, grid_best, point_table, slo_levels
 from vllm_playbooks.advisor.grids import one_grid
-from vllm_playbooks.advisor.oracle import RecordedOracle
+from vllm_playbooks.advisor.loads import dominated, transients
+from vllm_playbooks.advisor.oracle import RecordedOracle, point_key
 from vllm_playbooks.advisor.outlook import outlook
+from vllm_playbooks.advisor.predict import priced_catalog
 from vllm_playbooks.advisor.search import (
     BASELINE_UNMEASURED,
     PLAN_MARGIN,
@@ -21,12 +24,13 @@ from vllm_playbooks.advisor.search import (
     STOP_REASONS,
     Knobs,
     _challengers,
-    _dominated,
+    _expected_without,
     _Offer,
     advise,
     baseline_first_gpu_s,
     certainty,
     min_answer_gpu_s,
+    point_summary,
 )
 from vllm_playbooks.cli.advise import advice_text
 from vllm_playbooks.hardware import datasheet_gpu
@@ -120,8 +124,62 @@ def test_points_dominated_by_a_paid_load_of_their_config_cannot_win() -> None:
         for r in rows.to_dict("records")
     }
     missed, met = ("a-id", 512, 128, 16.0, -1.0), ("b-id", 512, 128, 4.0, -1.0)
-    out = _dominated(lines, {missed: {"goodput_rps": 0.0}, met: {"goodput_rps": 4.0}}, Slo(tpot_p99_ms=8.0))
+    out = dominated(lines, {missed: {"goodput_rps": 0.0}, met: {"goodput_rps": 4.0}})
     assert out == {("a-id", 512, 128, 64.0, -1.0), ("b-id", 512, 128, 1.0, -1.0)}
+
+
+def _rates(offs: tuple[float, ...], off_rps_at_4: float) -> pd.DataFrame:
+    """A request-rate grid (1, 2, 4, 8 req/s): speculation off with the TPOT p99s ``offs`` (its 4 req/s completing
+    ``off_rps_at_4`` requests/s), and a 1B draft that meets a TPOT p99 of 8 ms up to 4 req/s and misses it at 8."""
+    draft = engine_json("draft", draft="llama-3.2-1b", k=4, alpha=0.8)
+    rps = {1: 0.98, 2: 1.96, 4: 3.92, 8: 7.8}
+    return frame(
+        [row("off", 0, t, off_rps_at_4 if r == 4 else rps[r], rate=r) for r, t in zip(rps, offs, strict=True)]
+        + [row("draft", 0, t, rps[r], rate=r, engine=draft) for r, t in zip(rps, (5.0, 5.2, 5.5, 9.0), strict=True)]
+    )
+
+
+def test_a_miss_out_of_line_at_a_rate_the_server_kept_up_with_rules_out_no_load_above_it() -> None:
+    # speculation off's p99 spikes at 4 req/s (three times its 2 req/s p99, the rate kept up with) and falls back at
+    # 8, where it meets the SLO with twice the goodput of anything below: taking the miss at 4 to rule out 8, the
+    # search answered the draft at 4 req/s (half the best); taken as a transient, 8 req/s is measured and wins
+    rows = _rates((6.0, 6.2, 20.0, 7.5), off_rps_at_4=3.92)
+    advice = advise(RecordedOracle(rows, startups(rows), budget_gpu_s=10_000.0), Slo(tpot_p99_ms=8.0), GPU)
+    points = [s.point for s in advice.steps]
+    assert points[0] == "off @ 4 req/s" and "off @ 8 req/s" in points  # the spike first, and the load above it
+    assert advice.chosen is not None and advice.chosen["point"] == "off @ 8 req/s"
+    best = grid_best(point_table(rows), Slo(tpot_p99_ms=8.0))
+    assert (best["engine_label"], best["request_rate_qps"]) == ("off", 8.0)  # the grid's best
+
+
+@pytest.mark.parametrize(
+    ("offs", "off_rps_at_4"),
+    [((6.0, 6.2, 20.0, 7.5), 3.0), ((6.0, 7.9, 8.5, 7.5), 3.92)],
+    ids=["fell behind the rate", "in line with the load below"],
+)
+def test_a_miss_by_the_load_still_rules_out_the_loads_above_it(offs: tuple[float, ...], off_rps_at_4: float) -> None:
+    # the same grid, but the miss at 4 req/s is its load's: the server fell behind the rate (a queue built up), or
+    # its p99 rose from 2 req/s by no more than the model allows for a doubled load; 8 req/s is never paid for
+    rows = _rates(offs, off_rps_at_4)
+    advice = advise(RecordedOracle(rows, startups(rows), budget_gpu_s=10_000.0), Slo(tpot_p99_ms=8.0), GPU)
+    assert "off @ 8 req/s" not in [s.point for s in advice.steps]
+    assert advice.chosen is not None and advice.chosen["point"] != "off @ 8 req/s"
+
+
+def test_only_a_rate_the_server_kept_up_with_makes_a_miss_transient_a_closed_loop_always_queues() -> None:
+    slo = Slo(tpot_p99_ms=8.0)
+
+    def transient_loads(rows: pd.DataFrame) -> set[float]:
+        lines = {point_key(line): line for line in priced_catalog(rows, GPU).to_dict("records")}
+        oracle = RecordedOracle(rows, startups(rows), budget_gpu_s=10_000.0)
+        paid = {key: point_summary(lines[key], [oracle.pay(key)], slo) for key in lines if key[0] == "off-id"}
+        expected = partial(_expected_without, lines=lines, paid=paid, gpu=GPU, slo=slo, knobs=Knobs())
+        return {lines[key]["load"] for key in transients(paid, slo, expected)}
+
+    rates = _rates((6.0, 6.2, 20.0, 7.5), off_rps_at_4=3.92)
+    assert transient_loads(rates) == {4.0}
+    closed = rates.assign(concurrency=rates["request_rate_qps"], request_rate_qps=float("nan"))
+    assert transient_loads(closed) == set()  # the same p99s under a closed loop: the load's own misses
 
 
 def test_the_live_path_measures_through_the_runner_and_takes_recorded_rows_for_free() -> None:
