@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -137,7 +138,93 @@ def parse_metrics(text: str) -> MetricsSnapshot:
     return _PARSED[key]
 
 
+#: One sample line in its plain form: a name, labels without escapes or braces in their values, a value and perhaps
+#: a timestamp. A line of another form goes to prometheus_client's parser (``_parse_snapshot``).
+_PLAIN_SAMPLE = re.compile(
+    r"(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^{}\\]*)\})?[ \t]+(?P<value>[^ \t]+)(?:[ \t]+-?[0-9]+)?"
+)
+_PLAIN_LABEL = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"([^"]*)"[ \t]*(?:,|$)')
+_PLAIN_TYPE = re.compile(r"# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) ([a-z]+)")
+#: The sample names a family of each type takes after its ``# TYPE`` line (prometheus_client's text parser).
+_FAMILY_SUFFIXES = {"histogram": ("_count", "_sum", "_bucket"), "summary": ("_count", "_sum", "")}
+
+
+class _NotPlain(Exception):
+    """A line of Prometheus text in a form the plain reader does not take."""
+
+
+def _plain_labels(text: str | None) -> dict[str, str]:
+    if not text:
+        return {}
+    pairs = list(_PLAIN_LABEL.finditer(text))
+    if sum(len(m.group(0)) for m in pairs) != len(text):
+        raise _NotPlain
+    return {m.group(1): m.group(2) for m in pairs}
+
+
+def _plain_snapshot(text: str) -> MetricsSnapshot:
+    """``_parse_snapshot`` for text in the plain form vLLM's servers write (``_PLAIN_SAMPLE``): the same families and
+    samples as prometheus_client's parser reads (a sample belongs to the family of the ``# TYPE`` line before it when
+    its name is one that family takes, else it and the samples after it to none until the next ``# TYPE``), read
+    about ten times faster; ``_NotPlain`` at the first line of another form."""
+    totals: dict[str, float] = defaultdict(float)
+    per_pos: dict[int, float] = defaultdict(float)
+    buckets: dict[str, dict[float, float]] = {}
+    sums: dict[str, list[float]] = {}
+    family, kind, allowed = "", "", ()
+    for raw_line in text.splitlines():
+        line = raw_line.strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            declared = _PLAIN_TYPE.fullmatch(line)
+            if declared is None:
+                raise _NotPlain
+            family, kind = declared.groups()
+            allowed = tuple(family + suffix for suffix in _FAMILY_SUFFIXES.get(kind, ("",)))
+            if kind == "histogram":
+                buckets.setdefault(family, {})
+                sums.setdefault(family, [0.0, 0.0])
+            continue
+        sample = _PLAIN_SAMPLE.fullmatch(line)
+        if sample is None:
+            raise _NotPlain
+        name, value = sample["name"], float(sample["value"])
+        if name not in allowed:
+            family, kind, allowed = "", "", ()
+            continue
+        labels = _plain_labels(sample["labels"])
+        if kind == "counter" and name.endswith("_total"):
+            if name == _ACCEPTED_PER_POS:
+                per_pos[int(labels["position"])] += value
+            else:
+                totals[name] += value
+        elif kind == "histogram":
+            if name.endswith("_bucket"):
+                bound = float(labels["le"])
+                buckets[family][bound] = buckets[family].get(bound, 0.0) + value
+            else:
+                sums[family][name.endswith("_sum")] += value
+
+    def histogram(name: str) -> Histogram | None:
+        if name not in buckets:
+            return None
+        bounds = tuple(sorted(buckets[name]))
+        return Histogram(bounds, tuple(buckets[name][b] for b in bounds), *sums[name])
+
+    return MetricsSnapshot(dict(totals), dict(per_pos), histogram(ITERATION_TOKENS), histogram(INTER_TOKEN_LATENCY))
+
+
 def _parse_snapshot(text: str) -> MetricsSnapshot:
+    """The snapshot of ``text`` (``_snapshot_lines``' lines): by the plain reader where every line is in its form,
+    else by prometheus_client's parser, which raises on text that is not Prometheus text."""
+    try:
+        return _plain_snapshot(text)
+    except (_NotPlain, ValueError):
+        return _prometheus_snapshot(text)
+
+
+def _prometheus_snapshot(text: str) -> MetricsSnapshot:
     totals: dict[str, float] = defaultdict(float)
     per_pos: dict[int, float] = defaultdict(float)
     families = list(text_string_to_metric_families(text))
