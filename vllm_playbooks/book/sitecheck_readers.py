@@ -135,8 +135,8 @@ def caption_number_problems(labels: list[str]) -> list[str]:
         kind, number = match["kind"], int(match["number"])
         previous = last.get(kind, 0)
         if number != previous + 1:
-            where = f"after {kind} {previous}" if previous else "first of its kind on the page"
-            problems.append(f"caption {label!r} comes {where}: each page numbers its captions 1, 2, 3, …")
+            where = f"follows {kind} {previous}" if previous else f"is the page's first {kind}"
+            problems.append(f"caption {label!r} {where}: each page numbers its captions 1, 2, 3, …")
         last[kind] = number
     return problems
 
