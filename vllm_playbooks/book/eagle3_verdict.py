@@ -15,7 +15,8 @@ from vllm_playbooks.text import and_list
 @dataclass(frozen=True)
 class ClaimVerdict:
     """One published claim's verdict as the page leads with it: the claim in a few words ('on the 2-3 draft
-    tokens as the best'), the verdict word, and the GPU and fewest clean runs a side it rests on (None: no compared runs)."""
+    tokens as the best'), the verdict word, and the GPU and fewest clean runs a side it rests on (None: no compared
+    runs)."""
 
     words: str
     verdict: str
