@@ -26,9 +26,6 @@ PENDING_HERE = {
     # (versus_baseline, paired_versus, overlapping_points), which case modules group by and five notebooks call and
     # show whole; to go once each reader labels the loads it shows (the pages then rebuilt to check they read alike)
     "vllm_playbooks.analysis.compare:load_text",
-    # appends the engines that did not start to CheckResult.measured, the checks' sentence (written by the case
-    # checks, glued by the case pages): to go with a structured CheckResult
-    "vllm_playbooks.claims.ledger:noting_not_started",
 }
 
 

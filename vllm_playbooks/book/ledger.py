@@ -4,6 +4,7 @@ lines in words): a summary table, then one collapsed section per line."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
 
 import pandas as pd
@@ -20,6 +21,23 @@ def _link_label(url: str) -> str:
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("$", "\\$") or "—"
+
+
+def measured_words(measured: str, not_started: Iterable[str]) -> str:
+    """What a verdict's rows show (``CheckResult.measured``), then the engines whose server did not start on its GPU
+    (``CheckResult.not_started``), which a comparison there could not include."""
+    engines = list(not_started)
+    if not engines:
+        return measured
+    words = f"did not start on this GPU: {', '.join(engines)}"
+    return f"{measured}; {words}" if measured else words
+
+
+def with_measured_words(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` (``claims.per_gpu.verdict_table``'s) with each line's ``measured`` followed by its ``not_started``
+    (``measured_words``), as the pages show what a GPU's rows show."""
+    pairs = zip(table["measured"], table["not_started"], strict=True)
+    return table.assign(measured=[measured_words(measured, engines) for measured, engines in pairs])
 
 
 def remeasure_command(case: str, part: str) -> str:
@@ -58,7 +76,7 @@ def ledger_markdown(ledger: pd.DataFrame) -> str:
             f"{_cell(r.text)} ({r.case}; sources: {r.source_kind})",
             "",
             f"- *Published:* {_cell(r.published)}",
-            f"- *Our rows:* {_cell(r.measured)} → **{r.verdict}**",
+            f"- *Our rows:* {_cell(measured_words(r.measured, r.not_started))} → **{r.verdict}**",
             *([noise] if noise else []),
             *(
                 [

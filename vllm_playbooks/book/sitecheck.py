@@ -27,7 +27,7 @@ What fails the check, each failure naming its page and element:
 - a page (``genindex.html`` and ``search.html`` aside) whose rendered height, at the window's 1400 px width with
   every collapsed section closed, is above ``MAX_PAGE_HEIGHT_PX``;
 - what ``sitecheck_readers`` refuses: figure text under 10 px as rendered, more than 6 series in a panel, raw prints
-  in the page text, a table shown only by opening a code cell.
+  in the page text, a table shown only by opening a code cell, figure numbers that do not run 1, 2, … on a page.
 
 It prints ``site-check: N pages, M figures, L internal links, search ok`` (L counts ``<a href>`` occurrences that
 resolve to this site, navigation included; M counts distinct ``_images/`` files that pages show) and exits 1 on any

@@ -7,6 +7,8 @@ tables shown rather than hidden with code (``sitecheck.SiteChecker`` runs ``chec
   ``MAX_SERIES_PER_PANEL`` series (more go to small multiples).
 - Page text (prose and cell outputs, code inputs and literal blocks left out) must hold no raw print: no pandas
   ``Name: …, dtype: …`` line or bare ``dtype: float64``, no run of ``key=value key=value`` words.
+- A page's numbered captions ("Fig. 1", "Table 1"; Sphinx's ``.caption-number``) must number each kind from 1 and
+  count up by 1 in page order (``figure_numbers`` renumbers Sphinx's book-wide count per page).
 - A table must not sit in a code cell hidden whole (``hide-cell``) or by its output (``hide-output``): a reader would
   have to open code to see it. Hide the input (``hide-input``) or put the table in a dropdown (``{glue:}``).
 """
@@ -38,6 +40,8 @@ RAW_PRINT_PATTERNS = (
     re.compile(r"(?<![\w\-./])[A-Za-z_]\w*=[^\s=,;:()]+(?: +[A-Za-z_]\w*=[^\s=,;:()]+)+(?![\w=])"),
     re.compile(r"(?<![\w\-./])[A-Za-z_]\w*=[\[{][^\]}\n]*[\]}]"),
 )
+#: A caption's number as Sphinx writes it: a kind ("Fig.", "Table") and one whole number (not "3.1": per page).
+CAPTION_NUMBER = re.compile(r"(?P<kind>\D*?)\s*(?P<number>\d+)")
 #: Cell classes (myst-nb: ``tag_<tag>``) that hide a cell's output behind a "Show code cell …" toggle.
 HIDING_TAGS = ("tag_hide-cell", "tag_hide-output")
 #: The cell class of a workshop's worked solution (tag ``solution``): folded on purpose, so that a learner opens it
@@ -68,6 +72,12 @@ const outputs = Array.from(main.querySelectorAll(".cell_output"), e => {
 const prose = main.cloneNode(true);
 for (const e of prose.querySelectorAll(".cell, pre, code, script, style, .MathJax, .math")) e.remove();
 return outputs.concat([prose.textContent || ""]).join("\\n");
+"""
+
+# Runs in the page: the caption numbers of its main column, in page order ("Fig. 2", folded sections included).
+_CAPTION_NUMBERS_JS = """
+const main = document.querySelector("main") || document.body;
+return Array.from(main.querySelectorAll(".caption-number"), e => (e.textContent || "").trim());
 """
 
 # Runs in the page: per table inside a cell whose tags hide its output (arguments[0]), not a workshop's solution
@@ -112,6 +122,25 @@ def raw_prints(text: str) -> list[str]:
     return [match.group(0).strip() for pattern in RAW_PRINT_PATTERNS for match in pattern.finditer(text)]
 
 
+def caption_number_problems(labels: list[str]) -> list[str]:
+    """What is wrong with a page's caption numbers (``labels``: "Fig. 1", "Table 1", … in page order), as reasons:
+    each kind must start at 1 and count up by 1."""
+    problems = []
+    last: dict[str, int] = {}
+    for label in labels:
+        match = CAPTION_NUMBER.fullmatch(label)
+        if match is None:
+            problems.append(f"caption number {label!r} is not a kind and one whole number")
+            continue
+        kind, number = match["kind"], int(match["number"])
+        previous = last.get(kind, 0)
+        if number != previous + 1:
+            where = f"follows {kind} {previous}" if previous else f"is the page's first {kind}"
+            problems.append(f"caption {label!r} {where}: each page numbers its captions 1, 2, 3, …")
+        last[kind] = number
+    return problems
+
+
 def hidden_table_problem(tags: str, header: str) -> str:
     """The failure reason for a table inside a cell whose ``tags`` hide its output."""
     return (
@@ -141,6 +170,8 @@ def check_reader_rules(
             continue
         for problem in figure_problems(record, ShownFigure(target, img["natural"], img["rendered"])):
             fail(page, f"<img #{number} src={img['src']!r}>", problem)
+    for problem in caption_number_problems(driver.execute_script(_CAPTION_NUMBERS_JS)):
+        fail(page, "figure captions", problem)
     for raw in raw_prints(driver.execute_script(_READER_TEXT_JS)):
         fail(page, "page text", f"shows a raw print {raw[:80]!r}: show a sentence or a table")
     for table in driver.execute_script(_HIDDEN_TABLES_JS, list(HIDING_TAGS), SOLUTION_TAG):

@@ -52,6 +52,9 @@ class CheckResult:
     #: the compared points the data verdict rests on (``analysis.compare.versus_baseline`` rows: their runs, spreads
     #: and bands); None where the check compares no speculative point with a baseline
     pairs: pd.DataFrame | None = field(default=None, repr=False)
+    #: the engines of the claim's deciding points whose server did not start on the GPU judged (a comparison there
+    #: could not include them); the pages name them after ``measured``
+    not_started: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.verdict in DATA_VERDICTS) != (self.rows > 0):

@@ -24,6 +24,7 @@ LEDGER_COLUMNS = [
     "source_kind",
     "published",
     "measured",
+    "not_started",
     "rows",
     "verdict",
     "model_says",
@@ -81,13 +82,10 @@ def source_kind(flags: Iterable[bool]) -> str:
     return "primary and secondary"
 
 
-def noting_not_started(result: CheckResult, engines: list[str]) -> CheckResult:
-    """``result`` with the engines whose server did not start on its GPU (``Evidence.not_started``) named after what
-    it measured: a comparison on that GPU could not include them."""
-    if not engines:
-        return result
-    measured = f"{result.measured}; " if result.measured else ""
-    return replace(result, measured=f"{measured}did not start on this GPU: {', '.join(engines)}")
+def with_not_started(result: CheckResult, engines: list[str]) -> CheckResult:
+    """``result`` with the engines whose server did not start on its GPU (``Evidence.not_started``) in its
+    ``not_started``: a comparison on that GPU could not include them."""
+    return replace(result, not_started=tuple(engines))
 
 
 def judged_per_gpu(claim: Claim, evidence: Evidence) -> list[tuple[str, CheckResult]]:
@@ -101,7 +99,7 @@ def judged_per_gpu(claim: Claim, evidence: Evidence) -> list[tuple[str, CheckRes
     if not gpus:
         return [("", check(claim, evidence))]
     judged = [
-        (gpu, noting_not_started(check(claim, evidence.on_gpu(gpu)), evidence.not_started(claim, gpu))) for gpu in gpus
+        (gpu, with_not_started(check(claim, evidence.on_gpu(gpu)), evidence.not_started(claim, gpu))) for gpu in gpus
     ]
     lead = lead_gpu({gpu: result.fewest_runs for gpu, result in judged})
     return sorted(judged, key=lambda line: line[0] != lead)
@@ -126,6 +124,7 @@ def build_ledger(evidence: Evidence, claims: list[Claim] | None = None) -> pd.Da
                 "source_kind": source_kind(sources["secondary_only"]),
                 "published": result.published,
                 "measured": result.measured,
+                "not_started": list(result.not_started),
                 "rows": result.rows,
                 "verdict": str(result.verdict),
                 "model_says": result.model_says,

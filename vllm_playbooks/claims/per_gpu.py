@@ -15,7 +15,7 @@ import pandas as pd
 
 from vllm_playbooks.claims.claim import CheckResult, Evidence
 from vllm_playbooks.claims.lead import disagree, lead_gpu
-from vllm_playbooks.claims.ledger import claim_of, noting_not_started
+from vllm_playbooks.claims.ledger import claim_of, with_not_started
 from vllm_playbooks.hardware import REFERENCE_GPU
 from vllm_playbooks.run.budget import gpu_here
 
@@ -38,7 +38,7 @@ def results_by_gpu(claim_id: str, rows: pd.DataFrame, evidence: Evidence) -> dic
         judged = check(
             claim, replace(narrowed, runs={**narrowed.runs, claim.case: own[own["point_id"].astype(str).isin(shown)]})
         )
-        results[gpu] = noting_not_started(judged, evidence.not_started(claim, gpu))
+        results[gpu] = with_not_started(judged, evidence.not_started(claim, gpu))
     return results
 
 
@@ -89,6 +89,7 @@ VERDICT_TABLE_COLUMNS = [
     "spread_pct",
     "band_pct",
     "measured",
+    "not_started",
     "rows",
     "disagrees",
 ]
@@ -100,8 +101,9 @@ def verdict_table(
     """One row per claim and GPU (``results_by_gpu`` of each claim id), each claim's lead first (``verdict_gpu``,
     ``headline`` true), then its other GPUs in name order: ``verdict`` (the word), ``runs_per_side`` (the fewest clean
     runs of any side of a compared point; missing where it compares none), the widest ``spread_pct`` and ``band_pct``,
-    ``measured`` (what that GPU's rows show), ``rows`` (how many the verdict rests on) and ``disagrees``: whether
-    that GPU's verdict differs from the lead's beyond both their bands (``claims.lead.disagree``)."""
+    ``measured`` (what that GPU's rows show), ``not_started`` (the engines whose server did not start there), ``rows``
+    (how many the verdict rests on) and ``disagrees``: whether that GPU's verdict differs from the lead's beyond both
+    their bands (``claims.lead.disagree``)."""
     records = []
     for claim, results in by_claim.items():
         lead = verdict_gpu(results, mode, here)
@@ -118,6 +120,7 @@ def verdict_table(
                     "spread_pct": result.noise["spread_pct"],
                     "band_pct": result.noise["band_pct"],
                     "measured": result.measured,
+                    "not_started": list(result.not_started),
                     "rows": result.rows,
                     "disagrees": gpu != lead
                     and disagree(str(first.verdict), first.pairs, str(result.verdict), result.pairs),

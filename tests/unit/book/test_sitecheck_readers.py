@@ -1,9 +1,15 @@
-"""The reader rules of the site check on synthetic inputs: figure records, page text, hidden tables."""
+"""The reader rules of the site check on synthetic inputs: figure records, caption numbers, page text, hidden tables."""
 
 from __future__ import annotations
 
 from vllm_playbooks.book.figure_record import FigureRecord
-from vllm_playbooks.book.sitecheck_readers import ShownFigure, figure_problems, hidden_table_problem, raw_prints
+from vllm_playbooks.book.sitecheck_readers import (
+    ShownFigure,
+    caption_number_problems,
+    figure_problems,
+    hidden_table_problem,
+    raw_prints,
+)
 
 
 def test_figure_text_is_judged_as_rendered() -> None:
@@ -44,3 +50,13 @@ def test_raw_prints_are_found_and_prose_is_not() -> None:
 def test_hidden_table_reason_names_the_tags_and_header() -> None:
     reason = hidden_table_problem("tag_hide-cell", "config")
     assert "tag_hide-cell" in reason and "'config'" in reason
+
+
+def test_caption_numbers_start_at_one_and_count_by_one_per_kind() -> None:
+    assert caption_number_problems([]) == []
+    assert caption_number_problems(["Fig. 1", "Table 1", "Fig. 2", "Table 2", "Fig. 3"]) == []
+    book_wide = caption_number_problems(["Fig. 9", "Fig. 10"])  # the count Sphinx carries over from earlier pages
+    assert len(book_wide) == 1 and "'Fig. 9'" in book_wide[0]
+    assert len(caption_number_problems(["Fig. 1", "Fig. 3", "Fig. 4"])) == 1  # a gap
+    assert len(caption_number_problems(["Fig. 1", "Fig. 1"])) == 1  # a repeat
+    assert len(caption_number_problems(["Fig. 2.1"])) == 1  # a numbered toctree's chapter prefix

@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import FROZEN, ROOT
 from vllm_playbooks import cases
 from vllm_playbooks.analysis import whatif
-from vllm_playbooks.book.ledger import ledger_markdown
+from vllm_playbooks.book.ledger import ledger_markdown, measured_words
 from vllm_playbooks.cases import discussion_13834
 from vllm_playbooks.claims import claim as claims_claim
 from vllm_playbooks.claims import ledger as claims_ledger
@@ -935,6 +935,7 @@ def test_the_ledger_page_marks_single_runs_and_states_their_noise() -> None:
         "source_kind": "primary",
         "published": "p",
         "measured": "m",
+        "not_started": [],
         "rows": 2,
         "model_says": "",
         "model_verdict": "",
@@ -1035,3 +1036,9 @@ def test_acceptance_bands_judge_an_open_loop_by_its_tpot(claims, published) -> N
     slower = {**spec, "tpot_mean_ms": 16.5}  # a loss at 0.8: against the band
     result = CHECKS["acceptance_bands"](claims["rule-acceptance-bands"], _evidence(published, "any", [off, slower]))
     assert result.verdict is V.NOT_REPRODUCED and "2 QPS" in result.measured
+
+
+def test_the_pages_name_the_engines_that_did_not_start_after_what_was_measured() -> None:
+    assert measured_words("m", []) == "m"
+    assert measured_words("m", ["a", "b"]) == "m; did not start on this GPU: a, b"
+    assert measured_words("", ["a"]) == "did not start on this GPU: a"
