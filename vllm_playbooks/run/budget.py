@@ -28,6 +28,7 @@ import pandas as pd
 from vllm_playbooks import paths
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.config.load import LoadPoint
+from vllm_playbooks.config.pairing import BY_RESTART, restart_starts
 from vllm_playbooks.config.spec_detection import SpeculativeConfigWarning
 from vllm_playbooks.engine.gpu_sampler import gpu_at_hand
 from vllm_playbooks.errors import ConfigError, SchemaError
@@ -286,13 +287,16 @@ def fresh_time(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame) ->
     """Every point of ``plan``, recorded or not, as one machine without compile caches measures it, servers in the
     plan's order: per engine config its model shape, GPUs, points (load levels × repeats), the estimated start-up
     (``startup_s``: for the first server of a shape the longest recorded for the shape, for a later one the shortest,
-    as it finds the compile caches of the one before it), the points' wall time (``points_s``: repeats × the longest
+    as it finds the compile caches of the one before it; in a plan paired by restart, each restart adds the shortest),
+    the points' wall time (``points_s``: repeats × the longest
     recorded wall time at each load for the engine config, else for its shape), their sum (``total_s``) and
     ``gpu_minutes`` (GPUs × total); NaN where a shape or load was never measured."""
     walls = point_walls(measured, servers).fillna({c: -1 for c in LOAD})
     by_label = walls.groupby(["engine_label", *LOAD])["wall_s"].max()
     by_shape = walls.groupby(["model_shape", *LOAD])["wall_s"].max()
     shapes, first, later = startups_by_shape(plan, measured, servers)
+    labels = [engine.label for engine in plan.engines]
+    starts = restart_starts(dict.fromkeys(labels, plan.repeats)) if plan.pairing == BY_RESTART else {}
     records, seen = [], set()
     for engine in plan.engines:
         shape, loads = shapes[engine.label], plan.loads_for(engine)
@@ -302,6 +306,8 @@ def fresh_time(plan: CasePlan, measured: pd.DataFrame, servers: pd.DataFrame) ->
         ]
         point_s = [float(by_label.get((engine.label, *key), by_shape.get((shape, *key), math.nan))) for key in keys]
         startup = float((later if shape in seen else first).get(shape, math.nan))
+        restarts = starts.get(engine.label, 1) - 1
+        startup += restarts * float(later.get(shape, math.nan)) if restarts else 0.0
         seen.add(shape)
         points = plan.repeats * sum(point_s)
         records.append(

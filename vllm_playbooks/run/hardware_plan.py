@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from vllm_playbooks.config.capacity import budget_is_modelled, refused_engines
 from vllm_playbooks.config.engine import EngineConfig
-from vllm_playbooks.config.pairing import BY_RESTART, pair_engines, restart_starts
+from vllm_playbooks.config.pairing import BY_RESTART, restart_starts
 from vllm_playbooks.engine.gpu_sampler import gpu_at_hand
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.hardware import datasheet_gpu
@@ -36,7 +36,16 @@ from vllm_playbooks.run.budget import (
     server_time,
     startups_by_shape,
 )
-from vllm_playbooks.run.plan import QUICK_PART, CasePlan, load_part, load_plan, part_note, part_overrides, quiet_plan
+from vllm_playbooks.run.plan import (
+    QUICK_PART,
+    CasePlan,
+    load_part,
+    load_plan,
+    paired_for_memory,
+    part_note,
+    part_overrides,
+    quiet_plan,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -250,10 +259,8 @@ def plan_inputs(
     (``config.pairing.pair_engines``), as the live runner decides on the GPU at hand; else as the case file's
     ``gpu_memory_gib`` decides."""
     plan = load_part(case, part) if part else load_plan(case)
-    if plan.pairing is not None and gpu_memory_gib is not None:
-        unshared = load_part(case, part, paired=False) if part else load_plan(case, paired=False)
-        engines, pairing = pair_engines(unshared.engines, gpu_memory_gib, case)
-        plan = replace(plan, engines=engines, pairing=pairing)
+    if gpu_memory_gib is not None:
+        plan = paired_for_memory(plan, gpu_memory_gib, **(part_overrides(case, part) if part else {}))
     measured = mark_stalled(load_runs(plan.case, data), data)
     if plan.pairing is not None and not measured.empty:
         measured = with_run_conditions(measured, data, gpu_samples=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -394,6 +394,17 @@ def part_note(case: str, part: str) -> str | None:
 def load_part(case: str, part: str, **overrides: Any) -> CasePlan:
     """``load_plan(case, **<the part's overrides>, **overrides)``: one part of the case's grid, or its quick check."""
     return load_plan(case, **{**part_overrides(case, part), **overrides})
+
+
+def paired_for_memory(plan: CasePlan, gpu_memory_gib: float, **overrides: Any) -> CasePlan:
+    """``plan`` (``load_plan(plan.case, **overrides)``) with a paired plan's servers together or by restart as they
+    fit GPUs of ``gpu_memory_gib`` (``config.pairing.pair_engines``), as the live runner decides on the GPU at hand; a
+    plan that is not paired, unchanged."""
+    if plan.pairing is None:
+        return plan
+    unshared = load_plan(plan.case, **{**overrides, "paired": False})
+    engines, pairing = pair_engines(unshared.engines, gpu_memory_gib, plan.case)
+    return replace(plan, engines=engines, pairing=pairing)
 
 
 def quiet_plan(case: str, **overrides: Any) -> tuple[CasePlan, list[str]]:

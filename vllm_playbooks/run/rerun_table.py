@@ -19,12 +19,20 @@ import pandas as pd
 from vllm_playbooks.config.case_file import grid_names
 from vllm_playbooks.config.spec_detection import SpeculativeConfigWarning
 from vllm_playbooks.errors import ConfigError
-from vllm_playbooks.hardware import datasheet_gpu
+from vllm_playbooks.hardware import datasheet_gpu, get_gpu
 from vllm_playbooks.results.identity import engine_gpus
 from vllm_playbooks.results.store import load_runs
 from vllm_playbooks.run.budget import fresh_time_per_gpu, server_time
 from vllm_playbooks.run.hardware_plan import GpuMemory, gpu_memory_gib, least_gpu_memory_gib, part_fits
-from vllm_playbooks.run.plan import QUICK_PART, CasePlan, NamedPart, case_parts, named_parts, quiet_plan
+from vllm_playbooks.run.plan import (
+    QUICK_PART,
+    CasePlan,
+    NamedPart,
+    case_parts,
+    named_parts,
+    paired_for_memory,
+    quiet_plan,
+)
 
 #: The GPU models the table gives minutes for: its column name's GPU → the row of ``data/reference/hardware.csv``.
 GPU_MODELS: dict[str, str] = {"A100-80GB": "A100-80GB", "H100": "H100-SXM", "H200": "H200-SXM"}
@@ -84,16 +92,21 @@ def part_memory(memory_gib: float, cases: Iterable[str] | None = None) -> pd.Dat
 def rerun_table(memory_gib: float, cases: Iterable[str] | None = None, data: Path | None = None) -> pd.DataFrame:
     """``part_memory``'s rows with, for each of ``GPU_MODELS``, ``minutes_<GPU>``: the part's wall minutes on one
     machine without compile caches, start-ups included, from the runs recorded on that GPU model in ``data``
-    (``fresh_time_per_gpu``; NaN where they do not time every point of the part)."""
+    (``fresh_time_per_gpu``; NaN where they do not time every point of the part); a paired part's servers side by
+    side where they fit the model's memory, else by restart, each restart counted (``run.plan.paired_for_memory``)."""
     table = part_memory(memory_gib, cases)
     minutes = []
     for case in dict.fromkeys(table["case"]):
         measured, servers = load_runs(case, data), server_time(case, data)
         for part in table_parts(case):
-            with warnings.catch_warnings():  # a start-up's advisories say nothing about its time (as in part_time)
-                warnings.simplefilter("ignore", SpeculativeConfigWarning)
-                per_gpu = _minutes_per_model(fresh_time_per_gpu(_plan(case, part), measured, servers))
-            minutes.append({f"minutes_{model}": per_gpu.get(row, float("nan")) for model, row in GPU_MODELS.items()})
+            plan, per_model = _plan(case, part), {}
+            for model, row in GPU_MODELS.items():  # a paired part runs side by side or by restart as the model fits
+                with warnings.catch_warnings():  # a start-up's advisories say nothing about its time (as in part_time)
+                    warnings.simplefilter("ignore", SpeculativeConfigWarning)
+                    on_model = paired_for_memory(plan, get_gpu(row).memory_gb, **part.overrides)
+                    per_gpu = _minutes_per_model(fresh_time_per_gpu(on_model, measured, servers))
+                per_model[f"minutes_{model}"] = per_gpu.get(row, float("nan"))
+            minutes.append(per_model)
     return pd.concat([table, pd.DataFrame(minutes, index=table.index)], axis=1)
 
 

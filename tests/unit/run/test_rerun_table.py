@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from vllm_playbooks.config.pairing import BY_RESTART, CO_RESIDENT
 from vllm_playbooks.results.store import load_runs
 from vllm_playbooks.run import rerun_table
-from vllm_playbooks.run.budget import fresh_time_per_gpu, server_time
+from vllm_playbooks.run.budget import fresh_time_per_gpu, server_time, server_values, startups_by_shape
 from vllm_playbooks.run.hardware_plan import least_gpu_memory_gib, part_fits
-from vllm_playbooks.run.plan import load_part
+from vllm_playbooks.run.plan import load_part, paired_for_memory, part_overrides
 
 #: The DeepSeek case's parts on the 32-expert shape (more than 80 GB) and on the 16-expert one that fits 80 GB.
 FULL_SIZE = ["1-verdict", "2-concurrency", "3-acceptance", "4-k-sweep"]
@@ -76,3 +77,22 @@ def test_a_paired_part_needs_the_memory_of_its_servers_run_by_restart(tmp_path: 
     assert load_part("discussion-13834", "quick").pairing is not None
     assert table.loc["quick", "min_gib"] == least_gpu_memory_gib(by_restart) < 80.0
     assert table.loc["quick", "fits"]
+
+
+def test_a_paired_part_is_timed_by_restart_on_an_80_gb_model_each_restart_at_the_shortest_start_up() -> None:
+    case, measured, servers = "discussion-13834", load_runs("discussion-13834"), server_time("discussion-13834")
+    paired, unpaired = load_part(case, "quick"), load_part(case, "quick", paired=False)
+    on_h100 = paired_for_memory(paired, 80.0, **part_overrides(case, "quick"))
+    assert (
+        on_h100.pairing == BY_RESTART
+        and paired_for_memory(paired, 141.0, **part_overrides(case, "quick")).pairing == CO_RESIDENT
+    )
+    gpu = "NVIDIA H100 80GB HBM3"
+    restarted, once = (fresh_time_per_gpu(p, measured, servers)[gpu] for p in (on_h100, unpaired))
+    shape = restarted["model_shape"].iloc[0]
+    on_gpu = [name == gpu for name in server_values(measured, servers, "gpu_name")]
+    shortest = startups_by_shape(on_h100, measured[measured["gpu_name"] == gpu], servers[on_gpu])[2][shape]
+    # A | B B | A A | B: each server starts twice, the second time finding the compile caches
+    assert (restarted["startup_s"] - once["startup_s"]).tolist() == pytest.approx([shortest, shortest])
+    table = rerun_table.rerun_table(80.0, [case]).set_index("part")
+    assert table.loc["quick", "minutes_H100"] == pytest.approx(restarted["total_s"].sum() / 60)
