@@ -28,7 +28,7 @@ import pandas as pd
 from vllm_playbooks import paths
 from vllm_playbooks.config.engine import EngineConfig
 from vllm_playbooks.config.load import LoadPoint
-from vllm_playbooks.config.pairing import BY_RESTART, restart_starts
+from vllm_playbooks.config.pairing import BY_RESTART, CO_RESIDENT, restart_starts
 from vllm_playbooks.config.spec_detection import SpeculativeConfigWarning
 from vllm_playbooks.engine.gpu_sampler import gpu_at_hand
 from vllm_playbooks.errors import ConfigError, SchemaError
@@ -175,33 +175,36 @@ def point_walls(measured: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
     """Each recorded row's wall time (``wall_s``) with its engine label and load: from the later of its server's ready
     time (the latest ``servers`` row of the same engine label launched before the row's end) and the end of the row
     before it on that server, to the row's own end (``measured_at``); ``log`` names that server and ``gpu_name`` the
-    row's GPU (blank where the rows name none). Rows without a ready server are left out."""
+    row's GPU (blank where the rows name none). Where ``measured`` says a row ran with its configs' servers side by
+    side (``pair_mode`` co-resident, ``results.conditions``), the row before it is that of the same paired session,
+    whichever server ran it: the servers took turns on one GPU. Rows without a ready server are left out."""
     columns = ["engine_label", "model_shape", *LOAD, "measured_at", "wall_s", "log", "gpu_name"]
     ready = servers[servers["startup_s"].notna()].assign(
         ready_at=lambda t: pd.to_datetime(t["launched_at"], utc=True) + pd.to_timedelta(t["startup_s"], unit="s")
     )
+    together = measured["pair_mode"].eq(CO_RESIDENT) if "pair_mode" in measured else pd.Series(False, measured.index)
     records = []
-    for label, rows in measured.assign(end=pd.to_datetime(measured["measured_at"])).groupby("engine_label"):
-        starts = ready[ready["engine_label"] == label].sort_values("launched_at")
-        previous: dict[object, pd.Timestamp] = {}  # the end of the last point per server
-        for row in rows.sort_values("end").itertuples():
-            launched = starts[starts["launched_at"] <= row.end]
-            if launched.empty:
-                continue
-            server = launched.iloc[-1]
-            since = max(server["ready_at"], previous.get(server["log"], server["ready_at"]))
-            previous[server["log"]] = row.end
-            records.append(
-                {
-                    "engine_label": label,
-                    "model_shape": row.model_shape,
-                    **{c: getattr(row, c) for c in LOAD},
-                    "measured_at": row.end,
-                    "wall_s": (row.end - since).total_seconds(),
-                    "log": server["log"],
-                    "gpu_name": str(getattr(row, "gpu_name", "")),
-                }
-            )
+    previous: dict[object, pd.Timestamp] = {}  # the end of the last point per server, or per side-by-side session
+    rows = measured.assign(end=pd.to_datetime(measured["measured_at"]), together=together).sort_values("end")
+    for row in rows.itertuples():
+        launched = ready[(ready["engine_label"] == row.engine_label) & (ready["launched_at"] <= row.end)]
+        if launched.empty:
+            continue
+        server = launched.sort_values("launched_at").iloc[-1]
+        key = ("session", row.pair_session) if row.together else server["log"]
+        since = max(server["ready_at"], previous.get(key, server["ready_at"]))
+        previous[key] = row.end
+        records.append(
+            {
+                "engine_label": row.engine_label,
+                "model_shape": row.model_shape,
+                **{c: getattr(row, c) for c in LOAD},
+                "measured_at": row.end,
+                "wall_s": (row.end - since).total_seconds(),
+                "log": server["log"],
+                "gpu_name": str(getattr(row, "gpu_name", "")),
+            }
+        )
     return pd.DataFrame(records, columns=columns)
 
 

@@ -20,6 +20,7 @@ from vllm_playbooks.config.case_file import grid_names
 from vllm_playbooks.config.spec_detection import SpeculativeConfigWarning
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.hardware import datasheet_gpu, get_gpu
+from vllm_playbooks.results.conditions import with_run_conditions
 from vllm_playbooks.results.identity import engine_gpus
 from vllm_playbooks.results.store import load_runs
 from vllm_playbooks.run.budget import fresh_time_per_gpu, server_time
@@ -98,6 +99,8 @@ def rerun_table(memory_gib: float, cases: Iterable[str] | None = None, data: Pat
     minutes = []
     for case in dict.fromkeys(table["case"]):
         measured, servers = load_runs(case, data), server_time(case, data)
+        if not measured.empty:  # which rows ran with their servers side by side (``budget.point_walls``)
+            measured = with_run_conditions(measured, data, gpu_samples=False)
         for part in table_parts(case):
             plan, per_model = _plan(case, part), {}
             for model, row in GPU_MODELS.items():  # a paired part runs side by side or by restart as the model fits

@@ -14,6 +14,7 @@ from tests.conftest import FROZEN
 from tests.unit.run.grid_rows import GRID_PLAN, grid_spec, run_rows, server_rows
 from vllm_playbooks import cli
 from vllm_playbooks.book import page_notes
+from vllm_playbooks.config.pairing import CO_RESIDENT
 from vllm_playbooks.run import budget
 from vllm_playbooks.run.plan import plan_from_dict
 
@@ -29,6 +30,18 @@ def test_a_points_wall_runs_from_ready_or_the_point_before_on_its_server() -> No
         ["a", 4, 40.0],
         ["a", 16, 250.0],
     ]
+
+
+def test_servers_side_by_side_take_turns_so_a_points_wall_runs_from_the_sessions_point_before() -> None:
+    servers = server_rows(("a1", "a", 0, 100), ("b1", "b", 0, 110))
+    # a paired session with both servers up: a c1 ends at 160, b c1 at 200, a c1 again at 250, b c1 at 290
+    rows = run_rows(("a", 1, 160), ("b", 1, 200), ("a", 1, 250), ("b", 1, 290))
+    together = rows.assign(pair_mode=CO_RESIDENT, pair_session="s")
+    walls = budget.point_walls(together, servers).sort_values("measured_at")
+    assert walls["wall_s"].tolist() == [60.0, 40.0, 50.0, 40.0]
+    # the same rows measured on their own: each wall from its own server's point before (b's first from its ready)
+    alone = budget.point_walls(rows, servers).sort_values("measured_at")
+    assert alone["wall_s"].tolist() == [60.0, 90.0, 90.0, 90.0]
 
 
 def test_the_rest_of_a_grid_takes_the_longest_recorded_wall_per_load_and_start_up() -> None:
