@@ -321,10 +321,12 @@ def eagle3_verdict(
             "page gives no verdict." + stalled_words(stalled_at, "concurrency"),
             pd.DataFrame(),
         )
-    steps = _gains_at(gains)
+    lowest, highest = gains["gain_pct"].min(), gains["gain_pct"].max()
+    loads = gains["concurrency"]
     measured = (
         f"On {gpu_names(df)}, {engine} changed output throughput against speculation off on the {profile} profile "
-        f"by {steps} (concurrency)."
+        f"by {lowest:+.1f} % to {highest:+.1f} % at {int(loads.min())}-{int(loads.max())} concurrent requests "
+        f"({len(gains)} loads)."
     )
     measured += stalled_words([c for c in stalled_at if c not in set(gains["concurrency"])], "concurrency")
     low, high = (
@@ -333,9 +335,8 @@ def eagle3_verdict(
     )
     held_to = published_or_none(published, "max-concurrency-with-gain")
     reported = (
-        f" Red Hat reported gains that held to {held_to:g} concurrent requests, +{low:g} to +{high:g} % output "
-        "throughput (the range only in a secondary summary), on H200 with real weights and ShareGPT, MLPerf and "
-        "SWE-bench prompts."
+        f" Red Hat's figures: +{low:g} to +{high:g} % output throughput up to {held_to:g} concurrent requests (the "
+        "range only in a secondary summary), on H200 with real weights and ShareGPT, MLPerf and SWE-bench prompts."
         if low is not None and high is not None and held_to is not None and cite_report
         else ""
     )
@@ -346,7 +347,8 @@ def eagle3_verdict(
     elif at_top.empty:
         status, tail = "incomplete", "" if top in stalled_at else f" Not yet measured at {top} concurrent requests."
     elif float(at_top["gain_pct"].iloc[0]) > 100 * tolerance:
-        status, tail = f"gain holds to {top}", f" The gain held at {top} concurrent requests, as Red Hat reported."
+        held = float(at_top["gain_pct"].iloc[0])
+        status, tail = f"gain holds to {top}", f" The gain held at {top} concurrent requests ({held:+.1f} %)."
         losses = gains[(gains["gain_pct"] < -100 * tolerance) & (gains["concurrency"] < top)]
         if not losses.empty:
             tail += f" It did not hold at every load below that: {_gains_at(losses)}."
@@ -359,4 +361,7 @@ def eagle3_verdict(
                 f"{float(at_top['gain_pct'].iloc[0]):+.1f} %, unlike Red Hat's result."
             ),
         )
+    losses = gains[(gains["gain_pct"] < -100 * tolerance) & (gains["concurrency"] < top)]
+    if status == "incomplete" and not losses.empty:
+        tail += f" It lost throughput at {_gains_at(losses)}."
     return Finding(status, measured + tail + reported, gains)
