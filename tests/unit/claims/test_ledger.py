@@ -499,6 +499,8 @@ def test_eagle3_best_draft_tokens(  # type: ignore[no-untyped-def]
     rows = [_row(EAGLE, f"k{k}", 16, v, k=k, method="eagle3", imposed_alpha=0.7) for k, v in by_k.items()]
     result = CHECKS["best_draft_tokens"](claims["gpt-oss-eagle3-draft-tokens"], _evidence(published, EAGLE, rows))
     assert result.verdict is expected
+    # k = 4 is named against the best k unless it is the best (no "k=4 +0.0 %")
+    assert (", k=4 " in result.measured) is (expected is V.REPRODUCED)
     # at batch 1 with a one-layer head (c = 1/36) the Leviathan optimum lies above 3
     assert result.model_verdict is V.NOT_REPRODUCED and "best k 5 at α 0.6" in result.model_says
 

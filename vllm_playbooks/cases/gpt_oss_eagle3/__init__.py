@@ -148,9 +148,8 @@ def best_draft_tokens(claim: Claim, ev: Evidence) -> CheckResult:
             alpha_words = f", α {alpha:g}" if alpha >= 0 else ""
             profile_words = f"{profile}, " if several_profiles else ""
             ties = f" (tied within noise with k={', '.join(str(k) for k in tied[1:])})" if len(tied) > 1 else ""
-            notes.append(
-                f"{profile_words}concurrency {int(conc)}{alpha_words}: best k={best}{ties}, k=4 {percent_change(ratio)}"
-            )
+            four_words = "" if best == 4 else f", k=4 {percent_change(ratio)}"  # against itself it says nothing
+            notes.append(f"{profile_words}concurrency {int(conc)}{alpha_words}: best k={best}{ties}{four_words}")
     measured = "; ".join(notes) if notes else "no recorded EAGLE3 sweep over k yet"
     target, head = (get_shape(n) for n in EAGLE3_SHAPES)
     c = head.num_hidden_layers / target.num_hidden_layers
