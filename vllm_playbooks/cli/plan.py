@@ -303,17 +303,19 @@ def run(args: Args) -> int:
     """Print what a case (or one part of it) still needs on a hardware, recorded runs counted, and its GPU time;
     without a GPU here and no ``--gpu``, one line saying so (exit 2). ``--fresh`` needs no hardware: it
     estimates every point of the plan from the runs recorded on any."""
-    gpu = None if args.fresh else args.gpu or gpu_here()
-    if not args.fresh and gpu is None:
-        print('plan: no GPU found on this machine (NVML); name the GPU to plan for, e.g. --gpu "NVIDIA H200"')
-        return 2
-    memory = gpu_memory_gib(gpu, args.data) if gpu else None
-    inputs = plan_inputs(args.case, args.part, args.data, memory.gib if memory else None)
+    inputs = plan_inputs(args.case, args.part, args.data)
     if inputs.note:
         print(f"{args.part}: {inputs.note}")
-    if gpu is None:
+    if args.fresh:
         print_fresh(args, inputs)
         return 0
+    gpu = args.gpu or gpu_here()
+    if gpu is None:
+        print('plan: no GPU found on this machine (NVML); name the GPU to plan for, e.g. --gpu "NVIDIA H200"')
+        return 2
+    memory = gpu_memory_gib(gpu, args.data)
+    if memory is not None and inputs.plan.pairing is not None:  # paired side by side or by restart on that GPU
+        inputs = plan_inputs(args.case, args.part, args.data, memory.gib)
     version = args.vllm_version or vllm_here()
     if args.budget_s is not None:
         print_within_budget(args, inputs, gpu, version, args.budget_s)
