@@ -57,6 +57,7 @@ from vllm_playbooks.run.measure import (
     hardware_of,
     measure_point,
     record_failed_point,
+    server_hardware,
     startup_cause,
 )
 from vllm_playbooks.run.parallel import assign_engines, check_group_sizes
@@ -154,7 +155,7 @@ class LiveMeasure:
             self._server_factory,
             self._python,
             self._health_timeout_s,
-            hardware=(hardware_of(engine, self.provenance), self.provenance.gpu_name, self.provenance.vllm_version),
+            hardware=server_hardware(engine, self.provenance),
         )
         server = self._lifetime.start()
         self.report.server_startup_s[engine.config_id()] = server.startup_s or 0.0

@@ -27,6 +27,7 @@ from vllm_playbooks.run.hardware_plan import (
     cannot_start,
     gpu_memory_gib,
     hardware_plan,
+    on_gpu_memory,
     one_after_another_gpu_minutes,
     part_fits,
     plan_inputs,
@@ -315,7 +316,7 @@ def run(args: Args) -> int:
         return 2
     memory = gpu_memory_gib(gpu, args.data)
     if memory is not None and inputs.plan.pairing is not None:  # paired side by side or by restart on that GPU
-        inputs = plan_inputs(args.case, args.part, args.data, memory.gib)
+        inputs = on_gpu_memory(inputs, args.case, args.part, memory.gib)
     version = args.vllm_version or vllm_here()
     if args.budget_s is not None:
         print_within_budget(args, inputs, gpu, version, args.budget_s)

@@ -179,8 +179,12 @@ def point_walls(measured: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
     side (``pair_mode`` co-resident, ``results.conditions``), the row before it is that of the same paired session,
     whichever server ran it: the servers took turns on one GPU. Rows without a ready server are left out."""
     columns = ["engine_label", "model_shape", *LOAD, "measured_at", "wall_s", "log", "gpu_name"]
-    ready = servers[servers["startup_s"].notna()].assign(
-        ready_at=lambda t: pd.to_datetime(t["launched_at"], utc=True) + pd.to_timedelta(t["startup_s"], unit="s")
+    ready = (
+        servers[servers["startup_s"].notna()]
+        .assign(
+            ready_at=lambda t: pd.to_datetime(t["launched_at"], utc=True) + pd.to_timedelta(t["startup_s"], unit="s")
+        )
+        .sort_values("launched_at")
     )
     together = measured["pair_mode"].eq(CO_RESIDENT) if "pair_mode" in measured else pd.Series(False, measured.index)
     records = []
@@ -190,7 +194,7 @@ def point_walls(measured: pd.DataFrame, servers: pd.DataFrame) -> pd.DataFrame:
         launched = ready[(ready["engine_label"] == row.engine_label) & (ready["launched_at"] <= row.end)]
         if launched.empty:
             continue
-        server = launched.sort_values("launched_at").iloc[-1]
+        server = launched.iloc[-1]
         key = ("session", row.pair_session) if row.together else server["log"]
         since = max(server["ready_at"], previous.get(key, server["ready_at"]))
         previous[key] = row.end

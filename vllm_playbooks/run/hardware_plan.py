@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -251,17 +251,20 @@ class PlanInputs:
     note: str | None
 
 
-def plan_inputs(
-    case: str, part: str | None = None, data: Path | None = None, gpu_memory_gib: float | None = None
-) -> PlanInputs:
-    """Read what a plan of ``case`` (or its ``part``) is computed from, in ``data`` (default: the book's data/). Given
-    ``gpu_memory_gib``, a paired plan runs its servers together or by restart as they fit GPUs of that memory
-    (``config.pairing.pair_engines``), as the live runner decides on the GPU at hand; else as the case file's
-    ``gpu_memory_gib`` decides."""
+def plan_inputs(case: str, part: str | None = None, data: Path | None = None) -> PlanInputs:
+    """Read what a plan of ``case`` (or its ``part``) is computed from, in ``data`` (default: the book's data/); a
+    paired plan runs its servers together or by restart as the case file's ``gpu_memory_gib`` decides
+    (``on_gpu_memory`` decides it for another GPU)."""
     plan = load_part(case, part) if part else load_plan(case)
-    if gpu_memory_gib is not None:
-        plan = paired_for_memory(plan, gpu_memory_gib, **(part_overrides(case, part) if part else {}))
     measured = mark_stalled(load_runs(plan.case, data), data)
     if plan.pairing is not None and not measured.empty:
         measured = with_run_conditions(measured, data, gpu_samples=False)
     return PlanInputs(plan, measured, server_time(case, data), part_note(case, part) if part else None)
+
+
+def on_gpu_memory(inputs: PlanInputs, case: str, part: str | None, gpu_memory_gib: float) -> PlanInputs:
+    """``inputs`` (``plan_inputs(case, part)``) with a paired plan's servers together or by restart as they fit GPUs
+    of ``gpu_memory_gib`` (``run.plan.paired_for_memory``), as the live runner decides on the GPU at hand; the rows
+    read already are kept."""
+    overrides = part_overrides(case, part) if part else {}
+    return replace(inputs, plan=paired_for_memory(case, inputs.plan, gpu_memory_gib, **overrides))

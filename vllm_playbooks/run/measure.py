@@ -106,6 +106,12 @@ def hardware_of(engine: EngineConfig, provenance: Provenance) -> str:
     return hardware_key(provenance.gpu_name, engine_gpus(engine), provenance.vllm_version)
 
 
+def server_hardware(engine: EngineConfig, provenance: Provenance) -> tuple[str, str, str]:
+    """What ``engine``'s server records beside its log on the machine ``provenance`` describes
+    (``results.server_logs.write_server_record``): the hardware key, the GPU name and the vLLM version."""
+    return hardware_of(engine, provenance), provenance.gpu_name, provenance.vllm_version
+
+
 def _point_record(point: PlannedPoint, plan: CasePlan, hardware: str, **extra: Any) -> dict[str, Any]:
     shape = resolve_model(point.engine.model)
     return {
@@ -349,7 +355,7 @@ class LiveRun:
             self.server_factory,
             self.python,
             self.health_timeout_s,
-            hardware=(hardware_of(engine, self.provenance), self.provenance.gpu_name, self.provenance.vllm_version),
+            hardware=server_hardware(engine, self.provenance),
         )
 
     def measure(

@@ -396,13 +396,14 @@ def load_part(case: str, part: str, **overrides: Any) -> CasePlan:
     return load_plan(case, **{**part_overrides(case, part), **overrides})
 
 
-def paired_for_memory(plan: CasePlan, gpu_memory_gib: float, **overrides: Any) -> CasePlan:
-    """``plan`` (``load_plan(plan.case, **overrides)``) with a paired plan's servers together or by restart as they
-    fit GPUs of ``gpu_memory_gib`` (``config.pairing.pair_engines``), as the live runner decides on the GPU at hand; a
-    plan that is not paired, unchanged."""
+def paired_for_memory(case: str, plan: CasePlan, gpu_memory_gib: float, **overrides: Any) -> CasePlan:
+    """``plan`` (``load_plan(case, **overrides)``; ``case`` a packaged case's name or a case file's path, as given)
+    with a paired plan's servers together or by restart as they fit GPUs of ``gpu_memory_gib``
+    (``config.pairing.pair_engines``), as the live runner decides on the GPU at hand; a plan that is not paired,
+    unchanged."""
     if plan.pairing is None:
         return plan
-    unshared = load_plan(plan.case, **{**overrides, "paired": False})
+    unshared = load_plan(case, **{**overrides, "paired": False})
     engines, pairing = pair_engines(unshared.engines, gpu_memory_gib, plan.case)
     return replace(plan, engines=engines, pairing=pairing)
 

@@ -103,12 +103,14 @@ def rerun_table(memory_gib: float, cases: Iterable[str] | None = None, data: Pat
             measured = with_run_conditions(measured, data, gpu_samples=False)
         for part in table_parts(case):
             plan, per_model = _plan(case, part), {}
+            timed: dict[str | None, dict[str, float]] = {}  # by pairing: an unpaired part is timed once
             for model, row in GPU_MODELS.items():  # a paired part runs side by side or by restart as the model fits
                 with warnings.catch_warnings():  # a start-up's advisories say nothing about its time (as in part_time)
                     warnings.simplefilter("ignore", SpeculativeConfigWarning)
-                    on_model = paired_for_memory(plan, get_gpu(row).memory_gb, **part.overrides)
-                    per_gpu = _minutes_per_model(fresh_time_per_gpu(on_model, measured, servers))
-                per_model[f"minutes_{model}"] = per_gpu.get(row, float("nan"))
+                    on_model = paired_for_memory(case, plan, get_gpu(row).memory_gb, **part.overrides)
+                    if on_model.pairing not in timed:
+                        timed[on_model.pairing] = _minutes_per_model(fresh_time_per_gpu(on_model, measured, servers))
+                per_model[f"minutes_{model}"] = timed[on_model.pairing].get(row, float("nan"))
             minutes.append(per_model)
     return pd.concat([table, pd.DataFrame(minutes, index=table.index)], axis=1)
 

@@ -278,7 +278,9 @@ def test_one_after_another_a_later_server_of_a_shape_is_counted_with_its_shortes
 def test_a_paired_part_is_planned_together_or_by_restart_as_it_fits_the_named_gpu(
     memory: float, mode: str, utilisation: float
 ) -> None:
-    plan = hardware_plan.plan_inputs("discussion-13834", "quick", gpu_memory_gib=memory).plan
+    plan = hardware_plan.on_gpu_memory(
+        hardware_plan.plan_inputs("discussion-13834", "quick"), "discussion-13834", "quick", memory
+    ).plan
     assert plan.pairing == mode
     assert {engine.gpu_memory_utilization for engine in plan.engines} == {utilisation}
     assert hardware_plan.part_fits(plan, memory)["fits"].all()
@@ -287,7 +289,9 @@ def test_a_paired_part_is_planned_together_or_by_restart_as_it_fits_the_named_gp
 def test_by_restart_the_plan_counts_each_lifetime_of_a_server_with_a_cached_start_up() -> None:
     counts = {}
     for memory, gpu in [(80.0, "NVIDIA H100 80GB HBM3"), (139.8, "NVIDIA H200")]:
-        inputs = hardware_plan.plan_inputs("discussion-13834", "quick", gpu_memory_gib=memory)
+        inputs = hardware_plan.on_gpu_memory(
+            hardware_plan.plan_inputs("discussion-13834", "quick"), "discussion-13834", "quick", memory
+        )
         table = hardware_plan.hardware_plan(inputs.plan, inputs.measured, inputs.servers, gpu, "0.26.0")
         assert table["to_measure"].tolist() == [3, 3]  # recorded runs were not paired: none counts
         counts[gpu] = table["starts"].tolist()

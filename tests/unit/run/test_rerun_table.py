@@ -82,10 +82,10 @@ def test_a_paired_part_needs_the_memory_of_its_servers_run_by_restart(tmp_path: 
 def test_a_paired_part_is_timed_by_restart_on_an_80_gb_model_each_restart_at_the_shortest_start_up() -> None:
     case, measured, servers = "discussion-13834", load_runs("discussion-13834"), server_time("discussion-13834")
     paired, unpaired = load_part(case, "quick"), load_part(case, "quick", paired=False)
-    on_h100 = paired_for_memory(paired, 80.0, **part_overrides(case, "quick"))
+    on_h100 = paired_for_memory(case, paired, 80.0, **part_overrides(case, "quick"))
     assert (
         on_h100.pairing == BY_RESTART
-        and paired_for_memory(paired, 141.0, **part_overrides(case, "quick")).pairing == CO_RESIDENT
+        and paired_for_memory(case, paired, 141.0, **part_overrides(case, "quick")).pairing == CO_RESIDENT
     )
     gpu = "NVIDIA H100 80GB HBM3"
     restarted, once = (fresh_time_per_gpu(p, measured, servers)[gpu] for p in (on_h100, unpaired))
