@@ -49,6 +49,17 @@ def _png(path: Path, size: tuple[int, int], colour: tuple[int, int, int, int], d
     return path
 
 
+def test_a_page_the_build_does_not_hold_is_refused_in_one_line_before_the_browser(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "index.html").write_text("<html><head><title>t</title></head><body></body></html>")
+    missing = tmp_path / "no-chromium"
+    argv = ["site-check", str(tmp_path), "--page", "index.html", "--page", "gone.html", "--chromium", str(missing)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: site-check: no page gone.html in ")
+
+
 def test_blank_image_is_one_colour_or_fully_transparent(tmp_path: Path) -> None:
     assert is_blank_image(_png(tmp_path / "white.png", (40, 30), (255, 255, 255, 255)))
     assert is_blank_image(_png(tmp_path / "clear.png", (40, 30), (0, 0, 0, 0)))
@@ -185,15 +196,19 @@ def test_broken_copy_fails_naming_page_and_element_of_each_breakage(
     site_copy: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """One check of a copy broken in every way of ``BREAKAGES`` at once (a full check of the book takes tens of
-    seconds), searched for a word no page holds: each breakage, and the empty search, gets its own failure line."""
+    seconds), searched for a word no page holds: each breakage, and the empty search, gets its own failure line. Only
+    the broken pages are opened (``--page``), and the page the broken fragment points to, whose ids are read."""
     expected = [breakage(site_copy) for breakage in BREAKAGES]
+    pages = sorted({page for page, _ in expected} | {"book/mtp.html"})
     expected.append(("search.html?q=zqxjvwk", "#search-results: no result for 'zqxjvwk'"))
-    assert cli.main(["site-check", str(site_copy), "--query", "zqxjvwk"]) == 1
+    only = [arg for page in pages for arg in ("--page", page)]
+    assert cli.main(["site-check", str(site_copy), "--query", "zqxjvwk", *only]) == 1
     out = capsys.readouterr()
     failures = [line for line in out.err.splitlines() if line.startswith("site-check FAIL ")]
     for page, reason in expected:
         assert any(line.startswith(f"site-check FAIL {page}: ") and reason in line for line in failures), reason
     assert "did not match any documents" in out.err
+    assert re.search(rf"^site-check: {len(pages)} pages, ", out.out, re.MULTILINE)
     assert out.out.splitlines()[-1].endswith(f"search FAILED, {len(failures)} failure(s)")
 
 

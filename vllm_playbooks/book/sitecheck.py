@@ -29,6 +29,10 @@ What fails the check, each failure naming its page and element:
 - what ``sitecheck_readers`` refuses: figure text under 10 px as rendered, more than 6 series in a panel, raw prints
   in the page text, a table shown only by opening a code cell, figure numbers that do not run 1, 2, … on a page.
 
+``--page PAGE`` (repeatable) opens only the pages named, as the paths ``site-check`` lists them under (e.g.
+``book/executed/deepseek-mtp.html``), and the search: a link to a page not opened is checked for its file only, not
+its ``#fragment``. A page the build does not hold is refused before the browser starts.
+
 It prints ``site-check: N pages, M figures, L internal links, search ok`` (L counts ``<a href>`` occurrences that
 resolve to this site, navigation included; M counts distinct ``_images/`` files that pages show) and exits 1 on any
 failure, 2 when Chromium or chromedriver is missing. The browser, and what it measures of a page as drawn (height,
@@ -232,8 +236,10 @@ class SiteChecker:
         chromium_path: Path = CHROMIUM,
         chromedriver_path: Path = CHROMEDRIVER,
         offline: bool = True,
+        only: tuple[str, ...] = (),
     ) -> None:
         self.root = root.resolve()
+        self.only = only
         self.screenshots = screenshots
         self.query = query
         self.chromium_path = chromium_path
@@ -253,6 +259,11 @@ class SiteChecker:
         if not (self.root / "index.html").is_file():
             raise SiteCheckError(f"{self.root / 'index.html'} not found: build the book first (make book)")
         pages = list_pages(self.root)
+        unknown = [page for page in self.only if page not in pages]
+        if unknown:
+            raise SiteCheckError(f"no page {unknown[0]} in {self.root} (pages are named as in {pages[0]})")
+        if self.only:
+            pages = [page for page in pages if page in self.only]
         self.report.pages = [p for p in pages if p not in NOT_COUNTED]
         screenshot_pages = {p for p in pages for pattern in SCREENSHOT_PAGES if Path(p).match(pattern)}
         if self.screenshots is not None:
@@ -439,6 +450,8 @@ def check_site(
     chromium_path: Path = CHROMIUM,
     chromedriver_path: Path = CHROMEDRIVER,
     offline: bool = True,
+    only: tuple[str, ...] = (),
 ) -> SiteReport:
-    """Check the built book in ``root`` (``_build/html``); see the module docstring for what is checked."""
-    return SiteChecker(root, screenshots, query, chromium_path, chromedriver_path, offline).run()
+    """Check the built book in ``root`` (``_build/html``), every page or ``only`` those named (paths relative to
+    ``root``); see the module docstring for what is checked."""
+    return SiteChecker(root, screenshots, query, chromium_path, chromedriver_path, offline, only).run()

@@ -15,7 +15,8 @@ from vllm_playbooks.book.sitecheck import MAX_PAGE_HEIGHT_PX, check_site
 
 @dataclass(frozen=True)
 class Args:
-    """The built book, the screenshot folder, the search query, the browser and driver, and the network switch."""
+    """The built book, the screenshot folder, the search query, the browser and driver, the network switch, and the
+    pages to check (all when empty)."""
 
     html: Path
     screenshots: Path | None = None
@@ -23,6 +24,7 @@ class Args:
     chromium: Path = CHROMIUM
     chromedriver: Path = CHROMEDRIVER
     allow_network: bool = False
+    pages: tuple[str, ...] = ()
 
     @classmethod
     def add_cli_args(cls, parser: argparse.ArgumentParser) -> None:
@@ -33,6 +35,12 @@ class Args:
         parser.add_argument("--chromium", type=Path, default=CHROMIUM, help=f"browser binary (default {CHROMIUM})")
         parser.add_argument("--chromedriver", type=Path, default=CHROMEDRIVER, help=f"driver (default {CHROMEDRIVER})")
         parser.add_argument("--allow-network", action="store_true", help="let the browser resolve other hosts")
+        parser.add_argument(
+            "--page",
+            action="append",
+            default=[],
+            help="check only this page (repeatable), as listed under the build, e.g. book/executed/pp-27462.html",
+        )
 
     @classmethod
     def from_cli_args(cls, namespace: argparse.Namespace) -> Self:
@@ -44,6 +52,7 @@ class Args:
             chromium=namespace.chromium,
             chromedriver=namespace.chromedriver,
             allow_network=bool(namespace.allow_network),
+            pages=tuple(namespace.page),
         )
 
 
@@ -52,7 +61,13 @@ def run(args: Args) -> int:
     started = time.monotonic()
     try:
         report = check_site(
-            args.html, args.screenshots, args.query, args.chromium, args.chromedriver, offline=not args.allow_network
+            args.html,
+            args.screenshots,
+            args.query,
+            args.chromium,
+            args.chromedriver,
+            not args.allow_network,
+            args.pages,
         )
     except SiteCheckError as exc:
         print(f"error: site-check: {exc}", file=sys.stderr)

@@ -50,6 +50,9 @@ def test_damaged_failure_files_are_left_out_with_one_warning_each(tmp_path: Path
 def test_plan_ledger_and_runs_go_on_past_a_damaged_failure_file(argv: list[str], tmp_path: Path) -> None:
     data = tmp_path / "data"
     shutil.copytree(data_dir(), data)
+    for other in (data / "runs").iterdir():  # the other cases' rows only lengthen the commands' reading
+        if other.is_dir() and other.name != CASE:
+            shutil.rmtree(other)
     folder = raw.finished_points(data / "runs" / CASE)[0].parent
     (folder / f"in1-out1-c1-r0{raw.FAILURE_SUFFIX}").write_text("")
     (folder / f"in1-out1-c2-r0{raw.FAILURE_SUFFIX}").write_text("garbage\x00")
