@@ -11,6 +11,7 @@ run read, so that a later comparison on other data says "refresh" instead of fai
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -253,14 +254,12 @@ def store_check_outputs(source: Path, executed: Path) -> int:
     return changed
 
 
-def execute(
-    source: Path, target: Path, parameters: dict[str, Any], timeout_s: int = 600, package: str | None = None
-) -> cache.ExecutionRecord:
+def execute(source: Path, target: Path, parameters: dict[str, Any], timeout_s: int = 600) -> cache.ExecutionRecord:
     """Execute ``source`` into ``target`` with papermill; unknown parameter names are refused, not warned about.
 
     The kernel records the data files it opens and the folders it lists; ``target`` keeps the run's execution
-    record in its metadata (``vllm_playbooks.book.cache``), which is also returned. ``package``: the package's
-    digest where the caller has it already. Kernel settings: ``vllm_playbooks.book.kernel``.
+    record in its metadata (``vllm_playbooks.book.cache``), which is also returned; the package modules this process
+    loaded count as read. Kernel settings: ``vllm_playbooks.book.kernel``.
     """
     import papermill as pm
 
@@ -284,7 +283,8 @@ def execute(
         )
         reads = cache.read_log(log)
     data = paths.data_dir(source.parent)
-    record = cache.make_record(source, parameters, reads, data, package or cache.package_digest())
+    reads = replace(reads, code=reads.code | cache.loaded_code())
+    record = cache.make_record(source, parameters, reads, data)
     _finish_executed(target, record)
     return record
 

@@ -49,7 +49,7 @@ class Args:
 def run(args: Args) -> int:
     """Execute in replay mode into ``args.out`` every notebook whose executed copy is stale; reuse the others.
 
-    A copy is stale when the notebook, the package's source, the parameters or the data its last run read changed
+    A copy is stale when the notebook, the package files or the data its last run read, or the parameters changed
     (``vllm_playbooks.book.cache``); ``--force`` executes all. Copies whose source notebook is gone are removed.
     Each notebook gets one line saying whether it was reused or executed, and why. Last, the table of contents with
     a page per case (``book.toc``) is written to ``args.toc``, where ``jupyter-book build --toc`` reads it (where the
@@ -61,17 +61,16 @@ def run(args: Args) -> int:
         if old.name not in names:
             old.unlink()
             print(f"removed {old}: no notebooks/{old.name}", flush=True)
-    package = cache.package_digest()
     executed = 0
     for source in sources:
         target = args.out / source.name
         parameters = book_parameters(source)
-        reason = "--force" if args.force else cache.stale_reason(source, target, parameters, package)
+        reason = "--force" if args.force else cache.stale_reason(source, target, parameters)
         if reason is None:
             print(f"reused {source.name}: nothing it depends on changed", flush=True)
             continue
         print(f"papermill {source.name} (replay): {reason}", flush=True)
-        execute(source, target, parameters, package=package)
+        execute(source, target, parameters)
         executed += 1
     print(f"book: {executed} executed, {len(sources) - executed} reused", flush=True)
     root = paths.find_repo_root()

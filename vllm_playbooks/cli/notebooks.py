@@ -73,14 +73,13 @@ def refresh(names: tuple[str, ...], executed_dir: Path) -> None:
     unknown = [name for name in names if name not in sources]
     if unknown:
         raise ConfigError(f"no notebook {', '.join(map(repr, unknown))}; known: {', '.join(sources)}")
-    package = cache.package_digest()
     for name in names:
         source, executed = sources[name], executed_dir / f"{name}.ipynb"
         parameters = book_parameters(source)
-        reason = cache.stale_reason(source, executed, parameters, package)
+        reason = cache.stale_reason(source, executed, parameters)
         if reason is not None:
             print(f"papermill {source.name} (replay): {reason}", flush=True)
-            execute(source, executed, parameters, package=package)
+            execute(source, executed, parameters)
         changed = store_check_outputs(source, executed)
         print(f"refreshed {source}: {changed} check cell(s) print other text than was stored", flush=True)
 

@@ -18,11 +18,11 @@ from vllm_playbooks.book.cache import (
     ABSENT,
     ExecutionRecord,
     Reads,
+    changed_code,
     file_digest,
     listing_digest,
     make_record,
     notebook_digest,
-    package_digest,
     read_log,
     read_record,
     stale_reason,
@@ -58,13 +58,14 @@ def test_the_kernel_records_the_data_it_opens_and_lists_and_nothing_else(tmp_pat
     log = tmp_path / "reads.log"
     env = {**os.environ, "VLLM_PLAYBOOKS_DATA_DIR": str(data), cache.READ_LOG_ENV: str(log)}
     subprocess.run([sys.executable, "-c", READER], env=env, check=True)
-    assert read_log(log) == Reads(
-        files=frozenset({"runs/a/runs.csv", "runs/b/runs.csv", "runs/a/missing.json"}),
-        dirs=frozenset({"runs", "runs/a", "runs/b", "raw", "raw/p1"}),
-    )
+    reads = read_log(log)
+    assert reads.files == {"runs/a/runs.csv", "runs/b/runs.csv", "runs/a/missing.json"}
+    assert reads.dirs == {"runs", "runs/a", "runs/b", "raw", "raw/p1"}
+    assert {"__init__.py", "book/page_kernel.py", "book/cache.py"} <= reads.code  # imported before the hook
+    assert all((cache.PACKAGE / path).is_file() for path in reads.code)
 
 
-def test_without_a_data_folder_the_kernel_records_nothing_and_still_imports(tmp_path: Path) -> None:
+def test_without_a_data_folder_the_kernel_records_only_the_package_files_and_still_imports(tmp_path: Path) -> None:
     log = tmp_path / "reads.log"
     log.touch()
     env = {k: v for k, v in os.environ.items() if k != "VLLM_PLAYBOOKS_DATA_DIR"} | {cache.READ_LOG_ENV: str(log)}
@@ -73,7 +74,8 @@ def test_without_a_data_folder_the_kernel_records_nothing_and_still_imports(tmp_
         "open('x.txt', 'w').write('x'); open('x.txt').read()"
     )
     subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, check=True)  # no _config.yml above tmp_path
-    assert log.read_text() == ""
+    reads = read_log(log)
+    assert not reads.files and not reads.dirs and "book/page_kernel.py" in reads.code
 
 
 def test_reads_logged_names_a_fresh_log_for_the_block_only() -> None:
@@ -109,58 +111,98 @@ def test_the_notebook_digest_leaves_out_stored_outputs_and_their_data_digest(tmp
     assert notebook_digest(path) != before
 
 
-def test_the_package_digest_covers_every_file_but_bytecode(tmp_path: Path) -> None:
-    (tmp_path / "cases").mkdir()
-    (tmp_path / "cases" / "a.yaml").write_text("engines: []\n")
-    (tmp_path / "mod.py").write_text("X = 1\n")
-    before = package_digest(tmp_path)
-    (tmp_path / "__pycache__").mkdir()
-    (tmp_path / "__pycache__" / "mod.cpython-311.pyc").write_bytes(b"\0")
-    assert package_digest(tmp_path) == before
-    (tmp_path / "cases" / "a.yaml").write_text("engines: [spec-off]\n")
-    assert package_digest(tmp_path) != before
-    assert package_digest() == package_digest(Path(cache.__file__).parents[1])
+CODE_READER = """
+import os, sys
+from pathlib import Path
+from vllm_playbooks.book.cache import record_reads
+sys.path.insert(0, sys.argv[1])
+import pkg.early
+record_reads(Path(sys.argv[2]), None, Path(sys.argv[1]) / "pkg")
+import pkg.late
+(Path(sys.argv[1]) / "pkg" / "cases" / "a.yaml").read_text()
+os.listdir(Path(sys.argv[1]) / "pkg" / "cases")
+"""
+
+
+def _package(root: Path) -> Path:
+    package = root / "pkg"
+    (package / "cases").mkdir(parents=True)
+    (package / "cases" / "a.yaml").write_text("engines: []\n")
+    for name in ("__init__", "early", "late", "unused"):
+        (package / f"{name}.py").write_text("X = 1\n")
+    return package
+
+
+def test_a_run_records_the_package_modules_it_imported_opened_and_listed_and_only_those_count(tmp_path: Path) -> None:
+    package, log = _package(tmp_path), tmp_path / "reads.log"
+    for run in ("compiles the bytecode", "imports from the bytecode"):
+        log.unlink(missing_ok=True)
+        subprocess.run([sys.executable, "-c", CODE_READER, str(tmp_path), str(log)], check=True)
+        reads = read_log(log)
+        assert reads.code == {"__init__.py", "early.py", "late.py", "cases/a.yaml"}, run
+        assert reads.code_dirs == {"cases"} and not reads.files and not reads.dirs, run
+    record = make_record(_notebook(tmp_path), {}, reads, tmp_path, package)
+    (package / "cases" / "__pycache__").mkdir()  # written by Python: not an entry that counts
+    (package / "unused.py").write_text("X = 2\n")
+    assert changed_code(record, package) == []
+    (package / "late.py").write_text("X = 2\n")
+    (package / "cases" / "b.yaml").write_text("engines: []\n")
+    assert changed_code(record, package) == ["cases/", "late.py"]
+
+
+def _notebook(folder: Path) -> Path:
+    path = folder / "n.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(), path)
+    return path
 
 
 def _executed_with_record(tiny_repo: Path, reads: Reads) -> tuple[Path, Path]:
     source, executed = tiny_repo / "notebooks" / "tiny.ipynb", tiny_repo / "executed" / "tiny.ipynb"
     executed.parent.mkdir()
     nb = nbformat.read(source, as_version=4)
-    store_record(nb, make_record(source, {"mode": "replay"}, reads, tiny_repo / "data", "pkg"))
+    store_record(nb, make_record(source, {"mode": "replay"}, reads, tiny_repo / "data", tiny_repo / "pkg"))
     nbformat.write(nb, executed)
     return source, executed
 
 
 def test_stale_reason_names_what_changed(tiny_repo: Path) -> None:
-    reads = Reads(files=frozenset({"runs/a/runs.csv"}), dirs=frozenset({"runs"}))
+    package = _package(tiny_repo)
+    reads = Reads(files=frozenset({"runs/a/runs.csv"}), dirs=frozenset({"runs"}), code=frozenset({"early.py"}))
     source, executed = _executed_with_record(tiny_repo, reads)
-    assert read_record(executed) == make_record(source, {"mode": "replay"}, reads, tiny_repo / "data", "pkg")
-    assert stale_reason(source, executed, {"mode": "replay"}, "pkg") is None
+    assert read_record(executed) == make_record(source, {"mode": "replay"}, reads, tiny_repo / "data", package)
+    assert stale_reason(source, executed, {"mode": "replay"}, package) is None
     (tiny_repo / "data" / "unread.txt").write_text("changed, but no run read it\n")
-    assert stale_reason(source, executed, {"mode": "replay"}, "pkg") is None
-    assert stale_reason(source, executed, {"mode": "replay"}, "other") == "the package's source changed"
-    assert stale_reason(source, executed, {"mode": "live"}, "pkg") == "parameters changed (were {'mode': 'replay'})"
+    (package / "unused.py").write_text("X = 2\n")
+    assert stale_reason(source, executed, {"mode": "replay"}, package) is None
+    (package / "early.py").write_text("X = 2\n")
+    assert stale_reason(source, executed, {"mode": "replay"}, package) == "the package's source changed: early.py"
+    (package / "early.py").write_text("X = 1\n")
+    assert stale_reason(source, executed, {"mode": "live"}, package) == "parameters changed (were {'mode': 'replay'})"
     add_row(tiny_repo, "b")  # a case the run did not open
-    assert stale_reason(source, executed, {"mode": "replay"}, "pkg") is None
+    assert stale_reason(source, executed, {"mode": "replay"}, package) is None
     (tiny_repo / "data" / "runs" / "c").mkdir()  # a new case in the folder the run listed
-    assert stale_reason(source, executed, {"mode": "replay"}, "pkg") == "data changed: runs/"
+    assert stale_reason(source, executed, {"mode": "replay"}, package) == "data changed: runs/"
     add_row(tiny_repo, "a")
-    assert stale_reason(source, executed, {"mode": "replay"}, "pkg") == "data changed: runs/, runs/a/runs.csv"
+    assert stale_reason(source, executed, {"mode": "replay"}, package) == "data changed: runs/, runs/a/runs.csv"
     nb = nbformat.read(source, as_version=4)
     nb.cells[2].source += "\nprint('more')"
     nbformat.write(nb, source)
-    assert stale_reason(source, executed, {"mode": "replay"}, "pkg") == "the notebook changed"
+    assert stale_reason(source, executed, {"mode": "replay"}, package) == "the notebook changed"
+    old_form = {"execution": {"notebook": "n", "package": "p", "parameters": {}, "files": {}, "dirs": {}}}
+    executed.write_text(json.dumps({"cells": [], "metadata": {cache.METADATA_KEY: old_form}}))
+    assert stale_reason(source, executed, {"mode": "replay"}, package) == "its executed copy has no execution record"
     executed.write_text(json.dumps({"cells": [], "metadata": {}}))
-    assert stale_reason(source, executed, {"mode": "replay"}, "pkg") == "its executed copy has no execution record"
+    assert stale_reason(source, executed, {"mode": "replay"}, package) == "its executed copy has no execution record"
     executed.unlink()
-    assert stale_reason(source, executed, {"mode": "replay"}, "pkg") == "no executed copy"
+    assert stale_reason(source, executed, {"mode": "replay"}, package) == "no executed copy"
 
 
 def test_the_data_digest_is_over_the_paths_read_and_their_content() -> None:
-    record = ExecutionRecord("n", "p", {}, files={"runs/a/runs.csv": "1"}, dirs={"runs": "2"})
-    assert record.data == ExecutionRecord("other", "q", {"mode": "live"}, dict(record.files), dict(record.dirs)).data
-    assert record.data != ExecutionRecord("n", "p", {}, files={"runs/a/runs.csv": "3"}, dirs={"runs": "2"}).data
-    assert record.data != ExecutionRecord("n", "p", {}, files=dict(record.files), dirs={"runs": "2", "x": "4"}).data
+    record = ExecutionRecord("n", {}, files={"runs/a/runs.csv": "1"}, dirs={"runs": "2"})
+    other = ExecutionRecord("other", {"mode": "live"}, {"m.py": "5"}, files=dict(record.files), dirs=dict(record.dirs))
+    assert record.data == other.data
+    assert record.data != ExecutionRecord("n", {}, files={"runs/a/runs.csv": "3"}, dirs={"runs": "2"}).data
+    assert record.data != ExecutionRecord("n", {}, files=dict(record.files), dirs={"runs": "2", "x": "4"}).data
 
 
 def _book(capsys: pytest.CaptureFixture[str], *flags: str) -> str:

@@ -102,7 +102,7 @@ def _pair(tmp_path: Path, stored: str | None, ran: str | None) -> tuple[Path, Pa
         if name == "source" and digest:
             nb.metadata[cache.METADATA_KEY] = {CHECK_DATA_KEY: digest}
         if name == "ran" and digest:
-            cache.store_record(nb, cache.ExecutionRecord("n", "p", {}, files={"runs/a/runs.csv": digest}))
+            cache.store_record(nb, cache.ExecutionRecord("n", {}, files={"runs/a/runs.csv": digest}))
         nbformat.write(nb, tmp_path / f"{name}.ipynb")
         paths.append(tmp_path / f"{name}.ipynb")
     return paths[0], paths[1]
@@ -110,7 +110,7 @@ def _pair(tmp_path: Path, stored: str | None, ran: str | None) -> tuple[Path, Pa
 
 def test_the_comparison_is_strict_unless_both_digests_say_the_data_differs(tmp_path: Path) -> None:
     failure = ["source.ipynb: check cell 'check01' (stdout) line 1: recorded 'rows=1', now 'rows=2'"]
-    same = cache.ExecutionRecord("n", "p", {}, files={"runs/a/runs.csv": "d1"}).data
+    same = cache.ExecutionRecord("n", {}, files={"runs/a/runs.csv": "d1"}).data
     for stored, ran in ((None, None), (None, "d1"), (same, None), (same, "d1")):
         source, executed = _pair(tmp_path, stored, ran)
         assert changed_check_outputs(source, executed) == failure, (stored, ran)
