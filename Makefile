@@ -33,8 +33,8 @@ $(STAMP): requirements.txt pyproject.toml
 	touch $@
 
 ## book: execute the notebooks whose executed copy is stale with papermill in replay mode, then build the HTML
-##   (warnings are errors). A copy in book/executed is reused while its notebook, the package's source, the parameters
-##   and the data files its last run read are unchanged (vllm_playbooks/book/cache.py); each notebook gets a line
+##   (warnings are errors). A copy in book/executed is reused while its notebook, the parameters, and the package files
+##   and data files its last run read are unchanged (vllm_playbooks/book/cache.py); each notebook gets a line
 ##   saying which. `.venv/bin/vllm-playbooks book --force` executes every notebook.
 book: execute html
 

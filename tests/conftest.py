@@ -141,8 +141,9 @@ def built_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
     Built once per test run, also under pytest-xdist: the first worker to need it builds it in the run's shared
     temporary folder while holding a lock, the others wait for it and read the same build (or its failure). The
     repository's ``book/executed`` (``make book``'s output) comes along, so ``vllm-playbooks book`` reuses every
-    executed copy whose notebook, package source, parameters and data are unchanged (``vllm_playbooks.book.cache``)
-    and executes, offline, only the others; the strict Jupyter Book build is always a fresh one.
+    executed copy whose notebook, parameters, and the package files and data its run read are unchanged
+    (``vllm_playbooks.book.cache``) and executes, offline, only the others; the strict Jupyter Book build is always a
+    fresh one.
     """
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # xdist: <run's basetemp>/popen-gwN
