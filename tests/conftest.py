@@ -5,17 +5,20 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import pickle
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 FAKE_SERVER = ROOT / "tests" / "fakes" / "fake_vllm_server.py"
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -134,29 +137,34 @@ def _build_book(tmp: Path) -> Path:
     return copy
 
 
+def once_per_run(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], T]) -> T:
+    """``build(folder)``'s value, built once per test run, also under pytest-xdist: the first worker to ask makes the
+    folder ``name`` in the run's shared temporary folder and builds while holding a lock; the others wait for it and
+    read the same value (pickled beside it), or fail with the first one's error."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # xdist: <run's basetemp>/popen-gwN
+    folder, failed, value = shared / name, shared / f"{name}.failed", shared / f"{name}.pickle"
+    with (shared / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if failed.exists():
+            pytest.fail(f"{name} failed in another worker:\n{failed.read_text()}")
+        if not value.exists():
+            folder.mkdir()
+            try:
+                value.write_bytes(pickle.dumps(build(folder)))
+            except BaseException as error:
+                failed.write_text(str(error))
+                raise
+        return pickle.loads(value.read_bytes())
+
+
 @pytest.fixture(scope="session")
 def built_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the repository in which the notebooks ran (replay) and the book was built strictly, offline.
 
-    Built once per test run, also under pytest-xdist: the first worker to need it builds it in the run's shared
-    temporary folder while holding a lock, the others wait for it and read the same build (or its failure). The
-    repository's ``book/executed`` (``make book``'s output) comes along, so ``vllm-playbooks book`` reuses every
-    executed copy whose notebook, parameters, and the package files and data its run read are unchanged
-    (``vllm_playbooks.book.cache``) and executes, offline, only the others; the strict Jupyter Book build is always a
-    fresh one.
+    Built once per test run (:func:`once_per_run`). The repository's ``book/executed`` (``make book``'s output)
+    comes along, so ``vllm-playbooks book`` reuses every executed copy whose notebook, parameters, and the package
+    files and data its run read are unchanged (``vllm_playbooks.book.cache``) and executes, offline, only the
+    others; the strict Jupyter Book build is always a fresh one.
     """
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # xdist: <run's basetemp>/popen-gwN
-    tmp, failed = shared / "book", shared / "book.failed"
-    with (shared / "book.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if failed.exists():
-            pytest.fail(f"the book build failed in another worker:\n{failed.read_text()}")
-        if not tmp.exists():
-            tmp.mkdir()
-            try:
-                _build_book(tmp)
-            except BaseException as error:
-                failed.write_text(str(error))
-                raise
-    return tmp / "repo"
+    return once_per_run(tmp_path_factory, "book", _build_book)

@@ -14,7 +14,7 @@ from typing import Any
 import nbformat
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, once_per_run
 from vllm_playbooks.book import grading, workshop
 from vllm_playbooks.book.exercises import NEVER, Solution
 from vllm_playbooks.book.notebooks import book_parameters, default_parameters
@@ -69,12 +69,18 @@ def _learner_copy(exercise: workshop.Exercise, target: Path, answer: Any, show_s
     nbformat.write(nb, target)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def room(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[tuple[str, int], grading.Graded]]:
     """Learner ``right`` answers every exercise right, ``wrong`` every one wrong, ``blank`` none; ``curious`` sets no
     answer but asks for the solution of exercise 4, ``shy`` neither; ``broken`` has a cell that raises. Graded
-    once."""
-    folder, out = tmp_path_factory.mktemp("room"), tmp_path_factory.mktemp("graded")
+    once per test run, whichever worker asks first (``once_per_run``)."""
+    return once_per_run(tmp_path_factory, "workshop-room", _grade_a_room)
+
+
+def _grade_a_room(shared: Path) -> tuple[Path, Path, dict[tuple[str, int], grading.Graded]]:
+    folder, out = shared / "room", shared / "graded"
+    folder.mkdir()
+    out.mkdir()
     for exercise in workshop.EXERCISES.values():
         solution = _solution(exercise)
         _learner_copy(exercise, folder / "right" / exercise.notebook, _by_hand(exercise))
