@@ -264,19 +264,30 @@ def read_record(executed: Path) -> ExecutionRecord | None:
         return None
 
 
+def _changed(
+    files: dict[str, str], dirs: dict[str, str], root: Path, left_out: frozenset[str] = frozenset()
+) -> list[str]:
+    """The paths of ``files`` and ``dirs`` (relative to ``root``) whose digest differs now, sorted; folders (their
+    entries but ``left_out``) end with '/'."""
+    changed_files = [p for p, digest in files.items() if file_digest(root / p) != digest]
+    changed_dirs = [f"{p}/" for p, digest in dirs.items() if listing_digest(root / p, left_out) != digest]
+    return sorted(changed_files + changed_dirs)
+
+
+def _named(paths: list[str]) -> str:
+    """The first three of ``paths``, and how many more."""
+    return ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+
+
 def changed_data(record: ExecutionRecord, data: Path) -> list[str]:
     """The recorded data paths whose content (a folder: whose entries) differs now, sorted; folders end with '/'."""
-    files = [p for p, digest in record.files.items() if file_digest(data / p) != digest]
-    dirs = [f"{p}/" for p, digest in record.dirs.items() if listing_digest(data / p) != digest]
-    return sorted(files + dirs)
+    return _changed(record.files, record.dirs, data)
 
 
 def changed_code(record: ExecutionRecord, package: Path = PACKAGE) -> list[str]:
     """The recorded package paths whose content (a folder: whose entries) differs now, sorted; folders end with
     '/'."""
-    files = [p for p, digest in record.code.items() if file_digest(package / p) != digest]
-    dirs = [f"{p}/" for p, digest in record.code_dirs.items() if listing_digest(package / p, BYTECODE) != digest]
-    return sorted(files + dirs)
+    return _changed(record.code, record.code_dirs, package, BYTECODE)
 
 
 def stale_reason(source: Path, executed: Path, parameters: dict[str, Any], package: Path = PACKAGE) -> str | None:
@@ -293,12 +304,10 @@ def stale_reason(source: Path, executed: Path, parameters: dict[str, Any], packa
         return "the notebook changed"
     code = changed_code(record, package)
     if code:
-        more = f" and {len(code) - 3} more" if len(code) > 3 else ""
-        return f"the package's source changed: {', '.join(code[:3])}{more}"
+        return f"the package's source changed: {_named(code)}"
     if record.parameters != parameters:
         return f"parameters changed (were {record.parameters})"
     changed = changed_data(record, paths.data_dir(source.parent))
     if changed:
-        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
-        return f"data changed: {', '.join(changed[:3])}{more}"
+        return f"data changed: {_named(changed)}"
     return None
