@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pandas as pd
 import pytest
@@ -104,8 +105,10 @@ def test_the_recorded_data_tests_pass_on_more_recorded_data(tmp_path: Path) -> N
         path, name = test.split("::")
         assert path in files and f"def {name}(" in (ROOT / path).read_text(encoding="utf-8"), test
     deselect = [arg for test in LEFT_OUT for arg in ("--deselect", test)]
+    report = tmp_path / "grown.xml"
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "-m", MARKER, *deselect, *files],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", f"--junitxml={report}"]
+        + ["-m", MARKER, *deselect, *files],
         cwd=ROOT,
         env={**os.environ, DATA_DIR_ENV: str(data)},
         capture_output=True,
@@ -114,3 +117,5 @@ def test_the_recorded_data_tests_pass_on_more_recorded_data(tmp_path: Path) -> N
     )
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     assert " passed" in done.stdout.splitlines()[-1]
+    ran = {case.get("name", "").split("[")[0] for case in ElementTree.parse(report).iter("testcase")}
+    assert ran and not ran & {test.split("::")[1] for test in LEFT_OUT}  # pytest-xdist's summary counts no deselected
