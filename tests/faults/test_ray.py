@@ -18,7 +18,7 @@ from tests.faults.conftest import CASE_FILE, PARALLEL, PLANNED, Runner, row_ids,
 from vllm_playbooks.results import raw
 from vllm_playbooks.results.store import load_run_rows
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.full_tier]
 
 #: The object store of each node: the smallest Ray takes, the machine is shared.
 STORE_BYTES = 100 * 2**20

