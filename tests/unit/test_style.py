@@ -20,14 +20,6 @@ PROSE_LAYERS = ("vllm_playbooks/book/", "vllm_playbooks/cases/", "vllm_playbooks
 #: A returned string of this many words or more is prose, not a label.
 PROSE_WORDS = 4
 
-#: Functions outside book/, cases/ and cli/ that still return prose (issue 69), each with what keeps it there for now.
-PENDING_HERE = {
-    # a load level's label ('2 QPS (at most 8 in flight)'): the ``load`` column of the comparison tables
-    # (versus_baseline, paired_versus, overlapping_points), which case modules group by and five notebooks call and
-    # show whole; to go once each reader labels the loads it shows (the pages then rebuilt to check they read alike)
-    "vllm_playbooks.analysis.compare:load_text",
-}
-
 
 def python_files() -> list[Path]:
     """The Python files under ``CHECKED``."""
@@ -87,7 +79,7 @@ def test_only_the_book_layers_return_sentences() -> None:
         if not str(relative).startswith(PROSE_LAYERS):
             module = ".".join(relative.with_suffix("").parts).removesuffix(".__init__")
             offenders |= prose_returns(path, module)
-    assert sorted(offenders) == sorted(PENDING_HERE)
+    assert not offenders, sorted(offenders)
 
 
 def test_the_prose_scan_tells_a_sentence_from_a_label(tmp_path: Path) -> None:

@@ -177,7 +177,6 @@ def versus_baseline(df: pd.DataFrame, metric: str = "output_tok_s", extra: Seque
     out["change_pct"] = 100.0 * (out["ratio"] - 1.0)
     speedups = out["ratio"] if higher_is_better(metric) else 1.0 / out["ratio"]
     out["effect"] = [str(effect_of_speedup(s, b)) for s, b in zip(speedups, out["band_pct"], strict=True)]
-    out["load"] = [load_text(c, r) for c, r in zip(out["concurrency"], out["request_rate_qps"], strict=True)]
     order = ["engine_label", "input_len", "random_range_ratio", "request_rate_qps", "concurrency"]
     return out.sort_values(order, na_position="last").reset_index(drop=True)
 
@@ -272,16 +271,6 @@ def _median_of_runs(
     return pd.DataFrame(records, columns=columns)
 
 
-def load_text(concurrency: object, request_rate_qps: object) -> str:
-    """A load level in words: 'concurrency 4', '2 QPS', or '2 QPS (at most 8 in flight)'."""
-    has_c, has_r = not pd_isna(concurrency), not pd_isna(request_rate_qps)
-    if has_r and has_c:
-        return f"{float(request_rate_qps):g} QPS (at most {int(concurrency)} in flight)"  # type: ignore[arg-type]
-    if has_r:
-        return f"{float(request_rate_qps):g} QPS"  # type: ignore[arg-type]
-    return f"concurrency {int(concurrency)}" if has_c else "unbounded load"  # type: ignore[call-overload]
-
-
 def higher_is_better(metric: str) -> bool:
     """Throughputs are better higher; latencies (columns in ms) are better lower."""
     return not metric.endswith("_ms")
@@ -292,13 +281,6 @@ def winning_levels(group: pd.DataFrame) -> list[int]:
     higher throughput or lower latency than the baseline's noise allows)."""
     wins = group[group["effect"] == Effect.GAIN]
     return sorted(int(c) for c in wins["concurrency"].dropna())
-
-
-def winning_loads(group: pd.DataFrame) -> list[str]:
-    """Load levels (``load_text``) at which one speculative config beat its baseline beyond the band, in the group's
-    order."""
-    wins = group[group["effect"] == Effect.GAIN]
-    return [load_text(c, r) for c, r in zip(wins["concurrency"], wins["request_rate_qps"], strict=True)]
 
 
 def acceptance_check(df: pd.DataFrame) -> pd.DataFrame:
@@ -347,7 +329,6 @@ PAIRED_COLUMNS = (
     "case",
     "model_shape",
     "gpu_name",
-    "load",
     "concurrency",
     "request_rate_qps",
     "input_len",
@@ -427,7 +408,6 @@ def paired_versus(rows: pd.DataFrame, reference_label: str, metric: str = "outpu
                 "case": key["case"],
                 "model_shape": key["model_shape"],
                 "gpu_name": key["gpu_name"],
-                "load": load_text(concurrency, rate),
                 "concurrency": concurrency,
                 "request_rate_qps": rate,
                 "input_len": int(key["input_len"]),

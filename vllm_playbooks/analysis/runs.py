@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vllm_playbooks.analysis.compare import load_text
 from vllm_playbooks.analysis.noise import MIN_CLEAN_REPEATS, host_disturbances
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.hardware import REFERENCE_GPU
@@ -20,6 +19,9 @@ if TYPE_CHECKING:
 
 #: The ``hardware`` value that puts every recorded GPU's rows side by side.
 ALL_HARDWARE = "all"
+
+#: What ``overlapping_points`` tells of a row and of each row it overlapped (those as ``beside_<column>``).
+OVERLAP_KEYS = ("point_id", "engine_label", "concurrency", "request_rate_qps")
 
 
 def rows_on_hardware(df: pd.DataFrame, hardware: str | None = None, mode: str = "replay") -> pd.DataFrame:
@@ -72,7 +74,8 @@ def measured_windows(df: pd.DataFrame) -> pd.DataFrame:
 
 def overlapping_points(df: pd.DataFrame) -> pd.DataFrame:
     """Rows whose measured run overlapped another row's in time (two servers, one per GPU group, on one host: they
-    share its CPUs, so each may have run slower than alone); one line per such row, naming the others."""
+    share its CPUs, so each may have run slower than alone): one line per such row and each row it overlapped
+    (``beside_…``), in the order of ``df``."""
     import pandas as pd
 
     windows = measured_windows(df).reset_index(drop=True)
@@ -81,19 +84,14 @@ def overlapping_points(df: pd.DataFrame) -> pd.DataFrame:
         others = windows[
             (windows.index != i) & (windows["started_at"] < row["ended_at"]) & (windows["ended_at"] > row["started_at"])
         ]
-        if len(others):
-            beside = [
-                f"{o.engine_label} at {load_text(o.concurrency, o.request_rate_qps)}" for o in others.itertuples()
-            ]
+        for other in others.itertuples():
             records.append(
                 {
-                    "point_id": row["point_id"],
-                    "engine_label": row["engine_label"],
-                    "load": load_text(row["concurrency"], row["request_rate_qps"]),
-                    "beside": "; ".join(sorted(beside)),
+                    **{column: row[column] for column in OVERLAP_KEYS},
+                    **{f"beside_{column}": getattr(other, column) for column in OVERLAP_KEYS},
                 }
             )
-    return pd.DataFrame(records, columns=["point_id", "engine_label", "load", "beside"])
+    return pd.DataFrame(records, columns=[*OVERLAP_KEYS, *(f"beside_{c}" for c in OVERLAP_KEYS)])
 
 
 def set_aside_overlapped(df: pd.DataFrame) -> pd.DataFrame:

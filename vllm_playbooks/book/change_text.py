@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from vllm_playbooks.analysis.compare import load_text, winning_loads
+from vllm_playbooks.analysis.noise import Effect
+from vllm_playbooks.cases.load_words import load_label
 
 
 def _levels(texts: list[str]) -> str:
@@ -17,7 +18,8 @@ def _levels(texts: list[str]) -> str:
 
 
 def _where_it_won(group: pd.DataFrame) -> str:
-    wins = winning_loads(group)
+    gains = group[group["effect"] == Effect.GAIN]
+    wins = [load_label(c, r) for c, r in zip(gains["concurrency"], gains["request_rate_qps"], strict=True)]
     if not wins:
         return "it never beat the baseline"
     if len(wins) == len(group):
@@ -33,7 +35,7 @@ def describe_change(comparison: pd.DataFrame) -> str:
     sentences = []
     for label, group in comparison.groupby("engine_label"):
         steps = ", ".join(
-            f"{chg:+.1f} % at {load_text(c, r)}"
+            f"{chg:+.1f} % at {load_label(c, r)}"
             for c, r, chg in zip(group["concurrency"], group["request_rate_qps"], group["change_pct"], strict=True)
         )
         sentences.append(f"{label}: {metric} {steps}; {_where_it_won(group)}.")

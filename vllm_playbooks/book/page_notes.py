@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from vllm_playbooks.analysis.compare import load_text
+from vllm_playbooks.cases.load_words import load_label
 from vllm_playbooks.config.spec_detection import SpeculativeConfigWarning
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.results import raw
@@ -160,7 +160,7 @@ def describe_repeat_spread(spread: pd.DataFrame, unit: str = "output tok/s") -> 
         lengths = f"{int(row.input_len):,} in / {int(row.output_len):,} out"
         values = ", ".join(f"{v:.1f}" for v in row.values[:-1]) + f" and {row.values[-1]:.1f}"
         loads.append(
-            f"{row.engine_label} at {load_text(row.concurrency, row.request_rate_qps)} ({lengths}) "
+            f"{row.engine_label} at {load_label(row.concurrency, row.request_rate_qps)} ({lengths}) "
             f"ran {row.runs} times without a stall: {values} {unit}, {row.spread_pct:.1f} % apart"
         )
     return (

@@ -9,6 +9,7 @@ import pandas as pd
 
 from vllm_playbooks.analysis import runs
 from vllm_playbooks.analysis.noise import MIN_CLEAN_REPEATS
+from vllm_playbooks.cases.load_words import overlap_table
 from vllm_playbooks.errors import ConfigError
 from vllm_playbooks.run.hardware_plan import GpuMemory, quick_check_gib
 from vllm_playbooks.text import and_list
@@ -18,10 +19,10 @@ OVERLAPS_LISTED = 8
 
 
 def overlap_note(df: pd.DataFrame) -> str:
-    """One sentence for a page: which points ran at the same time as another (``analysis.runs.overlapping_points``),
+    """One sentence for a page: which points ran at the same time as another (``cases.load_words.overlap_table``),
     or none. Up to ``OVERLAPS_LISTED`` such points are named with what each ran beside; more are counted per
     configuration, and the page shows that table for the pairs."""
-    rows = runs.overlapping_points(df)
+    rows = overlap_table(df)
     if rows.empty:
         return f"Each of the {len(df)} points ran alone on its host."
     opening = (

@@ -9,6 +9,7 @@ import pytest
 
 from vllm_playbooks.analysis import compare, repeats
 from vllm_playbooks.book import change_text, page_notes
+from vllm_playbooks.cases import load_words
 from vllm_playbooks.model.speculative import expected_tokens_per_step, tokens_per_step_from_rates
 
 
@@ -133,12 +134,10 @@ def test_versus_baseline_carries_extra_columns_of_the_speculative_rows() -> None
 def test_request_rate_loads_are_named_in_the_sentences() -> None:
     frame = _frame().assign(request_rate_qps=lambda d: d.concurrency.astype(float), concurrency=None)
     out = compare.versus_baseline(frame)
-    assert out.load.tolist() == ["1 QPS", "4 QPS", "16 QPS"]
+    assert "load" not in out.columns  # the label is the pages' (cases.load_words)
+    assert load_words.with_load_labels(out).load.tolist() == ["1 QPS", "4 QPS", "16 QPS"]
     assert "+50.0 % at 1 QPS" in change_text.describe_change(out)
     assert "beat the baseline only at 1 QPS, 4 QPS" in change_text.describe_change(out)
-    assert (
-        compare.load_text(8, 2.0) == "2 QPS (at most 8 in flight)" and compare.load_text(None, None) == "unbounded load"
-    )
 
 
 def test_a_load_run_twice_reports_its_spread_and_one_run_reports_none() -> None:

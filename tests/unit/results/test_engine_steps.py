@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import FROZEN
 from vllm_playbooks.analysis import runs, whatif
 from vllm_playbooks.book import pipeline_plots, run_notes
-from vllm_playbooks.cases import pp_27462
+from vllm_playbooks.cases import load_words, pp_27462
 from vllm_playbooks.cases.gpt_oss_eagle3 import step_costs
 from vllm_playbooks.engine.metrics import parse_histogram
 from vllm_playbooks.errors import ServerError
@@ -170,7 +170,7 @@ def test_a_cap_of_256_counts_as_filled_by_the_servers_own_log(pp_rows: pd.DataFr
 
 
 def test_the_one_gpu_points_ran_two_at_a_time(pp_rows: pd.DataFrame) -> None:
-    beside = runs.overlapping_points(pp_rows).set_index("engine_label").beside
+    beside = load_words.overlap_table(pp_rows).set_index("engine_label").beside
     assert beside.to_dict() == {
         "8b-pp1-mns128": "8b-pp1-mns256 at concurrency 512",
         "8b-pp1-mns256": "8b-pp1-mns128 at concurrency 256",
@@ -191,10 +191,32 @@ def test_overlap_needs_the_windows_to_intersect() -> None:
         }
     )
     # a: 00:00:00-00:01:00, b: 00:00:10-00:00:40 (inside a), c: 00:01:50-00:02:00 (alone)
-    assert runs.overlapping_points(rows)[["engine_label", "beside"]].values.tolist() == [
-        ["x", "y at concurrency 2"],
-        ["y", "x at concurrency 1"],
+    pairs = runs.overlapping_points(rows)
+    assert pairs[["point_id", "beside_point_id", "beside_concurrency"]].values.tolist() == [
+        ["a", "b", 2],
+        ["b", "a", 1],
     ]
+    assert load_words.overlap_table(rows)[["engine_label", "load", "beside"]].values.tolist() == [
+        ["x", "concurrency 1", "y at concurrency 2"],
+        ["y", "concurrency 2", "x at concurrency 1"],
+    ]
+
+
+def test_a_run_beside_two_others_names_both_and_counts_once() -> None:
+    rows = pd.DataFrame(
+        {
+            "point_id": ["a", "b", "c"],
+            "engine_label": ["x", "y", "z"],
+            "concurrency": [None, 2, 3],
+            "request_rate_qps": [4.0, None, None],
+            "duration_s": [60.0, 30.0, 30.0],
+            "measured_at": ["2026-01-01T00:01:00+00:00", "2026-01-01T00:00:40+00:00", "2026-01-01T00:00:59+00:00"],
+        }
+    )
+    # a overlaps b and c; b and c overlap each other (00:00:10-00:00:40 and 00:00:29-00:00:59)
+    table = load_words.overlap_table(rows).set_index("point_id")
+    assert table.loc["a", "beside"] == "y at concurrency 2; z at concurrency 3" and table.loc["a", "load"] == "4 QPS"
+    assert len(table) == 3 and len(runs.overlapping_points(rows)) == 6
 
 
 def _repeats(label: str, starts: list[int], other: str | None = None) -> list[dict[str, object]]:

@@ -11,6 +11,7 @@ import pandas as pd
 
 from vllm_playbooks.analysis.compare import is_baseline, versus_baseline
 from vllm_playbooks.analysis.noise import MIN_BAND_PCT
+from vllm_playbooks.cases.load_words import with_load_labels
 from vllm_playbooks.cases.stall_words import stalled_words
 from vllm_playbooks.claims.claim import CheckResult, Claim, Evidence, check, speedup_pairs
 from vllm_playbooks.claims.finding import Finding, gpu_names, published_or_none, split_stalled, stalled_loads
@@ -283,9 +284,12 @@ def mtp_beside_pr(
 
 
 def tpot_speedups(df: pd.DataFrame, metric: str = "tpot_mean_ms") -> pd.DataFrame:
-    """Every speculative point against its baseline at the same load: ``speedup`` = baseline TPOT / speculative TPOT
-    (above 1: speculation is faster per token), plus the imposed acceptance and the measured acceptance length."""
-    comparison = versus_baseline(df, metric, extra=[c for c in ("mean_acceptance_length",) if c in df.columns])
+    """Every speculative point against its baseline at the same load (its label in ``load``): ``speedup`` = baseline
+    TPOT / speculative TPOT (above 1: speculation is faster per token), plus the imposed acceptance and the measured
+    acceptance length."""
+    comparison = with_load_labels(
+        versus_baseline(df, metric, extra=[c for c in ("mean_acceptance_length",) if c in df.columns])
+    )
     comparison["speedup"] = comparison["baseline"] / comparison["speculative"]
     return comparison
 
