@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import ROOT
@@ -263,6 +263,8 @@ FILES = [raw.POINT_FILE, raw.PROVENANCE_FILE, raw.BENCH_FILE, "metrics_before.pr
 
 @SETTINGS
 @given(damages=st.lists(st.tuples(st.sampled_from(DAMAGES), st.sampled_from(FILES), st.integers(0, 4000)), max_size=3))
+@example(damages=[("symlink", "point.json", 0), ("drop", "point.json", 0)])  # the link gone again: no point left
+@example(damages=[("symlink", "bench.json", 1), ("junk", "bench.json", 9)])  # junk written through the link
 def test_generated_import_folders_are_checked_whole(
     damages: list[tuple[str, str, int]], recorded_points: list[Path], tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -273,7 +275,9 @@ def test_generated_import_folders_are_checked_whole(
         target = raw.raw_root(case_root) / point.relative_to(raw.raw_root(data_dir() / "runs" / CASE))
         shutil.copytree(point, target)
         points.append(target)
-    must_refuse = False  # a damage the check has to catch (a no-op one need not refuse)
+    linked: set[Path] = set()  # files replaced by a link (a later damage of the same file may remove the link)
+    outside = source / "outside.txt"  # what a link points at: beside the case folder, not in it
+    outside.write_text("not a point's file")
     damaged: set[Path] = set()  # points damaged in a way that must be refused while they still have a point.json
     failures: dict[Path, bool] = {}  # each failure file written, and whether its last writing left it well-formed
     for damage, name, cut in damages:
@@ -291,8 +295,8 @@ def test_generated_import_folders_are_checked_whole(
             path.unlink(missing_ok=True)
         elif damage == "symlink" and path.exists():
             path.unlink()
-            path.symlink_to("/etc/hostname")
-            must_refuse = True
+            path.symlink_to(outside)  # a later damage of the file writes through the link: to a file of ours
+            linked.add(path)
         elif damage in ("case", "label") and point_json.exists() and not point_json.is_symlink():
             text = point_json.read_text(errors="replace")
             old, new = (f'"{CASE}"', '"discussion-13834"') if damage == "case" else ('"label": "', '"label": "../')
@@ -304,6 +308,7 @@ def test_generated_import_folders_are_checked_whole(
             failure = path.parent.with_name(path.parent.name + raw.FAILURE_SUFFIX)
             failure.write_text(record if damage == "failure-ok" else record[: cut % len(record)])
             failures[failure] = damage == "failure-ok"  # a later damage of the same file replaces an earlier one
+    must_refuse = any(path.is_symlink() for path in linked)  # a damage the check has to catch: a link left
     must_refuse |= any((point / raw.POINT_FILE).is_file() for point in damaged)  # else the folder is no point
     must_refuse |= not all(failures.values())
     clean = all(damage in ("none", "failure-ok") for damage, _, _ in damages)
