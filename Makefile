@@ -81,8 +81,8 @@ test-faults: $(STAMP)
 ifeq ($(TIER),full)
 	$(PY) -m pip install -q $(RAY_PKG)
 endif
-	HYPOTHESIS_EXAMPLES=$(HYPOTHESIS_EXAMPLES) $(PY) -m pytest -n 2 -o addopts="--strict-markers -ra" -p no:cacheprovider \
-		-m "faults $(TIER_MARK)" tests/faults
+	HYPOTHESIS_EXAMPLES=$(HYPOTHESIS_EXAMPLES) $(PY) -m pytest -n 4 --dist worksteal -o addopts="--strict-markers -ra" \
+		-p no:cacheprovider -m "faults $(TIER_MARK)" tests/faults
 ifeq ($(TIER),full)
 	bash .ci/cpu-e2e-venv.sh
 	.venv-cpu/bin/python -m pytest -o addopts="--strict-markers -ra" \
