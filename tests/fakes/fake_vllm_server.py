@@ -48,8 +48,10 @@ if args.ignore_sigterm:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 if args.child_pid_file:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # noqa: S603
-    with open(args.child_pid_file, "w") as handle:
+    # written whole, then renamed: a reader polling for the file never sees it empty
+    with open(f"{args.child_pid_file}.part", "w") as handle:
         handle.write(str(child.pid))
+    os.replace(f"{args.child_pid_file}.part", args.child_pid_file)
 
 state = {"scrapes": 0, "stalled_gaps": 0}
 
