@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import os
@@ -168,3 +169,16 @@ def built_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
     others; the strict Jupyter Book build is always a fresh one.
     """
     return once_per_run(tmp_path_factory, "book", _build_book)
+
+
+@pytest.fixture(scope="session")
+def recorded_evidence(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``cases.load_evidence()``: what the claims are judged on, read from the recorded data once per test run
+    (:func:`once_per_run`; seconds of CSV and raw-file reading that several modules' tests share). Its checks are
+    functions registered at import, which do not pickle: each worker attaches its own."""
+    from vllm_playbooks import cases
+
+    shared = once_per_run(
+        tmp_path_factory, "evidence", lambda _folder: dataclasses.replace(cases.load_evidence(), checks={})
+    )
+    return dataclasses.replace(shared, checks=cases.checks())

@@ -7,10 +7,10 @@ import math
 import pandas as pd
 import pytest
 
-from vllm_playbooks import cases
 from vllm_playbooks.analysis import compare, crossover, schedule
 from vllm_playbooks.cases import discussion_13834
 from vllm_playbooks.claims import ledger as claims_ledger
+from vllm_playbooks.claims.claim import Evidence
 from vllm_playbooks.run.grid import unmeasured
 from vllm_playbooks.run.plan import plan_from_dict
 
@@ -147,14 +147,14 @@ def test_unmeasured_matches_by_label_and_load() -> None:
 
 
 @pytest.mark.recorded_data
-def test_the_case_page_verdict_is_the_ledgers_and_reads_its_point() -> None:
+def test_the_case_page_verdict_is_the_ledgers_and_reads_its_point(recorded_evidence: Evidence) -> None:
     """The page's verdict is the ledger's, on the recorded pair with the report's k and acceptance nearest the load
     the report implies (the recorded concurrencies of that config, read from the table)."""
     from vllm_playbooks.errors import ConfigError
     from vllm_playbooks.paths import data_dir
     from vllm_playbooks.results.store import load_reference, runs_file
 
-    evidence = cases.load_evidence()  # what the page and the ledger page each read
+    evidence = recorded_evidence  # cases.load_evidence(): what the page and the ledger page each read
     result = claims_ledger.result_for("discussion-13834-slower", evidence)
     table = claims_ledger.headline_lines(claims_ledger.build_ledger(evidence)).set_index("claim")
     assert str(result.verdict) == table.loc["discussion-13834-slower", "verdict"]

@@ -43,9 +43,9 @@ def claims(published: pd.DataFrame) -> dict[str, claims_claim.Claim]:
 
 
 @pytest.fixture(scope="module")
-def evidence() -> claims_claim.Evidence:
+def evidence(recorded_evidence: claims_claim.Evidence) -> claims_claim.Evidence:
     """What the ledger reads from the recorded data (the tests that take it are ``recorded_data``)."""
-    return cases.load_evidence()
+    return recorded_evidence
 
 
 @pytest.fixture(scope="module")
@@ -432,10 +432,11 @@ def test_a_verdict_rests_on_its_deciding_points_only(claims, published) -> None:
 
 
 @pytest.mark.recorded_data
-def test_the_recorded_evidence_names_the_deciding_points_of_the_claims_a_part_decides() -> None:
+def test_the_recorded_evidence_names_the_deciding_points_of_the_claims_a_part_decides(
+    evidence: claims_claim.Evidence,
+) -> None:
     from vllm_playbooks.run.deciding import deciding_points
 
-    evidence = cases.load_evidence()
     assert set(evidence.deciding) >= {"discussion-13834-slower", "gpt-oss-eagle3-200-concurrent"}
     assert evidence.deciding["gpt-oss-eagle3-200-concurrent"] == deciding_points(EAGLE, "gpt-oss-eagle3-200-concurrent")
     claim = claims_ledger.claim_of("gpt-oss-eagle3-200-concurrent", evidence)

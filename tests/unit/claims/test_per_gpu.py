@@ -20,8 +20,8 @@ OTHER = "NVIDIA A100-SXM4-80GB"
 
 
 @pytest.fixture(scope="module")
-def evidence() -> Evidence:
-    return cases.load_evidence()
+def evidence(recorded_evidence: Evidence) -> Evidence:
+    return recorded_evidence
 
 
 @pytest.fixture(scope="module")
