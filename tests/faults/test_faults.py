@@ -244,8 +244,10 @@ def test_sigterm_or_double_sigint_of_the_parallel_parent_merges_and_stops(runner
 def test_a_second_run_of_the_same_case_is_refused_while_the_first_measures(runner: Runner) -> None:
     """Two runs of one case at once: the second is refused in one line naming the first (its pid) before it starts a
     server, and the first finishes the grid with every point recorded exactly once."""
-    first = runner.start(PARALLEL, **SLOW)
-    wait_until(lambda: runner.recorded_anywhere() >= 1, 60, "a first point recorded")
+    # 3 s a bench call (a point's warm-up and its run): once a point is in, each worker has two more to measure (over
+    # 10 s), which outlasts the second run's start-up on a loaded machine (at 0.4 s the first run once finished first)
+    first = runner.start(PARALLEL, FAULT_BENCH_S="3")
+    wait_until(lambda: runner.recorded_anywhere() >= 1, 90, "a first point recorded")
     began = time.monotonic()
     second = subprocess.run(
         [sys.executable, "-m", runner.module, *PARALLEL],
