@@ -276,11 +276,15 @@ def higher_is_better(metric: str) -> bool:
     return not metric.endswith("_ms")
 
 
+def winning_lines(group: pd.DataFrame) -> pd.DataFrame:
+    """The lines of ``group`` (one speculative config's ``versus_baseline`` lines) where it beat its baseline beyond
+    the band (``effect`` 'gain': higher throughput or lower latency than the baseline's noise allows), in order."""
+    return group[group["effect"] == Effect.GAIN]
+
+
 def winning_levels(group: pd.DataFrame) -> list[int]:
-    """Concurrency levels at which one speculative config beat its baseline beyond the band (``effect`` 'gain':
-    higher throughput or lower latency than the baseline's noise allows)."""
-    wins = group[group["effect"] == Effect.GAIN]
-    return sorted(int(c) for c in wins["concurrency"].dropna())
+    """Concurrency levels at which one speculative config beat its baseline beyond the band (``winning_lines``)."""
+    return sorted(int(c) for c in winning_lines(group)["concurrency"].dropna())
 
 
 def acceptance_check(df: pd.DataFrame) -> pd.DataFrame:

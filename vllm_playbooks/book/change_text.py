@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from vllm_playbooks.analysis.noise import Effect
-from vllm_playbooks.cases.load_words import load_label
+from vllm_playbooks.analysis.compare import winning_lines
+from vllm_playbooks.cases.load_words import load_label, with_load_labels
 
 
 def _levels(texts: list[str]) -> str:
@@ -18,8 +18,7 @@ def _levels(texts: list[str]) -> str:
 
 
 def _where_it_won(group: pd.DataFrame) -> str:
-    gains = group[group["effect"] == Effect.GAIN]
-    wins = [load_label(c, r) for c, r in zip(gains["concurrency"], gains["request_rate_qps"], strict=True)]
+    wins = with_load_labels(winning_lines(group))["load"].tolist()
     if not wins:
         return "it never beat the baseline"
     if len(wins) == len(group):
